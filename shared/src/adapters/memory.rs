@@ -1,0 +1,175 @@
+//! In-memory adapters with the same semantics as the AWS ones (conditional commit, idempotent
+//! audit ids), for unit tests, benchmarks and the deterministic simulator.
+
+use chrono::{DateTime, Utc};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::domain::{
+    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, PeriodRecord, Posting,
+    ReferenceSnapshot, TransientKind,
+};
+use crate::ports::{AuditLog, Clock, DeadLetterQueue, Ledger, ReferenceData, StoreError, StoreResult, WorkQueue};
+
+/// Lock a mutex, recovering from poisoning: a panicking test thread must not hide the state.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[derive(Default)]
+pub struct MemoryLedger {
+    postings: Mutex<HashMap<String, Posting>>,
+}
+
+impl MemoryLedger {
+    pub fn postings(&self) -> Vec<Posting> {
+        lock(&self.postings).values().cloned().collect()
+    }
+    pub fn len(&self) -> usize {
+        lock(&self.postings).len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Ledger for MemoryLedger {
+    async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
+        let mut map = lock(&self.postings);
+        if let Some(existing) = map.get(&posting.source_hash) {
+            return Ok(CommitOutcome::AlreadyCommitted(existing.into()));
+        }
+        map.insert(posting.source_hash.clone(), posting.clone());
+        Ok(CommitOutcome::Committed)
+    }
+
+    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        Ok(lock(&self.postings).get(source_hash).map(CommittedRef::from))
+    }
+}
+
+/// A DLQ that keeps what it is sent; `fail_sends` makes every send fail (to prove that a
+/// message is never acknowledged unrecorded).
+#[derive(Default)]
+pub struct MemoryDeadLetterQueue {
+    letters: Mutex<Vec<DeadLetter>>,
+    fail_sends: std::sync::atomic::AtomicBool,
+}
+
+impl MemoryDeadLetterQueue {
+    pub fn letters(&self) -> Vec<DeadLetter> {
+        lock(&self.letters).clone()
+    }
+    pub fn set_failing(&self, failing: bool) {
+        self.fail_sends.store(failing, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl DeadLetterQueue for MemoryDeadLetterQueue {
+    async fn send(&self, letter: &DeadLetter) -> StoreResult<()> {
+        if self.fail_sends.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::new(TransientKind::ServiceUnavailable, "DLQ unavailable (injected)"));
+        }
+        lock(&self.letters).push(letter.clone());
+        Ok(())
+    }
+}
+
+/// Records visibility changes by receipt handle.
+#[derive(Default)]
+pub struct MemoryWorkQueue {
+    visibility: Mutex<Vec<(String, u32)>>,
+}
+
+impl MemoryWorkQueue {
+    pub fn visibility_changes(&self) -> Vec<(String, u32)> {
+        lock(&self.visibility).clone()
+    }
+}
+
+impl WorkQueue for MemoryWorkQueue {
+    async fn change_visibility(&self, receipt_handle: &str, secs: u32) -> StoreResult<()> {
+        lock(&self.visibility).push((receipt_handle.to_owned(), secs));
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+pub struct MemoryReferenceData {
+    currencies: Mutex<Vec<CurrencyMapping>>,
+    periods: Mutex<Vec<PeriodRecord>>,
+    snapshot: RwLock<Arc<ReferenceSnapshot>>,
+}
+
+impl MemoryReferenceData {
+    fn rebuild(&self) {
+        let snap = ReferenceSnapshot::new(lock(&self.currencies).clone(), lock(&self.periods).clone());
+        *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
+    }
+}
+
+impl ReferenceData for MemoryReferenceData {
+    async fn snapshot(&self) -> StoreResult<Arc<ReferenceSnapshot>> {
+        Ok(self.snapshot.read().unwrap_or_else(|p| p.into_inner()).clone())
+    }
+    async fn put_currency(&self, mapping: &CurrencyMapping) -> StoreResult<()> {
+        {
+            let mut c = lock(&self.currencies);
+            c.retain(|m| m.code != mapping.code);
+            c.push(mapping.clone());
+        }
+        self.rebuild();
+        Ok(())
+    }
+    async fn put_period(&self, record: &PeriodRecord) -> StoreResult<()> {
+        {
+            let mut p = lock(&self.periods);
+            p.retain(|r| !(r.entity == record.entity && r.period == record.period));
+            p.push(record.clone());
+        }
+        self.rebuild();
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+pub struct MemoryAuditLog {
+    records: Mutex<Vec<AuditRecord>>,
+}
+
+impl MemoryAuditLog {
+    pub fn records(&self) -> Vec<AuditRecord> {
+        lock(&self.records).clone()
+    }
+}
+
+impl AuditLog for MemoryAuditLog {
+    async fn append(&self, record: &AuditRecord) -> StoreResult<()> {
+        let mut r = lock(&self.records);
+        if let Some(existing) = r.iter_mut().find(|x| x.audit_id == record.audit_id) {
+            *existing = record.clone();
+        } else {
+            r.push(record.clone());
+        }
+        Ok(())
+    }
+}
+
+/// A clock that stands still unless moved.
+pub struct FixedClock(Mutex<DateTime<Utc>>);
+
+impl FixedClock {
+    pub fn new(at: DateTime<Utc>) -> Self {
+        FixedClock(Mutex::new(at))
+    }
+    pub fn advance(&self, by: chrono::Duration) {
+        let mut t = lock(&self.0);
+        *t += by;
+    }
+}
+
+impl Clock for FixedClock {
+    fn now(&self) -> DateTime<Utc> {
+        *lock(&self.0)
+    }
+}

@@ -1,0 +1,18 @@
+//! The domain: messages, their canonical hash, failure classification, reference data and
+//! ledger postings. Pure data and pure functions; no I/O.
+
+pub mod audit;
+pub mod dead_letter;
+pub mod failure;
+pub mod hash;
+pub mod message;
+pub mod posting;
+pub mod reference;
+
+pub use failure::{FailureCode, ProcessError, RootCause, TransientKind, bounded_detail};
+pub use hash::{HashInput, source_hash};
+pub use message::{MatchDecision, MessageLabels, NewMessage, ReconMessage, decode, labels, validate};
+pub use posting::{CommitOutcome, CommittedRef, Posting};
+pub use reference::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};
+pub use audit::{AuditKind, AuditRecord};
+pub use dead_letter::{DeadLetter, DeadLetterContext, OriginalAttribute};

@@ -1,0 +1,192 @@
+//! Reference data the validation reads: currencies with their minor units, and accounting
+//! periods per ledger entity.
+//!
+//! ISO 4217 is built in. The reference table adds mappings ISO does not have (a precious metal,
+//! a stablecoin, an internal unit) and may override a built-in entry. A period is open unless the
+//! reference table says it is closed: closing a period is the explicit act of the controller.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+use super::failure::UnknownName;
+
+/// Largest scale a `rust_decimal::Decimal` can carry; no currency may claim more minor units.
+pub const MAX_MINOR_UNITS: u32 = 28;
+
+/// Active ISO 4217 currencies with their minor units (the "E" column). Codes without a minor
+/// unit (precious metals, SDR, testing and "no currency" codes) are left out on purpose: they
+/// must be mapped explicitly in the reference table before anything posts in them.
+/// Sorted by code for binary search.
+const ISO_4217: &[(&str, u8)] = &[
+    ("AED", 2), ("AFN", 2), ("ALL", 2), ("AMD", 2), ("AOA", 2), ("ARS", 2), ("AUD", 2),
+    ("AWG", 2), ("AZN", 2), ("BAM", 2), ("BBD", 2), ("BDT", 2), ("BGN", 2), ("BHD", 3),
+    ("BIF", 0), ("BMD", 2), ("BND", 2), ("BOB", 2), ("BOV", 2), ("BRL", 2), ("BSD", 2),
+    ("BTN", 2), ("BWP", 2), ("BYN", 2), ("BZD", 2), ("CAD", 2), ("CDF", 2), ("CHE", 2),
+    ("CHF", 2), ("CHW", 2), ("CLF", 4), ("CLP", 0), ("CNY", 2), ("COP", 2), ("COU", 2),
+    ("CRC", 2), ("CUP", 2), ("CVE", 2), ("CZK", 2), ("DJF", 0), ("DKK", 2), ("DOP", 2),
+    ("DZD", 2), ("EGP", 2), ("ERN", 2), ("ETB", 2), ("EUR", 2), ("FJD", 2), ("FKP", 2),
+    ("GBP", 2), ("GEL", 2), ("GHS", 2), ("GIP", 2), ("GMD", 2), ("GNF", 0), ("GTQ", 2),
+    ("GYD", 2), ("HKD", 2), ("HNL", 2), ("HTG", 2), ("HUF", 2), ("IDR", 2), ("ILS", 2),
+    ("INR", 2), ("IQD", 3), ("IRR", 2), ("ISK", 0), ("JMD", 2), ("JOD", 3), ("JPY", 0),
+    ("KES", 2), ("KGS", 2), ("KHR", 2), ("KMF", 0), ("KPW", 2), ("KRW", 0), ("KWD", 3),
+    ("KYD", 2), ("KZT", 2), ("LAK", 2), ("LBP", 2), ("LKR", 2), ("LRD", 2), ("LSL", 2),
+    ("LYD", 3), ("MAD", 2), ("MDL", 2), ("MGA", 2), ("MKD", 2), ("MMK", 2), ("MNT", 2),
+    ("MOP", 2), ("MRU", 2), ("MUR", 2), ("MVR", 2), ("MWK", 2), ("MXN", 2), ("MXV", 2),
+    ("MYR", 2), ("MZN", 2), ("NAD", 2), ("NGN", 2), ("NIO", 2), ("NOK", 2), ("NPR", 2),
+    ("NZD", 2), ("OMR", 3), ("PAB", 2), ("PEN", 2), ("PGK", 2), ("PHP", 2), ("PKR", 2),
+    ("PLN", 2), ("PYG", 0), ("QAR", 2), ("RON", 2), ("RSD", 2), ("RUB", 2), ("RWF", 0),
+    ("SAR", 2), ("SBD", 2), ("SCR", 2), ("SDG", 2), ("SEK", 2), ("SGD", 2), ("SHP", 2),
+    ("SLE", 2), ("SOS", 2), ("SRD", 2), ("SSP", 2), ("STN", 2), ("SVC", 2), ("SYP", 2),
+    ("SZL", 2), ("THB", 2), ("TJS", 2), ("TMT", 2), ("TND", 3), ("TOP", 2), ("TRY", 2),
+    ("TTD", 2), ("TWD", 2), ("TZS", 2), ("UAH", 2), ("UGX", 0), ("USD", 2), ("USN", 2),
+    ("UYI", 0), ("UYU", 2), ("UYW", 4), ("UZS", 2), ("VED", 2), ("VES", 2), ("VND", 0),
+    ("VUV", 0), ("WST", 2), ("XAF", 0), ("XCD", 2), ("XCG", 2), ("XOF", 0), ("XPF", 0),
+    ("YER", 2), ("ZAR", 2), ("ZMW", 2), ("ZWG", 2),
+];
+
+/// Minor units of a built-in ISO 4217 currency (`code` upper-case).
+pub fn iso_minor_units(code: &str) -> Option<u32> {
+    ISO_4217
+        .binary_search_by(|(c, _)| (*c).cmp(code))
+        .ok()
+        .map(|i| u32::from(ISO_4217[i].1))
+}
+
+/// Status of an accounting period for one ledger entity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PeriodStatus {
+    Open,
+    Closed,
+}
+
+impl PeriodStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeriodStatus::Open => "OPEN",
+            PeriodStatus::Closed => "CLOSED",
+        }
+    }
+}
+
+impl fmt::Display for PeriodStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PeriodStatus {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "OPEN" => Ok(PeriodStatus::Open),
+            "CLOSED" => Ok(PeriodStatus::Closed),
+            _ => Err(UnknownName(s.to_owned())),
+        }
+    }
+}
+
+/// A currency mapping kept in the reference table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CurrencyMapping {
+    pub code: String,
+    pub minor_units: u32,
+    #[serde(default)]
+    pub description: String,
+}
+
+/// An accounting period status kept in the reference table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeriodRecord {
+    pub entity: String,
+    /// `YYYY-MM`.
+    pub period: String,
+    pub status: PeriodStatus,
+}
+
+/// An immutable view of the reference data, cheap to consult on the hot path.
+#[derive(Clone, Debug, Default)]
+pub struct ReferenceSnapshot {
+    currencies: HashMap<String, u32>,
+    /// entity -> period -> status
+    periods: HashMap<String, HashMap<String, PeriodStatus>>,
+}
+
+impl ReferenceSnapshot {
+    pub fn new(
+        currencies: impl IntoIterator<Item = CurrencyMapping>,
+        periods: impl IntoIterator<Item = PeriodRecord>,
+    ) -> Self {
+        let mut snap = ReferenceSnapshot::default();
+        for c in currencies {
+            snap.currencies.insert(c.code, c.minor_units.min(MAX_MINOR_UNITS));
+        }
+        for p in periods {
+            snap.periods.entry(p.entity).or_default().insert(p.period, p.status);
+        }
+        snap
+    }
+
+    /// Minor units of `code` (already upper-case): the reference table first, then ISO 4217.
+    pub fn minor_units(&self, code: &str) -> Option<u32> {
+        self.currencies.get(code).copied().or_else(|| iso_minor_units(code))
+    }
+
+    /// Status of `period` (`YYYY-MM`) for `entity`; open unless recorded as closed.
+    pub fn period_status(&self, entity: &str, period: &str) -> PeriodStatus {
+        self.periods
+            .get(entity)
+            .and_then(|p| p.get(period))
+            .copied()
+            .unwrap_or(PeriodStatus::Open)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_table_is_sorted_and_unique() {
+        assert!(ISO_4217.windows(2).all(|w| w[0].0 < w[1].0));
+        assert!(ISO_4217.iter().all(|(c, _)| c.len() == 3 && c.bytes().all(|b| b.is_ascii_uppercase())));
+    }
+
+    #[test]
+    fn currency_scale_rules_follow_iso_4217() {
+        assert_eq!(iso_minor_units("JPY"), Some(0));
+        assert_eq!(iso_minor_units("USD"), Some(2));
+        assert_eq!(iso_minor_units("BHD"), Some(3));
+        assert_eq!(iso_minor_units("CLF"), Some(4));
+        assert_eq!(iso_minor_units("XAU"), None, "metals must be mapped explicitly");
+        assert_eq!(iso_minor_units("usd"), None, "callers upper-case first");
+    }
+
+    #[test]
+    fn reference_table_adds_and_overrides_currencies() {
+        let snap = ReferenceSnapshot::new(
+            [
+                CurrencyMapping { code: "XAU".into(), minor_units: 4, description: "gold oz".into() },
+                CurrencyMapping { code: "ISK".into(), minor_units: 2, description: String::new() },
+            ],
+            [],
+        );
+        assert_eq!(snap.minor_units("XAU"), Some(4));
+        assert_eq!(snap.minor_units("ISK"), Some(2));
+        assert_eq!(snap.minor_units("EUR"), Some(2));
+        assert_eq!(snap.minor_units("XAG"), None);
+    }
+
+    #[test]
+    fn periods_are_open_unless_closed() {
+        let snap = ReferenceSnapshot::new(
+            [],
+            [PeriodRecord { entity: "E1".into(), period: "2026-10".into(), status: PeriodStatus::Closed }],
+        );
+        assert_eq!(snap.period_status("E1", "2026-10"), PeriodStatus::Closed);
+        assert_eq!(snap.period_status("E1", "2026-11"), PeriodStatus::Open);
+        assert_eq!(snap.period_status("E2", "2026-10"), PeriodStatus::Open);
+    }
+}

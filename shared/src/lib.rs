@@ -1,0 +1,19 @@
+//! `recon-dlq`: dead-letter remediation for a bank-feed -> ledger reconciliation pipeline.
+//!
+//! - [`domain`]: messages, the canonical `source_hash`, failure codes and root causes, reference
+//!   data, postings, dead letters, audit records. Pure.
+//! - [`decisions`]: retry budget and backoff, failure classification. Pure.
+//! - [`ports`]: the traits every store and queue is reached through.
+//! - [`adapters`]: AWS (SQS, DynamoDB, S3), in-memory, and fault injection.
+//! - [`consume`]: the consumer flow behind the `consumer` Lambda.
+//! - [`resources`]: names and settings of every AWS resource, defined once.
+//! - [`config`]: runtime configuration from the environment.
+
+pub mod adapters;
+pub mod config;
+pub mod consume;
+pub mod decisions;
+pub mod domain;
+pub mod local;
+pub mod ports;
+pub mod resources;

@@ -1,0 +1,114 @@
+//! Ports: the traits every store and queue is reached through. The flows (`consume`, later
+//! `enrich` and `replay`) are generic over them, so the same code runs against AWS, the local
+//! emulators, or the in-memory adapters of unit tests and the simulator.
+//!
+//! Every port reports failures as [`StoreError`], which is transient by definition: a store
+//! that cannot answer says nothing about the message, so the message is retried, never blamed.
+
+use chrono::{DateTime, Utc};
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::domain::{
+    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, PeriodRecord, Posting,
+    ProcessError, ReferenceSnapshot, TransientKind, bounded_detail,
+};
+
+/// A store or queue could not do what was asked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {detail}")]
+pub struct StoreError {
+    pub kind: TransientKind,
+    pub detail: String,
+}
+
+impl StoreError {
+    pub fn new(kind: TransientKind, detail: impl Into<String>) -> Self {
+        let detail = detail.into();
+        StoreError { kind, detail: bounded_detail(&detail).to_owned() }
+    }
+}
+
+impl From<StoreError> for ProcessError {
+    fn from(e: StoreError) -> Self {
+        ProcessError::Transient { kind: e.kind, detail: e.detail }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Where committed transactions live. `commit` must be atomic with the dedup mark: after it
+/// returns `Committed`, no later call for the same `source_hash` can commit again, and a crash
+/// at any point either committed (and the next call says `AlreadyCommitted`) or did not.
+pub trait Ledger: Send + Sync {
+    fn commit(&self, posting: &Posting) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
+    /// Is this transaction committed? (The replay gate asks the same store the consumer writes.)
+    fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+}
+
+/// The DLQ, as the consumer writes to it.
+pub trait DeadLetterQueue: Send + Sync {
+    fn send(&self, letter: &DeadLetter) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
+/// The queue a message was received from, as the consumer acts on it.
+pub trait WorkQueue: Send + Sync {
+    /// Hide a received message for `secs` seconds (the retry backoff).
+    fn change_visibility(&self, receipt_handle: &str, secs: u32) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
+/// Reference data: currencies and accounting periods.
+pub trait ReferenceData: Send + Sync {
+    /// A recent view of all reference data (adapters may cache it briefly; see the README).
+    fn snapshot(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send;
+    fn put_currency(&self, mapping: &CurrencyMapping) -> impl Future<Output = StoreResult<()>> + Send;
+    fn put_period(&self, record: &PeriodRecord) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
+/// Durable audit records.
+pub trait AuditLog: Send + Sync {
+    /// Idempotent on `audit_id`.
+    fn append(&self, record: &AuditRecord) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
+/// Wall-clock time, injectable for tests and the simulator.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// Shared references are ports too, so one adapter can be handed to several flows.
+macro_rules! forward_ref {
+    ($($t:ident),*) => {$(
+        impl<T: $t> $t for Arc<T> {
+            forward_ref!(@body $t);
+        }
+    )*};
+    (@body Ledger) => {
+        fn commit(&self, posting: &Posting) -> impl std::future::Future<Output = StoreResult<CommitOutcome>> + Send { (**self).commit(posting) }
+        fn lookup(&self, h: &str) -> impl std::future::Future<Output = StoreResult<Option<CommittedRef>>> + Send { (**self).lookup(h) }
+    };
+    (@body DeadLetterQueue) => {
+        fn send(&self, l: &DeadLetter) -> impl std::future::Future<Output = StoreResult<()>> + Send { (**self).send(l) }
+    };
+    (@body WorkQueue) => {
+        fn change_visibility(&self, r: &str, s: u32) -> impl std::future::Future<Output = StoreResult<()>> + Send { (**self).change_visibility(r, s) }
+    };
+    (@body ReferenceData) => {
+        fn snapshot(&self) -> impl std::future::Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send { (**self).snapshot() }
+        fn put_currency(&self, m: &CurrencyMapping) -> impl std::future::Future<Output = StoreResult<()>> + Send { (**self).put_currency(m) }
+        fn put_period(&self, p: &PeriodRecord) -> impl std::future::Future<Output = StoreResult<()>> + Send { (**self).put_period(p) }
+    };
+    (@body AuditLog) => {
+        fn append(&self, r: &AuditRecord) -> impl std::future::Future<Output = StoreResult<()>> + Send { (**self).append(r) }
+    };
+}
+forward_ref!(Ledger, DeadLetterQueue, WorkQueue, ReferenceData, AuditLog);

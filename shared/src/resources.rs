@@ -1,0 +1,115 @@
+//! The one place where the names and settings of every AWS resource are defined.
+//!
+//! Functions, `dlqctl`, the local provisioning code, the tests and (later) the infrastructure drift
+//! check all read these values; nothing else spells a queue name, a table key or a retention.
+
+use std::time::Duration;
+
+/// Default prefix for every resource name; a deployment may choose another (`DLQ_STACK_PREFIX`).
+pub const DEFAULT_PREFIX: &str = "recon-dlq";
+
+/// The retry budget: the consumer dead-letters a transiently failing message itself on this
+/// receive, and the main queue's redrive policy uses it as `maxReceiveCount` (the safety net
+/// for crashes and timeouts, which then moves the message on the next receive).
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+
+/// Consumer Lambda timeout. The main queue's visibility timeout must be at least six times this
+/// (AWS's guidance for SQS event sources), so a batch still being processed is never redelivered.
+pub const CONSUMER_TIMEOUT: Duration = Duration::from_secs(30);
+pub const MAIN_QUEUE_VISIBILITY: Duration = Duration::from_secs(6 * 30);
+/// Main queue keeps messages 4 days (the SQS default); the DLQ keeps them the maximum, 14 days,
+/// so a message can never expire in the DLQ before it expired in the main queue.
+pub const MAIN_QUEUE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
+pub const DLQ_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// Key attributes of the tables.
+pub mod keys {
+    /// Ledger (reference DynamoDB ledger): one item per committed `source_hash`.
+    pub const LEDGER_PK: &str = "source_hash";
+    /// Reference data: `pk` = `CURRENCY` or `PERIOD#<entity>`, `sk` = code or `YYYY-MM`.
+    pub const REFERENCE_PK: &str = "pk";
+    pub const REFERENCE_SK: &str = "sk";
+    /// Audit records: one item per decision, keyed by a deterministic id.
+    pub const AUDIT_PK: &str = "audit_id";
+    /// Dedup/claim table used when the ledger is external (claim -> post -> commit).
+    pub const DEDUP_PK: &str = "source_hash";
+    /// TTL attribute of the dedup table (epoch seconds).
+    pub const DEDUP_TTL: &str = "expires_at";
+}
+
+/// Message attribute names the consumer puts on a dead letter. SQS allows ten attributes per
+/// message; we use four and keep everything else (including the original message's own
+/// attributes, verbatim) inside the JSON context attribute.
+pub mod attrs {
+    pub const FAILURE_CODE: &str = "dlq.failure_code";
+    pub const ROOT_CAUSE: &str = "dlq.root_cause";
+    pub const ATTEMPT_COUNT: &str = "dlq.attempt_count";
+    pub const CONTEXT: &str = "dlq.context";
+    /// Set on messages re-injected by the replay function.
+    pub const REPLAY_OF: &str = "replay.of";
+    pub const REPLAY_ID: &str = "replay.id";
+    pub const TRIGGERED_BY: &str = "replay.triggered_by";
+}
+
+/// Names of every resource of one deployment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceNames {
+    pub main_queue: String,
+    pub dead_letter_queue: String,
+    pub ledger_table: String,
+    pub envelope_table: String,
+    pub reference_table: String,
+    pub audit_table: String,
+    pub dedup_table: String,
+    pub quarantine_bucket: String,
+}
+
+impl ResourceNames {
+    pub fn with_prefix(prefix: &str) -> Self {
+        Self {
+            main_queue: format!("{prefix}-main"),
+            dead_letter_queue: format!("{prefix}-dead-letter"),
+            ledger_table: format!("{prefix}-ledger"),
+            envelope_table: format!("{prefix}-envelopes"),
+            reference_table: format!("{prefix}-reference"),
+            audit_table: format!("{prefix}-audit"),
+            dedup_table: format!("{prefix}-dedup"),
+            quarantine_bucket: format!("{prefix}-quarantine"),
+        }
+    }
+}
+
+impl Default for ResourceNames {
+    fn default() -> Self {
+        Self::with_prefix(DEFAULT_PREFIX)
+    }
+}
+
+/// The redrive policy JSON for the main queue.
+pub fn redrive_policy(dlq_arn: &str, max_receive_count: u32) -> String {
+    serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count })
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn main_queue_visibility_is_at_least_six_consumer_timeouts() {
+        assert!(MAIN_QUEUE_VISIBILITY >= CONSUMER_TIMEOUT * 6);
+    }
+
+    #[test]
+    fn dlq_outlives_the_main_queue() {
+        assert!(DLQ_RETENTION > MAIN_QUEUE_RETENTION);
+    }
+
+    #[test]
+    fn names_share_the_prefix() {
+        let n = ResourceNames::with_prefix("acme");
+        assert_eq!(n.main_queue, "acme-main");
+        assert_eq!(n.dead_letter_queue, "acme-dead-letter");
+        assert_eq!(n.ledger_table, "acme-ledger");
+    }
+}
