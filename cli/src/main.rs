@@ -1,1 +1,122 @@
-fn main() {}
+//! `dlqctl`: operator and developer commands.
+//!
+//! Configuration: the standard AWS environment plus `DLQ_STACK_PREFIX` (resource name prefix).
+//! By default every command talks to the local stack (`make local-up`); `--aws` uses real AWS.
+
+mod demo;
+mod ops;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use recon_dlq::adapters::aws::provision::{StackSettings, ensure_stack};
+use recon_dlq::adapters::aws::{AwsClients, Target};
+use recon_dlq::resources::{self, ResourceNames};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "dlqctl",
+    version,
+    about = "Dead-letter remediation for a reconciliation pipeline"
+)]
+struct Cli {
+    /// Use real AWS (the standard AWS environment) instead of the local stack.
+    #[arg(long, global = true)]
+    aws: bool,
+    /// Prefix of every resource name.
+    #[arg(long, global = true, env = "DLQ_STACK_PREFIX", default_value = resources::DEFAULT_PREFIX)]
+    prefix: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create (or update) the queues, tables and WORM bucket. Idempotent.
+    Setup {
+        /// Retry budget: the redrive policy's maxReceiveCount.
+        #[arg(long, default_value_t = resources::DEFAULT_MAX_ATTEMPTS)]
+        max_receive_count: u32,
+        /// Default COMPLIANCE retention of the quarantine bucket, days.
+        #[arg(long, default_value_t = resources::LOCAL_WORM_RETENTION_DAYS)]
+        worm_retention_days: i32,
+    },
+    /// Send JSON lines (one message body per line) to the main queue, in batches of ten.
+    Send {
+        /// File of JSON lines; `-` or nothing for standard input.
+        file: Option<PathBuf>,
+        /// Compute `source_hash` for lines that have none.
+        #[arg(long)]
+        fill_hash: bool,
+    },
+    /// Poll the main queue and run the consumer in-process, as Lambda's SQS trigger would.
+    Pump(ops::PumpArgs),
+    /// Queue depths, ledger postings and audit counts.
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the whole pipeline on a generated workload and prove nothing was lost or doubled.
+    Demo(demo::DemoArgs),
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    // The demo prints its own story; per-message decision events would drown it.
+    recon_dlq::telemetry::init_text(if matches!(cli.command, Command::Demo(_)) {
+        "error"
+    } else {
+        "warn"
+    });
+    if let Err(e) = run(cli).await {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let target = if cli.aws {
+        Target::Aws
+    } else {
+        Target::local_from_env()
+    };
+    let clients = AwsClients::connect(target).await;
+    let names = ResourceNames::with_prefix(&cli.prefix);
+    match cli.command {
+        Command::Setup {
+            max_receive_count,
+            worm_retention_days,
+        } => {
+            let settings = StackSettings {
+                max_receive_count,
+                worm_retention_days,
+            };
+            let stack = ensure_stack(&clients, &names, &settings)
+                .await
+                .context("creating resources (is the local stack up? `make local-up`)")?;
+            println!("main queue   {}", stack.main_queue_url);
+            println!(
+                "DLQ          {} (maxReceiveCount {max_receive_count})",
+                stack.dlq_url
+            );
+            println!(
+                "tables       {}, {}, {}, {}, {}",
+                names.ledger_table,
+                names.envelope_table,
+                names.reference_table,
+                names.audit_table,
+                names.dedup_table
+            );
+            println!(
+                "WORM bucket  {} (COMPLIANCE, {worm_retention_days} days)",
+                names.quarantine_bucket
+            );
+            Ok(())
+        }
+        Command::Send { file, fill_hash } => ops::send(&clients, &names, file, fill_hash).await,
+        Command::Pump(args) => ops::pump(&clients, &names, &args).await,
+        Command::Stats { json } => ops::stats(&clients, &names, json).await,
+        Command::Demo(args) => demo::run(&clients, &names, &args).await,
+    }
+}

@@ -1,1 +1,205 @@
-//! config
+//! Runtime configuration from the environment, validated at start-up with errors that say which
+//! variable is wrong and what it should be. Every variable is documented in the README.
+
+use std::time::Duration;
+
+use crate::decisions::RetryPolicy;
+use crate::resources::{self, ResourceNames};
+
+pub mod vars {
+    pub const STACK_PREFIX: &str = "DLQ_STACK_PREFIX";
+    pub const MAIN_QUEUE_URL: &str = "DLQ_MAIN_QUEUE_URL";
+    pub const DEAD_LETTER_QUEUE_URL: &str = "DLQ_DEAD_LETTER_QUEUE_URL";
+    pub const LEDGER_TABLE: &str = "DLQ_LEDGER_TABLE";
+    pub const REFERENCE_TABLE: &str = "DLQ_REFERENCE_TABLE";
+    pub const AUDIT_TABLE: &str = "DLQ_AUDIT_TABLE";
+    pub const MAX_ATTEMPTS: &str = "DLQ_MAX_ATTEMPTS";
+    pub const BACKOFF_BASE_SECS: &str = "DLQ_BACKOFF_BASE_SECS";
+    pub const BACKOFF_CAP_SECS: &str = "DLQ_BACKOFF_CAP_SECS";
+    pub const DEADLINE_MARGIN_MS: &str = "DLQ_DEADLINE_MARGIN_MS";
+    pub const BATCH_CONCURRENCY: &str = "DLQ_BATCH_CONCURRENCY";
+    pub const REFERENCE_CACHE_SECS: &str = "DLQ_REFERENCE_CACHE_SECS";
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{var} is not set: {hint}")]
+    Missing {
+        var: &'static str,
+        hint: &'static str,
+    },
+    #[error("{var}={value:?} is not valid: {hint}")]
+    Invalid {
+        var: &'static str,
+        value: String,
+        hint: String,
+    },
+}
+
+/// Everything the consumer needs to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerSettings {
+    pub main_queue_url: String,
+    pub dead_letter_queue_url: String,
+    pub ledger_table: String,
+    pub reference_table: String,
+    pub audit_table: String,
+    pub retry: RetryPolicy,
+    pub deadline_margin: Duration,
+    pub concurrency: usize,
+    pub reference_cache: Duration,
+}
+
+fn number<T: std::str::FromStr>(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    default: T,
+    hint: &str,
+) -> Result<T, ConfigError> {
+    match get(var).filter(|v| !v.trim().is_empty()) {
+        None => Ok(default),
+        Some(v) => v.trim().parse().map_err(|_| ConfigError::Invalid {
+            var,
+            value: v,
+            hint: hint.to_owned(),
+        }),
+    }
+}
+
+impl ConsumerSettings {
+    /// Read the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Read settings through `get` (the environment, or a map in tests). Queue URLs are
+    /// required; table names default to the names derived from `DLQ_STACK_PREFIX`.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let names = ResourceNames::with_prefix(
+            &get(vars::STACK_PREFIX).unwrap_or_else(|| resources::DEFAULT_PREFIX.to_owned()),
+        );
+        let required = |var: &'static str, hint: &'static str| {
+            get(var)
+                .filter(|v| !v.trim().is_empty())
+                .ok_or(ConfigError::Missing { var, hint })
+        };
+        let retry = RetryPolicy {
+            max_attempts: number(
+                &get,
+                vars::MAX_ATTEMPTS,
+                resources::DEFAULT_MAX_ATTEMPTS,
+                "a whole number of receives, 1-1000",
+            )?,
+            backoff_base_secs: number(
+                &get,
+                vars::BACKOFF_BASE_SECS,
+                RetryPolicy::default().backoff_base_secs,
+                "whole seconds",
+            )?,
+            backoff_cap_secs: number(
+                &get,
+                vars::BACKOFF_CAP_SECS,
+                RetryPolicy::default().backoff_cap_secs,
+                "whole seconds",
+            )?,
+        };
+        retry.validate().map_err(|e| ConfigError::Invalid {
+            var: vars::MAX_ATTEMPTS,
+            value: format!(
+                "{}/{}/{}",
+                retry.max_attempts, retry.backoff_base_secs, retry.backoff_cap_secs
+            ),
+            hint: e.to_string(),
+        })?;
+        let concurrency: usize = number(&get, vars::BATCH_CONCURRENCY, 8, "a whole number 1-100")?;
+        if !(1..=100).contains(&concurrency) {
+            return Err(ConfigError::Invalid {
+                var: vars::BATCH_CONCURRENCY,
+                value: concurrency.to_string(),
+                hint: "a whole number 1-100".into(),
+            });
+        }
+        Ok(ConsumerSettings {
+            main_queue_url: required(
+                vars::MAIN_QUEUE_URL,
+                "the URL of the main queue the consumer reads",
+            )?,
+            dead_letter_queue_url: required(
+                vars::DEAD_LETTER_QUEUE_URL,
+                "the URL of the DLQ the consumer writes",
+            )?,
+            ledger_table: get(vars::LEDGER_TABLE).unwrap_or(names.ledger_table),
+            reference_table: get(vars::REFERENCE_TABLE).unwrap_or(names.reference_table),
+            audit_table: get(vars::AUDIT_TABLE).unwrap_or(names.audit_table),
+            retry,
+            deadline_margin: Duration::from_millis(number(
+                &get,
+                vars::DEADLINE_MARGIN_MS,
+                3000,
+                "milliseconds",
+            )?),
+            concurrency,
+            reference_cache: Duration::from_secs(number(
+                &get,
+                vars::REFERENCE_CACHE_SECS,
+                30,
+                "whole seconds",
+            )?),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_apply_and_queue_urls_are_required() {
+        let err = ConsumerSettings::from_lookup(lookup(&[])).unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::Missing {
+                var: vars::MAIN_QUEUE_URL,
+                hint: "the URL of the main queue the consumer reads"
+            }
+        );
+        let s = ConsumerSettings::from_lookup(lookup(&[
+            (vars::MAIN_QUEUE_URL, "q"),
+            (vars::DEAD_LETTER_QUEUE_URL, "d"),
+        ]))
+        .unwrap();
+        assert_eq!(s.ledger_table, "recon-dlq-ledger");
+        assert_eq!(s.retry, RetryPolicy::default());
+    }
+
+    #[test]
+    fn bad_numbers_name_the_variable() {
+        let err = ConsumerSettings::from_lookup(lookup(&[
+            (vars::MAIN_QUEUE_URL, "q"),
+            (vars::DEAD_LETTER_QUEUE_URL, "d"),
+            (vars::MAX_ATTEMPTS, "five"),
+        ]))
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("DLQ_MAX_ATTEMPTS=\"five\" is not valid"),
+            "{err}"
+        );
+        let err = ConsumerSettings::from_lookup(lookup(&[
+            (vars::MAIN_QUEUE_URL, "q"),
+            (vars::DEAD_LETTER_QUEUE_URL, "d"),
+            (vars::BACKOFF_CAP_SECS, "99999"),
+        ]))
+        .unwrap_err();
+        assert!(err.to_string().contains("43200"), "{err}");
+    }
+}

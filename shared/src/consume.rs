@@ -24,8 +24,9 @@ use std::time::{Duration, SystemTime};
 
 use crate::decisions::{FailureDecision, RetryPolicy, decide_failure};
 use crate::domain::{
-    AuditKind, AuditRecord, CommitOutcome, DeadLetter, DeadLetterContext, FailureCode, MessageLabels,
-    OriginalAttribute, Posting, ProcessError, RootCause, TransientKind, bounded_detail, labels, validate,
+    AuditKind, AuditRecord, CommitOutcome, DeadLetter, DeadLetterContext, FailureCode,
+    MessageLabels, OriginalAttribute, Posting, ProcessError, RootCause, TransientKind,
+    bounded_detail, labels, validate,
 };
 use crate::ports::{AuditLog, Clock, DeadLetterQueue, Ledger, ReferenceData, WorkQueue};
 use crate::resources::attrs;
@@ -67,14 +68,24 @@ pub enum DeferReason {
 pub enum Disposition {
     Committed,
     /// The transaction was already committed by another SQS message.
-    DuplicateSuppressed { committed_by: String },
+    DuplicateSuppressed {
+        committed_by: String,
+    },
     /// This very SQS message was committed before (crash after commit, before the ack).
     RedeliveryAcknowledged,
-    DeadLettered { code: FailureCode, cause: RootCause },
-    RetryScheduled { delay_secs: u32, kind: TransientKind },
+    DeadLettered {
+        code: FailureCode,
+        cause: RootCause,
+    },
+    RetryScheduled {
+        delay_secs: u32,
+        kind: TransientKind,
+    },
     Deferred(DeferReason),
     /// The evidence could not be written (DLQ or audit unavailable): SQS will redeliver.
-    Failed { detail: String },
+    Failed {
+        detail: String,
+    },
 }
 
 impl Disposition {
@@ -137,7 +148,9 @@ fn epoch_millis_attr(m: &SqsMessage, name: &str) -> Option<DateTime<Utc>> {
 }
 
 fn string_attr<'m>(m: &'m SqsMessage, name: &str) -> Option<&'m str> {
-    m.message_attributes.get(name).and_then(|a| a.string_value.as_deref())
+    m.message_attributes
+        .get(name)
+        .and_then(|a| a.string_value.as_deref())
 }
 
 /// The original message attributes, verbatim, for the dead letter's context.
@@ -145,7 +158,10 @@ pub fn original_attributes(m: &SqsMessage) -> BTreeMap<String, OriginalAttribute
     m.message_attributes
         .iter()
         .map(|(name, a)| {
-            let binary = a.binary_value.as_ref().map(|b| aws_smithy_types::base64::encode(&b.0));
+            let binary = a
+                .binary_value
+                .as_ref()
+                .map(|b| aws_smithy_types::base64::encode(&b.0));
             (
                 name.clone(),
                 OriginalAttribute {
@@ -168,7 +184,11 @@ where
 {
     /// Handle one Lambda invocation. `deadline` is when the invocation times out (from the
     /// Lambda context); messages not started before `deadline - margin` are reported failed.
-    pub async fn handle_batch(&self, event: &SqsEvent, deadline: Option<SystemTime>) -> BatchReport {
+    pub async fn handle_batch(
+        &self,
+        event: &SqsEvent,
+        deadline: Option<SystemTime>,
+    ) -> BatchReport {
         // Group by FIFO message group, keeping batch order inside each group. On a standard
         // queue every message is its own group.
         let mut groups: Vec<Vec<usize>> = Vec::new();
@@ -199,7 +219,9 @@ where
         let mut failures = Vec::new();
         let mut items = Vec::with_capacity(event.records.len());
         for (m, d) in event.records.iter().zip(dispositions) {
-            let d = d.unwrap_or(Disposition::Failed { detail: "not processed".into() });
+            let d = d.unwrap_or(Disposition::Failed {
+                detail: "not processed".into(),
+            });
             let id = m.message_id.clone().unwrap_or_default();
             if !d.acknowledged() {
                 let mut f = BatchItemFailure::default();
@@ -246,7 +268,8 @@ where
 
     fn out_of_time(&self, deadline: Option<SystemTime>) -> bool {
         deadline.is_some_and(|d| {
-            d.duration_since(SystemTime::now()).map_or(true, |left| left < self.config.deadline_margin)
+            d.duration_since(SystemTime::now())
+                .map_or(true, |left| left < self.config.deadline_margin)
         })
     }
 
@@ -271,7 +294,9 @@ where
                 log_posting("COMMITTED", &posting, attempt, None);
                 Disposition::Committed
             }
-            Ok((posting, CommitOutcome::AlreadyCommitted(existing))) if existing.sqs_message_id == sqs_id => {
+            Ok((posting, CommitOutcome::AlreadyCommitted(existing)))
+                if existing.sqs_message_id == sqs_id =>
+            {
                 log_posting("REDELIVERY_ACKNOWLEDGED", &posting, attempt, None);
                 Disposition::RedeliveryAcknowledged
             }
@@ -298,16 +323,32 @@ where
                     ),
                 };
                 if let Err(e) = self.audit.append(&record).await {
-                    return self.failed(sqs_id, format!("duplicate not acknowledged: audit write failed: {e}"));
+                    return self.failed(
+                        sqs_id,
+                        format!("duplicate not acknowledged: audit write failed: {e}"),
+                    );
                 }
-                log_posting("DUPLICATE_SUPPRESSED", &posting, attempt, Some(FailureCode::ReplayDuplicate));
-                Disposition::DuplicateSuppressed { committed_by: existing.sqs_message_id }
+                log_posting(
+                    "DUPLICATE_SUPPRESSED",
+                    &posting,
+                    attempt,
+                    Some(FailureCode::ReplayDuplicate),
+                );
+                Disposition::DuplicateSuppressed {
+                    committed_by: existing.sqs_message_id,
+                }
             }
             Err(err) => match decide_failure(err, attempt, &self.config.retry, sqs_id) {
-                FailureDecision::DeadLetter { code, cause, detail } => {
-                    self.dead_letter(m, code, cause, &detail, attempt).await
-                }
-                FailureDecision::Retry { delay_secs, kind, detail } => {
+                FailureDecision::DeadLetter {
+                    code,
+                    cause,
+                    detail,
+                } => self.dead_letter(m, code, cause, &detail, attempt).await,
+                FailureDecision::Retry {
+                    delay_secs,
+                    kind,
+                    detail,
+                } => {
                     let l = labels(body);
                     let receipt = m.receipt_handle.as_deref().unwrap_or("");
                     if let Err(e) = self.queue.change_visibility(receipt, delay_secs).await {
@@ -370,7 +411,10 @@ where
             },
         };
         if let Err(e) = self.dlq.send(&letter).await {
-            return self.failed(sqs_id, format!("dead letter not sent ({code}, {cause}): {e}"));
+            return self.failed(
+                sqs_id,
+                format!("dead letter not sent ({code}, {cause}): {e}"),
+            );
         }
         let record = AuditRecord {
             audit_id: AuditRecord::id_for(AuditKind::DeadLettered, sqs_id),
@@ -424,4 +468,44 @@ fn log_posting(decision: &'static str, p: &Posting, attempt: u32, code: Option<F
         ledger_entity = %p.ledger_entity,
         "ledger decision"
     );
+}
+
+/// The consumer wired to AWS (or the local stack): SQS queues, DynamoDB reference data and audit,
+/// and a ledger (the DynamoDB reference ledger, or a wrapper around it).
+pub type AwsConsumer<L = crate::adapters::aws::dynamodb::DynamoLedger> = Consumer<
+    L,
+    crate::adapters::aws::sqs::SqsQueue,
+    crate::adapters::aws::sqs::SqsQueue,
+    Arc<crate::adapters::aws::dynamodb::DynamoReferenceData>,
+    crate::adapters::aws::dynamodb::DynamoAuditLog,
+>;
+
+impl<L: Ledger> AwsConsumer<L> {
+    pub fn from_settings(
+        clients: &crate::adapters::aws::AwsClients,
+        settings: &crate::config::ConsumerSettings,
+        ledger: L,
+        actor: &str,
+    ) -> Self {
+        use crate::adapters::aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
+        use crate::adapters::aws::sqs::SqsQueue;
+        Consumer {
+            ledger,
+            queue: SqsQueue::new(clients.sqs.clone(), &settings.main_queue_url),
+            dlq: SqsQueue::new(clients.sqs.clone(), &settings.dead_letter_queue_url),
+            reference: Arc::new(DynamoReferenceData::new(
+                clients.dynamodb.clone(),
+                &settings.reference_table,
+                settings.reference_cache,
+            )),
+            audit: DynamoAuditLog::new(clients.dynamodb.clone(), &settings.audit_table),
+            clock: Arc::new(crate::ports::SystemClock),
+            config: ConsumerConfig {
+                retry: settings.retry,
+                deadline_margin: settings.deadline_margin,
+                concurrency: settings.concurrency,
+                actor: actor.to_owned(),
+            },
+        }
+    }
 }

@@ -17,3 +17,4 @@ pub mod domain;
 pub mod local;
 pub mod ports;
 pub mod resources;
+pub mod telemetry;

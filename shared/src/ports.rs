@@ -25,13 +25,19 @@ pub struct StoreError {
 impl StoreError {
     pub fn new(kind: TransientKind, detail: impl Into<String>) -> Self {
         let detail = detail.into();
-        StoreError { kind, detail: bounded_detail(&detail).to_owned() }
+        StoreError {
+            kind,
+            detail: bounded_detail(&detail).to_owned(),
+        }
     }
 }
 
 impl From<StoreError> for ProcessError {
     fn from(e: StoreError) -> Self {
-        ProcessError::Transient { kind: e.kind, detail: e.detail }
+        ProcessError::Transient {
+            kind: e.kind,
+            detail: e.detail,
+        }
     }
 }
 
@@ -43,7 +49,10 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub trait Ledger: Send + Sync {
     fn commit(&self, posting: &Posting) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
     /// Is this transaction committed? (The replay gate asks the same store the consumer writes.)
-    fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+    fn lookup(
+        &self,
+        source_hash: &str,
+    ) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
 }
 
 /// The DLQ, as the consumer writes to it.
@@ -54,14 +63,21 @@ pub trait DeadLetterQueue: Send + Sync {
 /// The queue a message was received from, as the consumer acts on it.
 pub trait WorkQueue: Send + Sync {
     /// Hide a received message for `secs` seconds (the retry backoff).
-    fn change_visibility(&self, receipt_handle: &str, secs: u32) -> impl Future<Output = StoreResult<()>> + Send;
+    fn change_visibility(
+        &self,
+        receipt_handle: &str,
+        secs: u32,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
 }
 
 /// Reference data: currencies and accounting periods.
 pub trait ReferenceData: Send + Sync {
     /// A recent view of all reference data (adapters may cache it briefly; see the README).
     fn snapshot(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send;
-    fn put_currency(&self, mapping: &CurrencyMapping) -> impl Future<Output = StoreResult<()>> + Send;
+    fn put_currency(
+        &self,
+        mapping: &CurrencyMapping,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
     fn put_period(&self, record: &PeriodRecord) -> impl Future<Output = StoreResult<()>> + Send;
 }
 

@@ -29,6 +29,8 @@ pub mod keys {
     /// Reference data: `pk` = `CURRENCY` or `PERIOD#<entity>`, `sk` = code or `YYYY-MM`.
     pub const REFERENCE_PK: &str = "pk";
     pub const REFERENCE_SK: &str = "sk";
+    /// Envelopes: one item per dead letter, keyed by its deterministic envelope id.
+    pub const ENVELOPE_PK: &str = "envelope_id";
     /// Audit records: one item per decision, keyed by a deterministic id.
     pub const AUDIT_PK: &str = "audit_id";
     /// Dedup/claim table used when the ledger is external (claim -> post -> commit).
@@ -82,6 +84,75 @@ impl ResourceNames {
 impl Default for ResourceNames {
     fn default() -> Self {
         Self::with_prefix(DEFAULT_PREFIX)
+    }
+}
+
+/// Default Object Lock retention (COMPLIANCE mode) of the quarantine bucket in production:
+/// seven years, the usual retention of accounting records. Local stacks use one day.
+pub const DEFAULT_WORM_RETENTION_DAYS: i32 = 2555;
+pub const LOCAL_WORM_RETENTION_DAYS: i32 = 1;
+
+/// The tables of a deployment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TableKind {
+    Ledger,
+    Envelopes,
+    Reference,
+    Audit,
+    Dedup,
+}
+
+/// Key schema and TTL of one table (all attributes of keys are strings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableSpec {
+    pub kind: TableKind,
+    pub partition_key: &'static str,
+    pub sort_key: Option<&'static str>,
+    pub ttl_attribute: Option<&'static str>,
+}
+
+pub const TABLES: [TableSpec; 5] = [
+    TableSpec {
+        kind: TableKind::Ledger,
+        partition_key: keys::LEDGER_PK,
+        sort_key: None,
+        ttl_attribute: None,
+    },
+    TableSpec {
+        kind: TableKind::Envelopes,
+        partition_key: keys::ENVELOPE_PK,
+        sort_key: None,
+        ttl_attribute: None,
+    },
+    TableSpec {
+        kind: TableKind::Reference,
+        partition_key: keys::REFERENCE_PK,
+        sort_key: Some(keys::REFERENCE_SK),
+        ttl_attribute: None,
+    },
+    TableSpec {
+        kind: TableKind::Audit,
+        partition_key: keys::AUDIT_PK,
+        sort_key: None,
+        ttl_attribute: None,
+    },
+    TableSpec {
+        kind: TableKind::Dedup,
+        partition_key: keys::DEDUP_PK,
+        sort_key: None,
+        ttl_attribute: Some(keys::DEDUP_TTL),
+    },
+];
+
+impl ResourceNames {
+    pub fn table(&self, kind: TableKind) -> &str {
+        match kind {
+            TableKind::Ledger => &self.ledger_table,
+            TableKind::Envelopes => &self.envelope_table,
+            TableKind::Reference => &self.reference_table,
+            TableKind::Audit => &self.audit_table,
+            TableKind::Dedup => &self.dedup_table,
+        }
     }
 }
 

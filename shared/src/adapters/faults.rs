@@ -24,12 +24,19 @@ pub struct FaultyLedger<L> {
 
 impl<L> FaultyLedger<L> {
     pub fn new(inner: L, kind: TransientKind) -> Self {
-        FaultyLedger { inner, kind, plan: Mutex::new(HashMap::new()) }
+        FaultyLedger {
+            inner,
+            kind,
+            plan: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Inject `fault` for the transaction with this `source_hash`.
     pub fn inject(&self, source_hash: &str, fault: Fault) {
-        self.plan.lock().unwrap_or_else(|p| p.into_inner()).insert(source_hash.to_owned(), fault);
+        self.plan
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(source_hash.to_owned(), fault);
     }
 
     pub fn inner(&self) -> &L {
@@ -52,7 +59,10 @@ impl<L> FaultyLedger<L> {
 impl<L: Ledger> Ledger for FaultyLedger<L> {
     async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
         if self.should_fail(&posting.source_hash) {
-            return Err(StoreError::new(self.kind, "ledger unavailable (injected fault)"));
+            return Err(StoreError::new(
+                self.kind,
+                "ledger unavailable (injected fault)",
+            ));
         }
         self.inner.commit(posting).await
     }

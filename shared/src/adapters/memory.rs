@@ -9,7 +9,9 @@ use crate::domain::{
     AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, PeriodRecord, Posting,
     ReferenceSnapshot, TransientKind,
 };
-use crate::ports::{AuditLog, Clock, DeadLetterQueue, Ledger, ReferenceData, StoreError, StoreResult, WorkQueue};
+use crate::ports::{
+    AuditLog, Clock, DeadLetterQueue, Ledger, ReferenceData, StoreError, StoreResult, WorkQueue,
+};
 
 /// Lock a mutex, recovering from poisoning: a panicking test thread must not hide the state.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -44,7 +46,9 @@ impl Ledger for MemoryLedger {
     }
 
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        Ok(lock(&self.postings).get(source_hash).map(CommittedRef::from))
+        Ok(lock(&self.postings)
+            .get(source_hash)
+            .map(CommittedRef::from))
     }
 }
 
@@ -61,14 +65,18 @@ impl MemoryDeadLetterQueue {
         lock(&self.letters).clone()
     }
     pub fn set_failing(&self, failing: bool) {
-        self.fail_sends.store(failing, std::sync::atomic::Ordering::SeqCst);
+        self.fail_sends
+            .store(failing, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
 impl DeadLetterQueue for MemoryDeadLetterQueue {
     async fn send(&self, letter: &DeadLetter) -> StoreResult<()> {
         if self.fail_sends.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(StoreError::new(TransientKind::ServiceUnavailable, "DLQ unavailable (injected)"));
+            return Err(StoreError::new(
+                TransientKind::ServiceUnavailable,
+                "DLQ unavailable (injected)",
+            ));
         }
         lock(&self.letters).push(letter.clone());
         Ok(())
@@ -103,14 +111,19 @@ pub struct MemoryReferenceData {
 
 impl MemoryReferenceData {
     fn rebuild(&self) {
-        let snap = ReferenceSnapshot::new(lock(&self.currencies).clone(), lock(&self.periods).clone());
+        let snap =
+            ReferenceSnapshot::new(lock(&self.currencies).clone(), lock(&self.periods).clone());
         *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
     }
 }
 
 impl ReferenceData for MemoryReferenceData {
     async fn snapshot(&self) -> StoreResult<Arc<ReferenceSnapshot>> {
-        Ok(self.snapshot.read().unwrap_or_else(|p| p.into_inner()).clone())
+        Ok(self
+            .snapshot
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone())
     }
     async fn put_currency(&self, mapping: &CurrencyMapping) -> StoreResult<()> {
         {

@@ -13,7 +13,7 @@ pub const MAX_VISIBILITY_SECS: u32 = 43_200;
 pub struct RetryPolicy {
     /// Receives allowed; on this receive a transient failure is dead-lettered by the consumer.
     pub max_attempts: u32,
-    /// `base` in `base * 2^(n-1) + jitter`, seconds.
+    /// `base` in `base * 2^(n-1) + jitter`, seconds (the jitter is below `base`).
     pub backoff_base_secs: u32,
     /// Upper bound of any delay, seconds.
     pub backoff_cap_secs: u32,
@@ -35,7 +35,9 @@ pub enum PolicyError {
     MaxAttempts(u32),
     #[error("backoff base must be at least 1 second, got {0}")]
     Base(u32),
-    #[error("backoff cap must be between the base ({base}) and {MAX_VISIBILITY_SECS} s (SQS's limit), got {cap}")]
+    #[error(
+        "backoff cap must be between the base ({base}) and {MAX_VISIBILITY_SECS} s (SQS's limit), got {cap}"
+    )]
     Cap { base: u32, cap: u32 },
 }
 
@@ -47,22 +49,32 @@ impl RetryPolicy {
         if self.backoff_base_secs == 0 {
             return Err(PolicyError::Base(0));
         }
-        if self.backoff_cap_secs < self.backoff_base_secs || self.backoff_cap_secs > MAX_VISIBILITY_SECS {
-            return Err(PolicyError::Cap { base: self.backoff_base_secs, cap: self.backoff_cap_secs });
+        if self.backoff_cap_secs < self.backoff_base_secs
+            || self.backoff_cap_secs > MAX_VISIBILITY_SECS
+        {
+            return Err(PolicyError::Cap {
+                base: self.backoff_base_secs,
+                cap: self.backoff_cap_secs,
+            });
         }
         Ok(())
     }
 
     /// Seconds to hide a message after its `attempt`-th receive failed transiently:
-    /// `min(cap, base * 2^(attempt-1) + jitter)`, jitter in `[0, base]`. The jitter is derived
+    /// `min(cap, base * 2^(attempt-1) + jitter)`, jitter in `[0, base)`, so that successive delays
+    /// strictly grow until the cap. The jitter is derived
     /// from `seed` (the SQS message id) so that the schedule is reproducible per message while
     /// messages that failed together spread out.
     pub fn delay_secs(&self, attempt: u32, seed: &str) -> u32 {
         let exp = attempt.saturating_sub(1).min(31);
         let backoff = u64::from(self.backoff_base_secs).saturating_mul(1u64 << exp);
-        let jitter = fnv1a(seed.as_bytes(), attempt) % (u64::from(self.backoff_base_secs) + 1);
-        let capped = backoff.saturating_add(jitter).min(u64::from(self.backoff_cap_secs));
-        u32::try_from(capped).unwrap_or(MAX_VISIBILITY_SECS).min(MAX_VISIBILITY_SECS)
+        let jitter = fnv1a(seed.as_bytes(), attempt) % u64::from(self.backoff_base_secs.max(1));
+        let capped = backoff
+            .saturating_add(jitter)
+            .min(u64::from(self.backoff_cap_secs));
+        u32::try_from(capped)
+            .unwrap_or(MAX_VISIBILITY_SECS)
+            .min(MAX_VISIBILITY_SECS)
     }
 }
 
@@ -79,29 +91,53 @@ fn fnv1a(bytes: &[u8], salt: u32) -> u64 {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FailureDecision {
     /// Send it to the DLQ now with this context, then acknowledge it.
-    DeadLetter { code: FailureCode, cause: RootCause, detail: String },
+    DeadLetter {
+        code: FailureCode,
+        cause: RootCause,
+        detail: String,
+    },
     /// Report it failed and hide it for `delay_secs`; SQS delivers it again.
-    Retry { delay_secs: u32, kind: TransientKind, detail: String },
+    Retry {
+        delay_secs: u32,
+        kind: TransientKind,
+        detail: String,
+    },
 }
 
 /// Classify a failure on receive number `attempt`. Deterministic failures never spend budget;
 /// transient ones do, until the last allowed attempt.
-pub fn decide_failure(err: ProcessError, attempt: u32, policy: &RetryPolicy, seed: &str) -> FailureDecision {
+pub fn decide_failure(
+    err: ProcessError,
+    attempt: u32,
+    policy: &RetryPolicy,
+    seed: &str,
+) -> FailureDecision {
     match err {
-        ProcessError::Unrecoverable { cause, detail } => {
-            FailureDecision::DeadLetter { code: FailureCode::UnrecoverablePayload, cause, detail }
-        }
-        ProcessError::Poison { cause, detail } => {
-            FailureDecision::DeadLetter { code: FailureCode::PoisonMessage, cause, detail }
-        }
-        ProcessError::Transient { kind, detail } if attempt >= policy.max_attempts => FailureDecision::DeadLetter {
-            code: FailureCode::PoisonMessage,
-            cause: RootCause::TransientExhausted(kind),
-            detail: format!("retry budget of {} attempts exhausted; last error: {detail}", policy.max_attempts),
+        ProcessError::Unrecoverable { cause, detail } => FailureDecision::DeadLetter {
+            code: FailureCode::UnrecoverablePayload,
+            cause,
+            detail,
         },
-        ProcessError::Transient { kind, detail } => {
-            FailureDecision::Retry { delay_secs: policy.delay_secs(attempt, seed), kind, detail }
+        ProcessError::Poison { cause, detail } => FailureDecision::DeadLetter {
+            code: FailureCode::PoisonMessage,
+            cause,
+            detail,
+        },
+        ProcessError::Transient { kind, detail } if attempt >= policy.max_attempts => {
+            FailureDecision::DeadLetter {
+                code: FailureCode::PoisonMessage,
+                cause: RootCause::TransientExhausted(kind),
+                detail: format!(
+                    "retry budget of {} attempts exhausted; last error: {detail}",
+                    policy.max_attempts
+                ),
+            }
         }
+        ProcessError::Transient { kind, detail } => FailureDecision::Retry {
+            delay_secs: policy.delay_secs(attempt, seed),
+            kind,
+            detail,
+        },
     }
 }
 
@@ -110,7 +146,11 @@ mod tests {
     use super::*;
 
     fn policy() -> RetryPolicy {
-        RetryPolicy { max_attempts: 5, backoff_base_secs: 2, backoff_cap_secs: 60 }
+        RetryPolicy {
+            max_attempts: 5,
+            backoff_base_secs: 2,
+            backoff_cap_secs: 60,
+        }
     }
 
     #[test]
@@ -120,7 +160,10 @@ mod tests {
             for n in 1..=4u32 {
                 let d = p.delay_secs(n, seed);
                 let base = 2u32 * (1 << (n - 1));
-                assert!((base..=base + 2).contains(&d), "attempt {n}: {d}");
+                assert!((base..base + 2).contains(&d), "attempt {n}: {d}");
+                if n > 1 {
+                    assert!(d > p.delay_secs(n - 1, seed), "delays strictly grow");
+                }
             }
             assert_eq!(p.delay_secs(10, seed), 60, "capped");
             assert_eq!(p.delay_secs(1000, seed), 60, "no overflow");
@@ -128,22 +171,56 @@ mod tests {
         }
         let spread: std::collections::HashSet<u32> =
             (0..50).map(|i| p.delay_secs(1, &format!("m{i}"))).collect();
-        assert!(spread.len() > 1, "jitter spreads messages that failed together");
+        assert!(
+            spread.len() > 1,
+            "jitter spreads messages that failed together"
+        );
     }
 
     #[test]
     fn deterministic_failures_dead_letter_on_first_attempt() {
-        let d = decide_failure(ProcessError::poison(RootCause::InvalidDecimal, "x"), 1, &policy(), "m");
-        assert!(matches!(d, FailureDecision::DeadLetter { code: FailureCode::PoisonMessage, .. }));
-        let d = decide_failure(ProcessError::unrecoverable(RootCause::NotJson, "x"), 1, &policy(), "m");
-        assert!(matches!(d, FailureDecision::DeadLetter { code: FailureCode::UnrecoverablePayload, .. }));
+        let d = decide_failure(
+            ProcessError::poison(RootCause::InvalidDecimal, "x"),
+            1,
+            &policy(),
+            "m",
+        );
+        assert!(matches!(
+            d,
+            FailureDecision::DeadLetter {
+                code: FailureCode::PoisonMessage,
+                ..
+            }
+        ));
+        let d = decide_failure(
+            ProcessError::unrecoverable(RootCause::NotJson, "x"),
+            1,
+            &policy(),
+            "m",
+        );
+        assert!(matches!(
+            d,
+            FailureDecision::DeadLetter {
+                code: FailureCode::UnrecoverablePayload,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn transient_failures_retry_until_the_last_attempt() {
-        let t = || ProcessError::Transient { kind: TransientKind::Throttled, detail: "slow down".into() };
+        let t = || ProcessError::Transient {
+            kind: TransientKind::Throttled,
+            detail: "slow down".into(),
+        };
         for n in 1..5 {
-            assert!(matches!(decide_failure(t(), n, &policy(), "m"), FailureDecision::Retry { .. }), "attempt {n}");
+            assert!(
+                matches!(
+                    decide_failure(t(), n, &policy(), "m"),
+                    FailureDecision::Retry { .. }
+                ),
+                "attempt {n}"
+            );
         }
         match decide_failure(t(), 5, &policy(), "m") {
             FailureDecision::DeadLetter { code, cause, .. } => {
@@ -157,9 +234,37 @@ mod tests {
     #[test]
     fn policy_validation() {
         assert!(policy().validate().is_ok());
-        assert!(RetryPolicy { max_attempts: 0, ..policy() }.validate().is_err());
-        assert!(RetryPolicy { backoff_base_secs: 0, ..policy() }.validate().is_err());
-        assert!(RetryPolicy { backoff_cap_secs: 1, ..policy() }.validate().is_err());
-        assert!(RetryPolicy { backoff_cap_secs: 50_000, ..policy() }.validate().is_err());
+        assert!(
+            RetryPolicy {
+                max_attempts: 0,
+                ..policy()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            RetryPolicy {
+                backoff_base_secs: 0,
+                ..policy()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            RetryPolicy {
+                backoff_cap_secs: 1,
+                ..policy()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            RetryPolicy {
+                backoff_cap_secs: 50_000,
+                ..policy()
+            }
+            .validate()
+            .is_err()
+        );
     }
 }

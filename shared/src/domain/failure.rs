@@ -141,7 +141,10 @@ pub enum RootCause {
     /// The amount has more decimal places than the currency's minor unit allows.
     ScaleExceedsCurrency(String),
     /// The accounting period of the transaction is closed for its ledger entity.
-    ClosedPeriod { entity: String, period: String },
+    ClosedPeriod {
+        entity: String,
+        period: String,
+    },
     /// The retry budget ran out on transient faults; the last one is named.
     TransientExhausted(TransientKind),
     /// SQS moved the message to the DLQ itself (the consumer crashed or timed out).
@@ -204,7 +207,10 @@ impl FromStr for RootCause {
             ("CLOSED_PERIOD", Some(rest)) => {
                 // The entity may not contain ':' (schema rule), the period never does.
                 let (entity, period) = rest.rsplit_once(':').ok_or_else(unknown)?;
-                RootCause::ClosedPeriod { entity: entity.to_owned(), period: period.to_owned() }
+                RootCause::ClosedPeriod {
+                    entity: entity.to_owned(),
+                    period: period.to_owned(),
+                }
             }
             ("TRANSIENT_EXHAUSTED", Some(k)) => RootCause::TransientExhausted(k.parse()?),
             ("REDRIVEN_BY_SQS", None) => RootCause::RedrivenBySqs,
@@ -244,10 +250,16 @@ pub enum ProcessError {
 
 impl ProcessError {
     pub fn unrecoverable(cause: RootCause, detail: impl Into<String>) -> Self {
-        ProcessError::Unrecoverable { cause, detail: detail.into() }
+        ProcessError::Unrecoverable {
+            cause,
+            detail: detail.into(),
+        }
     }
     pub fn poison(cause: RootCause, detail: impl Into<String>) -> Self {
-        ProcessError::Poison { cause, detail: detail.into() }
+        ProcessError::Poison {
+            cause,
+            detail: detail.into(),
+        }
     }
 }
 
@@ -267,7 +279,10 @@ mod tests {
             RootCause::InvalidDecimal,
             RootCause::UnmappedCurrency("XAU".into()),
             RootCause::ScaleExceedsCurrency("JPY".into()),
-            RootCause::ClosedPeriod { entity: "ACME-US".into(), period: "2026-10".into() },
+            RootCause::ClosedPeriod {
+                entity: "ACME-US".into(),
+                period: "2026-10".into(),
+            },
             RootCause::TransientExhausted(TransientKind::Throttled),
             RootCause::RedrivenBySqs,
         ];
@@ -276,7 +291,11 @@ mod tests {
             assert_eq!(text.parse::<RootCause>(), Ok(cause), "{text}");
         }
         assert_eq!(
-            RootCause::ClosedPeriod { entity: "E1".into(), period: "2026-10".into() }.to_string(),
+            RootCause::ClosedPeriod {
+                entity: "E1".into(),
+                period: "2026-10".into()
+            }
+            .to_string(),
             "CLOSED_PERIOD:E1:2026-10"
         );
         assert!("UNMAPPED_CURRENCY".parse::<RootCause>().is_err());

@@ -43,7 +43,10 @@ pub(crate) struct StackStr<const N: usize> {
 
 impl<const N: usize> StackStr<N> {
     pub(crate) fn new() -> Self {
-        Self { buf: [0; N], len: 0 }
+        Self {
+            buf: [0; N],
+            len: 0,
+        }
     }
     pub(crate) fn as_str(&self) -> &str {
         // Only ever filled through `write_str` with whole `&str`s.
@@ -173,8 +176,16 @@ mod tests {
 
     #[test]
     fn length_prefix_makes_field_boundaries_unambiguous() {
-        let a = HashInput { external_ref: "AB", counterparty: "C", ..input("1") };
-        let b = HashInput { external_ref: "A", counterparty: "BC", ..input("1") };
+        let a = HashInput {
+            external_ref: "AB",
+            counterparty: "C",
+            ..input("1")
+        };
+        let b = HashInput {
+            external_ref: "A",
+            counterparty: "BC",
+            ..input("1")
+        };
         assert_ne!(source_hash(&a), source_hash(&b));
     }
 }

@@ -223,14 +223,23 @@ fn string_field<'a>(
         None => Ok(None),
         Some(Scalar::Str(s)) => {
             if s.len() > max_len {
-                return Err(schema(name, format!("`{name}` is longer than {max_len} bytes")));
+                return Err(schema(
+                    name,
+                    format!("`{name}` is longer than {max_len} bytes"),
+                ));
             }
             if s.chars().any(char::is_control) {
-                return Err(schema(name, format!("`{name}` contains control characters")));
+                return Err(schema(
+                    name,
+                    format!("`{name}` contains control characters"),
+                ));
             }
             Ok(Some(s))
         }
-        Some(other) => Err(schema(name, format!("`{name}` must be a string, not {}", other.kind()))),
+        Some(other) => Err(schema(
+            name,
+            format!("`{name}` must be a string, not {}", other.kind()),
+        )),
     }
 }
 
@@ -264,7 +273,13 @@ fn is_hash_hex(s: &str) -> bool {
 /// exponent, no spaces, no thousands separators: anything else is `INVALID_DECIMAL`.
 pub fn parse_amount(s: &str) -> Result<Decimal, ProcessError> {
     let invalid = |why: &str| {
-        ProcessError::poison(RootCause::InvalidDecimal, format!("amount `{}` {why}", crate::domain::failure::bounded_detail(s)))
+        ProcessError::poison(
+            RootCause::InvalidDecimal,
+            format!(
+                "amount `{}` {why}",
+                crate::domain::failure::bounded_detail(s)
+            ),
+        )
     };
     let digits = s.strip_prefix('-').unwrap_or(s);
     let (int, frac) = match digits.split_once('.') {
@@ -290,8 +305,13 @@ pub fn parse_amount(s: &str) -> Result<Decimal, ProcessError> {
 pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
     if !body.trim_start().starts_with('{') {
         return Err(match serde_json::from_str::<IgnoredAny>(body) {
-            Ok(_) => ProcessError::unrecoverable(RootCause::NotAnObject, "body is JSON but not an object"),
-            Err(e) => ProcessError::unrecoverable(RootCause::NotJson, format!("body is not JSON: {e}")),
+            Ok(_) => ProcessError::unrecoverable(
+                RootCause::NotAnObject,
+                "body is JSON but not an object",
+            ),
+            Err(e) => {
+                ProcessError::unrecoverable(RootCause::NotJson, format!("body is not JSON: {e}"))
+            }
         });
     }
     let wire: Wire<'_> = serde_json::from_str(body).map_err(|e| match e.classify() {
@@ -305,7 +325,10 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
     // Stage 2: the idempotency anchor must be there before anything else is worth checking.
     let claimed_hash = match wire.source_hash {
         None => {
-            return Err(ProcessError::unrecoverable(RootCause::MissingSourceHash, "`source_hash` is missing"));
+            return Err(ProcessError::unrecoverable(
+                RootCause::MissingSourceHash,
+                "`source_hash` is missing",
+            ));
         }
         Some(Scalar::Str(s)) if is_hash_hex(&s) => s.to_ascii_lowercase(),
         Some(_) => {
@@ -321,17 +344,29 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
         Some(Scalar::UInt(SCHEMA_VERSION)) => SCHEMA_VERSION,
         None => return Err(schema("schema_version", "`schema_version` is missing")),
         Some(_) => {
-            return Err(schema("schema_version", format!("`schema_version` must be {SCHEMA_VERSION}")));
+            return Err(schema(
+                "schema_version",
+                format!("`schema_version` must be {SCHEMA_VERSION}"),
+            ));
         }
     };
     let message_id = required("message_id", wire.message_id, MAX_ID_LEN)?;
     let ledger_entity = required("ledger_entity", wire.ledger_entity, MAX_ENTITY_LEN)?;
-    if !ledger_entity.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
-        return Err(schema("ledger_entity", "`ledger_entity` may hold only letters, digits, `-`, `_` and `.`"));
+    if !ledger_entity
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        return Err(schema(
+            "ledger_entity",
+            "`ledger_entity` may hold only letters, digits, `-`, `_` and `.`",
+        ));
     }
     let currency = required("currency", wire.currency, 12)?;
     if currency.len() < 3 || !currency.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return Err(schema("currency", "`currency` must be 3 to 12 letters or digits"));
+        return Err(schema(
+            "currency",
+            "`currency` must be 3 to 12 letters or digits",
+        ));
     }
     let currency = if currency.bytes().any(|b| b.is_ascii_lowercase()) {
         Cow::Owned(currency.to_ascii_uppercase())
@@ -344,13 +379,20 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
         Some(other) => {
             return Err(schema(
                 "amount",
-                format!("`amount` must be a decimal string, not {} (floats lose cents)", other.kind()),
+                format!(
+                    "`amount` must be a decimal string, not {} (floats lose cents)",
+                    other.kind()
+                ),
             ));
         }
     };
     let match_decision = required("match_decision", wire.match_decision, 16)?;
-    let match_decision = MatchDecision::from_str(&match_decision)
-        .map_err(|()| schema("match_decision", "`match_decision` must be MATCHED, PARTIAL or UNMATCHED"))?;
+    let match_decision = MatchDecision::from_str(&match_decision).map_err(|()| {
+        schema(
+            "match_decision",
+            "`match_decision` must be MATCHED, PARTIAL or UNMATCHED",
+        )
+    })?;
     let trace_id = string_field("trace_id", wire.trace_id, MAX_ID_LEN)?
         .filter(|t| !t.trim().is_empty())
         .unwrap_or_else(|| message_id.clone());
@@ -358,10 +400,16 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
     let value_date = NaiveDate::parse_from_str(&value_date_text, "%Y-%m-%d")
         .ok()
         .filter(|_| value_date_text.len() == 10)
-        .ok_or_else(|| schema("value_date", "`value_date` must be a calendar date YYYY-MM-DD"))?;
+        .ok_or_else(|| {
+            schema(
+                "value_date",
+                "`value_date` must be a calendar date YYYY-MM-DD",
+            )
+        })?;
     let external_ref = trimmed(required("external_ref", wire.external_ref, MAX_REF_LEN)?);
     let counterparty = trimmed(
-        string_field("counterparty", wire.counterparty, MAX_COUNTERPARTY_LEN)?.unwrap_or(Cow::Borrowed("")),
+        string_field("counterparty", wire.counterparty, MAX_COUNTERPARTY_LEN)?
+            .unwrap_or(Cow::Borrowed("")),
     );
 
     // Stage 4: the claimed hash must be the hash of this content.
@@ -378,7 +426,10 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
     if hex::decode_to_slice(&claimed_hash, &mut claimed).is_err() || claimed != actual {
         return Err(ProcessError::unrecoverable(
             RootCause::HashMismatch,
-            format!("`source_hash` {claimed_hash} does not match the content (expected {})", hex::encode(actual)),
+            format!(
+                "`source_hash` {claimed_hash} does not match the content (expected {})",
+                hex::encode(actual)
+            ),
         ));
     }
 
@@ -398,11 +449,17 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
 }
 
 /// Stage 5: the checks that depend on reference data.
-pub fn check_reference(msg: &ReconMessage<'_>, reference: &ReferenceSnapshot) -> Result<(), ProcessError> {
+pub fn check_reference(
+    msg: &ReconMessage<'_>,
+    reference: &ReferenceSnapshot,
+) -> Result<(), ProcessError> {
     let Some(minor_units) = reference.minor_units(&msg.currency) else {
         return Err(ProcessError::poison(
             RootCause::UnmappedCurrency(msg.currency.to_string()),
-            format!("currency {} is neither ISO 4217 nor mapped in the reference table", msg.currency),
+            format!(
+                "currency {} is neither ISO 4217 nor mapped in the reference table",
+                msg.currency
+            ),
         ));
     };
     let scale = msg.amount.normalize().scale();
@@ -418,15 +475,24 @@ pub fn check_reference(msg: &ReconMessage<'_>, reference: &ReferenceSnapshot) ->
     let period = msg.period();
     if reference.period_status(&msg.ledger_entity, &period) == PeriodStatus::Closed {
         return Err(ProcessError::poison(
-            RootCause::ClosedPeriod { entity: msg.ledger_entity.to_string(), period: period.clone() },
-            format!("accounting period {period} is closed for {}", msg.ledger_entity),
+            RootCause::ClosedPeriod {
+                entity: msg.ledger_entity.to_string(),
+                period: period.clone(),
+            },
+            format!(
+                "accounting period {period} is closed for {}",
+                msg.ledger_entity
+            ),
         ));
     }
     Ok(())
 }
 
 /// Decode, verify and validate against reference data: the whole integrity check.
-pub fn validate<'a>(body: &'a str, reference: &ReferenceSnapshot) -> Result<ReconMessage<'a>, ProcessError> {
+pub fn validate<'a>(
+    body: &'a str,
+    reference: &ReferenceSnapshot,
+) -> Result<ReconMessage<'a>, ProcessError> {
     let msg = decode(body)?;
     check_reference(&msg, reference)?;
     Ok(msg)
@@ -443,7 +509,9 @@ pub fn labels(body: &str) -> MessageLabels {
     };
     MessageLabels {
         message_id: text(wire.message_id, MAX_ID_LEN),
-        source_hash: text(wire.source_hash, 64).filter(|h| is_hash_hex(h)).map(|h| h.to_ascii_lowercase()),
+        source_hash: text(wire.source_hash, 64)
+            .filter(|h| is_hash_hex(h))
+            .map(|h| h.to_ascii_lowercase()),
         trace_id: text(wire.trace_id, MAX_ID_LEN),
         ledger_entity: text(wire.ledger_entity, MAX_ENTITY_LEN),
         currency: text(wire.currency, 12).map(|c| c.to_ascii_uppercase()),
@@ -529,7 +597,9 @@ mod tests {
 
     fn cause(r: Result<ReconMessage<'_>, ProcessError>) -> (String, String) {
         match r {
-            Err(ProcessError::Unrecoverable { cause, .. }) => ("UNRECOVERABLE".into(), cause.to_string()),
+            Err(ProcessError::Unrecoverable { cause, .. }) => {
+                ("UNRECOVERABLE".into(), cause.to_string())
+            }
             Err(ProcessError::Poison { cause, .. }) => ("POISON".into(), cause.to_string()),
             Err(ProcessError::Transient { kind, .. }) => ("TRANSIENT".into(), kind.to_string()),
             Ok(_) => ("OK".into(), String::new()),
@@ -559,34 +629,84 @@ mod tests {
     #[test]
     fn unidentifiable_bodies_are_unrecoverable() {
         let body = sample().to_body().unwrap();
-        assert_eq!(cause(decode("not json {")), ("UNRECOVERABLE".into(), "NOT_JSON".into()));
-        assert_eq!(cause(decode("[1,2]")), ("UNRECOVERABLE".into(), "NOT_AN_OBJECT".into()));
-        assert_eq!(cause(decode(&with("source_hash", serde_json::Value::Null))).1, "MISSING_SOURCE_HASH");
-        assert_eq!(cause(decode(&with("source_hash", "abc".into()))).1, "MALFORMED_SOURCE_HASH");
-        assert_eq!(cause(decode(&with("source_hash", 7.into()))).1, "MALFORMED_SOURCE_HASH");
+        assert_eq!(
+            cause(decode("not json {")),
+            ("UNRECOVERABLE".into(), "NOT_JSON".into())
+        );
+        assert_eq!(
+            cause(decode("[1,2]")),
+            ("UNRECOVERABLE".into(), "NOT_AN_OBJECT".into())
+        );
+        assert_eq!(
+            cause(decode(&with("source_hash", serde_json::Value::Null))).1,
+            "MISSING_SOURCE_HASH"
+        );
+        assert_eq!(
+            cause(decode(&with("source_hash", "abc".into()))).1,
+            "MALFORMED_SOURCE_HASH"
+        );
+        assert_eq!(
+            cause(decode(&with("source_hash", 7.into()))).1,
+            "MALFORMED_SOURCE_HASH"
+        );
         let tampered = body.replace("10.50", "10.51");
-        assert_eq!(cause(decode(&tampered)), ("UNRECOVERABLE".into(), "HASH_MISMATCH".into()));
+        assert_eq!(
+            cause(decode(&tampered)),
+            ("UNRECOVERABLE".into(), "HASH_MISMATCH".into())
+        );
         let dup = body.replacen('{', "{\"currency\":\"EUR\",", 1);
         assert_eq!(cause(decode(&dup)).1, "NOT_AN_OBJECT");
     }
 
     #[test]
     fn schema_violations_are_poison_with_the_field_named() {
-        assert_eq!(cause(decode(&with("ledger_entity", serde_json::Value::Null))).1, "SCHEMA_VIOLATION:ledger_entity");
-        assert_eq!(cause(decode(&with("amount", 10.5.into()))).1, "SCHEMA_VIOLATION:amount");
-        assert_eq!(cause(decode(&with("match_decision", "MAYBE".into()))).1, "SCHEMA_VIOLATION:match_decision");
-        assert_eq!(cause(decode(&with("value_date", "2026-02-30".into()))).1, "SCHEMA_VIOLATION:value_date");
-        assert_eq!(cause(decode(&with("schema_version", 2.into()))).1, "SCHEMA_VIOLATION:schema_version");
-        assert_eq!(cause(decode(&with("ledger_entity", "A:B".into()))).1, "SCHEMA_VIOLATION:ledger_entity");
-        assert_eq!(cause(decode(&with("amount", "1e5".into()))), ("POISON".into(), "INVALID_DECIMAL".into()));
-        assert_eq!(cause(decode(&with("amount", "12,50".into()))).1, "INVALID_DECIMAL");
+        assert_eq!(
+            cause(decode(&with("ledger_entity", serde_json::Value::Null))).1,
+            "SCHEMA_VIOLATION:ledger_entity"
+        );
+        assert_eq!(
+            cause(decode(&with("amount", 10.5.into()))).1,
+            "SCHEMA_VIOLATION:amount"
+        );
+        assert_eq!(
+            cause(decode(&with("match_decision", "MAYBE".into()))).1,
+            "SCHEMA_VIOLATION:match_decision"
+        );
+        assert_eq!(
+            cause(decode(&with("value_date", "2026-02-30".into()))).1,
+            "SCHEMA_VIOLATION:value_date"
+        );
+        assert_eq!(
+            cause(decode(&with("schema_version", 2.into()))).1,
+            "SCHEMA_VIOLATION:schema_version"
+        );
+        assert_eq!(
+            cause(decode(&with("ledger_entity", "A:B".into()))).1,
+            "SCHEMA_VIOLATION:ledger_entity"
+        );
+        assert_eq!(
+            cause(decode(&with("amount", "1e5".into()))),
+            ("POISON".into(), "INVALID_DECIMAL".into())
+        );
+        assert_eq!(
+            cause(decode(&with("amount", "12,50".into()))).1,
+            "INVALID_DECIMAL"
+        );
     }
 
     #[test]
     fn reference_checks() {
         let reference = ReferenceSnapshot::new(
-            [CurrencyMapping { code: "XAU".into(), minor_units: 4, description: String::new() }],
-            [PeriodRecord { entity: "ACME-US".into(), period: "2026-10".into(), status: PeriodStatus::Closed }],
+            [CurrencyMapping {
+                code: "XAU".into(),
+                minor_units: 4,
+                description: String::new(),
+            }],
+            [PeriodRecord {
+                entity: "ACME-US".into(),
+                period: "2026-10".into(),
+                status: PeriodStatus::Closed,
+            }],
         );
         let body = |f: &dyn Fn(&mut NewMessage)| {
             let mut m = sample();
@@ -594,26 +714,39 @@ mod tests {
             m.to_body().unwrap()
         };
         let b = body(&|m| m.currency = "XAG".into());
-        assert_eq!(cause(validate(&b, &reference)), ("POISON".into(), "UNMAPPED_CURRENCY:XAG".into()));
+        assert_eq!(
+            cause(validate(&b, &reference)),
+            ("POISON".into(), "UNMAPPED_CURRENCY:XAG".into())
+        );
         let b = body(&|m| m.currency = "xau".into());
         assert_eq!(cause(validate(&b, &reference)).0, "OK");
         let b = body(&|m| {
             m.currency = "JPY".into();
             m.amount = "100.5".into();
         });
-        assert_eq!(cause(validate(&b, &reference)).1, "SCALE_EXCEEDS_CURRENCY:JPY");
+        assert_eq!(
+            cause(validate(&b, &reference)).1,
+            "SCALE_EXCEEDS_CURRENCY:JPY"
+        );
         let b = body(&|m| {
             m.currency = "JPY".into();
             m.amount = "100.000".into();
         });
-        assert_eq!(cause(validate(&b, &reference)).0, "OK", "trailing zeros are not precision");
+        assert_eq!(
+            cause(validate(&b, &reference)).0,
+            "OK",
+            "trailing zeros are not precision"
+        );
         let b = body(&|m| {
             m.currency = "BHD".into();
             m.amount = "1.235".into();
         });
         assert_eq!(cause(validate(&b, &reference)).0, "OK");
         let b = body(&|m| m.value_date = "2026-10-31".into());
-        assert_eq!(cause(validate(&b, &reference)).1, "CLOSED_PERIOD:ACME-US:2026-10");
+        assert_eq!(
+            cause(validate(&b, &reference)).1,
+            "CLOSED_PERIOD:ACME-US:2026-10"
+        );
     }
 
     #[test]

@@ -9,10 +9,12 @@ pub mod message;
 pub mod posting;
 pub mod reference;
 
-pub use failure::{FailureCode, ProcessError, RootCause, TransientKind, bounded_detail};
-pub use hash::{HashInput, source_hash};
-pub use message::{MatchDecision, MessageLabels, NewMessage, ReconMessage, decode, labels, validate};
-pub use posting::{CommitOutcome, CommittedRef, Posting};
-pub use reference::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};
 pub use audit::{AuditKind, AuditRecord};
 pub use dead_letter::{DeadLetter, DeadLetterContext, OriginalAttribute};
+pub use failure::{FailureCode, ProcessError, RootCause, TransientKind, bounded_detail};
+pub use hash::{HashInput, source_hash};
+pub use message::{
+    MatchDecision, MessageLabels, NewMessage, ReconMessage, decode, labels, validate,
+};
+pub use posting::{CommitOutcome, CommittedRef, Posting};
+pub use reference::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};

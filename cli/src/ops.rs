@@ -1,0 +1,287 @@
+//! `send`, `pump` and `stats`.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use recon_dlq::adapters::aws::AwsClients;
+use recon_dlq::adapters::aws::dynamodb::{DynamoAuditLog, DynamoLedger};
+use recon_dlq::adapters::aws::provision::{Stack, resolve_stack};
+use recon_dlq::adapters::aws::sqs::{MAX_BATCH, OutgoingMessage, QueueDepth, SqsQueue};
+use recon_dlq::config::{ConsumerSettings, vars};
+use recon_dlq::consume::AwsConsumer;
+use recon_dlq::domain::{NewMessage, Posting};
+use recon_dlq::local::{HandlerOutput, PumpOptions, PumpStats, pump as run_pump};
+use recon_dlq::ports::Ledger;
+use recon_dlq::resources::ResourceNames;
+use rust_decimal::Decimal;
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args, Clone, Debug)]
+pub struct PumpArgs {
+    /// Process one batch and stop, instead of running until the queue is idle.
+    #[arg(long)]
+    pub once: bool,
+    /// Messages per batch (1-10), like the event source mapping's BatchSize.
+    #[arg(long, default_value_t = 10)]
+    pub batch_size: i32,
+    /// The emulated function timeout, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub function_timeout_secs: u64,
+    /// Give up when the queue is not idle after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub max_secs: u64,
+}
+
+/// The region the clients use (for event records).
+pub fn region(clients: &AwsClients) -> String {
+    clients
+        .sqs
+        .config()
+        .region()
+        .map_or_else(|| "us-east-1".to_owned(), |r| r.to_string())
+}
+
+/// Consumer settings for a resolved stack: the environment's `DLQ_*` variables, with the queue
+/// URLs and table names of `stack` unless the environment overrides them.
+pub fn consumer_settings(stack: &Stack) -> Result<ConsumerSettings> {
+    let names = &stack.names;
+    let main = stack.main_queue_url.clone();
+    let dlq = stack.dlq_url.clone();
+    let defaults = [
+        (vars::MAIN_QUEUE_URL, main),
+        (vars::DEAD_LETTER_QUEUE_URL, dlq),
+        (vars::LEDGER_TABLE, names.ledger_table.clone()),
+        (vars::REFERENCE_TABLE, names.reference_table.clone()),
+        (vars::AUDIT_TABLE, names.audit_table.clone()),
+    ];
+    Ok(ConsumerSettings::from_lookup(|k| {
+        std::env::var(k).ok().or_else(|| {
+            defaults
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.clone())
+        })
+    })?)
+}
+
+/// Read message bodies from a file or stdin, one per non-empty line.
+fn read_lines(file: Option<PathBuf>) -> Result<Vec<String>> {
+    let reader: Box<dyn BufRead> = match file {
+        Some(p) if p.as_os_str() != "-" => Box::new(std::io::BufReader::new(
+            std::fs::File::open(&p).with_context(|| format!("cannot open {}", p.display()))?,
+        )),
+        _ => Box::new(std::io::stdin().lock()),
+    };
+    let mut lines = Vec::new();
+    for (n, line) in reader.lines().enumerate() {
+        let line = line.with_context(|| format!("reading line {}", n + 1))?;
+        if !line.trim().is_empty() {
+            lines.push(line);
+        }
+    }
+    Ok(lines)
+}
+
+/// Add `source_hash` to a body that lacks one (bodies that are not message objects pass as they are).
+fn fill_hash(line: &str, n: usize) -> Result<String> {
+    let Ok(serde_json::Value::Object(mut obj)) = serde_json::from_str::<serde_json::Value>(line)
+    else {
+        return Ok(line.to_owned());
+    };
+    if obj.contains_key("source_hash") {
+        return Ok(line.to_owned());
+    }
+    let msg: NewMessage = serde_json::from_value(serde_json::Value::Object(obj.clone()))
+        .with_context(|| format!("line {n}: cannot compute source_hash"))?;
+    let hash = msg
+        .compute_hash()
+        .with_context(|| format!("line {n}: cannot compute source_hash"))?;
+    obj.insert("source_hash".into(), hash.into());
+    Ok(serde_json::Value::Object(obj).to_string())
+}
+
+/// Send bodies in batches of ten; returns the SQS message ids in order (failures are errors).
+pub async fn send_bodies(
+    queue: &SqsQueue,
+    bodies: &[String],
+    progress: bool,
+) -> Result<Vec<String>> {
+    let mut ids = Vec::with_capacity(bodies.len());
+    for (i, chunk) in bodies.chunks(MAX_BATCH).enumerate() {
+        let batch: Vec<OutgoingMessage> = chunk
+            .iter()
+            .map(|b| OutgoingMessage {
+                body: b.clone(),
+                ..Default::default()
+            })
+            .collect();
+        for (j, r) in queue.send_batch(&batch).await?.into_iter().enumerate() {
+            match r {
+                Ok(id) => ids.push(id),
+                Err(e) => bail!(
+                    "message {} was not accepted by SQS: {e}",
+                    i * MAX_BATCH + j + 1
+                ),
+            }
+        }
+        if progress && (i + 1) % 100 == 0 {
+            eprintln!("  sent {} of {}", ids.len(), bodies.len());
+        }
+    }
+    Ok(ids)
+}
+
+pub async fn send(
+    clients: &AwsClients,
+    names: &ResourceNames,
+    file: Option<PathBuf>,
+    fill: bool,
+) -> Result<()> {
+    let stack = resolve_stack(clients, names).await?;
+    let mut bodies = read_lines(file)?;
+    if fill {
+        bodies = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, l)| fill_hash(l, i + 1))
+            .collect::<Result<_>>()?;
+    }
+    let queue = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url);
+    let ids = send_bodies(&queue, &bodies, true).await?;
+    println!("sent {} messages to {}", ids.len(), names.main_queue);
+    Ok(())
+}
+
+/// Pump the main queue through `consumer` with the CLI's options.
+pub async fn pump_with<L: Ledger>(
+    clients: &AwsClients,
+    stack: &Stack,
+    consumer: Arc<AwsConsumer<L>>,
+    opts: &PumpOptions,
+) -> Result<PumpStats> {
+    let queue = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url);
+    let stats = run_pump(
+        &queue,
+        &stack.main_queue_arn,
+        &region(clients),
+        opts,
+        |event, deadline| {
+            let consumer = consumer.clone();
+            async move { HandlerOutput::from(consumer.handle_batch(&event, Some(deadline)).await) }
+        },
+    )
+    .await?;
+    Ok(stats)
+}
+
+pub async fn pump(clients: &AwsClients, names: &ResourceNames, args: &PumpArgs) -> Result<()> {
+    let stack = resolve_stack(clients, names).await?;
+    let settings = consumer_settings(&stack)?;
+    let ledger = DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table);
+    let consumer = Arc::new(AwsConsumer::from_settings(
+        clients,
+        &settings,
+        ledger,
+        "dlqctl-pump",
+    ));
+    let opts = PumpOptions {
+        batch_size: args.batch_size,
+        function_timeout: Duration::from_secs(args.function_timeout_secs),
+        until_idle: !args.once,
+        max_duration: Duration::from_secs(args.max_secs),
+        progress_every: 10,
+        ..PumpOptions::default()
+    };
+    let stats = pump_with(clients, &stack, consumer, &opts).await?;
+    println!(
+        "{} batches, {} messages received, {} acknowledged, {} handed back to SQS",
+        stats.batches, stats.received, stats.deleted, stats.reported_failed
+    );
+    for (outcome, n) in &stats.outcomes {
+        println!("  {outcome:<24} {n}");
+    }
+    Ok(())
+}
+
+/// Count and amount per currency.
+pub fn totals(postings: &[Posting]) -> BTreeMap<String, (u64, Decimal)> {
+    let mut t: BTreeMap<String, (u64, Decimal)> = BTreeMap::new();
+    for p in postings {
+        let e = t.entry(p.currency.clone()).or_default();
+        e.0 += 1;
+        e.1 += p.amount;
+    }
+    t
+}
+
+pub struct Snapshot {
+    pub main: QueueDepth,
+    pub dlq: QueueDepth,
+    pub postings: Vec<Posting>,
+    pub audit_counts: BTreeMap<String, u64>,
+}
+
+pub async fn snapshot(clients: &AwsClients, stack: &Stack) -> Result<Snapshot> {
+    let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url)
+        .depth()
+        .await?;
+    let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url)
+        .depth()
+        .await?;
+    let postings = DynamoLedger::new(clients.dynamodb.clone(), &stack.names.ledger_table)
+        .scan()
+        .await?;
+    let mut audit_counts = BTreeMap::new();
+    for r in DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table)
+        .scan()
+        .await?
+    {
+        *audit_counts
+            .entry(r.kind.as_str().to_owned())
+            .or_insert(0u64) += 1;
+    }
+    Ok(Snapshot {
+        main,
+        dlq,
+        postings,
+        audit_counts,
+    })
+}
+
+pub async fn stats(clients: &AwsClients, names: &ResourceNames, json: bool) -> Result<()> {
+    let stack = resolve_stack(clients, names).await?;
+    let s = snapshot(clients, &stack).await?;
+    let totals = totals(&s.postings);
+    if json {
+        let v = serde_json::json!({
+            "main_queue": {"visible": s.main.visible, "in_flight": s.main.in_flight, "delayed": s.main.delayed},
+            "dead_letter_queue": {"visible": s.dlq.visible, "in_flight": s.dlq.in_flight, "delayed": s.dlq.delayed},
+            "ledger": {
+                "postings": s.postings.len(),
+                "by_currency": totals.iter().map(|(c, (n, a))| (c.clone(), serde_json::json!({"count": n, "amount": a.to_string()}))).collect::<serde_json::Map<_, _>>(),
+            },
+            "audit": s.audit_counts,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "main queue    {:>8} visible {:>8} in flight {:>8} delayed",
+        s.main.visible, s.main.in_flight, s.main.delayed
+    );
+    println!(
+        "DLQ           {:>8} visible {:>8} in flight {:>8} delayed",
+        s.dlq.visible, s.dlq.in_flight, s.dlq.delayed
+    );
+    println!("ledger        {:>8} postings", s.postings.len());
+    for (c, (n, a)) in &totals {
+        println!("  {c:<6} {n:>8} postings  {a:>24}");
+    }
+    for (kind, n) in &s.audit_counts {
+        println!("audit {kind:<24} {n:>8}");
+    }
+    Ok(())
+}

@@ -1,0 +1,308 @@
+//! DynamoDB adapters: the reference ledger (posting = dedup mark, one conditional put), the
+//! reference data table (cached snapshot), and the audit table.
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
+};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::item::{Item, from_item, get_s, to_item};
+use super::{SdkError, store_error};
+use crate::domain::{
+    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, PeriodRecord, PeriodStatus, Posting,
+    ReferenceSnapshot, TransientKind,
+};
+use crate::ports::{AuditLog, Ledger, ReferenceData, StoreError, StoreResult};
+use crate::resources::keys;
+
+fn item_error(op: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::new(TransientKind::Infrastructure, format!("{op}: {e}"))
+}
+
+fn committed_ref(item: &Item) -> CommittedRef {
+    CommittedRef {
+        source_hash: get_s(item, keys::LEDGER_PK).unwrap_or_default().to_owned(),
+        sqs_message_id: get_s(item, "sqs_message_id").unwrap_or_default().to_owned(),
+        message_id: get_s(item, "message_id").unwrap_or_default().to_owned(),
+        committed_at: get_s(item, "committed_at").and_then(|t| t.parse().ok()),
+    }
+}
+
+/// The reference ledger: one item per `source_hash`, written with
+/// `attribute_not_exists(source_hash)`. The posting *is* the dedup mark, so a crash can neither
+/// lose a posting that was acknowledged nor post one twice. One request and one write unit per
+/// committed message of up to 1 KB.
+#[derive(Clone, Debug)]
+pub struct DynamoLedger {
+    client: Client,
+    table: String,
+    /// Write capacity units DynamoDB reported for commits (happy path and duplicates).
+    write_units_milli: Arc<AtomicU64>,
+}
+
+impl DynamoLedger {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoLedger {
+            client,
+            table: table.into(),
+            write_units_milli: Arc::default(),
+        }
+    }
+
+    /// Write units consumed by commits so far (as reported by DynamoDB).
+    pub fn write_units(&self) -> f64 {
+        self.write_units_milli.load(Ordering::Relaxed) as f64 / 1000.0
+    }
+
+    /// Every posting in the table (a scan: for `dlqctl stats`, tests and reconciliation).
+    pub async fn scan(&self) -> StoreResult<Vec<Posting>> {
+        scan_all(&self.client, &self.table, None)
+            .await?
+            .iter()
+            .map(|i| from_item::<Posting>(i).map_err(|e| item_error("ledger scan", e)))
+            .collect()
+    }
+}
+
+/// All items of a table, following pagination; `pk` filters on the partition key when given.
+pub async fn scan_all(
+    client: &Client,
+    table: &str,
+    pk: Option<(&str, &str)>,
+) -> StoreResult<Vec<Item>> {
+    let mut items = Vec::new();
+    let mut start: Option<Item> = None;
+    loop {
+        let mut req = client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start.take());
+        if let Some((name, value)) = pk {
+            req = req
+                .filter_expression("#k = :v")
+                .expression_attribute_names("#k", name)
+                .expression_attribute_values(":v", AttributeValue::S(value.to_owned()));
+        }
+        let out = req.send().await.map_err(|e| store_error("Scan", e))?;
+        items.extend(out.items.unwrap_or_default());
+        match out.last_evaluated_key {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => return Ok(items),
+        }
+    }
+}
+
+impl Ledger for DynamoLedger {
+    async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
+        let item = to_item(posting).map_err(|e| item_error("ledger item", e))?;
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", keys::LEDGER_PK)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
+                    self.write_units_milli
+                        .fetch_add((units * 1000.0).round() as u64, Ordering::Relaxed);
+                }
+                Ok(CommitOutcome::Committed)
+            }
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
+            {
+                let existing = match e.err() {
+                    PutItemError::ConditionalCheckFailedException(c) => c.item().map(committed_ref),
+                    _ => None,
+                };
+                match existing {
+                    Some(r) => Ok(CommitOutcome::AlreadyCommitted(r)),
+                    // Older emulators may not return the item; read it (rare path).
+                    None => match self.lookup(&posting.source_hash).await? {
+                        Some(r) => Ok(CommitOutcome::AlreadyCommitted(r)),
+                        None => Err(StoreError::new(
+                            TransientKind::Conflict,
+                            "posting vanished after a failed condition",
+                        )),
+                    },
+                }
+            }
+            Err(e) => Err(store_error("PutItem(ledger)", e)),
+        }
+    }
+
+    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::LEDGER_PK, AttributeValue::S(source_hash.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(ledger)", e))?;
+        Ok(out.item().map(committed_ref))
+    }
+}
+
+const CURRENCY_PK: &str = "CURRENCY";
+const PERIOD_PK_PREFIX: &str = "PERIOD#";
+
+/// Reference data in one small table, read whole into a snapshot that is cached for `ttl`
+/// (so the hot path costs no request). A period close therefore takes effect within `ttl`.
+pub struct DynamoReferenceData {
+    client: Client,
+    table: String,
+    ttl: Duration,
+    cache: tokio::sync::Mutex<Option<(Instant, Arc<ReferenceSnapshot>)>>,
+}
+
+impl DynamoReferenceData {
+    pub fn new(client: Client, table: impl Into<String>, ttl: Duration) -> Self {
+        DynamoReferenceData {
+            client,
+            table: table.into(),
+            ttl,
+            cache: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Read the whole table (no cache).
+    pub async fn load(&self) -> StoreResult<(Vec<CurrencyMapping>, Vec<PeriodRecord>)> {
+        let mut currencies = Vec::new();
+        let mut periods = Vec::new();
+        for item in scan_all(&self.client, &self.table, None).await? {
+            let (Some(pk), Some(sk)) = (
+                get_s(&item, keys::REFERENCE_PK),
+                get_s(&item, keys::REFERENCE_SK),
+            ) else {
+                continue;
+            };
+            if pk == CURRENCY_PK {
+                let minor_units = item
+                    .get("minor_units")
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse::<u32>().ok());
+                if let Some(minor_units) = minor_units {
+                    currencies.push(CurrencyMapping {
+                        code: sk.to_owned(),
+                        minor_units,
+                        description: get_s(&item, "description").unwrap_or_default().to_owned(),
+                    });
+                }
+            } else if let Some(entity) = pk.strip_prefix(PERIOD_PK_PREFIX) {
+                if let Some(status) =
+                    get_s(&item, "status").and_then(|s| s.parse::<PeriodStatus>().ok())
+                {
+                    periods.push(PeriodRecord {
+                        entity: entity.to_owned(),
+                        period: sk.to_owned(),
+                        status,
+                    });
+                }
+            }
+        }
+        Ok((currencies, periods))
+    }
+
+    /// Forget the cached snapshot (after a write through this adapter).
+    pub async fn invalidate(&self) {
+        *self.cache.lock().await = None;
+    }
+}
+
+impl ReferenceData for DynamoReferenceData {
+    async fn snapshot(&self) -> StoreResult<Arc<ReferenceSnapshot>> {
+        let mut cache = self.cache.lock().await;
+        if let Some((at, snap)) = cache.as_ref() {
+            if at.elapsed() < self.ttl {
+                return Ok(snap.clone());
+            }
+        }
+        let (currencies, periods) = self.load().await?;
+        let snap = Arc::new(ReferenceSnapshot::new(currencies, periods));
+        *cache = Some((Instant::now(), snap.clone()));
+        Ok(snap)
+    }
+
+    async fn put_currency(&self, m: &CurrencyMapping) -> StoreResult<()> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item(keys::REFERENCE_PK, AttributeValue::S(CURRENCY_PK.into()))
+            .item(keys::REFERENCE_SK, AttributeValue::S(m.code.clone()))
+            .item("minor_units", AttributeValue::N(m.minor_units.to_string()))
+            .item("description", AttributeValue::S(m.description.clone()))
+            .send()
+            .await
+            .map_err(|e| store_error("PutItem(reference currency)", e))?;
+        self.invalidate().await;
+        Ok(())
+    }
+
+    async fn put_period(&self, p: &PeriodRecord) -> StoreResult<()> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item(
+                keys::REFERENCE_PK,
+                AttributeValue::S(format!("{PERIOD_PK_PREFIX}{}", p.entity)),
+            )
+            .item(keys::REFERENCE_SK, AttributeValue::S(p.period.clone()))
+            .item("status", AttributeValue::S(p.status.as_str().into()))
+            .send()
+            .await
+            .map_err(|e| store_error("PutItem(reference period)", e))?;
+        self.invalidate().await;
+        Ok(())
+    }
+}
+
+/// Audit records, one item each, keyed by their deterministic id (a plain put is idempotent).
+#[derive(Clone, Debug)]
+pub struct DynamoAuditLog {
+    client: Client,
+    table: String,
+}
+
+impl DynamoAuditLog {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoAuditLog {
+            client,
+            table: table.into(),
+        }
+    }
+
+    pub async fn scan(&self) -> StoreResult<Vec<AuditRecord>> {
+        scan_all(&self.client, &self.table, None)
+            .await?
+            .iter()
+            .map(|i| from_item::<AuditRecord>(i).map_err(|e| item_error("audit scan", e)))
+            .collect()
+    }
+}
+
+impl AuditLog for DynamoAuditLog {
+    async fn append(&self, record: &AuditRecord) -> StoreResult<()> {
+        let item = to_item(record).map_err(|e| item_error("audit item", e))?;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| store_error("PutItem(audit)", e))?;
+        Ok(())
+    }
+}
