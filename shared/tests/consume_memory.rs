@@ -5,11 +5,14 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use chrono::{TimeZone, Utc};
 use recon_dlq::adapters::faults::{Fault, FaultyLedger};
 use recon_dlq::adapters::memory::{
-    FixedClock, MemoryAuditLog, MemoryDeadLetterQueue, MemoryLedger, MemoryReferenceData, MemoryWorkQueue,
+    FixedClock, MemoryAuditLog, MemoryDeadLetterQueue, MemoryLedger, MemoryReferenceData,
+    MemoryWorkQueue,
 };
 use recon_dlq::consume::{Consumer, ConsumerConfig, DeferReason, Disposition};
 use recon_dlq::decisions::RetryPolicy;
-use recon_dlq::domain::{AuditKind, FailureCode, MatchDecision, NewMessage, RootCause, TransientKind};
+use recon_dlq::domain::{
+    AuditKind, FailureCode, MatchDecision, NewMessage, RootCause, TransientKind,
+};
 use recon_dlq::resources::attrs;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -39,13 +42,24 @@ fn world() -> World {
         dlq: dlq.clone(),
         reference: MemoryReferenceData::default(),
         audit: audit.clone(),
-        clock: Arc::new(FixedClock::new(Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap())),
+        clock: Arc::new(FixedClock::new(
+            Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap(),
+        )),
         config: ConsumerConfig {
-            retry: RetryPolicy { max_attempts: 3, backoff_base_secs: 2, backoff_cap_secs: 60 },
+            retry: RetryPolicy {
+                max_attempts: 3,
+                backoff_base_secs: 2,
+                backoff_cap_secs: 60,
+            },
             ..ConsumerConfig::default()
         },
     };
-    World { consumer, queue, dlq, audit }
+    World {
+        consumer,
+        queue,
+        dlq,
+        audit,
+    }
 }
 
 fn tx(n: u32) -> NewMessage {
@@ -67,8 +81,10 @@ fn sqs(id: &str, body: &str, receive_count: u32) -> SqsMessage {
     m.message_id = Some(id.into());
     m.receipt_handle = Some(format!("rh-{id}-{receive_count}"));
     m.body = Some(body.into());
-    m.attributes.insert("ApproximateReceiveCount".into(), receive_count.to_string());
-    m.attributes.insert("SentTimestamp".into(), "1764676800000".into());
+    m.attributes
+        .insert("ApproximateReceiveCount".into(), receive_count.to_string());
+    m.attributes
+        .insert("SentTimestamp".into(), "1764676800000".into());
     m.event_source_arn = Some("arn:aws:sqs:us-east-1:000000000000:recon-dlq-main".into());
     m
 }
@@ -87,20 +103,30 @@ fn later() -> Option<SystemTime> {
 async fn valid_message_commits_and_repeats_are_suppressed_or_acknowledged() {
     let w = world();
     let body = tx(1).to_body().unwrap();
-    assert_eq!(w.consumer.handle_message(&sqs("s1", &body, 1)).await, Disposition::Committed);
+    assert_eq!(
+        w.consumer.handle_message(&sqs("s1", &body, 1)).await,
+        Disposition::Committed
+    );
     // The same SQS message again (crash after commit, before the ack): acknowledged, no audit.
-    assert_eq!(w.consumer.handle_message(&sqs("s1", &body, 2)).await, Disposition::RedeliveryAcknowledged);
+    assert_eq!(
+        w.consumer.handle_message(&sqs("s1", &body, 2)).await,
+        Disposition::RedeliveryAcknowledged
+    );
     // The same body sent again by the producer, and the same economy under a new id and format.
     assert_eq!(
         w.consumer.handle_message(&sqs("s2", &body, 1)).await,
-        Disposition::DuplicateSuppressed { committed_by: "s1".into() }
+        Disposition::DuplicateSuppressed {
+            committed_by: "s1".into()
+        }
     );
     let mut again = tx(1);
     again.message_id = "m-1-bis".into();
     again.amount = "1.250".into();
     again.currency = "usd".into();
     assert!(matches!(
-        w.consumer.handle_message(&sqs("s3", &again.to_body().unwrap(), 1)).await,
+        w.consumer
+            .handle_message(&sqs("s3", &again.to_body().unwrap(), 1))
+            .await,
         Disposition::DuplicateSuppressed { .. }
     ));
 
@@ -109,11 +135,15 @@ async fn valid_message_commits_and_repeats_are_suppressed_or_acknowledged() {
     assert_eq!(postings[0].sqs_message_id, "s1");
     let audit = w.audit.records();
     assert_eq!(audit.len(), 2);
-    assert!(audit.iter().all(|r| r.kind == AuditKind::DuplicateSuppressed
-        && r.failure_code == Some(FailureCode::ReplayDuplicate)
-        && r.trace_id.is_some()
-        && r.source_hash.as_deref() == Some(postings[0].source_hash.as_str())
-        && r.match_decision.as_deref() == Some("MATCHED")));
+    assert!(
+        audit
+            .iter()
+            .all(|r| r.kind == AuditKind::DuplicateSuppressed
+                && r.failure_code == Some(FailureCode::ReplayDuplicate)
+                && r.trace_id.is_some()
+                && r.source_hash.as_deref() == Some(postings[0].source_hash.as_str())
+                && r.match_decision.as_deref() == Some("MATCHED"))
+    );
 }
 
 #[tokio::test]
@@ -122,7 +152,10 @@ async fn poison_is_dead_lettered_on_the_first_receive_with_the_body_verbatim() {
     let mut m = tx(2);
     m.currency = "XAU".into();
     // Odd spacing survives byte for byte.
-    let body = m.to_body().unwrap().replace(",\"ledger_entity\"", ",  \"ledger_entity\"");
+    let body = m
+        .to_body()
+        .unwrap()
+        .replace(",\"ledger_entity\"", ",  \"ledger_entity\"");
     let mut msg = sqs("s1", &body, 1);
     let mut attr = SqsMessageAttribute::default();
     attr.data_type = Some("String".into());
@@ -132,7 +165,10 @@ async fn poison_is_dead_lettered_on_the_first_receive_with_the_body_verbatim() {
     let d = w.consumer.handle_message(&msg).await;
     assert_eq!(
         d,
-        Disposition::DeadLettered { code: FailureCode::PoisonMessage, cause: RootCause::UnmappedCurrency("XAU".into()) }
+        Disposition::DeadLettered {
+            code: FailureCode::PoisonMessage,
+            cause: RootCause::UnmappedCurrency("XAU".into())
+        }
     );
     let letters = w.dlq.letters();
     assert_eq!(letters.len(), 1);
@@ -142,9 +178,17 @@ async fn poison_is_dead_lettered_on_the_first_receive_with_the_body_verbatim() {
     assert_eq!(l.root_cause.to_string(), "UNMAPPED_CURRENCY:XAU");
     assert_eq!(l.context.source_message_id, "s1");
     assert_eq!(l.context.trace_id.as_deref(), Some("t-2"));
-    assert_eq!(l.context.original_attributes["origin"].string_value.as_deref(), Some("bank-feed-7"));
+    assert_eq!(
+        l.context.original_attributes["origin"]
+            .string_value
+            .as_deref(),
+        Some("bank-feed-7")
+    );
     assert!(l.context.sent_at.is_some());
-    assert!(w.queue.visibility_changes().is_empty(), "no retry budget spent");
+    assert!(
+        w.queue.visibility_changes().is_empty(),
+        "no retry budget spent"
+    );
     assert_eq!(w.audit.records()[0].kind, AuditKind::DeadLettered);
 }
 
@@ -154,11 +198,31 @@ async fn unidentifiable_payloads_are_unrecoverable() {
     let mut no_hash: serde_json::Value = serde_json::from_str(&tx(3).to_body().unwrap()).unwrap();
     no_hash.as_object_mut().unwrap().remove("source_hash");
     let mismatch = tx(3).to_body().unwrap().replace("3.25", "3.26");
-    for (i, body) in ["{not json", &no_hash.to_string(), &mismatch].into_iter().enumerate() {
-        let d = w.consumer.handle_message(&sqs(&format!("s{i}"), body, 1)).await;
-        assert!(matches!(d, Disposition::DeadLettered { code: FailureCode::UnrecoverablePayload, .. }), "{d:?}");
+    for (i, body) in ["{not json", &no_hash.to_string(), &mismatch]
+        .into_iter()
+        .enumerate()
+    {
+        let d = w
+            .consumer
+            .handle_message(&sqs(&format!("s{i}"), body, 1))
+            .await;
+        assert!(
+            matches!(
+                d,
+                Disposition::DeadLettered {
+                    code: FailureCode::UnrecoverablePayload,
+                    ..
+                }
+            ),
+            "{d:?}"
+        );
     }
-    let causes: Vec<String> = w.dlq.letters().iter().map(|l| l.root_cause.to_string()).collect();
+    let causes: Vec<String> = w
+        .dlq
+        .letters()
+        .iter()
+        .map(|l| l.root_cause.to_string())
+        .collect();
     assert_eq!(causes, ["NOT_JSON", "MISSING_SOURCE_HASH", "HASH_MISMATCH"]);
 }
 
@@ -166,7 +230,9 @@ async fn unidentifiable_payloads_are_unrecoverable() {
 async fn transient_failures_back_off_then_exhaust_the_budget() {
     let w = world();
     let m = tx(4);
-    w.consumer.ledger.inject(&m.compute_hash().unwrap(), Fault::Always);
+    w.consumer
+        .ledger
+        .inject(&m.compute_hash().unwrap(), Fault::Always);
     let body = m.to_body().unwrap();
     let mut delays = Vec::new();
     for attempt in 1..=2 {
@@ -181,7 +247,10 @@ async fn transient_failures_back_off_then_exhaust_the_budget() {
     assert!(delays[1] > delays[0], "growing backoff: {delays:?}");
     assert_eq!(
         w.queue.visibility_changes(),
-        vec![("rh-s1-1".to_string(), delays[0]), ("rh-s1-2".to_string(), delays[1])]
+        vec![
+            ("rh-s1-1".to_string(), delays[0]),
+            ("rh-s1-2".to_string(), delays[1])
+        ]
     );
     let d = w.consumer.handle_message(&sqs("s1", &body, 3)).await;
     assert_eq!(
@@ -198,31 +267,44 @@ async fn transient_failures_back_off_then_exhaust_the_budget() {
 async fn nothing_is_acknowledged_when_the_dlq_send_fails() {
     let w = world();
     w.dlq.set_failing(true);
-    let report = w.consumer.handle_batch(&event(vec![sqs("bad", "garbage", 1)]), later()).await;
+    let report = w
+        .consumer
+        .handle_batch(&event(vec![sqs("bad", "garbage", 1)]), later())
+        .await;
     assert!(matches!(report.items[0].1, Disposition::Failed { .. }));
     assert_eq!(report.response.batch_item_failures.len(), 1);
-    assert_eq!(report.response.batch_item_failures[0].item_identifier, "bad");
+    assert_eq!(
+        report.response.batch_item_failures[0].item_identifier,
+        "bad"
+    );
     assert!(w.audit.records().is_empty());
 }
 
 #[tokio::test]
 async fn one_bad_body_never_fails_the_batch() {
     let w = world();
-    let mut records: Vec<SqsMessage> = (1..=9).map(|n| sqs(&format!("s{n}"), &tx(n).to_body().unwrap(), 1)).collect();
+    let mut records: Vec<SqsMessage> = (1..=9)
+        .map(|n| sqs(&format!("s{n}"), &tx(n).to_body().unwrap(), 1))
+        .collect();
     records.insert(4, sqs("bad", "\u{0}\u{1} not a message", 1));
     let report = w.consumer.handle_batch(&event(records), later()).await;
     assert!(report.response.batch_item_failures.is_empty());
     assert_eq!(w.consumer.ledger.inner().len(), 9);
     assert_eq!(w.dlq.letters().len(), 1);
     assert_eq!(report.items[4].0, "bad");
-    assert!(matches!(report.items[4].1, Disposition::DeadLettered { .. }));
+    assert!(matches!(
+        report.items[4].1,
+        Disposition::DeadLettered { .. }
+    ));
 }
 
 #[tokio::test]
 async fn batch_response_lists_only_real_failures_in_lambdas_shape() {
     let w = world();
     let flaky = tx(7);
-    w.consumer.ledger.inject(&flaky.compute_hash().unwrap(), Fault::Times(1));
+    w.consumer
+        .ledger
+        .inject(&flaky.compute_hash().unwrap(), Fault::Times(1));
     let records = vec![
         sqs("ok", &tx(6).to_body().unwrap(), 1),
         sqs("flaky", &flaky.to_body().unwrap(), 1),
@@ -230,14 +312,19 @@ async fn batch_response_lists_only_real_failures_in_lambdas_shape() {
     ];
     let report = w.consumer.handle_batch(&event(records), later()).await;
     let json = serde_json::to_value(&report.response).unwrap();
-    assert_eq!(json, serde_json::json!({"batchItemFailures": [{"itemIdentifier": "flaky"}]}));
+    assert_eq!(
+        json,
+        serde_json::json!({"batchItemFailures": [{"itemIdentifier": "flaky"}]})
+    );
 }
 
 #[tokio::test]
 async fn fifo_group_stops_after_a_failure_other_groups_go_on() {
     let w = world();
     let blocked = tx(8);
-    w.consumer.ledger.inject(&blocked.compute_hash().unwrap(), Fault::Times(1));
+    w.consumer
+        .ledger
+        .inject(&blocked.compute_hash().unwrap(), Fault::Times(1));
     let with_group = |mut m: SqsMessage, g: &str| {
         m.attributes.insert("MessageGroupId".into(), g.into());
         m
@@ -251,22 +338,42 @@ async fn fifo_group_stops_after_a_failure_other_groups_go_on() {
     let report = w.consumer.handle_batch(&event(records), later()).await;
     let by_id: std::collections::HashMap<_, _> = report.items.iter().cloned().collect();
     assert!(matches!(by_id["a1"], Disposition::RetryScheduled { .. }));
-    assert_eq!(by_id["a2"], Disposition::Deferred(DeferReason::GroupBlocked));
+    assert_eq!(
+        by_id["a2"],
+        Disposition::Deferred(DeferReason::GroupBlocked)
+    );
     assert_eq!(by_id["b1"], Disposition::Committed);
     assert_eq!(by_id["b2"], Disposition::Committed);
-    let failed: Vec<_> = report.response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
+    let failed: Vec<_> = report
+        .response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
     assert_eq!(failed, ["a1", "a2"]);
-    assert_eq!(w.consumer.ledger.inner().len(), 2, "a2 must not overtake a1");
+    assert_eq!(
+        w.consumer.ledger.inner().len(),
+        2,
+        "a2 must not overtake a1"
+    );
 }
 
 #[tokio::test]
 async fn near_the_deadline_messages_are_handed_back_unprocessed() {
     let w = world();
-    let records = vec![sqs("s1", &tx(12).to_body().unwrap(), 1), sqs("s2", &tx(13).to_body().unwrap(), 1)];
+    let records = vec![
+        sqs("s1", &tx(12).to_body().unwrap(), 1),
+        sqs("s2", &tx(13).to_body().unwrap(), 1),
+    ];
     // One second left, three seconds of margin: nothing may start.
     let deadline = Some(SystemTime::now() + Duration::from_secs(1));
     let report = w.consumer.handle_batch(&event(records), deadline).await;
-    assert!(report.items.iter().all(|(_, d)| *d == Disposition::Deferred(DeferReason::Deadline)));
+    assert!(
+        report
+            .items
+            .iter()
+            .all(|(_, d)| *d == Disposition::Deferred(DeferReason::Deadline))
+    );
     assert_eq!(report.response.batch_item_failures.len(), 2);
     assert!(w.consumer.ledger.inner().is_empty());
 }
@@ -280,5 +387,8 @@ async fn a_replayed_message_records_its_provenance() {
     a.string_value = Some("env-123".into());
     m.message_attributes.insert(attrs::REPLAY_OF.into(), a);
     assert_eq!(w.consumer.handle_message(&m).await, Disposition::Committed);
-    assert_eq!(w.consumer.ledger.inner().postings()[0].replay_of.as_deref(), Some("env-123"));
+    assert_eq!(
+        w.consumer.ledger.inner().postings()[0].replay_of.as_deref(),
+        Some("env-123")
+    );
 }

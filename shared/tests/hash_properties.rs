@@ -24,14 +24,16 @@ fn content() -> impl Strategy<Value = Content> {
         prop::sample::select(vec!["USD", "EUR", "JPY", "BHD", "GBP"]),
         (-10_000_000i64..10_000_000, 0u32..3),
     )
-        .prop_map(|(entity, external_ref, counterparty, (y, m, d), currency, (units, scale))| Content {
-            entity,
-            external_ref,
-            counterparty: counterparty.trim().to_owned(),
-            value_date: format!("{y:04}-{m:02}-{d:02}"),
-            currency: currency.to_owned(),
-            amount: Decimal::new(units, scale),
-        })
+        .prop_map(
+            |(entity, external_ref, counterparty, (y, m, d), currency, (units, scale))| Content {
+                entity,
+                external_ref,
+                counterparty: counterparty.trim().to_owned(),
+                value_date: format!("{y:04}-{m:02}-{d:02}"),
+                currency: currency.to_owned(),
+                amount: Decimal::new(units, scale),
+            },
+        )
 }
 
 fn message(c: &Content, id: &str) -> NewMessage {
@@ -68,7 +70,10 @@ fn body_in_order(fields: Vec<(&str, serde_json::Value)>, order: &[usize]) -> Str
         let j = o % idx.len();
         idx.swap(i, j);
     }
-    let parts: Vec<String> = idx.iter().map(|&i| format!("{}:{}", serde_json::json!(fields[i].0), fields[i].1)).collect();
+    let parts: Vec<String> = idx
+        .iter()
+        .map(|&i| format!("{}:{}", serde_json::json!(fields[i].0), fields[i].1))
+        .collect();
     format!("{{{}}}", parts.join(","))
 }
 
