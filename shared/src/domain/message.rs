@@ -228,7 +228,7 @@ fn string_field<'a>(
                     format!("`{name}` is longer than {max_len} bytes"),
                 ));
             }
-            if s.chars().any(char::is_control) {
+            if has_control(&s) {
                 return Err(schema(
                     name,
                     format!("`{name}` contains control characters"),
@@ -253,6 +253,32 @@ fn required<'a>(
         Some(_) => Err(schema(name, format!("`{name}` is empty"))),
         None => Err(schema(name, format!("`{name}` is missing"))),
     }
+}
+
+/// Does `s` hold a control character (C0, DEL or C1)? Byte-wise: C1 controls are U+0080-U+009F,
+/// encoded as `0xC2 0x80..=0x9F` in UTF-8.
+fn has_control(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.iter().enumerate().any(|(i, &c)| {
+        c < 0x20
+            || c == 0x7f
+            || (c == 0xc2 && b.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)))
+    })
+}
+
+/// Parse exactly `YYYY-MM-DD` into a calendar date (no strftime machinery on the hot path).
+pub fn parse_date(s: &str) -> Option<NaiveDate> {
+    let b = s.as_bytes();
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| {
+        b[r].iter().try_fold(0u32, |acc, &d| {
+            d.is_ascii_digit().then(|| acc * 10 + u32::from(d - b'0'))
+        })
+    };
+    let year = i32::try_from(num(0..4)?).ok()?;
+    NaiveDate::from_ymd_opt(year, num(5..7)?, num(8..10)?)
 }
 
 /// Trim surrounding whitespace, keeping the borrow when nothing is cut.
@@ -397,15 +423,12 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
         .filter(|t| !t.trim().is_empty())
         .unwrap_or_else(|| message_id.clone());
     let value_date_text = required("value_date", wire.value_date, 10)?;
-    let value_date = NaiveDate::parse_from_str(&value_date_text, "%Y-%m-%d")
-        .ok()
-        .filter(|_| value_date_text.len() == 10)
-        .ok_or_else(|| {
-            schema(
-                "value_date",
-                "`value_date` must be a calendar date YYYY-MM-DD",
-            )
-        })?;
+    let value_date = parse_date(&value_date_text).ok_or_else(|| {
+        schema(
+            "value_date",
+            "`value_date` must be a calendar date YYYY-MM-DD",
+        )
+    })?;
     let external_ref = trimmed(required("external_ref", wire.external_ref, MAX_REF_LEN)?);
     let counterparty = trimmed(
         string_field("counterparty", wire.counterparty, MAX_COUNTERPARTY_LEN)?
@@ -747,6 +770,27 @@ mod tests {
             cause(validate(&b, &reference)).1,
             "CLOSED_PERIOD:ACME-US:2026-10"
         );
+    }
+
+    #[test]
+    fn dates_and_control_characters() {
+        assert_eq!(
+            parse_date("2024-02-29"),
+            NaiveDate::from_ymd_opt(2024, 2, 29)
+        );
+        for bad in [
+            "2023-02-29",
+            "2026-13-01",
+            "2026-1-01",
+            "2026/01/01",
+            "20260101",
+            "2026-01-01T",
+            "+026-01-01",
+        ] {
+            assert_eq!(parse_date(bad), None, "{bad}");
+        }
+        assert!(has_control("a\u{0}b") && has_control("tab\t") && has_control("c1\u{85}"));
+        assert!(!has_control("Société Générale — €") && !has_control("plain"));
     }
 
     #[test]
