@@ -6,10 +6,12 @@
 //! - [`ports`]: the traits every store and queue is reached through.
 //! - [`adapters`]: AWS (SQS, DynamoDB, S3), in-memory, and fault injection.
 //! - [`consume`]: the consumer flow behind the `consumer` Lambda.
+//! - [`claim`]: claim -> post -> commit, for a user's own ledger behind the `Ledger` port.
 //! - [`resources`]: names and settings of every AWS resource, defined once.
 //! - [`config`]: runtime configuration from the environment.
 
 pub mod adapters;
+pub mod claim;
 pub mod config;
 pub mod consume;
 pub mod decisions;

@@ -128,3 +128,53 @@ macro_rules! forward_ref {
     };
 }
 forward_ref!(Ledger, DeadLetterQueue, WorkQueue, ReferenceData, AuditLog);
+
+/// A user's own general ledger, behind [`crate::claim::ClaimingLedger`]. `post` must be
+/// idempotent on `posting.source_hash` (the GL's idempotency key): a claim whose lease expired
+/// mid-post can be taken over, and the GL is then the last line against a double posting.
+pub trait ExternalLedger: Send + Sync {
+    fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
+/// The state of a `source_hash` in the dedup table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// This owner holds the claim until its lease ends.
+    Claimed,
+    /// Already committed: nothing to post.
+    AlreadyCommitted(CommittedRef),
+    /// Another owner holds a live claim.
+    HeldElsewhere {
+        owner: String,
+        lease_until: DateTime<Utc>,
+    },
+}
+
+/// The dedup table of the claim -> post -> commit protocol. Every write is conditional.
+pub trait DedupTable: Send + Sync {
+    /// Claim `source_hash` for `owner` until `lease_until`, if it is free or its claim expired.
+    fn claim(
+        &self,
+        source_hash: &str,
+        owner: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send;
+    /// Mark committed, only if `owner` still holds the claim. `Ok(false)` when it does not.
+    fn commit(
+        &self,
+        owner: &str,
+        committed: &CommittedRef,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// Drop the claim, only if `owner` still holds it (after a failed post).
+    fn release(
+        &self,
+        source_hash: &str,
+        owner: &str,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn lookup(
+        &self,
+        source_hash: &str,
+    ) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+}

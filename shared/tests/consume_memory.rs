@@ -392,3 +392,32 @@ async fn a_replayed_message_records_its_provenance() {
         Some("env-123")
     );
 }
+
+#[tokio::test]
+async fn the_sample_event_in_events_decides_as_documented() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../events/consumer-sqs-batch.json"
+    );
+    let event: SqsEvent = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let w = world();
+    let report = w.consumer.handle_batch(&event, later()).await;
+    let names: Vec<&str> = report.items.iter().map(|(_, d)| d.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "COMMITTED",
+            "DUPLICATE_SUPPRESSED",
+            "DEAD_LETTERED",
+            "DEAD_LETTERED"
+        ]
+    );
+    let causes: Vec<String> = w
+        .dlq
+        .letters()
+        .iter()
+        .map(|l| l.root_cause.to_string())
+        .collect();
+    assert_eq!(causes, ["UNMAPPED_CURRENCY:XAU", "NOT_JSON"]);
+    assert!(report.response.batch_item_failures.is_empty());
+}

@@ -1,0 +1,143 @@
+//! Exactly-once posting to an *external* ledger (the user's own GL): claim -> post -> commit on
+//! the dedup table, as a [`Ledger`] the consumer uses like the reference ledger.
+//!
+//! 1. **claim**: conditional put of `{source_hash, CLAIMED, owner, lease_until}` — succeeds only if
+//!    the hash is unknown or its claim's lease has expired; a committed hash answers
+//!    `AlreadyCommitted` (read from the failed condition, no extra request);
+//! 2. **post** to the GL, keyed on `source_hash` (the GL must treat a repeat as a no-op);
+//! 3. **commit**: conditional update to `COMMITTED`, only if this owner still holds the claim; if
+//!    the post failed, a conditional **release** instead.
+//!
+//! Never "check, then post, then mark". A crash after the post and before the commit leaves a
+//! claim that expires; the next delivery re-claims and re-posts, which the GL's idempotency on
+//! `source_hash` absorbs. The dedup record carries a TTL that must outlive the longest possible
+//! replay (see [`ClaimSettings::validate`]).
+
+use chrono::{DateTime, Duration, Utc};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::domain::{CommitOutcome, CommittedRef, Posting, TransientKind};
+use crate::ports::{
+    ClaimOutcome, Clock, DedupTable, ExternalLedger, Ledger, StoreError, StoreResult,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClaimSettings {
+    /// How long a claim protects a post in progress. Longer than the slowest GL call.
+    pub lease: Duration,
+    /// How long the dedup record lives (DynamoDB TTL). Must exceed the replay window.
+    pub ttl: Duration,
+}
+
+impl Default for ClaimSettings {
+    fn default() -> Self {
+        ClaimSettings {
+            lease: Duration::seconds(60),
+            ttl: Duration::days(400),
+        }
+    }
+}
+
+impl ClaimSettings {
+    /// Refuse a dedup TTL that a replay could outlive: a replay after the mark expired would
+    /// post twice (the source document's 7-day TTL vs a two-week incident review).
+    pub fn validate(&self, replay_window: Duration) -> Result<(), String> {
+        if self.lease <= Duration::zero() {
+            return Err("the claim lease must be positive".into());
+        }
+        if self.ttl <= replay_window + self.lease {
+            return Err(format!(
+                "the dedup TTL ({} days) must be longer than the replay window ({} days)",
+                self.ttl.num_days(),
+                replay_window.num_days()
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub struct ClaimingLedger<G, D> {
+    pub gl: G,
+    pub dedup: D,
+    pub settings: ClaimSettings,
+    clock: Arc<dyn Clock>,
+    /// Distinguishes the attempts of one process (owner tokens must be unique per attempt).
+    attempts: AtomicU64,
+    instance: String,
+}
+
+impl<G, D> ClaimingLedger<G, D> {
+    pub fn new(gl: G, dedup: D, settings: ClaimSettings, clock: Arc<dyn Clock>) -> Self {
+        let nanos = clock.now().timestamp_nanos_opt().unwrap_or_default();
+        ClaimingLedger {
+            gl,
+            dedup,
+            settings,
+            clock,
+            attempts: AtomicU64::new(0),
+            instance: format!("{nanos:x}"),
+        }
+    }
+
+    fn owner_token(&self, posting: &Posting) -> String {
+        let n = self.attempts.fetch_add(1, Ordering::Relaxed);
+        format!(
+            "{}/{}/{}-{n}",
+            posting.sqs_message_id, posting.attempt_count, self.instance
+        )
+    }
+}
+
+impl<G: ExternalLedger, D: DedupTable> Ledger for ClaimingLedger<G, D> {
+    async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
+        let owner = self.owner_token(posting);
+        let now: DateTime<Utc> = self.clock.now();
+        match self
+            .dedup
+            .claim(
+                &posting.source_hash,
+                &owner,
+                now,
+                now + self.settings.lease,
+                now + self.settings.ttl,
+            )
+            .await?
+        {
+            ClaimOutcome::AlreadyCommitted(r) => return Ok(CommitOutcome::AlreadyCommitted(r)),
+            ClaimOutcome::HeldElsewhere { owner, lease_until } => {
+                return Err(StoreError::new(
+                    TransientKind::Conflict,
+                    format!("being posted by {owner} (claim until {lease_until})"),
+                ));
+            }
+            ClaimOutcome::Claimed => {}
+        }
+        if let Err(e) = self.gl.post(posting).await {
+            if let Err(release) = self.dedup.release(&posting.source_hash, &owner).await {
+                tracing::warn!(source_hash = %posting.source_hash, error = %release, "claim not released; it expires with its lease");
+            }
+            return Err(e);
+        }
+        let committed = CommittedRef {
+            source_hash: posting.source_hash.clone(),
+            sqs_message_id: posting.sqs_message_id.clone(),
+            message_id: posting.message_id.clone(),
+            committed_at: Some(self.clock.now()),
+        };
+        if self.dedup.commit(&owner, &committed).await? {
+            Ok(CommitOutcome::Committed)
+        } else {
+            // The lease ran out during the post and someone else took the claim. The GL holds
+            // one posting (idempotent on source_hash); retrying lets the next claim find out.
+            Err(StoreError::new(
+                TransientKind::Conflict,
+                "claim lost during the post; the GL's idempotency decides",
+            ))
+        }
+    }
+
+    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        self.dedup.lookup(source_hash).await
+    }
+}
