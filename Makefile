@@ -37,6 +37,12 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## bench: the per-message decision path benchmark (see BENCHMARKS.md)
-bench:
+## bench: the per-message decision path, Rust (criterion) and the source document's Python side by side
+bench: .local-aws/bench-venv/.ok
 	$(CARGO) bench -p recon-dlq --bench decision_path
+	.local-aws/bench-venv/bin/python bench/python_baseline.py
+
+.local-aws/bench-venv/.ok:
+	python3 -m venv .local-aws/bench-venv
+	.local-aws/bench-venv/bin/pip install --quiet --disable-pip-version-check 'pydantic==2.13.4'
+	touch $@

@@ -259,6 +259,10 @@ fn required<'a>(
 /// encoded as `0xC2 0x80..=0x9F` in UTF-8.
 fn has_control(s: &str) -> bool {
     let b = s.as_bytes();
+    // Fast path (vectorises): printable ASCII only.
+    if b.iter().all(|c| (0x20..0x7f).contains(c)) {
+        return false;
+    }
     b.iter().enumerate().any(|(i, &c)| {
         c < 0x20
             || c == 0x7f
@@ -355,6 +359,9 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
                 RootCause::MissingSourceHash,
                 "`source_hash` is missing",
             ));
+        }
+        Some(Scalar::Str(s)) if is_hash_hex(&s) && !s.bytes().any(|b| b.is_ascii_uppercase()) => {
+            s.into_owned()
         }
         Some(Scalar::Str(s)) if is_hash_hex(&s) => s.to_ascii_lowercase(),
         Some(_) => {
