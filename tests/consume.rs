@@ -274,3 +274,39 @@ async fn the_redrive_policy_catches_a_message_whose_consumer_keeps_crashing() {
     );
     s.cleanup().await;
 }
+
+#[tokio::test]
+async fn the_happy_path_costs_one_dynamodb_request_and_one_write_unit_per_message() {
+    let s = TestStack::new("cost").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let bodies: Vec<String> = (100..120).map(|n| tx(n).to_body().unwrap()).collect();
+    s.send(&bodies).await;
+    let before = s.clients.requests.snapshot();
+    let stats = s.pump(&consumer).await;
+    assert_eq!(stats.outcomes.get("COMMITTED"), Some(&20));
+    let after = s.clients.requests.snapshot();
+    let delta =
+        |op: &str| after.get(op).copied().unwrap_or(0) - before.get(op).copied().unwrap_or(0);
+    assert_eq!(
+        delta("DynamoDB:PutItem"),
+        20,
+        "one conditional put per committed message"
+    );
+    assert_eq!(
+        delta("DynamoDB:Scan"),
+        1,
+        "reference data loaded once, then cached"
+    );
+    let dynamodb_total: u64 = after
+        .iter()
+        .filter(|(k, _)| k.starts_with("DynamoDB:"))
+        .map(|(k, _)| delta(k))
+        .sum();
+    assert_eq!(dynamodb_total, 21, "{after:?}");
+    assert!(
+        (consumer.ledger.write_units() - 20.0).abs() < 1e-9,
+        "{} WCU",
+        consumer.ledger.write_units()
+    );
+    s.cleanup().await;
+}

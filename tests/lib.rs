@@ -104,7 +104,7 @@ impl TestStack {
         Arc::new(DynamoReferenceData::new(
             self.clients.dynamodb.clone(),
             &self.settings.reference_table,
-            Duration::ZERO,
+            self.settings.reference_cache,
         ))
     }
     pub fn audit_log(&self) -> DynamoAuditLog {
