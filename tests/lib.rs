@@ -12,7 +12,7 @@ use recon_dlq::config::ConsumerSettings;
 use recon_dlq::consume::{BatchReport, Consumer, ConsumerConfig};
 use recon_dlq::decisions::RetryPolicy;
 use recon_dlq::domain::{AuditRecord, MatchDecision, NewMessage, Posting};
-use recon_dlq::local::{HandlerOutput, PumpOptions, PumpStats, pump, to_event_record};
+use recon_dlq::local::{PumpOptions, PumpStats, pump_consumer, to_event_record};
 use recon_dlq::ports::{AuditLog, DeadLetterQueue, Ledger, ReferenceData, SystemClock, WorkQueue};
 use recon_dlq::resources::ResourceNames;
 use std::sync::Arc;
@@ -167,15 +167,12 @@ impl TestStack {
             max_duration: Duration::from_secs(120),
             ..PumpOptions::default()
         };
-        pump(
+        pump_consumer(
             &self.main_queue(),
             &self.stack.main_queue_arn,
             "us-east-1",
             &opts,
-            |event, deadline| {
-                let c = consumer.clone();
-                async move { HandlerOutput::from(c.handle_batch(&event, Some(deadline)).await) }
-            },
+            consumer,
         )
         .await
         .expect("pump")

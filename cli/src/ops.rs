@@ -9,7 +9,7 @@ use recon_dlq::adapters::aws::sqs::{MAX_BATCH, OutgoingMessage, QueueDepth, SqsQ
 use recon_dlq::config::{ConsumerSettings, vars};
 use recon_dlq::consume::AwsConsumer;
 use recon_dlq::domain::{NewMessage, Posting};
-use recon_dlq::local::{HandlerOutput, PumpOptions, PumpStats, pump as run_pump};
+use recon_dlq::local::{PumpOptions, PumpStats, pump_consumer};
 use recon_dlq::ports::Ledger;
 use recon_dlq::resources::ResourceNames;
 use rust_decimal::Decimal;
@@ -163,18 +163,14 @@ pub async fn pump_with<L: Ledger>(
     opts: &PumpOptions,
 ) -> Result<PumpStats> {
     let queue = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url);
-    let stats = run_pump(
+    Ok(pump_consumer(
         &queue,
         &stack.main_queue_arn,
         &region(clients),
         opts,
-        |event, deadline| {
-            let consumer = consumer.clone();
-            async move { HandlerOutput::from(consumer.handle_batch(&event, Some(deadline)).await) }
-        },
+        &consumer,
     )
-    .await?;
-    Ok(stats)
+    .await?)
 }
 
 pub async fn pump(clients: &AwsClients, names: &ResourceNames, args: &PumpArgs) -> Result<()> {

@@ -11,9 +11,11 @@ use std::future::Future;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::adapters::aws::sqs::SqsQueue;
-use crate::consume::BatchReport;
+use crate::consume::{BatchReport, Consumer};
 use crate::domain::TransientKind;
-use crate::ports::{StoreError, StoreResult};
+use crate::ports::{
+    AuditLog, DeadLetterQueue, Ledger, ReferenceData, StoreError, StoreResult, WorkQueue,
+};
 
 /// Convert a received SDK message into the Lambda event record SQS would deliver.
 pub fn to_event_record(m: &Message, queue_arn: &str, region: &str) -> SqsMessage {
@@ -195,4 +197,26 @@ where
             return Ok(stats);
         }
     }
+}
+
+/// Pump `queue` through a consumer, as Lambda's SQS trigger would invoke it.
+pub async fn pump_consumer<L, Q, D, R, A>(
+    queue: &SqsQueue,
+    queue_arn: &str,
+    region: &str,
+    opts: &PumpOptions,
+    consumer: &std::sync::Arc<Consumer<L, Q, D, R, A>>,
+) -> StoreResult<PumpStats>
+where
+    L: Ledger,
+    Q: WorkQueue,
+    D: DeadLetterQueue,
+    R: ReferenceData,
+    A: AuditLog,
+{
+    pump(queue, queue_arn, region, opts, |event, deadline| {
+        let consumer = consumer.clone();
+        async move { HandlerOutput::from(consumer.handle_batch(&event, Some(deadline)).await) }
+    })
+    .await
 }
