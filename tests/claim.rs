@@ -32,10 +32,7 @@ async fn concurrent_claims_have_one_winner_and_only_the_owner_commits() {
     for i in 0..8 {
         let (t, h) = (table.clone(), hash.clone());
         tasks.push(tokio::spawn(async move {
-            (
-                i,
-                t.claim(&h, &format!("worker-{i}"), now, lease, ttl).await,
-            )
+            (i, t.claim(&h, &format!("worker-{i}"), now, lease, ttl).await)
         }));
     }
     let mut winners = Vec::new();
@@ -54,25 +51,14 @@ async fn concurrent_claims_have_one_winner_and_only_the_owner_commits() {
     let winner = format!("worker-{}", winners[0]);
     let loser = format!("worker-{}", (winners[0] + 1) % 8);
 
-    assert!(
-        table.lookup(&hash).await.unwrap().is_none(),
-        "a claim is not a commit"
-    );
+    assert!(table.lookup(&hash).await.unwrap().is_none(), "a claim is not a commit");
     assert!(
         !table.commit(&loser, &committed(&hash, "x")).await.unwrap(),
         "only the owner commits"
     );
     table.release(&hash, &loser).await.unwrap();
-    assert!(
-        table
-            .commit(&winner, &committed(&hash, "s1"))
-            .await
-            .unwrap()
-    );
-    assert_eq!(
-        table.lookup(&hash).await.unwrap().unwrap().sqs_message_id,
-        "s1"
-    );
+    assert!(table.commit(&winner, &committed(&hash, "s1")).await.unwrap());
+    assert_eq!(table.lookup(&hash).await.unwrap().unwrap().sqs_message_id, "s1");
     match table.claim(&hash, "late", now, lease, ttl).await.unwrap() {
         ClaimOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, "s1"),
         other => panic!("{other:?}"),
@@ -97,13 +83,7 @@ async fn an_expired_claim_is_taken_over_and_a_released_one_is_free() {
     let later = t0 + chrono::Duration::seconds(31);
     assert_eq!(
         table
-            .claim(
-                &hash,
-                "b",
-                later,
-                later + chrono::Duration::seconds(30),
-                ttl
-            )
+            .claim(&hash, "b", later, later + chrono::Duration::seconds(30), ttl)
             .await
             .unwrap(),
         ClaimOutcome::Claimed
@@ -115,13 +95,7 @@ async fn an_expired_claim_is_taken_over_and_a_released_one_is_free() {
     table.release(&hash, "b").await.unwrap();
     assert_eq!(
         table
-            .claim(
-                &hash,
-                "c",
-                later,
-                later + chrono::Duration::seconds(30),
-                ttl
-            )
+            .claim(&hash, "c", later, later + chrono::Duration::seconds(30), ttl)
             .await
             .unwrap(),
         ClaimOutcome::Claimed

@@ -31,9 +31,7 @@ async fn a_valid_message_posts_once_and_repeats_are_audited_as_duplicates() {
     same_economy.message_id = "m-1-resent".into();
     same_economy.amount = "1.100".into();
     same_economy.currency = "usd".into();
-    let ids = s
-        .send(&[body.clone(), body, same_economy.to_body().unwrap()])
-        .await;
+    let ids = s.send(&[body.clone(), body, same_economy.to_body().unwrap()]).await;
     let stats = s.pump(&consumer).await;
     assert_eq!(stats.deleted, 3);
 
@@ -48,10 +46,7 @@ async fn a_valid_message_posts_once_and_repeats_are_audited_as_duplicates() {
     for d in &dups {
         assert_ne!(d.sqs_message_id, postings[0].sqs_message_id);
         assert!(ids.contains(&d.sqs_message_id));
-        assert_eq!(
-            d.source_hash.as_deref(),
-            Some(postings[0].source_hash.as_str())
-        );
+        assert_eq!(d.source_hash.as_deref(), Some(postings[0].source_hash.as_str()));
         assert_eq!(d.failure_code, Some(FailureCode::ReplayDuplicate));
         assert!(d.trace_id.is_some() && d.match_decision.is_some());
     }
@@ -74,18 +69,11 @@ async fn unmapped_currency_is_in_the_dlq_after_the_first_receive() {
     let d = &dlq[0];
     assert_eq!(d.body(), Some(body.as_str()), "original body byte for byte");
     assert_eq!(attribute(d, attrs::FAILURE_CODE), Some("POISON_MESSAGE"));
-    assert_eq!(
-        attribute(d, attrs::ROOT_CAUSE),
-        Some("UNMAPPED_CURRENCY:XAU")
-    );
+    assert_eq!(attribute(d, attrs::ROOT_CAUSE), Some("UNMAPPED_CURRENCY:XAU"));
     assert_eq!(attribute(d, attrs::ATTEMPT_COUNT), Some("1"));
-    let ctx: DeadLetterContext =
-        serde_json::from_str(attribute(d, attrs::CONTEXT).unwrap()).unwrap();
+    let ctx: DeadLetterContext = serde_json::from_str(attribute(d, attrs::CONTEXT).unwrap()).unwrap();
     assert_eq!(ctx.source_message_id, ids[0]);
-    assert_eq!(
-        ctx.source_queue_arn.as_deref(),
-        Some(s.stack.main_queue_arn.as_str())
-    );
+    assert_eq!(ctx.source_queue_arn.as_deref(), Some(s.stack.main_queue_arn.as_str()));
     assert_eq!(ctx.trace_id.as_deref(), Some("trace-2"));
     assert!(ctx.error_detail.contains("XAU"));
     assert!(s.postings().await.is_empty());
@@ -118,13 +106,8 @@ async fn unidentifiable_payloads_are_dead_lettered_and_never_retried() {
         })
         .collect();
     causes.sort();
-    let expected = ["HASH_MISMATCH", "MISSING_SOURCE_HASH", "NOT_JSON"].map(|c| {
-        (
-            "UNRECOVERABLE_PAYLOAD".to_owned(),
-            c.to_owned(),
-            "1".to_owned(),
-        )
-    });
+    let expected = ["HASH_MISMATCH", "MISSING_SOURCE_HASH", "NOT_JSON"]
+        .map(|c| ("UNRECOVERABLE_PAYLOAD".to_owned(), c.to_owned(), "1".to_owned()));
     assert_eq!(causes, expected);
     s.cleanup().await;
 }
@@ -147,16 +130,10 @@ async fn two_transient_failures_then_commit_on_attempt_three_with_growing_backof
 
     let postings = s.postings().await;
     assert_eq!(postings.len(), 1);
-    assert_eq!(
-        postings[0].attempt_count, 3,
-        "committed on SQS's third receive"
-    );
+    assert_eq!(postings[0].attempt_count, 3, "committed on SQS's third receive");
     let delays = consumer.queue.delays.lock().unwrap().clone();
     assert_eq!(delays.len(), 2);
-    assert!(
-        delays[1] > delays[0],
-        "growing visibility timeouts: {delays:?}"
-    );
+    assert!(delays[1] > delays[0], "growing visibility timeouts: {delays:?}");
     assert!(
         elapsed >= Duration::from_secs(u64::from(delays[0] + delays[1])),
         "SQS held the message for the backoff: {elapsed:?} for {delays:?}"
@@ -181,10 +158,7 @@ async fn always_transient_is_dead_lettered_at_the_last_attempt() {
     let dlq = s.dlq_messages().await;
     assert_eq!(dlq.len(), 1);
     assert_eq!(dlq[0].body(), Some(body.as_str()));
-    assert_eq!(
-        attribute(&dlq[0], attrs::FAILURE_CODE),
-        Some("POISON_MESSAGE")
-    );
+    assert_eq!(attribute(&dlq[0], attrs::FAILURE_CODE), Some("POISON_MESSAGE"));
     assert_eq!(
         attribute(&dlq[0], attrs::ROOT_CAUSE),
         Some("TRANSIENT_EXHAUSTED:THROTTLED")
@@ -201,8 +175,7 @@ async fn always_transient_is_dead_lettered_at_the_last_attempt() {
 async fn a_crash_after_commit_before_the_ack_still_posts_once() {
     let s = TestStack::new("crash").await;
     let consumer = s.consumer_with(s.ledger(), s.main_queue());
-    s.send(&[tx(6).to_body().unwrap(), tx(7).to_body().unwrap()])
-        .await;
+    s.send(&[tx(6).to_body().unwrap(), tx(7).to_body().unwrap()]).await;
     // First delivery: the handler commits, then the "function" dies before the poller deletes.
     let (event, _) = s.receive_event(&s.main_queue(), 2, 1).await;
     let report = consumer
@@ -230,11 +203,7 @@ async fn a_batch_of_ten_with_one_bad_body_commits_nine_and_reports_no_failure() 
     let report = consumer
         .handle_batch(&event, Some(SystemTime::now() + Duration::from_secs(30)))
         .await;
-    assert!(
-        report.response.batch_item_failures.is_empty(),
-        "{:?}",
-        report.response
-    );
+    assert!(report.response.batch_item_failures.is_empty(), "{:?}", report.response);
     let handles: Vec<String> = received
         .iter()
         .filter_map(|m| m.receipt_handle().map(str::to_owned))
@@ -285,18 +254,13 @@ async fn the_happy_path_costs_one_dynamodb_request_and_one_write_unit_per_messag
     let stats = s.pump(&consumer).await;
     assert_eq!(stats.outcomes.get("COMMITTED"), Some(&20));
     let after = s.clients.requests.snapshot();
-    let delta =
-        |op: &str| after.get(op).copied().unwrap_or(0) - before.get(op).copied().unwrap_or(0);
+    let delta = |op: &str| after.get(op).copied().unwrap_or(0) - before.get(op).copied().unwrap_or(0);
     assert_eq!(
         delta("DynamoDB:PutItem"),
         20,
         "one conditional put per committed message"
     );
-    assert_eq!(
-        delta("DynamoDB:Scan"),
-        1,
-        "reference data loaded once, then cached"
-    );
+    assert_eq!(delta("DynamoDB:Scan"), 1, "reference data loaded once, then cached");
     let dynamodb_total: u64 = after
         .iter()
         .filter(|(k, _)| k.starts_with("DynamoDB:"))

@@ -142,12 +142,7 @@ impl TestStack {
                     ..Default::default()
                 })
                 .collect();
-            for r in self
-                .main_queue()
-                .send_batch(&batch)
-                .await
-                .expect("send batch")
-            {
+            for r in self.main_queue().send_batch(&batch).await.expect("send batch") {
                 ids.push(r.expect("message accepted"));
             }
         }
@@ -180,22 +175,12 @@ impl TestStack {
 
     /// Receive messages from `queue` until `n` are gathered (or `timeout`), hidden for
     /// `visibility` seconds, and build one Lambda event from them.
-    pub async fn receive_event(
-        &self,
-        queue: &SqsQueue,
-        n: usize,
-        visibility: i32,
-    ) -> (SqsEvent, Vec<Message>) {
+    pub async fn receive_event(&self, queue: &SqsQueue, n: usize, visibility: i32) -> (SqsEvent, Vec<Message>) {
         let mut got: Vec<Message> = Vec::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while got.len() < n && std::time::Instant::now() < deadline {
             let want = i32::try_from(n - got.len()).unwrap_or(10).min(10);
-            got.extend(
-                queue
-                    .receive(want, 1, Some(visibility))
-                    .await
-                    .expect("receive"),
-            );
+            got.extend(queue.receive(want, 1, Some(visibility)).await.expect("receive"));
         }
         let arn = if queue.url() == self.stack.dlq_url {
             &self.stack.dlq_arn
@@ -203,10 +188,7 @@ impl TestStack {
             &self.stack.main_queue_arn
         };
         let mut event = SqsEvent::default();
-        event.records = got
-            .iter()
-            .map(|m| to_event_record(m, arn, "us-east-1"))
-            .collect();
+        event.records = got.iter().map(|m| to_event_record(m, arn, "us-east-1")).collect();
         (event, got)
     }
 

@@ -12,9 +12,7 @@ use recon_dlq::adapters::aws::sqs::SqsQueue;
 use recon_dlq::adapters::faults::{Fault, FaultyLedger};
 use recon_dlq::consume::AwsConsumer;
 use recon_dlq::decisions::RetryPolicy;
-use recon_dlq::domain::{
-    AuditKind, MatchDecision, NewMessage, PeriodRecord, PeriodStatus, TransientKind,
-};
+use recon_dlq::domain::{AuditKind, MatchDecision, NewMessage, PeriodRecord, PeriodStatus, TransientKind};
 use recon_dlq::local::PumpOptions;
 use recon_dlq::ports::ReferenceData;
 use recon_dlq::resources::ResourceNames;
@@ -81,11 +79,8 @@ fn transaction(rng: &mut Rng, n: usize) -> NewMessage {
         ledger_entity: entity.into(),
         currency: currency.into(),
         amount: amount.to_string(),
-        match_decision: [
-            MatchDecision::Matched,
-            MatchDecision::Partial,
-            MatchDecision::Unmatched,
-        ][rng.below(3) as usize],
+        match_decision: [MatchDecision::Matched, MatchDecision::Partial, MatchDecision::Unmatched]
+            [rng.below(3) as usize],
         trace_id: format!("trace-{:016x}", rng.next()),
         value_date: format!("2026-11-{:02}", 1 + rng.below(28)),
         external_ref: format!("BANK-{:08}", rng.below(100_000_000)),
@@ -130,11 +125,7 @@ fn generate(args: &DemoArgs) -> Result<(Workload, Workload)> {
     for m in valid.iter().skip(10).take(10) {
         let mut again = m.clone();
         again.message_id = format!("{}-resent", m.message_id);
-        again.amount = format!(
-            "{}{}",
-            m.amount,
-            if m.amount.contains('.') { "00" } else { ".000" }
-        );
+        again.amount = format!("{}{}", m.amount, if m.amount.contains('.') { "00" } else { ".000" });
         again.currency = m.currency.to_lowercase();
         push(&mut w, body(&again)?, Expect::Duplicate);
     }
@@ -143,11 +134,7 @@ fn generate(args: &DemoArgs) -> Result<(Workload, Workload)> {
         let mut m = next(&mut rng);
         m.currency = "XAU".into();
         m.amount = "1.2500".into();
-        push(
-            &mut w,
-            body(&m)?,
-            Expect::DeadLetter("UNMAPPED_CURRENCY:XAU".into()),
-        );
+        push(&mut w, body(&m)?, Expect::DeadLetter("UNMAPPED_CURRENCY:XAU".into()));
     }
     for _ in 0..4 {
         let mut m = next(&mut rng);
@@ -164,11 +151,7 @@ fn generate(args: &DemoArgs) -> Result<(Workload, Workload)> {
         let m = next(&mut rng);
         let mut v: serde_json::Value = serde_json::from_str(&body(&m)?)?;
         v["amount"] = "1,250.00".into();
-        push(
-            &mut w,
-            v.to_string(),
-            Expect::DeadLetter("INVALID_DECIMAL".into()),
-        );
+        push(&mut w, v.to_string(), Expect::DeadLetter("INVALID_DECIMAL".into()));
     }
     for _ in 0..4 {
         let mut m = next(&mut rng);
@@ -208,21 +191,13 @@ fn generate(args: &DemoArgs) -> Result<(Workload, Workload)> {
         if let Some(o) = v.as_object_mut() {
             o.remove("source_hash");
         }
-        push(
-            &mut w,
-            v.to_string(),
-            Expect::DeadLetter("MISSING_SOURCE_HASH".into()),
-        );
+        push(&mut w, v.to_string(), Expect::DeadLetter("MISSING_SOURCE_HASH".into()));
     }
     for _ in 0..3 {
         let m = next(&mut rng);
         let mut v: serde_json::Value = serde_json::from_str(&body(&m)?)?;
         v["amount"] = "0.01".into();
-        push(
-            &mut w,
-            v.to_string(),
-            Expect::DeadLetter("HASH_MISMATCH".into()),
-        );
+        push(&mut w, v.to_string(), Expect::DeadLetter("HASH_MISMATCH".into()));
     }
     // Transient: the ledger fails twice then recovers; or never recovers.
     for _ in 0..6 {
@@ -248,9 +223,7 @@ fn count<'a>(it: impl Iterator<Item = &'a Expect>, f: impl Fn(&Expect) -> bool) 
 
 pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -> Result<()> {
     if !clients.target.is_local() {
-        bail!(
-            "the demo resets its queues and tables: it runs against the local stack only (drop --aws)"
-        );
+        bail!("the demo resets its queues and tables: it runs against the local stack only (drop --aws)");
     }
     let started = Instant::now();
     let settings = StackSettings::default();
@@ -328,18 +301,13 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table)
         .scan()
         .await?;
-    let dlq_depth = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url)
-        .depth()
-        .await?;
+    let dlq_depth = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
     let main_depth = main.depth().await?;
     let duplicates = audit
         .iter()
         .filter(|r| r.kind == AuditKind::DuplicateSuppressed)
         .count() as u64;
-    let dead: Vec<_> = audit
-        .iter()
-        .filter(|r| r.kind == AuditKind::DeadLettered)
-        .collect();
+    let dead: Vec<_> = audit.iter().filter(|r| r.kind == AuditKind::DeadLettered).collect();
     let mut dead_by_cause: BTreeMap<String, u64> = BTreeMap::new();
     for r in &dead {
         *dead_by_cause

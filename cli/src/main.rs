@@ -76,11 +76,7 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    let target = if cli.aws {
-        Target::Aws
-    } else {
-        Target::local_from_env()
-    };
+    let target = if cli.aws { Target::Aws } else { Target::local_from_env() };
     let clients = AwsClients::connect(target).await;
     let names = ResourceNames::with_prefix(&cli.prefix);
     match cli.command {
@@ -96,17 +92,10 @@ async fn run(cli: Cli) -> Result<()> {
                 .await
                 .context("creating resources (is the local stack up? `make local-up`)")?;
             println!("main queue   {}", stack.main_queue_url);
-            println!(
-                "DLQ          {} (maxReceiveCount {max_receive_count})",
-                stack.dlq_url
-            );
+            println!("DLQ          {} (maxReceiveCount {max_receive_count})", stack.dlq_url);
             println!(
                 "tables       {}, {}, {}, {}, {}",
-                names.ledger_table,
-                names.envelope_table,
-                names.reference_table,
-                names.audit_table,
-                names.dedup_table
+                names.ledger_table, names.envelope_table, names.reference_table, names.audit_table, names.dedup_table
             );
             println!(
                 "WORM bucket  {} (COMPLIANCE, {worm_retention_days} days)",

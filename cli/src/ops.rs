@@ -58,12 +58,9 @@ pub fn consumer_settings(stack: &Stack) -> Result<ConsumerSettings> {
         (vars::AUDIT_TABLE, names.audit_table.clone()),
     ];
     Ok(ConsumerSettings::from_lookup(|k| {
-        std::env::var(k).ok().or_else(|| {
-            defaults
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.clone())
-        })
+        std::env::var(k)
+            .ok()
+            .or_else(|| defaults.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
     })?)
 }
 
@@ -87,8 +84,7 @@ fn read_lines(file: Option<PathBuf>) -> Result<Vec<String>> {
 
 /// Add `source_hash` to a body that lacks one (bodies that are not message objects pass as they are).
 fn fill_hash(line: &str, n: usize) -> Result<String> {
-    let Ok(serde_json::Value::Object(mut obj)) = serde_json::from_str::<serde_json::Value>(line)
-    else {
+    let Ok(serde_json::Value::Object(mut obj)) = serde_json::from_str::<serde_json::Value>(line) else {
         return Ok(line.to_owned());
     };
     if obj.contains_key("source_hash") {
@@ -104,11 +100,7 @@ fn fill_hash(line: &str, n: usize) -> Result<String> {
 }
 
 /// Send bodies in batches of ten; returns the SQS message ids in order (failures are errors).
-pub async fn send_bodies(
-    queue: &SqsQueue,
-    bodies: &[String],
-    progress: bool,
-) -> Result<Vec<String>> {
+pub async fn send_bodies(queue: &SqsQueue, bodies: &[String], progress: bool) -> Result<Vec<String>> {
     let mut ids = Vec::with_capacity(bodies.len());
     for (i, chunk) in bodies.chunks(MAX_BATCH).enumerate() {
         let batch: Vec<OutgoingMessage> = chunk
@@ -121,10 +113,7 @@ pub async fn send_bodies(
         for (j, r) in queue.send_batch(&batch).await?.into_iter().enumerate() {
             match r {
                 Ok(id) => ids.push(id),
-                Err(e) => bail!(
-                    "message {} was not accepted by SQS: {e}",
-                    i * MAX_BATCH + j + 1
-                ),
+                Err(e) => bail!("message {} was not accepted by SQS: {e}", i * MAX_BATCH + j + 1),
             }
         }
         if progress && (i + 1) % 100 == 0 {
@@ -134,12 +123,7 @@ pub async fn send_bodies(
     Ok(ids)
 }
 
-pub async fn send(
-    clients: &AwsClients,
-    names: &ResourceNames,
-    file: Option<PathBuf>,
-    fill: bool,
-) -> Result<()> {
+pub async fn send(clients: &AwsClients, names: &ResourceNames, file: Option<PathBuf>, fill: bool) -> Result<()> {
     let stack = resolve_stack(clients, names).await?;
     let mut bodies = read_lines(file)?;
     if fill {
@@ -163,26 +147,14 @@ pub async fn pump_with<L: Ledger>(
     opts: &PumpOptions,
 ) -> Result<PumpStats> {
     let queue = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url);
-    Ok(pump_consumer(
-        &queue,
-        &stack.main_queue_arn,
-        &region(clients),
-        opts,
-        &consumer,
-    )
-    .await?)
+    Ok(pump_consumer(&queue, &stack.main_queue_arn, &region(clients), opts, &consumer).await?)
 }
 
 pub async fn pump(clients: &AwsClients, names: &ResourceNames, args: &PumpArgs) -> Result<()> {
     let stack = resolve_stack(clients, names).await?;
     let settings = consumer_settings(&stack)?;
     let ledger = DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table);
-    let consumer = Arc::new(AwsConsumer::from_settings(
-        clients,
-        &settings,
-        ledger,
-        "dlqctl-pump",
-    ));
+    let consumer = Arc::new(AwsConsumer::from_settings(clients, &settings, ledger, "dlqctl-pump"));
     let opts = PumpOptions {
         batch_size: args.batch_size,
         function_timeout: Duration::from_secs(args.function_timeout_secs),
@@ -224,9 +196,7 @@ pub async fn snapshot(clients: &AwsClients, stack: &Stack) -> Result<Snapshot> {
     let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url)
         .depth()
         .await?;
-    let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url)
-        .depth()
-        .await?;
+    let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
     let postings = DynamoLedger::new(clients.dynamodb.clone(), &stack.names.ledger_table)
         .scan()
         .await?;
@@ -235,9 +205,7 @@ pub async fn snapshot(clients: &AwsClients, stack: &Stack) -> Result<Snapshot> {
         .scan()
         .await?
     {
-        *audit_counts
-            .entry(r.kind.as_str().to_owned())
-            .or_insert(0u64) += 1;
+        *audit_counts.entry(r.kind.as_str().to_owned()).or_insert(0u64) += 1;
     }
     Ok(Snapshot {
         main,

@@ -50,9 +50,10 @@ fn transaction(n: u64) -> NewMessage {
 fn body_1kb(n: u64) -> String {
     let m = transaction(n);
     let mut v: serde_json::Value = serde_json::from_str(&m.to_body().unwrap()).unwrap();
-    v["remittance_info"] = "INV-2026-118273 INV-2026-118274 INV-2026-118290 partial settlement per agreement ref MSA-77/2024, \
+    v["remittance_info"] =
+        "INV-2026-118273 INV-2026-118274 INV-2026-118290 partial settlement per agreement ref MSA-77/2024, \
         short-paid by bank charges; see statement line 4411 for the correction entry and contact AR team"
-        .into();
+            .into();
     v["bank_statement_line"] = serde_json::json!({
         "account": "DE89370400440532013000",
         "booking_date": "2026-11-27",
@@ -64,11 +65,7 @@ fn body_1kb(n: u64) -> String {
     });
     v["matcher"] = serde_json::json!({"rule": "amount_tolerance_and_reference", "score": "0.87", "candidates": 3, "version": "2026.11.4"});
     let body = v.to_string();
-    assert!(
-        (900..1200).contains(&body.len()),
-        "body is {} bytes",
-        body.len()
-    );
+    assert!((900..1200).contains(&body.len()), "body is {} bytes", body.len());
     body
 }
 
@@ -77,18 +74,11 @@ fn sqs(n: u64, body: String) -> SqsMessage {
     m.message_id = Some(format!("0b5f1a6c-sqs-{n:012}"));
     m.receipt_handle = Some(format!("rh-{n}"));
     m.body = Some(body);
-    m.attributes
-        .insert("ApproximateReceiveCount".into(), "1".into());
+    m.attributes.insert("ApproximateReceiveCount".into(), "1".into());
     m
 }
 
-fn consumer() -> Consumer<
-    MemoryLedger,
-    MemoryWorkQueue,
-    MemoryDeadLetterQueue,
-    MemoryReferenceData,
-    MemoryAuditLog,
-> {
+fn consumer() -> Consumer<MemoryLedger, MemoryWorkQueue, MemoryDeadLetterQueue, MemoryReferenceData, MemoryAuditLog> {
     Consumer {
         ledger: MemoryLedger::default(),
         queue: MemoryWorkQueue::default(),

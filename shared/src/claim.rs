@@ -18,9 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::domain::{CommitOutcome, CommittedRef, Posting, TransientKind};
-use crate::ports::{
-    ClaimOutcome, Clock, DedupTable, ExternalLedger, Ledger, StoreError, StoreResult,
-};
+use crate::ports::{ClaimOutcome, Clock, DedupTable, ExternalLedger, Ledger, StoreError, StoreResult};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClaimSettings {

@@ -19,15 +19,16 @@ pub mod vars {
     pub const DEADLINE_MARGIN_MS: &str = "DLQ_DEADLINE_MARGIN_MS";
     pub const BATCH_CONCURRENCY: &str = "DLQ_BATCH_CONCURRENCY";
     pub const REFERENCE_CACHE_SECS: &str = "DLQ_REFERENCE_CACHE_SECS";
+    pub const ENVELOPE_TABLE: &str = "DLQ_ENVELOPE_TABLE";
+    pub const QUARANTINE_BUCKET: &str = "DLQ_QUARANTINE_BUCKET";
+    pub const OVERFLOW_HIGH_WATER: &str = "DLQ_OVERFLOW_HIGH_WATER";
+    pub const METRICS_NAMESPACE: &str = "DLQ_METRICS_NAMESPACE";
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     #[error("{var} is not set: {hint}")]
-    Missing {
-        var: &'static str,
-        hint: &'static str,
-    },
+    Missing { var: &'static str, hint: &'static str },
     #[error("{var}={value:?} is not valid: {hint}")]
     Invalid {
         var: &'static str,
@@ -120,31 +121,63 @@ impl ConsumerSettings {
             });
         }
         Ok(ConsumerSettings {
-            main_queue_url: required(
-                vars::MAIN_QUEUE_URL,
-                "the URL of the main queue the consumer reads",
-            )?,
-            dead_letter_queue_url: required(
-                vars::DEAD_LETTER_QUEUE_URL,
-                "the URL of the DLQ the consumer writes",
-            )?,
+            main_queue_url: required(vars::MAIN_QUEUE_URL, "the URL of the main queue the consumer reads")?,
+            dead_letter_queue_url: required(vars::DEAD_LETTER_QUEUE_URL, "the URL of the DLQ the consumer writes")?,
             ledger_table: get(vars::LEDGER_TABLE).unwrap_or(names.ledger_table),
             reference_table: get(vars::REFERENCE_TABLE).unwrap_or(names.reference_table),
             audit_table: get(vars::AUDIT_TABLE).unwrap_or(names.audit_table),
             retry,
-            deadline_margin: Duration::from_millis(number(
-                &get,
-                vars::DEADLINE_MARGIN_MS,
-                3000,
-                "milliseconds",
-            )?),
+            deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 3000, "milliseconds")?),
             concurrency,
-            reference_cache: Duration::from_secs(number(
-                &get,
-                vars::REFERENCE_CACHE_SECS,
-                30,
-                "whole seconds",
-            )?),
+            reference_cache: Duration::from_secs(number(&get, vars::REFERENCE_CACHE_SECS, 30, "whole seconds")?),
+        })
+    }
+}
+
+/// Everything the enricher needs to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnricherSettings {
+    pub envelope_table: String,
+    pub audit_table: String,
+    pub quarantine_bucket: String,
+    pub overflow_high_water: i64,
+    pub metrics_namespace: String,
+    pub concurrency: usize,
+    pub deadline_margin: Duration,
+}
+
+impl EnricherSettings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Names default to those derived from `DLQ_STACK_PREFIX`.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let names = ResourceNames::with_prefix(
+            &get(vars::STACK_PREFIX).unwrap_or_else(|| resources::DEFAULT_PREFIX.to_owned()),
+        );
+        let high_water: i64 = number(
+            &get,
+            vars::OVERFLOW_HIGH_WATER,
+            resources::DEFAULT_OVERFLOW_HIGH_WATER,
+            "a whole number of PENDING envelopes",
+        )?;
+        if high_water < 0 {
+            return Err(ConfigError::Invalid {
+                var: vars::OVERFLOW_HIGH_WATER,
+                value: high_water.to_string(),
+                hint: "a whole number of PENDING envelopes, 0 or more".into(),
+            });
+        }
+        Ok(EnricherSettings {
+            envelope_table: get(vars::ENVELOPE_TABLE).unwrap_or(names.envelope_table),
+            audit_table: get(vars::AUDIT_TABLE).unwrap_or(names.audit_table),
+            quarantine_bucket: get(vars::QUARANTINE_BUCKET).unwrap_or(names.quarantine_bucket),
+            overflow_high_water: high_water,
+            metrics_namespace: get(vars::METRICS_NAMESPACE)
+                .unwrap_or_else(|| crate::telemetry::EmfMetrics::DEFAULT_NAMESPACE.to_owned()),
+            concurrency: number(&get, vars::BATCH_CONCURRENCY, 8usize, "a whole number 1-100")?.clamp(1, 100),
+            deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 3000, "milliseconds")?),
         })
     }
 }
@@ -155,10 +188,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| map.get(k).cloned()
     }
 
@@ -182,6 +212,15 @@ mod tests {
     }
 
     #[test]
+    fn enricher_settings_default_from_the_prefix_and_refuse_a_negative_mark() {
+        let s = EnricherSettings::from_lookup(lookup(&[(vars::STACK_PREFIX, "acme")])).unwrap();
+        assert_eq!(s.envelope_table, "acme-envelopes");
+        assert_eq!(s.quarantine_bucket, "acme-quarantine");
+        assert_eq!(s.overflow_high_water, resources::DEFAULT_OVERFLOW_HIGH_WATER);
+        assert!(EnricherSettings::from_lookup(lookup(&[(vars::OVERFLOW_HIGH_WATER, "-1")])).is_err());
+    }
+
+    #[test]
     fn bad_numbers_name_the_variable() {
         let err = ConsumerSettings::from_lookup(lookup(&[
             (vars::MAIN_QUEUE_URL, "q"),
@@ -190,8 +229,7 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(
-            err.to_string()
-                .starts_with("DLQ_MAX_ATTEMPTS=\"five\" is not valid"),
+            err.to_string().starts_with("DLQ_MAX_ATTEMPTS=\"five\" is not valid"),
             "{err}"
         );
         let err = ConsumerSettings::from_lookup(lookup(&[

@@ -24,9 +24,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::decisions::{FailureDecision, RetryPolicy, decide_failure};
 use crate::domain::{
-    AuditKind, AuditRecord, CommitOutcome, DeadLetter, DeadLetterContext, FailureCode,
-    MessageLabels, OriginalAttribute, Posting, ProcessError, RootCause, TransientKind,
-    bounded_detail, labels, validate,
+    AuditKind, AuditRecord, CommitOutcome, DeadLetter, DeadLetterContext, FailureCode, MessageLabels,
+    OriginalAttribute, Posting, ProcessError, RootCause, TransientKind, bounded_detail, labels, validate,
 };
 use crate::ports::{AuditLog, Clock, DeadLetterQueue, Ledger, ReferenceData, WorkQueue};
 use crate::resources::attrs;
@@ -148,9 +147,7 @@ fn epoch_millis_attr(m: &SqsMessage, name: &str) -> Option<DateTime<Utc>> {
 }
 
 fn string_attr<'m>(m: &'m SqsMessage, name: &str) -> Option<&'m str> {
-    m.message_attributes
-        .get(name)
-        .and_then(|a| a.string_value.as_deref())
+    m.message_attributes.get(name).and_then(|a| a.string_value.as_deref())
 }
 
 /// The original message attributes, verbatim, for the dead letter's context.
@@ -158,10 +155,7 @@ pub fn original_attributes(m: &SqsMessage) -> BTreeMap<String, OriginalAttribute
     m.message_attributes
         .iter()
         .map(|(name, a)| {
-            let binary = a
-                .binary_value
-                .as_ref()
-                .map(|b| aws_smithy_types::base64::encode(&b.0));
+            let binary = a.binary_value.as_ref().map(|b| aws_smithy_types::base64::encode(&b.0));
             (
                 name.clone(),
                 OriginalAttribute {
@@ -184,11 +178,7 @@ where
 {
     /// Handle one Lambda invocation. `deadline` is when the invocation times out (from the
     /// Lambda context); messages not started before `deadline - margin` are reported failed.
-    pub async fn handle_batch(
-        &self,
-        event: &SqsEvent,
-        deadline: Option<SystemTime>,
-    ) -> BatchReport {
+    pub async fn handle_batch(&self, event: &SqsEvent, deadline: Option<SystemTime>) -> BatchReport {
         // Group by FIFO message group, keeping batch order inside each group. On a standard
         // queue every message is its own group.
         let mut groups: Vec<Vec<usize>> = Vec::new();
@@ -294,9 +284,7 @@ where
                 log_posting("COMMITTED", &posting, attempt, None);
                 Disposition::Committed
             }
-            Ok((posting, CommitOutcome::AlreadyCommitted(existing)))
-                if existing.sqs_message_id == sqs_id =>
-            {
+            Ok((posting, CommitOutcome::AlreadyCommitted(existing))) if existing.sqs_message_id == sqs_id => {
                 log_posting("REDELIVERY_ACKNOWLEDGED", &posting, attempt, None);
                 Disposition::RedeliveryAcknowledged
             }
@@ -323,10 +311,7 @@ where
                     ),
                 };
                 if let Err(e) = self.audit.append(&record).await {
-                    return self.failed(
-                        sqs_id,
-                        format!("duplicate not acknowledged: audit write failed: {e}"),
-                    );
+                    return self.failed(sqs_id, format!("duplicate not acknowledged: audit write failed: {e}"));
                 }
                 log_posting(
                     "DUPLICATE_SUPPRESSED",
@@ -339,11 +324,9 @@ where
                 }
             }
             Err(err) => match decide_failure(err, attempt, &self.config.retry, sqs_id) {
-                FailureDecision::DeadLetter {
-                    code,
-                    cause,
-                    detail,
-                } => self.dead_letter(m, code, cause, &detail, attempt).await,
+                FailureDecision::DeadLetter { code, cause, detail } => {
+                    self.dead_letter(m, code, cause, &detail, attempt).await
+                }
                 FailureDecision::Retry {
                     delay_secs,
                     kind,
@@ -411,10 +394,7 @@ where
             },
         };
         if let Err(e) = self.dlq.send(&letter).await {
-            return self.failed(
-                sqs_id,
-                format!("dead letter not sent ({code}, {cause}): {e}"),
-            );
+            return self.failed(sqs_id, format!("dead letter not sent ({code}, {cause}): {e}"));
         }
         let record = AuditRecord {
             audit_id: AuditRecord::id_for(AuditKind::DeadLettered, sqs_id),

@@ -6,6 +6,7 @@
 //! - [`ports`]: the traits every store and queue is reached through.
 //! - [`adapters`]: AWS (SQS, DynamoDB, S3), in-memory, and fault injection.
 //! - [`consume`]: the consumer flow behind the `consumer` Lambda.
+//! - [`enrich`]: the enricher flow behind the `enricher` Lambda (envelopes, WORM, overflow).
 //! - [`claim`]: claim -> post -> commit, for a user's own ledger behind the `Ledger` port.
 //! - [`resources`]: names and settings of every AWS resource, defined once.
 //! - [`config`]: runtime configuration from the environment.
@@ -16,6 +17,7 @@ pub mod config;
 pub mod consume;
 pub mod decisions;
 pub mod domain;
+pub mod enrich;
 pub mod local;
 pub mod ports;
 pub mod resources;

@@ -13,9 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::adapters::aws::sqs::SqsQueue;
 use crate::consume::{BatchReport, Consumer};
 use crate::domain::TransientKind;
-use crate::ports::{
-    AuditLog, DeadLetterQueue, Ledger, ReferenceData, StoreError, StoreResult, WorkQueue,
-};
+use crate::ports::{AuditLog, DeadLetterQueue, Ledger, ReferenceData, StoreError, StoreResult, WorkQueue};
 
 /// Convert a received SDK message into the Lambda event record SQS would deliver.
 pub fn to_event_record(m: &Message, queue_arn: &str, region: &str) -> SqsMessage {
@@ -27,11 +25,7 @@ pub fn to_event_record(m: &Message, queue_arn: &str, region: &str) -> SqsMessage
     r.md5_of_message_attributes = m.md5_of_message_attributes().map(str::to_owned);
     r.attributes = m
         .attributes()
-        .map(|a| {
-            a.iter()
-                .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
-                .collect()
-        })
+        .map(|a| a.iter().map(|(k, v)| (k.as_str().to_owned(), v.clone())).collect())
         .unwrap_or_default();
     r.message_attributes = m
         .message_attributes()
@@ -162,10 +156,7 @@ where
         }
         idle_checks = 0;
         let mut event = SqsEvent::default();
-        event.records = messages
-            .iter()
-            .map(|m| to_event_record(m, queue_arn, region))
-            .collect();
+        event.records = messages.iter().map(|m| to_event_record(m, queue_arn, region)).collect();
         let deadline = SystemTime::now() + opts.function_timeout;
         let out = handler(event, deadline).await;
 

@@ -10,8 +10,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::domain::{
-    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, PeriodRecord, Posting,
-    ProcessError, ReferenceSnapshot, TransientKind, bounded_detail,
+    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, PeriodRecord, Posting, ProcessError,
+    ReferenceSnapshot, TransientKind, bounded_detail,
 };
 
 /// A store or queue could not do what was asked.
@@ -49,10 +49,7 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub trait Ledger: Send + Sync {
     fn commit(&self, posting: &Posting) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
     /// Is this transaction committed? (The replay gate asks the same store the consumer writes.)
-    fn lookup(
-        &self,
-        source_hash: &str,
-    ) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+    fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
 }
 
 /// The DLQ, as the consumer writes to it.
@@ -63,21 +60,14 @@ pub trait DeadLetterQueue: Send + Sync {
 /// The queue a message was received from, as the consumer acts on it.
 pub trait WorkQueue: Send + Sync {
     /// Hide a received message for `secs` seconds (the retry backoff).
-    fn change_visibility(
-        &self,
-        receipt_handle: &str,
-        secs: u32,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn change_visibility(&self, receipt_handle: &str, secs: u32) -> impl Future<Output = StoreResult<()>> + Send;
 }
 
 /// Reference data: currencies and accounting periods.
 pub trait ReferenceData: Send + Sync {
     /// A recent view of all reference data (adapters may cache it briefly; see the README).
     fn snapshot(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send;
-    fn put_currency(
-        &self,
-        mapping: &CurrencyMapping,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn put_currency(&self, mapping: &CurrencyMapping) -> impl Future<Output = StoreResult<()>> + Send;
     fn put_period(&self, record: &PeriodRecord) -> impl Future<Output = StoreResult<()>> + Send;
 }
 
@@ -144,10 +134,7 @@ pub enum ClaimOutcome {
     /// Already committed: nothing to post.
     AlreadyCommitted(CommittedRef),
     /// Another owner holds a live claim.
-    HeldElsewhere {
-        owner: String,
-        lease_until: DateTime<Utc>,
-    },
+    HeldElsewhere { owner: String, lease_until: DateTime<Utc> },
 }
 
 /// The dedup table of the claim -> post -> commit protocol. Every write is conditional.
@@ -162,19 +149,71 @@ pub trait DedupTable: Send + Sync {
         expires_at: DateTime<Utc>,
     ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send;
     /// Mark committed, only if `owner` still holds the claim. `Ok(false)` when it does not.
-    fn commit(
-        &self,
-        owner: &str,
-        committed: &CommittedRef,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    fn commit(&self, owner: &str, committed: &CommittedRef) -> impl Future<Output = StoreResult<bool>> + Send;
     /// Drop the claim, only if `owner` still holds it (after a failed post).
-    fn release(
+    fn release(&self, source_hash: &str, owner: &str) -> impl Future<Output = StoreResult<()>> + Send;
+    fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+}
+
+/// What creating an envelope did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CreateOutcome {
+    Created,
+    /// An envelope with this id was already stored (a redelivered DLQ message): here it is.
+    Exists(Box<crate::domain::DlqEnvelope>),
+}
+
+/// A page of envelopes and the opaque cursor of the next one.
+pub type EnvelopePage = (Vec<crate::domain::DlqEnvelope>, Option<String>);
+
+/// The envelope table. `create` and `transition` keep the count of PENDING envelopes exact
+/// (same transaction), which is what `DLQ_OVERFLOW` watches.
+pub trait EnvelopeStore: Send + Sync {
+    /// Store a new envelope unless one with its id exists.
+    fn create(&self, envelope: &crate::domain::DlqEnvelope) -> impl Future<Output = StoreResult<CreateOutcome>> + Send;
+    fn get(&self, envelope_id: &str) -> impl Future<Output = StoreResult<Option<crate::domain::DlqEnvelope>>> + Send;
+    /// Move an envelope from `from` to `change.status`, appending `change` to its history, only
+    /// if it is still in `from`. `Ok(false)` when it was not.
+    fn transition(
         &self,
-        source_hash: &str,
-        owner: &str,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
-    fn lookup(
+        envelope_id: &str,
+        from: crate::domain::EnvelopeStatus,
+        change: &crate::domain::StatusChange,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// Envelopes in `status`, oldest first, a page at a time.
+    fn list_by_status(
         &self,
-        source_hash: &str,
-    ) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+        status: crate::domain::EnvelopeStatus,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> impl Future<Output = StoreResult<EnvelopePage>> + Send;
+    /// Every envelope, a page at a time (no order).
+    fn list_all(&self, cursor: Option<String>, limit: usize) -> impl Future<Output = StoreResult<EnvelopePage>> + Send;
+    fn pending_count(&self) -> impl Future<Output = StoreResult<i64>> + Send;
+    /// Set the overflow flag. Returns the episode number when this call switched it on, so that
+    /// exactly one caller reports each crossing.
+    fn set_overflow(&self, active: bool) -> impl Future<Output = StoreResult<Option<u64>>> + Send;
+}
+
+/// The write-once (Object Lock) bucket.
+pub trait Worm: Send + Sync {
+    fn bucket(&self) -> &str;
+    /// Write `bytes` under `key` unless an object is already there (content-addressed keys make
+    /// that the same content). The store verifies the SHA-256 checksum.
+    fn put(&self, key: &str, bytes: &[u8]) -> impl Future<Output = StoreResult<()>> + Send;
+    fn get(&self, key: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
+}
+
+/// A metric for CloudWatch (Embedded Metric Format on Lambda).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Metric {
+    pub name: &'static str,
+    pub value: i64,
+    pub unit: &'static str,
+    /// dimension name -> value
+    pub dimensions: Vec<(&'static str, String)>,
+}
+
+pub trait Metrics: Send + Sync {
+    fn emit(&self, metric: &Metric);
 }

@@ -31,6 +31,17 @@ pub mod keys {
     pub const REFERENCE_SK: &str = "sk";
     /// Envelopes: one item per dead letter, keyed by its deterministic envelope id.
     pub const ENVELOPE_PK: &str = "envelope_id";
+    /// Index attributes of the envelope table (all strings).
+    pub const ENVELOPE_STATUS: &str = "status";
+    /// `dead_lettered_at` in a fixed-width UTC format + `#` + envelope id: sorts by age.
+    pub const ENVELOPE_AGE: &str = "age_key";
+    pub const ENVELOPE_CODE: &str = "failure_code";
+    /// `root_cause#age_key`: groups by root cause within a failure code, oldest first.
+    pub const ENVELOPE_CAUSE: &str = "cause_key";
+    /// The ledger entity, or `-` when the body has none.
+    pub const ENVELOPE_ENTITY: &str = "entity_key";
+    /// Key of the item that counts PENDING envelopes and holds the overflow flag.
+    pub const ENVELOPE_META_ID: &str = "#meta#pending";
     /// Audit records: one item per decision, keyed by a deterministic id.
     pub const AUDIT_PK: &str = "audit_id";
     /// Dedup/claim table used when the ledger is external (claim -> post -> commit).
@@ -102,13 +113,45 @@ pub enum TableKind {
     Dedup,
 }
 
-/// Key schema and TTL of one table (all attributes of keys are strings).
+/// A global secondary index (all attributes projected; key attributes are strings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexSpec {
+    pub name: &'static str,
+    pub partition_key: &'static str,
+    pub sort_key: &'static str,
+}
+
+/// Triage indexes of the envelope table.
+pub mod indexes {
+    use super::{IndexSpec, keys};
+    /// By status, oldest first: the replay sweep and triage of PENDING envelopes.
+    pub const BY_STATUS_AGE: IndexSpec = IndexSpec {
+        name: "by_status_age",
+        partition_key: keys::ENVELOPE_STATUS,
+        sort_key: keys::ENVELOPE_AGE,
+    };
+    /// By failure code, then root cause: bulk triage of one cause.
+    pub const BY_FAILURE_CAUSE: IndexSpec = IndexSpec {
+        name: "by_failure_cause",
+        partition_key: keys::ENVELOPE_CODE,
+        sort_key: keys::ENVELOPE_CAUSE,
+    };
+    /// By ledger entity, oldest first: per-entity order for replay.
+    pub const BY_ENTITY: IndexSpec = IndexSpec {
+        name: "by_entity",
+        partition_key: keys::ENVELOPE_ENTITY,
+        sort_key: keys::ENVELOPE_AGE,
+    };
+}
+
+/// Key schema, TTL and indexes of one table (all attributes of keys are strings).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TableSpec {
     pub kind: TableKind,
     pub partition_key: &'static str,
     pub sort_key: Option<&'static str>,
     pub ttl_attribute: Option<&'static str>,
+    pub indexes: &'static [IndexSpec],
 }
 
 pub const TABLES: [TableSpec; 5] = [
@@ -117,32 +160,47 @@ pub const TABLES: [TableSpec; 5] = [
         partition_key: keys::LEDGER_PK,
         sort_key: None,
         ttl_attribute: None,
+        indexes: &[],
     },
     TableSpec {
         kind: TableKind::Envelopes,
         partition_key: keys::ENVELOPE_PK,
         sort_key: None,
         ttl_attribute: None,
+        indexes: &[indexes::BY_STATUS_AGE, indexes::BY_FAILURE_CAUSE, indexes::BY_ENTITY],
     },
     TableSpec {
         kind: TableKind::Reference,
         partition_key: keys::REFERENCE_PK,
         sort_key: Some(keys::REFERENCE_SK),
         ttl_attribute: None,
+        indexes: &[],
     },
     TableSpec {
         kind: TableKind::Audit,
         partition_key: keys::AUDIT_PK,
         sort_key: None,
         ttl_attribute: None,
+        indexes: &[],
     },
     TableSpec {
         kind: TableKind::Dedup,
         partition_key: keys::DEDUP_PK,
         sort_key: None,
         ttl_attribute: Some(keys::DEDUP_TTL),
+        indexes: &[],
     },
 ];
+
+/// SQS's largest message (1 MiB): both queues accept it, so a large original always fits the DLQ.
+pub const MAX_MESSAGE_BYTES: u32 = 1_048_576;
+
+/// Bodies up to this size are kept inside the envelope item; larger ones live in the WORM bucket
+/// (a DynamoDB item holds at most 400 KB, and the envelope carries more than the body).
+pub const INLINE_BODY_LIMIT: usize = 64 * 1024;
+
+/// Default high-water mark of PENDING envelopes that raises `DLQ_OVERFLOW`.
+pub const DEFAULT_OVERFLOW_HIGH_WATER: i64 = 1000;
 
 impl ResourceNames {
     pub fn table(&self, kind: TableKind) -> &str {
@@ -158,8 +216,7 @@ impl ResourceNames {
 
 /// The redrive policy JSON for the main queue.
 pub fn redrive_policy(dlq_arn: &str, max_receive_count: u32) -> String {
-    serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count })
-        .to_string()
+    serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count }).to_string()
 }
 
 #[cfg(test)]

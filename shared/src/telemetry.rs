@@ -19,11 +19,77 @@ pub fn init_json() {
 
 /// Human-readable events on stderr, `warn` and above unless `RUST_LOG` says otherwise.
 pub fn init_text(default_level: &str) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_env_filter(filter)
         .try_init();
+}
+
+/// Metrics in CloudWatch Embedded Metric Format: one JSON line on stdout per metric, which Lambda
+/// ships to CloudWatch Logs and CloudWatch turns into metrics (no API call, no extra latency).
+#[derive(Clone, Debug)]
+pub struct EmfMetrics {
+    pub namespace: String,
+}
+
+impl EmfMetrics {
+    pub const DEFAULT_NAMESPACE: &'static str = "ReconDlq";
+
+    /// The EMF document of one metric.
+    pub fn document(&self, m: &crate::ports::Metric, timestamp_ms: i64) -> serde_json::Value {
+        let dims: Vec<&str> = m.dimensions.iter().map(|(k, _)| *k).collect();
+        let mut doc = serde_json::json!({
+            "_aws": {
+                "Timestamp": timestamp_ms,
+                "CloudWatchMetrics": [{
+                    "Namespace": self.namespace,
+                    "Dimensions": [dims],
+                    "Metrics": [{"Name": m.name, "Unit": m.unit}],
+                }],
+            },
+        });
+        if let Some(obj) = doc.as_object_mut() {
+            for (k, v) in &m.dimensions {
+                obj.insert((*k).to_owned(), v.clone().into());
+            }
+            obj.insert(m.name.to_owned(), m.value.into());
+        }
+        doc
+    }
+}
+
+impl crate::ports::Metrics for EmfMetrics {
+    fn emit(&self, m: &crate::ports::Metric) {
+        println!("{}", self.document(m, chrono::Utc::now().timestamp_millis()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::Metric;
+
+    #[test]
+    fn emf_documents_carry_the_metric_and_its_dimensions() {
+        let m = Metric {
+            name: "DeadLettered",
+            value: 1,
+            unit: "Count",
+            dimensions: vec![("FailureCode", "POISON_MESSAGE".into())],
+        };
+        let doc = EmfMetrics {
+            namespace: "ReconDlq".into(),
+        }
+        .document(&m, 1_700_000_000_000);
+        assert_eq!(doc["DeadLettered"], 1);
+        assert_eq!(doc["FailureCode"], "POISON_MESSAGE");
+        assert_eq!(doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0][0], "FailureCode");
+        assert_eq!(
+            doc["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"],
+            "DeadLettered"
+        );
+        assert_eq!(doc["_aws"]["Timestamp"], 1_700_000_000_000i64);
+    }
 }

@@ -3,8 +3,8 @@
 use aws_lambda_events::event::sqs::SqsMessage;
 use chrono::{Duration, TimeZone, Utc};
 use recon_dlq::adapters::memory::{
-    FixedClock, MemoryAuditLog, MemoryDeadLetterQueue, MemoryDedupTable, MemoryGeneralLedger,
-    MemoryReferenceData, MemoryWorkQueue,
+    FixedClock, MemoryAuditLog, MemoryDeadLetterQueue, MemoryDedupTable, MemoryGeneralLedger, MemoryReferenceData,
+    MemoryWorkQueue,
 };
 use recon_dlq::claim::{ClaimSettings, ClaimingLedger};
 use recon_dlq::consume::{Consumer, ConsumerConfig, Disposition};
@@ -14,9 +14,7 @@ use rust_decimal::Decimal;
 use std::sync::Arc;
 
 fn clock() -> Arc<FixedClock> {
-    Arc::new(FixedClock::new(
-        Utc.with_ymd_and_hms(2026, 12, 2, 9, 0, 0).unwrap(),
-    ))
+    Arc::new(FixedClock::new(Utc.with_ymd_and_hms(2026, 12, 2, 9, 0, 0).unwrap()))
 }
 
 fn posting(sqs_id: &str) -> Posting {
@@ -51,21 +49,13 @@ fn ledger(c: Arc<FixedClock>) -> ClaimingLedger<MemoryGeneralLedger, MemoryDedup
 #[tokio::test]
 async fn a_transaction_posts_once_and_the_repeat_finds_it_committed() {
     let l = ledger(clock());
-    assert_eq!(
-        l.commit(&posting("s1")).await.unwrap(),
-        CommitOutcome::Committed
-    );
+    assert_eq!(l.commit(&posting("s1")).await.unwrap(), CommitOutcome::Committed);
     match l.commit(&posting("s2")).await.unwrap() {
         CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, "s1"),
         other => panic!("{other:?}"),
     }
     assert_eq!(l.gl.posts(&posting("s1").source_hash), 1);
-    assert!(
-        l.lookup(&posting("s1").source_hash)
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(l.lookup(&posting("s1").source_hash).await.unwrap().is_some());
 }
 
 #[tokio::test]
@@ -74,17 +64,9 @@ async fn a_failed_post_releases_the_claim_for_the_next_attempt() {
     l.gl.set_failing(true);
     let err = l.commit(&posting("s1")).await.unwrap_err();
     assert_eq!(err.kind, TransientKind::ServiceUnavailable);
-    assert!(
-        l.lookup(&posting("s1").source_hash)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(l.lookup(&posting("s1").source_hash).await.unwrap().is_none());
     l.gl.set_failing(false);
-    assert_eq!(
-        l.commit(&posting("s1")).await.unwrap(),
-        CommitOutcome::Committed
-    );
+    assert_eq!(l.commit(&posting("s1")).await.unwrap(), CommitOutcome::Committed);
     assert_eq!(l.gl.posts(&posting("s1").source_hash), 1);
 }
 
@@ -111,10 +93,7 @@ async fn a_live_claim_elsewhere_is_a_transient_conflict_and_an_expired_one_is_ta
     assert_eq!(l.gl.posts(&hash), 0);
     // After the lease, the claim is taken over and the transaction posts.
     c.advance(Duration::seconds(61));
-    assert_eq!(
-        l.commit(&posting("s2")).await.unwrap(),
-        CommitOutcome::Committed
-    );
+    assert_eq!(l.commit(&posting("s2")).await.unwrap(), CommitOutcome::Committed);
     // The crashed worker coming back cannot commit over it.
     let stale = recon_dlq::domain::CommittedRef::from(&posting("s1"));
     assert!(!l.dedup.commit("crashed-worker", &stale).await.unwrap());
@@ -152,10 +131,7 @@ async fn the_consumer_runs_unchanged_on_an_external_ledger() {
         m.body = Some(body.clone());
         m
     };
-    assert_eq!(
-        consumer.handle_message(&msg("s1")).await,
-        Disposition::Committed
-    );
+    assert_eq!(consumer.handle_message(&msg("s1")).await, Disposition::Committed);
     assert_eq!(
         consumer.handle_message(&msg("s1")).await,
         Disposition::RedeliveryAcknowledged
@@ -176,9 +152,5 @@ fn a_dedup_ttl_shorter_than_the_replay_window_is_refused() {
     };
     let err = week.validate(Duration::days(14)).unwrap_err();
     assert!(err.contains("7 days") && err.contains("14 days"), "{err}");
-    assert!(
-        ClaimSettings::default()
-            .validate(Duration::days(90))
-            .is_ok()
-    );
+    assert!(ClaimSettings::default().validate(Duration::days(90)).is_ok());
 }

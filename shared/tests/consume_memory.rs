@@ -5,14 +5,11 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use chrono::{TimeZone, Utc};
 use recon_dlq::adapters::faults::{Fault, FaultyLedger};
 use recon_dlq::adapters::memory::{
-    FixedClock, MemoryAuditLog, MemoryDeadLetterQueue, MemoryLedger, MemoryReferenceData,
-    MemoryWorkQueue,
+    FixedClock, MemoryAuditLog, MemoryDeadLetterQueue, MemoryLedger, MemoryReferenceData, MemoryWorkQueue,
 };
 use recon_dlq::consume::{Consumer, ConsumerConfig, DeferReason, Disposition};
 use recon_dlq::decisions::RetryPolicy;
-use recon_dlq::domain::{
-    AuditKind, FailureCode, MatchDecision, NewMessage, RootCause, TransientKind,
-};
+use recon_dlq::domain::{AuditKind, FailureCode, MatchDecision, NewMessage, RootCause, TransientKind};
 use recon_dlq::resources::attrs;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -42,9 +39,7 @@ fn world() -> World {
         dlq: dlq.clone(),
         reference: MemoryReferenceData::default(),
         audit: audit.clone(),
-        clock: Arc::new(FixedClock::new(
-            Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap(),
-        )),
+        clock: Arc::new(FixedClock::new(Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap())),
         config: ConsumerConfig {
             retry: RetryPolicy {
                 max_attempts: 3,
@@ -83,8 +78,7 @@ fn sqs(id: &str, body: &str, receive_count: u32) -> SqsMessage {
     m.body = Some(body.into());
     m.attributes
         .insert("ApproximateReceiveCount".into(), receive_count.to_string());
-    m.attributes
-        .insert("SentTimestamp".into(), "1764676800000".into());
+    m.attributes.insert("SentTimestamp".into(), "1764676800000".into());
     m.event_source_arn = Some("arn:aws:sqs:us-east-1:000000000000:recon-dlq-main".into());
     m
 }
@@ -135,15 +129,11 @@ async fn valid_message_commits_and_repeats_are_suppressed_or_acknowledged() {
     assert_eq!(postings[0].sqs_message_id, "s1");
     let audit = w.audit.records();
     assert_eq!(audit.len(), 2);
-    assert!(
-        audit
-            .iter()
-            .all(|r| r.kind == AuditKind::DuplicateSuppressed
-                && r.failure_code == Some(FailureCode::ReplayDuplicate)
-                && r.trace_id.is_some()
-                && r.source_hash.as_deref() == Some(postings[0].source_hash.as_str())
-                && r.match_decision.as_deref() == Some("MATCHED"))
-    );
+    assert!(audit.iter().all(|r| r.kind == AuditKind::DuplicateSuppressed
+        && r.failure_code == Some(FailureCode::ReplayDuplicate)
+        && r.trace_id.is_some()
+        && r.source_hash.as_deref() == Some(postings[0].source_hash.as_str())
+        && r.match_decision.as_deref() == Some("MATCHED")));
 }
 
 #[tokio::test]
@@ -179,16 +169,11 @@ async fn poison_is_dead_lettered_on_the_first_receive_with_the_body_verbatim() {
     assert_eq!(l.context.source_message_id, "s1");
     assert_eq!(l.context.trace_id.as_deref(), Some("t-2"));
     assert_eq!(
-        l.context.original_attributes["origin"]
-            .string_value
-            .as_deref(),
+        l.context.original_attributes["origin"].string_value.as_deref(),
         Some("bank-feed-7")
     );
     assert!(l.context.sent_at.is_some());
-    assert!(
-        w.queue.visibility_changes().is_empty(),
-        "no retry budget spent"
-    );
+    assert!(w.queue.visibility_changes().is_empty(), "no retry budget spent");
     assert_eq!(w.audit.records()[0].kind, AuditKind::DeadLettered);
 }
 
@@ -198,14 +183,8 @@ async fn unidentifiable_payloads_are_unrecoverable() {
     let mut no_hash: serde_json::Value = serde_json::from_str(&tx(3).to_body().unwrap()).unwrap();
     no_hash.as_object_mut().unwrap().remove("source_hash");
     let mismatch = tx(3).to_body().unwrap().replace("3.25", "3.26");
-    for (i, body) in ["{not json", &no_hash.to_string(), &mismatch]
-        .into_iter()
-        .enumerate()
-    {
-        let d = w
-            .consumer
-            .handle_message(&sqs(&format!("s{i}"), body, 1))
-            .await;
+    for (i, body) in ["{not json", &no_hash.to_string(), &mismatch].into_iter().enumerate() {
+        let d = w.consumer.handle_message(&sqs(&format!("s{i}"), body, 1)).await;
         assert!(
             matches!(
                 d,
@@ -217,12 +196,7 @@ async fn unidentifiable_payloads_are_unrecoverable() {
             "{d:?}"
         );
     }
-    let causes: Vec<String> = w
-        .dlq
-        .letters()
-        .iter()
-        .map(|l| l.root_cause.to_string())
-        .collect();
+    let causes: Vec<String> = w.dlq.letters().iter().map(|l| l.root_cause.to_string()).collect();
     assert_eq!(causes, ["NOT_JSON", "MISSING_SOURCE_HASH", "HASH_MISMATCH"]);
 }
 
@@ -230,9 +204,7 @@ async fn unidentifiable_payloads_are_unrecoverable() {
 async fn transient_failures_back_off_then_exhaust_the_budget() {
     let w = world();
     let m = tx(4);
-    w.consumer
-        .ledger
-        .inject(&m.compute_hash().unwrap(), Fault::Always);
+    w.consumer.ledger.inject(&m.compute_hash().unwrap(), Fault::Always);
     let body = m.to_body().unwrap();
     let mut delays = Vec::new();
     for attempt in 1..=2 {
@@ -247,10 +219,7 @@ async fn transient_failures_back_off_then_exhaust_the_budget() {
     assert!(delays[1] > delays[0], "growing backoff: {delays:?}");
     assert_eq!(
         w.queue.visibility_changes(),
-        vec![
-            ("rh-s1-1".to_string(), delays[0]),
-            ("rh-s1-2".to_string(), delays[1])
-        ]
+        vec![("rh-s1-1".to_string(), delays[0]), ("rh-s1-2".to_string(), delays[1])]
     );
     let d = w.consumer.handle_message(&sqs("s1", &body, 3)).await;
     assert_eq!(
@@ -273,10 +242,7 @@ async fn nothing_is_acknowledged_when_the_dlq_send_fails() {
         .await;
     assert!(matches!(report.items[0].1, Disposition::Failed { .. }));
     assert_eq!(report.response.batch_item_failures.len(), 1);
-    assert_eq!(
-        report.response.batch_item_failures[0].item_identifier,
-        "bad"
-    );
+    assert_eq!(report.response.batch_item_failures[0].item_identifier, "bad");
     assert!(w.audit.records().is_empty());
 }
 
@@ -292,10 +258,7 @@ async fn one_bad_body_never_fails_the_batch() {
     assert_eq!(w.consumer.ledger.inner().len(), 9);
     assert_eq!(w.dlq.letters().len(), 1);
     assert_eq!(report.items[4].0, "bad");
-    assert!(matches!(
-        report.items[4].1,
-        Disposition::DeadLettered { .. }
-    ));
+    assert!(matches!(report.items[4].1, Disposition::DeadLettered { .. }));
 }
 
 #[tokio::test]
@@ -338,10 +301,7 @@ async fn fifo_group_stops_after_a_failure_other_groups_go_on() {
     let report = w.consumer.handle_batch(&event(records), later()).await;
     let by_id: std::collections::HashMap<_, _> = report.items.iter().cloned().collect();
     assert!(matches!(by_id["a1"], Disposition::RetryScheduled { .. }));
-    assert_eq!(
-        by_id["a2"],
-        Disposition::Deferred(DeferReason::GroupBlocked)
-    );
+    assert_eq!(by_id["a2"], Disposition::Deferred(DeferReason::GroupBlocked));
     assert_eq!(by_id["b1"], Disposition::Committed);
     assert_eq!(by_id["b2"], Disposition::Committed);
     let failed: Vec<_> = report
@@ -351,11 +311,7 @@ async fn fifo_group_stops_after_a_failure_other_groups_go_on() {
         .map(|f| f.item_identifier.as_str())
         .collect();
     assert_eq!(failed, ["a1", "a2"]);
-    assert_eq!(
-        w.consumer.ledger.inner().len(),
-        2,
-        "a2 must not overtake a1"
-    );
+    assert_eq!(w.consumer.ledger.inner().len(), 2, "a2 must not overtake a1");
 }
 
 #[tokio::test]
@@ -395,29 +351,16 @@ async fn a_replayed_message_records_its_provenance() {
 
 #[tokio::test]
 async fn the_sample_event_in_events_decides_as_documented() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../events/consumer-sqs-batch.json"
-    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../events/consumer-sqs-batch.json");
     let event: SqsEvent = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let w = world();
     let report = w.consumer.handle_batch(&event, later()).await;
     let names: Vec<&str> = report.items.iter().map(|(_, d)| d.name()).collect();
     assert_eq!(
         names,
-        [
-            "COMMITTED",
-            "DUPLICATE_SUPPRESSED",
-            "DEAD_LETTERED",
-            "DEAD_LETTERED"
-        ]
+        ["COMMITTED", "DUPLICATE_SUPPRESSED", "DEAD_LETTERED", "DEAD_LETTERED"]
     );
-    let causes: Vec<String> = w
-        .dlq
-        .letters()
-        .iter()
-        .map(|l| l.root_cause.to_string())
-        .collect();
+    let causes: Vec<String> = w.dlq.letters().iter().map(|l| l.root_cause.to_string()).collect();
     assert_eq!(causes, ["UNMAPPED_CURRENCY:XAU", "NOT_JSON"]);
     assert!(report.response.batch_item_failures.is_empty());
 }

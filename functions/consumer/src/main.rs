@@ -15,9 +15,7 @@ async fn main() -> Result<(), Error> {
     let clients = AwsClients::connect(Target::Aws).await;
     let ledger = DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table);
     let name = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "consumer".into());
-    let consumer = Arc::new(AwsConsumer::from_settings(
-        &clients, &settings, ledger, &name,
-    ));
+    let consumer = Arc::new(AwsConsumer::from_settings(&clients, &settings, ledger, &name));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let consumer = consumer.clone();
         async move {

@@ -59,10 +59,7 @@ impl<L> FaultyLedger<L> {
 impl<L: Ledger> Ledger for FaultyLedger<L> {
     async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
         if self.should_fail(&posting.source_hash) {
-            return Err(StoreError::new(
-                self.kind,
-                "ledger unavailable (injected fault)",
-            ));
+            return Err(StoreError::new(self.kind, "ledger unavailable (injected fault)"));
         }
         self.inner.commit(posting).await
     }

@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::domain::{
-    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, PeriodRecord, Posting,
-    ReferenceSnapshot, TransientKind,
+    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, PeriodRecord, Posting, ReferenceSnapshot,
+    TransientKind,
 };
 use crate::ports::{
-    AuditLog, ClaimOutcome, Clock, DeadLetterQueue, DedupTable, ExternalLedger, Ledger,
-    ReferenceData, StoreError, StoreResult, WorkQueue,
+    AuditLog, ClaimOutcome, Clock, DeadLetterQueue, DedupTable, ExternalLedger, Ledger, ReferenceData, StoreError,
+    StoreResult, WorkQueue,
 };
 
 /// Lock a mutex, recovering from poisoning: a panicking test thread must not hide the state.
@@ -47,9 +47,7 @@ impl Ledger for MemoryLedger {
     }
 
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        Ok(lock(&self.postings)
-            .get(source_hash)
-            .map(CommittedRef::from))
+        Ok(lock(&self.postings).get(source_hash).map(CommittedRef::from))
     }
 }
 
@@ -66,8 +64,7 @@ impl MemoryDeadLetterQueue {
         lock(&self.letters).clone()
     }
     pub fn set_failing(&self, failing: bool) {
-        self.fail_sends
-            .store(failing, std::sync::atomic::Ordering::SeqCst);
+        self.fail_sends.store(failing, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -112,19 +109,14 @@ pub struct MemoryReferenceData {
 
 impl MemoryReferenceData {
     fn rebuild(&self) {
-        let snap =
-            ReferenceSnapshot::new(lock(&self.currencies).clone(), lock(&self.periods).clone());
+        let snap = ReferenceSnapshot::new(lock(&self.currencies).clone(), lock(&self.periods).clone());
         *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
     }
 }
 
 impl ReferenceData for MemoryReferenceData {
     async fn snapshot(&self) -> StoreResult<Arc<ReferenceSnapshot>> {
-        Ok(self
-            .snapshot
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone())
+        Ok(self.snapshot.read().unwrap_or_else(|p| p.into_inner()).clone())
     }
     async fn put_currency(&self, mapping: &CurrencyMapping) -> StoreResult<()> {
         {
@@ -190,10 +182,7 @@ impl Clock for FixedClock {
 
 #[derive(Clone, Debug)]
 enum DedupEntry {
-    Claimed {
-        owner: String,
-        lease_until: DateTime<Utc>,
-    },
+    Claimed { owner: String, lease_until: DateTime<Utc> },
     Committed(CommittedRef),
 }
 
@@ -240,10 +229,7 @@ impl DedupTable for MemoryDedupTable {
         let mut e = lock(&self.entries);
         match e.get(&committed.source_hash) {
             Some(DedupEntry::Claimed { owner: o, .. }) if o == owner => {
-                e.insert(
-                    committed.source_hash.clone(),
-                    DedupEntry::Committed(committed.clone()),
-                );
+                e.insert(committed.source_hash.clone(), DedupEntry::Committed(committed.clone()));
                 Ok(true)
             }
             _ => Ok(false),
@@ -279,8 +265,7 @@ impl MemoryGeneralLedger {
         lock(&self.posts).get(source_hash).copied().unwrap_or(0)
     }
     pub fn set_failing(&self, failing: bool) {
-        self.failing
-            .store(failing, std::sync::atomic::Ordering::SeqCst);
+        self.failing.store(failing, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -292,9 +277,157 @@ impl ExternalLedger for MemoryGeneralLedger {
                 "GL unavailable (injected)",
             ));
         }
-        *lock(&self.posts)
-            .entry(posting.source_hash.clone())
-            .or_default() += 1;
+        *lock(&self.posts).entry(posting.source_hash.clone()).or_default() += 1;
         Ok(())
+    }
+}
+
+#[derive(Default)]
+struct EnvelopeState {
+    envelopes: std::collections::BTreeMap<String, crate::domain::DlqEnvelope>,
+    pending: i64,
+    overflow: bool,
+    episodes: u64,
+}
+
+/// The envelope table in memory, with the same conditions and pending count as DynamoDB's.
+#[derive(Default)]
+pub struct MemoryEnvelopeStore {
+    state: Mutex<EnvelopeState>,
+}
+
+fn page(mut all: Vec<crate::domain::DlqEnvelope>, cursor: Option<String>, limit: usize) -> crate::ports::EnvelopePage {
+    let start = cursor.and_then(|c| c.parse::<usize>().ok()).unwrap_or(0);
+    let end = (start + limit.max(1)).min(all.len());
+    let next = (end < all.len()).then(|| end.to_string());
+    let items = if start < all.len() {
+        all.drain(start..end).collect()
+    } else {
+        Vec::new()
+    };
+    (items, next)
+}
+
+impl crate::ports::EnvelopeStore for MemoryEnvelopeStore {
+    async fn create(&self, envelope: &crate::domain::DlqEnvelope) -> StoreResult<crate::ports::CreateOutcome> {
+        let mut s = lock(&self.state);
+        if let Some(existing) = s.envelopes.get(&envelope.envelope_id) {
+            return Ok(crate::ports::CreateOutcome::Exists(Box::new(existing.clone())));
+        }
+        if envelope.status == crate::domain::EnvelopeStatus::Pending {
+            s.pending += 1;
+        }
+        s.envelopes.insert(envelope.envelope_id.clone(), envelope.clone());
+        Ok(crate::ports::CreateOutcome::Created)
+    }
+
+    async fn get(&self, envelope_id: &str) -> StoreResult<Option<crate::domain::DlqEnvelope>> {
+        Ok(lock(&self.state).envelopes.get(envelope_id).cloned())
+    }
+
+    async fn transition(
+        &self,
+        envelope_id: &str,
+        from: crate::domain::EnvelopeStatus,
+        change: &crate::domain::StatusChange,
+    ) -> StoreResult<bool> {
+        use crate::domain::EnvelopeStatus::Pending;
+        let mut s = lock(&self.state);
+        let Some(e) = s.envelopes.get_mut(envelope_id).filter(|e| e.status == from) else {
+            return Ok(false);
+        };
+        e.status = change.status;
+        e.status_history.push(change.clone());
+        let delta = i64::from(change.status == Pending) - i64::from(from == Pending);
+        s.pending += delta;
+        Ok(true)
+    }
+
+    async fn list_by_status(
+        &self,
+        status: crate::domain::EnvelopeStatus,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> StoreResult<crate::ports::EnvelopePage> {
+        let mut all: Vec<_> = lock(&self.state)
+            .envelopes
+            .values()
+            .filter(|e| e.status == status)
+            .cloned()
+            .collect();
+        all.sort_by(|a, b| (a.dead_lettered_at, &a.envelope_id).cmp(&(b.dead_lettered_at, &b.envelope_id)));
+        Ok(page(all, cursor, limit))
+    }
+
+    async fn list_all(&self, cursor: Option<String>, limit: usize) -> StoreResult<crate::ports::EnvelopePage> {
+        Ok(page(
+            lock(&self.state).envelopes.values().cloned().collect(),
+            cursor,
+            limit,
+        ))
+    }
+
+    async fn pending_count(&self) -> StoreResult<i64> {
+        Ok(lock(&self.state).pending)
+    }
+
+    async fn set_overflow(&self, active: bool) -> StoreResult<Option<u64>> {
+        let mut s = lock(&self.state);
+        if s.overflow == active {
+            return Ok(None);
+        }
+        s.overflow = active;
+        if active {
+            s.episodes += 1;
+            return Ok(Some(s.episodes));
+        }
+        Ok(None)
+    }
+}
+
+/// A write-once object store in memory: a second put to a key keeps the first object.
+#[derive(Default)]
+pub struct MemoryWorm {
+    objects: Mutex<HashMap<String, Vec<u8>>>,
+}
+
+impl MemoryWorm {
+    pub fn keys(&self) -> Vec<String> {
+        let mut k: Vec<String> = lock(&self.objects).keys().cloned().collect();
+        k.sort();
+        k
+    }
+}
+
+impl crate::ports::Worm for MemoryWorm {
+    fn bucket(&self) -> &str {
+        "memory"
+    }
+    async fn put(&self, key: &str, bytes: &[u8]) -> StoreResult<()> {
+        lock(&self.objects)
+            .entry(key.to_owned())
+            .or_insert_with(|| bytes.to_vec());
+        Ok(())
+    }
+    async fn get(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
+        Ok(lock(&self.objects).get(key).cloned())
+    }
+}
+
+/// Metrics kept in memory.
+#[derive(Default)]
+pub struct MemoryMetrics {
+    emitted: Mutex<Vec<crate::ports::Metric>>,
+}
+
+impl MemoryMetrics {
+    pub fn emitted(&self) -> Vec<crate::ports::Metric> {
+        lock(&self.emitted).clone()
+    }
+}
+
+impl crate::ports::Metrics for MemoryMetrics {
+    fn emit(&self, metric: &crate::ports::Metric) {
+        lock(&self.emitted).push(metric.clone());
     }
 }

@@ -35,9 +35,7 @@ pub enum PolicyError {
     MaxAttempts(u32),
     #[error("backoff base must be at least 1 second, got {0}")]
     Base(u32),
-    #[error(
-        "backoff cap must be between the base ({base}) and {MAX_VISIBILITY_SECS} s (SQS's limit), got {cap}"
-    )]
+    #[error("backoff cap must be between the base ({base}) and {MAX_VISIBILITY_SECS} s (SQS's limit), got {cap}")]
     Cap { base: u32, cap: u32 },
 }
 
@@ -49,9 +47,7 @@ impl RetryPolicy {
         if self.backoff_base_secs == 0 {
             return Err(PolicyError::Base(0));
         }
-        if self.backoff_cap_secs < self.backoff_base_secs
-            || self.backoff_cap_secs > MAX_VISIBILITY_SECS
-        {
+        if self.backoff_cap_secs < self.backoff_base_secs || self.backoff_cap_secs > MAX_VISIBILITY_SECS {
             return Err(PolicyError::Cap {
                 base: self.backoff_base_secs,
                 cap: self.backoff_cap_secs,
@@ -69,9 +65,7 @@ impl RetryPolicy {
         let exp = attempt.saturating_sub(1).min(31);
         let backoff = u64::from(self.backoff_base_secs).saturating_mul(1u64 << exp);
         let jitter = fnv1a(seed.as_bytes(), attempt) % u64::from(self.backoff_base_secs.max(1));
-        let capped = backoff
-            .saturating_add(jitter)
-            .min(u64::from(self.backoff_cap_secs));
+        let capped = backoff.saturating_add(jitter).min(u64::from(self.backoff_cap_secs));
         u32::try_from(capped)
             .unwrap_or(MAX_VISIBILITY_SECS)
             .min(MAX_VISIBILITY_SECS)
@@ -106,12 +100,7 @@ pub enum FailureDecision {
 
 /// Classify a failure on receive number `attempt`. Deterministic failures never spend budget;
 /// transient ones do, until the last allowed attempt.
-pub fn decide_failure(
-    err: ProcessError,
-    attempt: u32,
-    policy: &RetryPolicy,
-    seed: &str,
-) -> FailureDecision {
+pub fn decide_failure(err: ProcessError, attempt: u32, policy: &RetryPolicy, seed: &str) -> FailureDecision {
     match err {
         ProcessError::Unrecoverable { cause, detail } => FailureDecision::DeadLetter {
             code: FailureCode::UnrecoverablePayload,
@@ -123,16 +112,14 @@ pub fn decide_failure(
             cause,
             detail,
         },
-        ProcessError::Transient { kind, detail } if attempt >= policy.max_attempts => {
-            FailureDecision::DeadLetter {
-                code: FailureCode::PoisonMessage,
-                cause: RootCause::TransientExhausted(kind),
-                detail: format!(
-                    "retry budget of {} attempts exhausted; last error: {detail}",
-                    policy.max_attempts
-                ),
-            }
-        }
+        ProcessError::Transient { kind, detail } if attempt >= policy.max_attempts => FailureDecision::DeadLetter {
+            code: FailureCode::PoisonMessage,
+            cause: RootCause::TransientExhausted(kind),
+            detail: format!(
+                "retry budget of {} attempts exhausted; last error: {detail}",
+                policy.max_attempts
+            ),
+        },
         ProcessError::Transient { kind, detail } => FailureDecision::Retry {
             delay_secs: policy.delay_secs(attempt, seed),
             kind,
@@ -169,22 +156,13 @@ mod tests {
             assert_eq!(p.delay_secs(1000, seed), 60, "no overflow");
             assert_eq!(p.delay_secs(3, seed), p.delay_secs(3, seed), "reproducible");
         }
-        let spread: std::collections::HashSet<u32> =
-            (0..50).map(|i| p.delay_secs(1, &format!("m{i}"))).collect();
-        assert!(
-            spread.len() > 1,
-            "jitter spreads messages that failed together"
-        );
+        let spread: std::collections::HashSet<u32> = (0..50).map(|i| p.delay_secs(1, &format!("m{i}"))).collect();
+        assert!(spread.len() > 1, "jitter spreads messages that failed together");
     }
 
     #[test]
     fn deterministic_failures_dead_letter_on_first_attempt() {
-        let d = decide_failure(
-            ProcessError::poison(RootCause::InvalidDecimal, "x"),
-            1,
-            &policy(),
-            "m",
-        );
+        let d = decide_failure(ProcessError::poison(RootCause::InvalidDecimal, "x"), 1, &policy(), "m");
         assert!(matches!(
             d,
             FailureDecision::DeadLetter {
@@ -192,12 +170,7 @@ mod tests {
                 ..
             }
         ));
-        let d = decide_failure(
-            ProcessError::unrecoverable(RootCause::NotJson, "x"),
-            1,
-            &policy(),
-            "m",
-        );
+        let d = decide_failure(ProcessError::unrecoverable(RootCause::NotJson, "x"), 1, &policy(), "m");
         assert!(matches!(
             d,
             FailureDecision::DeadLetter {
@@ -215,10 +188,7 @@ mod tests {
         };
         for n in 1..5 {
             assert!(
-                matches!(
-                    decide_failure(t(), n, &policy(), "m"),
-                    FailureDecision::Retry { .. }
-                ),
+                matches!(decide_failure(t(), n, &policy(), "m"), FailureDecision::Retry { .. }),
                 "attempt {n}"
             );
         }

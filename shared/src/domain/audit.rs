@@ -13,6 +13,12 @@ pub enum AuditKind {
     DuplicateSuppressed,
     /// The consumer sent a message to the DLQ.
     DeadLettered,
+    /// The enricher wrapped a dead letter in an envelope (and its WORM copy).
+    Enriched,
+    /// An envelope went to quarantine (terminal, WORM).
+    Quarantined,
+    /// PENDING envelopes crossed the high-water mark (one record per crossing).
+    DlqOverflow,
 }
 
 impl AuditKind {
@@ -20,14 +26,17 @@ impl AuditKind {
         match self {
             AuditKind::DuplicateSuppressed => "DUPLICATE_SUPPRESSED",
             AuditKind::DeadLettered => "DEAD_LETTERED",
+            AuditKind::Enriched => "ENRICHED",
+            AuditKind::Quarantined => "QUARANTINED",
+            AuditKind::DlqOverflow => "DLQ_OVERFLOW",
         }
     }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditRecord {
-    /// Deterministic (`<kind>#<sqs message id>`): writing the same decision twice, after a
-    /// redelivery, leaves one record.
+    /// Deterministic (`<kind>#<sqs message id>`, `<kind>#<envelope id>`, `DLQ_OVERFLOW#<episode>`):
+    /// writing the same decision twice, after a redelivery, leaves one record.
     pub audit_id: String,
     pub kind: AuditKind,
     pub at: DateTime<Utc>,
@@ -57,7 +66,7 @@ pub struct AuditRecord {
 }
 
 impl AuditRecord {
-    pub fn id_for(kind: AuditKind, sqs_message_id: &str) -> String {
-        format!("{}#{sqs_message_id}", kind.as_str())
+    pub fn id_for(kind: AuditKind, subject: &str) -> String {
+        format!("{}#{subject}", kind.as_str())
     }
 }

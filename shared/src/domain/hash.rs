@@ -43,10 +43,7 @@ pub(crate) struct StackStr<const N: usize> {
 
 impl<const N: usize> StackStr<N> {
     pub(crate) fn new() -> Self {
-        Self {
-            buf: [0; N],
-            len: 0,
-        }
+        Self { buf: [0; N], len: 0 }
     }
     pub(crate) fn as_str(&self) -> &str {
         // Only ever filled through `write_str` with whole `&str`s.

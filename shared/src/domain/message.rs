@@ -223,31 +223,18 @@ fn string_field<'a>(
         None => Ok(None),
         Some(Scalar::Str(s)) => {
             if s.len() > max_len {
-                return Err(schema(
-                    name,
-                    format!("`{name}` is longer than {max_len} bytes"),
-                ));
+                return Err(schema(name, format!("`{name}` is longer than {max_len} bytes")));
             }
             if has_control(&s) {
-                return Err(schema(
-                    name,
-                    format!("`{name}` contains control characters"),
-                ));
+                return Err(schema(name, format!("`{name}` contains control characters")));
             }
             Ok(Some(s))
         }
-        Some(other) => Err(schema(
-            name,
-            format!("`{name}` must be a string, not {}", other.kind()),
-        )),
+        Some(other) => Err(schema(name, format!("`{name}` must be a string, not {}", other.kind()))),
     }
 }
 
-fn required<'a>(
-    name: &'static str,
-    value: Option<Scalar<'a>>,
-    max_len: usize,
-) -> Result<Cow<'a, str>, ProcessError> {
+fn required<'a>(name: &'static str, value: Option<Scalar<'a>>, max_len: usize) -> Result<Cow<'a, str>, ProcessError> {
     match string_field(name, value, max_len)? {
         Some(s) if !s.trim().is_empty() => Ok(s),
         Some(_) => Err(schema(name, format!("`{name}` is empty"))),
@@ -263,11 +250,9 @@ fn has_control(s: &str) -> bool {
     if b.iter().all(|c| (0x20..0x7f).contains(c)) {
         return false;
     }
-    b.iter().enumerate().any(|(i, &c)| {
-        c < 0x20
-            || c == 0x7f
-            || (c == 0xc2 && b.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)))
-    })
+    b.iter()
+        .enumerate()
+        .any(|(i, &c)| c < 0x20 || c == 0x7f || (c == 0xc2 && b.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n))))
 }
 
 /// Parse exactly `YYYY-MM-DD` into a calendar date (no strftime machinery on the hot path).
@@ -305,10 +290,7 @@ pub fn parse_amount(s: &str) -> Result<Decimal, ProcessError> {
     let invalid = |why: &str| {
         ProcessError::poison(
             RootCause::InvalidDecimal,
-            format!(
-                "amount `{}` {why}",
-                crate::domain::failure::bounded_detail(s)
-            ),
+            format!("amount `{}` {why}", crate::domain::failure::bounded_detail(s)),
         )
     };
     let digits = s.strip_prefix('-').unwrap_or(s);
@@ -335,13 +317,8 @@ pub fn parse_amount(s: &str) -> Result<Decimal, ProcessError> {
 pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
     if !body.trim_start().starts_with('{') {
         return Err(match serde_json::from_str::<IgnoredAny>(body) {
-            Ok(_) => ProcessError::unrecoverable(
-                RootCause::NotAnObject,
-                "body is JSON but not an object",
-            ),
-            Err(e) => {
-                ProcessError::unrecoverable(RootCause::NotJson, format!("body is not JSON: {e}"))
-            }
+            Ok(_) => ProcessError::unrecoverable(RootCause::NotAnObject, "body is JSON but not an object"),
+            Err(e) => ProcessError::unrecoverable(RootCause::NotJson, format!("body is not JSON: {e}")),
         });
     }
     let wire: Wire<'_> = serde_json::from_str(body).map_err(|e| match e.classify() {
@@ -360,9 +337,7 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
                 "`source_hash` is missing",
             ));
         }
-        Some(Scalar::Str(s)) if is_hash_hex(&s) && !s.bytes().any(|b| b.is_ascii_uppercase()) => {
-            s.into_owned()
-        }
+        Some(Scalar::Str(s)) if is_hash_hex(&s) && !s.bytes().any(|b| b.is_ascii_uppercase()) => s.into_owned(),
         Some(Scalar::Str(s)) if is_hash_hex(&s) => s.to_ascii_lowercase(),
         Some(_) => {
             return Err(ProcessError::unrecoverable(
@@ -396,10 +371,7 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
     }
     let currency = required("currency", wire.currency, 12)?;
     if currency.len() < 3 || !currency.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return Err(schema(
-            "currency",
-            "`currency` must be 3 to 12 letters or digits",
-        ));
+        return Err(schema("currency", "`currency` must be 3 to 12 letters or digits"));
     }
     let currency = if currency.bytes().any(|b| b.is_ascii_lowercase()) {
         Cow::Owned(currency.to_ascii_uppercase())
@@ -430,17 +402,11 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
         .filter(|t| !t.trim().is_empty())
         .unwrap_or_else(|| message_id.clone());
     let value_date_text = required("value_date", wire.value_date, 10)?;
-    let value_date = parse_date(&value_date_text).ok_or_else(|| {
-        schema(
-            "value_date",
-            "`value_date` must be a calendar date YYYY-MM-DD",
-        )
-    })?;
+    let value_date = parse_date(&value_date_text)
+        .ok_or_else(|| schema("value_date", "`value_date` must be a calendar date YYYY-MM-DD"))?;
     let external_ref = trimmed(required("external_ref", wire.external_ref, MAX_REF_LEN)?);
-    let counterparty = trimmed(
-        string_field("counterparty", wire.counterparty, MAX_COUNTERPARTY_LEN)?
-            .unwrap_or(Cow::Borrowed("")),
-    );
+    let counterparty =
+        trimmed(string_field("counterparty", wire.counterparty, MAX_COUNTERPARTY_LEN)?.unwrap_or(Cow::Borrowed("")));
 
     // Stage 4: the claimed hash must be the hash of this content.
     let input = HashInput {
@@ -479,10 +445,7 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
 }
 
 /// Stage 5: the checks that depend on reference data.
-pub fn check_reference(
-    msg: &ReconMessage<'_>,
-    reference: &ReferenceSnapshot,
-) -> Result<(), ProcessError> {
+pub fn check_reference(msg: &ReconMessage<'_>, reference: &ReferenceSnapshot) -> Result<(), ProcessError> {
     let Some(minor_units) = reference.minor_units(&msg.currency) else {
         return Err(ProcessError::poison(
             RootCause::UnmappedCurrency(msg.currency.to_string()),
@@ -509,20 +472,14 @@ pub fn check_reference(
                 entity: msg.ledger_entity.to_string(),
                 period: period.clone(),
             },
-            format!(
-                "accounting period {period} is closed for {}",
-                msg.ledger_entity
-            ),
+            format!("accounting period {period} is closed for {}", msg.ledger_entity),
         ));
     }
     Ok(())
 }
 
 /// Decode, verify and validate against reference data: the whole integrity check.
-pub fn validate<'a>(
-    body: &'a str,
-    reference: &ReferenceSnapshot,
-) -> Result<ReconMessage<'a>, ProcessError> {
+pub fn validate<'a>(body: &'a str, reference: &ReferenceSnapshot) -> Result<ReconMessage<'a>, ProcessError> {
     let msg = decode(body)?;
     check_reference(&msg, reference)?;
     Ok(msg)
@@ -627,9 +584,7 @@ mod tests {
 
     fn cause(r: Result<ReconMessage<'_>, ProcessError>) -> (String, String) {
         match r {
-            Err(ProcessError::Unrecoverable { cause, .. }) => {
-                ("UNRECOVERABLE".into(), cause.to_string())
-            }
+            Err(ProcessError::Unrecoverable { cause, .. }) => ("UNRECOVERABLE".into(), cause.to_string()),
             Err(ProcessError::Poison { cause, .. }) => ("POISON".into(), cause.to_string()),
             Err(ProcessError::Transient { kind, .. }) => ("TRANSIENT".into(), kind.to_string()),
             Ok(_) => ("OK".into(), String::new()),
@@ -659,14 +614,8 @@ mod tests {
     #[test]
     fn unidentifiable_bodies_are_unrecoverable() {
         let body = sample().to_body().unwrap();
-        assert_eq!(
-            cause(decode("not json {")),
-            ("UNRECOVERABLE".into(), "NOT_JSON".into())
-        );
-        assert_eq!(
-            cause(decode("[1,2]")),
-            ("UNRECOVERABLE".into(), "NOT_AN_OBJECT".into())
-        );
+        assert_eq!(cause(decode("not json {")), ("UNRECOVERABLE".into(), "NOT_JSON".into()));
+        assert_eq!(cause(decode("[1,2]")), ("UNRECOVERABLE".into(), "NOT_AN_OBJECT".into()));
         assert_eq!(
             cause(decode(&with("source_hash", serde_json::Value::Null))).1,
             "MISSING_SOURCE_HASH"
@@ -675,10 +624,7 @@ mod tests {
             cause(decode(&with("source_hash", "abc".into()))).1,
             "MALFORMED_SOURCE_HASH"
         );
-        assert_eq!(
-            cause(decode(&with("source_hash", 7.into()))).1,
-            "MALFORMED_SOURCE_HASH"
-        );
+        assert_eq!(cause(decode(&with("source_hash", 7.into()))).1, "MALFORMED_SOURCE_HASH");
         let tampered = body.replace("10.50", "10.51");
         assert_eq!(
             cause(decode(&tampered)),
@@ -694,10 +640,7 @@ mod tests {
             cause(decode(&with("ledger_entity", serde_json::Value::Null))).1,
             "SCHEMA_VIOLATION:ledger_entity"
         );
-        assert_eq!(
-            cause(decode(&with("amount", 10.5.into()))).1,
-            "SCHEMA_VIOLATION:amount"
-        );
+        assert_eq!(cause(decode(&with("amount", 10.5.into()))).1, "SCHEMA_VIOLATION:amount");
         assert_eq!(
             cause(decode(&with("match_decision", "MAYBE".into()))).1,
             "SCHEMA_VIOLATION:match_decision"
@@ -718,10 +661,7 @@ mod tests {
             cause(decode(&with("amount", "1e5".into()))),
             ("POISON".into(), "INVALID_DECIMAL".into())
         );
-        assert_eq!(
-            cause(decode(&with("amount", "12,50".into()))).1,
-            "INVALID_DECIMAL"
-        );
+        assert_eq!(cause(decode(&with("amount", "12,50".into()))).1, "INVALID_DECIMAL");
     }
 
     #[test]
@@ -754,10 +694,7 @@ mod tests {
             m.currency = "JPY".into();
             m.amount = "100.5".into();
         });
-        assert_eq!(
-            cause(validate(&b, &reference)).1,
-            "SCALE_EXCEEDS_CURRENCY:JPY"
-        );
+        assert_eq!(cause(validate(&b, &reference)).1, "SCALE_EXCEEDS_CURRENCY:JPY");
         let b = body(&|m| {
             m.currency = "JPY".into();
             m.amount = "100.000".into();
@@ -773,18 +710,12 @@ mod tests {
         });
         assert_eq!(cause(validate(&b, &reference)).0, "OK");
         let b = body(&|m| m.value_date = "2026-10-31".into());
-        assert_eq!(
-            cause(validate(&b, &reference)).1,
-            "CLOSED_PERIOD:ACME-US:2026-10"
-        );
+        assert_eq!(cause(validate(&b, &reference)).1, "CLOSED_PERIOD:ACME-US:2026-10");
     }
 
     #[test]
     fn dates_and_control_characters() {
-        assert_eq!(
-            parse_date("2024-02-29"),
-            NaiveDate::from_ymd_opt(2024, 2, 29)
-        );
+        assert_eq!(parse_date("2024-02-29"), NaiveDate::from_ymd_opt(2024, 2, 29));
         for bad in [
             "2023-02-29",
             "2026-13-01",

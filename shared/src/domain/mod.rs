@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod dead_letter;
+pub mod envelope;
 pub mod failure;
 pub mod hash;
 pub mod message;
@@ -11,10 +12,11 @@ pub mod reference;
 
 pub use audit::{AuditKind, AuditRecord};
 pub use dead_letter::{DeadLetter, DeadLetterContext, OriginalAttribute};
+pub use envelope::{
+    DlqEnvelope, EnvelopeStatus, HashKind, OriginalMessage, StatusChange, WormRef, envelope_from_dlq_message,
+};
 pub use failure::{FailureCode, ProcessError, RootCause, TransientKind, bounded_detail};
 pub use hash::{HashInput, source_hash};
-pub use message::{
-    MatchDecision, MessageLabels, NewMessage, ReconMessage, decode, labels, validate,
-};
+pub use message::{MatchDecision, MessageLabels, NewMessage, ReconMessage, decode, labels, validate};
 pub use posting::{CommitOutcome, CommittedRef, Posting};
 pub use reference::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};

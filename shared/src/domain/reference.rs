@@ -262,24 +262,17 @@ impl ReferenceSnapshot {
     ) -> Self {
         let mut snap = ReferenceSnapshot::default();
         for c in currencies {
-            snap.currencies
-                .insert(c.code, c.minor_units.min(MAX_MINOR_UNITS));
+            snap.currencies.insert(c.code, c.minor_units.min(MAX_MINOR_UNITS));
         }
         for p in periods {
-            snap.periods
-                .entry(p.entity)
-                .or_default()
-                .insert(p.period, p.status);
+            snap.periods.entry(p.entity).or_default().insert(p.period, p.status);
         }
         snap
     }
 
     /// Minor units of `code` (already upper-case): the reference table first, then ISO 4217.
     pub fn minor_units(&self, code: &str) -> Option<u32> {
-        self.currencies
-            .get(code)
-            .copied()
-            .or_else(|| iso_minor_units(code))
+        self.currencies.get(code).copied().or_else(|| iso_minor_units(code))
     }
 
     /// Status of `period` (`YYYY-MM`) for `entity`; open unless recorded as closed.
@@ -312,11 +305,7 @@ mod tests {
         assert_eq!(iso_minor_units("USD"), Some(2));
         assert_eq!(iso_minor_units("BHD"), Some(3));
         assert_eq!(iso_minor_units("CLF"), Some(4));
-        assert_eq!(
-            iso_minor_units("XAU"),
-            None,
-            "metals must be mapped explicitly"
-        );
+        assert_eq!(iso_minor_units("XAU"), None, "metals must be mapped explicitly");
         assert_eq!(iso_minor_units("usd"), None, "callers upper-case first");
     }
 

@@ -3,9 +3,7 @@
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,12 +12,10 @@ use std::time::{Duration, Instant};
 use super::item::{Item, from_item, get_s, to_item};
 use super::{SdkError, store_error};
 use crate::domain::{
-    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, PeriodRecord, PeriodStatus, Posting,
-    ReferenceSnapshot, TransientKind,
+    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, PeriodRecord, PeriodStatus, Posting, ReferenceSnapshot,
+    TransientKind,
 };
-use crate::ports::{
-    AuditLog, ClaimOutcome, DedupTable, Ledger, ReferenceData, StoreError, StoreResult,
-};
+use crate::ports::{AuditLog, ClaimOutcome, DedupTable, Ledger, ReferenceData, StoreError, StoreResult};
 use crate::resources::keys;
 
 fn item_error(op: &str, e: impl std::fmt::Display) -> StoreError {
@@ -72,11 +68,7 @@ impl DynamoLedger {
 }
 
 /// All items of a table, following pagination; `pk` filters on the partition key when given.
-pub async fn scan_all(
-    client: &Client,
-    table: &str,
-    pk: Option<(&str, &str)>,
-) -> StoreResult<Vec<Item>> {
+pub async fn scan_all(client: &Client, table: &str, pk: Option<(&str, &str)>) -> StoreResult<Vec<Item>> {
     let mut items = Vec::new();
     let mut start: Option<Item> = None;
     loop {
@@ -122,9 +114,7 @@ impl Ledger for DynamoLedger {
                 }
                 Ok(CommitOutcome::Committed)
             }
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
+            Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
                 let existing = match e.err() {
                     PutItemError::ConditionalCheckFailedException(c) => c.item().map(committed_ref),
                     _ => None,
@@ -186,10 +176,7 @@ impl DynamoReferenceData {
         let mut currencies = Vec::new();
         let mut periods = Vec::new();
         for item in scan_all(&self.client, &self.table, None).await? {
-            let (Some(pk), Some(sk)) = (
-                get_s(&item, keys::REFERENCE_PK),
-                get_s(&item, keys::REFERENCE_SK),
-            ) else {
+            let (Some(pk), Some(sk)) = (get_s(&item, keys::REFERENCE_PK), get_s(&item, keys::REFERENCE_SK)) else {
                 continue;
             };
             if pk == CURRENCY_PK {
@@ -205,9 +192,7 @@ impl DynamoReferenceData {
                     });
                 }
             } else if let Some(entity) = pk.strip_prefix(PERIOD_PK_PREFIX) {
-                if let Some(status) =
-                    get_s(&item, "status").and_then(|s| s.parse::<PeriodStatus>().ok())
-                {
+                if let Some(status) = get_s(&item, "status").and_then(|s| s.parse::<PeriodStatus>().ok()) {
                     periods.push(PeriodRecord {
                         entity: entity.to_owned(),
                         period: sk.to_owned(),
@@ -370,9 +355,7 @@ impl DedupTable for DynamoDedupTable {
             .item("owner", s(owner))
             .item("lease_until", n(lease_until.timestamp_millis()))
             .item(keys::DEDUP_TTL, n(expires_at.timestamp()))
-            .condition_expression(
-                "attribute_not_exists(#pk) OR (#state = :claimed AND #lease < :now)",
-            )
+            .condition_expression("attribute_not_exists(#pk) OR (#state = :claimed AND #lease < :now)")
             .expression_attribute_names("#pk", keys::DEDUP_PK)
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#lease", "lease_until")
@@ -383,9 +366,7 @@ impl DedupTable for DynamoDedupTable {
             .await;
         match result {
             Ok(_) => Ok(ClaimOutcome::Claimed),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
-            {
+            Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
                 match e.err() {
                     PutItemError::ConditionalCheckFailedException(c) => match c.item() {
                         Some(item) => Ok(claim_outcome_from(item)),
@@ -402,16 +383,15 @@ impl DedupTable for DynamoDedupTable {
     }
 
     async fn commit(&self, owner: &str, committed: &CommittedRef) -> StoreResult<bool> {
-        let at = committed
-            .committed_at
-            .map(|t| t.to_rfc3339())
-            .unwrap_or_default();
+        let at = committed.committed_at.map(|t| t.to_rfc3339()).unwrap_or_default();
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .key(keys::DEDUP_PK, s(&committed.source_hash))
-            .update_expression("SET #state = :committed, sqs_message_id = :sqs, message_id = :mid, committed_at = :at REMOVE #lease")
+            .update_expression(
+                "SET #state = :committed, sqs_message_id = :sqs, message_id = :mid, committed_at = :at REMOVE #lease",
+            )
             .condition_expression("#state = :claimed AND #owner = :owner")
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#owner", "owner")
@@ -475,5 +455,265 @@ impl DedupTable for DynamoDedupTable {
             .item()
             .filter(|i| get_s(i, "state") == Some(COMMITTED))
             .map(committed_ref))
+    }
+}
+
+/// The envelope table with its triage indexes and the PENDING counter.
+#[derive(Clone, Debug)]
+pub struct DynamoEnvelopeStore {
+    client: Client,
+    table: String,
+}
+
+/// `dead_lettered_at` in a fixed-width format, so that string order is time order.
+pub fn age_key(e: &crate::domain::DlqEnvelope) -> String {
+    format!(
+        "{}#{}",
+        e.dead_lettered_at.format("%Y-%m-%dT%H:%M:%S%.6fZ"),
+        e.envelope_id
+    )
+}
+
+fn envelope_item(e: &crate::domain::DlqEnvelope) -> StoreResult<Item> {
+    let mut item = to_item(e).map_err(|err| item_error("envelope item", err))?;
+    let age = age_key(e);
+    item.insert(keys::ENVELOPE_CAUSE.into(), s(format!("{}#{age}", e.root_cause)));
+    item.insert(
+        keys::ENVELOPE_ENTITY.into(),
+        s(e.ledger_entity.clone().unwrap_or_else(|| "-".into())),
+    );
+    item.insert(keys::ENVELOPE_AGE.into(), s(age));
+    Ok(item)
+}
+
+fn encode_cursor(key: Option<Item>) -> Option<String> {
+    let key = key.filter(|k| !k.is_empty())?;
+    let map: std::collections::BTreeMap<String, String> = key
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_s().ok()?.clone())))
+        .collect();
+    serde_json::to_string(&map).ok()
+}
+
+fn decode_cursor(cursor: Option<String>) -> StoreResult<Option<Item>> {
+    let Some(c) = cursor else { return Ok(None) };
+    let map: std::collections::BTreeMap<String, String> = serde_json::from_str(&c)
+        .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("bad page cursor: {e}")))?;
+    Ok(Some(map.into_iter().map(|(k, v)| (k, s(v))).collect()))
+}
+
+fn envelopes_of(items: &[Item]) -> StoreResult<Vec<crate::domain::DlqEnvelope>> {
+    items
+        .iter()
+        .filter(|i| get_s(i, keys::ENVELOPE_PK).is_some_and(|id| !id.starts_with('#')))
+        .map(|i| from_item(i).map_err(|e| item_error("envelope", e)))
+        .collect()
+}
+
+fn pending_delta(table: &str, delta: i64) -> StoreResult<aws_sdk_dynamodb::types::TransactWriteItem> {
+    let update = aws_sdk_dynamodb::types::Update::builder()
+        .table_name(table)
+        .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
+        .update_expression("ADD pending :d")
+        .expression_attribute_values(":d", n(delta))
+        .build()
+        .map_err(|e| item_error("pending counter", e))?;
+    Ok(aws_sdk_dynamodb::types::TransactWriteItem::builder()
+        .update(update)
+        .build())
+}
+
+/// Did a transaction fail because its first condition (the envelope's) did not hold?
+fn first_condition_failed<R>(
+    err: &SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, R>,
+) -> bool {
+    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+    match err.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(t)) => t
+            .cancellation_reasons()
+            .first()
+            .and_then(|r| r.code())
+            .is_some_and(|c| c == "ConditionalCheckFailed"),
+        _ => false,
+    }
+}
+
+impl DynamoEnvelopeStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoEnvelopeStore {
+            client,
+            table: table.into(),
+        }
+    }
+}
+
+impl crate::ports::EnvelopeStore for DynamoEnvelopeStore {
+    async fn create(&self, envelope: &crate::domain::DlqEnvelope) -> StoreResult<crate::ports::CreateOutcome> {
+        let put = aws_sdk_dynamodb::types::Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(envelope_item(envelope)?))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", keys::ENVELOPE_PK)
+            .build()
+            .map_err(|e| item_error("envelope put", e))?;
+        let mut req = self
+            .client
+            .transact_write_items()
+            .transact_items(aws_sdk_dynamodb::types::TransactWriteItem::builder().put(put).build());
+        if envelope.status == crate::domain::EnvelopeStatus::Pending {
+            req = req.transact_items(pending_delta(&self.table, 1)?);
+        }
+        match req.send().await {
+            Ok(_) => Ok(crate::ports::CreateOutcome::Created),
+            Err(e) if first_condition_failed(&e) => match self.get(&envelope.envelope_id).await? {
+                Some(existing) => Ok(crate::ports::CreateOutcome::Exists(Box::new(existing))),
+                None => Err(StoreError::new(
+                    TransientKind::Conflict,
+                    "envelope create refused but not found",
+                )),
+            },
+            Err(e) => Err(store_error("TransactWriteItems(envelope create)", e)),
+        }
+    }
+
+    async fn get(&self, envelope_id: &str) -> StoreResult<Option<crate::domain::DlqEnvelope>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(envelope_id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(envelope)", e))?;
+        out.item()
+            .map(|i| from_item(i).map_err(|e| item_error("envelope", e)))
+            .transpose()
+    }
+
+    async fn transition(
+        &self,
+        envelope_id: &str,
+        from: crate::domain::EnvelopeStatus,
+        change: &crate::domain::StatusChange,
+    ) -> StoreResult<bool> {
+        use crate::domain::EnvelopeStatus::Pending;
+        let entry = to_item(change).map_err(|e| item_error("status change", e))?;
+        let update = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(envelope_id))
+            .update_expression("SET #status = :to, status_history = list_append(status_history, :change)")
+            .condition_expression("#status = :from")
+            .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
+            .expression_attribute_values(":to", s(change.status.as_str()))
+            .expression_attribute_values(":from", s(from.as_str()))
+            .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry)]))
+            .build()
+            .map_err(|e| item_error("envelope transition", e))?;
+        let mut req = self.client.transact_write_items().transact_items(
+            aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                .update(update)
+                .build(),
+        );
+        let delta = i64::from(change.status == Pending) - i64::from(from == Pending);
+        if delta != 0 {
+            req = req.transact_items(pending_delta(&self.table, delta)?);
+        }
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if first_condition_failed(&e) => Ok(false),
+            Err(e) => Err(store_error("TransactWriteItems(envelope transition)", e)),
+        }
+    }
+
+    async fn list_by_status(
+        &self,
+        status: crate::domain::EnvelopeStatus,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> StoreResult<crate::ports::EnvelopePage> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(crate::resources::indexes::BY_STATUS_AGE.name)
+            .key_condition_expression("#status = :s")
+            .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
+            .expression_attribute_values(":s", s(status.as_str()))
+            .scan_index_forward(true)
+            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+            .set_exclusive_start_key(decode_cursor(cursor)?)
+            .send()
+            .await
+            .map_err(|e| store_error("Query(envelopes by status)", e))?;
+        Ok((envelopes_of(out.items())?, encode_cursor(out.last_evaluated_key)))
+    }
+
+    async fn list_all(&self, cursor: Option<String>, limit: usize) -> StoreResult<crate::ports::EnvelopePage> {
+        let out = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+            .set_exclusive_start_key(decode_cursor(cursor)?)
+            .send()
+            .await
+            .map_err(|e| store_error("Scan(envelopes)", e))?;
+        Ok((envelopes_of(out.items())?, encode_cursor(out.last_evaluated_key)))
+    }
+
+    async fn pending_count(&self) -> StoreResult<i64> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(pending counter)", e))?;
+        Ok(out
+            .item()
+            .and_then(|i| i.get("pending"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0))
+    }
+
+    async fn set_overflow(&self, active: bool) -> StoreResult<Option<u64>> {
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID));
+        let req = if active {
+            req.update_expression("SET overflow = :t ADD episodes :one")
+                .condition_expression("attribute_not_exists(overflow) OR overflow = :f")
+                .expression_attribute_values(":one", n(1))
+                .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+        } else {
+            req.update_expression("SET overflow = :f")
+                .condition_expression("overflow = :t")
+        };
+        let result = req
+            .expression_attribute_values(":t", AttributeValue::Bool(true))
+            .expression_attribute_values(":f", AttributeValue::Bool(false))
+            .send()
+            .await;
+        match result {
+            Ok(out) if active => Ok(out
+                .attributes()
+                .and_then(|a| a.get("episodes"))
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse().ok())),
+            Ok(_) => Ok(None),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(store_error("UpdateItem(overflow flag)", e)),
+        }
     }
 }

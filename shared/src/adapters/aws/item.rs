@@ -27,11 +27,7 @@ fn to_attr(v: Value) -> Option<AttributeValue> {
         Value::Number(n) => AttributeValue::N(n.to_string()),
         Value::String(s) => AttributeValue::S(s),
         Value::Array(a) => AttributeValue::L(a.into_iter().filter_map(to_attr).collect()),
-        Value::Object(o) => AttributeValue::M(
-            o.into_iter()
-                .filter_map(|(k, v)| Some((k, to_attr(v)?)))
-                .collect(),
-        ),
+        Value::Object(o) => AttributeValue::M(o.into_iter().filter_map(|(k, v)| Some((k, to_attr(v)?))).collect()),
     })
 }
 
@@ -63,10 +59,7 @@ fn from_attr(a: &AttributeValue) -> Result<Value, ItemError> {
 /// A serialisable value (a struct) as a DynamoDB item.
 pub fn to_item<T: Serialize>(value: &T) -> Result<Item, ItemError> {
     match serde_json::to_value(value)? {
-        Value::Object(o) => Ok(o
-            .into_iter()
-            .filter_map(|(k, v)| Some((k, to_attr(v)?)))
-            .collect()),
+        Value::Object(o) => Ok(o.into_iter().filter_map(|(k, v)| Some((k, to_attr(v)?))).collect()),
         _ => Err(ItemError::NotAnObject),
     }
 }
@@ -82,9 +75,7 @@ pub fn from_item<T: DeserializeOwned>(item: &Item) -> Result<T, ItemError> {
 
 /// A string attribute of an item.
 pub fn get_s<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
-    item.get(name)
-        .and_then(|v| v.as_s().ok())
-        .map(String::as_str)
+    item.get(name).and_then(|v| v.as_s().ok()).map(String::as_str)
 }
 
 #[cfg(test)]
@@ -119,10 +110,7 @@ mod tests {
             item.get("amount"),
             Some(&AttributeValue::S("12345678901234567890.12".into()))
         );
-        assert_eq!(
-            item.get("attempt_count"),
-            Some(&AttributeValue::N("3".into()))
-        );
+        assert_eq!(item.get("attempt_count"), Some(&AttributeValue::N("3".into())));
         assert!(!item.contains_key("replay_of"), "nulls are left out");
         assert_eq!(from_item::<Posting>(&item).unwrap(), p);
     }

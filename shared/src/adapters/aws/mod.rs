@@ -4,6 +4,7 @@
 pub mod dynamodb;
 pub mod item;
 pub mod provision;
+pub mod s3;
 pub mod sqs;
 
 use aws_config::BehaviorVersion;
@@ -29,10 +30,7 @@ pub enum Target {
     /// The real AWS, configured by the standard AWS environment (profile, region, credentials).
     Aws,
     /// The local emulators: LocalStack for SQS/S3/..., DynamoDB Local for DynamoDB.
-    Local {
-        edge_url: String,
-        dynamodb_url: String,
-    },
+    Local { edge_url: String, dynamodb_url: String },
 }
 
 impl Target {
@@ -52,10 +50,7 @@ impl Target {
                 var("DYNAMODB_PORT").unwrap_or_else(|| "8000".into())
             )
         });
-        Target::Local {
-            edge_url,
-            dynamodb_url,
-        }
+        Target::Local { edge_url, dynamodb_url }
     }
 
     pub fn is_local(&self) -> bool {
@@ -72,10 +67,7 @@ pub struct RequestCounter {
 
 impl RequestCounter {
     pub fn snapshot(&self) -> BTreeMap<String, u64> {
-        self.counts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
     /// Requests sent to `service` (case-insensitive, e.g. `dynamodb`).
     pub fn total(&self, service: &str) -> u64 {
@@ -137,8 +129,7 @@ impl AwsClients {
             .build();
         let mut loader = aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts);
         if target.is_local() {
-            if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err()
-            {
+            if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
                 loader = loader.region(aws_config::Region::new("us-east-1"));
             }
             if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
@@ -156,14 +147,9 @@ impl AwsClients {
         let counter = CountRequests(requests.clone());
 
         let mut sqs = aws_sdk_sqs::config::Builder::from(&shared).interceptor(counter.clone());
-        let mut dynamodb =
-            aws_sdk_dynamodb::config::Builder::from(&shared).interceptor(counter.clone());
+        let mut dynamodb = aws_sdk_dynamodb::config::Builder::from(&shared).interceptor(counter.clone());
         let mut s3 = aws_sdk_s3::config::Builder::from(&shared).interceptor(counter);
-        if let Target::Local {
-            edge_url,
-            dynamodb_url,
-        } = &target
-        {
+        if let Target::Local { edge_url, dynamodb_url } = &target {
             sqs = sqs.endpoint_url(edge_url);
             dynamodb = dynamodb.endpoint_url(dynamodb_url);
             // LocalStack serves buckets by path, not by virtual host.
@@ -189,9 +175,7 @@ pub fn classify_code(code: Option<&str>, status: u16) -> TransientKind {
         | "RequestThrottled"
         | "SlowDown"
         | "AWS.SimpleQueueService.RequestThrottled" => TransientKind::Throttled,
-        "TransactionConflictException" | "TransactionInProgressException" => {
-            TransientKind::Conflict
-        }
+        "TransactionConflictException" | "TransactionInProgressException" => TransientKind::Conflict,
         "RequestTimeout" | "RequestTimeoutException" => TransientKind::Timeout,
         "InternalServerError" | "InternalFailure" | "ServiceUnavailable" | "InternalError" => {
             TransientKind::ServiceUnavailable

@@ -3,12 +3,11 @@
 //! own prefix). On AWS the same settings come from the infrastructure template instead.
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TimeToLiveSpecification,
 };
 use aws_sdk_s3::types::{
-    DefaultRetention, ObjectLockConfiguration, ObjectLockEnabled, ObjectLockRetentionMode,
-    ObjectLockRule, PublicAccessBlockConfiguration,
+    DefaultRetention, ObjectLockConfiguration, ObjectLockEnabled, ObjectLockRetentionMode, ObjectLockRule,
+    PublicAccessBlockConfiguration,
 };
 use aws_sdk_sqs::types::QueueAttributeName;
 use std::collections::HashMap;
@@ -54,12 +53,7 @@ fn infra(detail: impl Into<String>) -> StoreError {
 async fn queue_url(clients: &AwsClients, name: &str) -> StoreResult<Option<String>> {
     match clients.sqs.get_queue_url().queue_name(name).send().await {
         Ok(out) => Ok(out.queue_url().map(str::to_owned)),
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_queue_does_not_exist()) =>
-        {
-            Ok(None)
-        }
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) => Ok(None),
         Err(e) => Err(store_error("GetQueueUrl", e)),
     }
 }
@@ -101,13 +95,7 @@ async fn queue_arn(clients: &AwsClients, url: &str) -> StoreResult<String> {
 }
 
 async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> StoreResult<()> {
-    match clients
-        .dynamodb
-        .describe_table()
-        .table_name(name)
-        .send()
-        .await
-    {
+    match clients.dynamodb.describe_table().table_name(name).send().await {
         Ok(_) => return Ok(()),
         Err(e)
             if e.as_service_error()
@@ -136,16 +124,11 @@ async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> Sto
         .key_schema(key(spec.partition_key, KeyType::Hash)?)
         .attribute_definitions(def(spec.partition_key)?);
     if let Some(sk) = spec.sort_key {
-        req = req
-            .key_schema(key(sk, KeyType::Range)?)
-            .attribute_definitions(def(sk)?);
+        req = req.key_schema(key(sk, KeyType::Range)?).attribute_definitions(def(sk)?);
     }
     match req.send().await {
         Ok(_) => {}
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_in_use_exception()) =>
-        {
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {
             return Ok(());
         }
         Err(e) => return Err(store_error("CreateTable", e)),
@@ -168,11 +151,7 @@ async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> Sto
     Ok(())
 }
 
-async fn ensure_worm_bucket(
-    clients: &AwsClients,
-    name: &str,
-    retention_days: i32,
-) -> StoreResult<()> {
+async fn ensure_worm_bucket(clients: &AwsClients, name: &str, retention_days: i32) -> StoreResult<()> {
     let exists = clients.s3.head_bucket().bucket(name).send().await.is_ok();
     if !exists {
         clients
@@ -224,19 +203,21 @@ async fn ensure_worm_bucket(
 }
 
 /// Create (or bring up to date) every resource of a deployment. Safe to run again.
-pub async fn ensure_stack(
-    clients: &AwsClients,
-    names: &ResourceNames,
-    settings: &StackSettings,
-) -> StoreResult<Stack> {
+pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings: &StackSettings) -> StoreResult<Stack> {
     let secs = |d: std::time::Duration| d.as_secs().to_string();
     let dlq_url = ensure_queue(
         clients,
         &names.dead_letter_queue,
-        HashMap::from([(
-            QueueAttributeName::MessageRetentionPeriod,
-            secs(resources::DLQ_RETENTION),
-        )]),
+        HashMap::from([
+            (
+                QueueAttributeName::MessageRetentionPeriod,
+                secs(resources::DLQ_RETENTION),
+            ),
+            (
+                QueueAttributeName::MaximumMessageSize,
+                resources::MAX_MESSAGE_BYTES.to_string(),
+            ),
+        ]),
     )
     .await?;
     let dlq_arn = queue_arn(clients, &dlq_url).await?;
@@ -256,6 +237,10 @@ pub async fn ensure_stack(
                 QueueAttributeName::RedrivePolicy,
                 resources::redrive_policy(&dlq_arn, settings.max_receive_count),
             ),
+            (
+                QueueAttributeName::MaximumMessageSize,
+                resources::MAX_MESSAGE_BYTES.to_string(),
+            ),
         ]),
     )
     .await?;
@@ -263,12 +248,7 @@ pub async fn ensure_stack(
     for spec in &TABLES {
         ensure_table(clients, names.table(spec.kind), spec).await?;
     }
-    ensure_worm_bucket(
-        clients,
-        &names.quarantine_bucket,
-        settings.worm_retention_days,
-    )
-    .await?;
+    ensure_worm_bucket(clients, &names.quarantine_bucket, settings.worm_retention_days).await?;
     Ok(Stack {
         names: names.clone(),
         main_queue_url,
@@ -314,13 +294,7 @@ pub async fn reset_data(clients: &AwsClients, stack: &Stack) -> StoreResult<()> 
     }
     for spec in &TABLES {
         let name = stack.names.table(spec.kind);
-        match clients
-            .dynamodb
-            .delete_table()
-            .table_name(name)
-            .send()
-            .await
-        {
+        match clients.dynamodb.delete_table().table_name(name).send().await {
             Ok(_) => {}
             Err(e)
                 if e.as_service_error()

@@ -3,8 +3,8 @@
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, MessageSystemAttributeName,
-    QueueAttributeName, SendMessageBatchRequestEntry,
+    DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName,
+    SendMessageBatchRequestEntry,
 };
 use std::collections::HashMap;
 
@@ -46,12 +46,7 @@ fn attr(data_type: &str, value: &str) -> StoreResult<MessageAttributeValue> {
         .data_type(data_type)
         .string_value(value)
         .build()
-        .map_err(|e| {
-            StoreError::new(
-                TransientKind::Infrastructure,
-                format!("message attribute: {e}"),
-            )
-        })
+        .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("message attribute: {e}")))
 }
 
 /// One SQS queue, by URL.
@@ -79,10 +74,7 @@ impl SqsQueue {
 
     /// Send up to [`MAX_BATCH`] messages in one call. Returns, per entry in order, the SQS message
     /// id or the error for that entry.
-    pub async fn send_batch(
-        &self,
-        messages: &[OutgoingMessage],
-    ) -> StoreResult<Vec<Result<String, String>>> {
+    pub async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<Vec<Result<String, String>>> {
         let mut entries = Vec::with_capacity(messages.len());
         for (i, m) in messages.iter().enumerate() {
             let mut e = SendMessageBatchRequestEntry::builder()
@@ -96,9 +88,10 @@ impl SqsQueue {
                     .message_group_id(m.group_id.clone().unwrap_or_else(|| "default".into()))
                     .set_message_deduplication_id(m.dedup_id.clone());
             }
-            entries.push(e.build().map_err(|e| {
-                StoreError::new(TransientKind::Infrastructure, format!("batch entry: {e}"))
-            })?);
+            entries.push(
+                e.build()
+                    .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("batch entry: {e}")))?,
+            );
         }
         let out = self
             .client
@@ -108,8 +101,7 @@ impl SqsQueue {
             .send()
             .await
             .map_err(|e| store_error("SendMessageBatch", e))?;
-        let mut results: Vec<Result<String, String>> =
-            vec![Err("no result".into()); messages.len()];
+        let mut results: Vec<Result<String, String>> = vec![Err("no result".into()); messages.len()];
         for ok in out.successful() {
             if let Ok(i) = ok.id().parse::<usize>() {
                 if let Some(slot) = results.get_mut(i) {
@@ -120,11 +112,7 @@ impl SqsQueue {
         for failed in out.failed() {
             if let Ok(i) = failed.id().parse::<usize>() {
                 if let Some(slot) = results.get_mut(i) {
-                    *slot = Err(format!(
-                        "{}: {}",
-                        failed.code(),
-                        failed.message().unwrap_or("")
-                    ));
+                    *slot = Err(format!("{}: {}", failed.code(), failed.message().unwrap_or("")));
                 }
             }
         }
@@ -132,12 +120,7 @@ impl SqsQueue {
     }
 
     /// Receive up to `max` messages with all system and message attributes.
-    pub async fn receive(
-        &self,
-        max: i32,
-        wait_secs: i32,
-        visibility_secs: Option<i32>,
-    ) -> StoreResult<Vec<Message>> {
+    pub async fn receive(&self, max: i32, wait_secs: i32, visibility_secs: Option<i32>) -> StoreResult<Vec<Message>> {
         let out = self
             .client
             .receive_message()
@@ -167,9 +150,7 @@ impl SqsQueue {
                         .build()
                 })
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| {
-                    StoreError::new(TransientKind::Infrastructure, format!("delete entry: {e}"))
-                })?;
+                .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("delete entry: {e}")))?;
             let out = self
                 .client
                 .delete_message_batch()
@@ -196,12 +177,7 @@ impl SqsQueue {
             .await
             .map_err(|e| store_error("GetQueueAttributes", e))?;
         let attrs: HashMap<QueueAttributeName, String> = out.attributes.unwrap_or_default();
-        let get = |n: QueueAttributeName| {
-            attrs
-                .get(&n)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
+        let get = |n: QueueAttributeName| attrs.get(&n).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         Ok(QueueDepth {
             visible: get(QueueAttributeName::ApproximateNumberOfMessages),
             in_flight: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
@@ -239,12 +215,8 @@ impl WorkQueue for SqsQueue {
 
 /// The DLQ message for a dead letter: the body verbatim and four attributes.
 pub fn dead_letter_message(letter: &DeadLetter) -> StoreResult<OutgoingMessage> {
-    let context = serde_json::to_string(&letter.context).map_err(|e| {
-        StoreError::new(
-            TransientKind::Infrastructure,
-            format!("dead-letter context: {e}"),
-        )
-    })?;
+    let context = serde_json::to_string(&letter.context)
+        .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("dead-letter context: {e}")))?;
     Ok(OutgoingMessage {
         body: letter.body.clone(),
         attributes: vec![
@@ -253,11 +225,7 @@ pub fn dead_letter_message(letter: &DeadLetter) -> StoreResult<OutgoingMessage> 
                 "String".into(),
                 letter.failure_code.as_str().into(),
             ),
-            (
-                attrs::ROOT_CAUSE.into(),
-                "String".into(),
-                letter.root_cause.to_string(),
-            ),
+            (attrs::ROOT_CAUSE.into(), "String".into(), letter.root_cause.to_string()),
             (
                 attrs::ATTEMPT_COUNT.into(),
                 "Number".into(),
@@ -268,13 +236,10 @@ pub fn dead_letter_message(letter: &DeadLetter) -> StoreResult<OutgoingMessage> 
         group_id: letter.context.message_group_id.clone(),
         // FIFO dedup id: one dead letter per delivered message and attempt.
         dedup_id: Some(
-            format!(
-                "{}-{}",
-                letter.context.source_message_id, letter.attempt_count
-            )
-            .chars()
-            .take(128)
-            .collect(),
+            format!("{}-{}", letter.context.source_message_id, letter.attempt_count)
+                .chars()
+                .take(128)
+                .collect(),
         ),
     })
 }
@@ -282,11 +247,7 @@ pub fn dead_letter_message(letter: &DeadLetter) -> StoreResult<OutgoingMessage> 
 impl DeadLetterQueue for SqsQueue {
     async fn send(&self, letter: &DeadLetter) -> StoreResult<()> {
         let m = dead_letter_message(letter)?;
-        let mut req = self
-            .client
-            .send_message()
-            .queue_url(&self.url)
-            .message_body(&m.body);
+        let mut req = self.client.send_message().queue_url(&self.url).message_body(&m.body);
         for (name, data_type, value) in &m.attributes {
             req = req.message_attributes(name, attr(data_type, value)?);
         }
@@ -295,9 +256,7 @@ impl DeadLetterQueue for SqsQueue {
                 .message_group_id(m.group_id.unwrap_or_else(|| "dead-letters".into()))
                 .set_message_deduplication_id(m.dedup_id);
         }
-        req.send()
-            .await
-            .map_err(|e| store_error("SendMessage(DLQ)", e))?;
+        req.send().await.map_err(|e| store_error("SendMessage(DLQ)", e))?;
         Ok(())
     }
 }
