@@ -1,25 +1,25 @@
-//! The enricher Lambda. Envelope building is not implemented yet (issue 3), so this function is
-//! deliberately safe rather than silent: it reports every DLQ message as a batch item failure, so
-//! SQS keeps each one in the DLQ untouched until the real enricher is deployed.
+//! The enricher Lambda: wiring only. The flow lives in `recon_dlq::enrich`.
 
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
+use recon_dlq::adapters::aws::{AwsClients, Target};
+use recon_dlq::config::EnricherSettings;
+use recon_dlq::enrich::AwsEnricher;
+use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     recon_dlq::telemetry::init_json();
-    lambda_runtime::run(service_fn(|event: LambdaEvent<SqsEvent>| async move {
-        let mut response = SqsBatchResponse::default();
-        for m in &event.payload.records {
-            let mut f = BatchItemFailure::default();
-            f.item_identifier = m.message_id.clone().unwrap_or_default();
-            response.batch_item_failures.push(f);
+    let settings = EnricherSettings::from_env()?;
+    let clients = AwsClients::connect(Target::Aws).await;
+    let name = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "enricher".into());
+    let enricher = Arc::new(AwsEnricher::from_settings(&clients, &settings, &name));
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
+        let enricher = enricher.clone();
+        async move {
+            let deadline = event.context.deadline();
+            Ok::<SqsBatchResponse, Error>(enricher.handle_batch(&event.payload, Some(deadline)).await.response)
         }
-        tracing::warn!(
-            count = response.batch_item_failures.len(),
-            "enricher not implemented yet: dead letters left in the DLQ"
-        );
-        Ok::<SqsBatchResponse, Error>(response)
     }))
     .await
 }

@@ -1,0 +1,256 @@
+//! The enrich flow on in-memory adapters: envelopes from both arrivals, idempotency, quarantine,
+//! large bodies, and one `DLQ_OVERFLOW` per crossing.
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
+use chrono::{TimeZone, Utc};
+use recon_dlq::adapters::aws::sqs::dead_letter_message;
+use recon_dlq::adapters::memory::{
+    FixedClock, MemoryAuditLog, MemoryDeadLetterQueue, MemoryEnvelopeStore, MemoryLedger, MemoryMetrics,
+    MemoryReferenceData, MemoryWorkQueue, MemoryWorm,
+};
+use recon_dlq::consume::{Consumer, ConsumerConfig};
+use recon_dlq::domain::{AuditKind, EnvelopeStatus, FailureCode, HashKind, MatchDecision, NewMessage, StatusChange};
+use recon_dlq::enrich::{EnrichOutcome, Enricher, EnricherConfig, check_overflow, original_body};
+use recon_dlq::ports::{EnvelopeStore, Worm};
+use std::sync::Arc;
+
+type TestEnricher = Enricher<MemoryEnvelopeStore, MemoryWorm, MemoryAuditLog, MemoryMetrics>;
+
+fn enricher(high_water: i64) -> TestEnricher {
+    Enricher {
+        store: MemoryEnvelopeStore::default(),
+        worm: MemoryWorm::default(),
+        audit: MemoryAuditLog::default(),
+        metrics: MemoryMetrics::default(),
+        clock: Arc::new(FixedClock::new(Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0).unwrap())),
+        config: EnricherConfig {
+            overflow_high_water: high_water,
+            ..EnricherConfig::default()
+        },
+    }
+}
+
+fn tx(n: u32, currency: &str) -> NewMessage {
+    NewMessage {
+        message_id: format!("m-{n}"),
+        ledger_entity: "ACME-US".into(),
+        currency: currency.into(),
+        amount: format!("{n}.5"),
+        match_decision: MatchDecision::Unmatched,
+        trace_id: format!("t-{n}"),
+        value_date: "2026-11-30".into(),
+        external_ref: format!("R-{n}"),
+        counterparty: "Globex".into(),
+    }
+}
+
+/// Run `body` through a consumer and return the DLQ delivery its dead letter becomes.
+async fn dead_lettered(sqs_id: &str, body: &str) -> SqsMessage {
+    let dlq = MemoryDeadLetterQueue::default();
+    let consumer = Consumer {
+        ledger: MemoryLedger::default(),
+        queue: MemoryWorkQueue::default(),
+        dlq,
+        reference: MemoryReferenceData::default(),
+        audit: MemoryAuditLog::default(),
+        clock: Arc::new(FixedClock::new(Utc.with_ymd_and_hms(2026, 12, 2, 11, 0, 0).unwrap())),
+        config: ConsumerConfig::default(),
+    };
+    let mut m = SqsMessage::default();
+    m.message_id = Some(sqs_id.into());
+    m.body = Some(body.into());
+    consumer.handle_message(&m).await;
+    let letter = consumer.dlq.letters().pop().expect("dead-lettered");
+    let out = dead_letter_message(&letter).unwrap();
+    let mut d = SqsMessage::default();
+    d.message_id = Some(format!("dlq-{sqs_id}"));
+    d.body = Some(out.body);
+    d.attributes.insert("ApproximateReceiveCount".into(), "1".into());
+    for (name, data_type, value) in out.attributes {
+        let mut a = SqsMessageAttribute::default();
+        a.data_type = Some(data_type);
+        a.string_value = Some(value);
+        d.message_attributes.insert(name, a);
+    }
+    d
+}
+
+#[tokio::test]
+async fn a_dead_letter_becomes_one_envelope_with_a_worm_copy() {
+    let e = enricher(100);
+    let body = tx(1, "XAU").to_body().unwrap();
+    let m = dead_lettered("s1", &body).await;
+    let outcome = e.handle_message(&m).await;
+    let EnrichOutcome::Enriched {
+        envelope_id,
+        status: EnvelopeStatus::Pending,
+    } = outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    let env = e.store.get(&envelope_id).await.unwrap().unwrap();
+    assert_eq!(env.original.body.as_deref(), Some(body.as_str()));
+    assert_eq!(env.failure_code, FailureCode::PoisonMessage);
+    assert_eq!(env.root_cause, "UNMAPPED_CURRENCY:XAU");
+    assert_eq!(env.attempt_count, 1);
+    assert_eq!(env.source_hash_kind, HashKind::Verified);
+    assert_eq!(env.original.source_message_id, "s1");
+    assert_eq!(env.ledger_entity.as_deref(), Some("ACME-US"));
+    assert_eq!(env.accounting_period.as_deref(), Some("2026-11"));
+    let worm = env.worm.clone().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&e.worm.get(&worm.key).await.unwrap().unwrap()).unwrap();
+    assert_eq!(doc["body"], body);
+    assert_eq!(doc["envelope_id"], envelope_id);
+    assert_eq!(e.audit.records()[0].kind, AuditKind::Enriched);
+    assert_eq!(e.store.pending_count().await.unwrap(), 1);
+    assert!(
+        e.metrics
+            .emitted()
+            .iter()
+            .any(|m| m.name == "DeadLettered" && m.dimensions == vec![("FailureCode", "POISON_MESSAGE".to_string())])
+    );
+}
+
+#[tokio::test]
+async fn the_same_dlq_message_delivered_twice_yields_one_envelope() {
+    let e = enricher(100);
+    let m = dead_lettered("s2", &tx(2, "XAU").to_body().unwrap()).await;
+    let mut again = m.clone();
+    again.attributes.insert("ApproximateReceiveCount".into(), "2".into());
+    assert!(matches!(e.handle_message(&m).await, EnrichOutcome::Enriched { .. }));
+    assert!(matches!(
+        e.handle_message(&again).await,
+        EnrichOutcome::AlreadyEnriched { .. }
+    ));
+    let (all, _) = e.store.list_all(None, 100).await.unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(e.worm.keys().len(), 1, "one WORM object");
+    assert_eq!(e.audit.records().len(), 1, "one audit record");
+    assert_eq!(e.store.pending_count().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_bare_redrive_is_enveloped_as_redriven_by_sqs() {
+    let e = enricher(100);
+    let mut m = SqsMessage::default();
+    m.message_id = Some("main-7".into());
+    m.body = Some(tx(7, "USD").to_body().unwrap());
+    m.attributes.insert("ApproximateReceiveCount".into(), "6".into());
+    m.attributes.insert(
+        "DeadLetterQueueSourceArn".into(),
+        "arn:aws:sqs:us-east-1:0:recon-dlq-main".into(),
+    );
+    let EnrichOutcome::Enriched { envelope_id, .. } = e.handle_message(&m).await else {
+        panic!()
+    };
+    let env = e.store.get(&envelope_id).await.unwrap().unwrap();
+    assert_eq!(env.root_cause, "REDRIVEN_BY_SQS");
+    assert_eq!(env.attempt_count, 6);
+    assert_eq!(env.status, EnvelopeStatus::Pending);
+    assert_eq!(
+        env.original.source_queue_arn.as_deref(),
+        Some("arn:aws:sqs:us-east-1:0:recon-dlq-main")
+    );
+}
+
+#[tokio::test]
+async fn an_unidentifiable_payload_is_quarantined_with_its_bytes() {
+    let e = enricher(100);
+    let raw = "<Document>\u{1F4B8} not a message";
+    let m = dead_lettered("s3", raw).await;
+    let EnrichOutcome::Enriched {
+        envelope_id,
+        status: EnvelopeStatus::Quarantined,
+    } = e.handle_message(&m).await
+    else {
+        panic!()
+    };
+    let env = e.store.get(&envelope_id).await.unwrap().unwrap();
+    assert_eq!(env.failure_code, FailureCode::UnrecoverablePayload);
+    assert!(env.source_hash.starts_with("raw:"));
+    let key = env.original.body_key.clone().unwrap();
+    assert_eq!(e.worm.get(&key).await.unwrap().unwrap(), raw.as_bytes());
+    assert_eq!(e.store.pending_count().await.unwrap(), 0, "quarantine is not pending");
+    assert_eq!(e.audit.records()[0].kind, AuditKind::Quarantined);
+}
+
+#[tokio::test]
+async fn a_body_too_large_for_an_item_lives_in_the_bucket() {
+    let e = enricher(100);
+    let mut m = tx(8, "XAU");
+    m.counterparty = "x".repeat(200);
+    let mut v: serde_json::Value = serde_json::from_str(&m.to_body().unwrap()).unwrap();
+    v["statement_narrative"] = "Ü".repeat(250_000).into();
+    let body = v.to_string();
+    assert!(body.len() > 400_000);
+    let dl = dead_lettered("s4", &body).await;
+    let EnrichOutcome::Enriched { envelope_id, .. } = e.handle_message(&dl).await else {
+        panic!()
+    };
+    let env = e.store.get(&envelope_id).await.unwrap().unwrap();
+    assert_eq!(env.original.body, None);
+    assert_eq!(env.original.body_bytes, body.len() as u64);
+    assert_eq!(
+        original_body(&env, &e.worm).await.unwrap().as_deref(),
+        Some(body.as_str())
+    );
+}
+
+#[tokio::test]
+async fn dlq_overflow_is_raised_once_per_crossing() {
+    let e = enricher(3);
+    let overflows = |e: &TestEnricher| {
+        e.audit
+            .records()
+            .iter()
+            .filter(|r| r.kind == AuditKind::DlqOverflow)
+            .count()
+    };
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let m = dead_lettered(&format!("o{n}"), &tx(10 + n, "XAU").to_body().unwrap()).await;
+        if let EnrichOutcome::Enriched { envelope_id, .. } = e.handle_message(&m).await {
+            ids.push(envelope_id);
+        }
+        assert_eq!(overflows(&e), usize::from(n >= 3), "after {} envelopes", n + 1);
+    }
+    // Fall back below the mark (three leave PENDING), then cross again.
+    for id in &ids[..3] {
+        let change = StatusChange {
+            status: EnvelopeStatus::Quarantined,
+            at: Utc::now(),
+            actor: "test".into(),
+            reason: "manual".into(),
+        };
+        assert!(e.store.transition(id, EnvelopeStatus::Pending, &change).await.unwrap());
+    }
+    assert_eq!(e.store.pending_count().await.unwrap(), 2);
+    check_overflow(&e.store, &e.audit, &e.metrics, 3, "test", Utc::now())
+        .await
+        .unwrap();
+    for n in 5..7 {
+        let m = dead_lettered(&format!("o{n}"), &tx(10 + n, "XAU").to_body().unwrap()).await;
+        e.handle_message(&m).await;
+    }
+    assert_eq!(e.store.pending_count().await.unwrap(), 4);
+    assert_eq!(overflows(&e), 2, "a second crossing, a second DLQ_OVERFLOW");
+    assert_eq!(
+        e.metrics.emitted().iter().filter(|m| m.name == "DlqOverflow").count(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_batch_reports_only_what_could_not_be_enriched() {
+    let e = enricher(100);
+    let ok = dead_lettered("s9", &tx(9, "XAU").to_body().unwrap()).await;
+    let mut event = SqsEvent::default();
+    event.records = vec![ok];
+    // No time left: handed back, nothing written.
+    let late = e.handle_batch(&event, Some(std::time::SystemTime::now())).await;
+    assert_eq!(late.response.batch_item_failures.len(), 1);
+    assert!(e.store.list_all(None, 10).await.unwrap().0.is_empty());
+    let out = e.handle_batch(&event, None).await;
+    assert!(out.response.batch_item_failures.is_empty());
+    assert_eq!(out.outcomes, ["ENRICHED"]);
+}
