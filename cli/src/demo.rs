@@ -12,16 +12,21 @@ use recon_dlq::adapters::aws::sqs::SqsQueue;
 use recon_dlq::adapters::faults::{Fault, FaultyLedger};
 use recon_dlq::consume::AwsConsumer;
 use recon_dlq::decisions::RetryPolicy;
-use recon_dlq::domain::{AuditKind, MatchDecision, NewMessage, PeriodRecord, PeriodStatus, TransientKind};
+use recon_dlq::decisions::triage;
+use recon_dlq::domain::{
+    AuditKind, EnvelopeStatus, MatchDecision, NewMessage, PeriodRecord, PeriodStatus, TransientKind,
+};
+use recon_dlq::enrich::AwsEnricher;
 use recon_dlq::local::PumpOptions;
 use recon_dlq::ports::ReferenceData;
 use recon_dlq::resources::ResourceNames;
+use recon_dlq::telemetry::TracingMetrics;
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::ops::{consumer_settings, pump_with, send_bodies, totals};
+use crate::ops::{consumer_settings, enricher_settings, pump_dlq, pump_with, send_bodies, totals};
 
 #[derive(Args, Clone, Debug)]
 pub struct DemoArgs {
@@ -294,6 +299,21 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
         p2.received
     );
 
+    let settings_e = enricher_settings(&stack)?;
+    let enricher = Arc::new(AwsEnricher::with_metrics(
+        clients,
+        &settings_e,
+        "dlqctl-demo",
+        TracingMetrics,
+    ));
+    let p3 = pump_dlq(clients, &stack, &enricher, &opts).await?;
+    println!(
+        "== enrichment: {} dead letters wrapped in envelopes (WORM copies in {}), {} quarantined at once",
+        p3.outcomes.get("ENRICHED").copied().unwrap_or(0) + p3.outcomes.get("QUARANTINED").copied().unwrap_or(0),
+        stack.names.quarantine_bucket,
+        p3.outcomes.get("QUARANTINED").copied().unwrap_or(0),
+    );
+
     // The proof, read back from the stores themselves.
     let postings = DynamoLedger::new(clients.dynamodb.clone(), &stack.names.ledger_table)
         .scan()
@@ -301,19 +321,23 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table)
         .scan()
         .await?;
+    let envelopes = crate::triage::envelopes(&enricher.store, None).await?;
     let dlq_depth = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
     let main_depth = main.depth().await?;
     let duplicates = audit
         .iter()
         .filter(|r| r.kind == AuditKind::DuplicateSuppressed)
         .count() as u64;
-    let dead: Vec<_> = audit.iter().filter(|r| r.kind == AuditKind::DeadLettered).collect();
-    let mut dead_by_cause: BTreeMap<String, u64> = BTreeMap::new();
-    for r in &dead {
-        *dead_by_cause
-            .entry(r.root_cause.clone().unwrap_or_default())
-            .or_default() += 1;
+    let dead_lettered_audit = audit.iter().filter(|r| r.kind == AuditKind::DeadLettered).count() as u64;
+    let mut by_cause: BTreeMap<String, u64> = BTreeMap::new();
+    for e in &envelopes {
+        *by_cause.entry(e.root_cause.clone()).or_default() += 1;
     }
+    let pending = envelopes.iter().filter(|e| e.status == EnvelopeStatus::Pending).count() as u64;
+    let quarantined = envelopes
+        .iter()
+        .filter(|e| e.status == EnvelopeStatus::Quarantined)
+        .count() as u64;
 
     let all: Vec<&Expect> = happy.expect.iter().chain(mess.expect.iter()).collect();
     let sent = all.len() as u64;
@@ -326,12 +350,19 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
         }
     }
     let committed = postings.len() as u64;
-    let dead_lettered = dead.len() as u64;
     let distinct_hashes = postings
         .iter()
         .map(|p| &p.source_hash)
         .collect::<std::collections::HashSet<_>>()
         .len() as u64;
+
+    println!("\n== triage (PENDING envelopes)");
+    let pending_envelopes: Vec<_> = envelopes
+        .iter()
+        .filter(|e| e.status == EnvelopeStatus::Pending)
+        .cloned()
+        .collect();
+    crate::triage::print_table(&triage(&pending_envelopes));
 
     println!("\n== result ({:.1} s)", started.elapsed().as_secs_f64());
     println!("   sent                   {sent:>6}");
@@ -340,11 +371,12 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
     );
     println!("   duplicates suppressed  {duplicates:>6}   (expected {exp_dup})");
     println!(
-        "   dead-lettered          {dead_lettered:>6}   (expected {}; DLQ holds {})",
+        "   dead-lettered          {:>6}   (expected {}; {pending} PENDING + {quarantined} QUARANTINED envelopes; consumer audit says {dead_lettered_audit}; DLQ now holds {})",
+        pending + quarantined,
         exp_dead.values().sum::<u64>(),
-        dlq_depth.visible
+        dlq_depth.total()
     );
-    for (cause, n) in &dead_by_cause {
+    for (cause, n) in &by_cause {
         println!(
             "     {cause:<36} {n:>4}   (expected {})",
             exp_dead.get(cause).copied().unwrap_or(0)
@@ -354,15 +386,17 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
     for (c, (n, a)) in totals(&postings) {
         println!("     {c:<6} {n:>6} postings  {a:>20}");
     }
+    let dead_lettered = pending + quarantined;
     let holds = sent == committed + duplicates + dead_lettered
         && committed == distinct_hashes
         && committed == exp_commit
         && duplicates == exp_dup
-        && dead_by_cause == exp_dead
-        && dlq_depth.visible == dead_lettered
+        && by_cause == exp_dead
+        && dead_lettered_audit == dead_lettered
+        && dlq_depth.total() == 0
         && main_depth.total() == 0;
     println!(
-        "\n   sent {sent} = committed {committed} + duplicates suppressed {duplicates} + dead-lettered {dead_lettered}: {}",
+        "\n   sent {sent} = committed {committed} + duplicates suppressed {duplicates} + dead-lettered {dead_lettered} ({pending} pending, {quarantined} quarantined): {}",
         if holds { "HOLDS" } else { "DOES NOT HOLD" }
     );
     if !holds {

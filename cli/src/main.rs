@@ -5,6 +5,7 @@
 
 mod demo;
 mod ops;
+mod triage;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -49,8 +50,24 @@ enum Command {
         #[arg(long)]
         fill_hash: bool,
     },
-    /// Poll the main queue and run the consumer in-process, as Lambda's SQS trigger would.
+    /// Poll the queues and run the consumer (main queue) and the enricher (DLQ) in-process, as
+    /// Lambda's SQS triggers would.
     Pump(ops::PumpArgs),
+    /// Dead letters grouped by failure code and root cause: counts, age, amounts, entities.
+    Triage {
+        /// Every envelope, not only PENDING ones.
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One envelope in full, with its status history.
+    Show {
+        envelope_id: String,
+        /// Also print the original body (from the bucket when it is not inline).
+        #[arg(long)]
+        body: bool,
+    },
     /// Queue depths, ledger postings and audit counts.
     Stats {
         #[arg(long)]
@@ -104,8 +121,10 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Send { file, fill_hash } => ops::send(&clients, &names, file, fill_hash).await,
-        Command::Pump(args) => ops::pump(&clients, &names, &args).await,
+        Command::Pump(args) => ops::pump_cmd(&clients, &names, &args).await,
         Command::Stats { json } => ops::stats(&clients, &names, json).await,
+        Command::Triage { all, json } => triage::run(&clients, &names, all, json).await,
+        Command::Show { envelope_id, body } => triage::show(&clients, &names, &envelope_id, body).await,
         Command::Demo(args) => demo::run(&clients, &names, &args).await,
     }
 }

@@ -6,12 +6,14 @@ use recon_dlq::adapters::aws::AwsClients;
 use recon_dlq::adapters::aws::dynamodb::{DynamoAuditLog, DynamoLedger};
 use recon_dlq::adapters::aws::provision::{Stack, resolve_stack};
 use recon_dlq::adapters::aws::sqs::{MAX_BATCH, OutgoingMessage, QueueDepth, SqsQueue};
-use recon_dlq::config::{ConsumerSettings, vars};
+use recon_dlq::config::{ConsumerSettings, EnricherSettings, vars};
 use recon_dlq::consume::AwsConsumer;
 use recon_dlq::domain::{NewMessage, Posting};
-use recon_dlq::local::{PumpOptions, PumpStats, pump_consumer};
+use recon_dlq::enrich::AwsEnricher;
+use recon_dlq::local::{PumpOptions, PumpStats, pump, pump_consumer};
 use recon_dlq::ports::Ledger;
 use recon_dlq::resources::ResourceNames;
+use recon_dlq::telemetry::TracingMetrics;
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -19,8 +21,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Queues {
+    Main,
+    Dlq,
+    All,
+}
+
 #[derive(Args, Clone, Debug)]
 pub struct PumpArgs {
+    /// Which queues to drain: the main queue (consumer), the DLQ (enricher), or both in turn.
+    #[arg(long, value_enum, default_value_t = Queues::All)]
+    pub queue: Queues,
     /// Process one batch and stop, instead of running until the queue is idle.
     #[arg(long)]
     pub once: bool,
@@ -62,6 +74,36 @@ pub fn consumer_settings(stack: &Stack) -> Result<ConsumerSettings> {
             .ok()
             .or_else(|| defaults.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
     })?)
+}
+
+/// Enricher settings for a resolved stack: the environment's `DLQ_*` variables over the stack's names.
+pub fn enricher_settings(stack: &Stack) -> Result<EnricherSettings> {
+    let names = &stack.names;
+    let defaults = [
+        (vars::ENVELOPE_TABLE, names.envelope_table.clone()),
+        (vars::AUDIT_TABLE, names.audit_table.clone()),
+        (vars::QUARANTINE_BUCKET, names.quarantine_bucket.clone()),
+    ];
+    Ok(EnricherSettings::from_lookup(|k| {
+        std::env::var(k)
+            .ok()
+            .or_else(|| defaults.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
+    })?)
+}
+
+/// Pump the DLQ through `enricher`.
+pub async fn pump_dlq(
+    clients: &AwsClients,
+    stack: &Stack,
+    enricher: &Arc<AwsEnricher<TracingMetrics>>,
+    opts: &PumpOptions,
+) -> Result<PumpStats> {
+    let queue = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url);
+    Ok(pump(&queue, &stack.dlq_arn, &region(clients), opts, |event, deadline| {
+        let enricher = enricher.clone();
+        async move { enricher.handle_batch(&event, Some(deadline)).await }
+    })
+    .await?)
 }
 
 /// Read message bodies from a file or stdin, one per non-empty line.
@@ -150,11 +192,18 @@ pub async fn pump_with<L: Ledger>(
     Ok(pump_consumer(&queue, &stack.main_queue_arn, &region(clients), opts, &consumer).await?)
 }
 
-pub async fn pump(clients: &AwsClients, names: &ResourceNames, args: &PumpArgs) -> Result<()> {
+fn print_stats(label: &str, stats: &PumpStats) {
+    println!(
+        "{label}: {} batches, {} messages received, {} acknowledged, {} handed back to SQS",
+        stats.batches, stats.received, stats.deleted, stats.reported_failed
+    );
+    for (outcome, n) in &stats.outcomes {
+        println!("  {outcome:<24} {n}");
+    }
+}
+
+pub async fn pump_cmd(clients: &AwsClients, names: &ResourceNames, args: &PumpArgs) -> Result<()> {
     let stack = resolve_stack(clients, names).await?;
-    let settings = consumer_settings(&stack)?;
-    let ledger = DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table);
-    let consumer = Arc::new(AwsConsumer::from_settings(clients, &settings, ledger, "dlqctl-pump"));
     let opts = PumpOptions {
         batch_size: args.batch_size,
         function_timeout: Duration::from_secs(args.function_timeout_secs),
@@ -163,13 +212,24 @@ pub async fn pump(clients: &AwsClients, names: &ResourceNames, args: &PumpArgs) 
         progress_every: 10,
         ..PumpOptions::default()
     };
-    let stats = pump_with(clients, &stack, consumer, &opts).await?;
-    println!(
-        "{} batches, {} messages received, {} acknowledged, {} handed back to SQS",
-        stats.batches, stats.received, stats.deleted, stats.reported_failed
-    );
-    for (outcome, n) in &stats.outcomes {
-        println!("  {outcome:<24} {n}");
+    if args.queue != Queues::Dlq {
+        let settings = consumer_settings(&stack)?;
+        let ledger = DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table);
+        let consumer = Arc::new(AwsConsumer::from_settings(clients, &settings, ledger, "dlqctl-pump"));
+        print_stats(&names.main_queue, &pump_with(clients, &stack, consumer, &opts).await?);
+    }
+    if args.queue != Queues::Main {
+        let settings = enricher_settings(&stack)?;
+        let enricher = Arc::new(AwsEnricher::with_metrics(
+            clients,
+            &settings,
+            "dlqctl-pump",
+            TracingMetrics,
+        ));
+        print_stats(
+            &names.dead_letter_queue,
+            &pump_dlq(clients, &stack, &enricher, &opts).await?,
+        );
     }
     Ok(())
 }

@@ -315,12 +315,12 @@ pub async fn original_body<W: Worm>(e: &DlqEnvelope, worm: &W) -> StoreResult<Op
         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
 }
 
-/// The enricher wired to AWS (or the local stack).
-pub type AwsEnricher = Enricher<
+/// The enricher wired to AWS (or the local stack); metrics in EMF unless said otherwise.
+pub type AwsEnricher<M = crate::telemetry::EmfMetrics> = Enricher<
     crate::adapters::aws::dynamodb::DynamoEnvelopeStore,
     crate::adapters::aws::s3::S3Worm,
     crate::adapters::aws::dynamodb::DynamoAuditLog,
-    crate::telemetry::EmfMetrics,
+    M,
 >;
 
 impl AwsEnricher {
@@ -329,6 +329,20 @@ impl AwsEnricher {
         s: &crate::config::EnricherSettings,
         actor: &str,
     ) -> Self {
+        let metrics = crate::telemetry::EmfMetrics {
+            namespace: s.metrics_namespace.clone(),
+        };
+        AwsEnricher::with_metrics(clients, s, actor, metrics)
+    }
+}
+
+impl<M: Metrics> AwsEnricher<M> {
+    pub fn with_metrics(
+        clients: &crate::adapters::aws::AwsClients,
+        s: &crate::config::EnricherSettings,
+        actor: &str,
+        metrics: M,
+    ) -> Self {
         Enricher {
             store: crate::adapters::aws::dynamodb::DynamoEnvelopeStore::new(
                 clients.dynamodb.clone(),
@@ -336,9 +350,7 @@ impl AwsEnricher {
             ),
             worm: crate::adapters::aws::s3::S3Worm::new(clients.s3.clone(), &s.quarantine_bucket),
             audit: crate::adapters::aws::dynamodb::DynamoAuditLog::new(clients.dynamodb.clone(), &s.audit_table),
-            metrics: crate::telemetry::EmfMetrics {
-                namespace: s.metrics_namespace.clone(),
-            },
+            metrics,
             clock: Arc::new(crate::ports::SystemClock),
             config: EnricherConfig {
                 actor: actor.to_owned(),

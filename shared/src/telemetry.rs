@@ -66,6 +66,16 @@ impl crate::ports::Metrics for EmfMetrics {
     }
 }
 
+/// Metrics as `debug` tracing events: for `dlqctl`, where EMF lines on stdout would be noise.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TracingMetrics;
+
+impl crate::ports::Metrics for TracingMetrics {
+    fn emit(&self, m: &crate::ports::Metric) {
+        tracing::debug!(metric = m.name, value = m.value, unit = m.unit, dimensions = ?m.dimensions, "metric");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,103 @@
+//! `triage` and `show`: what is in the DLQ, grouped for a bulk fix; one envelope in full.
+
+use anyhow::{Result, bail};
+use recon_dlq::adapters::aws::AwsClients;
+use recon_dlq::adapters::aws::dynamodb::DynamoEnvelopeStore;
+use recon_dlq::adapters::aws::s3::S3Worm;
+use recon_dlq::decisions::{TriageGroup, triage};
+use recon_dlq::domain::{DlqEnvelope, EnvelopeStatus};
+use recon_dlq::enrich::original_body;
+use recon_dlq::ports::EnvelopeStore;
+use recon_dlq::resources::ResourceNames;
+
+pub fn store(clients: &AwsClients, names: &ResourceNames) -> DynamoEnvelopeStore {
+    DynamoEnvelopeStore::new(clients.dynamodb.clone(), &names.envelope_table)
+}
+
+/// Every envelope in `status` (or every envelope), following the pages.
+pub async fn envelopes(store: &impl EnvelopeStore, status: Option<EnvelopeStatus>) -> Result<Vec<DlqEnvelope>> {
+    let mut all = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (page, next) = match status {
+            Some(s) => store.list_by_status(s, cursor, 500).await?,
+            None => store.list_all(cursor, 500).await?,
+        };
+        all.extend(page);
+        match next {
+            Some(c) => cursor = Some(c),
+            None => return Ok(all),
+        }
+    }
+}
+
+fn amounts(g: &TriageGroup) -> String {
+    let mut parts: Vec<String> = g.amounts.iter().map(|(c, a)| format!("{a} {c}")).collect();
+    if g.without_amount > 0 {
+        parts.push(format!("{} unparsed", g.without_amount));
+    }
+    parts.join("; ")
+}
+
+fn entities(g: &TriageGroup) -> String {
+    let shown: Vec<&str> = g.entities.iter().take(2).map(String::as_str).collect();
+    let more = g.entities.len().saturating_sub(shown.len());
+    if more > 0 {
+        format!("{} +{more}", shown.join(","))
+    } else {
+        shown.join(",")
+    }
+}
+
+/// The triage table, readable in a terminal.
+pub fn print_table(groups: &[TriageGroup]) {
+    println!(
+        "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} SAMPLE",
+        "FAILURE CODE", "ROOT CAUSE", "COUNT", "OLDEST (UTC)", "NEWEST (UTC)", "AMOUNT", "ENTITIES"
+    );
+    for g in groups {
+        println!(
+            "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} {}",
+            g.failure_code.as_str(),
+            g.root_cause,
+            g.count,
+            g.oldest.format("%Y-%m-%d %H:%M:%S"),
+            g.newest.format("%Y-%m-%d %H:%M:%S"),
+            amounts(g),
+            entities(g),
+            g.sample_ids.first().map_or("", String::as_str),
+        );
+    }
+    let total: u64 = groups.iter().map(|g| g.count).sum();
+    println!("{total} envelopes in {} groups", groups.len());
+}
+
+pub async fn run(clients: &AwsClients, names: &ResourceNames, all: bool, json: bool) -> Result<()> {
+    let store = store(clients, names);
+    let list = envelopes(&store, if all { None } else { Some(EnvelopeStatus::Pending) }).await?;
+    let groups = triage(&list);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&groups)?);
+    } else {
+        print_table(&groups);
+    }
+    Ok(())
+}
+
+pub async fn show(clients: &AwsClients, names: &ResourceNames, envelope_id: &str, body: bool) -> Result<()> {
+    let Some(envelope) = store(clients, names).get(envelope_id).await? else {
+        bail!(
+            "no envelope {envelope_id} in {} (ids look like env_<32 hex>; `dlqctl triage` lists samples)",
+            names.envelope_table
+        );
+    };
+    println!("{}", serde_json::to_string_pretty(&envelope)?);
+    if body {
+        let worm = S3Worm::new(clients.s3.clone(), &names.quarantine_bucket);
+        match original_body(&envelope, &worm).await? {
+            Some(b) => println!("--- original body ({} bytes) ---\n{b}", b.len()),
+            None => println!("--- original body not found ---"),
+        }
+    }
+    Ok(())
+}
