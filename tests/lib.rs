@@ -4,16 +4,21 @@
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_sqs::types::Message;
+use recon_dlq::adapters::aws::dynamodb::DynamoEnvelopeStore;
 use recon_dlq::adapters::aws::dynamodb::{DynamoAuditLog, DynamoLedger, DynamoReferenceData};
 use recon_dlq::adapters::aws::provision::{Stack, StackSettings, delete_stack, ensure_stack};
 use recon_dlq::adapters::aws::sqs::{OutgoingMessage, SqsQueue};
 use recon_dlq::adapters::aws::{AwsClients, Target};
-use recon_dlq::config::ConsumerSettings;
+use recon_dlq::adapters::memory::MemoryMetrics;
+use recon_dlq::config::{ConsumerSettings, EnricherSettings};
 use recon_dlq::consume::{BatchReport, Consumer, ConsumerConfig};
 use recon_dlq::decisions::RetryPolicy;
-use recon_dlq::domain::{AuditRecord, MatchDecision, NewMessage, Posting};
-use recon_dlq::local::{PumpOptions, PumpStats, pump_consumer, to_event_record};
-use recon_dlq::ports::{AuditLog, DeadLetterQueue, Ledger, ReferenceData, SystemClock, WorkQueue};
+use recon_dlq::domain::{AuditRecord, DlqEnvelope, MatchDecision, NewMessage, Posting};
+use recon_dlq::enrich::AwsEnricher;
+use recon_dlq::local::{PumpOptions, PumpStats, pump_handler, to_event_record};
+use recon_dlq::ports::{
+    AuditLog, DeadLetterQueue, EnvelopeStore, Ledger, Metrics, ReferenceData, SystemClock, WorkQueue,
+};
 use recon_dlq::resources::ResourceNames;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -162,15 +167,60 @@ impl TestStack {
             max_duration: Duration::from_secs(120),
             ..PumpOptions::default()
         };
-        pump_consumer(
+        pump_handler(
             &self.main_queue(),
             &self.stack.main_queue_arn,
             "us-east-1",
             &opts,
-            consumer,
+            consumer.as_ref(),
         )
         .await
         .expect("pump")
+    }
+
+    /// An enricher on this stack (metrics kept in memory) with the given high-water mark.
+    pub fn enricher(&self, high_water: i64) -> Arc<AwsEnricher<MemoryMetrics>> {
+        let settings = EnricherSettings {
+            envelope_table: self.stack.names.envelope_table.clone(),
+            audit_table: self.settings.audit_table.clone(),
+            quarantine_bucket: self.stack.names.quarantine_bucket.clone(),
+            overflow_high_water: high_water,
+            metrics_namespace: "ReconDlqTest".into(),
+            concurrency: 8,
+            deadline_margin: Duration::from_secs(3),
+        };
+        Arc::new(AwsEnricher::with_metrics(
+            &self.clients,
+            &settings,
+            "integration-test",
+            MemoryMetrics::default(),
+        ))
+    }
+
+    /// Pump the DLQ through `enricher` until idle.
+    pub async fn pump_dlq<M: Metrics>(&self, enricher: &Arc<AwsEnricher<M>>) -> PumpStats {
+        let opts = PumpOptions {
+            max_duration: Duration::from_secs(120),
+            ..PumpOptions::default()
+        };
+        pump_handler(&self.dlq(), &self.stack.dlq_arn, "us-east-1", &opts, enricher.as_ref())
+            .await
+            .expect("pump DLQ")
+    }
+
+    /// Every envelope of this stack.
+    pub async fn envelopes(&self) -> Vec<DlqEnvelope> {
+        let store = DynamoEnvelopeStore::new(self.clients.dynamodb.clone(), &self.stack.names.envelope_table);
+        let mut all = Vec::new();
+        let mut cursor = None;
+        loop {
+            let (page, next) = store.list_all(cursor, 100).await.expect("list envelopes");
+            all.extend(page);
+            match next {
+                Some(c) => cursor = Some(c),
+                None => return all,
+            }
+        }
     }
 
     /// Receive messages from `queue` until `n` are gathered (or `timeout`), hidden for

@@ -10,7 +10,7 @@ use recon_dlq::config::{ConsumerSettings, EnricherSettings, vars};
 use recon_dlq::consume::AwsConsumer;
 use recon_dlq::domain::{NewMessage, Posting};
 use recon_dlq::enrich::AwsEnricher;
-use recon_dlq::local::{PumpOptions, PumpStats, pump, pump_consumer};
+use recon_dlq::local::{PumpOptions, PumpStats, pump_handler};
 use recon_dlq::ports::Ledger;
 use recon_dlq::resources::ResourceNames;
 use recon_dlq::telemetry::TracingMetrics;
@@ -99,11 +99,7 @@ pub async fn pump_dlq(
     opts: &PumpOptions,
 ) -> Result<PumpStats> {
     let queue = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url);
-    Ok(pump(&queue, &stack.dlq_arn, &region(clients), opts, |event, deadline| {
-        let enricher = enricher.clone();
-        async move { enricher.handle_batch(&event, Some(deadline)).await }
-    })
-    .await?)
+    Ok(pump_handler(&queue, &stack.dlq_arn, &region(clients), opts, enricher.as_ref()).await?)
 }
 
 /// Read message bodies from a file or stdin, one per non-empty line.
@@ -189,7 +185,7 @@ pub async fn pump_with<L: Ledger>(
     opts: &PumpOptions,
 ) -> Result<PumpStats> {
     let queue = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url);
-    Ok(pump_consumer(&queue, &stack.main_queue_arn, &region(clients), opts, &consumer).await?)
+    Ok(pump_handler(&queue, &stack.main_queue_arn, &region(clients), opts, consumer.as_ref()).await?)
 }
 
 fn print_stats(label: &str, stats: &PumpStats) {

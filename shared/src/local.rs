@@ -13,7 +13,10 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::adapters::aws::sqs::SqsQueue;
 use crate::consume::{BatchReport, Consumer};
 use crate::domain::TransientKind;
-use crate::ports::{AuditLog, DeadLetterQueue, Ledger, ReferenceData, StoreError, StoreResult, WorkQueue};
+use crate::enrich::Enricher;
+use crate::ports::{
+    AuditLog, DeadLetterQueue, EnvelopeStore, Ledger, Metrics, ReferenceData, StoreError, StoreResult, WorkQueue, Worm,
+};
 
 /// Convert a received SDK message into the Lambda event record SQS would deliver.
 pub fn to_event_record(m: &Message, queue_arn: &str, region: &str) -> SqsMessage {
@@ -190,14 +193,12 @@ where
     }
 }
 
-/// Pump `queue` through a consumer, as Lambda's SQS trigger would invoke it.
-pub async fn pump_consumer<L, Q, D, R, A>(
-    queue: &SqsQueue,
-    queue_arn: &str,
-    region: &str,
-    opts: &PumpOptions,
-    consumer: &std::sync::Arc<Consumer<L, Q, D, R, A>>,
-) -> StoreResult<PumpStats>
+/// A Lambda handler for SQS batches (the consumer, the enricher), as the pump invokes it.
+pub trait BatchHandler {
+    fn handle(&self, event: &SqsEvent, deadline: SystemTime) -> impl Future<Output = HandlerOutput>;
+}
+
+impl<L, Q, D, R, A> BatchHandler for Consumer<L, Q, D, R, A>
 where
     L: Ledger,
     Q: WorkQueue,
@@ -205,9 +206,33 @@ where
     R: ReferenceData,
     A: AuditLog,
 {
-    pump(queue, queue_arn, region, opts, |event, deadline| {
-        let consumer = consumer.clone();
-        async move { HandlerOutput::from(consumer.handle_batch(&event, Some(deadline)).await) }
+    async fn handle(&self, event: &SqsEvent, deadline: SystemTime) -> HandlerOutput {
+        HandlerOutput::from(self.handle_batch(event, Some(deadline)).await)
+    }
+}
+
+impl<S, W, A, M> BatchHandler for Enricher<S, W, A, M>
+where
+    S: EnvelopeStore,
+    W: Worm,
+    A: AuditLog,
+    M: Metrics,
+{
+    async fn handle(&self, event: &SqsEvent, deadline: SystemTime) -> HandlerOutput {
+        self.handle_batch(event, Some(deadline)).await
+    }
+}
+
+/// Pump `queue` through `handler`, as Lambda's SQS trigger would invoke it.
+pub async fn pump_handler<H: BatchHandler>(
+    queue: &SqsQueue,
+    queue_arn: &str,
+    region: &str,
+    opts: &PumpOptions,
+    handler: &H,
+) -> StoreResult<PumpStats> {
+    pump(queue, queue_arn, region, opts, |event, deadline| async move {
+        handler.handle(&event, deadline).await
     })
     .await
 }

@@ -1,0 +1,316 @@
+//! Enrichment on the real local stack: envelopes in DynamoDB Local, WORM copies under S3 Object
+//! Lock in LocalStack, triage, and DLQ_OVERFLOW.
+
+use aws_sdk_s3::types::ObjectLockMode;
+use integration_tests::{MAX_ATTEMPTS, TestStack, tx};
+use recon_dlq::adapters::aws::s3::S3Worm;
+use recon_dlq::decisions::triage;
+use recon_dlq::domain::{AuditKind, EnvelopeStatus, FailureCode, StatusChange};
+use recon_dlq::enrich::{check_overflow, original_body};
+use recon_dlq::ports::{EnvelopeStore, Worm};
+use rust_decimal::Decimal;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn a_poison_message_becomes_one_envelope_with_a_locked_worm_copy() {
+    let s = TestStack::new("env").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let mut m = tx(1);
+    m.currency = "XAU".into();
+    let body = m.to_body().unwrap();
+    let ids = s.send(std::slice::from_ref(&body)).await;
+    s.pump(&consumer).await;
+    let enricher = s.enricher(100);
+    let stats = s.pump_dlq(&enricher).await;
+    assert_eq!(stats.outcomes.get("ENRICHED"), Some(&1));
+
+    let envelopes = s.envelopes().await;
+    assert_eq!(envelopes.len(), 1);
+    let e = &envelopes[0];
+    assert_eq!(
+        e.original.body.as_deref(),
+        Some(body.as_str()),
+        "byte-identical original"
+    );
+    assert_eq!(e.original.source_message_id, ids[0]);
+    assert_eq!(e.failure_code, FailureCode::PoisonMessage);
+    assert_eq!(e.root_cause, "UNMAPPED_CURRENCY:XAU");
+    assert_eq!(e.attempt_count, 1);
+    assert_eq!(e.status, EnvelopeStatus::Pending);
+    assert_eq!(e.trace_id.as_deref(), Some("trace-1"));
+
+    // The WORM copy: present, checksummed content, COMPLIANCE retention, undeletable by version.
+    let worm = e.worm.clone().unwrap();
+    let head = s
+        .clients
+        .s3
+        .head_object()
+        .bucket(&worm.bucket)
+        .key(&worm.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.object_lock_mode(), Some(&ObjectLockMode::Compliance));
+    let until = head.object_lock_retain_until_date().expect("retain-until date");
+    assert!(until.secs() > chrono::Utc::now().timestamp(), "retention in the future");
+    let version = head.version_id().expect("versioned").to_owned();
+    let deleted = s
+        .clients
+        .s3
+        .delete_object()
+        .bucket(&worm.bucket)
+        .key(&worm.key)
+        .version_id(version)
+        .send()
+        .await;
+    assert!(deleted.is_err(), "S3 must refuse to delete a locked version");
+    let bytes = S3Worm::new(s.clients.s3.clone(), &worm.bucket)
+        .get(&worm.key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(recon_dlq::domain::envelope::sha256_hex(&bytes), worm.sha256);
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(doc["body"], body);
+    let audit = s.audit().await;
+    assert_eq!(audit.iter().filter(|r| r.kind == AuditKind::Enriched).count(), 1);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_same_dlq_message_delivered_twice_yields_one_envelope() {
+    let s = TestStack::new("twice").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let mut m = tx(2);
+    m.currency = "XAU".into();
+    s.send(&[m.to_body().unwrap()]).await;
+    s.pump(&consumer).await;
+    let enricher = s.enricher(100);
+    // First delivery: enriched, but the "function" dies before the poller deletes it.
+    let (event, _) = s.receive_event(&s.dlq(), 1, 1).await;
+    let first = enricher.handle_batch(&event, None).await;
+    assert_eq!(first.outcomes, ["ENRICHED"]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let stats = s.pump_dlq(&enricher).await;
+    assert_eq!(stats.outcomes.get("ALREADY_ENRICHED"), Some(&1));
+    assert_eq!(s.envelopes().await.len(), 1);
+    assert_eq!(
+        s.audit().await.iter().filter(|r| r.kind == AuditKind::Enriched).count(),
+        1
+    );
+    let store = &enricher.store;
+    assert_eq!(store.pending_count().await.unwrap(), 1, "counted once");
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_bare_redrive_is_enveloped_as_redriven_by_sqs() {
+    let s = TestStack::new("bare").await;
+    let body = tx(3).to_body().unwrap();
+    let ids = s.send(std::slice::from_ref(&body)).await;
+    // A consumer that crashes on every receive: SQS's redrive policy moves the message.
+    let main = s.main_queue();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline && s.dlq().depth().await.unwrap().visible == 0 {
+        main.receive(1, 1, Some(1)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let enricher = s.enricher(100);
+    s.pump_dlq(&enricher).await;
+    let envelopes = s.envelopes().await;
+    assert_eq!(envelopes.len(), 1);
+    let e = &envelopes[0];
+    assert_eq!(e.root_cause, "REDRIVEN_BY_SQS");
+    assert_eq!(e.failure_code, FailureCode::PoisonMessage);
+    assert!(
+        e.attempt_count >= MAX_ATTEMPTS,
+        "attempts from ApproximateReceiveCount: {}",
+        e.attempt_count
+    );
+    assert_eq!(
+        e.original.source_message_id, ids[0],
+        "SQS keeps the message id on redrive"
+    );
+    assert_eq!(e.original.body.as_deref(), Some(body.as_str()));
+    assert_eq!(e.status, EnvelopeStatus::Pending);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_unidentifiable_payload_is_quarantined_with_its_bytes_in_the_bucket() {
+    let s = TestStack::new("quar").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let raw = "<?xml version=\"1.0\"?><Document><BkToCstmrStmt>truncated — €";
+    s.send(&[raw.to_string()]).await;
+    s.pump(&consumer).await;
+    let enricher = s.enricher(100);
+    let stats = s.pump_dlq(&enricher).await;
+    assert_eq!(stats.outcomes.get("QUARANTINED"), Some(&1));
+    let e = &s.envelopes().await[0];
+    assert_eq!(e.status, EnvelopeStatus::Quarantined);
+    assert_eq!(e.failure_code, FailureCode::UnrecoverablePayload);
+    let key = e.original.body_key.clone().expect("payload in the bucket");
+    let bytes = S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket)
+        .get(&key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(bytes, raw.as_bytes());
+    assert_eq!(enricher.store.pending_count().await.unwrap(), 0);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_body_larger_than_a_dynamodb_item_is_kept_whole_in_the_bucket() {
+    let s = TestStack::new("large").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let mut m = tx(4);
+    m.currency = "XAU".into();
+    let mut v: serde_json::Value = serde_json::from_str(&m.to_body().unwrap()).unwrap();
+    v["statement_narrative"] = "Überweisung ".repeat(40_000).into();
+    let body = v.to_string();
+    assert!(body.len() > 400 * 1024, "{} bytes", body.len());
+    s.send(std::slice::from_ref(&body)).await;
+    s.pump(&consumer).await;
+    let enricher = s.enricher(100);
+    s.pump_dlq(&enricher).await;
+    let e = &s.envelopes().await[0];
+    assert_eq!(e.original.body, None);
+    assert_eq!(e.original.body_bytes, body.len() as u64);
+    let worm = S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket);
+    assert_eq!(
+        original_body(e, &worm).await.unwrap().as_deref(),
+        Some(body.as_str()),
+        "byte for byte"
+    );
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn triage_groups_five_root_causes_with_exact_counts_and_amounts() {
+    let s = TestStack::new("triage").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let mut bodies = Vec::new();
+    let mut n = 100;
+    let mut next = || {
+        n += 1;
+        tx(n)
+    };
+    for amount in ["1.5", "2.25", "3"] {
+        let mut m = next();
+        m.currency = "XAU".into();
+        m.amount = amount.into();
+        bodies.push(m.to_body().unwrap());
+    }
+    for amount in ["100.5", "7.25"] {
+        let mut m = next();
+        m.currency = "JPY".into();
+        m.amount = amount.into();
+        bodies.push(m.to_body().unwrap());
+    }
+    for _ in 0..2 {
+        let mut v: serde_json::Value = serde_json::from_str(&next().to_body().unwrap()).unwrap();
+        v["amount"] = "1,000.00".into();
+        bodies.push(v.to_string());
+    }
+    let mut schema_total = Decimal::ZERO;
+    for _ in 0..4 {
+        let m = next();
+        schema_total += Decimal::from_str(&m.amount).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&m.to_body().unwrap()).unwrap();
+        v["match_decision"] = "MAYBE".into();
+        bodies.push(v.to_string());
+    }
+    bodies.push("not json".into());
+    s.send(&bodies).await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(100)).await;
+
+    let groups = triage(&s.envelopes().await);
+    let by_cause: std::collections::BTreeMap<&str, &recon_dlq::decisions::TriageGroup> =
+        groups.iter().map(|g| (g.root_cause.as_str(), g)).collect();
+    assert_eq!(groups.len(), 5, "{groups:#?}");
+    let xau = by_cause["UNMAPPED_CURRENCY:XAU"];
+    assert_eq!(xau.count, 3);
+    assert_eq!(xau.amounts["XAU"], Decimal::from_str("6.75").unwrap());
+    let jpy = by_cause["SCALE_EXCEEDS_CURRENCY:JPY"];
+    assert_eq!(jpy.count, 2);
+    assert_eq!(jpy.amounts["JPY"], Decimal::from_str("107.75").unwrap());
+    assert_eq!(by_cause["INVALID_DECIMAL"].count, 2);
+    assert_eq!(by_cause["INVALID_DECIMAL"].without_amount, 2);
+    let schema = by_cause["SCHEMA_VIOLATION:match_decision"];
+    assert_eq!(schema.count, 4);
+    assert_eq!(schema.amounts["USD"], schema_total);
+    assert_eq!(by_cause["NOT_JSON"].failure_code, FailureCode::UnrecoverablePayload);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn dlq_overflow_is_emitted_once_per_crossing() {
+    let s = TestStack::new("overflow").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let enricher = s.enricher(3);
+    let poison = |n: u32| {
+        let mut m = tx(n);
+        m.currency = "XAU".into();
+        m.to_body().unwrap()
+    };
+    let overflows =
+        |audit: &[recon_dlq::domain::AuditRecord]| audit.iter().filter(|r| r.kind == AuditKind::DlqOverflow).count();
+
+    s.send(&(200..205).map(poison).collect::<Vec<_>>()).await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&enricher).await;
+    assert_eq!(enricher.store.pending_count().await.unwrap(), 5);
+    assert_eq!(
+        overflows(&s.audit().await),
+        1,
+        "five above a mark of three: one crossing"
+    );
+
+    // Fall back below the mark, then cross it again.
+    for e in s.envelopes().await.iter().take(3) {
+        let change = StatusChange {
+            status: EnvelopeStatus::Quarantined,
+            at: chrono::Utc::now(),
+            actor: "it".into(),
+            reason: "test".into(),
+        };
+        assert!(
+            enricher
+                .store
+                .transition(&e.envelope_id, EnvelopeStatus::Pending, &change)
+                .await
+                .unwrap()
+        );
+    }
+    assert_eq!(enricher.store.pending_count().await.unwrap(), 2);
+    check_overflow(
+        &enricher.store,
+        &enricher.audit,
+        &enricher.metrics,
+        3,
+        "it",
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    s.send(&(205..207).map(poison).collect::<Vec<_>>()).await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&enricher).await;
+    assert_eq!(enricher.store.pending_count().await.unwrap(), 4);
+    let audit = s.audit().await;
+    assert_eq!(overflows(&audit), 2, "a second crossing, a second DLQ_OVERFLOW");
+    assert!(audit.iter().any(|r| r.audit_id == "DLQ_OVERFLOW#2"));
+    assert_eq!(
+        enricher
+            .metrics
+            .emitted()
+            .iter()
+            .filter(|m| m.name == "DlqOverflow")
+            .count(),
+        2
+    );
+    s.cleanup().await;
+}
