@@ -314,3 +314,99 @@ async fn dlq_overflow_is_emitted_once_per_crossing() {
     );
     s.cleanup().await;
 }
+
+#[tokio::test]
+async fn pending_envelopes_page_through_the_status_index_oldest_first() {
+    let s = TestStack::new("index").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let mut bodies: Vec<String> = (300..305)
+        .map(|n| {
+            let mut m = tx(n);
+            m.currency = "XAU".into();
+            m.to_body().unwrap()
+        })
+        .collect();
+    bodies.push("not json".into());
+    s.send(&bodies).await;
+    s.pump(&consumer).await;
+    let enricher = s.enricher(100);
+    s.pump_dlq(&enricher).await;
+
+    let mut listed = Vec::new();
+    let mut cursor = None;
+    let mut pages = 0;
+    loop {
+        let (page, next) = enricher
+            .store
+            .list_by_status(EnvelopeStatus::Pending, cursor, 2)
+            .await
+            .unwrap();
+        pages += 1;
+        listed.extend(page);
+        match next {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(listed.len(), 5, "the quarantined one is not PENDING");
+    assert!(pages >= 3, "pages of two: {pages}");
+    assert!(
+        listed
+            .windows(2)
+            .all(|w| w[0].dead_lettered_at <= w[1].dead_lettered_at),
+        "oldest first"
+    );
+    assert!(listed.iter().all(|e| e.status == EnvelopeStatus::Pending));
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn setup_adds_the_triage_indexes_to_an_older_envelope_table() {
+    use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
+    use recon_dlq::adapters::aws::provision::{StackSettings, ensure_stack};
+    let s = TestStack::new("upgrade").await;
+    let table = s.stack.names.envelope_table.clone();
+    let ddb = &s.clients.dynamodb;
+    ddb.delete_table().table_name(&table).send().await.unwrap();
+    ddb.create_table()
+        .table_name(&table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("envelope_id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("envelope_id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    ensure_stack(
+        &s.clients,
+        &s.stack.names,
+        &StackSettings {
+            max_receive_count: MAX_ATTEMPTS,
+            ..StackSettings::default()
+        },
+    )
+    .await
+    .unwrap();
+    let described = ddb.describe_table().table_name(&table).send().await.unwrap();
+    let mut names: Vec<String> = described
+        .table()
+        .unwrap()
+        .global_secondary_indexes()
+        .iter()
+        .filter_map(|g| g.index_name().map(str::to_owned))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["by_entity", "by_failure_cause", "by_status_age"]);
+    s.cleanup().await;
+}

@@ -3,7 +3,9 @@
 //! own prefix). On AWS the same settings come from the infrastructure template instead.
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
+    GlobalSecondaryIndexUpdate, KeySchemaElement, KeyType, Projection, ProjectionType, ScalarAttributeType,
+    TimeToLiveSpecification,
 };
 use aws_sdk_s3::types::{
     DefaultRetention, ObjectLockConfiguration, ObjectLockEnabled, ObjectLockRetentionMode, ObjectLockRule,
@@ -94,37 +96,128 @@ async fn queue_arn(clients: &AwsClients, url: &str) -> StoreResult<String> {
         .ok_or_else(|| infra(format!("queue {url} has no ARN")))
 }
 
+fn key_element(name: &str, t: KeyType) -> StoreResult<KeySchemaElement> {
+    KeySchemaElement::builder()
+        .attribute_name(name)
+        .key_type(t)
+        .build()
+        .map_err(|e| infra(e.to_string()))
+}
+
+fn string_attribute(name: &str) -> StoreResult<AttributeDefinition> {
+    AttributeDefinition::builder()
+        .attribute_name(name)
+        .attribute_type(ScalarAttributeType::S)
+        .build()
+        .map_err(|e| infra(e.to_string()))
+}
+
+fn index_definition(index: &resources::IndexSpec) -> StoreResult<GlobalSecondaryIndex> {
+    GlobalSecondaryIndex::builder()
+        .index_name(index.name)
+        .key_schema(key_element(index.partition_key, KeyType::Hash)?)
+        .key_schema(key_element(index.sort_key, KeyType::Range)?)
+        .projection(Projection::builder().projection_type(ProjectionType::All).build())
+        .build()
+        .map_err(|e| infra(e.to_string()))
+}
+
+/// A table created by an older version lacks newer indexes: add them (one per call, as
+/// DynamoDB requires).
+async fn add_missing_indexes(
+    clients: &AwsClients,
+    name: &str,
+    spec: &TableSpec,
+    existing: &[String],
+) -> StoreResult<()> {
+    for index in spec.indexes.iter().filter(|i| !existing.iter().any(|e| e == i.name)) {
+        let create = CreateGlobalSecondaryIndexAction::builder()
+            .index_name(index.name)
+            .key_schema(key_element(index.partition_key, KeyType::Hash)?)
+            .key_schema(key_element(index.sort_key, KeyType::Range)?)
+            .projection(Projection::builder().projection_type(ProjectionType::All).build())
+            .build()
+            .map_err(|e| infra(e.to_string()))?;
+        clients
+            .dynamodb
+            .update_table()
+            .table_name(name)
+            .attribute_definitions(string_attribute(index.partition_key)?)
+            .attribute_definitions(string_attribute(index.sort_key)?)
+            .global_secondary_index_updates(GlobalSecondaryIndexUpdate::builder().create(create).build())
+            .send()
+            .await
+            .map_err(|e| store_error("UpdateTable(add index)", e))?;
+        wait_index_active(clients, name, index.name).await?;
+    }
+    Ok(())
+}
+
+/// DynamoDB builds one index at a time: wait until `index` is ACTIVE (up to ten minutes).
+async fn wait_index_active(clients: &AwsClients, table: &str, index: &str) -> StoreResult<()> {
+    for _ in 0..600 {
+        let out = clients
+            .dynamodb
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .map_err(|e| store_error("DescribeTable", e))?;
+        let active = out.table().is_some_and(|t| {
+            t.global_secondary_indexes().iter().any(|g| {
+                g.index_name() == Some(index) && g.index_status() == Some(&aws_sdk_dynamodb::types::IndexStatus::Active)
+            })
+        });
+        if active {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    Err(infra(format!(
+        "index {index} of {table} did not become ACTIVE in ten minutes"
+    )))
+}
+
 async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> StoreResult<()> {
     match clients.dynamodb.describe_table().table_name(name).send().await {
-        Ok(_) => return Ok(()),
+        Ok(out) => {
+            let existing: Vec<String> = out
+                .table()
+                .map(|t| {
+                    t.global_secondary_indexes()
+                        .iter()
+                        .filter_map(|g| g.index_name().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            return add_missing_indexes(clients, name, spec, &existing).await;
+        }
         Err(e)
             if e.as_service_error()
                 .is_some_and(|s| s.is_resource_not_found_exception()) => {}
         Err(e) => return Err(store_error("DescribeTable", e)),
     }
-    let key = |name: &str, t: KeyType| {
-        KeySchemaElement::builder()
-            .attribute_name(name)
-            .key_type(t)
-            .build()
-            .map_err(|e| infra(e.to_string()))
-    };
-    let def = |name: &str| {
-        AttributeDefinition::builder()
-            .attribute_name(name)
-            .attribute_type(ScalarAttributeType::S)
-            .build()
-            .map_err(|e| infra(e.to_string()))
-    };
     let mut req = clients
         .dynamodb
         .create_table()
         .table_name(name)
         .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(key(spec.partition_key, KeyType::Hash)?)
-        .attribute_definitions(def(spec.partition_key)?);
+        .key_schema(key_element(spec.partition_key, KeyType::Hash)?);
+    let mut defined = vec![spec.partition_key];
     if let Some(sk) = spec.sort_key {
-        req = req.key_schema(key(sk, KeyType::Range)?).attribute_definitions(def(sk)?);
+        req = req.key_schema(key_element(sk, KeyType::Range)?);
+        defined.push(sk);
+    }
+    for index in spec.indexes {
+        for attr in [index.partition_key, index.sort_key] {
+            if !defined.contains(&attr) {
+                defined.push(attr);
+            }
+        }
+        req = req.global_secondary_indexes(index_definition(index)?);
+    }
+    for attr in defined {
+        req = req.attribute_definitions(string_attribute(attr)?);
     }
     match req.send().await {
         Ok(_) => {}
