@@ -11,7 +11,7 @@ use recon_dlq::consume::AwsConsumer;
 use recon_dlq::domain::{NewMessage, Posting};
 use recon_dlq::enrich::AwsEnricher;
 use recon_dlq::local::{PumpOptions, PumpStats, pump_handler};
-use recon_dlq::ports::Ledger;
+use recon_dlq::ports::{EnvelopeStore, Ledger};
 use recon_dlq::resources::ResourceNames;
 use recon_dlq::telemetry::TracingMetrics;
 use rust_decimal::Decimal;
@@ -241,67 +241,51 @@ pub fn totals(postings: &[Posting]) -> BTreeMap<String, (u64, Decimal)> {
     t
 }
 
-pub struct Snapshot {
-    pub main: QueueDepth,
-    pub dlq: QueueDepth,
-    pub postings: Vec<Posting>,
-    pub audit_counts: BTreeMap<String, u64>,
-}
-
-pub async fn snapshot(clients: &AwsClients, stack: &Stack) -> Result<Snapshot> {
-    let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url)
-        .depth()
-        .await?;
-    let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
-    let postings = DynamoLedger::new(clients.dynamodb.clone(), &stack.names.ledger_table)
-        .scan()
-        .await?;
-    let mut audit_counts = BTreeMap::new();
-    for r in DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table)
-        .scan()
-        .await?
-    {
-        *audit_counts.entry(r.kind.as_str().to_owned()).or_insert(0u64) += 1;
-    }
-    Ok(Snapshot {
-        main,
-        dlq,
-        postings,
-        audit_counts,
-    })
-}
-
 pub async fn stats(clients: &AwsClients, names: &ResourceNames, json: bool) -> Result<()> {
     let stack = resolve_stack(clients, names).await?;
-    let s = snapshot(clients, &stack).await?;
-    let totals = totals(&s.postings);
+    let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url).depth().await?;
+    let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
+    let postings = DynamoLedger::new(clients.dynamodb.clone(), &names.ledger_table).scan().await?;
+    let mut audit_counts: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for r in DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table).scan().await? {
+        *audit_counts.entry(r.kind.as_str()).or_default() += 1;
+    }
+    let store = crate::triage::store(clients, names);
+    let mut envelope_counts: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for e in crate::triage::envelopes(&store, None).await? {
+        *envelope_counts.entry(e.status.as_str()).or_default() += 1;
+    }
+    let pending_counter = store.pending_count().await?;
+    let totals = totals(&postings);
     if json {
+        let depth = |d: &QueueDepth| serde_json::json!({"visible": d.visible, "in_flight": d.in_flight, "delayed": d.delayed});
         let v = serde_json::json!({
-            "main_queue": {"visible": s.main.visible, "in_flight": s.main.in_flight, "delayed": s.main.delayed},
-            "dead_letter_queue": {"visible": s.dlq.visible, "in_flight": s.dlq.in_flight, "delayed": s.dlq.delayed},
+            "main_queue": depth(&main),
+            "dead_letter_queue": depth(&dlq),
             "ledger": {
-                "postings": s.postings.len(),
+                "postings": postings.len(),
                 "by_currency": totals.iter().map(|(c, (n, a))| (c.clone(), serde_json::json!({"count": n, "amount": a.to_string()}))).collect::<serde_json::Map<_, _>>(),
             },
-            "audit": s.audit_counts,
+            "envelopes": envelope_counts,
+            "pending_counter": pending_counter,
+            "audit": audit_counts,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!(
-        "main queue    {:>8} visible {:>8} in flight {:>8} delayed",
-        s.main.visible, s.main.in_flight, s.main.delayed
-    );
-    println!(
-        "DLQ           {:>8} visible {:>8} in flight {:>8} delayed",
-        s.dlq.visible, s.dlq.in_flight, s.dlq.delayed
-    );
-    println!("ledger        {:>8} postings", s.postings.len());
-    for (c, (n, a)) in &totals {
-        println!("  {c:<6} {n:>8} postings  {a:>24}");
+    for (name, d) in [("main queue", &main), ("DLQ", &dlq)] {
+        println!("{name:<12} {:>8} visible {:>8} in flight {:>8} delayed", d.visible, d.in_flight, d.delayed);
     }
-    for (kind, n) in &s.audit_counts {
-        println!("audit {kind:<24} {n:>8}");
+    println!("ledger       {:>8} postings", postings.len());
+    for (c, (n, a)) in &totals {
+        println!("  {c:<6}   {n:>8} postings  {a:>24}");
+    }
+    println!("envelopes    {:>8} (PENDING counter: {pending_counter})", envelope_counts.values().sum::<u64>());
+    for (status, n) in &envelope_counts {
+        println!("  {status:<22} {n:>8}");
+    }
+    for (kind, n) in &audit_counts {
+        println!("audit {kind:<22} {n:>8}");
     }
     Ok(())
 }
