@@ -254,3 +254,17 @@ async fn a_batch_reports_only_what_could_not_be_enriched() {
     assert!(out.response.batch_item_failures.is_empty());
     assert_eq!(out.outcomes, ["ENRICHED"]);
 }
+
+#[tokio::test]
+async fn the_sample_dlq_event_in_events_enriches_as_documented() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../events/enricher-dlq-batch.json");
+    let event: SqsEvent = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let e = enricher(100);
+    let out = e.handle_batch(&event, None).await;
+    assert_eq!(out.outcomes, ["ENRICHED", "QUARANTINED", "ENRICHED"]);
+    let (all, _) = e.store.list_all(None, 10).await.unwrap();
+    let mut causes: Vec<String> = all.iter().map(|e| e.root_cause.clone()).collect();
+    causes.sort();
+    assert_eq!(causes, ["NOT_JSON", "REDRIVEN_BY_SQS", "UNMAPPED_CURRENCY:XAU"]);
+    assert!(out.response.batch_item_failures.is_empty());
+}
