@@ -243,11 +243,18 @@ pub fn totals(postings: &[Posting]) -> BTreeMap<String, (u64, Decimal)> {
 
 pub async fn stats(clients: &AwsClients, names: &ResourceNames, json: bool) -> Result<()> {
     let stack = resolve_stack(clients, names).await?;
-    let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url).depth().await?;
+    let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url)
+        .depth()
+        .await?;
     let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
-    let postings = DynamoLedger::new(clients.dynamodb.clone(), &names.ledger_table).scan().await?;
+    let postings = DynamoLedger::new(clients.dynamodb.clone(), &names.ledger_table)
+        .scan()
+        .await?;
     let mut audit_counts: BTreeMap<&'static str, u64> = BTreeMap::new();
-    for r in DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table).scan().await? {
+    for r in DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
+        .scan()
+        .await?
+    {
         *audit_counts.entry(r.kind.as_str()).or_default() += 1;
     }
     let store = crate::triage::store(clients, names);
@@ -258,7 +265,8 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames, json: bool) -> R
     let pending_counter = store.pending_count().await?;
     let totals = totals(&postings);
     if json {
-        let depth = |d: &QueueDepth| serde_json::json!({"visible": d.visible, "in_flight": d.in_flight, "delayed": d.delayed});
+        let depth =
+            |d: &QueueDepth| serde_json::json!({"visible": d.visible, "in_flight": d.in_flight, "delayed": d.delayed});
         let v = serde_json::json!({
             "main_queue": depth(&main),
             "dead_letter_queue": depth(&dlq),
@@ -274,13 +282,19 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames, json: bool) -> R
         return Ok(());
     }
     for (name, d) in [("main queue", &main), ("DLQ", &dlq)] {
-        println!("{name:<12} {:>8} visible {:>8} in flight {:>8} delayed", d.visible, d.in_flight, d.delayed);
+        println!(
+            "{name:<12} {:>8} visible {:>8} in flight {:>8} delayed",
+            d.visible, d.in_flight, d.delayed
+        );
     }
     println!("ledger       {:>8} postings", postings.len());
     for (c, (n, a)) in &totals {
         println!("  {c:<6}   {n:>8} postings  {a:>24}");
     }
-    println!("envelopes    {:>8} (PENDING counter: {pending_counter})", envelope_counts.values().sum::<u64>());
+    println!(
+        "envelopes    {:>8} (PENDING counter: {pending_counter})",
+        envelope_counts.values().sum::<u64>()
+    );
     for (status, n) in &envelope_counts {
         println!("  {status:<22} {n:>8}");
     }

@@ -70,6 +70,16 @@ wait_for() {
   exit 1
 }
 
+# Start a command in its own session (so `down` can stop its whole process group), detached from
+# this shell, with its output in a log file; the pid file holds the session leader's pid.
+start_daemon() {
+  local pidfile=$1 logfile=$2
+  shift 2
+  setsid sh -c 'echo $$ > "$0"; exec "$@"' "$pidfile" "$@" >"$logfile" 2>&1 </dev/null &
+  for _ in $(seq 1 50); do [ -s "$pidfile" ] && return 0; sleep 0.1; done
+  log "could not start $1"; exit 1
+}
+
 up() {
   install_localstack
   install_dynamodb
@@ -78,19 +88,20 @@ up() {
     log "LocalStack already running on 127.0.0.1:$ls_port"
   else
     log "starting LocalStack on 127.0.0.1:$ls_port"
-    (cd "$dir" && GATEWAY_LISTEN="127.0.0.1:$ls_port" \
+    # hypercorn honours the listen address (LocalStack's default twisted server binds every
+    # interface whatever GATEWAY_LISTEN says).
+    (cd "$dir" && start_daemon "$dir/localstack.pid" "$dir/logs/localstack.log" \
+      env GATEWAY_LISTEN="127.0.0.1:$ls_port" GATEWAY_SERVER=hypercorn \
       SERVICES=sqs,s3,cloudformation,iam,sts,events,scheduler,cloudwatch,logs \
       PERSISTENCE=0 SKIP_SSL_CERT_DOWNLOAD=1 DISABLE_EVENTS=1 LOCALSTACK_VOLUME_DIR="$dir/volume" \
-      setsid nohup "$venv/bin/python" -m localstack.runtime.main >"$dir/logs/localstack.log" 2>&1 &
-      echo $! >"$dir/localstack.pid")
+      "$venv/bin/python" -m localstack.runtime.main)
   fi
   if healthy_dynamodb; then
     log "DynamoDB Local already running on 127.0.0.1:$ddb_port"
   else
-    log "starting DynamoDB Local on 127.0.0.1:$ddb_port"
-    (cd "$ddb_dir" && setsid nohup java -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar \
-      -inMemory -port "$ddb_port" >"$dir/logs/dynamodb.log" 2>&1 &
-      echo $! >"$dir/dynamodb.pid")
+    log "starting DynamoDB Local on port $ddb_port"
+    (cd "$ddb_dir" && start_daemon "$dir/dynamodb.pid" "$dir/logs/dynamodb.log" \
+      java -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar -inMemory -disableTelemetry -port "$ddb_port")
   fi
   wait_for "DynamoDB Local" healthy_dynamodb "$dir/logs/dynamodb.log"
   wait_for "LocalStack" healthy_localstack "$dir/logs/localstack.log"
