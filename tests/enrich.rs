@@ -276,6 +276,7 @@ async fn dlq_overflow_is_emitted_once_per_crossing() {
             at: chrono::Utc::now(),
             actor: "it".into(),
             reason: "test".into(),
+            manual_journal: false,
         };
         assert!(
             enricher

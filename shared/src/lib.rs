@@ -7,6 +7,7 @@
 //! - [`adapters`]: AWS (SQS, DynamoDB, S3), in-memory, and fault injection.
 //! - [`consume`]: the consumer flow behind the `consumer` Lambda.
 //! - [`enrich`]: the enricher flow behind the `enricher` Lambda (envelopes, WORM, overflow).
+//! - [`replay`]: the replay flow behind the `replay` Lambda (three gates, claims, sweeps).
 //! - [`claim`]: claim -> post -> commit, for a user's own ledger behind the `Ledger` port.
 //! - [`resources`]: names and settings of every AWS resource, defined once.
 //! - [`config`]: runtime configuration from the environment.
@@ -20,5 +21,6 @@ pub mod domain;
 pub mod enrich;
 pub mod local;
 pub mod ports;
+pub mod replay;
 pub mod resources;
 pub mod telemetry;

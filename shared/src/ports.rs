@@ -190,6 +190,28 @@ pub trait EnvelopeStore: Send + Sync {
     /// Every envelope, a page at a time (no order).
     fn list_all(&self, cursor: Option<String>, limit: usize) -> impl Future<Output = StoreResult<EnvelopePage>> + Send;
     fn pending_count(&self) -> impl Future<Output = StoreResult<i64>> + Send;
+    /// Claim an envelope for a replay: from PENDING, or from REPLAYING whose lease ended before
+    /// `now` (a replay that crashed). Sets status REPLAYING and `claim`, appends `change`.
+    /// `Ok(false)` when it is neither (another replay holds it, or it is settled).
+    fn claim(
+        &self,
+        envelope_id: &str,
+        claim: &crate::domain::ReplayClaim,
+        now: DateTime<Utc>,
+        change: &crate::domain::StatusChange,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// Settle a claimed envelope: only if it is REPLAYING under `replay_id`. Appends `change` and
+    /// `record`. `Ok(false)` when the claim was lost (lease expired and taken over).
+    fn finish(
+        &self,
+        envelope_id: &str,
+        replay_id: &str,
+        change: &crate::domain::StatusChange,
+        record: &crate::domain::ReplayRecord,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// A sweep's saved position (`None`: start from the oldest).
+    fn load_cursor(&self, name: &str) -> impl Future<Output = StoreResult<Option<String>>> + Send;
+    fn save_cursor(&self, name: &str, cursor: Option<&str>) -> impl Future<Output = StoreResult<()>> + Send;
     /// Set the overflow flag. Returns the episode number when this call switched it on, so that
     /// exactly one caller reports each crossing.
     fn set_overflow(&self, active: bool) -> impl Future<Output = StoreResult<Option<u64>>> + Send;
@@ -216,4 +238,26 @@ pub struct Metric {
 
 pub trait Metrics: Send + Sync {
     fn emit(&self, metric: &Metric);
+}
+
+/// The main queue, as the replay re-injects into it.
+pub trait ReplayQueue: Send + Sync {
+    /// Send up to ten messages; per message, its SQS message id or why it was refused.
+    fn send_batch(
+        &self,
+        messages: &[OutgoingMessage],
+    ) -> impl Future<Output = StoreResult<Vec<Result<String, String>>>> + Send;
+    /// Messages waiting to be received (back-pressure).
+    fn visible_depth(&self) -> impl Future<Output = StoreResult<u64>> + Send;
+}
+
+/// A message to send: body plus string/number attributes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutgoingMessage {
+    pub body: String,
+    /// name -> (data type, string value)
+    pub attributes: Vec<(String, String, String)>,
+    /// FIFO queues only.
+    pub group_id: Option<String>,
+    pub dedup_id: Option<String>,
 }

@@ -42,6 +42,10 @@ pub mod keys {
     pub const ENVELOPE_ENTITY: &str = "entity_key";
     /// Key of the item that counts PENDING envelopes and holds the overflow flag.
     pub const ENVELOPE_META_ID: &str = "#meta#pending";
+    /// Prefix of the items that keep replay sweep cursors.
+    pub const ENVELOPE_CURSOR_PREFIX: &str = "#meta#cursor#";
+    /// Top-level copy of the replay claim's lease end (epoch ms), for conditional takeovers.
+    pub const ENVELOPE_LEASE: &str = "lease_until_ms";
     /// Audit records: one item per decision, keyed by a deterministic id.
     pub const AUDIT_PK: &str = "audit_id";
     /// Dedup/claim table used when the ledger is external (claim -> post -> commit).
@@ -62,6 +66,8 @@ pub mod attrs {
     pub const REPLAY_OF: &str = "replay.of";
     pub const REPLAY_ID: &str = "replay.id";
     pub const TRIGGERED_BY: &str = "replay.triggered_by";
+    /// How many replays this message has been through (1 for the first re-injection).
+    pub const REPLAY_GENERATION: &str = "replay.generation";
 }
 
 /// Names of every resource of one deployment.

@@ -221,6 +221,7 @@ async fn dlq_overflow_is_raised_once_per_crossing() {
             at: Utc::now(),
             actor: "test".into(),
             reason: "manual".into(),
+            manual_journal: false,
         };
         assert!(e.store.transition(id, EnvelopeStatus::Pending, &change).await.unwrap());
     }

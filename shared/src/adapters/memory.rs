@@ -288,6 +288,7 @@ struct EnvelopeState {
     pending: i64,
     overflow: bool,
     episodes: u64,
+    cursors: HashMap<String, String>,
 }
 
 /// The envelope table in memory, with the same conditions and pending count as DynamoDB's.
@@ -371,6 +372,69 @@ impl crate::ports::EnvelopeStore for MemoryEnvelopeStore {
         Ok(lock(&self.state).pending)
     }
 
+    async fn claim(
+        &self,
+        envelope_id: &str,
+        claim: &crate::domain::ReplayClaim,
+        now: DateTime<Utc>,
+        change: &crate::domain::StatusChange,
+    ) -> StoreResult<bool> {
+        use crate::domain::EnvelopeStatus::{Pending, Replaying};
+        let mut s = lock(&self.state);
+        let Some(e) = s.envelopes.get_mut(envelope_id) else {
+            return Ok(false);
+        };
+        let from_pending = e.status == Pending;
+        let expired = e.status == Replaying && e.replay.as_ref().is_some_and(|c| c.lease_until < now);
+        if !from_pending && !expired {
+            return Ok(false);
+        }
+        e.status = Replaying;
+        e.replay = Some(claim.clone());
+        e.status_history.push(change.clone());
+        if from_pending {
+            s.pending -= 1;
+        }
+        Ok(true)
+    }
+
+    async fn finish(
+        &self,
+        envelope_id: &str,
+        replay_id: &str,
+        change: &crate::domain::StatusChange,
+        record: &crate::domain::ReplayRecord,
+    ) -> StoreResult<bool> {
+        use crate::domain::EnvelopeStatus::{Pending, Replaying};
+        let mut s = lock(&self.state);
+        let Some(e) = s.envelopes.get_mut(envelope_id) else {
+            return Ok(false);
+        };
+        if e.status != Replaying || e.replay.as_ref().is_none_or(|c| c.replay_id != replay_id) {
+            return Ok(false);
+        }
+        e.status = change.status;
+        e.status_history.push(change.clone());
+        e.replays.push(record.clone());
+        if change.status == Pending {
+            s.pending += 1;
+        }
+        Ok(true)
+    }
+
+    async fn load_cursor(&self, name: &str) -> StoreResult<Option<String>> {
+        Ok(lock(&self.state).cursors.get(name).cloned())
+    }
+
+    async fn save_cursor(&self, name: &str, cursor: Option<&str>) -> StoreResult<()> {
+        let mut s = lock(&self.state);
+        match cursor {
+            Some(c) => s.cursors.insert(name.to_owned(), c.to_owned()),
+            None => s.cursors.remove(name),
+        };
+        Ok(())
+    }
+
     async fn set_overflow(&self, active: bool) -> StoreResult<Option<u64>> {
         let mut s = lock(&self.state);
         if s.overflow == active {
@@ -429,5 +493,37 @@ impl MemoryMetrics {
 impl crate::ports::Metrics for MemoryMetrics {
     fn emit(&self, metric: &crate::ports::Metric) {
         lock(&self.emitted).push(metric.clone());
+    }
+}
+
+/// The main queue as the replay sees it: keeps what is re-injected; its depth can be set to
+/// exercise back-pressure.
+#[derive(Default)]
+pub struct MemoryReplayQueue {
+    sent: Mutex<Vec<crate::ports::OutgoingMessage>>,
+    depth: std::sync::atomic::AtomicU64,
+}
+
+impl MemoryReplayQueue {
+    pub fn sent(&self) -> Vec<crate::ports::OutgoingMessage> {
+        lock(&self.sent).clone()
+    }
+    pub fn set_depth(&self, depth: u64) {
+        self.depth.store(depth, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl crate::ports::ReplayQueue for MemoryReplayQueue {
+    async fn send_batch(&self, messages: &[crate::ports::OutgoingMessage]) -> StoreResult<Vec<Result<String, String>>> {
+        let mut sent = lock(&self.sent);
+        let mut ids = Vec::with_capacity(messages.len());
+        for m in messages {
+            sent.push(m.clone());
+            ids.push(Ok(format!("replayed-{}", sent.len())));
+        }
+        Ok(ids)
+    }
+    async fn visible_depth(&self) -> StoreResult<u64> {
+        Ok(self.depth.load(std::sync::atomic::Ordering::SeqCst))
     }
 }

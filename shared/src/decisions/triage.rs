@@ -110,6 +110,9 @@ mod tests {
             },
             worm: None,
             status_history: vec![],
+            replay_generation: 0,
+            replay: None,
+            replays: vec![],
         }
     }
 

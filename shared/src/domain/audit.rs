@@ -19,6 +19,10 @@ pub enum AuditKind {
     Quarantined,
     /// PENDING envelopes crossed the high-water mark (one record per crossing).
     DlqOverflow,
+    /// A replay re-injected an envelope's original into the main queue.
+    ReplayReinjected,
+    /// A replay found the envelope's transaction already committed and did not re-inject it.
+    ReplaySuppressed,
 }
 
 impl AuditKind {
@@ -29,6 +33,8 @@ impl AuditKind {
             AuditKind::Enriched => "ENRICHED",
             AuditKind::Quarantined => "QUARANTINED",
             AuditKind::DlqOverflow => "DLQ_OVERFLOW",
+            AuditKind::ReplayReinjected => "REPLAY_REINJECTED",
+            AuditKind::ReplaySuppressed => "REPLAY_SUPPRESSED",
         }
     }
 }

@@ -81,6 +81,35 @@ pub struct StatusChange {
     /// Function name, schedule, or operator identity.
     pub actor: String,
     pub reason: String,
+    /// Quarantined because it cannot post automatically (closed period, outside the dedup
+    /// window): an accountant must book it by hand.
+    #[serde(default)]
+    pub manual_journal: bool,
+}
+
+/// A replay's hold on an envelope while it re-injects it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayClaim {
+    pub replay_id: String,
+    pub triggered_by: String,
+    pub reason: String,
+    pub claimed_at: DateTime<Utc>,
+    /// After this instant another replay may take the envelope over.
+    pub lease_until: DateTime<Utc>,
+}
+
+/// Provenance of one replay decision on an envelope.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayRecord {
+    pub replay_id: String,
+    pub triggered_by: String,
+    pub reason: String,
+    pub at: DateTime<Utc>,
+    /// `REPLAYED`, `SUPPRESSED_DUPLICATE`, `QUARANTINED` or `PENDING` (released).
+    pub outcome: EnvelopeStatus,
+    /// The SQS message id of the re-injected copy.
+    #[serde(default)]
+    pub sqs_message_id: Option<String>,
 }
 
 /// How far the envelope's `source_hash` can be trusted.
@@ -165,6 +194,15 @@ pub struct DlqEnvelope {
     pub worm: Option<WormRef>,
     #[serde(default)]
     pub status_history: Vec<StatusChange>,
+    /// How many replays led to this dead letter (0: it failed on first ingestion). Carried by the
+    /// `replay.generation` attribute of re-injected messages, so repeat offenders are capped.
+    #[serde(default)]
+    pub replay_generation: u32,
+    /// The current (or last) replay claim.
+    #[serde(default)]
+    pub replay: Option<ReplayClaim>,
+    #[serde(default)]
+    pub replays: Vec<ReplayRecord>,
 }
 
 /// Deterministic envelope id: one per message that reached the DLQ, however often it is delivered.
@@ -237,6 +275,11 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
         None => crate::consume::original_attributes(m),
     };
 
+    let replay_generation = original_attributes
+        .get(attrs::REPLAY_GENERATION)
+        .and_then(|a| a.string_value.as_deref())
+        .and_then(|g| g.parse().ok())
+        .unwrap_or(0);
     let l = labels(&body);
     let body_sha256 = sha256_hex(body.as_bytes());
     let (source_hash, source_hash_kind) = match decode(&body) {
@@ -299,7 +342,11 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
             at: now,
             actor: actor.to_owned(),
             reason,
+            manual_journal: false,
         }],
+        replay_generation,
+        replay: None,
+        replays: Vec::new(),
     }
 }
 

@@ -446,6 +446,12 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
 
 /// Stage 5: the checks that depend on reference data.
 pub fn check_reference(msg: &ReconMessage<'_>, reference: &ReferenceSnapshot) -> Result<(), ProcessError> {
+    check_currency(msg, reference)?;
+    check_period(msg, reference)
+}
+
+/// The currency is mapped and the amount fits its minor units (the replay integrity gate).
+pub fn check_currency(msg: &ReconMessage<'_>, reference: &ReferenceSnapshot) -> Result<(), ProcessError> {
     let Some(minor_units) = reference.minor_units(&msg.currency) else {
         return Err(ProcessError::poison(
             RootCause::UnmappedCurrency(msg.currency.to_string()),
@@ -465,6 +471,11 @@ pub fn check_reference(msg: &ReconMessage<'_>, reference: &ReferenceSnapshot) ->
             ),
         ));
     }
+    Ok(())
+}
+
+/// The accounting period is open for the entity (the replay temporal gate).
+pub fn check_period(msg: &ReconMessage<'_>, reference: &ReferenceSnapshot) -> Result<(), ProcessError> {
     let period = msg.period();
     if reference.period_status(&msg.ledger_entity, &period) == PeriodStatus::Closed {
         return Err(ProcessError::poison(

@@ -13,7 +13,8 @@ pub mod reference;
 pub use audit::{AuditKind, AuditRecord};
 pub use dead_letter::{DeadLetter, DeadLetterContext, OriginalAttribute};
 pub use envelope::{
-    DlqEnvelope, EnvelopeStatus, HashKind, OriginalMessage, StatusChange, WormRef, envelope_from_dlq_message,
+    DlqEnvelope, EnvelopeStatus, HashKind, OriginalMessage, ReplayClaim, ReplayRecord, StatusChange, WormRef,
+    envelope_from_dlq_message,
 };
 pub use failure::{FailureCode, ProcessError, RootCause, TransientKind, bounded_detail};
 pub use hash::{HashInput, source_hash};

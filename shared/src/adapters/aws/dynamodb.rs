@@ -680,6 +680,157 @@ impl crate::ports::EnvelopeStore for DynamoEnvelopeStore {
             .unwrap_or(0))
     }
 
+    async fn claim(
+        &self,
+        envelope_id: &str,
+        claim: &crate::domain::ReplayClaim,
+        now: DateTime<Utc>,
+        change: &crate::domain::StatusChange,
+    ) -> StoreResult<bool> {
+        use crate::domain::EnvelopeStatus::{Pending, Replaying};
+        let claim_item = to_item(claim).map_err(|e| item_error("replay claim", e))?;
+        let entry = to_item(change).map_err(|e| item_error("status change", e))?;
+        let update = |condition: &str| {
+            aws_sdk_dynamodb::types::Update::builder()
+                .table_name(&self.table)
+                .key(keys::ENVELOPE_PK, s(envelope_id))
+                .update_expression(
+                    "SET #status = :replaying, replay = :claim, #lease = :lease, status_history = list_append(status_history, :change)",
+                )
+                .condition_expression(condition)
+                .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
+                .expression_attribute_names("#lease", keys::ENVELOPE_LEASE)
+                .expression_attribute_values(":replaying", s(Replaying.as_str()))
+                .expression_attribute_values(":claim", AttributeValue::M(claim_item.clone()))
+                .expression_attribute_values(":lease", n(claim.lease_until.timestamp_millis()))
+                .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry.clone())]))
+        };
+        // From PENDING: leaves the pending count, in the same transaction.
+        let from_pending = update("#status = :pending")
+            .expression_attribute_values(":pending", s(Pending.as_str()))
+            .build()
+            .map_err(|e| item_error("replay claim", e))?;
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .update(from_pending)
+                    .build(),
+            )
+            .transact_items(pending_delta(&self.table, -1)?)
+            .send()
+            .await;
+        match result {
+            Ok(_) => return Ok(true),
+            Err(e) if first_condition_failed(&e) => {}
+            Err(e) => return Err(store_error("TransactWriteItems(replay claim)", e)),
+        }
+        // From an expired REPLAYING claim (a replay crashed): no count change.
+        let takeover = update("#status = :replaying AND #lease < :now")
+            .expression_attribute_values(":now", n(now.timestamp_millis()))
+            .build()
+            .map_err(|e| item_error("replay takeover", e))?;
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .update(takeover)
+                    .build(),
+            )
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) if first_condition_failed(&e) => Ok(false),
+            Err(e) => Err(store_error("TransactWriteItems(replay takeover)", e)),
+        }
+    }
+
+    async fn finish(
+        &self,
+        envelope_id: &str,
+        replay_id: &str,
+        change: &crate::domain::StatusChange,
+        record: &crate::domain::ReplayRecord,
+    ) -> StoreResult<bool> {
+        use crate::domain::EnvelopeStatus::{Pending, Replaying};
+        let entry = to_item(change).map_err(|e| item_error("status change", e))?;
+        let record = to_item(record).map_err(|e| item_error("replay record", e))?;
+        let update = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(envelope_id))
+            .update_expression(
+                "SET #status = :to, status_history = list_append(status_history, :change), \
+                 replays = list_append(if_not_exists(replays, :empty), :record)",
+            )
+            .condition_expression("#status = :replaying AND #replay.#rid = :rid")
+            .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
+            .expression_attribute_names("#replay", "replay")
+            .expression_attribute_names("#rid", "replay_id")
+            .expression_attribute_values(":to", s(change.status.as_str()))
+            .expression_attribute_values(":replaying", s(Replaying.as_str()))
+            .expression_attribute_values(":rid", s(replay_id))
+            .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry)]))
+            .expression_attribute_values(":record", AttributeValue::L(vec![AttributeValue::M(record)]))
+            .expression_attribute_values(":empty", AttributeValue::L(vec![]))
+            .build()
+            .map_err(|e| item_error("replay finish", e))?;
+        let mut req = self.client.transact_write_items().transact_items(
+            aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                .update(update)
+                .build(),
+        );
+        if change.status == Pending {
+            req = req.transact_items(pending_delta(&self.table, 1)?);
+        }
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if first_condition_failed(&e) => Ok(false),
+            Err(e) => Err(store_error("TransactWriteItems(replay finish)", e)),
+        }
+    }
+
+    async fn load_cursor(&self, name: &str) -> StoreResult<Option<String>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(format!("{}{name}", keys::ENVELOPE_CURSOR_PREFIX)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(sweep cursor)", e))?;
+        Ok(out.item().and_then(|i| get_s(i, "cursor")).map(str::to_owned))
+    }
+
+    async fn save_cursor(&self, name: &str, cursor: Option<&str>) -> StoreResult<()> {
+        let key = s(format!("{}{name}", keys::ENVELOPE_CURSOR_PREFIX));
+        match cursor {
+            Some(c) => {
+                self.client
+                    .put_item()
+                    .table_name(&self.table)
+                    .item(keys::ENVELOPE_PK, key)
+                    .item("cursor", s(c))
+                    .send()
+                    .await
+                    .map_err(|e| store_error("PutItem(sweep cursor)", e))?;
+            }
+            None => {
+                self.client
+                    .delete_item()
+                    .table_name(&self.table)
+                    .key(keys::ENVELOPE_PK, key)
+                    .send()
+                    .await
+                    .map_err(|e| store_error("DeleteItem(sweep cursor)", e))?;
+            }
+        }
+        Ok(())
+    }
+
     async fn set_overflow(&self, active: bool) -> StoreResult<Option<u64>> {
         let req = self
             .client

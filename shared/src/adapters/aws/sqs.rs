@@ -30,16 +30,7 @@ impl QueueDepth {
     }
 }
 
-/// A message to send: body plus string/number attributes.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OutgoingMessage {
-    pub body: String,
-    /// name -> (data type, string value)
-    pub attributes: Vec<(String, String, String)>,
-    /// FIFO queues only.
-    pub group_id: Option<String>,
-    pub dedup_id: Option<String>,
-}
+pub use crate::ports::OutgoingMessage;
 
 fn attr(data_type: &str, value: &str) -> StoreResult<MessageAttributeValue> {
     MessageAttributeValue::builder()
@@ -258,5 +249,14 @@ impl DeadLetterQueue for SqsQueue {
         }
         req.send().await.map_err(|e| store_error("SendMessage(DLQ)", e))?;
         Ok(())
+    }
+}
+
+impl crate::ports::ReplayQueue for SqsQueue {
+    async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<Vec<Result<String, String>>> {
+        SqsQueue::send_batch(self, messages).await
+    }
+    async fn visible_depth(&self) -> StoreResult<u64> {
+        Ok(self.depth().await?.visible)
     }
 }
