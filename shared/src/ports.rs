@@ -261,3 +261,91 @@ pub struct OutgoingMessage {
     pub group_id: Option<String>,
     pub dedup_id: Option<String>,
 }
+
+impl<T: EnvelopeStore> EnvelopeStore for Arc<T> {
+    fn create(&self, e: &crate::domain::DlqEnvelope) -> impl Future<Output = StoreResult<CreateOutcome>> + Send {
+        (**self).create(e)
+    }
+    fn get(&self, id: &str) -> impl Future<Output = StoreResult<Option<crate::domain::DlqEnvelope>>> + Send {
+        (**self).get(id)
+    }
+    fn transition(
+        &self,
+        id: &str,
+        from: crate::domain::EnvelopeStatus,
+        change: &crate::domain::StatusChange,
+    ) -> impl Future<Output = StoreResult<bool>> + Send {
+        (**self).transition(id, from, change)
+    }
+    fn list_by_status(
+        &self,
+        status: crate::domain::EnvelopeStatus,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> impl Future<Output = StoreResult<EnvelopePage>> + Send {
+        (**self).list_by_status(status, cursor, limit)
+    }
+    fn list_all(&self, cursor: Option<String>, limit: usize) -> impl Future<Output = StoreResult<EnvelopePage>> + Send {
+        (**self).list_all(cursor, limit)
+    }
+    fn pending_count(&self) -> impl Future<Output = StoreResult<i64>> + Send {
+        (**self).pending_count()
+    }
+    fn claim(
+        &self,
+        id: &str,
+        claim: &crate::domain::ReplayClaim,
+        now: DateTime<Utc>,
+        change: &crate::domain::StatusChange,
+    ) -> impl Future<Output = StoreResult<bool>> + Send {
+        (**self).claim(id, claim, now, change)
+    }
+    fn finish(
+        &self,
+        id: &str,
+        replay_id: &str,
+        change: &crate::domain::StatusChange,
+        record: &crate::domain::ReplayRecord,
+    ) -> impl Future<Output = StoreResult<bool>> + Send {
+        (**self).finish(id, replay_id, change, record)
+    }
+    fn load_cursor(&self, name: &str) -> impl Future<Output = StoreResult<Option<String>>> + Send {
+        (**self).load_cursor(name)
+    }
+    fn save_cursor(&self, name: &str, cursor: Option<&str>) -> impl Future<Output = StoreResult<()>> + Send {
+        (**self).save_cursor(name, cursor)
+    }
+    fn set_overflow(&self, active: bool) -> impl Future<Output = StoreResult<Option<u64>>> + Send {
+        (**self).set_overflow(active)
+    }
+}
+
+impl<T: Worm> Worm for Arc<T> {
+    fn bucket(&self) -> &str {
+        (**self).bucket()
+    }
+    fn put(&self, key: &str, bytes: &[u8]) -> impl Future<Output = StoreResult<()>> + Send {
+        (**self).put(key, bytes)
+    }
+    fn get(&self, key: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send {
+        (**self).get(key)
+    }
+}
+
+impl<T: ReplayQueue> ReplayQueue for Arc<T> {
+    fn send_batch(
+        &self,
+        m: &[OutgoingMessage],
+    ) -> impl Future<Output = StoreResult<Vec<Result<String, String>>>> + Send {
+        (**self).send_batch(m)
+    }
+    fn visible_depth(&self) -> impl Future<Output = StoreResult<u64>> + Send {
+        (**self).visible_depth()
+    }
+}
+
+impl<T: Metrics> Metrics for Arc<T> {
+    fn emit(&self, metric: &Metric) {
+        (**self).emit(metric)
+    }
+}

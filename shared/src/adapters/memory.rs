@@ -297,16 +297,30 @@ pub struct MemoryEnvelopeStore {
     state: Mutex<EnvelopeState>,
 }
 
-fn page(mut all: Vec<crate::domain::DlqEnvelope>, cursor: Option<String>, limit: usize) -> crate::ports::EnvelopePage {
-    let start = cursor.and_then(|c| c.parse::<usize>().ok()).unwrap_or(0);
-    let end = (start + limit.max(1)).min(all.len());
-    let next = (end < all.len()).then(|| end.to_string());
-    let items = if start < all.len() {
-        all.drain(start..end).collect()
-    } else {
-        Vec::new()
-    };
+/// One page of `all` (already in order) after the item whose key is `cursor`, like DynamoDB's
+/// `ExclusiveStartKey`: items that leave the listing between pages do not shift the next page.
+fn page(
+    all: Vec<crate::domain::DlqEnvelope>,
+    key: impl Fn(&crate::domain::DlqEnvelope) -> String,
+    cursor: Option<String>,
+    limit: usize,
+) -> crate::ports::EnvelopePage {
+    let items: Vec<_> = all
+        .into_iter()
+        .filter(|e| cursor.as_ref().is_none_or(|c| key(e) > *c))
+        .collect();
+    let more = items.len() > limit.max(1);
+    let items: Vec<_> = items.into_iter().take(limit.max(1)).collect();
+    let next = if more { items.last().map(&key) } else { None };
     (items, next)
+}
+
+fn age_key(e: &crate::domain::DlqEnvelope) -> String {
+    format!(
+        "{}#{}",
+        e.dead_lettered_at.format("%Y-%m-%dT%H:%M:%S%.9fZ"),
+        e.envelope_id
+    )
 }
 
 impl crate::ports::EnvelopeStore for MemoryEnvelopeStore {
@@ -356,16 +370,13 @@ impl crate::ports::EnvelopeStore for MemoryEnvelopeStore {
             .filter(|e| e.status == status)
             .cloned()
             .collect();
-        all.sort_by(|a, b| (a.dead_lettered_at, &a.envelope_id).cmp(&(b.dead_lettered_at, &b.envelope_id)));
-        Ok(page(all, cursor, limit))
+        all.sort_by_key(age_key);
+        Ok(page(all, age_key, cursor, limit))
     }
 
     async fn list_all(&self, cursor: Option<String>, limit: usize) -> StoreResult<crate::ports::EnvelopePage> {
-        Ok(page(
-            lock(&self.state).envelopes.values().cloned().collect(),
-            cursor,
-            limit,
-        ))
+        let all = lock(&self.state).envelopes.values().cloned().collect();
+        Ok(page(all, |e| e.envelope_id.clone(), cursor, limit))
     }
 
     async fn pending_count(&self) -> StoreResult<i64> {
