@@ -23,6 +23,12 @@ pub mod vars {
     pub const QUARANTINE_BUCKET: &str = "DLQ_QUARANTINE_BUCKET";
     pub const OVERFLOW_HIGH_WATER: &str = "DLQ_OVERFLOW_HIGH_WATER";
     pub const METRICS_NAMESPACE: &str = "DLQ_METRICS_NAMESPACE";
+    pub const REPLAY_LEASE_SECS: &str = "DLQ_REPLAY_LEASE_SECS";
+    pub const REPLAY_MAX_PER_ENVELOPE: &str = "DLQ_REPLAY_MAX_PER_ENVELOPE";
+    pub const REPLAY_WINDOW_DAYS: &str = "DLQ_REPLAY_WINDOW_DAYS";
+    pub const REPLAY_RATE_PER_SEC: &str = "DLQ_REPLAY_RATE_PER_SEC";
+    pub const REPLAY_QUEUE_HIGH_WATER: &str = "DLQ_REPLAY_QUEUE_HIGH_WATER";
+    pub const REPLAY_PAGE_SIZE: &str = "DLQ_REPLAY_PAGE_SIZE";
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -178,6 +184,89 @@ impl EnricherSettings {
                 .unwrap_or_else(|| crate::telemetry::EmfMetrics::DEFAULT_NAMESPACE.to_owned()),
             concurrency: number(&get, vars::BATCH_CONCURRENCY, 8usize, "a whole number 1-100")?.clamp(1, 100),
             deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 3000, "milliseconds")?),
+        })
+    }
+}
+
+/// Everything the replay needs to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplaySettings {
+    pub main_queue_url: String,
+    pub envelope_table: String,
+    pub ledger_table: String,
+    pub reference_table: String,
+    pub audit_table: String,
+    pub quarantine_bucket: String,
+    pub lease_secs: i64,
+    pub max_replays: u32,
+    pub window_days: i64,
+    pub rate_per_sec: u32,
+    pub main_queue_high_water: u64,
+    pub page_size: usize,
+    pub overflow_high_water: i64,
+    pub metrics_namespace: String,
+    pub deadline_margin: Duration,
+}
+
+impl ReplaySettings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let names = ResourceNames::with_prefix(
+            &get(vars::STACK_PREFIX).unwrap_or_else(|| resources::DEFAULT_PREFIX.to_owned()),
+        );
+        let enricher = EnricherSettings::from_lookup(&get)?;
+        let positive = |var: &'static str, v: i64| {
+            if v > 0 {
+                Ok(v)
+            } else {
+                Err(ConfigError::Invalid {
+                    var,
+                    value: v.to_string(),
+                    hint: "a whole number above 0".into(),
+                })
+            }
+        };
+        let page_size: usize = number(&get, vars::REPLAY_PAGE_SIZE, 100, "envelopes per page, 1-1000")?;
+        Ok(ReplaySettings {
+            main_queue_url: get(vars::MAIN_QUEUE_URL)
+                .filter(|v| !v.trim().is_empty())
+                .ok_or(ConfigError::Missing {
+                    var: vars::MAIN_QUEUE_URL,
+                    hint: "the URL of the main queue replays re-inject into",
+                })?,
+            envelope_table: enricher.envelope_table,
+            ledger_table: get(vars::LEDGER_TABLE).unwrap_or(names.ledger_table),
+            reference_table: get(vars::REFERENCE_TABLE).unwrap_or(names.reference_table),
+            audit_table: enricher.audit_table,
+            quarantine_bucket: enricher.quarantine_bucket,
+            lease_secs: positive(
+                vars::REPLAY_LEASE_SECS,
+                number(&get, vars::REPLAY_LEASE_SECS, 300, "seconds")?,
+            )?,
+            max_replays: number(&get, vars::REPLAY_MAX_PER_ENVELOPE, 3, "a whole number of replays")?,
+            window_days: positive(
+                vars::REPLAY_WINDOW_DAYS,
+                number(&get, vars::REPLAY_WINDOW_DAYS, 90, "days")?,
+            )?,
+            rate_per_sec: number(
+                &get,
+                vars::REPLAY_RATE_PER_SEC,
+                50,
+                "messages per second, 0 for no limit",
+            )?,
+            main_queue_high_water: number(
+                &get,
+                vars::REPLAY_QUEUE_HIGH_WATER,
+                10_000,
+                "a number of visible messages",
+            )?,
+            page_size: page_size.clamp(1, 1000),
+            overflow_high_water: enricher.overflow_high_water,
+            metrics_namespace: enricher.metrics_namespace,
+            deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 5000, "milliseconds")?),
         })
     }
 }

@@ -120,6 +120,9 @@ pub struct ReplayRequest {
     pub triggered_by: String,
     /// A scheduled sweep resumes from (and saves) the persisted cursor.
     pub scheduled: bool,
+    /// Operator decision: quarantine every selected envelope (for a manual journal) instead of
+    /// replaying it — for records whose root cause cannot be fixed.
+    pub quarantine: bool,
 }
 
 /// The payload of a hand-invoked replay. Unknown fields are refused: a typo in a selector must
@@ -174,6 +177,7 @@ impl ManualReplay {
             reason: self.reason,
             triggered_by: self.triggered_by,
             scheduled: false,
+            quarantine: false,
         })
     }
 }
@@ -194,6 +198,7 @@ pub fn parse_invocation(payload: &serde_json::Value) -> Result<ReplayRequest, Re
             reason: "scheduled sweep".into(),
             triggered_by: format!("schedule:{rule}"),
             scheduled: true,
+            quarantine: false,
         });
     }
     let manual: ManualReplay = serde_json::from_value(payload.clone()).map_err(|e| RequestError(e.to_string()))?;
@@ -208,6 +213,8 @@ pub enum Gate {
     Idempotency,
     Temporal,
     ReplayCap,
+    /// An operator quarantined it by hand.
+    Operator,
 }
 
 /// What the gates say about an envelope (read-only).
@@ -276,7 +283,11 @@ impl ReplayReport {
     }
 }
 
+/// Called after every page with the report so far (progress display).
+pub type Progress = Arc<dyn Fn(&ReplayReport) + Send + Sync>;
+
 pub struct Replayer<S, L, R, Q, W, A, M> {
+    pub progress: Option<Progress>,
     pub store: S,
     pub ledger: L,
     pub reference: R,
@@ -317,6 +328,23 @@ where
     A: AuditLog,
     M: Metrics,
 {
+    async fn verdict_for(
+        &self,
+        req: &ReplayRequest,
+        e: &DlqEnvelope,
+        snapshot: &ReferenceSnapshot,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Verdict> {
+        if req.quarantine {
+            return Ok(Verdict::Quarantine {
+                gate: Gate::Operator,
+                detail: req.reason.clone(),
+                manual_journal: true,
+            });
+        }
+        self.verdict(e, snapshot, now).await
+    }
+
     /// Evaluate the gates for one envelope (reads only).
     pub async fn verdict(
         &self,
@@ -553,10 +581,11 @@ where
         report.selected += page.len() as u64;
         let now = self.clock.now();
         let snapshot = run.snapshot.clone();
+        let req = run.req;
         let verdicts: Vec<StoreResult<Verdict>> = futures::stream::iter(&page)
             .map(|e| {
                 let snapshot = snapshot.clone();
-                async move { self.verdict(e, &snapshot, now).await }
+                async move { self.verdict_for(req, e, &snapshot, now).await }
             })
             .buffered(self.config.concurrency.max(1))
             .collect()
@@ -602,6 +631,9 @@ where
                 continue;
             }
             self.reinject(run, chunk, report).await?;
+        }
+        if let Some(progress) = &self.progress {
+            progress(report);
         }
         Ok(())
     }
@@ -1016,4 +1048,71 @@ mod tests {
             .matches(&e)
         );
     }
+}
+
+/// The replay wired to AWS (or the local stack); metrics in EMF unless said otherwise.
+pub type AwsReplayer<M = crate::telemetry::EmfMetrics> = Replayer<
+    crate::adapters::aws::dynamodb::DynamoEnvelopeStore,
+    crate::adapters::aws::dynamodb::DynamoLedger,
+    crate::adapters::aws::dynamodb::DynamoReferenceData,
+    crate::adapters::aws::sqs::SqsQueue,
+    crate::adapters::aws::s3::S3Worm,
+    crate::adapters::aws::dynamodb::DynamoAuditLog,
+    M,
+>;
+
+impl<M: Metrics> AwsReplayer<M> {
+    pub fn with_metrics(
+        clients: &crate::adapters::aws::AwsClients,
+        s: &crate::config::ReplaySettings,
+        actor: &str,
+        metrics: M,
+    ) -> Self {
+        use crate::adapters::aws::dynamodb::{DynamoAuditLog, DynamoEnvelopeStore, DynamoLedger, DynamoReferenceData};
+        Replayer {
+            progress: None,
+            store: DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table),
+            ledger: DynamoLedger::new(clients.dynamodb.clone(), &s.ledger_table),
+            // Gate 1 must see today's reference data: no cache.
+            reference: DynamoReferenceData::new(clients.dynamodb.clone(), &s.reference_table, Duration::ZERO),
+            queue: crate::adapters::aws::sqs::SqsQueue::new(clients.sqs.clone(), &s.main_queue_url),
+            worm: crate::adapters::aws::s3::S3Worm::new(clients.s3.clone(), &s.quarantine_bucket),
+            audit: DynamoAuditLog::new(clients.dynamodb.clone(), &s.audit_table),
+            metrics,
+            clock: Arc::new(crate::ports::SystemClock),
+            config: ReplayConfig {
+                actor: actor.to_owned(),
+                lease: ChronoDuration::seconds(s.lease_secs),
+                max_replays: s.max_replays,
+                replay_window: ChronoDuration::days(s.window_days),
+                rate_per_sec: s.rate_per_sec,
+                main_queue_high_water: s.main_queue_high_water,
+                concurrency: 8,
+                page_size: s.page_size,
+                overflow_high_water: s.overflow_high_water,
+                deadline_margin: s.deadline_margin,
+            },
+        }
+    }
+}
+
+impl AwsReplayer {
+    pub fn from_settings(
+        clients: &crate::adapters::aws::AwsClients,
+        s: &crate::config::ReplaySettings,
+        actor: &str,
+    ) -> Self {
+        let metrics = crate::telemetry::EmfMetrics {
+            namespace: s.metrics_namespace.clone(),
+        };
+        AwsReplayer::with_metrics(clients, s, actor, metrics)
+    }
+}
+
+/// A Lambda deadline (wall clock) as an `Instant` time budget.
+pub fn budget_until(deadline: std::time::SystemTime) -> Instant {
+    Instant::now()
+        + deadline
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default()
 }

@@ -53,6 +53,7 @@ fn world() -> World {
 impl World {
     fn replayer(&self, config: ReplayConfig) -> TestReplayer {
         Replayer {
+            progress: None,
             store: self.store.clone(),
             ledger: self.ledger.clone(),
             reference: self.reference.clone(),
@@ -119,6 +120,7 @@ fn manual(selector: Selector, dry_run: bool) -> ReplayRequest {
         reason: "XAU mapped".into(),
         triggered_by: "alice".into(),
         scheduled: false,
+        quarantine: false,
     }
 }
 
@@ -129,6 +131,7 @@ fn sweep() -> ReplayRequest {
         reason: "scheduled sweep".into(),
         triggered_by: "schedule:test".into(),
         scheduled: true,
+        quarantine: false,
     }
 }
 
@@ -489,4 +492,22 @@ async fn concurrent_sweeps_reinject_each_envelope_at_most_once() {
     ofs.sort();
     ofs.dedup();
     assert_eq!(ofs.len(), 200, "no envelope re-injected twice");
+}
+
+#[tokio::test]
+async fn an_operator_can_quarantine_a_group_that_cannot_be_fixed() {
+    let w = world();
+    for n in 1..=2 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await;
+    }
+    let req = ReplayRequest {
+        quarantine: true,
+        reason: "counterparty closed; book by hand".into(),
+        ..manual(Selector::default(), false)
+    };
+    let report = w.replayer(ReplayConfig::default()).run(&req, None).await.unwrap();
+    assert_eq!(outcomes(&report), ["QUARANTINED", "QUARANTINED"]);
+    assert!(report.items.iter().all(|i| i.gate == Some(Gate::Operator)));
+    assert_eq!(w.store.pending_count().await.unwrap(), 0);
+    assert!(w.queue.sent().is_empty());
 }
