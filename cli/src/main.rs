@@ -5,6 +5,7 @@
 
 mod demo;
 mod ops;
+mod remediate;
 mod triage;
 
 use anyhow::{Context, Result};
@@ -73,8 +74,31 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Re-inject fixed envelopes through the three gates (integrity, idempotency, temporal).
+    Replay(remediate::SelectorArgs),
+    /// Quarantine envelopes whose root cause cannot be fixed (flagged for a manual journal).
+    Quarantine(remediate::SelectorArgs),
+    /// Reference data: currency mappings.
+    Ref {
+        #[command(subcommand)]
+        what: RefWhat,
+    },
+    /// Accounting periods per entity.
+    Period {
+        #[command(subcommand)]
+        command: remediate::PeriodCommand,
+    },
     /// Run the whole pipeline on a generated workload and prove nothing was lost or doubled.
     Demo(demo::DemoArgs),
+}
+
+#[derive(Subcommand)]
+enum RefWhat {
+    /// Currency mappings (ISO 4217 is built in; add metals, stablecoins, internal units).
+    Currency {
+        #[command(subcommand)]
+        command: remediate::RefCommand,
+    },
 }
 
 #[tokio::main]
@@ -125,6 +149,12 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Stats { json } => ops::stats(&clients, &names, json).await,
         Command::Triage { all, json } => triage::run(&clients, &names, all, json).await,
         Command::Show { envelope_id, body } => triage::show(&clients, &names, &envelope_id, body).await,
+        Command::Replay(args) => remediate::run(&clients, &names, &args, false).await,
+        Command::Quarantine(args) => remediate::run(&clients, &names, &args, true).await,
+        Command::Ref {
+            what: RefWhat::Currency { command },
+        } => remediate::currency(&clients, &names, &command).await,
+        Command::Period { command } => remediate::period(&clients, &names, &command).await,
         Command::Demo(args) => demo::run(&clients, &names, &args).await,
     }
 }

@@ -45,6 +45,13 @@ pub struct PumpArgs {
     /// Give up when the queue is not idle after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub max_secs: u64,
+    /// Also run the scheduled replay sweep, every this many seconds, pumping in between (as the
+    /// EventBridge schedule would on AWS). Runs until interrupted, or for --rounds.
+    #[arg(long)]
+    pub sweep_every: Option<u64>,
+    /// With --sweep-every: stop after this many sweeps.
+    #[arg(long)]
+    pub rounds: Option<u64>,
 }
 
 /// The region the clients use (for event records).
@@ -208,26 +215,39 @@ pub async fn pump_cmd(clients: &AwsClients, names: &ResourceNames, args: &PumpAr
         progress_every: 10,
         ..PumpOptions::default()
     };
-    if args.queue != Queues::Dlq {
-        let settings = consumer_settings(&stack)?;
-        let ledger = DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table);
-        let consumer = Arc::new(AwsConsumer::from_settings(clients, &settings, ledger, "dlqctl-pump"));
-        print_stats(&names.main_queue, &pump_with(clients, &stack, consumer, &opts).await?);
+    let settings = consumer_settings(&stack)?;
+    let ledger = DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table);
+    let consumer = Arc::new(AwsConsumer::from_settings(clients, &settings, ledger, "dlqctl-pump"));
+    let enricher_settings = enricher_settings(&stack)?;
+    let enricher = Arc::new(AwsEnricher::with_metrics(
+        clients,
+        &enricher_settings,
+        "dlqctl-pump",
+        TracingMetrics,
+    ));
+    let mut round = 0;
+    loop {
+        if args.queue != Queues::Dlq {
+            print_stats(
+                &names.main_queue,
+                &pump_with(clients, &stack, consumer.clone(), &opts).await?,
+            );
+        }
+        if args.queue != Queues::Main {
+            print_stats(
+                &names.dead_letter_queue,
+                &pump_dlq(clients, &stack, &enricher, &opts).await?,
+            );
+        }
+        let Some(every) = args.sweep_every else { return Ok(()) };
+        let report = crate::remediate::sweep(clients, &stack).await?;
+        crate::remediate::print_report(&report, false)?;
+        round += 1;
+        if args.rounds.is_some_and(|r| round >= r) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(every)).await;
     }
-    if args.queue != Queues::Main {
-        let settings = enricher_settings(&stack)?;
-        let enricher = Arc::new(AwsEnricher::with_metrics(
-            clients,
-            &settings,
-            "dlqctl-pump",
-            TracingMetrics,
-        ));
-        print_stats(
-            &names.dead_letter_queue,
-            &pump_dlq(clients, &stack, &enricher, &opts).await?,
-        );
-    }
-    Ok(())
 }
 
 /// Count and amount per currency.

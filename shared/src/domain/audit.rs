@@ -23,6 +23,8 @@ pub enum AuditKind {
     ReplayReinjected,
     /// A replay found the envelope's transaction already committed and did not re-inject it.
     ReplaySuppressed,
+    /// Reference data changed: a currency mapping, or an accounting period opened or closed.
+    ReferenceChanged,
 }
 
 impl AuditKind {
@@ -35,6 +37,7 @@ impl AuditKind {
             AuditKind::DlqOverflow => "DLQ_OVERFLOW",
             AuditKind::ReplayReinjected => "REPLAY_REINJECTED",
             AuditKind::ReplaySuppressed => "REPLAY_SUPPRESSED",
+            AuditKind::ReferenceChanged => "REFERENCE_CHANGED",
         }
     }
 }

@@ -199,7 +199,25 @@ where
         SdkError::ServiceError(s) => classify_code(s.err().code(), s.raw().status().as_u16()),
         _ => TransientKind::Infrastructure,
     };
-    StoreError::new(kind, format!("{op}: {}", DisplayErrorContext(&err)))
+    let detail = match &err {
+        // The service's own code and message say it best; the raw response adds only noise.
+        SdkError::ServiceError(s) => {
+            let code = s.err().code().unwrap_or("ServiceError");
+            let hint = match code {
+                "ResourceNotFoundException"
+                | "AWS.SimpleQueueService.NonExistentQueue"
+                | "QueueDoesNotExist"
+                | "NoSuchBucket" => {
+                    " (does the resource exist? `dlqctl setup`, or `make local-up` for the local stack)"
+                }
+                _ => "",
+            };
+            format!("{op}: {code}: {}{hint}", s.err().message().unwrap_or(""))
+        }
+        // Connection problems: the whole chain names the endpoint and the cause.
+        _ => format!("{op}: {}", DisplayErrorContext(&err)),
+    };
+    StoreError::new(kind, detail)
 }
 
 #[cfg(test)]

@@ -1,0 +1,364 @@
+//! Remediation commands: `replay` and `quarantine` (with a selector, a dry run and a confirmation),
+//! and the reference data that fixes root causes (`ref currency`, `period`).
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use recon_dlq::adapters::aws::AwsClients;
+use recon_dlq::adapters::aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
+use recon_dlq::adapters::aws::provision::{Stack, resolve_stack};
+use recon_dlq::config::{ReplaySettings, vars};
+use recon_dlq::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus};
+use recon_dlq::ports::{AuditLog, ReferenceData};
+use recon_dlq::replay::{AwsReplayer, ReplayReport, ReplayRequest, Selector};
+use recon_dlq::resources::ResourceNames;
+use recon_dlq::telemetry::TracingMetrics;
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args, Clone, Debug)]
+pub struct SelectorArgs {
+    /// Only envelopes with this failure code (POISON_MESSAGE, UNRECOVERABLE_PAYLOAD, ...).
+    #[arg(long)]
+    pub failure_code: Option<FailureCode>,
+    /// Only this root cause; a trailing `*` matches a prefix (`UNMAPPED_CURRENCY:*`).
+    #[arg(long)]
+    pub root_cause: Option<String>,
+    /// Only this ledger entity.
+    #[arg(long)]
+    pub entity: Option<String>,
+    /// Only these envelopes (repeatable).
+    #[arg(long = "id")]
+    pub ids: Vec<String>,
+    /// At most this many envelopes.
+    #[arg(long)]
+    pub max_items: Option<usize>,
+    /// Why (recorded in the audit trail). Required.
+    #[arg(long)]
+    pub reason: String,
+    /// Who (recorded in the audit trail); defaults to $USER.
+    #[arg(long)]
+    pub triggered_by: Option<String>,
+    /// Show each gate's decision and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// Ask for confirmation when more envelopes than this would change.
+    #[arg(long, default_value_t = 100)]
+    pub confirm_above: u64,
+    /// Print the whole report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Clone, Debug)]
+pub enum RefCommand {
+    /// Map a currency (or change a mapping): its minor units.
+    Add {
+        code: String,
+        #[arg(long)]
+        minor_units: u32,
+        #[arg(long, default_value = "")]
+        description: String,
+        #[arg(long)]
+        actor: Option<String>,
+    },
+    /// The currencies mapped in the reference table (ISO 4217 is built in).
+    List,
+}
+
+#[derive(Subcommand, Clone, Debug)]
+pub enum PeriodCommand {
+    /// Close an accounting period (YYYY-MM) for an entity: nothing more posts into it.
+    Close {
+        entity: String,
+        period: String,
+        #[arg(long)]
+        actor: Option<String>,
+    },
+    /// Re-open an accounting period.
+    Open {
+        entity: String,
+        period: String,
+        #[arg(long)]
+        actor: Option<String>,
+    },
+    /// Periods recorded in the reference table (any other period is open).
+    List,
+}
+
+fn operator(explicit: Option<String>) -> String {
+    explicit
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| "operator".into())
+}
+
+/// Replay settings for a resolved stack.
+pub fn replay_settings(stack: &Stack) -> Result<ReplaySettings> {
+    let names = &stack.names;
+    let defaults = [
+        (vars::MAIN_QUEUE_URL, stack.main_queue_url.clone()),
+        (vars::ENVELOPE_TABLE, names.envelope_table.clone()),
+        (vars::LEDGER_TABLE, names.ledger_table.clone()),
+        (vars::REFERENCE_TABLE, names.reference_table.clone()),
+        (vars::AUDIT_TABLE, names.audit_table.clone()),
+        (vars::QUARANTINE_BUCKET, names.quarantine_bucket.clone()),
+    ];
+    Ok(ReplaySettings::from_lookup(|k| {
+        std::env::var(k)
+            .ok()
+            .or_else(|| defaults.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
+    })?)
+}
+
+pub fn replayer(clients: &AwsClients, stack: &Stack, actor: &str) -> Result<AwsReplayer<TracingMetrics>> {
+    Ok(AwsReplayer::with_metrics(
+        clients,
+        &replay_settings(stack)?,
+        actor,
+        TracingMetrics,
+    ))
+}
+
+fn request(a: &SelectorArgs, dry_run: bool, quarantine: bool) -> Result<ReplayRequest> {
+    if a.reason.trim().is_empty() {
+        bail!("--reason must say why (it is recorded in the audit trail)");
+    }
+    Ok(ReplayRequest {
+        selector: Selector {
+            failure_code: a.failure_code,
+            root_cause: a.root_cause.clone(),
+            entity: a.entity.clone(),
+            envelope_ids: a.ids.clone(),
+            max_items: a.max_items,
+        },
+        dry_run,
+        reason: a.reason.clone(),
+        triggered_by: operator(a.triggered_by.clone()),
+        scheduled: false,
+        quarantine,
+    })
+}
+
+pub fn print_report(r: &ReplayReport, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+        return Ok(());
+    }
+    let verb = if r.dry_run { "would" } else { "did" };
+    println!(
+        "replay {} ({verb}): selected {}, re-injected {}, suppressed as duplicate {}, still failing {}, quarantined {}, skipped {}{}",
+        r.replay_id,
+        r.selected,
+        r.reinjected,
+        r.suppressed_duplicate,
+        r.still_failing,
+        r.quarantined,
+        r.skipped,
+        r.stopped
+            .as_deref()
+            .map(|s| format!(" — stopped: {s}"))
+            .unwrap_or_default()
+    );
+    for i in r.items.iter().take(40) {
+        let gate = i.gate.map(|g| format!("{g:?}")).unwrap_or_default();
+        println!("  {:<38} {:<22} {:<12} {}", i.envelope_id, i.outcome, gate, i.detail);
+    }
+    if r.items.len() > 40 || r.items_truncated {
+        println!("  … (--json for every line)");
+    }
+    Ok(())
+}
+
+fn confirm(question: &str) -> Result<bool> {
+    if !std::io::stdin().is_terminal() {
+        bail!("{question} — refusing without a terminal to confirm; pass --yes");
+    }
+    eprint!("{question} [y/N] ");
+    std::io::stderr().flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes"))
+}
+
+/// `replay` and `quarantine`: a dry run first (to count and to confirm), then the real thing.
+pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, quarantine: bool) -> Result<()> {
+    let stack = resolve_stack(clients, names).await?;
+    let actor = operator(a.triggered_by.clone());
+    let mut r = replayer(clients, &stack, &format!("dlqctl:{actor}"))?;
+    let preview = r.run(&request(a, true, quarantine)?, None).await?;
+    if a.dry_run {
+        return print_report(&preview, a.json);
+    }
+    let changes = preview.reinjected + preview.suppressed_duplicate + preview.quarantined;
+    if changes == 0 {
+        println!(
+            "nothing to do: {} selected, none would change (--dry-run shows each gate's decision)",
+            preview.selected
+        );
+        return Ok(());
+    }
+    if changes > a.confirm_above && !a.yes {
+        let what = if quarantine {
+            "quarantine"
+        } else {
+            "change (re-inject, suppress or quarantine)"
+        };
+        if !confirm(&format!("{what} {changes} envelopes?"))? {
+            bail!("cancelled; nothing changed");
+        }
+    }
+    let total = preview.selected;
+    r.progress = Some(Arc::new(move |rep: &ReplayReport| {
+        eprint!(
+            "\r  {}/{total} envelopes: {} re-injected, {} suppressed, {} quarantined, {} still failing, {} skipped   ",
+            rep.selected, rep.reinjected, rep.suppressed_duplicate, rep.quarantined, rep.still_failing, rep.skipped
+        );
+    }));
+    let report = r.run(&request(a, false, quarantine)?, None).await?;
+    eprintln!();
+    print_report(&report, a.json)
+}
+
+/// One scheduled sweep, as the EventBridge schedule would trigger it (for `pump --sweep-every`).
+pub async fn sweep(clients: &AwsClients, stack: &Stack) -> Result<ReplayReport> {
+    let r = replayer(clients, stack, "dlqctl-sweep")?;
+    let req = recon_dlq::replay::parse_invocation(&serde_json::json!({
+        "detail-type": "Scheduled Event", "source": "dlqctl", "resources": ["local-sweep"]
+    }))?;
+    Ok(r.run(&req, Some(std::time::Instant::now() + Duration::from_secs(600)))
+        .await?)
+}
+
+async fn audit_change(
+    clients: &AwsClients,
+    names: &ResourceNames,
+    actor: &str,
+    subject: &str,
+    detail: String,
+) -> Result<()> {
+    let now = chrono::Utc::now();
+    let record = AuditRecord {
+        audit_id: AuditRecord::id_for(
+            AuditKind::ReferenceChanged,
+            &format!("{subject}#{}", now.timestamp_nanos_opt().unwrap_or_default()),
+        ),
+        kind: AuditKind::ReferenceChanged,
+        at: now,
+        actor: actor.to_owned(),
+        sqs_message_id: String::new(),
+        message_id: None,
+        trace_id: None,
+        source_hash: None,
+        match_decision: None,
+        failure_code: None,
+        root_cause: None,
+        attempt_count: 0,
+        ledger_entity: None,
+        currency: None,
+        amount: None,
+        detail,
+    };
+    DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
+        .append(&record)
+        .await?;
+    Ok(())
+}
+
+fn reference(clients: &AwsClients, names: &ResourceNames) -> DynamoReferenceData {
+    DynamoReferenceData::new(clients.dynamodb.clone(), &names.reference_table, Duration::ZERO)
+}
+
+pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefCommand) -> Result<()> {
+    let store = reference(clients, names);
+    match cmd {
+        RefCommand::Add {
+            code,
+            minor_units,
+            description,
+            actor,
+        } => {
+            let code = code.trim().to_ascii_uppercase();
+            if code.len() < 3 || code.len() > 12 || !code.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                bail!("currency code `{code}` must be 3 to 12 letters or digits");
+            }
+            if *minor_units > recon_dlq::domain::reference::MAX_MINOR_UNITS {
+                bail!(
+                    "minor units must be at most {}",
+                    recon_dlq::domain::reference::MAX_MINOR_UNITS
+                );
+            }
+            let mapping = CurrencyMapping {
+                code: code.clone(),
+                minor_units: *minor_units,
+                description: description.clone(),
+            };
+            store
+                .put_currency(&mapping)
+                .await
+                .context("writing the reference table")?;
+            let actor = operator(actor.clone());
+            audit_change(
+                clients,
+                names,
+                &actor,
+                &format!("CURRENCY#{code}"),
+                format!("currency {code} mapped with {minor_units} minor units"),
+            )
+            .await?;
+            println!(
+                "{code} mapped ({minor_units} minor units); consumers see it within DLQ_REFERENCE_CACHE_SECS, replays at once"
+            );
+        }
+        RefCommand::List => {
+            let (currencies, _) = store.load().await?;
+            println!("{:<12} {:>11}  DESCRIPTION", "CODE", "MINOR UNITS");
+            for c in currencies {
+                println!("{:<12} {:>11}  {}", c.code, c.minor_units, c.description);
+            }
+            println!("(ISO 4217 currencies are built in)");
+        }
+    }
+    Ok(())
+}
+
+pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCommand) -> Result<()> {
+    let store = reference(clients, names);
+    let (entity, period, status, actor) = match cmd {
+        PeriodCommand::Close { entity, period, actor } => (entity, period, PeriodStatus::Closed, actor),
+        PeriodCommand::Open { entity, period, actor } => (entity, period, PeriodStatus::Open, actor),
+        PeriodCommand::List => {
+            let (_, periods) = store.load().await?;
+            println!("{:<24} {:<8} STATUS", "ENTITY", "PERIOD");
+            for p in periods {
+                println!("{:<24} {:<8} {}", p.entity, p.period, p.status);
+            }
+            println!("(periods not listed are open)");
+            return Ok(());
+        }
+    };
+    if recon_dlq::domain::message::parse_date(&format!("{period}-01")).is_none() {
+        bail!("period `{period}` must be YYYY-MM");
+    }
+    store
+        .put_period(&PeriodRecord {
+            entity: entity.clone(),
+            period: period.clone(),
+            status,
+        })
+        .await?;
+    let actor = operator(actor.clone());
+    audit_change(
+        clients,
+        names,
+        &actor,
+        &format!("PERIOD#{entity}#{period}"),
+        format!("period {period} of {entity} set {status}"),
+    )
+    .await?;
+    println!("{entity} {period}: {status}");
+    Ok(())
+}
