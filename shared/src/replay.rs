@@ -967,6 +967,73 @@ fn dry_item(e: &DlqEnvelope, v: &Verdict) -> ReplayItem {
     }
 }
 
+/// The replay wired to AWS (or the local stack); metrics in EMF unless said otherwise.
+pub type AwsReplayer<M = crate::telemetry::EmfMetrics> = Replayer<
+    crate::adapters::aws::dynamodb::DynamoEnvelopeStore,
+    crate::adapters::aws::dynamodb::DynamoLedger,
+    crate::adapters::aws::dynamodb::DynamoReferenceData,
+    crate::adapters::aws::sqs::SqsQueue,
+    crate::adapters::aws::s3::S3Worm,
+    crate::adapters::aws::dynamodb::DynamoAuditLog,
+    M,
+>;
+
+impl<M: Metrics> AwsReplayer<M> {
+    pub fn with_metrics(
+        clients: &crate::adapters::aws::AwsClients,
+        s: &crate::config::ReplaySettings,
+        actor: &str,
+        metrics: M,
+    ) -> Self {
+        use crate::adapters::aws::dynamodb::{DynamoAuditLog, DynamoEnvelopeStore, DynamoLedger, DynamoReferenceData};
+        Replayer {
+            progress: None,
+            store: DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table),
+            ledger: DynamoLedger::new(clients.dynamodb.clone(), &s.ledger_table),
+            // Gate 1 must see today's reference data: no cache.
+            reference: DynamoReferenceData::new(clients.dynamodb.clone(), &s.reference_table, Duration::ZERO),
+            queue: crate::adapters::aws::sqs::SqsQueue::new(clients.sqs.clone(), &s.main_queue_url),
+            worm: crate::adapters::aws::s3::S3Worm::new(clients.s3.clone(), &s.quarantine_bucket),
+            audit: DynamoAuditLog::new(clients.dynamodb.clone(), &s.audit_table),
+            metrics,
+            clock: Arc::new(crate::ports::SystemClock),
+            config: ReplayConfig {
+                actor: actor.to_owned(),
+                lease: ChronoDuration::seconds(s.lease_secs),
+                max_replays: s.max_replays,
+                replay_window: ChronoDuration::days(s.window_days),
+                rate_per_sec: s.rate_per_sec,
+                main_queue_high_water: s.main_queue_high_water,
+                concurrency: 8,
+                page_size: s.page_size,
+                overflow_high_water: s.overflow_high_water,
+                deadline_margin: s.deadline_margin,
+            },
+        }
+    }
+}
+
+impl AwsReplayer {
+    pub fn from_settings(
+        clients: &crate::adapters::aws::AwsClients,
+        s: &crate::config::ReplaySettings,
+        actor: &str,
+    ) -> Self {
+        let metrics = crate::telemetry::EmfMetrics {
+            namespace: s.metrics_namespace.clone(),
+        };
+        AwsReplayer::with_metrics(clients, s, actor, metrics)
+    }
+}
+
+/// A Lambda deadline (wall clock) as an `Instant` time budget.
+pub fn budget_until(deadline: std::time::SystemTime) -> Instant {
+    Instant::now()
+        + deadline
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1048,71 +1115,4 @@ mod tests {
             .matches(&e)
         );
     }
-}
-
-/// The replay wired to AWS (or the local stack); metrics in EMF unless said otherwise.
-pub type AwsReplayer<M = crate::telemetry::EmfMetrics> = Replayer<
-    crate::adapters::aws::dynamodb::DynamoEnvelopeStore,
-    crate::adapters::aws::dynamodb::DynamoLedger,
-    crate::adapters::aws::dynamodb::DynamoReferenceData,
-    crate::adapters::aws::sqs::SqsQueue,
-    crate::adapters::aws::s3::S3Worm,
-    crate::adapters::aws::dynamodb::DynamoAuditLog,
-    M,
->;
-
-impl<M: Metrics> AwsReplayer<M> {
-    pub fn with_metrics(
-        clients: &crate::adapters::aws::AwsClients,
-        s: &crate::config::ReplaySettings,
-        actor: &str,
-        metrics: M,
-    ) -> Self {
-        use crate::adapters::aws::dynamodb::{DynamoAuditLog, DynamoEnvelopeStore, DynamoLedger, DynamoReferenceData};
-        Replayer {
-            progress: None,
-            store: DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table),
-            ledger: DynamoLedger::new(clients.dynamodb.clone(), &s.ledger_table),
-            // Gate 1 must see today's reference data: no cache.
-            reference: DynamoReferenceData::new(clients.dynamodb.clone(), &s.reference_table, Duration::ZERO),
-            queue: crate::adapters::aws::sqs::SqsQueue::new(clients.sqs.clone(), &s.main_queue_url),
-            worm: crate::adapters::aws::s3::S3Worm::new(clients.s3.clone(), &s.quarantine_bucket),
-            audit: DynamoAuditLog::new(clients.dynamodb.clone(), &s.audit_table),
-            metrics,
-            clock: Arc::new(crate::ports::SystemClock),
-            config: ReplayConfig {
-                actor: actor.to_owned(),
-                lease: ChronoDuration::seconds(s.lease_secs),
-                max_replays: s.max_replays,
-                replay_window: ChronoDuration::days(s.window_days),
-                rate_per_sec: s.rate_per_sec,
-                main_queue_high_water: s.main_queue_high_water,
-                concurrency: 8,
-                page_size: s.page_size,
-                overflow_high_water: s.overflow_high_water,
-                deadline_margin: s.deadline_margin,
-            },
-        }
-    }
-}
-
-impl AwsReplayer {
-    pub fn from_settings(
-        clients: &crate::adapters::aws::AwsClients,
-        s: &crate::config::ReplaySettings,
-        actor: &str,
-    ) -> Self {
-        let metrics = crate::telemetry::EmfMetrics {
-            namespace: s.metrics_namespace.clone(),
-        };
-        AwsReplayer::with_metrics(clients, s, actor, metrics)
-    }
-}
-
-/// A Lambda deadline (wall clock) as an `Instant` time budget.
-pub fn budget_until(deadline: std::time::SystemTime) -> Instant {
-    Instant::now()
-        + deadline
-            .duration_since(std::time::SystemTime::now())
-            .unwrap_or_default()
 }
