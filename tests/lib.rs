@@ -10,15 +10,16 @@ use recon_dlq::adapters::aws::provision::{Stack, StackSettings, delete_stack, en
 use recon_dlq::adapters::aws::sqs::{OutgoingMessage, SqsQueue};
 use recon_dlq::adapters::aws::{AwsClients, Target};
 use recon_dlq::adapters::memory::MemoryMetrics;
-use recon_dlq::config::{ConsumerSettings, EnricherSettings};
+use recon_dlq::config::{ConsumerSettings, EnricherSettings, ReplaySettings};
 use recon_dlq::consume::{BatchReport, Consumer, ConsumerConfig};
 use recon_dlq::decisions::RetryPolicy;
-use recon_dlq::domain::{AuditRecord, DlqEnvelope, MatchDecision, NewMessage, Posting};
+use recon_dlq::domain::{AuditRecord, CurrencyMapping, DlqEnvelope, MatchDecision, NewMessage, Posting};
 use recon_dlq::enrich::AwsEnricher;
 use recon_dlq::local::{PumpOptions, PumpStats, pump_handler, to_event_record};
 use recon_dlq::ports::{
     AuditLog, DeadLetterQueue, EnvelopeStore, Ledger, Metrics, ReferenceData, SystemClock, WorkQueue,
 };
+use recon_dlq::replay::AwsReplayer;
 use recon_dlq::resources::ResourceNames;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -206,6 +207,40 @@ impl TestStack {
         pump_handler(&self.dlq(), &self.stack.dlq_arn, "us-east-1", &opts, enricher.as_ref())
             .await
             .expect("pump DLQ")
+    }
+
+    /// A replay on this stack: no rate limit, metrics in memory.
+    pub fn replayer(&self) -> AwsReplayer<MemoryMetrics> {
+        let settings = ReplaySettings {
+            main_queue_url: self.stack.main_queue_url.clone(),
+            envelope_table: self.stack.names.envelope_table.clone(),
+            ledger_table: self.settings.ledger_table.clone(),
+            reference_table: self.settings.reference_table.clone(),
+            audit_table: self.settings.audit_table.clone(),
+            quarantine_bucket: self.stack.names.quarantine_bucket.clone(),
+            lease_secs: 300,
+            max_replays: 3,
+            window_days: 90,
+            rate_per_sec: 0,
+            main_queue_high_water: 100_000,
+            page_size: 100,
+            overflow_high_water: 1000,
+            metrics_namespace: "ReconDlqTest".into(),
+            deadline_margin: Duration::from_secs(5),
+        };
+        AwsReplayer::with_metrics(&self.clients, &settings, "integration-test", MemoryMetrics::default())
+    }
+
+    /// Map a currency in this stack's reference table.
+    pub async fn map_currency(&self, code: &str, minor_units: u32) {
+        self.reference()
+            .put_currency(&CurrencyMapping {
+                code: code.into(),
+                minor_units,
+                description: String::new(),
+            })
+            .await
+            .expect("map currency");
     }
 
     /// Every envelope of this stack.

@@ -1,0 +1,385 @@
+//! Replay on the real local stack: gates, claims under concurrency, crash recovery, dry run and
+//! resumable sweeps, against LocalStack (SQS, S3) and DynamoDB Local.
+
+use aws_lambda_events::event::sqs::{SqsMessage, SqsMessageAttribute};
+use integration_tests::{TestStack, tx};
+use recon_dlq::adapters::aws::s3::S3Worm;
+use recon_dlq::domain::{
+    AuditKind, EnvelopeStatus, NewMessage, PeriodRecord, PeriodStatus, ReplayClaim, StatusChange,
+    envelope_from_dlq_message,
+};
+use recon_dlq::ports::{EnvelopeStore, ReferenceData, Worm};
+use recon_dlq::replay::{Gate, ReplayRequest, Selector};
+use recon_dlq::resources::attrs;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+fn xau(n: u32) -> NewMessage {
+    let mut m = tx(n);
+    m.currency = "XAU".into();
+    m.amount = format!("{n}.0625");
+    m
+}
+
+fn manual(selector: Selector) -> ReplayRequest {
+    ReplayRequest {
+        selector,
+        dry_run: false,
+        reason: "root cause fixed".into(),
+        triggered_by: "integration-test".into(),
+        scheduled: false,
+        quarantine: false,
+    }
+}
+
+fn sweep() -> ReplayRequest {
+    ReplayRequest {
+        selector: Selector::default(),
+        dry_run: false,
+        reason: "scheduled sweep".into(),
+        triggered_by: "schedule:test".into(),
+        scheduled: true,
+        quarantine: false,
+    }
+}
+
+/// Dead-letter `bodies` through the consumer and the enricher; returns the envelopes.
+async fn dead_letter(s: &TestStack, bodies: &[String]) {
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.send(bodies).await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(10_000)).await;
+}
+
+/// Receive everything in the main queue (hidden for a minute), without deleting it.
+async fn main_queue_messages(s: &TestStack) -> Vec<aws_sdk_sqs::types::Message> {
+    let mut all = Vec::new();
+    loop {
+        let batch = s.main_queue().receive(10, 1, Some(60)).await.unwrap();
+        if batch.is_empty() {
+            return all;
+        }
+        all.extend(batch);
+    }
+}
+
+#[tokio::test]
+async fn a_fixed_group_replays_and_every_record_commits_exactly_once() {
+    let s = TestStack::new("rp-fixed").await;
+    dead_letter(&s, &(1..=5).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>()).await;
+    let r = s.replayer();
+    let before = r.run(&manual(Selector::default()), None).await.unwrap();
+    assert_eq!(before.still_failing, 5);
+    s.map_currency("XAU", 4).await;
+    let selector = Selector {
+        root_cause: Some("UNMAPPED_CURRENCY:XAU".into()),
+        ..Selector::default()
+    };
+    let report = r.run(&manual(selector), None).await.unwrap();
+    assert_eq!(report.reinjected, 5, "{report:#?}");
+
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let stats = s.pump(&consumer).await;
+    assert_eq!(stats.outcomes.get("COMMITTED"), Some(&5));
+    let postings = s.postings().await;
+    assert_eq!(postings.len(), 5);
+    let envelopes = s.envelopes().await;
+    for e in &envelopes {
+        assert_eq!(e.status, EnvelopeStatus::Replayed);
+        assert!(
+            postings
+                .iter()
+                .any(|p| p.replay_of.as_deref() == Some(e.envelope_id.as_str())),
+            "provenance"
+        );
+    }
+    assert_eq!(
+        s.audit()
+            .await
+            .iter()
+            .filter(|a| a.kind == AuditKind::ReplayReinjected)
+            .count(),
+        5
+    );
+    // Replaying again finds nothing to do.
+    assert_eq!(r.run(&manual(Selector::default()), None).await.unwrap().selected, 0);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_envelope_whose_hash_is_committed_is_suppressed_and_not_reinjected() {
+    let s = TestStack::new("rp-dup").await;
+    let body = xau(6).to_body().unwrap();
+    dead_letter(&s, std::slice::from_ref(&body)).await;
+    // The currency gets mapped and the producer re-sends the transaction: it commits directly.
+    s.map_currency("XAU", 4).await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.send(std::slice::from_ref(&body)).await;
+    s.pump(&consumer).await;
+    assert_eq!(s.postings().await.len(), 1);
+
+    let report = s.replayer().run(&manual(Selector::default()), None).await.unwrap();
+    assert_eq!(report.suppressed_duplicate, 1, "{report:#?}");
+    assert_eq!(report.items[0].gate, Some(Gate::Idempotency));
+    assert_eq!(s.main_queue().depth().await.unwrap().total(), 0, "nothing re-injected");
+    assert_eq!(s.envelopes().await[0].status, EnvelopeStatus::SuppressedDuplicate);
+    assert_eq!(s.postings().await.len(), 1);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn closed_periods_and_envelopes_beyond_the_window_are_quarantined_in_worm() {
+    let s = TestStack::new("rp-quar").await;
+    let mut october = xau(7);
+    october.value_date = "2026-10-15".into();
+    dead_letter(&s, &[october.to_body().unwrap(), xau(8).to_body().unwrap()]).await;
+    s.map_currency("XAU", 4).await;
+    s.reference()
+        .put_period(&PeriodRecord {
+            entity: "ACME-US".into(),
+            period: "2026-10".into(),
+            status: PeriodStatus::Closed,
+        })
+        .await
+        .unwrap();
+    let mut r = s.replayer();
+    // Everything older than a second is beyond this replay window.
+    r.config.replay_window = chrono::Duration::seconds(1);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let report = r.run(&manual(Selector::default()), None).await.unwrap();
+    assert_eq!(report.quarantined, 2, "{report:#?}");
+    assert!(report.items.iter().all(|i| i.gate == Some(Gate::Temporal)));
+    assert!(report.items.iter().any(|i| i.detail.contains("closed")));
+    assert!(report.items.iter().any(|i| i.detail.contains("replay window")));
+    let worm = S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket);
+    for e in s.envelopes().await {
+        assert_eq!(e.status, EnvelopeStatus::Quarantined);
+        let last = e.status_history.last().unwrap();
+        assert!(last.manual_journal, "flagged for a manual journal");
+        let key = last
+            .reason
+            .split("s3://")
+            .nth(1)
+            .and_then(|k| k.split_once('/'))
+            .map(|(_, k)| k.to_owned())
+            .unwrap();
+        let record = worm.get(&key).await.unwrap().expect("WORM quarantine record");
+        let doc: serde_json::Value = serde_json::from_slice(&record).unwrap();
+        assert_eq!(doc["envelope_id"], e.envelope_id);
+        assert_eq!(doc["manual_journal"], true);
+    }
+    assert_eq!(s.main_queue().depth().await.unwrap().total(), 0);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_still_poison_record_stays_pending_and_the_report_names_gate_one() {
+    let s = TestStack::new("rp-poison").await;
+    dead_letter(&s, &[xau(9).to_body().unwrap()]).await;
+    let report = s.replayer().run(&manual(Selector::default()), None).await.unwrap();
+    assert_eq!(report.still_failing, 1);
+    assert_eq!(report.items[0].outcome, "STILL_FAILING");
+    assert_eq!(report.items[0].gate, Some(Gate::Integrity));
+    assert!(report.items[0].detail.contains("UNMAPPED_CURRENCY:XAU"));
+    assert_eq!(s.envelopes().await[0].status, EnvelopeStatus::Pending);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_dry_run_changes_nothing() {
+    let s = TestStack::new("rp-dry").await;
+    dead_letter(&s, &(10..14).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>()).await;
+    s.map_currency("XAU", 4).await;
+    let before = table_and_queues(&s).await;
+    let audit_before = s.audit().await.len();
+    let report = s
+        .replayer()
+        .run(
+            &ReplayRequest {
+                dry_run: true,
+                ..manual(Selector::default())
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.reinjected, 4, "the dry run says what would happen");
+    assert!(report.items.iter().all(|i| i.outcome == "WOULD_REINJECT"));
+    assert_eq!(table_and_queues(&s).await, before, "table and queues identical");
+    assert_eq!(s.audit().await.len(), audit_before);
+    s.cleanup().await;
+}
+
+/// Every item of the envelope table (as canonical JSON, sorted) and the queue depths.
+async fn table_and_queues(s: &TestStack) -> (Vec<String>, u64, u64) {
+    let items = recon_dlq::adapters::aws::dynamodb::scan_all(&s.clients.dynamodb, &s.stack.names.envelope_table, None)
+        .await
+        .unwrap();
+    let mut rows: Vec<String> = items
+        .iter()
+        .map(|i| {
+            recon_dlq::adapters::aws::item::from_item::<serde_json::Value>(i)
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    rows.sort();
+    (
+        rows,
+        s.main_queue().depth().await.unwrap().total(),
+        s.dlq().depth().await.unwrap().total(),
+    )
+}
+
+/// Store `n` PENDING envelopes of valid XAU transactions directly (fast setup for big tests).
+async fn seed_envelopes(s: &TestStack, from: u32, n: u32) {
+    let store = &s.enricher(1_000_000).store;
+    let now = chrono::Utc::now();
+    for i in from..from + n {
+        let mut m = SqsMessage::default();
+        m.message_id = Some(format!("seed-{i}"));
+        m.body = Some(xau(i).to_body().unwrap());
+        for (k, v) in [
+            (attrs::FAILURE_CODE, "POISON_MESSAGE"),
+            (attrs::ROOT_CAUSE, "UNMAPPED_CURRENCY:XAU"),
+        ] {
+            let mut a = SqsMessageAttribute::default();
+            a.data_type = Some("String".into());
+            a.string_value = Some(v.into());
+            m.message_attributes.insert(k.into(), a);
+        }
+        let e = envelope_from_dlq_message(&m, now + chrono::Duration::milliseconds(i64::from(i)), "seed");
+        store.create(&e).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn four_concurrent_sweeps_reinject_each_of_500_envelopes_at_most_once() {
+    let s = TestStack::new("rp-conc").await;
+    seed_envelopes(&s, 1000, 500).await;
+    s.map_currency("XAU", 4).await;
+    let replayers: Vec<_> = (0..4).map(|_| s.replayer()).collect();
+    let req = sweep();
+    let reports = futures::future::join_all(replayers.iter().map(|r| r.run(&req, None))).await;
+    let reinjected: u64 = reports.iter().map(|r| r.as_ref().unwrap().reinjected).sum();
+    assert_eq!(
+        reinjected,
+        500,
+        "{:?}",
+        reports
+            .iter()
+            .map(|r| r.as_ref().unwrap().reinjected)
+            .collect::<Vec<_>>()
+    );
+
+    let messages = main_queue_messages(&s).await;
+    assert_eq!(messages.len(), 500);
+    let replay_of: HashSet<&str> = messages
+        .iter()
+        .filter_map(|m| m.message_attributes()?.get(attrs::REPLAY_OF)?.string_value())
+        .collect();
+    assert_eq!(replay_of.len(), 500, "each envelope re-injected once");
+    let handles: Vec<String> = messages
+        .iter()
+        .filter_map(|m| m.receipt_handle().map(str::to_owned))
+        .collect();
+    // Put them back to be consumed: make them visible again.
+    for h in &handles {
+        s.clients
+            .sqs
+            .change_message_visibility()
+            .queue_url(&s.stack.main_queue_url)
+            .receipt_handle(h)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap();
+    }
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.pump(&consumer).await;
+    let postings = s.postings().await;
+    assert_eq!(postings.len(), 500);
+    let hashes: HashSet<&str> = postings.iter().map(|p| p.source_hash.as_str()).collect();
+    assert_eq!(hashes.len(), 500, "no duplicate posting");
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_crash_between_reinjection_and_the_status_update_still_posts_once() {
+    let s = TestStack::new("rp-crash").await;
+    seed_envelopes(&s, 2000, 1).await;
+    s.map_currency("XAU", 4).await;
+    let e = s.envelopes().await.remove(0);
+    let store = &s.enricher(1000).store;
+    // A replay claims the envelope, sends the copy, and dies before marking it REPLAYED; the
+    // consumer then commits the copy.
+    let t0 = chrono::Utc::now();
+    let claim = ReplayClaim {
+        replay_id: "rpl_crashed".into(),
+        triggered_by: "schedule".into(),
+        reason: "sweep".into(),
+        claimed_at: t0,
+        lease_until: t0 + chrono::Duration::seconds(1),
+    };
+    let change = StatusChange {
+        status: EnvelopeStatus::Replaying,
+        at: t0,
+        actor: "x".into(),
+        reason: "claimed".into(),
+        manual_journal: false,
+    };
+    assert!(store.claim(&e.envelope_id, &claim, t0, &change).await.unwrap());
+    s.send(&[e.original.body.clone().unwrap()]).await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.pump(&consumer).await;
+    assert_eq!(s.postings().await.len(), 1);
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let report = s.replayer().run(&sweep(), None).await.unwrap();
+    assert_eq!(report.suppressed_duplicate, 1, "{report:#?}");
+    s.pump(&consumer).await;
+    assert_eq!(s.postings().await.len(), 1, "still one posting");
+    assert_eq!(s.envelopes().await[0].status, EnvelopeStatus::SuppressedDuplicate);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_sweep_with_a_tiny_time_budget_resumes_from_its_cursor() {
+    let s = TestStack::new("rp-cursor").await;
+    seed_envelopes(&s, 3000, 30).await;
+    s.map_currency("XAU", 4).await;
+    let mut r = s.replayer();
+    r.config.page_size = 5;
+    r.config.rate_per_sec = 25;
+    let mut invocations = 0;
+    loop {
+        invocations += 1;
+        let budget = Instant::now() + r.config.deadline_margin + Duration::from_millis(400);
+        let report = r.run(&sweep(), Some(budget)).await.unwrap();
+        if report.completed {
+            break;
+        }
+        assert!(
+            report.stopped.as_deref().unwrap().starts_with("time budget"),
+            "{report:#?}"
+        );
+        assert!(invocations < 60, "no progress");
+    }
+    assert!(invocations > 1, "the budget forced several invocations");
+    let replay_of: Vec<String> = main_queue_messages(&s)
+        .await
+        .iter()
+        .filter_map(|m| {
+            Some(
+                m.message_attributes()?
+                    .get(attrs::REPLAY_OF)?
+                    .string_value()?
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(replay_of.len(), 30);
+    assert_eq!(replay_of.iter().collect::<HashSet<_>>().len(), 30);
+    assert!(s.envelopes().await.iter().all(|e| e.status == EnvelopeStatus::Replayed));
+    s.cleanup().await;
+}
