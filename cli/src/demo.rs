@@ -14,11 +14,13 @@ use recon_dlq::consume::AwsConsumer;
 use recon_dlq::decisions::RetryPolicy;
 use recon_dlq::decisions::triage;
 use recon_dlq::domain::{
-    AuditKind, EnvelopeStatus, MatchDecision, NewMessage, PeriodRecord, PeriodStatus, TransientKind,
+    AuditKind, CurrencyMapping, EnvelopeStatus, MatchDecision, NewMessage, PeriodRecord, PeriodStatus, TransientKind,
+    labels,
 };
 use recon_dlq::enrich::AwsEnricher;
 use recon_dlq::local::PumpOptions;
 use recon_dlq::ports::ReferenceData;
+use recon_dlq::replay::{ReplayRequest, Selector};
 use recon_dlq::resources::ResourceNames;
 use recon_dlq::telemetry::TracingMetrics;
 use rust_decimal::Decimal;
@@ -26,7 +28,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::ops::{consumer_settings, enricher_settings, pump_dlq, pump_with, send_bodies, totals};
+use crate::ops::{consumer_settings, enricher_settings, pump_dlq, pump_with, send_bodies};
 
 #[derive(Args, Clone, Debug)]
 pub struct DemoArgs {
@@ -314,16 +316,11 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
         p3.outcomes.get("QUARANTINED").copied().unwrap_or(0),
     );
 
-    // The proof, read back from the stores themselves.
-    let postings = DynamoLedger::new(clients.dynamodb.clone(), &stack.names.ledger_table)
-        .scan()
-        .await?;
+    // Checkpoint: what the consumer and the enricher did, read back from the stores.
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table)
         .scan()
         .await?;
     let envelopes = crate::triage::envelopes(&enricher.store, None).await?;
-    let dlq_depth = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
-    let main_depth = main.depth().await?;
     let duplicates = audit
         .iter()
         .filter(|r| r.kind == AuditKind::DuplicateSuppressed)
@@ -333,12 +330,6 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
     for e in &envelopes {
         *by_cause.entry(e.root_cause.clone()).or_default() += 1;
     }
-    let pending = envelopes.iter().filter(|e| e.status == EnvelopeStatus::Pending).count() as u64;
-    let quarantined = envelopes
-        .iter()
-        .filter(|e| e.status == EnvelopeStatus::Quarantined)
-        .count() as u64;
-
     let all: Vec<&Expect> = happy.expect.iter().chain(mess.expect.iter()).collect();
     let sent = all.len() as u64;
     let exp_commit = count(all.iter().copied(), |e| *e == Expect::Commit);
@@ -349,12 +340,30 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
             *exp_dead.entry(c.clone()).or_default() += 1;
         }
     }
-    let committed = postings.len() as u64;
-    let distinct_hashes = postings
-        .iter()
-        .map(|p| &p.source_hash)
-        .collect::<std::collections::HashSet<_>>()
+    let committed_before = DynamoLedger::new(clients.dynamodb.clone(), &stack.names.ledger_table)
+        .scan()
+        .await?
         .len() as u64;
+    let dead_lettered = envelopes.len() as u64;
+    println!(
+        "   so far: {committed_before} committed (expected {exp_commit}), {duplicates} duplicates suppressed (expected {exp_dup}), \
+         {dead_lettered} dead-lettered (expected {}; the consumer's audit says {dead_lettered_audit})",
+        exp_dead.values().sum::<u64>()
+    );
+    let stage_ok = committed_before == exp_commit
+        && duplicates == exp_dup
+        && by_cause == exp_dead
+        && dead_lettered_audit == dead_lettered
+        && sent == committed_before + duplicates + dead_lettered;
+    if !stage_ok {
+        for (cause, n) in &by_cause {
+            println!(
+                "     {cause:<36} {n:>4}   (expected {})",
+                exp_dead.get(cause).copied().unwrap_or(0)
+            );
+        }
+        bail!("the dead-letter stage does not match the workload (see above)");
+    }
 
     println!("\n== triage (PENDING envelopes)");
     let pending_envelopes: Vec<_> = envelopes
@@ -364,43 +373,212 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
         .collect();
     crate::triage::print_table(&triage(&pending_envelopes));
 
+    println!("\n== remediation");
+    enricher_remediate(clients, &stack, consumer.clone()).await?;
+    pump_with(clients, &stack, consumer.clone(), &opts).await?;
+    pump_dlq(clients, &stack, &enricher, &opts).await?;
+
+    // The proof, read back from the stores themselves.
+    let postings = DynamoLedger::new(clients.dynamodb.clone(), &stack.names.ledger_table)
+        .scan()
+        .await?;
+    let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table)
+        .scan()
+        .await?;
+    let envelopes = crate::triage::envelopes(&enricher.store, None).await?;
+    let status_count = |s: EnvelopeStatus| envelopes.iter().filter(|e| e.status == s).count() as u64;
+    let (pending, quarantined, replayed) = (
+        status_count(EnvelopeStatus::Pending),
+        status_count(EnvelopeStatus::Quarantined),
+        status_count(EnvelopeStatus::Replayed),
+    );
+    let replay_suppressed = status_count(EnvelopeStatus::SuppressedDuplicate);
+    let committed = postings.len() as u64;
+    let via_replay = postings.iter().filter(|p| p.replay_of.is_some()).count() as u64;
+    let distinct_hashes = postings
+        .iter()
+        .map(|p| &p.source_hash)
+        .collect::<std::collections::HashSet<_>>()
+        .len() as u64;
+    let main_depth = main.depth().await?;
+    let dlq_depth = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
+
+    // By amount per currency: every message sent, and every terminal state it reached.
+    let mut sent_amounts = Amounts::default();
+    for body in happy.bodies.iter().chain(mess.bodies.iter()) {
+        let l = labels(body);
+        sent_amounts.add(l.currency.as_deref(), l.amount.as_deref());
+    }
+    let mut committed_amounts = Amounts::default();
+    for p in &postings {
+        committed_amounts.add(Some(&p.currency), Some(&p.amount.to_string()));
+    }
+    let mut duplicate_amounts = Amounts::default();
+    for r in audit.iter().filter(|r| r.kind == AuditKind::DuplicateSuppressed) {
+        duplicate_amounts.add(r.currency.as_deref(), r.amount.as_deref());
+    }
+    let mut quarantined_amounts = Amounts::default();
+    for e in envelopes.iter().filter(|e| {
+        matches!(
+            e.status,
+            EnvelopeStatus::Quarantined | EnvelopeStatus::SuppressedDuplicate
+        )
+    }) {
+        quarantined_amounts.add(e.currency.as_deref(), e.amount.as_deref());
+    }
+
     println!("\n== result ({:.1} s)", started.elapsed().as_secs_f64());
     println!("   sent                   {sent:>6}");
     println!(
-        "   committed              {committed:>6}   (expected {exp_commit}; {distinct_hashes} distinct source hashes)"
+        "   committed              {committed:>6}   ({via_replay} of them through a replay; {distinct_hashes} distinct source hashes)"
     );
-    println!("   duplicates suppressed  {duplicates:>6}   (expected {exp_dup})");
     println!(
-        "   dead-lettered          {:>6}   (expected {}; {pending} PENDING + {quarantined} QUARANTINED envelopes; consumer audit says {dead_lettered_audit}; DLQ now holds {})",
-        pending + quarantined,
-        exp_dead.values().sum::<u64>(),
+        "   duplicates suppressed  {:>6}   ({duplicates} by the consumer, {replay_suppressed} by replays)",
+        duplicates + replay_suppressed
+    );
+    println!(
+        "   quarantined            {quarantined:>6}   (WORM; flagged for a manual journal where they cannot post)"
+    );
+    println!("   awaiting remediation   {pending:>6}");
+    println!(
+        "   queues                 main {}, DLQ {}",
+        main_depth.total(),
         dlq_depth.total()
     );
-    for (cause, n) in &by_cause {
+    println!(
+        "\n   {:<8} {:>22} {:>22} {:>22} {:>22}",
+        "CURRENCY", "SENT", "COMMITTED", "DUPLICATES", "QUARANTINED"
+    );
+    let mut amounts_hold = true;
+    for c in sent_amounts.currencies() {
+        let (sa, ca, da, qa) = (
+            sent_amounts.get(&c),
+            committed_amounts.get(&c),
+            duplicate_amounts.get(&c),
+            quarantined_amounts.get(&c),
+        );
+        let ok = sa == ca + da + qa;
+        amounts_hold &= ok;
         println!(
-            "     {cause:<36} {n:>4}   (expected {})",
-            exp_dead.get(cause).copied().unwrap_or(0)
+            "   {c:<8} {sa:>22} {ca:>22} {da:>22} {qa:>22}  {}",
+            if ok { "=" } else { "≠" }
         );
     }
-    println!("   committed amounts by currency:");
-    for (c, (n, a)) in totals(&postings) {
-        println!("     {c:<6} {n:>6} postings  {a:>20}");
-    }
-    let dead_lettered = pending + quarantined;
-    let holds = sent == committed + duplicates + dead_lettered
+    amounts_hold &= sent_amounts.without == quarantined_amounts.without
+        && committed_amounts
+            .currencies()
+            .iter()
+            .chain(duplicate_amounts.currencies().iter())
+            .all(|c| sent_amounts.amounts.contains_key(c));
+    println!(
+        "   ({} sent messages carry no usable amount; {} quarantined envelopes hold them)",
+        sent_amounts.without, quarantined_amounts.without
+    );
+
+    let holds = sent == committed - via_replay + duplicates + envelopes.len() as u64
+        && sent == committed + duplicates + replay_suppressed + quarantined + pending
+        && via_replay == replayed
         && committed == distinct_hashes
-        && committed == exp_commit
-        && duplicates == exp_dup
-        && by_cause == exp_dead
-        && dead_lettered_audit == dead_lettered
+        && pending == 0
+        && amounts_hold
         && dlq_depth.total() == 0
         && main_depth.total() == 0;
     println!(
-        "\n   sent {sent} = committed {committed} + duplicates suppressed {duplicates} + dead-lettered {dead_lettered} ({pending} pending, {quarantined} quarantined): {}",
+        "\n   sent {sent} = committed {committed} + duplicates suppressed {} + quarantined {quarantined}, by count and by amount per currency: {}",
+        duplicates + replay_suppressed,
         if holds { "HOLDS" } else { "DOES NOT HOLD" }
     );
     if !holds {
         bail!("the completeness identity does not hold (see above)");
     }
+    Ok(())
+}
+
+/// Amounts per currency, and how many had none usable.
+#[derive(Default)]
+struct Amounts {
+    amounts: BTreeMap<String, Decimal>,
+    without: u64,
+}
+
+impl Amounts {
+    fn add(&mut self, currency: Option<&str>, amount: Option<&str>) {
+        match (
+            currency,
+            amount.and_then(|a| recon_dlq::domain::message::parse_amount(a).ok()),
+        ) {
+            (Some(c), Some(a)) => *self.amounts.entry(c.to_ascii_uppercase()).or_default() += a,
+            _ => self.without += 1,
+        }
+    }
+    fn get(&self, currency: &str) -> Decimal {
+        self.amounts.get(currency).copied().unwrap_or_default().normalize()
+    }
+    fn currencies(&self) -> Vec<String> {
+        self.amounts.keys().cloned().collect()
+    }
+}
+
+/// The operator's remediation, step by step: fix root causes, replay, sweep, quarantine the rest.
+async fn enricher_remediate<L: recon_dlq::ports::Ledger>(
+    clients: &AwsClients,
+    stack: &recon_dlq::adapters::aws::provision::Stack,
+    consumer: Arc<AwsConsumer<FaultyLedger<L>>>,
+) -> Result<()> {
+    consumer
+        .reference
+        .put_currency(&CurrencyMapping {
+            code: "XAU".into(),
+            minor_units: 4,
+            description: "gold, troy ounce".into(),
+        })
+        .await?;
+    consumer.ledger.heal();
+    println!("   fixed: XAU mapped in the reference table (4 minor units); the ledger's outage is over");
+    let r = crate::remediate::replayer(clients, stack, "dlqctl-demo")?;
+    let req = |selector: Selector, reason: &str, quarantine: bool| ReplayRequest {
+        selector,
+        dry_run: false,
+        reason: reason.into(),
+        triggered_by: "demo-operator".into(),
+        scheduled: false,
+        quarantine,
+    };
+    let xau = r
+        .run(
+            &req(
+                Selector {
+                    root_cause: Some("UNMAPPED_CURRENCY:*".into()),
+                    ..Selector::default()
+                },
+                "XAU mapped",
+                false,
+            ),
+            None,
+        )
+        .await?;
+    println!(
+        "   replay UNMAPPED_CURRENCY:*       -> {} re-injected, {} still failing",
+        xau.reinjected, xau.still_failing
+    );
+    let sweep = crate::remediate::sweep(clients, stack).await?;
+    println!(
+        "   scheduled sweep                  -> {} re-injected, {} quarantined (closed period: manual journal), {} still failing",
+        sweep.reinjected, sweep.quarantined, sweep.still_failing
+    );
+    let rest = r
+        .run(
+            &req(
+                Selector::default(),
+                "cannot be fixed by reference data: returned to the bank-feed owner, book by hand",
+                true,
+            ),
+            None,
+        )
+        .await?;
+    println!(
+        "   operator quarantines the rest    -> {} quarantined for a manual journal",
+        rest.quarantined
+    );
     Ok(())
 }

@@ -39,6 +39,11 @@ impl<L> FaultyLedger<L> {
             .insert(source_hash.to_owned(), fault);
     }
 
+    /// End every injected fault (the outage is over).
+    pub fn heal(&self) {
+        self.plan.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
     pub fn inner(&self) -> &L {
         &self.inner
     }
