@@ -3,16 +3,42 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 
-.PHONY: demo test local-up local-stack local-down local-status unit lint bench
+.PHONY: demo test local-up local-stack local-down local-status unit lint bench tools infra-check build deploy
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
 	$(DLQCTL) demo
 
-## test: format check, unit tests and integration tests against the local stack
-test: local-stack
+TOOLS = .local-aws/tools-venv/bin
+
+## test: format check, unit and integration tests against the local stack, template checks,
+## and the smoke test of the three functions under cargo lambda
+test: local-stack tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) test --workspace --no-fail-fast
+	$(MAKE) --no-print-directory infra-check
+	infra/smoke.sh
+
+tools:
+	infra/tools.sh install
+
+## infra-check: cfn-lint, checkov, and the template <-> resources.rs agreement (with its self-test)
+infra-check: tools
+	$(DLQCTL) infra-spec > .local-aws/infra-spec.json
+	$(TOOLS)/cfn-lint infra/template.yaml
+	$(TOOLS)/checkov -f infra/template.yaml --framework cloudformation --quiet --compact --skip-download
+	$(TOOLS)/python infra/check_template.py infra/template.yaml .local-aws/infra-spec.json --self-test
+
+## build: the three functions for Lambda (arm64, provided.al2023) with cargo lambda (zig cross-links)
+build: tools
+	@$(TOOLS)/python -c 'import ziglang' 2>/dev/null || $(TOOLS)/pip install --quiet --disable-pip-version-check 'ziglang==0.17.0'
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda build --release --arm64
+
+## deploy: build with AWS SAM (BuildMethod rust-cargolambda) and deploy; guided the first time
+deploy: tools
+	@command -v sam >/dev/null || { echo "deploy needs the AWS SAM CLI on PATH (e.g. pip install aws-sam-cli)"; exit 1; }
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" sam build --beta-features --template-file infra/template.yaml
+	if [ -f samconfig.toml ]; then sam deploy; else sam deploy --guided; fi
 
 ## local-up: start LocalStack + DynamoDB Local (installing them on first use) and create the resources
 local-up: local-stack

@@ -88,6 +88,9 @@ enum Command {
         #[command(subcommand)]
         command: remediate::PeriodCommand,
     },
+    /// Print the resource settings the infrastructure template must agree with (JSON).
+    #[command(hide = true)]
+    InfraSpec,
     /// Run the whole pipeline on a generated workload and prove nothing was lost or doubled.
     Demo(demo::DemoArgs),
 }
@@ -117,6 +120,10 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    if let Command::InfraSpec = cli.command {
+        println!("{}", serde_json::to_string_pretty(&resources::spec_json())?);
+        return Ok(());
+    }
     let target = if cli.aws { Target::Aws } else { Target::local_from_env() };
     let clients = AwsClients::connect(target).await;
     let names = ResourceNames::with_prefix(&cli.prefix);
@@ -156,5 +163,6 @@ async fn run(cli: Cli) -> Result<()> {
         } => remediate::currency(&clients, &names, &command).await,
         Command::Period { command } => remediate::period(&clients, &names, &command).await,
         Command::Demo(args) => demo::run(&clients, &names, &args).await,
+        Command::InfraSpec => Ok(()),
     }
 }

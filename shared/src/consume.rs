@@ -245,9 +245,14 @@ where
                 blocked = true;
             }
             if let Disposition::Deferred(_) = d {
+                let left_ms = deadline.map_or(-1, |dl| match dl.duration_since(SystemTime::now()) {
+                    Ok(left) => i64::try_from(left.as_millis()).unwrap_or(i64::MAX),
+                    Err(past) => -i64::try_from(past.duration().as_millis()).unwrap_or(i64::MAX),
+                });
                 tracing::info!(
                     decision = d.name(),
                     sqs_message_id = event.records[i].message_id.as_deref().unwrap_or(""),
+                    deadline_in_ms = left_ms,
                     "message handed back to SQS unprocessed"
                 );
             }
@@ -487,5 +492,29 @@ impl<L: Ledger> AwsConsumer<L> {
                 actor: actor.to_owned(),
             },
         }
+    }
+}
+
+/// The invocation deadline from the Lambda context's epoch milliseconds. `None` when the value is
+/// not a wall-clock instant (before 2001): local emulators send 0 or the timeout itself (3000),
+/// and taking that for a deadline would defer every message. Real Lambda always sends an instant.
+pub fn lambda_deadline(deadline_ms: u64) -> Option<SystemTime> {
+    const YEAR_2001_MS: u64 = 978_307_200_000;
+    (deadline_ms >= YEAR_2001_MS).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(deadline_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_wall_clock_deadlines_count() {
+        assert_eq!(lambda_deadline(0), None);
+        assert_eq!(lambda_deadline(3000), None, "an emulator's relative timeout");
+        let real = 1_796_000_000_000;
+        assert_eq!(
+            lambda_deadline(real),
+            Some(SystemTime::UNIX_EPOCH + Duration::from_millis(real))
+        );
     }
 }

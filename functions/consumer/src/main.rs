@@ -19,8 +19,8 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let consumer = consumer.clone();
         async move {
-            let deadline = event.context.deadline();
-            let report = consumer.handle_batch(&event.payload, Some(deadline)).await;
+            let deadline = recon_dlq::consume::lambda_deadline(event.context.deadline);
+            let report = consumer.handle_batch(&event.payload, deadline).await;
             Ok::<SqsBatchResponse, Error>(report.response)
         }
     }))

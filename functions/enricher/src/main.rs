@@ -17,8 +17,8 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let enricher = enricher.clone();
         async move {
-            let deadline = event.context.deadline();
-            Ok::<SqsBatchResponse, Error>(enricher.handle_batch(&event.payload, Some(deadline)).await.response)
+            let deadline = recon_dlq::consume::lambda_deadline(event.context.deadline);
+            Ok::<SqsBatchResponse, Error>(enricher.handle_batch(&event.payload, deadline).await.response)
         }
     }))
     .await

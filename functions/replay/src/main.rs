@@ -23,7 +23,10 @@ async fn main() -> Result<(), Error> {
         async move {
             let request = parse_invocation(&event.payload)?;
             let report = replayer
-                .run(&request, Some(budget_until(event.context.deadline())))
+                .run(
+                    &request,
+                    recon_dlq::consume::lambda_deadline(event.context.deadline).map(budget_until),
+                )
                 .await?;
             Ok::<serde_json::Value, Error>(serde_json::to_value(report)?)
         }

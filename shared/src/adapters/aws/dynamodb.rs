@@ -121,14 +121,15 @@ impl Ledger for DynamoLedger {
                 };
                 match existing {
                     Some(r) => Ok(CommitOutcome::AlreadyCommitted(r)),
-                    // Older emulators may not return the item; read it (rare path).
-                    None => match self.lookup(&posting.source_hash).await? {
-                        Some(r) => Ok(CommitOutcome::AlreadyCommitted(r)),
-                        None => Err(StoreError::new(
-                            TransientKind::Conflict,
-                            "posting vanished after a failed condition",
-                        )),
-                    },
+                    // DynamoDB always returns the old item here. Should a store not, the posting
+                    // still exists: report a duplicate of an unknown delivery rather than read it
+                    // (the consumer's IAM policy has no GetItem).
+                    None => Ok(CommitOutcome::AlreadyCommitted(CommittedRef {
+                        source_hash: posting.source_hash.clone(),
+                        sqs_message_id: String::new(),
+                        message_id: String::new(),
+                        committed_at: None,
+                    })),
                 }
             }
             Err(e) => Err(store_error("PutItem(ledger)", e)),

@@ -149,6 +149,10 @@ impl AwsClients {
         let mut sqs = aws_sdk_sqs::config::Builder::from(&shared).interceptor(counter.clone());
         let mut dynamodb = aws_sdk_dynamodb::config::Builder::from(&shared).interceptor(counter.clone());
         let mut s3 = aws_sdk_s3::config::Builder::from(&shared).interceptor(counter);
+        // S3 by path (not virtual host), as LocalStack needs; set when a function runs against it.
+        if std::env::var("DLQ_S3_FORCE_PATH_STYLE").is_ok_and(|v| v == "true" || v == "1") {
+            s3 = s3.force_path_style(true);
+        }
         if let Target::Local { edge_url, dynamodb_url } = &target {
             sqs = sqs.endpoint_url(edge_url);
             dynamodb = dynamodb.endpoint_url(dynamodb_url);

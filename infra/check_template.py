@@ -1,0 +1,190 @@
+"""Check that infra/template.yaml agrees with shared/src/resources.rs (one definition, two readers).
+
+Usage:
+    python infra/check_template.py TEMPLATE SPEC_JSON           # exit 1 and list every difference
+    python infra/check_template.py TEMPLATE SPEC_JSON --self-test  # prove the check can fail
+
+SPEC_JSON is what `dlqctl infra-spec` prints. Compared: queue names, visibility, retentions, message
+size, the redrive policy's maxReceiveCount (and that the consumer's DLQ_MAX_ATTEMPTS is the same
+parameter), the consumer's timeout, every table's name, key schema, indexes and TTL attribute, the
+Object Lock mode and default retention, the overflow high-water mark, and each role's IAM actions
+per resource (exactly: nothing missing, nothing extra).
+"""
+
+import copy
+import json
+import sys
+
+from cfnlint.decode import decode
+
+
+def param_default(tpl, value):
+    """The default of a parameter referenced by {"Ref": name}, else the literal."""
+    if isinstance(value, dict) and "Ref" in value:
+        return tpl["Parameters"][value["Ref"]].get("Default")
+    return value
+
+
+def sub_suffix(value):
+    """'${StackPrefix}-ledger' -> 'ledger'."""
+    if isinstance(value, dict) and "Fn::Sub" in value:
+        text = value["Fn::Sub"]
+        if isinstance(text, str) and text.startswith("${StackPrefix}-"):
+            return text[len("${StackPrefix}-"):]
+    return None
+
+
+def resource_ref(value):
+    """A policy Resource as the spec names it: MainQueue, EnvelopeTable/index/*, Bucket/*, *."""
+    if value == "*":
+        return "*"
+    if isinstance(value, dict):
+        if "Fn::GetAtt" in value:
+            target = value["Fn::GetAtt"]
+            return target[0] if isinstance(target, list) else target.split(".")[0]
+        if "Ref" in value:
+            return value["Ref"]
+        if "Fn::Sub" in value and isinstance(value["Fn::Sub"], str):
+            text = value["Fn::Sub"]
+            if text.startswith("${") and ".Arn}" in text:
+                logical = text[2:text.index(".Arn}")]
+                return logical + text[text.index(".Arn}") + len(".Arn}"):]
+    return json.dumps(value, sort_keys=True)
+
+
+def check(tpl, spec):
+    errors = []
+    res = tpl.get("Resources", {})
+
+    def expect(what, actual, wanted):
+        if actual != wanted:
+            errors.append(f"{what}: template has {actual!r}, resources.rs says {wanted!r}")
+
+    mq = res.get(spec["main_queue"]["logical_id"], {}).get("Properties", {})
+    dq = res.get(spec["dead_letter_queue"]["logical_id"], {}).get("Properties", {})
+    expect("main queue name", sub_suffix(mq.get("QueueName")), spec["main_queue"]["name_suffix"])
+    expect("main queue VisibilityTimeout", mq.get("VisibilityTimeout"), spec["main_queue"]["visibility_timeout_secs"])
+    expect("main queue MessageRetentionPeriod", mq.get("MessageRetentionPeriod"), spec["main_queue"]["retention_secs"])
+    expect("main queue MaximumMessageSize", mq.get("MaximumMessageSize"), spec["main_queue"]["max_message_bytes"])
+    redrive = mq.get("RedrivePolicy", {})
+    expect("redrive maxReceiveCount (default)", param_default(tpl, redrive.get("maxReceiveCount")), spec["max_receive_count"])
+    expect("redrive target", resource_ref(redrive.get("deadLetterTargetArn")), spec["dead_letter_queue"]["logical_id"])
+    expect("DLQ name", sub_suffix(dq.get("QueueName")), spec["dead_letter_queue"]["name_suffix"])
+    expect("DLQ MessageRetentionPeriod", dq.get("MessageRetentionPeriod"), spec["dead_letter_queue"]["retention_secs"])
+    expect("DLQ MaximumMessageSize", dq.get("MaximumMessageSize"), spec["dead_letter_queue"]["max_message_bytes"])
+
+    consumer = res.get("ConsumerFunction", {}).get("Properties", {})
+    expect("consumer Timeout", consumer.get("Timeout"), spec["consumer_timeout_secs"])
+    env = consumer.get("Environment", {}).get("Variables", {})
+    expect("consumer DLQ_MAX_ATTEMPTS is the redrive parameter", env.get("DLQ_MAX_ATTEMPTS"), redrive.get("maxReceiveCount"))
+    if mq.get("VisibilityTimeout", 0) < 6 * (consumer.get("Timeout") or 0):
+        errors.append("main queue VisibilityTimeout is less than six consumer timeouts")
+
+    for t in spec["tables"]:
+        props = res.get(t["logical_id"], {}).get("Properties")
+        if props is None:
+            errors.append(f"table {t['logical_id']} is missing")
+            continue
+        name = t["logical_id"]
+        expect(f"{name} TableName", sub_suffix(props.get("TableName")), t["name_suffix"])
+        keys = {k["KeyType"]: k["AttributeName"] for k in props.get("KeySchema", [])}
+        expect(f"{name} partition key", keys.get("HASH"), t["partition_key"])
+        expect(f"{name} sort key", keys.get("RANGE"), t["sort_key"])
+        ttl = props.get("TimeToLiveSpecification")
+        expect(f"{name} TTL attribute", ttl.get("AttributeName") if ttl and ttl.get("Enabled") else None, t["ttl_attribute"])
+        gsis = {
+            g["IndexName"]: {k["KeyType"]: k["AttributeName"] for k in g.get("KeySchema", [])}
+            for g in props.get("GlobalSecondaryIndexes", [])
+        }
+        wanted = {i["name"]: {"HASH": i["partition_key"], "RANGE": i["sort_key"]} for i in t["indexes"]}
+        expect(f"{name} indexes", gsis, wanted)
+        types = {a["AttributeName"]: a["AttributeType"] for a in props.get("AttributeDefinitions", [])}
+        for attr in {t["partition_key"], t["sort_key"], *[v for i in wanted.values() for v in i.values()]} - {None}:
+            expect(f"{name} attribute {attr} type", types.get(attr), "S")
+        expect(f"{name} billing", props.get("BillingMode"), "PAY_PER_REQUEST")
+        expect(f"{name} point-in-time recovery", props.get("PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled"), True)
+        expect(f"{name} deletion protection", props.get("DeletionProtectionEnabled"), True)
+        expect(f"{name} encryption", props.get("SSESpecification", {}).get("SSEEnabled"), True)
+
+    bucket = res.get(spec["worm"]["logical_id"], {}).get("Properties", {})
+    lock = bucket.get("ObjectLockConfiguration", {})
+    expect("bucket ObjectLockEnabled", bucket.get("ObjectLockEnabled"), True)
+    retention = lock.get("Rule", {}).get("DefaultRetention", {})
+    expect("Object Lock mode", retention.get("Mode"), spec["worm"]["mode"])
+    expect("Object Lock default retention days (default)", param_default(tpl, retention.get("Days")), spec["worm"]["default_retention_days"])
+    expect("bucket versioning", bucket.get("VersioningConfiguration", {}).get("Status"), "Enabled")
+    expect("OverflowHighWater default", tpl["Parameters"].get("OverflowHighWater", {}).get("Default"), spec["overflow_high_water"])
+
+    for role, grants in spec["iam"].items():
+        props = res.get(role, {}).get("Properties")
+        if props is None:
+            errors.append(f"role {role} is missing")
+            continue
+        granted = set()
+        for policy in props.get("Policies", []):
+            for st in policy["PolicyDocument"]["Statement"]:
+                if st.get("Effect") != "Allow":
+                    continue
+                actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+                resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+                granted |= {(resource_ref(r), a) for r in resources for a in actions}
+        wanted = {(g["resource"], a) for g in grants for a in g["actions"]}
+        for r, a in sorted(granted - wanted):
+            errors.append(f"{role} grants {a} on {r}, which resources.rs does not list (least privilege)")
+        for r, a in sorted(wanted - granted):
+            errors.append(f"{role} lacks {a} on {r}, which resources.rs lists")
+        if props.get("ManagedPolicyArns"):
+            errors.append(f"{role} attaches managed policies (broader than the listed actions)")
+    return errors
+
+
+def mutations(tpl):
+    """Single changes that the check must catch: one per kind of setting."""
+    def mutate(path_fn, label):
+        t = copy.deepcopy(tpl)
+        path_fn(t)
+        return label, t
+
+    res = lambda t: t["Resources"]  # noqa: E731
+    return [
+        mutate(lambda t: t["Parameters"]["MaxReceiveCount"].__setitem__("Default", t["Parameters"]["MaxReceiveCount"]["Default"] + 1), "maxReceiveCount default"),
+        mutate(lambda t: res(t)["MainQueue"]["Properties"].__setitem__("VisibilityTimeout", 60), "main queue visibility"),
+        mutate(lambda t: res(t)["DeadLetterQueue"]["Properties"].__setitem__("MessageRetentionPeriod", 345600), "DLQ retention"),
+        mutate(lambda t: res(t)["EnvelopeTable"]["Properties"]["GlobalSecondaryIndexes"].pop(), "an index dropped"),
+        mutate(lambda t: res(t)["DedupTable"]["Properties"]["TimeToLiveSpecification"].__setitem__("AttributeName", "ttl"), "TTL attribute"),
+        mutate(lambda t: res(t)["LedgerTable"]["Properties"]["KeySchema"][0].__setitem__("AttributeName", "id"), "ledger key"),
+        mutate(lambda t: res(t)["QuarantineBucket"]["Properties"]["ObjectLockConfiguration"]["Rule"]["DefaultRetention"].__setitem__("Mode", "GOVERNANCE"), "Object Lock mode"),
+        mutate(lambda t: res(t)["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].append("sqs:PurgeQueue"), "an extra IAM action"),
+        mutate(lambda t: res(t)["ReplayRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].pop(), "a missing IAM action"),
+    ]
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    with open(sys.argv[2]) as f:
+        spec = json.load(f)
+    tpl, matches = decode(sys.argv[1])
+    if tpl is None:
+        print(f"cannot read {sys.argv[1]}: {matches}", file=sys.stderr)
+        return 1
+    errors = check(tpl, spec)
+    if errors:
+        print("infra/template.yaml and shared/src/resources.rs disagree:")
+        for e in errors:
+            print(f"  - {e}")
+        return 1
+    if "--self-test" in sys.argv:
+        missed = [label for label, t in mutations(tpl) if not check(t, spec)]
+        if missed:
+            print(f"the template check missed: {', '.join(missed)}")
+            return 1
+        print(f"template check: agrees with resources.rs; {len(mutations(tpl))} single-setting changes all detected")
+    else:
+        print("template check: agrees with resources.rs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
