@@ -1,0 +1,202 @@
+//! Least privilege, proven by use: each function runs its code paths on the local stack with its
+//! own AWS clients, and the IAM actions of the requests it sent must be exactly the actions its
+//! role grants for its code (`resources::iam`, which the template must match: `make infra-check`).
+
+use integration_tests::{TestStack, tx};
+use recon_dlq::adapters::aws::dynamodb::DynamoLedger;
+use recon_dlq::adapters::aws::{AwsClients, Target};
+use recon_dlq::adapters::faults::{Fault, FaultyLedger};
+use recon_dlq::adapters::memory::MemoryMetrics;
+use recon_dlq::config::EnricherSettings;
+use recon_dlq::consume::AwsConsumer;
+use recon_dlq::domain::{PeriodRecord, PeriodStatus, TransientKind};
+use recon_dlq::enrich::AwsEnricher;
+use recon_dlq::ports::ReferenceData;
+use recon_dlq::replay::{AwsReplayer, ReplayRequest, Selector};
+use recon_dlq::resources::iam::{self, Caller, Grant};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+fn declared(grants: &[Grant]) -> BTreeSet<&'static str> {
+    grants
+        .iter()
+        .filter(|g| g.caller == Caller::Code)
+        .flat_map(|g| g.actions.iter().copied())
+        .collect()
+}
+
+fn observed(clients: &AwsClients) -> BTreeSet<&'static str> {
+    clients
+        .requests
+        .snapshot()
+        .keys()
+        .flat_map(|op| iam::actions_for(op).iter().copied())
+        .collect()
+}
+
+fn unmapped(clients: &AwsClients) -> Vec<String> {
+    clients
+        .requests
+        .snapshot()
+        .keys()
+        .filter(|op| iam::actions_for(op).is_empty())
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn the_consumer_calls_exactly_what_its_role_grants() {
+    let s = TestStack::new("iam-cons").await;
+    let own = AwsClients::connect(Target::local_from_env()).await;
+    let m = tx(1);
+    let flaky = tx(2);
+    let ledger = FaultyLedger::new(
+        DynamoLedger::new(own.dynamodb.clone(), &s.settings.ledger_table),
+        TransientKind::Throttled,
+    );
+    ledger.inject(&flaky.compute_hash().unwrap(), Fault::Times(1));
+    let consumer = Arc::new(AwsConsumer::from_settings(&own, &s.settings, ledger, "iam-test"));
+    let mut poison = tx(3);
+    poison.currency = "XAU".into();
+    // Commit, duplicate, poison, transient: every path of the consumer's code.
+    s.send(&[
+        m.to_body().unwrap(),
+        m.to_body().unwrap(),
+        poison.to_body().unwrap(),
+        flaky.to_body().unwrap(),
+    ])
+    .await;
+    s.pump(&consumer).await;
+    assert!(
+        unmapped(&own).is_empty(),
+        "operations without an IAM mapping: {:?}",
+        unmapped(&own)
+    );
+    assert_eq!(
+        observed(&own),
+        declared(iam::CONSUMER),
+        "requests seen: {:?}",
+        own.requests.snapshot()
+    );
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_enricher_calls_exactly_what_its_role_grants() {
+    let s = TestStack::new("iam-enr").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let mut poison = tx(4);
+    poison.currency = "XAU".into();
+    s.send(&[poison.to_body().unwrap(), "not json".into()]).await;
+    s.pump(&consumer).await;
+    let own = AwsClients::connect(Target::local_from_env()).await;
+    let settings = EnricherSettings {
+        envelope_table: s.stack.names.envelope_table.clone(),
+        audit_table: s.settings.audit_table.clone(),
+        quarantine_bucket: s.stack.names.quarantine_bucket.clone(),
+        overflow_high_water: 1000,
+        metrics_namespace: "t".into(),
+        concurrency: 4,
+        deadline_margin: std::time::Duration::from_secs(3),
+    };
+    let enricher = Arc::new(AwsEnricher::with_metrics(
+        &own,
+        &settings,
+        "iam-test",
+        MemoryMetrics::default(),
+    ));
+    // New envelopes (pending and quarantined), then the same DLQ message again.
+    let (event, _) = s.receive_event(&s.dlq(), 2, 1).await;
+    enricher.handle_batch(&event, None).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    s.pump_dlq(&enricher).await;
+    assert!(
+        unmapped(&own).is_empty(),
+        "operations without an IAM mapping: {:?}",
+        unmapped(&own)
+    );
+    assert_eq!(
+        observed(&own),
+        declared(iam::ENRICHER),
+        "requests seen: {:?}",
+        own.requests.snapshot()
+    );
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_replay_calls_exactly_what_its_role_grants() {
+    let s = TestStack::new("iam-rpl").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let xau = |n: u32| {
+        let mut m = tx(n);
+        m.currency = "XAU".into();
+        m
+    };
+    let mut closed = xau(6);
+    closed.value_date = "2026-10-10".into();
+    let mut large = serde_json::from_str::<serde_json::Value>(&xau(7).to_body().unwrap()).unwrap();
+    large["narrative"] = "x".repeat(100_000).into();
+    s.send(&[xau(5).to_body().unwrap(), closed.to_body().unwrap(), large.to_string()])
+        .await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(1000)).await;
+    s.map_currency("XAU", 4).await;
+    s.reference()
+        .put_period(&PeriodRecord {
+            entity: "ACME-US".into(),
+            period: "2026-10".into(),
+            status: PeriodStatus::Closed,
+        })
+        .await
+        .unwrap();
+
+    let own = AwsClients::connect(Target::local_from_env()).await;
+    let mut replayer = AwsReplayer::with_metrics(
+        &own,
+        &recon_dlq::config::ReplaySettings {
+            main_queue_url: s.stack.main_queue_url.clone(),
+            envelope_table: s.stack.names.envelope_table.clone(),
+            ledger_table: s.settings.ledger_table.clone(),
+            reference_table: s.settings.reference_table.clone(),
+            audit_table: s.settings.audit_table.clone(),
+            quarantine_bucket: s.stack.names.quarantine_bucket.clone(),
+            lease_secs: 300,
+            max_replays: 3,
+            window_days: 90,
+            rate_per_sec: 0,
+            main_queue_high_water: 100_000,
+            page_size: 1,
+            overflow_high_water: 1000,
+            metrics_namespace: "t".into(),
+            deadline_margin: std::time::Duration::from_secs(5),
+        },
+        "iam-test",
+        MemoryMetrics::default(),
+    );
+    replayer.config.page_size = 1;
+    // A scheduled sweep: pages (cursor saved and cleared), re-injection, a large body read from
+    // the bucket, a quarantine record written to it.
+    let sweep = ReplayRequest {
+        selector: Selector::default(),
+        dry_run: false,
+        reason: "sweep".into(),
+        triggered_by: "schedule:iam".into(),
+        scheduled: true,
+        quarantine: false,
+    };
+    let report = replayer.run(&sweep, None).await.unwrap();
+    assert_eq!((report.reinjected, report.quarantined), (2, 1), "{report:#?}");
+    assert!(
+        unmapped(&own).is_empty(),
+        "operations without an IAM mapping: {:?}",
+        unmapped(&own)
+    );
+    assert_eq!(
+        observed(&own),
+        declared(iam::REPLAY),
+        "requests seen: {:?}",
+        own.requests.snapshot()
+    );
+    s.cleanup().await;
+}
