@@ -71,10 +71,15 @@ pub trait ReferenceData: Send + Sync {
     fn put_period(&self, record: &PeriodRecord) -> impl Future<Output = StoreResult<()>> + Send;
 }
 
-/// Durable audit records.
+/// Durable audit records, hash-chained (see `domain::audit`).
 pub trait AuditLog: Send + Sync {
-    /// Idempotent on `audit_id`.
+    /// Link the record into its chain. Idempotent on `audit_id`: a second append of the same
+    /// decision leaves the first record.
     fn append(&self, record: &AuditRecord) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Every record of one chain, in `seq` order.
+    fn chain(&self, chain: &str) -> impl Future<Output = StoreResult<Vec<crate::domain::audit::ChainedRecord>>> + Send;
+    /// The head of every chain that has records.
+    fn heads(&self) -> impl Future<Output = StoreResult<Vec<crate::domain::audit::ChainHead>>> + Send;
 }
 
 /// Wall-clock time, injectable for tests and the simulator.
@@ -115,6 +120,8 @@ macro_rules! forward_ref {
     };
     (@body AuditLog) => {
         fn append(&self, r: &AuditRecord) -> impl std::future::Future<Output = StoreResult<()>> + Send { (**self).append(r) }
+        fn chain(&self, c: &str) -> impl std::future::Future<Output = StoreResult<Vec<crate::domain::audit::ChainedRecord>>> + Send { (**self).chain(c) }
+        fn heads(&self) -> impl std::future::Future<Output = StoreResult<Vec<crate::domain::audit::ChainHead>>> + Send { (**self).heads() }
     };
 }
 forward_ref!(Ledger, DeadLetterQueue, WorkQueue, ReferenceData, AuditLog);

@@ -48,6 +48,13 @@ pub mod keys {
     pub const ENVELOPE_LEASE: &str = "lease_until_ms";
     /// Audit records: one item per decision, keyed by a deterministic id.
     pub const AUDIT_PK: &str = "audit_id";
+    /// Audit index attributes: the chain, `seq` zero-padded, the source hash, the time + id.
+    pub const AUDIT_CHAIN: &str = "chain";
+    pub const AUDIT_SEQ_KEY: &str = "seq_key";
+    pub const AUDIT_SOURCE_HASH: &str = "source_hash";
+    pub const AUDIT_AT_KEY: &str = "at_key";
+    /// Prefix of the items that hold each chain's head.
+    pub const AUDIT_HEAD_PREFIX: &str = "#head#";
     /// Dedup/claim table used when the ledger is external (claim -> post -> commit).
     pub const DEDUP_PK: &str = "source_hash";
     /// TTL attribute of the dedup table (epoch seconds).
@@ -142,6 +149,18 @@ pub mod indexes {
         partition_key: keys::ENVELOPE_CODE,
         sort_key: keys::ENVELOPE_CAUSE,
     };
+    /// Audit records of one chain in order (verification).
+    pub const AUDIT_BY_CHAIN: IndexSpec = IndexSpec {
+        name: "by_chain",
+        partition_key: keys::AUDIT_CHAIN,
+        sort_key: keys::AUDIT_SEQ_KEY,
+    };
+    /// Audit records about one transaction in time order (`audit show`).
+    pub const AUDIT_BY_SOURCE_HASH: IndexSpec = IndexSpec {
+        name: "by_source_hash",
+        partition_key: keys::AUDIT_SOURCE_HASH,
+        sort_key: keys::AUDIT_AT_KEY,
+    };
     /// By ledger entity, oldest first: per-entity order for replay.
     pub const BY_ENTITY: IndexSpec = IndexSpec {
         name: "by_entity",
@@ -187,7 +206,7 @@ pub const TABLES: [TableSpec; 5] = [
         partition_key: keys::AUDIT_PK,
         sort_key: None,
         ttl_attribute: None,
-        indexes: &[],
+        indexes: &[indexes::AUDIT_BY_CHAIN, indexes::AUDIT_BY_SOURCE_HASH],
     },
     TableSpec {
         kind: TableKind::Dedup,
@@ -314,7 +333,11 @@ pub mod iam {
         g("DeadLetterQueue", &["sqs:SendMessage"], Code),
         g("LedgerTable", &["dynamodb:PutItem"], Code),
         g("ReferenceTable", &["dynamodb:Scan"], Code),
-        g("AuditTable", &["dynamodb:PutItem"], Code),
+        g(
+            "AuditTable",
+            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
+            Code,
+        ),
         g("ConsumerLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
         TRACING,
     ];
@@ -330,7 +353,11 @@ pub mod iam {
             &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
             Code,
         ),
-        g("AuditTable", &["dynamodb:PutItem"], Code),
+        g(
+            "AuditTable",
+            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
+            Code,
+        ),
         g("QuarantineBucket/*", &["s3:PutObject"], Code),
         g("EnricherLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
         TRACING,
@@ -351,7 +378,11 @@ pub mod iam {
         g("EnvelopeTable/index/*", &["dynamodb:Query"], Code),
         g("LedgerTable", &["dynamodb:GetItem"], Code),
         g("ReferenceTable", &["dynamodb:Scan"], Code),
-        g("AuditTable", &["dynamodb:PutItem"], Code),
+        g(
+            "AuditTable",
+            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
+            Code,
+        ),
         g("QuarantineBucket/*", &["s3:GetObject", "s3:PutObject"], Code),
         g("ReplayLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
         TRACING,

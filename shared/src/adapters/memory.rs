@@ -138,26 +138,68 @@ impl ReferenceData for MemoryReferenceData {
     }
 }
 
+/// The audit trail in memory, chained exactly like the DynamoDB one.
 #[derive(Default)]
 pub struct MemoryAuditLog {
-    records: Mutex<Vec<AuditRecord>>,
+    state: Mutex<AuditState>,
+}
+
+#[derive(Default)]
+struct AuditState {
+    /// In append order.
+    records: Vec<crate::domain::audit::ChainedRecord>,
+    heads: HashMap<String, (u64, String)>,
 }
 
 impl MemoryAuditLog {
+    /// The records, in append order.
     pub fn records(&self) -> Vec<AuditRecord> {
-        lock(&self.records).clone()
+        lock(&self.state).records.iter().map(|c| c.record.clone()).collect()
+    }
+    /// Tamper with the stored trail (tests of `audit verify`).
+    pub fn tamper(&self, f: impl FnOnce(&mut Vec<crate::domain::audit::ChainedRecord>)) {
+        f(&mut lock(&self.state).records);
     }
 }
 
 impl AuditLog for MemoryAuditLog {
     async fn append(&self, record: &AuditRecord) -> StoreResult<()> {
-        let mut r = lock(&self.records);
-        if let Some(existing) = r.iter_mut().find(|x| x.audit_id == record.audit_id) {
-            *existing = record.clone();
-        } else {
-            r.push(record.clone());
+        use crate::domain::audit::{GENESIS, chain_of, link};
+        let mut s = lock(&self.state);
+        if s.records.iter().any(|r| r.record.audit_id == record.audit_id) {
+            return Ok(());
         }
+        let chain = chain_of(&record.audit_id);
+        let (seq, hash) = s.heads.get(&chain).cloned().unwrap_or((0, GENESIS.to_owned()));
+        let linked = link(record.clone(), &chain, seq, &hash);
+        s.heads.insert(chain, (linked.seq, linked.hash.clone()));
+        s.records.push(linked);
         Ok(())
+    }
+
+    async fn chain(&self, chain: &str) -> StoreResult<Vec<crate::domain::audit::ChainedRecord>> {
+        let mut out: Vec<_> = lock(&self.state)
+            .records
+            .iter()
+            .filter(|r| r.chain == chain)
+            .cloned()
+            .collect();
+        out.sort_by_key(|r| r.seq);
+        Ok(out)
+    }
+
+    async fn heads(&self) -> StoreResult<Vec<crate::domain::audit::ChainHead>> {
+        let mut out: Vec<_> = lock(&self.state)
+            .heads
+            .iter()
+            .map(|(chain, (seq, hash))| crate::domain::audit::ChainHead {
+                chain: chain.clone(),
+                seq: *seq,
+                hash: hash.clone(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.chain.cmp(&b.chain));
+        Ok(out)
     }
 }
 

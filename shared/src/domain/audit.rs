@@ -79,3 +79,294 @@ impl AuditRecord {
         format!("{}#{subject}", kind.as_str())
     }
 }
+
+/// How many independent hash chains the audit trail is spread over: appends to different chains
+/// never wait for each other (no global lock), and each chain is verified on its own.
+pub const AUDIT_CHAINS: u8 = 8;
+
+/// The `prev_hash` of the first record of every chain.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// An audit record as stored: linked into its chain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainedRecord {
+    #[serde(flatten)]
+    pub record: AuditRecord,
+    /// `c0` .. `c7`.
+    pub chain: String,
+    /// 1, 2, 3, … within the chain, without gaps.
+    pub seq: u64,
+    /// The `hash` of record `seq - 1` (GENESIS for the first).
+    pub prev_hash: String,
+    /// SHA-256 over this record's content, chain, seq and `prev_hash` ([`record_hash`]).
+    pub hash: String,
+}
+
+/// The chain a record belongs to, from its id (stable: a retried append goes to the same chain).
+pub fn chain_of(audit_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(audit_id.as_bytes());
+    format!("c{}", d[0] % AUDIT_CHAINS)
+}
+
+/// `sha256("recon-audit/v1;" + canonical JSON of the record + ";" + chain + ";" + seq + ";" +
+/// prev_hash)`, hex. The canonical JSON has its keys sorted (serde_json's map) and absent fields as
+/// `null`, so a record read back from the store hashes the same.
+pub fn record_hash(record: &AuditRecord, chain: &str, seq: u64, prev_hash: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let body = serde_json::to_value(record).map(|v| v.to_string()).unwrap_or_default();
+    hex::encode(Sha256::digest(
+        format!("recon-audit/v1;{body};{chain};{seq};{prev_hash}").as_bytes(),
+    ))
+}
+
+/// Link `record` after `(seq, hash)`, the current head of `chain`.
+pub fn link(record: AuditRecord, chain: &str, head_seq: u64, head_hash: &str) -> ChainedRecord {
+    let seq = head_seq + 1;
+    let hash = record_hash(&record, chain, seq, head_hash);
+    ChainedRecord {
+        record,
+        chain: chain.to_owned(),
+        seq,
+        prev_hash: head_hash.to_owned(),
+        hash,
+    }
+}
+
+/// The head of a chain: its last sequence number and hash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainHead {
+    pub chain: String,
+    pub seq: u64,
+    pub hash: String,
+}
+
+/// Where and how a chain is broken.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("chain {chain}, record {seq}{}: {problem}", audit_id.as_deref().map(|a| format!(" ({a})")).unwrap_or_default())]
+pub struct ChainBreak {
+    pub chain: String,
+    pub seq: u64,
+    pub audit_id: Option<String>,
+    pub problem: String,
+}
+
+/// Verify one chain (records in `seq` order) against its head: every link, every hash, no gap.
+/// Returns the chain's length.
+pub fn verify_chain(chain: &str, records: &[ChainedRecord], head: Option<&ChainHead>) -> Result<u64, ChainBreak> {
+    let mut expected_prev = GENESIS.to_owned();
+    let mut expected_seq = 1;
+    for r in records {
+        let brk = |seq: u64, problem: String| ChainBreak {
+            chain: chain.to_owned(),
+            seq,
+            audit_id: Some(r.record.audit_id.clone()),
+            problem,
+        };
+        if r.chain != chain {
+            return Err(brk(r.seq, format!("belongs to chain {}", r.chain)));
+        }
+        if r.seq != expected_seq {
+            return Err(ChainBreak {
+                chain: chain.to_owned(),
+                seq: expected_seq,
+                audit_id: None,
+                problem: format!(
+                    "missing: the next record present is {} ({}) — deleted or reordered",
+                    r.seq, r.record.audit_id
+                ),
+            });
+        }
+        if r.prev_hash != expected_prev {
+            return Err(brk(
+                r.seq,
+                "its prev_hash is not the hash of the record before it (reordered or replaced)".into(),
+            ));
+        }
+        if record_hash(&r.record, &r.chain, r.seq, &r.prev_hash) != r.hash {
+            return Err(brk(r.seq, "its content does not match its hash (modified)".into()));
+        }
+        expected_prev = r.hash.clone();
+        expected_seq += 1;
+    }
+    let length = expected_seq - 1;
+    if let Some(h) = head {
+        if h.seq != length || (length > 0 && h.hash != expected_prev) {
+            return Err(ChainBreak {
+                chain: chain.to_owned(),
+                seq: length + 1,
+                audit_id: None,
+                problem: format!(
+                    "the chain ends at record {length} but its head says {} records (hash {}…): the last records were deleted or the head rewritten",
+                    h.seq,
+                    &h.hash[..h.hash.len().min(12)]
+                ),
+            });
+        }
+    }
+    Ok(length)
+}
+
+/// A seal: the heads of every chain at one instant, and their Merkle root, written to the WORM
+/// bucket so that later rewrites of the audit table (even of whole chains) are detectable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditSeal {
+    pub schema: String,
+    pub at: DateTime<Utc>,
+    pub heads: Vec<ChainHead>,
+    pub root: String,
+}
+
+/// Merkle root of chain heads (sorted by chain): leaves `sha256(chain:seq:hash)`, pairs hashed up,
+/// an odd last node carried up as is.
+pub fn merkle_root(heads: &[ChainHead]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut sorted: Vec<&ChainHead> = heads.iter().collect();
+    sorted.sort_by(|a, b| a.chain.cmp(&b.chain));
+    let mut level: Vec<[u8; 32]> = sorted
+        .iter()
+        .map(|h| Sha256::digest(format!("{}:{}:{}", h.chain, h.seq, h.hash).as_bytes()).into())
+        .collect();
+    if level.is_empty() {
+        return GENESIS.to_owned();
+    }
+    while level.len() > 1 {
+        level = level
+            .chunks(2)
+            .map(|p| match p {
+                [a, b] => {
+                    let mut h = Sha256::new();
+                    h.update(a);
+                    h.update(b);
+                    h.finalize().into()
+                }
+                [a] => *a,
+                _ => unreachable!("chunks(2) yields one or two"),
+            })
+            .collect();
+    }
+    hex::encode(level[0])
+}
+
+impl AuditSeal {
+    pub fn new(at: DateTime<Utc>, heads: Vec<ChainHead>) -> Self {
+        let root = merkle_root(&heads);
+        AuditSeal {
+            schema: "recon-dlq/audit-seal/v1".into(),
+            at,
+            heads,
+            root,
+        }
+    }
+
+    /// The seal is internally consistent (its root is the root of its heads).
+    pub fn root_holds(&self) -> bool {
+        merkle_root(&self.heads) == self.root
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(n: u32) -> AuditRecord {
+        AuditRecord {
+            audit_id: format!("DEAD_LETTERED#s{n}"),
+            kind: AuditKind::DeadLettered,
+            at: chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 12, 1, 0, 0, n).unwrap(),
+            actor: "consumer".into(),
+            sqs_message_id: format!("s{n}"),
+            message_id: None,
+            trace_id: Some(format!("t{n}")),
+            source_hash: Some("ab".repeat(32)),
+            match_decision: None,
+            failure_code: Some(FailureCode::PoisonMessage),
+            root_cause: Some("INVALID_DECIMAL".into()),
+            attempt_count: 1,
+            ledger_entity: None,
+            currency: None,
+            amount: Some("1,00".into()),
+            detail: String::new(),
+        }
+    }
+
+    fn chain(n: u32) -> (Vec<ChainedRecord>, ChainHead) {
+        let mut out: Vec<ChainedRecord> = Vec::new();
+        for i in 1..=n {
+            let (seq, prev) = out.last().map_or((0, GENESIS.to_owned()), |r| (r.seq, r.hash.clone()));
+            out.push(link(rec(i), "c0", seq, &prev));
+        }
+        let last = out.last().unwrap();
+        let head = ChainHead {
+            chain: "c0".into(),
+            seq: last.seq,
+            hash: last.hash.clone(),
+        };
+        (out, head)
+    }
+
+    #[test]
+    fn an_intact_chain_verifies() {
+        let (records, head) = chain(5);
+        assert_eq!(verify_chain("c0", &records, Some(&head)), Ok(5));
+        assert_eq!(verify_chain("c0", &[], None), Ok(0));
+    }
+
+    #[test]
+    fn modification_deletion_and_reordering_are_named() {
+        let (records, head) = chain(5);
+        let mut modified = records.clone();
+        modified[2].record.amount = Some("100,00".into());
+        let e = verify_chain("c0", &modified, Some(&head)).unwrap_err();
+        assert_eq!((e.seq, e.audit_id.as_deref()), (3, Some("DEAD_LETTERED#s3")));
+        assert!(e.problem.contains("modified"));
+
+        let mut deleted = records.clone();
+        deleted.remove(1);
+        let e = verify_chain("c0", &deleted, Some(&head)).unwrap_err();
+        assert_eq!(e.seq, 2);
+        assert!(e.problem.contains("missing"), "{e}");
+
+        let mut swapped = records.clone();
+        swapped.swap(1, 2);
+        let (a, b) = (swapped[1].seq, swapped[2].seq);
+        swapped[1].seq = b;
+        swapped[2].seq = a;
+        let e = verify_chain("c0", &swapped, Some(&head)).unwrap_err();
+        assert_eq!(e.seq, 2, "{e}");
+
+        let mut truncated = records.clone();
+        truncated.pop();
+        let e = verify_chain("c0", &truncated, Some(&head)).unwrap_err();
+        assert!(e.problem.contains("head says 5"), "{e}");
+    }
+
+    #[test]
+    fn seals_commit_to_every_head() {
+        let heads = vec![
+            ChainHead {
+                chain: "c1".into(),
+                seq: 3,
+                hash: "aa".repeat(32),
+            },
+            ChainHead {
+                chain: "c0".into(),
+                seq: 9,
+                hash: "bb".repeat(32),
+            },
+            ChainHead {
+                chain: "c2".into(),
+                seq: 1,
+                hash: "cc".repeat(32),
+            },
+        ];
+        let seal = AuditSeal::new(Utc::now(), heads.clone());
+        assert!(seal.root_holds());
+        let mut reordered = heads.clone();
+        reordered.reverse();
+        assert_eq!(merkle_root(&reordered), seal.root, "order-independent");
+        let mut changed = seal.clone();
+        changed.heads[0].seq = 4;
+        assert!(!changed.root_holds());
+    }
+}
