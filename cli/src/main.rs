@@ -3,6 +3,8 @@
 //! Configuration: the standard AWS environment plus `DLQ_STACK_PREFIX` (resource name prefix).
 //! By default every command talks to the local stack (`make local-up`); `--aws` uses real AWS.
 
+mod audit;
+mod bundle;
 mod demo;
 mod ops;
 mod remediate;
@@ -88,11 +90,35 @@ enum Command {
         #[command(subcommand)]
         command: remediate::PeriodCommand,
     },
+    /// The hash-chained audit trail: verify, seal, show one transaction's life.
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+    },
+    /// Prove ingested = committed + duplicates + pending + quarantined + in flight (exit 1 if not).
+    Reconcile(bundle::ReconcileArgs),
+    /// Evidence for auditors.
+    Evidence {
+        #[command(subcommand)]
+        command: EvidenceCommand,
+    },
     /// Print the resource settings the infrastructure template must agree with (JSON).
     #[command(hide = true)]
     InfraSpec,
     /// Run the whole pipeline on a generated workload and prove nothing was lost or doubled.
     Demo(demo::DemoArgs),
+}
+
+#[derive(Subcommand)]
+enum EvidenceCommand {
+    /// Write a bundle (reconciliation of one period, audit chains with heads and seals) that
+    /// `dlqctl audit verify --bundle` checks offline.
+    Export {
+        #[arg(long)]
+        period: String,
+        #[arg(long, default_value = "evidence.json")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -120,6 +146,15 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    if let Command::Audit {
+        command: audit::AuditCommand::Verify {
+            bundle: Some(path),
+            json,
+        },
+    } = &cli.command
+    {
+        return audit::print_verify(&bundle::verify_file(path)?, *json);
+    }
     if let Command::InfraSpec = cli.command {
         println!("{}", serde_json::to_string_pretty(&resources::spec_json())?);
         return Ok(());
@@ -162,6 +197,11 @@ async fn run(cli: Cli) -> Result<()> {
             what: RefWhat::Currency { command },
         } => remediate::currency(&clients, &names, &command).await,
         Command::Period { command } => remediate::period(&clients, &names, &command).await,
+        Command::Audit { command } => audit::run(&clients, &names, &command).await,
+        Command::Reconcile(args) => bundle::reconcile_cmd(&clients, &names, &args).await,
+        Command::Evidence {
+            command: EvidenceCommand::Export { period, out },
+        } => bundle::export(&clients, &names, &period, &out).await,
         Command::Demo(args) => demo::run(&clients, &names, &args).await,
         Command::InfraSpec => Ok(()),
     }

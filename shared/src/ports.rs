@@ -80,6 +80,9 @@ pub trait AuditLog: Send + Sync {
     fn chain(&self, chain: &str) -> impl Future<Output = StoreResult<Vec<crate::domain::audit::ChainedRecord>>> + Send;
     /// The head of every chain that has records.
     fn heads(&self) -> impl Future<Output = StoreResult<Vec<crate::domain::audit::ChainHead>>> + Send;
+    /// This trail's identity (created with the trail): seals belong to one trail, so a trail that
+    /// is rebuilt (a reset local stack) is not checked against another trail's seals.
+    fn trail_id(&self) -> impl Future<Output = StoreResult<String>> + Send;
 }
 
 /// Wall-clock time, injectable for tests and the simulator.
@@ -122,6 +125,7 @@ macro_rules! forward_ref {
         fn append(&self, r: &AuditRecord) -> impl std::future::Future<Output = StoreResult<()>> + Send { (**self).append(r) }
         fn chain(&self, c: &str) -> impl std::future::Future<Output = StoreResult<Vec<crate::domain::audit::ChainedRecord>>> + Send { (**self).chain(c) }
         fn heads(&self) -> impl std::future::Future<Output = StoreResult<Vec<crate::domain::audit::ChainHead>>> + Send { (**self).heads() }
+        fn trail_id(&self) -> impl std::future::Future<Output = StoreResult<String>> + Send { (**self).trail_id() }
     };
 }
 forward_ref!(Ledger, DeadLetterQueue, WorkQueue, ReferenceData, AuditLog);
@@ -231,6 +235,8 @@ pub trait Worm: Send + Sync {
     /// that the same content). The store verifies the SHA-256 checksum.
     fn put(&self, key: &str, bytes: &[u8]) -> impl Future<Output = StoreResult<()>> + Send;
     fn get(&self, key: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
+    /// Keys under `prefix`, sorted.
+    fn list(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
 }
 
 /// A metric for CloudWatch (Embedded Metric Format on Lambda).
@@ -336,6 +342,9 @@ impl<T: Worm> Worm for Arc<T> {
     }
     fn get(&self, key: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send {
         (**self).get(key)
+    }
+    fn list(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send {
+        (**self).list(prefix)
     }
 }
 

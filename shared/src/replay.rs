@@ -461,6 +461,11 @@ where
             self.sweep(&mut run, &mut report).await?;
         }
 
+        if req.scheduled && !req.dry_run {
+            // Each scheduled sweep also seals the audit chains into the WORM bucket.
+            let (key, seal) = crate::evidence::seal(&self.audit, &self.worm, self.clock.now()).await?;
+            tracing::info!(seal = %key, root = %seal.root, chains = seal.heads.len(), "audit chains sealed");
+        }
         if !req.dry_run {
             check_overflow(
                 &self.store,

@@ -188,6 +188,10 @@ impl AuditLog for MemoryAuditLog {
         Ok(out)
     }
 
+    async fn trail_id(&self) -> StoreResult<String> {
+        Ok("memory".into())
+    }
+
     async fn heads(&self) -> StoreResult<Vec<crate::domain::audit::ChainHead>> {
         let mut out: Vec<_> = lock(&self.state)
             .heads
@@ -528,6 +532,9 @@ impl crate::ports::Worm for MemoryWorm {
     }
     async fn get(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
         Ok(lock(&self.objects).get(key).cloned())
+    }
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        Ok(self.keys().into_iter().filter(|k| k.starts_with(prefix)).collect())
     }
 }
 

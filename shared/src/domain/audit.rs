@@ -212,6 +212,9 @@ pub fn verify_chain(chain: &str, records: &[ChainedRecord], head: Option<&ChainH
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditSeal {
     pub schema: String,
+    /// The trail this seal belongs to.
+    #[serde(default)]
+    pub trail: String,
     pub at: DateTime<Utc>,
     pub heads: Vec<ChainHead>,
     pub root: String,
@@ -249,10 +252,11 @@ pub fn merkle_root(heads: &[ChainHead]) -> String {
 }
 
 impl AuditSeal {
-    pub fn new(at: DateTime<Utc>, heads: Vec<ChainHead>) -> Self {
+    pub fn new(trail: &str, at: DateTime<Utc>, heads: Vec<ChainHead>) -> Self {
         let root = merkle_root(&heads);
         AuditSeal {
             schema: "recon-dlq/audit-seal/v1".into(),
+            trail: trail.to_owned(),
             at,
             heads,
             root,
@@ -360,7 +364,7 @@ mod tests {
                 hash: "cc".repeat(32),
             },
         ];
-        let seal = AuditSeal::new(Utc::now(), heads.clone());
+        let seal = AuditSeal::new("t", Utc::now(), heads.clone());
         assert!(seal.root_holds());
         let mut reordered = heads.clone();
         reordered.reverse();

@@ -57,6 +57,22 @@ impl DynamoLedger {
         self.write_units_milli.load(Ordering::Relaxed) as f64 / 1000.0
     }
 
+    /// The posting of one transaction, if committed.
+    pub async fn get(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::LEDGER_PK, AttributeValue::S(source_hash.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(ledger)", e))?;
+        out.item()
+            .map(|i| from_item(i).map_err(|e| item_error("posting", e)))
+            .transpose()
+    }
+
     /// Every posting in the table (a scan: for `dlqctl stats`, tests and reconciliation).
     pub async fn scan(&self) -> StoreResult<Vec<Posting>> {
         scan_all(&self.client, &self.table, None)
@@ -450,6 +466,50 @@ impl AuditLog for DynamoAuditLog {
                 Some(k) if !k.is_empty() => start = Some(k),
                 _ => return Ok(out),
             }
+        }
+    }
+
+    async fn trail_id(&self) -> StoreResult<String> {
+        let key = format!("{}trail", keys::AUDIT_HEAD_PREFIX);
+        let read = || async {
+            let out = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key(keys::AUDIT_PK, s(&key))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| store_error("GetItem(audit trail id)", e))?;
+            Ok::<_, StoreError>(out.item().and_then(|i| get_s(i, "trail")).map(str::to_owned))
+        };
+        if let Some(id) = read().await? {
+            return Ok(id);
+        }
+        let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
+        let id = crate::domain::envelope::sha256_hex(format!("{}{nanos}", self.table).as_bytes())[..16].to_owned();
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(keys::AUDIT_PK, s(&key))
+            .item("trail", s(&id))
+            .condition_expression("attribute_not_exists(#id)")
+            .expression_attribute_names("#id", keys::AUDIT_PK)
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(id),
+            // Someone else created it first: theirs is the trail's id.
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
+            {
+                read()
+                    .await?
+                    .ok_or_else(|| StoreError::new(TransientKind::Conflict, "audit trail id vanished"))
+            }
+            Err(e) => Err(store_error("PutItem(audit trail id)", e)),
         }
     }
 

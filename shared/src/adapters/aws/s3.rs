@@ -64,4 +64,27 @@ impl Worm for S3Worm {
             Err(e) => Err(store_error("GetObject(worm)", e)),
         }
     }
+
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        let mut keys = Vec::new();
+        let mut token = None;
+        loop {
+            let out = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .set_continuation_token(token)
+                .send()
+                .await
+                .map_err(|e| store_error("ListObjectsV2(worm)", e))?;
+            keys.extend(out.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
+            match out.next_continuation_token() {
+                Some(t) => token = Some(t.to_owned()),
+                None => break,
+            }
+        }
+        keys.sort();
+        Ok(keys)
+    }
 }

@@ -1,0 +1,191 @@
+//! `reconcile` and `evidence export`: the completeness proof, and a bundle an auditor can verify
+//! offline (`dlqctl audit verify --bundle FILE`).
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use recon_dlq::adapters::aws::AwsClients;
+use recon_dlq::adapters::aws::dynamodb::{DynamoAuditLog, DynamoLedger};
+use recon_dlq::adapters::aws::provision::resolve_stack;
+use recon_dlq::adapters::aws::s3::S3Worm;
+use recon_dlq::adapters::aws::sqs::SqsQueue;
+use recon_dlq::domain::audit::AUDIT_CHAINS;
+use recon_dlq::evidence::{Bundle, VerifyReport, load_seals, verify_bundle};
+use recon_dlq::ports::AuditLog;
+use recon_dlq::reconcile::{Entry, Reconciliation, State, manifest_entry, outcomes, reconcile};
+use recon_dlq::resources::ResourceNames;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+#[derive(Args, Clone, Debug)]
+pub struct ReconcileArgs {
+    /// JSON lines of the message bodies the producer sent: name every missing or extra record.
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What the stores say, and the reconciliation of it.
+pub struct Evidence {
+    pub outcomes: Vec<(State, Entry)>,
+    pub reconciliation: Reconciliation,
+}
+
+pub fn read_manifest(path: &Path) -> Result<Vec<Entry>> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open manifest {}", path.display()))?;
+    let mut out = Vec::new();
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line?;
+        if !line.trim().is_empty() {
+            out.push(manifest_entry(&line));
+        }
+    }
+    Ok(out)
+}
+
+pub async fn gather(clients: &AwsClients, names: &ResourceNames, manifest: Option<&[Entry]>) -> Result<Evidence> {
+    let stack = resolve_stack(clients, names).await?;
+    let postings = DynamoLedger::new(clients.dynamodb.clone(), &names.ledger_table)
+        .scan()
+        .await?;
+    let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
+        .scan()
+        .await?;
+    let envelopes = crate::triage::envelopes(&crate::triage::store(clients, names), None).await?;
+    let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url)
+        .depth()
+        .await?;
+    let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
+    let (outcomes, problems) = outcomes(&postings, &envelopes, &audit, dlq.total() == 0);
+    let reconciliation = reconcile(outcomes.clone(), problems, manifest, main.total() + dlq.total());
+    Ok(Evidence {
+        outcomes,
+        reconciliation,
+    })
+}
+
+pub fn print(r: &Reconciliation) {
+    let states = [
+        State::Committed,
+        State::Duplicate,
+        State::Pending,
+        State::Quarantined,
+        State::InFlight,
+    ];
+    let mut currencies: std::collections::BTreeSet<String> =
+        r.by_state.values().flat_map(|t| t.amounts.keys().cloned()).collect();
+    if let Some(s) = &r.sent {
+        currencies.extend(s.amounts.keys().cloned());
+    }
+    println!("{:<14} {:>8}  {}", "STATE", "COUNT", "AMOUNT BY CURRENCY");
+    let line = |name: &str, t: &recon_dlq::reconcile::Tally| {
+        let amounts: Vec<String> = t.amounts.iter().map(|(c, a)| format!("{a} {c}")).collect();
+        println!(
+            "{name:<14} {:>8}  {}{}",
+            t.count,
+            amounts.join("; "),
+            if t.without_amount > 0 {
+                format!(" (+{} without amount)", t.without_amount)
+            } else {
+                String::new()
+            }
+        );
+    };
+    if let Some(s) = &r.sent {
+        line("SENT", s);
+    }
+    for st in states {
+        if let Some(t) = r.by_state.get(&st) {
+            line(&format!("{st:?}").to_uppercase(), t);
+        }
+    }
+    println!("{:<14} {:>8}  (messages still in the queues)", "QUEUED", r.queued);
+    println!("\nby entity and period:");
+    for (ep, counts) in &r.by_entity_period {
+        let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{s:?} {n}")).collect();
+        println!("  {ep:<22} {}", parts.join(", "));
+    }
+    for m in &r.missing {
+        println!("MISSING  {m}: sent, but in no terminal state");
+    }
+    for x in &r.extra {
+        println!("EXTRA    {x}: recorded, but never sent");
+    }
+    for p in &r.problems {
+        println!("PROBLEM  {p}");
+    }
+}
+
+pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &ReconcileArgs) -> Result<()> {
+    let manifest = args.manifest.as_deref().map(read_manifest).transpose()?;
+    let ev = gather(clients, names, manifest.as_deref()).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&ev.reconciliation)?);
+    } else {
+        print(&ev.reconciliation);
+    }
+    if !ev.reconciliation.holds {
+        bail!("reconciliation does not hold: ingested ≠ committed + duplicates + pending + quarantined + in flight");
+    }
+    println!(
+        "\nreconciliation holds: ingested = committed + duplicates + pending + quarantined + in flight, by count and amount"
+    );
+    Ok(())
+}
+
+pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, out: &Path) -> Result<()> {
+    if recon_dlq::domain::message::parse_date(&format!("{period}-01")).is_none() {
+        bail!("--period must be YYYY-MM");
+    }
+    let ev = gather(clients, names, None).await?;
+    let in_period: std::collections::BTreeSet<String> = ev
+        .outcomes
+        .iter()
+        .filter(|(_, e)| e.period.as_deref() == Some(period))
+        .map(|(_, e)| e.key.clone())
+        .collect();
+    let outcomes: Vec<(State, Entry)> = ev
+        .outcomes
+        .into_iter()
+        .filter(|(_, e)| in_period.contains(&e.key))
+        .collect();
+    let reconciliation = reconcile(outcomes.clone(), ev.reconciliation.problems.clone(), None, 0);
+    let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
+    let mut audit_records = Vec::new();
+    for i in 0..AUDIT_CHAINS {
+        audit_records.extend(audit.chain(&format!("c{i}")).await?);
+    }
+    let seals = load_seals(
+        &S3Worm::new(clients.s3.clone(), &names.quarantine_bucket),
+        &audit.trail_id().await?,
+    )
+    .await?;
+    let bundle = Bundle {
+        schema: "recon-dlq/evidence-bundle/v1".into(),
+        exported_at: chrono::Utc::now(),
+        period: period.to_owned(),
+        outcomes,
+        reconciliation,
+        audit_records,
+        heads: audit.heads().await?,
+        seals,
+    };
+    std::fs::write(out, serde_json::to_vec_pretty(&bundle)?).with_context(|| format!("writing {}", out.display()))?;
+    println!(
+        "exported {}: {} transactions of {period}, {} audit records in {} chains, {} seals",
+        out.display(),
+        bundle.outcomes.len(),
+        bundle.audit_records.len(),
+        bundle.heads.len(),
+        bundle.seals.len()
+    );
+    Ok(())
+}
+
+/// Verify a bundle file offline.
+pub fn verify_file(path: &Path) -> Result<VerifyReport> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bundle: Bundle =
+        serde_json::from_slice(&bytes).with_context(|| format!("{} is not an evidence bundle", path.display()))?;
+    Ok(verify_bundle(&bundle))
+}
