@@ -142,7 +142,7 @@ async fn show(clients: &AwsClients, names: &ResourceNames, audit: &DynamoAuditLo
     if lines.is_empty() {
         bail!("nothing is recorded for source_hash {source_hash}");
     }
-    lines.sort_by(|a, b| a.0.cmp(&b.0));
+    lines.sort_by_key(|l| l.0);
     println!("transaction {source_hash}:");
     for (at, line) in lines {
         println!("  {}  {line}", at.format("%Y-%m-%d %H:%M:%S%.3f"));

@@ -77,7 +77,7 @@ pub fn print(r: &Reconciliation) {
     if let Some(s) = &r.sent {
         currencies.extend(s.amounts.keys().cloned());
     }
-    println!("{:<14} {:>8}  {}", "STATE", "COUNT", "AMOUNT BY CURRENCY");
+    println!("{:<14} {:>8}  AMOUNT BY CURRENCY", "STATE", "COUNT");
     let line = |name: &str, t: &recon_dlq::reconcile::Tally| {
         let amounts: Vec<String> = t.amounts.iter().map(|(c, a)| format!("{a} {c}")).collect();
         println!(

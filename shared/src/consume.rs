@@ -275,14 +275,26 @@ where
         let body = m.body.as_deref().unwrap_or("");
         let replay_of = string_attr(m, attrs::REPLAY_OF).map(str::to_owned);
 
-        let committed = async {
-            let reference = self.reference.snapshot().await?;
-            let msg = validate(body, &reference)?;
-            let posting = Posting::from_message(&msg, sqs_id, attempt, self.clock.now(), replay_of);
-            let outcome = self.ledger.commit(&posting).await?;
-            Ok::<_, ProcessError>((posting, outcome))
-        }
-        .await;
+        let committed =
+            async {
+                let reference = self.reference.snapshot().await?;
+                let msg = match validate(body, &reference) {
+                    // A failure on reference data may be a fix this container has not seen yet:
+                    // look again with fresh data before dead-lettering.
+                    Err(ProcessError::Poison {
+                        cause:
+                            RootCause::UnmappedCurrency(_)
+                            | RootCause::ScaleExceedsCurrency(_)
+                            | RootCause::ClosedPeriod { .. },
+                        ..
+                    }) => validate(body, &*self.reference.refresh().await?)?,
+                    other => other?,
+                };
+                let posting = Posting::from_message(&msg, sqs_id, attempt, self.clock.now(), replay_of);
+                let outcome = self.ledger.commit(&posting).await?;
+                Ok::<_, ProcessError>((posting, outcome))
+            }
+            .await;
 
         match committed {
             Ok((posting, CommitOutcome::Committed)) => {
@@ -409,7 +421,13 @@ where
             sqs_message_id: sqs_id.to_owned(),
             message_id: l.message_id.clone(),
             trace_id: l.trace_id.clone(),
-            source_hash: l.source_hash.clone(),
+            // The idempotency anchor, or the digest of the raw body (as the envelope will name it).
+            source_hash: l.source_hash.clone().or_else(|| {
+                Some(format!(
+                    "raw:{}",
+                    crate::domain::envelope::sha256_hex(letter.body.as_bytes())
+                ))
+            }),
             match_decision: l.match_decision.clone(),
             failure_code: Some(code),
             root_cause: Some(cause.to_string()),

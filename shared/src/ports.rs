@@ -67,6 +67,9 @@ pub trait WorkQueue: Send + Sync {
 pub trait ReferenceData: Send + Sync {
     /// A recent view of all reference data (adapters may cache it briefly; see the README).
     fn snapshot(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send;
+    /// A snapshot at most a moment old: after a validation failed on reference data, so that a
+    /// fix (a currency mapped, a period reopened) is seen at once rather than after the cache.
+    fn refresh(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send;
     fn put_currency(&self, mapping: &CurrencyMapping) -> impl Future<Output = StoreResult<()>> + Send;
     fn put_period(&self, record: &PeriodRecord) -> impl Future<Output = StoreResult<()>> + Send;
 }
@@ -118,6 +121,7 @@ macro_rules! forward_ref {
     };
     (@body ReferenceData) => {
         fn snapshot(&self) -> impl std::future::Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send { (**self).snapshot() }
+        fn refresh(&self) -> impl std::future::Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send { (**self).refresh() }
         fn put_currency(&self, m: &CurrencyMapping) -> impl std::future::Future<Output = StoreResult<()>> + Send { (**self).put_currency(m) }
         fn put_period(&self, p: &PeriodRecord) -> impl std::future::Future<Output = StoreResult<()>> + Send { (**self).put_period(p) }
     };

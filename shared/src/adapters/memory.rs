@@ -118,6 +118,9 @@ impl ReferenceData for MemoryReferenceData {
     async fn snapshot(&self) -> StoreResult<Arc<ReferenceSnapshot>> {
         Ok(self.snapshot.read().unwrap_or_else(|p| p.into_inner()).clone())
     }
+    async fn refresh(&self) -> StoreResult<Arc<ReferenceSnapshot>> {
+        self.snapshot().await
+    }
     async fn put_currency(&self, mapping: &CurrencyMapping) -> StoreResult<()> {
         {
             let mut c = lock(&self.currencies);

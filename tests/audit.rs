@@ -1,0 +1,354 @@
+//! Audit evidence on the local stack: one durable record per decision, tamper detection, the
+//! completeness reconciliation, concurrent writers, and the offline evidence bundle.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use integration_tests::{TestStack, tx};
+use recon_dlq::adapters::aws::dynamodb::DynamoAuditLog;
+use recon_dlq::adapters::aws::s3::S3Worm;
+use recon_dlq::domain::audit::{AUDIT_CHAINS, ChainedRecord};
+use recon_dlq::domain::{AuditKind, AuditRecord, PeriodRecord, PeriodStatus};
+use recon_dlq::evidence::{Bundle, load_seals, seal, verify_bundle, verify_trail};
+use recon_dlq::ports::{AuditLog, ReferenceData};
+use recon_dlq::reconcile::{manifest_entry, outcomes, reconcile};
+use recon_dlq::replay::{ReplayRequest, Selector};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A mixed workload through every flow; returns the bodies sent (the producer's manifest).
+async fn mixed_workload(s: &TestStack) -> Vec<String> {
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let xau = |n: u32| {
+        let mut m = tx(n);
+        m.currency = "XAU".into();
+        m
+    };
+    let mut closed = xau(5);
+    closed.value_date = "2026-10-05".into();
+    let bodies = vec![
+        tx(1).to_body().unwrap(),
+        tx(1).to_body().unwrap(),  // duplicate
+        xau(2).to_body().unwrap(), // poison, replayed later
+        xau(3).to_body().unwrap(), // poison, committed directly later -> replay suppresses
+        closed.to_body().unwrap(), // poison, quarantined by the temporal gate
+        "garbage".to_string(),     // unrecoverable, quarantined at enrichment
+    ];
+    s.send(&bodies).await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(0)).await; // high-water 0: the first PENDING envelope overflows
+    s.map_currency("XAU", 4).await;
+    s.reference()
+        .put_period(&PeriodRecord {
+            entity: "ACME-US".into(),
+            period: "2026-10".into(),
+            status: PeriodStatus::Closed,
+        })
+        .await
+        .unwrap();
+    let resent = xau(3).to_body().unwrap();
+    s.send(std::slice::from_ref(&resent)).await;
+    s.pump(&consumer).await;
+    let sweep = ReplayRequest {
+        selector: Selector::default(),
+        dry_run: false,
+        reason: "sweep".into(),
+        triggered_by: "schedule:test".into(),
+        scheduled: true,
+        quarantine: false,
+    };
+    s.replayer().run(&sweep, None).await.unwrap();
+    s.pump(&consumer).await;
+    let mut all = bodies;
+    all.push(resent);
+    all
+}
+
+fn audit(s: &TestStack) -> DynamoAuditLog {
+    DynamoAuditLog::new(s.clients.dynamodb.clone(), &s.settings.audit_table)
+}
+
+fn worm(s: &TestStack) -> S3Worm {
+    S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket)
+}
+
+#[tokio::test]
+async fn every_decision_off_the_happy_path_leaves_one_audit_record_with_its_fields() {
+    let s = TestStack::new("au-kinds").await;
+    mixed_workload(&s).await;
+    let records = audit(&s).scan().await.unwrap();
+    let mut by_kind: BTreeMap<&str, Vec<&AuditRecord>> = BTreeMap::new();
+    for r in &records {
+        by_kind.entry(r.kind.as_str()).or_default().push(r);
+    }
+    let count = |k: &str| by_kind.get(k).map_or(0, Vec::len);
+    assert_eq!(count("DUPLICATE_SUPPRESSED"), 1, "{by_kind:#?}");
+    assert_eq!(count("DEAD_LETTERED"), 4);
+    assert_eq!(count("ENRICHED"), 3);
+    assert_eq!(count("QUARANTINED"), 2, "at enrichment and by the temporal gate");
+    assert_eq!(count("REPLAY_REINJECTED"), 1);
+    assert_eq!(count("REPLAY_SUPPRESSED"), 1);
+    assert_eq!(count("DLQ_OVERFLOW"), 1);
+    for r in &records {
+        assert!(!r.actor.is_empty(), "{r:?}");
+        if r.kind != AuditKind::DlqOverflow {
+            assert!(r.source_hash.is_some(), "source_hash on {}", r.audit_id);
+            assert!(r.attempt_count >= 1, "attempt count on {}", r.audit_id);
+            assert!(r.failure_code.is_some(), "failure code on {}", r.audit_id);
+        }
+        if r.source_hash.as_deref().is_some_and(|h| !h.starts_with("raw:")) {
+            assert!(
+                r.trace_id.is_some() && r.match_decision.is_some(),
+                "trace and match decision on {}",
+                r.audit_id
+            );
+        }
+    }
+    // The happy path's evidence is the posting, with the same fields.
+    for p in s.postings().await {
+        assert!(!p.trace_id.is_empty() && !p.source_hash.is_empty() && p.attempt_count >= 1);
+    }
+    s.cleanup().await;
+}
+
+async fn item_of(s: &TestStack, audit_id: &str) -> std::collections::HashMap<String, AttributeValue> {
+    s.clients
+        .dynamodb
+        .get_item()
+        .table_name(&s.settings.audit_table)
+        .key("audit_id", AttributeValue::S(audit_id.into()))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap()
+}
+
+async fn put_item(s: &TestStack, item: std::collections::HashMap<String, AttributeValue>) {
+    s.clients
+        .dynamodb
+        .put_item()
+        .table_name(&s.settings.audit_table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
+    let s = TestStack::new("au-tamper").await;
+    mixed_workload(&s).await;
+    let log = audit(&s);
+    seal(&log, &worm(&s), chrono::Utc::now()).await.unwrap();
+    assert!(verify_trail(&log, &worm(&s)).await.unwrap().intact());
+    // The longest chain, to tamper in its middle.
+    let mut chains: Vec<Vec<ChainedRecord>> = Vec::new();
+    for i in 0..AUDIT_CHAINS {
+        chains.push(log.chain(&format!("c{i}")).await.unwrap());
+    }
+    let chain = chains.into_iter().max_by_key(Vec::len).unwrap();
+    assert!(chain.len() >= 3, "need three records in one chain, got {}", chain.len());
+    let (a, b) = (&chain[0], &chain[1]);
+
+    // Modify.
+    let original = item_of(&s, &b.record.audit_id).await;
+    let mut modified = original.clone();
+    modified.insert("detail".into(), AttributeValue::S("nothing to see here".into()));
+    put_item(&s, modified).await;
+    let report = verify_trail(&log, &worm(&s)).await.unwrap();
+    assert!(
+        report
+            .breaks
+            .iter()
+            .any(|x| x.contains(&b.record.audit_id) && x.contains("modified")),
+        "{report:?}"
+    );
+    put_item(&s, original.clone()).await;
+    assert!(verify_trail(&log, &worm(&s)).await.unwrap().intact());
+
+    // Delete.
+    s.clients
+        .dynamodb
+        .delete_item()
+        .table_name(&s.settings.audit_table)
+        .key("audit_id", AttributeValue::S(b.record.audit_id.clone()))
+        .send()
+        .await
+        .unwrap();
+    let report = verify_trail(&log, &worm(&s)).await.unwrap();
+    assert!(
+        report
+            .breaks
+            .iter()
+            .any(|x| x.contains(&format!("record {}", b.seq)) && x.contains("missing")),
+        "{report:?}"
+    );
+    put_item(&s, original.clone()).await;
+    assert!(verify_trail(&log, &worm(&s)).await.unwrap().intact());
+
+    // Reorder: swap the positions of the first two records.
+    let (mut ia, mut ib) = (item_of(&s, &a.record.audit_id).await, original);
+    for key in ["seq", "seq_key"] {
+        let va = ia.remove(key).unwrap();
+        let vb = ib.remove(key).unwrap();
+        ia.insert(key.into(), vb);
+        ib.insert(key.into(), va);
+    }
+    put_item(&s, ia).await;
+    put_item(&s, ib).await;
+    let report = verify_trail(&log, &worm(&s)).await.unwrap();
+    assert!(!report.intact(), "a reordering must not verify");
+    assert!(
+        report.breaks.iter().any(|x| x.contains(&format!("chain {}", a.chain))),
+        "{report:?}"
+    );
+    s.cleanup().await;
+}
+
+async fn current(s: &TestStack, manifest: &[recon_dlq::reconcile::Entry]) -> recon_dlq::reconcile::Reconciliation {
+    let postings = s.postings().await;
+    let envelopes = s.envelopes().await;
+    let records = audit(s).scan().await.unwrap();
+    let dlq_empty = s.dlq().depth().await.unwrap().total() == 0;
+    let (out, problems) = outcomes(&postings, &envelopes, &records, dlq_empty);
+    reconcile(out, problems, Some(manifest), 0)
+}
+
+#[tokio::test]
+async fn reconcile_holds_after_a_mixed_workload_and_names_a_deleted_posting_or_envelope() {
+    let s = TestStack::new("au-recon").await;
+    let sent = mixed_workload(&s).await;
+    let manifest: Vec<_> = sent.iter().map(|b| manifest_entry(b)).collect();
+    let r = current(&s, &manifest).await;
+    assert!(r.holds, "{r:#?}");
+    assert_eq!(r.sent.as_ref().unwrap().count, sent.len() as u64);
+
+    // Delete one posting: its transaction is named as missing.
+    let p = s.postings().await.into_iter().find(|p| p.message_id == "m-1").unwrap();
+    s.clients
+        .dynamodb
+        .delete_item()
+        .table_name(&s.settings.ledger_table)
+        .key("source_hash", AttributeValue::S(p.source_hash.clone()))
+        .send()
+        .await
+        .unwrap();
+    let r = current(&s, &manifest).await;
+    assert!(!r.holds);
+    assert_eq!(r.missing, ["msg:m-1"]);
+    assert!(
+        r.problems.iter().any(|x| x.contains(&p.source_hash)),
+        "the duplicate points at the gone posting: {r:#?}"
+    );
+    s.ledger().commit_raw(&p).await;
+
+    // Delete one envelope: named too.
+    let e = s
+        .envelopes()
+        .await
+        .into_iter()
+        .find(|e| e.status == recon_dlq::domain::EnvelopeStatus::Quarantined)
+        .unwrap();
+    s.clients
+        .dynamodb
+        .delete_item()
+        .table_name(&s.stack.names.envelope_table)
+        .key("envelope_id", AttributeValue::S(e.envelope_id.clone()))
+        .send()
+        .await
+        .unwrap();
+    let r = current(&s, &manifest).await;
+    assert!(!r.holds);
+    assert_eq!(r.missing.len(), 1, "{r:#?}");
+    assert!(r.problems.iter().any(|x| x.contains(&e.envelope_id)), "{r:#?}");
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn concurrent_writers_leave_chains_that_verify() {
+    let s = TestStack::new("au-conc").await;
+    let log = Arc::new(audit(&s));
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let log = log.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..25 {
+                let r = AuditRecord {
+                    audit_id: AuditRecord::id_for(AuditKind::DuplicateSuppressed, &format!("w{w}-{i}")),
+                    kind: AuditKind::DuplicateSuppressed,
+                    at: chrono::Utc::now(),
+                    actor: format!("writer-{w}"),
+                    sqs_message_id: format!("w{w}-{i}"),
+                    message_id: None,
+                    trace_id: None,
+                    source_hash: Some(format!("{w:02x}{i:062x}")),
+                    match_decision: None,
+                    failure_code: None,
+                    root_cause: None,
+                    attempt_count: 1,
+                    ledger_entity: None,
+                    currency: None,
+                    amount: None,
+                    detail: String::new(),
+                };
+                log.append(&r).await.unwrap();
+                log.append(&r).await.unwrap(); // a redelivery: still one record
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let report = verify_trail(log.as_ref(), &worm(&s)).await.unwrap();
+    assert!(report.intact(), "{report:?}");
+    assert_eq!(report.records, 200);
+    assert_eq!(report.chains.values().sum::<u64>(), 200);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_exported_bundle_verifies_offline_and_a_tampered_one_does_not() {
+    let s = TestStack::new("au-bundle").await;
+    let sent = mixed_workload(&s).await;
+    let log = audit(&s);
+    seal(&log, &worm(&s), chrono::Utc::now()).await.unwrap();
+    let (out, problems) = outcomes(
+        &s.postings().await,
+        &s.envelopes().await,
+        &log.scan().await.unwrap(),
+        true,
+    );
+    let manifest: Vec<_> = sent.iter().map(|b| manifest_entry(b)).collect();
+    let reconciliation = reconcile(out.clone(), problems, Some(&manifest), 0);
+    let mut records = Vec::new();
+    for i in 0..AUDIT_CHAINS {
+        records.extend(log.chain(&format!("c{i}")).await.unwrap());
+    }
+    let bundle = Bundle {
+        schema: "recon-dlq/evidence-bundle/v1".into(),
+        exported_at: chrono::Utc::now(),
+        period: "2026-11".into(),
+        outcomes: out,
+        reconciliation,
+        audit_records: records,
+        heads: log.heads().await.unwrap(),
+        seals: load_seals(&worm(&s), &log.trail_id().await.unwrap()).await.unwrap(),
+    };
+    // Through JSON, as an auditor receives it.
+    let text = serde_json::to_string(&bundle).unwrap();
+    let offline: Bundle = serde_json::from_str(&text).unwrap();
+    assert!(verify_bundle(&offline).intact(), "{:?}", verify_bundle(&offline));
+    let mut tampered = offline.clone();
+    tampered.audit_records[0].record.amount = Some("0.01".into());
+    let report = verify_bundle(&tampered);
+    assert!(!report.intact());
+    assert!(
+        report.breaks[0].contains(&tampered.audit_records[0].record.audit_id),
+        "{report:?}"
+    );
+    let mut edited = offline;
+    if let Some(t) = edited.reconciliation.by_state.values_mut().next() {
+        t.count += 1;
+    }
+    assert!(!verify_bundle(&edited).intact());
+    s.cleanup().await;
+}
