@@ -241,27 +241,8 @@ async fn audit_change(
     detail: String,
 ) -> Result<()> {
     let now = chrono::Utc::now();
-    let record = AuditRecord {
-        audit_id: AuditRecord::id_for(
-            AuditKind::ReferenceChanged,
-            &format!("{subject}#{}", now.timestamp_nanos_opt().unwrap_or_default()),
-        ),
-        kind: AuditKind::ReferenceChanged,
-        at: now,
-        actor: actor.to_owned(),
-        sqs_message_id: String::new(),
-        message_id: None,
-        trace_id: None,
-        source_hash: None,
-        match_decision: None,
-        failure_code: None,
-        root_cause: None,
-        attempt_count: 0,
-        ledger_entity: None,
-        currency: None,
-        amount: None,
-        detail,
-    };
+    let subject = format!("{subject}#{}", now.timestamp_nanos_opt().unwrap_or_default());
+    let record = AuditRecord::system(AuditKind::ReferenceChanged, &subject, now, actor, detail);
     DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
         .append(&record)
         .await?;

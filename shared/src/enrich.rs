@@ -129,24 +129,14 @@ pub async fn check_overflow<S: EnvelopeStore, A: AuditLog, M: Metrics>(
     let Some(episode) = store.set_overflow(true).await? else {
         return Ok(None);
     };
-    let record = AuditRecord {
-        audit_id: AuditRecord::id_for(AuditKind::DlqOverflow, &episode.to_string()),
-        kind: AuditKind::DlqOverflow,
-        at: now,
-        actor: actor.to_owned(),
-        sqs_message_id: String::new(),
-        message_id: None,
-        trace_id: None,
-        source_hash: None,
-        match_decision: None,
-        failure_code: Some(FailureCode::DlqOverflow),
-        root_cause: None,
-        attempt_count: 0,
-        ledger_entity: None,
-        currency: None,
-        amount: None,
-        detail: format!("{pending} PENDING envelopes, above the high-water mark of {high_water} (episode {episode})"),
-    };
+    let mut record = AuditRecord::system(
+        AuditKind::DlqOverflow,
+        &episode.to_string(),
+        now,
+        actor,
+        format!("{pending} PENDING envelopes, above the high-water mark of {high_water} (episode {episode})"),
+    );
+    record.failure_code = Some(FailureCode::DlqOverflow);
     audit.append(&record).await?;
     metrics.emit(&Metric {
         name: "DlqOverflow",

@@ -78,6 +78,28 @@ impl AuditRecord {
     pub fn id_for(kind: AuditKind, subject: &str) -> String {
         format!("{}#{subject}", kind.as_str())
     }
+
+    /// A record about the system rather than one message (overflow, reference-data changes).
+    pub fn system(kind: AuditKind, subject: &str, at: DateTime<Utc>, actor: &str, detail: String) -> Self {
+        AuditRecord {
+            audit_id: AuditRecord::id_for(kind, subject),
+            kind,
+            at,
+            actor: actor.to_owned(),
+            sqs_message_id: String::new(),
+            message_id: None,
+            trace_id: None,
+            source_hash: None,
+            match_decision: None,
+            failure_code: None,
+            root_cause: None,
+            attempt_count: 0,
+            ledger_entity: None,
+            currency: None,
+            amount: None,
+            detail,
+        }
+    }
 }
 
 /// How many independent hash chains the audit trail is spread over: appends to different chains

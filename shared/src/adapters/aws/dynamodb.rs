@@ -121,6 +121,36 @@ pub async fn scan_all(client: &Client, table: &str, pk: Option<(&str, &str)>) ->
     }
 }
 
+/// Every item of an index whose partition key `key` is `value`, in sort-key order, all pages.
+pub async fn query_index(
+    client: &Client,
+    table: &str,
+    index: &crate::resources::IndexSpec,
+    value: &str,
+) -> StoreResult<Vec<Item>> {
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .query()
+            .table_name(table)
+            .index_name(index.name)
+            .key_condition_expression("#k = :v")
+            .expression_attribute_names("#k", index.partition_key)
+            .expression_attribute_values(":v", AttributeValue::S(value.to_owned()))
+            .scan_index_forward(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| store_error(&format!("Query({})", index.name), e))?;
+        items.extend(page.items().iter().cloned());
+        match page.last_evaluated_key {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => return Ok(items),
+        }
+    }
+}
+
 impl Ledger for DynamoLedger {
     async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
         let item = to_item(posting).map_err(|e| item_error("ledger item", e))?;
@@ -341,29 +371,16 @@ impl DynamoAuditLog {
 
     /// The records about one transaction, in time order (the `by_source_hash` index).
     pub async fn for_source_hash(&self, source_hash: &str) -> StoreResult<Vec<crate::domain::audit::ChainedRecord>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(crate::resources::indexes::AUDIT_BY_SOURCE_HASH.name)
-                .key_condition_expression("#h = :h")
-                .expression_attribute_names("#h", keys::AUDIT_SOURCE_HASH)
-                .expression_attribute_values(":h", s(source_hash))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| store_error("Query(audit by source hash)", e))?;
-            for i in page.items() {
-                out.push(from_item(i).map_err(|e| item_error("audit record", e))?);
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
-        }
+        query_index(
+            &self.client,
+            &self.table,
+            &crate::resources::indexes::AUDIT_BY_SOURCE_HASH,
+            source_hash,
+        )
+        .await?
+        .iter()
+        .map(|i| from_item(i).map_err(|e| item_error("audit record", e)))
+        .collect()
     }
 
     async fn head(&self, chain: &str) -> StoreResult<(u64, String)> {
@@ -471,30 +488,16 @@ impl AuditLog for DynamoAuditLog {
     }
 
     async fn chain(&self, chain: &str) -> StoreResult<Vec<crate::domain::audit::ChainedRecord>> {
-        let mut out = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .index_name(crate::resources::indexes::AUDIT_BY_CHAIN.name)
-                .key_condition_expression("#c = :c")
-                .expression_attribute_names("#c", keys::AUDIT_CHAIN)
-                .expression_attribute_values(":c", s(chain))
-                .scan_index_forward(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| store_error("Query(audit chain)", e))?;
-            for i in page.items() {
-                out.push(from_item(i).map_err(|e| item_error("audit record", e))?);
-            }
-            match page.last_evaluated_key {
-                Some(k) if !k.is_empty() => start = Some(k),
-                _ => return Ok(out),
-            }
-        }
+        query_index(
+            &self.client,
+            &self.table,
+            &crate::resources::indexes::AUDIT_BY_CHAIN,
+            chain,
+        )
+        .await?
+        .iter()
+        .map(|i| from_item(i).map_err(|e| item_error("audit record", e)))
+        .collect()
     }
 
     async fn trail_id(&self) -> StoreResult<String> {
