@@ -1,6 +1,6 @@
 //! The one place where the names and settings of every AWS resource are defined.
 //!
-//! Functions, `dlqctl`, the local provisioning code, the tests and (later) the infrastructure drift
+//! Functions, `dlqctl`, the local provisioning code, the tests and the infrastructure drift
 //! check all read these values; nothing else spells a queue name, a table key or a retention.
 
 use std::time::Duration;
