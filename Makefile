@@ -32,7 +32,7 @@ infra-check: tools
 ## build: the three functions for Lambda (arm64, provided.al2023) with cargo lambda (zig cross-links)
 build: tools
 	@$(TOOLS)/python -c 'import ziglang' 2>/dev/null || $(TOOLS)/pip install --quiet --disable-pip-version-check 'ziglang==0.17.0'
-	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda build --release --arm64
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda build --release --arm64 --bin consumer --bin enricher --bin replay
 
 ## deploy: build with AWS SAM (BuildMethod rust-cargolambda) and deploy; guided the first time
 deploy: tools

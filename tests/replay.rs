@@ -350,11 +350,11 @@ async fn a_sweep_with_a_tiny_time_budget_resumes_from_its_cursor() {
     s.map_currency("XAU", 4).await;
     let mut r = s.replayer();
     r.config.page_size = 5;
-    r.config.rate_per_sec = 25;
+    r.config.rate_per_sec = 15;
     let mut invocations = 0;
     loop {
         invocations += 1;
-        let budget = Instant::now() + r.config.deadline_margin + Duration::from_millis(400);
+        let budget = Instant::now() + r.config.deadline_margin + Duration::from_millis(700);
         let report = r.run(&sweep(), Some(budget)).await.unwrap();
         if report.completed {
             break;
