@@ -10,7 +10,6 @@ use recon_dlq::domain::{AuditKind, AuditRecord, PeriodRecord, PeriodStatus};
 use recon_dlq::evidence::{Bundle, load_seals, seal, verify_bundle, verify_trail};
 use recon_dlq::ports::{AuditLog, ReferenceData};
 use recon_dlq::reconcile::{manifest_entry, outcomes, reconcile};
-use recon_dlq::replay::{ReplayRequest, Selector};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -47,14 +46,7 @@ async fn mixed_workload(s: &TestStack) -> Vec<String> {
     let resent = xau(3).to_body().unwrap();
     s.send(std::slice::from_ref(&resent)).await;
     s.pump(&consumer).await;
-    let sweep = ReplayRequest {
-        selector: Selector::default(),
-        dry_run: false,
-        reason: "sweep".into(),
-        triggered_by: "schedule:test".into(),
-        scheduled: true,
-        quarantine: false,
-    };
+    let sweep = integration_tests::sweep_request();
     s.replayer().run(&sweep, None).await.unwrap();
     s.pump(&consumer).await;
     let mut all = bodies;

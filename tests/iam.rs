@@ -7,12 +7,11 @@ use recon_dlq::adapters::aws::dynamodb::DynamoLedger;
 use recon_dlq::adapters::aws::{AwsClients, Target};
 use recon_dlq::adapters::faults::{Fault, FaultyLedger};
 use recon_dlq::adapters::memory::MemoryMetrics;
-use recon_dlq::config::EnricherSettings;
 use recon_dlq::consume::AwsConsumer;
 use recon_dlq::domain::{PeriodRecord, PeriodStatus, TransientKind};
 use recon_dlq::enrich::AwsEnricher;
 use recon_dlq::ports::ReferenceData;
-use recon_dlq::replay::{AwsReplayer, ReplayRequest, Selector};
+use recon_dlq::replay::AwsReplayer;
 use recon_dlq::resources::iam::{self, Caller, Grant};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -90,15 +89,7 @@ async fn the_enricher_calls_exactly_what_its_role_grants() {
     s.send(&[poison.to_body().unwrap(), "not json".into()]).await;
     s.pump(&consumer).await;
     let own = AwsClients::connect(Target::local_from_env()).await;
-    let settings = EnricherSettings {
-        envelope_table: s.stack.names.envelope_table.clone(),
-        audit_table: s.settings.audit_table.clone(),
-        quarantine_bucket: s.stack.names.quarantine_bucket.clone(),
-        overflow_high_water: 1000,
-        metrics_namespace: "t".into(),
-        concurrency: 4,
-        deadline_margin: std::time::Duration::from_secs(3),
-    };
+    let settings = s.enricher_settings(1000);
     let enricher = Arc::new(AwsEnricher::with_metrics(
         &own,
         &settings,
@@ -152,39 +143,11 @@ async fn the_replay_calls_exactly_what_its_role_grants() {
         .unwrap();
 
     let own = AwsClients::connect(Target::local_from_env()).await;
-    let mut replayer = AwsReplayer::with_metrics(
-        &own,
-        &recon_dlq::config::ReplaySettings {
-            main_queue_url: s.stack.main_queue_url.clone(),
-            envelope_table: s.stack.names.envelope_table.clone(),
-            ledger_table: s.settings.ledger_table.clone(),
-            reference_table: s.settings.reference_table.clone(),
-            audit_table: s.settings.audit_table.clone(),
-            quarantine_bucket: s.stack.names.quarantine_bucket.clone(),
-            lease_secs: 300,
-            max_replays: 3,
-            window_days: 90,
-            rate_per_sec: 0,
-            main_queue_high_water: 100_000,
-            page_size: 1,
-            overflow_high_water: 1000,
-            metrics_namespace: "t".into(),
-            deadline_margin: std::time::Duration::from_secs(5),
-        },
-        "iam-test",
-        MemoryMetrics::default(),
-    );
+    let mut replayer = AwsReplayer::with_metrics(&own, &s.replay_settings(), "iam-test", MemoryMetrics::default());
     replayer.config.page_size = 1;
     // A scheduled sweep: pages (cursor saved and cleared), re-injection, a large body read from
     // the bucket, a quarantine record written to it.
-    let sweep = ReplayRequest {
-        selector: Selector::default(),
-        dry_run: false,
-        reason: "sweep".into(),
-        triggered_by: "schedule:iam".into(),
-        scheduled: true,
-        quarantine: false,
-    };
+    let sweep = integration_tests::sweep_request();
     let report = replayer.run(&sweep, None).await.unwrap();
     assert_eq!((report.reinjected, report.quarantined), (2, 1), "{report:#?}");
     assert!(

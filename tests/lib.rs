@@ -16,9 +16,7 @@ use recon_dlq::decisions::RetryPolicy;
 use recon_dlq::domain::{AuditRecord, CurrencyMapping, DlqEnvelope, MatchDecision, NewMessage, Posting};
 use recon_dlq::enrich::AwsEnricher;
 use recon_dlq::local::{PumpOptions, PumpStats, pump_handler, to_event_record};
-use recon_dlq::ports::{
-    AuditLog, DeadLetterQueue, EnvelopeStore, Ledger, Metrics, ReferenceData, SystemClock, WorkQueue,
-};
+use recon_dlq::ports::{AuditLog, DeadLetterQueue, Ledger, Metrics, ReferenceData, SystemClock, WorkQueue};
 use recon_dlq::replay::AwsReplayer;
 use recon_dlq::resources::ResourceNames;
 use std::sync::Arc;
@@ -181,7 +179,18 @@ impl TestStack {
 
     /// An enricher on this stack (metrics kept in memory) with the given high-water mark.
     pub fn enricher(&self, high_water: i64) -> Arc<AwsEnricher<MemoryMetrics>> {
-        let settings = EnricherSettings {
+        let settings = self.enricher_settings(high_water);
+        Arc::new(AwsEnricher::with_metrics(
+            &self.clients,
+            &settings,
+            "integration-test",
+            MemoryMetrics::default(),
+        ))
+    }
+
+    /// The enricher's settings for this stack.
+    pub fn enricher_settings(&self, high_water: i64) -> EnricherSettings {
+        EnricherSettings {
             envelope_table: self.stack.names.envelope_table.clone(),
             audit_table: self.settings.audit_table.clone(),
             quarantine_bucket: self.stack.names.quarantine_bucket.clone(),
@@ -189,13 +198,7 @@ impl TestStack {
             metrics_namespace: "ReconDlqTest".into(),
             concurrency: 8,
             deadline_margin: Duration::from_secs(3),
-        };
-        Arc::new(AwsEnricher::with_metrics(
-            &self.clients,
-            &settings,
-            "integration-test",
-            MemoryMetrics::default(),
-        ))
+        }
     }
 
     /// Pump the DLQ through `enricher` until idle.
@@ -211,7 +214,17 @@ impl TestStack {
 
     /// A replay on this stack: no rate limit, metrics in memory.
     pub fn replayer(&self) -> AwsReplayer<MemoryMetrics> {
-        let settings = ReplaySettings {
+        AwsReplayer::with_metrics(
+            &self.clients,
+            &self.replay_settings(),
+            "integration-test",
+            MemoryMetrics::default(),
+        )
+    }
+
+    /// The replay's settings for this stack (no rate limit).
+    pub fn replay_settings(&self) -> ReplaySettings {
+        ReplaySettings {
             main_queue_url: self.stack.main_queue_url.clone(),
             envelope_table: self.stack.names.envelope_table.clone(),
             ledger_table: self.settings.ledger_table.clone(),
@@ -227,8 +240,7 @@ impl TestStack {
             overflow_high_water: 1000,
             metrics_namespace: "ReconDlqTest".into(),
             deadline_margin: Duration::from_secs(5),
-        };
-        AwsReplayer::with_metrics(&self.clients, &settings, "integration-test", MemoryMetrics::default())
+        }
     }
 
     /// Map a currency in this stack's reference table.
@@ -246,16 +258,9 @@ impl TestStack {
     /// Every envelope of this stack.
     pub async fn envelopes(&self) -> Vec<DlqEnvelope> {
         let store = DynamoEnvelopeStore::new(self.clients.dynamodb.clone(), &self.stack.names.envelope_table);
-        let mut all = Vec::new();
-        let mut cursor = None;
-        loop {
-            let (page, next) = store.list_all(cursor, 100).await.expect("list envelopes");
-            all.extend(page);
-            match next {
-                Some(c) => cursor = Some(c),
-                None => return all,
-            }
-        }
+        recon_dlq::ports::all_envelopes(&store, None)
+            .await
+            .expect("list envelopes")
     }
 
     /// Receive messages from `queue` until `n` are gathered (or `timeout`), hidden for
@@ -299,6 +304,18 @@ impl TestStack {
 
     pub async fn cleanup(self) {
         let _ = delete_stack(&self.clients, &self.stack).await;
+    }
+}
+
+/// A scheduled sweep, as the EventBridge schedule triggers it.
+pub fn sweep_request() -> recon_dlq::replay::ReplayRequest {
+    recon_dlq::replay::ReplayRequest {
+        selector: recon_dlq::replay::Selector::default(),
+        dry_run: false,
+        reason: "scheduled sweep".into(),
+        triggered_by: "schedule:test".into(),
+        scheduled: true,
+        quarantine: false,
     }
 }
 

@@ -33,14 +33,7 @@ fn manual(selector: Selector) -> ReplayRequest {
 }
 
 fn sweep() -> ReplayRequest {
-    ReplayRequest {
-        selector: Selector::default(),
-        dry_run: false,
-        reason: "scheduled sweep".into(),
-        triggered_by: "schedule:test".into(),
-        scheduled: true,
-        quarantine: false,
-    }
+    integration_tests::sweep_request()
 }
 
 /// Dead-letter `bodies` through the consumer and the enricher; returns the envelopes.

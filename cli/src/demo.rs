@@ -20,6 +20,7 @@ use recon_dlq::domain::{
 use recon_dlq::enrich::AwsEnricher;
 use recon_dlq::local::PumpOptions;
 use recon_dlq::ports::ReferenceData;
+use recon_dlq::reconcile::Tally;
 use recon_dlq::replay::{ReplayRequest, Selector};
 use recon_dlq::resources::ResourceNames;
 use recon_dlq::telemetry::TracingMetrics;
@@ -404,27 +405,27 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
     let dlq_depth = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
 
     // By amount per currency: every message sent, and every terminal state it reached.
-    let mut sent_amounts = Amounts::default();
+    let mut sent_amounts = Tally::default();
     for body in happy.bodies.iter().chain(mess.bodies.iter()) {
         let l = labels(body);
-        sent_amounts.add(l.currency.as_deref(), l.amount.as_deref());
+        sent_amounts.add_text(l.currency.as_deref(), l.amount.as_deref());
     }
-    let mut committed_amounts = Amounts::default();
+    let mut committed_amounts = Tally::default();
     for p in &postings {
-        committed_amounts.add(Some(&p.currency), Some(&p.amount.to_string()));
+        committed_amounts.add_parts(Some(&p.currency), Some(p.amount));
     }
-    let mut duplicate_amounts = Amounts::default();
+    let mut duplicate_amounts = Tally::default();
     for r in audit.iter().filter(|r| r.kind == AuditKind::DuplicateSuppressed) {
-        duplicate_amounts.add(r.currency.as_deref(), r.amount.as_deref());
+        duplicate_amounts.add_text(r.currency.as_deref(), r.amount.as_deref());
     }
-    let mut quarantined_amounts = Amounts::default();
+    let mut quarantined_amounts = Tally::default();
     for e in envelopes.iter().filter(|e| {
         matches!(
             e.status,
             EnvelopeStatus::Quarantined | EnvelopeStatus::SuppressedDuplicate
         )
     }) {
-        quarantined_amounts.add(e.currency.as_deref(), e.amount.as_deref());
+        quarantined_amounts.add_text(e.currency.as_deref(), e.amount.as_deref());
     }
 
     println!("\n== result ({:.1} s)", started.elapsed().as_secs_f64());
@@ -450,12 +451,12 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
         "CURRENCY", "SENT", "COMMITTED", "DUPLICATES", "QUARANTINED"
     );
     let mut amounts_hold = true;
-    for c in sent_amounts.currencies() {
+    for c in sent_amounts.amounts.keys() {
         let (sa, ca, da, qa) = (
-            sent_amounts.get(&c),
-            committed_amounts.get(&c),
-            duplicate_amounts.get(&c),
-            quarantined_amounts.get(&c),
+            sent_amounts.get(c),
+            committed_amounts.get(c),
+            duplicate_amounts.get(c),
+            quarantined_amounts.get(c),
         );
         let ok = sa == ca + da + qa;
         amounts_hold &= ok;
@@ -464,15 +465,15 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
             if ok { "=" } else { "≠" }
         );
     }
-    amounts_hold &= sent_amounts.without == quarantined_amounts.without
+    amounts_hold &= sent_amounts.without_amount == quarantined_amounts.without_amount
         && committed_amounts
-            .currencies()
-            .iter()
-            .chain(duplicate_amounts.currencies().iter())
+            .amounts
+            .keys()
+            .chain(duplicate_amounts.amounts.keys())
             .all(|c| sent_amounts.amounts.contains_key(c));
     println!(
         "   ({} sent messages carry no usable amount; {} quarantined envelopes hold them)",
-        sent_amounts.without, quarantined_amounts.without
+        sent_amounts.without_amount, quarantined_amounts.without_amount
     );
 
     let holds = sent == committed - via_replay + duplicates + envelopes.len() as u64
@@ -535,31 +536,6 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
         bail!("the evidence does not hold (see above)");
     }
     Ok(())
-}
-
-/// Amounts per currency, and how many had none usable.
-#[derive(Default)]
-struct Amounts {
-    amounts: BTreeMap<String, Decimal>,
-    without: u64,
-}
-
-impl Amounts {
-    fn add(&mut self, currency: Option<&str>, amount: Option<&str>) {
-        match (
-            currency,
-            amount.and_then(|a| recon_dlq::domain::message::parse_amount(a).ok()),
-        ) {
-            (Some(c), Some(a)) => *self.amounts.entry(c.to_ascii_uppercase()).or_default() += a,
-            _ => self.without += 1,
-        }
-    }
-    fn get(&self, currency: &str) -> Decimal {
-        self.amounts.get(currency).copied().unwrap_or_default().normalize()
-    }
-    fn currencies(&self) -> Vec<String> {
-        self.amounts.keys().cloned().collect()
-    }
 }
 
 /// The operator's remediation, step by step: fix root causes, replay, sweep, quarantine the rest.

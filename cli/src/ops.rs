@@ -63,39 +63,32 @@ pub fn region(clients: &AwsClients) -> String {
         .map_or_else(|| "us-east-1".to_owned(), |r| r.to_string())
 }
 
-/// Consumer settings for a resolved stack: the environment's `DLQ_*` variables, with the queue
-/// URLs and table names of `stack` unless the environment overrides them.
-pub fn consumer_settings(stack: &Stack) -> Result<ConsumerSettings> {
+/// Settings lookup for a resolved stack: the environment's `DLQ_*` variables, else the stack's
+/// queue URLs and resource names.
+pub fn stack_lookup(stack: &Stack) -> impl Fn(&str) -> Option<String> {
     let names = &stack.names;
-    let main = stack.main_queue_url.clone();
-    let dlq = stack.dlq_url.clone();
     let defaults = [
-        (vars::MAIN_QUEUE_URL, main),
-        (vars::DEAD_LETTER_QUEUE_URL, dlq),
+        (vars::MAIN_QUEUE_URL, stack.main_queue_url.clone()),
+        (vars::DEAD_LETTER_QUEUE_URL, stack.dlq_url.clone()),
         (vars::LEDGER_TABLE, names.ledger_table.clone()),
         (vars::REFERENCE_TABLE, names.reference_table.clone()),
         (vars::AUDIT_TABLE, names.audit_table.clone()),
-    ];
-    Ok(ConsumerSettings::from_lookup(|k| {
-        std::env::var(k)
-            .ok()
-            .or_else(|| defaults.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
-    })?)
-}
-
-/// Enricher settings for a resolved stack: the environment's `DLQ_*` variables over the stack's names.
-pub fn enricher_settings(stack: &Stack) -> Result<EnricherSettings> {
-    let names = &stack.names;
-    let defaults = [
         (vars::ENVELOPE_TABLE, names.envelope_table.clone()),
-        (vars::AUDIT_TABLE, names.audit_table.clone()),
         (vars::QUARANTINE_BUCKET, names.quarantine_bucket.clone()),
     ];
-    Ok(EnricherSettings::from_lookup(|k| {
+    move |k| {
         std::env::var(k)
             .ok()
             .or_else(|| defaults.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
-    })?)
+    }
+}
+
+pub fn consumer_settings(stack: &Stack) -> Result<ConsumerSettings> {
+    Ok(ConsumerSettings::from_lookup(stack_lookup(stack))?)
+}
+
+pub fn enricher_settings(stack: &Stack) -> Result<EnricherSettings> {
+    Ok(EnricherSettings::from_lookup(stack_lookup(stack))?)
 }
 
 /// Pump the DLQ through `enricher`.

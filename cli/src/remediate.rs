@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use recon_dlq::adapters::aws::AwsClients;
 use recon_dlq::adapters::aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
 use recon_dlq::adapters::aws::provision::{Stack, resolve_stack};
-use recon_dlq::config::{ReplaySettings, vars};
+use recon_dlq::config::ReplaySettings;
 use recon_dlq::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus};
 use recon_dlq::ports::{AuditLog, ReferenceData};
 use recon_dlq::replay::{AwsReplayer, ReplayReport, ReplayRequest, Selector};
@@ -98,20 +98,7 @@ fn operator(explicit: Option<String>) -> String {
 
 /// Replay settings for a resolved stack.
 pub fn replay_settings(stack: &Stack) -> Result<ReplaySettings> {
-    let names = &stack.names;
-    let defaults = [
-        (vars::MAIN_QUEUE_URL, stack.main_queue_url.clone()),
-        (vars::ENVELOPE_TABLE, names.envelope_table.clone()),
-        (vars::LEDGER_TABLE, names.ledger_table.clone()),
-        (vars::REFERENCE_TABLE, names.reference_table.clone()),
-        (vars::AUDIT_TABLE, names.audit_table.clone()),
-        (vars::QUARANTINE_BUCKET, names.quarantine_bucket.clone()),
-    ];
-    Ok(ReplaySettings::from_lookup(|k| {
-        std::env::var(k)
-            .ok()
-            .or_else(|| defaults.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
-    })?)
+    Ok(ReplaySettings::from_lookup(crate::ops::stack_lookup(stack))?)
 }
 
 pub fn replayer(clients: &AwsClients, stack: &Stack, actor: &str) -> Result<AwsReplayer<TracingMetrics>> {

@@ -14,21 +14,9 @@ pub fn store(clients: &AwsClients, names: &ResourceNames) -> DynamoEnvelopeStore
     DynamoEnvelopeStore::new(clients.dynamodb.clone(), &names.envelope_table)
 }
 
-/// Every envelope in `status` (or every envelope), following the pages.
+/// Every envelope in `status` (or every envelope).
 pub async fn envelopes(store: &impl EnvelopeStore, status: Option<EnvelopeStatus>) -> Result<Vec<DlqEnvelope>> {
-    let mut all = Vec::new();
-    let mut cursor = None;
-    loop {
-        let (page, next) = match status {
-            Some(s) => store.list_by_status(s, cursor, 500).await?,
-            None => store.list_all(cursor, 500).await?,
-        };
-        all.extend(page);
-        match next {
-            Some(c) => cursor = Some(c),
-            None => return Ok(all),
-        }
-    }
+    Ok(recon_dlq::ports::all_envelopes(store, status).await?)
 }
 
 fn amounts(g: &TriageGroup) -> String {

@@ -16,16 +16,16 @@
 //! and the handler never panics on input.
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
-use chrono::{DateTime, TimeZone, Utc};
 use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::decisions::{FailureDecision, RetryPolicy, decide_failure};
+use crate::domain::sqs;
 use crate::domain::{
-    AuditKind, AuditRecord, CommitOutcome, DeadLetter, DeadLetterContext, FailureCode, MessageLabels,
-    OriginalAttribute, Posting, ProcessError, RootCause, TransientKind, bounded_detail, labels, validate,
+    AuditKind, AuditRecord, CommitOutcome, DeadLetter, DeadLetterContext, FailureCode, MessageLabels, Posting,
+    ProcessError, RootCause, TransientKind, bounded_detail, labels, validate,
 };
 use crate::ports::{AuditLog, Clock, DeadLetterQueue, Ledger, ReferenceData, WorkQueue};
 use crate::resources::attrs;
@@ -132,42 +132,6 @@ pub struct Consumer<L, Q, D, R, A> {
     pub config: ConsumerConfig,
 }
 
-/// `ApproximateReceiveCount` of a delivered message (1 when SQS did not say).
-pub fn receive_count(m: &SqsMessage) -> u32 {
-    m.attributes
-        .get("ApproximateReceiveCount")
-        .and_then(|v| v.parse::<u32>().ok())
-        .filter(|n| *n > 0)
-        .unwrap_or(1)
-}
-
-fn epoch_millis_attr(m: &SqsMessage, name: &str) -> Option<DateTime<Utc>> {
-    let ms = m.attributes.get(name)?.parse::<i64>().ok()?;
-    Utc.timestamp_millis_opt(ms).single()
-}
-
-fn string_attr<'m>(m: &'m SqsMessage, name: &str) -> Option<&'m str> {
-    m.message_attributes.get(name).and_then(|a| a.string_value.as_deref())
-}
-
-/// The original message attributes, verbatim, for the dead letter's context.
-pub fn original_attributes(m: &SqsMessage) -> BTreeMap<String, OriginalAttribute> {
-    m.message_attributes
-        .iter()
-        .map(|(name, a)| {
-            let binary = a.binary_value.as_ref().map(|b| aws_smithy_types::base64::encode(&b.0));
-            (
-                name.clone(),
-                OriginalAttribute {
-                    data_type: a.data_type.clone().unwrap_or_else(|| "String".into()),
-                    string_value: a.string_value.clone(),
-                    binary_value: binary,
-                },
-            )
-        })
-        .collect()
-}
-
 impl<L, Q, D, R, A> Consumer<L, Q, D, R, A>
 where
     L: Ledger,
@@ -270,10 +234,10 @@ where
 
     /// Decide one message and carry the decision out.
     pub async fn handle_message(&self, m: &SqsMessage) -> Disposition {
-        let attempt = receive_count(m);
+        let attempt = sqs::receive_count(m);
         let sqs_id = m.message_id.as_deref().unwrap_or("");
         let body = m.body.as_deref().unwrap_or("");
-        let replay_of = string_attr(m, attrs::REPLAY_OF).map(str::to_owned);
+        let replay_of = sqs::string_attr(m, attrs::REPLAY_OF).map(str::to_owned);
 
         let committed =
             async {
@@ -399,15 +363,15 @@ where
             context: DeadLetterContext {
                 error_detail: bounded_detail(detail).to_owned(),
                 dead_lettered_at: now,
-                sent_at: epoch_millis_attr(m, "SentTimestamp"),
-                first_received_at: epoch_millis_attr(m, "ApproximateFirstReceiveTimestamp"),
+                sent_at: sqs::epoch_millis_attr(m, "SentTimestamp"),
+                first_received_at: sqs::epoch_millis_attr(m, "ApproximateFirstReceiveTimestamp"),
                 source_queue_arn: m.event_source_arn.clone(),
                 source_message_id: sqs_id.to_owned(),
                 message_group_id: m.attributes.get("MessageGroupId").cloned(),
                 trace_id: l.trace_id.clone(),
                 source_hash: l.source_hash.clone(),
                 actor: self.config.actor.clone(),
-                original_attributes: original_attributes(m),
+                original_attributes: sqs::original_attributes(m),
             },
         };
         if let Err(e) = self.dlq.send(&letter).await {

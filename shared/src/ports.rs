@@ -232,6 +232,26 @@ pub trait EnvelopeStore: Send + Sync {
     fn set_overflow(&self, active: bool) -> impl Future<Output = StoreResult<Option<u64>>> + Send;
 }
 
+/// Every envelope in `status` (or every envelope), following the pages.
+pub async fn all_envelopes<S: EnvelopeStore>(
+    store: &S,
+    status: Option<crate::domain::EnvelopeStatus>,
+) -> StoreResult<Vec<crate::domain::DlqEnvelope>> {
+    let mut all = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (page, next) = match status {
+            Some(s) => store.list_by_status(s, cursor, 500).await?,
+            None => store.list_all(cursor, 500).await?,
+        };
+        all.extend(page);
+        match next {
+            Some(c) => cursor = Some(c),
+            None => return Ok(all),
+        }
+    }
+}
+
 /// The write-once (Object Lock) bucket.
 pub trait Worm: Send + Sync {
     fn bucket(&self) -> &str;

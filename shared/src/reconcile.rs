@@ -176,14 +176,29 @@ pub struct Tally {
 
 impl Tally {
     fn add(&mut self, e: &Entry) {
+        self.add_parts(e.currency.as_deref(), e.amount);
+    }
+
+    /// Count one record; its amount counts when it has a currency and a decimal amount.
+    pub fn add_parts(&mut self, currency: Option<&str>, amount: Option<Decimal>) {
         self.count += 1;
-        match (&e.currency, e.amount) {
+        match (currency, amount) {
             (Some(c), Some(a)) => {
                 let v = self.amounts.entry(c.to_ascii_uppercase()).or_default();
                 *v = (*v + a).normalize();
             }
             _ => self.without_amount += 1,
         }
+    }
+
+    /// Like [`Tally::add_parts`], with the amount as text (it may not parse).
+    pub fn add_text(&mut self, currency: Option<&str>, amount: Option<&str>) {
+        self.add_parts(currency, amount.and_then(|a| parse_amount(a).ok()));
+    }
+
+    /// The total in `currency` (zero when none).
+    pub fn get(&self, currency: &str) -> Decimal {
+        self.amounts.get(currency).copied().unwrap_or_default()
     }
 }
 

@@ -364,14 +364,6 @@ fn page(
     (items, next)
 }
 
-fn age_key(e: &crate::domain::DlqEnvelope) -> String {
-    format!(
-        "{}#{}",
-        e.dead_lettered_at.format("%Y-%m-%dT%H:%M:%S%.9fZ"),
-        e.envelope_id
-    )
-}
-
 impl crate::ports::EnvelopeStore for MemoryEnvelopeStore {
     async fn create(&self, envelope: &crate::domain::DlqEnvelope) -> StoreResult<crate::ports::CreateOutcome> {
         let mut s = lock(&self.state);
@@ -419,8 +411,8 @@ impl crate::ports::EnvelopeStore for MemoryEnvelopeStore {
             .filter(|e| e.status == status)
             .cloned()
             .collect();
-        all.sort_by_key(age_key);
-        Ok(page(all, age_key, cursor, limit))
+        all.sort_by_key(crate::domain::DlqEnvelope::age_key);
+        Ok(page(all, crate::domain::DlqEnvelope::age_key, cursor, limit))
     }
 
     async fn list_all(&self, cursor: Option<String>, limit: usize) -> StoreResult<crate::ports::EnvelopePage> {

@@ -9,7 +9,7 @@
 //! document is derived from the stored envelope only, so it is written once per envelope.
 
 use aws_lambda_events::event::sqs::SqsMessage;
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -19,6 +19,7 @@ use std::str::FromStr;
 use super::dead_letter::{DeadLetterContext, OriginalAttribute};
 use super::failure::{FailureCode, RootCause, UnknownName, bounded_detail};
 use super::message::{decode, labels, parse_date, period_of};
+use super::sqs;
 use crate::resources::attrs;
 
 /// Where an envelope is in its life.
@@ -215,33 +216,21 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-fn epoch_millis(m: &SqsMessage, name: &str) -> Option<DateTime<Utc>> {
-    Utc.timestamp_millis_opt(m.attributes.get(name)?.parse::<i64>().ok()?)
-        .single()
-}
-
-fn attr<'m>(m: &'m SqsMessage, name: &str) -> Option<&'m str> {
-    m.message_attributes.get(name).and_then(|a| a.string_value.as_deref())
-}
-
 /// Build the envelope of a DLQ delivery. `now` is the enrichment time; `actor` the enricher.
 pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str) -> DlqEnvelope {
     let body = m.body.clone().unwrap_or_default();
     let dlq_message_id = m.message_id.clone().unwrap_or_default();
-    let receive_count = m
-        .attributes
-        .get("ApproximateReceiveCount")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+    let receive_count = sqs::receive_count(m);
 
     // Consumer-dead-lettered messages carry their context; a bare redrive has none.
-    let code = attr(m, attrs::FAILURE_CODE).and_then(|c| c.parse::<FailureCode>().ok());
-    let context: Option<DeadLetterContext> = attr(m, attrs::CONTEXT).and_then(|c| serde_json::from_str(c).ok());
+    let code = sqs::string_attr(m, attrs::FAILURE_CODE).and_then(|c| c.parse::<FailureCode>().ok());
+    let context: Option<DeadLetterContext> =
+        sqs::string_attr(m, attrs::CONTEXT).and_then(|c| serde_json::from_str(c).ok());
     let (failure_code, root_cause, attempt_count, error_detail, dead_lettered_at, dead_lettered_by) = match code {
         Some(code) => (
             code,
-            attr(m, attrs::ROOT_CAUSE).unwrap_or("UNKNOWN").to_owned(),
-            attr(m, attrs::ATTEMPT_COUNT)
+            sqs::string_attr(m, attrs::ROOT_CAUSE).unwrap_or("UNKNOWN").to_owned(),
+            sqs::string_attr(m, attrs::ATTEMPT_COUNT)
                 .and_then(|a| a.parse().ok())
                 .unwrap_or(receive_count),
             context.as_ref().map(|c| c.error_detail.clone()).unwrap_or_default(),
@@ -261,7 +250,7 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
                     .map_or("the main queue", String::as_str)
             ),
             // SQS keeps no move time; the first receive is the closest stable instant.
-            epoch_millis(m, "ApproximateFirstReceiveTimestamp").unwrap_or(now),
+            sqs::epoch_millis_attr(m, "ApproximateFirstReceiveTimestamp").unwrap_or(now),
             "sqs-redrive".to_owned(),
         ),
     };
@@ -272,7 +261,7 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
         .map_or_else(|| dlq_message_id.clone(), |c| c.source_message_id.clone());
     let original_attributes = match &context {
         Some(c) => c.original_attributes.clone(),
-        None => crate::consume::original_attributes(m),
+        None => sqs::original_attributes(m),
     };
 
     let replay_generation = original_attributes
@@ -334,7 +323,7 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
             sent_at: context
                 .as_ref()
                 .and_then(|c| c.sent_at)
-                .or_else(|| epoch_millis(m, "SentTimestamp")),
+                .or_else(|| sqs::epoch_millis_attr(m, "SentTimestamp")),
         },
         worm: None,
         status_history: vec![StatusChange {
@@ -402,6 +391,16 @@ impl DlqEnvelope {
         (key, bytes)
     }
 
+    /// `dead_lettered_at` in a fixed-width UTC format + `#` + the id: string order is age order
+    /// (the `age_key` of the status and entity indexes, and the memory store's page order).
+    pub fn age_key(&self) -> String {
+        format!(
+            "{}#{}",
+            self.dead_lettered_at.format("%Y-%m-%dT%H:%M:%S%.6fZ"),
+            self.envelope_id
+        )
+    }
+
     /// Key of the raw body object (large bodies and quarantined payloads).
     pub fn payload_key(&self) -> String {
         format!("payloads/{}/{}", self.envelope_id, self.original.body_sha256)
@@ -466,7 +465,11 @@ mod tests {
     #[test]
     fn the_worm_document_is_deterministic() {
         let m = dlq_message("x", &[]);
-        let a = envelope_from_dlq_message(&m, Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(), "e");
+        let a = envelope_from_dlq_message(
+            &m,
+            chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 1, 1, 0, 0, 0).unwrap(),
+            "e",
+        );
         let mut b = a.clone();
         b.enriched_at = Utc::now();
         b.status = EnvelopeStatus::Replayed;

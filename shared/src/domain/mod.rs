@@ -9,6 +9,7 @@ pub mod hash;
 pub mod message;
 pub mod posting;
 pub mod reference;
+pub mod sqs;
 
 pub use audit::{AuditKind, AuditRecord};
 pub use dead_letter::{DeadLetter, DeadLetterContext, OriginalAttribute};

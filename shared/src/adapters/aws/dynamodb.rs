@@ -377,10 +377,8 @@ impl DynamoAuditLog {
             &crate::resources::indexes::AUDIT_BY_SOURCE_HASH,
             source_hash,
         )
-        .await?
-        .iter()
-        .map(|i| from_item(i).map_err(|e| item_error("audit record", e)))
-        .collect()
+        .await
+        .and_then(|items| audit_records(&items))
     }
 
     async fn head(&self, chain: &str) -> StoreResult<(u64, String)> {
@@ -406,6 +404,13 @@ impl DynamoAuditLog {
             get_s(item, "hash").unwrap_or(crate::domain::audit::GENESIS).to_owned(),
         ))
     }
+}
+
+fn audit_records(items: &[Item]) -> StoreResult<Vec<crate::domain::audit::ChainedRecord>> {
+    items
+        .iter()
+        .map(|i| from_item(i).map_err(|e| item_error("audit record", e)))
+        .collect()
 }
 
 /// Index attributes of a chained record.
@@ -494,10 +499,8 @@ impl AuditLog for DynamoAuditLog {
             &crate::resources::indexes::AUDIT_BY_CHAIN,
             chain,
         )
-        .await?
-        .iter()
-        .map(|i| from_item(i).map_err(|e| item_error("audit record", e)))
-        .collect()
+        .await
+        .and_then(|items| audit_records(&items))
     }
 
     async fn trail_id(&self) -> StoreResult<String> {
@@ -727,18 +730,9 @@ pub struct DynamoEnvelopeStore {
     table: String,
 }
 
-/// `dead_lettered_at` in a fixed-width format, so that string order is time order.
-pub fn age_key(e: &crate::domain::DlqEnvelope) -> String {
-    format!(
-        "{}#{}",
-        e.dead_lettered_at.format("%Y-%m-%dT%H:%M:%S%.6fZ"),
-        e.envelope_id
-    )
-}
-
 fn envelope_item(e: &crate::domain::DlqEnvelope) -> StoreResult<Item> {
     let mut item = to_item(e).map_err(|err| item_error("envelope item", err))?;
-    let age = age_key(e);
+    let age = e.age_key();
     item.insert(keys::ENVELOPE_CAUSE.into(), s(format!("{}#{age}", e.root_cause)));
     item.insert(
         keys::ENVELOPE_ENTITY.into(),
