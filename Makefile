@@ -65,7 +65,7 @@ lint:
 
 ## bench: the per-message decision path, Rust (criterion) and the source document's Python side by side
 bench: .local-aws/bench-venv/.ok
-	$(CARGO) bench -p recon-dlq --bench decision_path
+	$(CARGO) bench -p recon-core --bench decision_path
 	.local-aws/bench-venv/bin/python bench/python_baseline.py
 
 .local-aws/bench-venv/.ok:

@@ -1,4 +1,4 @@
-"""Check that infra/template.yaml agrees with shared/src/resources.rs (one definition, two readers).
+"""Check that infra/template.yaml agrees with shared/core/src/resources.rs and shared/aws/src/deployment.rs (one definition, two readers).
 
 Usage:
     python infra/check_template.py TEMPLATE SPEC_JSON           # exit 1 and list every difference
@@ -58,7 +58,7 @@ def check(tpl, spec):
 
     def expect(what, actual, wanted):
         if actual != wanted:
-            errors.append(f"{what}: template has {actual!r}, resources.rs says {wanted!r}")
+            errors.append(f"{what}: template has {actual!r}, the code says {wanted!r}")
 
     mq = res.get(spec["main_queue"]["logical_id"], {}).get("Properties", {})
     dq = res.get(spec["dead_letter_queue"]["logical_id"], {}).get("Properties", {})
@@ -130,9 +130,9 @@ def check(tpl, spec):
                 granted |= {(resource_ref(r), a) for r in resources for a in actions}
         wanted = {(g["resource"], a) for g in grants for a in g["actions"]}
         for r, a in sorted(granted - wanted):
-            errors.append(f"{role} grants {a} on {r}, which resources.rs does not list (least privilege)")
+            errors.append(f"{role} grants {a} on {r}, which deployment.rs does not list (least privilege)")
         for r, a in sorted(wanted - granted):
-            errors.append(f"{role} lacks {a} on {r}, which resources.rs lists")
+            errors.append(f"{role} lacks {a} on {r}, which deployment.rs lists")
         if props.get("ManagedPolicyArns"):
             errors.append(f"{role} attaches managed policies (broader than the listed actions)")
     return errors
@@ -171,7 +171,7 @@ def main():
         return 1
     errors = check(tpl, spec)
     if errors:
-        print("infra/template.yaml and shared/src/resources.rs disagree:")
+        print("infra/template.yaml and the code (resources.rs, deployment.rs) disagree:")
         for e in errors:
             print(f"  - {e}")
         return 1
@@ -180,9 +180,9 @@ def main():
         if missed:
             print(f"the template check missed: {', '.join(missed)}")
             return 1
-        print(f"template check: agrees with resources.rs; {len(mutations(tpl))} single-setting changes all detected")
+        print(f"template check: agrees with the code; {len(mutations(tpl))} single-setting changes all detected")
     else:
-        print("template check: agrees with resources.rs")
+        print("template check: agrees with the code")
     return 0
 
 

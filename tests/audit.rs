@@ -2,14 +2,15 @@
 //! completeness reconciliation, concurrent writers, and the offline evidence bundle.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use integration_tests::{TestStack, tx};
-use recon_dlq::adapters::aws::dynamodb::DynamoAuditLog;
-use recon_dlq::adapters::aws::s3::S3Worm;
-use recon_dlq::domain::audit::{AUDIT_CHAINS, ChainedRecord};
-use recon_dlq::domain::{AuditKind, AuditRecord, PeriodRecord, PeriodStatus};
-use recon_dlq::evidence::{Bundle, load_seals, seal, verify_bundle, verify_trail};
-use recon_dlq::ports::{AuditLog, ReferenceData};
-use recon_dlq::reconcile::{manifest_entry, outcomes, reconcile};
+use recon_aws::dynamodb::DynamoAuditLog;
+use recon_aws::s3::S3Worm;
+use recon_core::domain::audit::{AUDIT_CHAINS, ChainedRecord};
+use recon_core::domain::{AuditKind, AuditRecord, PeriodRecord, PeriodStatus};
+use recon_core::evidence::{Bundle, load_seals, seal, verify_bundle, verify_trail};
+use recon_core::ports::{AuditLog, ReferenceData};
+use recon_core::reconcile::{manifest_entry, outcomes, reconcile};
+use recon_testkit::builders::tx;
+use recon_testkit::stack::TestStack;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -46,7 +47,7 @@ async fn mixed_workload(s: &TestStack) -> Vec<String> {
     let resent = xau(3).to_body().unwrap();
     s.send(std::slice::from_ref(&resent)).await;
     s.pump(&consumer).await;
-    let sweep = integration_tests::sweep_request();
+    let sweep = recon_testkit::builders::sweep_request();
     s.replayer().run(&sweep, None).await.unwrap();
     s.pump(&consumer).await;
     let mut all = bodies;
@@ -196,7 +197,7 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
     s.cleanup().await;
 }
 
-async fn current(s: &TestStack, manifest: &[recon_dlq::reconcile::Entry]) -> recon_dlq::reconcile::Reconciliation {
+async fn current(s: &TestStack, manifest: &[recon_core::reconcile::Entry]) -> recon_core::reconcile::Reconciliation {
     let postings = s.postings().await;
     let envelopes = s.envelopes().await;
     let records = audit(s).scan().await.unwrap();
@@ -231,14 +232,14 @@ async fn reconcile_holds_after_a_mixed_workload_and_names_a_deleted_posting_or_e
         r.problems.iter().any(|x| x.contains(&p.source_hash)),
         "the duplicate points at the gone posting: {r:#?}"
     );
-    s.ledger().commit_raw(&p).await;
+    s.restore_posting(&p).await;
 
     // Delete one envelope: named too.
     let e = s
         .envelopes()
         .await
         .into_iter()
-        .find(|e| e.status == recon_dlq::domain::EnvelopeStatus::Quarantined)
+        .find(|e| e.status == recon_core::domain::EnvelopeStatus::Quarantined)
         .unwrap();
     s.clients
         .dynamodb

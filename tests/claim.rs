@@ -1,10 +1,10 @@
 //! The dedup table of the claim -> post -> commit protocol on DynamoDB Local: the conditions
 //! hold under concurrency.
 
-use integration_tests::TestStack;
-use recon_dlq::adapters::aws::dynamodb::DynamoDedupTable;
-use recon_dlq::domain::CommittedRef;
-use recon_dlq::ports::{ClaimOutcome, DedupTable};
+use recon_aws::dynamodb::DynamoDedupTable;
+use recon_core::domain::CommittedRef;
+use recon_core::ports::{ClaimOutcome, DedupTable};
+use recon_testkit::stack::TestStack;
 use std::sync::Arc;
 
 fn committed(hash: &str, sqs: &str) -> CommittedRef {

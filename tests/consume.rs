@@ -1,13 +1,14 @@
 //! The consume path on the real local stack: SQS (LocalStack) and DynamoDB (DynamoDB Local).
 
-use integration_tests::{MAX_ATTEMPTS, TestStack, attribute, outcomes, tx};
-use recon_dlq::adapters::aws::sqs::SqsQueue;
-use recon_dlq::adapters::faults::{Fault, FaultyLedger};
-use recon_dlq::domain::{AuditKind, DeadLetterContext, FailureCode, TransientKind};
-use recon_dlq::ports::{StoreResult, WorkQueue};
-use recon_dlq::resources::attrs;
+use recon_aws::sqs::SqsQueue;
+use recon_core::domain::attrs;
+use recon_core::domain::{AuditKind, DeadLetterContext, FailureCode, TransientKind};
+use recon_core::ports::{StoreResult, WorkQueue};
+use recon_testkit::builders::tx;
+use recon_testkit::faults::{Fault, FaultyLedger};
+use recon_testkit::stack::{MAX_ATTEMPTS, TestStack, attribute};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 /// The main queue, recording every backoff it is asked for.
 struct RecordingQueue {
@@ -179,9 +180,9 @@ async fn a_crash_after_commit_before_the_ack_still_posts_once() {
     // First delivery: the handler commits, then the "function" dies before the poller deletes.
     let (event, _) = s.receive_event(&s.main_queue(), 2, 1).await;
     let report = consumer
-        .handle_batch(&event, Some(SystemTime::now() + Duration::from_secs(30)))
+        .handle_batch(&event, Some(chrono::Utc::now() + Duration::from_secs(30)))
         .await;
-    assert_eq!(outcomes(&report), ["COMMITTED", "COMMITTED"]);
+    assert_eq!(report.names(), ["COMMITTED", "COMMITTED"]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // Redelivery: acknowledged without a second posting.
     let stats = s.pump(&consumer).await;
@@ -201,7 +202,7 @@ async fn a_batch_of_ten_with_one_bad_body_commits_nine_and_reports_no_failure() 
     let (event, received) = s.receive_event(&s.main_queue(), 10, 30).await;
     assert_eq!(event.records.len(), 10, "one batch of ten");
     let report = consumer
-        .handle_batch(&event, Some(SystemTime::now() + Duration::from_secs(30)))
+        .handle_batch(&event, Some(chrono::Utc::now() + Duration::from_secs(30)))
         .await;
     assert!(report.response.batch_item_failures.is_empty(), "{:?}", report.response);
     let handles: Vec<String> = received

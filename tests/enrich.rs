@@ -2,12 +2,13 @@
 //! Lock in LocalStack, triage, and DLQ_OVERFLOW.
 
 use aws_sdk_s3::types::ObjectLockMode;
-use integration_tests::{MAX_ATTEMPTS, TestStack, tx};
-use recon_dlq::adapters::aws::s3::S3Worm;
-use recon_dlq::decisions::triage;
-use recon_dlq::domain::{AuditKind, EnvelopeStatus, FailureCode, StatusChange};
-use recon_dlq::enrich::{check_overflow, original_body};
-use recon_dlq::ports::{EnvelopeStore, Worm};
+use recon_aws::s3::S3Worm;
+use recon_core::decisions::triage;
+use recon_core::domain::{AuditKind, EnvelopeStatus, FailureCode};
+use recon_core::envelopes::{check_overflow, original_body};
+use recon_core::ports::{Backlog, EnvelopeStore, Worm};
+use recon_testkit::builders::{settle_by_hand, tx};
+use recon_testkit::stack::{MAX_ATTEMPTS, TestStack};
 use rust_decimal::Decimal;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -70,7 +71,7 @@ async fn a_poison_message_becomes_one_envelope_with_a_locked_worm_copy() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(recon_dlq::domain::envelope::sha256_hex(&bytes), worm.sha256);
+    assert_eq!(recon_core::domain::envelope::sha256_hex(&bytes), worm.sha256);
     let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(doc["body"], body);
     let audit = s.audit().await;
@@ -90,7 +91,7 @@ async fn the_same_dlq_message_delivered_twice_yields_one_envelope() {
     // First delivery: enriched, but the "function" dies before the poller deletes it.
     let (event, _) = s.receive_event(&s.dlq(), 1, 1).await;
     let first = enricher.handle_batch(&event, None).await;
-    assert_eq!(first.outcomes, ["ENRICHED"]);
+    assert_eq!(first.names(), ["ENRICHED"]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let stats = s.pump_dlq(&enricher).await;
     assert_eq!(stats.outcomes.get("ALREADY_ENRICHED"), Some(&1));
@@ -228,7 +229,7 @@ async fn triage_groups_five_root_causes_with_exact_counts_and_amounts() {
     s.pump_dlq(&s.enricher(100)).await;
 
     let groups = triage(&s.envelopes().await);
-    let by_cause: std::collections::BTreeMap<&str, &recon_dlq::decisions::TriageGroup> =
+    let by_cause: std::collections::BTreeMap<&str, &recon_core::decisions::TriageGroup> =
         groups.iter().map(|g| (g.root_cause.as_str(), g)).collect();
     assert_eq!(groups.len(), 5, "{groups:#?}");
     let xau = by_cause["UNMAPPED_CURRENCY:XAU"];
@@ -257,7 +258,7 @@ async fn dlq_overflow_is_emitted_once_per_crossing() {
         m.to_body().unwrap()
     };
     let overflows =
-        |audit: &[recon_dlq::domain::AuditRecord]| audit.iter().filter(|r| r.kind == AuditKind::DlqOverflow).count();
+        |audit: &[recon_core::domain::AuditRecord]| audit.iter().filter(|r| r.kind == AuditKind::DlqOverflow).count();
 
     s.send(&(200..205).map(poison).collect::<Vec<_>>()).await;
     s.pump(&consumer).await;
@@ -271,20 +272,7 @@ async fn dlq_overflow_is_emitted_once_per_crossing() {
 
     // Fall back below the mark, then cross it again.
     for e in s.envelopes().await.iter().take(3) {
-        let change = StatusChange {
-            status: EnvelopeStatus::Quarantined,
-            at: chrono::Utc::now(),
-            actor: "it".into(),
-            reason: "test".into(),
-            manual_journal: false,
-        };
-        assert!(
-            enricher
-                .store
-                .transition(&e.envelope_id, EnvelopeStatus::Pending, &change)
-                .await
-                .unwrap()
-        );
+        settle_by_hand(&enricher.store, &e.envelope_id, EnvelopeStatus::Quarantined).await;
     }
     assert_eq!(enricher.store.pending_count().await.unwrap(), 2);
     check_overflow(
@@ -364,7 +352,7 @@ async fn pending_envelopes_page_through_the_status_index_oldest_first() {
 #[tokio::test]
 async fn setup_adds_the_triage_indexes_to_an_older_envelope_table() {
     use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
-    use recon_dlq::adapters::aws::provision::{StackSettings, ensure_stack};
+    use recon_aws::provision::{StackSettings, ensure_stack};
     let s = TestStack::new("upgrade").await;
     let table = s.stack.names.envelope_table.clone();
     let ddb = &s.clients.dynamodb;

@@ -1,18 +1,17 @@
 //! Least privilege, proven by use: each function runs its code paths on the local stack with its
 //! own AWS clients, and the IAM actions of the requests it sent must be exactly the actions its
-//! role grants for its code (`resources::iam`, which the template must match: `make infra-check`).
+//! role grants for its code (`recon_aws::deployment::iam`, which the template must match: `make infra-check`).
 
-use integration_tests::{TestStack, tx};
-use recon_dlq::adapters::aws::dynamodb::DynamoLedger;
-use recon_dlq::adapters::aws::{AwsClients, Target};
-use recon_dlq::adapters::faults::{Fault, FaultyLedger};
-use recon_dlq::adapters::memory::MemoryMetrics;
-use recon_dlq::consume::AwsConsumer;
-use recon_dlq::domain::{PeriodRecord, PeriodStatus, TransientKind};
-use recon_dlq::enrich::AwsEnricher;
-use recon_dlq::ports::ReferenceData;
-use recon_dlq::replay::AwsReplayer;
-use recon_dlq::resources::iam::{self, Caller, Grant};
+use recon_aws::deployment::iam::{self, Caller, Grant};
+use recon_aws::dynamodb::DynamoLedger;
+use recon_aws::wiring;
+use recon_aws::{AwsClients, Target};
+use recon_core::domain::{PeriodRecord, PeriodStatus, TransientKind};
+use recon_core::ports::ReferenceData;
+use recon_testkit::builders::tx;
+use recon_testkit::faults::{Fault, FaultyLedger};
+use recon_testkit::memory::MemoryMetrics;
+use recon_testkit::stack::TestStack;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -54,7 +53,7 @@ async fn the_consumer_calls_exactly_what_its_role_grants() {
         TransientKind::Throttled,
     );
     ledger.inject(&flaky.compute_hash().unwrap(), Fault::Times(1));
-    let consumer = Arc::new(AwsConsumer::from_settings(&own, &s.settings, ledger, "iam-test"));
+    let consumer = Arc::new(wiring::consumer(&own, &s.settings, ledger, "iam-test"));
     let mut poison = tx(3);
     poison.currency = "XAU".into();
     // Commit, duplicate, poison, transient: every path of the consumer's code.
@@ -90,12 +89,7 @@ async fn the_enricher_calls_exactly_what_its_role_grants() {
     s.pump(&consumer).await;
     let own = AwsClients::connect(Target::local_from_env()).await;
     let settings = s.enricher_settings(1000);
-    let enricher = Arc::new(AwsEnricher::with_metrics(
-        &own,
-        &settings,
-        "iam-test",
-        MemoryMetrics::default(),
-    ));
+    let enricher = Arc::new(wiring::enricher(&own, &settings, "iam-test", MemoryMetrics::default()));
     // New envelopes (pending and quarantined), then the same DLQ message again.
     let (event, _) = s.receive_event(&s.dlq(), 2, 1).await;
     enricher.handle_batch(&event, None).await;
@@ -143,11 +137,11 @@ async fn the_replay_calls_exactly_what_its_role_grants() {
         .unwrap();
 
     let own = AwsClients::connect(Target::local_from_env()).await;
-    let mut replayer = AwsReplayer::with_metrics(&own, &s.replay_settings(), "iam-test", MemoryMetrics::default());
+    let mut replayer = wiring::replayer(&own, &s.replay_settings(), "iam-test", MemoryMetrics::default());
     replayer.config.page_size = 1;
     // A scheduled sweep: pages (cursor saved and cleared), re-injection, a large body read from
     // the bucket, a quarantine record written to it.
-    let sweep = integration_tests::sweep_request();
+    let sweep = recon_testkit::builders::sweep_request();
     let report = replayer.run(&sweep, None).await.unwrap();
     assert_eq!((report.reinjected, report.quarantined), (2, 1), "{report:#?}");
     assert!(

@@ -2,17 +2,18 @@
 //! resumable sweeps, against LocalStack (SQS, S3) and DynamoDB Local.
 
 use aws_lambda_events::event::sqs::{SqsMessage, SqsMessageAttribute};
-use integration_tests::{TestStack, tx};
-use recon_dlq::adapters::aws::s3::S3Worm;
-use recon_dlq::domain::{
+use recon_aws::s3::S3Worm;
+use recon_core::domain::attrs;
+use recon_core::domain::{
     AuditKind, EnvelopeStatus, NewMessage, PeriodRecord, PeriodStatus, ReplayClaim, StatusChange,
     envelope_from_dlq_message,
 };
-use recon_dlq::ports::{EnvelopeStore, ReferenceData, Worm};
-use recon_dlq::replay::{Gate, ReplayRequest, Selector};
-use recon_dlq::resources::attrs;
+use recon_core::ports::{EnvelopeStore, ReferenceData, Worm};
+use recon_core::replay::{Gate, ReplayOutcome, ReplayRequest, Selector};
+use recon_testkit::builders::tx;
+use recon_testkit::stack::TestStack;
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn xau(n: u32) -> NewMessage {
     let mut m = tx(n);
@@ -33,7 +34,7 @@ fn manual(selector: Selector) -> ReplayRequest {
 }
 
 fn sweep() -> ReplayRequest {
-    integration_tests::sweep_request()
+    recon_testkit::builders::sweep_request()
 }
 
 /// Dead-letter `bodies` through the consumer and the enricher; returns the envelopes.
@@ -171,7 +172,7 @@ async fn a_still_poison_record_stays_pending_and_the_report_names_gate_one() {
     dead_letter(&s, &[xau(9).to_body().unwrap()]).await;
     let report = s.replayer().run(&manual(Selector::default()), None).await.unwrap();
     assert_eq!(report.still_failing, 1);
-    assert_eq!(report.items[0].outcome, "STILL_FAILING");
+    assert_eq!(report.items[0].outcome, ReplayOutcome::StillFailing);
     assert_eq!(report.items[0].gate, Some(Gate::Integrity));
     assert!(report.items[0].detail.contains("UNMAPPED_CURRENCY:XAU"));
     assert_eq!(s.envelopes().await[0].status, EnvelopeStatus::Pending);
@@ -197,7 +198,7 @@ async fn a_dry_run_changes_nothing() {
         .await
         .unwrap();
     assert_eq!(report.reinjected, 4, "the dry run says what would happen");
-    assert!(report.items.iter().all(|i| i.outcome == "WOULD_REINJECT"));
+    assert!(report.items.iter().all(|i| i.outcome == ReplayOutcome::WouldReinject));
     assert_eq!(table_and_queues(&s).await, before, "table and queues identical");
     assert_eq!(s.audit().await.len(), audit_before);
     s.cleanup().await;
@@ -205,16 +206,12 @@ async fn a_dry_run_changes_nothing() {
 
 /// Every item of the envelope table (as canonical JSON, sorted) and the queue depths.
 async fn table_and_queues(s: &TestStack) -> (Vec<String>, u64, u64) {
-    let items = recon_dlq::adapters::aws::dynamodb::scan_all(&s.clients.dynamodb, &s.stack.names.envelope_table, None)
+    let items = recon_aws::dynamodb::scan_all(&s.clients.dynamodb, &s.stack.names.envelope_table, None)
         .await
         .unwrap();
     let mut rows: Vec<String> = items
         .iter()
-        .map(|i| {
-            recon_dlq::adapters::aws::item::from_item::<serde_json::Value>(i)
-                .unwrap()
-                .to_string()
-        })
+        .map(|i| recon_aws::item::from_item::<serde_json::Value>(i).unwrap().to_string())
         .collect();
     rows.sort();
     (
@@ -347,7 +344,7 @@ async fn a_sweep_with_a_tiny_time_budget_resumes_from_its_cursor() {
     let mut invocations = 0;
     loop {
         invocations += 1;
-        let budget = Instant::now() + r.config.deadline_margin + Duration::from_millis(700);
+        let budget = chrono::Utc::now() + r.config.deadline_margin + Duration::from_millis(700);
         let report = r.run(&sweep(), Some(budget)).await.unwrap();
         if report.completed {
             break;

@@ -2,11 +2,11 @@
 
 use anyhow::{Result, bail};
 use clap::Subcommand;
-use recon_dlq::adapters::aws::AwsClients;
-use recon_dlq::adapters::aws::dynamodb::{DynamoAuditLog, DynamoLedger};
-use recon_dlq::adapters::aws::s3::S3Worm;
-use recon_dlq::evidence::{seal, verify_trail};
-use recon_dlq::resources::ResourceNames;
+use recon_aws::AwsClients;
+use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
+use recon_aws::s3::S3Worm;
+use recon_core::evidence::{seal, verify_trail};
+use recon_core::resources::ResourceNames;
 use std::path::PathBuf;
 
 #[derive(Subcommand, Clone, Debug)]
@@ -58,7 +58,7 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand
     }
 }
 
-pub fn print_verify(report: &recon_dlq::evidence::VerifyReport, json: bool) -> Result<()> {
+pub fn print_verify(report: &recon_core::evidence::VerifyReport, json: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(report)?);
     } else {

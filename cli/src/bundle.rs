@@ -3,16 +3,16 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use recon_dlq::adapters::aws::AwsClients;
-use recon_dlq::adapters::aws::dynamodb::{DynamoAuditLog, DynamoLedger};
-use recon_dlq::adapters::aws::provision::resolve_stack;
-use recon_dlq::adapters::aws::s3::S3Worm;
-use recon_dlq::adapters::aws::sqs::SqsQueue;
-use recon_dlq::domain::audit::AUDIT_CHAINS;
-use recon_dlq::evidence::{Bundle, VerifyReport, load_seals, verify_bundle};
-use recon_dlq::ports::AuditLog;
-use recon_dlq::reconcile::{Entry, Reconciliation, State, manifest_entry, outcomes, reconcile};
-use recon_dlq::resources::ResourceNames;
+use recon_aws::AwsClients;
+use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
+use recon_aws::provision::resolve_stack;
+use recon_aws::s3::S3Worm;
+use recon_aws::sqs::SqsQueue;
+use recon_core::domain::audit::AUDIT_CHAINS;
+use recon_core::evidence::{Bundle, VerifyReport, load_seals, verify_bundle};
+use recon_core::ports::AuditLog;
+use recon_core::reconcile::{Entry, Reconciliation, State, manifest_entry, outcomes, reconcile};
+use recon_core::resources::ResourceNames;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
@@ -78,7 +78,7 @@ pub fn print(r: &Reconciliation) {
         currencies.extend(s.amounts.keys().cloned());
     }
     println!("{:<14} {:>8}  AMOUNT BY CURRENCY", "STATE", "COUNT");
-    let line = |name: &str, t: &recon_dlq::reconcile::Tally| {
+    let line = |name: &str, t: &recon_core::reconcile::Tally| {
         let amounts: Vec<String> = t.amounts.iter().map(|(c, a)| format!("{a} {c}")).collect();
         println!(
             "{name:<14} {:>8}  {}{}",
@@ -134,7 +134,7 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
 }
 
 pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, out: &Path) -> Result<()> {
-    if recon_dlq::domain::message::parse_date(&format!("{period}-01")).is_none() {
+    if recon_core::domain::message::parse_date(&format!("{period}-01")).is_none() {
         bail!("--period must be YYYY-MM");
     }
     let ev = gather(clients, names, None).await?;

@@ -5,6 +5,7 @@
 
 mod audit;
 mod bundle;
+mod context;
 mod demo;
 mod ops;
 mod remediate;
@@ -12,9 +13,9 @@ mod triage;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use recon_dlq::adapters::aws::provision::{StackSettings, ensure_stack};
-use recon_dlq::adapters::aws::{AwsClients, Target};
-use recon_dlq::resources::{self, ResourceNames};
+use recon_aws::provision::{StackSettings, ensure_stack};
+use recon_aws::{AwsClients, Target};
+use recon_core::resources::{self, ResourceNames};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -39,7 +40,7 @@ enum Command {
     /// Create (or update) the queues, tables and WORM bucket. Idempotent.
     Setup {
         /// Retry budget: the redrive policy's maxReceiveCount.
-        #[arg(long, default_value_t = resources::DEFAULT_MAX_ATTEMPTS)]
+        #[arg(long, default_value_t = recon_core::decisions::DEFAULT_MAX_ATTEMPTS)]
         max_receive_count: u32,
         /// Default COMPLIANCE retention of the quarantine bucket, days.
         #[arg(long, default_value_t = resources::LOCAL_WORM_RETENTION_DAYS)]
@@ -134,7 +135,7 @@ enum RefWhat {
 async fn main() {
     let cli = Cli::parse();
     // The demo prints its own story; per-message decision events would drown it.
-    recon_dlq::telemetry::init_text(if matches!(cli.command, Command::Demo(_)) {
+    recon_aws::telemetry::init_text(if matches!(cli.command, Command::Demo(_)) {
         "error"
     } else {
         "warn"
@@ -156,7 +157,7 @@ async fn run(cli: Cli) -> Result<()> {
         return audit::print_verify(&bundle::verify_file(path)?, *json);
     }
     if let Command::InfraSpec = cli.command {
-        println!("{}", serde_json::to_string_pretty(&resources::spec_json())?);
+        println!("{}", serde_json::to_string_pretty(&recon_aws::deployment::spec_json())?);
         return Ok(());
     }
     let target = if cli.aws { Target::Aws } else { Target::local_from_env() };

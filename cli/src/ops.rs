@@ -2,24 +2,21 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use recon_dlq::adapters::aws::AwsClients;
-use recon_dlq::adapters::aws::dynamodb::{DynamoAuditLog, DynamoLedger};
-use recon_dlq::adapters::aws::provision::{Stack, resolve_stack};
-use recon_dlq::adapters::aws::sqs::{MAX_BATCH, OutgoingMessage, QueueDepth, SqsQueue};
-use recon_dlq::config::{ConsumerSettings, EnricherSettings, vars};
-use recon_dlq::consume::AwsConsumer;
-use recon_dlq::domain::{NewMessage, Posting};
-use recon_dlq::enrich::AwsEnricher;
-use recon_dlq::local::{PumpOptions, PumpStats, pump_handler};
-use recon_dlq::ports::{EnvelopeStore, Ledger};
-use recon_dlq::resources::ResourceNames;
-use recon_dlq::telemetry::TracingMetrics;
+use recon_aws::AwsClients;
+use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
+use recon_aws::provision::resolve_stack;
+use recon_aws::sqs::{MAX_BATCH, OutgoingMessage, QueueDepth, SqsQueue};
+use recon_core::domain::{NewMessage, Posting};
+use recon_core::ports::Backlog;
+use recon_core::resources::ResourceNames;
+use recon_testkit::pump::{PumpOptions, PumpStats};
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
+
+use crate::context;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Queues {
@@ -52,54 +49,6 @@ pub struct PumpArgs {
     /// With --sweep-every: stop after this many sweeps.
     #[arg(long)]
     pub rounds: Option<u64>,
-}
-
-/// The region the clients use (for event records).
-pub fn region(clients: &AwsClients) -> String {
-    clients
-        .sqs
-        .config()
-        .region()
-        .map_or_else(|| "us-east-1".to_owned(), |r| r.to_string())
-}
-
-/// Settings lookup for a resolved stack: the environment's `DLQ_*` variables, else the stack's
-/// queue URLs and resource names.
-pub fn stack_lookup(stack: &Stack) -> impl Fn(&str) -> Option<String> {
-    let names = &stack.names;
-    let defaults = [
-        (vars::MAIN_QUEUE_URL, stack.main_queue_url.clone()),
-        (vars::DEAD_LETTER_QUEUE_URL, stack.dlq_url.clone()),
-        (vars::LEDGER_TABLE, names.ledger_table.clone()),
-        (vars::REFERENCE_TABLE, names.reference_table.clone()),
-        (vars::AUDIT_TABLE, names.audit_table.clone()),
-        (vars::ENVELOPE_TABLE, names.envelope_table.clone()),
-        (vars::QUARANTINE_BUCKET, names.quarantine_bucket.clone()),
-    ];
-    move |k| {
-        std::env::var(k)
-            .ok()
-            .or_else(|| defaults.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
-    }
-}
-
-pub fn consumer_settings(stack: &Stack) -> Result<ConsumerSettings> {
-    Ok(ConsumerSettings::from_lookup(stack_lookup(stack))?)
-}
-
-pub fn enricher_settings(stack: &Stack) -> Result<EnricherSettings> {
-    Ok(EnricherSettings::from_lookup(stack_lookup(stack))?)
-}
-
-/// Pump the DLQ through `enricher`.
-pub async fn pump_dlq(
-    clients: &AwsClients,
-    stack: &Stack,
-    enricher: &Arc<AwsEnricher<TracingMetrics>>,
-    opts: &PumpOptions,
-) -> Result<PumpStats> {
-    let queue = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url);
-    Ok(pump_handler(&queue, &stack.dlq_arn, &region(clients), opts, enricher.as_ref()).await?)
 }
 
 /// Read message bodies from a file or stdin, one per non-empty line.
@@ -177,17 +126,6 @@ pub async fn send(clients: &AwsClients, names: &ResourceNames, file: Option<Path
     Ok(())
 }
 
-/// Pump the main queue through `consumer` with the CLI's options.
-pub async fn pump_with<L: Ledger>(
-    clients: &AwsClients,
-    stack: &Stack,
-    consumer: Arc<AwsConsumer<L>>,
-    opts: &PumpOptions,
-) -> Result<PumpStats> {
-    let queue = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url);
-    Ok(pump_handler(&queue, &stack.main_queue_arn, &region(clients), opts, consumer.as_ref()).await?)
-}
-
 fn print_stats(label: &str, stats: &PumpStats) {
     println!(
         "{label}: {} batches, {} messages received, {} acknowledged, {} handed back to SQS",
@@ -208,28 +146,22 @@ pub async fn pump_cmd(clients: &AwsClients, names: &ResourceNames, args: &PumpAr
         progress_every: 10,
         ..PumpOptions::default()
     };
-    let settings = consumer_settings(&stack)?;
+    let settings = context::consumer_settings(&stack)?;
     let ledger = DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table);
-    let consumer = Arc::new(AwsConsumer::from_settings(clients, &settings, ledger, "dlqctl-pump"));
-    let enricher_settings = enricher_settings(&stack)?;
-    let enricher = Arc::new(AwsEnricher::with_metrics(
-        clients,
-        &enricher_settings,
-        "dlqctl-pump",
-        TracingMetrics,
-    ));
+    let consumer = context::consumer(clients, &settings, ledger, "dlqctl-pump");
+    let enricher = context::enricher(clients, &stack, "dlqctl-pump")?;
     let mut round = 0;
     loop {
         if args.queue != Queues::Dlq {
             print_stats(
                 &names.main_queue,
-                &pump_with(clients, &stack, consumer.clone(), &opts).await?,
+                &context::pump_main(clients, &stack, &consumer, &opts).await?,
             );
         }
         if args.queue != Queues::Main {
             print_stats(
                 &names.dead_letter_queue,
-                &pump_dlq(clients, &stack, &enricher, &opts).await?,
+                &context::pump_dlq(clients, &stack, &enricher, &opts).await?,
             );
         }
         let Some(every) = args.sweep_every else { return Ok(()) };

@@ -3,18 +3,18 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use recon_dlq::adapters::aws::AwsClients;
-use recon_dlq::adapters::aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
-use recon_dlq::adapters::aws::provision::{Stack, resolve_stack};
-use recon_dlq::config::ReplaySettings;
-use recon_dlq::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus};
-use recon_dlq::ports::{AuditLog, ReferenceData};
-use recon_dlq::replay::{AwsReplayer, ReplayReport, ReplayRequest, Selector};
-use recon_dlq::resources::ResourceNames;
-use recon_dlq::telemetry::TracingMetrics;
+use recon_aws::AwsClients;
+use recon_aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
+use recon_aws::provision::{Stack, resolve_stack};
+use recon_core::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus};
+use recon_core::ports::{AuditLog, ReferenceData};
+use recon_core::replay::{ReplayReport, ReplayRequest, Selector};
+use recon_core::resources::ResourceNames;
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::context::replayer;
 
 #[derive(Args, Clone, Debug)]
 pub struct SelectorArgs {
@@ -94,20 +94,6 @@ fn operator(explicit: Option<String>) -> String {
         .or_else(|| std::env::var("USER").ok())
         .filter(|s| !s.trim().is_empty())
         .unwrap_or_else(|| "operator".into())
-}
-
-/// Replay settings for a resolved stack.
-pub fn replay_settings(stack: &Stack) -> Result<ReplaySettings> {
-    Ok(ReplaySettings::from_lookup(crate::ops::stack_lookup(stack))?)
-}
-
-pub fn replayer(clients: &AwsClients, stack: &Stack, actor: &str) -> Result<AwsReplayer<TracingMetrics>> {
-    Ok(AwsReplayer::with_metrics(
-        clients,
-        &replay_settings(stack)?,
-        actor,
-        TracingMetrics,
-    ))
 }
 
 fn request(a: &SelectorArgs, dry_run: bool, quarantine: bool) -> Result<ReplayRequest> {
@@ -213,11 +199,10 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, 
 /// One scheduled sweep, as the EventBridge schedule would trigger it (for `pump --sweep-every`).
 pub async fn sweep(clients: &AwsClients, stack: &Stack) -> Result<ReplayReport> {
     let r = replayer(clients, stack, "dlqctl-sweep")?;
-    let req = recon_dlq::replay::parse_invocation(&serde_json::json!({
+    let req = recon_core::replay::parse_invocation(&serde_json::json!({
         "detail-type": "Scheduled Event", "source": "dlqctl", "resources": ["local-sweep"]
     }))?;
-    Ok(r.run(&req, Some(std::time::Instant::now() + Duration::from_secs(600)))
-        .await?)
+    Ok(r.run(&req, Some(chrono::Utc::now() + Duration::from_secs(600))).await?)
 }
 
 async fn audit_change(
@@ -253,10 +238,10 @@ pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefComm
             if code.len() < 3 || code.len() > 12 || !code.bytes().all(|b| b.is_ascii_alphanumeric()) {
                 bail!("currency code `{code}` must be 3 to 12 letters or digits");
             }
-            if *minor_units > recon_dlq::domain::reference::MAX_MINOR_UNITS {
+            if *minor_units > recon_core::domain::reference::MAX_MINOR_UNITS {
                 bail!(
                     "minor units must be at most {}",
-                    recon_dlq::domain::reference::MAX_MINOR_UNITS
+                    recon_core::domain::reference::MAX_MINOR_UNITS
                 );
             }
             let mapping = CurrencyMapping {
@@ -308,7 +293,7 @@ pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCom
             return Ok(());
         }
     };
-    if recon_dlq::domain::message::parse_date(&format!("{period}-01")).is_none() {
+    if recon_core::domain::message::parse_date(&format!("{period}-01")).is_none() {
         bail!("period `{period}` must be YYYY-MM");
     }
     store

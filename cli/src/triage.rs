@@ -1,14 +1,14 @@
 //! `triage` and `show`: what is in the DLQ, grouped for a bulk fix; one envelope in full.
 
 use anyhow::{Result, bail};
-use recon_dlq::adapters::aws::AwsClients;
-use recon_dlq::adapters::aws::dynamodb::DynamoEnvelopeStore;
-use recon_dlq::adapters::aws::s3::S3Worm;
-use recon_dlq::decisions::{TriageGroup, triage};
-use recon_dlq::domain::{DlqEnvelope, EnvelopeStatus};
-use recon_dlq::enrich::original_body;
-use recon_dlq::ports::EnvelopeStore;
-use recon_dlq::resources::ResourceNames;
+use recon_aws::AwsClients;
+use recon_aws::dynamodb::DynamoEnvelopeStore;
+use recon_aws::s3::S3Worm;
+use recon_core::decisions::{TriageGroup, triage};
+use recon_core::domain::{DlqEnvelope, EnvelopeStatus};
+use recon_core::envelopes::original_body;
+use recon_core::ports::EnvelopeStore;
+use recon_core::resources::ResourceNames;
 
 pub fn store(clients: &AwsClients, names: &ResourceNames) -> DynamoEnvelopeStore {
     DynamoEnvelopeStore::new(clients.dynamodb.clone(), &names.envelope_table)
@@ -16,7 +16,7 @@ pub fn store(clients: &AwsClients, names: &ResourceNames) -> DynamoEnvelopeStore
 
 /// Every envelope in `status` (or every envelope).
 pub async fn envelopes(store: &impl EnvelopeStore, status: Option<EnvelopeStatus>) -> Result<Vec<DlqEnvelope>> {
-    Ok(recon_dlq::ports::all_envelopes(store, status).await?)
+    Ok(recon_core::ports::all_envelopes(store, status).await?)
 }
 
 fn amounts(g: &TriageGroup) -> String {

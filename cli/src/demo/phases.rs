@@ -1,0 +1,243 @@
+//! The demo's pipeline, phase by phase: the happy path (and what it costs in DynamoDB), the messy
+//! workload with transient ledger faults, enrichment of the dead letters, a checkpoint against the
+//! workload's expectations, then the operator's remediation (fix, replay, sweep, quarantine).
+
+use anyhow::{Result, bail};
+use recon_aws::AwsClients;
+use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
+use recon_aws::provision::Stack;
+use recon_aws::sqs::SqsQueue;
+use recon_aws::telemetry::TracingMetrics;
+use recon_aws::wiring::{AwsConsumer, AwsEnricher};
+use recon_core::decisions::{RetryPolicy, triage};
+use recon_core::domain::{AuditKind, CurrencyMapping, EnvelopeStatus, PeriodRecord, PeriodStatus, TransientKind};
+use recon_core::ports::ReferenceData;
+use recon_core::replay::{ReplayRequest, Selector};
+use recon_testkit::faults::FaultyLedger;
+use recon_testkit::pump::PumpOptions;
+use std::collections::BTreeMap;
+
+use super::workload::{CLOSED, Expect, Workload, count};
+use crate::context;
+
+const ACTOR: &str = "dlqctl-demo";
+
+pub struct Pipeline<'a> {
+    clients: &'a AwsClients,
+    stack: &'a Stack,
+    consumer: AwsConsumer<FaultyLedger<DynamoLedger>>,
+    enricher: AwsEnricher<TracingMetrics>,
+    main: SqsQueue,
+    opts: PumpOptions,
+}
+
+impl<'a> Pipeline<'a> {
+    /// The consumer (its ledger failing as the workload says, short backoffs so the transient
+    /// faults play out in seconds), the enricher, and the closed period of the workload.
+    pub async fn new(clients: &'a AwsClients, stack: &'a Stack, max_attempts: u32, mess: &Workload) -> Result<Self> {
+        let mut settings = context::consumer_settings(stack)?;
+        settings.retry = RetryPolicy {
+            max_attempts,
+            backoff_base_secs: 1,
+            backoff_cap_secs: 4,
+        };
+        let ledger = FaultyLedger::new(
+            DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table),
+            TransientKind::Throttled,
+        );
+        for (hash, fault) in &mess.faults {
+            ledger.inject(hash, *fault);
+        }
+        let consumer = context::consumer(clients, &settings, ledger, ACTOR);
+        consumer
+            .reference
+            .put_period(&PeriodRecord {
+                entity: CLOSED.0.into(),
+                period: CLOSED.1.into(),
+                status: PeriodStatus::Closed,
+            })
+            .await?;
+        Ok(Pipeline {
+            clients,
+            stack,
+            consumer,
+            enricher: context::enricher(clients, stack, ACTOR)?,
+            main: SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url),
+            opts: PumpOptions {
+                progress_every: 10,
+                ..PumpOptions::default()
+            },
+        })
+    }
+
+    /// Phase 1: the happy path only, to measure what a committed message costs.
+    pub async fn happy_path(&self, happy: &Workload) -> Result<()> {
+        println!("== phase 1: {} valid transactions", happy.bodies.len());
+        crate::ops::send_bodies(&self.main, &happy.bodies, true).await?;
+        let before = self.clients.requests.total("dynamodb");
+        let p1 = context::pump_main(self.clients, self.stack, &self.consumer, &self.opts).await?;
+        let ddb_requests = self.clients.requests.total("dynamodb") - before;
+        let committed = p1.outcomes.get("COMMITTED").copied().unwrap_or(0);
+        let wcu = self.consumer.ledger.inner().write_units();
+        println!(
+            "   {committed} committed; DynamoDB: {ddb_requests} requests ({:.3} per committed message, reference-data loads included), {wcu:.1} write units ({:.3} per committed message)",
+            ddb_requests as f64 / committed.max(1) as f64,
+            wcu / committed.max(1) as f64
+        );
+        Ok(())
+    }
+
+    /// Phase 2: duplicates, poison, unrecoverable payloads, transient ledger faults.
+    pub async fn messy(&self, mess: &Workload) -> Result<()> {
+        println!(
+            "== phase 2: {} more messages: duplicates, poison, unrecoverable, transient ledger faults (backoff 1-4 s)",
+            mess.bodies.len()
+        );
+        crate::ops::send_bodies(&self.main, &mess.bodies, true).await?;
+        let p2 = context::pump_main(self.clients, self.stack, &self.consumer, &self.opts).await?;
+        let retries = p2.outcomes.get("RETRY_SCHEDULED").copied().unwrap_or(0);
+        println!(
+            "   pumped {} deliveries ({retries} transient retries with growing visibility timeouts)",
+            p2.received
+        );
+        Ok(())
+    }
+
+    /// The DLQ through the enricher.
+    pub async fn enrich(&self) -> Result<()> {
+        let p3 = context::pump_dlq(self.clients, self.stack, &self.enricher, &self.opts).await?;
+        let quarantined = p3.outcomes.get("QUARANTINED").copied().unwrap_or(0);
+        println!(
+            "== enrichment: {} dead letters wrapped in envelopes (WORM copies in {}), {quarantined} quarantined at once",
+            p3.outcomes.get("ENRICHED").copied().unwrap_or(0) + quarantined,
+            self.stack.names.quarantine_bucket,
+        );
+        Ok(())
+    }
+
+    /// What the consumer and the enricher did, read back from the stores, against what the
+    /// workload expects; then the triage of the PENDING envelopes.
+    pub async fn checkpoint(&self, happy: &Workload, mess: &Workload) -> Result<()> {
+        let names = &self.stack.names;
+        let audit = DynamoAuditLog::new(self.clients.dynamodb.clone(), &names.audit_table)
+            .scan()
+            .await?;
+        let envelopes = crate::triage::envelopes(&self.enricher.store, None).await?;
+        let duplicates = audit
+            .iter()
+            .filter(|r| r.kind == AuditKind::DuplicateSuppressed)
+            .count() as u64;
+        let dead_lettered_audit = audit.iter().filter(|r| r.kind == AuditKind::DeadLettered).count() as u64;
+        let mut by_cause: BTreeMap<String, u64> = BTreeMap::new();
+        for e in &envelopes {
+            *by_cause.entry(e.root_cause.clone()).or_default() += 1;
+        }
+        let all: Vec<&Expect> = happy.expect.iter().chain(mess.expect.iter()).collect();
+        let sent = all.len() as u64;
+        let exp_commit = count(all.iter().copied(), |e| *e == Expect::Commit);
+        let exp_dup = count(all.iter().copied(), |e| *e == Expect::Duplicate);
+        let mut exp_dead: BTreeMap<String, u64> = BTreeMap::new();
+        for e in &all {
+            if let Expect::DeadLetter(c) = e {
+                *exp_dead.entry(c.clone()).or_default() += 1;
+            }
+        }
+        let committed = DynamoLedger::new(self.clients.dynamodb.clone(), &names.ledger_table)
+            .scan()
+            .await?
+            .len() as u64;
+        let dead_lettered = envelopes.len() as u64;
+        println!(
+            "   so far: {committed} committed (expected {exp_commit}), {duplicates} duplicates suppressed (expected {exp_dup}), \
+             {dead_lettered} dead-lettered (expected {}; the consumer's audit says {dead_lettered_audit})",
+            exp_dead.values().sum::<u64>()
+        );
+        let stage_ok = committed == exp_commit
+            && duplicates == exp_dup
+            && by_cause == exp_dead
+            && dead_lettered_audit == dead_lettered
+            && sent == committed + duplicates + dead_lettered;
+        if !stage_ok {
+            for (cause, n) in &by_cause {
+                println!(
+                    "     {cause:<36} {n:>4}   (expected {})",
+                    exp_dead.get(cause).copied().unwrap_or(0)
+                );
+            }
+            bail!("the dead-letter stage does not match the workload (see above)");
+        }
+
+        println!("\n== triage (PENDING envelopes)");
+        let pending: Vec<_> = envelopes
+            .into_iter()
+            .filter(|e| e.status == EnvelopeStatus::Pending)
+            .collect();
+        crate::triage::print_table(&triage(&pending));
+        Ok(())
+    }
+
+    /// The operator's remediation, step by step: fix root causes, replay, sweep, quarantine the
+    /// rest; then the re-injected copies through the consumer, and any new dead letters through
+    /// the enricher.
+    pub async fn remediate(&self) -> Result<()> {
+        println!("\n== remediation");
+        self.consumer
+            .reference
+            .put_currency(&CurrencyMapping {
+                code: "XAU".into(),
+                minor_units: 4,
+                description: "gold, troy ounce".into(),
+            })
+            .await?;
+        self.consumer.ledger.heal();
+        println!("   fixed: XAU mapped in the reference table (4 minor units); the ledger's outage is over");
+        let r = context::replayer(self.clients, self.stack, ACTOR)?;
+        let req = |selector: Selector, reason: &str, quarantine: bool| ReplayRequest {
+            selector,
+            dry_run: false,
+            reason: reason.into(),
+            triggered_by: "demo-operator".into(),
+            scheduled: false,
+            quarantine,
+        };
+        let xau = r
+            .run(
+                &req(
+                    Selector {
+                        root_cause: Some("UNMAPPED_CURRENCY:*".into()),
+                        ..Selector::default()
+                    },
+                    "XAU mapped",
+                    false,
+                ),
+                None,
+            )
+            .await?;
+        println!(
+            "   replay UNMAPPED_CURRENCY:*       -> {} re-injected, {} still failing",
+            xau.reinjected, xau.still_failing
+        );
+        let sweep = crate::remediate::sweep(self.clients, self.stack).await?;
+        println!(
+            "   scheduled sweep                  -> {} re-injected, {} quarantined (closed period: manual journal), {} still failing",
+            sweep.reinjected, sweep.quarantined, sweep.still_failing
+        );
+        let rest = r
+            .run(
+                &req(
+                    Selector::default(),
+                    "cannot be fixed by reference data: returned to the bank-feed owner, book by hand",
+                    true,
+                ),
+                None,
+            )
+            .await?;
+        println!(
+            "   operator quarantines the rest    -> {} quarantined for a manual journal",
+            rest.quarantined
+        );
+        context::pump_main(self.clients, self.stack, &self.consumer, &self.opts).await?;
+        context::pump_dlq(self.clients, self.stack, &self.enricher, &self.opts).await?;
+        Ok(())
+    }
+}

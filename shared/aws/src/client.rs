@@ -1,0 +1,156 @@
+//! Client setup: the three SDK clients pointed at AWS or at the local emulators, with request
+//! counting (what the demo and the benchmarks report per committed message).
+
+use aws_config::BehaviorVersion;
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_types::timeout::TimeoutConfig;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where the AWS clients send their requests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The real AWS, configured by the standard AWS environment (profile, region, credentials).
+    Aws,
+    /// The local emulators: LocalStack for SQS/S3/..., DynamoDB Local for DynamoDB.
+    Local { edge_url: String, dynamodb_url: String },
+}
+
+impl Target {
+    /// The local stack, at the ports `infra/local/stack.sh` uses (`LOCALSTACK_PORT`,
+    /// `DYNAMODB_PORT`), unless `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_DYNAMODB` say otherwise.
+    pub fn local_from_env() -> Self {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let edge_url = var("AWS_ENDPOINT_URL").unwrap_or_else(|| {
+            format!(
+                "http://127.0.0.1:{}",
+                var("LOCALSTACK_PORT").unwrap_or_else(|| "4566".into())
+            )
+        });
+        let dynamodb_url = var("AWS_ENDPOINT_URL_DYNAMODB").unwrap_or_else(|| {
+            format!(
+                "http://127.0.0.1:{}",
+                var("DYNAMODB_PORT").unwrap_or_else(|| "8000".into())
+            )
+        });
+        Target::Local { edge_url, dynamodb_url }
+    }
+
+    pub fn is_local(&self) -> bool {
+        matches!(self, Target::Local { .. })
+    }
+}
+
+/// Counts the requests each client sends, by `service:operation` (every attempt, retries
+/// included): how the demo and the benchmark report requests per committed message.
+#[derive(Debug, Default)]
+pub struct RequestCounter {
+    counts: Mutex<BTreeMap<String, u64>>,
+}
+
+impl RequestCounter {
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+    /// Requests sent to `service` (case-insensitive, e.g. `dynamodb`).
+    pub fn total(&self, service: &str) -> u64 {
+        let prefix = format!("{}:", service.to_ascii_lowercase());
+        self.snapshot()
+            .iter()
+            .filter(|(k, _)| k.to_ascii_lowercase().starts_with(&prefix))
+            .map(|(_, v)| v)
+            .sum()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct CountRequests(Arc<RequestCounter>);
+
+impl Intercept for CountRequests {
+    fn name(&self) -> &'static str {
+        "CountRequests"
+    }
+    fn read_before_transmit(
+        &self,
+        _ctx: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let key = cfg.load::<Metadata>().map_or_else(
+            || "unknown:unknown".to_owned(),
+            |m| format!("{}:{}", m.service(), m.name()),
+        );
+        *self
+            .0
+            .counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key)
+            .or_default() += 1;
+        Ok(())
+    }
+}
+
+/// The three clients, configured for one target.
+#[derive(Clone, Debug)]
+pub struct AwsClients {
+    pub sqs: aws_sdk_sqs::Client,
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub s3: aws_sdk_s3::Client,
+    pub requests: Arc<RequestCounter>,
+    pub target: Target,
+}
+
+impl AwsClients {
+    /// Build clients for `target`. Against the local stack, region and credentials default to
+    /// `us-east-1` and dummy keys when the environment sets none.
+    pub async fn connect(target: Target) -> Self {
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(Duration::from_secs(3))
+            .operation_attempt_timeout(Duration::from_secs(30))
+            .operation_timeout(Duration::from_secs(60))
+            .build();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts);
+        if target.is_local() {
+            if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
+                loader = loader.region(aws_config::Region::new("us-east-1"));
+            }
+            if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
+                loader = loader.credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                    "test",
+                    "test",
+                    None,
+                    None,
+                    "local-stack",
+                ));
+            }
+        }
+        let shared = loader.load().await;
+        let requests = Arc::new(RequestCounter::default());
+        let counter = CountRequests(requests.clone());
+
+        let mut sqs = aws_sdk_sqs::config::Builder::from(&shared).interceptor(counter.clone());
+        let mut dynamodb = aws_sdk_dynamodb::config::Builder::from(&shared).interceptor(counter.clone());
+        let mut s3 = aws_sdk_s3::config::Builder::from(&shared).interceptor(counter);
+        // S3 by path (not virtual host), as LocalStack needs; set when a function runs against it.
+        if std::env::var("DLQ_S3_FORCE_PATH_STYLE").is_ok_and(|v| v == "true" || v == "1") {
+            s3 = s3.force_path_style(true);
+        }
+        if let Target::Local { edge_url, dynamodb_url } = &target {
+            sqs = sqs.endpoint_url(edge_url);
+            dynamodb = dynamodb.endpoint_url(dynamodb_url);
+            // LocalStack serves buckets by path, not by virtual host.
+            s3 = s3.endpoint_url(edge_url).force_path_style(true);
+        }
+        AwsClients {
+            sqs: aws_sdk_sqs::Client::from_conf(sqs.build()),
+            dynamodb: aws_sdk_dynamodb::Client::from_conf(dynamodb.build()),
+            s3: aws_sdk_s3::Client::from_conf(s3.build()),
+            requests,
+            target,
+        }
+    }
+}

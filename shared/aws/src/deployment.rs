@@ -1,0 +1,206 @@
+//! The deployment as the infrastructure template describes it: logical ids, the IAM grants of
+//! each function's role, and the JSON the template check compares (`dlqctl infra-spec`). The
+//! names and settings themselves come from [`recon_core::resources`].
+
+use recon_core::decisions::DEFAULT_MAX_ATTEMPTS;
+use recon_core::resources::{
+    CONSUMER_TIMEOUT, DEFAULT_OVERFLOW_HIGH_WATER, DEFAULT_WORM_RETENTION_DAYS, DLQ_RETENTION, MAIN_QUEUE_RETENTION,
+    MAIN_QUEUE_VISIBILITY, MAX_MESSAGE_BYTES, ResourceNames, TABLES,
+};
+
+/// How the infrastructure template names the resources (its logical ids), for the check that
+/// keeps `infra/template.yaml` and this module in agreement.
+pub mod template {
+    use recon_core::resources::TableKind;
+
+    pub const MAIN_QUEUE: &str = "MainQueue";
+    pub const DEAD_LETTER_QUEUE: &str = "DeadLetterQueue";
+    pub const QUARANTINE_BUCKET: &str = "QuarantineBucket";
+    pub const CONSUMER_FUNCTION: &str = "ConsumerFunction";
+
+    pub fn table(kind: TableKind) -> &'static str {
+        match kind {
+            TableKind::Ledger => "LedgerTable",
+            TableKind::Envelopes => "EnvelopeTable",
+            TableKind::Reference => "ReferenceTable",
+            TableKind::Audit => "AuditTable",
+            TableKind::Dedup => "DedupTable",
+        }
+    }
+}
+
+/// Least privilege: the IAM actions each function's role grants, on which resource, and who calls
+/// them. The template must grant exactly these (checked by `make test`), and the integration tests
+/// check that every action the code is said to call is called by it, and nothing more.
+pub mod iam {
+    /// Who exercises a grant.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+    pub enum Caller {
+        /// The function's own code (observable in the integration tests).
+        Code,
+        /// Lambda's SQS event-source mapping, polling on the function's behalf.
+        EventSourceMapping,
+        /// The Lambda runtime (logs, traces).
+        Runtime,
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+    pub struct Grant {
+        /// A template resource: a logical id (its ARN), `Id/index/*`, `Id/*` (objects), or `*`.
+        pub resource: &'static str,
+        pub actions: &'static [&'static str],
+        pub caller: Caller,
+    }
+
+    const fn g(resource: &'static str, actions: &'static [&'static str], caller: Caller) -> Grant {
+        Grant {
+            resource,
+            actions,
+            caller,
+        }
+    }
+
+    use Caller::{Code, EventSourceMapping as Esm, Runtime};
+
+    const TRACING: Grant = g("*", &["xray:PutTraceSegments", "xray:PutTelemetryRecords"], Runtime);
+
+    pub const CONSUMER: &[Grant] = &[
+        g(
+            "MainQueue",
+            &["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"],
+            Esm,
+        ),
+        g("MainQueue", &["sqs:ChangeMessageVisibility"], Code),
+        g("DeadLetterQueue", &["sqs:SendMessage"], Code),
+        g("LedgerTable", &["dynamodb:PutItem"], Code),
+        g("ReferenceTable", &["dynamodb:Scan"], Code),
+        g(
+            "AuditTable",
+            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
+            Code,
+        ),
+        g("ConsumerLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
+        TRACING,
+    ];
+
+    pub const ENRICHER: &[Grant] = &[
+        g(
+            "DeadLetterQueue",
+            &["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"],
+            Esm,
+        ),
+        g(
+            "EnvelopeTable",
+            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
+            Code,
+        ),
+        g(
+            "AuditTable",
+            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
+            Code,
+        ),
+        g("QuarantineBucket/*", &["s3:PutObject"], Code),
+        g("EnricherLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
+        TRACING,
+    ];
+
+    pub const REPLAY: &[Grant] = &[
+        g("MainQueue", &["sqs:SendMessage", "sqs:GetQueueAttributes"], Code),
+        g(
+            "EnvelopeTable",
+            &[
+                "dynamodb:GetItem",
+                "dynamodb:PutItem",
+                "dynamodb:UpdateItem",
+                "dynamodb:DeleteItem",
+            ],
+            Code,
+        ),
+        g("EnvelopeTable/index/*", &["dynamodb:Query"], Code),
+        g("LedgerTable", &["dynamodb:GetItem"], Code),
+        g("ReferenceTable", &["dynamodb:Scan"], Code),
+        g(
+            "AuditTable",
+            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
+            Code,
+        ),
+        g("QuarantineBucket/*", &["s3:GetObject", "s3:PutObject"], Code),
+        g("ReplayLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
+        TRACING,
+    ];
+
+    /// Role logical id -> grants.
+    pub const ROLES: [(&str, &[Grant]); 3] = [
+        ("ConsumerRole", CONSUMER),
+        ("EnricherRole", ENRICHER),
+        ("ReplayRole", REPLAY),
+    ];
+
+    /// The IAM actions an SDK operation (`Service:Operation`, as the request counter names it)
+    /// needs. A transaction needs the actions of its items: PutItem and UpdateItem here, the only
+    /// kinds our transactions contain.
+    pub fn actions_for(operation: &str) -> &'static [&'static str] {
+        match operation {
+            "SQS:SendMessage" | "SQS:SendMessageBatch" => &["sqs:SendMessage"],
+            "SQS:ChangeMessageVisibility" => &["sqs:ChangeMessageVisibility"],
+            "SQS:GetQueueAttributes" => &["sqs:GetQueueAttributes"],
+            "SQS:ReceiveMessage" => &["sqs:ReceiveMessage"],
+            "SQS:DeleteMessage" | "SQS:DeleteMessageBatch" => &["sqs:DeleteMessage"],
+            "DynamoDB:PutItem" => &["dynamodb:PutItem"],
+            "DynamoDB:GetItem" => &["dynamodb:GetItem"],
+            "DynamoDB:UpdateItem" => &["dynamodb:UpdateItem"],
+            "DynamoDB:DeleteItem" => &["dynamodb:DeleteItem"],
+            "DynamoDB:Query" => &["dynamodb:Query"],
+            "DynamoDB:Scan" => &["dynamodb:Scan"],
+            "DynamoDB:TransactWriteItems" => &["dynamodb:PutItem", "dynamodb:UpdateItem"],
+            "S3:PutObject" => &["s3:PutObject"],
+            "S3:GetObject" | "S3:HeadObject" => &["s3:GetObject"],
+            _ => &[],
+        }
+    }
+}
+
+/// Everything the template check compares, as JSON (`dlqctl infra-spec`).
+pub fn spec_json() -> serde_json::Value {
+    let tables: Vec<serde_json::Value> = TABLES
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "logical_id": template::table(t.kind),
+                "name_suffix": ResourceNames::with_prefix("").table(t.kind).trim_start_matches('-'),
+                "partition_key": t.partition_key,
+                "sort_key": t.sort_key,
+                "ttl_attribute": t.ttl_attribute,
+                "indexes": t.indexes.iter().map(|i| serde_json::json!({
+                    "name": i.name, "partition_key": i.partition_key, "sort_key": i.sort_key,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let names = ResourceNames::with_prefix("");
+    serde_json::json!({
+        "max_receive_count": DEFAULT_MAX_ATTEMPTS,
+        "consumer_timeout_secs": CONSUMER_TIMEOUT.as_secs(),
+        "main_queue": {
+            "logical_id": template::MAIN_QUEUE,
+            "name_suffix": names.main_queue.trim_start_matches('-'),
+            "visibility_timeout_secs": MAIN_QUEUE_VISIBILITY.as_secs(),
+            "retention_secs": MAIN_QUEUE_RETENTION.as_secs(),
+            "max_message_bytes": MAX_MESSAGE_BYTES,
+        },
+        "dead_letter_queue": {
+            "logical_id": template::DEAD_LETTER_QUEUE,
+            "name_suffix": names.dead_letter_queue.trim_start_matches('-'),
+            "retention_secs": DLQ_RETENTION.as_secs(),
+            "max_message_bytes": MAX_MESSAGE_BYTES,
+        },
+        "worm": {
+            "logical_id": template::QUARANTINE_BUCKET,
+            "mode": "COMPLIANCE",
+            "default_retention_days": DEFAULT_WORM_RETENTION_DAYS,
+        },
+        "overflow_high_water": DEFAULT_OVERFLOW_HIGH_WATER,
+        "tables": tables,
+        "iam": iam::ROLES.iter().map(|(role, grants)| (role.to_string(), serde_json::json!(grants))).collect::<serde_json::Map<_, _>>(),
+    })
+}

@@ -1,0 +1,245 @@
+//! The audit trail: records linked into hash chains, a head item per chain, the trail's id.
+
+use aws_sdk_dynamodb::Client;
+use chrono::Utc;
+use recon_core::domain::AuditRecord;
+use recon_core::domain::TransientKind;
+use recon_core::ports::{AuditLog, StoreError, StoreResult};
+use recon_core::resources::keys;
+
+use super::{item_error, n, query_index, s, scan_all};
+use crate::error::store_error;
+use crate::item::{Item, from_item, get_s, to_item};
+
+/// The audit trail: one item per record, linked into one of `AUDIT_CHAINS` hash chains, plus one
+/// head item per chain. An append reads the head, then writes the record (only if its id is new:
+/// idempotent) and moves the head (only if it has not moved: no lost link) in one transaction,
+/// retrying when another writer moved the head first. Chains are independent, so writers rarely
+/// meet and never wait on a global lock.
+#[derive(Clone, Debug)]
+pub struct DynamoAuditLog {
+    client: Client,
+    table: String,
+}
+
+fn head_id(chain: &str) -> String {
+    format!("{}{chain}", keys::AUDIT_HEAD_PREFIX)
+}
+
+impl DynamoAuditLog {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoAuditLog {
+            client,
+            table: table.into(),
+        }
+    }
+
+    /// Every record (all chains), without the chain bookkeeping.
+    pub async fn scan(&self) -> StoreResult<Vec<AuditRecord>> {
+        Ok(self.scan_chained().await?.into_iter().map(|c| c.record).collect())
+    }
+
+    pub async fn scan_chained(&self) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
+        scan_all(&self.client, &self.table, None)
+            .await?
+            .iter()
+            .filter(|i| get_s(i, keys::AUDIT_PK).is_some_and(|id| !id.starts_with('#')))
+            .map(|i| from_item(i).map_err(|e| item_error("audit record", e)))
+            .collect()
+    }
+
+    /// The records about one transaction, in time order (the `by_source_hash` index).
+    pub async fn for_source_hash(
+        &self,
+        source_hash: &str,
+    ) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
+        query_index(
+            &self.client,
+            &self.table,
+            &recon_core::resources::indexes::AUDIT_BY_SOURCE_HASH,
+            source_hash,
+        )
+        .await
+        .and_then(|items| audit_records(&items))
+    }
+
+    async fn head(&self, chain: &str) -> StoreResult<(u64, String)> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::AUDIT_PK, s(head_id(chain)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(audit head)", e))?;
+        let Some(item) = out.item() else {
+            return Ok((0, recon_core::domain::audit::GENESIS.to_owned()));
+        };
+        let seq = item
+            .get("seq")
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        Ok((
+            seq,
+            get_s(item, "hash")
+                .unwrap_or(recon_core::domain::audit::GENESIS)
+                .to_owned(),
+        ))
+    }
+}
+
+fn audit_records(items: &[Item]) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
+    items
+        .iter()
+        .map(|i| from_item(i).map_err(|e| item_error("audit record", e)))
+        .collect()
+}
+
+/// Index attributes of a chained record.
+fn audit_item(c: &recon_core::domain::audit::ChainedRecord) -> StoreResult<Item> {
+    let mut item = to_item(c).map_err(|e| item_error("audit item", e))?;
+    item.insert(keys::AUDIT_SEQ_KEY.into(), s(format!("{:012}", c.seq)));
+    item.insert(
+        keys::AUDIT_AT_KEY.into(),
+        s(format!(
+            "{}#{}",
+            c.record.at.format("%Y-%m-%dT%H:%M:%S%.9fZ"),
+            c.record.audit_id
+        )),
+    );
+    Ok(item)
+}
+
+impl AuditLog for DynamoAuditLog {
+    async fn append(&self, record: &AuditRecord) -> StoreResult<()> {
+        use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
+        let chain = recon_core::domain::audit::chain_of(&record.audit_id);
+        for attempt in 0..50u32 {
+            let (seq, hash) = self.head(&chain).await?;
+            let linked = recon_core::domain::audit::link(record.clone(), &chain, seq, &hash);
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(audit_item(&linked)?))
+                .condition_expression("attribute_not_exists(#id)")
+                .expression_attribute_names("#id", keys::AUDIT_PK)
+                .build()
+                .map_err(|e| item_error("audit put", e))?;
+            let head = Update::builder()
+                .table_name(&self.table)
+                .key(keys::AUDIT_PK, s(head_id(&chain)))
+                .update_expression("SET #seq = :seq, #hash = :hash")
+                .condition_expression("(attribute_not_exists(#id) AND :prev = :zero) OR #seq = :prev")
+                .expression_attribute_names("#id", keys::AUDIT_PK)
+                .expression_attribute_names("#seq", "seq")
+                .expression_attribute_names("#hash", "hash")
+                .expression_attribute_values(":seq", n(i64::try_from(linked.seq).unwrap_or(i64::MAX)))
+                .expression_attribute_values(":hash", s(&linked.hash))
+                .expression_attribute_values(":prev", n(i64::try_from(seq).unwrap_or(i64::MAX)))
+                .expression_attribute_values(":zero", n(0))
+                .build()
+                .map_err(|e| item_error("audit head", e))?;
+            let result = self
+                .client
+                .transact_write_items()
+                .transact_items(TransactWriteItem::builder().put(put).build())
+                .transact_items(TransactWriteItem::builder().update(head).build())
+                .send()
+                .await;
+            let err = match result {
+                Ok(_) => return Ok(()),
+                Err(e) => e,
+            };
+            use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+            let reasons: Vec<Option<String>> = match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(t)) => t
+                    .cancellation_reasons()
+                    .iter()
+                    .map(|r| r.code().map(str::to_owned))
+                    .collect(),
+                _ => return Err(store_error("TransactWriteItems(audit append)", err)),
+            };
+            let failed = |i: usize| reasons.get(i).and_then(|r| r.as_deref()) == Some("ConditionalCheckFailed");
+            if failed(0) {
+                return Ok(()); // this decision is already recorded
+            }
+            if !failed(1) && !reasons.iter().flatten().any(|r| r == "TransactionConflict") {
+                return Err(store_error("TransactWriteItems(audit append)", err));
+            }
+            // Another writer moved this chain's head: read it again and relink.
+            tokio::time::sleep(std::time::Duration::from_millis(u64::from(attempt % 8) * 5 + 1)).await;
+        }
+        Err(StoreError::new(
+            TransientKind::Conflict,
+            format!("audit chain {chain} too contended; append not done"),
+        ))
+    }
+
+    async fn chain(&self, chain: &str) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
+        query_index(
+            &self.client,
+            &self.table,
+            &recon_core::resources::indexes::AUDIT_BY_CHAIN,
+            chain,
+        )
+        .await
+        .and_then(|items| audit_records(&items))
+    }
+
+    async fn trail_id(&self) -> StoreResult<String> {
+        let key = format!("{}trail", keys::AUDIT_HEAD_PREFIX);
+        let read = || async {
+            let out = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key(keys::AUDIT_PK, s(&key))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| store_error("GetItem(audit trail id)", e))?;
+            Ok::<_, StoreError>(out.item().and_then(|i| get_s(i, "trail")).map(str::to_owned))
+        };
+        if let Some(id) = read().await? {
+            return Ok(id);
+        }
+        let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
+        let id = recon_core::domain::envelope::sha256_hex(format!("{}{nanos}", self.table).as_bytes())[..16].to_owned();
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(keys::AUDIT_PK, s(&key))
+            .item("trail", s(&id))
+            .condition_expression("attribute_not_exists(#id)")
+            .expression_attribute_names("#id", keys::AUDIT_PK)
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(id),
+            // Someone else created it first: theirs is the trail's id.
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
+            {
+                read()
+                    .await?
+                    .ok_or_else(|| StoreError::new(TransientKind::Conflict, "audit trail id vanished"))
+            }
+            Err(e) => Err(store_error("PutItem(audit trail id)", e)),
+        }
+    }
+
+    async fn heads(&self) -> StoreResult<Vec<recon_core::domain::audit::ChainHead>> {
+        let mut heads = Vec::new();
+        for i in 0..recon_core::domain::audit::AUDIT_CHAINS {
+            let chain = format!("c{i}");
+            let (seq, hash) = self.head(&chain).await?;
+            if seq > 0 {
+                heads.push(recon_core::domain::audit::ChainHead { chain, seq, hash });
+            }
+        }
+        Ok(heads)
+    }
+}

@@ -1,0 +1,169 @@
+//! The dedup table of the claim -> post -> commit protocol (`recon_core::claim`).
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+use chrono::{DateTime, Utc};
+use recon_core::domain::{CommittedRef, TransientKind};
+use recon_core::ports::{ClaimOutcome, DedupTable, StoreError, StoreResult};
+use recon_core::resources::keys;
+
+use super::{committed_ref, n, s};
+use crate::error::{SdkError, store_error};
+use crate::item::{Item, get_s};
+
+/// The dedup table of the claim -> post -> commit protocol (see [`crate::claim`]).
+#[derive(Clone, Debug)]
+pub struct DynamoDedupTable {
+    client: Client,
+    table: String,
+}
+
+const CLAIMED: &str = "CLAIMED";
+const COMMITTED: &str = "COMMITTED";
+
+impl DynamoDedupTable {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoDedupTable {
+            client,
+            table: table.into(),
+        }
+    }
+}
+
+fn claim_outcome_from(item: &Item) -> ClaimOutcome {
+    if get_s(item, "state") == Some(COMMITTED) {
+        return ClaimOutcome::AlreadyCommitted(committed_ref(item));
+    }
+    let lease_until = item
+        .get("lease_until")
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse::<i64>().ok())
+        .and_then(DateTime::<Utc>::from_timestamp_millis)
+        .unwrap_or_default();
+    ClaimOutcome::HeldElsewhere {
+        owner: get_s(item, "owner").unwrap_or_default().to_owned(),
+        lease_until,
+    }
+}
+
+impl DedupTable for DynamoDedupTable {
+    async fn claim(
+        &self,
+        source_hash: &str,
+        owner: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> StoreResult<ClaimOutcome> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(keys::DEDUP_PK, s(source_hash))
+            .item("state", s(CLAIMED))
+            .item("owner", s(owner))
+            .item("lease_until", n(lease_until.timestamp_millis()))
+            .item(keys::DEDUP_TTL, n(expires_at.timestamp()))
+            .condition_expression("attribute_not_exists(#pk) OR (#state = :claimed AND #lease < :now)")
+            .expression_attribute_names("#pk", keys::DEDUP_PK)
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#lease", "lease_until")
+            .expression_attribute_values(":claimed", s(CLAIMED))
+            .expression_attribute_values(":now", n(now.timestamp_millis()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(ClaimOutcome::Claimed),
+            Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
+                match e.err() {
+                    PutItemError::ConditionalCheckFailedException(c) => match c.item() {
+                        Some(item) => Ok(claim_outcome_from(item)),
+                        None => Err(StoreError::new(
+                            TransientKind::Conflict,
+                            "claim refused without the current item",
+                        )),
+                    },
+                    _ => Err(StoreError::new(TransientKind::Conflict, "claim refused")),
+                }
+            }
+            Err(e) => Err(store_error("PutItem(dedup claim)", e)),
+        }
+    }
+
+    async fn commit(&self, owner: &str, committed: &CommittedRef) -> StoreResult<bool> {
+        let at = committed.committed_at.map(|t| t.to_rfc3339()).unwrap_or_default();
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(keys::DEDUP_PK, s(&committed.source_hash))
+            .update_expression(
+                "SET #state = :committed, sqs_message_id = :sqs, message_id = :mid, committed_at = :at REMOVE #lease",
+            )
+            .condition_expression("#state = :claimed AND #owner = :owner")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_names("#lease", "lease_until")
+            .expression_attribute_values(":committed", s(COMMITTED))
+            .expression_attribute_values(":claimed", s(CLAIMED))
+            .expression_attribute_values(":owner", s(owner))
+            .expression_attribute_values(":sqs", s(&committed.sqs_message_id))
+            .expression_attribute_values(":mid", s(&committed.message_id))
+            .expression_attribute_values(":at", s(at))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(store_error("UpdateItem(dedup commit)", e)),
+        }
+    }
+
+    async fn release(&self, source_hash: &str, owner: &str) -> StoreResult<()> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(keys::DEDUP_PK, s(source_hash))
+            .condition_expression("#state = :claimed AND #owner = :owner")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_values(":claimed", s(CLAIMED))
+            .expression_attribute_values(":owner", s(owner))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(store_error("DeleteItem(dedup release)", e)),
+        }
+    }
+
+    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::DEDUP_PK, s(source_hash))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(dedup)", e))?;
+        Ok(out
+            .item()
+            .filter(|i| get_s(i, "state") == Some(COMMITTED))
+            .map(committed_ref))
+    }
+}

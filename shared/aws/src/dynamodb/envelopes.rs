@@ -1,0 +1,388 @@
+//! The envelope table: envelopes with their triage index keys, the PENDING counter and overflow
+//! flag (one item), and the sweep cursors. Every status change is one transaction with the
+//! counter, and is checked against the envelope life cycle (`domain::status`) before it is sent.
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use recon_core::domain::status::{check_initial, check_transition};
+use recon_core::domain::{DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange, TransientKind};
+use recon_core::ports::{
+    Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, StoreError, StoreResult, SweepCursors,
+};
+use recon_core::resources::keys;
+
+use super::{item_error, n, s};
+use crate::error::{SdkError, store_error};
+use crate::item::{Item, from_item, get_s, to_item};
+
+/// The envelope table with its triage indexes and the PENDING counter.
+#[derive(Clone, Debug)]
+pub struct DynamoEnvelopeStore {
+    client: Client,
+    table: String,
+}
+
+fn envelope_item(e: &DlqEnvelope) -> StoreResult<Item> {
+    let mut item = to_item(e).map_err(|err| item_error("envelope item", err))?;
+    let age = e.age_key();
+    item.insert(keys::ENVELOPE_CAUSE.into(), s(format!("{}#{age}", e.root_cause)));
+    item.insert(
+        keys::ENVELOPE_ENTITY.into(),
+        s(e.ledger_entity.clone().unwrap_or_else(|| "-".into())),
+    );
+    item.insert(keys::ENVELOPE_AGE.into(), s(age));
+    Ok(item)
+}
+
+fn encode_cursor(key: Option<Item>) -> Option<String> {
+    let key = key.filter(|k| !k.is_empty())?;
+    let map: std::collections::BTreeMap<String, String> = key
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_s().ok()?.clone())))
+        .collect();
+    serde_json::to_string(&map).ok()
+}
+
+fn decode_cursor(cursor: Option<String>) -> StoreResult<Option<Item>> {
+    let Some(c) = cursor else { return Ok(None) };
+    let map: std::collections::BTreeMap<String, String> = serde_json::from_str(&c)
+        .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("bad page cursor: {e}")))?;
+    Ok(Some(map.into_iter().map(|(k, v)| (k, s(v))).collect()))
+}
+
+fn envelopes_of(items: &[Item]) -> StoreResult<Vec<DlqEnvelope>> {
+    items
+        .iter()
+        .filter(|i| get_s(i, keys::ENVELOPE_PK).is_some_and(|id| !id.starts_with('#')))
+        .map(|i| from_item(i).map_err(|e| item_error("envelope", e)))
+        .collect()
+}
+
+fn pending_delta(table: &str, delta: i64) -> StoreResult<aws_sdk_dynamodb::types::TransactWriteItem> {
+    let update = aws_sdk_dynamodb::types::Update::builder()
+        .table_name(table)
+        .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
+        .update_expression("ADD pending :d")
+        .expression_attribute_values(":d", n(delta))
+        .build()
+        .map_err(|e| item_error("pending counter", e))?;
+    Ok(aws_sdk_dynamodb::types::TransactWriteItem::builder()
+        .update(update)
+        .build())
+}
+
+/// Did a transaction fail because its first condition (the envelope's) did not hold?
+fn first_condition_failed<R>(
+    err: &SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, R>,
+) -> bool {
+    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+    match err.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(t)) => t
+            .cancellation_reasons()
+            .first()
+            .and_then(|r| r.code())
+            .is_some_and(|c| c == "ConditionalCheckFailed"),
+        _ => false,
+    }
+}
+
+impl DynamoEnvelopeStore {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoEnvelopeStore {
+            client,
+            table: table.into(),
+        }
+    }
+}
+
+impl EnvelopeStore for DynamoEnvelopeStore {
+    async fn create(&self, envelope: &DlqEnvelope) -> FlowResult<CreateOutcome> {
+        check_initial(envelope.status)?;
+        let put = aws_sdk_dynamodb::types::Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(envelope_item(envelope)?))
+            .condition_expression("attribute_not_exists(#pk)")
+            .expression_attribute_names("#pk", keys::ENVELOPE_PK)
+            .build()
+            .map_err(|e| item_error("envelope put", e))?;
+        let mut req = self
+            .client
+            .transact_write_items()
+            .transact_items(aws_sdk_dynamodb::types::TransactWriteItem::builder().put(put).build());
+        if envelope.status == EnvelopeStatus::Pending {
+            req = req.transact_items(pending_delta(&self.table, 1)?);
+        }
+        match req.send().await {
+            Ok(_) => Ok(CreateOutcome::Created),
+            Err(e) if first_condition_failed(&e) => match self.get(&envelope.envelope_id).await? {
+                Some(existing) => Ok(CreateOutcome::Exists(Box::new(existing))),
+                None => Err(StoreError::new(TransientKind::Conflict, "envelope create refused but not found").into()),
+            },
+            Err(e) => Err(store_error("TransactWriteItems(envelope create)", e).into()),
+        }
+    }
+
+    async fn get(&self, envelope_id: &str) -> StoreResult<Option<DlqEnvelope>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(envelope_id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(envelope)", e))?;
+        out.item()
+            .map(|i| from_item(i).map_err(|e| item_error("envelope", e)))
+            .transpose()
+    }
+
+    async fn list_by_status(
+        &self,
+        status: EnvelopeStatus,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> StoreResult<EnvelopePage> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(recon_core::resources::indexes::BY_STATUS_AGE.name)
+            .key_condition_expression("#status = :s")
+            .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
+            .expression_attribute_values(":s", s(status.as_str()))
+            .scan_index_forward(true)
+            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+            .set_exclusive_start_key(decode_cursor(cursor)?)
+            .send()
+            .await
+            .map_err(|e| store_error("Query(envelopes by status)", e))?;
+        Ok((envelopes_of(out.items())?, encode_cursor(out.last_evaluated_key)))
+    }
+
+    async fn list_all(&self, cursor: Option<String>, limit: usize) -> StoreResult<EnvelopePage> {
+        let out = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+            .set_exclusive_start_key(decode_cursor(cursor)?)
+            .send()
+            .await
+            .map_err(|e| store_error("Scan(envelopes)", e))?;
+        Ok((envelopes_of(out.items())?, encode_cursor(out.last_evaluated_key)))
+    }
+
+    async fn claim(
+        &self,
+        envelope_id: &str,
+        claim: &ReplayClaim,
+        now: DateTime<Utc>,
+        change: &StatusChange,
+    ) -> FlowResult<bool> {
+        use EnvelopeStatus::{Pending, Replaying};
+        check_transition(Pending, change.status)?;
+        let claim_item = to_item(claim).map_err(|e| item_error("replay claim", e))?;
+        let entry = to_item(change).map_err(|e| item_error("status change", e))?;
+        let update = |condition: &str| {
+            aws_sdk_dynamodb::types::Update::builder()
+                .table_name(&self.table)
+                .key(keys::ENVELOPE_PK, s(envelope_id))
+                .update_expression(
+                    "SET #status = :replaying, replay = :claim, #lease = :lease, status_history = list_append(status_history, :change)",
+                )
+                .condition_expression(condition)
+                .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
+                .expression_attribute_names("#lease", keys::ENVELOPE_LEASE)
+                .expression_attribute_values(":replaying", s(Replaying.as_str()))
+                .expression_attribute_values(":claim", AttributeValue::M(claim_item.clone()))
+                .expression_attribute_values(":lease", n(claim.lease_until.timestamp_millis()))
+                .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry.clone())]))
+        };
+        // From PENDING: leaves the pending count, in the same transaction.
+        let from_pending = update("#status = :pending")
+            .expression_attribute_values(":pending", s(Pending.as_str()))
+            .build()
+            .map_err(|e| item_error("replay claim", e))?;
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .update(from_pending)
+                    .build(),
+            )
+            .transact_items(pending_delta(&self.table, -1)?)
+            .send()
+            .await;
+        match result {
+            Ok(_) => return Ok(true),
+            Err(e) if first_condition_failed(&e) => {}
+            Err(e) => return Err(store_error("TransactWriteItems(replay claim)", e).into()),
+        }
+        // From an expired REPLAYING claim (a replay crashed): no count change.
+        let takeover = update("#status = :replaying AND #lease < :now")
+            .expression_attribute_values(":now", n(now.timestamp_millis()))
+            .build()
+            .map_err(|e| item_error("replay takeover", e))?;
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .update(takeover)
+                    .build(),
+            )
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) if first_condition_failed(&e) => Ok(false),
+            Err(e) => Err(store_error("TransactWriteItems(replay takeover)", e).into()),
+        }
+    }
+
+    async fn finish(
+        &self,
+        envelope_id: &str,
+        replay_id: &str,
+        change: &StatusChange,
+        record: &ReplayRecord,
+    ) -> FlowResult<bool> {
+        use EnvelopeStatus::{Pending, Replaying};
+        check_transition(Replaying, change.status)?;
+        let entry = to_item(change).map_err(|e| item_error("status change", e))?;
+        let record = to_item(record).map_err(|e| item_error("replay record", e))?;
+        let update = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(envelope_id))
+            .update_expression(
+                "SET #status = :to, status_history = list_append(status_history, :change), \
+                 replays = list_append(if_not_exists(replays, :empty), :record)",
+            )
+            .condition_expression("#status = :replaying AND #replay.#rid = :rid")
+            .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
+            .expression_attribute_names("#replay", "replay")
+            .expression_attribute_names("#rid", "replay_id")
+            .expression_attribute_values(":to", s(change.status.as_str()))
+            .expression_attribute_values(":replaying", s(Replaying.as_str()))
+            .expression_attribute_values(":rid", s(replay_id))
+            .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry)]))
+            .expression_attribute_values(":record", AttributeValue::L(vec![AttributeValue::M(record)]))
+            .expression_attribute_values(":empty", AttributeValue::L(vec![]))
+            .build()
+            .map_err(|e| item_error("replay finish", e))?;
+        let mut req = self.client.transact_write_items().transact_items(
+            aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                .update(update)
+                .build(),
+        );
+        if change.status == Pending {
+            req = req.transact_items(pending_delta(&self.table, 1)?);
+        }
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if first_condition_failed(&e) => Ok(false),
+            Err(e) => Err(store_error("TransactWriteItems(replay finish)", e).into()),
+        }
+    }
+}
+
+impl SweepCursors for DynamoEnvelopeStore {
+    async fn load_cursor(&self, name: &str) -> StoreResult<Option<String>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(format!("{}{name}", keys::ENVELOPE_CURSOR_PREFIX)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(sweep cursor)", e))?;
+        Ok(out.item().and_then(|i| get_s(i, "cursor")).map(str::to_owned))
+    }
+
+    async fn save_cursor(&self, name: &str, cursor: Option<&str>) -> StoreResult<()> {
+        let key = s(format!("{}{name}", keys::ENVELOPE_CURSOR_PREFIX));
+        match cursor {
+            Some(c) => {
+                self.client
+                    .put_item()
+                    .table_name(&self.table)
+                    .item(keys::ENVELOPE_PK, key)
+                    .item("cursor", s(c))
+                    .send()
+                    .await
+                    .map_err(|e| store_error("PutItem(sweep cursor)", e))?;
+            }
+            None => {
+                self.client
+                    .delete_item()
+                    .table_name(&self.table)
+                    .key(keys::ENVELOPE_PK, key)
+                    .send()
+                    .await
+                    .map_err(|e| store_error("DeleteItem(sweep cursor)", e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Backlog for DynamoEnvelopeStore {
+    async fn pending_count(&self) -> StoreResult<i64> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(pending counter)", e))?;
+        Ok(out
+            .item()
+            .and_then(|i| i.get("pending"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0))
+    }
+
+    async fn set_overflow(&self, active: bool) -> StoreResult<Option<u64>> {
+        let req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID));
+        let req = if active {
+            req.update_expression("SET overflow = :t ADD episodes :one")
+                .condition_expression("attribute_not_exists(overflow) OR overflow = :f")
+                .expression_attribute_values(":one", n(1))
+                .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+        } else {
+            req.update_expression("SET overflow = :f")
+                .condition_expression("overflow = :t")
+        };
+        let result = req
+            .expression_attribute_values(":t", AttributeValue::Bool(true))
+            .expression_attribute_values(":f", AttributeValue::Bool(false))
+            .send()
+            .await;
+        match result {
+            Ok(out) if active => Ok(out
+                .attributes()
+                .and_then(|a| a.get("episodes"))
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse().ok())),
+            Ok(_) => Ok(None),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(store_error("UpdateItem(overflow flag)", e)),
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! DynamoDB adapters, one module per table: the reference ledger (posting = dedup mark, one
+//! conditional put), reference data (cached snapshot), the audit trail (hash chains), the dedup
+//! table of the claim protocol, and the envelope table (triage indexes, PENDING counter). Here:
+//! what they share.
+
+mod audit;
+mod dedup;
+mod envelopes;
+mod ledger;
+mod reference;
+
+pub use audit::DynamoAuditLog;
+pub use dedup::DynamoDedupTable;
+pub use envelopes::DynamoEnvelopeStore;
+pub use ledger::DynamoLedger;
+pub use reference::DynamoReferenceData;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use recon_core::domain::{CommittedRef, TransientKind};
+use recon_core::ports::{StoreError, StoreResult};
+use recon_core::resources::{IndexSpec, keys};
+
+use crate::error::store_error;
+use crate::item::{Item, get_s};
+
+pub(crate) fn item_error(op: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::new(TransientKind::Infrastructure, format!("{op}: {e}"))
+}
+
+pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+pub(crate) fn n(v: i64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// Which delivery holds a posting (ledger and dedup items carry the same fields).
+pub(crate) fn committed_ref(item: &Item) -> CommittedRef {
+    CommittedRef {
+        source_hash: get_s(item, keys::LEDGER_PK).unwrap_or_default().to_owned(),
+        sqs_message_id: get_s(item, "sqs_message_id").unwrap_or_default().to_owned(),
+        message_id: get_s(item, "message_id").unwrap_or_default().to_owned(),
+        committed_at: get_s(item, "committed_at").and_then(|t| t.parse().ok()),
+    }
+}
+
+/// All items of a table, following pagination; `pk` filters on the partition key when given.
+pub async fn scan_all(client: &Client, table: &str, pk: Option<(&str, &str)>) -> StoreResult<Vec<Item>> {
+    let mut items = Vec::new();
+    let mut start: Option<Item> = None;
+    loop {
+        let mut req = client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start.take());
+        if let Some((name, value)) = pk {
+            req = req
+                .filter_expression("#k = :v")
+                .expression_attribute_names("#k", name)
+                .expression_attribute_values(":v", AttributeValue::S(value.to_owned()));
+        }
+        let out = req.send().await.map_err(|e| store_error("Scan", e))?;
+        items.extend(out.items.unwrap_or_default());
+        match out.last_evaluated_key {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => return Ok(items),
+        }
+    }
+}
+
+/// Every item of an index whose partition key `key` is `value`, in sort-key order, all pages.
+pub async fn query_index(client: &Client, table: &str, index: &IndexSpec, value: &str) -> StoreResult<Vec<Item>> {
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .query()
+            .table_name(table)
+            .index_name(index.name)
+            .key_condition_expression("#k = :v")
+            .expression_attribute_names("#k", index.partition_key)
+            .expression_attribute_values(":v", AttributeValue::S(value.to_owned()))
+            .scan_index_forward(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| store_error(&format!("Query({})", index.name), e))?;
+        items.extend(page.items().iter().cloned());
+        match page.last_evaluated_key {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => return Ok(items),
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Reference data in one small table: `CURRENCY`/code and `PERIOD#<entity>`/`YYYY-MM` items.
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use recon_core::domain::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};
+use recon_core::ports::{ReferenceData, StoreResult};
+use recon_core::resources::keys;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::scan_all;
+use crate::error::store_error;
+use crate::item::get_s;
+
+const CURRENCY_PK: &str = "CURRENCY";
+const PERIOD_PK_PREFIX: &str = "PERIOD#";
+
+/// Reference data in one small table, read whole into a snapshot that is cached for `ttl`
+/// (so the hot path costs no request). A period close therefore takes effect within `ttl`.
+pub struct DynamoReferenceData {
+    client: Client,
+    table: String,
+    ttl: Duration,
+    cache: tokio::sync::Mutex<Option<(Instant, Arc<ReferenceSnapshot>)>>,
+}
+
+impl DynamoReferenceData {
+    pub fn new(client: Client, table: impl Into<String>, ttl: Duration) -> Self {
+        DynamoReferenceData {
+            client,
+            table: table.into(),
+            ttl,
+            cache: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Read the whole table (no cache).
+    pub async fn load(&self) -> StoreResult<(Vec<CurrencyMapping>, Vec<PeriodRecord>)> {
+        let mut currencies = Vec::new();
+        let mut periods = Vec::new();
+        for item in scan_all(&self.client, &self.table, None).await? {
+            let (Some(pk), Some(sk)) = (get_s(&item, keys::REFERENCE_PK), get_s(&item, keys::REFERENCE_SK)) else {
+                continue;
+            };
+            if pk == CURRENCY_PK {
+                let minor_units = item
+                    .get("minor_units")
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse::<u32>().ok());
+                if let Some(minor_units) = minor_units {
+                    currencies.push(CurrencyMapping {
+                        code: sk.to_owned(),
+                        minor_units,
+                        description: get_s(&item, "description").unwrap_or_default().to_owned(),
+                    });
+                }
+            } else if let Some(entity) = pk.strip_prefix(PERIOD_PK_PREFIX) {
+                if let Some(status) = get_s(&item, "status").and_then(|s| s.parse::<PeriodStatus>().ok()) {
+                    periods.push(PeriodRecord {
+                        entity: entity.to_owned(),
+                        period: sk.to_owned(),
+                        status,
+                    });
+                }
+            }
+        }
+        Ok((currencies, periods))
+    }
+
+    /// Forget the cached snapshot (after a write through this adapter).
+    pub async fn invalidate(&self) {
+        *self.cache.lock().await = None;
+    }
+}
+
+impl ReferenceData for DynamoReferenceData {
+    async fn snapshot(&self) -> StoreResult<Arc<ReferenceSnapshot>> {
+        let mut cache = self.cache.lock().await;
+        if let Some((at, snap)) = cache.as_ref() {
+            if at.elapsed() < self.ttl {
+                return Ok(snap.clone());
+            }
+        }
+        let (currencies, periods) = self.load().await?;
+        let snap = Arc::new(ReferenceSnapshot::new(currencies, periods));
+        *cache = Some((Instant::now(), snap.clone()));
+        Ok(snap)
+    }
+
+    async fn refresh(&self) -> StoreResult<Arc<ReferenceSnapshot>> {
+        // At most one reload a second, however many messages fail on reference data at once.
+        const MIN_AGE: Duration = Duration::from_secs(1);
+        let mut cache = self.cache.lock().await;
+        if let Some((at, snap)) = cache.as_ref() {
+            if at.elapsed() < MIN_AGE {
+                return Ok(snap.clone());
+            }
+        }
+        let (currencies, periods) = self.load().await?;
+        let snap = Arc::new(ReferenceSnapshot::new(currencies, periods));
+        *cache = Some((Instant::now(), snap.clone()));
+        Ok(snap)
+    }
+
+    async fn put_currency(&self, m: &CurrencyMapping) -> StoreResult<()> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item(keys::REFERENCE_PK, AttributeValue::S(CURRENCY_PK.into()))
+            .item(keys::REFERENCE_SK, AttributeValue::S(m.code.clone()))
+            .item("minor_units", AttributeValue::N(m.minor_units.to_string()))
+            .item("description", AttributeValue::S(m.description.clone()))
+            .send()
+            .await
+            .map_err(|e| store_error("PutItem(reference currency)", e))?;
+        self.invalidate().await;
+        Ok(())
+    }
+
+    async fn put_period(&self, p: &PeriodRecord) -> StoreResult<()> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item(
+                keys::REFERENCE_PK,
+                AttributeValue::S(format!("{PERIOD_PK_PREFIX}{}", p.entity)),
+            )
+            .item(keys::REFERENCE_SK, AttributeValue::S(p.period.clone()))
+            .item("status", AttributeValue::S(p.status.as_str().into()))
+            .send()
+            .await
+            .map_err(|e| store_error("PutItem(reference period)", e))?;
+        self.invalidate().await;
+        Ok(())
+    }
+}

@@ -1,0 +1,17 @@
+//! `recon-aws`: everything that talks to AWS. The SQS, DynamoDB (one module per table) and S3
+//! Object Lock adapters of the `recon-core` ports, client setup for AWS or the local emulators,
+//! provisioning of a deployment, the deployment's template ids and IAM grants, telemetry (JSON
+//! logs, EMF metrics), and the wiring the three Lambda functions and `dlqctl` use.
+
+pub mod client;
+pub mod deployment;
+pub mod dynamodb;
+pub mod error;
+pub mod item;
+pub mod provision;
+pub mod s3;
+pub mod sqs;
+pub mod telemetry;
+pub mod wiring;
+
+pub use client::{AwsClients, Target};

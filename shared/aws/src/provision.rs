@@ -1,0 +1,447 @@
+//! Idempotent creation of a deployment's resources from [`recon_core::resources`]: used by
+//! `dlqctl setup` against the local stack and by the integration tests (each test run gets its
+//! own prefix). On AWS the same settings come from the infrastructure template instead.
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
+    GlobalSecondaryIndexUpdate, KeySchemaElement, KeyType, Projection, ProjectionType, ScalarAttributeType,
+    TimeToLiveSpecification,
+};
+use aws_sdk_s3::types::{
+    DefaultRetention, ObjectLockConfiguration, ObjectLockEnabled, ObjectLockRetentionMode, ObjectLockRule,
+    PublicAccessBlockConfiguration,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+use std::collections::HashMap;
+
+use crate::client::AwsClients;
+use crate::error::store_error;
+use crate::sqs::SqsQueue;
+use recon_core::config::vars;
+use recon_core::domain::TransientKind;
+use recon_core::ports::{StoreError, StoreResult};
+use recon_core::resources::{self, ResourceNames, TABLES, TableSpec};
+
+/// Settings that differ between deployments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StackSettings {
+    /// `maxReceiveCount` of the redrive policy = the consumer's retry budget.
+    pub max_receive_count: u32,
+    /// Default COMPLIANCE retention of the quarantine bucket, days.
+    pub worm_retention_days: i32,
+}
+
+impl Default for StackSettings {
+    fn default() -> Self {
+        StackSettings {
+            max_receive_count: recon_core::decisions::DEFAULT_MAX_ATTEMPTS,
+            worm_retention_days: resources::LOCAL_WORM_RETENTION_DAYS,
+        }
+    }
+}
+
+/// The resolved addresses of a deployment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stack {
+    pub names: ResourceNames,
+    pub main_queue_url: String,
+    pub main_queue_arn: String,
+    pub dlq_url: String,
+    pub dlq_arn: String,
+}
+
+impl Stack {
+    /// The configuration variables the functions of this stack are given (as the template sets
+    /// them): queue URLs and resource names.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        let n = &self.names;
+        vec![
+            (vars::MAIN_QUEUE_URL, self.main_queue_url.clone()),
+            (vars::DEAD_LETTER_QUEUE_URL, self.dlq_url.clone()),
+            (vars::LEDGER_TABLE, n.ledger_table.clone()),
+            (vars::REFERENCE_TABLE, n.reference_table.clone()),
+            (vars::AUDIT_TABLE, n.audit_table.clone()),
+            (vars::ENVELOPE_TABLE, n.envelope_table.clone()),
+            (vars::QUARANTINE_BUCKET, n.quarantine_bucket.clone()),
+        ]
+    }
+
+    /// A settings lookup for `recon_core::config`'s parsers: `first` (the process environment,
+    /// or a test's own values), then this stack's [`Stack::env`].
+    pub fn lookup(&self, first: impl Fn(&str) -> Option<String>) -> impl Fn(&str) -> Option<String> {
+        let env = self.env();
+        move |k| first(k).or_else(|| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
+    }
+}
+
+fn infra(detail: impl Into<String>) -> StoreError {
+    StoreError::new(TransientKind::Infrastructure, detail)
+}
+
+async fn queue_url(clients: &AwsClients, name: &str) -> StoreResult<Option<String>> {
+    match clients.sqs.get_queue_url().queue_name(name).send().await {
+        Ok(out) => Ok(out.queue_url().map(str::to_owned)),
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) => Ok(None),
+        Err(e) => Err(store_error("GetQueueUrl", e)),
+    }
+}
+
+async fn ensure_queue(
+    clients: &AwsClients,
+    name: &str,
+    attributes: HashMap<QueueAttributeName, String>,
+) -> StoreResult<String> {
+    if let Some(url) = queue_url(clients, name).await? {
+        clients
+            .sqs
+            .set_queue_attributes()
+            .queue_url(&url)
+            .set_attributes(Some(attributes))
+            .send()
+            .await
+            .map_err(|e| store_error("SetQueueAttributes", e))?;
+        return Ok(url);
+    }
+    let out = clients
+        .sqs
+        .create_queue()
+        .queue_name(name)
+        .set_attributes(Some(attributes))
+        .send()
+        .await
+        .map_err(|e| store_error("CreateQueue", e))?;
+    out.queue_url()
+        .map(str::to_owned)
+        .ok_or_else(|| infra(format!("CreateQueue {name}: no URL returned")))
+}
+
+async fn queue_arn(clients: &AwsClients, url: &str) -> StoreResult<String> {
+    SqsQueue::new(clients.sqs.clone(), url)
+        .attribute(QueueAttributeName::QueueArn)
+        .await?
+        .ok_or_else(|| infra(format!("queue {url} has no ARN")))
+}
+
+fn key_element(name: &str, t: KeyType) -> StoreResult<KeySchemaElement> {
+    KeySchemaElement::builder()
+        .attribute_name(name)
+        .key_type(t)
+        .build()
+        .map_err(|e| infra(e.to_string()))
+}
+
+fn string_attribute(name: &str) -> StoreResult<AttributeDefinition> {
+    AttributeDefinition::builder()
+        .attribute_name(name)
+        .attribute_type(ScalarAttributeType::S)
+        .build()
+        .map_err(|e| infra(e.to_string()))
+}
+
+fn index_definition(index: &resources::IndexSpec) -> StoreResult<GlobalSecondaryIndex> {
+    GlobalSecondaryIndex::builder()
+        .index_name(index.name)
+        .key_schema(key_element(index.partition_key, KeyType::Hash)?)
+        .key_schema(key_element(index.sort_key, KeyType::Range)?)
+        .projection(Projection::builder().projection_type(ProjectionType::All).build())
+        .build()
+        .map_err(|e| infra(e.to_string()))
+}
+
+/// A table created by an older version lacks newer indexes: add them (one per call, as
+/// DynamoDB requires).
+async fn add_missing_indexes(
+    clients: &AwsClients,
+    name: &str,
+    spec: &TableSpec,
+    existing: &[String],
+) -> StoreResult<()> {
+    for index in spec.indexes.iter().filter(|i| !existing.iter().any(|e| e == i.name)) {
+        let create = CreateGlobalSecondaryIndexAction::builder()
+            .index_name(index.name)
+            .key_schema(key_element(index.partition_key, KeyType::Hash)?)
+            .key_schema(key_element(index.sort_key, KeyType::Range)?)
+            .projection(Projection::builder().projection_type(ProjectionType::All).build())
+            .build()
+            .map_err(|e| infra(e.to_string()))?;
+        clients
+            .dynamodb
+            .update_table()
+            .table_name(name)
+            .attribute_definitions(string_attribute(index.partition_key)?)
+            .attribute_definitions(string_attribute(index.sort_key)?)
+            .global_secondary_index_updates(GlobalSecondaryIndexUpdate::builder().create(create).build())
+            .send()
+            .await
+            .map_err(|e| store_error("UpdateTable(add index)", e))?;
+        wait_index_active(clients, name, index.name).await?;
+    }
+    Ok(())
+}
+
+/// DynamoDB builds one index at a time: wait until `index` is ACTIVE (up to ten minutes).
+async fn wait_index_active(clients: &AwsClients, table: &str, index: &str) -> StoreResult<()> {
+    for _ in 0..600 {
+        let out = clients
+            .dynamodb
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .map_err(|e| store_error("DescribeTable", e))?;
+        let active = out.table().is_some_and(|t| {
+            t.global_secondary_indexes().iter().any(|g| {
+                g.index_name() == Some(index) && g.index_status() == Some(&aws_sdk_dynamodb::types::IndexStatus::Active)
+            })
+        });
+        if active {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    Err(infra(format!(
+        "index {index} of {table} did not become ACTIVE in ten minutes"
+    )))
+}
+
+async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> StoreResult<()> {
+    match clients.dynamodb.describe_table().table_name(name).send().await {
+        Ok(out) => {
+            let existing: Vec<String> = out
+                .table()
+                .map(|t| {
+                    t.global_secondary_indexes()
+                        .iter()
+                        .filter_map(|g| g.index_name().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            return add_missing_indexes(clients, name, spec, &existing).await;
+        }
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception()) => {}
+        Err(e) => return Err(store_error("DescribeTable", e)),
+    }
+    let mut req = clients
+        .dynamodb
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(key_element(spec.partition_key, KeyType::Hash)?);
+    let mut defined = vec![spec.partition_key];
+    if let Some(sk) = spec.sort_key {
+        req = req.key_schema(key_element(sk, KeyType::Range)?);
+        defined.push(sk);
+    }
+    for index in spec.indexes {
+        for attr in [index.partition_key, index.sort_key] {
+            if !defined.contains(&attr) {
+                defined.push(attr);
+            }
+        }
+        req = req.global_secondary_indexes(index_definition(index)?);
+    }
+    for attr in defined {
+        req = req.attribute_definitions(string_attribute(attr)?);
+    }
+    match req.send().await {
+        Ok(_) => {}
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {
+            return Ok(());
+        }
+        Err(e) => return Err(store_error("CreateTable", e)),
+    }
+    if let Some(ttl) = spec.ttl_attribute {
+        let spec = TimeToLiveSpecification::builder()
+            .attribute_name(ttl)
+            .enabled(true)
+            .build()
+            .map_err(|e| infra(e.to_string()))?;
+        clients
+            .dynamodb
+            .update_time_to_live()
+            .table_name(name)
+            .time_to_live_specification(spec)
+            .send()
+            .await
+            .map_err(|e| store_error("UpdateTimeToLive", e))?;
+    }
+    Ok(())
+}
+
+async fn ensure_worm_bucket(clients: &AwsClients, name: &str, retention_days: i32) -> StoreResult<()> {
+    let exists = clients.s3.head_bucket().bucket(name).send().await.is_ok();
+    if !exists {
+        clients
+            .s3
+            .create_bucket()
+            .bucket(name)
+            .object_lock_enabled_for_bucket(true)
+            .send()
+            .await
+            .map_err(|e| store_error("CreateBucket", e))?;
+    }
+    let rule = ObjectLockRule::builder()
+        .default_retention(
+            DefaultRetention::builder()
+                .mode(ObjectLockRetentionMode::Compliance)
+                .days(retention_days)
+                .build(),
+        )
+        .build();
+    clients
+        .s3
+        .put_object_lock_configuration()
+        .bucket(name)
+        .object_lock_configuration(
+            ObjectLockConfiguration::builder()
+                .object_lock_enabled(ObjectLockEnabled::Enabled)
+                .rule(rule)
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| store_error("PutObjectLockConfiguration", e))?;
+    clients
+        .s3
+        .put_public_access_block()
+        .bucket(name)
+        .public_access_block_configuration(
+            PublicAccessBlockConfiguration::builder()
+                .block_public_acls(true)
+                .block_public_policy(true)
+                .ignore_public_acls(true)
+                .restrict_public_buckets(true)
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| store_error("PutPublicAccessBlock", e))?;
+    Ok(())
+}
+
+/// Create (or bring up to date) every resource of a deployment. Safe to run again.
+pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings: &StackSettings) -> StoreResult<Stack> {
+    let secs = |d: std::time::Duration| d.as_secs().to_string();
+    let dlq_url = ensure_queue(
+        clients,
+        &names.dead_letter_queue,
+        HashMap::from([
+            (
+                QueueAttributeName::MessageRetentionPeriod,
+                secs(resources::DLQ_RETENTION),
+            ),
+            (
+                QueueAttributeName::MaximumMessageSize,
+                resources::MAX_MESSAGE_BYTES.to_string(),
+            ),
+        ]),
+    )
+    .await?;
+    let dlq_arn = queue_arn(clients, &dlq_url).await?;
+    let main_queue_url = ensure_queue(
+        clients,
+        &names.main_queue,
+        HashMap::from([
+            (
+                QueueAttributeName::MessageRetentionPeriod,
+                secs(resources::MAIN_QUEUE_RETENTION),
+            ),
+            (
+                QueueAttributeName::VisibilityTimeout,
+                secs(resources::MAIN_QUEUE_VISIBILITY),
+            ),
+            (
+                QueueAttributeName::RedrivePolicy,
+                redrive_policy(&dlq_arn, settings.max_receive_count),
+            ),
+            (
+                QueueAttributeName::MaximumMessageSize,
+                resources::MAX_MESSAGE_BYTES.to_string(),
+            ),
+        ]),
+    )
+    .await?;
+    let main_queue_arn = queue_arn(clients, &main_queue_url).await?;
+    for spec in &TABLES {
+        ensure_table(clients, names.table(spec.kind), spec).await?;
+    }
+    ensure_worm_bucket(clients, &names.quarantine_bucket, settings.worm_retention_days).await?;
+    Ok(Stack {
+        names: names.clone(),
+        main_queue_url,
+        main_queue_arn,
+        dlq_url,
+        dlq_arn,
+    })
+}
+
+/// Find an existing deployment's queues (fails with a hint when they do not exist).
+pub async fn resolve_stack(clients: &AwsClients, names: &ResourceNames) -> StoreResult<Stack> {
+    let missing = |q: &str| {
+        infra(format!(
+            "queue {q} does not exist: run `dlqctl setup` (or `make local-up`) first"
+        ))
+    };
+    let main_queue_url = queue_url(clients, &names.main_queue)
+        .await?
+        .ok_or_else(|| missing(&names.main_queue))?;
+    let dlq_url = queue_url(clients, &names.dead_letter_queue)
+        .await?
+        .ok_or_else(|| missing(&names.dead_letter_queue))?;
+    Ok(Stack {
+        names: names.clone(),
+        main_queue_arn: queue_arn(clients, &main_queue_url).await?,
+        dlq_arn: queue_arn(clients, &dlq_url).await?,
+        main_queue_url,
+        dlq_url,
+    })
+}
+
+/// Empty the queues and tables of a deployment (local demo and tests only; the WORM bucket
+/// cannot be emptied, by design).
+pub async fn reset_data(clients: &AwsClients, stack: &Stack) -> StoreResult<()> {
+    for url in [&stack.main_queue_url, &stack.dlq_url] {
+        clients
+            .sqs
+            .purge_queue()
+            .queue_url(url)
+            .send()
+            .await
+            .map_err(|e| store_error("PurgeQueue", e))?;
+    }
+    for spec in &TABLES {
+        let name = stack.names.table(spec.kind);
+        match clients.dynamodb.delete_table().table_name(name).send().await {
+            Ok(_) => {}
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_resource_not_found_exception()) => {}
+            Err(e) => return Err(store_error("DeleteTable", e)),
+        }
+        ensure_table(clients, name, spec).await?;
+    }
+    Ok(())
+}
+
+/// Delete the queues and tables of a deployment (test clean-up).
+pub async fn delete_stack(clients: &AwsClients, stack: &Stack) -> StoreResult<()> {
+    for url in [&stack.main_queue_url, &stack.dlq_url] {
+        let _ = clients.sqs.delete_queue().queue_url(url).send().await;
+    }
+    for spec in &TABLES {
+        let _ = clients
+            .dynamodb
+            .delete_table()
+            .table_name(stack.names.table(spec.kind))
+            .send()
+            .await;
+    }
+    Ok(())
+}
+
+/// The redrive policy JSON for the main queue.
+pub fn redrive_policy(dlq_arn: &str, max_receive_count: u32) -> String {
+    serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count }).to_string()
+}

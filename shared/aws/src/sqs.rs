@@ -1,0 +1,231 @@
+//! SQS adapters: the main queue (visibility backoff, sends, receives for the local pump) and the
+//! DLQ (dead letters with their failure context as message attributes).
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName,
+    SendMessageBatchRequestEntry,
+};
+use std::collections::HashMap;
+
+use crate::error::store_error;
+use recon_core::domain::{DeadLetter, TransientKind};
+use recon_core::ports::{DeadLetterQueue, StoreError, StoreResult, WorkQueue, dead_letter_message};
+
+/// SQS allows at most 10 entries per batch call.
+pub const MAX_BATCH: usize = 10;
+
+/// Approximate counts of a queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueDepth {
+    pub visible: u64,
+    pub in_flight: u64,
+    pub delayed: u64,
+}
+
+impl QueueDepth {
+    pub fn total(&self) -> u64 {
+        self.visible + self.in_flight + self.delayed
+    }
+}
+
+pub use recon_core::ports::OutgoingMessage;
+
+fn attr(data_type: &str, value: &str) -> StoreResult<MessageAttributeValue> {
+    MessageAttributeValue::builder()
+        .data_type(data_type)
+        .string_value(value)
+        .build()
+        .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("message attribute: {e}")))
+}
+
+/// One SQS queue, by URL.
+#[derive(Clone, Debug)]
+pub struct SqsQueue {
+    client: Client,
+    url: String,
+}
+
+impl SqsQueue {
+    pub fn new(client: Client, url: impl Into<String>) -> Self {
+        SqsQueue {
+            client,
+            url: url.into(),
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn is_fifo(&self) -> bool {
+        self.url.ends_with(".fifo")
+    }
+
+    /// Send up to [`MAX_BATCH`] messages in one call. Returns, per entry in order, the SQS message
+    /// id or the error for that entry.
+    pub async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<Vec<Result<String, String>>> {
+        let mut entries = Vec::with_capacity(messages.len());
+        for (i, m) in messages.iter().enumerate() {
+            let mut e = SendMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .message_body(&m.body);
+            for (name, data_type, value) in &m.attributes {
+                e = e.message_attributes(name, attr(data_type, value)?);
+            }
+            if self.is_fifo() {
+                e = e
+                    .message_group_id(m.group_id.clone().unwrap_or_else(|| "default".into()))
+                    .set_message_deduplication_id(m.dedup_id.clone());
+            }
+            entries.push(
+                e.build()
+                    .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("batch entry: {e}")))?,
+            );
+        }
+        let out = self
+            .client
+            .send_message_batch()
+            .queue_url(&self.url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| store_error("SendMessageBatch", e))?;
+        let mut results: Vec<Result<String, String>> = vec![Err("no result".into()); messages.len()];
+        for ok in out.successful() {
+            if let Ok(i) = ok.id().parse::<usize>() {
+                if let Some(slot) = results.get_mut(i) {
+                    *slot = Ok(ok.message_id().to_owned());
+                }
+            }
+        }
+        for failed in out.failed() {
+            if let Ok(i) = failed.id().parse::<usize>() {
+                if let Some(slot) = results.get_mut(i) {
+                    *slot = Err(format!("{}: {}", failed.code(), failed.message().unwrap_or("")));
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// Receive up to `max` messages with all system and message attributes.
+    pub async fn receive(&self, max: i32, wait_secs: i32, visibility_secs: Option<i32>) -> StoreResult<Vec<Message>> {
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.url)
+            .max_number_of_messages(max.clamp(1, 10))
+            .wait_time_seconds(wait_secs.clamp(0, 20))
+            .set_visibility_timeout(visibility_secs)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .map_err(|e| store_error("ReceiveMessage", e))?;
+        Ok(out.messages.unwrap_or_default())
+    }
+
+    /// Delete messages by receipt handle, in batches of ten. Returns how many were deleted.
+    pub async fn delete_batch(&self, receipt_handles: &[String]) -> StoreResult<usize> {
+        let mut deleted = 0;
+        for chunk in receipt_handles.chunks(MAX_BATCH) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(r)
+                        .build()
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("delete entry: {e}")))?;
+            let out = self
+                .client
+                .delete_message_batch()
+                .queue_url(&self.url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| store_error("DeleteMessageBatch", e))?;
+            deleted += out.successful().len();
+        }
+        Ok(deleted)
+    }
+
+    /// Approximate depth (visible, in flight, delayed).
+    pub async fn depth(&self) -> StoreResult<QueueDepth> {
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+            .send()
+            .await
+            .map_err(|e| store_error("GetQueueAttributes", e))?;
+        let attrs: HashMap<QueueAttributeName, String> = out.attributes.unwrap_or_default();
+        let get = |n: QueueAttributeName| attrs.get(&n).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        Ok(QueueDepth {
+            visible: get(QueueAttributeName::ApproximateNumberOfMessages),
+            in_flight: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+            delayed: get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+        })
+    }
+
+    /// One attribute of the queue (e.g. `QueueArn`, `RedrivePolicy`).
+    pub async fn attribute(&self, name: QueueAttributeName) -> StoreResult<Option<String>> {
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.url)
+            .attribute_names(name.clone())
+            .send()
+            .await
+            .map_err(|e| store_error("GetQueueAttributes", e))?;
+        Ok(out.attributes.and_then(|mut a| a.remove(&name)))
+    }
+}
+
+impl WorkQueue for SqsQueue {
+    async fn change_visibility(&self, receipt_handle: &str, secs: u32) -> StoreResult<()> {
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(i32::try_from(secs).unwrap_or(i32::MAX))
+            .send()
+            .await
+            .map_err(|e| store_error("ChangeMessageVisibility", e))?;
+        Ok(())
+    }
+}
+
+impl DeadLetterQueue for SqsQueue {
+    async fn send(&self, letter: &DeadLetter) -> StoreResult<()> {
+        let m = dead_letter_message(letter)
+            .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("dead-letter context: {e}")))?;
+        let mut req = self.client.send_message().queue_url(&self.url).message_body(&m.body);
+        for (name, data_type, value) in &m.attributes {
+            req = req.message_attributes(name, attr(data_type, value)?);
+        }
+        if self.is_fifo() {
+            req = req
+                .message_group_id(m.group_id.unwrap_or_else(|| "dead-letters".into()))
+                .set_message_deduplication_id(m.dedup_id);
+        }
+        req.send().await.map_err(|e| store_error("SendMessage(DLQ)", e))?;
+        Ok(())
+    }
+}
+
+impl recon_core::ports::ReplayQueue for SqsQueue {
+    async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<Vec<Result<String, String>>> {
+        SqsQueue::send_batch(self, messages).await
+    }
+    async fn visible_depth(&self) -> StoreResult<u64> {
+        Ok(self.depth().await?.visible)
+    }
+}

@@ -1,0 +1,103 @@
+//! Logging setup shared by the functions and `dlqctl`: one JSON object per event on Lambda (what
+//! CloudWatch Logs Insights queries), readable text for a terminal. `RUST_LOG` filters.
+
+use tracing_subscriber::EnvFilter;
+
+/// JSON events with their fields flattened at the top level, no ANSI colours.
+pub fn init_json() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_ansi(false)
+        .with_target(false)
+        .without_time()
+        .with_env_filter(filter)
+        .try_init();
+}
+
+/// Human-readable events on stderr, `warn` and above unless `RUST_LOG` says otherwise.
+pub fn init_text(default_level: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_env_filter(filter)
+        .try_init();
+}
+
+/// Metrics in CloudWatch Embedded Metric Format: one JSON line on stdout per metric, which Lambda
+/// ships to CloudWatch Logs and CloudWatch turns into metrics (no API call, no extra latency).
+#[derive(Clone, Debug)]
+pub struct EmfMetrics {
+    pub namespace: String,
+}
+
+impl EmfMetrics {
+    /// The EMF document of one metric.
+    pub fn document(&self, m: &recon_core::ports::Metric, timestamp_ms: i64) -> serde_json::Value {
+        let dims: Vec<&str> = m.dimensions.iter().map(|(k, _)| *k).collect();
+        let mut doc = serde_json::json!({
+            "_aws": {
+                "Timestamp": timestamp_ms,
+                "CloudWatchMetrics": [{
+                    "Namespace": self.namespace,
+                    "Dimensions": [dims],
+                    "Metrics": [{"Name": m.name, "Unit": m.unit}],
+                }],
+            },
+        });
+        if let Some(obj) = doc.as_object_mut() {
+            for (k, v) in &m.dimensions {
+                obj.insert((*k).to_owned(), v.clone().into());
+            }
+            obj.insert(m.name.to_owned(), m.value.into());
+        }
+        doc
+    }
+}
+
+impl recon_core::ports::Metrics for EmfMetrics {
+    fn emit(&self, m: &recon_core::ports::Metric) {
+        println!("{}", self.document(m, chrono::Utc::now().timestamp_millis()));
+    }
+}
+
+/// Metrics as `debug` tracing events: for `dlqctl`, where EMF lines on stdout would be noise.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TracingMetrics;
+
+impl recon_core::ports::Metrics for TracingMetrics {
+    fn emit(&self, m: &recon_core::ports::Metric) {
+        tracing::debug!(metric = m.name, value = m.value, unit = m.unit, dimensions = ?m.dimensions, "metric");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recon_core::ports::Metric;
+
+    #[test]
+    fn emf_documents_carry_the_metric_and_its_dimensions() {
+        let m = Metric {
+            name: "DeadLettered",
+            value: 1,
+            unit: "Count",
+            dimensions: vec![("FailureCode", "POISON_MESSAGE".into())],
+        };
+        let doc = EmfMetrics {
+            namespace: "ReconDlq".into(),
+        }
+        .document(&m, 1_700_000_000_000);
+        assert_eq!(doc["DeadLettered"], 1);
+        assert_eq!(doc["FailureCode"], "POISON_MESSAGE");
+        assert_eq!(doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0][0], "FailureCode");
+        assert_eq!(
+            doc["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"],
+            "DeadLettered"
+        );
+        assert_eq!(doc["_aws"]["Timestamp"], 1_700_000_000_000i64);
+    }
+}

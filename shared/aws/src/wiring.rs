@@ -1,0 +1,110 @@
+//! The flows wired to AWS (or the local stack): which adapter serves which port, built from the
+//! validated settings. The three Lambda mains and `dlqctl` use these and nothing else.
+
+use chrono::Duration as ChronoDuration;
+use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings};
+use recon_core::consume::{Consumer, ConsumerConfig};
+use recon_core::enrich::{Enricher, EnricherConfig};
+use recon_core::ports::{Ledger, Metrics, SystemClock};
+use recon_core::replay::{ReplayConfig, Replayer};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::AwsClients;
+use crate::dynamodb::{DynamoAuditLog, DynamoEnvelopeStore, DynamoLedger, DynamoReferenceData};
+use crate::s3::S3Worm;
+use crate::sqs::SqsQueue;
+use crate::telemetry::EmfMetrics;
+
+/// The consumer on SQS queues, DynamoDB reference data and audit, and a ledger (the DynamoDB
+/// reference ledger, or a wrapper around it).
+pub type AwsConsumer<L = DynamoLedger> = Consumer<L, SqsQueue, SqsQueue, Arc<DynamoReferenceData>, DynamoAuditLog>;
+
+pub fn consumer<L: Ledger>(
+    clients: &AwsClients,
+    settings: &ConsumerSettings,
+    ledger: L,
+    actor: &str,
+) -> AwsConsumer<L> {
+    Consumer {
+        ledger,
+        queue: SqsQueue::new(clients.sqs.clone(), &settings.main_queue_url),
+        dlq: SqsQueue::new(clients.sqs.clone(), &settings.dead_letter_queue_url),
+        reference: Arc::new(DynamoReferenceData::new(
+            clients.dynamodb.clone(),
+            &settings.reference_table,
+            settings.reference_cache,
+        )),
+        audit: DynamoAuditLog::new(clients.dynamodb.clone(), &settings.audit_table),
+        clock: Arc::new(SystemClock),
+        config: ConsumerConfig {
+            retry: settings.retry,
+            deadline_margin: settings.deadline_margin,
+            concurrency: settings.concurrency,
+            actor: actor.to_owned(),
+        },
+    }
+}
+
+/// The enricher; metrics in EMF unless said otherwise.
+pub type AwsEnricher<M = EmfMetrics> = Enricher<DynamoEnvelopeStore, S3Worm, DynamoAuditLog, M>;
+
+pub fn enricher<M: Metrics>(clients: &AwsClients, s: &EnricherSettings, actor: &str, metrics: M) -> AwsEnricher<M> {
+    Enricher {
+        store: DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table),
+        worm: S3Worm::new(clients.s3.clone(), &s.quarantine_bucket),
+        audit: DynamoAuditLog::new(clients.dynamodb.clone(), &s.audit_table),
+        metrics,
+        clock: Arc::new(SystemClock),
+        config: EnricherConfig {
+            actor: actor.to_owned(),
+            overflow_high_water: s.overflow_high_water,
+            concurrency: s.concurrency,
+            deadline_margin: s.deadline_margin,
+        },
+    }
+}
+
+/// The replay; metrics in EMF unless said otherwise.
+pub type AwsReplayer<M = EmfMetrics> =
+    Replayer<DynamoEnvelopeStore, DynamoLedger, DynamoReferenceData, SqsQueue, S3Worm, DynamoAuditLog, M>;
+
+pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &str, metrics: M) -> AwsReplayer<M> {
+    Replayer {
+        progress: None,
+        store: DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table),
+        ledger: DynamoLedger::new(clients.dynamodb.clone(), &s.ledger_table),
+        // Gate 1 must see today's reference data: no cache.
+        reference: DynamoReferenceData::new(clients.dynamodb.clone(), &s.reference_table, Duration::ZERO),
+        queue: SqsQueue::new(clients.sqs.clone(), &s.main_queue_url),
+        worm: S3Worm::new(clients.s3.clone(), &s.quarantine_bucket),
+        audit: DynamoAuditLog::new(clients.dynamodb.clone(), &s.audit_table),
+        metrics,
+        clock: Arc::new(SystemClock),
+        config: ReplayConfig {
+            actor: actor.to_owned(),
+            lease: ChronoDuration::seconds(s.lease_secs),
+            max_replays: s.max_replays,
+            replay_window: ChronoDuration::days(s.window_days),
+            rate_per_sec: s.rate_per_sec,
+            main_queue_high_water: s.main_queue_high_water,
+            concurrency: 8,
+            page_size: s.page_size,
+            overflow_high_water: s.overflow_high_water,
+            deadline_margin: s.deadline_margin,
+        },
+    }
+}
+
+/// EMF metrics in the namespace the settings name.
+pub fn emf(namespace: &str) -> EmfMetrics {
+    EmfMetrics {
+        namespace: namespace.to_owned(),
+    }
+}
+
+/// The function's name on Lambda (`AWS_LAMBDA_FUNCTION_NAME`), recorded as the actor of its
+/// decisions; `default` elsewhere.
+pub fn function_name(default: &str) -> String {
+    std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| default.to_owned())
+}

@@ -1,0 +1,332 @@
+//! Runtime configuration from the environment, validated at start-up with errors that say which
+//! variable is wrong and what it should be. Every variable is documented in the README.
+
+use std::time::Duration;
+
+use crate::decisions::{DEFAULT_MAX_ATTEMPTS, RetryPolicy};
+use crate::resources::{self, ResourceNames};
+
+pub mod vars {
+    pub const STACK_PREFIX: &str = "DLQ_STACK_PREFIX";
+    pub const MAIN_QUEUE_URL: &str = "DLQ_MAIN_QUEUE_URL";
+    pub const DEAD_LETTER_QUEUE_URL: &str = "DLQ_DEAD_LETTER_QUEUE_URL";
+    pub const LEDGER_TABLE: &str = "DLQ_LEDGER_TABLE";
+    pub const REFERENCE_TABLE: &str = "DLQ_REFERENCE_TABLE";
+    pub const AUDIT_TABLE: &str = "DLQ_AUDIT_TABLE";
+    pub const MAX_ATTEMPTS: &str = "DLQ_MAX_ATTEMPTS";
+    pub const BACKOFF_BASE_SECS: &str = "DLQ_BACKOFF_BASE_SECS";
+    pub const BACKOFF_CAP_SECS: &str = "DLQ_BACKOFF_CAP_SECS";
+    pub const DEADLINE_MARGIN_MS: &str = "DLQ_DEADLINE_MARGIN_MS";
+    pub const BATCH_CONCURRENCY: &str = "DLQ_BATCH_CONCURRENCY";
+    pub const REFERENCE_CACHE_SECS: &str = "DLQ_REFERENCE_CACHE_SECS";
+    pub const ENVELOPE_TABLE: &str = "DLQ_ENVELOPE_TABLE";
+    pub const QUARANTINE_BUCKET: &str = "DLQ_QUARANTINE_BUCKET";
+    pub const OVERFLOW_HIGH_WATER: &str = "DLQ_OVERFLOW_HIGH_WATER";
+    pub const METRICS_NAMESPACE: &str = "DLQ_METRICS_NAMESPACE";
+    pub const REPLAY_LEASE_SECS: &str = "DLQ_REPLAY_LEASE_SECS";
+    pub const REPLAY_MAX_PER_ENVELOPE: &str = "DLQ_REPLAY_MAX_PER_ENVELOPE";
+    pub const REPLAY_WINDOW_DAYS: &str = "DLQ_REPLAY_WINDOW_DAYS";
+    pub const REPLAY_RATE_PER_SEC: &str = "DLQ_REPLAY_RATE_PER_SEC";
+    pub const REPLAY_QUEUE_HIGH_WATER: &str = "DLQ_REPLAY_QUEUE_HIGH_WATER";
+    pub const REPLAY_PAGE_SIZE: &str = "DLQ_REPLAY_PAGE_SIZE";
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{var} is not set: {hint}")]
+    Missing { var: &'static str, hint: &'static str },
+    #[error("{var}={value:?} is not valid: {hint}")]
+    Invalid {
+        var: &'static str,
+        value: String,
+        hint: String,
+    },
+}
+
+/// Everything the consumer needs to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerSettings {
+    pub main_queue_url: String,
+    pub dead_letter_queue_url: String,
+    pub ledger_table: String,
+    pub reference_table: String,
+    pub audit_table: String,
+    pub retry: RetryPolicy,
+    pub deadline_margin: Duration,
+    pub concurrency: usize,
+    pub reference_cache: Duration,
+}
+
+fn number<T: std::str::FromStr>(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    default: T,
+    hint: &str,
+) -> Result<T, ConfigError> {
+    match get(var).filter(|v| !v.trim().is_empty()) {
+        None => Ok(default),
+        Some(v) => v.trim().parse().map_err(|_| ConfigError::Invalid {
+            var,
+            value: v,
+            hint: hint.to_owned(),
+        }),
+    }
+}
+
+impl ConsumerSettings {
+    /// Read the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Read settings through `get` (the environment, or a map in tests). Queue URLs are
+    /// required; table names default to the names derived from `DLQ_STACK_PREFIX`.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let names = ResourceNames::with_prefix(
+            &get(vars::STACK_PREFIX).unwrap_or_else(|| resources::DEFAULT_PREFIX.to_owned()),
+        );
+        let required = |var: &'static str, hint: &'static str| {
+            get(var)
+                .filter(|v| !v.trim().is_empty())
+                .ok_or(ConfigError::Missing { var, hint })
+        };
+        let retry = RetryPolicy {
+            max_attempts: number(
+                &get,
+                vars::MAX_ATTEMPTS,
+                DEFAULT_MAX_ATTEMPTS,
+                "a whole number of receives, 1-1000",
+            )?,
+            backoff_base_secs: number(
+                &get,
+                vars::BACKOFF_BASE_SECS,
+                RetryPolicy::default().backoff_base_secs,
+                "whole seconds",
+            )?,
+            backoff_cap_secs: number(
+                &get,
+                vars::BACKOFF_CAP_SECS,
+                RetryPolicy::default().backoff_cap_secs,
+                "whole seconds",
+            )?,
+        };
+        retry.validate().map_err(|e| ConfigError::Invalid {
+            var: vars::MAX_ATTEMPTS,
+            value: format!(
+                "{}/{}/{}",
+                retry.max_attempts, retry.backoff_base_secs, retry.backoff_cap_secs
+            ),
+            hint: e.to_string(),
+        })?;
+        let concurrency: usize = number(&get, vars::BATCH_CONCURRENCY, 8, "a whole number 1-100")?;
+        if !(1..=100).contains(&concurrency) {
+            return Err(ConfigError::Invalid {
+                var: vars::BATCH_CONCURRENCY,
+                value: concurrency.to_string(),
+                hint: "a whole number 1-100".into(),
+            });
+        }
+        Ok(ConsumerSettings {
+            main_queue_url: required(vars::MAIN_QUEUE_URL, "the URL of the main queue the consumer reads")?,
+            dead_letter_queue_url: required(vars::DEAD_LETTER_QUEUE_URL, "the URL of the DLQ the consumer writes")?,
+            ledger_table: get(vars::LEDGER_TABLE).unwrap_or(names.ledger_table),
+            reference_table: get(vars::REFERENCE_TABLE).unwrap_or(names.reference_table),
+            audit_table: get(vars::AUDIT_TABLE).unwrap_or(names.audit_table),
+            retry,
+            deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 3000, "milliseconds")?),
+            concurrency,
+            reference_cache: Duration::from_secs(number(&get, vars::REFERENCE_CACHE_SECS, 30, "whole seconds")?),
+        })
+    }
+}
+
+/// Everything the enricher needs to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnricherSettings {
+    pub envelope_table: String,
+    pub audit_table: String,
+    pub quarantine_bucket: String,
+    pub overflow_high_water: i64,
+    pub metrics_namespace: String,
+    pub concurrency: usize,
+    pub deadline_margin: Duration,
+}
+
+impl EnricherSettings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Names default to those derived from `DLQ_STACK_PREFIX`.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let names = ResourceNames::with_prefix(
+            &get(vars::STACK_PREFIX).unwrap_or_else(|| resources::DEFAULT_PREFIX.to_owned()),
+        );
+        let high_water: i64 = number(
+            &get,
+            vars::OVERFLOW_HIGH_WATER,
+            resources::DEFAULT_OVERFLOW_HIGH_WATER,
+            "a whole number of PENDING envelopes",
+        )?;
+        if high_water < 0 {
+            return Err(ConfigError::Invalid {
+                var: vars::OVERFLOW_HIGH_WATER,
+                value: high_water.to_string(),
+                hint: "a whole number of PENDING envelopes, 0 or more".into(),
+            });
+        }
+        Ok(EnricherSettings {
+            envelope_table: get(vars::ENVELOPE_TABLE).unwrap_or(names.envelope_table),
+            audit_table: get(vars::AUDIT_TABLE).unwrap_or(names.audit_table),
+            quarantine_bucket: get(vars::QUARANTINE_BUCKET).unwrap_or(names.quarantine_bucket),
+            overflow_high_water: high_water,
+            metrics_namespace: get(vars::METRICS_NAMESPACE)
+                .unwrap_or_else(|| resources::DEFAULT_METRICS_NAMESPACE.to_owned()),
+            concurrency: number(&get, vars::BATCH_CONCURRENCY, 8usize, "a whole number 1-100")?.clamp(1, 100),
+            deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 3000, "milliseconds")?),
+        })
+    }
+}
+
+/// Everything the replay needs to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplaySettings {
+    pub main_queue_url: String,
+    pub envelope_table: String,
+    pub ledger_table: String,
+    pub reference_table: String,
+    pub audit_table: String,
+    pub quarantine_bucket: String,
+    pub lease_secs: i64,
+    pub max_replays: u32,
+    pub window_days: i64,
+    pub rate_per_sec: u32,
+    pub main_queue_high_water: u64,
+    pub page_size: usize,
+    pub overflow_high_water: i64,
+    pub metrics_namespace: String,
+    pub deadline_margin: Duration,
+}
+
+impl ReplaySettings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let names = ResourceNames::with_prefix(
+            &get(vars::STACK_PREFIX).unwrap_or_else(|| resources::DEFAULT_PREFIX.to_owned()),
+        );
+        let enricher = EnricherSettings::from_lookup(&get)?;
+        let positive = |var: &'static str, v: i64| {
+            if v > 0 {
+                Ok(v)
+            } else {
+                Err(ConfigError::Invalid {
+                    var,
+                    value: v.to_string(),
+                    hint: "a whole number above 0".into(),
+                })
+            }
+        };
+        let page_size: usize = number(&get, vars::REPLAY_PAGE_SIZE, 100, "envelopes per page, 1-1000")?;
+        Ok(ReplaySettings {
+            main_queue_url: get(vars::MAIN_QUEUE_URL)
+                .filter(|v| !v.trim().is_empty())
+                .ok_or(ConfigError::Missing {
+                    var: vars::MAIN_QUEUE_URL,
+                    hint: "the URL of the main queue replays re-inject into",
+                })?,
+            envelope_table: enricher.envelope_table,
+            ledger_table: get(vars::LEDGER_TABLE).unwrap_or(names.ledger_table),
+            reference_table: get(vars::REFERENCE_TABLE).unwrap_or(names.reference_table),
+            audit_table: enricher.audit_table,
+            quarantine_bucket: enricher.quarantine_bucket,
+            lease_secs: positive(
+                vars::REPLAY_LEASE_SECS,
+                number(&get, vars::REPLAY_LEASE_SECS, 300, "seconds")?,
+            )?,
+            max_replays: number(&get, vars::REPLAY_MAX_PER_ENVELOPE, 3, "a whole number of replays")?,
+            window_days: positive(
+                vars::REPLAY_WINDOW_DAYS,
+                number(&get, vars::REPLAY_WINDOW_DAYS, 90, "days")?,
+            )?,
+            rate_per_sec: number(
+                &get,
+                vars::REPLAY_RATE_PER_SEC,
+                50,
+                "messages per second, 0 for no limit",
+            )?,
+            main_queue_high_water: number(
+                &get,
+                vars::REPLAY_QUEUE_HIGH_WATER,
+                10_000,
+                "a number of visible messages",
+            )?,
+            page_size: page_size.clamp(1, 1000),
+            overflow_high_water: enricher.overflow_high_water,
+            metrics_namespace: enricher.metrics_namespace,
+            deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 5000, "milliseconds")?),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn defaults_apply_and_queue_urls_are_required() {
+        let err = ConsumerSettings::from_lookup(lookup(&[])).unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::Missing {
+                var: vars::MAIN_QUEUE_URL,
+                hint: "the URL of the main queue the consumer reads"
+            }
+        );
+        let s = ConsumerSettings::from_lookup(lookup(&[
+            (vars::MAIN_QUEUE_URL, "q"),
+            (vars::DEAD_LETTER_QUEUE_URL, "d"),
+        ]))
+        .unwrap();
+        assert_eq!(s.ledger_table, "recon-dlq-ledger");
+        assert_eq!(s.retry, RetryPolicy::default());
+    }
+
+    #[test]
+    fn enricher_settings_default_from_the_prefix_and_refuse_a_negative_mark() {
+        let s = EnricherSettings::from_lookup(lookup(&[(vars::STACK_PREFIX, "acme")])).unwrap();
+        assert_eq!(s.envelope_table, "acme-envelopes");
+        assert_eq!(s.quarantine_bucket, "acme-quarantine");
+        assert_eq!(s.overflow_high_water, resources::DEFAULT_OVERFLOW_HIGH_WATER);
+        assert!(EnricherSettings::from_lookup(lookup(&[(vars::OVERFLOW_HIGH_WATER, "-1")])).is_err());
+    }
+
+    #[test]
+    fn bad_numbers_name_the_variable() {
+        let err = ConsumerSettings::from_lookup(lookup(&[
+            (vars::MAIN_QUEUE_URL, "q"),
+            (vars::DEAD_LETTER_QUEUE_URL, "d"),
+            (vars::MAX_ATTEMPTS, "five"),
+        ]))
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("DLQ_MAX_ATTEMPTS=\"five\" is not valid"),
+            "{err}"
+        );
+        let err = ConsumerSettings::from_lookup(lookup(&[
+            (vars::MAIN_QUEUE_URL, "q"),
+            (vars::DEAD_LETTER_QUEUE_URL, "d"),
+            (vars::BACKOFF_CAP_SECS, "99999"),
+        ]))
+        .unwrap_err();
+        assert!(err.to_string().contains("43200"), "{err}");
+    }
+}

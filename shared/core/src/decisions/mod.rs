@@ -1,0 +1,7 @@
+//! Pure decision logic: what to do with a failure, how long to back off, how to group dead letters.
+
+pub mod retry;
+pub mod triage;
+
+pub use retry::{DEFAULT_MAX_ATTEMPTS, FailureDecision, RetryPolicy, decide_failure};
+pub use triage::{TriageGroup, triage};

@@ -1,0 +1,526 @@
+//! `ReconMessage`: the JSON body on the main queue, its decoding and its validation.
+//!
+//! One implementation serves the consumer and the replay integrity gate, so "would this message
+//! post today?" has exactly one answer. Decoding is staged so that every failure lands in the
+//! right class:
+//!
+//! 1. not JSON / not an object                        -> `UNRECOVERABLE_PAYLOAD`
+//! 2. `source_hash` missing or not 64 hex digits       -> `UNRECOVERABLE_PAYLOAD`
+//! 3. a field missing, mistyped or malformed            -> `POISON_MESSAGE` (`SCHEMA_VIOLATION:<field>`,
+//!    `INVALID_DECIMAL`)
+//! 4. `source_hash` does not match the content          -> `UNRECOVERABLE_PAYLOAD` (`HASH_MISMATCH`)
+//! 5. reference data: unmapped currency, scale beyond the currency's minor units, closed
+//!    accounting period                                 -> `POISON_MESSAGE`
+//!
+//! The decoder borrows from the body wherever the JSON has no escapes: no allocation on the
+//! common path.
+
+use chrono::{Datelike, NaiveDate};
+use rust_decimal::Decimal;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
+
+use super::failure::{ProcessError, RootCause};
+use super::hash::{HashInput, source_hash_bytes};
+use super::reference::{PeriodStatus, ReferenceSnapshot};
+
+mod producer;
+pub use producer::NewMessage;
+
+/// The only schema version this code understands.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// Field length limits (bytes). They keep every ledger item well under 1 KB (one write unit).
+pub const MAX_ID_LEN: usize = 128;
+pub const MAX_ENTITY_LEN: usize = 64;
+pub const MAX_REF_LEN: usize = 128;
+pub const MAX_COUNTERPARTY_LEN: usize = 256;
+/// 28 significant digits is what a `Decimal` holds exactly.
+pub const MAX_AMOUNT_DIGITS: usize = 28;
+
+/// The upstream matcher's verdict, carried through for audit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum MatchDecision {
+    Matched,
+    Partial,
+    Unmatched,
+}
+
+impl MatchDecision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MatchDecision::Matched => "MATCHED",
+            MatchDecision::Partial => "PARTIAL",
+            MatchDecision::Unmatched => "UNMATCHED",
+        }
+    }
+}
+
+impl FromStr for MatchDecision {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s {
+            "MATCHED" => Ok(MatchDecision::Matched),
+            "PARTIAL" => Ok(MatchDecision::Partial),
+            "UNMATCHED" => Ok(MatchDecision::Unmatched),
+            _ => Err(()),
+        }
+    }
+}
+
+impl fmt::Display for MatchDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A decoded, schema-valid, hash-verified message. Strings borrow from the body when they can.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReconMessage<'a> {
+    pub schema_version: u64,
+    pub message_id: Cow<'a, str>,
+    /// 64 lowercase hex digits, verified against the content.
+    pub source_hash: String,
+    pub ledger_entity: Cow<'a, str>,
+    /// Upper-case.
+    pub currency: Cow<'a, str>,
+    pub amount: Decimal,
+    pub match_decision: MatchDecision,
+    pub trace_id: Cow<'a, str>,
+    pub value_date: NaiveDate,
+    pub external_ref: Cow<'a, str>,
+    pub counterparty: Cow<'a, str>,
+}
+
+impl ReconMessage<'_> {
+    /// The accounting period the transaction belongs to: the month of its value date, `YYYY-MM`.
+    pub fn period(&self) -> String {
+        period_of(self.value_date)
+    }
+}
+
+pub fn period_of(date: NaiveDate) -> String {
+    format!("{:04}-{:02}", date.year(), date.month())
+}
+
+/// What can be learned about a body even when it fails validation: used to label dead letters
+/// (trace id, entity, amount) as well as possible.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageLabels {
+    pub message_id: Option<String>,
+    pub source_hash: Option<String>,
+    pub trace_id: Option<String>,
+    pub ledger_entity: Option<String>,
+    pub currency: Option<String>,
+    pub amount: Option<String>,
+    pub value_date: Option<String>,
+    pub match_decision: Option<String>,
+}
+
+/// One JSON value as the decoder sees it: strings are kept (borrowed if possible), everything
+/// else only by kind.
+#[derive(Clone, Debug, PartialEq)]
+enum Scalar<'a> {
+    Str(Cow<'a, str>),
+    UInt(u64),
+    OtherNumber,
+    Bool,
+    Compound,
+}
+
+impl Scalar<'_> {
+    fn kind(&self) -> &'static str {
+        match self {
+            Scalar::Str(_) => "a string",
+            Scalar::UInt(_) | Scalar::OtherNumber => "a number",
+            Scalar::Bool => "a boolean",
+            Scalar::Compound => "an array or object",
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Scalar<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Scalar::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Scalar::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Scalar::Str(Cow::Owned(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(Scalar::UInt(v))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Scalar::OtherNumber)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Scalar::OtherNumber)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Scalar::Bool)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Compound)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Compound)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// The wire shape: every known field, any JSON type, absent or `null` = `None`. Unknown fields
+/// are ignored (producers may add metadata; it never enters the hash).
+#[derive(Deserialize, Default)]
+struct Wire<'a> {
+    #[serde(borrow, default)]
+    schema_version: Option<Scalar<'a>>,
+    #[serde(borrow, default)]
+    message_id: Option<Scalar<'a>>,
+    #[serde(borrow, default)]
+    source_hash: Option<Scalar<'a>>,
+    #[serde(borrow, default)]
+    ledger_entity: Option<Scalar<'a>>,
+    #[serde(borrow, default)]
+    currency: Option<Scalar<'a>>,
+    #[serde(borrow, default)]
+    amount: Option<Scalar<'a>>,
+    #[serde(borrow, default)]
+    match_decision: Option<Scalar<'a>>,
+    #[serde(borrow, default)]
+    trace_id: Option<Scalar<'a>>,
+    #[serde(borrow, default)]
+    value_date: Option<Scalar<'a>>,
+    #[serde(borrow, default)]
+    external_ref: Option<Scalar<'a>>,
+    #[serde(borrow, default)]
+    counterparty: Option<Scalar<'a>>,
+}
+
+fn schema(field: &str, detail: impl Into<String>) -> ProcessError {
+    ProcessError::poison(RootCause::SchemaViolation(field.to_owned()), detail)
+}
+
+fn string_field<'a>(
+    name: &'static str,
+    value: Option<Scalar<'a>>,
+    max_len: usize,
+) -> Result<Option<Cow<'a, str>>, ProcessError> {
+    match value {
+        None => Ok(None),
+        Some(Scalar::Str(s)) => {
+            if s.len() > max_len {
+                return Err(schema(name, format!("`{name}` is longer than {max_len} bytes")));
+            }
+            if has_control(&s) {
+                return Err(schema(name, format!("`{name}` contains control characters")));
+            }
+            Ok(Some(s))
+        }
+        Some(other) => Err(schema(name, format!("`{name}` must be a string, not {}", other.kind()))),
+    }
+}
+
+fn required<'a>(name: &'static str, value: Option<Scalar<'a>>, max_len: usize) -> Result<Cow<'a, str>, ProcessError> {
+    match string_field(name, value, max_len)? {
+        Some(s) if !s.trim().is_empty() => Ok(s),
+        Some(_) => Err(schema(name, format!("`{name}` is empty"))),
+        None => Err(schema(name, format!("`{name}` is missing"))),
+    }
+}
+
+/// Does `s` hold a control character (C0, DEL or C1)? Byte-wise: C1 controls are U+0080-U+009F,
+/// encoded as `0xC2 0x80..=0x9F` in UTF-8.
+fn has_control(s: &str) -> bool {
+    let b = s.as_bytes();
+    // Fast path (vectorises): printable ASCII only.
+    if b.iter().all(|c| (0x20..0x7f).contains(c)) {
+        return false;
+    }
+    b.iter()
+        .enumerate()
+        .any(|(i, &c)| c < 0x20 || c == 0x7f || (c == 0xc2 && b.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n))))
+}
+
+/// Parse exactly `YYYY-MM-DD` into a calendar date (no strftime machinery on the hot path).
+pub fn parse_date(s: &str) -> Option<NaiveDate> {
+    let b = s.as_bytes();
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| {
+        b[r].iter().try_fold(0u32, |acc, &d| {
+            d.is_ascii_digit().then(|| acc * 10 + u32::from(d - b'0'))
+        })
+    };
+    let year = i32::try_from(num(0..4)?).ok()?;
+    NaiveDate::from_ymd_opt(year, num(5..7)?, num(8..10)?)
+}
+
+/// Trim surrounding whitespace, keeping the borrow when nothing is cut.
+fn trimmed(s: Cow<'_, str>) -> Cow<'_, str> {
+    match s {
+        Cow::Borrowed(b) => Cow::Borrowed(b.trim()),
+        Cow::Owned(o) if o.trim().len() == o.len() => Cow::Owned(o),
+        Cow::Owned(o) => Cow::Owned(o.trim().to_owned()),
+    }
+}
+
+/// Is `s` 64 hex digits? (Either case is accepted; it is stored lower-case.)
+fn is_hash_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Parse a plain decimal: `-?digits(.digits)?`, at most 28 significant digits. No `+`, no
+/// exponent, no spaces, no thousands separators: anything else is `INVALID_DECIMAL`.
+pub fn parse_amount(s: &str) -> Result<Decimal, ProcessError> {
+    let invalid = |why: &str| {
+        ProcessError::poison(
+            RootCause::InvalidDecimal,
+            format!("amount `{}` {why}", crate::domain::failure::bounded_detail(s)),
+        )
+    };
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    let (int, frac) = match digits.split_once('.') {
+        Some((i, f)) => (i, Some(f)),
+        None => (digits, None),
+    };
+    if int.is_empty() || !int.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(invalid("is not a plain decimal number"));
+    }
+    if let Some(f) = frac {
+        if f.is_empty() || !f.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(invalid("is not a plain decimal number"));
+        }
+    }
+    let significant = int.trim_start_matches('0').len() + frac.map_or(0, str::len);
+    if significant > MAX_AMOUNT_DIGITS {
+        return Err(invalid("has more than 28 significant digits"));
+    }
+    Decimal::from_str_exact(s).map_err(|e| invalid(&format!("does not parse: {e}")))
+}
+
+/// Decode and verify a body, without reference data (stages 1-4).
+pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
+    if !body.trim_start().starts_with('{') {
+        return Err(match serde_json::from_str::<IgnoredAny>(body) {
+            Ok(_) => ProcessError::unrecoverable(RootCause::NotAnObject, "body is JSON but not an object"),
+            Err(e) => ProcessError::unrecoverable(RootCause::NotJson, format!("body is not JSON: {e}")),
+        });
+    }
+    let wire: Wire<'_> = serde_json::from_str(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => ProcessError::unrecoverable(
+            RootCause::NotAnObject,
+            format!("body is JSON but not a message object with unique keys: {e}"),
+        ),
+        _ => ProcessError::unrecoverable(RootCause::NotJson, format!("body is not JSON: {e}")),
+    })?;
+
+    // Stage 2: the idempotency anchor must be there before anything else is worth checking.
+    let claimed_hash = match wire.source_hash {
+        None => {
+            return Err(ProcessError::unrecoverable(
+                RootCause::MissingSourceHash,
+                "`source_hash` is missing",
+            ));
+        }
+        Some(Scalar::Str(s)) if is_hash_hex(&s) && !s.bytes().any(|b| b.is_ascii_uppercase()) => s.into_owned(),
+        Some(Scalar::Str(s)) if is_hash_hex(&s) => s.to_ascii_lowercase(),
+        Some(_) => {
+            return Err(ProcessError::unrecoverable(
+                RootCause::MalformedSourceHash,
+                "`source_hash` must be 64 hexadecimal digits (SHA-256)",
+            ));
+        }
+    };
+
+    // Stage 3: schema.
+    let schema_version = match wire.schema_version {
+        Some(Scalar::UInt(SCHEMA_VERSION)) => SCHEMA_VERSION,
+        None => return Err(schema("schema_version", "`schema_version` is missing")),
+        Some(_) => {
+            return Err(schema(
+                "schema_version",
+                format!("`schema_version` must be {SCHEMA_VERSION}"),
+            ));
+        }
+    };
+    let message_id = required("message_id", wire.message_id, MAX_ID_LEN)?;
+    let ledger_entity = required("ledger_entity", wire.ledger_entity, MAX_ENTITY_LEN)?;
+    if !ledger_entity
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        return Err(schema(
+            "ledger_entity",
+            "`ledger_entity` may hold only letters, digits, `-`, `_` and `.`",
+        ));
+    }
+    let currency = required("currency", wire.currency, 12)?;
+    if currency.len() < 3 || !currency.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(schema("currency", "`currency` must be 3 to 12 letters or digits"));
+    }
+    let currency = if currency.bytes().any(|b| b.is_ascii_lowercase()) {
+        Cow::Owned(currency.to_ascii_uppercase())
+    } else {
+        currency
+    };
+    let amount = match wire.amount {
+        Some(Scalar::Str(s)) => parse_amount(&s)?,
+        None => return Err(schema("amount", "`amount` is missing")),
+        Some(other) => {
+            return Err(schema(
+                "amount",
+                format!(
+                    "`amount` must be a decimal string, not {} (floats lose cents)",
+                    other.kind()
+                ),
+            ));
+        }
+    };
+    let match_decision = required("match_decision", wire.match_decision, 16)?;
+    let match_decision = MatchDecision::from_str(&match_decision).map_err(|()| {
+        schema(
+            "match_decision",
+            "`match_decision` must be MATCHED, PARTIAL or UNMATCHED",
+        )
+    })?;
+    let trace_id = string_field("trace_id", wire.trace_id, MAX_ID_LEN)?
+        .filter(|t| !t.trim().is_empty())
+        .unwrap_or_else(|| message_id.clone());
+    let value_date_text = required("value_date", wire.value_date, 10)?;
+    let value_date = parse_date(&value_date_text)
+        .ok_or_else(|| schema("value_date", "`value_date` must be a calendar date YYYY-MM-DD"))?;
+    let external_ref = trimmed(required("external_ref", wire.external_ref, MAX_REF_LEN)?);
+    let counterparty =
+        trimmed(string_field("counterparty", wire.counterparty, MAX_COUNTERPARTY_LEN)?.unwrap_or(Cow::Borrowed("")));
+
+    // Stage 4: the claimed hash must be the hash of this content.
+    let input = HashInput {
+        ledger_entity: &ledger_entity,
+        external_ref: &external_ref,
+        counterparty: &counterparty,
+        value_date: &value_date_text,
+        currency: &currency,
+        amount,
+    };
+    let actual = source_hash_bytes(&input);
+    let mut claimed = [0u8; 32];
+    if hex::decode_to_slice(&claimed_hash, &mut claimed).is_err() || claimed != actual {
+        return Err(ProcessError::unrecoverable(
+            RootCause::HashMismatch,
+            format!(
+                "`source_hash` {claimed_hash} does not match the content (expected {})",
+                hex::encode(actual)
+            ),
+        ));
+    }
+
+    Ok(ReconMessage {
+        schema_version,
+        message_id,
+        source_hash: claimed_hash,
+        ledger_entity,
+        currency,
+        amount,
+        match_decision,
+        trace_id,
+        value_date,
+        external_ref,
+        counterparty,
+    })
+}
+
+/// Stage 5: the checks that depend on reference data.
+pub fn check_reference(msg: &ReconMessage<'_>, reference: &ReferenceSnapshot) -> Result<(), ProcessError> {
+    check_currency(msg, reference)?;
+    check_period(msg, reference)
+}
+
+/// The currency is mapped and the amount fits its minor units (the replay integrity gate).
+pub fn check_currency(msg: &ReconMessage<'_>, reference: &ReferenceSnapshot) -> Result<(), ProcessError> {
+    let Some(minor_units) = reference.minor_units(&msg.currency) else {
+        return Err(ProcessError::poison(
+            RootCause::UnmappedCurrency(msg.currency.to_string()),
+            format!(
+                "currency {} is neither ISO 4217 nor mapped in the reference table",
+                msg.currency
+            ),
+        ));
+    };
+    let scale = msg.amount.normalize().scale();
+    if scale > minor_units {
+        return Err(ProcessError::poison(
+            RootCause::ScaleExceedsCurrency(msg.currency.to_string()),
+            format!(
+                "amount {} has {scale} decimal places; {} allows {minor_units}",
+                msg.amount, msg.currency
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The accounting period is open for the entity (the replay temporal gate).
+pub fn check_period(msg: &ReconMessage<'_>, reference: &ReferenceSnapshot) -> Result<(), ProcessError> {
+    let period = msg.period();
+    if reference.period_status(&msg.ledger_entity, &period) == PeriodStatus::Closed {
+        return Err(ProcessError::poison(
+            RootCause::ClosedPeriod {
+                entity: msg.ledger_entity.to_string(),
+                period: period.clone(),
+            },
+            format!("accounting period {period} is closed for {}", msg.ledger_entity),
+        ));
+    }
+    Ok(())
+}
+
+/// Decode, verify and validate against reference data: the whole integrity check.
+pub fn validate<'a>(body: &'a str, reference: &ReferenceSnapshot) -> Result<ReconMessage<'a>, ProcessError> {
+    let msg = decode(body)?;
+    check_reference(&msg, reference)?;
+    Ok(msg)
+}
+
+/// Best-effort labels of a body that may be invalid: any string field that is present.
+pub fn labels(body: &str) -> MessageLabels {
+    let Ok(wire) = serde_json::from_str::<Wire<'_>>(body) else {
+        return MessageLabels::default();
+    };
+    let text = |v: Option<Scalar<'_>>, max: usize| match v {
+        Some(Scalar::Str(s)) if s.len() <= max => Some(s.into_owned()),
+        _ => None,
+    };
+    MessageLabels {
+        message_id: text(wire.message_id, MAX_ID_LEN),
+        source_hash: text(wire.source_hash, 64)
+            .filter(|h| is_hash_hex(h))
+            .map(|h| h.to_ascii_lowercase()),
+        trace_id: text(wire.trace_id, MAX_ID_LEN),
+        ledger_entity: text(wire.ledger_entity, MAX_ENTITY_LEN),
+        currency: text(wire.currency, 12).map(|c| c.to_ascii_uppercase()),
+        amount: text(wire.amount, 64),
+        value_date: text(wire.value_date, 10),
+        match_decision: text(wire.match_decision, 16),
+    }
+}
+
+#[cfg(test)]
+mod tests;

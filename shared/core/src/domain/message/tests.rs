@@ -1,0 +1,175 @@
+//! Decoding, validation and labels of message bodies.
+
+use super::*;
+use crate::domain::reference::{CurrencyMapping, PeriodRecord};
+
+pub(crate) fn sample() -> NewMessage {
+    NewMessage {
+        message_id: "m-1".into(),
+        ledger_entity: "ACME-US".into(),
+        currency: "USD".into(),
+        amount: "10.50".into(),
+        match_decision: MatchDecision::Matched,
+        trace_id: "t-1".into(),
+        value_date: "2026-11-30".into(),
+        external_ref: "BANK-2026-0001".into(),
+        counterparty: "Globex Supplies".into(),
+    }
+}
+
+fn cause(r: Result<ReconMessage<'_>, ProcessError>) -> (String, String) {
+    match r {
+        Err(ProcessError::Unrecoverable { cause, .. }) => ("UNRECOVERABLE".into(), cause.to_string()),
+        Err(ProcessError::Poison { cause, .. }) => ("POISON".into(), cause.to_string()),
+        Err(ProcessError::Transient { kind, .. }) => ("TRANSIENT".into(), kind.to_string()),
+        Ok(_) => ("OK".into(), String::new()),
+    }
+}
+
+fn with(field: &str, value: serde_json::Value) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(&sample().to_body().unwrap()).unwrap();
+    if value.is_null() {
+        v.as_object_mut().unwrap().remove(field);
+    } else {
+        v[field] = value;
+    }
+    v.to_string()
+}
+
+#[test]
+fn a_valid_message_decodes_and_borrows() {
+    let body = sample().to_body().unwrap();
+    let msg = validate(&body, &ReferenceSnapshot::default()).unwrap();
+    assert_eq!(msg.amount, Decimal::from_str("10.50").unwrap());
+    assert_eq!(msg.period(), "2026-11");
+    assert!(matches!(msg.ledger_entity, Cow::Borrowed(_)));
+    assert_eq!(msg.source_hash, sample().compute_hash().unwrap());
+}
+
+#[test]
+fn unidentifiable_bodies_are_unrecoverable() {
+    let body = sample().to_body().unwrap();
+    assert_eq!(cause(decode("not json {")), ("UNRECOVERABLE".into(), "NOT_JSON".into()));
+    assert_eq!(cause(decode("[1,2]")), ("UNRECOVERABLE".into(), "NOT_AN_OBJECT".into()));
+    assert_eq!(
+        cause(decode(&with("source_hash", serde_json::Value::Null))).1,
+        "MISSING_SOURCE_HASH"
+    );
+    assert_eq!(
+        cause(decode(&with("source_hash", "abc".into()))).1,
+        "MALFORMED_SOURCE_HASH"
+    );
+    assert_eq!(cause(decode(&with("source_hash", 7.into()))).1, "MALFORMED_SOURCE_HASH");
+    let tampered = body.replace("10.50", "10.51");
+    assert_eq!(
+        cause(decode(&tampered)),
+        ("UNRECOVERABLE".into(), "HASH_MISMATCH".into())
+    );
+    let dup = body.replacen('{', "{\"currency\":\"EUR\",", 1);
+    assert_eq!(cause(decode(&dup)).1, "NOT_AN_OBJECT");
+}
+
+#[test]
+fn schema_violations_are_poison_with_the_field_named() {
+    assert_eq!(
+        cause(decode(&with("ledger_entity", serde_json::Value::Null))).1,
+        "SCHEMA_VIOLATION:ledger_entity"
+    );
+    assert_eq!(cause(decode(&with("amount", 10.5.into()))).1, "SCHEMA_VIOLATION:amount");
+    assert_eq!(
+        cause(decode(&with("match_decision", "MAYBE".into()))).1,
+        "SCHEMA_VIOLATION:match_decision"
+    );
+    assert_eq!(
+        cause(decode(&with("value_date", "2026-02-30".into()))).1,
+        "SCHEMA_VIOLATION:value_date"
+    );
+    assert_eq!(
+        cause(decode(&with("schema_version", 2.into()))).1,
+        "SCHEMA_VIOLATION:schema_version"
+    );
+    assert_eq!(
+        cause(decode(&with("ledger_entity", "A:B".into()))).1,
+        "SCHEMA_VIOLATION:ledger_entity"
+    );
+    assert_eq!(
+        cause(decode(&with("amount", "1e5".into()))),
+        ("POISON".into(), "INVALID_DECIMAL".into())
+    );
+    assert_eq!(cause(decode(&with("amount", "12,50".into()))).1, "INVALID_DECIMAL");
+}
+
+#[test]
+fn reference_checks() {
+    let reference = ReferenceSnapshot::new(
+        [CurrencyMapping {
+            code: "XAU".into(),
+            minor_units: 4,
+            description: String::new(),
+        }],
+        [PeriodRecord {
+            entity: "ACME-US".into(),
+            period: "2026-10".into(),
+            status: PeriodStatus::Closed,
+        }],
+    );
+    let body = |f: &dyn Fn(&mut NewMessage)| {
+        let mut m = sample();
+        f(&mut m);
+        m.to_body().unwrap()
+    };
+    let b = body(&|m| m.currency = "XAG".into());
+    assert_eq!(
+        cause(validate(&b, &reference)),
+        ("POISON".into(), "UNMAPPED_CURRENCY:XAG".into())
+    );
+    let b = body(&|m| m.currency = "xau".into());
+    assert_eq!(cause(validate(&b, &reference)).0, "OK");
+    let b = body(&|m| {
+        m.currency = "JPY".into();
+        m.amount = "100.5".into();
+    });
+    assert_eq!(cause(validate(&b, &reference)).1, "SCALE_EXCEEDS_CURRENCY:JPY");
+    let b = body(&|m| {
+        m.currency = "JPY".into();
+        m.amount = "100.000".into();
+    });
+    assert_eq!(
+        cause(validate(&b, &reference)).0,
+        "OK",
+        "trailing zeros are not precision"
+    );
+    let b = body(&|m| {
+        m.currency = "BHD".into();
+        m.amount = "1.235".into();
+    });
+    assert_eq!(cause(validate(&b, &reference)).0, "OK");
+    let b = body(&|m| m.value_date = "2026-10-31".into());
+    assert_eq!(cause(validate(&b, &reference)).1, "CLOSED_PERIOD:ACME-US:2026-10");
+}
+
+#[test]
+fn dates_and_control_characters() {
+    assert_eq!(parse_date("2024-02-29"), NaiveDate::from_ymd_opt(2024, 2, 29));
+    for bad in [
+        "2023-02-29",
+        "2026-13-01",
+        "2026-1-01",
+        "2026/01/01",
+        "20260101",
+        "2026-01-01T",
+        "+026-01-01",
+    ] {
+        assert_eq!(parse_date(bad), None, "{bad}");
+    }
+    assert!(has_control("a\u{0}b") && has_control("tab\t") && has_control("c1\u{85}"));
+    assert!(!has_control("Société Générale — €") && !has_control("plain"));
+}
+
+#[test]
+fn labels_survive_invalid_bodies() {
+    let l = labels(&with("amount", "x".into()));
+    assert_eq!(l.ledger_entity.as_deref(), Some("ACME-US"));
+    assert_eq!(l.amount.as_deref(), Some("x"));
+    assert_eq!(labels("garbage"), MessageLabels::default());
+}

@@ -1,0 +1,71 @@
+//! Ports: the traits every store and queue is reached through, one small trait per role. The
+//! flows are generic over them, so the same code runs against AWS, the local emulators, or the
+//! in-memory adapters of unit tests and the simulator (`recon-testkit`).
+//!
+//! Every port reports failures as [`StoreError`], which is transient by definition: a store
+//! that cannot answer says nothing about the message, so the message is retried, never blamed.
+//! The envelope store may also refuse a status change the life cycle forbids
+//! ([`FlowError::IllegalTransition`]): a defect, never retried into success.
+
+mod audit;
+mod clock;
+mod envelopes;
+mod ledger;
+mod metrics;
+mod queues;
+mod reference;
+mod worm;
+
+pub use audit::AuditLog;
+pub use clock::{Clock, Deadline, SystemClock, lambda_deadline};
+pub use envelopes::{Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, SweepCursors, all_envelopes};
+pub use ledger::{ClaimOutcome, DedupTable, ExternalLedger, Ledger};
+pub use metrics::{Metric, Metrics};
+pub use queues::{DeadLetterQueue, OutgoingMessage, ReplayQueue, WorkQueue, dead_letter_message};
+pub use reference::ReferenceData;
+pub use worm::Worm;
+
+use crate::domain::{IllegalTransition, ProcessError, TransientKind, bounded_detail};
+
+/// A store or queue could not do what was asked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {detail}")]
+pub struct StoreError {
+    pub kind: TransientKind,
+    pub detail: String,
+}
+
+impl StoreError {
+    pub fn new(kind: TransientKind, detail: impl Into<String>) -> Self {
+        let detail = detail.into();
+        StoreError {
+            kind,
+            detail: bounded_detail(&detail).to_owned(),
+        }
+    }
+}
+
+impl From<StoreError> for ProcessError {
+    fn from(e: StoreError) -> Self {
+        ProcessError::Transient {
+            kind: e.kind,
+            detail: e.detail,
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Why a step of a flow that changes envelopes could not be done.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FlowError {
+    /// A store or queue failed: transient, the step can be tried again.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A change of status the envelope life cycle forbids (`domain::status`): a defect in the
+    /// caller, refused before anything was written.
+    #[error(transparent)]
+    IllegalTransition(#[from] IllegalTransition),
+}
+
+pub type FlowResult<T> = Result<T, FlowError>;

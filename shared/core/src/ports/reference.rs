@@ -1,0 +1,33 @@
+//! Reference data: currencies and accounting periods, read by validation and changed by
+//! operators.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use super::StoreResult;
+use crate::domain::{CurrencyMapping, PeriodRecord, ReferenceSnapshot};
+
+pub trait ReferenceData: Send + Sync {
+    /// A recent view of all reference data (adapters may cache it briefly; see the README).
+    fn snapshot(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send;
+    /// A snapshot at most a moment old: after a validation failed on reference data, so that a
+    /// fix (a currency mapped, a period reopened) is seen at once rather than after the cache.
+    fn refresh(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send;
+    fn put_currency(&self, mapping: &CurrencyMapping) -> impl Future<Output = StoreResult<()>> + Send;
+    fn put_period(&self, record: &PeriodRecord) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
+impl<T: ReferenceData> ReferenceData for Arc<T> {
+    fn snapshot(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send {
+        (**self).snapshot()
+    }
+    fn refresh(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send {
+        (**self).refresh()
+    }
+    fn put_currency(&self, mapping: &CurrencyMapping) -> impl Future<Output = StoreResult<()>> + Send {
+        (**self).put_currency(mapping)
+    }
+    fn put_period(&self, record: &PeriodRecord) -> impl Future<Output = StoreResult<()>> + Send {
+        (**self).put_period(record)
+    }
+}

@@ -1,0 +1,142 @@
+//! The three gates (and the replay cap), evaluated for one envelope with reads only:
+//!
+//! - **replay cap**: an envelope whose message was already replayed `max_replays` times goes to
+//!   quarantine for review;
+//! - **gate 1, integrity**: the verbatim original decodes and its currency/scale validate with
+//!   today's code and reference data (the consumer's own functions); still poison -> stays
+//!   PENDING; unrecoverable -> quarantine;
+//! - **gate 2, idempotency**: its `source_hash` is not committed in the ledger the consumer writes
+//!   (else `REPLAY_DUPLICATE`: `SUPPRESSED_DUPLICATE`, never re-injected);
+//! - **gate 3, temporal**: its accounting period is open and it is inside the replay window (else
+//!   quarantine, flagged for a manual journal).
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{ReplayRequest, Replayer};
+use crate::domain::message::{check_currency, check_period, decode};
+use crate::domain::{DlqEnvelope, ProcessError, ReferenceSnapshot};
+use crate::envelopes::original_body;
+use crate::ports::{Ledger, StoreResult, Worm};
+
+/// Which gate decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Gate {
+    Integrity,
+    Idempotency,
+    Temporal,
+    ReplayCap,
+    /// An operator quarantined it by hand.
+    Operator,
+}
+
+/// What the gates say about an envelope (read-only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Reinject,
+    Duplicate {
+        committed_by: String,
+    },
+    StillFailing {
+        gate: Gate,
+        detail: String,
+    },
+    Quarantine {
+        gate: Gate,
+        detail: String,
+        manual_journal: bool,
+    },
+}
+
+impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
+    /// The verdict for `e` under `req`: an operator's quarantine decides at once.
+    pub(super) async fn verdict_for(
+        &self,
+        req: &ReplayRequest,
+        e: &DlqEnvelope,
+        snapshot: &ReferenceSnapshot,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Verdict> {
+        if req.quarantine {
+            return Ok(Verdict::Quarantine {
+                gate: Gate::Operator,
+                detail: req.reason.clone(),
+                manual_journal: true,
+            });
+        }
+        self.verdict(e, snapshot, now).await
+    }
+
+    /// Evaluate the gates for one envelope (reads only).
+    pub async fn verdict(
+        &self,
+        e: &DlqEnvelope,
+        snapshot: &ReferenceSnapshot,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Verdict> {
+        if e.replay_generation >= self.config.max_replays {
+            return Ok(Verdict::Quarantine {
+                gate: Gate::ReplayCap,
+                detail: format!(
+                    "already replayed {} times: a repeat offender, review by hand",
+                    e.replay_generation
+                ),
+                manual_journal: false,
+            });
+        }
+        let Some(body) = original_body(e, &self.worm).await? else {
+            return Ok(Verdict::Quarantine {
+                gate: Gate::Integrity,
+                detail: "the original body is missing".into(),
+                manual_journal: false,
+            });
+        };
+        let msg = match decode(&body) {
+            Ok(m) => m,
+            Err(ProcessError::Unrecoverable { cause, detail }) => {
+                return Ok(Verdict::Quarantine {
+                    gate: Gate::Integrity,
+                    detail: format!("{cause}: {detail}"),
+                    manual_journal: false,
+                });
+            }
+            Err(e) => {
+                return Ok(Verdict::StillFailing {
+                    gate: Gate::Integrity,
+                    detail: e.to_string(),
+                });
+            }
+        };
+        if let Err(err) = check_currency(&msg, snapshot) {
+            return Ok(Verdict::StillFailing {
+                gate: Gate::Integrity,
+                detail: err.to_string(),
+            });
+        }
+        if let Some(committed) = self.ledger.lookup(&msg.source_hash).await? {
+            return Ok(Verdict::Duplicate {
+                committed_by: committed.sqs_message_id,
+            });
+        }
+        if let Err(err) = check_period(&msg, snapshot) {
+            return Ok(Verdict::Quarantine {
+                gate: Gate::Temporal,
+                detail: err.to_string(),
+                manual_journal: true,
+            });
+        }
+        if now - e.dead_lettered_at > self.config.replay_window {
+            return Ok(Verdict::Quarantine {
+                gate: Gate::Temporal,
+                detail: format!(
+                    "dead-lettered {} days ago, beyond the replay window of {} days",
+                    (now - e.dead_lettered_at).num_days(),
+                    self.config.replay_window.num_days()
+                ),
+                manual_journal: true,
+            });
+        }
+        Ok(Verdict::Reinject)
+    }
+}

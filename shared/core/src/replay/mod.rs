@@ -1,0 +1,207 @@
+//! The replay flow: re-inject fixed dead letters into the main queue, through three gates, so
+//! that every replayed transaction posts exactly once and nothing reaches the ledger that must
+//! not.
+//!
+//! One code path serves both triggers: a scheduled sweep over PENDING envelopes (resuming from a
+//! persisted cursor), and a hand-invoked replay with a selector, a reason and an actor.
+//!
+//! For each selected envelope, oldest first, the three gates and the replay cap decide
+//! ([`gates`]).
+//!
+//! Every state change happens under a **claim**: a conditional `PENDING -> REPLAYING` with a replay
+//! id and a lease (an expired lease can be taken over). Under the claim gate 2 is asked again,
+//! then the original bytes are sent verbatim (with `replay.*` attributes), then the envelope is
+//! marked `REPLAYED`. Two sweeps never both re-inject an envelope; a crash between the send and
+//! the mark leaves a lease that expires, and the next sweep's gate 2 (or the consumer's
+//! conditional commit) keeps the posting single.
+
+//!
+//! | module      | what it does                                                           |
+//! |-------------|------------------------------------------------------------------------|
+//! | [`request`] | the selector; manual payloads and scheduled events into a request      |
+//! | [`gates`]   | the verdict for one envelope (reads only)                              |
+//! | [`sweep`]   | selection by ids or by status pages, the cursor, budget, back-pressure |
+//! | [`settle`]  | claim, then suppress / quarantine / release, with provenance and audit |
+//! | [`reinject`]| batched re-injection under the claim, rate limit, REPLAYED             |
+//! | [`report`]  | outcomes (enum, stable names) and the report                           |
+
+mod gates;
+mod reinject;
+mod report;
+mod request;
+mod settle;
+mod sweep;
+
+pub use gates::{Gate, Verdict};
+pub use report::{MAX_REPORT_ITEMS, Progress, ReplayItem, ReplayOutcome, ReplayReport};
+pub use request::{ManualReplay, ReplayRequest, RequestError, Selector, parse_invocation};
+
+use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::domain::ReferenceSnapshot;
+use crate::domain::envelope::sha256_hex;
+use crate::envelopes::check_overflow;
+use crate::ports::{
+    AuditLog, Backlog, Clock, Deadline, EnvelopeStore, FlowResult, Ledger, Metric, Metrics, ReferenceData, ReplayQueue,
+    SweepCursors, Worm,
+};
+
+/// Name of the persisted cursor of the scheduled sweep.
+pub const SCHEDULE_CURSOR: &str = "schedule";
+
+#[derive(Clone, Debug)]
+pub struct ReplayConfig {
+    pub actor: String,
+    /// How long a claim protects a re-injection in progress.
+    pub lease: ChronoDuration,
+    /// Replays of one message before it goes to quarantine for review.
+    pub max_replays: u32,
+    /// Envelopes dead-lettered longer ago than this are quarantined, not replayed.
+    pub replay_window: ChronoDuration,
+    /// Re-injections per second (0: no limit).
+    pub rate_per_sec: u32,
+    /// Stop when the main queue has more visible messages than this.
+    pub main_queue_high_water: u64,
+    /// Envelopes whose gates are evaluated at once.
+    pub concurrency: usize,
+    pub page_size: usize,
+    pub overflow_high_water: i64,
+    /// Stop starting new work when less than this is left of the time budget.
+    pub deadline_margin: Duration,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        ReplayConfig {
+            actor: "replay".into(),
+            lease: ChronoDuration::minutes(5),
+            max_replays: 3,
+            replay_window: ChronoDuration::days(90),
+            rate_per_sec: 50,
+            main_queue_high_water: 10_000,
+            concurrency: 8,
+            page_size: 100,
+            overflow_high_water: crate::resources::DEFAULT_OVERFLOW_HIGH_WATER,
+            deadline_margin: Duration::from_secs(5),
+        }
+    }
+}
+
+pub struct Replayer<S, L, R, Q, W, A, M> {
+    pub progress: Option<Progress>,
+    pub store: S,
+    pub ledger: L,
+    pub reference: R,
+    pub queue: Q,
+    pub worm: W,
+    pub audit: A,
+    pub metrics: M,
+    pub clock: Arc<dyn Clock>,
+    pub config: ReplayConfig,
+}
+
+/// Per-run context.
+struct Run<'a> {
+    req: &'a ReplayRequest,
+    replay_id: String,
+    snapshot: Arc<ReferenceSnapshot>,
+    /// The clock's monotonic reading at the start (the rate limit counts from it).
+    started: Duration,
+    deadline: Option<Deadline>,
+    sent: u64,
+}
+
+/// A replay id unique to this run: the time, and a count of this process's runs (two runs in
+/// one instant still differ).
+fn replay_id(clock: &dyn Clock) -> String {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let seed = format!(
+        "{}|{}|{}",
+        clock.now().to_rfc3339(),
+        clock.monotonic().as_nanos(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    );
+    format!("rpl_{}", &sha256_hex(seed.as_bytes())[..20])
+}
+
+impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
+where
+    S: EnvelopeStore + SweepCursors + Backlog,
+    L: Ledger,
+    R: ReferenceData,
+    Q: ReplayQueue,
+    W: Worm,
+    A: AuditLog,
+    M: Metrics,
+{
+    /// Run a replay. `deadline` is the end of the time budget (the Lambda deadline).
+    pub async fn run(&self, req: &ReplayRequest, deadline: Option<DateTime<Utc>>) -> FlowResult<ReplayReport> {
+        let clock = &*self.clock;
+        let mut run = Run {
+            req,
+            replay_id: replay_id(clock),
+            snapshot: self.reference.snapshot().await?,
+            started: clock.monotonic(),
+            deadline: deadline.map(|d| Deadline::at(clock, d)),
+            sent: 0,
+        };
+        let mut report = ReplayReport {
+            replay_id: run.replay_id.clone(),
+            triggered_by: req.triggered_by.clone(),
+            reason: req.reason.clone(),
+            dry_run: req.dry_run,
+            ..ReplayReport::default()
+        };
+        tracing::info!(replay_id = %run.replay_id, triggered_by = %req.triggered_by, reason = %req.reason, dry_run = req.dry_run, selector = ?req.selector, "replay started");
+
+        if req.selector.envelope_ids.is_empty() {
+            self.sweep(&mut run, &mut report).await?;
+        } else {
+            self.by_ids(&mut run, &mut report).await?;
+        }
+
+        if req.scheduled && !req.dry_run {
+            // Each scheduled sweep also seals the audit chains into the WORM bucket.
+            let (key, seal) = crate::evidence::seal(&self.audit, &self.worm, self.clock.now()).await?;
+            tracing::info!(seal = %key, root = %seal.root, chains = seal.heads.len(), "audit chains sealed");
+        }
+        if !req.dry_run {
+            check_overflow(
+                &self.store,
+                &self.audit,
+                &self.metrics,
+                self.config.overflow_high_water,
+                &self.config.actor,
+                self.clock.now(),
+            )
+            .await?;
+            for (name, value) in [
+                ("ReplayReinjected", report.reinjected),
+                ("ReplayQuarantined", report.quarantined),
+            ] {
+                self.metrics.emit(&Metric {
+                    name,
+                    value: i64::try_from(value).unwrap_or(i64::MAX),
+                    unit: "Count",
+                    dimensions: vec![],
+                });
+            }
+        }
+        tracing::info!(
+            replay_id = %report.replay_id,
+            selected = report.selected,
+            reinjected = report.reinjected,
+            suppressed_duplicate = report.suppressed_duplicate,
+            still_failing = report.still_failing,
+            quarantined = report.quarantined,
+            skipped = report.skipped,
+            completed = report.completed,
+            stopped = report.stopped.as_deref().unwrap_or(""),
+            "replay finished"
+        );
+        Ok(report)
+    }
+}

@@ -1,0 +1,188 @@
+//! What a replay did: one outcome per envelope (an enum with stable names, as operators see them
+//! in reports and `--json`), counts that always add up, and a bounded list of items.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
+
+use super::gates::{Gate, Verdict};
+use crate::domain::DlqEnvelope;
+
+/// Report at most this many per-envelope lines (the counts are always complete).
+pub const MAX_REPORT_ITEMS: usize = 200;
+
+/// What happened to one envelope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ReplayOutcome {
+    /// Its original was sent to the main queue again.
+    Reinjected,
+    /// Its transaction is committed: never re-injected (`REPLAY_DUPLICATE`).
+    SuppressedDuplicate,
+    /// Gate 1 still fails: it stays PENDING.
+    StillFailing,
+    /// Settled in quarantine (a gate, the replay cap, or an operator).
+    Quarantined,
+    /// Not decided by this replay (claimed elsewhere, time budget, back-pressure, send refused).
+    Skipped,
+    /// Dry runs: what would have happened.
+    WouldReinject,
+    WouldSuppress,
+    WouldQuarantine,
+}
+
+impl ReplayOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplayOutcome::Reinjected => "REINJECTED",
+            ReplayOutcome::SuppressedDuplicate => "SUPPRESSED_DUPLICATE",
+            ReplayOutcome::StillFailing => "STILL_FAILING",
+            ReplayOutcome::Quarantined => "QUARANTINED",
+            ReplayOutcome::Skipped => "SKIPPED",
+            ReplayOutcome::WouldReinject => "WOULD_REINJECT",
+            ReplayOutcome::WouldSuppress => "WOULD_SUPPRESS",
+            ReplayOutcome::WouldQuarantine => "WOULD_QUARANTINE",
+        }
+    }
+}
+
+impl fmt::Display for ReplayOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What happened to one envelope, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReplayItem {
+    pub envelope_id: String,
+    pub outcome: ReplayOutcome,
+    pub gate: Option<Gate>,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ReplayReport {
+    pub replay_id: String,
+    pub triggered_by: String,
+    pub reason: String,
+    pub dry_run: bool,
+    pub selected: u64,
+    pub reinjected: u64,
+    pub suppressed_duplicate: u64,
+    pub still_failing: u64,
+    pub quarantined: u64,
+    pub skipped: u64,
+    /// True when the sweep reached the end of the selection.
+    pub completed: bool,
+    /// Why it stopped early (time budget, back-pressure, max_items).
+    pub stopped: Option<String>,
+    pub items: Vec<ReplayItem>,
+    pub items_truncated: bool,
+}
+
+impl ReplayReport {
+    pub(super) fn push(&mut self, item: ReplayItem) {
+        let count = match item.outcome {
+            ReplayOutcome::Reinjected | ReplayOutcome::WouldReinject => &mut self.reinjected,
+            ReplayOutcome::SuppressedDuplicate | ReplayOutcome::WouldSuppress => &mut self.suppressed_duplicate,
+            ReplayOutcome::StillFailing => &mut self.still_failing,
+            ReplayOutcome::Quarantined | ReplayOutcome::WouldQuarantine => &mut self.quarantined,
+            ReplayOutcome::Skipped => &mut self.skipped,
+        };
+        *count += 1;
+        if self.items.len() < MAX_REPORT_ITEMS {
+            self.items.push(item);
+        } else {
+            self.items_truncated = true;
+        }
+    }
+}
+
+/// Called after every page with the report so far (progress display).
+pub type Progress = Arc<dyn Fn(&ReplayReport) + Send + Sync>;
+
+pub(super) fn item(
+    e: &DlqEnvelope,
+    outcome: ReplayOutcome,
+    gate: Option<Gate>,
+    detail: impl Into<String>,
+) -> ReplayItem {
+    ReplayItem {
+        envelope_id: e.envelope_id.clone(),
+        outcome,
+        gate,
+        detail: detail.into(),
+    }
+}
+
+/// What a dry run reports for a verdict.
+pub(super) fn dry_item(e: &DlqEnvelope, v: &Verdict) -> ReplayItem {
+    match v {
+        Verdict::Reinject => item(e, ReplayOutcome::WouldReinject, None, "all gates pass"),
+        Verdict::Duplicate { committed_by } => item(
+            e,
+            ReplayOutcome::WouldSuppress,
+            Some(Gate::Idempotency),
+            format!("already committed by SQS message {committed_by}"),
+        ),
+        Verdict::StillFailing { gate, detail } => item(e, ReplayOutcome::StillFailing, Some(*gate), detail.clone()),
+        Verdict::Quarantine { gate, detail, .. } => {
+            item(e, ReplayOutcome::WouldQuarantine, Some(*gate), detail.clone())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_serialise_with_the_names_operators_see() {
+        for o in [
+            ReplayOutcome::Reinjected,
+            ReplayOutcome::SuppressedDuplicate,
+            ReplayOutcome::StillFailing,
+            ReplayOutcome::Quarantined,
+            ReplayOutcome::Skipped,
+            ReplayOutcome::WouldReinject,
+            ReplayOutcome::WouldSuppress,
+            ReplayOutcome::WouldQuarantine,
+        ] {
+            assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
+            assert_eq!(serde_json::from_value::<ReplayOutcome>(o.as_str().into()).unwrap(), o);
+        }
+    }
+
+    #[test]
+    fn every_outcome_is_counted_once() {
+        let mut r = ReplayReport::default();
+        for (i, o) in [
+            ReplayOutcome::Reinjected,
+            ReplayOutcome::WouldSuppress,
+            ReplayOutcome::StillFailing,
+            ReplayOutcome::WouldQuarantine,
+            ReplayOutcome::Skipped,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            r.push(ReplayItem {
+                envelope_id: format!("env_{i}"),
+                outcome: o,
+                gate: None,
+                detail: String::new(),
+            });
+        }
+        assert_eq!(
+            (
+                r.reinjected,
+                r.suppressed_duplicate,
+                r.still_failing,
+                r.quarantined,
+                r.skipped
+            ),
+            (1, 1, 1, 1, 1)
+        );
+    }
+}

@@ -1,0 +1,208 @@
+//! What a replay is asked to do: the selector, and the request built from a hand-invoked payload
+//! (unknown fields refused) or from an EventBridge scheduled event.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{DlqEnvelope, FailureCode};
+
+/// Which envelopes a replay considers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Selector {
+    pub failure_code: Option<FailureCode>,
+    /// Exact root cause, or a prefix ending in `*` (`UNMAPPED_CURRENCY:*`).
+    pub root_cause: Option<String>,
+    pub entity: Option<String>,
+    pub envelope_ids: Vec<String>,
+    pub max_items: Option<usize>,
+}
+
+impl Selector {
+    pub fn matches(&self, e: &DlqEnvelope) -> bool {
+        self.failure_code.is_none_or(|c| c == e.failure_code)
+            && self.root_cause.as_deref().is_none_or(|r| match r.strip_suffix('*') {
+                Some(prefix) => e.root_cause.starts_with(prefix),
+                None => e.root_cause == r,
+            })
+            && self
+                .entity
+                .as_deref()
+                .is_none_or(|x| e.ledger_entity.as_deref() == Some(x))
+    }
+}
+
+/// A replay to run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReplayRequest {
+    pub selector: Selector,
+    pub dry_run: bool,
+    pub reason: String,
+    pub triggered_by: String,
+    /// A scheduled sweep resumes from (and saves) the persisted cursor.
+    pub scheduled: bool,
+    /// Operator decision: quarantine every selected envelope (for a manual journal) instead of
+    /// replaying it — for records whose root cause cannot be fixed.
+    pub quarantine: bool,
+}
+
+/// The payload of a hand-invoked replay. Unknown fields are refused: a typo in a selector must
+/// not silently widen a replay.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManualReplay {
+    pub reason: String,
+    pub triggered_by: String,
+    #[serde(default)]
+    pub failure_code: Option<FailureCode>,
+    #[serde(default)]
+    pub root_cause: Option<String>,
+    #[serde(default)]
+    pub entity: Option<String>,
+    #[serde(default)]
+    pub envelope_ids: Vec<String>,
+    #[serde(default)]
+    pub max_items: Option<usize>,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid replay request: {0}")]
+pub struct RequestError(pub String);
+
+impl ManualReplay {
+    pub fn into_request(self) -> Result<ReplayRequest, RequestError> {
+        if self.reason.trim().is_empty() {
+            return Err(RequestError(
+                "`reason` must say why this replay is run (it is audited)".into(),
+            ));
+        }
+        if self.triggered_by.trim().is_empty() {
+            return Err(RequestError(
+                "`triggered_by` must name who runs this replay (it is audited)".into(),
+            ));
+        }
+        if self.max_items == Some(0) {
+            return Err(RequestError("`max_items` must be at least 1".into()));
+        }
+        Ok(ReplayRequest {
+            selector: Selector {
+                failure_code: self.failure_code,
+                root_cause: self.root_cause,
+                entity: self.entity,
+                envelope_ids: self.envelope_ids,
+                max_items: self.max_items,
+            },
+            dry_run: self.dry_run,
+            reason: self.reason,
+            triggered_by: self.triggered_by,
+            scheduled: false,
+            quarantine: false,
+        })
+    }
+}
+
+/// Read a Lambda payload: an EventBridge scheduled event starts a sweep; anything else must be a
+/// [`ManualReplay`].
+pub fn parse_invocation(payload: &serde_json::Value) -> Result<ReplayRequest, RequestError> {
+    if payload.get("detail-type").and_then(|d| d.as_str()) == Some("Scheduled Event") {
+        let rule = payload
+            .get("resources")
+            .and_then(|r| r.get(0))
+            .and_then(|r| r.as_str())
+            .or_else(|| payload.get("source").and_then(|s| s.as_str()))
+            .unwrap_or("schedule");
+        return Ok(ReplayRequest {
+            selector: Selector::default(),
+            dry_run: false,
+            reason: "scheduled sweep".into(),
+            triggered_by: format!("schedule:{rule}"),
+            scheduled: true,
+            quarantine: false,
+        });
+    }
+    let manual: ManualReplay = serde_json::from_value(payload.clone()).map_err(|e| RequestError(e.to_string()))?;
+    manual.into_request()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manual_payload_needs_a_reason_and_refuses_unknown_fields() {
+        let ok = parse_invocation(&serde_json::json!({
+            "reason": "XAU mapped", "triggered_by": "alice", "root_cause": "UNMAPPED_CURRENCY:XAU", "dry_run": true
+        }))
+        .unwrap();
+        assert!(ok.dry_run && !ok.scheduled);
+        assert_eq!(ok.selector.root_cause.as_deref(), Some("UNMAPPED_CURRENCY:XAU"));
+
+        let err = parse_invocation(&serde_json::json!({"triggered_by": "alice"})).unwrap_err();
+        assert!(err.0.contains("missing field `reason`"), "{err}");
+        let err =
+            parse_invocation(&serde_json::json!({"reason": "x", "triggered_by": "a", "rootcause": "X"})).unwrap_err();
+        assert!(err.0.contains("unknown field `rootcause`"), "{err}");
+        let err = parse_invocation(&serde_json::json!({"reason": " ", "triggered_by": "a"})).unwrap_err();
+        assert!(err.0.contains("reason"), "{err}");
+        let err = parse_invocation(&serde_json::json!({"reason": "r", "triggered_by": "a", "failure_code": "NOPE"}))
+            .unwrap_err();
+        assert!(err.0.contains("NOPE"), "{err}");
+    }
+
+    #[test]
+    fn a_scheduled_event_starts_a_sweep() {
+        let r = parse_invocation(&serde_json::json!({
+            "version": "0", "id": "x", "detail-type": "Scheduled Event", "source": "aws.events",
+            "resources": ["arn:aws:events:us-east-1:0:rule/recon-dlq-sweep"], "detail": {}
+        }))
+        .unwrap();
+        assert!(r.scheduled);
+        assert_eq!(
+            r.triggered_by,
+            "schedule:arn:aws:events:us-east-1:0:rule/recon-dlq-sweep"
+        );
+    }
+
+    #[test]
+    fn selectors_match_code_cause_prefix_and_entity() {
+        let e = crate::domain::envelope_from_dlq_message(
+            &{
+                let mut m = aws_lambda_events::event::sqs::SqsMessage::default();
+                m.message_id = Some("x".into());
+                m.body = Some("{}".into());
+                m
+            },
+            chrono::DateTime::UNIX_EPOCH,
+            "t",
+        );
+        assert!(Selector::default().matches(&e));
+        assert!(
+            Selector {
+                root_cause: Some("REDRIVEN_*".into()),
+                ..Selector::default()
+            }
+            .matches(&e)
+        );
+        assert!(
+            !Selector {
+                root_cause: Some("REDRIVEN".into()),
+                ..Selector::default()
+            }
+            .matches(&e)
+        );
+        assert!(
+            !Selector {
+                failure_code: Some(FailureCode::UnrecoverablePayload),
+                ..Selector::default()
+            }
+            .matches(&e)
+        );
+        assert!(
+            !Selector {
+                entity: Some("E".into()),
+                ..Selector::default()
+            }
+            .matches(&e)
+        );
+    }
+}

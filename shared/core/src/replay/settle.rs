@@ -1,0 +1,211 @@
+//! Settling an envelope under a replay's claim: the claim itself (conditional, with a lease),
+//! then exactly one of suppressed as a duplicate, quarantined (with the decision in the WORM
+//! bucket), or released back to PENDING; each with its provenance record and audit record.
+
+use chrono::{DateTime, Utc};
+
+use super::gates::{Gate, Verdict};
+use super::report::{ReplayItem, ReplayOutcome, item};
+use super::{Replayer, Run};
+use crate::domain::envelope::sha256_hex;
+use crate::domain::{
+    AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, FailureCode, ReplayClaim, ReplayRecord, StatusChange,
+};
+use crate::envelopes::envelope_audit;
+use crate::ports::{AuditLog, EnvelopeStore, FlowResult, Worm};
+
+const CLAIM_LOST: &str = "claim lost before the outcome was recorded";
+pub(super) const NOT_CLAIMED: &str = "claimed by another replay, or no longer pending";
+
+impl<S: EnvelopeStore, L, R, Q, W: Worm, A: AuditLog, M> Replayer<S, L, R, Q, W, A, M> {
+    /// Apply a verdict other than re-injection.
+    pub(super) async fn settle(&self, run: &Run<'_>, e: &DlqEnvelope, verdict: Verdict) -> FlowResult<ReplayItem> {
+        if let Verdict::StillFailing { gate, detail } = &verdict {
+            // Nothing changes, unless a crashed replay left it REPLAYING: take it back to PENDING.
+            if e.status == EnvelopeStatus::Replaying && self.claim(run, e).await? {
+                self.finish(
+                    run,
+                    e,
+                    EnvelopeStatus::Pending,
+                    format!("still failing: {detail}"),
+                    false,
+                    None,
+                )
+                .await?;
+            }
+            return Ok(item(e, ReplayOutcome::StillFailing, Some(*gate), detail.clone()));
+        }
+        if !self.claim(run, e).await? {
+            return Ok(item(e, ReplayOutcome::Skipped, None, NOT_CLAIMED));
+        }
+        match verdict {
+            Verdict::Duplicate { committed_by } => self.settle_claimed_duplicate(run, e, &committed_by).await,
+            Verdict::Quarantine {
+                gate,
+                detail,
+                manual_journal,
+            } => self.quarantine(run, e, gate, &detail, manual_journal).await,
+            Verdict::Reinject | Verdict::StillFailing { .. } => {
+                // Not reached: re-injection is batched, still-failing returned above.
+                self.finish(run, e, EnvelopeStatus::Pending, "released".into(), false, None)
+                    .await?;
+                Ok(item(e, ReplayOutcome::Skipped, None, "released"))
+            }
+        }
+    }
+
+    /// Claimed, and its transaction turned out committed: suppress it, never re-inject.
+    pub(super) async fn settle_claimed_duplicate(
+        &self,
+        run: &Run<'_>,
+        e: &DlqEnvelope,
+        committed_by: &str,
+    ) -> FlowResult<ReplayItem> {
+        let detail = format!("already committed by SQS message {committed_by}: not re-injected");
+        if !self
+            .finish(run, e, EnvelopeStatus::SuppressedDuplicate, detail.clone(), false, None)
+            .await?
+        {
+            return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
+        }
+        let record = self.audit_record(
+            run,
+            e,
+            AuditKind::ReplaySuppressed,
+            Some(FailureCode::ReplayDuplicate),
+            detail.clone(),
+        );
+        self.audit.append(&record).await?;
+        Ok(item(
+            e,
+            ReplayOutcome::SuppressedDuplicate,
+            Some(Gate::Idempotency),
+            detail,
+        ))
+    }
+
+    async fn quarantine(
+        &self,
+        run: &Run<'_>,
+        e: &DlqEnvelope,
+        gate: Gate,
+        detail: &str,
+        manual_journal: bool,
+    ) -> FlowResult<ReplayItem> {
+        // The quarantine decision itself goes to the WORM bucket next to the envelope's copy.
+        let doc = serde_json::json!({
+            "schema": "recon-dlq/quarantine/v1",
+            "envelope_id": e.envelope_id,
+            "source_hash": e.source_hash,
+            "gate": gate,
+            "reason": detail,
+            "manual_journal": manual_journal,
+            "replay_id": run.replay_id,
+            "triggered_by": run.req.triggered_by,
+            "at": self.clock.now(),
+            "envelope_worm_key": e.worm.as_ref().map(|w| w.key.clone()),
+        })
+        .to_string();
+        let key = format!("quarantine/{}/{}.json", e.envelope_id, sha256_hex(doc.as_bytes()));
+        self.worm.put(&key, doc.as_bytes()).await?;
+        let reason = format!(
+            "quarantined by the {gate:?} gate: {detail}; WORM s3://{}/{key}",
+            self.worm.bucket()
+        );
+        if !self
+            .finish(
+                run,
+                e,
+                EnvelopeStatus::Quarantined,
+                reason.clone(),
+                manual_journal,
+                None,
+            )
+            .await?
+        {
+            return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
+        }
+        self.audit
+            .append(&self.audit_record(run, e, AuditKind::Quarantined, None, reason))
+            .await?;
+        Ok(item(e, ReplayOutcome::Quarantined, Some(gate), detail))
+    }
+
+    /// Claim `e` for this run (from PENDING, or from an expired lease). `false`: not ours.
+    pub(super) async fn claim(&self, run: &Run<'_>, e: &DlqEnvelope) -> FlowResult<bool> {
+        let now = self.clock.now();
+        let (claim, change) = self.claim_for(run, now);
+        self.store.claim(&e.envelope_id, &claim, now, &change).await
+    }
+
+    fn claim_for(&self, run: &Run<'_>, now: DateTime<Utc>) -> (ReplayClaim, StatusChange) {
+        let claim = ReplayClaim {
+            replay_id: run.replay_id.clone(),
+            triggered_by: run.req.triggered_by.clone(),
+            reason: run.req.reason.clone(),
+            claimed_at: now,
+            lease_until: now + self.config.lease,
+        };
+        let change = StatusChange {
+            status: EnvelopeStatus::Replaying,
+            at: now,
+            actor: run.req.triggered_by.clone(),
+            reason: format!("claimed by replay {} ({})", run.replay_id, run.req.reason),
+            manual_journal: false,
+        };
+        (claim, change)
+    }
+
+    /// Finish a claimed envelope in `status`, with its provenance record.
+    pub(super) async fn finish(
+        &self,
+        run: &Run<'_>,
+        e: &DlqEnvelope,
+        status: EnvelopeStatus,
+        reason: String,
+        manual_journal: bool,
+        sqs_message_id: Option<String>,
+    ) -> FlowResult<bool> {
+        let now = self.clock.now();
+        let change = StatusChange {
+            status,
+            at: now,
+            actor: run.req.triggered_by.clone(),
+            reason,
+            manual_journal,
+        };
+        let record = ReplayRecord {
+            replay_id: run.replay_id.clone(),
+            triggered_by: run.req.triggered_by.clone(),
+            reason: run.req.reason.clone(),
+            at: now,
+            outcome: status,
+            sqs_message_id,
+        };
+        self.store
+            .finish(&e.envelope_id, &run.replay_id, &change, &record)
+            .await
+    }
+
+    pub(super) fn audit_record(
+        &self,
+        run: &Run<'_>,
+        e: &DlqEnvelope,
+        kind: AuditKind,
+        code: Option<FailureCode>,
+        detail: String,
+    ) -> AuditRecord {
+        let mut r = envelope_audit(
+            e,
+            kind,
+            &format!("{} ({})", run.req.triggered_by, run.req.reason),
+            detail,
+        );
+        r.audit_id = AuditRecord::id_for(kind, &format!("{}#{}", e.envelope_id, run.replay_id));
+        r.at = self.clock.now();
+        if code.is_some() {
+            r.failure_code = code;
+        }
+        r
+    }
+}

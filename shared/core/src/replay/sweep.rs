@@ -1,0 +1,188 @@
+//! Selection and order: a sweep takes over expired claims first, then walks the PENDING envelopes
+//! oldest first, a page at a time, from a persisted cursor (scheduled sweeps), within the time
+//! budget and under back-pressure from the main queue. Each page: the gates at once (bounded
+//! concurrency, order kept), then the decisions in order.
+
+use futures::StreamExt;
+
+use super::gates::Verdict;
+use super::report::{ReplayOutcome, ReplayReport, dry_item, item};
+use super::{Replayer, Run, SCHEDULE_CURSOR};
+use crate::domain::{DlqEnvelope, EnvelopeStatus};
+use crate::ports::{AuditLog, EnvelopeStore, FlowResult, Ledger, ReplayQueue, StoreResult, SweepCursors, Worm};
+
+const OUT_OF_TIME: &str = "time budget used up; the next sweep resumes from the saved cursor";
+
+impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
+where
+    S: EnvelopeStore + SweepCursors,
+    L: Ledger,
+    Q: ReplayQueue,
+    W: Worm,
+    A: AuditLog,
+{
+    fn out_of_time(&self, run: &Run<'_>) -> bool {
+        run.deadline
+            .is_some_and(|d| d.within(&*self.clock, self.config.deadline_margin))
+    }
+
+    /// The envelopes named by id (those that exist and match the selector).
+    pub(super) async fn by_ids(&self, run: &mut Run<'_>, report: &mut ReplayReport) -> FlowResult<()> {
+        let mut page = Vec::new();
+        for id in &run.req.selector.envelope_ids {
+            match self.store.get(id).await? {
+                Some(e) => page.push(e),
+                None => report.push(super::ReplayItem {
+                    envelope_id: id.clone(),
+                    outcome: ReplayOutcome::Skipped,
+                    gate: None,
+                    detail: "no such envelope".into(),
+                }),
+            }
+        }
+        let page: Vec<DlqEnvelope> = page.into_iter().filter(|e| run.req.selector.matches(e)).collect();
+        self.process_page(run, page, report).await?;
+        report.completed = report.stopped.is_none();
+        Ok(())
+    }
+
+    pub(super) async fn sweep(&self, run: &mut Run<'_>, report: &mut ReplayReport) -> FlowResult<()> {
+        let req = run.req;
+        let persist = req.scheduled && !req.dry_run;
+        let mut cursor = if req.scheduled {
+            self.store.load_cursor(SCHEDULE_CURSOR).await?
+        } else {
+            None
+        };
+        // A fresh pass first takes over replays whose lease expired (a crashed replay).
+        if cursor.is_none() {
+            let now = self.clock.now();
+            let mut c = None;
+            loop {
+                let (page, next) = self
+                    .store
+                    .list_by_status(EnvelopeStatus::Replaying, c, self.config.page_size)
+                    .await?;
+                let expired: Vec<DlqEnvelope> = page
+                    .into_iter()
+                    .filter(|e| e.replay.as_ref().is_some_and(|r| r.lease_until < now) && req.selector.matches(e))
+                    .collect();
+                self.process_page(run, expired, report).await?;
+                if report.stopped.is_some() {
+                    return Ok(());
+                }
+                match next {
+                    Some(n) => c = Some(n),
+                    None => break,
+                }
+            }
+        }
+        loop {
+            if self.out_of_time(run) {
+                report.stopped = Some(OUT_OF_TIME.into());
+                return Ok(());
+            }
+            let (page, next) = self
+                .store
+                .list_by_status(EnvelopeStatus::Pending, cursor.clone(), self.config.page_size)
+                .await?;
+            let page: Vec<DlqEnvelope> = page.into_iter().filter(|e| req.selector.matches(e)).collect();
+            self.process_page(run, page, report).await?;
+            if report.stopped.is_some() {
+                // The page is not finished: resume from its start next time (claims are
+                // conditional, so going over settled envelopes again is harmless).
+                return Ok(());
+            }
+            cursor = next;
+            if persist {
+                self.store.save_cursor(SCHEDULE_CURSOR, cursor.as_deref()).await?;
+            }
+            if cursor.is_none() {
+                report.completed = true;
+                return Ok(());
+            }
+        }
+    }
+
+    /// Gates for a page (at once, order kept), then act in order: oldest first per entity.
+    async fn process_page(
+        &self,
+        run: &mut Run<'_>,
+        mut page: Vec<DlqEnvelope>,
+        report: &mut ReplayReport,
+    ) -> FlowResult<()> {
+        if let Some(max) = run.req.selector.max_items {
+            let left = max.saturating_sub(usize::try_from(report.selected).unwrap_or(usize::MAX));
+            if page.len() >= left {
+                page.truncate(left);
+                report.stopped = Some(format!("max_items {max} reached"));
+            }
+        }
+        if page.is_empty() {
+            return Ok(());
+        }
+        report.selected += page.len() as u64;
+        let now = self.clock.now();
+        let snapshot = run.snapshot.clone();
+        let req = run.req;
+        let verdicts: Vec<StoreResult<Verdict>> = futures::stream::iter(&page)
+            .map(|e| {
+                let snapshot = snapshot.clone();
+                async move { self.verdict_for(req, e, &snapshot, now).await }
+            })
+            .buffered(self.config.concurrency.max(1))
+            .collect()
+            .await;
+
+        let mut to_send: Vec<DlqEnvelope> = Vec::new();
+        for (e, verdict) in page.into_iter().zip(verdicts) {
+            let verdict = verdict?;
+            if run.req.dry_run {
+                report.push(dry_item(&e, &verdict));
+                continue;
+            }
+            match verdict {
+                Verdict::Reinject => to_send.push(e),
+                other => {
+                    let it = self.settle(run, &e, other).await?;
+                    report.push(it);
+                }
+            }
+        }
+        for chunk in to_send.chunks(10) {
+            if self.out_of_time(run) {
+                for e in chunk {
+                    report.push(item(
+                        e,
+                        ReplayOutcome::Skipped,
+                        None,
+                        "time budget used up before re-injection",
+                    ));
+                }
+                report.stopped = Some(OUT_OF_TIME.into());
+                continue;
+            }
+            let depth = self.queue.visible_depth().await?;
+            if depth > self.config.main_queue_high_water {
+                for e in chunk {
+                    report.push(item(
+                        e,
+                        ReplayOutcome::Skipped,
+                        None,
+                        format!("back-pressure: main queue holds {depth} messages"),
+                    ));
+                }
+                report.stopped = Some(format!(
+                    "back-pressure: the main queue holds {depth} messages (high-water mark {})",
+                    self.config.main_queue_high_water
+                ));
+                continue;
+            }
+            self.reinject(run, chunk, report).await?;
+        }
+        if let Some(progress) = &self.progress {
+            progress(report);
+        }
+        Ok(())
+    }
+}

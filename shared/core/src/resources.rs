@@ -1,0 +1,248 @@
+//! The one place where the names and settings of every AWS resource are defined: names derived
+//! from a prefix, table keys and indexes, timeouts, retentions and limits.
+//!
+//! Functions, `dlqctl`, the local provisioning code, the tests and the infrastructure drift
+//! check all read these values; nothing else spells a queue name, a table key or a retention.
+//! How the template names them (logical ids) and what each role may do live beside the
+//! provisioning code, in `recon_aws::deployment`.
+
+use std::time::Duration;
+
+/// Default prefix for every resource name; a deployment may choose another (`DLQ_STACK_PREFIX`).
+pub const DEFAULT_PREFIX: &str = "recon-dlq";
+
+/// Consumer Lambda timeout. The main queue's visibility timeout must be at least six times this
+/// (AWS's guidance for SQS event sources), so a batch still being processed is never redelivered.
+pub const CONSUMER_TIMEOUT: Duration = Duration::from_secs(30);
+pub const MAIN_QUEUE_VISIBILITY: Duration = Duration::from_secs(6 * 30);
+/// Main queue keeps messages 4 days (the SQS default); the DLQ keeps them the maximum, 14 days,
+/// so a message can never expire in the DLQ before it expired in the main queue.
+pub const MAIN_QUEUE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
+pub const DLQ_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// Key attributes of the tables.
+pub mod keys {
+    /// Ledger (reference DynamoDB ledger): one item per committed `source_hash`.
+    pub const LEDGER_PK: &str = "source_hash";
+    /// Reference data: `pk` = `CURRENCY` or `PERIOD#<entity>`, `sk` = code or `YYYY-MM`.
+    pub const REFERENCE_PK: &str = "pk";
+    pub const REFERENCE_SK: &str = "sk";
+    /// Envelopes: one item per dead letter, keyed by its deterministic envelope id.
+    pub const ENVELOPE_PK: &str = "envelope_id";
+    /// Index attributes of the envelope table (all strings).
+    pub const ENVELOPE_STATUS: &str = "status";
+    /// `dead_lettered_at` in a fixed-width UTC format + `#` + envelope id: sorts by age.
+    pub const ENVELOPE_AGE: &str = "age_key";
+    pub const ENVELOPE_CODE: &str = "failure_code";
+    /// `root_cause#age_key`: groups by root cause within a failure code, oldest first.
+    pub const ENVELOPE_CAUSE: &str = "cause_key";
+    /// The ledger entity, or `-` when the body has none.
+    pub const ENVELOPE_ENTITY: &str = "entity_key";
+    /// Key of the item that counts PENDING envelopes and holds the overflow flag.
+    pub const ENVELOPE_META_ID: &str = "#meta#pending";
+    /// Prefix of the items that keep replay sweep cursors.
+    pub const ENVELOPE_CURSOR_PREFIX: &str = "#meta#cursor#";
+    /// Top-level copy of the replay claim's lease end (epoch ms), for conditional takeovers.
+    pub const ENVELOPE_LEASE: &str = "lease_until_ms";
+    /// Audit records: one item per decision, keyed by a deterministic id.
+    pub const AUDIT_PK: &str = "audit_id";
+    /// Audit index attributes: the chain, `seq` zero-padded, the source hash, the time + id.
+    pub const AUDIT_CHAIN: &str = "chain";
+    pub const AUDIT_SEQ_KEY: &str = "seq_key";
+    pub const AUDIT_SOURCE_HASH: &str = "source_hash";
+    pub const AUDIT_AT_KEY: &str = "at_key";
+    /// Prefix of the items that hold each chain's head.
+    pub const AUDIT_HEAD_PREFIX: &str = "#head#";
+    /// Dedup/claim table used when the ledger is external (claim -> post -> commit).
+    pub const DEDUP_PK: &str = "source_hash";
+    /// TTL attribute of the dedup table (epoch seconds).
+    pub const DEDUP_TTL: &str = "expires_at";
+}
+
+/// Names of every resource of one deployment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceNames {
+    pub main_queue: String,
+    pub dead_letter_queue: String,
+    pub ledger_table: String,
+    pub envelope_table: String,
+    pub reference_table: String,
+    pub audit_table: String,
+    pub dedup_table: String,
+    pub quarantine_bucket: String,
+}
+
+impl ResourceNames {
+    pub fn with_prefix(prefix: &str) -> Self {
+        Self {
+            main_queue: format!("{prefix}-main"),
+            dead_letter_queue: format!("{prefix}-dead-letter"),
+            ledger_table: format!("{prefix}-ledger"),
+            envelope_table: format!("{prefix}-envelopes"),
+            reference_table: format!("{prefix}-reference"),
+            audit_table: format!("{prefix}-audit"),
+            dedup_table: format!("{prefix}-dedup"),
+            quarantine_bucket: format!("{prefix}-quarantine"),
+        }
+    }
+}
+
+impl Default for ResourceNames {
+    fn default() -> Self {
+        Self::with_prefix(DEFAULT_PREFIX)
+    }
+}
+
+/// Default Object Lock retention (COMPLIANCE mode) of the quarantine bucket in production:
+/// seven years, the usual retention of accounting records. Local stacks use one day.
+pub const DEFAULT_WORM_RETENTION_DAYS: i32 = 2555;
+pub const LOCAL_WORM_RETENTION_DAYS: i32 = 1;
+
+/// The tables of a deployment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TableKind {
+    Ledger,
+    Envelopes,
+    Reference,
+    Audit,
+    Dedup,
+}
+
+/// A global secondary index (all attributes projected; key attributes are strings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexSpec {
+    pub name: &'static str,
+    pub partition_key: &'static str,
+    pub sort_key: &'static str,
+}
+
+/// Triage indexes of the envelope table.
+pub mod indexes {
+    use super::{IndexSpec, keys};
+    /// By status, oldest first: the replay sweep and triage of PENDING envelopes.
+    pub const BY_STATUS_AGE: IndexSpec = IndexSpec {
+        name: "by_status_age",
+        partition_key: keys::ENVELOPE_STATUS,
+        sort_key: keys::ENVELOPE_AGE,
+    };
+    /// By failure code, then root cause: bulk triage of one cause.
+    pub const BY_FAILURE_CAUSE: IndexSpec = IndexSpec {
+        name: "by_failure_cause",
+        partition_key: keys::ENVELOPE_CODE,
+        sort_key: keys::ENVELOPE_CAUSE,
+    };
+    /// Audit records of one chain in order (verification).
+    pub const AUDIT_BY_CHAIN: IndexSpec = IndexSpec {
+        name: "by_chain",
+        partition_key: keys::AUDIT_CHAIN,
+        sort_key: keys::AUDIT_SEQ_KEY,
+    };
+    /// Audit records about one transaction in time order (`audit show`).
+    pub const AUDIT_BY_SOURCE_HASH: IndexSpec = IndexSpec {
+        name: "by_source_hash",
+        partition_key: keys::AUDIT_SOURCE_HASH,
+        sort_key: keys::AUDIT_AT_KEY,
+    };
+    /// By ledger entity, oldest first: per-entity order for replay.
+    pub const BY_ENTITY: IndexSpec = IndexSpec {
+        name: "by_entity",
+        partition_key: keys::ENVELOPE_ENTITY,
+        sort_key: keys::ENVELOPE_AGE,
+    };
+}
+
+/// Key schema, TTL and indexes of one table (all attributes of keys are strings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableSpec {
+    pub kind: TableKind,
+    pub partition_key: &'static str,
+    pub sort_key: Option<&'static str>,
+    pub ttl_attribute: Option<&'static str>,
+    pub indexes: &'static [IndexSpec],
+}
+
+pub const TABLES: [TableSpec; 5] = [
+    TableSpec {
+        kind: TableKind::Ledger,
+        partition_key: keys::LEDGER_PK,
+        sort_key: None,
+        ttl_attribute: None,
+        indexes: &[],
+    },
+    TableSpec {
+        kind: TableKind::Envelopes,
+        partition_key: keys::ENVELOPE_PK,
+        sort_key: None,
+        ttl_attribute: None,
+        indexes: &[indexes::BY_STATUS_AGE, indexes::BY_FAILURE_CAUSE, indexes::BY_ENTITY],
+    },
+    TableSpec {
+        kind: TableKind::Reference,
+        partition_key: keys::REFERENCE_PK,
+        sort_key: Some(keys::REFERENCE_SK),
+        ttl_attribute: None,
+        indexes: &[],
+    },
+    TableSpec {
+        kind: TableKind::Audit,
+        partition_key: keys::AUDIT_PK,
+        sort_key: None,
+        ttl_attribute: None,
+        indexes: &[indexes::AUDIT_BY_CHAIN, indexes::AUDIT_BY_SOURCE_HASH],
+    },
+    TableSpec {
+        kind: TableKind::Dedup,
+        partition_key: keys::DEDUP_PK,
+        sort_key: None,
+        ttl_attribute: Some(keys::DEDUP_TTL),
+        indexes: &[],
+    },
+];
+
+/// SQS's largest message (1 MiB): both queues accept it, so a large original always fits the DLQ.
+pub const MAX_MESSAGE_BYTES: u32 = 1_048_576;
+
+/// Bodies up to this size are kept inside the envelope item; larger ones live in the WORM bucket
+/// (a DynamoDB item holds at most 400 KB, and the envelope carries more than the body).
+pub const INLINE_BODY_LIMIT: usize = 64 * 1024;
+
+/// CloudWatch namespace of the functions' metrics unless `DLQ_METRICS_NAMESPACE` says otherwise.
+pub const DEFAULT_METRICS_NAMESPACE: &str = "ReconDlq";
+
+/// Default high-water mark of PENDING envelopes that raises `DLQ_OVERFLOW`.
+pub const DEFAULT_OVERFLOW_HIGH_WATER: i64 = 1000;
+
+impl ResourceNames {
+    pub fn table(&self, kind: TableKind) -> &str {
+        match kind {
+            TableKind::Ledger => &self.ledger_table,
+            TableKind::Envelopes => &self.envelope_table,
+            TableKind::Reference => &self.reference_table,
+            TableKind::Audit => &self.audit_table,
+            TableKind::Dedup => &self.dedup_table,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn main_queue_visibility_is_at_least_six_consumer_timeouts() {
+        assert!(MAIN_QUEUE_VISIBILITY >= CONSUMER_TIMEOUT * 6);
+    }
+
+    #[test]
+    fn dlq_outlives_the_main_queue() {
+        assert!(DLQ_RETENTION > MAIN_QUEUE_RETENTION);
+    }
+
+    #[test]
+    fn names_share_the_prefix() {
+        let n = ResourceNames::with_prefix("acme");
+        assert_eq!(n.main_queue, "acme-main");
+        assert_eq!(n.dead_letter_queue, "acme-dead-letter");
+        assert_eq!(n.ledger_table, "acme-ledger");
+    }
+}

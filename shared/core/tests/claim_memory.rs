@@ -1,0 +1,139 @@
+//! The claim -> post -> commit protocol for an external ledger, on the in-memory dedup table.
+
+use chrono::{Duration, TimeZone, Utc};
+use recon_core::claim::{ClaimSettings, ClaimingLedger};
+use recon_core::consume::{Consumer, ConsumerConfig, Disposition};
+use recon_core::domain::{CommitOutcome, MatchDecision, Posting, TransientKind};
+use recon_core::ports::{ClaimOutcome, Clock, DedupTable, Ledger};
+use recon_testkit::builders;
+use recon_testkit::memory::{
+    FixedClock, MemoryAuditLog, MemoryDeadLetterQueue, MemoryDedupTable, MemoryGeneralLedger, MemoryReferenceData,
+    MemoryWorkQueue,
+};
+use rust_decimal::Decimal;
+use std::sync::Arc;
+
+fn clock() -> Arc<FixedClock> {
+    Arc::new(FixedClock::new(Utc.with_ymd_and_hms(2026, 12, 2, 9, 0, 0).unwrap()))
+}
+
+fn posting(sqs_id: &str) -> Posting {
+    Posting {
+        source_hash: "aa".repeat(32),
+        sqs_message_id: sqs_id.into(),
+        message_id: "m-1".into(),
+        trace_id: "t-1".into(),
+        ledger_entity: "ACME-US".into(),
+        currency: "USD".into(),
+        amount: Decimal::new(1050, 2),
+        value_date: chrono::NaiveDate::from_ymd_opt(2026, 11, 30).unwrap(),
+        period: "2026-11".into(),
+        match_decision: MatchDecision::Matched,
+        external_ref: "R".into(),
+        counterparty: String::new(),
+        attempt_count: 1,
+        committed_at: Utc::now(),
+        replay_of: None,
+    }
+}
+
+fn ledger(c: Arc<FixedClock>) -> ClaimingLedger<MemoryGeneralLedger, MemoryDedupTable> {
+    ClaimingLedger::new(
+        MemoryGeneralLedger::default(),
+        MemoryDedupTable::default(),
+        ClaimSettings::default(),
+        c,
+    )
+}
+
+#[tokio::test]
+async fn a_transaction_posts_once_and_the_repeat_finds_it_committed() {
+    let l = ledger(clock());
+    assert_eq!(l.commit(&posting("s1")).await.unwrap(), CommitOutcome::Committed);
+    match l.commit(&posting("s2")).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, "s1"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(l.gl.posts(&posting("s1").source_hash), 1);
+    assert!(l.lookup(&posting("s1").source_hash).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_failed_post_releases_the_claim_for_the_next_attempt() {
+    let l = ledger(clock());
+    l.gl.set_failing(true);
+    let err = l.commit(&posting("s1")).await.unwrap_err();
+    assert_eq!(err.kind, TransientKind::ServiceUnavailable);
+    assert!(l.lookup(&posting("s1").source_hash).await.unwrap().is_none());
+    l.gl.set_failing(false);
+    assert_eq!(l.commit(&posting("s1")).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(l.gl.posts(&posting("s1").source_hash), 1);
+}
+
+#[tokio::test]
+async fn a_live_claim_elsewhere_is_a_transient_conflict_and_an_expired_one_is_taken_over() {
+    let c = clock();
+    let l = ledger(c.clone());
+    let hash = posting("s1").source_hash;
+    // Another worker claimed and crashed mid-post (its claim is never committed nor released).
+    let now = c.now();
+    let claimed = l
+        .dedup
+        .claim(
+            &hash,
+            "crashed-worker",
+            now,
+            now + Duration::seconds(60),
+            now + Duration::days(400),
+        )
+        .await;
+    assert_eq!(claimed.unwrap(), ClaimOutcome::Claimed);
+    let err = l.commit(&posting("s2")).await.unwrap_err();
+    assert_eq!(err.kind, TransientKind::Conflict);
+    assert_eq!(l.gl.posts(&hash), 0);
+    // After the lease, the claim is taken over and the transaction posts.
+    c.advance(Duration::seconds(61));
+    assert_eq!(l.commit(&posting("s2")).await.unwrap(), CommitOutcome::Committed);
+    // The crashed worker coming back cannot commit over it.
+    let stale = recon_core::domain::CommittedRef::from(&posting("s1"));
+    assert!(!l.dedup.commit("crashed-worker", &stale).await.unwrap());
+    assert_eq!(l.lookup(&hash).await.unwrap().unwrap().sqs_message_id, "s2");
+}
+
+#[tokio::test]
+async fn the_consumer_runs_unchanged_on_an_external_ledger() {
+    let c = clock();
+    let consumer = Consumer {
+        ledger: ledger(c.clone()),
+        queue: MemoryWorkQueue::default(),
+        dlq: MemoryDeadLetterQueue::default(),
+        reference: MemoryReferenceData::default(),
+        audit: MemoryAuditLog::default(),
+        clock: c,
+        config: ConsumerConfig::default(),
+    };
+    let body = builders::body(&builders::tx(9));
+    let msg = |id: &str| builders::delivery(id, &body, 1);
+    assert_eq!(consumer.handle_message(&msg("s1")).await, Disposition::Committed);
+    assert_eq!(
+        consumer.handle_message(&msg("s1")).await,
+        Disposition::RedeliveryAcknowledged
+    );
+    assert!(matches!(
+        consumer.handle_message(&msg("s2")).await,
+        Disposition::DuplicateSuppressed { .. }
+    ));
+    let hash = recon_core::domain::decode(&body).unwrap().source_hash;
+    assert_eq!(consumer.ledger.gl.posts(&hash), 1);
+}
+
+#[test]
+fn a_dedup_ttl_shorter_than_the_replay_window_is_refused() {
+    let week = ClaimSettings {
+        ttl: Duration::days(7),
+        ..ClaimSettings::default()
+    };
+    let err = week.validate(Duration::days(14)).unwrap_err();
+    assert!(err.contains("7 days") && err.contains("14 days"), "{err}");
+    assert!(ClaimSettings::default().validate(Duration::days(90)).is_ok());
+}

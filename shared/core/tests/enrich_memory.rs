@@ -1,0 +1,236 @@
+//! The enrich flow on in-memory adapters: envelopes from both arrivals, idempotency, quarantine,
+//! large bodies, and one `DLQ_OVERFLOW` per crossing.
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use chrono::Utc;
+use recon_core::consume::{Consumer, ConsumerConfig};
+use recon_core::domain::{AuditKind, EnvelopeStatus, FailureCode, HashKind};
+use recon_core::enrich::{EnrichOutcome, Enricher, EnricherConfig};
+use recon_core::envelopes::{check_overflow, original_body};
+use recon_core::ports::{Backlog, EnvelopeStore, Worm, dead_letter_message};
+use recon_testkit::builders::{self, delivered, delivery, event, settle_by_hand, tx_in};
+use recon_testkit::memory::{
+    MemoryAuditLog, MemoryDeadLetterQueue, MemoryEnvelopeStore, MemoryLedger, MemoryMetrics, MemoryReferenceData,
+    MemoryWorkQueue, MemoryWorm,
+};
+
+type TestEnricher = Enricher<MemoryEnvelopeStore, MemoryWorm, MemoryAuditLog, MemoryMetrics>;
+
+fn enricher(high_water: i64) -> TestEnricher {
+    Enricher {
+        store: MemoryEnvelopeStore::default(),
+        worm: MemoryWorm::default(),
+        audit: MemoryAuditLog::default(),
+        metrics: MemoryMetrics::default(),
+        clock: builders::clock(),
+        config: EnricherConfig {
+            overflow_high_water: high_water,
+            ..EnricherConfig::default()
+        },
+    }
+}
+
+/// A transaction in `currency` (XAU is not mapped: poison).
+fn body(n: u32, currency: &str) -> String {
+    builders::body(&tx_in(n, currency, &format!("{n}.5")))
+}
+
+/// Run `body` through a consumer and return the DLQ delivery its dead letter becomes.
+async fn dead_lettered(sqs_id: &str, body: &str) -> SqsMessage {
+    let consumer = Consumer {
+        ledger: MemoryLedger::default(),
+        queue: MemoryWorkQueue::default(),
+        dlq: MemoryDeadLetterQueue::default(),
+        reference: MemoryReferenceData::default(),
+        audit: MemoryAuditLog::default(),
+        clock: builders::clock(),
+        config: ConsumerConfig::default(),
+    };
+    consumer.handle_message(&delivery(sqs_id, body, 1)).await;
+    let letter = consumer.dlq.letters().pop().expect("dead-lettered");
+    delivered(&format!("dlq-{sqs_id}"), &dead_letter_message(&letter).unwrap())
+}
+
+#[tokio::test]
+async fn a_dead_letter_becomes_one_envelope_with_a_worm_copy() {
+    let e = enricher(100);
+    let body = body(1, "XAU");
+    let m = dead_lettered("s1", &body).await;
+    let outcome = e.handle_message(&m).await;
+    let EnrichOutcome::Enriched {
+        envelope_id,
+        status: EnvelopeStatus::Pending,
+    } = outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    let env = e.store.get(&envelope_id).await.unwrap().unwrap();
+    assert_eq!(env.original.body.as_deref(), Some(body.as_str()));
+    assert_eq!(env.failure_code, FailureCode::PoisonMessage);
+    assert_eq!(env.root_cause, "UNMAPPED_CURRENCY:XAU");
+    assert_eq!(env.attempt_count, 1);
+    assert_eq!(env.source_hash_kind, HashKind::Verified);
+    assert_eq!(env.original.source_message_id, "s1");
+    assert_eq!(env.ledger_entity.as_deref(), Some("ACME-US"));
+    assert_eq!(env.accounting_period.as_deref(), Some("2026-11"));
+    let worm = env.worm.clone().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&e.worm.get(&worm.key).await.unwrap().unwrap()).unwrap();
+    assert_eq!(doc["body"], body);
+    assert_eq!(doc["envelope_id"], envelope_id);
+    assert_eq!(e.audit.records()[0].kind, AuditKind::Enriched);
+    assert_eq!(e.store.pending_count().await.unwrap(), 1);
+    assert!(
+        e.metrics
+            .emitted()
+            .iter()
+            .any(|m| m.name == "DeadLettered" && m.dimensions == vec![("FailureCode", "POISON_MESSAGE".to_string())])
+    );
+}
+
+#[tokio::test]
+async fn the_same_dlq_message_delivered_twice_yields_one_envelope() {
+    let e = enricher(100);
+    let m = dead_lettered("s2", &body(2, "XAU")).await;
+    let mut again = m.clone();
+    again.attributes.insert("ApproximateReceiveCount".into(), "2".into());
+    assert!(matches!(e.handle_message(&m).await, EnrichOutcome::Enriched { .. }));
+    assert!(matches!(
+        e.handle_message(&again).await,
+        EnrichOutcome::AlreadyEnriched { .. }
+    ));
+    let (all, _) = e.store.list_all(None, 100).await.unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(e.worm.keys().len(), 1, "one WORM object");
+    assert_eq!(e.audit.records().len(), 1, "one audit record");
+    assert_eq!(e.store.pending_count().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn a_bare_redrive_is_enveloped_as_redriven_by_sqs() {
+    let e = enricher(100);
+    let mut m = delivery("main-7", &body(7, "USD"), 6);
+    m.attributes.insert(
+        "DeadLetterQueueSourceArn".into(),
+        "arn:aws:sqs:us-east-1:0:recon-dlq-main".into(),
+    );
+    let EnrichOutcome::Enriched { envelope_id, .. } = e.handle_message(&m).await else {
+        panic!()
+    };
+    let env = e.store.get(&envelope_id).await.unwrap().unwrap();
+    assert_eq!(env.root_cause, "REDRIVEN_BY_SQS");
+    assert_eq!(env.attempt_count, 6);
+    assert_eq!(env.status, EnvelopeStatus::Pending);
+    assert_eq!(
+        env.original.source_queue_arn.as_deref(),
+        Some("arn:aws:sqs:us-east-1:0:recon-dlq-main")
+    );
+}
+
+#[tokio::test]
+async fn an_unidentifiable_payload_is_quarantined_with_its_bytes() {
+    let e = enricher(100);
+    let raw = "<Document>\u{1F4B8} not a message";
+    let m = dead_lettered("s3", raw).await;
+    let EnrichOutcome::Enriched {
+        envelope_id,
+        status: EnvelopeStatus::Quarantined,
+    } = e.handle_message(&m).await
+    else {
+        panic!()
+    };
+    let env = e.store.get(&envelope_id).await.unwrap().unwrap();
+    assert_eq!(env.failure_code, FailureCode::UnrecoverablePayload);
+    assert!(env.source_hash.starts_with("raw:"));
+    let key = env.original.body_key.clone().unwrap();
+    assert_eq!(e.worm.get(&key).await.unwrap().unwrap(), raw.as_bytes());
+    assert_eq!(e.store.pending_count().await.unwrap(), 0, "quarantine is not pending");
+    assert_eq!(e.audit.records()[0].kind, AuditKind::Quarantined);
+}
+
+#[tokio::test]
+async fn a_body_too_large_for_an_item_lives_in_the_bucket() {
+    let e = enricher(100);
+    let mut m = tx_in(8, "XAU", "8.5");
+    m.counterparty = "x".repeat(200);
+    let mut v: serde_json::Value = serde_json::from_str(&builders::body(&m)).unwrap();
+    v["statement_narrative"] = "Ü".repeat(250_000).into();
+    let body = v.to_string();
+    assert!(body.len() > 400_000);
+    let dl = dead_lettered("s4", &body).await;
+    let EnrichOutcome::Enriched { envelope_id, .. } = e.handle_message(&dl).await else {
+        panic!()
+    };
+    let env = e.store.get(&envelope_id).await.unwrap().unwrap();
+    assert_eq!(env.original.body, None);
+    assert_eq!(env.original.body_bytes, body.len() as u64);
+    assert_eq!(
+        original_body(&env, &e.worm).await.unwrap().as_deref(),
+        Some(body.as_str())
+    );
+}
+
+#[tokio::test]
+async fn dlq_overflow_is_raised_once_per_crossing() {
+    let e = enricher(3);
+    let overflows = |e: &TestEnricher| {
+        e.audit
+            .records()
+            .iter()
+            .filter(|r| r.kind == AuditKind::DlqOverflow)
+            .count()
+    };
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let m = dead_lettered(&format!("o{n}"), &body(10 + n, "XAU")).await;
+        if let EnrichOutcome::Enriched { envelope_id, .. } = e.handle_message(&m).await {
+            ids.push(envelope_id);
+        }
+        assert_eq!(overflows(&e), usize::from(n >= 3), "after {} envelopes", n + 1);
+    }
+    // Fall back below the mark (three leave PENDING), then cross again.
+    for id in &ids[..3] {
+        settle_by_hand(&e.store, id, EnvelopeStatus::Quarantined).await;
+    }
+    assert_eq!(e.store.pending_count().await.unwrap(), 2);
+    check_overflow(&e.store, &e.audit, &e.metrics, 3, "test", Utc::now())
+        .await
+        .unwrap();
+    for n in 5..7 {
+        let m = dead_lettered(&format!("o{n}"), &body(10 + n, "XAU")).await;
+        e.handle_message(&m).await;
+    }
+    assert_eq!(e.store.pending_count().await.unwrap(), 4);
+    assert_eq!(overflows(&e), 2, "a second crossing, a second DLQ_OVERFLOW");
+    assert_eq!(
+        e.metrics.emitted().iter().filter(|m| m.name == "DlqOverflow").count(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_batch_reports_only_what_could_not_be_enriched() {
+    let e = enricher(100);
+    let ok = dead_lettered("s9", &body(9, "XAU")).await;
+    let event = event(vec![ok]);
+    // No time left: handed back, nothing written.
+    let late = e.handle_batch(&event, Some(builders::now())).await;
+    assert_eq!(late.response.batch_item_failures.len(), 1);
+    assert!(e.store.list_all(None, 10).await.unwrap().0.is_empty());
+    let out = e.handle_batch(&event, None).await;
+    assert!(out.response.batch_item_failures.is_empty());
+    assert_eq!(out.names(), ["ENRICHED"]);
+}
+
+#[tokio::test]
+async fn the_sample_dlq_event_in_events_enriches_as_documented() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/enricher-dlq-batch.json");
+    let event: SqsEvent = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let e = enricher(100);
+    let out = e.handle_batch(&event, None).await;
+    assert_eq!(out.names(), ["ENRICHED", "QUARANTINED", "ENRICHED"]);
+    let (all, _) = e.store.list_all(None, 10).await.unwrap();
+    let mut causes: Vec<String> = all.iter().map(|e| e.root_cause.clone()).collect();
+    causes.sort();
+    assert_eq!(causes, ["NOT_JSON", "REDRIVEN_BY_SQS", "UNMAPPED_CURRENCY:XAU"]);
+    assert!(out.response.batch_item_failures.is_empty());
+}

@@ -1,0 +1,476 @@
+//! The replay flow on in-memory adapters: gates, claims, crash recovery, dry run, cursors,
+//! back-pressure and concurrent sweeps.
+
+use aws_lambda_events::event::sqs::SqsMessage;
+use chrono::{Duration as ChronoDuration, Utc};
+use recon_core::consume::{Consumer, ConsumerConfig, Disposition};
+use recon_core::domain::{
+    AuditKind, CurrencyMapping, DlqEnvelope, EnvelopeStatus, NewMessage, PeriodRecord, PeriodStatus, ReplayClaim,
+    StatusChange, attrs, envelope_from_dlq_message,
+};
+use recon_core::ports::{Backlog, Clock, EnvelopeStore, Ledger, ReferenceData, SweepCursors};
+use recon_core::replay::{Gate, ReplayConfig, ReplayReport, ReplayRequest, Replayer, Selector};
+use recon_testkit::builders::{
+    self, body, delivery, manual_request as manual, sweep_request as sweep, tx_in, with_attribute,
+};
+use recon_testkit::memory::{
+    FixedClock, MemoryAuditLog, MemoryDeadLetterQueue, MemoryEnvelopeStore, MemoryLedger, MemoryMetrics,
+    MemoryReferenceData, MemoryReplayQueue, MemoryWorkQueue, MemoryWorm,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+type TestReplayer = Replayer<
+    Arc<MemoryEnvelopeStore>,
+    Arc<MemoryLedger>,
+    Arc<MemoryReferenceData>,
+    Arc<MemoryReplayQueue>,
+    Arc<MemoryWorm>,
+    Arc<MemoryAuditLog>,
+    MemoryMetrics,
+>;
+
+struct World {
+    store: Arc<MemoryEnvelopeStore>,
+    ledger: Arc<MemoryLedger>,
+    reference: Arc<MemoryReferenceData>,
+    queue: Arc<MemoryReplayQueue>,
+    worm: Arc<MemoryWorm>,
+    audit: Arc<MemoryAuditLog>,
+    clock: Arc<FixedClock>,
+}
+
+fn world() -> World {
+    World {
+        store: Arc::default(),
+        ledger: Arc::default(),
+        reference: Arc::default(),
+        queue: Arc::default(),
+        worm: Arc::default(),
+        audit: Arc::default(),
+        clock: builders::clock(),
+    }
+}
+
+impl World {
+    fn replayer(&self, config: ReplayConfig) -> TestReplayer {
+        Replayer {
+            progress: None,
+            store: self.store.clone(),
+            ledger: self.ledger.clone(),
+            reference: self.reference.clone(),
+            queue: self.queue.clone(),
+            worm: self.worm.clone(),
+            audit: self.audit.clone(),
+            metrics: MemoryMetrics::default(),
+            clock: self.clock.clone(),
+            config: ReplayConfig {
+                rate_per_sec: 0,
+                ..config
+            },
+        }
+    }
+
+    /// Store a PENDING envelope for `m`, dead-lettered `age` before now.
+    async fn envelope(&self, id: &str, m: &NewMessage, age: ChronoDuration) -> DlqEnvelope {
+        let msg = with_attribute(
+            with_attribute(delivery(id, &body(m), 1), attrs::FAILURE_CODE, "POISON_MESSAGE"),
+            attrs::ROOT_CAUSE,
+            "UNMAPPED_CURRENCY:XAU",
+        );
+        let mut e = envelope_from_dlq_message(&msg, self.clock_now(), "test");
+        e.dead_lettered_at = self.clock_now() - age;
+        self.store.create(&e).await.unwrap();
+        e
+    }
+
+    fn clock_now(&self) -> chrono::DateTime<Utc> {
+        self.clock.now()
+    }
+
+    async fn status(&self, id: &str) -> EnvelopeStatus {
+        self.store.get(id).await.unwrap().unwrap().status
+    }
+}
+
+/// A transaction in XAU (poison until XAU is mapped).
+fn xau(n: u32) -> NewMessage {
+    tx_in(n, "XAU", &format!("{n}.125"))
+}
+
+async fn add_xau(w: &World) {
+    w.reference
+        .put_currency(&CurrencyMapping {
+            code: "XAU".into(),
+            minor_units: 4,
+            description: "troy ounce".into(),
+        })
+        .await
+        .unwrap();
+}
+
+fn outcomes(r: &ReplayReport) -> Vec<&'static str> {
+    r.items.iter().map(|i| i.outcome.as_str()).collect()
+}
+
+#[tokio::test]
+async fn a_fixed_group_replays_and_commits_exactly_once() {
+    let w = world();
+    let mut envelopes = Vec::new();
+    for n in 1..=3 {
+        envelopes.push(w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await);
+    }
+    let r = w.replayer(ReplayConfig::default());
+    // Before the fix: still poison at gate 1, nothing changes.
+    let before = r.run(&manual(Selector::default(), false), None).await.unwrap();
+    assert_eq!(before.still_failing, 3);
+    assert!(before.items.iter().all(|i| i.gate == Some(Gate::Integrity)));
+    assert_eq!(w.status(&envelopes[0].envelope_id).await, EnvelopeStatus::Pending);
+    assert!(w.queue.sent().is_empty());
+
+    add_xau(&w).await;
+    let report = r
+        .run(
+            &manual(
+                Selector {
+                    root_cause: Some("UNMAPPED_CURRENCY:*".into()),
+                    ..Selector::default()
+                },
+                false,
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.reinjected, 3, "{report:#?}");
+    assert!(report.completed);
+    let sent = w.queue.sent();
+    assert_eq!(sent.len(), 3);
+    for e in &envelopes {
+        let m = sent
+            .iter()
+            .find(|m| {
+                m.attributes
+                    .iter()
+                    .any(|(n, _, v)| n == attrs::REPLAY_OF && *v == e.envelope_id)
+            })
+            .expect("re-injected");
+        assert_eq!(Some(&m.body), e.original.body.as_ref(), "original bytes, verbatim");
+        let attr = |name: &str| {
+            m.attributes
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .map(|(_, _, v)| v.clone())
+        };
+        assert_eq!(attr(attrs::TRIGGERED_BY).as_deref(), Some("alice"));
+        assert_eq!(attr(attrs::REPLAY_GENERATION).as_deref(), Some("1"));
+        let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
+        assert_eq!(stored.status, EnvelopeStatus::Replayed);
+        assert_eq!(stored.replays.len(), 1);
+        assert_eq!(stored.replays[0].triggered_by, "alice");
+    }
+    assert_eq!(w.store.pending_count().await.unwrap(), 0);
+    assert_eq!(
+        w.audit
+            .records()
+            .iter()
+            .filter(|a| a.kind == AuditKind::ReplayReinjected)
+            .count(),
+        3
+    );
+
+    // The consumer (same ledger, same reference data) commits each once; a second replay run
+    // finds nothing pending.
+    let consumer = Consumer {
+        ledger: w.ledger.clone(),
+        queue: MemoryWorkQueue::default(),
+        dlq: MemoryDeadLetterQueue::default(),
+        reference: w.reference.clone(),
+        audit: MemoryAuditLog::default(),
+        clock: w.clock.clone(),
+        config: ConsumerConfig::default(),
+    };
+    for (i, m) in sent.iter().enumerate() {
+        let mut msg = SqsMessage::default();
+        msg.message_id = Some(format!("replayed-{i}"));
+        msg.body = Some(m.body.clone());
+        assert_eq!(consumer.handle_message(&msg).await, Disposition::Committed);
+    }
+    assert_eq!(w.ledger.len(), 3);
+    let again = r.run(&manual(Selector::default(), false), None).await.unwrap();
+    assert_eq!(again.selected, 0);
+}
+
+#[tokio::test]
+async fn an_envelope_whose_hash_is_committed_is_suppressed_not_reinjected() {
+    let w = world();
+    add_xau(&w).await;
+    let e = w.envelope("s1", &xau(7), ChronoDuration::hours(1)).await;
+    let body = e.original.body.clone().unwrap();
+    let msg = recon_core::domain::decode(&body).unwrap();
+    let posting = recon_core::domain::Posting::from_message(&msg, "earlier", 1, Utc::now(), None);
+    w.ledger.commit(&posting).await.unwrap();
+
+    let report = w
+        .replayer(ReplayConfig::default())
+        .run(&manual(Selector::default(), false), None)
+        .await
+        .unwrap();
+    assert_eq!(outcomes(&report), ["SUPPRESSED_DUPLICATE"]);
+    assert_eq!(report.items[0].gate, Some(Gate::Idempotency));
+    assert!(w.queue.sent().is_empty());
+    assert_eq!(w.status(&e.envelope_id).await, EnvelopeStatus::SuppressedDuplicate);
+    let audit = w.audit.records();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0].kind, AuditKind::ReplaySuppressed);
+    assert_eq!(
+        audit[0].failure_code,
+        Some(recon_core::domain::FailureCode::ReplayDuplicate)
+    );
+}
+
+#[tokio::test]
+async fn closed_periods_and_stale_envelopes_go_to_quarantine_for_a_manual_journal() {
+    let w = world();
+    add_xau(&w).await;
+    w.reference
+        .put_period(&PeriodRecord {
+            entity: "ACME-US".into(),
+            period: "2026-11".into(),
+            status: PeriodStatus::Closed,
+        })
+        .await
+        .unwrap();
+    let closed = w.envelope("s1", &xau(1), ChronoDuration::hours(1)).await;
+    let mut december = xau(2);
+    december.value_date = "2026-12-01".into();
+    let stale = w.envelope("s2", &december, ChronoDuration::days(120)).await;
+
+    let report = w
+        .replayer(ReplayConfig::default())
+        .run(&manual(Selector::default(), false), None)
+        .await
+        .unwrap();
+    assert_eq!(report.quarantined, 2, "{report:#?}");
+    assert!(report.items.iter().all(|i| i.gate == Some(Gate::Temporal)));
+    assert!(w.queue.sent().is_empty());
+    for e in [&closed, &stale] {
+        let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
+        assert_eq!(stored.status, EnvelopeStatus::Quarantined);
+        assert!(stored.status_history.last().unwrap().manual_journal);
+        let prefix = format!("quarantine/{}/", e.envelope_id);
+        assert!(
+            w.worm.keys().iter().any(|k| k.starts_with(&prefix)),
+            "WORM quarantine record"
+        );
+    }
+    assert!(report.items.iter().any(|i| i.detail.contains("120 days ago")));
+}
+
+#[tokio::test]
+async fn a_repeat_offender_is_quarantined_for_review() {
+    let w = world();
+    add_xau(&w).await;
+    let mut e = w.envelope("s1", &xau(3), ChronoDuration::hours(1)).await;
+    e.envelope_id = "env_repeat".into();
+    e.replay_generation = 3;
+    w.store.create(&e).await.unwrap();
+    let report = w
+        .replayer(ReplayConfig::default())
+        .run(
+            &manual(
+                Selector {
+                    envelope_ids: vec!["env_repeat".into()],
+                    ..Selector::default()
+                },
+                false,
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcomes(&report), ["QUARANTINED"]);
+    assert_eq!(report.items[0].gate, Some(Gate::ReplayCap));
+}
+
+#[tokio::test]
+async fn a_dry_run_changes_nothing() {
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=4 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await;
+    }
+    let before = w.store.list_all(None, 100).await.unwrap().0;
+    let report = w
+        .replayer(ReplayConfig::default())
+        .run(&manual(Selector::default(), true), None)
+        .await
+        .unwrap();
+    assert_eq!(outcomes(&report), ["WOULD_REINJECT"; 4]);
+    assert_eq!(w.store.list_all(None, 100).await.unwrap().0, before);
+    assert!(w.queue.sent().is_empty());
+    assert!(w.audit.records().is_empty());
+    assert_eq!(w.store.pending_count().await.unwrap(), 4);
+}
+
+#[tokio::test]
+async fn a_crash_between_reinjection_and_the_status_update_still_posts_once() {
+    let w = world();
+    add_xau(&w).await;
+    let e = w.envelope("s1", &xau(4), ChronoDuration::hours(1)).await;
+    // A replay claimed it, sent the copy, and died before marking it REPLAYED; the consumer then
+    // committed the copy.
+    let t0 = w.clock_now();
+    let claim = ReplayClaim {
+        replay_id: "rpl_crashed".into(),
+        triggered_by: "schedule".into(),
+        reason: "sweep".into(),
+        claimed_at: t0,
+        lease_until: t0 + ChronoDuration::minutes(5),
+    };
+    let change = StatusChange {
+        status: EnvelopeStatus::Replaying,
+        at: t0,
+        actor: "schedule".into(),
+        reason: "claimed".into(),
+        manual_journal: false,
+    };
+    assert!(w.store.claim(&e.envelope_id, &claim, t0, &change).await.unwrap());
+    let msg = recon_core::domain::decode(e.original.body.as_deref().unwrap()).unwrap();
+    w.ledger
+        .commit(&recon_core::domain::Posting::from_message(&msg, "copy-1", 1, t0, None))
+        .await
+        .unwrap();
+
+    let r = w.replayer(ReplayConfig::default());
+    // While the lease holds, nobody touches it.
+    let early = r.run(&sweep(), None).await.unwrap();
+    assert_eq!(early.selected, 0);
+    w.clock.advance(ChronoDuration::minutes(6));
+    let report = r.run(&sweep(), None).await.unwrap();
+    assert_eq!(outcomes(&report), ["SUPPRESSED_DUPLICATE"]);
+    assert!(w.queue.sent().is_empty(), "not re-injected a second time");
+    assert_eq!(w.ledger.len(), 1);
+    assert_eq!(w.status(&e.envelope_id).await, EnvelopeStatus::SuppressedDuplicate);
+}
+
+#[tokio::test]
+async fn back_pressure_stops_the_sweep_before_sending() {
+    let w = world();
+    add_xau(&w).await;
+    let e = w.envelope("s1", &xau(5), ChronoDuration::hours(1)).await;
+    w.queue.set_depth(50_000);
+    let report = w.replayer(ReplayConfig::default()).run(&sweep(), None).await.unwrap();
+    assert!(report.stopped.as_deref().unwrap().starts_with("back-pressure"));
+    assert!(!report.completed);
+    assert!(w.queue.sent().is_empty());
+    assert_eq!(w.status(&e.envelope_id).await, EnvelopeStatus::Pending);
+}
+
+#[tokio::test]
+async fn a_sweep_with_a_small_time_budget_resumes_from_its_cursor() {
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=12 {
+        w.envelope(
+            &format!("s{n:02}"),
+            &xau(n),
+            ChronoDuration::minutes(i64::from(100 - n)),
+        )
+        .await;
+    }
+    // 20 re-injections a second, pages of two, 5 s margin + 0.3 s of budget per invocation.
+    let config = ReplayConfig {
+        page_size: 2,
+        deadline_margin: Duration::from_secs(5),
+        ..ReplayConfig::default()
+    };
+    let r = Replayer {
+        config: ReplayConfig {
+            rate_per_sec: 20,
+            ..config
+        },
+        ..w.replayer(ReplayConfig::default())
+    };
+    let mut invocations = 0;
+    loop {
+        invocations += 1;
+        let report = r
+            .run(&sweep(), Some(w.clock_now() + Duration::from_millis(5300)))
+            .await
+            .unwrap();
+        eprintln!(
+            "invocation {invocations}: {} reinjected, stopped {:?}, completed {}",
+            report.reinjected, report.stopped, report.completed
+        );
+        if report.completed {
+            break;
+        }
+        assert!(report.stopped.as_deref().unwrap().starts_with("time budget"));
+        assert!(invocations < 50, "no progress");
+    }
+    assert!(invocations > 1, "the budget forced several invocations");
+    let sent = w.queue.sent();
+    assert_eq!(sent.len(), 12, "each envelope re-injected once");
+    let mut bodies: Vec<&str> = sent.iter().map(|m| m.body.as_str()).collect();
+    bodies.sort();
+    bodies.dedup();
+    assert_eq!(bodies.len(), 12);
+    assert_eq!(
+        w.store.load_cursor("schedule").await.unwrap(),
+        None,
+        "a finished sweep clears its cursor"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_sweeps_reinject_each_envelope_at_most_once() {
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=200 {
+        w.envelope(&format!("s{n:03}"), &xau(n), ChronoDuration::hours(1)).await;
+    }
+    let config = ReplayConfig {
+        page_size: 25,
+        ..ReplayConfig::default()
+    };
+    let rs: Vec<TestReplayer> = (0..4).map(|_| w.replayer(config.clone())).collect();
+    let req = sweep();
+    let reports = futures::future::join_all(rs.iter().map(|r| r.run(&req, None))).await;
+    let reinjected: u64 = reports.iter().map(|r| r.as_ref().unwrap().reinjected).sum();
+    assert_eq!(reinjected, 200);
+    let sent = w.queue.sent();
+    assert_eq!(sent.len(), 200);
+    let mut ofs: Vec<String> = sent
+        .iter()
+        .map(|m| {
+            m.attributes
+                .iter()
+                .find(|(n, _, _)| n == attrs::REPLAY_OF)
+                .unwrap()
+                .2
+                .clone()
+        })
+        .collect();
+    ofs.sort();
+    ofs.dedup();
+    assert_eq!(ofs.len(), 200, "no envelope re-injected twice");
+}
+
+#[tokio::test]
+async fn an_operator_can_quarantine_a_group_that_cannot_be_fixed() {
+    let w = world();
+    for n in 1..=2 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await;
+    }
+    let req = ReplayRequest {
+        quarantine: true,
+        reason: "counterparty closed; book by hand".into(),
+        ..manual(Selector::default(), false)
+    };
+    let report = w.replayer(ReplayConfig::default()).run(&req, None).await.unwrap();
+    assert_eq!(outcomes(&report), ["QUARANTINED", "QUARANTINED"]);
+    assert!(report.items.iter().all(|i| i.gate == Some(Gate::Operator)));
+    assert_eq!(w.store.pending_count().await.unwrap(), 0);
+    assert!(w.queue.sent().is_empty());
+}

@@ -1,7 +1,0 @@
-//! Pure decision logic: what to do with a failure, how long to back off, how to group dead letters.
-
-pub mod retry;
-pub mod triage;
-
-pub use retry::{FailureDecision, RetryPolicy, decide_failure};
-pub use triage::{TriageGroup, triage};

@@ -1,0 +1,171 @@
+//! The builders every test crate shares: transactions, SQS deliveries as Lambda hands them over,
+//! replay requests, settings through the production parser, and the tests' fixed instant.
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
+use chrono::{DateTime, TimeZone, Utc};
+use recon_core::config::ConfigError;
+use recon_core::domain::{EnvelopeStatus, MatchDecision, NewMessage, ReplayClaim, ReplayRecord, StatusChange};
+use recon_core::ports::{EnvelopeStore, OutgoingMessage};
+use recon_core::replay::{ReplayRequest, Selector};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::memory::FixedClock;
+
+/// The instant the memory tests call "now": 2026-12-02 12:00 UTC.
+pub fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 12, 2, 12, 0, 0)
+        .single()
+        .unwrap_or(DateTime::UNIX_EPOCH)
+}
+
+/// A clock standing at [`now`].
+pub fn clock() -> Arc<FixedClock> {
+    Arc::new(FixedClock::new(now()))
+}
+
+/// A valid USD transaction of ACME-US in an open period, numbered: `m-<n>`, amount `<n>.10`,
+/// trace `trace-<n>`.
+pub fn tx(n: u32) -> NewMessage {
+    NewMessage {
+        message_id: format!("m-{n}"),
+        ledger_entity: "ACME-US".into(),
+        currency: "USD".into(),
+        amount: format!("{n}.10"),
+        match_decision: MatchDecision::Matched,
+        trace_id: format!("trace-{n}"),
+        value_date: "2026-11-30".into(),
+        external_ref: format!("BANK-{n:06}"),
+        counterparty: "Globex".into(),
+    }
+}
+
+/// [`tx`] in another currency and amount.
+pub fn tx_in(n: u32, currency: &str, amount: &str) -> NewMessage {
+    NewMessage {
+        currency: currency.into(),
+        amount: amount.into(),
+        ..tx(n)
+    }
+}
+
+/// The body of `m` (its `source_hash` computed).
+pub fn body(m: &NewMessage) -> String {
+    m.to_body()
+        .unwrap_or_else(|e| panic!("a test transaction must serialise: {e}"))
+}
+
+/// A message of the main queue as Lambda hands it to the consumer: id, receipt handle, body,
+/// `ApproximateReceiveCount`, `SentTimestamp` and the queue's ARN.
+pub fn delivery(id: &str, body: &str, receive_count: u32) -> SqsMessage {
+    let mut m = SqsMessage::default();
+    m.message_id = Some(id.into());
+    m.receipt_handle = Some(format!("rh-{id}-{receive_count}"));
+    m.body = Some(body.into());
+    m.attributes
+        .insert("ApproximateReceiveCount".into(), receive_count.to_string());
+    m.attributes.insert("SentTimestamp".into(), "1764676800000".into());
+    m.event_source_arn = Some("arn:aws:sqs:us-east-1:000000000000:recon-dlq-main".into());
+    m
+}
+
+/// `m` with a string message attribute.
+pub fn with_attribute(mut m: SqsMessage, name: &str, value: &str) -> SqsMessage {
+    let mut a = SqsMessageAttribute::default();
+    a.data_type = Some("String".into());
+    a.string_value = Some(value.into());
+    m.message_attributes.insert(name.into(), a);
+    m
+}
+
+/// A sent message (a dead letter, a re-injected copy) as SQS delivers it, first receive.
+pub fn delivered(id: &str, sent: &OutgoingMessage) -> SqsMessage {
+    let mut m = SqsMessage::default();
+    m.message_id = Some(id.into());
+    m.receipt_handle = Some(format!("rh-{id}"));
+    m.body = Some(sent.body.clone());
+    m.attributes.insert("ApproximateReceiveCount".into(), "1".into());
+    for (name, data_type, value) in &sent.attributes {
+        let mut a = SqsMessageAttribute::default();
+        a.data_type = Some(data_type.clone());
+        a.string_value = Some(value.clone());
+        m.message_attributes.insert(name.clone(), a);
+    }
+    m
+}
+
+/// A Lambda event of `records`.
+pub fn event(records: Vec<SqsMessage>) -> SqsEvent {
+    let mut e = SqsEvent::default();
+    e.records = records;
+    e
+}
+
+/// A scheduled sweep, as the EventBridge schedule triggers it.
+pub fn sweep_request() -> ReplayRequest {
+    ReplayRequest {
+        selector: Selector::default(),
+        dry_run: false,
+        reason: "scheduled sweep".into(),
+        triggered_by: "schedule:test".into(),
+        scheduled: true,
+        quarantine: false,
+    }
+}
+
+/// A replay by hand of `selector`, by "alice", because "XAU mapped".
+pub fn manual_request(selector: Selector, dry_run: bool) -> ReplayRequest {
+    ReplayRequest {
+        selector,
+        dry_run,
+        reason: "XAU mapped".into(),
+        triggered_by: "alice".into(),
+        scheduled: false,
+        quarantine: false,
+    }
+}
+
+/// An environment of `pairs`, for the configuration parsers (`from_lookup`).
+pub fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+    let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    move |k| map.get(k).cloned()
+}
+
+/// Settings parsed by the production parser, or the test fails with the parser's message.
+pub fn parsed<T>(settings: Result<T, ConfigError>) -> T {
+    settings.unwrap_or_else(|e| panic!("test settings must parse: {e}"))
+}
+
+/// Settle a PENDING envelope in `status` by hand, the only way the life cycle allows: claimed by
+/// a replay "by-hand", then finished. Panics when the store refuses.
+pub async fn settle_by_hand<S: EnvelopeStore>(store: &S, envelope_id: &str, status: EnvelopeStatus) {
+    let at = Utc::now();
+    let change = |status| StatusChange {
+        status,
+        at,
+        actor: "test".into(),
+        reason: "by hand".into(),
+        manual_journal: false,
+    };
+    let claim = ReplayClaim {
+        replay_id: "by-hand".into(),
+        triggered_by: "test".into(),
+        reason: "by hand".into(),
+        claimed_at: at,
+        lease_until: at + chrono::Duration::minutes(5),
+    };
+    let record = ReplayRecord {
+        replay_id: "by-hand".into(),
+        triggered_by: "test".into(),
+        reason: "by hand".into(),
+        at,
+        outcome: status,
+        sqs_message_id: None,
+    };
+    let claimed = store
+        .claim(envelope_id, &claim, at, &change(EnvelopeStatus::Replaying))
+        .await;
+    assert_eq!(claimed, Ok(true), "claim {envelope_id}");
+    let finished = store.finish(envelope_id, "by-hand", &change(status), &record).await;
+    assert_eq!(finished, Ok(true), "settle {envelope_id} in {status}");
+}

@@ -1,0 +1,78 @@
+//! The audit trail in memory, chained exactly like the DynamoDB one; it can be tampered with,
+//! for the tests of `audit verify`.
+
+use recon_core::domain::AuditRecord;
+use recon_core::domain::audit::{ChainHead, ChainedRecord, GENESIS, chain_of, link};
+use recon_core::ports::{AuditLog, StoreResult};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::lock;
+
+/// The audit trail in memory, chained exactly like the DynamoDB one.
+#[derive(Default)]
+pub struct MemoryAuditLog {
+    state: Mutex<AuditState>,
+}
+
+#[derive(Default)]
+struct AuditState {
+    /// In append order.
+    records: Vec<ChainedRecord>,
+    heads: HashMap<String, (u64, String)>,
+}
+
+impl MemoryAuditLog {
+    /// The records, in append order.
+    pub fn records(&self) -> Vec<AuditRecord> {
+        lock(&self.state).records.iter().map(|c| c.record.clone()).collect()
+    }
+    /// Tamper with the stored trail (tests of `audit verify`).
+    pub fn tamper(&self, f: impl FnOnce(&mut Vec<ChainedRecord>)) {
+        f(&mut lock(&self.state).records);
+    }
+}
+
+impl AuditLog for MemoryAuditLog {
+    async fn append(&self, record: &AuditRecord) -> StoreResult<()> {
+        let mut s = lock(&self.state);
+        if s.records.iter().any(|r| r.record.audit_id == record.audit_id) {
+            return Ok(());
+        }
+        let chain = chain_of(&record.audit_id);
+        let (seq, hash) = s.heads.get(&chain).cloned().unwrap_or((0, GENESIS.to_owned()));
+        let linked = link(record.clone(), &chain, seq, &hash);
+        s.heads.insert(chain, (linked.seq, linked.hash.clone()));
+        s.records.push(linked);
+        Ok(())
+    }
+
+    async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {
+        let mut out: Vec<_> = lock(&self.state)
+            .records
+            .iter()
+            .filter(|r| r.chain == chain)
+            .cloned()
+            .collect();
+        out.sort_by_key(|r| r.seq);
+        Ok(out)
+    }
+
+    async fn trail_id(&self) -> StoreResult<String> {
+        Ok("memory".into())
+    }
+
+    async fn heads(&self) -> StoreResult<Vec<ChainHead>> {
+        let mut out: Vec<_> = lock(&self.state)
+            .heads
+            .iter()
+            .map(|(chain, (seq, hash))| ChainHead {
+                chain: chain.clone(),
+                seq: *seq,
+                hash: hash.clone(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.chain.cmp(&b.chain));
+        Ok(out)
+    }
+}

@@ -1,0 +1,170 @@
+//! The envelope table in memory, with the same conditions, life-cycle checks and PENDING count as
+//! DynamoDB's.
+
+use chrono::{DateTime, Utc};
+use recon_core::domain::status::{check_initial, check_transition};
+use recon_core::domain::{DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange};
+use recon_core::ports::{Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, StoreResult, SweepCursors};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use super::lock;
+
+#[derive(Default)]
+struct EnvelopeState {
+    envelopes: BTreeMap<String, DlqEnvelope>,
+    pending: i64,
+    overflow: bool,
+    episodes: u64,
+    cursors: HashMap<String, String>,
+}
+
+/// The envelope table in memory, with the same conditions and pending count as DynamoDB's.
+#[derive(Default)]
+pub struct MemoryEnvelopeStore {
+    state: Mutex<EnvelopeState>,
+}
+
+/// One page of `all` (already in order) after the item whose key is `cursor`, like DynamoDB's
+/// `ExclusiveStartKey`: items that leave the listing between pages do not shift the next page.
+fn page(
+    all: Vec<DlqEnvelope>,
+    key: impl Fn(&DlqEnvelope) -> String,
+    cursor: Option<String>,
+    limit: usize,
+) -> EnvelopePage {
+    let items: Vec<_> = all
+        .into_iter()
+        .filter(|e| cursor.as_ref().is_none_or(|c| key(e) > *c))
+        .collect();
+    let more = items.len() > limit.max(1);
+    let items: Vec<_> = items.into_iter().take(limit.max(1)).collect();
+    let next = if more { items.last().map(&key) } else { None };
+    (items, next)
+}
+
+impl EnvelopeStore for MemoryEnvelopeStore {
+    async fn create(&self, envelope: &DlqEnvelope) -> FlowResult<CreateOutcome> {
+        check_initial(envelope.status)?;
+        let mut s = lock(&self.state);
+        if let Some(existing) = s.envelopes.get(&envelope.envelope_id) {
+            return Ok(CreateOutcome::Exists(Box::new(existing.clone())));
+        }
+        if envelope.status == EnvelopeStatus::Pending {
+            s.pending += 1;
+        }
+        s.envelopes.insert(envelope.envelope_id.clone(), envelope.clone());
+        Ok(CreateOutcome::Created)
+    }
+
+    async fn get(&self, envelope_id: &str) -> StoreResult<Option<DlqEnvelope>> {
+        Ok(lock(&self.state).envelopes.get(envelope_id).cloned())
+    }
+
+    async fn list_by_status(
+        &self,
+        status: EnvelopeStatus,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> StoreResult<EnvelopePage> {
+        let mut all: Vec<_> = lock(&self.state)
+            .envelopes
+            .values()
+            .filter(|e| e.status == status)
+            .cloned()
+            .collect();
+        all.sort_by_key(DlqEnvelope::age_key);
+        Ok(page(all, DlqEnvelope::age_key, cursor, limit))
+    }
+
+    async fn list_all(&self, cursor: Option<String>, limit: usize) -> StoreResult<EnvelopePage> {
+        let all = lock(&self.state).envelopes.values().cloned().collect();
+        Ok(page(all, |e| e.envelope_id.clone(), cursor, limit))
+    }
+
+    async fn claim(
+        &self,
+        envelope_id: &str,
+        claim: &ReplayClaim,
+        now: DateTime<Utc>,
+        change: &StatusChange,
+    ) -> FlowResult<bool> {
+        use EnvelopeStatus::{Pending, Replaying};
+        check_transition(Pending, change.status)?;
+        let mut s = lock(&self.state);
+        let Some(e) = s.envelopes.get_mut(envelope_id) else {
+            return Ok(false);
+        };
+        let from_pending = e.status == Pending;
+        let expired = e.status == Replaying && e.replay.as_ref().is_some_and(|c| c.lease_until < now);
+        if !from_pending && !expired {
+            return Ok(false);
+        }
+        e.status = Replaying;
+        e.replay = Some(claim.clone());
+        e.status_history.push(change.clone());
+        if from_pending {
+            s.pending -= 1;
+        }
+        Ok(true)
+    }
+
+    async fn finish(
+        &self,
+        envelope_id: &str,
+        replay_id: &str,
+        change: &StatusChange,
+        record: &ReplayRecord,
+    ) -> FlowResult<bool> {
+        use EnvelopeStatus::{Pending, Replaying};
+        check_transition(Replaying, change.status)?;
+        let mut s = lock(&self.state);
+        let Some(e) = s.envelopes.get_mut(envelope_id) else {
+            return Ok(false);
+        };
+        if e.status != Replaying || e.replay.as_ref().is_none_or(|c| c.replay_id != replay_id) {
+            return Ok(false);
+        }
+        e.status = change.status;
+        e.status_history.push(change.clone());
+        e.replays.push(record.clone());
+        if change.status == Pending {
+            s.pending += 1;
+        }
+        Ok(true)
+    }
+}
+
+impl SweepCursors for MemoryEnvelopeStore {
+    async fn load_cursor(&self, name: &str) -> StoreResult<Option<String>> {
+        Ok(lock(&self.state).cursors.get(name).cloned())
+    }
+
+    async fn save_cursor(&self, name: &str, cursor: Option<&str>) -> StoreResult<()> {
+        let mut s = lock(&self.state);
+        match cursor {
+            Some(c) => s.cursors.insert(name.to_owned(), c.to_owned()),
+            None => s.cursors.remove(name),
+        };
+        Ok(())
+    }
+}
+
+impl Backlog for MemoryEnvelopeStore {
+    async fn pending_count(&self) -> StoreResult<i64> {
+        Ok(lock(&self.state).pending)
+    }
+
+    async fn set_overflow(&self, active: bool) -> StoreResult<Option<u64>> {
+        let mut s = lock(&self.state);
+        if s.overflow == active {
+            return Ok(None);
+        }
+        s.overflow = active;
+        if active {
+            s.episodes += 1;
+            return Ok(Some(s.episodes));
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,145 @@
+//! Ledgers in memory: the reference ledger (conditional commit), the dedup table of the claim
+//! protocol (same conditions as DynamoDB's), and a general ledger that counts every post.
+
+use chrono::{DateTime, Utc};
+use recon_core::domain::{CommitOutcome, CommittedRef, Posting, TransientKind};
+use recon_core::ports::{ClaimOutcome, DedupTable, ExternalLedger, Ledger, StoreError, StoreResult};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::lock;
+
+#[derive(Default)]
+pub struct MemoryLedger {
+    postings: Mutex<HashMap<String, Posting>>,
+}
+
+impl MemoryLedger {
+    pub fn postings(&self) -> Vec<Posting> {
+        lock(&self.postings).values().cloned().collect()
+    }
+    pub fn len(&self) -> usize {
+        lock(&self.postings).len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Ledger for MemoryLedger {
+    async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
+        let mut map = lock(&self.postings);
+        if let Some(existing) = map.get(&posting.source_hash) {
+            return Ok(CommitOutcome::AlreadyCommitted(existing.into()));
+        }
+        map.insert(posting.source_hash.clone(), posting.clone());
+        Ok(CommitOutcome::Committed)
+    }
+
+    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        Ok(lock(&self.postings).get(source_hash).map(CommittedRef::from))
+    }
+}
+
+#[derive(Clone, Debug)]
+enum DedupEntry {
+    Claimed { owner: String, lease_until: DateTime<Utc> },
+    Committed(CommittedRef),
+}
+
+/// The dedup table of the claim protocol, in memory (same conditions as the DynamoDB one).
+#[derive(Default)]
+pub struct MemoryDedupTable {
+    entries: Mutex<HashMap<String, DedupEntry>>,
+}
+
+impl DedupTable for MemoryDedupTable {
+    async fn claim(
+        &self,
+        source_hash: &str,
+        owner: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        _expires_at: DateTime<Utc>,
+    ) -> StoreResult<ClaimOutcome> {
+        let mut e = lock(&self.entries);
+        match e.get(source_hash) {
+            Some(DedupEntry::Committed(r)) => return Ok(ClaimOutcome::AlreadyCommitted(r.clone())),
+            Some(DedupEntry::Claimed {
+                owner: other,
+                lease_until: until,
+            }) if *until >= now => {
+                return Ok(ClaimOutcome::HeldElsewhere {
+                    owner: other.clone(),
+                    lease_until: *until,
+                });
+            }
+            _ => {}
+        }
+        e.insert(
+            source_hash.to_owned(),
+            DedupEntry::Claimed {
+                owner: owner.to_owned(),
+                lease_until,
+            },
+        );
+        Ok(ClaimOutcome::Claimed)
+    }
+
+    async fn commit(&self, owner: &str, committed: &CommittedRef) -> StoreResult<bool> {
+        let mut e = lock(&self.entries);
+        match e.get(&committed.source_hash) {
+            Some(DedupEntry::Claimed { owner: o, .. }) if o == owner => {
+                e.insert(committed.source_hash.clone(), DedupEntry::Committed(committed.clone()));
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn release(&self, source_hash: &str, owner: &str) -> StoreResult<()> {
+        let mut e = lock(&self.entries);
+        if matches!(e.get(source_hash), Some(DedupEntry::Claimed { owner: o, .. }) if o == owner) {
+            e.remove(source_hash);
+        }
+        Ok(())
+    }
+
+    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        Ok(match lock(&self.entries).get(source_hash) {
+            Some(DedupEntry::Committed(r)) => Some(r.clone()),
+            _ => None,
+        })
+    }
+}
+
+/// A general ledger in memory that counts every post per `source_hash` (how tests see a double
+/// posting), optionally failing.
+#[derive(Default)]
+pub struct MemoryGeneralLedger {
+    posts: Mutex<HashMap<String, u32>>,
+    failing: AtomicBool,
+}
+
+impl MemoryGeneralLedger {
+    pub fn posts(&self, source_hash: &str) -> u32 {
+        lock(&self.posts).get(source_hash).copied().unwrap_or(0)
+    }
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+}
+
+impl ExternalLedger for MemoryGeneralLedger {
+    async fn post(&self, posting: &Posting) -> StoreResult<()> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(StoreError::new(
+                TransientKind::ServiceUnavailable,
+                "GL unavailable (injected)",
+            ));
+        }
+        *lock(&self.posts).entry(posting.source_hash.clone()).or_default() += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,90 @@
+//! Queues in memory: a DLQ that keeps what it is sent, a work queue that records visibility
+//! changes, and the main queue as the replay sees it.
+
+use recon_core::domain::{DeadLetter, TransientKind};
+use recon_core::ports::{DeadLetterQueue, OutgoingMessage, ReplayQueue, StoreError, StoreResult, WorkQueue};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use super::lock;
+
+/// A DLQ that keeps what it is sent; `fail_sends` makes every send fail (to prove that a
+/// message is never acknowledged unrecorded).
+#[derive(Default)]
+pub struct MemoryDeadLetterQueue {
+    letters: Mutex<Vec<DeadLetter>>,
+    fail_sends: AtomicBool,
+}
+
+impl MemoryDeadLetterQueue {
+    pub fn letters(&self) -> Vec<DeadLetter> {
+        lock(&self.letters).clone()
+    }
+    pub fn set_failing(&self, failing: bool) {
+        self.fail_sends.store(failing, Ordering::SeqCst);
+    }
+}
+
+impl DeadLetterQueue for MemoryDeadLetterQueue {
+    async fn send(&self, letter: &DeadLetter) -> StoreResult<()> {
+        if self.fail_sends.load(Ordering::SeqCst) {
+            return Err(StoreError::new(
+                TransientKind::ServiceUnavailable,
+                "DLQ unavailable (injected)",
+            ));
+        }
+        lock(&self.letters).push(letter.clone());
+        Ok(())
+    }
+}
+
+/// Records visibility changes by receipt handle.
+#[derive(Default)]
+pub struct MemoryWorkQueue {
+    visibility: Mutex<Vec<(String, u32)>>,
+}
+
+impl MemoryWorkQueue {
+    pub fn visibility_changes(&self) -> Vec<(String, u32)> {
+        lock(&self.visibility).clone()
+    }
+}
+
+impl WorkQueue for MemoryWorkQueue {
+    async fn change_visibility(&self, receipt_handle: &str, secs: u32) -> StoreResult<()> {
+        lock(&self.visibility).push((receipt_handle.to_owned(), secs));
+        Ok(())
+    }
+}
+
+/// The main queue as the replay sees it: keeps what is re-injected; its depth can be set to
+/// exercise back-pressure.
+#[derive(Default)]
+pub struct MemoryReplayQueue {
+    sent: Mutex<Vec<OutgoingMessage>>,
+    depth: AtomicU64,
+}
+
+impl MemoryReplayQueue {
+    pub fn sent(&self) -> Vec<OutgoingMessage> {
+        lock(&self.sent).clone()
+    }
+    pub fn set_depth(&self, depth: u64) {
+        self.depth.store(depth, Ordering::SeqCst);
+    }
+}
+
+impl ReplayQueue for MemoryReplayQueue {
+    async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<Vec<Result<String, String>>> {
+        let mut sent = lock(&self.sent);
+        let mut ids = Vec::with_capacity(messages.len());
+        for m in messages {
+            sent.push(m.clone());
+            ids.push(Ok(format!("replayed-{}", sent.len())));
+        }
+        Ok(ids)
+    }
+    async fn visible_depth(&self) -> StoreResult<u64> {
+        Ok(self.depth.load(Ordering::SeqCst))
+    }
+}

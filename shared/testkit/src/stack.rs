@@ -1,0 +1,322 @@
+//! A deployment of its own on the local stack for each integration test: provisioned under a
+//! unique prefix (queues, tables, WORM bucket), so tests run in parallel without seeing each other,
+//! with settings read by the production parsers, and removed again when the test ends — also
+//! when it fails (the guard's `Drop`).
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use aws_sdk_sqs::types::Message;
+use recon_aws::dynamodb::{DynamoAuditLog, DynamoEnvelopeStore, DynamoLedger, DynamoReferenceData};
+use recon_aws::provision::{Stack, StackSettings, delete_stack, ensure_stack};
+use recon_aws::sqs::SqsQueue;
+use recon_aws::wiring::{self, AwsEnricher, AwsReplayer};
+use recon_aws::{AwsClients, Target};
+use recon_core::batch::BatchHandler;
+use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings, vars};
+use recon_core::consume::{Consumer, ConsumerConfig};
+use recon_core::domain::{AuditRecord, CurrencyMapping, DlqEnvelope, Posting};
+use recon_core::ports::{OutgoingMessage, ReferenceData, SystemClock, WorkQueue, all_envelopes};
+use recon_core::resources::ResourceNames;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime};
+
+use crate::builders::parsed;
+use crate::memory::MemoryMetrics;
+use crate::pump::{PumpOptions, PumpStats, pump, to_event_record};
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// The retry budget the test stacks use (redrive maxReceiveCount and the consumer's budget).
+pub const MAX_ATTEMPTS: u32 = 3;
+
+/// What the test stacks configure differently from production (the rest is the parsers'
+/// defaults): a small retry budget with short backoffs, no replay rate limit, their own metrics
+/// namespace.
+const TEST_ENV: [(&str, &str); 7] = [
+    (vars::MAX_ATTEMPTS, "3"),
+    (vars::BACKOFF_BASE_SECS, "1"),
+    (vars::BACKOFF_CAP_SECS, "4"),
+    (vars::REPLAY_RATE_PER_SEC, "0"),
+    (vars::REPLAY_QUEUE_HIGH_WATER, "100000"),
+    (vars::METRICS_NAMESPACE, "ReconDlqTest"),
+    (vars::OVERFLOW_HIGH_WATER, "1000"),
+];
+
+pub struct TestStack {
+    pub clients: AwsClients,
+    pub stack: Stack,
+    pub settings: ConsumerSettings,
+    cleaned: bool,
+}
+
+impl TestStack {
+    /// Provision a fresh deployment named after the test.
+    pub async fn new(test: &str) -> Self {
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let prefix = format!(
+            "it-{test}-{}-{}-{nanos}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let clients = AwsClients::connect(Target::local_from_env()).await;
+        let names = ResourceNames::with_prefix(&prefix);
+        let settings = StackSettings {
+            max_receive_count: MAX_ATTEMPTS,
+            ..StackSettings::default()
+        };
+        let stack = match ensure_stack(&clients, &names, &settings).await {
+            Ok(s) => s,
+            Err(e) => {
+                panic!("the local AWS stack is not reachable; start it with `make local-up` ({e})")
+            }
+        };
+        let settings = parsed(ConsumerSettings::from_lookup(stack.lookup(|k| test_env(k, &[]))));
+        TestStack {
+            clients,
+            stack,
+            settings,
+            cleaned: false,
+        }
+    }
+
+    pub fn ledger(&self) -> DynamoLedger {
+        DynamoLedger::new(self.clients.dynamodb.clone(), &self.settings.ledger_table)
+    }
+    pub fn main_queue(&self) -> SqsQueue {
+        SqsQueue::new(self.clients.sqs.clone(), &self.stack.main_queue_url)
+    }
+    pub fn dlq(&self) -> SqsQueue {
+        SqsQueue::new(self.clients.sqs.clone(), &self.stack.dlq_url)
+    }
+    pub fn reference(&self) -> Arc<DynamoReferenceData> {
+        Arc::new(DynamoReferenceData::new(
+            self.clients.dynamodb.clone(),
+            &self.settings.reference_table,
+            self.settings.reference_cache,
+        ))
+    }
+    pub fn audit_log(&self) -> DynamoAuditLog {
+        DynamoAuditLog::new(self.clients.dynamodb.clone(), &self.settings.audit_table)
+    }
+    pub fn envelope_store(&self) -> DynamoEnvelopeStore {
+        DynamoEnvelopeStore::new(self.clients.dynamodb.clone(), &self.stack.names.envelope_table)
+    }
+
+    /// A consumer on this stack with the given ledger and work queue.
+    pub fn consumer_with<L: recon_core::ports::Ledger, Q: WorkQueue>(
+        &self,
+        ledger: L,
+        queue: Q,
+    ) -> Arc<Consumer<L, Q, SqsQueue, Arc<DynamoReferenceData>, DynamoAuditLog>> {
+        Arc::new(Consumer {
+            ledger,
+            queue,
+            dlq: self.dlq(),
+            reference: self.reference(),
+            audit: self.audit_log(),
+            clock: Arc::new(SystemClock),
+            config: ConsumerConfig {
+                retry: self.settings.retry,
+                actor: "integration-test".into(),
+                ..ConsumerConfig::default()
+            },
+        })
+    }
+
+    pub async fn send(&self, bodies: &[String]) -> Vec<String> {
+        let mut ids = Vec::new();
+        for chunk in bodies.chunks(10) {
+            let batch: Vec<_> = chunk
+                .iter()
+                .map(|b| OutgoingMessage {
+                    body: b.clone(),
+                    ..Default::default()
+                })
+                .collect();
+            for r in self.main_queue().send_batch(&batch).await.expect("send batch") {
+                ids.push(r.expect("message accepted"));
+            }
+        }
+        ids
+    }
+
+    /// Pump the main queue through `handler` (a consumer) until idle.
+    pub async fn pump<H: BatchHandler>(&self, handler: &H) -> PumpStats {
+        pump(
+            &self.main_queue(),
+            &self.stack.main_queue_arn,
+            "us-east-1",
+            &pump_options(),
+            handler,
+        )
+        .await
+        .expect("pump")
+    }
+
+    /// Pump the DLQ through `handler` (an enricher) until idle.
+    pub async fn pump_dlq<H: BatchHandler>(&self, handler: &H) -> PumpStats {
+        pump(&self.dlq(), &self.stack.dlq_arn, "us-east-1", &pump_options(), handler)
+            .await
+            .expect("pump DLQ")
+    }
+
+    /// An enricher on this stack (metrics kept in memory) with the given high-water mark.
+    pub fn enricher(&self, high_water: i64) -> Arc<AwsEnricher<MemoryMetrics>> {
+        Arc::new(wiring::enricher(
+            &self.clients,
+            &self.enricher_settings(high_water),
+            "integration-test",
+            MemoryMetrics::default(),
+        ))
+    }
+
+    /// The enricher's settings for this stack.
+    pub fn enricher_settings(&self, high_water: i64) -> EnricherSettings {
+        let mark = high_water.to_string();
+        parsed(EnricherSettings::from_lookup(
+            self.stack
+                .lookup(|k| test_env(k, &[(vars::OVERFLOW_HIGH_WATER, &mark)])),
+        ))
+    }
+
+    /// A replay on this stack: no rate limit, metrics in memory.
+    pub fn replayer(&self) -> AwsReplayer<MemoryMetrics> {
+        wiring::replayer(
+            &self.clients,
+            &self.replay_settings(),
+            "integration-test",
+            MemoryMetrics::default(),
+        )
+    }
+
+    /// The replay's settings for this stack (no rate limit).
+    pub fn replay_settings(&self) -> ReplaySettings {
+        parsed(ReplaySettings::from_lookup(self.stack.lookup(|k| test_env(k, &[]))))
+    }
+
+    /// Map a currency in this stack's reference table.
+    pub async fn map_currency(&self, code: &str, minor_units: u32) {
+        self.reference()
+            .put_currency(&CurrencyMapping {
+                code: code.into(),
+                minor_units,
+                description: String::new(),
+            })
+            .await
+            .expect("map currency");
+    }
+
+    /// Every envelope of this stack.
+    pub async fn envelopes(&self) -> Vec<DlqEnvelope> {
+        all_envelopes(&self.envelope_store(), None)
+            .await
+            .expect("list envelopes")
+    }
+
+    /// Receive messages from `queue` until `n` are gathered (or 20 s), hidden for `visibility`
+    /// seconds, and build one Lambda event from them.
+    pub async fn receive_event(&self, queue: &SqsQueue, n: usize, visibility: i32) -> (SqsEvent, Vec<Message>) {
+        let mut got: Vec<Message> = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while got.len() < n && std::time::Instant::now() < deadline {
+            let want = i32::try_from(n - got.len()).unwrap_or(10).min(10);
+            got.extend(queue.receive(want, 1, Some(visibility)).await.expect("receive"));
+        }
+        let arn = if queue.url() == self.stack.dlq_url {
+            &self.stack.dlq_arn
+        } else {
+            &self.stack.main_queue_arn
+        };
+        let mut event = SqsEvent::default();
+        event.records = got.iter().map(|m| to_event_record(m, arn, "us-east-1")).collect();
+        (event, got)
+    }
+
+    /// Every message now in the DLQ (they stay there: received with a long visibility timeout).
+    pub async fn dlq_messages(&self) -> Vec<Message> {
+        let dlq = self.dlq();
+        let mut all = Vec::new();
+        loop {
+            let batch = dlq.receive(10, 1, Some(300)).await.expect("receive DLQ");
+            if batch.is_empty() {
+                return all;
+            }
+            all.extend(batch);
+        }
+    }
+
+    pub async fn postings(&self) -> Vec<Posting> {
+        self.ledger().scan().await.expect("scan ledger")
+    }
+    pub async fn audit(&self) -> Vec<AuditRecord> {
+        self.audit_log().scan().await.expect("scan audit")
+    }
+
+    /// Write a posting as it is, without the ledger's condition (a test restoring a record it
+    /// deleted). Test-only: no deployed code can do this.
+    pub async fn restore_posting(&self, posting: &Posting) {
+        let item = recon_aws::item::to_item(posting).expect("a posting is an item");
+        self.clients
+            .dynamodb
+            .put_item()
+            .table_name(&self.settings.ledger_table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .expect("restore posting");
+    }
+
+    /// Remove the stack's queues and tables (the WORM bucket stays: Object Lock).
+    pub async fn cleanup(mut self) {
+        let _ = delete_stack(&self.clients, &self.stack).await;
+        self.cleaned = true;
+    }
+}
+
+impl Drop for TestStack {
+    /// A test that fails before its `cleanup` still removes its queues and tables: on a thread of
+    /// its own (the test's runtime may be unwinding), with clients of its own.
+    fn drop(&mut self) {
+        if self.cleaned {
+            return;
+        }
+        let stack = self.stack.clone();
+        let cleanup = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            rt.block_on(async {
+                let clients = AwsClients::connect(Target::local_from_env()).await;
+                let _ = delete_stack(&clients, &stack).await;
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+/// A test stack's variable: `extra` first, then [`TEST_ENV`] (never the process environment, so a
+/// developer's `DLQ_*` variables do not change a test).
+fn test_env(k: &str, extra: &[(&str, &str)]) -> Option<String> {
+    extra
+        .iter()
+        .chain(TEST_ENV.iter())
+        .find(|(n, _)| *n == k)
+        .map(|(_, v)| (*v).to_owned())
+}
+
+fn pump_options() -> PumpOptions {
+    PumpOptions {
+        max_duration: Duration::from_secs(120),
+        ..PumpOptions::default()
+    }
+}
+
+/// A string message attribute of a received SQS message.
+pub fn attribute<'m>(m: &'m Message, name: &str) -> Option<&'m str> {
+    m.message_attributes()
+        .and_then(|a| a.get(name))
+        .and_then(|v| v.string_value())
+}

@@ -1,0 +1,335 @@
+//! The architecture, enforced (as rust-analyzer enforces its own): what each crate may depend on,
+//! what each module of a crate may import, no module cycles, all time in `recon-core` through its
+//! clock, and no hand-written module above 600 lines. These tests read `cargo metadata` and the
+//! sources; they need no local stack. ARCHITECTURE.md states the same rules in words.
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate lives in the workspace")
+        .to_path_buf()
+}
+
+/// Package name -> the names of its normal (non-dev, non-build) dependencies, resolved.
+fn normal_dependencies() -> BTreeMap<String, BTreeSet<String>> {
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--manifest-path"])
+        .arg(workspace().join("Cargo.toml"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    let name_of: BTreeMap<&str, &str> = meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p["id"].as_str()?, p["name"].as_str()?)))
+        .collect();
+    let mut graph = BTreeMap::new();
+    for node in meta["resolve"]["nodes"].as_array().into_iter().flatten() {
+        let Some(name) = node["id"].as_str().and_then(|id| name_of.get(id)) else {
+            continue;
+        };
+        let deps: BTreeSet<String> = node["deps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| {
+                d["dep_kinds"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|k| k["kind"].is_null())
+            })
+            .filter_map(|d| {
+                d["pkg"]
+                    .as_str()
+                    .and_then(|id| name_of.get(id))
+                    .map(|n| (*n).to_owned())
+            })
+            .collect();
+        graph
+            .entry((*name).to_owned())
+            .or_insert_with(BTreeSet::new)
+            .extend(deps);
+    }
+    graph
+}
+
+/// Everything `root` links, directly or not.
+fn closure(graph: &BTreeMap<String, BTreeSet<String>>, root: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![root.to_owned()];
+    while let Some(p) = todo.pop() {
+        for d in graph.get(&p).into_iter().flatten() {
+            if seen.insert(d.clone()) {
+                todo.push(d.clone());
+            }
+        }
+    }
+    seen
+}
+
+fn is_aws_sdk(crate_name: &str) -> bool {
+    [
+        "aws-sdk-",
+        "aws-smithy-",
+        "aws-config",
+        "aws-types",
+        "aws-runtime",
+        "aws-sigv4",
+        "aws-credential-types",
+    ]
+    .iter()
+    .any(|p| crate_name.starts_with(p))
+}
+
+#[test]
+fn core_links_no_aws_sdk_and_no_function_links_the_testkit() {
+    let graph = normal_dependencies();
+    let core = closure(&graph, "recon-core");
+    assert!(core.contains("aws_lambda_events"), "core reads Lambda's event types");
+    let sdk: Vec<&String> = core.iter().filter(|c| is_aws_sdk(c)).collect();
+    assert!(sdk.is_empty(), "recon-core links AWS SDK crates: {sdk:?}");
+    for forbidden in ["recon-aws", "recon-testkit", "lambda_runtime", "tracing-subscriber"] {
+        assert!(!core.contains(forbidden), "recon-core links {forbidden}");
+    }
+    assert!(
+        !closure(&graph, "recon-aws").contains("recon-testkit"),
+        "recon-aws links the testkit"
+    );
+    for function in ["consumer", "enricher", "replay"] {
+        let linked = closure(&graph, function);
+        assert!(
+            linked.contains("recon-core") && linked.contains("recon-aws"),
+            "{function} is wired"
+        );
+        assert!(
+            !linked.contains("recon-testkit"),
+            "the {function} Lambda links the testkit"
+        );
+    }
+}
+
+/// The source of `file` without comments and without its `#[cfg(test)]` tail.
+fn code(file: &Path) -> String {
+    let text = std::fs::read_to_string(file).expect("source file");
+    let text = text.split("#[cfg(test)]").next().unwrap_or("");
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The top-level module a file of `src` belongs to (`None` for the crate root).
+fn top_module(src: &Path, file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).ok()?;
+    let first = rel.components().next()?.as_os_str().to_str()?;
+    let name = first.trim_end_matches(".rs");
+    (!matches!(name, "lib" | "main")).then(|| name.to_owned())
+}
+
+/// The first segment of every path after `prefix` (`crate::a::b`, `crate::{a, b::c}`).
+fn first_segments(code: &str, prefix: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(i) = rest.find(prefix) {
+        rest = &rest[i + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 0;
+            let mut item_start = true;
+            for (j, ch) in group.char_indices() {
+                match ch {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        rest = &group[j..];
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => item_start = true,
+                    c if item_start && (c.is_alphabetic() || c == '_') => {
+                        let ident: String = group[j..]
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
+                        out.insert(ident);
+                        item_start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let ident: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if !ident.is_empty() {
+                out.insert(ident);
+            }
+        }
+    }
+    out
+}
+
+/// Top-level module -> the top-level modules of the same crate it uses.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let modules: BTreeSet<String> = rust_files(src).iter().filter_map(|f| top_module(src, f)).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in rust_files(src) {
+        let Some(module) = top_module(src, &file) else { continue };
+        let code = code(&file);
+        let mut used = first_segments(&code, "crate::");
+        // `super::` names a sibling of a top-level file, or the crate root's items from
+        // `x/mod.rs`; deeper, it stays inside the module.
+        let depth = file.strip_prefix(src).map(|r| r.components().count()).unwrap_or(0);
+        let is_mod_rs = file.file_name().is_some_and(|n| n == "mod.rs");
+        if depth == 1 || (depth == 2 && is_mod_rs) {
+            used.extend(first_segments(&code, "super::"));
+        }
+        let edges = graph.entry(module.clone()).or_default();
+        edges.extend(used.into_iter().filter(|m| modules.contains(m) && *m != module));
+    }
+    graph
+}
+
+fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == n) {
+            let mut c = path[i..].to_vec();
+            c.push(n.to_owned());
+            return Some(c);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        path.push(n.to_owned());
+        for m in graph.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(n.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph.keys().find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
+}
+
+const CRATE_SOURCES: [&str; 4] = ["shared/core/src", "shared/aws/src", "shared/testkit/src", "cli/src"];
+
+#[test]
+fn no_crate_has_a_module_cycle() {
+    for src in CRATE_SOURCES {
+        let graph = module_graph(&workspace().join(src));
+        assert!(graph.len() > 3, "{src}: the modules were found");
+        if let Some(c) = cycle(&graph) {
+            panic!("{src}: module cycle {}", c.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn core_modules_depend_only_downwards() {
+    let graph = module_graph(&workspace().join("shared/core/src"));
+    // Each layer may use only what is listed (and nothing uses the flows but other flows).
+    let allowed: [(&str, &[&str]); 5] = [
+        ("domain", &[]),
+        ("resources", &[]),
+        ("decisions", &["domain"]),
+        ("ports", &["domain"]),
+        ("config", &["decisions", "resources"]),
+    ];
+    for (module, may_use) in allowed {
+        let uses = graph.get(module).cloned().unwrap_or_default();
+        let extra: Vec<&String> = uses.iter().filter(|m| !may_use.contains(&m.as_str())).collect();
+        assert!(
+            extra.is_empty(),
+            "core::{module} uses {extra:?}; it may use only {may_use:?}"
+        );
+    }
+    for (module, uses) in &graph {
+        assert!(
+            !uses.contains("config") || module == "config",
+            "the flow {module} reads configuration"
+        );
+    }
+}
+
+#[test]
+fn all_time_in_core_goes_through_the_clock() {
+    let src = workspace().join("shared/core/src");
+    for file in rust_files(&src) {
+        if file.ends_with("ports/clock.rs") {
+            continue;
+        }
+        let code = code(&file);
+        for direct in ["SystemTime", "Instant", "Utc::now", "tokio::time"] {
+            assert!(
+                !code.contains(direct),
+                "{} reads time directly ({direct}); use the Clock port",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn no_hand_written_module_is_above_600_lines() {
+    let root = workspace();
+    let mut long = Vec::new();
+    for dir in ["shared", "functions", "cli", "tests"] {
+        for file in rust_files(&root.join(dir)) {
+            let lines = std::fs::read_to_string(&file).map(|t| t.lines().count()).unwrap_or(0);
+            if lines > 600 {
+                long.push(format!("{} ({lines} lines)", file.display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "split by responsibility: {long:?}");
+}
+
+#[test]
+fn the_module_graph_reader_sees_imports_and_cycles() {
+    // The checks above are only as good as this reader: it must find grouped and nested imports.
+    let found = first_segments(
+        "use crate::{domain::{a, b}, ports::X};\nlet x = crate::replay::run();",
+        "crate::",
+    );
+    assert_eq!(
+        found,
+        BTreeSet::from(["domain".into(), "ports".into(), "replay".into()])
+    );
+    let graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::from([
+        ("a".into(), BTreeSet::from(["b".into()])),
+        ("b".into(), BTreeSet::from(["c".into()])),
+        ("c".into(), BTreeSet::from(["a".into()])),
+    ]);
+    assert_eq!(cycle(&graph).map(|c| c.len()), Some(4));
+    let acyclic: BTreeMap<String, BTreeSet<String>> = BTreeMap::from([("a".into(), BTreeSet::from(["b".into()]))]);
+    assert_eq!(cycle(&acyclic), None);
+}
