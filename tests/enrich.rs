@@ -399,3 +399,10 @@ async fn setup_adds_the_triage_indexes_to_an_older_envelope_table() {
     assert_eq!(names, ["by_entity", "by_failure_cause", "by_status_age"]);
     s.cleanup().await;
 }
+
+#[tokio::test]
+async fn the_dynamodb_envelope_store_keeps_the_life_cycle() {
+    let s = TestStack::new("life").await;
+    recon_testkit::conformance::envelope_store_keeps_the_life_cycle(&s.envelope_store(), "env_life").await;
+    s.cleanup().await;
+}

@@ -234,3 +234,8 @@ async fn the_sample_dlq_event_in_events_enriches_as_documented() {
     assert_eq!(causes, ["NOT_JSON", "REDRIVEN_BY_SQS", "UNMAPPED_CURRENCY:XAU"]);
     assert!(out.response.batch_item_failures.is_empty());
 }
+
+#[tokio::test]
+async fn the_memory_envelope_store_keeps_the_life_cycle() {
+    recon_testkit::conformance::envelope_store_keeps_the_life_cycle(&MemoryEnvelopeStore::default(), "env_life").await;
+}

@@ -4,7 +4,10 @@
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use chrono::{DateTime, TimeZone, Utc};
 use recon_core::config::ConfigError;
-use recon_core::domain::{EnvelopeStatus, MatchDecision, NewMessage, ReplayClaim, ReplayRecord, StatusChange};
+use recon_core::domain::{
+    DlqEnvelope, EnvelopeStatus, MatchDecision, NewMessage, ReplayClaim, ReplayRecord, StatusChange, attrs,
+    envelope_from_dlq_message,
+};
 use recon_core::ports::{EnvelopeStore, OutgoingMessage};
 use recon_core::replay::{ReplayRequest, Selector};
 use std::collections::HashMap;
@@ -134,6 +137,23 @@ pub fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
 /// Settings parsed by the production parser, or the test fails with the parser's message.
 pub fn parsed<T>(settings: Result<T, ConfigError>) -> T {
     settings.unwrap_or_else(|e| panic!("test settings must parse: {e}"))
+}
+
+/// A PENDING envelope with id `id`: an unmapped-currency dead letter of [`tx`], as the enricher
+/// builds it, dead-lettered at [`now`].
+pub fn envelope(id: &str) -> DlqEnvelope {
+    let dead_letter = with_attribute(
+        with_attribute(
+            delivery(id, &body(&tx_in(1, "XAU", "1.5")), 1),
+            attrs::FAILURE_CODE,
+            "POISON_MESSAGE",
+        ),
+        attrs::ROOT_CAUSE,
+        "UNMAPPED_CURRENCY:XAU",
+    );
+    let mut e = envelope_from_dlq_message(&dead_letter, now(), "test");
+    e.envelope_id = id.to_owned();
+    e
 }
 
 /// Settle a PENDING envelope in `status` by hand, the only way the life cycle allows: claimed by

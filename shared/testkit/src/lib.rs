@@ -4,6 +4,7 @@
 //! builders every test crate shares.
 
 pub mod builders;
+pub mod conformance;
 pub mod faults;
 pub mod memory;
 pub mod pump;
