@@ -7,10 +7,9 @@ use recon_aws::AwsClients;
 use recon_aws::provision::Stack;
 use recon_aws::sqs::SqsQueue;
 use recon_aws::telemetry::TracingMetrics;
-use recon_aws::wiring::{self, AwsConsumer, AwsEnricher, AwsReplayer};
+use recon_aws::wiring::{self, AwsEnricher, AwsReplayer};
 use recon_core::batch::BatchHandler;
 use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings};
-use recon_core::ports::Ledger;
 use recon_testkit::pump::{PumpOptions, PumpStats, pump};
 
 /// The region the clients use (for event records).
@@ -38,15 +37,6 @@ pub fn replay_settings(stack: &Stack) -> Result<ReplaySettings> {
     Ok(ReplaySettings::from_lookup(stack.lookup(environment))?)
 }
 
-pub fn consumer<L: Ledger>(
-    clients: &AwsClients,
-    settings: &ConsumerSettings,
-    ledger: L,
-    actor: &str,
-) -> AwsConsumer<L> {
-    wiring::consumer(clients, settings, ledger, actor)
-}
-
 pub fn enricher(clients: &AwsClients, stack: &Stack, actor: &str) -> Result<AwsEnricher<TracingMetrics>> {
     Ok(wiring::enricher(
         clients,
@@ -72,8 +62,7 @@ pub async fn pump_main<H: BatchHandler>(
     consumer: &H,
     opts: &PumpOptions,
 ) -> Result<PumpStats> {
-    let queue = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url);
-    Ok(pump(&queue, &stack.main_queue_arn, &region(clients), opts, consumer).await?)
+    pump_queue(clients, &stack.main_queue_url, &stack.main_queue_arn, consumer, opts).await
 }
 
 /// Pump the DLQ through `enricher`.
@@ -83,6 +72,16 @@ pub async fn pump_dlq<H: BatchHandler>(
     enricher: &H,
     opts: &PumpOptions,
 ) -> Result<PumpStats> {
-    let queue = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url);
-    Ok(pump(&queue, &stack.dlq_arn, &region(clients), opts, enricher).await?)
+    pump_queue(clients, &stack.dlq_url, &stack.dlq_arn, enricher, opts).await
+}
+
+async fn pump_queue<H: BatchHandler>(
+    clients: &AwsClients,
+    url: &str,
+    arn: &str,
+    handler: &H,
+    opts: &PumpOptions,
+) -> Result<PumpStats> {
+    let queue = SqsQueue::new(clients.sqs.clone(), url);
+    Ok(pump(&queue, arn, &region(clients), opts, handler).await?)
 }

@@ -148,7 +148,7 @@ pub async fn pump_cmd(clients: &AwsClients, names: &ResourceNames, args: &PumpAr
     };
     let settings = context::consumer_settings(&stack)?;
     let ledger = DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table);
-    let consumer = context::consumer(clients, &settings, ledger, "dlqctl-pump");
+    let consumer = recon_aws::wiring::consumer(clients, &settings, ledger, "dlqctl-pump");
     let enricher = context::enricher(clients, &stack, "dlqctl-pump")?;
     let mut round = 0;
     loop {

@@ -48,7 +48,7 @@ impl<'a> Pipeline<'a> {
         for (hash, fault) in &mess.faults {
             ledger.inject(hash, *fault);
         }
-        let consumer = context::consumer(clients, &settings, ledger, ACTOR);
+        let consumer = recon_aws::wiring::consumer(clients, &settings, ledger, ACTOR);
         consumer
             .reference
             .put_period(&PeriodRecord {

@@ -10,7 +10,6 @@ use recon_core::domain::{
 };
 use recon_core::ports::{EnvelopeStore, OutgoingMessage};
 use recon_core::replay::{ReplayRequest, Selector};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::memory::FixedClock;
@@ -126,12 +125,6 @@ pub fn manual_request(selector: Selector, dry_run: bool) -> ReplayRequest {
         scheduled: false,
         quarantine: false,
     }
-}
-
-/// An environment of `pairs`, for the configuration parsers (`from_lookup`).
-pub fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
-    let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-    move |k| map.get(k).cloned()
 }
 
 /// Settings parsed by the production parser, or the test fails with the parser's message.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{committed_ref, item_error, scan_all};
 use crate::error::{SdkError, store_error};
-use crate::item::{from_item, to_item};
+use crate::item::{Item, from_item, to_item};
 
 /// The reference ledger: one item per `source_hash`, written with
 /// `attribute_not_exists(source_hash)`. The posting *is* the dedup mark, so a crash can neither
@@ -42,6 +42,14 @@ impl DynamoLedger {
 
     /// The posting of one transaction, if committed.
     pub async fn get(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
+        self.item(source_hash)
+            .await?
+            .map(|i| from_item(&i).map_err(|e| item_error("posting", e)))
+            .transpose()
+    }
+
+    /// The item of one transaction (a strongly consistent read).
+    async fn item(&self, source_hash: &str) -> StoreResult<Option<Item>> {
         let out = self
             .client
             .get_item()
@@ -51,9 +59,7 @@ impl DynamoLedger {
             .send()
             .await
             .map_err(|e| store_error("GetItem(ledger)", e))?;
-        out.item()
-            .map(|i| from_item(i).map_err(|e| item_error("posting", e)))
-            .transpose()
+        Ok(out.item)
     }
 
     /// Every posting in the table (a scan: for `dlqctl stats`, tests and reconciliation).
@@ -111,15 +117,6 @@ impl Ledger for DynamoLedger {
     }
 
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::LEDGER_PK, AttributeValue::S(source_hash.to_owned()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem(ledger)", e))?;
-        Ok(out.item().map(committed_ref))
+        Ok(self.item(source_hash).await?.as_ref().map(committed_ref))
     }
 }
