@@ -9,8 +9,8 @@ use recon_core::domain::{AuditKind, AuditRecord, PeriodRecord, PeriodStatus};
 use recon_core::evidence::{Bundle, load_seals, seal, verify_bundle, verify_trail};
 use recon_core::ports::{AuditLog, ReferenceData};
 use recon_core::reconcile::{manifest_entry, outcomes, reconcile};
+use recon_harness::stack::TestStack;
 use recon_testkit::builders::tx;
-use recon_testkit::stack::TestStack;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

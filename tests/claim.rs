@@ -4,7 +4,7 @@
 use recon_aws::dynamodb::DynamoDedupTable;
 use recon_core::domain::CommittedRef;
 use recon_core::ports::{ClaimOutcome, DedupTable};
-use recon_testkit::stack::TestStack;
+use recon_harness::stack::TestStack;
 use std::sync::Arc;
 
 fn committed(hash: &str, sqs: &str) -> CommittedRef {

@@ -4,9 +4,9 @@ use recon_aws::sqs::SqsQueue;
 use recon_core::domain::attrs;
 use recon_core::domain::{AuditKind, DeadLetterContext, FailureCode, TransientKind};
 use recon_core::ports::{StoreResult, WorkQueue};
+use recon_harness::stack::{MAX_ATTEMPTS, TestStack, attribute};
 use recon_testkit::builders::tx;
 use recon_testkit::faults::{Fault, FaultyLedger};
-use recon_testkit::stack::{MAX_ATTEMPTS, TestStack, attribute};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

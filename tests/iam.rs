@@ -8,10 +8,10 @@ use recon_aws::wiring;
 use recon_aws::{AwsClients, Target};
 use recon_core::domain::{PeriodRecord, PeriodStatus, TransientKind};
 use recon_core::ports::ReferenceData;
+use recon_harness::stack::TestStack;
 use recon_testkit::builders::tx;
 use recon_testkit::faults::{Fault, FaultyLedger};
 use recon_testkit::memory::MemoryMetrics;
-use recon_testkit::stack::TestStack;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

@@ -10,8 +10,8 @@ use recon_core::domain::{
 };
 use recon_core::ports::{EnvelopeStore, ReferenceData, Worm};
 use recon_core::replay::{Gate, ReplayOutcome, ReplayRequest, Selector};
+use recon_harness::stack::TestStack;
 use recon_testkit::builders::tx;
-use recon_testkit::stack::TestStack;
 use std::collections::HashSet;
 use std::time::Duration;
 

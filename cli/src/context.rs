@@ -10,7 +10,7 @@ use recon_aws::telemetry::TracingMetrics;
 use recon_aws::wiring::{self, AwsEnricher, AwsReplayer};
 use recon_core::batch::BatchHandler;
 use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings};
-use recon_testkit::pump::{PumpOptions, PumpStats, pump};
+use recon_harness::pump::{PumpOptions, PumpStats, pump};
 
 /// The region the clients use (for event records).
 pub fn region(clients: &AwsClients) -> String {

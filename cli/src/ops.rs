@@ -9,7 +9,7 @@ use recon_aws::sqs::{MAX_BATCH, OutgoingMessage, QueueDepth, SqsQueue};
 use recon_core::domain::{NewMessage, Posting};
 use recon_core::ports::Backlog;
 use recon_core::resources::ResourceNames;
-use recon_testkit::pump::{PumpOptions, PumpStats};
+use recon_harness::pump::{PumpOptions, PumpStats};
 use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 use std::io::BufRead;

@@ -13,8 +13,8 @@ use recon_core::decisions::{RetryPolicy, triage};
 use recon_core::domain::{AuditKind, CurrencyMapping, EnvelopeStatus, PeriodRecord, PeriodStatus, TransientKind};
 use recon_core::ports::ReferenceData;
 use recon_core::replay::{ReplayRequest, Selector};
+use recon_harness::pump::PumpOptions;
 use recon_testkit::faults::FaultyLedger;
-use recon_testkit::pump::PumpOptions;
 use std::collections::BTreeMap;
 
 use super::workload::{CLOSED, Expect, Workload, count};

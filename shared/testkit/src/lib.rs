@@ -1,11 +1,9 @@
-//! `recon-testkit`: what tests, benchmarks, the demo and the simulator run on, and no Lambda
-//! function links (a test checks it). In-memory adapters with the same semantics as the AWS
-//! ones, fault injection, the local stand-in for Lambda's SQS event-source mapping, and the
-//! builders every test crate shares.
+//! `recon-testkit`: what tests, benchmarks, the demo and the simulator run on, with no AWS SDK
+//! and linked by no Lambda function (a test checks both). In-memory adapters with the same
+//! semantics as the AWS ones, fault injection, the builders every test crate shares, and the
+//! conformance checks every adapter of a port runs.
 
 pub mod builders;
 pub mod conformance;
 pub mod faults;
 pub mod memory;
-pub mod pump;
-pub mod stack;

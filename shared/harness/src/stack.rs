@@ -20,9 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
-use crate::builders::parsed;
-use crate::memory::MemoryMetrics;
 use crate::pump::{PumpOptions, PumpStats, pump, to_event_record};
+use recon_testkit::builders::parsed;
+use recon_testkit::memory::MemoryMetrics;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
