@@ -7,12 +7,14 @@ use chrono::{DateTime, Utc};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub trait Clock: Send + Sync {
     /// Wall-clock time.
     fn now(&self) -> DateTime<Utc>;
-    /// Time since an arbitrary origin; never goes backwards.
+    /// Time since an arbitrary origin; never goes backwards, and no two readings are equal (a
+    /// reading can name a run).
     fn monotonic(&self) -> Duration;
     /// Wait `duration` (a rate limit). A simulated clock advances instead of waiting.
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -28,7 +30,18 @@ impl Clock for SystemClock {
     }
     fn monotonic(&self) -> Duration {
         static ORIGIN: OnceLock<Instant> = OnceLock::new();
-        ORIGIN.get_or_init(Instant::now).elapsed()
+        static LAST: AtomicU64 = AtomicU64::new(0);
+        let origin = *ORIGIN.get_or_init(Instant::now);
+        let now = u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // Strictly increasing even when the OS clock reads the same nanosecond twice.
+        let mut last = LAST.load(Ordering::Relaxed);
+        loop {
+            let next = now.max(last.saturating_add(1));
+            match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Duration::from_nanos(next),
+                Err(seen) => last = seen,
+            }
+        }
     }
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         Box::pin(tokio::time::sleep(duration))

@@ -38,7 +38,6 @@ pub use request::{ManualReplay, ReplayRequest, RequestError, Selector, parse_inv
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::domain::ReferenceSnapshot;
@@ -114,16 +113,11 @@ struct Run<'a> {
     sent: u64,
 }
 
-/// A replay id unique to this run: the time, and a count of this process's runs (two runs in
-/// one instant still differ).
+/// A replay id unique to this run: the wall-clock instant and the monotonic reading, to the
+/// nanosecond (a clock's monotonic readings never repeat: see `ports::Clock`). Derived from the
+/// clock alone, so a simulated run reproduces its ids.
 fn replay_id(clock: &dyn Clock) -> String {
-    static RUNS: AtomicU64 = AtomicU64::new(0);
-    let seed = format!(
-        "{}|{}|{}",
-        clock.now().to_rfc3339(),
-        clock.monotonic().as_nanos(),
-        RUNS.fetch_add(1, Ordering::Relaxed)
-    );
+    let seed = format!("{}|{}", clock.now().to_rfc3339(), clock.monotonic().as_nanos());
     format!("rpl_{}", &sha256_hex(seed.as_bytes())[..20])
 }
 

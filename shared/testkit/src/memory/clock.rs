@@ -1,5 +1,6 @@
 //! A clock that stands still unless moved: wall and monotonic time together, and sleeping moves
-//! it (so a rate limit costs a test no real time).
+//! it (so a rate limit costs a test no real time). Its monotonic readings still tick by a
+//! nanosecond each, as the `Clock` contract asks (no two readings are equal).
 
 use chrono::{DateTime, Utc};
 use recon_core::ports::Clock;
@@ -32,7 +33,9 @@ impl Clock for FixedClock {
         lock(&self.0).0
     }
     fn monotonic(&self) -> Duration {
-        lock(&self.0).1
+        let mut t = lock(&self.0);
+        t.1 += Duration::from_nanos(1);
+        t.1
     }
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         self.advance(chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX));
