@@ -202,6 +202,10 @@ pub const TABLES: [TableSpec; 5] = [
 /// SQS's largest message (1 MiB): both queues accept it, so a large original always fits the DLQ.
 pub const MAX_MESSAGE_BYTES: u32 = 1_048_576;
 
+/// DynamoDB's largest item: 400 KB (names and values of every attribute, see
+/// `recon_testkit::memory` for how the size is counted).
+pub const DYNAMODB_MAX_ITEM_BYTES: usize = 400 * 1024;
+
 /// Bodies up to this size are kept inside the envelope item; larger ones live in the WORM bucket
 /// (a DynamoDB item holds at most 400 KB, and the envelope carries more than the body).
 pub const INLINE_BODY_LIMIT: usize = 64 * 1024;

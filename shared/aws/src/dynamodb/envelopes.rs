@@ -25,13 +25,10 @@ pub struct DynamoEnvelopeStore {
 
 fn envelope_item(e: &DlqEnvelope) -> StoreResult<Item> {
     let mut item = to_item(e).map_err(|err| item_error("envelope item", err))?;
-    let age = e.age_key();
-    item.insert(keys::ENVELOPE_CAUSE.into(), s(format!("{}#{age}", e.root_cause)));
-    item.insert(
-        keys::ENVELOPE_ENTITY.into(),
-        s(e.ledger_entity.clone().unwrap_or_else(|| "-".into())),
-    );
-    item.insert(keys::ENVELOPE_AGE.into(), s(age));
+    let index = e.index_keys();
+    item.insert(keys::ENVELOPE_CAUSE.into(), s(index.cause));
+    item.insert(keys::ENVELOPE_ENTITY.into(), s(index.entity));
+    item.insert(keys::ENVELOPE_AGE.into(), s(index.age));
     Ok(item)
 }
 

@@ -272,6 +272,17 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
     }
 }
 
+/// The index key attributes of an envelope (status and age; failure code and `root_cause#age`;
+/// ledger entity and age).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexKeys {
+    pub status: &'static str,
+    pub age: String,
+    pub failure_code: &'static str,
+    pub cause: String,
+    pub entity: String,
+}
+
 /// The WORM document of an envelope: everything about the dead letter that never changes (no
 /// enrichment time, no status), serialised deterministically from the stored envelope, so every
 /// retry writes byte-identical content to the same content-addressed key.
@@ -332,6 +343,19 @@ impl DlqEnvelope {
             self.dead_lettered_at.format("%Y-%m-%dT%H:%M:%S%.6fZ"),
             self.envelope_id
         )
+    }
+
+    /// The values of the envelope table's index key attributes (see `resources::indexes`). The
+    /// table refuses an item whose index key attribute is an empty string.
+    pub fn index_keys(&self) -> IndexKeys {
+        let age = self.age_key();
+        IndexKeys {
+            status: self.status.as_str(),
+            failure_code: self.failure_code.as_str(),
+            cause: format!("{}#{age}", self.root_cause),
+            entity: self.ledger_entity.clone().unwrap_or_else(|| "-".into()),
+            age,
+        }
     }
 
     /// Key of the raw body object (large bodies and quarantined payloads).

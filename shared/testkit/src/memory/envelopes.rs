@@ -1,5 +1,5 @@
-//! The envelope table in memory, with the same conditions, life-cycle checks and PENDING count as
-//! DynamoDB's.
+//! The envelope table in memory, with the same conditions, life-cycle checks, PENDING count and
+//! item limits (size, non-empty index keys: `limits`) as DynamoDB's.
 
 use chrono::{DateTime, Utc};
 use recon_core::domain::status::{check_initial, check_transition};
@@ -8,6 +8,7 @@ use recon_core::ports::{Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, Flo
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
+use super::limits::check_envelope_item;
 use super::lock;
 
 #[derive(Default)]
@@ -46,6 +47,7 @@ fn page(
 impl EnvelopeStore for MemoryEnvelopeStore {
     async fn create(&self, envelope: &DlqEnvelope) -> FlowResult<CreateOutcome> {
         check_initial(envelope.status)?;
+        check_envelope_item(envelope)?;
         let mut s = lock(&self.state);
         if let Some(existing) = s.envelopes.get(&envelope.envelope_id) {
             return Ok(CreateOutcome::Exists(Box::new(existing.clone())));
@@ -100,9 +102,12 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         if !from_pending && !expired {
             return Ok(false);
         }
-        e.status = Replaying;
-        e.replay = Some(claim.clone());
-        e.status_history.push(change.clone());
+        let mut claimed = e.clone();
+        claimed.status = Replaying;
+        claimed.replay = Some(claim.clone());
+        claimed.status_history.push(change.clone());
+        check_envelope_item(&claimed)?;
+        *e = claimed;
         if from_pending {
             s.pending -= 1;
         }
@@ -125,9 +130,12 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         if e.status != Replaying || e.replay.as_ref().is_none_or(|c| c.replay_id != replay_id) {
             return Ok(false);
         }
-        e.status = change.status;
-        e.status_history.push(change.clone());
-        e.replays.push(record.clone());
+        let mut settled = e.clone();
+        settled.status = change.status;
+        settled.status_history.push(change.clone());
+        settled.replays.push(record.clone());
+        check_envelope_item(&settled)?;
+        *e = settled;
         if change.status == Pending {
             s.pending += 1;
         }

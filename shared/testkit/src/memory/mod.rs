@@ -6,6 +6,7 @@ mod audit;
 mod clock;
 mod envelopes;
 mod ledger;
+pub mod limits;
 mod metrics;
 mod queues;
 mod reference;
