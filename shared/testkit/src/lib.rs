@@ -7,3 +7,4 @@ pub mod builders;
 pub mod conformance;
 pub mod faults;
 pub mod memory;
+pub mod sim;

@@ -26,6 +26,13 @@ pub struct MemoryEnvelopeStore {
     state: Mutex<EnvelopeState>,
 }
 
+impl MemoryEnvelopeStore {
+    /// How many times the overflow flag was switched on (each crossing of the high-water mark).
+    pub fn overflow_episodes(&self) -> u64 {
+        lock(&self.state).episodes
+    }
+}
+
 /// One page of `all` (already in order) after the item whose key is `cursor`, like DynamoDB's
 /// `ExclusiveStartKey`: items that leave the listing between pages do not shift the next page.
 fn page(

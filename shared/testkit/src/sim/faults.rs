@@ -1,0 +1,295 @@
+//! Faults at every port call of the flows under simulation. Each call first gives way (another
+//! task may run, or this invocation may crash there), then the run's generator decides: no fault,
+//! an error before the effect, an error *after* it (the write landed, the caller saw a timeout),
+//! or latency. `Faulty<P>` puts this in front of any port.
+
+use chrono::{DateTime, Utc};
+use recon_core::domain::audit::{ChainHead, ChainedRecord};
+use recon_core::domain::{
+    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, DlqEnvelope, EnvelopeStatus, PeriodRecord,
+    Posting, ReferenceSnapshot, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
+};
+use recon_core::ports::{
+    AuditLog, Backlog, Clock, CreateOutcome, DeadLetterQueue, EnvelopePage, EnvelopeStore, FlowResult, Ledger,
+    OutgoingMessage, ReferenceData, ReplayQueue, StoreError, StoreResult, SweepCursors, WorkQueue, Worm,
+};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::exec::{SimClock, yield_now};
+use super::rng::SharedRng;
+use super::trace::Trace;
+
+/// How often each fault strikes, in parts per million of port calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultPlan {
+    pub before_ppm: u32,
+    pub after_ppm: u32,
+    pub latency_ppm: u32,
+    pub max_latency_ms: u64,
+}
+
+const KINDS: [TransientKind; 5] = [
+    TransientKind::Throttled,
+    TransientKind::Timeout,
+    TransientKind::ServiceUnavailable,
+    TransientKind::Conflict,
+    TransientKind::Network,
+];
+
+enum Fault {
+    None,
+    Before(TransientKind),
+    After(TransientKind),
+    Latency(Duration),
+}
+
+pub struct Injector {
+    rng: SharedRng,
+    clock: SimClock,
+    trace: Trace,
+    plan: FaultPlan,
+    enabled: AtomicBool,
+}
+
+impl Injector {
+    pub fn new(rng: SharedRng, clock: SimClock, trace: Trace, plan: FaultPlan) -> Self {
+        Injector {
+            rng,
+            clock,
+            trace,
+            plan,
+            enabled: AtomicBool::new(true),
+        }
+    }
+
+    /// Faults on or off (the run turns them off to let the system settle).
+    pub fn set_enabled(&self, on: bool) {
+        self.enabled.store(on, Ordering::SeqCst);
+    }
+
+    fn decide(&self) -> Fault {
+        if !self.enabled.load(Ordering::SeqCst) {
+            return Fault::None;
+        }
+        let mut g = self.rng.get();
+        let p = self.plan;
+        if g.chance(p.before_ppm) {
+            Fault::Before(*g.pick(&KINDS))
+        } else if g.chance(p.after_ppm) {
+            Fault::After(*g.pick(&KINDS))
+        } else if g.chance(p.latency_ppm) {
+            Fault::Latency(Duration::from_millis(g.between(1, p.max_latency_ms.max(1))))
+        } else {
+            Fault::None
+        }
+    }
+
+    /// `effect`, behind an await point and the fault the generator picks.
+    pub async fn call<T, E: From<StoreError>>(
+        &self,
+        op: &'static str,
+        effect: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        yield_now().await;
+        match self.decide() {
+            Fault::None => effect.await,
+            Fault::Latency(d) => {
+                self.clock.sleep(d).await;
+                effect.await
+            }
+            Fault::Before(kind) => {
+                self.trace
+                    .log(&self.clock, format!("fault: {op} fails before its effect ({kind})"));
+                Err(StoreError::new(kind, format!("{op}: injected fault before the effect")).into())
+            }
+            Fault::After(kind) => {
+                let result = effect.await;
+                if result.is_ok() {
+                    self.trace
+                        .log(&self.clock, format!("fault: {op} took effect, caller sees {kind}"));
+                    return Err(StoreError::new(kind, format!("{op}: injected fault after the effect")).into());
+                }
+                result
+            }
+        }
+    }
+}
+
+/// A port behind the injector.
+pub struct Faulty<P> {
+    pub inner: P,
+    pub faults: Arc<Injector>,
+}
+
+impl<P> Faulty<P> {
+    pub fn new(inner: P, faults: Arc<Injector>) -> Self {
+        Faulty { inner, faults }
+    }
+}
+
+impl<P: Ledger> Ledger for Faulty<P> {
+    async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
+        self.faults.call("Ledger.commit", self.inner.commit(posting)).await
+    }
+    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        self.faults.call("Ledger.lookup", self.inner.lookup(source_hash)).await
+    }
+}
+
+impl<P: DeadLetterQueue> DeadLetterQueue for Faulty<P> {
+    async fn send(&self, letter: &DeadLetter) -> StoreResult<()> {
+        self.faults.call("DLQ.send", self.inner.send(letter)).await
+    }
+}
+
+impl<P: WorkQueue> WorkQueue for Faulty<P> {
+    async fn change_visibility(&self, receipt_handle: &str, secs: u32) -> StoreResult<()> {
+        self.faults
+            .call(
+                "Queue.change_visibility",
+                self.inner.change_visibility(receipt_handle, secs),
+            )
+            .await
+    }
+}
+
+impl<P: ReplayQueue> ReplayQueue for Faulty<P> {
+    async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<Vec<Result<String, String>>> {
+        self.faults
+            .call("Queue.send_batch", self.inner.send_batch(messages))
+            .await
+    }
+    async fn visible_depth(&self) -> StoreResult<u64> {
+        self.faults
+            .call("Queue.visible_depth", self.inner.visible_depth())
+            .await
+    }
+}
+
+impl<P: ReferenceData> ReferenceData for Faulty<P> {
+    async fn snapshot(&self) -> StoreResult<Arc<ReferenceSnapshot>> {
+        self.faults.call("Reference.snapshot", self.inner.snapshot()).await
+    }
+    async fn refresh(&self) -> StoreResult<Arc<ReferenceSnapshot>> {
+        self.faults.call("Reference.refresh", self.inner.refresh()).await
+    }
+    async fn put_currency(&self, mapping: &CurrencyMapping) -> StoreResult<()> {
+        self.faults
+            .call("Reference.put_currency", self.inner.put_currency(mapping))
+            .await
+    }
+    async fn put_period(&self, record: &PeriodRecord) -> StoreResult<()> {
+        self.faults
+            .call("Reference.put_period", self.inner.put_period(record))
+            .await
+    }
+}
+
+impl<P: AuditLog> AuditLog for Faulty<P> {
+    async fn append(&self, record: &AuditRecord) -> StoreResult<()> {
+        self.faults.call("Audit.append", self.inner.append(record)).await
+    }
+    async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {
+        self.faults.call("Audit.chain", self.inner.chain(chain)).await
+    }
+    async fn heads(&self) -> StoreResult<Vec<ChainHead>> {
+        self.faults.call("Audit.heads", self.inner.heads()).await
+    }
+    async fn trail_id(&self) -> StoreResult<String> {
+        self.faults.call("Audit.trail_id", self.inner.trail_id()).await
+    }
+}
+
+impl<P: EnvelopeStore> EnvelopeStore for Faulty<P> {
+    async fn create(&self, envelope: &DlqEnvelope) -> FlowResult<CreateOutcome> {
+        self.faults.call("Envelopes.create", self.inner.create(envelope)).await
+    }
+    async fn get(&self, envelope_id: &str) -> StoreResult<Option<DlqEnvelope>> {
+        self.faults.call("Envelopes.get", self.inner.get(envelope_id)).await
+    }
+    async fn list_by_status(
+        &self,
+        status: EnvelopeStatus,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> StoreResult<EnvelopePage> {
+        self.faults
+            .call(
+                "Envelopes.list_by_status",
+                self.inner.list_by_status(status, cursor, limit),
+            )
+            .await
+    }
+    async fn list_all(&self, cursor: Option<String>, limit: usize) -> StoreResult<EnvelopePage> {
+        self.faults
+            .call("Envelopes.list_all", self.inner.list_all(cursor, limit))
+            .await
+    }
+    async fn claim(
+        &self,
+        envelope_id: &str,
+        claim: &ReplayClaim,
+        now: DateTime<Utc>,
+        change: &StatusChange,
+    ) -> FlowResult<bool> {
+        self.faults
+            .call("Envelopes.claim", self.inner.claim(envelope_id, claim, now, change))
+            .await
+    }
+    async fn finish(
+        &self,
+        envelope_id: &str,
+        replay_id: &str,
+        change: &StatusChange,
+        record: &ReplayRecord,
+    ) -> FlowResult<bool> {
+        self.faults
+            .call(
+                "Envelopes.finish",
+                self.inner.finish(envelope_id, replay_id, change, record),
+            )
+            .await
+    }
+}
+
+impl<P: SweepCursors> SweepCursors for Faulty<P> {
+    async fn load_cursor(&self, name: &str) -> StoreResult<Option<String>> {
+        self.faults.call("Cursors.load", self.inner.load_cursor(name)).await
+    }
+    async fn save_cursor(&self, name: &str, cursor: Option<&str>) -> StoreResult<()> {
+        self.faults
+            .call("Cursors.save", self.inner.save_cursor(name, cursor))
+            .await
+    }
+}
+
+impl<P: Backlog> Backlog for Faulty<P> {
+    async fn pending_count(&self) -> StoreResult<i64> {
+        self.faults
+            .call("Backlog.pending_count", self.inner.pending_count())
+            .await
+    }
+    async fn set_overflow(&self, active: bool) -> StoreResult<Option<u64>> {
+        self.faults
+            .call("Backlog.set_overflow", self.inner.set_overflow(active))
+            .await
+    }
+}
+
+impl<P: Worm> Worm for Faulty<P> {
+    fn bucket(&self) -> &str {
+        self.inner.bucket()
+    }
+    async fn put(&self, key: &str, bytes: &[u8]) -> StoreResult<()> {
+        self.faults.call("Worm.put", self.inner.put(key, bytes)).await
+    }
+    async fn get(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.faults.call("Worm.get", self.inner.get(key)).await
+    }
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        self.faults.call("Worm.list", self.inner.list(prefix)).await
+    }
+}

@@ -1,0 +1,160 @@
+//! What must hold after every run, judged from the stores (and the producer's manifest) with the
+//! production code's own reconcile and audit verification:
+//!
+//! - at most one posting per `source_hash`, and every valid transaction sent is committed;
+//! - every message sent is in exactly one terminal state, by count and by amount per currency,
+//!   and once quiet nothing is left in flight or in a queue, and no message expired unseen;
+//! - no envelope flagged for a manual journal whose transaction is committed;
+//! - every envelope's creation and every replay decision has its audit record, every crossing of
+//!   the high-water mark its `DLQ_OVERFLOW` record, and the chains verify;
+//! - no envelope's history grows without bound.
+
+use recon_core::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, decode};
+use recon_core::evidence::verify_trail;
+use recon_core::ports::all_envelopes;
+use recon_core::reconcile::{State, manifest_entry, outcomes, reconcile};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use super::workload::Kind;
+use super::world::{DLQ, MAIN, World};
+
+/// Status changes one envelope may go through before it counts as stuck in a loop.
+pub const MAX_HISTORY: usize = 24;
+
+/// Run a future of the memory stores (ready at the first poll).
+fn ready<F: Future>(f: F) -> Option<F::Output> {
+    let mut f = pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
+
+pub fn check(world: &World) -> Vec<String> {
+    let s = &world.stores;
+    let mut v = Vec::new();
+    let postings = s.ledger.postings();
+    let Some(Ok(envelopes)) = ready(all_envelopes(&*s.envelopes, None)) else {
+        return vec!["the envelope store did not answer".into()];
+    };
+    let audit = s.audit.records();
+    let sent = world.sent.borrow();
+
+    // At most one posting per transaction; every valid transaction sent is committed.
+    let committed: BTreeSet<&str> = postings.iter().map(|p| p.source_hash.as_str()).collect();
+    if committed.len() != postings.len() {
+        v.push(format!(
+            "{} postings for {} transactions",
+            postings.len(),
+            committed.len()
+        ));
+    }
+    for p in sent.iter().filter(|p| matches!(p.kind, Kind::Valid | Kind::LargeValid)) {
+        if let Ok(m) = decode(&p.body) {
+            if !committed.contains(m.source_hash.as_str()) {
+                v.push(format!(
+                    "valid transaction {} ({}) was never committed",
+                    m.message_id, m.source_hash
+                ));
+            }
+        }
+    }
+
+    // Completeness, by the production reconcile against the manifest.
+    let main = s.sqs.depth(MAIN);
+    let dlq = s.sqs.depth(DLQ);
+    let manifest: Vec<_> = sent.iter().map(|p| manifest_entry(&p.body)).collect();
+    let (out, problems) = outcomes(&postings, &envelopes, &audit, dlq.total() == 0);
+    let r = reconcile(out, problems, Some(&manifest), main.total() + dlq.total());
+    if !r.holds {
+        v.push(format!(
+            "reconcile does not hold: missing {:?}, extra {:?}, problems {:?}",
+            r.missing, r.extra, r.problems
+        ));
+    }
+    if let Some(t) = r.by_state.get(&State::InFlight).filter(|t| t.count > 0) {
+        v.push(format!("{} records left in flight once quiet", t.count));
+    }
+    if main.total() + dlq.total() > 0 {
+        v.push(format!("queues not empty once quiet: main {main:?}, DLQ {dlq:?}"));
+    }
+    for (queue, id, _) in s.sqs.expired() {
+        v.push(format!("message {id} expired in {queue} before it was settled"));
+    }
+
+    // Manual journals only for what did not post.
+    for e in &envelopes {
+        if e.status_history.iter().any(|c| c.manual_journal) && committed.contains(e.source_hash.as_str()) {
+            v.push(format!(
+                "envelope {} is flagged for a manual journal, but its transaction {} is committed",
+                e.envelope_id, e.source_hash
+            ));
+        }
+    }
+
+    // Every decision has its record.
+    let ids: BTreeSet<&str> = audit.iter().map(|r| r.audit_id.as_str()).collect();
+    for e in &envelopes {
+        v.extend(missing_records(e, &ids));
+        if e.status_history.len() > MAX_HISTORY {
+            v.push(format!(
+                "envelope {} went through {} status changes ({}): a loop",
+                e.envelope_id,
+                e.status_history.len(),
+                e.root_cause
+            ));
+        }
+    }
+    let overflow_records = audit.iter().filter(|r| r.kind == AuditKind::DlqOverflow).count() as u64;
+    let episodes = s.envelopes.overflow_episodes();
+    if overflow_records != episodes {
+        v.push(format!(
+            "{episodes} crossings of the high-water mark, {overflow_records} DLQ_OVERFLOW records"
+        ));
+    }
+    let overflow_metrics = s.metrics.emitted().iter().filter(|m| m.name == "DlqOverflow").count() as u64;
+    if overflow_metrics != episodes {
+        v.push(format!(
+            "{episodes} crossings of the high-water mark, {overflow_metrics} DlqOverflow metrics"
+        ));
+    }
+    match ready(verify_trail(&*s.audit, &*s.worm)) {
+        Some(Ok(report)) if report.intact() => {}
+        Some(Ok(report)) => v.push(format!("the audit trail does not verify: {:?}", report.breaks)),
+        _ => v.push("the audit trail could not be read".into()),
+    }
+    v
+}
+
+/// The audit records an envelope's history calls for and the trail lacks.
+fn missing_records(e: &DlqEnvelope, ids: &BTreeSet<&str>) -> Vec<String> {
+    let mut missing = Vec::new();
+    let id = &e.envelope_id;
+    let created = [AuditKind::Enriched, AuditKind::Quarantined]
+        .iter()
+        .any(|k| ids.contains(format!("{}#{id}", k.as_str()).as_str()));
+    if !created {
+        missing.push(format!("envelope {id} has no ENRICHED or QUARANTINED record"));
+    }
+    let by_replay: BTreeMap<&str, EnvelopeStatus> =
+        e.replays.iter().map(|r| (r.replay_id.as_str(), r.outcome)).collect();
+    for (replay_id, outcome) in by_replay {
+        let kind = match outcome {
+            EnvelopeStatus::Replayed => AuditKind::ReplayReinjected,
+            EnvelopeStatus::SuppressedDuplicate => AuditKind::ReplaySuppressed,
+            EnvelopeStatus::Quarantined => AuditKind::Quarantined,
+            _ => continue,
+        };
+        let audit_id = format!("{}#{id}#{replay_id}", kind.as_str());
+        if !ids.contains(audit_id.as_str()) {
+            missing.push(format!(
+                "envelope {id}: {outcome} by {replay_id} has no {} record",
+                kind.as_str()
+            ));
+        }
+    }
+    missing
+}

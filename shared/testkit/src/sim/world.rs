@@ -1,0 +1,535 @@
+//! The simulated deployment: the real consumer, enricher and replay flows on the memory stores
+//! and the SQS model, every port behind the fault injector; Lambda's event-source mappings
+//! (pollers that start invocations with a deadline and delete what they acknowledged), the
+//! EventBridge schedule, the producer and an operator, all as tasks of the deterministic executor.
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use recon_core::batch::BatchHandler;
+use recon_core::consume::{Consumer, ConsumerConfig};
+use recon_core::decisions::RetryPolicy;
+use recon_core::domain::{CurrencyMapping, EnvelopeStatus, PeriodRecord, PeriodStatus};
+use recon_core::enrich::{Enricher, EnricherConfig};
+use recon_core::ports::{Clock, EnvelopeStore, OutgoingMessage, ReferenceData};
+use recon_core::replay::{ReplayConfig, ReplayRequest, Replayer, Selector, parse_invocation};
+use recon_core::resources::{CONSUMER_TIMEOUT, DLQ_RETENTION, MAIN_QUEUE_RETENTION, MAIN_QUEUE_VISIBILITY};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+use super::exec::{SimClock, Spawner};
+use super::faults::{FaultPlan, Faulty, Injector};
+use super::rng::{Rng, SharedRng};
+use super::sqs::{QueueSpec, SimQueue, SqsModel};
+use super::trace::Trace;
+use super::workload::{CLOSED_ENTITY, CLOSED_PERIOD, Produced};
+use crate::memory::{
+    MemoryAuditLog, MemoryEnvelopeStore, MemoryLedger, MemoryMetrics, MemoryReferenceData, MemoryWorm,
+};
+
+pub const MAIN: &str = "main";
+pub const DLQ: &str = "dead-letter";
+/// The enricher's and the replay's timeouts, as `infra/template.yaml` deploys them.
+const ENRICHER_TIMEOUT: Duration = Duration::from_secs(60);
+const REPLAY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What one run varies, drawn from its seed.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub consumer_pollers: usize,
+    pub enricher_pollers: usize,
+    pub max_attempts: u32,
+    pub faults: FaultPlan,
+    pub crash_ppm: u32,
+    pub duplicate_ppm: u32,
+    pub sweep_every: Duration,
+    pub overflow_high_water: i64,
+    pub page_size: usize,
+    /// When the operator maps XAU (never, if `None`).
+    pub fix_currency_at: Option<Duration>,
+    /// When the operator reopens the closed period (never, if `None`).
+    pub reopen_period_at: Option<Duration>,
+    /// When the operator quarantines the still-failing groups by hand (never, if `None`).
+    pub operator_quarantine_at: Option<Duration>,
+    /// Wall-clock jumps (at, by seconds), the monotonic clock unmoved.
+    pub clock_jumps: Vec<(Duration, i64)>,
+    /// Faults and crashes stop here; the run then settles.
+    pub calm_at: Duration,
+}
+
+impl Settings {
+    pub fn draw(rng: &mut Rng) -> Self {
+        let faulty = rng.chance(850_000);
+        let minutes = |rng: &mut Rng, lo, hi| Duration::from_secs(60 * rng.between(lo, hi));
+        Settings {
+            consumer_pollers: rng.between(1, 3) as usize,
+            enricher_pollers: rng.between(1, 2) as usize,
+            max_attempts: rng.between(2, 5) as u32,
+            faults: if faulty {
+                FaultPlan {
+                    before_ppm: rng.between(0, 60_000) as u32,
+                    after_ppm: rng.between(0, 40_000) as u32,
+                    latency_ppm: rng.between(0, 100_000) as u32,
+                    max_latency_ms: rng.between(10, 40_000),
+                }
+            } else {
+                FaultPlan::default()
+            },
+            crash_ppm: if faulty { rng.between(0, 4_000) as u32 } else { 0 },
+            duplicate_ppm: rng.between(0, 50_000) as u32,
+            sweep_every: minutes(rng, 2, 15),
+            overflow_high_water: rng.between(0, 12) as i64,
+            page_size: rng.between(1, 8) as usize,
+            fix_currency_at: rng.chance(800_000).then(|| minutes(rng, 1, 60)),
+            reopen_period_at: rng.chance(300_000).then(|| minutes(rng, 1, 60)),
+            operator_quarantine_at: rng.chance(300_000).then(|| minutes(rng, 20, 90)),
+            clock_jumps: (0..rng.below(3))
+                .map(|_| (minutes(rng, 1, 60), rng.between(0, 7200) as i64 - 3600))
+                .collect(),
+            calm_at: minutes(rng, 30, 120),
+        }
+    }
+}
+
+pub type SimConsumer = Consumer<
+    Faulty<Arc<MemoryLedger>>,
+    Faulty<SimQueue>,
+    Faulty<SimQueue>,
+    Faulty<Arc<MemoryReferenceData>>,
+    Faulty<Arc<MemoryAuditLog>>,
+>;
+pub type SimEnricher = Enricher<
+    Faulty<Arc<MemoryEnvelopeStore>>,
+    Faulty<Arc<MemoryWorm>>,
+    Faulty<Arc<MemoryAuditLog>>,
+    Arc<MemoryMetrics>,
+>;
+pub type SimReplayer = Replayer<
+    Faulty<Arc<MemoryEnvelopeStore>>,
+    Faulty<Arc<MemoryLedger>>,
+    Faulty<Arc<MemoryReferenceData>>,
+    Faulty<SimQueue>,
+    Faulty<Arc<MemoryWorm>>,
+    Faulty<Arc<MemoryAuditLog>>,
+    Arc<MemoryMetrics>,
+>;
+
+/// The stores, as the oracle reads them after the run.
+pub struct Stores {
+    pub ledger: Arc<MemoryLedger>,
+    pub reference: Arc<MemoryReferenceData>,
+    pub audit: Arc<MemoryAuditLog>,
+    pub envelopes: Arc<MemoryEnvelopeStore>,
+    pub worm: Arc<MemoryWorm>,
+    pub metrics: Arc<MemoryMetrics>,
+    pub sqs: Arc<SqsModel>,
+}
+
+pub struct World {
+    pub settings: Settings,
+    pub clock: SimClock,
+    pub trace: Trace,
+    pub stores: Stores,
+    pub faults: Arc<Injector>,
+    pub crash_ppm: Arc<AtomicU32>,
+    spawner: Spawner,
+    consumer: Rc<SimConsumer>,
+    enricher: Rc<SimEnricher>,
+    replayer: Rc<SimReplayer>,
+    /// The bodies SQS accepted from the producer (the manifest), and when sending ended.
+    pub sent: RefCell<Vec<Produced>>,
+    producing: Cell<bool>,
+    stopping: Cell<bool>,
+    invocations: Cell<u64>,
+}
+
+impl World {
+    pub fn new(settings: Settings, clock: SimClock, rng: SharedRng, trace: Trace, spawner: Spawner) -> Rc<Self> {
+        let faults = Arc::new(Injector::new(
+            rng.clone(),
+            clock.clone(),
+            trace.clone(),
+            settings.faults,
+        ));
+        let sqs = Arc::new(SqsModel::new(
+            clock.clone(),
+            rng,
+            settings.duplicate_ppm,
+            vec![
+                QueueSpec {
+                    name: MAIN.into(),
+                    arn: "arn:aws:sqs:us-east-1:000000000000:sim-main".into(),
+                    fifo: false,
+                    visibility: MAIN_QUEUE_VISIBILITY,
+                    retention: MAIN_QUEUE_RETENTION,
+                    redrive: Some((DLQ.into(), settings.max_attempts)),
+                },
+                QueueSpec {
+                    name: DLQ.into(),
+                    arn: "arn:aws:sqs:us-east-1:000000000000:sim-dead-letter".into(),
+                    fifo: false,
+                    visibility: ENRICHER_TIMEOUT * 6,
+                    retention: DLQ_RETENTION,
+                    redrive: None,
+                },
+            ],
+        ));
+        let stores = Stores {
+            ledger: Arc::default(),
+            reference: Arc::default(),
+            audit: Arc::default(),
+            envelopes: Arc::default(),
+            worm: Arc::default(),
+            metrics: Arc::default(),
+            sqs: sqs.clone(),
+        };
+        let q = |name: &str| {
+            Faulty::new(
+                SimQueue {
+                    model: sqs.clone(),
+                    name: name.into(),
+                },
+                faults.clone(),
+            )
+        };
+        let clock_port: Arc<dyn Clock> = Arc::new(clock.clone());
+        let consumer = Rc::new(Consumer {
+            ledger: Faulty::new(stores.ledger.clone(), faults.clone()),
+            queue: q(MAIN),
+            dlq: q(DLQ),
+            reference: Faulty::new(stores.reference.clone(), faults.clone()),
+            audit: Faulty::new(stores.audit.clone(), faults.clone()),
+            clock: clock_port.clone(),
+            config: ConsumerConfig {
+                retry: RetryPolicy {
+                    max_attempts: settings.max_attempts,
+                    ..RetryPolicy::default()
+                },
+                actor: "consumer".into(),
+                ..ConsumerConfig::default()
+            },
+        });
+        let enricher = Rc::new(Enricher {
+            store: Faulty::new(stores.envelopes.clone(), faults.clone()),
+            worm: Faulty::new(stores.worm.clone(), faults.clone()),
+            audit: Faulty::new(stores.audit.clone(), faults.clone()),
+            metrics: stores.metrics.clone(),
+            clock: clock_port.clone(),
+            config: EnricherConfig {
+                actor: "enricher".into(),
+                overflow_high_water: settings.overflow_high_water,
+                ..EnricherConfig::default()
+            },
+        });
+        let replayer = Rc::new(Replayer {
+            progress: None,
+            store: Faulty::new(stores.envelopes.clone(), faults.clone()),
+            ledger: Faulty::new(stores.ledger.clone(), faults.clone()),
+            reference: Faulty::new(stores.reference.clone(), faults.clone()),
+            queue: q(MAIN),
+            worm: Faulty::new(stores.worm.clone(), faults.clone()),
+            audit: Faulty::new(stores.audit.clone(), faults.clone()),
+            metrics: stores.metrics.clone(),
+            clock: clock_port,
+            config: ReplayConfig {
+                actor: "replay".into(),
+                page_size: settings.page_size,
+                overflow_high_water: settings.overflow_high_water,
+                ..ReplayConfig::default()
+            },
+        });
+        Rc::new(World {
+            crash_ppm: Arc::new(AtomicU32::new(settings.crash_ppm)),
+            settings,
+            clock,
+            trace,
+            stores,
+            faults,
+            spawner,
+            consumer,
+            enricher,
+            replayer,
+            sent: RefCell::new(Vec::new()),
+            producing: Cell::new(true),
+            stopping: Cell::new(false),
+            invocations: Cell::new(0),
+        })
+    }
+
+    fn log(&self, line: impl Into<String>) {
+        self.trace.log(&self.clock, line);
+    }
+
+    fn invocation_name(&self, function: &str) -> String {
+        let n = self.invocations.get() + 1;
+        self.invocations.set(n);
+        format!("{function}#{n}")
+    }
+
+    /// Start every driver: the producer, the pollers, the schedule, the operator, the clock
+    /// jumps, and the settling that ends the run.
+    pub fn start(self: &Rc<Self>, workload: Vec<Produced>) {
+        let w = self.clone();
+        self.spawner.spawn("producer", async move { w.produce(workload).await });
+        for i in 0..self.settings.consumer_pollers {
+            let w = self.clone();
+            let h = self.consumer.clone();
+            self.spawner.spawn(format!("consumer-poller-{i}"), async move {
+                w.poll(MAIN, "consumer", h, CONSUMER_TIMEOUT).await
+            });
+        }
+        for i in 0..self.settings.enricher_pollers {
+            let w = self.clone();
+            let h = self.enricher.clone();
+            self.spawner.spawn(format!("enricher-poller-{i}"), async move {
+                w.poll(DLQ, "enricher", h, ENRICHER_TIMEOUT).await
+            });
+        }
+        let w = self.clone();
+        self.spawner.spawn("schedule", async move { w.schedule().await });
+        let w = self.clone();
+        self.spawner.spawn("operator", async move { w.operate().await });
+        for (at, by) in self.settings.clock_jumps.clone() {
+            let w = self.clone();
+            self.spawner.spawn("clock-jump", async move {
+                w.clock.sleep(at).await;
+                w.clock.jump(chrono::Duration::seconds(by));
+                w.log(format!("wall clock jumps by {by} s"));
+            });
+        }
+        let w = self.clone();
+        self.spawner.spawn("settle", async move { w.settle().await });
+    }
+
+    async fn produce(&self, workload: Vec<Produced>) {
+        let mut last = Duration::ZERO;
+        for p in workload {
+            self.clock.sleep(p.at.saturating_sub(last)).await;
+            last = p.at;
+            let m = OutgoingMessage {
+                body: p.body.clone(),
+                ..OutgoingMessage::default()
+            };
+            match self.stores.sqs.send(MAIN, &m) {
+                Ok(id) => {
+                    self.log(format!("producer sent {id} ({:?}, {} bytes)", p.kind, p.body.len()));
+                    self.sent.borrow_mut().push(p);
+                }
+                Err(e) => self.log(format!("producer: SQS refused a {:?} message: {e}", p.kind)),
+            }
+        }
+        self.producing.set(false);
+    }
+
+    /// Lambda's SQS event-source mapping: receive a batch, invoke, delete what was acknowledged;
+    /// an invocation that crashed or timed out deletes nothing.
+    async fn poll<H>(&self, queue: &'static str, function: &str, handler: Rc<H>, timeout: Duration)
+    where
+        H: BatchHandler + 'static,
+        H::Outcome: std::fmt::Debug,
+    {
+        while !self.stopping.get() {
+            let records = self.stores.sqs.receive(queue, 10);
+            if records.is_empty() {
+                self.clock.sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            let receipts: Vec<(String, String)> = records
+                .iter()
+                .map(|r| {
+                    (
+                        r.message_id.clone().unwrap_or_default(),
+                        r.receipt_handle.clone().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            let mut event = SqsEvent::default();
+            event.records = records;
+            let name = self.invocation_name(function);
+            let deadline = self.clock.now() + timeout;
+            let h = handler.clone();
+            let report = self
+                .spawner
+                .invoke(name.clone(), Some(self.clock.elapsed() + timeout), async move {
+                    h.handle(&event, Some(deadline)).await
+                })
+                .await;
+            let Some(report) = report else { continue };
+            let response = &report.response;
+            let failed: Vec<&str> = response
+                .batch_item_failures
+                .iter()
+                .map(|f| f.item_identifier.as_str())
+                .collect();
+            let mut deleted = 0;
+            for (id, receipt) in &receipts {
+                if !failed.contains(&id.as_str()) && self.stores.sqs.delete(queue, receipt) {
+                    deleted += 1;
+                }
+            }
+            self.log(format!(
+                "{name}: {} messages, {deleted} deleted, {} handed back",
+                receipts.len(),
+                failed.len()
+            ));
+            for (id, outcome) in report.items.iter().filter(|(id, _)| failed.contains(&id.as_str())) {
+                self.log(format!("  {id}: {outcome:?}"));
+            }
+        }
+    }
+
+    /// EventBridge: a scheduled sweep every `sweep_every`, whether the last one has ended or not.
+    async fn schedule(&self) {
+        while !self.stopping.get() {
+            self.clock.sleep(self.settings.sweep_every).await;
+            if self.stopping.get() {
+                return;
+            }
+            let payload = serde_json::json!({
+                "detail-type": "Scheduled Event", "source": "aws.events",
+                "resources": ["arn:aws:events:us-east-1:000000000000:rule/sim-sweep"]
+            });
+            let Ok(request) = parse_invocation(&payload) else {
+                return;
+            };
+            self.replay(request, "replay-sweep");
+        }
+    }
+
+    /// Start a replay invocation (not awaited: it runs beside everything else).
+    fn replay(&self, request: ReplayRequest, function: &str) {
+        let name = self.invocation_name(function);
+        let r = self.replayer.clone();
+        let deadline = self.clock.now() + REPLAY_TIMEOUT;
+        let trace = self.trace.clone();
+        let clock = self.clock.clone();
+        let label = name.clone();
+        drop(self.spawner.invoke(name, Some(self.clock.elapsed() + REPLAY_TIMEOUT), async move {
+            match r.run(&request, Some(deadline)).await {
+                Ok(rep) => trace.log(
+                    &clock,
+                    format!(
+                        "{label}: {} selected, {} re-injected, {} suppressed, {} quarantined, {} still failing, {} skipped{}",
+                        rep.selected,
+                        rep.reinjected,
+                        rep.suppressed_duplicate,
+                        rep.quarantined,
+                        rep.still_failing,
+                        rep.skipped,
+                        rep.stopped.map(|s| format!(" (stopped: {s})")).unwrap_or_default()
+                    ),
+                ),
+                Err(e) => trace.log(&clock, format!("{label} failed: {e}")),
+            }
+        }));
+    }
+
+    /// The operator: the workload's closed period from the start; then, as drawn, XAU mapped
+    /// (and a replay of that group by hand), the period reopened, the rest quarantined by hand.
+    async fn operate(&self) {
+        let reference = &self.stores.reference;
+        let closed = PeriodRecord {
+            entity: CLOSED_ENTITY.into(),
+            period: CLOSED_PERIOD.into(),
+            status: PeriodStatus::Closed,
+        };
+        let _ = reference.put_period(&closed).await;
+        let mut actions: Vec<(Duration, &str)> = Vec::new();
+        if let Some(t) = self.settings.fix_currency_at {
+            actions.push((t, "map XAU"));
+        }
+        if let Some(t) = self.settings.reopen_period_at {
+            actions.push((t, "reopen period"));
+        }
+        if let Some(t) = self.settings.operator_quarantine_at {
+            actions.push((t, "quarantine the rest"));
+        }
+        actions.sort();
+        for (at, action) in actions {
+            self.clock.sleep(at.saturating_sub(self.clock.elapsed())).await;
+            self.log(format!("operator: {action}"));
+            match action {
+                "map XAU" => {
+                    let xau = CurrencyMapping {
+                        code: "XAU".into(),
+                        minor_units: 4,
+                        description: "gold, troy ounce".into(),
+                    };
+                    let _ = reference.put_currency(&xau).await;
+                    self.replay(
+                        operator_request(
+                            Selector {
+                                root_cause: Some("UNMAPPED_CURRENCY:*".into()),
+                                ..Selector::default()
+                            },
+                            "XAU mapped",
+                            false,
+                        ),
+                        "replay-by-hand",
+                    );
+                }
+                "reopen period" => {
+                    let _ = reference
+                        .put_period(&PeriodRecord {
+                            status: PeriodStatus::Open,
+                            ..closed.clone()
+                        })
+                        .await;
+                }
+                _ => self.replay(
+                    operator_request(Selector::default(), "cannot be fixed: book by hand", true),
+                    "quarantine-by-hand",
+                ),
+            }
+        }
+    }
+
+    /// After `calm_at`, no more faults or crashes; once everything sent is settled (queues empty,
+    /// no replay holding a claim) and a few more sweeps changed nothing, the run ends.
+    async fn settle(&self) {
+        self.clock.sleep(self.settings.calm_at).await;
+        self.faults.set_enabled(false);
+        self.crash_ppm.store(0, std::sync::atomic::Ordering::SeqCst);
+        self.log("calm: no more faults or crashes");
+        let horizon = self.settings.calm_at + Duration::from_secs(3 * 24 * 3600);
+        let mut quiet_rounds = 0;
+        while quiet_rounds < 3 && self.clock.elapsed() < horizon {
+            self.clock.sleep(self.settings.sweep_every).await;
+            let quiet = !self.producing.get()
+                && self.stores.sqs.depth(MAIN).total() == 0
+                && self.stores.sqs.depth(DLQ).total() == 0
+                && !self.replaying().await;
+            quiet_rounds = if quiet { quiet_rounds + 1 } else { 0 };
+        }
+        self.log(if quiet_rounds >= 3 {
+            "quiet: stopping"
+        } else {
+            "not quiet at the horizon: stopping"
+        });
+        self.stopping.set(true);
+    }
+
+    async fn replaying(&self) -> bool {
+        match self
+            .stores
+            .envelopes
+            .list_by_status(EnvelopeStatus::Replaying, None, 1)
+            .await
+        {
+            Ok((page, _)) => !page.is_empty(),
+            Err(_) => true,
+        }
+    }
+}
+
+fn operator_request(selector: Selector, reason: &str, quarantine: bool) -> ReplayRequest {
+    ReplayRequest {
+        selector,
+        dry_run: false,
+        reason: reason.into(),
+        triggered_by: "operator".into(),
+        scheduled: false,
+        quarantine,
+    }
+}
