@@ -406,3 +406,19 @@ async fn the_dynamodb_envelope_store_keeps_the_life_cycle() {
     recon_testkit::conformance::envelope_store_keeps_the_life_cycle(&s.envelope_store(), "env_life").await;
     s.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_dead_letter_with_an_empty_entity_label_still_becomes_an_envelope() {
+    let s = TestStack::new("empty-label").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let mut v: serde_json::Value = serde_json::from_str(&tx(31).to_body().unwrap()).unwrap();
+    v["ledger_entity"] = "".into();
+    s.send(&[v.to_string()]).await;
+    s.pump(&consumer).await;
+    let enricher = s.enricher(100);
+    let (event, _) = s.receive_event(&s.dlq(), 1, 30).await;
+    let report = enricher.handle_batch(&event, None).await;
+    assert_eq!(report.names(), ["ENRICHED"], "{:?}", report.items);
+    assert_eq!(s.envelopes().await[0].ledger_entity, None);
+    s.cleanup().await;
+}

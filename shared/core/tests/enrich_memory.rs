@@ -239,3 +239,20 @@ async fn the_sample_dlq_event_in_events_enriches_as_documented() {
 async fn the_memory_envelope_store_keeps_the_life_cycle() {
     recon_testkit::conformance::envelope_store_keeps_the_life_cycle(&MemoryEnvelopeStore::default(), "env_life").await;
 }
+
+#[tokio::test]
+async fn a_dead_letter_with_an_empty_entity_label_still_becomes_an_envelope() {
+    // Regression: an empty string in a field that feeds an index key (the ledger entity) made
+    // the table refuse the envelope, and the DLQ message was retried until its retention ran out.
+    let e = enricher(100);
+    let mut v: serde_json::Value = serde_json::from_str(&body(21, "USD")).unwrap();
+    v["ledger_entity"] = "".into();
+    let m = dead_lettered("s21", &v.to_string()).await;
+    let outcome = e.handle_message(&m).await;
+    let EnrichOutcome::Enriched { envelope_id, .. } = outcome else {
+        panic!("{outcome:?}")
+    };
+    let env = e.store.get(&envelope_id).await.unwrap().unwrap();
+    assert_eq!(env.root_cause, "SCHEMA_VIOLATION:ledger_entity");
+    assert_eq!(env.ledger_entity, None, "an empty label is no label");
+}

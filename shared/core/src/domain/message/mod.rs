@@ -499,13 +499,15 @@ pub fn validate<'a>(body: &'a str, reference: &ReferenceSnapshot) -> Result<Reco
     Ok(msg)
 }
 
-/// Best-effort labels of a body that may be invalid: any string field that is present.
+/// Best-effort labels of a body that may be invalid: any string field that is present and not
+/// empty (an empty label is no label: it would also be refused as an index key of the envelope
+/// table, and the dead letter would never become an envelope).
 pub fn labels(body: &str) -> MessageLabels {
     let Ok(wire) = serde_json::from_str::<Wire<'_>>(body) else {
         return MessageLabels::default();
     };
     let text = |v: Option<Scalar<'_>>, max: usize| match v {
-        Some(Scalar::Str(s)) if s.len() <= max => Some(s.into_owned()),
+        Some(Scalar::Str(s)) if !s.is_empty() && s.len() <= max => Some(s.into_owned()),
         _ => None,
     };
     MessageLabels {
