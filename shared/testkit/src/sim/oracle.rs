@@ -70,9 +70,19 @@ pub fn check(world: &World) -> Vec<String> {
     let (out, problems) = outcomes(&postings, &envelopes, &audit, dlq.total() == 0);
     let r = reconcile(out, problems, Some(&manifest), main.total() + dlq.total());
     if !r.holds {
+        let states: Vec<String> = r
+            .by_state
+            .iter()
+            .map(|(s, t)| {
+                format!(
+                    "{s:?} {} {:?} (+{} without amount)",
+                    t.count, t.amounts, t.without_amount
+                )
+            })
+            .collect();
         v.push(format!(
-            "reconcile does not hold: missing {:?}, extra {:?}, problems {:?}",
-            r.missing, r.extra, r.problems
+            "reconcile does not hold: missing {:?}, extra {:?}, problems {:?}; sent {:?}; states {states:?}",
+            r.missing, r.extra, r.problems, r.sent
         ));
     }
     if let Some(t) = r.by_state.get(&State::InFlight).filter(|t| t.count > 0) {
