@@ -233,16 +233,16 @@ async fn triage_groups_five_root_causes_with_exact_counts_and_amounts() {
         groups.iter().map(|g| (g.root_cause.as_str(), g)).collect();
     assert_eq!(groups.len(), 5, "{groups:#?}");
     let xau = by_cause["UNMAPPED_CURRENCY:XAU"];
-    assert_eq!(xau.count, 3);
-    assert_eq!(xau.amounts["XAU"], Decimal::from_str("6.75").unwrap());
+    assert_eq!(xau.tally.count, 3);
+    assert_eq!(xau.tally.amounts["XAU"], Decimal::from_str("6.75").unwrap());
     let jpy = by_cause["SCALE_EXCEEDS_CURRENCY:JPY"];
-    assert_eq!(jpy.count, 2);
-    assert_eq!(jpy.amounts["JPY"], Decimal::from_str("107.75").unwrap());
-    assert_eq!(by_cause["INVALID_DECIMAL"].count, 2);
-    assert_eq!(by_cause["INVALID_DECIMAL"].without_amount, 2);
+    assert_eq!(jpy.tally.count, 2);
+    assert_eq!(jpy.tally.amounts["JPY"], Decimal::from_str("107.75").unwrap());
+    assert_eq!(by_cause["INVALID_DECIMAL"].tally.count, 2);
+    assert_eq!(by_cause["INVALID_DECIMAL"].tally.without_amount, 2);
     let schema = by_cause["SCHEMA_VIOLATION:match_decision"];
-    assert_eq!(schema.count, 4);
-    assert_eq!(schema.amounts["USD"], schema_total);
+    assert_eq!(schema.tally.count, 4);
+    assert_eq!(schema.tally.amounts["USD"], schema_total);
     assert_eq!(by_cause["NOT_JSON"].failure_code, FailureCode::UnrecoverablePayload);
     s.cleanup().await;
 }

@@ -78,7 +78,7 @@ pub fn print(r: &Reconciliation) {
         currencies.extend(s.amounts.keys().cloned());
     }
     println!("{:<14} {:>8}  AMOUNT BY CURRENCY", "STATE", "COUNT");
-    let line = |name: &str, t: &recon_core::reconcile::Tally| {
+    let line = |name: &str, t: &recon_core::domain::Tally| {
         let amounts: Vec<String> = t.amounts.iter().map(|(c, a)| format!("{a} {c}")).collect();
         println!(
             "{name:<14} {:>8}  {}{}",

@@ -6,11 +6,10 @@ use recon_aws::AwsClients;
 use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
 use recon_aws::provision::resolve_stack;
 use recon_aws::sqs::{MAX_BATCH, OutgoingMessage, QueueDepth, SqsQueue};
-use recon_core::domain::{NewMessage, Posting};
+use recon_core::domain::{NewMessage, Posting, Tally};
 use recon_core::ports::Backlog;
 use recon_core::resources::ResourceNames;
 use recon_harness::pump::{PumpOptions, PumpStats};
-use rust_decimal::Decimal;
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -175,15 +174,24 @@ pub async fn pump_cmd(clients: &AwsClients, names: &ResourceNames, args: &PumpAr
     }
 }
 
-/// Count and amount per currency.
-pub fn totals(postings: &[Posting]) -> BTreeMap<String, (u64, Decimal)> {
-    let mut t: BTreeMap<String, (u64, Decimal)> = BTreeMap::new();
+/// Count and exact amount per currency.
+pub fn totals(postings: &[Posting]) -> BTreeMap<String, Tally> {
+    let mut t: BTreeMap<String, Tally> = BTreeMap::new();
     for p in postings {
-        let e = t.entry(p.currency.clone()).or_default();
-        e.0 += 1;
-        e.1 += p.amount;
+        t.entry(p.currency.clone())
+            .or_default()
+            .add_parts(Some(&p.currency), Some(p.amount));
     }
     t
+}
+
+/// A currency's total as text, or why there is none.
+fn total_text(currency: &str, t: &Tally) -> String {
+    if t.overflowed.contains(currency) {
+        "too large to total".to_owned()
+    } else {
+        t.get(currency).to_string()
+    }
 }
 
 pub async fn stats(clients: &AwsClients, names: &ResourceNames, json: bool) -> Result<()> {
@@ -217,7 +225,7 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames, json: bool) -> R
             "dead_letter_queue": depth(&dlq),
             "ledger": {
                 "postings": postings.len(),
-                "by_currency": totals.iter().map(|(c, (n, a))| (c.clone(), serde_json::json!({"count": n, "amount": a.to_string()}))).collect::<serde_json::Map<_, _>>(),
+                "by_currency": totals.iter().map(|(c, t)| (c.clone(), serde_json::json!({"count": t.count, "amount": total_text(c, t)}))).collect::<serde_json::Map<_, _>>(),
             },
             "envelopes": envelope_counts,
             "pending_counter": pending_counter,
@@ -233,8 +241,8 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames, json: bool) -> R
         );
     }
     println!("ledger       {:>8} postings", postings.len());
-    for (c, (n, a)) in &totals {
-        println!("  {c:<6}   {n:>8} postings  {a:>24}");
+    for (c, t) in &totals {
+        println!("  {c:<6}   {:>8} postings  {:>24}", t.count, total_text(c, t));
     }
     println!(
         "envelopes    {:>8} (PENDING counter: {pending_counter})",

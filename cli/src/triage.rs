@@ -20,9 +20,9 @@ pub async fn envelopes(store: &impl EnvelopeStore, status: Option<EnvelopeStatus
 }
 
 fn amounts(g: &TriageGroup) -> String {
-    let mut parts: Vec<String> = g.amounts.iter().map(|(c, a)| format!("{a} {c}")).collect();
-    if g.without_amount > 0 {
-        parts.push(format!("{} unparsed", g.without_amount));
+    let mut parts: Vec<String> = g.tally.amounts.iter().map(|(c, a)| format!("{a} {c}")).collect();
+    if g.tally.without_amount > 0 {
+        parts.push(format!("{} unparsed", g.tally.without_amount));
     }
     parts.join("; ")
 }
@@ -48,7 +48,7 @@ pub fn print_table(groups: &[TriageGroup]) {
             "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} {}",
             g.failure_code.as_str(),
             g.root_cause,
-            g.count,
+            g.tally.count,
             g.oldest.format("%Y-%m-%d %H:%M:%S"),
             g.newest.format("%Y-%m-%d %H:%M:%S"),
             amounts(g),
@@ -56,7 +56,7 @@ pub fn print_table(groups: &[TriageGroup]) {
             g.sample_ids.first().map_or("", String::as_str),
         );
     }
-    let total: u64 = groups.iter().map(|g| g.count).sum();
+    let total: u64 = groups.iter().map(|g| g.tally.count).sum();
     println!("{total} envelopes in {} groups", groups.len());
 }
 

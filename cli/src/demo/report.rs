@@ -9,9 +9,9 @@ use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
 use recon_aws::provision::Stack;
 use recon_aws::s3::S3Worm;
 use recon_aws::sqs::SqsQueue;
+use recon_core::domain::{Tally, Total};
 use recon_core::evidence::{seal, verify_trail};
-use recon_core::reconcile::{Reconciliation, State, Tally};
-use rust_decimal::Decimal;
+use recon_core::reconcile::{Reconciliation, State};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Instant;
@@ -22,9 +22,9 @@ fn tally(r: &Reconciliation, state: State) -> Tally {
     r.by_state.get(&state).cloned().unwrap_or_default()
 }
 
-/// `a + b + c`, or `None` when the sum does not fit a decimal.
-fn sum3(a: Decimal, b: Decimal, c: Decimal) -> Option<Decimal> {
-    a.checked_add(b)?.checked_add(c)
+/// `a + b + c`, exactly (`None` when it is too large to total).
+fn sum3(a: Total, b: Total, c: Total) -> Option<Total> {
+    a.checked_add(b).and_then(|ab| ab.checked_add(c)).ok()
 }
 
 pub async fn prove(clients: &AwsClients, stack: &Stack, bodies: &[&str], started: Instant) -> Result<()> {

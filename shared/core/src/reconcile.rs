@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::domain::envelope::sha256_hex;
 use crate::domain::message::{parse_amount, parse_date, period_of};
-use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, labels};
+use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Tally, labels};
 
 /// Where a transaction ended up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -166,42 +166,6 @@ pub fn outcomes(
     (out, problems)
 }
 
-/// Count and amount per currency.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Tally {
-    pub count: u64,
-    pub amounts: BTreeMap<String, Decimal>,
-    pub without_amount: u64,
-}
-
-impl Tally {
-    fn add(&mut self, e: &Entry) {
-        self.add_parts(e.currency.as_deref(), e.amount);
-    }
-
-    /// Count one record; its amount counts when it has a currency and a decimal amount.
-    pub fn add_parts(&mut self, currency: Option<&str>, amount: Option<Decimal>) {
-        self.count += 1;
-        match (currency, amount) {
-            (Some(c), Some(a)) => {
-                let v = self.amounts.entry(c.to_ascii_uppercase()).or_default();
-                *v = (*v + a).normalize();
-            }
-            _ => self.without_amount += 1,
-        }
-    }
-
-    /// Like [`Tally::add_parts`], with the amount as text (it may not parse).
-    pub fn add_text(&mut self, currency: Option<&str>, amount: Option<&str>) {
-        self.add_parts(currency, amount.and_then(|a| parse_amount(a).ok()));
-    }
-
-    /// The total in `currency` (zero when none).
-    pub fn get(&self, currency: &str) -> Decimal {
-        self.amounts.get(currency).copied().unwrap_or_default()
-    }
-}
-
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reconciliation {
     /// What was sent (from the manifest), when one was given.
@@ -231,7 +195,10 @@ pub fn reconcile(
         ..Reconciliation::default()
     };
     for (state, e) in &outcomes {
-        r.by_state.entry(*state).or_default().add(e);
+        r.by_state
+            .entry(*state)
+            .or_default()
+            .add_parts(e.currency.as_deref(), e.amount);
         let ep = format!(
             "{} {}",
             e.entity.as_deref().unwrap_or("-"),
@@ -239,11 +206,29 @@ pub fn reconcile(
         );
         *r.by_entity_period.entry(ep).or_default().entry(*state).or_default() += 1;
     }
-    if let Some(manifest) = manifest {
-        let mut sent = Tally::default();
+    let mut total = Tally::default();
+    for t in r.by_state.values() {
+        total.merge(t);
+    }
+    let sent = manifest.map(|m| {
+        let mut t = Tally::default();
+        for e in m {
+            t.add_parts(e.currency.as_deref(), e.amount);
+        }
+        t
+    });
+    for c in total
+        .overflowed
+        .iter()
+        .chain(sent.iter().flat_map(|t| t.overflowed.iter()))
+    {
+        r.problems.push(format!(
+            "the amounts in {c} are too large to total exactly: not reconciled by amount"
+        ));
+    }
+    if let (Some(manifest), Some(sent)) = (manifest, sent) {
         let mut want: BTreeMap<&str, i64> = BTreeMap::new();
         for e in manifest {
-            sent.add(e);
             *want.entry(&e.key).or_default() += 1;
         }
         let mut have: BTreeMap<&str, i64> = BTreeMap::new();
@@ -268,15 +253,6 @@ pub fn reconcile(
             }
         }
         // Queued messages cannot be named; they may account for missing ones.
-        let mut total = Tally::default();
-        for t in r.by_state.values() {
-            total.count += t.count;
-            total.without_amount += t.without_amount;
-            for (c, a) in &t.amounts {
-                let v = total.amounts.entry(c.clone()).or_default();
-                *v = (*v + a).normalize();
-            }
-        }
         let amounts_hold = total.amounts == sent.amounts && total.without_amount == sent.without_amount;
         r.holds = r.problems.is_empty()
             && r.extra.is_empty()
@@ -322,5 +298,25 @@ mod tests {
         let r = reconcile(more, vec![], Some(&manifest), 0);
         assert_eq!(r.extra, ["msg:zz (ref of msg:zz)"]);
         assert!(!r.holds);
+    }
+
+    #[test]
+    fn the_largest_amounts_reconcile_exactly_without_panicking() {
+        // Ten of the largest amounts a message may carry (28 digits) and half a unit: Decimal
+        // sums overflow (a panic) or round; reconcile must do neither.
+        let big = "9999999999999999999999999999";
+        let mut manifest: Vec<Entry> = (0..10).map(|i| e(&format!("msg:{i}"), big)).collect();
+        manifest.push(e("msg:half", "0.5"));
+        let outcomes: Vec<(State, Entry)> = manifest.iter().map(|m| (State::Committed, m.clone())).collect();
+        let r = reconcile(outcomes.clone(), vec![], Some(&manifest), 0);
+        assert!(r.holds, "{r:?}");
+        assert_eq!(
+            r.by_state[&State::Committed].get("USD").to_string(),
+            "99999999999999999999999999990.5"
+        );
+        // One cent missing is seen, however large the totals.
+        let mut short = outcomes;
+        short[10].1.amount = parse_amount("0.49").ok();
+        assert!(!reconcile(short, vec![], Some(&manifest), 0).holds);
     }
 }

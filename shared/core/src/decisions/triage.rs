@@ -2,12 +2,10 @@
 //! operation (one fix per group), not a per-message investigation.
 
 use chrono::{DateTime, Utc};
-use rust_decimal::Decimal;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::domain::message::parse_amount;
-use crate::domain::{DlqEnvelope, FailureCode};
+use crate::domain::{DlqEnvelope, FailureCode, Tally};
 
 /// How many envelope ids a group lists as samples.
 pub const SAMPLE_IDS: usize = 3;
@@ -16,13 +14,12 @@ pub const SAMPLE_IDS: usize = 3;
 pub struct TriageGroup {
     pub failure_code: FailureCode,
     pub root_cause: String,
-    pub count: u64,
     pub oldest: DateTime<Utc>,
     pub newest: DateTime<Utc>,
-    /// Total amount per currency (upper-case), over the envelopes whose amount parses.
-    pub amounts: BTreeMap<String, Decimal>,
-    /// Envelopes without a usable amount or currency (their amount is often the failure).
-    pub without_amount: u64,
+    /// How many envelopes, and their amounts per currency (upper-case) over those whose amount
+    /// parses; the others (their amount is often the failure) as `without_amount`.
+    #[serde(flatten)]
+    pub tally: Tally,
     pub entities: BTreeSet<String>,
     pub sample_ids: Vec<String>,
 }
@@ -36,22 +33,15 @@ pub fn triage<'a>(envelopes: impl IntoIterator<Item = &'a DlqEnvelope>) -> Vec<T
             .or_insert_with(|| TriageGroup {
                 failure_code: e.failure_code,
                 root_cause: e.root_cause.clone(),
-                count: 0,
                 oldest: e.dead_lettered_at,
                 newest: e.dead_lettered_at,
-                amounts: BTreeMap::new(),
-                without_amount: 0,
+                tally: Tally::default(),
                 entities: BTreeSet::new(),
                 sample_ids: Vec::new(),
             });
-        g.count += 1;
         g.oldest = g.oldest.min(e.dead_lettered_at);
         g.newest = g.newest.max(e.dead_lettered_at);
-        let amount = e.amount.as_deref().and_then(|a| parse_amount(a).ok());
-        match (amount, &e.currency) {
-            (Some(a), Some(c)) => *g.amounts.entry(c.to_ascii_uppercase()).or_default() += a,
-            _ => g.without_amount += 1,
-        }
+        g.tally.add_text(e.currency.as_deref(), e.amount.as_deref());
         if let Some(entity) = &e.ledger_entity {
             g.entities.insert(entity.clone());
         }
@@ -61,8 +51,9 @@ pub fn triage<'a>(envelopes: impl IntoIterator<Item = &'a DlqEnvelope>) -> Vec<T
     }
     let mut out: Vec<TriageGroup> = groups.into_values().collect();
     out.sort_by(|a, b| {
-        b.count
-            .cmp(&a.count)
+        b.tally
+            .count
+            .cmp(&a.tally.count)
             .then(a.failure_code.cmp(&b.failure_code))
             .then(a.root_cause.cmp(&b.root_cause))
     });
@@ -127,12 +118,25 @@ mod tests {
         let g = triage(&es);
         assert_eq!(g.len(), 2);
         assert_eq!(g[0].root_cause, "UNMAPPED_CURRENCY:XAU");
-        assert_eq!(g[0].count, 3);
-        assert_eq!(g[0].amounts["XAU"], Decimal::from_str("13.75").unwrap());
+        assert_eq!(g[0].tally.count, 3);
+        assert_eq!(
+            g[0].tally.amounts["XAU"],
+            rust_decimal::Decimal::from_str("13.75").unwrap()
+        );
         assert_eq!(g[0].entities.len(), 2);
         assert_eq!(g[0].oldest.format("%M").to_string(), "01");
         assert_eq!(g[0].newest.format("%M").to_string(), "09");
-        assert_eq!(g[1].without_amount, 1);
-        assert!(g[1].amounts.is_empty());
+        assert_eq!(g[1].tally.without_amount, 1);
+        assert!(g[1].tally.amounts.is_empty());
+    }
+
+    #[test]
+    fn a_group_of_the_largest_amounts_totals_exactly() {
+        let big = "9999999999999999999999999999";
+        let envelopes: Vec<DlqEnvelope> = (0..10)
+            .map(|i| env(&format!("e{i}"), "UNMAPPED_CURRENCY:XAU", Some(big), "XAU", "ACME", 1))
+            .collect();
+        let g = triage(&envelopes);
+        assert_eq!(g[0].tally.amounts["XAU"].to_string(), "99999999999999999999999999990");
     }
 }

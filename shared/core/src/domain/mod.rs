@@ -13,6 +13,7 @@ pub mod posting;
 pub mod reference;
 pub mod sqs;
 pub mod status;
+pub mod total;
 
 pub use audit::{AuditKind, AuditRecord};
 pub use dead_letter::{DeadLetter, DeadLetterContext, OriginalAttribute};
@@ -25,3 +26,4 @@ pub use message::{MatchDecision, MessageLabels, NewMessage, ReconMessage, decode
 pub use posting::{CommitOutcome, CommittedRef, Posting};
 pub use reference::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};
 pub use status::{EnvelopeStatus, IllegalTransition, StatusChange};
+pub use total::{Tally, Total, TotalOverflow};
