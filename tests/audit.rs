@@ -294,6 +294,7 @@ async fn concurrent_writers_leave_chains_that_verify() {
                     currency: None,
                     amount: None,
                     detail: String::new(),
+                    replay_of: None,
                 };
                 log.append(&r).await.unwrap();
                 log.append(&r).await.unwrap(); // a redelivery: still one record

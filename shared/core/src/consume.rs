@@ -270,6 +270,7 @@ where
                         "already committed by message {} (SQS {})",
                         existing.message_id, existing.sqs_message_id
                     ),
+                    replay_of: posting.replay_of.clone(),
                 };
                 if let Err(e) = self.audit.append(&record).await {
                     return self.failed(sqs_id, format!("duplicate not acknowledged: audit write failed: {e}"));
@@ -380,6 +381,7 @@ where
             currency: l.currency.clone(),
             amount: l.amount.clone(),
             detail: bounded_detail(detail).to_owned(),
+            replay_of: sqs::string_attr(m, attrs::REPLAY_OF).map(str::to_owned),
         };
         if let Err(e) = self.audit.append(&record).await {
             // The dead letter is out; redelivery sends it again and the enricher's deterministic

@@ -26,6 +26,7 @@ pub fn envelope_audit(e: &DlqEnvelope, kind: AuditKind, actor: &str, detail: Str
         currency: e.currency.clone(),
         amount: e.amount.clone(),
         detail,
+        replay_of: None,
     }
 }
 

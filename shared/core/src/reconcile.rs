@@ -8,6 +8,14 @@
 //! Records are matched by the producer's `message_id` (`msg:<id>`), or by the SHA-256 of the body
 //! for payloads without one (`raw:<hex>`); a key may legitimately occur several times (the same
 //! message sent twice), so matching is by multiset.
+//!
+//! Each message the producer sent counts once, however many records it left: a replay's
+//! re-injected copies are linked to their original (the envelope's replay records, and the
+//! `replay.of` a copy's posting, duplicate record or later envelope carries), and the message's
+//! state is that of its whole lineage — committed if any copy posted (a write that landed before a
+//! dead letter, two copies of one re-injection), in flight while a replay holds it or a copy is on
+//! its way, else pending, duplicate or quarantined. With the queues empty, anything in flight is a
+//! problem: reconcile does not hold until it settles.
 
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
@@ -15,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::domain::envelope::sha256_hex;
 use crate::domain::message::{parse_amount, parse_date, period_of};
-use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Tally, labels};
+use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Tally, attrs, labels};
 
 /// Where a transaction ended up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -61,35 +69,173 @@ pub fn manifest_entry(body: &str) -> Entry {
     }
 }
 
-/// The terminal (or in-flight) states recorded in the stores, and cross-store problems.
+/// What the stores hold about one message the producer sent: the postings, duplicate records and
+/// envelopes of the message and of every copy a replay re-injected from it.
+#[derive(Default)]
+struct Fate<'a> {
+    postings: Vec<&'a Posting>,
+    duplicates: Vec<&'a AuditRecord>,
+    envelopes: Vec<&'a DlqEnvelope>,
+}
+
+/// SQS message ids linked to the message they were re-injected from: each copy's id (from the
+/// envelope's replay records, or from the `replay.of` a posting, a duplicate record or a later
+/// envelope carries) to the id of the message whose dead letter was replayed.
+struct Lineage<'a> {
+    parent: BTreeMap<&'a str, &'a str>,
+}
+
+impl<'a> Lineage<'a> {
+    fn new(postings: &'a [Posting], envelopes: &'a [DlqEnvelope], audit: &'a [AuditRecord]) -> Self {
+        let source: BTreeMap<&str, &str> = envelopes
+            .iter()
+            .map(|e| (e.envelope_id.as_str(), e.original.source_message_id.as_str()))
+            .collect();
+        let mut parent = BTreeMap::new();
+        for e in envelopes {
+            for copy in e.replays.iter().filter_map(|r| r.sqs_message_id.as_deref()) {
+                parent.insert(copy, e.original.source_message_id.as_str());
+            }
+        }
+        let mut link = |sqs_id: &'a str, replay_of: Option<&'a str>| {
+            if let Some(origin) = replay_of.and_then(|id| source.get(id)) {
+                parent.entry(sqs_id).or_insert(*origin);
+            }
+        };
+        for p in postings {
+            link(&p.sqs_message_id, p.replay_of.as_deref());
+        }
+        for r in audit.iter().filter(|r| r.kind == AuditKind::DuplicateSuppressed) {
+            link(&r.sqs_message_id, r.replay_of.as_deref());
+        }
+        for e in envelopes {
+            let replay_of = e
+                .original
+                .attributes
+                .get(attrs::REPLAY_OF)
+                .and_then(|a| a.string_value.as_deref());
+            link(&e.original.source_message_id, replay_of);
+        }
+        Lineage { parent }
+    }
+
+    /// The message the producer sent that `sqs_id` is, or descends from.
+    fn root(&self, sqs_id: &'a str) -> &'a str {
+        let mut id = sqs_id;
+        // A lineage is as long as the replays of one message (bounded by the replay cap); the
+        // bound only guards against a cycle in corrupted records.
+        for _ in 0..64 {
+            match self.parent.get(id) {
+                Some(up) if *up != id => id = up,
+                _ => break,
+            }
+        }
+        id
+    }
+}
+
+impl Fate<'_> {
+    /// Where the message ended: committed if any copy posted; in flight while a replay holds it
+    /// or a re-injected copy is still on its way; otherwise pending, a duplicate, or quarantined.
+    fn state(&self, fated: &BTreeSet<&str>) -> State {
+        if !self.postings.is_empty() {
+            return State::Committed;
+        }
+        let copy_on_its_way = |e: &&DlqEnvelope| {
+            e.status == EnvelopeStatus::Replayed
+                && !e
+                    .replays
+                    .iter()
+                    .filter_map(|r| r.sqs_message_id.as_deref())
+                    .any(|copy| fated.contains(copy))
+        };
+        if self
+            .envelopes
+            .iter()
+            .any(|e| e.status == EnvelopeStatus::Replaying || copy_on_its_way(e))
+        {
+            return State::InFlight;
+        }
+        let any = |s: EnvelopeStatus| self.envelopes.iter().any(|e| e.status == s);
+        if any(EnvelopeStatus::Pending) {
+            State::Pending
+        } else if !self.duplicates.is_empty() || any(EnvelopeStatus::SuppressedDuplicate) {
+            State::Duplicate
+        } else {
+            State::Quarantined
+        }
+    }
+
+    /// The message's labels, from its best record: a posting, else an envelope, else a record.
+    fn entry(&self) -> Entry {
+        let references: Vec<String> = self
+            .postings
+            .iter()
+            .map(|p| format!("posting {}", p.source_hash))
+            .chain(self.envelopes.iter().map(|e| format!("envelope {}", e.envelope_id)))
+            .chain(self.duplicates.iter().map(|r| r.audit_id.clone()))
+            .collect();
+        let reference = references.join(", ");
+        if let Some(p) = self.postings.first() {
+            return Entry {
+                key: key_of(Some(&p.message_id), ""),
+                currency: Some(p.currency.clone()),
+                amount: Some(p.amount),
+                entity: Some(p.ledger_entity.clone()),
+                period: Some(p.period.clone()),
+                reference,
+            };
+        }
+        if let Some(e) = self.envelopes.first() {
+            return Entry {
+                key: key_of(e.message_id.as_deref(), &e.original.body_sha256),
+                currency: e.currency.clone(),
+                amount: e.amount.as_deref().and_then(|a| parse_amount(a).ok()),
+                entity: e.ledger_entity.clone(),
+                period: e.accounting_period.clone(),
+                reference,
+            };
+        }
+        let r = self.duplicates.first();
+        Entry {
+            key: key_of(r.and_then(|r| r.message_id.as_deref()), ""),
+            currency: r.and_then(|r| r.currency.clone()),
+            amount: r.and_then(|r| r.amount.as_deref()).and_then(|a| parse_amount(a).ok()),
+            entity: r.and_then(|r| r.ledger_entity.clone()),
+            period: None,
+            reference,
+        }
+    }
+}
+
+/// Where every message ended, one outcome per message the producer sent — its copies (a replay's
+/// re-injections, a copy dead-lettered again, a duplicate copy) follow it, so nothing is counted
+/// twice — and the cross-store problems found on the way.
 pub fn outcomes(
     postings: &[Posting],
     envelopes: &[DlqEnvelope],
     audit: &[AuditRecord],
     dlq_empty: bool,
 ) -> (Vec<(State, Entry)>, Vec<String>) {
-    let mut out = Vec::new();
     let mut problems = Vec::new();
     let committed: BTreeSet<&str> = postings.iter().map(|p| p.source_hash.as_str()).collect();
     let envelope_ids: BTreeSet<&str> = envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
-    let replayed_into: BTreeSet<&str> = postings.iter().filter_map(|p| p.replay_of.as_deref()).collect();
     let dead_lettered: BTreeSet<&str> = envelopes
         .iter()
         .map(|e| e.original.source_message_id.as_str())
         .collect();
 
+    let lineage = Lineage::new(postings, envelopes, audit);
+    let mut fates: BTreeMap<&str, Fate<'_>> = BTreeMap::new();
+    // Every SQS message with a fate of its own: a copy without one is still on its way.
+    let mut fated: BTreeSet<&str> = BTreeSet::new();
     for p in postings {
-        out.push((
-            State::Committed,
-            Entry {
-                key: key_of(Some(&p.message_id), ""),
-                currency: Some(p.currency.clone()),
-                amount: Some(p.amount),
-                entity: Some(p.ledger_entity.clone()),
-                period: Some(p.period.clone()),
-                reference: format!("posting {}", p.source_hash),
-            },
-        ));
+        fated.insert(&p.sqs_message_id);
+        fates
+            .entry(lineage.root(&p.sqs_message_id))
+            .or_default()
+            .postings
+            .push(p);
         if let Some(e) = &p.replay_of {
             if !envelope_ids.contains(e.as_str()) {
                 problems.push(format!(
@@ -102,17 +248,12 @@ pub fn outcomes(
     for r in audit {
         match r.kind {
             AuditKind::DuplicateSuppressed => {
-                out.push((
-                    State::Duplicate,
-                    Entry {
-                        key: key_of(r.message_id.as_deref(), ""),
-                        currency: r.currency.clone(),
-                        amount: r.amount.as_deref().and_then(|a| parse_amount(a).ok()),
-                        entity: r.ledger_entity.clone(),
-                        period: None,
-                        reference: r.audit_id.clone(),
-                    },
-                ));
+                fated.insert(&r.sqs_message_id);
+                fates
+                    .entry(lineage.root(&r.sqs_message_id))
+                    .or_default()
+                    .duplicates
+                    .push(r);
                 if let Some(h) = &r.source_hash {
                     if !committed.contains(h.as_str()) {
                         problems.push(format!(
@@ -141,28 +282,14 @@ pub fn outcomes(
         }
     }
     for e in envelopes {
-        let state = match e.status {
-            EnvelopeStatus::Pending => State::Pending,
-            EnvelopeStatus::Quarantined => State::Quarantined,
-            EnvelopeStatus::SuppressedDuplicate => State::Duplicate,
-            EnvelopeStatus::Replaying => State::InFlight,
-            // Its transaction is counted where it ended (a posting, a duplicate, a new envelope);
-            // until the re-injected copy is consumed, it is in flight.
-            EnvelopeStatus::Replayed if replayed_into.contains(e.envelope_id.as_str()) => continue,
-            EnvelopeStatus::Replayed => State::InFlight,
-        };
-        out.push((
-            state,
-            Entry {
-                key: key_of(e.message_id.as_deref(), &e.original.body_sha256),
-                currency: e.currency.clone(),
-                amount: e.amount.as_deref().and_then(|a| parse_amount(a).ok()),
-                entity: e.ledger_entity.clone(),
-                period: e.accounting_period.clone(),
-                reference: format!("envelope {}", e.envelope_id),
-            },
-        ));
+        fated.insert(&e.original.source_message_id);
+        fates
+            .entry(lineage.root(&e.original.source_message_id))
+            .or_default()
+            .envelopes
+            .push(e);
     }
+    let out = fates.values().map(|f| (f.state(&fated), f.entry())).collect();
     (out, problems)
 }
 
@@ -209,6 +336,15 @@ pub fn reconcile(
     let mut total = Tally::default();
     for t in r.by_state.values() {
         total.merge(t);
+    }
+    if queued == 0 {
+        // Nothing in the queues, yet not settled: a claim held, or a re-injected copy lost.
+        for (_, e) in outcomes.iter().filter(|(s, _)| *s == State::InFlight) {
+            r.problems.push(format!(
+                "{} is in flight but no queue holds anything ({}): a replay holds its claim, or its re-injected copy was lost",
+                e.key, e.reference
+            ));
+        }
     }
     let sent = manifest.map(|m| {
         let mut t = Tally::default();
@@ -318,5 +454,134 @@ mod tests {
         let mut short = outcomes;
         short[10].1.amount = parse_amount("0.49").ok();
         assert!(!reconcile(short, vec![], Some(&manifest), 0).holds);
+    }
+
+    mod lineage {
+        use super::super::*;
+        use crate::domain::{OriginalAttribute, ReplayRecord, envelope_from_dlq_message};
+        use chrono::{TimeZone, Utc};
+
+        fn body() -> String {
+            crate::domain::NewMessage {
+                message_id: "m-1".into(),
+                ledger_entity: "ACME-US".into(),
+                currency: "USD".into(),
+                amount: "10.50".into(),
+                match_decision: crate::domain::MatchDecision::Matched,
+                trace_id: "t-1".into(),
+                value_date: "2026-11-30".into(),
+                external_ref: "R-1".into(),
+                counterparty: String::new(),
+            }
+            .to_body()
+            .unwrap()
+        }
+
+        fn posting(sqs_id: &str, replay_of: Option<&str>) -> Posting {
+            let b = body();
+            let m = crate::domain::decode(&b).unwrap();
+            Posting::from_message(&m, sqs_id, 1, Utc::now(), replay_of.map(str::to_owned))
+        }
+
+        /// The envelope of SQS message `sqs_id` (dead-lettered), optionally a copy of `replay_of`.
+        fn envelope(sqs_id: &str, status: EnvelopeStatus, replay_of: Option<&str>) -> DlqEnvelope {
+            let mut m = aws_lambda_events::event::sqs::SqsMessage::default();
+            m.message_id = Some(sqs_id.into());
+            m.body = Some(body());
+            let mut e = envelope_from_dlq_message(&m, Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap(), "t");
+            if let Some(parent) = replay_of {
+                e.original.attributes.insert(
+                    attrs::REPLAY_OF.into(),
+                    OriginalAttribute {
+                        data_type: "String".into(),
+                        string_value: Some(parent.into()),
+                        binary_value: None,
+                    },
+                );
+            }
+            e.status = status;
+            e
+        }
+
+        fn replayed_as(mut e: DlqEnvelope, copy: &str) -> DlqEnvelope {
+            e.replays.push(ReplayRecord {
+                replay_id: "rpl".into(),
+                triggered_by: "t".into(),
+                reason: "r".into(),
+                at: Utc::now(),
+                outcome: EnvelopeStatus::Replayed,
+                sqs_message_id: Some(copy.into()),
+            });
+            e
+        }
+
+        fn states(
+            postings: &[Posting],
+            envelopes: &[DlqEnvelope],
+            audit: &[AuditRecord],
+            queued: u64,
+        ) -> Reconciliation {
+            let (out, problems) = outcomes(postings, envelopes, audit, true);
+            let manifest = vec![manifest_entry(&body())];
+            reconcile(out, problems, Some(&manifest), queued)
+        }
+
+        #[test]
+        fn a_write_that_landed_before_a_dead_letter_counts_once() {
+            // Committed by S0, whose caller saw a timeout; its last receive dead-lettered it.
+            let r = states(
+                &[posting("S0", None)],
+                &[envelope("S0", EnvelopeStatus::SuppressedDuplicate, None)],
+                &[],
+                0,
+            );
+            assert!(r.holds, "{r:?}");
+            assert_eq!(r.by_state[&State::Committed].count, 1);
+            assert!(!r.by_state.contains_key(&State::Duplicate));
+        }
+
+        #[test]
+        fn a_crash_between_reinjection_and_the_status_update_counts_once() {
+            // Still REPLAYING (the status update never came), the copy C1 committed.
+            let e = envelope("S0", EnvelopeStatus::Replaying, None);
+            let r = states(&[posting("C1", Some(&e.envelope_id))], &[e], &[], 0);
+            assert!(r.holds, "{r:?}");
+            assert_eq!(r.by_state[&State::Committed].count, 1);
+        }
+
+        #[test]
+        fn two_copies_of_one_reinjection_count_once() {
+            // The send was reported failed but landed: two copies; one posted, one suppressed.
+            let e = replayed_as(replayed_as(envelope("S0", EnvelopeStatus::Replayed, None), "C1"), "C2");
+            let mut dup = AuditRecord::system(AuditKind::DuplicateSuppressed, "C2", Utc::now(), "c", String::new());
+            dup.sqs_message_id = "C2".into();
+            dup.message_id = Some("m-1".into());
+            dup.source_hash = Some(posting("C1", None).source_hash);
+            dup.replay_of = Some(e.envelope_id.clone());
+            let r = states(&[posting("C1", Some(&e.envelope_id))], &[e], &[dup], 0);
+            assert!(r.holds, "{r:?}");
+            assert_eq!(r.by_state.len(), 1, "{r:?}");
+        }
+
+        #[test]
+        fn a_copy_dead_lettered_again_counts_where_it_is_now() {
+            let e0 = replayed_as(envelope("S0", EnvelopeStatus::Replayed, None), "C1");
+            let e1 = envelope("C1", EnvelopeStatus::Pending, Some(&e0.envelope_id));
+            let r = states(&[], &[e0, e1], &[], 0);
+            assert!(r.holds, "{r:?}");
+            assert_eq!(r.by_state[&State::Pending].count, 1);
+            assert_eq!(r.by_state.len(), 1);
+        }
+
+        #[test]
+        fn a_copy_lost_on_the_way_never_lets_reconcile_hold() {
+            // Re-injected as C1, which never reached any state, and the queues are empty.
+            let e0 = replayed_as(envelope("S0", EnvelopeStatus::Replayed, None), "C1");
+            let r = states(&[], std::slice::from_ref(&e0), &[], 0);
+            assert!(!r.holds);
+            assert!(r.problems.iter().any(|p| p.contains("in flight")), "{r:?}");
+            // While a queue still holds messages, it may be on its way.
+            assert!(states(&[], &[e0], &[], 1).holds);
+        }
     }
 }

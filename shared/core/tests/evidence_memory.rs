@@ -25,6 +25,7 @@ fn rec(n: u32) -> AuditRecord {
         currency: Some("USD".into()),
         amount: Some(format!("{n}.00")),
         detail: String::new(),
+        replay_of: None,
     }
 }
 

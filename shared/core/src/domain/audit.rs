@@ -72,6 +72,10 @@ pub struct AuditRecord {
     pub amount: Option<String>,
     #[serde(default)]
     pub detail: String,
+    /// The envelope this message was re-injected from, when a replay sent it (links a copy's
+    /// fate to its original in reconcile). Absent, it is not part of the record's hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_of: Option<String>,
 }
 
 impl AuditRecord {
@@ -98,6 +102,7 @@ impl AuditRecord {
             currency: None,
             amount: None,
             detail,
+            replay_of: None,
         }
     }
 }
@@ -313,6 +318,7 @@ mod tests {
             currency: None,
             amount: Some("1,00".into()),
             detail: String::new(),
+            replay_of: None,
         }
     }
 
