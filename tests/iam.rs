@@ -88,9 +88,10 @@ async fn the_enricher_calls_exactly_what_its_role_grants() {
     s.send(&[poison.to_body().unwrap(), "not json".into()]).await;
     s.pump(&consumer).await;
     let own = AwsClients::connect(Target::local_from_env()).await;
-    let settings = s.enricher_settings(1000);
+    let settings = s.enricher_settings(0);
     let enricher = Arc::new(wiring::enricher(&own, &settings, "iam-test", MemoryMetrics::default()));
-    // New envelopes (pending and quarantined), then the same DLQ message again.
+    // New envelopes (pending and quarantined; one PENDING is above a mark of 0: the overflow
+    // record passes through the audit outbox), then the same DLQ message again.
     let (event, _) = s.receive_event(&s.dlq(), 2, 1).await;
     enricher.handle_batch(&event, None).await;
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;

@@ -5,10 +5,10 @@ use aws_lambda_events::event::sqs::{SqsMessage, SqsMessageAttribute};
 use recon_aws::s3::S3Worm;
 use recon_core::domain::attrs;
 use recon_core::domain::{
-    AuditKind, EnvelopeStatus, NewMessage, PeriodRecord, PeriodStatus, ReplayClaim, StatusChange,
+    AuditKind, AuditRecord, EnvelopeStatus, NewMessage, PeriodRecord, PeriodStatus, ReplayClaim, StatusChange,
     envelope_from_dlq_message,
 };
-use recon_core::ports::{EnvelopeStore, ReferenceData, Worm};
+use recon_core::ports::{AuditOutbox, Backlog, EnvelopeStore, ReferenceData, Worm};
 use recon_core::replay::{Gate, ReplayOutcome, ReplayRequest, Selector};
 use recon_harness::stack::TestStack;
 use recon_testkit::builders::tx;
@@ -371,5 +371,44 @@ async fn a_sweep_with_a_tiny_time_budget_resumes_from_its_cursor() {
     assert_eq!(replay_of.len(), 30);
     assert_eq!(replay_of.iter().collect::<HashSet<_>>().len(), 30);
     assert!(s.envelopes().await.iter().all(|e| e.status == EnvelopeStatus::Replayed));
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_record_left_in_the_audit_outbox_is_published_by_the_next_replay() {
+    // A crossing raised in DynamoDB with its record in the outbox, as if the invocation died
+    // before publishing it.
+    let s = TestStack::new("outbox").await;
+    let store = s.envelope_store();
+    let record = |episode: u64| {
+        AuditRecord::system(
+            AuditKind::DlqOverflow,
+            &episode.to_string(),
+            chrono::Utc::now(),
+            "it",
+            format!("episode {episode}"),
+        )
+    };
+    assert_eq!(store.raise_overflow(&record).await.unwrap(), Some(1));
+    assert_eq!(store.raise_overflow(&record).await.unwrap(), None, "raised once");
+    assert_eq!(store.pending_records(10).await.unwrap().len(), 1);
+    assert!(s.audit().await.iter().all(|r| r.kind != AuditKind::DlqOverflow));
+
+    s.replayer()
+        .run(&recon_testkit::builders::sweep_request(), None)
+        .await
+        .unwrap();
+    let overflow: Vec<_> = s
+        .audit()
+        .await
+        .into_iter()
+        .filter(|r| r.kind == AuditKind::DlqOverflow)
+        .collect();
+    assert_eq!(overflow.len(), 1);
+    assert_eq!(overflow[0].audit_id, "DLQ_OVERFLOW#1");
+    assert!(
+        store.pending_records(10).await.unwrap().is_empty(),
+        "the outbox is drained"
+    );
     s.cleanup().await;
 }

@@ -89,9 +89,15 @@ pub mod iam {
             &["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"],
             Esm,
         ),
+        // DeleteItem: the overflow record leaves the audit outbox once it is in the trail.
         g(
             "EnvelopeTable",
-            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
+            &[
+                "dynamodb:PutItem",
+                "dynamodb:UpdateItem",
+                "dynamodb:GetItem",
+                "dynamodb:DeleteItem",
+            ],
             Code,
         ),
         g(

@@ -18,7 +18,7 @@ use crate::batch::{BatchHandler, BatchReport, Outcome};
 use crate::domain::{AuditKind, EnvelopeStatus, WormRef, envelope::sha256_hex, envelope_from_dlq_message};
 use crate::envelopes::{check_overflow, envelope_audit};
 use crate::ports::{
-    AuditLog, Backlog, Clock, CreateOutcome, Deadline, EnvelopeStore, FlowError, Metric, Metrics, Worm,
+    AuditLog, AuditOutbox, Backlog, Clock, CreateOutcome, Deadline, EnvelopeStore, FlowError, Metric, Metrics, Worm,
 };
 use crate::resources::{DEFAULT_OVERFLOW_HIGH_WATER, INLINE_BODY_LIMIT};
 
@@ -84,7 +84,7 @@ pub struct Enricher<S, W, A, M> {
     pub config: EnricherConfig,
 }
 
-impl<S: EnvelopeStore + Backlog, W: Worm, A: AuditLog, M: Metrics> Enricher<S, W, A, M> {
+impl<S: EnvelopeStore + Backlog + AuditOutbox, W: Worm, A: AuditLog, M: Metrics> Enricher<S, W, A, M> {
     pub async fn handle_batch(&self, event: &SqsEvent, deadline: Option<DateTime<Utc>>) -> BatchReport<EnrichOutcome> {
         let deadline = deadline.map(|d| Deadline::at(&*self.clock, d));
         let outcomes: Vec<EnrichOutcome> = futures::stream::iter(&event.records)
@@ -207,7 +207,7 @@ impl<S: EnvelopeStore + Backlog, W: Worm, A: AuditLog, M: Metrics> Enricher<S, W
     }
 }
 
-impl<S: EnvelopeStore + Backlog, W: Worm, A: AuditLog, M: Metrics> BatchHandler for Enricher<S, W, A, M> {
+impl<S: EnvelopeStore + Backlog + AuditOutbox, W: Worm, A: AuditLog, M: Metrics> BatchHandler for Enricher<S, W, A, M> {
     type Outcome = EnrichOutcome;
     async fn handle(&self, event: &SqsEvent, deadline: Option<DateTime<Utc>>) -> BatchReport<EnrichOutcome> {
         self.handle_batch(event, deadline).await

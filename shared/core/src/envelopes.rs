@@ -1,11 +1,11 @@
 //! Steps on envelopes that both the enricher and the replay take: the audit record of an
-//! envelope, its original body (inline or from the WORM bucket), and the `DLQ_OVERFLOW` check
-//! against the exact PENDING count.
+//! envelope, its original body (inline or from the WORM bucket), the `DLQ_OVERFLOW` check
+//! against the exact PENDING count, and publishing the audit outbox (see `ports::envelopes`).
 
 use chrono::{DateTime, Utc};
 
 use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, FailureCode};
-use crate::ports::{AuditLog, Backlog, Metric, Metrics, StoreResult, Worm};
+use crate::ports::{AuditLog, AuditOutbox, Backlog, Metric, Metrics, StoreResult, Worm};
 
 /// The audit record of an envelope's creation (`ENRICHED` or `QUARANTINED`).
 pub fn envelope_audit(e: &DlqEnvelope, kind: AuditKind, actor: &str, detail: String) -> AuditRecord {
@@ -31,8 +31,10 @@ pub fn envelope_audit(e: &DlqEnvelope, kind: AuditKind, actor: &str, detail: Str
 }
 
 /// Compare the PENDING count with the high-water mark and raise or clear `DLQ_OVERFLOW`. The
-/// store's flag makes exactly one caller report each crossing. Returns the episode raised, if any.
-pub async fn check_overflow<S: Backlog, A: AuditLog, M: Metrics>(
+/// store's flag makes exactly one caller report each crossing, and its record goes into the audit
+/// outbox with the flag: a failure after that leaves it for the next drain. Returns the episode
+/// raised, if any.
+pub async fn check_overflow<S: Backlog + AuditOutbox, A: AuditLog, M: Metrics>(
     store: &S,
     audit: &A,
     metrics: &M,
@@ -48,27 +50,23 @@ pub async fn check_overflow<S: Backlog, A: AuditLog, M: Metrics>(
         dimensions: vec![],
     });
     if pending <= high_water {
-        store.set_overflow(false).await?;
+        store.clear_overflow().await?;
         return Ok(None);
     }
-    let Some(episode) = store.set_overflow(true).await? else {
+    let record = |episode: u64| {
+        let mut r = AuditRecord::system(
+            AuditKind::DlqOverflow,
+            &episode.to_string(),
+            now,
+            actor,
+            format!("{pending} PENDING envelopes, above the high-water mark of {high_water} (episode {episode})"),
+        );
+        r.failure_code = Some(FailureCode::DlqOverflow);
+        r
+    };
+    let Some(episode) = store.raise_overflow(&record).await? else {
         return Ok(None);
     };
-    let mut record = AuditRecord::system(
-        AuditKind::DlqOverflow,
-        &episode.to_string(),
-        now,
-        actor,
-        format!("{pending} PENDING envelopes, above the high-water mark of {high_water} (episode {episode})"),
-    );
-    record.failure_code = Some(FailureCode::DlqOverflow);
-    audit.append(&record).await?;
-    metrics.emit(&Metric {
-        name: "DlqOverflow",
-        value: 1,
-        unit: "Count",
-        dimensions: vec![],
-    });
     tracing::error!(
         decision = "DLQ_OVERFLOW",
         failure_code = FailureCode::DlqOverflow.as_str(),
@@ -77,7 +75,51 @@ pub async fn check_overflow<S: Backlog, A: AuditLog, M: Metrics>(
         episode,
         "DLQ backlog above its high-water mark"
     );
+    publish(store, audit, metrics, &record(episode)).await?;
     Ok(Some(episode))
+}
+
+/// Append a record from the audit outbox to the trail, then drop it from the outbox. A
+/// `DLQ_OVERFLOW` record also emits its metric (at least once: the alarm pages on it).
+pub async fn publish<S: AuditOutbox, A: AuditLog, M: Metrics>(
+    outbox: &S,
+    audit: &A,
+    metrics: &M,
+    record: &AuditRecord,
+) -> StoreResult<()> {
+    audit.append(record).await?;
+    if record.kind == AuditKind::DlqOverflow {
+        metrics.emit(&Metric {
+            name: "DlqOverflow",
+            value: 1,
+            unit: "Count",
+            dimensions: vec![],
+        });
+    }
+    outbox.record_written(&record.audit_id).await
+}
+
+/// Publish what the outbox still holds: the records of decisions whose own publication failed
+/// or never ran (the invocation died after the state change). Returns how many.
+pub async fn drain_outbox<S: AuditOutbox, A: AuditLog, M: Metrics>(
+    outbox: &S,
+    audit: &A,
+    metrics: &M,
+) -> StoreResult<usize> {
+    let mut published = 0;
+    // Pages of 100; a bounded number per call (the next drain takes the rest).
+    for _ in 0..100 {
+        let records = outbox.pending_records(100).await?;
+        if records.is_empty() {
+            break;
+        }
+        for r in &records {
+            publish(outbox, audit, metrics, r).await?;
+            tracing::warn!(audit_id = %r.audit_id, "audit record published from the outbox");
+        }
+        published += records.len();
+    }
+    Ok(published)
 }
 
 /// The original body of an envelope, byte for byte: inline, or from the bucket.

@@ -40,6 +40,10 @@ pub mod keys {
     pub const ENVELOPE_ENTITY: &str = "entity_key";
     /// Key of the item that counts PENDING envelopes and holds the overflow flag.
     pub const ENVELOPE_META_ID: &str = "#meta#pending";
+    /// Prefix of the audit outbox's items (records written with the decision they record).
+    pub const ENVELOPE_OUTBOX_PREFIX: &str = "#outbox#";
+    /// The `status` of outbox items: their partition of the status index, oldest first.
+    pub const ENVELOPE_OUTBOX_STATUS: &str = "#AUDIT_OUTBOX";
     /// Prefix of the items that keep replay sweep cursors.
     pub const ENVELOPE_CURSOR_PREFIX: &str = "#meta#cursor#";
     /// Top-level copy of the replay claim's lease end (epoch ms), for conditional takeovers.

@@ -6,7 +6,7 @@ use chrono::Utc;
 use recon_core::consume::{Consumer, ConsumerConfig};
 use recon_core::domain::{AuditKind, EnvelopeStatus, FailureCode, HashKind};
 use recon_core::enrich::{EnrichOutcome, Enricher, EnricherConfig};
-use recon_core::envelopes::{check_overflow, original_body};
+use recon_core::envelopes::{check_overflow, drain_outbox, original_body};
 use recon_core::ports::{Backlog, EnvelopeStore, Worm, dead_letter_message};
 use recon_testkit::builders::{self, delivered, delivery, event, settle_by_hand, tx_in};
 use recon_testkit::memory::{
@@ -255,4 +255,34 @@ async fn a_dead_letter_with_an_empty_entity_label_still_becomes_an_envelope() {
     let env = e.store.get(&envelope_id).await.unwrap().unwrap();
     assert_eq!(env.root_cause, "SCHEMA_VIOLATION:ledger_entity");
     assert_eq!(env.ledger_entity, None, "an empty label is no label");
+}
+
+#[tokio::test]
+async fn an_overflow_whose_record_fails_is_not_lost() {
+    // Regression: the flag was raised, the DLQ_OVERFLOW append failed, and the crossing was never
+    // reported (the flag stays raised, so no later call reports it).
+    let e = enricher(0);
+    e.audit.fail_appends_of(Some(AuditKind::DlqOverflow));
+    let m = dead_lettered("o1", &body(40, "XAU")).await;
+    assert!(matches!(e.handle_message(&m).await, EnrichOutcome::Failed { .. }));
+    assert_eq!(e.store.overflow_episodes(), 1);
+    e.audit.fail_appends_of(None);
+    // The DLQ delivers the message again: its envelope exists, and the crossing is already
+    // raised; the record waits in the outbox, which the next drain publishes.
+    assert!(matches!(
+        e.handle_message(&m).await,
+        EnrichOutcome::AlreadyEnriched { .. }
+    ));
+    drain_outbox(&e.store, &e.audit, &e.metrics).await.unwrap();
+    let overflows = e
+        .audit
+        .records()
+        .iter()
+        .filter(|r| r.kind == AuditKind::DlqOverflow)
+        .count();
+    assert_eq!(overflows, 1);
+    assert_eq!(
+        e.metrics.emitted().iter().filter(|m| m.name == "DlqOverflow").count(),
+        1
+    );
 }

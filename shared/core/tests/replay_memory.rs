@@ -8,7 +8,7 @@ use recon_core::domain::{
     AuditKind, CurrencyMapping, DlqEnvelope, EnvelopeStatus, NewMessage, PeriodRecord, PeriodStatus, ReplayClaim,
     StatusChange, attrs, envelope_from_dlq_message,
 };
-use recon_core::ports::{Backlog, Clock, EnvelopeStore, Ledger, ReferenceData, SweepCursors};
+use recon_core::ports::{AuditOutbox, Backlog, Clock, EnvelopeStore, Ledger, ReferenceData, SweepCursors};
 use recon_core::replay::{Gate, ReplayConfig, ReplayReport, ReplayRequest, Replayer, Selector};
 use recon_testkit::builders::{
     self, body, delivery, manual_request as manual, sweep_request as sweep, tx_in, with_attribute,
@@ -473,4 +473,37 @@ async fn an_operator_can_quarantine_a_group_that_cannot_be_fixed() {
     assert!(report.items.iter().all(|i| i.gate == Some(Gate::Operator)));
     assert_eq!(w.store.pending_count().await.unwrap(), 0);
     assert!(w.queue.sent().is_empty());
+}
+
+#[tokio::test]
+async fn a_decision_whose_audit_append_fails_gets_its_record_from_the_outbox() {
+    // Regression: a replay settled an envelope and its audit append failed: the decision had no
+    // record, ever. The record now goes into the outbox with the settlement.
+    let w = world();
+    add_xau(&w).await;
+    let e = w.envelope("s1", &xau(1), ChronoDuration::hours(1)).await;
+    let r = w.replayer(ReplayConfig::default());
+    w.audit.fail_appends_of(Some(AuditKind::ReplayReinjected));
+    assert!(r.run(&manual(Selector::default(), false), None).await.is_err());
+    assert_eq!(
+        w.status(&e.envelope_id).await,
+        EnvelopeStatus::Replayed,
+        "the decision took effect"
+    );
+    assert!(w.audit.records().iter().all(|a| a.kind != AuditKind::ReplayReinjected));
+    assert_eq!(
+        w.store.pending_records(10).await.unwrap().len(),
+        1,
+        "its record waits in the outbox"
+    );
+
+    w.audit.fail_appends_of(None);
+    r.run(&sweep(), None).await.unwrap();
+    let replay_id = &w.store.get(&e.envelope_id).await.unwrap().unwrap().replays[0].replay_id;
+    let expected = format!("REPLAY_REINJECTED#{}#{replay_id}", e.envelope_id);
+    assert!(
+        w.audit.records().iter().any(|a| a.audit_id == expected),
+        "published by the next replay"
+    );
+    assert!(w.store.pending_records(10).await.unwrap().is_empty());
 }

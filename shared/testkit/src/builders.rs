@@ -179,6 +179,8 @@ pub async fn settle_by_hand<S: EnvelopeStore>(store: &S, envelope_id: &str, stat
         .claim(envelope_id, &claim, at, &change(EnvelopeStatus::Replaying))
         .await;
     assert_eq!(claimed, Ok(true), "claim {envelope_id}");
-    let finished = store.finish(envelope_id, "by-hand", &change(status), &record).await;
+    let finished = store
+        .finish(envelope_id, "by-hand", &change(status), &record, None)
+        .await;
     assert_eq!(finished, Ok(true), "settle {envelope_id} in {status}");
 }

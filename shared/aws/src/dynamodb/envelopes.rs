@@ -6,9 +6,11 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use recon_core::domain::status::{check_initial, check_transition};
-use recon_core::domain::{DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange, TransientKind};
+use recon_core::domain::{
+    AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
+};
 use recon_core::ports::{
-    Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, StoreError, StoreResult, SweepCursors,
+    AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, StoreError, StoreResult, SweepCursors,
 };
 use recon_core::resources::keys;
 
@@ -246,6 +248,7 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         replay_id: &str,
         change: &StatusChange,
         record: &ReplayRecord,
+        audit: Option<&AuditRecord>,
     ) -> FlowResult<bool> {
         use EnvelopeStatus::{Pending, Replaying};
         check_transition(Replaying, change.status)?;
@@ -278,12 +281,36 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         if change.status == Pending {
             req = req.transact_items(pending_delta(&self.table, 1)?);
         }
+        if let Some(r) = audit {
+            req = req.transact_items(outbox_put(&self.table, r)?);
+        }
         match req.send().await {
             Ok(_) => Ok(true),
             Err(e) if first_condition_failed(&e) => Ok(false),
             Err(e) => Err(store_error("TransactWriteItems(replay finish)", e).into()),
         }
     }
+}
+
+/// The outbox item of an audit record, in the envelope table (the same transaction as the state
+/// change it records): listed oldest first through the status index.
+fn outbox_put(table: &str, r: &AuditRecord) -> StoreResult<aws_sdk_dynamodb::types::TransactWriteItem> {
+    let record = to_item(r).map_err(|e| item_error("outbox record", e))?;
+    let put = aws_sdk_dynamodb::types::Put::builder()
+        .table_name(table)
+        .item(
+            keys::ENVELOPE_PK,
+            s(format!("{}{}", keys::ENVELOPE_OUTBOX_PREFIX, r.audit_id)),
+        )
+        .item(keys::ENVELOPE_STATUS, s(keys::ENVELOPE_OUTBOX_STATUS))
+        .item(
+            keys::ENVELOPE_AGE,
+            s(format!("{}#{}", r.at.format("%Y-%m-%dT%H:%M:%S%.9fZ"), r.audit_id)),
+        )
+        .item("record", AttributeValue::M(record))
+        .build()
+        .map_err(|e| item_error("outbox put", e))?;
+    Ok(aws_sdk_dynamodb::types::TransactWriteItem::builder().put(put).build())
 }
 
 impl SweepCursors for DynamoEnvelopeStore {
@@ -346,40 +373,119 @@ impl Backlog for DynamoEnvelopeStore {
             .unwrap_or(0))
     }
 
-    async fn set_overflow(&self, active: bool) -> StoreResult<Option<u64>> {
-        let req = self
+    async fn raise_overflow(&self, record: &(dyn Fn(u64) -> AuditRecord + Sync)) -> StoreResult<Option<u64>> {
+        let meta = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(overflow flag)", e))?;
+        let item = meta.item();
+        if item.and_then(|i| i.get("overflow")).and_then(|v| v.as_bool().ok()) == Some(&true) {
+            return Ok(None);
+        }
+        let episodes: u64 = item
+            .and_then(|i| i.get("episodes"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let episode = episodes + 1;
+        // The flag and the episode move only from what was read; the record goes in with them.
+        let raise = aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
+            .update_expression("SET overflow = :t, episodes = :next")
+            .condition_expression(
+                "(attribute_not_exists(overflow) OR overflow = :f) AND \
+                 ((attribute_not_exists(episodes) AND :seen = :zero) OR episodes = :seen)",
+            )
+            .expression_attribute_values(":t", AttributeValue::Bool(true))
+            .expression_attribute_values(":f", AttributeValue::Bool(false))
+            .expression_attribute_values(":next", n(i64::try_from(episode).unwrap_or(i64::MAX)))
+            .expression_attribute_values(":seen", n(i64::try_from(episodes).unwrap_or(i64::MAX)))
+            .expression_attribute_values(":zero", n(0))
+            .build()
+            .map_err(|e| item_error("overflow flag", e))?;
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .update(raise)
+                    .build(),
+            )
+            .transact_items(outbox_put(&self.table, &record(episode))?)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Some(episode)),
+            // Another writer raised it (or moved the episode) first: theirs to report.
+            Err(e) if first_condition_failed(&e) => Ok(None),
+            Err(e) => Err(store_error("TransactWriteItems(overflow raise)", e)),
+        }
+    }
+
+    async fn clear_overflow(&self) -> StoreResult<()> {
+        let result = self
             .client
             .update_item()
             .table_name(&self.table)
-            .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID));
-        let req = if active {
-            req.update_expression("SET overflow = :t ADD episodes :one")
-                .condition_expression("attribute_not_exists(overflow) OR overflow = :f")
-                .expression_attribute_values(":one", n(1))
-                .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
-        } else {
-            req.update_expression("SET overflow = :f")
-                .condition_expression("overflow = :t")
-        };
-        let result = req
+            .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
+            .update_expression("SET overflow = :f")
+            .condition_expression("overflow = :t")
             .expression_attribute_values(":t", AttributeValue::Bool(true))
             .expression_attribute_values(":f", AttributeValue::Bool(false))
             .send()
             .await;
         match result {
-            Ok(out) if active => Ok(out
-                .attributes()
-                .and_then(|a| a.get("episodes"))
-                .and_then(|v| v.as_n().ok())
-                .and_then(|v| v.parse().ok())),
-            Ok(_) => Ok(None),
+            Ok(_) => Ok(()),
             Err(e)
                 if e.as_service_error()
                     .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
             {
-                Ok(None)
+                Ok(())
             }
             Err(e) => Err(store_error("UpdateItem(overflow flag)", e)),
         }
+    }
+}
+
+impl AuditOutbox for DynamoEnvelopeStore {
+    async fn pending_records(&self, limit: usize) -> StoreResult<Vec<AuditRecord>> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(recon_core::resources::indexes::BY_STATUS_AGE.name)
+            .key_condition_expression("#status = :s")
+            .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
+            .expression_attribute_values(":s", s(keys::ENVELOPE_OUTBOX_STATUS))
+            .scan_index_forward(true)
+            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+            .send()
+            .await
+            .map_err(|e| store_error("Query(audit outbox)", e))?;
+        out.items()
+            .iter()
+            .filter_map(|i| i.get("record").and_then(|r| r.as_m().ok()))
+            .map(|m| from_item(m).map_err(|e| item_error("outbox record", e)))
+            .collect()
+    }
+
+    async fn record_written(&self, audit_id: &str) -> StoreResult<()> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key(
+                keys::ENVELOPE_PK,
+                s(format!("{}{audit_id}", keys::ENVELOPE_OUTBOX_PREFIX)),
+            )
+            .send()
+            .await
+            .map_err(|e| store_error("DeleteItem(audit outbox)", e))?;
+        Ok(())
     }
 }

@@ -1,16 +1,22 @@
-//! The envelope table, in three roles: the envelopes themselves (created once, then changed only
-//! under a replay's claim, as `domain::status` allows), the sweep cursors, and the backlog (the
-//! exact PENDING count that `DLQ_OVERFLOW` watches, and the overflow flag).
+//! The envelope table, in four roles: the envelopes themselves (created once, then changed only
+//! under a replay's claim, as `domain::status` allows), the sweep cursors, the backlog (the exact
+//! PENDING count that `DLQ_OVERFLOW` watches, and the overflow flag), and the audit outbox.
 //!
 //! Every implementation checks `domain::status::check_initial` / `check_transition` before it
 //! writes, and keeps the PENDING count in the same transaction as the status change.
+//!
+//! **Audit outbox**: a decision (an envelope settled by a replay, a crossing of the high-water
+//! mark) writes its audit record into the outbox *in the same write* as the state change; the
+//! flow then appends it to the trail and clears it. If the append fails or the invocation dies
+//! first, the record waits in the outbox and the next sweep appends it: no decision without its
+//! record.
 
 use chrono::{DateTime, Utc};
 use std::future::Future;
 use std::sync::Arc;
 
 use super::{FlowResult, StoreResult};
-use crate::domain::{DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange};
+use crate::domain::{AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange};
 
 /// What creating an envelope did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,15 +53,24 @@ pub trait EnvelopeStore: Send + Sync {
         change: &StatusChange,
     ) -> impl Future<Output = FlowResult<bool>> + Send;
     /// Settle a claimed envelope in `change.status`: only if it is REPLAYING under `replay_id`.
-    /// Appends `change` and `record`. `Ok(false)` when the claim was lost (lease expired and
-    /// taken over).
+    /// Appends `change` and `record`, and puts `audit` (the decision's record) in the outbox, in
+    /// the same write. `Ok(false)` when the claim was lost (lease expired and taken over).
     fn finish(
         &self,
         envelope_id: &str,
         replay_id: &str,
         change: &StatusChange,
         record: &ReplayRecord,
+        audit: Option<&AuditRecord>,
     ) -> impl Future<Output = FlowResult<bool>> + Send;
+}
+
+/// Audit records written with the state change they record, until they are in the trail.
+pub trait AuditOutbox: Send + Sync {
+    /// Records not yet known to be in the trail, oldest first.
+    fn pending_records(&self, limit: usize) -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send;
+    /// The record is in the trail: drop it from the outbox.
+    fn record_written(&self, audit_id: &str) -> impl Future<Output = StoreResult<()>> + Send;
 }
 
 /// Where a sweep left off, by name.
@@ -69,9 +84,15 @@ pub trait SweepCursors: Send + Sync {
 pub trait Backlog: Send + Sync {
     /// PENDING envelopes, exactly (kept in the same transaction as every status change).
     fn pending_count(&self) -> impl Future<Output = StoreResult<i64>> + Send;
-    /// Set the overflow flag. Returns the episode number when this call switched it on, so that
-    /// exactly one caller reports each crossing.
-    fn set_overflow(&self, active: bool) -> impl Future<Output = StoreResult<Option<u64>>> + Send;
+    /// Switch the overflow flag on, unless it is on: then returns the new episode number and,
+    /// in the same write, puts `record(episode)` (its `DLQ_OVERFLOW` record) in the audit
+    /// outbox, so that exactly one caller reports each crossing and the report cannot be lost.
+    fn raise_overflow(
+        &self,
+        record: &(dyn Fn(u64) -> AuditRecord + Sync),
+    ) -> impl Future<Output = StoreResult<Option<u64>>> + Send;
+    /// Switch the overflow flag off (the backlog is below the mark again).
+    fn clear_overflow(&self) -> impl Future<Output = StoreResult<()>> + Send;
 }
 
 /// Every envelope in `status` (or every envelope), following the pages.
@@ -127,8 +148,18 @@ impl<T: EnvelopeStore> EnvelopeStore for Arc<T> {
         replay_id: &str,
         change: &StatusChange,
         record: &ReplayRecord,
+        audit: Option<&AuditRecord>,
     ) -> impl Future<Output = FlowResult<bool>> + Send {
-        (**self).finish(envelope_id, replay_id, change, record)
+        (**self).finish(envelope_id, replay_id, change, record, audit)
+    }
+}
+
+impl<T: AuditOutbox> AuditOutbox for Arc<T> {
+    fn pending_records(&self, limit: usize) -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send {
+        (**self).pending_records(limit)
+    }
+    fn record_written(&self, audit_id: &str) -> impl Future<Output = StoreResult<()>> + Send {
+        (**self).record_written(audit_id)
     }
 }
 
@@ -145,7 +176,13 @@ impl<T: Backlog> Backlog for Arc<T> {
     fn pending_count(&self) -> impl Future<Output = StoreResult<i64>> + Send {
         (**self).pending_count()
     }
-    fn set_overflow(&self, active: bool) -> impl Future<Output = StoreResult<Option<u64>>> + Send {
-        (**self).set_overflow(active)
+    fn raise_overflow(
+        &self,
+        record: &(dyn Fn(u64) -> AuditRecord + Sync),
+    ) -> impl Future<Output = StoreResult<Option<u64>>> + Send {
+        (**self).raise_overflow(record)
+    }
+    fn clear_overflow(&self) -> impl Future<Output = StoreResult<()>> + Send {
+        (**self).clear_overflow()
     }
 }

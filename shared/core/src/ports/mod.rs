@@ -18,7 +18,7 @@ mod worm;
 
 pub use audit::AuditLog;
 pub use clock::{Clock, Deadline, SystemClock, lambda_deadline};
-pub use envelopes::{Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, SweepCursors, all_envelopes};
+pub use envelopes::{AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, SweepCursors, all_envelopes};
 pub use ledger::{ClaimOutcome, DedupTable, ExternalLedger, Ledger};
 pub use metrics::{Metric, Metrics};
 pub use queues::{DeadLetterQueue, OutgoingMessage, ReplayQueue, WorkQueue, dead_letter_message};

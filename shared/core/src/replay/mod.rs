@@ -42,10 +42,10 @@ use std::time::Duration;
 
 use crate::domain::ReferenceSnapshot;
 use crate::domain::envelope::sha256_hex;
-use crate::envelopes::check_overflow;
+use crate::envelopes::{check_overflow, drain_outbox};
 use crate::ports::{
-    AuditLog, Backlog, Clock, Deadline, EnvelopeStore, FlowResult, Ledger, Metric, Metrics, ReferenceData, ReplayQueue,
-    SweepCursors, Worm,
+    AuditLog, AuditOutbox, Backlog, Clock, Deadline, EnvelopeStore, FlowResult, Ledger, Metric, Metrics, ReferenceData,
+    ReplayQueue, SweepCursors, Worm,
 };
 
 /// Name of the persisted cursor of the scheduled sweep.
@@ -123,7 +123,7 @@ fn replay_id(clock: &dyn Clock) -> String {
 
 impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
 where
-    S: EnvelopeStore + SweepCursors + Backlog,
+    S: EnvelopeStore + SweepCursors + Backlog + AuditOutbox,
     L: Ledger,
     R: ReferenceData,
     Q: ReplayQueue,
@@ -150,6 +150,12 @@ where
             ..ReplayReport::default()
         };
         tracing::info!(replay_id = %run.replay_id, triggered_by = %req.triggered_by, reason = %req.reason, dry_run = req.dry_run, selector = ?req.selector, "replay started");
+        if !req.dry_run {
+            // Records of earlier decisions whose publication failed or never ran.
+            if let Err(e) = drain_outbox(&self.store, &self.audit, &self.metrics).await {
+                tracing::warn!(error = %e, "audit outbox not drained; the next replay tries again");
+            }
+        }
 
         if req.selector.envelope_ids.is_empty() {
             self.sweep(&mut run, &mut report).await?;

@@ -5,19 +5,22 @@
 use std::time::Duration;
 
 use super::report::{ReplayItem, ReplayOutcome, ReplayReport, item};
-use super::settle::NOT_CLAIMED;
+use super::settle::{NOT_CLAIMED, Settlement};
 use super::{Replayer, Run};
 use crate::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, attrs, decode};
 use crate::envelopes::original_body;
-use crate::ports::{AuditLog, EnvelopeStore, FlowResult, Ledger, OutgoingMessage, ReplayQueue, Worm};
+use crate::ports::{
+    AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, OutgoingMessage, ReplayQueue, Worm,
+};
 
 impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
 where
-    S: EnvelopeStore,
+    S: EnvelopeStore + AuditOutbox,
     L: Ledger,
     Q: ReplayQueue,
     W: Worm,
     A: AuditLog,
+    M: Metrics,
 {
     /// The message that re-injects `e`: its original bytes and attributes, plus provenance.
     /// `None` when the original carries too many attributes to add the replay's four.
@@ -92,8 +95,7 @@ where
                 Some(m) => batch.push((e.clone(), m)),
                 None => {
                     let why = "the original carries too many message attributes to add the replay's four".to_string();
-                    self.finish(run, e, EnvelopeStatus::Pending, why.clone(), false, None)
-                        .await?;
+                    self.finish(run, e, Settlement::release(why.clone())).await?;
                     report.push(item(e, ReplayOutcome::Skipped, None, why));
                 }
             }
@@ -124,19 +126,24 @@ where
         match sent {
             Ok(sqs_id) => {
                 let detail = format!("re-injected as SQS message {sqs_id}");
-                // If the mark is lost (lease expired meanwhile), the copy is out anyway; the
-                // consumer's conditional commit keeps the posting single.
-                self.finish(run, e, EnvelopeStatus::Replayed, detail.clone(), false, Some(sqs_id))
-                    .await?;
-                self.audit
-                    .append(&self.audit_record(run, e, AuditKind::ReplayReinjected, None, detail.clone()))
-                    .await?;
+                let record = self.audit_record(run, e, AuditKind::ReplayReinjected, None, detail.clone());
+                let settled = Settlement {
+                    copy: Some(sqs_id),
+                    ..Settlement::decided(EnvelopeStatus::Replayed, detail.clone(), &record)
+                };
+                if self.finish(run, e, settled).await? {
+                    self.publish(&record).await?;
+                } else {
+                    // The lease ran out meanwhile and another replay holds the envelope; the copy
+                    // is out anyway (the consumer's conditional commit keeps the posting single),
+                    // and the re-injection is a fact: record it.
+                    self.audit.append(&record).await?;
+                }
                 Ok(item(e, ReplayOutcome::Reinjected, None, detail))
             }
             Err(why) => {
                 let detail = format!("send failed, released: {why}");
-                self.finish(run, e, EnvelopeStatus::Pending, detail.clone(), false, None)
-                    .await?;
+                self.finish(run, e, Settlement::release(detail.clone())).await?;
                 Ok(item(e, ReplayOutcome::Skipped, None, detail))
             }
         }

@@ -1,6 +1,8 @@
 //! Settling an envelope under a replay's claim: the claim itself (conditional, with a lease),
 //! then exactly one of suppressed as a duplicate, quarantined (with the decision in the WORM
-//! bucket), or released back to PENDING; each with its provenance record and audit record.
+//! bucket), or released back to PENDING. A settlement writes its provenance record and, in the
+//! same write, its audit record into the outbox; the record is then published to the trail (or
+//! by the next replay's drain, if this one fails or dies first).
 
 use chrono::{DateTime, Utc};
 
@@ -11,27 +13,61 @@ use crate::domain::envelope::sha256_hex;
 use crate::domain::{
     AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, FailureCode, ReplayClaim, ReplayRecord, StatusChange,
 };
-use crate::envelopes::envelope_audit;
-use crate::ports::{AuditLog, EnvelopeStore, FlowResult, Worm};
+use crate::envelopes::{envelope_audit, publish};
+use crate::ports::{AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Metrics, Worm};
 
 const CLAIM_LOST: &str = "claim lost before the outcome was recorded";
 pub(super) const NOT_CLAIMED: &str = "claimed by another replay, or no longer pending";
 
-impl<S: EnvelopeStore, L, R, Q, W: Worm, A: AuditLog, M> Replayer<S, L, R, Q, W, A, M> {
+/// How a claimed envelope leaves REPLAYING.
+pub(super) struct Settlement<'a> {
+    pub status: EnvelopeStatus,
+    pub reason: String,
+    pub manual_journal: bool,
+    /// The SQS message id of the re-injected copy.
+    pub copy: Option<String>,
+    /// The decision's audit record (none for a release back to PENDING).
+    pub audit: Option<&'a AuditRecord>,
+}
+
+impl<'a> Settlement<'a> {
+    /// Back to PENDING, nothing decided.
+    pub fn release(reason: String) -> Self {
+        Settlement {
+            status: EnvelopeStatus::Pending,
+            reason,
+            manual_journal: false,
+            copy: None,
+            audit: None,
+        }
+    }
+
+    /// A decision, with its audit record.
+    pub fn decided(status: EnvelopeStatus, reason: String, audit: &'a AuditRecord) -> Self {
+        Settlement {
+            status,
+            reason,
+            manual_journal: false,
+            copy: None,
+            audit: Some(audit),
+        }
+    }
+}
+
+impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
+where
+    S: EnvelopeStore + AuditOutbox,
+    W: Worm,
+    A: AuditLog,
+    M: Metrics,
+{
     /// Apply a verdict other than re-injection.
     pub(super) async fn settle(&self, run: &Run<'_>, e: &DlqEnvelope, verdict: Verdict) -> FlowResult<ReplayItem> {
         if let Verdict::StillFailing { gate, detail } = &verdict {
             // Nothing changes, unless a crashed replay left it REPLAYING: take it back to PENDING.
             if e.status == EnvelopeStatus::Replaying && self.claim(run, e).await? {
-                self.finish(
-                    run,
-                    e,
-                    EnvelopeStatus::Pending,
-                    format!("still failing: {detail}"),
-                    false,
-                    None,
-                )
-                .await?;
+                self.finish(run, e, Settlement::release(format!("still failing: {detail}")))
+                    .await?;
             }
             return Ok(item(e, ReplayOutcome::StillFailing, Some(*gate), detail.clone()));
         }
@@ -47,8 +83,7 @@ impl<S: EnvelopeStore, L, R, Q, W: Worm, A: AuditLog, M> Replayer<S, L, R, Q, W,
             } => self.quarantine(run, e, gate, &detail, manual_journal).await,
             Verdict::Reinject | Verdict::StillFailing { .. } => {
                 // Not reached: re-injection is batched, still-failing returned above.
-                self.finish(run, e, EnvelopeStatus::Pending, "released".into(), false, None)
-                    .await?;
+                self.finish(run, e, Settlement::release("released".into())).await?;
                 Ok(item(e, ReplayOutcome::Skipped, None, "released"))
             }
         }
@@ -62,12 +97,6 @@ impl<S: EnvelopeStore, L, R, Q, W: Worm, A: AuditLog, M> Replayer<S, L, R, Q, W,
         committed_by: &str,
     ) -> FlowResult<ReplayItem> {
         let detail = format!("already committed by SQS message {committed_by}: not re-injected");
-        if !self
-            .finish(run, e, EnvelopeStatus::SuppressedDuplicate, detail.clone(), false, None)
-            .await?
-        {
-            return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
-        }
         let record = self.audit_record(
             run,
             e,
@@ -75,7 +104,11 @@ impl<S: EnvelopeStore, L, R, Q, W: Worm, A: AuditLog, M> Replayer<S, L, R, Q, W,
             Some(FailureCode::ReplayDuplicate),
             detail.clone(),
         );
-        self.audit.append(&record).await?;
+        let settled = Settlement::decided(EnvelopeStatus::SuppressedDuplicate, detail.clone(), &record);
+        if !self.finish(run, e, settled).await? {
+            return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
+        }
+        self.publish(&record).await?;
         Ok(item(
             e,
             ReplayOutcome::SuppressedDuplicate,
@@ -112,23 +145,21 @@ impl<S: EnvelopeStore, L, R, Q, W: Worm, A: AuditLog, M> Replayer<S, L, R, Q, W,
             "quarantined by the {gate:?} gate: {detail}; WORM s3://{}/{key}",
             self.worm.bucket()
         );
-        if !self
-            .finish(
-                run,
-                e,
-                EnvelopeStatus::Quarantined,
-                reason.clone(),
-                manual_journal,
-                None,
-            )
-            .await?
-        {
+        let record = self.audit_record(run, e, AuditKind::Quarantined, None, reason.clone());
+        let settled = Settlement {
+            manual_journal,
+            ..Settlement::decided(EnvelopeStatus::Quarantined, reason, &record)
+        };
+        if !self.finish(run, e, settled).await? {
             return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
         }
-        self.audit
-            .append(&self.audit_record(run, e, AuditKind::Quarantined, None, reason))
-            .await?;
+        self.publish(&record).await?;
         Ok(item(e, ReplayOutcome::Quarantined, Some(gate), detail))
+    }
+
+    /// Append a decision's record to the trail and drop it from the outbox.
+    pub(super) async fn publish(&self, record: &AuditRecord) -> FlowResult<()> {
+        Ok(publish(&self.store, &self.audit, &self.metrics, record).await?)
     }
 
     /// Claim `e` for this run (from PENDING, or from an expired lease). `false`: not ours.
@@ -156,34 +187,27 @@ impl<S: EnvelopeStore, L, R, Q, W: Worm, A: AuditLog, M> Replayer<S, L, R, Q, W,
         (claim, change)
     }
 
-    /// Finish a claimed envelope in `status`, with its provenance record.
-    pub(super) async fn finish(
-        &self,
-        run: &Run<'_>,
-        e: &DlqEnvelope,
-        status: EnvelopeStatus,
-        reason: String,
-        manual_journal: bool,
-        sqs_message_id: Option<String>,
-    ) -> FlowResult<bool> {
+    /// Finish a claimed envelope as `s` says, with its provenance record (and its audit record
+    /// in the outbox). `false`: the claim was lost.
+    pub(super) async fn finish(&self, run: &Run<'_>, e: &DlqEnvelope, s: Settlement<'_>) -> FlowResult<bool> {
         let now = self.clock.now();
         let change = StatusChange {
-            status,
+            status: s.status,
             at: now,
             actor: run.req.triggered_by.clone(),
-            reason,
-            manual_journal,
+            reason: s.reason,
+            manual_journal: s.manual_journal,
         };
         let record = ReplayRecord {
             replay_id: run.replay_id.clone(),
             triggered_by: run.req.triggered_by.clone(),
             reason: run.req.reason.clone(),
             at: now,
-            outcome: status,
-            sqs_message_id,
+            outcome: s.status,
+            sqs_message_id: s.copy,
         };
         self.store
-            .finish(&e.envelope_id, &run.replay_id, &change, &record)
+            .finish(&e.envelope_id, &run.replay_id, &change, &record, s.audit)
             .await
     }
 

@@ -9,17 +9,20 @@ use super::gates::Verdict;
 use super::report::{ReplayOutcome, ReplayReport, dry_item, item};
 use super::{Replayer, Run, SCHEDULE_CURSOR};
 use crate::domain::{DlqEnvelope, EnvelopeStatus};
-use crate::ports::{AuditLog, EnvelopeStore, FlowResult, Ledger, ReplayQueue, StoreResult, SweepCursors, Worm};
+use crate::ports::{
+    AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, ReplayQueue, StoreResult, SweepCursors, Worm,
+};
 
 const OUT_OF_TIME: &str = "time budget used up; the next sweep resumes from the saved cursor";
 
 impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
 where
-    S: EnvelopeStore + SweepCursors,
+    S: EnvelopeStore + SweepCursors + AuditOutbox,
     L: Ledger,
     Q: ReplayQueue,
     W: Worm,
     A: AuditLog,
+    M: Metrics,
 {
     fn out_of_time(&self, run: &Run<'_>) -> bool {
         run.deadline

@@ -1,9 +1,9 @@
 //! The audit trail in memory, chained exactly like the DynamoDB one; it can be tampered with,
-//! for the tests of `audit verify`.
+//! for the tests of `audit verify`, and made to refuse appends of one kind.
 
-use recon_core::domain::AuditRecord;
 use recon_core::domain::audit::{ChainHead, ChainedRecord, GENESIS, chain_of, link};
-use recon_core::ports::{AuditLog, StoreResult};
+use recon_core::domain::{AuditKind, AuditRecord, TransientKind};
+use recon_core::ports::{AuditLog, StoreError, StoreResult};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -20,12 +20,18 @@ struct AuditState {
     /// In append order.
     records: Vec<ChainedRecord>,
     heads: HashMap<String, (u64, String)>,
+    /// Appends of this kind fail (the table is unavailable to them).
+    failing: Option<AuditKind>,
 }
 
 impl MemoryAuditLog {
     /// The records, in append order.
     pub fn records(&self) -> Vec<AuditRecord> {
         lock(&self.state).records.iter().map(|c| c.record.clone()).collect()
+    }
+    /// Make appends of `kind` fail (`None`: none fails).
+    pub fn fail_appends_of(&self, kind: Option<AuditKind>) {
+        lock(&self.state).failing = kind;
     }
     /// Tamper with the stored trail (tests of `audit verify`).
     pub fn tamper(&self, f: impl FnOnce(&mut Vec<ChainedRecord>)) {
@@ -36,6 +42,12 @@ impl MemoryAuditLog {
 impl AuditLog for MemoryAuditLog {
     async fn append(&self, record: &AuditRecord) -> StoreResult<()> {
         let mut s = lock(&self.state);
+        if s.failing == Some(record.kind) {
+            return Err(StoreError::new(
+                TransientKind::ServiceUnavailable,
+                "audit table unavailable (injected)",
+            ));
+        }
         if s.records.iter().any(|r| r.record.audit_id == record.audit_id) {
             return Ok(());
         }

@@ -3,8 +3,10 @@
 
 use chrono::{DateTime, Utc};
 use recon_core::domain::status::{check_initial, check_transition};
-use recon_core::domain::{DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange};
-use recon_core::ports::{Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, StoreResult, SweepCursors};
+use recon_core::domain::{AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange};
+use recon_core::ports::{
+    AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, StoreResult, SweepCursors,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
@@ -18,6 +20,8 @@ struct EnvelopeState {
     overflow: bool,
     episodes: u64,
     cursors: HashMap<String, String>,
+    /// The audit outbox, in the order records were written.
+    outbox: Vec<AuditRecord>,
 }
 
 /// The envelope table in memory, with the same conditions and pending count as DynamoDB's.
@@ -30,6 +34,13 @@ impl MemoryEnvelopeStore {
     /// How many times the overflow flag was switched on (each crossing of the high-water mark).
     pub fn overflow_episodes(&self) -> u64 {
         lock(&self.state).episodes
+    }
+}
+
+/// A record into the outbox, once (a decision written again keeps its first record).
+fn put_in_outbox(outbox: &mut Vec<AuditRecord>, record: &AuditRecord) {
+    if !outbox.iter().any(|r| r.audit_id == record.audit_id) {
+        outbox.push(record.clone());
     }
 }
 
@@ -127,6 +138,7 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         replay_id: &str,
         change: &StatusChange,
         record: &ReplayRecord,
+        audit: Option<&AuditRecord>,
     ) -> FlowResult<bool> {
         use EnvelopeStatus::{Pending, Replaying};
         check_transition(Replaying, change.status)?;
@@ -145,6 +157,9 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         *e = settled;
         if change.status == Pending {
             s.pending += 1;
+        }
+        if let Some(r) = audit {
+            put_in_outbox(&mut s.outbox, r);
         }
         Ok(true)
     }
@@ -170,16 +185,31 @@ impl Backlog for MemoryEnvelopeStore {
         Ok(lock(&self.state).pending)
     }
 
-    async fn set_overflow(&self, active: bool) -> StoreResult<Option<u64>> {
+    async fn raise_overflow(&self, record: &(dyn Fn(u64) -> AuditRecord + Sync)) -> StoreResult<Option<u64>> {
         let mut s = lock(&self.state);
-        if s.overflow == active {
+        if s.overflow {
             return Ok(None);
         }
-        s.overflow = active;
-        if active {
-            s.episodes += 1;
-            return Ok(Some(s.episodes));
-        }
-        Ok(None)
+        s.overflow = true;
+        s.episodes += 1;
+        let episode = s.episodes;
+        put_in_outbox(&mut s.outbox, &record(episode));
+        Ok(Some(episode))
+    }
+
+    async fn clear_overflow(&self) -> StoreResult<()> {
+        lock(&self.state).overflow = false;
+        Ok(())
+    }
+}
+
+impl AuditOutbox for MemoryEnvelopeStore {
+    async fn pending_records(&self, limit: usize) -> StoreResult<Vec<AuditRecord>> {
+        Ok(lock(&self.state).outbox.iter().take(limit).cloned().collect())
+    }
+
+    async fn record_written(&self, audit_id: &str) -> StoreResult<()> {
+        lock(&self.state).outbox.retain(|r| r.audit_id != audit_id);
+        Ok(())
     }
 }

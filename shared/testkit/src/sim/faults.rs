@@ -10,8 +10,8 @@ use recon_core::domain::{
     Posting, ReferenceSnapshot, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
 };
 use recon_core::ports::{
-    AuditLog, Backlog, Clock, CreateOutcome, DeadLetterQueue, EnvelopePage, EnvelopeStore, FlowResult, Ledger,
-    OutgoingMessage, ReferenceData, ReplayQueue, StoreError, StoreResult, SweepCursors, WorkQueue, Worm,
+    AuditLog, AuditOutbox, Backlog, Clock, CreateOutcome, DeadLetterQueue, EnvelopePage, EnvelopeStore, FlowResult,
+    Ledger, OutgoingMessage, ReferenceData, ReplayQueue, StoreError, StoreResult, SweepCursors, WorkQueue, Worm,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -245,11 +245,12 @@ impl<P: EnvelopeStore> EnvelopeStore for Faulty<P> {
         replay_id: &str,
         change: &StatusChange,
         record: &ReplayRecord,
+        audit: Option<&AuditRecord>,
     ) -> FlowResult<bool> {
         self.faults
             .call(
                 "Envelopes.finish",
-                self.inner.finish(envelope_id, replay_id, change, record),
+                self.inner.finish(envelope_id, replay_id, change, record, audit),
             )
             .await
     }
@@ -272,9 +273,27 @@ impl<P: Backlog> Backlog for Faulty<P> {
             .call("Backlog.pending_count", self.inner.pending_count())
             .await
     }
-    async fn set_overflow(&self, active: bool) -> StoreResult<Option<u64>> {
+    async fn raise_overflow(&self, record: &(dyn Fn(u64) -> AuditRecord + Sync)) -> StoreResult<Option<u64>> {
         self.faults
-            .call("Backlog.set_overflow", self.inner.set_overflow(active))
+            .call("Backlog.raise_overflow", self.inner.raise_overflow(record))
+            .await
+    }
+    async fn clear_overflow(&self) -> StoreResult<()> {
+        self.faults
+            .call("Backlog.clear_overflow", self.inner.clear_overflow())
+            .await
+    }
+}
+
+impl<P: AuditOutbox> AuditOutbox for Faulty<P> {
+    async fn pending_records(&self, limit: usize) -> StoreResult<Vec<AuditRecord>> {
+        self.faults
+            .call("Outbox.pending", self.inner.pending_records(limit))
+            .await
+    }
+    async fn record_written(&self, audit_id: &str) -> StoreResult<()> {
+        self.faults
+            .call("Outbox.written", self.inner.record_written(audit_id))
             .await
     }
 }
