@@ -267,7 +267,7 @@ fn core_modules_depend_only_downwards() {
         ("domain", &[]),
         ("resources", &[]),
         ("decisions", &["domain"]),
-        ("ports", &["domain"]),
+        ("ports", &["domain", "resources"]),
         ("config", &["decisions", "resources"]),
     ];
     for (module, may_use) in allowed {

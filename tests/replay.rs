@@ -412,3 +412,84 @@ async fn a_record_left_in_the_audit_outbox_is_published_by_the_next_replay() {
     );
     s.cleanup().await;
 }
+
+/// A PENDING unmapped-currency envelope whose original (`bytes` long) is kept in the WORM bucket,
+/// as the enricher stores a large body.
+async fn large_envelope(s: &TestStack, n: u32, bytes: usize) -> recon_core::domain::DlqEnvelope {
+    let mut m = tx(n);
+    m.currency = "XAU".into();
+    let mut v: serde_json::Value = serde_json::from_str(&m.to_body().unwrap()).unwrap();
+    v["statement_narrative"] = "x".repeat(bytes - m.to_body().unwrap().len() - 30).into();
+    let body = v.to_string();
+    let mut msg = SqsMessage::default();
+    msg.message_id = Some(format!("large-{n}"));
+    msg.body = Some(body.clone());
+    for (k, val) in [
+        (attrs::FAILURE_CODE, "POISON_MESSAGE"),
+        (attrs::ROOT_CAUSE, "UNMAPPED_CURRENCY:XAU"),
+    ] {
+        let mut a = SqsMessageAttribute::default();
+        a.data_type = Some("String".into());
+        a.string_value = Some(val.into());
+        msg.message_attributes.insert(k.into(), a);
+    }
+    let mut e = envelope_from_dlq_message(&msg, chrono::Utc::now(), "it");
+    let key = e.payload_key();
+    S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket)
+        .put(&key, body.as_bytes())
+        .await
+        .unwrap();
+    e.original.body_key = Some(key);
+    e.original.body = None;
+    s.envelope_store().create(&e).await.unwrap();
+    e
+}
+
+fn batch_calls(s: &TestStack) -> u64 {
+    s.clients
+        .requests
+        .snapshot()
+        .get("SQS:SendMessageBatch")
+        .copied()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn large_originals_are_reinjected_in_batches_sqs_accepts() {
+    // LocalStack does not enforce SQS's 1 MiB per batch; AWS refuses such a call whole.
+    let s = TestStack::new("batches").await;
+    for n in 1..=3 {
+        large_envelope(&s, n, 400_000).await;
+    }
+    s.map_currency("XAU", 4).await;
+    let before = batch_calls(&s);
+    let report = s
+        .replayer()
+        .run(&recon_testkit::builders::sweep_request(), None)
+        .await
+        .unwrap();
+    assert_eq!(report.reinjected, 3, "{report:#?}");
+    assert_eq!(batch_calls(&s) - before, 2, "800 kB, then 400 kB");
+    assert_eq!(s.main_queue().depth().await.unwrap().total(), 3);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_original_sqs_can_never_take_is_quarantined_before_any_send() {
+    let s = TestStack::new("too-large").await;
+    let e = large_envelope(&s, 1, 1_048_576 - 60).await;
+    s.map_currency("XAU", 4).await;
+    let before = batch_calls(&s);
+    let report = s
+        .replayer()
+        .run(&recon_testkit::builders::sweep_request(), None)
+        .await
+        .unwrap();
+    assert_eq!(report.quarantined, 1, "{report:#?}");
+    assert_eq!(report.items[0].gate, Some(Gate::Transport));
+    assert_eq!(batch_calls(&s), before, "nothing sent");
+    let stored = s.envelope_store().get(&e.envelope_id).await.unwrap().unwrap();
+    assert_eq!(stored.status, EnvelopeStatus::Quarantined);
+    assert!(stored.status_history.last().unwrap().manual_journal);
+    s.cleanup().await;
+}

@@ -8,7 +8,7 @@ use recon_core::domain::{
     AuditKind, CurrencyMapping, DlqEnvelope, EnvelopeStatus, NewMessage, PeriodRecord, PeriodStatus, ReplayClaim,
     StatusChange, attrs, envelope_from_dlq_message,
 };
-use recon_core::ports::{AuditOutbox, Backlog, Clock, EnvelopeStore, Ledger, ReferenceData, SweepCursors};
+use recon_core::ports::{AuditOutbox, Backlog, Clock, EnvelopeStore, Ledger, ReferenceData, SweepCursors, Worm};
 use recon_core::replay::{Gate, ReplayConfig, ReplayReport, ReplayRequest, Replayer, Selector};
 use recon_testkit::builders::{
     self, body, delivery, manual_request as manual, sweep_request as sweep, tx_in, with_attribute,
@@ -484,7 +484,8 @@ async fn a_decision_whose_audit_append_fails_gets_its_record_from_the_outbox() {
     let e = w.envelope("s1", &xau(1), ChronoDuration::hours(1)).await;
     let r = w.replayer(ReplayConfig::default());
     w.audit.fail_appends_of(Some(AuditKind::ReplayReinjected));
-    assert!(r.run(&manual(Selector::default(), false), None).await.is_err());
+    let report = r.run(&manual(Selector::default(), false), None).await.unwrap();
+    assert_eq!(outcomes(&report), ["REINJECTED"]);
     assert_eq!(
         w.status(&e.envelope_id).await,
         EnvelopeStatus::Replayed,
@@ -506,4 +507,85 @@ async fn a_decision_whose_audit_append_fails_gets_its_record_from_the_outbox() {
         "published by the next replay"
     );
     assert!(w.store.pending_records(10).await.unwrap().is_empty());
+}
+
+/// `m` with a narrative field (not hashed) that makes its body about `bytes` long.
+fn padded(m: &NewMessage, bytes: usize) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(&body(m)).unwrap();
+    v["statement_narrative"] = "x".repeat(bytes.saturating_sub(body(m).len() + 30)).into();
+    v.to_string()
+}
+
+impl World {
+    /// A PENDING envelope whose original is `body`, its bytes in the WORM bucket as the enricher
+    /// keeps large bodies.
+    async fn large_envelope(&self, id: &str, body: &str) -> DlqEnvelope {
+        let msg = with_attribute(
+            with_attribute(delivery(id, body, 1), attrs::FAILURE_CODE, "POISON_MESSAGE"),
+            attrs::ROOT_CAUSE,
+            "UNMAPPED_CURRENCY:XAU",
+        );
+        let mut e = envelope_from_dlq_message(&msg, self.clock_now(), "test");
+        let key = e.payload_key();
+        self.worm.put(&key, body.as_bytes()).await.unwrap();
+        e.original.body_key = Some(key);
+        e.original.body = None;
+        self.store.create(&e).await.unwrap();
+        e
+    }
+}
+
+#[tokio::test]
+async fn large_originals_go_out_in_batches_sqs_accepts() {
+    // Regression: ten re-injections went in one call whatever their size; three originals of
+    // 400 kB exceed SQS's 1 MiB per batch, the call was refused, all were released, and the next
+    // sweep did the same, forever.
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=3 {
+        w.large_envelope(&format!("s{n}"), &padded(&xau(n), 400_000)).await;
+    }
+    let report = w.replayer(ReplayConfig::default()).run(&sweep(), None).await.unwrap();
+    assert_eq!(outcomes(&report), ["REINJECTED"; 3], "{report:#?}");
+    assert_eq!(w.queue.calls(), 2, "two batches: 800 kB, then 400 kB");
+}
+
+#[tokio::test]
+async fn an_original_sqs_can_never_take_is_quarantined_not_retried_forever() {
+    // Regression: just under 1 MiB on its own, over it with the replay's four attributes: every
+    // sweep claimed it, saw the send refused, released it, and its history grew without bound.
+    let w = world();
+    add_xau(&w).await;
+    let e = w.large_envelope("s1", &padded(&xau(1), 1_048_576 - 60)).await;
+    let r = w.replayer(ReplayConfig::default());
+    let report = r.run(&sweep(), None).await.unwrap();
+    assert_eq!(outcomes(&report), ["QUARANTINED"], "{report:#?}");
+    assert_eq!(report.items[0].gate, Some(Gate::Transport));
+    let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
+    assert!(stored.status_history.last().unwrap().manual_journal);
+    assert_eq!(stored.status_history.len(), 3, "enriched, claimed, quarantined");
+    assert!(w.queue.sent().is_empty());
+}
+
+#[tokio::test]
+async fn a_quarantine_never_flags_a_committed_transaction_for_a_manual_journal() {
+    // Regression: an operator's quarantine (like the temporal gate's) flagged the envelope for a
+    // manual journal without asking the ledger: a transaction committed meanwhile would be
+    // booked twice, once by hand.
+    let w = world();
+    add_xau(&w).await;
+    let e = w.envelope("s1", &xau(7), ChronoDuration::hours(1)).await;
+    let msg = recon_core::domain::decode(e.original.body.as_deref().unwrap()).unwrap();
+    let posting = recon_core::domain::Posting::from_message(&msg, "another", 1, Utc::now(), None);
+    w.ledger.commit(&posting).await.unwrap();
+    let req = ReplayRequest {
+        quarantine: true,
+        reason: "cannot be fixed: book by hand".into(),
+        ..manual(Selector::default(), false)
+    };
+    let report = w.replayer(ReplayConfig::default()).run(&req, None).await.unwrap();
+    assert_eq!(outcomes(&report), ["SUPPRESSED_DUPLICATE"]);
+    let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
+    assert_eq!(stored.status, EnvelopeStatus::SuppressedDuplicate);
+    assert!(stored.status_history.iter().all(|c| !c.manual_journal));
 }

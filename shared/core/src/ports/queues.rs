@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::StoreResult;
 use crate::domain::{DeadLetter, attrs};
+use crate::resources::MAX_MESSAGE_BYTES;
 
 /// The DLQ, as the consumer writes to it.
 pub trait DeadLetterQueue: Send + Sync {
@@ -38,6 +39,54 @@ pub struct OutgoingMessage {
     /// FIFO queues only.
     pub group_id: Option<String>,
     pub dedup_id: Option<String>,
+}
+
+impl OutgoingMessage {
+    /// The bytes SQS counts against its 1 MiB limit: the body and every attribute's name, data
+    /// type and value.
+    pub fn bytes(&self) -> usize {
+        self.body.len()
+            + self
+                .attributes
+                .iter()
+                .map(|(name, data_type, value)| name.len() + data_type.len() + value.len())
+                .sum::<usize>()
+    }
+
+    /// Why SQS would refuse this message whatever the retry (`None`: within its limits).
+    pub fn refusal(&self) -> Option<String> {
+        if self.attributes.len() > attrs::MAX_PER_MESSAGE {
+            return Some(format!(
+                "{} message attributes, SQS takes {}",
+                self.attributes.len(),
+                attrs::MAX_PER_MESSAGE
+            ));
+        }
+        let bytes = self.bytes();
+        (bytes > MAX_MESSAGE_BYTES as usize)
+            .then(|| format!("{bytes} bytes with its attributes, SQS takes {MAX_MESSAGE_BYTES}"))
+    }
+}
+
+/// `messages` in batches SQS accepts: at most ten entries and 1 MiB in all per call (a message
+/// over the limit on its own gets a batch of its own, for SQS to refuse it alone).
+pub fn batches(messages: Vec<OutgoingMessage>) -> Vec<Vec<OutgoingMessage>> {
+    let mut out: Vec<Vec<OutgoingMessage>> = Vec::new();
+    let mut bytes = 0;
+    for m in messages {
+        let size = m.bytes();
+        match out.last_mut() {
+            Some(batch) if batch.len() < 10 && bytes + size <= MAX_MESSAGE_BYTES as usize => {
+                bytes += size;
+                batch.push(m);
+            }
+            _ => {
+                bytes = size;
+                out.push(vec![m]);
+            }
+        }
+    }
+    out
 }
 
 /// The DLQ message of a dead letter, as every [`DeadLetterQueue`] sends it: the body verbatim and
@@ -92,5 +141,46 @@ impl<T: ReplayQueue> ReplayQueue for Arc<T> {
     }
     fn visible_depth(&self) -> impl Future<Output = StoreResult<u64>> + Send {
         (**self).visible_depth()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(bytes: usize) -> OutgoingMessage {
+        OutgoingMessage {
+            body: "x".repeat(bytes),
+            ..OutgoingMessage::default()
+        }
+    }
+
+    #[test]
+    fn batches_respect_ten_entries_and_one_mebibyte() {
+        let sizes = [400_000, 400_000, 400_000, 10, 10];
+        let b = batches(sizes.iter().map(|n| message(*n)).collect());
+        let lens: Vec<usize> = b.iter().map(Vec::len).collect();
+        assert_eq!(lens, [2, 3], "the third 400 kB message starts a batch");
+        let b = batches((0..25).map(|_| message(10)).collect());
+        assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), [10, 10, 5]);
+        for batch in b {
+            assert!(batch.iter().map(OutgoingMessage::bytes).sum::<usize>() <= MAX_MESSAGE_BYTES as usize);
+        }
+    }
+
+    #[test]
+    fn a_message_over_the_limit_is_refused_before_sending() {
+        let mut m = message(MAX_MESSAGE_BYTES as usize - 10);
+        assert_eq!(m.refusal(), None);
+        m.attributes.push(("replay.of".into(), "String".into(), "env_x".into()));
+        assert!(m.refusal().is_some_and(|r| r.contains("bytes")));
+        let many = OutgoingMessage {
+            body: "{}".into(),
+            attributes: (0..11)
+                .map(|i| (format!("a{i}"), "String".into(), "v".into()))
+                .collect(),
+            ..OutgoingMessage::default()
+        };
+        assert!(many.refusal().is_some_and(|r| r.contains("attributes")));
     }
 }

@@ -8,16 +8,23 @@
 //! - **gate 2, idempotency**: its `source_hash` is not committed in the ledger the consumer writes
 //!   (else `REPLAY_DUPLICATE`: `SUPPRESSED_DUPLICATE`, never re-injected);
 //! - **gate 3, temporal**: its accounting period is open and it is inside the replay window (else
-//!   quarantine, flagged for a manual journal).
+//!   quarantine, flagged for a manual journal);
+//! - **transport**: an envelope whose re-injection failed [`MAX_RELEASES`] times goes to
+//!   quarantine, flagged for a manual journal (under the claim, an original over SQS's limits with
+//!   the replay's attributes goes there at once: `reinject`).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{ReplayRequest, Replayer};
 use crate::domain::message::{check_currency, check_period, decode};
-use crate::domain::{DlqEnvelope, ProcessError, ReferenceSnapshot};
+use crate::domain::{DlqEnvelope, EnvelopeStatus, ProcessError, ReferenceSnapshot};
 use crate::envelopes::original_body;
 use crate::ports::{Ledger, StoreResult, Worm};
+
+/// Re-injections of one envelope that may fail (a refused send, released back to PENDING) before
+/// it is quarantined for review: each attempt adds to its history, which must stay bounded.
+pub const MAX_RELEASES: usize = 12;
 
 /// Which gate decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -27,6 +34,8 @@ pub enum Gate {
     Idempotency,
     Temporal,
     ReplayCap,
+    /// The original cannot be re-injected as it is (SQS's limits), or its sends kept failing.
+    Transport,
     /// An operator quarantined it by hand.
     Operator,
 }
@@ -123,6 +132,18 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
             return Ok(Verdict::Quarantine {
                 gate: Gate::Temporal,
                 detail: err.to_string(),
+                manual_journal: true,
+            });
+        }
+        let releases = e
+            .replays
+            .iter()
+            .filter(|r| r.outcome == EnvelopeStatus::Pending)
+            .count();
+        if releases >= MAX_RELEASES {
+            return Ok(Verdict::Quarantine {
+                gate: Gate::Transport,
+                detail: format!("re-injection attempted {releases} times without success: review by hand"),
                 manual_journal: true,
             });
         }

@@ -32,7 +32,7 @@ mod request;
 mod settle;
 mod sweep;
 
-pub use gates::{Gate, Verdict};
+pub use gates::{Gate, MAX_RELEASES, Verdict};
 pub use report::{MAX_REPORT_ITEMS, Progress, ReplayItem, ReplayOutcome, ReplayReport};
 pub use request::{ManualReplay, ReplayRequest, RequestError, Selector, parse_invocation};
 
@@ -157,14 +157,18 @@ where
             }
         }
 
-        if req.selector.envelope_ids.is_empty() {
-            self.sweep(&mut run, &mut report).await?;
+        let selected = if req.selector.envelope_ids.is_empty() {
+            self.sweep(&mut run, &mut report).await
         } else {
-            self.by_ids(&mut run, &mut report).await?;
+            self.by_ids(&mut run, &mut report).await
+        };
+        if let Err(e) = &selected {
+            tracing::error!(replay_id = %run.replay_id, error = %e, "replay stopped early");
         }
 
+        // Whatever the selection came to, a scheduled sweep seals the audit chains into the WORM
+        // bucket, and the backlog is measured.
         if req.scheduled && !req.dry_run {
-            // Each scheduled sweep also seals the audit chains into the WORM bucket.
             let (key, seal) = crate::evidence::seal(&self.audit, &self.worm, self.clock.now()).await?;
             tracing::info!(seal = %key, root = %seal.root, chains = seal.heads.len(), "audit chains sealed");
         }
@@ -190,6 +194,7 @@ where
                 });
             }
         }
+        selected?;
         tracing::info!(
             replay_id = %report.replay_id,
             selected = report.selected,

@@ -4,13 +4,14 @@
 
 use std::time::Duration;
 
-use super::report::{ReplayItem, ReplayOutcome, ReplayReport, item};
+use super::gates::Gate;
+use super::report::{ReplayItem, ReplayOutcome, ReplayReport, isolated, item};
 use super::settle::{NOT_CLAIMED, Settlement};
 use super::{Replayer, Run};
-use crate::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, attrs, decode};
+use crate::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, attrs};
 use crate::envelopes::original_body;
 use crate::ports::{
-    AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, OutgoingMessage, ReplayQueue, Worm,
+    AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, OutgoingMessage, ReplayQueue, Worm, batches,
 };
 
 impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
@@ -22,9 +23,9 @@ where
     A: AuditLog,
     M: Metrics,
 {
-    /// The message that re-injects `e`: its original bytes and attributes, plus provenance.
-    /// `None` when the original carries too many attributes to add the replay's four.
-    fn reinjection(&self, run: &Run<'_>, e: &DlqEnvelope, body: String) -> Option<OutgoingMessage> {
+    /// The message that re-injects `e`: its original bytes and attributes, plus provenance; or
+    /// why SQS would never accept it as it is.
+    fn reinjection(&self, run: &Run<'_>, e: &DlqEnvelope, body: String) -> Result<OutgoingMessage, String> {
         let mut attributes: Vec<(String, String, String)> = e
             .original
             .attributes
@@ -46,7 +47,7 @@ where
                 (e.replay_generation + 1).to_string(),
             ),
         ]);
-        (attributes.len() <= attrs::MAX_PER_MESSAGE).then(|| OutgoingMessage {
+        let m = OutgoingMessage {
             body,
             attributes,
             group_id: e
@@ -55,7 +56,11 @@ where
                 .get("MessageGroupId")
                 .and_then(|a| a.string_value.clone()),
             dedup_id: Some(format!("{}-{}", e.envelope_id, run.replay_id)),
-        })
+        };
+        match m.refusal() {
+            None => Ok(m),
+            Some(why) => Err(format!("the original cannot be re-injected as it is: {why}")),
+        }
     }
 
     /// Never ahead of `rate_per_sec` since the run started.
@@ -70,50 +75,55 @@ where
         }
     }
 
-    /// Claim, re-check gate 2 under the claim, send the originals in one batch, mark them.
+    /// Claim, re-check gate 2 under the claim, send the originals in batches SQS accepts (ten
+    /// entries, 1 MiB in all), mark them. A store failing on one envelope skips that envelope
+    /// (its lease, if it was claimed, lets the next sweep take it over); it does not stop the rest.
     pub(super) async fn reinject(
         &self,
         run: &mut Run<'_>,
         chunk: &[DlqEnvelope],
         report: &mut ReplayReport,
     ) -> FlowResult<()> {
-        let mut batch: Vec<(DlqEnvelope, OutgoingMessage)> = Vec::new();
+        let mut ready: Vec<(&DlqEnvelope, OutgoingMessage)> = Vec::new();
         for e in chunk {
-            if !self.claim(run, e).await? {
-                report.push(item(e, ReplayOutcome::Skipped, None, NOT_CLAIMED));
-                continue;
-            }
-            let body = original_body(e, &self.worm).await?.unwrap_or_default();
-            if let Ok(msg) = decode(&body) {
-                if let Some(c) = self.ledger.lookup(&msg.source_hash).await? {
-                    let it = self.settle_claimed_duplicate(run, e, &c.sqs_message_id).await?;
-                    report.push(it);
-                    continue;
-                }
-            }
-            match self.reinjection(run, e, body) {
-                Some(m) => batch.push((e.clone(), m)),
-                None => {
-                    let why = "the original carries too many message attributes to add the replay's four".to_string();
-                    self.finish(run, e, Settlement::release(why.clone())).await?;
-                    report.push(item(e, ReplayOutcome::Skipped, None, why));
-                }
+            match isolated(e, self.prepare(run, e).await)? {
+                Prepared::Send(m) => ready.push((e, m)),
+                Prepared::Settled(it) => report.push(it),
             }
         }
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.pace(run).await;
-        let messages: Vec<OutgoingMessage> = batch.iter().map(|(_, m)| m.clone()).collect();
-        let results = match self.queue.send_batch(&messages).await {
-            Ok(r) => r,
-            Err(err) => vec![Err(err.to_string()); messages.len()],
-        };
-        run.sent += messages.len() as u64;
-        for ((e, _), result) in batch.iter().zip(results) {
-            report.push(self.record_send(run, e, result).await?);
+        let (envelopes, messages): (Vec<&DlqEnvelope>, Vec<OutgoingMessage>) = ready.into_iter().unzip();
+        let mut next = envelopes.into_iter();
+        for batch in batches(messages) {
+            self.pace(run).await;
+            let results = match self.queue.send_batch(&batch).await {
+                Ok(r) => r,
+                Err(err) => vec![Err(err.to_string()); batch.len()],
+            };
+            run.sent += batch.len() as u64;
+            for (e, result) in next.by_ref().take(batch.len()).zip(results) {
+                report.push(isolated(e, self.record_send(run, e, result).await)?);
+            }
         }
         Ok(())
+    }
+
+    /// Under a claim: gate 2 again, then the message to send (or a settlement instead).
+    async fn prepare(&self, run: &Run<'_>, e: &DlqEnvelope) -> FlowResult<Prepared> {
+        if !self.claim(run, e).await? {
+            return Ok(Prepared::Settled(item(e, ReplayOutcome::Skipped, None, NOT_CLAIMED)));
+        }
+        if let Some(c) = self.committed(e).await? {
+            return Ok(Prepared::Settled(
+                self.settle_claimed_duplicate(run, e, &c.sqs_message_id).await?,
+            ));
+        }
+        let body = original_body(e, &self.worm).await?.unwrap_or_default();
+        match self.reinjection(run, e, body) {
+            Ok(m) => Ok(Prepared::Send(m)),
+            Err(why) => Ok(Prepared::Settled(
+                self.quarantine(run, e, Gate::Transport, &why, true).await?,
+            )),
+        }
     }
 
     /// After the send: mark the envelope REPLAYED (with its audit record), or release it.
@@ -123,7 +133,7 @@ where
         e: &DlqEnvelope,
         sent: Result<String, String>,
     ) -> FlowResult<ReplayItem> {
-        match sent {
+        let it = match sent {
             Ok(sqs_id) => {
                 let detail = format!("re-injected as SQS message {sqs_id}");
                 let record = self.audit_record(run, e, AuditKind::ReplayReinjected, None, detail.clone());
@@ -132,20 +142,33 @@ where
                     ..Settlement::decided(EnvelopeStatus::Replayed, detail.clone(), &record)
                 };
                 if self.finish(run, e, settled).await? {
-                    self.publish(&record).await?;
+                    self.publish(&record).await;
                 } else {
                     // The lease ran out meanwhile and another replay holds the envelope; the copy
                     // is out anyway (the consumer's conditional commit keeps the posting single),
                     // and the re-injection is a fact: record it.
                     self.audit.append(&record).await?;
                 }
-                Ok(item(e, ReplayOutcome::Reinjected, None, detail))
+                item(e, ReplayOutcome::Reinjected, None, detail)
             }
             Err(why) => {
                 let detail = format!("send failed, released: {why}");
                 self.finish(run, e, Settlement::release(detail.clone())).await?;
-                Ok(item(e, ReplayOutcome::Skipped, None, detail))
+                item(e, ReplayOutcome::Skipped, None, detail)
             }
-        }
+        };
+        Ok(it)
+    }
+}
+
+/// What preparing (or sending) one envelope came to.
+enum Prepared {
+    Send(OutgoingMessage),
+    Settled(ReplayItem),
+}
+
+impl From<ReplayItem> for Prepared {
+    fn from(it: ReplayItem) -> Self {
+        Prepared::Settled(it)
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::gates::{Gate, Verdict};
 use crate::domain::DlqEnvelope;
+use crate::ports::{FlowError, FlowResult};
 
 /// Report at most this many per-envelope lines (the counts are always complete).
 pub const MAX_REPORT_ITEMS: usize = 200;
@@ -130,6 +131,19 @@ pub(super) fn dry_item(e: &DlqEnvelope, v: &Verdict) -> ReplayItem {
         Verdict::Quarantine { gate, detail, .. } => {
             item(e, ReplayOutcome::WouldQuarantine, Some(*gate), detail.clone())
         }
+    }
+}
+
+/// One envelope's store failure becomes a skipped item; a defect (an illegal transition) stops.
+pub(super) fn isolated<T: From<ReplayItem>>(e: &DlqEnvelope, r: FlowResult<T>) -> FlowResult<T> {
+    match r {
+        Err(FlowError::Store(err)) => Ok(T::from(item(
+            e,
+            ReplayOutcome::Skipped,
+            None,
+            format!("not settled, a store failed: {err}"),
+        ))),
+        other => other,
     }
 }
 

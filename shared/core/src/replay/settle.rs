@@ -11,10 +11,11 @@ use super::report::{ReplayItem, ReplayOutcome, item};
 use super::{Replayer, Run};
 use crate::domain::envelope::sha256_hex;
 use crate::domain::{
-    AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, FailureCode, ReplayClaim, ReplayRecord, StatusChange,
+    AuditKind, AuditRecord, CommittedRef, DlqEnvelope, EnvelopeStatus, FailureCode, HashKind, ReplayClaim,
+    ReplayRecord, StatusChange, decode,
 };
-use crate::envelopes::{envelope_audit, publish};
-use crate::ports::{AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Metrics, Worm};
+use crate::envelopes::{envelope_audit, original_body, publish};
+use crate::ports::{AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, Worm};
 
 const CLAIM_LOST: &str = "claim lost before the outcome was recorded";
 pub(super) const NOT_CLAIMED: &str = "claimed by another replay, or no longer pending";
@@ -57,6 +58,7 @@ impl<'a> Settlement<'a> {
 impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
 where
     S: EnvelopeStore + AuditOutbox,
+    L: Ledger,
     W: Worm,
     A: AuditLog,
     M: Metrics,
@@ -108,7 +110,7 @@ where
         if !self.finish(run, e, settled).await? {
             return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
         }
-        self.publish(&record).await?;
+        self.publish(&record).await;
         Ok(item(
             e,
             ReplayOutcome::SuppressedDuplicate,
@@ -117,7 +119,10 @@ where
         ))
     }
 
-    async fn quarantine(
+    /// Quarantine a claimed envelope. Before flagging it for a manual journal, the ledger is asked
+    /// again, under the claim: a transaction committed meanwhile (by another message, a copy, an
+    /// earlier write whose caller saw an error) is suppressed instead, never booked twice by hand.
+    pub(super) async fn quarantine(
         &self,
         run: &Run<'_>,
         e: &DlqEnvelope,
@@ -125,6 +130,11 @@ where
         detail: &str,
         manual_journal: bool,
     ) -> FlowResult<ReplayItem> {
+        if manual_journal {
+            if let Some(c) = self.committed(e).await? {
+                return self.settle_claimed_duplicate(run, e, &c.sqs_message_id).await;
+            }
+        }
         // The quarantine decision itself goes to the WORM bucket next to the envelope's copy.
         let doc = serde_json::json!({
             "schema": "recon-dlq/quarantine/v1",
@@ -153,13 +163,28 @@ where
         if !self.finish(run, e, settled).await? {
             return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
         }
-        self.publish(&record).await?;
+        self.publish(&record).await;
         Ok(item(e, ReplayOutcome::Quarantined, Some(gate), detail))
     }
 
-    /// Append a decision's record to the trail and drop it from the outbox.
-    pub(super) async fn publish(&self, record: &AuditRecord) -> FlowResult<()> {
-        Ok(publish(&self.store, &self.audit, &self.metrics, record).await?)
+    /// Is the envelope's transaction committed? Asked with the hash its body decodes to, else the
+    /// hash it claims (a raw digest is never in the ledger).
+    pub(super) async fn committed(&self, e: &DlqEnvelope) -> FlowResult<Option<CommittedRef>> {
+        let body = original_body(e, &self.worm).await?;
+        let hash = match body.as_deref().map(decode) {
+            Some(Ok(m)) => m.source_hash,
+            _ if e.source_hash_kind == HashKind::RawDigest => return Ok(None),
+            _ => e.source_hash.clone(),
+        };
+        Ok(self.ledger.lookup(&hash).await?)
+    }
+
+    /// Append a decision's record to the trail and drop it from the outbox. The decision is made
+    /// and its record is safe in the outbox: if this fails, the next replay's drain publishes it.
+    pub(super) async fn publish(&self, record: &AuditRecord) {
+        if let Err(e) = publish(&self.store, &self.audit, &self.metrics, record).await {
+            tracing::warn!(audit_id = %record.audit_id, error = %e, "audit record left in the outbox for the next replay");
+        }
     }
 
     /// Claim `e` for this run (from PENDING, or from an expired lease). `false`: not ours.

@@ -6,7 +6,7 @@
 use futures::StreamExt;
 
 use super::gates::Verdict;
-use super::report::{ReplayOutcome, ReplayReport, dry_item, item};
+use super::report::{ReplayItem, ReplayOutcome, ReplayReport, dry_item, isolated, item};
 use super::{Replayer, Run, SCHEDULE_CURSOR};
 use crate::domain::{DlqEnvelope, EnvelopeStatus};
 use crate::ports::{
@@ -139,17 +139,22 @@ where
 
         let mut to_send: Vec<DlqEnvelope> = Vec::new();
         for (e, verdict) in page.into_iter().zip(verdicts) {
-            let verdict = verdict?;
+            // One envelope whose store read or write fails is skipped (the next sweep tries it
+            // again); the page goes on.
+            let verdict = match verdict {
+                Ok(v) => v,
+                Err(err) => {
+                    report.push(isolated(&e, Err::<ReplayItem, _>(err.into()))?);
+                    continue;
+                }
+            };
             if run.req.dry_run {
                 report.push(dry_item(&e, &verdict));
                 continue;
             }
             match verdict {
                 Verdict::Reinject => to_send.push(e),
-                other => {
-                    let it = self.settle(run, &e, other).await?;
-                    report.push(it);
-                }
+                other => report.push(isolated(&e, self.settle(run, &e, other).await)?),
             }
         }
         for chunk in to_send.chunks(10) {

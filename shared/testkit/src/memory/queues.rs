@@ -3,6 +3,7 @@
 
 use recon_core::domain::{DeadLetter, TransientKind};
 use recon_core::ports::{DeadLetterQueue, OutgoingMessage, ReplayQueue, StoreError, StoreResult, WorkQueue};
+use recon_core::resources::MAX_MESSAGE_BYTES;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -57,12 +58,14 @@ impl WorkQueue for MemoryWorkQueue {
     }
 }
 
-/// The main queue as the replay sees it: keeps what is re-injected; its depth can be set to
+/// The main queue as the replay sees it: keeps what is re-injected, refuses what SQS refuses (a
+/// batch over ten entries or 1 MiB in all, a message over its limits); its depth can be set to
 /// exercise back-pressure.
 #[derive(Default)]
 pub struct MemoryReplayQueue {
     sent: Mutex<Vec<OutgoingMessage>>,
     depth: AtomicU64,
+    calls: AtomicU64,
 }
 
 impl MemoryReplayQueue {
@@ -72,15 +75,35 @@ impl MemoryReplayQueue {
     pub fn set_depth(&self, depth: u64) {
         self.depth.store(depth, Ordering::SeqCst);
     }
+    /// How many batch calls were made.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
 }
 
 impl ReplayQueue for MemoryReplayQueue {
     async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<Vec<Result<String, String>>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let total: usize = messages.iter().map(OutgoingMessage::bytes).sum();
+        if messages.len() > 10 || total > MAX_MESSAGE_BYTES as usize {
+            return Err(StoreError::new(
+                TransientKind::Infrastructure,
+                format!(
+                    "AWS.SimpleQueueService.BatchRequestTooLong: {} entries, {total} bytes",
+                    messages.len()
+                ),
+            ));
+        }
         let mut sent = lock(&self.sent);
         let mut ids = Vec::with_capacity(messages.len());
         for m in messages {
-            sent.push(m.clone());
-            ids.push(Ok(format!("replayed-{}", sent.len())));
+            match m.refusal() {
+                Some(why) => ids.push(Err(format!("InvalidParameterValue: {why}"))),
+                None => {
+                    sent.push(m.clone());
+                    ids.push(Ok(format!("replayed-{}", sent.len())));
+                }
+            }
         }
         Ok(ids)
     }

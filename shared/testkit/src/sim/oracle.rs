@@ -14,6 +14,7 @@ use recon_core::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, decode};
 use recon_core::evidence::verify_trail;
 use recon_core::ports::{AuditOutbox, all_envelopes};
 use recon_core::reconcile::{State, manifest_entry, outcomes, reconcile};
+use recon_core::replay::MAX_RELEASES;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::pin;
@@ -22,8 +23,10 @@ use std::task::{Context, Poll, Waker};
 use super::workload::Kind;
 use super::world::{DLQ, MAIN, World};
 
-/// Status changes one envelope may go through before it counts as stuck in a loop.
-pub const MAX_HISTORY: usize = 24;
+/// Status changes one envelope may go through before it counts as stuck in a loop: a claim and
+/// a release per failed re-injection, up to the cap, and a few more (creation, takeovers, the
+/// final decision).
+pub const MAX_HISTORY: usize = 2 * MAX_RELEASES + 8;
 
 /// Run a future of the memory stores (ready at the first poll).
 fn ready<F: Future>(f: F) -> Option<F::Output> {
