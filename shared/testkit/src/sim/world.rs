@@ -140,6 +140,8 @@ pub struct World {
     /// The bodies SQS accepted from the producer (the manifest), and when sending ended.
     pub sent: RefCell<Vec<Produced>>,
     producing: Cell<bool>,
+    /// The operator still has actions to take.
+    operating: Cell<bool>,
     stopping: Cell<bool>,
     invocations: Cell<u64>,
 }
@@ -252,6 +254,7 @@ impl World {
             replayer,
             sent: RefCell::new(Vec::new()),
             producing: Cell::new(true),
+            operating: Cell::new(true),
             stopping: Cell::new(false),
             invocations: Cell::new(0),
         })
@@ -483,6 +486,7 @@ impl World {
                 ),
             }
         }
+        self.operating.set(false);
     }
 
     /// After `calm_at`, no more faults or crashes; once everything sent is settled (queues empty,
@@ -497,6 +501,7 @@ impl World {
         while quiet_rounds < 3 && self.clock.elapsed() < horizon {
             self.clock.sleep(self.settings.sweep_every).await;
             let quiet = !self.producing.get()
+                && !self.operating.get()
                 && self.stores.sqs.depth(MAIN).total() == 0
                 && self.stores.sqs.depth(DLQ).total() == 0
                 && !self.replaying().await;
