@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 
-.PHONY: demo test local-up local-stack local-down local-status unit lint bench tools infra-check build deploy
+.PHONY: demo test local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -16,8 +16,27 @@ TOOLS = .local-aws/tools-venv/bin
 test: local-stack tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) test --workspace --no-fail-fast
+	$(MAKE) --no-print-directory simulate-ci
 	$(MAKE) --no-print-directory infra-check
 	infra/smoke.sh
+
+SIMULATE := $(CARGO) run --release --quiet -p recon-testkit --bin simulate --
+FROM ?= 0
+COUNT ?= 10000
+BUDGET ?= 1800
+
+## simulate: the deterministic simulator over seeds FROM..FROM+COUNT, within BUDGET seconds;
+## SEED=n replays one seed with its trace
+simulate:
+ifdef SEED
+	$(SIMULATE) --seed $(SEED)
+else
+	$(SIMULATE) --from $(FROM) --count $(COUNT) --budget $(BUDGET)
+endif
+
+## simulate-ci: a time-boxed batch (150 s) of seeds new to each commit (derived from its hash)
+simulate-ci:
+	$(SIMULATE) --from $$(( 0x$$(git rev-parse --short=7 HEAD 2>/dev/null || echo 0) * 1000 )) --count 100000 --budget 150
 
 tools:
 	infra/tools.sh install
