@@ -275,3 +275,13 @@ async fn the_happy_path_costs_one_dynamodb_request_and_one_write_unit_per_messag
     );
     s.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_valid_body_behind_a_byte_order_mark_commits() {
+    let s = TestStack::new("bom").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.send(&[format!("\u{feff}{}", tx(41).to_body().unwrap())]).await;
+    let stats = s.pump(&consumer).await;
+    assert_eq!(stats.outcomes.get("COMMITTED"), Some(&1), "{stats:?}");
+    s.cleanup().await;
+}

@@ -316,3 +316,10 @@ async fn the_sample_event_in_events_decides_as_documented() {
     assert_eq!(causes, ["UNMAPPED_CURRENCY:XAU", "NOT_JSON"]);
     assert!(report.response.batch_item_failures.is_empty());
 }
+
+#[tokio::test]
+async fn a_valid_body_behind_a_byte_order_mark_commits() {
+    let w = world();
+    let b = format!("\u{feff}{}", builders::body(&tx(15)));
+    assert_eq!(w.consumer.handle_message(&sqs("s1", &b, 1)).await, Disposition::Committed);
+}

@@ -318,6 +318,7 @@ pub fn parse_amount(s: &str) -> Result<Decimal, ProcessError> {
 
 /// Decode and verify a body, without reference data (stages 1-4).
 pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
+    let body = without_bom(body);
     if !body.trim_start().starts_with('{') {
         return Err(match serde_json::from_str::<IgnoredAny>(body) {
             Ok(_) => ProcessError::unrecoverable(RootCause::NotAnObject, "body is JSON but not an object"),
@@ -499,11 +500,17 @@ pub fn validate<'a>(body: &'a str, reference: &ReferenceSnapshot) -> Result<Reco
     Ok(msg)
 }
 
+/// The body without a leading UTF-8 byte-order mark, which some producers write before the JSON
+/// (it is not part of the JSON text; the hash covers the fields, not the bytes).
+fn without_bom(body: &str) -> &str {
+    body.strip_prefix('\u{feff}').unwrap_or(body)
+}
+
 /// Best-effort labels of a body that may be invalid: any string field that is present and not
 /// empty (an empty label is no label: it would also be refused as an index key of the envelope
 /// table, and the dead letter would never become an envelope).
 pub fn labels(body: &str) -> MessageLabels {
-    let Ok(wire) = serde_json::from_str::<Wire<'_>>(body) else {
+    let Ok(wire) = serde_json::from_str::<Wire<'_>>(without_bom(body)) else {
         return MessageLabels::default();
     };
     let text = |v: Option<Scalar<'_>>, max: usize| match v {

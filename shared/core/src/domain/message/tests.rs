@@ -173,3 +173,18 @@ fn labels_survive_invalid_bodies() {
     assert_eq!(l.amount.as_deref(), Some("x"));
     assert_eq!(labels("garbage"), MessageLabels::default());
 }
+
+#[test]
+fn a_byte_order_mark_before_a_valid_body_is_not_a_failure() {
+    // Regression: producers that write UTF-8 with a BOM sent valid transactions that were
+    // quarantined as NOT_JSON.
+    let body = format!("\u{feff}{}", sample().to_body().unwrap());
+    let m = decode(&body).expect("a BOM is not part of the JSON");
+    assert_eq!(m.message_id, "m-1");
+    assert_eq!(labels(&body).message_id.as_deref(), Some("m-1"));
+    // Only at the start: inside, it is just a character of a string value.
+    assert!(matches!(
+        decode(&format!("{{\u{feff}}}")),
+        Err(ProcessError::Unrecoverable { .. })
+    ));
+}
