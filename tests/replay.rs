@@ -493,3 +493,39 @@ async fn an_original_sqs_can_never_take_is_quarantined_before_any_send() {
     assert!(stored.status_history.last().unwrap().manual_journal);
     s.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_reinjected_copy_keeps_its_binary_attributes() {
+    // Regression: re-injection dropped binary message attributes (only string values were kept).
+    let s = TestStack::new("binary").await;
+    let mut m = tx(51);
+    m.currency = "XAU".into();
+    let original = recon_core::ports::OutgoingMessage {
+        body: m.to_body().unwrap(),
+        attributes: vec![("signature".into(), "Binary".into(), "AJ+Slg==".into())],
+        ..Default::default()
+    };
+    s.main_queue().send_batch(&[original]).await.unwrap()[0]
+        .clone()
+        .unwrap();
+    s.pump(&s.consumer_with(s.ledger(), s.main_queue())).await;
+    s.pump_dlq(&s.enricher(100)).await;
+    s.map_currency("XAU", 4).await;
+    let report = s
+        .replayer()
+        .run(&recon_testkit::builders::sweep_request(), None)
+        .await
+        .unwrap();
+    assert_eq!(report.reinjected, 1, "{report:#?}");
+    let copy = s.main_queue().receive(1, 2, Some(30)).await.unwrap();
+    let signature = copy[0]
+        .message_attributes()
+        .and_then(|a| a.get("signature"))
+        .expect("kept");
+    assert_eq!(signature.data_type(), "Binary");
+    assert_eq!(
+        signature.binary_value().map(|b| b.as_ref().to_vec()),
+        Some(vec![0, 159, 146, 150])
+    );
+    s.cleanup().await;
+}

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use crate::error::store_error;
 use recon_core::domain::{DeadLetter, TransientKind};
-use recon_core::ports::{DeadLetterQueue, StoreError, StoreResult, WorkQueue, dead_letter_message};
+use recon_core::ports::{DeadLetterQueue, StoreError, StoreResult, WorkQueue, dead_letter_message, is_binary};
 
 /// SQS allows at most 10 entries per batch call.
 pub const MAX_BATCH: usize = 10;
@@ -31,10 +31,17 @@ impl QueueDepth {
 
 pub use recon_core::ports::OutgoingMessage;
 
+/// An attribute as SQS takes it: a `Binary` one's value is the base64 of its bytes.
 fn attr(data_type: &str, value: &str) -> StoreResult<MessageAttributeValue> {
-    MessageAttributeValue::builder()
-        .data_type(data_type)
-        .string_value(value)
+    let builder = MessageAttributeValue::builder().data_type(data_type);
+    let builder = if is_binary(data_type) {
+        let bytes = aws_smithy_types::base64::decode(value)
+            .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("binary message attribute: {e}")))?;
+        builder.binary_value(aws_smithy_types::Blob::new(bytes))
+    } else {
+        builder.string_value(value)
+    };
+    builder
         .build()
         .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("message attribute: {e}")))
 }

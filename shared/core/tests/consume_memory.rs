@@ -321,5 +321,8 @@ async fn the_sample_event_in_events_decides_as_documented() {
 async fn a_valid_body_behind_a_byte_order_mark_commits() {
     let w = world();
     let b = format!("\u{feff}{}", builders::body(&tx(15)));
-    assert_eq!(w.consumer.handle_message(&sqs("s1", &b, 1)).await, Disposition::Committed);
+    assert_eq!(
+        w.consumer.handle_message(&sqs("s1", &b, 1)).await,
+        Disposition::Committed
+    );
 }

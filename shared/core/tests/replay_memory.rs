@@ -589,3 +589,46 @@ async fn a_quarantine_never_flags_a_committed_transaction_for_a_manual_journal()
     assert_eq!(stored.status, EnvelopeStatus::SuppressedDuplicate);
     assert!(stored.status_history.iter().all(|c| !c.manual_journal));
 }
+
+#[tokio::test]
+async fn a_reinjected_copy_keeps_binary_attributes_and_its_fifo_group() {
+    // Regression: re-injection dropped binary message attributes, and read the FIFO group from
+    // the message attributes (where SQS never puts it) instead of the dead letter's context.
+    let w = world();
+    add_xau(&w).await;
+    let mut letter = delivery("s1", &body(&xau(1)), 1);
+    letter.attributes.insert("MessageGroupId".into(), "ACME-US".into());
+    let mut signature = aws_lambda_events::event::sqs::SqsMessageAttribute::default();
+    signature.data_type = Some("Binary".into());
+    let mut bytes = aws_lambda_events::encodings::Base64Data::default();
+    *bytes = vec![0, 159, 146, 150];
+    signature.binary_value = Some(bytes);
+    letter.message_attributes.insert("signature".into(), signature);
+    // Through the consumer, as on AWS: the dead letter carries the original's attributes and
+    // group in its context.
+    let consumer = Consumer {
+        ledger: MemoryLedger::default(),
+        queue: MemoryWorkQueue::default(),
+        dlq: MemoryDeadLetterQueue::default(),
+        reference: MemoryReferenceData::default(),
+        audit: MemoryAuditLog::default(),
+        clock: w.clock.clone(),
+        config: ConsumerConfig::default(),
+    };
+    consumer.handle_message(&letter).await;
+    let sent = recon_core::ports::dead_letter_message(&consumer.dlq.letters()[0]).unwrap();
+    let e = envelope_from_dlq_message(&builders::delivered("d1", &sent), w.clock_now(), "test");
+    w.store.create(&e).await.unwrap();
+
+    let report = w.replayer(ReplayConfig::default()).run(&sweep(), None).await.unwrap();
+    assert_eq!(outcomes(&report), ["REINJECTED"]);
+    let copy = &w.queue.sent()[0];
+    assert_eq!(copy.group_id.as_deref(), Some("ACME-US"));
+    assert!(
+        copy.attributes
+            .iter()
+            .any(|(n, t, v)| n == "signature" && t == "Binary" && v == "AJ+Slg=="),
+        "{:?}",
+        copy.attributes
+    );
+}

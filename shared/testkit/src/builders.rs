@@ -1,14 +1,16 @@
 //! The builders every test crate shares: transactions, SQS deliveries as Lambda hands them over,
 //! replay requests, settings through the production parser, and the tests' fixed instant.
 
+use aws_lambda_events::encodings::Base64Data;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
+use base64::Engine as _;
 use chrono::{DateTime, TimeZone, Utc};
 use recon_core::config::ConfigError;
 use recon_core::domain::{
     DlqEnvelope, EnvelopeStatus, MatchDecision, NewMessage, ReplayClaim, ReplayRecord, StatusChange, attrs,
     envelope_from_dlq_message,
 };
-use recon_core::ports::{EnvelopeStore, OutgoingMessage};
+use recon_core::ports::{EnvelopeStore, OutgoingMessage, is_binary};
 use recon_core::replay::{ReplayRequest, Selector};
 use std::sync::Arc;
 
@@ -88,12 +90,25 @@ pub fn delivered(id: &str, sent: &OutgoingMessage) -> SqsMessage {
     m.body = Some(sent.body.clone());
     m.attributes.insert("ApproximateReceiveCount".into(), "1".into());
     for (name, data_type, value) in &sent.attributes {
-        let mut a = SqsMessageAttribute::default();
-        a.data_type = Some(data_type.clone());
-        a.string_value = Some(value.clone());
-        m.message_attributes.insert(name.clone(), a);
+        m.message_attributes.insert(name.clone(), attribute(data_type, value));
     }
     m
+}
+
+/// A message attribute as Lambda's event carries it: a `Binary` one as its bytes (the outgoing
+/// value is their base64), any other as text.
+pub fn attribute(data_type: &str, value: &str) -> SqsMessageAttribute {
+    let mut a = SqsMessageAttribute::default();
+    a.data_type = Some(data_type.to_owned());
+    match base64::engine::general_purpose::STANDARD.decode(value) {
+        Ok(bytes) if is_binary(data_type) => {
+            let mut data = Base64Data::default();
+            *data = bytes;
+            a.binary_value = Some(data);
+        }
+        _ => a.string_value = Some(value.to_owned()),
+    }
+    a
 }
 
 /// A Lambda event of `records`.

@@ -98,6 +98,7 @@ mod tests {
                 source_message_id: id.into(),
                 source_queue_arn: None,
                 sent_at: None,
+                message_group_id: None,
             },
             worm: None,
             status_history: vec![],

@@ -77,6 +77,9 @@ pub struct OriginalMessage {
     pub source_queue_arn: Option<String>,
     #[serde(default)]
     pub sent_at: Option<DateTime<Utc>>,
+    /// The FIFO message group it was sent in (a re-injected copy goes back into it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_group_id: Option<String>,
 }
 
 /// The WORM copy of an envelope in the Object Lock bucket.
@@ -257,6 +260,11 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
                 .as_ref()
                 .and_then(|c| c.sent_at)
                 .or_else(|| sqs::epoch_millis_attr(m, "SentTimestamp")),
+            // A bare redrive keeps its group on a FIFO dead-letter queue.
+            message_group_id: context
+                .as_ref()
+                .and_then(|c| c.message_group_id.clone())
+                .or_else(|| m.attributes.get("MessageGroupId").cloned()),
         },
         worm: None,
         status_history: vec![StatusChange {

@@ -21,7 +21,7 @@ pub use clock::{Clock, Deadline, SystemClock, lambda_deadline};
 pub use envelopes::{AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, SweepCursors, all_envelopes};
 pub use ledger::{ClaimOutcome, DedupTable, ExternalLedger, Ledger};
 pub use metrics::{Metric, Metrics};
-pub use queues::{DeadLetterQueue, OutgoingMessage, ReplayQueue, WorkQueue, batches, dead_letter_message};
+pub use queues::{DeadLetterQueue, OutgoingMessage, ReplayQueue, WorkQueue, batches, dead_letter_message, is_binary};
 pub use reference::ReferenceData;
 pub use worm::Worm;
 

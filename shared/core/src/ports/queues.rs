@@ -30,15 +30,21 @@ pub trait ReplayQueue: Send + Sync {
     fn visible_depth(&self) -> impl Future<Output = StoreResult<u64>> + Send;
 }
 
-/// A message to send: body plus string/number attributes.
+/// A message to send: body plus attributes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OutgoingMessage {
     pub body: String,
-    /// name -> (data type, string value)
+    /// name -> (data type, value): the text of a `String` or `Number` attribute, the base64 of
+    /// the bytes of a `Binary` one (see [`is_binary`]).
     pub attributes: Vec<(String, String, String)>,
     /// FIFO queues only.
     pub group_id: Option<String>,
     pub dedup_id: Option<String>,
+}
+
+/// Does an attribute of this data type (`Binary`, `Binary.<label>`) carry bytes?
+pub fn is_binary(data_type: &str) -> bool {
+    data_type == "Binary" || data_type.starts_with("Binary.")
 }
 
 impl OutgoingMessage {

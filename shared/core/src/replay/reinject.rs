@@ -31,7 +31,11 @@ where
             .attributes
             .iter()
             .filter(|(name, _)| !name.starts_with("replay."))
-            .filter_map(|(name, a)| Some((name.clone(), a.data_type.clone(), a.string_value.clone()?)))
+            // A binary value travels as its base64 text (the queue adapters decode it).
+            .filter_map(|(name, a)| {
+                let value = a.string_value.clone().or_else(|| a.binary_value.clone())?;
+                Some((name.clone(), a.data_type.clone(), value))
+            })
             .collect();
         attributes.extend([
             (attrs::REPLAY_OF.to_owned(), "String".to_owned(), e.envelope_id.clone()),
@@ -50,11 +54,7 @@ where
         let m = OutgoingMessage {
             body,
             attributes,
-            group_id: e
-                .original
-                .attributes
-                .get("MessageGroupId")
-                .and_then(|a| a.string_value.clone()),
+            group_id: e.original.message_group_id.clone(),
             dedup_id: Some(format!("{}-{}", e.envelope_id, run.replay_id)),
         };
         match m.refusal() {

@@ -6,7 +6,7 @@
 //! batch, ten attributes per message, characters SQS accepts, non-empty attribute values. The
 //! local emulator enforces only some of these.
 
-use aws_lambda_events::event::sqs::{SqsMessage, SqsMessageAttribute};
+use aws_lambda_events::event::sqs::SqsMessage;
 use recon_core::domain::DeadLetter;
 use recon_core::domain::TransientKind;
 use recon_core::domain::attrs::MAX_PER_MESSAGE;
@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use super::exec::SimClock;
 use super::rng::SharedRng;
+use crate::builders::attribute;
 
 /// Entries per batch call.
 pub const MAX_BATCH: usize = 10;
@@ -448,10 +449,7 @@ fn record(m: &Msg, arn: &str) -> SqsMessage {
         a.insert("DeadLetterQueueSourceArn".into(), src.clone());
     }
     for (name, (data_type, value)) in &m.attributes {
-        let mut v = SqsMessageAttribute::default();
-        v.data_type = Some(data_type.clone());
-        v.string_value = Some(value.clone());
-        r.message_attributes.insert(name.clone(), v);
+        r.message_attributes.insert(name.clone(), attribute(data_type, value));
     }
     r
 }
