@@ -184,7 +184,7 @@ fn a_byte_order_mark_before_a_valid_body_is_not_a_failure() {
     assert_eq!(labels(&body).message_id.as_deref(), Some("m-1"));
     // Only at the start: inside, it is just a character of a string value.
     assert!(matches!(
-        decode(&format!("{{\u{feff}}}")),
+        decode("{\u{feff}}"),
         Err(ProcessError::Unrecoverable { .. })
     ));
 }
