@@ -632,3 +632,25 @@ async fn a_reinjected_copy_keeps_binary_attributes_and_its_fifo_group() {
         copy.attributes
     );
 }
+
+#[tokio::test]
+async fn a_conflict_on_one_envelope_does_not_stop_the_sweep() {
+    // Regression: a transaction conflict (the PENDING counter is in every status change) on one
+    // envelope aborted the whole sweep, and the envelopes after it waited for the next one.
+    let w = world();
+    add_xau(&w).await;
+    let first = w.envelope("s1", &xau(1), ChronoDuration::hours(3)).await;
+    for n in 2..=4 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await;
+    }
+    w.store.conflict_on_claims_of(Some(&first.envelope_id));
+    let report = w.replayer(ReplayConfig::default()).run(&sweep(), None).await.unwrap();
+    assert_eq!(report.reinjected, 3, "{report:#?}");
+    assert_eq!(report.skipped, 1);
+    assert!(report.items.iter().any(|i| i.detail.contains("TransactionConflict")));
+    assert_eq!(
+        w.status(&first.envelope_id).await,
+        EnvelopeStatus::Pending,
+        "the next sweep takes it"
+    );
+}

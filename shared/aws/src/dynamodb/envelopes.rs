@@ -71,6 +71,52 @@ fn pending_delta(table: &str, delta: i64) -> StoreResult<aws_sdk_dynamodb::types
         .build())
 }
 
+type TransactRequest = aws_sdk_dynamodb::operation::transact_write_items::builders::TransactWriteItemsFluentBuilder;
+type TransactResult = Result<
+    aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput,
+    SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, crate::error::HttpResponse>,
+>;
+
+/// Send a transaction; again, a few times and briefly apart, when DynamoDB cancelled it only
+/// because another transaction held one of its items at the same moment. Every status change also
+/// moves the PENDING counter, so concurrent replays meet there; a cancelled transaction wrote
+/// nothing, so sending it again is safe (and a conflict no longer costs a whole sweep).
+async fn transact(req: TransactRequest) -> TransactResult {
+    let mut attempt = 0u32;
+    loop {
+        let result = req.clone().send().await;
+        match &result {
+            Err(e) if attempt < 4 && conflicted(&cancellation_codes(e)) => {
+                tokio::time::sleep(std::time::Duration::from_millis(5 << attempt)).await;
+                attempt += 1;
+            }
+            _ => return result,
+        }
+    }
+}
+
+/// The cancellation reasons of a cancelled transaction, item by item.
+fn cancellation_codes<R>(
+    err: &SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, R>,
+) -> Vec<Option<String>> {
+    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+    match err.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(t)) => t
+            .cancellation_reasons()
+            .iter()
+            .map(|r| r.code().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Cancelled for a conflict with another transaction, and for nothing else (a condition that
+/// failed is an answer, not a conflict).
+fn conflicted(codes: &[Option<String>]) -> bool {
+    let is = |code: &str| codes.iter().any(|c| c.as_deref() == Some(code));
+    is("TransactionConflict") && !is("ConditionalCheckFailed")
+}
+
 /// Did a transaction fail because its first condition (the envelope's) did not hold?
 fn first_condition_failed<R>(
     err: &SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, R>,
@@ -112,7 +158,7 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         if envelope.status == EnvelopeStatus::Pending {
             req = req.transact_items(pending_delta(&self.table, 1)?);
         }
-        match req.send().await {
+        match transact(req).await {
             Ok(_) => Ok(CreateOutcome::Created),
             Err(e) if first_condition_failed(&e) => match self.get(&envelope.envelope_id).await? {
                 Some(existing) => Ok(CreateOutcome::Exists(Box::new(existing))),
@@ -204,17 +250,17 @@ impl EnvelopeStore for DynamoEnvelopeStore {
             .expression_attribute_values(":pending", s(Pending.as_str()))
             .build()
             .map_err(|e| item_error("replay claim", e))?;
-        let result = self
-            .client
-            .transact_write_items()
-            .transact_items(
-                aws_sdk_dynamodb::types::TransactWriteItem::builder()
-                    .update(from_pending)
-                    .build(),
-            )
-            .transact_items(pending_delta(&self.table, -1)?)
-            .send()
-            .await;
+        let result = transact(
+            self.client
+                .transact_write_items()
+                .transact_items(
+                    aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                        .update(from_pending)
+                        .build(),
+                )
+                .transact_items(pending_delta(&self.table, -1)?),
+        )
+        .await;
         match result {
             Ok(_) => return Ok(true),
             Err(e) if first_condition_failed(&e) => {}
@@ -225,16 +271,14 @@ impl EnvelopeStore for DynamoEnvelopeStore {
             .expression_attribute_values(":now", n(now.timestamp_millis()))
             .build()
             .map_err(|e| item_error("replay takeover", e))?;
-        let result = self
-            .client
-            .transact_write_items()
-            .transact_items(
+        let result = transact(
+            self.client.transact_write_items().transact_items(
                 aws_sdk_dynamodb::types::TransactWriteItem::builder()
                     .update(takeover)
                     .build(),
-            )
-            .send()
-            .await;
+            ),
+        )
+        .await;
         match result {
             Ok(_) => Ok(true),
             Err(e) if first_condition_failed(&e) => Ok(false),
@@ -284,7 +328,7 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         if let Some(r) = audit {
             req = req.transact_items(outbox_put(&self.table, r)?);
         }
-        match req.send().await {
+        match transact(req).await {
             Ok(_) => Ok(true),
             Err(e) if first_condition_failed(&e) => Ok(false),
             Err(e) => Err(store_error("TransactWriteItems(replay finish)", e).into()),
@@ -409,17 +453,17 @@ impl Backlog for DynamoEnvelopeStore {
             .expression_attribute_values(":zero", n(0))
             .build()
             .map_err(|e| item_error("overflow flag", e))?;
-        let result = self
-            .client
-            .transact_write_items()
-            .transact_items(
-                aws_sdk_dynamodb::types::TransactWriteItem::builder()
-                    .update(raise)
-                    .build(),
-            )
-            .transact_items(outbox_put(&self.table, &record(episode))?)
-            .send()
-            .await;
+        let result = transact(
+            self.client
+                .transact_write_items()
+                .transact_items(
+                    aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                        .update(raise)
+                        .build(),
+                )
+                .transact_items(outbox_put(&self.table, &record(episode))?),
+        )
+        .await;
         match result {
             Ok(_) => Ok(Some(episode)),
             // Another writer raised it (or moved the episode) first: theirs to report.
@@ -487,5 +531,22 @@ impl AuditOutbox for DynamoEnvelopeStore {
             .await
             .map_err(|e| store_error("DeleteItem(audit outbox)", e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::conflicted;
+
+    #[test]
+    fn only_a_conflict_and_nothing_else_is_sent_again() {
+        let codes = |c: &[Option<&str>]| c.iter().map(|x| x.map(str::to_owned)).collect::<Vec<_>>();
+        assert!(conflicted(&codes(&[Some("None"), Some("TransactionConflict")])));
+        assert!(!conflicted(&codes(&[
+            Some("ConditionalCheckFailed"),
+            Some("TransactionConflict")
+        ])));
+        assert!(!conflicted(&codes(&[Some("ConditionalCheckFailed"), Some("None")])));
+        assert!(!conflicted(&codes(&[])));
     }
 }

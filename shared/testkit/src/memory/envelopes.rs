@@ -3,9 +3,11 @@
 
 use chrono::{DateTime, Utc};
 use recon_core::domain::status::{check_initial, check_transition};
-use recon_core::domain::{AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange};
+use recon_core::domain::{
+    AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
+};
 use recon_core::ports::{
-    AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, StoreResult, SweepCursors,
+    AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, StoreError, StoreResult, SweepCursors,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -22,6 +24,8 @@ struct EnvelopeState {
     cursors: HashMap<String, String>,
     /// The audit outbox, in the order records were written.
     outbox: Vec<AuditRecord>,
+    /// Claims of this envelope fail as DynamoDB's do when another transaction holds an item.
+    conflicted: Option<String>,
 }
 
 /// The envelope table in memory, with the same conditions and pending count as DynamoDB's.
@@ -31,6 +35,11 @@ pub struct MemoryEnvelopeStore {
 }
 
 impl MemoryEnvelopeStore {
+    /// Make every claim of `envelope_id` fail with a transaction conflict (`None`: no more).
+    pub fn conflict_on_claims_of(&self, envelope_id: Option<&str>) {
+        lock(&self.state).conflicted = envelope_id.map(str::to_owned);
+    }
+
     /// How many times the overflow flag was switched on (each crossing of the high-water mark).
     pub fn overflow_episodes(&self) -> u64 {
         lock(&self.state).episodes
@@ -112,6 +121,13 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         use EnvelopeStatus::{Pending, Replaying};
         check_transition(Pending, change.status)?;
         let mut s = lock(&self.state);
+        if s.conflicted.as_deref() == Some(envelope_id) {
+            return Err(StoreError::new(
+                TransientKind::Conflict,
+                "TransactionCanceledException: [None, TransactionConflict] (injected)",
+            )
+            .into());
+        }
         let Some(e) = s.envelopes.get_mut(envelope_id) else {
             return Ok(false);
         };

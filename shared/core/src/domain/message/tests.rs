@@ -183,8 +183,5 @@ fn a_byte_order_mark_before_a_valid_body_is_not_a_failure() {
     assert_eq!(m.message_id, "m-1");
     assert_eq!(labels(&body).message_id.as_deref(), Some("m-1"));
     // Only at the start: inside, it is just a character of a string value.
-    assert!(matches!(
-        decode("{\u{feff}}"),
-        Err(ProcessError::Unrecoverable { .. })
-    ));
+    assert!(matches!(decode("{\u{feff}}"), Err(ProcessError::Unrecoverable { .. })));
 }
