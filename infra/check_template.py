@@ -75,6 +75,8 @@ def check(tpl, spec):
 
     consumer = res.get("ConsumerFunction", {}).get("Properties", {})
     expect("consumer Timeout", consumer.get("Timeout"), spec["consumer_timeout_secs"])
+    expect("enricher Timeout", res.get("EnricherFunction", {}).get("Properties", {}).get("Timeout"), spec["enricher_timeout_secs"])
+    expect("replay Timeout", res.get("ReplayFunction", {}).get("Properties", {}).get("Timeout"), spec["replay_timeout_secs"])
     env = consumer.get("Environment", {}).get("Variables", {})
     expect("consumer DLQ_MAX_ATTEMPTS is the redrive parameter", env.get("DLQ_MAX_ATTEMPTS"), redrive.get("maxReceiveCount"))
     if mq.get("VisibilityTimeout", 0) < 6 * (consumer.get("Timeout") or 0):
@@ -149,6 +151,7 @@ def mutations(tpl):
     return [
         mutate(lambda t: t["Parameters"]["MaxReceiveCount"].__setitem__("Default", t["Parameters"]["MaxReceiveCount"]["Default"] + 1), "maxReceiveCount default"),
         mutate(lambda t: res(t)["MainQueue"]["Properties"].__setitem__("VisibilityTimeout", 60), "main queue visibility"),
+        mutate(lambda t: res(t)["EnricherFunction"]["Properties"].__setitem__("Timeout", 120), "enricher timeout"),
         mutate(lambda t: res(t)["DeadLetterQueue"]["Properties"].__setitem__("MessageRetentionPeriod", 345600), "DLQ retention"),
         mutate(lambda t: res(t)["EnvelopeTable"]["Properties"]["GlobalSecondaryIndexes"].pop(), "an index dropped"),
         mutate(lambda t: res(t)["DedupTable"]["Properties"]["TimeToLiveSpecification"].__setitem__("AttributeName", "ttl"), "TTL attribute"),

@@ -3,16 +3,22 @@
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use recon_aws::dynamodb::DynamoLedger;
-use recon_aws::{AwsClients, Target, telemetry, wiring};
+use recon_aws::{AwsClients, ClientTimeouts, Target, telemetry, wiring};
 use recon_core::config::ConsumerSettings;
 use recon_core::ports::lambda_deadline;
+use recon_core::resources::CONSUMER_TIMEOUT;
 use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     telemetry::init_json();
     let settings = ConsumerSettings::from_env()?;
-    let clients = AwsClients::connect(Target::Aws).await;
+    // Every request gives up well inside the invocation (see ClientTimeouts::within).
+    let clients = AwsClients::connect_with(
+        Target::Aws,
+        ClientTimeouts::within(CONSUMER_TIMEOUT, settings.deadline_margin),
+    )
+    .await;
     let ledger = DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table);
     let consumer = Arc::new(wiring::consumer(
         &clients,

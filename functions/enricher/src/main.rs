@@ -2,16 +2,22 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use recon_aws::{AwsClients, Target, telemetry, wiring};
+use recon_aws::{AwsClients, ClientTimeouts, Target, telemetry, wiring};
 use recon_core::config::EnricherSettings;
 use recon_core::ports::lambda_deadline;
+use recon_core::resources::ENRICHER_TIMEOUT;
 use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     telemetry::init_json();
     let settings = EnricherSettings::from_env()?;
-    let clients = AwsClients::connect(Target::Aws).await;
+    // Every request gives up well inside the invocation (see ClientTimeouts::within).
+    let clients = AwsClients::connect_with(
+        Target::Aws,
+        ClientTimeouts::within(ENRICHER_TIMEOUT, settings.deadline_margin),
+    )
+    .await;
     let metrics = wiring::emf(&settings.metrics_namespace);
     let enricher = Arc::new(wiring::enricher(
         &clients,

@@ -6,17 +6,23 @@
 //! Output: the replay report.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use recon_aws::{AwsClients, Target, telemetry, wiring};
+use recon_aws::{AwsClients, ClientTimeouts, Target, telemetry, wiring};
 use recon_core::config::ReplaySettings;
 use recon_core::ports::lambda_deadline;
 use recon_core::replay::parse_invocation;
+use recon_core::resources::REPLAY_TIMEOUT;
 use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     telemetry::init_json();
     let settings = ReplaySettings::from_env()?;
-    let clients = AwsClients::connect(Target::Aws).await;
+    // Every request gives up well inside the invocation (see ClientTimeouts::within).
+    let clients = AwsClients::connect_with(
+        Target::Aws,
+        ClientTimeouts::within(REPLAY_TIMEOUT, settings.deadline_margin),
+    )
+    .await;
     let metrics = wiring::emf(&settings.metrics_namespace);
     let replayer = Arc::new(wiring::replayer(
         &clients,

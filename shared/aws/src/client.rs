@@ -104,14 +104,52 @@ pub struct AwsClients {
     pub target: Target,
 }
 
+/// How long a request may take: its connection, one attempt, and the whole operation with the
+/// SDK's retries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientTimeouts {
+    pub connect: Duration,
+    pub attempt: Duration,
+    pub operation: Duration,
+}
+
+impl ClientTimeouts {
+    /// For a command at a terminal (`dlqctl`, the tests): patient.
+    pub const INTERACTIVE: ClientTimeouts = ClientTimeouts {
+        connect: Duration::from_secs(3),
+        attempt: Duration::from_secs(30),
+        operation: Duration::from_secs(60),
+    };
+
+    /// For a function of `timeout` that starts no new work in its last `margin`: a whole
+    /// operation takes at most a third of the time left (and at most a minute), one attempt a
+    /// third of that — so one stalled call cannot spend the invocation, and with it every
+    /// message's receive.
+    pub fn within(timeout: Duration, margin: Duration) -> Self {
+        let left = timeout.saturating_sub(margin);
+        let operation = (left / 3).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let attempt = (operation / 3).max(Duration::from_millis(500));
+        ClientTimeouts {
+            connect: attempt.min(Duration::from_secs(3)),
+            attempt,
+            operation,
+        }
+    }
+}
+
 impl AwsClients {
+    /// Build clients for `target` with patient timeouts (see [`AwsClients::connect_with`]).
+    pub async fn connect(target: Target) -> Self {
+        AwsClients::connect_with(target, ClientTimeouts::INTERACTIVE).await
+    }
+
     /// Build clients for `target`. Against the local stack, region and credentials default to
     /// `us-east-1` and dummy keys when the environment sets none.
-    pub async fn connect(target: Target) -> Self {
+    pub async fn connect_with(target: Target, t: ClientTimeouts) -> Self {
         let timeouts = TimeoutConfig::builder()
-            .connect_timeout(Duration::from_secs(3))
-            .operation_attempt_timeout(Duration::from_secs(30))
-            .operation_timeout(Duration::from_secs(60))
+            .connect_timeout(t.connect)
+            .operation_attempt_timeout(t.attempt)
+            .operation_timeout(t.operation)
             .build();
         let mut loader = aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts);
         if target.is_local() {
@@ -152,5 +190,30 @@ impl AwsClients {
             requests,
             target,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recon_core::resources::{CONSUMER_TIMEOUT, ENRICHER_TIMEOUT, REPLAY_TIMEOUT};
+
+    #[test]
+    fn a_functions_requests_give_up_well_inside_its_time() {
+        // Regression: 30 s per attempt and 60 s per operation, as long as the consumer's whole
+        // invocation: one stalled call killed the batch.
+        for (timeout, margin) in [
+            (CONSUMER_TIMEOUT, Duration::from_secs(3)),
+            (ENRICHER_TIMEOUT, Duration::from_secs(3)),
+            (REPLAY_TIMEOUT, Duration::from_secs(5)),
+        ] {
+            let t = ClientTimeouts::within(timeout, margin);
+            assert!(t.operation * 3 <= timeout - margin, "{timeout:?}: {t:?}");
+            assert!(t.attempt < t.operation && t.connect <= t.attempt, "{t:?}");
+        }
+        assert_eq!(
+            ClientTimeouts::within(CONSUMER_TIMEOUT, Duration::from_secs(3)).operation,
+            Duration::from_secs(9)
+        );
     }
 }

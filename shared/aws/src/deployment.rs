@@ -4,8 +4,8 @@
 
 use recon_core::decisions::DEFAULT_MAX_ATTEMPTS;
 use recon_core::resources::{
-    CONSUMER_TIMEOUT, DEFAULT_OVERFLOW_HIGH_WATER, DEFAULT_WORM_RETENTION_DAYS, DLQ_RETENTION, MAIN_QUEUE_RETENTION,
-    MAIN_QUEUE_VISIBILITY, MAX_MESSAGE_BYTES, ResourceNames, TABLES,
+    CONSUMER_TIMEOUT, DEFAULT_OVERFLOW_HIGH_WATER, DEFAULT_WORM_RETENTION_DAYS, DLQ_RETENTION, ENRICHER_TIMEOUT,
+    MAIN_QUEUE_RETENTION, MAIN_QUEUE_VISIBILITY, MAX_MESSAGE_BYTES, REPLAY_TIMEOUT, ResourceNames, TABLES,
 };
 
 /// How the infrastructure template names the resources (its logical ids), for the check that
@@ -187,6 +187,8 @@ pub fn spec_json() -> serde_json::Value {
     serde_json::json!({
         "max_receive_count": DEFAULT_MAX_ATTEMPTS,
         "consumer_timeout_secs": CONSUMER_TIMEOUT.as_secs(),
+        "enricher_timeout_secs": ENRICHER_TIMEOUT.as_secs(),
+        "replay_timeout_secs": REPLAY_TIMEOUT.as_secs(),
         "main_queue": {
             "logical_id": template::MAIN_QUEUE,
             "name_suffix": names.main_queue.trim_start_matches('-'),

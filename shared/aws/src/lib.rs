@@ -14,4 +14,4 @@ pub mod sqs;
 pub mod telemetry;
 pub mod wiring;
 
-pub use client::{AwsClients, Target};
+pub use client::{AwsClients, ClientTimeouts, Target};

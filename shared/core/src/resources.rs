@@ -15,6 +15,9 @@ pub const DEFAULT_PREFIX: &str = "recon-dlq";
 /// (AWS's guidance for SQS event sources), so a batch still being processed is never redelivered.
 pub const CONSUMER_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAIN_QUEUE_VISIBILITY: Duration = Duration::from_secs(6 * 30);
+/// Enricher and replay Lambda timeouts.
+pub const ENRICHER_TIMEOUT: Duration = Duration::from_secs(60);
+pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(300);
 /// Main queue keeps messages 4 days (the SQS default); the DLQ keeps them the maximum, 14 days,
 /// so a message can never expire in the DLQ before it expired in the main queue.
 pub const MAIN_QUEUE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);

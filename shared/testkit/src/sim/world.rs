@@ -11,7 +11,9 @@ use recon_core::domain::{CurrencyMapping, EnvelopeStatus, PeriodRecord, PeriodSt
 use recon_core::enrich::{Enricher, EnricherConfig};
 use recon_core::ports::{Clock, EnvelopeStore, OutgoingMessage, ReferenceData};
 use recon_core::replay::{ReplayConfig, ReplayRequest, Replayer, Selector, parse_invocation};
-use recon_core::resources::{CONSUMER_TIMEOUT, DLQ_RETENTION, MAIN_QUEUE_RETENTION, MAIN_QUEUE_VISIBILITY};
+use recon_core::resources::{
+    CONSUMER_TIMEOUT, DLQ_RETENTION, ENRICHER_TIMEOUT, MAIN_QUEUE_RETENTION, MAIN_QUEUE_VISIBILITY, REPLAY_TIMEOUT,
+};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -30,9 +32,6 @@ use crate::memory::{
 
 pub const MAIN: &str = "main";
 pub const DLQ: &str = "dead-letter";
-/// The enricher's and the replay's timeouts, as `infra/template.yaml` deploys them.
-const ENRICHER_TIMEOUT: Duration = Duration::from_secs(60);
-const REPLAY_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// What one run varies, drawn from its seed.
 #[derive(Clone, Debug)]
