@@ -16,6 +16,8 @@ use recon_core::resources::ResourceNames;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
+use crate::text::printable;
+
 #[derive(Args, Clone, Debug)]
 pub struct ReconcileArgs {
     /// JSON lines of the message bodies the producer sent: name every missing or extra record.
@@ -103,16 +105,16 @@ pub fn print(r: &Reconciliation) {
     println!("\nby entity and period:");
     for (ep, counts) in &r.by_entity_period {
         let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{s:?} {n}")).collect();
-        println!("  {ep:<22} {}", parts.join(", "));
+        println!("  {:<22} {}", printable(ep), parts.join(", "));
     }
     for m in &r.missing {
-        println!("MISSING  {m}: sent, but in no terminal state");
+        println!("MISSING  {}: sent, but in no terminal state", printable(m));
     }
     for x in &r.extra {
-        println!("EXTRA    {x}: recorded, but never sent");
+        println!("EXTRA    {}: recorded, but never sent", printable(x));
     }
     for p in &r.problems {
-        println!("PROBLEM  {p}");
+        println!("PROBLEM  {}", printable(p));
     }
 }
 

@@ -9,6 +9,7 @@ mod context;
 mod demo;
 mod ops;
 mod remediate;
+mod text;
 mod triage;
 
 use anyhow::{Context, Result};

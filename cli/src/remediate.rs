@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::context::replayer;
+use crate::text::printable;
 
 #[derive(Args, Clone, Debug)]
 pub struct SelectorArgs {
@@ -138,7 +139,13 @@ pub fn print_report(r: &ReplayReport, json: bool) -> Result<()> {
     );
     for i in r.items.iter().take(40) {
         let gate = i.gate.map(|g| format!("{g:?}")).unwrap_or_default();
-        println!("  {:<38} {:<22} {:<12} {}", i.envelope_id, i.outcome, gate, i.detail);
+        println!(
+            "  {:<38} {:<22} {:<12} {}",
+            i.envelope_id,
+            i.outcome,
+            gate,
+            printable(&i.detail)
+        );
     }
     if r.items.len() > 40 || r.items_truncated {
         println!("  … (--json for every line)");

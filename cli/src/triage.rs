@@ -9,6 +9,9 @@ use recon_core::domain::{DlqEnvelope, EnvelopeStatus};
 use recon_core::envelopes::original_body;
 use recon_core::ports::EnvelopeStore;
 use recon_core::resources::ResourceNames;
+use std::borrow::Cow;
+
+use crate::text::{printable, printable_lines};
 
 pub fn store(clients: &AwsClients, names: &ResourceNames) -> DynamoEnvelopeStore {
     DynamoEnvelopeStore::new(clients.dynamodb.clone(), &names.envelope_table)
@@ -20,7 +23,12 @@ pub async fn envelopes(store: &impl EnvelopeStore, status: Option<EnvelopeStatus
 }
 
 fn amounts(g: &TriageGroup) -> String {
-    let mut parts: Vec<String> = g.tally.amounts.iter().map(|(c, a)| format!("{a} {c}")).collect();
+    let mut parts: Vec<String> = g
+        .tally
+        .amounts
+        .iter()
+        .map(|(c, a)| format!("{a} {}", printable(c)))
+        .collect();
     if g.tally.without_amount > 0 {
         parts.push(format!("{} unparsed", g.tally.without_amount));
     }
@@ -28,7 +36,7 @@ fn amounts(g: &TriageGroup) -> String {
 }
 
 fn entities(g: &TriageGroup) -> String {
-    let shown: Vec<&str> = g.entities.iter().take(2).map(String::as_str).collect();
+    let shown: Vec<Cow<'_, str>> = g.entities.iter().take(2).map(|e| printable(e)).collect();
     let more = g.entities.len().saturating_sub(shown.len());
     if more > 0 {
         format!("{} +{more}", shown.join(","))
@@ -37,27 +45,32 @@ fn entities(g: &TriageGroup) -> String {
     }
 }
 
-/// The triage table, readable in a terminal.
-pub fn print_table(groups: &[TriageGroup]) {
-    println!(
-        "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} SAMPLE",
+/// The triage table, readable in a terminal (labels from bodies escaped: see `text`).
+pub fn table(groups: &[TriageGroup]) -> String {
+    let mut out = format!(
+        "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} SAMPLE\n",
         "FAILURE CODE", "ROOT CAUSE", "COUNT", "OLDEST (UTC)", "NEWEST (UTC)", "AMOUNT", "ENTITIES"
     );
     for g in groups {
-        println!(
-            "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} {}",
+        out.push_str(&format!(
+            "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} {}\n",
             g.failure_code.as_str(),
-            g.root_cause,
+            printable(&g.root_cause),
             g.tally.count,
             g.oldest.format("%Y-%m-%d %H:%M:%S"),
             g.newest.format("%Y-%m-%d %H:%M:%S"),
             amounts(g),
             entities(g),
             g.sample_ids.first().map_or("", String::as_str),
-        );
+        ));
     }
     let total: u64 = groups.iter().map(|g| g.tally.count).sum();
-    println!("{total} envelopes in {} groups", groups.len());
+    out.push_str(&format!("{total} envelopes in {} groups", groups.len()));
+    out
+}
+
+pub fn print_table(groups: &[TriageGroup]) {
+    println!("{}", table(groups));
 }
 
 pub async fn run(clients: &AwsClients, names: &ResourceNames, all: bool, json: bool) -> Result<()> {
@@ -83,9 +96,27 @@ pub async fn show(clients: &AwsClients, names: &ResourceNames, envelope_id: &str
     if body {
         let worm = S3Worm::new(clients.s3.clone(), &names.quarantine_bucket);
         match original_body(&envelope, &worm).await? {
-            Some(b) => println!("--- original body ({} bytes) ---\n{b}", b.len()),
+            Some(b) => println!("--- original body ({} bytes) ---\n{}", b.len(), printable_lines(&b)),
             None => println!("--- original body not found ---"),
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recon_core::domain::envelope_from_dlq_message;
+    use recon_testkit::builders::{delivery, now};
+
+    #[test]
+    fn labels_from_bodies_cannot_drive_the_terminal() {
+        // Regression: an entity read from an invalid body was printed raw; an escape sequence in
+        // it could clear the screen or hide a line from the operator.
+        let body = r#"{"ledger_entity": "ACME\u001b[2J", "currency": "US\u001bD", "amount": "1.00"}"#;
+        let e = envelope_from_dlq_message(&delivery("s1", body, 1), now(), "t");
+        let t = table(&triage(&[e]));
+        assert!(!t.contains('\u{1b}'), "{t}");
+        assert!(t.contains("ACME\\u{1b}[2J"), "{t}");
+    }
 }
