@@ -37,6 +37,8 @@ pub enum Kind {
 pub struct Produced {
     pub kind: Kind,
     pub body: String,
+    /// Message attributes the producer sets: (name, data type, value; base64 for `Binary`).
+    pub attributes: Vec<(String, String, String)>,
     /// When the producer sends it, from the start of the run.
     pub at: Duration,
 }
@@ -209,6 +211,12 @@ pub fn generate(rng: &mut Rng) -> Vec<Produced> {
         };
         out.push((kind, body));
     }
+    // Some producers write a byte-order mark before the JSON.
+    for (kind, body) in out.iter_mut() {
+        if *kind == Kind::Valid && rng.chance(50_000) {
+            body.insert(0, '\u{feff}');
+        }
+    }
     // Shuffle, then spread the sends over the first ten virtual minutes.
     for i in (1..out.len()).rev() {
         let j = rng.below(i as u64 + 1) as usize;
@@ -218,7 +226,48 @@ pub fn generate(rng: &mut Rng) -> Vec<Produced> {
     out.into_iter()
         .map(|(kind, body)| {
             at += Duration::from_millis(rng.below(20_000));
-            Produced { kind, body, at }
+            let attributes = attributes(rng);
+            Produced {
+                kind,
+                body,
+                attributes,
+                at,
+            }
         })
         .collect()
+}
+
+/// The producer's own message attributes: mostly none; now and then a few, strings and bytes;
+/// now and then all ten SQS allows (a replay cannot add its four to those).
+fn attributes(rng: &mut Rng) -> Vec<(String, String, String)> {
+    let n = if rng.chance(100_000) {
+        10
+    } else if rng.chance(200_000) {
+        rng.between(1, 4)
+    } else {
+        0
+    };
+    (0..n)
+        .map(|i| {
+            if rng.chance(300_000) {
+                let bytes = [0u8, 159, 146, 150];
+                (
+                    format!("sig-{i}"),
+                    "Binary".to_owned(),
+                    base64_of(&bytes[..1 + rng.below(4) as usize]),
+                )
+            } else {
+                (
+                    format!("origin-{i}"),
+                    "String".to_owned(),
+                    format!("bank-feed-{}", rng.below(9)),
+                )
+            }
+        })
+        .collect()
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }

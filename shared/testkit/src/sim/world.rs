@@ -7,7 +7,7 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use recon_core::batch::BatchHandler;
 use recon_core::consume::{Consumer, ConsumerConfig};
 use recon_core::decisions::RetryPolicy;
-use recon_core::domain::{CurrencyMapping, EnvelopeStatus, PeriodRecord, PeriodStatus};
+use recon_core::domain::{CurrencyMapping, EnvelopeStatus, PeriodRecord, PeriodStatus, labels};
 use recon_core::enrich::{Enricher, EnricherConfig};
 use recon_core::ports::{Clock, EnvelopeStore, OutgoingMessage, ReferenceData};
 use recon_core::replay::{ReplayConfig, ReplayRequest, Replayer, Selector, parse_invocation};
@@ -36,6 +36,8 @@ pub const DLQ: &str = "dead-letter";
 /// What one run varies, drawn from its seed.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// FIFO queues (main and DLQ), groups by ledger entity.
+    pub fifo: bool,
     pub consumer_pollers: usize,
     pub enricher_pollers: usize,
     pub max_attempts: u32,
@@ -62,6 +64,7 @@ impl Settings {
         let faulty = rng.chance(850_000);
         let minutes = |rng: &mut Rng, lo, hi| Duration::from_secs(60 * rng.between(lo, hi));
         Settings {
+            fifo: rng.chance(200_000),
             consumer_pollers: rng.between(1, 3) as usize,
             enricher_pollers: rng.between(1, 2) as usize,
             max_attempts: rng.between(2, 5) as u32,
@@ -161,7 +164,7 @@ impl World {
                 QueueSpec {
                     name: MAIN.into(),
                     arn: "arn:aws:sqs:us-east-1:000000000000:sim-main".into(),
-                    fifo: false,
+                    fifo: settings.fifo,
                     visibility: MAIN_QUEUE_VISIBILITY,
                     retention: MAIN_QUEUE_RETENTION,
                     redrive: Some((DLQ.into(), settings.max_attempts)),
@@ -169,7 +172,7 @@ impl World {
                 QueueSpec {
                     name: DLQ.into(),
                     arn: "arn:aws:sqs:us-east-1:000000000000:sim-dead-letter".into(),
-                    fifo: false,
+                    fifo: settings.fifo,
                     visibility: ENRICHER_TIMEOUT * 6,
                     retention: DLQ_RETENTION,
                     redrive: None,
@@ -309,9 +312,12 @@ impl World {
         for p in workload {
             self.clock.sleep(p.at.saturating_sub(last)).await;
             last = p.at;
+            let group = labels(&p.body).ledger_entity.unwrap_or_else(|| "unlabelled".into());
             let m = OutgoingMessage {
                 body: p.body.clone(),
-                ..OutgoingMessage::default()
+                attributes: p.attributes.clone(),
+                group_id: self.settings.fifo.then_some(group),
+                dedup_id: None,
             };
             match self.stores.sqs.send(MAIN, &m) {
                 Ok(id) => {
