@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::domain::audit::{AUDIT_CHAINS, AuditSeal, ChainBreak, ChainHead, ChainedRecord, verify_chain};
+use crate::domain::audit::{AUDIT_CHAINS, AuditSeal, ChainBreak, ChainHead, ChainedRecord, short_hash, verify_chain};
 use crate::ports::{AuditLog, StoreError, StoreResult, Worm};
 
 /// Where seals live in the WORM bucket.
@@ -129,8 +129,8 @@ pub fn verify_all(records: &[ChainedRecord], heads: &[ChainHead], seals: &[(Stri
                         audit_id: Some(r.record.audit_id.clone()),
                         problem: format!(
                             "seal {key} fixed its hash at {}…, it is now {}… (rewritten after sealing)",
-                            &h.hash[..12],
-                            &r.hash[..12]
+                            short_hash(&h.hash),
+                            short_hash(&r.hash)
                         ),
                     }
                     .to_string(),

@@ -75,3 +75,32 @@ async fn a_rewrite_of_a_whole_chain_after_sealing_is_caught_by_the_seal() {
         "{report:?}"
     );
 }
+
+#[tokio::test]
+async fn a_bundle_with_a_multibyte_hash_is_reported_not_a_panic() {
+    // Regression (found by the fuzzer): verification cut hashes to 12 bytes for its messages;
+    // a hash edited to hold a multi-byte character there made `audit verify --bundle` panic.
+    let (audit, worm) = trail(20).await;
+    seal(&audit, &worm, Utc::now()).await.unwrap();
+    let mut heads = audit.heads().await.unwrap();
+    heads[0].hash = format!("77c046d1ad8\u{202e}{}", &heads[0].hash[12..]);
+    let mut records = Vec::new();
+    for c in 0..recon_core::domain::audit::AUDIT_CHAINS {
+        records.extend(audit.chain(&format!("c{c}")).await.unwrap());
+    }
+    let seals = recon_core::evidence::load_seals(&worm, "memory").await.unwrap();
+    let report = std::panic::catch_unwind(|| recon_core::evidence::verify_all(&records, &heads, &seals));
+    let report = report.expect("no panic on an edited hash");
+    assert!(!report.intact(), "{report:?}");
+    // The same for a record's hash under a genuine seal.
+    let mut edited = records.clone();
+    let sealed = &seals[0].1.heads[0];
+    if let Some(r) = edited
+        .iter_mut()
+        .find(|r| r.chain == sealed.chain && r.seq == sealed.seq)
+    {
+        r.hash = format!("ab\u{e9}{}", &r.hash[3..]);
+    }
+    let report = std::panic::catch_unwind(|| recon_core::evidence::verify_all(&edited, &heads, &seals));
+    assert!(!report.expect("no panic on an edited record").intact());
+}

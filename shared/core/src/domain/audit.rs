@@ -226,7 +226,7 @@ pub fn verify_chain(chain: &str, records: &[ChainedRecord], head: Option<&ChainH
                 problem: format!(
                     "the chain ends at record {length} but its head says {} records (hash {}…): the last records were deleted or the head rewritten",
                     h.seq,
-                    &h.hash[..h.hash.len().min(12)]
+                    short_hash(&h.hash)
                 ),
             });
         }
@@ -245,6 +245,15 @@ pub struct AuditSeal {
     pub at: DateTime<Utc>,
     pub heads: Vec<ChainHead>,
     pub root: String,
+}
+
+/// The first twelve characters of a stored hash, for messages. Stored hashes are read back from
+/// stores anyone with write access can edit: cut on characters, never on bytes.
+pub fn short_hash(hash: &str) -> &str {
+    match hash.char_indices().nth(12) {
+        Some((end, _)) => &hash[..end],
+        None => hash,
+    }
 }
 
 /// Merkle root of chain heads (sorted by chain): leaves `sha256(chain:seq:hash)`, pairs hashed up,
