@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 
-.PHONY: demo test local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci
+.PHONY: demo test local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -17,6 +17,7 @@ test: local-stack tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) --no-print-directory simulate-ci
+	$(MAKE) --no-print-directory fuzz-ci
 	$(MAKE) --no-print-directory infra-check
 	infra/smoke.sh
 
@@ -37,6 +38,18 @@ endif
 ## simulate-ci: a time-boxed batch (150 s) of seeds new to each commit (derived from its hash)
 simulate-ci:
 	$(SIMULATE) --from $$(( 0x$$(git rev-parse --short=7 HEAD 2>/dev/null || echo 0) * 1000 )) --count 100000 --budget 150
+
+FUZZ := $(CARGO) run --release --quiet -p recon-testkit --bin fuzz --
+FUZZ_COUNT ?= 1000000
+
+## fuzz: FUZZ_COUNT mutated inputs into each decoder (body, dead letter, replay payload, manifest,
+## evidence bundle); TARGET=name for one, FUZZ_SEED=n for another sequence
+fuzz:
+	$(FUZZ) --count $(FUZZ_COUNT) $(if $(TARGET),--target $(TARGET)) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED))
+
+## fuzz-ci: 20,000 inputs per decoder from a seed new to each commit
+fuzz-ci:
+	$(FUZZ) --count 20000 --seed $$(( 0x$$(git rev-parse --short=7 HEAD 2>/dev/null || echo 0) ))
 
 tools:
 	infra/tools.sh install

@@ -3,11 +3,11 @@
 //! ```text
 //! simulate [--from N] [--count N] [--budget SECS] [--seed N] [--verbose]
 //! ```
-//! `--seed N` runs one seed and prints its trace; otherwise seeds `from..from+count` run until
+//! `--seed N` runs one seed and prints its whole trace; otherwise seeds `from..from+count` run until
 //! done or the time budget is spent. Exit 1 when any seed breaks an invariant (it is printed with
 //! the command that reproduces it), 2 on bad arguments.
 
-use recon_testkit::sim::{RunResult, run_seed};
+use recon_testkit::sim::{RunResult, run_seed, run_seed_keeping};
 use std::time::{Duration, Instant};
 
 struct Args {
@@ -63,7 +63,7 @@ fn report(r: &RunResult, trace: bool) {
         println!("  violation: {v}");
     }
     if trace || !r.held() {
-        println!("  trace (last lines):");
+        println!("  trace{}:", if trace { "" } else { " (last lines)" });
         for line in &r.trace {
             println!("    {line}");
         }
@@ -84,7 +84,7 @@ fn main() {
     // Panics are findings: the run reports them; keep them off the terminal.
     std::panic::set_hook(Box::new(|_| {}));
     if let Some(seed) = args.seed {
-        let r = run_seed(seed);
+        let r = run_seed_keeping(seed, usize::MAX);
         report(&r, true);
         std::process::exit(i32::from(!r.held()));
     }

@@ -40,7 +40,7 @@ pub struct RunResult {
     pub settings: Option<Settings>,
     /// Every broken invariant (empty: the run held).
     pub violations: Vec<String>,
-    /// The last lines of the run's trace.
+    /// The last lines of the run's trace (all of them with `run_seed_keeping(seed, usize::MAX)`).
     pub trace: Vec<String>,
     pub polls: u64,
     pub virtual_secs: u64,
@@ -60,10 +60,15 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic".into())
 }
 
-/// Run one seed to its end and judge it.
+/// Run one seed to its end and judge it, keeping the last lines of its trace.
 pub fn run_seed(seed: u64) -> RunResult {
+    run_seed_keeping(seed, 60)
+}
+
+/// Run one seed to its end and judge it, keeping the last `trace_lines` lines of its trace.
+pub fn run_seed_keeping(seed: u64, trace_lines: usize) -> RunResult {
     let rng = SharedRng::new(seed);
-    let trace = Trace::default();
+    let trace = Trace::keeping(trace_lines);
     let start = Utc.with_ymd_and_hms(2026, 12, 1, 9, 0, 0).single().unwrap_or_default();
     let clock = SimClock::new(start);
     let mut result = RunResult {
@@ -94,6 +99,6 @@ pub fn run_seed(seed: u64) -> RunResult {
         result.violations.push(format!("panic: {}", panic_text(&*p)));
     }
     result.virtual_secs = clock.elapsed().as_secs();
-    result.trace = trace.tail(60);
+    result.trace = trace.lines();
     result
 }

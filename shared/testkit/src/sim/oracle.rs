@@ -112,8 +112,8 @@ pub fn check(world: &World) -> Vec<String> {
     for e in &envelopes {
         if e.status_history.iter().any(|c| c.manual_journal) && committed.contains(e.source_hash.as_str()) {
             v.push(format!(
-                "envelope {} is flagged for a manual journal, but its transaction {} is committed",
-                e.envelope_id, e.source_hash
+                "envelope {} (of {}) is flagged for a manual journal, but its transaction {} is committed; history {:?}",
+                e.envelope_id, e.original.source_message_id, e.source_hash, e.status_history
             ));
         }
     }
