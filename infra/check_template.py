@@ -129,15 +129,31 @@ def check(tpl, spec):
                     continue
                 actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
                 resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
-                granted |= {(resource_ref(r), a) for r in resources for a in actions}
-        wanted = {(g["resource"], a) for g in grants for a in g["actions"]}
-        for r, a in sorted(granted - wanted):
-            errors.append(f"{role} grants {a} on {r}, which deployment.rs does not list (least privilege)")
-        for r, a in sorted(wanted - granted):
-            errors.append(f"{role} lacks {a} on {r}, which deployment.rs lists")
+                only = statement_attributes(st)
+                granted |= {(resource_ref(r), a, only) for r in resources for a in actions}
+        wanted = {(g["resource"], a, tuple(sorted(g.get("attributes", [])))) for g in grants for a in g["actions"]}
+        for r, a, only in sorted(granted - wanted):
+            errors.append(f"{role} grants {a} on {r}{limited(only)}, which deployment.rs does not list (least privilege)")
+        for r, a, only in sorted(wanted - granted):
+            errors.append(f"{role} lacks {a} on {r}{limited(only)}, which deployment.rs lists")
         if props.get("ManagedPolicyArns"):
             errors.append(f"{role} attaches managed policies (broader than the listed actions)")
     return errors
+
+
+def statement_attributes(st):
+    """The item attributes a statement limits its requests to (empty: unlimited). A condition
+    this check does not understand counts as its own limit, so it never passes unnoticed."""
+    condition = st.get("Condition")
+    if not condition:
+        return ()
+    if set(condition) == {"ForAllValues:StringEquals"} and set(condition["ForAllValues:StringEquals"]) == {"dynamodb:Attributes"}:
+        return tuple(sorted(condition["ForAllValues:StringEquals"]["dynamodb:Attributes"]))
+    return ("unrecognised condition " + json.dumps(condition, sort_keys=True),)
+
+
+def limited(only):
+    return f" (only attributes {', '.join(only)})" if only else ""
 
 
 def mutations(tpl):
@@ -159,6 +175,7 @@ def mutations(tpl):
         mutate(lambda t: res(t)["QuarantineBucket"]["Properties"]["ObjectLockConfiguration"]["Rule"]["DefaultRetention"].__setitem__("Mode", "GOVERNANCE"), "Object Lock mode"),
         mutate(lambda t: res(t)["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].append("sqs:PurgeQueue"), "an extra IAM action"),
         mutate(lambda t: res(t)["ReplayRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].pop(), "a missing IAM action"),
+        mutate(lambda t: next(st for st in res(t)["ReplayRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "LedgerHandOff").pop("Condition"), "the hand-off's attribute limit dropped"),
     ]
 
 

@@ -2,8 +2,8 @@
 //! hold under concurrency.
 
 use recon_aws::dynamodb::DynamoDedupTable;
-use recon_core::domain::CommittedRef;
-use recon_core::ports::{ClaimOutcome, DedupTable};
+use recon_core::domain::{CommitOutcome, CommittedRef, HandOff};
+use recon_core::ports::{ClaimOutcome, DedupTable, Ledger};
 use recon_harness::stack::TestStack;
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ fn committed(hash: &str, sqs: &str) -> CommittedRef {
         sqs_message_id: sqs.into(),
         message_id: format!("m-{sqs}"),
         committed_at: Some(chrono::Utc::now()),
+        manual_journal: None,
     }
 }
 
@@ -100,5 +101,77 @@ async fn an_expired_claim_is_taken_over_and_a_released_one_is_free() {
             .unwrap(),
         ClaimOutcome::Claimed
     );
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_hand_off_to_a_manual_journal_round_trips_and_shuts_out_a_posting() {
+    // The dedup table keeps which envelope handed the transaction to a manual journal; the
+    // reference ledger keeps it under the posting's own key, outside its postings.
+    let s = TestStack::new("handoff").await;
+    let table = DynamoDedupTable::new(s.clients.dynamodb.clone(), &s.stack.names.dedup_table);
+    let hash = "ef".repeat(32);
+    let t0 = chrono::Utc::now();
+    let until = t0 + chrono::Duration::seconds(30);
+    assert_eq!(
+        table
+            .claim(&hash, "mj", t0, until, t0 + chrono::Duration::days(400))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed
+    );
+    let handed = CommittedRef {
+        manual_journal: Some("env_1".into()),
+        ..committed(&hash, "")
+    };
+    assert!(table.commit("mj", &handed).await.unwrap());
+    let found = table.lookup(&hash).await.unwrap().unwrap();
+    assert!(found.handed_off_by("env_1"), "{found:?}");
+    match table.claim(&hash, "later", t0, until, t0).await.unwrap() {
+        ClaimOutcome::AlreadyCommitted(r) => assert!(r.handed_off_by("env_1"), "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+
+    let ledger = s.ledger();
+    let hand_off = HandOff {
+        source_hash: hash.clone(),
+        envelope_id: "env_2".into(),
+        replay_id: "rpl_1".into(),
+        handed_off_at: t0,
+    };
+    assert_eq!(ledger.hand_off(&hand_off).await.unwrap(), CommitOutcome::Committed);
+    let mut posting = recon_core::domain::Posting::from_message(
+        &recon_core::domain::decode(&recon_testkit::builders::tx(1).to_body().unwrap()).unwrap(),
+        "s1",
+        1,
+        t0,
+        None,
+    );
+    posting.source_hash = hash.clone();
+    match ledger.commit(&posting).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => {
+            assert!(r.handed_off_by("env_2"), "{r:?}");
+            assert_eq!(r.committed_at, Some(t0));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(ledger.scan().await.unwrap().is_empty(), "a hand-off is not a posting");
+    assert_eq!(ledger.hand_offs().await.unwrap().len(), 1);
+
+    // Posted first: the hand-off answers the posting (read after the failed condition).
+    posting.source_hash = "0f".repeat(32);
+    assert_eq!(ledger.commit(&posting).await.unwrap(), CommitOutcome::Committed);
+    let late = HandOff {
+        source_hash: posting.source_hash.clone(),
+        ..hand_off
+    };
+    match ledger.hand_off(&late).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => {
+            assert_eq!(r.sqs_message_id, "s1");
+            assert!(r.manual_journal.is_none());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(ledger.hand_offs().await.unwrap().len(), 1);
     s.cleanup().await;
 }

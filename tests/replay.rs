@@ -122,6 +122,51 @@ async fn an_envelope_whose_hash_is_committed_is_suppressed_and_not_reinjected() 
 }
 
 #[tokio::test]
+async fn a_transaction_left_for_a_manual_journal_is_not_posted_when_the_producer_resends_it() {
+    let s = TestStack::new("rp-mj").await;
+    let body = xau(11).to_body().unwrap();
+    dead_letter(&s, std::slice::from_ref(&body)).await;
+    let report = s
+        .replayer()
+        .run(
+            &ReplayRequest {
+                quarantine: true,
+                reason: "counterparty closed; book by hand".into(),
+                ..manual(Selector::default())
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.quarantined, 1, "{report:#?}");
+    let envelope = s.envelopes().await.remove(0);
+    assert!(envelope.left_for_manual_journal());
+    let hand_offs = s.ledger().hand_offs().await.unwrap();
+    assert_eq!(hand_offs.len(), 1);
+    assert!(hand_offs[0].handed_off_by(&envelope.envelope_id));
+
+    // The currency gets mapped and the producer re-sends the transaction: it does not post.
+    s.map_currency("XAU", 4).await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.send(std::slice::from_ref(&body)).await;
+    s.pump(&consumer).await;
+    assert!(s.postings().await.is_empty());
+    let audit = s.audit().await;
+    let suppressed: Vec<_> = audit
+        .iter()
+        .filter(|r| r.kind == recon_core::domain::AuditKind::DuplicateSuppressed)
+        .collect();
+    assert_eq!(suppressed.len(), 1, "{audit:#?}");
+    assert!(
+        suppressed[0].detail.contains("manual journal"),
+        "{}",
+        suppressed[0].detail
+    );
+    assert_eq!(s.main_queue().depth().await.unwrap().total(), 0);
+    s.cleanup().await;
+}
+
+#[tokio::test]
 async fn closed_periods_and_envelopes_beyond_the_window_are_quarantined_in_worm() {
     let s = TestStack::new("rp-quar").await;
     let mut october = xau(7);

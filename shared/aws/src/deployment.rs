@@ -50,6 +50,9 @@ pub mod iam {
         pub resource: &'static str,
         pub actions: &'static [&'static str],
         pub caller: Caller,
+        /// When not empty, the only item attributes the request may carry (the statement's
+        /// `ForAllValues:StringEquals` condition on `dynamodb:Attributes`).
+        pub attributes: &'static [&'static str],
     }
 
     const fn g(resource: &'static str, actions: &'static [&'static str], caller: Caller) -> Grant {
@@ -57,6 +60,20 @@ pub mod iam {
             resource,
             actions,
             caller,
+            attributes: &[],
+        }
+    }
+
+    /// A grant limited to requests that carry only `attributes`.
+    const fn only(
+        resource: &'static str,
+        actions: &'static [&'static str],
+        caller: Caller,
+        attributes: &'static [&'static str],
+    ) -> Grant {
+        Grant {
+            attributes,
+            ..g(resource, actions, caller)
         }
     }
 
@@ -124,6 +141,13 @@ pub mod iam {
         ),
         g("EnvelopeTable/index/*", &["dynamodb:Query"], Code),
         g("LedgerTable", &["dynamodb:GetItem"], Code),
+        // A hand-off to a manual journal, never a posting: only the hand-off's attributes.
+        only(
+            "LedgerTable",
+            &["dynamodb:PutItem"],
+            Code,
+            &crate::dynamodb::HAND_OFF_ATTRIBUTES,
+        ),
         g("ReferenceTable", &["dynamodb:Scan"], Code),
         g(
             "AuditTable",

@@ -17,7 +17,7 @@ use chrono::{DateTime, Duration, Utc};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::domain::{CommitOutcome, CommittedRef, Posting, TransientKind};
+use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
 use crate::ports::{ClaimOutcome, Clock, DedupTable, ExternalLedger, Ledger, StoreError, StoreResult};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,37 +79,45 @@ impl<G, D> ClaimingLedger<G, D> {
     }
 
     fn owner_token(&self, posting: &Posting) -> String {
+        self.token(&format!("{}/{}", posting.sqs_message_id, posting.attempt_count))
+    }
+
+    fn token(&self, who: &str) -> String {
         let n = self.attempts.fetch_add(1, Ordering::Relaxed);
-        format!(
-            "{}/{}/{}-{n}",
-            posting.sqs_message_id, posting.attempt_count, self.instance
-        )
+        format!("{who}/{}-{n}", self.instance)
     }
 }
 
-impl<G: ExternalLedger, D: DedupTable> Ledger for ClaimingLedger<G, D> {
-    async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
-        let owner = self.owner_token(posting);
+impl<G, D: DedupTable> ClaimingLedger<G, D> {
+    /// Claim `source_hash` for `owner`: `None` when claimed, else what the table already holds.
+    async fn claim_for(&self, source_hash: &str, owner: &str) -> StoreResult<Option<CommitOutcome>> {
         let now: DateTime<Utc> = self.clock.now();
         match self
             .dedup
             .claim(
-                &posting.source_hash,
-                &owner,
+                source_hash,
+                owner,
                 now,
                 now + self.settings.lease,
                 now + self.settings.ttl,
             )
             .await?
         {
-            ClaimOutcome::AlreadyCommitted(r) => return Ok(CommitOutcome::AlreadyCommitted(r)),
-            ClaimOutcome::HeldElsewhere { owner, lease_until } => {
-                return Err(StoreError::new(
-                    TransientKind::Conflict,
-                    format!("being posted by {owner} (claim until {lease_until})"),
-                ));
-            }
-            ClaimOutcome::Claimed => {}
+            ClaimOutcome::AlreadyCommitted(r) => Ok(Some(CommitOutcome::AlreadyCommitted(r))),
+            ClaimOutcome::HeldElsewhere { owner, lease_until } => Err(StoreError::new(
+                TransientKind::Conflict,
+                format!("being posted by {owner} (claim until {lease_until})"),
+            )),
+            ClaimOutcome::Claimed => Ok(None),
+        }
+    }
+}
+
+impl<G: ExternalLedger, D: DedupTable> Ledger for ClaimingLedger<G, D> {
+    async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
+        let owner = self.owner_token(posting);
+        if let Some(held) = self.claim_for(&posting.source_hash, &owner).await? {
+            return Ok(held);
         }
         if let Err(e) = self.gl.post(posting).await {
             if let Err(release) = self.dedup.release(&posting.source_hash, &owner).await {
@@ -122,6 +130,7 @@ impl<G: ExternalLedger, D: DedupTable> Ledger for ClaimingLedger<G, D> {
             sqs_message_id: posting.sqs_message_id.clone(),
             message_id: posting.message_id.clone(),
             committed_at: Some(self.clock.now()),
+            manual_journal: None,
         };
         if self.dedup.commit(&owner, &committed).await? {
             Ok(CommitOutcome::Committed)
@@ -137,5 +146,21 @@ impl<G: ExternalLedger, D: DedupTable> Ledger for ClaimingLedger<G, D> {
 
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
         self.dedup.lookup(source_hash).await
+    }
+
+    /// Claim, then mark committed as a hand-off: nothing goes to the GL (an accountant books it).
+    async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
+        let owner = self.token(&format!("manual-journal/{}", hand_off.envelope_id));
+        if let Some(held) = self.claim_for(&hand_off.source_hash, &owner).await? {
+            return Ok(held);
+        }
+        if self.dedup.commit(&owner, &hand_off.committed_ref()).await? {
+            Ok(CommitOutcome::Committed)
+        } else {
+            Err(StoreError::new(
+                TransientKind::Conflict,
+                "claim lost before the hand-off was marked; try again",
+            ))
+        }
     }
 }

@@ -66,7 +66,8 @@ pub enum DeferReason {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Disposition {
     Committed,
-    /// The transaction was already committed by another SQS message.
+    /// The transaction was already committed by another SQS message (`committed_by`), or handed
+    /// to a manual journal (`committed_by` empty).
     DuplicateSuppressed {
         committed_by: String,
     },
@@ -266,10 +267,7 @@ where
                     ledger_entity: Some(posting.ledger_entity.clone()),
                     currency: Some(posting.currency.clone()),
                     amount: Some(posting.amount.to_string()),
-                    detail: format!(
-                        "already committed by message {} (SQS {})",
-                        existing.message_id, existing.sqs_message_id
-                    ),
+                    detail: format!("already committed by {}", existing.holder()),
                     replay_of: posting.replay_of.clone(),
                 };
                 if let Err(e) = self.audit.append(&record).await {

@@ -218,7 +218,17 @@ pub fn outcomes(
     dlq_empty: bool,
 ) -> (Vec<(State, Entry)>, Vec<String>) {
     let mut problems = Vec::new();
-    let committed: BTreeSet<&str> = postings.iter().map(|p| p.source_hash.as_str()).collect();
+    // Transactions the ledger holds: posted, or handed to a manual journal.
+    let committed: BTreeSet<&str> = postings
+        .iter()
+        .map(|p| p.source_hash.as_str())
+        .chain(
+            envelopes
+                .iter()
+                .filter(|e| e.left_for_manual_journal())
+                .map(|e| e.source_hash.as_str()),
+        )
+        .collect();
     let envelope_ids: BTreeSet<&str> = envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
     let dead_lettered: BTreeSet<&str> = envelopes
         .iter()
@@ -257,7 +267,7 @@ pub fn outcomes(
                 if let Some(h) = &r.source_hash {
                     if !committed.contains(h.as_str()) {
                         problems.push(format!(
-                            "{} suppressed a duplicate of {h}, whose posting is missing",
+                            "{} suppressed a duplicate of {h}, whose posting (or manual journal) is missing",
                             r.audit_id
                         ));
                     }

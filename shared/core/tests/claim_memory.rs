@@ -3,7 +3,7 @@
 use chrono::{Duration, TimeZone, Utc};
 use recon_core::claim::{ClaimSettings, ClaimingLedger};
 use recon_core::consume::{Consumer, ConsumerConfig, Disposition};
-use recon_core::domain::{CommitOutcome, MatchDecision, Posting, TransientKind};
+use recon_core::domain::{CommitOutcome, HandOff, MatchDecision, Posting, TransientKind};
 use recon_core::ports::{ClaimOutcome, Clock, DedupTable, Ledger};
 use recon_testkit::builders;
 use recon_testkit::memory::{
@@ -44,6 +44,44 @@ fn ledger(c: Arc<FixedClock>) -> ClaimingLedger<MemoryGeneralLedger, MemoryDedup
         ClaimSettings::default(),
         c,
     )
+}
+
+fn hand_off(envelope: &str) -> HandOff {
+    HandOff {
+        source_hash: "aa".repeat(32),
+        envelope_id: envelope.into(),
+        replay_id: "rpl_1".into(),
+        handed_off_at: Utc::now(),
+    }
+}
+
+#[tokio::test]
+async fn a_hand_off_to_a_manual_journal_excludes_a_gl_posting_and_the_reverse() {
+    // Handed off first: nothing reaches the GL, and a later delivery finds the manual journal.
+    let l = ledger(clock());
+    assert_eq!(l.hand_off(&hand_off("env_1")).await.unwrap(), CommitOutcome::Committed);
+    match l.commit(&posting("s1")).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => assert!(r.handed_off_by("env_1"), "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(l.gl.posts(&posting("s1").source_hash), 0);
+    // The same envelope again (a replay resuming) sees its own hand-off.
+    match l.hand_off(&hand_off("env_1")).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => assert!(r.handed_off_by("env_1")),
+        other => panic!("{other:?}"),
+    }
+
+    // Posted first: the hand-off answers the posting.
+    let l = ledger(clock());
+    assert_eq!(l.commit(&posting("s1")).await.unwrap(), CommitOutcome::Committed);
+    match l.hand_off(&hand_off("env_2")).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => {
+            assert_eq!(r.sqs_message_id, "s1");
+            assert!(r.manual_journal.is_none());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(l.gl.posts(&posting("s1").source_hash), 1);
 }
 
 #[tokio::test]

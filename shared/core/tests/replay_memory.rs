@@ -1,117 +1,9 @@
 //! The replay flow on in-memory adapters: gates, claims, crash recovery, dry run, cursors,
-//! back-pressure and concurrent sweeps.
+//! back-pressure, concurrent sweeps and the audit outbox.
 
-use aws_lambda_events::event::sqs::SqsMessage;
-use chrono::{Duration as ChronoDuration, Utc};
-use recon_core::consume::{Consumer, ConsumerConfig, Disposition};
-use recon_core::domain::{
-    AuditKind, CurrencyMapping, DlqEnvelope, EnvelopeStatus, NewMessage, PeriodRecord, PeriodStatus, ReplayClaim,
-    StatusChange, attrs, envelope_from_dlq_message,
-};
-use recon_core::ports::{AuditOutbox, Backlog, Clock, EnvelopeStore, Ledger, ReferenceData, SweepCursors, Worm};
-use recon_core::replay::{Gate, ReplayConfig, ReplayReport, ReplayRequest, Replayer, Selector};
-use recon_testkit::builders::{
-    self, body, delivery, manual_request as manual, sweep_request as sweep, tx_in, with_attribute,
-};
-use recon_testkit::memory::{
-    FixedClock, MemoryAuditLog, MemoryDeadLetterQueue, MemoryEnvelopeStore, MemoryLedger, MemoryMetrics,
-    MemoryReferenceData, MemoryReplayQueue, MemoryWorkQueue, MemoryWorm,
-};
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-type TestReplayer = Replayer<
-    Arc<MemoryEnvelopeStore>,
-    Arc<MemoryLedger>,
-    Arc<MemoryReferenceData>,
-    Arc<MemoryReplayQueue>,
-    Arc<MemoryWorm>,
-    Arc<MemoryAuditLog>,
-    MemoryMetrics,
->;
-
-struct World {
-    store: Arc<MemoryEnvelopeStore>,
-    ledger: Arc<MemoryLedger>,
-    reference: Arc<MemoryReferenceData>,
-    queue: Arc<MemoryReplayQueue>,
-    worm: Arc<MemoryWorm>,
-    audit: Arc<MemoryAuditLog>,
-    clock: Arc<FixedClock>,
-}
-
-fn world() -> World {
-    World {
-        store: Arc::default(),
-        ledger: Arc::default(),
-        reference: Arc::default(),
-        queue: Arc::default(),
-        worm: Arc::default(),
-        audit: Arc::default(),
-        clock: builders::clock(),
-    }
-}
-
-impl World {
-    fn replayer(&self, config: ReplayConfig) -> TestReplayer {
-        Replayer {
-            progress: None,
-            store: self.store.clone(),
-            ledger: self.ledger.clone(),
-            reference: self.reference.clone(),
-            queue: self.queue.clone(),
-            worm: self.worm.clone(),
-            audit: self.audit.clone(),
-            metrics: MemoryMetrics::default(),
-            clock: self.clock.clone(),
-            config: ReplayConfig {
-                rate_per_sec: 0,
-                ..config
-            },
-        }
-    }
-
-    /// Store a PENDING envelope for `m`, dead-lettered `age` before now.
-    async fn envelope(&self, id: &str, m: &NewMessage, age: ChronoDuration) -> DlqEnvelope {
-        let msg = with_attribute(
-            with_attribute(delivery(id, &body(m), 1), attrs::FAILURE_CODE, "POISON_MESSAGE"),
-            attrs::ROOT_CAUSE,
-            "UNMAPPED_CURRENCY:XAU",
-        );
-        let mut e = envelope_from_dlq_message(&msg, self.clock_now(), "test");
-        e.dead_lettered_at = self.clock_now() - age;
-        self.store.create(&e).await.unwrap();
-        e
-    }
-
-    fn clock_now(&self) -> chrono::DateTime<Utc> {
-        self.clock.now()
-    }
-
-    async fn status(&self, id: &str) -> EnvelopeStatus {
-        self.store.get(id).await.unwrap().unwrap().status
-    }
-}
-
-/// A transaction in XAU (poison until XAU is mapped).
-fn xau(n: u32) -> NewMessage {
-    tx_in(n, "XAU", &format!("{n}.125"))
-}
-
-async fn add_xau(w: &World) {
-    w.reference
-        .put_currency(&CurrencyMapping {
-            code: "XAU".into(),
-            minor_units: 4,
-            description: "troy ounce".into(),
-        })
-        .await
-        .unwrap();
-}
-
-fn outcomes(r: &ReplayReport) -> Vec<&'static str> {
-    r.items.iter().map(|i| i.outcome.as_str()).collect()
-}
+use common::*;
 
 #[tokio::test]
 async fn a_fixed_group_replays_and_commits_exactly_once() {
@@ -181,15 +73,7 @@ async fn a_fixed_group_replays_and_commits_exactly_once() {
 
     // The consumer (same ledger, same reference data) commits each once; a second replay run
     // finds nothing pending.
-    let consumer = Consumer {
-        ledger: w.ledger.clone(),
-        queue: MemoryWorkQueue::default(),
-        dlq: MemoryDeadLetterQueue::default(),
-        reference: w.reference.clone(),
-        audit: MemoryAuditLog::default(),
-        clock: w.clock.clone(),
-        config: ConsumerConfig::default(),
-    };
+    let consumer = w.consumer();
     for (i, m) in sent.iter().enumerate() {
         let mut msg = SqsMessage::default();
         msg.message_id = Some(format!("replayed-{i}"));
@@ -458,24 +342,6 @@ async fn concurrent_sweeps_reinject_each_envelope_at_most_once() {
 }
 
 #[tokio::test]
-async fn an_operator_can_quarantine_a_group_that_cannot_be_fixed() {
-    let w = world();
-    for n in 1..=2 {
-        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await;
-    }
-    let req = ReplayRequest {
-        quarantine: true,
-        reason: "counterparty closed; book by hand".into(),
-        ..manual(Selector::default(), false)
-    };
-    let report = w.replayer(ReplayConfig::default()).run(&req, None).await.unwrap();
-    assert_eq!(outcomes(&report), ["QUARANTINED", "QUARANTINED"]);
-    assert!(report.items.iter().all(|i| i.gate == Some(Gate::Operator)));
-    assert_eq!(w.store.pending_count().await.unwrap(), 0);
-    assert!(w.queue.sent().is_empty());
-}
-
-#[tokio::test]
 async fn a_decision_whose_audit_append_fails_gets_its_record_from_the_outbox() {
     // Regression: a replay settled an envelope and its audit append failed: the decision had no
     // record, ever. The record now goes into the outbox with the settlement.
@@ -507,87 +373,6 @@ async fn a_decision_whose_audit_append_fails_gets_its_record_from_the_outbox() {
         "published by the next replay"
     );
     assert!(w.store.pending_records(10).await.unwrap().is_empty());
-}
-
-/// `m` with a narrative field (not hashed) that makes its body about `bytes` long.
-fn padded(m: &NewMessage, bytes: usize) -> String {
-    let mut v: serde_json::Value = serde_json::from_str(&body(m)).unwrap();
-    v["statement_narrative"] = "x".repeat(bytes.saturating_sub(body(m).len() + 30)).into();
-    v.to_string()
-}
-
-impl World {
-    /// A PENDING envelope whose original is `body`, its bytes in the WORM bucket as the enricher
-    /// keeps large bodies.
-    async fn large_envelope(&self, id: &str, body: &str) -> DlqEnvelope {
-        let msg = with_attribute(
-            with_attribute(delivery(id, body, 1), attrs::FAILURE_CODE, "POISON_MESSAGE"),
-            attrs::ROOT_CAUSE,
-            "UNMAPPED_CURRENCY:XAU",
-        );
-        let mut e = envelope_from_dlq_message(&msg, self.clock_now(), "test");
-        let key = e.payload_key();
-        self.worm.put(&key, body.as_bytes()).await.unwrap();
-        e.original.body_key = Some(key);
-        e.original.body = None;
-        self.store.create(&e).await.unwrap();
-        e
-    }
-}
-
-#[tokio::test]
-async fn large_originals_go_out_in_batches_sqs_accepts() {
-    // Regression: ten re-injections went in one call whatever their size; three originals of
-    // 400 kB exceed SQS's 1 MiB per batch, the call was refused, all were released, and the next
-    // sweep did the same, forever.
-    let w = world();
-    add_xau(&w).await;
-    for n in 1..=3 {
-        w.large_envelope(&format!("s{n}"), &padded(&xau(n), 400_000)).await;
-    }
-    let report = w.replayer(ReplayConfig::default()).run(&sweep(), None).await.unwrap();
-    assert_eq!(outcomes(&report), ["REINJECTED"; 3], "{report:#?}");
-    assert_eq!(w.queue.calls(), 2, "two batches: 800 kB, then 400 kB");
-}
-
-#[tokio::test]
-async fn an_original_sqs_can_never_take_is_quarantined_not_retried_forever() {
-    // Regression: just under 1 MiB on its own, over it with the replay's four attributes: every
-    // sweep claimed it, saw the send refused, released it, and its history grew without bound.
-    let w = world();
-    add_xau(&w).await;
-    let e = w.large_envelope("s1", &padded(&xau(1), 1_048_576 - 60)).await;
-    let r = w.replayer(ReplayConfig::default());
-    let report = r.run(&sweep(), None).await.unwrap();
-    assert_eq!(outcomes(&report), ["QUARANTINED"], "{report:#?}");
-    assert_eq!(report.items[0].gate, Some(Gate::Transport));
-    let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
-    assert!(stored.status_history.last().unwrap().manual_journal);
-    assert_eq!(stored.status_history.len(), 3, "enriched, claimed, quarantined");
-    assert!(w.queue.sent().is_empty());
-}
-
-#[tokio::test]
-async fn a_quarantine_never_flags_a_committed_transaction_for_a_manual_journal() {
-    // Regression: an operator's quarantine (like the temporal gate's) flagged the envelope for a
-    // manual journal without asking the ledger: a transaction committed meanwhile would be
-    // booked twice, once by hand.
-    let w = world();
-    add_xau(&w).await;
-    let e = w.envelope("s1", &xau(7), ChronoDuration::hours(1)).await;
-    let msg = recon_core::domain::decode(e.original.body.as_deref().unwrap()).unwrap();
-    let posting = recon_core::domain::Posting::from_message(&msg, "another", 1, Utc::now(), None);
-    w.ledger.commit(&posting).await.unwrap();
-    let req = ReplayRequest {
-        quarantine: true,
-        reason: "cannot be fixed: book by hand".into(),
-        ..manual(Selector::default(), false)
-    };
-    let report = w.replayer(ReplayConfig::default()).run(&req, None).await.unwrap();
-    assert_eq!(outcomes(&report), ["SUPPRESSED_DUPLICATE"]);
-    let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
-    assert_eq!(stored.status, EnvelopeStatus::SuppressedDuplicate);
-    assert!(stored.status_history.iter().all(|c| !c.manual_journal));
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use recon_core::domain::{CommitOutcome, CommittedRef, Posting, TransientKind};
+use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
 use recon_core::ports::{Ledger, StoreError, StoreResult};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,5 +71,12 @@ impl<L: Ledger> Ledger for FaultyLedger<L> {
 
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
         self.inner.lookup(source_hash).await
+    }
+
+    async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
+        if self.should_fail(&hand_off.source_hash) {
+            return Err(StoreError::new(self.kind, "ledger unavailable (injected fault)"));
+        }
+        self.inner.hand_off(hand_off).await
     }
 }

@@ -8,7 +8,7 @@ use recon_core::domain::{CommittedRef, TransientKind};
 use recon_core::ports::{ClaimOutcome, DedupTable, StoreError, StoreResult};
 use recon_core::resources::keys;
 
-use super::{committed_ref, n, s};
+use super::{HAND_OFF_BY, committed_ref, n, s};
 use crate::error::{SdkError, store_error};
 use crate::item::{Item, get_s};
 
@@ -94,14 +94,21 @@ impl DedupTable for DynamoDedupTable {
 
     async fn commit(&self, owner: &str, committed: &CommittedRef) -> StoreResult<bool> {
         let at = committed.committed_at.map(|t| t.to_rfc3339()).unwrap_or_default();
-        let result = self
+        let mut set =
+            "SET #state = :committed, sqs_message_id = :sqs, message_id = :mid, committed_at = :at".to_owned();
+        if committed.manual_journal.is_some() {
+            set.push_str(&format!(", {HAND_OFF_BY} = :mj"));
+        }
+        let mut request = self
             .client
             .update_item()
             .table_name(&self.table)
             .key(keys::DEDUP_PK, s(&committed.source_hash))
-            .update_expression(
-                "SET #state = :committed, sqs_message_id = :sqs, message_id = :mid, committed_at = :at REMOVE #lease",
-            )
+            .update_expression(format!("{set} REMOVE #lease"));
+        if let Some(envelope) = &committed.manual_journal {
+            request = request.expression_attribute_values(":mj", s(envelope));
+        }
+        let result = request
             .condition_expression("#state = :claimed AND #owner = :owner")
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#owner", "owner")

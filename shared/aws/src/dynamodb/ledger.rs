@@ -4,13 +4,13 @@
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure};
-use recon_core::domain::{CommitOutcome, CommittedRef, Posting};
+use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting};
 use recon_core::ports::{Ledger, StoreResult};
 use recon_core::resources::keys;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{committed_ref, item_error, scan_all};
+use super::{HAND_OFF_BY, committed_ref, item_error, s, scan_all};
 use crate::error::{SdkError, store_error};
 use crate::item::{Item, from_item, to_item};
 
@@ -63,18 +63,30 @@ impl DynamoLedger {
     }
 
     /// Every posting in the table (a scan: for `dlqctl stats`, tests and reconciliation).
+    /// Hand-offs to a manual journal share the table and are not postings: see [`Self::hand_offs`].
     pub async fn scan(&self) -> StoreResult<Vec<Posting>> {
         scan_all(&self.client, &self.table, None)
             .await?
             .iter()
+            .filter(|i| !i.contains_key(HAND_OFF_BY))
             .map(|i| from_item::<Posting>(i).map_err(|e| item_error("ledger scan", e)))
             .collect()
     }
-}
 
-impl Ledger for DynamoLedger {
-    async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
-        let item = to_item(posting).map_err(|e| item_error("ledger item", e))?;
+    /// Every transaction handed to a manual journal (a scan).
+    pub async fn hand_offs(&self) -> StoreResult<Vec<CommittedRef>> {
+        Ok(scan_all(&self.client, &self.table, None)
+            .await?
+            .iter()
+            .filter(|i| i.contains_key(HAND_OFF_BY))
+            .map(committed_ref)
+            .collect())
+    }
+
+    /// A conditional put on the transaction's key: `Committed` when written, else what holds it —
+    /// returned by the failed condition (`ALL_OLD`), or read after it when the caller's role may
+    /// not receive attributes beyond the ones it writes (the replay's hand-off).
+    async fn put_new(&self, item: Item, source_hash: &str, old_from_condition: bool) -> StoreResult<CommitOutcome> {
         let result = self
             .client
             .put_item()
@@ -82,7 +94,11 @@ impl Ledger for DynamoLedger {
             .set_item(Some(item))
             .condition_expression("attribute_not_exists(#pk)")
             .expression_attribute_names("#pk", keys::LEDGER_PK)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_values_on_condition_check_failure(if old_from_condition {
+                ReturnValuesOnConditionCheckFailure::AllOld
+            } else {
+                ReturnValuesOnConditionCheckFailure::None
+            })
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
@@ -99,24 +115,55 @@ impl Ledger for DynamoLedger {
                     PutItemError::ConditionalCheckFailedException(c) => c.item().map(committed_ref),
                     _ => None,
                 };
+                let existing = match existing {
+                    None if !old_from_condition => self.lookup(source_hash).await?,
+                    found => found,
+                };
                 match existing {
                     Some(r) => Ok(CommitOutcome::AlreadyCommitted(r)),
-                    // DynamoDB always returns the old item here. Should a store not, the posting
+                    // DynamoDB always returns the old item here. Should a store not, the item
                     // still exists: report a duplicate of an unknown delivery rather than read it
                     // (the consumer's IAM policy has no GetItem).
                     None => Ok(CommitOutcome::AlreadyCommitted(CommittedRef {
-                        source_hash: posting.source_hash.clone(),
+                        source_hash: source_hash.to_owned(),
                         sqs_message_id: String::new(),
                         message_id: String::new(),
                         committed_at: None,
+                        manual_journal: None,
                     })),
                 }
             }
             Err(e) => Err(store_error("PutItem(ledger)", e)),
         }
     }
+}
+
+/// The attributes of a hand-off item: the only ones the replay role may write to the ledger
+/// table (its IAM grant is conditioned on `dynamodb:Attributes`), so it can never write a posting.
+pub const HAND_OFF_ATTRIBUTES: [&str; 4] = [keys::LEDGER_PK, HAND_OFF_BY, "replay_id", "committed_at"];
+
+fn hand_off_item(h: &HandOff) -> Item {
+    let [pk, by, replay, at] = HAND_OFF_ATTRIBUTES;
+    Item::from([
+        (pk.to_owned(), s(&h.source_hash)),
+        (by.to_owned(), s(&h.envelope_id)),
+        (replay.to_owned(), s(&h.replay_id)),
+        (at.to_owned(), s(h.handed_off_at.to_rfc3339())),
+    ])
+}
+
+impl Ledger for DynamoLedger {
+    async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
+        let item = to_item(posting).map_err(|e| item_error("ledger item", e))?;
+        self.put_new(item, &posting.source_hash, true).await
+    }
 
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
         Ok(self.item(source_hash).await?.as_ref().map(committed_ref))
+    }
+
+    async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
+        self.put_new(hand_off_item(hand_off), &hand_off.source_hash, false)
+            .await
     }
 }

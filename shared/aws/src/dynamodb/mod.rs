@@ -12,7 +12,7 @@ mod reference;
 pub use audit::DynamoAuditLog;
 pub use dedup::DynamoDedupTable;
 pub use envelopes::DynamoEnvelopeStore;
-pub use ledger::DynamoLedger;
+pub use ledger::{DynamoLedger, HAND_OFF_ATTRIBUTES};
 pub use reference::DynamoReferenceData;
 
 use aws_sdk_dynamodb::Client;
@@ -42,8 +42,13 @@ pub(crate) fn committed_ref(item: &Item) -> CommittedRef {
         sqs_message_id: get_s(item, "sqs_message_id").unwrap_or_default().to_owned(),
         message_id: get_s(item, "message_id").unwrap_or_default().to_owned(),
         committed_at: get_s(item, "committed_at").and_then(|t| t.parse().ok()),
+        manual_journal: get_s(item, HAND_OFF_BY).map(str::to_owned),
     }
 }
+
+/// The attribute that marks a ledger (or dedup) item as a hand-off to a manual journal: the
+/// envelope that handed it off.
+pub(crate) const HAND_OFF_BY: &str = "manual_journal";
 
 /// All items of a table, following pagination; `pk` filters on the partition key when given.
 pub async fn scan_all(client: &Client, table: &str, pk: Option<(&str, &str)>) -> StoreResult<Vec<Item>> {

@@ -316,6 +316,11 @@ pub struct WormDocument<'a> {
 }
 
 impl DlqEnvelope {
+    /// Quarantined and flagged for a manual journal: an accountant books it by hand.
+    pub fn left_for_manual_journal(&self) -> bool {
+        self.status == EnvelopeStatus::Quarantined && self.status_history.iter().any(|c| c.manual_journal)
+    }
+
     /// The WORM document bytes and their content-addressed key.
     pub fn worm_document(&self, body: &str) -> (String, Vec<u8>) {
         let doc = WormDocument {

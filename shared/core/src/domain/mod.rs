@@ -23,7 +23,7 @@ pub use envelope::{
 pub use failure::{FailureCode, ProcessError, RootCause, TransientKind, bounded_detail};
 pub use hash::{HashInput, source_hash};
 pub use message::{MatchDecision, MessageLabels, NewMessage, ReconMessage, decode, labels, validate};
-pub use posting::{CommitOutcome, CommittedRef, Posting};
+pub use posting::{CommitOutcome, CommittedRef, HandOff, Posting};
 pub use reference::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};
 pub use status::{EnvelopeStatus, IllegalTransition, StatusChange};
 pub use total::{Tally, Total, TotalOverflow};

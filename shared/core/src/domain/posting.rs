@@ -62,13 +62,60 @@ impl Posting {
     }
 }
 
-/// Which delivery already holds the posting for a `source_hash`.
+/// Which delivery already holds the posting for a `source_hash` — or which envelope handed the
+/// transaction to a manual journal ([`HandOff`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommittedRef {
     pub source_hash: String,
+    /// Empty for a hand-off (never equal to a delivery's id).
     pub sqs_message_id: String,
     pub message_id: String,
     pub committed_at: Option<DateTime<Utc>>,
+    /// The envelope whose replay handed the transaction to a manual journal: no posting exists,
+    /// and none may be made (an accountant books it by hand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manual_journal: Option<String>,
+}
+
+impl CommittedRef {
+    /// Who holds the transaction, for messages: a delivery, or a manual journal.
+    pub fn holder(&self) -> String {
+        match &self.manual_journal {
+            Some(envelope) => format!("a manual journal (handed off by envelope {envelope})"),
+            None => format!("message {} (SQS {})", self.message_id, self.sqs_message_id),
+        }
+    }
+
+    /// Did `envelope_id` itself hand this transaction to a manual journal?
+    pub fn handed_off_by(&self, envelope_id: &str) -> bool {
+        self.manual_journal.as_deref() == Some(envelope_id)
+    }
+}
+
+/// A transaction handed to a manual journal by a replay's quarantine decision. It is written to
+/// the ledger's own idempotency key (`source_hash`) with the same condition as a posting, so the
+/// two exclude each other: once handed off, every later commit of the transaction — a duplicate
+/// delivery, another copy's replay — answers `AlreadyCommitted`, and a hand-off after a posting
+/// answers the posting. No transaction is booked both by the pipeline and by hand.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandOff {
+    pub source_hash: String,
+    pub envelope_id: String,
+    pub replay_id: String,
+    pub handed_off_at: DateTime<Utc>,
+}
+
+impl HandOff {
+    /// What the ledger answers for a handed-off transaction.
+    pub fn committed_ref(&self) -> CommittedRef {
+        CommittedRef {
+            source_hash: self.source_hash.clone(),
+            sqs_message_id: String::new(),
+            message_id: String::new(),
+            committed_at: Some(self.handed_off_at),
+            manual_journal: Some(self.envelope_id.clone()),
+        }
+    }
 }
 
 impl From<&Posting> for CommittedRef {
@@ -78,6 +125,7 @@ impl From<&Posting> for CommittedRef {
             sqs_message_id: p.sqs_message_id.clone(),
             message_id: p.message_id.clone(),
             committed_at: Some(p.committed_at),
+            manual_journal: None,
         }
     }
 }

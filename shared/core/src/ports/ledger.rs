@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::StoreResult;
-use crate::domain::{CommitOutcome, CommittedRef, Posting};
+use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting};
 
 /// `commit` must be atomic with the dedup mark: after it returns `Committed`, no later call for
 /// the same `source_hash` can commit again, and a crash at any point either committed (and the
@@ -16,6 +16,10 @@ pub trait Ledger: Send + Sync {
     fn commit(&self, posting: &Posting) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
     /// Is this transaction committed? (The replay gate asks the same store the consumer writes.)
     fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+    /// Hand the transaction to a manual journal, under the same condition as `commit`:
+    /// `Committed` when this call wrote the hand-off, `AlreadyCommitted` when a posting or a
+    /// hand-off was there first (then `lookup` and every later `commit` answer it too).
+    fn hand_off(&self, hand_off: &HandOff) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
 }
 
 impl<T: Ledger> Ledger for Arc<T> {
@@ -24,6 +28,9 @@ impl<T: Ledger> Ledger for Arc<T> {
     }
     fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send {
         (**self).lookup(source_hash)
+    }
+    fn hand_off(&self, hand_off: &HandOff) -> impl Future<Output = StoreResult<CommitOutcome>> + Send {
+        (**self).hand_off(hand_off)
     }
 }
 

@@ -9,6 +9,10 @@
 //!   (else `REPLAY_DUPLICATE`: `SUPPRESSED_DUPLICATE`, never re-injected);
 //! - **gate 3, temporal**: its accounting period is open and it is inside the replay window (else
 //!   quarantine, flagged for a manual journal);
+//! - **manual journal**: every quarantine flagged for a manual journal first hands the transaction
+//!   off in the ledger ([`crate::domain::HandOff`], conditional like a commit), so no later
+//!   delivery or replay posts what an accountant books by hand; a hand-off that loses to a posting
+//!   suppresses the envelope as a duplicate instead;
 //! - **transport**: an envelope whose re-injection failed [`MAX_RELEASES`] times goes to
 //!   quarantine, flagged for a manual journal (under the claim, an original over SQS's limits with
 //!   the replay's attributes goes there at once: `reinject`).
@@ -25,6 +29,11 @@ use crate::ports::{Ledger, StoreResult, Worm};
 /// Re-injections of one envelope that may fail (a refused send, released back to PENDING) before
 /// it is quarantined for review: each attempt adds to its history, which must stay bounded.
 pub const MAX_RELEASES: usize = 12;
+
+/// The verdict for an envelope whose own hand-off to a manual journal is in the ledger: a replay
+/// wrote it and stopped before settling the envelope; the quarantine is finished.
+pub(super) const RESUMED_HAND_OFF: &str =
+    "handed to a manual journal by an earlier replay, which stopped before settling the envelope";
 
 /// Which gate decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -45,6 +54,7 @@ pub enum Gate {
 pub enum Verdict {
     Reinject,
     Duplicate {
+        /// Who holds the transaction in the ledger ([`crate::domain::CommittedRef::holder`]).
         committed_by: String,
     },
     StillFailing {
@@ -124,8 +134,15 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
             });
         }
         if let Some(committed) = self.ledger.lookup(&msg.source_hash).await? {
+            if committed.handed_off_by(&e.envelope_id) {
+                return Ok(Verdict::Quarantine {
+                    gate: Gate::Idempotency,
+                    detail: RESUMED_HAND_OFF.into(),
+                    manual_journal: true,
+                });
+            }
             return Ok(Verdict::Duplicate {
-                committed_by: committed.sqs_message_id,
+                committed_by: committed.holder(),
             });
         }
         if let Err(err) = check_period(&msg, snapshot) {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::gates::Gate;
+use super::gates::{Gate, RESUMED_HAND_OFF};
 use super::report::{ReplayItem, ReplayOutcome, ReplayReport, isolated, item};
 use super::settle::{NOT_CLAIMED, Settlement};
 use super::{Replayer, Run};
@@ -113,9 +113,13 @@ where
             return Ok(Prepared::Settled(item(e, ReplayOutcome::Skipped, None, NOT_CLAIMED)));
         }
         if let Some(c) = self.committed(e).await? {
-            return Ok(Prepared::Settled(
-                self.settle_claimed_duplicate(run, e, &c.sqs_message_id).await?,
-            ));
+            let settled = if c.handed_off_by(&e.envelope_id) {
+                self.quarantine(run, e, Gate::Idempotency, RESUMED_HAND_OFF, true)
+                    .await?
+            } else {
+                self.settle_claimed_duplicate(run, e, &c.holder()).await?
+            };
+            return Ok(Prepared::Settled(settled));
         }
         let body = original_body(e, &self.worm).await?.unwrap_or_default();
         match self.reinjection(run, e, body) {

@@ -125,7 +125,7 @@ pub(super) fn dry_item(e: &DlqEnvelope, v: &Verdict) -> ReplayItem {
             e,
             ReplayOutcome::WouldSuppress,
             Some(Gate::Idempotency),
-            format!("already committed by SQS message {committed_by}"),
+            format!("already committed by {committed_by}"),
         ),
         Verdict::StillFailing { gate, detail } => item(e, ReplayOutcome::StillFailing, Some(*gate), detail.clone()),
         Verdict::Quarantine { gate, detail, .. } => {

@@ -11,8 +11,8 @@ use super::report::{ReplayItem, ReplayOutcome, item};
 use super::{Replayer, Run};
 use crate::domain::envelope::sha256_hex;
 use crate::domain::{
-    AuditKind, AuditRecord, CommittedRef, DlqEnvelope, EnvelopeStatus, FailureCode, HashKind, ReplayClaim,
-    ReplayRecord, StatusChange, decode,
+    AuditKind, AuditRecord, CommitOutcome, CommittedRef, DlqEnvelope, EnvelopeStatus, FailureCode, HandOff, HashKind,
+    ReplayClaim, ReplayRecord, StatusChange, decode,
 };
 use crate::envelopes::{envelope_audit, original_body, publish};
 use crate::ports::{AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, Worm};
@@ -91,14 +91,15 @@ where
         }
     }
 
-    /// Claimed, and its transaction turned out committed: suppress it, never re-inject.
+    /// Claimed, and its transaction turned out committed (or handed to a manual journal by
+    /// another envelope): suppress it, never re-inject. `committed_by` is the ledger's holder.
     pub(super) async fn settle_claimed_duplicate(
         &self,
         run: &Run<'_>,
         e: &DlqEnvelope,
         committed_by: &str,
     ) -> FlowResult<ReplayItem> {
-        let detail = format!("already committed by SQS message {committed_by}: not re-injected");
+        let detail = format!("already committed by {committed_by}: not re-injected");
         let record = self.audit_record(
             run,
             e,
@@ -131,8 +132,18 @@ where
         manual_journal: bool,
     ) -> FlowResult<ReplayItem> {
         if manual_journal {
-            if let Some(c) = self.committed(e).await? {
-                return self.settle_claimed_duplicate(run, e, &c.sqs_message_id).await;
+            if let Some(source_hash) = self.transaction_hash(e).await? {
+                let hand_off = HandOff {
+                    source_hash,
+                    envelope_id: e.envelope_id.clone(),
+                    replay_id: run.replay_id.clone(),
+                    handed_off_at: self.clock.now(),
+                };
+                if let CommitOutcome::AlreadyCommitted(c) = self.ledger.hand_off(&hand_off).await? {
+                    if !c.handed_off_by(&e.envelope_id) {
+                        return self.settle_claimed_duplicate(run, e, &c.holder()).await;
+                    }
+                }
             }
         }
         // The quarantine decision itself goes to the WORM bucket next to the envelope's copy.
@@ -167,16 +178,24 @@ where
         Ok(item(e, ReplayOutcome::Quarantined, Some(gate), detail))
     }
 
-    /// Is the envelope's transaction committed? Asked with the hash its body decodes to, else the
-    /// hash it claims (a raw digest is never in the ledger).
+    /// Is the envelope's transaction committed (or handed to a manual journal)?
     pub(super) async fn committed(&self, e: &DlqEnvelope) -> FlowResult<Option<CommittedRef>> {
+        match self.transaction_hash(e).await? {
+            Some(hash) => Ok(self.ledger.lookup(&hash).await?),
+            None => Ok(None),
+        }
+    }
+
+    /// The ledger key of the envelope's transaction: the hash its body decodes to, else the hash
+    /// it claims; none for a raw digest (an unidentified message is never in the ledger, and
+    /// cannot be handed off: its manual journal rests on the accountant reading the body).
+    async fn transaction_hash(&self, e: &DlqEnvelope) -> FlowResult<Option<String>> {
         let body = original_body(e, &self.worm).await?;
-        let hash = match body.as_deref().map(decode) {
-            Some(Ok(m)) => m.source_hash,
-            _ if e.source_hash_kind == HashKind::RawDigest => return Ok(None),
-            _ => e.source_hash.clone(),
-        };
-        Ok(self.ledger.lookup(&hash).await?)
+        Ok(match body.as_deref().map(decode) {
+            Some(Ok(m)) => Some(m.source_hash),
+            _ if e.source_hash_kind == HashKind::RawDigest => None,
+            _ => Some(e.source_hash.clone()),
+        })
     }
 
     /// Append a decision's record to the trail and drop it from the outbox. The decision is made

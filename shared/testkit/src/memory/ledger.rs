@@ -2,7 +2,7 @@
 //! protocol (same conditions as DynamoDB's), and a general ledger that counts every post.
 
 use chrono::{DateTime, Utc};
-use recon_core::domain::{CommitOutcome, CommittedRef, Posting, TransientKind};
+use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
 use recon_core::ports::{ClaimOutcome, DedupTable, ExternalLedger, Ledger, StoreError, StoreResult};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -10,35 +10,76 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::lock;
 
+/// One key per `source_hash`, like the DynamoDB ledger: a posting or a hand-off.
+#[derive(Clone, Debug)]
+enum Entry {
+    Posted(Posting),
+    HandedOff(HandOff),
+}
+
+impl Entry {
+    fn committed_ref(&self) -> CommittedRef {
+        match self {
+            Entry::Posted(p) => p.into(),
+            Entry::HandedOff(h) => h.committed_ref(),
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct MemoryLedger {
-    postings: Mutex<HashMap<String, Posting>>,
+    entries: Mutex<HashMap<String, Entry>>,
 }
 
 impl MemoryLedger {
     pub fn postings(&self) -> Vec<Posting> {
-        lock(&self.postings).values().cloned().collect()
+        lock(&self.entries)
+            .values()
+            .filter_map(|e| match e {
+                Entry::Posted(p) => Some(p.clone()),
+                Entry::HandedOff(_) => None,
+            })
+            .collect()
     }
+    /// The transactions handed to a manual journal.
+    pub fn hand_offs(&self) -> Vec<HandOff> {
+        lock(&self.entries)
+            .values()
+            .filter_map(|e| match e {
+                Entry::HandedOff(h) => Some(h.clone()),
+                Entry::Posted(_) => None,
+            })
+            .collect()
+    }
+    /// Postings (hand-offs are not counted).
     pub fn len(&self) -> usize {
-        lock(&self.postings).len()
+        self.postings().len()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    fn insert(&self, source_hash: &str, entry: Entry) -> CommitOutcome {
+        let mut map = lock(&self.entries);
+        if let Some(existing) = map.get(source_hash) {
+            return CommitOutcome::AlreadyCommitted(existing.committed_ref());
+        }
+        map.insert(source_hash.to_owned(), entry);
+        CommitOutcome::Committed
     }
 }
 
 impl Ledger for MemoryLedger {
     async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
-        let mut map = lock(&self.postings);
-        if let Some(existing) = map.get(&posting.source_hash) {
-            return Ok(CommitOutcome::AlreadyCommitted(existing.into()));
-        }
-        map.insert(posting.source_hash.clone(), posting.clone());
-        Ok(CommitOutcome::Committed)
+        Ok(self.insert(&posting.source_hash, Entry::Posted(posting.clone())))
     }
 
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        Ok(lock(&self.postings).get(source_hash).map(CommittedRef::from))
+        Ok(lock(&self.entries).get(source_hash).map(Entry::committed_ref))
+    }
+
+    async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
+        Ok(self.insert(&hand_off.source_hash, Entry::HandedOff(hand_off.clone())))
     }
 }
 

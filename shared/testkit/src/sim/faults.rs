@@ -6,8 +6,8 @@
 use chrono::{DateTime, Utc};
 use recon_core::domain::audit::{ChainHead, ChainedRecord};
 use recon_core::domain::{
-    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, DlqEnvelope, EnvelopeStatus, PeriodRecord,
-    Posting, ReferenceSnapshot, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
+    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, DlqEnvelope, EnvelopeStatus, HandOff,
+    PeriodRecord, Posting, ReferenceSnapshot, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
 };
 use recon_core::ports::{
     AuditLog, AuditOutbox, Backlog, Clock, CreateOutcome, DeadLetterQueue, EnvelopePage, EnvelopeStore, FlowResult,
@@ -136,6 +136,9 @@ impl<P: Ledger> Ledger for Faulty<P> {
     }
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
         self.faults.call("Ledger.lookup", self.inner.lookup(source_hash)).await
+    }
+    async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
+        self.faults.call("Ledger.hand_off", self.inner.hand_off(hand_off)).await
     }
 }
 

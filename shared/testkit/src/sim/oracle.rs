@@ -11,7 +11,7 @@
 //!   the audit outbox, and the chains verify;
 //! - no envelope's history grows without bound.
 
-use recon_core::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, decode};
+use recon_core::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, HashKind, decode};
 use recon_core::evidence::verify_trail;
 use recon_core::ports::{AuditOutbox, all_envelopes};
 use recon_core::reconcile::{State, manifest_entry, outcomes, reconcile};
@@ -61,7 +61,7 @@ pub fn check(world: &World) -> Vec<String> {
     // quarantine, or an original SQS cannot carry again): a manual journal.
     let by_hand: BTreeSet<&str> = envelopes
         .iter()
-        .filter(|e| e.status == EnvelopeStatus::Quarantined && e.status_history.iter().any(|c| c.manual_journal))
+        .filter(|e| e.left_for_manual_journal())
         .map(|e| e.source_hash.as_str())
         .collect();
     for p in sent.iter().filter(|p| matches!(p.kind, Kind::Valid | Kind::LargeValid)) {
@@ -116,6 +116,30 @@ pub fn check(world: &World) -> Vec<String> {
                 e.envelope_id, e.original.source_message_id, e.source_hash, e.status_history
             ));
         }
+    }
+
+    // A manual journal is handed off in the ledger by its own envelope (so nothing posts it
+    // after), and a hand-off belongs to an envelope left for a manual journal (else the
+    // transaction would be neither posted nor booked by hand).
+    let hand_offs = s.ledger.hand_offs();
+    let manual: BTreeSet<&str> = envelopes
+        .iter()
+        .filter(|e| e.left_for_manual_journal())
+        .map(|e| e.envelope_id.as_str())
+        .collect();
+    for e in envelopes.iter().filter(|e| manual.contains(e.envelope_id.as_str())) {
+        if e.source_hash_kind != HashKind::RawDigest && !hand_offs.iter().any(|h| h.envelope_id == e.envelope_id) {
+            v.push(format!(
+                "envelope {} is left for a manual journal without a hand-off in the ledger",
+                e.envelope_id
+            ));
+        }
+    }
+    for h in hand_offs.iter().filter(|h| !manual.contains(h.envelope_id.as_str())) {
+        v.push(format!(
+            "transaction {} is handed off by envelope {}, which is not left for a manual journal",
+            h.source_hash, h.envelope_id
+        ));
     }
 
     // Every decision has its record.
