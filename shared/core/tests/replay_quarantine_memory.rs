@@ -122,25 +122,51 @@ async fn a_transaction_left_for_a_manual_journal_is_never_posted_by_another_copy
 
 #[tokio::test]
 async fn a_hand_off_left_by_a_replay_that_stopped_is_finished_not_suppressed() {
-    // A replay handed the transaction off, then died before settling the envelope: the next
-    // replay finds the envelope's own hand-off and finishes the quarantine.
+    // A replay handed the transactions off, then died before settling the envelopes: the next
+    // replay finds each envelope's own hand-off and finishes the quarantine — also for one whose
+    // gates would say "still failing" today (regression, found by the simulator: an operator's
+    // quarantine of still-poison envelopes crashed, the next sweep released them to PENDING, and
+    // their transactions were left neither posted nor flagged).
     let w = world();
-    add_xau(&w).await;
-    let e = w.envelope("s1", &xau(8), ChronoDuration::hours(1)).await;
-    w.ledger
-        .hand_off(&recon_core::domain::HandOff {
-            source_hash: e.source_hash.clone(),
-            envelope_id: e.envelope_id.clone(),
-            replay_id: "rpl_died".into(),
-            handed_off_at: w.clock_now(),
-        })
-        .await
-        .unwrap();
+    let poison = w.envelope("s1", &xau(8), ChronoDuration::hours(1)).await;
+    let valid = w
+        .envelope("s2", &tx_in(9, "USD", "9.50"), ChronoDuration::hours(1))
+        .await;
+    let t0 = w.clock_now();
+    let claim = ReplayClaim {
+        replay_id: "rpl_died".into(),
+        triggered_by: "operator".into(),
+        reason: "quarantine".into(),
+        claimed_at: t0,
+        lease_until: t0 + ChronoDuration::minutes(5),
+    };
+    let change = StatusChange {
+        status: EnvelopeStatus::Replaying,
+        at: t0,
+        actor: "operator".into(),
+        reason: "claimed".into(),
+        manual_journal: false,
+    };
+    assert!(w.store.claim(&poison.envelope_id, &claim, t0, &change).await.unwrap());
+    for e in [&poison, &valid] {
+        w.ledger
+            .hand_off(&recon_core::domain::HandOff {
+                source_hash: e.source_hash.clone(),
+                envelope_id: e.envelope_id.clone(),
+                replay_id: "rpl_died".into(),
+                handed_off_at: t0,
+            })
+            .await
+            .unwrap();
+    }
+    w.clock.advance(ChronoDuration::minutes(6));
     let report = w.replayer(ReplayConfig::default()).run(&sweep(), None).await.unwrap();
-    assert_eq!(outcomes(&report), ["QUARANTINED"], "{report:#?}");
-    assert_eq!(report.items[0].gate, Some(Gate::Idempotency));
-    let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
-    assert!(stored.left_for_manual_journal());
-    assert_eq!(w.ledger.hand_offs().len(), 1);
+    assert_eq!(outcomes(&report), ["QUARANTINED", "QUARANTINED"], "{report:#?}");
+    assert!(report.items.iter().all(|i| i.gate == Some(Gate::Idempotency)));
+    for e in [&poison, &valid] {
+        let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
+        assert!(stored.left_for_manual_journal(), "{stored:#?}");
+    }
+    assert_eq!(w.ledger.hand_offs().len(), 2);
     assert!(w.queue.sent().is_empty());
 }

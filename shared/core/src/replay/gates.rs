@@ -94,6 +94,15 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
         snapshot: &ReferenceSnapshot,
         now: DateTime<Utc>,
     ) -> StoreResult<Verdict> {
+        if e.status == EnvelopeStatus::Replaying && self.handed_off_by_itself(e).await? {
+            // A replay handed it off and stopped before settling it: whatever the gates say
+            // today, the transaction is the accountant's now.
+            return Ok(Verdict::Quarantine {
+                gate: Gate::Idempotency,
+                detail: RESUMED_HAND_OFF.into(),
+                manual_journal: true,
+            });
+        }
         if e.replay_generation >= self.config.max_replays {
             return Ok(Verdict::Quarantine {
                 gate: Gate::ReplayCap,
@@ -176,5 +185,20 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
             });
         }
         Ok(Verdict::Reinject)
+    }
+
+    /// Does the ledger hold this envelope's own hand-off to a manual journal?
+    async fn handed_off_by_itself(&self, e: &DlqEnvelope) -> StoreResult<bool> {
+        let Some(body) = original_body(e, &self.worm).await? else {
+            return Ok(false);
+        };
+        let Ok(msg) = decode(&body) else {
+            return Ok(false);
+        };
+        Ok(self
+            .ledger
+            .lookup(&msg.source_hash)
+            .await?
+            .is_some_and(|c| c.handed_off_by(&e.envelope_id)))
     }
 }

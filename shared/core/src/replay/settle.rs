@@ -132,7 +132,7 @@ where
         manual_journal: bool,
     ) -> FlowResult<ReplayItem> {
         if manual_journal {
-            if let Some(source_hash) = self.transaction_hash(e).await? {
+            if let Some(source_hash) = self.identified_transaction(e).await? {
                 let hand_off = HandOff {
                     source_hash,
                     envelope_id: e.envelope_id.clone(),
@@ -187,15 +187,21 @@ where
     }
 
     /// The ledger key of the envelope's transaction: the hash its body decodes to, else the hash
-    /// it claims; none for a raw digest (an unidentified message is never in the ledger, and
-    /// cannot be handed off: its manual journal rests on the accountant reading the body).
+    /// it claims; none for a raw digest (an unidentified message is never in the ledger).
     async fn transaction_hash(&self, e: &DlqEnvelope) -> FlowResult<Option<String>> {
-        let body = original_body(e, &self.worm).await?;
-        Ok(match body.as_deref().map(decode) {
-            Some(Ok(m)) => Some(m.source_hash),
-            _ if e.source_hash_kind == HashKind::RawDigest => None,
-            _ => Some(e.source_hash.clone()),
+        Ok(match self.identified_transaction(e).await? {
+            Some(hash) => Some(hash),
+            None if e.source_hash_kind == HashKind::RawDigest => None,
+            None => Some(e.source_hash.clone()),
         })
+    }
+
+    /// The hash of the transaction the envelope's body decodes to. Only such a transaction is
+    /// handed off: a body that does not decode is not identified by the hash it claims (it may
+    /// be another transaction's), and its manual journal rests on the accountant reading it.
+    async fn identified_transaction(&self, e: &DlqEnvelope) -> FlowResult<Option<String>> {
+        let body = original_body(e, &self.worm).await?;
+        Ok(body.as_deref().and_then(|b| decode(b).ok()).map(|m| m.source_hash))
     }
 
     /// Append a decision's record to the trail and drop it from the outbox. The decision is made

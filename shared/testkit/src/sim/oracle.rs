@@ -11,7 +11,8 @@
 //!   the audit outbox, and the chains verify;
 //! - no envelope's history grows without bound.
 
-use recon_core::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, HashKind, decode};
+use recon_core::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, decode};
+use recon_core::envelopes::original_body;
 use recon_core::evidence::verify_trail;
 use recon_core::ports::{AuditOutbox, all_envelopes};
 use recon_core::reconcile::{State, manifest_entry, outcomes, reconcile};
@@ -21,7 +22,7 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use super::workload::Kind;
+use super::workload::{CLOSED_ENTITY, CLOSED_PERIOD, Kind};
 use super::world::{DLQ, MAIN, World};
 
 /// Status changes one envelope may go through before it counts as stuck in a loop: a claim and
@@ -108,6 +109,19 @@ pub fn check(world: &World) -> Vec<String> {
         v.push(format!("message {id} expired in {queue} before it was settled"));
     }
 
+    // Nothing posts into the closed period while it stays closed, whatever the entity's spelling.
+    if world.settings.reopen_period_at.is_none() {
+        for p in postings
+            .iter()
+            .filter(|p| p.ledger_entity.eq_ignore_ascii_case(CLOSED_ENTITY) && p.period == CLOSED_PERIOD)
+        {
+            v.push(format!(
+                "{} posted into {CLOSED_ENTITY}'s closed period {CLOSED_PERIOD} as `{}`",
+                p.message_id, p.ledger_entity
+            ));
+        }
+    }
+
     // Manual journals only for what did not post.
     for e in &envelopes {
         if e.status_history.iter().any(|c| c.manual_journal) && committed.contains(e.source_hash.as_str()) {
@@ -128,7 +142,12 @@ pub fn check(world: &World) -> Vec<String> {
         .map(|e| e.envelope_id.as_str())
         .collect();
     for e in envelopes.iter().filter(|e| manual.contains(e.envelope_id.as_str())) {
-        if e.source_hash_kind != HashKind::RawDigest && !hand_offs.iter().any(|h| h.envelope_id == e.envelope_id) {
+        // Only a body that decodes identifies its transaction (and is handed off).
+        let identified = matches!(
+            ready(original_body(e, &*s.worm)),
+            Some(Ok(Some(body))) if decode(&body).is_ok()
+        );
+        if identified && !hand_offs.iter().any(|h| h.envelope_id == e.envelope_id) {
             v.push(format!(
                 "envelope {} is left for a manual journal without a hand-off in the ledger",
                 e.envelope_id
