@@ -6,7 +6,8 @@ use clap::{Args, Subcommand};
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
 use recon_aws::provision::{Stack, resolve_stack};
-use recon_core::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus};
+use recon_core::domain::message::MAX_ENTITY_LEN;
+use recon_core::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus, canonical};
 use recon_core::ports::{AuditLog, ReferenceData};
 use recon_core::replay::{ReplayReport, ReplayRequest, Selector};
 use recon_core::resources::ResourceNames;
@@ -303,6 +304,11 @@ pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCom
     if recon_core::domain::message::parse_date(&format!("{period}-01")).is_none() {
         bail!("period `{period}` must be YYYY-MM");
     }
+    if let Some(problem) = canonical::entity_problem(entity, MAX_ENTITY_LEN) {
+        bail!("{problem} (the entity as messages name it)");
+    }
+    // Entities are compared without regard to case: stored as messages carry them.
+    let entity = &canonical::entity(entity.into()).into_owned();
     store
         .put_period(&PeriodRecord {
             entity: entity.clone(),

@@ -4,6 +4,7 @@
 
 pub mod attrs;
 pub mod audit;
+pub mod canonical;
 pub mod dead_letter;
 pub mod envelope;
 pub mod failure;

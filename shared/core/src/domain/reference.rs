@@ -262,10 +262,21 @@ impl ReferenceSnapshot {
     ) -> Self {
         let mut snap = ReferenceSnapshot::default();
         for c in currencies {
-            snap.currencies.insert(c.code, c.minor_units.min(MAX_MINOR_UNITS));
+            snap.currencies
+                .insert(c.code.to_ascii_uppercase(), c.minor_units.min(MAX_MINOR_UNITS));
         }
+        // Entities in canonical form (upper-case), as messages are: a record written as
+        // `acme-us` governs `ACME-US`, and where two spellings disagree a close wins.
         for p in periods {
-            snap.periods.entry(p.entity).or_default().insert(p.period, p.status);
+            let status = snap
+                .periods
+                .entry(p.entity.to_ascii_uppercase())
+                .or_default()
+                .entry(p.period)
+                .or_insert(p.status);
+            if p.status == PeriodStatus::Closed {
+                *status = PeriodStatus::Closed;
+            }
         }
         snap
     }
@@ -275,10 +286,10 @@ impl ReferenceSnapshot {
         self.currencies.get(code).copied().or_else(|| iso_minor_units(code))
     }
 
-    /// Status of `period` (`YYYY-MM`) for `entity`; open unless recorded as closed.
+    /// Status of `period` (`YYYY-MM`) for `entity` (any case); open unless recorded as closed.
     pub fn period_status(&self, entity: &str, period: &str) -> PeriodStatus {
         self.periods
-            .get(entity)
+            .get(super::canonical::entity(std::borrow::Cow::Borrowed(entity)).as_ref())
             .and_then(|p| p.get(period))
             .copied()
             .unwrap_or(PeriodStatus::Open)

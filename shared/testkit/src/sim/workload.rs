@@ -86,7 +86,9 @@ fn transaction(rng: &mut Rng, n: usize) -> NewMessage {
         trace_id: format!("trace-{:016x}", rng.next_u64()),
         value_date: format!("2026-11-{:02}", rng.between(1, 28)),
         external_ref: format!("BANK-{:08}", rng.below(100_000_000)),
-        counterparty: rng.pick(&["Globex", "Initech", "Umbrella", "Hooli"]).to_string(),
+        counterparty: rng
+            .pick(&["Globex", "Initech", "Umbrella", "Hooli", "Café Röma"])
+            .to_string(),
     }
 }
 
@@ -147,6 +149,10 @@ pub fn generate(rng: &mut Rng) -> Vec<Produced> {
                     format!("{}.0", m.amount)
                 };
                 m.currency = m.currency.to_lowercase();
+                // The canonical form: another spelling of the same entity and references.
+                m.ledger_entity = m.ledger_entity.to_lowercase();
+                m.external_ref = format!("\u{a0}{} ", m.external_ref);
+                m.counterparty = m.counterparty.replace('é', "e\u{301}").replace('ö', "o\u{308}");
                 body(&m)
             }
             Kind::UnmappedCurrency => {
@@ -157,7 +163,12 @@ pub fn generate(rng: &mut Rng) -> Vec<Produced> {
             }
             Kind::ClosedPeriod => {
                 let mut m = next(rng);
-                m.ledger_entity = CLOSED_ENTITY.into();
+                // Half of them spell the entity in lower case: the same closed period.
+                m.ledger_entity = if rng.chance(500_000) {
+                    CLOSED_ENTITY.to_lowercase()
+                } else {
+                    CLOSED_ENTITY.into()
+                };
                 m.currency = "USD".into();
                 m.amount = format!("{}.{:02}", rng.between(1, 9999), rng.below(100));
                 m.value_date = format!("{CLOSED_PERIOD}-{:02}", rng.between(1, 28));

@@ -23,6 +23,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
+use super::canonical;
 use super::failure::{ProcessError, RootCause};
 use super::hash::{HashInput, source_hash_bytes};
 use super::reference::{PeriodStatus, ReferenceSnapshot};
@@ -273,13 +274,15 @@ pub fn parse_date(s: &str) -> Option<NaiveDate> {
     NaiveDate::from_ymd_opt(year, num(5..7)?, num(8..10)?)
 }
 
-/// Trim surrounding whitespace, keeping the borrow when nothing is cut.
-fn trimmed(s: Cow<'_, str>) -> Cow<'_, str> {
-    match s {
-        Cow::Borrowed(b) => Cow::Borrowed(b.trim()),
-        Cow::Owned(o) if o.trim().len() == o.len() => Cow::Owned(o),
-        Cow::Owned(o) => Cow::Owned(o.trim().to_owned()),
+/// A hashed text field in canonical form ([`canonical::text`]), or why it cannot be one.
+pub(crate) fn canonical_text<'a>(name: &str, s: Cow<'a, str>) -> Result<Cow<'a, str>, ProcessError> {
+    if let Some(c) = canonical::invisible(&s) {
+        return Err(schema(
+            name,
+            format!("`{name}` contains the invisible character U+{:04X}", u32::from(c)),
+        ));
     }
+    Ok(canonical::text_cow(s))
 }
 
 /// Is `s` 64 hex digits? (Either case is accepted; it is stored lower-case.)
@@ -373,6 +376,7 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
             "`ledger_entity` may hold only letters, digits, `-`, `_` and `.`",
         ));
     }
+    let ledger_entity = canonical::entity(ledger_entity);
     let currency = required("currency", wire.currency, 12)?;
     if currency.len() < 3 || !currency.bytes().all(|b| b.is_ascii_alphanumeric()) {
         return Err(schema("currency", "`currency` must be 3 to 12 letters or digits"));
@@ -408,9 +412,14 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
     let value_date_text = required("value_date", wire.value_date, 10)?;
     let value_date = parse_date(&value_date_text)
         .ok_or_else(|| schema("value_date", "`value_date` must be a calendar date YYYY-MM-DD"))?;
-    let external_ref = trimmed(required("external_ref", wire.external_ref, MAX_REF_LEN)?);
-    let counterparty =
-        trimmed(string_field("counterparty", wire.counterparty, MAX_COUNTERPARTY_LEN)?.unwrap_or(Cow::Borrowed("")));
+    let external_ref = canonical_text(
+        "external_ref",
+        required("external_ref", wire.external_ref, MAX_REF_LEN)?,
+    )?;
+    let counterparty = canonical_text(
+        "counterparty",
+        string_field("counterparty", wire.counterparty, MAX_COUNTERPARTY_LEN)?.unwrap_or(Cow::Borrowed("")),
+    )?;
 
     // Stage 4: the claimed hash must be the hash of this content.
     let input = HashInput {
@@ -523,7 +532,7 @@ pub fn labels(body: &str) -> MessageLabels {
             .filter(|h| is_hash_hex(h))
             .map(|h| h.to_ascii_lowercase()),
         trace_id: text(wire.trace_id, MAX_ID_LEN),
-        ledger_entity: text(wire.ledger_entity, MAX_ENTITY_LEN),
+        ledger_entity: text(wire.ledger_entity, MAX_ENTITY_LEN).map(|e| e.to_ascii_uppercase()),
         currency: text(wire.currency, 12).map(|c| c.to_ascii_uppercase()),
         amount: text(wire.amount, 64),
         value_date: text(wire.value_date, 10),

@@ -3,7 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{MatchDecision, SCHEMA_VERSION, parse_amount};
+use std::borrow::Cow;
+
+use super::{MatchDecision, SCHEMA_VERSION, canonical_text, parse_amount};
+use crate::domain::canonical;
 use crate::domain::failure::ProcessError;
 use crate::domain::hash::{HashInput, source_hash};
 
@@ -28,10 +31,12 @@ impl NewMessage {
     pub fn compute_hash(&self) -> Result<String, ProcessError> {
         let amount = parse_amount(&self.amount)?;
         let currency = self.currency.to_ascii_uppercase();
+        let external_ref = canonical_text("external_ref", Cow::Borrowed(&self.external_ref))?;
+        let counterparty = canonical_text("counterparty", Cow::Borrowed(&self.counterparty))?;
         Ok(source_hash(&HashInput {
-            ledger_entity: &self.ledger_entity,
-            external_ref: self.external_ref.trim(),
-            counterparty: self.counterparty.trim(),
+            ledger_entity: &canonical::entity(Cow::Borrowed(&self.ledger_entity)),
+            external_ref: &external_ref,
+            counterparty: &counterparty,
             value_date: &self.value_date,
             currency: &currency,
             amount,

@@ -185,3 +185,114 @@ fn a_byte_order_mark_before_a_valid_body_is_not_a_failure() {
     // Only at the start: inside, it is just a character of a string value.
     assert!(matches!(decode("{\u{feff}}"), Err(ProcessError::Unrecoverable { .. })));
 }
+
+/// The canonical-form decisions (README, "The canonical `source_hash`"), as vectors another
+/// language can check.
+mod canonical_form {
+    use super::*;
+
+    const SAMPLE_HASH: &str = "178528a37b60124c2397dd57099b5fa5f323de8f4205037da59a2e94f146db44";
+
+    fn variant(f: impl FnOnce(&mut NewMessage)) -> NewMessage {
+        let mut m = sample();
+        f(&mut m);
+        m
+    }
+
+    #[test]
+    fn the_entity_is_case_insensitive_and_stored_upper_case() {
+        let lower = variant(|m| m.ledger_entity = "acme-us".into());
+        assert_eq!(lower.compute_hash().unwrap(), SAMPLE_HASH);
+        let body = lower.to_body().unwrap();
+        let msg = decode(&body).unwrap();
+        assert_eq!(msg.ledger_entity, "ACME-US");
+        assert_eq!(labels(&body).ledger_entity.as_deref(), Some("ACME-US"));
+    }
+
+    #[test]
+    fn a_lower_case_entity_does_not_escape_a_closed_period() {
+        // Regression: `acme-us` was another entity than `ACME-US`, so a transaction sent as
+        // `acme-us` posted into ACME-US's closed period.
+        let closed = ReferenceSnapshot::new(
+            [],
+            [PeriodRecord {
+                entity: "ACME-US".into(),
+                period: "2026-11".into(),
+                status: PeriodStatus::Closed,
+            }],
+        );
+        let body = variant(|m| m.ledger_entity = "acme-us".into()).to_body().unwrap();
+        assert_eq!(cause(validate(&body, &closed)).1, "CLOSED_PERIOD:ACME-US:2026-11");
+        // A period recorded in lower case governs the entity too.
+        let closed_lower = ReferenceSnapshot::new(
+            [],
+            [PeriodRecord {
+                entity: "acme-us".into(),
+                period: "2026-11".into(),
+                status: PeriodStatus::Closed,
+            }],
+        );
+        let upper = sample().to_body().unwrap();
+        assert_eq!(cause(validate(&upper, &closed_lower)).0, "POISON");
+    }
+
+    #[test]
+    fn white_space_around_references_is_trimmed_exactly_as_unicode_defines_it() {
+        for padded in [
+            " BANK-2026-0001 ",
+            "\u{00A0}BANK-2026-0001\u{00A0}",
+            "\u{3000}BANK-2026-0001\u{2003}",
+            "\u{202F}BANK-2026-0001\u{205F}",
+        ] {
+            let m = variant(|m| m.external_ref = padded.into());
+            assert_eq!(m.compute_hash().unwrap(), SAMPLE_HASH, "{padded:?}");
+            assert_eq!(decode(&m.to_body().unwrap()).unwrap().external_ref, "BANK-2026-0001");
+        }
+        // Inside a value, white space is part of it.
+        let inner = variant(|m| m.counterparty = "Globex  Supplies".into());
+        assert_ne!(inner.compute_hash().unwrap(), SAMPLE_HASH);
+    }
+
+    #[test]
+    fn text_is_compared_in_normalization_form_c() {
+        let composed = NewMessage {
+            external_ref: "BANK-2026-0002".into(),
+            counterparty: "Caf\u{00E9} R\u{00F6}ma".into(),
+            currency: "EUR".into(),
+            amount: "1250.00".into(),
+            ..sample()
+        };
+        let decomposed = NewMessage {
+            counterparty: "Cafe\u{0301} Ro\u{0308}ma".into(),
+            ..composed.clone()
+        };
+        let expected = "0d81f3ae1e7a9b5dc9128f8a0f92be3ee33b2bff0ca009470182a37fcbd2f5c4";
+        assert_eq!(composed.compute_hash().unwrap(), expected);
+        assert_eq!(decomposed.compute_hash().unwrap(), expected);
+        let msg_body = decomposed.to_body().unwrap();
+        assert_eq!(decode(&msg_body).unwrap().counterparty, "Caf\u{00E9} R\u{00F6}ma");
+    }
+
+    #[test]
+    fn invisible_characters_in_references_are_refused() {
+        for (field, value) in [
+            ("external_ref", "BANK-2026\u{200B}-0001"),
+            ("external_ref", "\u{202E}1000-6202-KNAB"),
+            ("counterparty", "Globex\u{00AD}Supplies"),
+            ("counterparty", "\u{FEFF}Globex"),
+        ] {
+            let mut m = sample();
+            match field {
+                "external_ref" => m.external_ref = value.into(),
+                _ => m.counterparty = value.into(),
+            }
+            let refused = m.compute_hash().unwrap_err().to_string();
+            assert!(refused.contains("invisible character"), "{refused}");
+            let body = m.to_body_with_hash(SAMPLE_HASH);
+            assert_eq!(
+                cause(decode(&body)),
+                ("POISON".into(), format!("SCHEMA_VIOLATION:{field}"))
+            );
+        }
+    }
+}
