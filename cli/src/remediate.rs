@@ -6,8 +6,7 @@ use clap::{Args, Subcommand};
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
 use recon_aws::provision::{Stack, resolve_stack};
-use recon_core::domain::message::MAX_ENTITY_LEN;
-use recon_core::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus, canonical};
+use recon_core::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus, input};
 use recon_core::ports::{AuditLog, ReferenceData};
 use recon_core::replay::{ReplayReport, ReplayRequest, Selector};
 use recon_core::resources::ResourceNames;
@@ -242,16 +241,8 @@ pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefComm
             description,
             actor,
         } => {
-            let code = code.trim().to_ascii_uppercase();
-            if code.len() < 3 || code.len() > 12 || !code.bytes().all(|b| b.is_ascii_alphanumeric()) {
-                bail!("currency code `{code}` must be 3 to 12 letters or digits");
-            }
-            if *minor_units > recon_core::domain::reference::MAX_MINOR_UNITS {
-                bail!(
-                    "minor units must be at most {}",
-                    recon_core::domain::reference::MAX_MINOR_UNITS
-                );
-            }
+            let code = input::currency_code(code).map_err(anyhow::Error::msg)?;
+            let minor_units = &input::minor_units(*minor_units).map_err(anyhow::Error::msg)?;
             let mapping = CurrencyMapping {
                 code: code.clone(),
                 minor_units: *minor_units,
@@ -301,14 +292,9 @@ pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCom
             return Ok(());
         }
     };
-    if recon_core::domain::message::parse_date(&format!("{period}-01")).is_none() {
-        bail!("period `{period}` must be YYYY-MM");
-    }
-    if let Some(problem) = canonical::entity_problem(entity, MAX_ENTITY_LEN) {
-        bail!("{problem} (the entity as messages name it)");
-    }
+    let period = &input::period(period).map_err(anyhow::Error::msg)?;
     // Entities are compared without regard to case: stored as messages carry them.
-    let entity = &canonical::entity(entity.into()).into_owned();
+    let entity = &input::entity(entity).map_err(anyhow::Error::msg)?;
     store
         .put_period(&PeriodRecord {
             entity: entity.clone(),

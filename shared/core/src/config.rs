@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::decisions::{DEFAULT_MAX_ATTEMPTS, RetryPolicy};
+use crate::decisions::{DEFAULT_MAX_ATTEMPTS, PolicyError, RetryPolicy};
 use crate::resources::{self, ResourceNames};
 
 pub mod vars {
@@ -73,6 +73,30 @@ fn number<T: std::str::FromStr>(
     }
 }
 
+/// [`number`], refused outside `range` (never silently clamped: a value that was not meant is a
+/// deployment mistake to hear about).
+fn ranged<T>(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    default: T,
+    range: std::ops::RangeInclusive<T>,
+    hint: &str,
+) -> Result<T, ConfigError>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
+{
+    let v = number(get, var, default, hint)?;
+    if range.contains(&v) {
+        Ok(v)
+    } else {
+        Err(ConfigError::Invalid {
+            var,
+            value: v.to_string(),
+            hint: hint.to_owned(),
+        })
+    }
+}
+
 impl ConsumerSettings {
     /// Read the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -110,22 +134,19 @@ impl ConsumerSettings {
                 "whole seconds",
             )?,
         };
-        retry.validate().map_err(|e| ConfigError::Invalid {
-            var: vars::MAX_ATTEMPTS,
-            value: format!(
-                "{}/{}/{}",
-                retry.max_attempts, retry.backoff_base_secs, retry.backoff_cap_secs
-            ),
-            hint: e.to_string(),
+        retry.validate().map_err(|e| {
+            let (var, value) = match e {
+                PolicyError::MaxAttempts(v) => (vars::MAX_ATTEMPTS, v),
+                PolicyError::Base(v) => (vars::BACKOFF_BASE_SECS, v),
+                PolicyError::Cap { cap, .. } => (vars::BACKOFF_CAP_SECS, cap),
+            };
+            ConfigError::Invalid {
+                var,
+                value: value.to_string(),
+                hint: e.to_string(),
+            }
         })?;
-        let concurrency: usize = number(&get, vars::BATCH_CONCURRENCY, 8, "a whole number 1-100")?;
-        if !(1..=100).contains(&concurrency) {
-            return Err(ConfigError::Invalid {
-                var: vars::BATCH_CONCURRENCY,
-                value: concurrency.to_string(),
-                hint: "a whole number 1-100".into(),
-            });
-        }
+        let concurrency = ranged(&get, vars::BATCH_CONCURRENCY, 8usize, 1..=100, "a whole number 1-100")?;
         Ok(ConsumerSettings {
             main_queue_url: required(vars::MAIN_QUEUE_URL, "the URL of the main queue the consumer reads")?,
             dead_letter_queue_url: required(vars::DEAD_LETTER_QUEUE_URL, "the URL of the DLQ the consumer writes")?,
@@ -162,19 +183,13 @@ impl EnricherSettings {
         let names = ResourceNames::with_prefix(
             &get(vars::STACK_PREFIX).unwrap_or_else(|| resources::DEFAULT_PREFIX.to_owned()),
         );
-        let high_water: i64 = number(
+        let high_water = ranged(
             &get,
             vars::OVERFLOW_HIGH_WATER,
             resources::DEFAULT_OVERFLOW_HIGH_WATER,
-            "a whole number of PENDING envelopes",
+            0..=i64::MAX,
+            "a whole number of PENDING envelopes, 0 or more",
         )?;
-        if high_water < 0 {
-            return Err(ConfigError::Invalid {
-                var: vars::OVERFLOW_HIGH_WATER,
-                value: high_water.to_string(),
-                hint: "a whole number of PENDING envelopes, 0 or more".into(),
-            });
-        }
         Ok(EnricherSettings {
             envelope_table: get(vars::ENVELOPE_TABLE).unwrap_or(names.envelope_table),
             audit_table: get(vars::AUDIT_TABLE).unwrap_or(names.audit_table),
@@ -182,7 +197,7 @@ impl EnricherSettings {
             overflow_high_water: high_water,
             metrics_namespace: get(vars::METRICS_NAMESPACE)
                 .unwrap_or_else(|| resources::DEFAULT_METRICS_NAMESPACE.to_owned()),
-            concurrency: number(&get, vars::BATCH_CONCURRENCY, 8usize, "a whole number 1-100")?.clamp(1, 100),
+            concurrency: ranged(&get, vars::BATCH_CONCURRENCY, 8usize, 1..=100, "a whole number 1-100")?,
             deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 3000, "milliseconds")?),
         })
     }
@@ -218,18 +233,13 @@ impl ReplaySettings {
             &get(vars::STACK_PREFIX).unwrap_or_else(|| resources::DEFAULT_PREFIX.to_owned()),
         );
         let enricher = EnricherSettings::from_lookup(&get)?;
-        let positive = |var: &'static str, v: i64| {
-            if v > 0 {
-                Ok(v)
-            } else {
-                Err(ConfigError::Invalid {
-                    var,
-                    value: v.to_string(),
-                    hint: "a whole number above 0".into(),
-                })
-            }
-        };
-        let page_size: usize = number(&get, vars::REPLAY_PAGE_SIZE, 100, "envelopes per page, 1-1000")?;
+        let page_size = ranged(
+            &get,
+            vars::REPLAY_PAGE_SIZE,
+            100usize,
+            1..=1000,
+            "envelopes per page, 1-1000",
+        )?;
         Ok(ReplaySettings {
             main_queue_url: get(vars::MAIN_QUEUE_URL)
                 .filter(|v| !v.trim().is_empty())
@@ -242,15 +252,9 @@ impl ReplaySettings {
             reference_table: get(vars::REFERENCE_TABLE).unwrap_or(names.reference_table),
             audit_table: enricher.audit_table,
             quarantine_bucket: enricher.quarantine_bucket,
-            lease_secs: positive(
-                vars::REPLAY_LEASE_SECS,
-                number(&get, vars::REPLAY_LEASE_SECS, 300, "seconds")?,
-            )?,
+            lease_secs: ranged(&get, vars::REPLAY_LEASE_SECS, 300, 1..=86_400, "whole seconds, 1-86400")?,
             max_replays: number(&get, vars::REPLAY_MAX_PER_ENVELOPE, 3, "a whole number of replays")?,
-            window_days: positive(
-                vars::REPLAY_WINDOW_DAYS,
-                number(&get, vars::REPLAY_WINDOW_DAYS, 90, "days")?,
-            )?,
+            window_days: ranged(&get, vars::REPLAY_WINDOW_DAYS, 90, 1..=3650, "whole days, 1-3650")?,
             rate_per_sec: number(
                 &get,
                 vars::REPLAY_RATE_PER_SEC,
@@ -263,7 +267,7 @@ impl ReplaySettings {
                 10_000,
                 "a number of visible messages",
             )?,
-            page_size: page_size.clamp(1, 1000),
+            page_size,
             overflow_high_water: enricher.overflow_high_water,
             metrics_namespace: enricher.metrics_namespace,
             deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 5000, "milliseconds")?),

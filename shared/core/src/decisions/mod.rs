@@ -3,5 +3,5 @@
 pub mod retry;
 pub mod triage;
 
-pub use retry::{DEFAULT_MAX_ATTEMPTS, FailureDecision, RetryPolicy, decide_failure};
+pub use retry::{DEFAULT_MAX_ATTEMPTS, FailureDecision, PolicyError, RetryPolicy, decide_failure};
 pub use triage::{TriageGroup, triage};

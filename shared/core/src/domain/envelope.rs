@@ -158,8 +158,12 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
     let dlq_message_id = m.message_id.clone().unwrap_or_default();
     let receive_count = sqs::receive_count(m);
 
-    // Consumer-dead-lettered messages carry their context; a bare redrive has none.
-    let code = sqs::string_attr(m, attrs::FAILURE_CODE).and_then(|c| c.parse::<FailureCode>().ok());
+    // Consumer-dead-lettered messages carry their context; a bare redrive has none. A code this
+    // version does not know (a newer consumer's) is read as POISON_MESSAGE: the envelope waits
+    // for the replay's gates, which validate the body again, and the detail names the code.
+    let raw_code = sqs::string_attr(m, attrs::FAILURE_CODE);
+    let unknown_code = raw_code.filter(|c| c.parse::<FailureCode>().is_err());
+    let code = raw_code.map(|c| c.parse::<FailureCode>().unwrap_or(FailureCode::PoisonMessage));
     let context: Option<DeadLetterContext> =
         sqs::string_attr(m, attrs::CONTEXT).and_then(|c| serde_json::from_str(c).ok());
     let (failure_code, root_cause, attempt_count, error_detail, dead_lettered_at, dead_lettered_by) = match code {
@@ -169,7 +173,16 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
             sqs::string_attr(m, attrs::ATTEMPT_COUNT)
                 .and_then(|a| a.parse().ok())
                 .unwrap_or(receive_count),
-            context.as_ref().map(|c| c.error_detail.clone()).unwrap_or_default(),
+            {
+                let detail = context.as_ref().map(|c| c.error_detail.clone()).unwrap_or_default();
+                match unknown_code {
+                    Some(c) => format!(
+                        "unknown failure code `{}` (read as POISON_MESSAGE); {detail}",
+                        crate::domain::failure::bounded_detail(c)
+                    ),
+                    None => detail,
+                }
+            },
             context.as_ref().map_or(now, |c| c.dead_lettered_at),
             context
                 .as_ref()

@@ -9,6 +9,7 @@ pub mod dead_letter;
 pub mod envelope;
 pub mod failure;
 pub mod hash;
+pub mod input;
 pub mod message;
 pub mod posting;
 pub mod reference;

@@ -120,6 +120,11 @@ pub fn parse_invocation(payload: &serde_json::Value) -> Result<ReplayRequest, Re
             quarantine: false,
         });
     }
+    if !payload.is_object() {
+        return Err(RequestError(
+            "a replay request must be a JSON object (see the README: `reason`, `triggered_by`, a selector)".into(),
+        ));
+    }
     let manual: ManualReplay = serde_json::from_value(payload.clone()).map_err(|e| RequestError(e.to_string()))?;
     manual.into_request()
 }

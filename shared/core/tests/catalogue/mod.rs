@@ -1,0 +1,241 @@
+//! The bad-input catalogue's helpers: what each part of the system does with an input, and how
+//! the README shows it.
+#![allow(unused_imports)]
+
+mod bodies;
+mod others;
+
+pub use aws_lambda_events::event::sqs::SqsMessage;
+pub use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings};
+pub use recon_core::decisions::{FailureDecision, RetryPolicy, decide_failure};
+pub use recon_core::domain::{
+    CurrencyMapping, NewMessage, PeriodRecord, PeriodStatus, ReferenceSnapshot, attrs, envelope_from_dlq_message,
+    input, validate,
+};
+pub use recon_core::replay::parse_invocation;
+pub use recon_testkit::builders::{self, delivery, tx, with_attribute};
+pub use std::collections::HashMap;
+
+/// One named bad input and what must happen to it.
+pub struct Case {
+    pub kind: &'static str,
+    pub name: &'static str,
+    /// How the input is shown in the README.
+    pub shown: String,
+    /// The text the outcome must contain.
+    pub expect: &'static str,
+    pub got: String,
+}
+
+impl Case {
+    pub fn new(kind: &'static str, name: &'static str, shown: String, expect: &'static str, got: String) -> Self {
+        Case {
+            kind,
+            name,
+            shown,
+            expect,
+            got,
+        }
+    }
+}
+
+pub fn reference() -> ReferenceSnapshot {
+    ReferenceSnapshot::new(
+        [CurrencyMapping {
+            code: "XAG".into(),
+            minor_units: 4,
+            description: "silver".into(),
+        }],
+        [PeriodRecord {
+            entity: "ACME-US".into(),
+            period: "2026-10".into(),
+            status: PeriodStatus::Closed,
+        }],
+    )
+}
+
+/// What the consumer does with a body (on its first receive).
+pub fn consume(body: &str) -> String {
+    match validate(body, &reference()) {
+        Ok(m) => format!("commit {} {} {}", m.ledger_entity, m.currency, m.amount),
+        Err(e) => match decide_failure(e, 1, &RetryPolicy::default(), "m") {
+            FailureDecision::DeadLetter { code, cause, .. } => format!("dead-letter {code} {cause}"),
+            FailureDecision::Retry { kind, .. } => format!("retry {kind}"),
+        },
+    }
+}
+
+pub fn valid() -> serde_json::Value {
+    serde_json::from_str(&builders::body(&tx(1))).unwrap_or_default()
+}
+
+/// The valid body with one field replaced (`null` removes it); its `source_hash` recomputed when
+/// the content still hashes, so the case is about the field, not the hash.
+pub fn body_with(field: &str, value: serde_json::Value) -> String {
+    let mut v = valid();
+    if value.is_null() {
+        v.as_object_mut().map(|o| o.remove(field));
+    } else {
+        v[field] = value;
+    }
+    if let Ok(m) = serde_json::from_value::<NewMessage>(v.clone()) {
+        if let Ok(h) = m.compute_hash() {
+            v["source_hash"] = h.into();
+        }
+    }
+    v.to_string()
+}
+
+/// The valid body with one field replaced, hash recomputed by the canonical rules.
+pub fn tx_with(f: impl FnOnce(&mut NewMessage)) -> String {
+    let mut m = tx(1);
+    f(&mut m);
+    let hash = m.compute_hash().unwrap_or_else(|_| "0".repeat(64));
+    m.to_body_with_hash(&hash)
+}
+
+/// What the enricher makes of a dead letter: status, failure code, root cause, and the labels
+/// that feed the triage indexes.
+pub fn enrich(m: &SqsMessage) -> String {
+    let e = envelope_from_dlq_message(m, builders::now(), "catalogue");
+    format!(
+        "{} {} {} attempts={} entity={} currency={} detail={}",
+        e.status,
+        e.failure_code,
+        e.root_cause,
+        e.attempt_count,
+        e.ledger_entity.as_deref().unwrap_or("-"),
+        e.currency.as_deref().unwrap_or("-"),
+        e.error_detail,
+    )
+}
+
+pub fn dead_letter(body: &str, attributes: &[(&str, &str)]) -> SqsMessage {
+    attributes
+        .iter()
+        .fold(delivery("d-1", body, 1), |m, (k, v)| with_attribute(m, k, v))
+}
+
+pub fn replay(payload: serde_json::Value) -> String {
+    match parse_invocation(&payload) {
+        Ok(r) => format!(
+            "accepted: dry_run={} max_items={:?} quarantine={}",
+            r.dry_run, r.selector.max_items, r.quarantine
+        ),
+        Err(e) => format!("refused: {e}"),
+    }
+}
+
+pub fn operator(r: Result<impl std::fmt::Display, String>) -> String {
+    match r {
+        Ok(v) => format!("accepted: {v}"),
+        Err(e) => format!("refused: {e}"),
+    }
+}
+
+/// Each function's settings from `vars` (plus the two URLs the consumer needs).
+pub fn config(vars: &[(&str, &str)]) -> String {
+    let mut env: HashMap<String, String> = [
+        ("DLQ_MAIN_QUEUE_URL", "https://sqs.local/main"),
+        ("DLQ_DEAD_LETTER_QUEUE_URL", "https://sqs.local/dlq"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (k, v) in vars {
+        if v.is_empty() {
+            env.remove(*k);
+        } else {
+            env.insert(k.to_string(), v.to_string());
+        }
+    }
+    let get = |k: &str| env.get(k).cloned();
+    let errors: Vec<String> = [
+        ConsumerSettings::from_lookup(get).err(),
+        EnricherSettings::from_lookup(get).err(),
+        ReplaySettings::from_lookup(get).err(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|e| e.to_string())
+    .collect();
+    match errors.first() {
+        Some(e) => format!("refused: {e}"),
+        None => "accepted".into(),
+    }
+}
+
+/// `s` on one line for the table: control, white-space and invisible characters other than the
+/// plain space escaped, at most 60 characters.
+pub fn short(s: &str) -> String {
+    let one_line: String = s
+        .chars()
+        .map(|c| {
+            let hidden = c.is_control()
+                || (c.is_whitespace() && c != ' ')
+                || recon_core::domain::canonical::invisible(c.encode_utf8(&mut [0; 4])).is_some();
+            if hidden {
+                format!("\\u{{{:04X}}}", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
+    if one_line.chars().count() > 60 {
+        format!("{}…", one_line.chars().take(60).collect::<String>())
+    } else {
+        one_line
+    }
+}
+
+/// How a body differs from the valid one: its changed fields, or the body itself.
+pub fn shown_body(b: &str) -> String {
+    let (bom, text) = match b.strip_prefix('\u{FEFF}') {
+        Some(rest) => ("\u{FEFF} + ", rest),
+        None => ("", b),
+    };
+    let (Ok(serde_json::Value::Object(sent)), serde_json::Value::Object(base)) =
+        (serde_json::from_str::<serde_json::Value>(text), valid())
+    else {
+        return short(if b.is_empty() { "(empty)" } else { b });
+    };
+    let mut diffs: Vec<String> = base
+        .iter()
+        .filter(|(k, v)| k.as_str() != "source_hash" && sent.get(k.as_str()) != Some(v))
+        .map(|(k, _)| match sent.get(k.as_str()) {
+            Some(v) => format!("\"{k}\": {v}"),
+            None => format!("no \"{k}\""),
+        })
+        .collect();
+    if diffs.is_empty() {
+        diffs.push(match sent.get("source_hash") {
+            Some(h) if Some(h) != base.get("source_hash") => format!("\"source_hash\": {h}"),
+            Some(_) => "the valid body".into(),
+            None => "no \"source_hash\"".into(),
+        });
+    }
+    short(&format!("{bom}{}", diffs.join(", ")))
+}
+
+pub fn table(cases: &[Case]) -> String {
+    let mut t = String::from("| kind | bad input | example | what happens |\n|---|---|---|---|\n");
+    for c in cases {
+        t.push_str(&format!(
+            "| {} | {} | `{}` | {} |\n",
+            c.kind,
+            c.name,
+            c.shown.replace('|', "\\|").replace('`', "'"),
+            c.expect.replace('|', "\\|")
+        ));
+    }
+    t
+}
+
+/// Every case, in the README's order.
+pub fn catalogue() -> Vec<Case> {
+    let mut cases = bodies::cases();
+    cases.extend(others::dead_letters());
+    cases.extend(others::operator_input());
+    cases.extend(others::configuration());
+    cases
+}

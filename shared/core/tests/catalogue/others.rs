@@ -1,0 +1,223 @@
+//! Dead letters (as the enricher files them), operator input and configuration values.
+
+use super::*;
+
+pub fn dead_letters() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut add = |kind, name, shown, expect, got| cases.push(Case::new(kind, name, shown, expect, got));
+    // Dead letters, as the enricher files them.
+    let poison = builders::body(&tx(2));
+    let mut dl = |name: &'static str, shown: &str, m: SqsMessage, expect: &'static str| {
+        let got = enrich(&m);
+        add("dead letter", name, short(shown), expect, got);
+    };
+    let consumer_attrs = [
+        (attrs::FAILURE_CODE, "POISON_MESSAGE"),
+        (attrs::ROOT_CAUSE, "UNMAPPED_CURRENCY:XAU"),
+    ];
+    dl(
+        "moved by the redrive policy",
+        "no attributes",
+        dead_letter(&poison, &[]),
+        "PENDING POISON_MESSAGE REDRIVEN_BY_SQS",
+    );
+    dl(
+        "an unknown failure code",
+        "dlq.failure_code=BANANA, dlq.root_cause=UNMAPPED_CURRENCY:XAU",
+        dead_letter(&poison, &[(attrs::FAILURE_CODE, "BANANA"), consumer_attrs[1]]),
+        "PENDING POISON_MESSAGE UNMAPPED_CURRENCY:XAU attempts=1 entity=ACME-US currency=USD detail=unknown failure code `BANANA`",
+    );
+    dl(
+        "an attempt count that is not a number",
+        "dlq.attempt_count=three",
+        dead_letter(
+            &poison,
+            &[consumer_attrs[0], consumer_attrs[1], (attrs::ATTEMPT_COUNT, "three")],
+        ),
+        "PENDING POISON_MESSAGE UNMAPPED_CURRENCY:XAU attempts=1",
+    );
+    dl(
+        "a context attribute that is not JSON",
+        "dlq.context={not json",
+        dead_letter(
+            &poison,
+            &[consumer_attrs[0], consumer_attrs[1], (attrs::CONTEXT, "{not json")],
+        ),
+        "PENDING POISON_MESSAGE UNMAPPED_CURRENCY:XAU",
+    );
+    dl(
+        "no root cause",
+        "dlq.failure_code=POISON_MESSAGE only",
+        dead_letter(&poison, &consumer_attrs[..1]),
+        "PENDING POISON_MESSAGE UNKNOWN",
+    );
+    dl(
+        "an empty entity label",
+        "body \"ledger_entity\": \"\"",
+        dead_letter(
+            &tx_with(|m| m.ledger_entity = String::new()),
+            &[consumer_attrs[0], (attrs::ROOT_CAUSE, "SCHEMA_VIOLATION:ledger_entity")],
+        ),
+        "PENDING POISON_MESSAGE SCHEMA_VIOLATION:ledger_entity attempts=1 entity=- currency=USD",
+    );
+    dl(
+        "a body that is not JSON",
+        "body %%%",
+        dead_letter(
+            "%%%",
+            &[
+                (attrs::FAILURE_CODE, "UNRECOVERABLE_PAYLOAD"),
+                (attrs::ROOT_CAUSE, "NOT_JSON"),
+            ],
+        ),
+        "QUARANTINED UNRECOVERABLE_PAYLOAD NOT_JSON attempts=1 entity=- currency=-",
+    );
+    cases
+}
+
+pub fn operator_input() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut add = |kind, name, shown, expect, got| cases.push(Case::new(kind, name, shown, expect, got));
+    // Operator input: replay payloads (a hand invocation, `dlqctl replay`) and reference data.
+    let mut op = |name: &'static str, shown: String, got: String, expect: &'static str| {
+        add("operator", name, short(&shown), expect, got)
+    };
+    for (name, payload, expect) in [
+        (
+            "replay without a reason",
+            serde_json::json!({"triggered_by": "alice"}),
+            "refused: invalid replay request: missing field `reason`",
+        ),
+        (
+            "replay with a misspelt field",
+            serde_json::json!({"reason": "fixed", "triggered_by": "alice", "dryrun": true}),
+            "refused: invalid replay request: unknown field `dryrun`",
+        ),
+        (
+            "replay with a blank reason",
+            serde_json::json!({"reason": " ", "triggered_by": "alice"}),
+            "refused: invalid replay request: `reason` must say why this replay is run",
+        ),
+        (
+            "replay of zero items",
+            serde_json::json!({"reason": "fixed", "triggered_by": "alice", "max_items": 0}),
+            "refused: invalid replay request: `max_items` must be at least 1",
+        ),
+        (
+            "replay ids not a list",
+            serde_json::json!({"reason": "fixed", "triggered_by": "alice", "envelope_ids": "env_1"}),
+            "refused: invalid replay request: invalid type: string \"env_1\", expected a sequence",
+        ),
+        (
+            "replay payload not an object",
+            serde_json::json!([1, 2]),
+            "refused: invalid replay request: a replay request must be a JSON object",
+        ),
+    ] {
+        op(name, payload.to_string(), replay(payload), expect);
+    }
+    op(
+        "currency code of one letter",
+        "ref add X".into(),
+        operator(input::currency_code("X")),
+        "refused: currency code `X` must be 3 to 12 letters or digits",
+    );
+    op(
+        "currency code in lower case",
+        "ref add xau".into(),
+        operator(input::currency_code("xau")),
+        "accepted: XAU",
+    );
+    op(
+        "29 minor units",
+        "ref add XAU --minor-units 29".into(),
+        operator(input::minor_units(29)),
+        "refused: minor units must be at most 28",
+    );
+    op(
+        "period month 13",
+        "period close ACME-US 2026-13".into(),
+        operator(input::period("2026-13")),
+        "refused: period `2026-13` must be YYYY-MM",
+    );
+    op(
+        "period as a date",
+        "period close ACME-US 2026-10-01".into(),
+        operator(input::period("2026-10-01")),
+        "refused: period `2026-10-01` must be YYYY-MM",
+    );
+    op(
+        "entity with a space",
+        "period close 'ACME US' 2026-10".into(),
+        operator(input::entity("ACME US")),
+        "refused: `ledger_entity` may hold only letters, digits, `-`, `_` and `.`",
+    );
+    op(
+        "entity in lower case",
+        "period close acme-us 2026-10".into(),
+        operator(input::entity("acme-us")),
+        "accepted: ACME-US",
+    );
+    cases
+}
+
+pub fn configuration() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut add = |kind, name, shown, expect, got| cases.push(Case::new(kind, name, shown, expect, got));
+    // Configuration values, as each function reads its environment.
+    for (name, vars, expect) in [
+        (
+            "max attempts not a number",
+            vec![("DLQ_MAX_ATTEMPTS", "three")],
+            "refused: DLQ_MAX_ATTEMPTS=\"three\" is not valid: a whole number of receives, 1-1000",
+        ),
+        (
+            "max attempts zero",
+            vec![("DLQ_MAX_ATTEMPTS", "0")],
+            "refused: DLQ_MAX_ATTEMPTS=\"0\" is not valid: max attempts must be between 1 and 1000",
+        ),
+        (
+            "backoff cap below its base",
+            vec![("DLQ_BACKOFF_BASE_SECS", "60"), ("DLQ_BACKOFF_CAP_SECS", "10")],
+            "refused: DLQ_BACKOFF_CAP_SECS=\"10\" is not valid: backoff cap must be between the base (60)",
+        ),
+        (
+            "batch concurrency zero",
+            vec![("DLQ_BATCH_CONCURRENCY", "0")],
+            "refused: DLQ_BATCH_CONCURRENCY=\"0\" is not valid: a whole number 1-100",
+        ),
+        (
+            "main queue URL unset",
+            vec![("DLQ_MAIN_QUEUE_URL", "")],
+            "refused: DLQ_MAIN_QUEUE_URL is not set: the URL of the main queue the consumer reads",
+        ),
+        (
+            "negative replay rate",
+            vec![("DLQ_REPLAY_RATE_PER_SEC", "-1")],
+            "refused: DLQ_REPLAY_RATE_PER_SEC=\"-1\" is not valid: messages per second, 0 for no limit",
+        ),
+        (
+            "fractional high-water mark",
+            vec![("DLQ_OVERFLOW_HIGH_WATER", "1.5")],
+            "refused: DLQ_OVERFLOW_HIGH_WATER=\"1.5\" is not valid: a whole number of PENDING envelopes",
+        ),
+        (
+            "replay window of zero days",
+            vec![("DLQ_REPLAY_WINDOW_DAYS", "0")],
+            "refused: DLQ_REPLAY_WINDOW_DAYS=\"0\" is not valid: whole days, 1-3650",
+        ),
+        (
+            "replay page size of a million",
+            vec![("DLQ_REPLAY_PAGE_SIZE", "1000000")],
+            "refused: DLQ_REPLAY_PAGE_SIZE=\"1000000\" is not valid: envelopes per page, 1-1000",
+        ),
+    ] {
+        let shown = vars
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        add("config", name, shown, expect, config(&vars));
+    }
+    cases
+}
