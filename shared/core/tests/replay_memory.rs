@@ -205,21 +205,7 @@ async fn a_crash_between_reinjection_and_the_status_update_still_posts_once() {
     // A replay claimed it, sent the copy, and died before marking it REPLAYED; the consumer then
     // committed the copy.
     let t0 = w.clock_now();
-    let claim = ReplayClaim {
-        replay_id: "rpl_crashed".into(),
-        triggered_by: "schedule".into(),
-        reason: "sweep".into(),
-        claimed_at: t0,
-        lease_until: t0 + ChronoDuration::minutes(5),
-    };
-    let change = StatusChange {
-        status: EnvelopeStatus::Replaying,
-        at: t0,
-        actor: "schedule".into(),
-        reason: "claimed".into(),
-        manual_journal: false,
-    };
-    assert!(w.store.claim(&e.envelope_id, &claim, t0, &change).await.unwrap());
+    w.claimed_by_a_replay_that_died(&e, "rpl_crashed").await;
     let msg = recon_core::domain::decode(e.original.body.as_deref().unwrap()).unwrap();
     w.ledger
         .commit(&recon_core::domain::Posting::from_message(&msg, "copy-1", 1, t0, None))

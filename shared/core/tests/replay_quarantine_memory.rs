@@ -133,21 +133,7 @@ async fn a_hand_off_left_by_a_replay_that_stopped_is_finished_not_suppressed() {
         .envelope("s2", &tx_in(9, "USD", "9.50"), ChronoDuration::hours(1))
         .await;
     let t0 = w.clock_now();
-    let claim = ReplayClaim {
-        replay_id: "rpl_died".into(),
-        triggered_by: "operator".into(),
-        reason: "quarantine".into(),
-        claimed_at: t0,
-        lease_until: t0 + ChronoDuration::minutes(5),
-    };
-    let change = StatusChange {
-        status: EnvelopeStatus::Replaying,
-        at: t0,
-        actor: "operator".into(),
-        reason: "claimed".into(),
-        manual_journal: false,
-    };
-    assert!(w.store.claim(&poison.envelope_id, &claim, t0, &change).await.unwrap());
+    w.claimed_by_a_replay_that_died(&poison, "rpl_died").await;
     for e in [&poison, &valid] {
         w.ledger
             .hand_off(&recon_core::domain::HandOff {

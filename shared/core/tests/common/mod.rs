@@ -140,6 +140,26 @@ impl World {
 }
 
 impl World {
+    /// Claim `e` as replay `replay_id` did before it died: REPLAYING, lease of five minutes.
+    pub async fn claimed_by_a_replay_that_died(&self, e: &DlqEnvelope, replay_id: &str) {
+        let t0 = self.clock_now();
+        let claim = ReplayClaim {
+            replay_id: replay_id.into(),
+            triggered_by: "schedule".into(),
+            reason: "sweep".into(),
+            claimed_at: t0,
+            lease_until: t0 + ChronoDuration::minutes(5),
+        };
+        let change = StatusChange {
+            status: EnvelopeStatus::Replaying,
+            at: t0,
+            actor: "schedule".into(),
+            reason: "claimed".into(),
+            manual_journal: false,
+        };
+        assert!(self.store.claim(&e.envelope_id, &claim, t0, &change).await.unwrap());
+    }
+
     /// A consumer on this world's ledger and reference data.
     pub fn consumer(&self) -> TestConsumer {
         Consumer {
