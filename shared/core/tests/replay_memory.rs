@@ -425,3 +425,33 @@ async fn a_conflict_on_one_envelope_does_not_stop_the_sweep() {
         "the next sweep takes it"
     );
 }
+
+#[tokio::test]
+async fn a_sweep_reads_an_eventually_consistent_index() {
+    // DynamoDB's status index is a global secondary index: a new envelope may be missing from a
+    // query for a while, a settled one may still show PENDING. The sweep must only be late,
+    // never wrong: a stale PENDING copy is selected, its claim refused, nothing sent twice.
+    let w = world();
+    add_xau(&w).await;
+    w.store
+        .set_index_lag(Some((Duration::from_secs(1), w.clock.clone() as Arc<dyn Clock>)));
+    let e = w.envelope("s1", &xau(3), ChronoDuration::hours(1)).await;
+    let r = w.replayer(ReplayConfig::default());
+    let mut runs = Vec::new();
+    for _ in 0..6 {
+        runs.push(outcomes(&r.run(&sweep(), None).await.unwrap()));
+        w.clock.advance(ChronoDuration::milliseconds(600));
+    }
+    assert_eq!(runs[0], Vec::<&str>::new(), "not in the index yet: {runs:?}");
+    assert_eq!(
+        runs.iter().flatten().filter(|o| **o == "REINJECTED").count(),
+        1,
+        "{runs:?}"
+    );
+    assert!(
+        runs.iter().flatten().any(|o| *o == "SKIPPED"),
+        "a stale copy was selected: {runs:?}"
+    );
+    assert_eq!(w.queue.sent().len(), 1);
+    assert_eq!(w.status(&e.envelope_id).await, EnvelopeStatus::Replayed);
+}

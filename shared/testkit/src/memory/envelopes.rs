@@ -7,10 +7,12 @@ use recon_core::domain::{
     AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
 };
 use recon_core::ports::{
-    AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, StoreError, StoreResult, SweepCursors,
+    AuditOutbox, Backlog, Clock, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, StoreError, StoreResult,
+    SweepCursors,
 };
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::limits::check_envelope_item;
 use super::lock;
@@ -26,6 +28,40 @@ struct EnvelopeState {
     outbox: Vec<AuditRecord>,
     /// Claims of this envelope fail as DynamoDB's do when another transaction holds an item.
     conflicted: Option<String>,
+    /// The status index as DynamoDB serves a global secondary index: eventually consistent. A
+    /// write reaches `index` only `delay` after it was made (on the clock's monotonic scale).
+    lag: Option<IndexLag>,
+    index: BTreeMap<String, DlqEnvelope>,
+    unindexed: VecDeque<(Duration, DlqEnvelope)>,
+}
+
+struct IndexLag {
+    delay: Duration,
+    clock: Arc<dyn Clock>,
+}
+
+impl EnvelopeState {
+    /// Record a write for the index.
+    fn indexed(&mut self, e: &DlqEnvelope) {
+        if let Some(lag) = &self.lag {
+            let at = lag.clock.monotonic();
+            self.unindexed.push_back((at, e.clone()));
+        }
+    }
+
+    /// Apply to the index every write older than the delay.
+    fn propagate(&mut self) {
+        let Some(lag) = &self.lag else { return };
+        let now = lag.clock.monotonic();
+        while let Some((at, _)) = self.unindexed.front() {
+            if now.saturating_sub(*at) < lag.delay {
+                break;
+            }
+            if let Some((_, e)) = self.unindexed.pop_front() {
+                self.index.insert(e.envelope_id.clone(), e);
+            }
+        }
+    }
 }
 
 /// The envelope table in memory, with the same conditions and pending count as DynamoDB's.
@@ -38,6 +74,15 @@ impl MemoryEnvelopeStore {
     /// Make every claim of `envelope_id` fail with a transaction conflict (`None`: no more).
     pub fn conflict_on_claims_of(&self, envelope_id: Option<&str>) {
         lock(&self.state).conflicted = envelope_id.map(str::to_owned);
+    }
+
+    /// Serve `list_by_status` from an index that shows each write `delay` after it was made,
+    /// as `clock` measures (`None`: consistent, the default).
+    pub fn set_index_lag(&self, lag: Option<(Duration, Arc<dyn Clock>)>) {
+        let mut s = lock(&self.state);
+        s.unindexed.clear();
+        s.index = s.envelopes.clone();
+        s.lag = lag.map(|(delay, clock)| IndexLag { delay, clock });
     }
 
     /// How many times the overflow flag was switched on (each crossing of the high-water mark).
@@ -83,6 +128,7 @@ impl EnvelopeStore for MemoryEnvelopeStore {
             s.pending += 1;
         }
         s.envelopes.insert(envelope.envelope_id.clone(), envelope.clone());
+        s.indexed(envelope);
         Ok(CreateOutcome::Created)
     }
 
@@ -96,12 +142,10 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         cursor: Option<String>,
         limit: usize,
     ) -> StoreResult<EnvelopePage> {
-        let mut all: Vec<_> = lock(&self.state)
-            .envelopes
-            .values()
-            .filter(|e| e.status == status)
-            .cloned()
-            .collect();
+        let mut s = lock(&self.state);
+        s.propagate();
+        let view = if s.lag.is_none() { &s.envelopes } else { &s.index };
+        let mut all: Vec<_> = view.values().filter(|e| e.status == status).cloned().collect();
         all.sort_by_key(DlqEnvelope::age_key);
         Ok(page(all, DlqEnvelope::age_key, cursor, limit))
     }
@@ -141,7 +185,8 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         claimed.replay = Some(claim.clone());
         claimed.status_history.push(change.clone());
         check_envelope_item(&claimed)?;
-        *e = claimed;
+        *e = claimed.clone();
+        s.indexed(&claimed);
         if from_pending {
             s.pending -= 1;
         }
@@ -170,7 +215,8 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         settled.status_history.push(change.clone());
         settled.replays.push(record.clone());
         check_envelope_item(&settled)?;
-        *e = settled;
+        *e = settled.clone();
+        s.indexed(&settled);
         if change.status == Pending {
             s.pending += 1;
         }

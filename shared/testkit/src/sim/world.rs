@@ -57,6 +57,8 @@ pub struct Settings {
     pub clock_jumps: Vec<(Duration, i64)>,
     /// Faults and crashes stop here; the run then settles.
     pub calm_at: Duration,
+    /// How late the envelope table's status index shows a write (eventually consistent reads).
+    pub index_lag: Option<Duration>,
 }
 
 impl Settings {
@@ -90,6 +92,7 @@ impl Settings {
                 .map(|_| (minutes(rng, 1, 60), rng.between(0, 7200) as i64 - 3600))
                 .collect(),
             calm_at: minutes(rng, 30, 120),
+            index_lag: rng.chance(500_000).then(|| Duration::from_millis(rng.between(1, 3000))),
         }
     }
 }
@@ -188,6 +191,10 @@ impl World {
             metrics: Arc::default(),
             sqs: sqs.clone(),
         };
+        let lag_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+        stores
+            .envelopes
+            .set_index_lag(settings.index_lag.map(|d| (d, lag_clock)));
         let q = |name: &str| {
             Faulty::new(
                 SimQueue {
