@@ -156,3 +156,30 @@ async fn a_hand_off_left_by_a_replay_that_stopped_is_finished_not_suppressed() {
     assert_eq!(w.ledger.hand_offs().len(), 2);
     assert!(w.queue.sent().is_empty());
 }
+
+#[tokio::test]
+async fn a_body_that_does_not_decode_is_not_handed_off_but_never_booked_twice() {
+    // A copy whose amount became a JSON number: it claims the hash of a transaction that is
+    // committed. Quarantined by hand, it is suppressed (as before hand-offs); it is not handed off
+    // under a hash its content does not prove.
+    let w = world();
+    let m = tx_in(12, "USD", "12.50");
+    let mut broken: serde_json::Value = serde_json::from_str(&body(&m)).unwrap();
+    broken["amount"] = serde_json::json!(12.5);
+    let e = w.large_envelope("s1", &broken.to_string()).await;
+    assert_eq!(e.source_hash_kind, recon_core::domain::HashKind::Claimed);
+    let original = body(&m);
+    let msg = recon_core::domain::decode(&original).unwrap();
+    w.ledger
+        .commit(&recon_core::domain::Posting::from_message(&msg, "original", 1, w.clock_now(), None))
+        .await
+        .unwrap();
+    let req = ReplayRequest {
+        quarantine: true,
+        reason: "cannot be fixed: book by hand".into(),
+        ..manual(Selector::default(), false)
+    };
+    let report = w.replayer(ReplayConfig::default()).run(&req, None).await.unwrap();
+    assert_eq!(outcomes(&report), ["SUPPRESSED_DUPLICATE"], "{report:#?}");
+    assert!(w.ledger.hand_offs().is_empty());
+}

@@ -132,18 +132,25 @@ where
         manual_journal: bool,
     ) -> FlowResult<ReplayItem> {
         if manual_journal {
-            if let Some(source_hash) = self.identified_transaction(e).await? {
-                let hand_off = HandOff {
-                    source_hash,
-                    envelope_id: e.envelope_id.clone(),
-                    replay_id: run.replay_id.clone(),
-                    handed_off_at: self.clock.now(),
-                };
-                if let CommitOutcome::AlreadyCommitted(c) = self.ledger.hand_off(&hand_off).await? {
-                    if !c.handed_off_by(&e.envelope_id) {
-                        return self.settle_claimed_duplicate(run, e, &c.holder()).await;
+            let held = match self.identified_transaction(e).await? {
+                Some(source_hash) => {
+                    let hand_off = HandOff {
+                        source_hash,
+                        envelope_id: e.envelope_id.clone(),
+                        replay_id: run.replay_id.clone(),
+                        handed_off_at: self.clock.now(),
+                    };
+                    match self.ledger.hand_off(&hand_off).await? {
+                        CommitOutcome::AlreadyCommitted(c) if !c.handed_off_by(&e.envelope_id) => Some(c),
+                        _ => None,
                     }
                 }
+                // Not identified by its body: no hand-off, but a transaction committed under
+                // the hash it claims is not booked again by hand.
+                None => self.committed(e).await?,
+            };
+            if let Some(c) = held {
+                return self.settle_claimed_duplicate(run, e, &c.holder()).await;
             }
         }
         // The quarantine decision itself goes to the WORM bucket next to the envelope's copy.
