@@ -144,6 +144,10 @@ async fn a_transaction_left_for_a_manual_journal_is_not_posted_when_the_producer
     let hand_offs = s.ledger().hand_offs().await.unwrap();
     assert_eq!(hand_offs.len(), 1);
     assert!(hand_offs[0].handed_off_by(&envelope.envelope_id));
+    assert!(
+        s.ledger().get(&hand_offs[0].source_hash).await.unwrap().is_none(),
+        "a hand-off reads as no posting, not as a broken one"
+    );
 
     // The currency gets mapped and the producer re-sends the transaction: it does not post.
     s.map_currency("XAU", 4).await;

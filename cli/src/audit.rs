@@ -6,6 +6,7 @@ use recon_aws::AwsClients;
 use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
 use recon_aws::s3::S3Worm;
 use recon_core::evidence::{seal, verify_trail};
+use recon_core::ports::Ledger;
 use recon_core::resources::ResourceNames;
 use std::path::PathBuf;
 
@@ -101,10 +102,14 @@ async fn show(clients: &AwsClients, names: &ResourceNames, audit: &DynamoAuditLo
             ),
         ));
     }
-    if let Some(p) = DynamoLedger::new(clients.dynamodb.clone(), &names.ledger_table)
-        .get(source_hash)
-        .await?
-    {
+    let ledger = DynamoLedger::new(clients.dynamodb.clone(), &names.ledger_table);
+    if let Some(h) = ledger.lookup(source_hash).await?.filter(|c| c.manual_journal.is_some()) {
+        lines.push((
+            h.committed_at.unwrap_or_default(),
+            format!("HANDED_OFF             {}: no posting may follow", h.holder()),
+        ));
+    }
+    if let Some(p) = ledger.get(source_hash).await? {
         lines.push((
             p.committed_at,
             format!(

@@ -40,10 +40,12 @@ impl DynamoLedger {
         self.write_units_milli.load(Ordering::Relaxed) as f64 / 1000.0
     }
 
-    /// The posting of one transaction, if committed.
+    /// The posting of one transaction, if committed (a hand-off to a manual journal is not a
+    /// posting: `lookup` reports it).
     pub async fn get(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
         self.item(source_hash)
             .await?
+            .filter(|i| !i.contains_key(HAND_OFF_BY))
             .map(|i| from_item(&i).map_err(|e| item_error("posting", e)))
             .transpose()
     }
