@@ -200,8 +200,8 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames, json: bool) -> R
         .depth()
         .await?;
     let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
-    let postings = DynamoLedger::new(clients.dynamodb.clone(), &names.ledger_table)
-        .scan()
+    let (postings, hand_offs) = DynamoLedger::new(clients.dynamodb.clone(), &names.ledger_table)
+        .scan_entries()
         .await?;
     let mut audit_counts: BTreeMap<&'static str, u64> = BTreeMap::new();
     for r in DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
@@ -225,6 +225,7 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames, json: bool) -> R
             "dead_letter_queue": depth(&dlq),
             "ledger": {
                 "postings": postings.len(),
+                "handed_to_manual_journals": hand_offs.len(),
                 "by_currency": totals.iter().map(|(c, t)| (c.clone(), serde_json::json!({"count": t.count, "amount": total_text(c, t)}))).collect::<serde_json::Map<_, _>>(),
             },
             "envelopes": envelope_counts,
@@ -240,7 +241,11 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames, json: bool) -> R
             d.visible, d.in_flight, d.delayed
         );
     }
-    println!("ledger       {:>8} postings", postings.len());
+    println!(
+        "ledger       {:>8} postings, {} handed to manual journals",
+        postings.len(),
+        hand_offs.len()
+    );
     for (c, t) in &totals {
         println!("  {c:<6}   {:>8} postings  {:>24}", t.count, total_text(c, t));
     }

@@ -67,22 +67,26 @@ impl DynamoLedger {
     /// Every posting in the table (a scan: for `dlqctl stats`, tests and reconciliation).
     /// Hand-offs to a manual journal share the table and are not postings: see [`Self::hand_offs`].
     pub async fn scan(&self) -> StoreResult<Vec<Posting>> {
-        scan_all(&self.client, &self.table, None)
-            .await?
-            .iter()
-            .filter(|i| !i.contains_key(HAND_OFF_BY))
-            .map(|i| from_item::<Posting>(i).map_err(|e| item_error("ledger scan", e)))
-            .collect()
+        Ok(self.scan_entries().await?.0)
     }
 
     /// Every transaction handed to a manual journal (a scan).
     pub async fn hand_offs(&self) -> StoreResult<Vec<CommittedRef>> {
-        Ok(scan_all(&self.client, &self.table, None)
-            .await?
-            .iter()
-            .filter(|i| i.contains_key(HAND_OFF_BY))
-            .map(committed_ref)
-            .collect())
+        Ok(self.scan_entries().await?.1)
+    }
+
+    /// The whole table in one scan: the postings, and the hand-offs to manual journals.
+    pub async fn scan_entries(&self) -> StoreResult<(Vec<Posting>, Vec<CommittedRef>)> {
+        let mut postings = Vec::new();
+        let mut hand_offs = Vec::new();
+        for i in scan_all(&self.client, &self.table, None).await? {
+            if i.contains_key(HAND_OFF_BY) {
+                hand_offs.push(committed_ref(&i));
+            } else {
+                postings.push(from_item::<Posting>(&i).map_err(|e| item_error("ledger scan", e))?);
+            }
+        }
+        Ok((postings, hand_offs))
     }
 
     /// A conditional put on the transaction's key: `Committed` when written, else what holds it —
