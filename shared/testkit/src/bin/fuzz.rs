@@ -1,7 +1,7 @@
 //! `fuzz`: every decoder of outside input against seeded mutants of the repository's corpus (see
 //! `make fuzz`). `fuzz [--count N] [--seed N] [--target NAME]`; exit 1 if any input panicked.
 
-use recon_testkit::fuzz::{fuzz, targets};
+use recon_testkit::fuzz::{fuzz_with_progress, targets};
 use std::path::Path;
 
 fn number(flag: &str, v: &str) -> u64 {
@@ -48,7 +48,12 @@ fn main() {
         if only.as_deref().is_some_and(|o| !t.name.contains(o)) {
             continue;
         }
-        let f = fuzz(t, count, seed.wrapping_add(i as u64));
+        let f = fuzz_with_progress(t, count, seed.wrapping_add(i as u64), &mut |f| {
+            eprintln!(
+                "  {}: {} inputs, {} panics, {:.0} s",
+                f.target, f.inputs, f.panic_count, f.secs
+            );
+        });
         println!(
             "{:<36} {:>9} inputs ({:>3.0}% past the parse) in {:>6.1} s ({:>8.0}/s), corpus {:>3}: {} panics",
             f.target,

@@ -27,6 +27,11 @@ pub struct Finding {
 /// Run `count` mutants of `target`'s corpus through it. Mutants that still reach the decoder join
 /// the corpus now and then, so later mutants go deeper.
 pub fn fuzz(target: &Target, count: u64, seed: u64) -> Finding {
+    fuzz_with_progress(target, count, seed, &mut |_| {})
+}
+
+/// [`fuzz`], calling `progress` with the finding so far every 100,000 inputs.
+pub fn fuzz_with_progress(target: &Target, count: u64, seed: u64, progress: &mut dyn FnMut(&Finding)) -> Finding {
     let mut rng = Rng::new(seed);
     let mut corpus = target.corpus.clone();
     if corpus.is_empty() {
@@ -41,7 +46,11 @@ pub fn fuzz(target: &Target, count: u64, seed: u64) -> Finding {
         panics: Vec::new(),
         panic_count: 0,
     };
-    for _ in 0..count {
+    for n in 1..=count {
+        if n % 100_000 == 1 && n > 1 {
+            finding.secs = started.elapsed().as_secs_f64();
+            progress(&finding);
+        }
         let a = corpus[rng.below(corpus.len() as u64) as usize].clone();
         let b = corpus[rng.below(corpus.len() as u64) as usize].clone();
         let input = mutate::mutate(&a, &b, &mut rng);
