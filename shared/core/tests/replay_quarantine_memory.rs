@@ -171,7 +171,13 @@ async fn a_body_that_does_not_decode_is_not_handed_off_but_never_booked_twice() 
     let original = body(&m);
     let msg = recon_core::domain::decode(&original).unwrap();
     w.ledger
-        .commit(&recon_core::domain::Posting::from_message(&msg, "original", 1, w.clock_now(), None))
+        .commit(&recon_core::domain::Posting::from_message(
+            &msg,
+            "original",
+            1,
+            w.clock_now(),
+            None,
+        ))
         .await
         .unwrap();
     let req = ReplayRequest {
