@@ -209,6 +209,36 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
     s.cleanup().await;
 }
 
+#[tokio::test]
+async fn a_record_edited_into_an_unreadable_value_is_named_not_a_failure_of_verify() {
+    // Regression: an unknown failure code written into one record made verify stop with an
+    // infrastructure error, so one edit disabled the verification of the whole trail.
+    let s = TestStack::new("au-unread").await;
+    mixed_workload(&s).await;
+    let log = audit(&s);
+    let victim = log
+        .scan_chained()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|c| c.record.failure_code.is_some())
+        .expect("the workload dead-letters something");
+    let mut edited = item_of(&s, &victim.record.audit_id).await;
+    edited.insert("failure_code".into(), AttributeValue::S("BANANA".into()));
+    put_item(&s, edited).await;
+    let report = verify_trail(&log, &worm(&s)).await.expect("verify answers");
+    assert!(
+        report
+            .breaks
+            .iter()
+            .any(|x| x.contains(&victim.record.audit_id) && x.contains("cannot be read back")),
+        "{report:?}"
+    );
+    // The other chains are still verified.
+    assert_eq!(report.breaks.len(), 1, "{report:?}");
+    s.cleanup().await;
+}
+
 async fn current(s: &TestStack, manifest: &[recon_core::reconcile::Entry]) -> recon_core::reconcile::Reconciliation {
     let postings = s.postings().await;
     let envelopes = s.envelopes().await;

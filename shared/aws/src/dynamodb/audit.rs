@@ -40,12 +40,12 @@ impl DynamoAuditLog {
     }
 
     pub async fn scan_chained(&self) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
-        scan_all(&self.client, &self.table, None)
+        Ok(scan_all(&self.client, &self.table, None)
             .await?
             .iter()
             .filter(|i| get_s(i, keys::AUDIT_PK).is_some_and(|id| !id.starts_with('#')))
-            .map(|i| from_item(i).map_err(|e| item_error("audit record", e)))
-            .collect()
+            .map(chained_from)
+            .collect())
     }
 
     /// The records about one transaction, in time order (the `by_source_hash` index).
@@ -91,10 +91,27 @@ impl DynamoAuditLog {
 }
 
 fn audit_records(items: &[Item]) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
-    items
-        .iter()
-        .map(|i| from_item(i).map_err(|e| item_error("audit record", e)))
-        .collect()
+    Ok(items.iter().map(chained_from).collect())
+}
+
+/// A stored record, or — when an edited field no longer reads as one — its place in the chain and
+/// why, so that verification names that record instead of failing as a whole.
+fn chained_from(item: &Item) -> recon_core::domain::audit::ChainedRecord {
+    from_item(item).unwrap_or_else(|e| {
+        let seq = item
+            .get("seq")
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        recon_core::domain::audit::ChainedRecord::unreadable(
+            get_s(item, keys::AUDIT_PK).unwrap_or_default(),
+            get_s(item, "chain").unwrap_or_default(),
+            seq,
+            get_s(item, "prev_hash").unwrap_or_default(),
+            get_s(item, "hash").unwrap_or_default(),
+            e.to_string().chars().flat_map(char::escape_default).take(200).collect(),
+        )
+    })
 }
 
 /// Index attributes of a chained record.

@@ -25,6 +25,9 @@ pub enum AuditKind {
     ReplaySuppressed,
     /// Reference data changed: a currency mapping, or an accounting period opened or closed.
     ReferenceChanged,
+    /// Never written: a stored record that could not be read back (a field edited into a value
+    /// no version of the code writes). Verification names it; nothing else counts it.
+    Unreadable,
 }
 
 impl AuditKind {
@@ -38,6 +41,7 @@ impl AuditKind {
             AuditKind::ReplayReinjected => "REPLAY_REINJECTED",
             AuditKind::ReplaySuppressed => "REPLAY_SUPPRESSED",
             AuditKind::ReferenceChanged => "REFERENCE_CHANGED",
+            AuditKind::Unreadable => "UNREADABLE",
         }
     }
 }
@@ -127,6 +131,26 @@ pub struct ChainedRecord {
     pub prev_hash: String,
     /// SHA-256 over this record's content, chain, seq and `prev_hash` ([`record_hash`]).
     pub hash: String,
+    /// Why the stored record could not be read back (then `record` holds only its id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
+}
+
+impl ChainedRecord {
+    /// A stored record that does not read back as a record: its place in the chain, as far as
+    /// it can be read, and why. Verification reports it as a break at that record.
+    pub fn unreadable(audit_id: &str, chain: &str, seq: u64, prev_hash: &str, hash: &str, why: String) -> Self {
+        let mut record = AuditRecord::system(AuditKind::Unreadable, "", DateTime::UNIX_EPOCH, "", String::new());
+        audit_id.clone_into(&mut record.audit_id);
+        ChainedRecord {
+            record,
+            chain: chain.to_owned(),
+            seq,
+            prev_hash: prev_hash.to_owned(),
+            hash: hash.to_owned(),
+            unreadable: Some(why),
+        }
+    }
 }
 
 /// The chain a record belongs to, from its id (stable: a retried append goes to the same chain).
@@ -157,6 +181,7 @@ pub fn link(record: AuditRecord, chain: &str, head_seq: u64, head_hash: &str) ->
         seq,
         prev_hash: head_hash.to_owned(),
         hash,
+        unreadable: None,
     }
 }
 
@@ -190,6 +215,9 @@ pub fn verify_chain(chain: &str, records: &[ChainedRecord], head: Option<&ChainH
             audit_id: Some(r.record.audit_id.clone()),
             problem,
         };
+        if let Some(why) = &r.unreadable {
+            return Err(brk(r.seq, format!("cannot be read back as a record ({why}): modified")));
+        }
         if r.chain != chain {
             return Err(brk(r.seq, format!("belongs to chain {}", r.chain)));
         }
