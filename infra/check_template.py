@@ -34,6 +34,13 @@ def sub_suffix(value):
     return None
 
 
+def sub_text(value):
+    """The text of a !Sub, or None."""
+    if isinstance(value, dict) and isinstance(value.get("Fn::Sub"), str):
+        return value["Fn::Sub"]
+    return None
+
+
 def resource_ref(value):
     """A policy Resource as the spec names it: MainQueue, EnvelopeTable/index/*, Bucket/*, *."""
     if value == "*":
@@ -117,6 +124,17 @@ def check(tpl, spec):
     expect("bucket versioning", bucket.get("VersioningConfiguration", {}).get("Status"), "Enabled")
     expect("OverflowHighWater default", tpl["Parameters"].get("OverflowHighWater", {}).get("Default"), spec["overflow_high_water"])
 
+    # The schedule is the only one the replay accepts a scheduled event from: its name, and the
+    # name its event carries, must be the code's.
+    schedule = res.get(spec["sweep_schedule"]["logical_id"], {}).get("Properties", {})
+    expect("sweep schedule name", sub_suffix(schedule.get("Name")), spec["sweep_schedule"]["name_suffix"])
+    event = sub_text(schedule.get("Target", {}).get("Input"))
+    try:
+        named = json.loads(event.replace("${StackPrefix}-", "")).get("resources") if event else None
+    except ValueError:
+        named = None
+    expect("sweep schedule event resources", named, [spec["sweep_schedule"]["name_suffix"]])
+
     for role, grants in spec["iam"].items():
         props = res.get(role, {}).get("Properties")
         if props is None:
@@ -175,6 +193,7 @@ def mutations(tpl):
         mutate(lambda t: res(t)["QuarantineBucket"]["Properties"]["ObjectLockConfiguration"]["Rule"]["DefaultRetention"].__setitem__("Mode", "GOVERNANCE"), "Object Lock mode"),
         mutate(lambda t: res(t)["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].append("sqs:PurgeQueue"), "an extra IAM action"),
         mutate(lambda t: res(t)["ReplayRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].pop(), "a missing IAM action"),
+        mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-sweep"]}'}), "the schedule's event names another schedule"),
         mutate(lambda t: next(st for st in res(t)["ReplayRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "LedgerHandOff").pop("Condition"), "the hand-off's attribute limit dropped"),
     ]
 

@@ -58,9 +58,16 @@ echo "smoke: replay <- events/replay-manual.json (dry run)"
 out=$(invoke replay events/replay-manual.json) || fail "replay invoke: $out"
 [ "$(echo "$out" | json 'd["dry_run"] and d["selected"] == 1 and d["still_failing"] == 1')" = True ] || fail "unexpected dry-run report: $out"
 
-echo "smoke: replay <- events/replay-scheduled.json"
-out=$(invoke replay events/replay-scheduled.json) || fail "replay invoke: $out"
-[ "$(echo "$out" | json 'd["completed"] and d["triggered_by"].startswith("schedule:")')" = True ] || fail "unexpected sweep report: $out"
+echo "smoke: replay <- events/replay-scheduled.json (naming this stack's schedule)"
+scheduled="$(mktemp)"
+sed "s/recon-dlq-replay-sweep/$prefix-replay-sweep/" events/replay-scheduled.json > "$scheduled"
+out=$(invoke replay "$scheduled") || fail "replay invoke: $out"
+[ "$(echo "$out" | json "d['completed'] and d['triggered_by'] == 'schedule:$prefix-replay-sweep'")" = True ] || fail "unexpected sweep report: $out"
+
+echo "smoke: replay <- events/replay-scheduled.json as it is (another stack's schedule: must be refused)"
+out=$(invoke replay events/replay-scheduled.json || true)
+echo "$out" | grep -q "a scheduled event must come from" || fail "a foreign schedule was not refused: $out"
+rm -f "$scheduled"
 
 echo "smoke: replay <- events/replay-invalid.json (must be refused)"
 out=$(invoke replay events/replay-invalid.json || true)

@@ -206,9 +206,10 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, 
 /// One scheduled sweep, as the EventBridge schedule would trigger it (for `pump --sweep-every`).
 pub async fn sweep(clients: &AwsClients, stack: &Stack) -> Result<ReplayReport> {
     let r = replayer(clients, stack, "dlqctl-sweep")?;
-    let req = recon_core::replay::parse_invocation(&serde_json::json!({
-        "detail-type": "Scheduled Event", "source": "dlqctl", "resources": ["local-sweep"]
-    }))?;
+    let req = ReplayRequest {
+        triggered_by: "dlqctl pump --sweep-every".into(),
+        ..ReplayRequest::scheduled(&stack.names.sweep_schedule)
+    };
     Ok(r.run(&req, Some(chrono::Utc::now() + Duration::from_secs(600))).await?)
 }
 

@@ -30,10 +30,12 @@ async fn main() -> Result<(), Error> {
         &wiring::function_name("replay"),
         metrics,
     ));
+    let schedule = settings.sweep_schedule.clone();
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let replayer = replayer.clone();
+        let schedule = schedule.clone();
         async move {
-            let request = parse_invocation(&event.payload)?;
+            let request = parse_invocation(&event.payload, &schedule)?;
             let report = replayer.run(&request, lambda_deadline(event.context.deadline)).await?;
             Ok::<serde_json::Value, Error>(serde_json::to_value(report)?)
         }

@@ -17,6 +17,7 @@ pub mod template {
     pub const DEAD_LETTER_QUEUE: &str = "DeadLetterQueue";
     pub const QUARANTINE_BUCKET: &str = "QuarantineBucket";
     pub const CONSUMER_FUNCTION: &str = "ConsumerFunction";
+    pub const REPLAY_SCHEDULE: &str = "ReplaySchedule";
 
     pub fn table(kind: TableKind) -> &'static str {
         match kind {
@@ -232,6 +233,10 @@ pub fn spec_json() -> serde_json::Value {
             "default_retention_days": DEFAULT_WORM_RETENTION_DAYS,
         },
         "overflow_high_water": DEFAULT_OVERFLOW_HIGH_WATER,
+        "sweep_schedule": {
+            "logical_id": template::REPLAY_SCHEDULE,
+            "name_suffix": names.sweep_schedule.trim_start_matches('-'),
+        },
         "tables": tables,
         "iam": iam::ROLES.iter().map(|(role, grants)| (role.to_string(), serde_json::json!(grants))).collect::<serde_json::Map<_, _>>(),
     })

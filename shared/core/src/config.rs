@@ -29,6 +29,7 @@ pub mod vars {
     pub const REPLAY_RATE_PER_SEC: &str = "DLQ_REPLAY_RATE_PER_SEC";
     pub const REPLAY_QUEUE_HIGH_WATER: &str = "DLQ_REPLAY_QUEUE_HIGH_WATER";
     pub const REPLAY_PAGE_SIZE: &str = "DLQ_REPLAY_PAGE_SIZE";
+    pub const SWEEP_SCHEDULE: &str = "DLQ_SWEEP_SCHEDULE";
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -218,6 +219,8 @@ pub struct ReplaySettings {
     pub rate_per_sec: u32,
     pub main_queue_high_water: u64,
     pub page_size: usize,
+    /// The schedule a scheduled event must name (`DLQ_SWEEP_SCHEDULE`, default from the prefix).
+    pub sweep_schedule: String,
     pub overflow_high_water: i64,
     pub metrics_namespace: String,
     pub deadline_margin: Duration,
@@ -268,6 +271,9 @@ impl ReplaySettings {
                 "a number of visible messages",
             )?,
             page_size,
+            sweep_schedule: get(vars::SWEEP_SCHEDULE)
+                .filter(|v| !v.trim().is_empty())
+                .unwrap_or(names.sweep_schedule),
             overflow_high_water: enricher.overflow_high_water,
             metrics_namespace: enricher.metrics_namespace,
             deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 5000, "milliseconds")?),

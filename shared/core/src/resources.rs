@@ -77,6 +77,9 @@ pub struct ResourceNames {
     pub audit_table: String,
     pub dedup_table: String,
     pub quarantine_bucket: String,
+    /// The EventBridge Scheduler schedule that triggers the replay sweep (the only schedule a
+    /// scheduled event may name).
+    pub sweep_schedule: String,
 }
 
 impl ResourceNames {
@@ -90,6 +93,7 @@ impl ResourceNames {
             audit_table: format!("{prefix}-audit"),
             dedup_table: format!("{prefix}-dedup"),
             quarantine_bucket: format!("{prefix}-quarantine"),
+            sweep_schedule: format!("{prefix}-replay-sweep"),
         }
     }
 }

@@ -101,24 +101,50 @@ impl ManualReplay {
     }
 }
 
-/// Read a Lambda payload: an EventBridge scheduled event starts a sweep; anything else must be a
-/// [`ManualReplay`].
-pub fn parse_invocation(payload: &serde_json::Value) -> Result<ReplayRequest, RequestError> {
-    if payload.get("detail-type").and_then(|d| d.as_str()) == Some("Scheduled Event") {
-        let rule = payload
-            .get("resources")
-            .and_then(|r| r.get(0))
-            .and_then(|r| r.as_str())
-            .or_else(|| payload.get("source").and_then(|s| s.as_str()))
-            .unwrap_or("schedule");
-        return Ok(ReplayRequest {
+impl ReplayRequest {
+    /// A scheduled sweep: every PENDING envelope from the saved cursor. Its actor is the schedule
+    /// itself, never a name taken from the payload.
+    pub fn scheduled(schedule: &str) -> Self {
+        ReplayRequest {
             selector: Selector::default(),
             dry_run: false,
             reason: "scheduled sweep".into(),
-            triggered_by: format!("schedule:{rule}"),
+            triggered_by: format!("schedule:{schedule}"),
             scheduled: true,
             quarantine: false,
-        });
+        }
+    }
+}
+
+/// Read a Lambda payload. An EventBridge "Scheduled Event" starts a sweep only if it names this
+/// deployment's sweep schedule (`schedule`: its name, or an ARN ending in `/<name>`), and the
+/// sweep's actor is that schedule whatever else the payload says; a scheduled event naming
+/// anything else is refused (it cannot say who it is). Anything else must be a [`ManualReplay`].
+pub fn parse_invocation(payload: &serde_json::Value, schedule: &str) -> Result<ReplayRequest, RequestError> {
+    if payload.get("detail-type").and_then(|d| d.as_str()) == Some("Scheduled Event") {
+        let named: Vec<&str> = payload
+            .get("resources")
+            .and_then(|r| r.as_array())
+            .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        let ours = |n: &&str| *n == schedule || n.ends_with(&format!("/{schedule}"));
+        if named.iter().any(ours) {
+            return Ok(ReplayRequest::scheduled(schedule));
+        }
+        let shown: Vec<String> = named
+            .iter()
+            .take(3)
+            .map(|n| {
+                n.chars()
+                    .filter(|c| !c.is_control() && !matches!(c, '"' | '\\' | '`'))
+                    .take(100)
+                    .collect()
+            })
+            .collect();
+        return Err(RequestError(format!(
+            "a scheduled event must come from this deployment's sweep schedule `{schedule}`, this one names [{}]: refused (a manual replay names its reason and who runs it)",
+            shown.join(", ")
+        )));
     }
     if !payload.is_object() {
         return Err(RequestError(
@@ -135,37 +161,74 @@ mod tests {
 
     #[test]
     fn a_manual_payload_needs_a_reason_and_refuses_unknown_fields() {
-        let ok = parse_invocation(&serde_json::json!({
-            "reason": "XAU mapped", "triggered_by": "alice", "root_cause": "UNMAPPED_CURRENCY:XAU", "dry_run": true
-        }))
+        let ok = parse_invocation(
+            &serde_json::json!({
+                "reason": "XAU mapped", "triggered_by": "alice", "root_cause": "UNMAPPED_CURRENCY:XAU", "dry_run": true
+            }),
+            SWEEP,
+        )
         .unwrap();
         assert!(ok.dry_run && !ok.scheduled);
         assert_eq!(ok.selector.root_cause.as_deref(), Some("UNMAPPED_CURRENCY:XAU"));
 
-        let err = parse_invocation(&serde_json::json!({"triggered_by": "alice"})).unwrap_err();
+        let err = parse_invocation(&serde_json::json!({"triggered_by": "alice"}), SWEEP).unwrap_err();
         assert!(err.0.contains("missing field `reason`"), "{err}");
-        let err =
-            parse_invocation(&serde_json::json!({"reason": "x", "triggered_by": "a", "rootcause": "X"})).unwrap_err();
+        let err = parse_invocation(
+            &serde_json::json!({"reason": "x", "triggered_by": "a", "rootcause": "X"}),
+            SWEEP,
+        )
+        .unwrap_err();
         assert!(err.0.contains("unknown field `rootcause`"), "{err}");
-        let err = parse_invocation(&serde_json::json!({"reason": " ", "triggered_by": "a"})).unwrap_err();
+        let err = parse_invocation(&serde_json::json!({"reason": " ", "triggered_by": "a"}), SWEEP).unwrap_err();
         assert!(err.0.contains("reason"), "{err}");
-        let err = parse_invocation(&serde_json::json!({"reason": "r", "triggered_by": "a", "failure_code": "NOPE"}))
-            .unwrap_err();
+        let err = parse_invocation(
+            &serde_json::json!({"reason": "r", "triggered_by": "a", "failure_code": "NOPE"}),
+            SWEEP,
+        )
+        .unwrap_err();
         assert!(err.0.contains("NOPE"), "{err}");
     }
 
+    const SWEEP: &str = "recon-dlq-replay-sweep";
+
     #[test]
-    fn a_scheduled_event_starts_a_sweep() {
-        let r = parse_invocation(&serde_json::json!({
-            "version": "0", "id": "x", "detail-type": "Scheduled Event", "source": "aws.events",
-            "resources": ["arn:aws:events:us-east-1:0:rule/recon-dlq-sweep"], "detail": {}
-        }))
-        .unwrap();
-        assert!(r.scheduled);
-        assert_eq!(
-            r.triggered_by,
-            "schedule:arn:aws:events:us-east-1:0:rule/recon-dlq-sweep"
-        );
+    fn a_scheduled_event_starts_a_sweep_as_its_schedule() {
+        for named in [
+            SWEEP.to_owned(),
+            format!("arn:aws:scheduler:us-east-1:0:schedule/default/{SWEEP}"),
+        ] {
+            let r = parse_invocation(
+                &serde_json::json!({
+                    "version": "0", "id": "x", "detail-type": "Scheduled Event", "source": "aws.scheduler",
+                    "resources": [named], "detail": {}, "triggered_by": "mallory"
+                }),
+                SWEEP,
+            )
+            .unwrap();
+            assert!(r.scheduled);
+            assert_eq!(
+                r.triggered_by,
+                format!("schedule:{SWEEP}"),
+                "the actor is never the payload's"
+            );
+        }
+    }
+
+    #[test]
+    fn a_scheduled_event_naming_another_schedule_is_refused() {
+        // Regression (issue 11): anyone allowed to invoke the function could send a scheduled
+        // event naming any actor and run a sweep under that name.
+        for payload in [
+            serde_json::json!({"detail-type": "Scheduled Event", "resources": ["rule/anyone-i-like"]}),
+            serde_json::json!({"detail-type": "Scheduled Event", "source": "alice"}),
+            serde_json::json!({"detail-type": "Scheduled Event", "resources": [format!("{SWEEP}-not")]}),
+        ] {
+            let err = parse_invocation(&payload, SWEEP).unwrap_err();
+            assert!(
+                err.0.contains("must come from this deployment's sweep schedule"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -117,10 +117,10 @@ pub fn dead_letter(body: &str, attributes: &[(&str, &str)]) -> SqsMessage {
 }
 
 pub fn replay(payload: serde_json::Value) -> String {
-    match parse_invocation(&payload) {
+    match parse_invocation(&payload, "recon-dlq-replay-sweep") {
         Ok(r) => format!(
-            "accepted: dry_run={} max_items={:?} quarantine={}",
-            r.dry_run, r.selector.max_items, r.quarantine
+            "accepted: dry_run={} max_items={:?} quarantine={} triggered_by={}",
+            r.dry_run, r.selector.max_items, r.quarantine, r.triggered_by
         ),
         Err(e) => format!("refused: {e}"),
     }

@@ -113,6 +113,16 @@ pub fn operator_input() -> Vec<Case> {
             serde_json::json!([1, 2]),
             "refused: invalid replay request: a replay request must be a JSON object",
         ),
+        (
+            "scheduled event naming another schedule",
+            serde_json::json!({"detail-type": "Scheduled Event", "resources": ["rule/mallory"]}),
+            "refused: invalid replay request: a scheduled event must come from this deployment's sweep schedule",
+        ),
+        (
+            "scheduled event naming its own actor",
+            serde_json::json!({"detail-type": "Scheduled Event", "resources": ["recon-dlq-replay-sweep"], "triggered_by": "mallory"}),
+            "accepted: dry_run=false max_items=None quarantine=false triggered_by=schedule:recon-dlq-replay-sweep",
+        ),
     ] {
         op(name, payload.to_string(), replay(payload), expect);
     }

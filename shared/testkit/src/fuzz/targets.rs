@@ -121,7 +121,7 @@ fn dead_letter_target(input: &str) -> bool {
 fn replay_payload(input: &str) -> bool {
     match serde_json::from_str::<Value>(input) {
         Ok(v) => {
-            let _ = parse_invocation(&v);
+            let _ = parse_invocation(&v, "recon-dlq-replay-sweep");
             true
         }
         Err(_) => false,

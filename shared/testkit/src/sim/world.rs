@@ -405,7 +405,7 @@ impl World {
                 "detail-type": "Scheduled Event", "source": "aws.events",
                 "resources": ["arn:aws:events:us-east-1:000000000000:rule/sim-sweep"]
             });
-            let Ok(request) = parse_invocation(&payload) else {
+            let Ok(request) = parse_invocation(&payload, "sim-sweep") else {
                 return;
             };
             self.replay(request, "replay-sweep");
