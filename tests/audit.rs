@@ -6,7 +6,7 @@ use recon_aws::dynamodb::DynamoAuditLog;
 use recon_aws::s3::S3Worm;
 use recon_core::domain::audit::{AUDIT_CHAINS, ChainedRecord};
 use recon_core::domain::{AuditKind, AuditRecord, PeriodRecord, PeriodStatus};
-use recon_core::evidence::{Bundle, load_seals, seal, verify_bundle, verify_trail};
+use recon_core::evidence::{Bundle, export_bundle, seal, verify_bundle, verify_trail};
 use recon_core::ports::{AuditLog, ReferenceData};
 use recon_core::reconcile::{manifest_entry, outcomes, reconcile};
 use recon_harness::stack::TestStack;
@@ -144,7 +144,7 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
         log.append(&pad).await.unwrap();
     }
     seal(&log, &worm(&s), chrono::Utc::now()).await.unwrap();
-    assert!(verify_trail(&log, &worm(&s)).await.unwrap().intact());
+    assert!(verify_trail(&log, &worm(&s), None).await.unwrap().intact());
     // The longest chain, to tamper in its middle.
     let mut chains: Vec<Vec<ChainedRecord>> = Vec::new();
     for i in 0..AUDIT_CHAINS {
@@ -159,7 +159,7 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
     let mut modified = original.clone();
     modified.insert("detail".into(), AttributeValue::S("nothing to see here".into()));
     put_item(&s, modified).await;
-    let report = verify_trail(&log, &worm(&s)).await.unwrap();
+    let report = verify_trail(&log, &worm(&s), None).await.unwrap();
     assert!(
         report
             .breaks
@@ -168,7 +168,7 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
         "{report:?}"
     );
     put_item(&s, original.clone()).await;
-    assert!(verify_trail(&log, &worm(&s)).await.unwrap().intact());
+    assert!(verify_trail(&log, &worm(&s), None).await.unwrap().intact());
 
     // Delete.
     s.clients
@@ -179,7 +179,7 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
         .send()
         .await
         .unwrap();
-    let report = verify_trail(&log, &worm(&s)).await.unwrap();
+    let report = verify_trail(&log, &worm(&s), None).await.unwrap();
     assert!(
         report
             .breaks
@@ -188,7 +188,7 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
         "{report:?}"
     );
     put_item(&s, original.clone()).await;
-    assert!(verify_trail(&log, &worm(&s)).await.unwrap().intact());
+    assert!(verify_trail(&log, &worm(&s), None).await.unwrap().intact());
 
     // Reorder: swap the positions of the first two records.
     let (mut ia, mut ib) = (item_of(&s, &a.record.audit_id).await, original);
@@ -200,7 +200,7 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
     }
     put_item(&s, ia).await;
     put_item(&s, ib).await;
-    let report = verify_trail(&log, &worm(&s)).await.unwrap();
+    let report = verify_trail(&log, &worm(&s), None).await.unwrap();
     assert!(!report.intact(), "a reordering must not verify");
     assert!(
         report.breaks.iter().any(|x| x.contains(&format!("chain {}", a.chain))),
@@ -226,7 +226,7 @@ async fn a_record_edited_into_an_unreadable_value_is_named_not_a_failure_of_veri
     let mut edited = item_of(&s, &victim.record.audit_id).await;
     edited.insert("failure_code".into(), AttributeValue::S("BANANA".into()));
     put_item(&s, edited).await;
-    let report = verify_trail(&log, &worm(&s)).await.expect("verify answers");
+    let report = verify_trail(&log, &worm(&s), None).await.expect("verify answers");
     assert!(
         report
             .breaks
@@ -334,7 +334,7 @@ async fn concurrent_writers_leave_chains_that_verify() {
     for t in tasks {
         t.await.unwrap();
     }
-    let report = verify_trail(log.as_ref(), &worm(&s)).await.unwrap();
+    let report = verify_trail(log.as_ref(), &worm(&s), None).await.unwrap();
     assert!(report.intact(), "{report:?}");
     assert_eq!(report.records, 200);
     assert_eq!(report.chains.values().sum::<u64>(), 200);
@@ -346,7 +346,6 @@ async fn an_exported_bundle_verifies_offline_and_a_tampered_one_does_not() {
     let s = TestStack::new("au-bundle").await;
     let sent = mixed_workload(&s).await;
     let log = audit(&s);
-    seal(&log, &worm(&s), chrono::Utc::now()).await.unwrap();
     let (out, problems) = outcomes(
         &s.postings().await,
         &s.envelopes().await,
@@ -355,20 +354,9 @@ async fn an_exported_bundle_verifies_offline_and_a_tampered_one_does_not() {
     );
     let manifest: Vec<_> = sent.iter().map(|b| manifest_entry(b)).collect();
     let reconciliation = reconcile(out.clone(), problems, Some(&manifest), 0);
-    let mut records = Vec::new();
-    for i in 0..AUDIT_CHAINS {
-        records.extend(log.chain(&format!("c{i}")).await.unwrap());
-    }
-    let bundle = Bundle {
-        schema: "recon-dlq/evidence-bundle/v1".into(),
-        exported_at: chrono::Utc::now(),
-        period: "2026-11".into(),
-        outcomes: out,
-        reconciliation,
-        audit_records: records,
-        heads: log.heads().await.unwrap(),
-        seals: load_seals(&worm(&s), &log.trail_id().await.unwrap()).await.unwrap(),
-    };
+    let bundle = export_bundle(&log, &worm(&s), chrono::Utc::now(), "2026-11", out, reconciliation)
+        .await
+        .unwrap();
     // Through JSON, as an auditor receives it.
     let text = serde_json::to_string(&bundle).unwrap();
     let offline: Bundle = serde_json::from_str(&text).unwrap();

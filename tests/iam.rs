@@ -145,6 +145,8 @@ async fn the_replay_calls_exactly_what_its_role_grants() {
     let sweep = recon_testkit::builders::sweep_request();
     let report = replayer.run(&sweep, None).await.unwrap();
     assert_eq!((report.reinjected, report.quarantined), (2, 1), "{report:#?}");
+    // A second sweep seals again: the first seal is read by its version id to chain the second.
+    replayer.run(&sweep, None).await.unwrap();
     assert!(
         unmapped(&own).is_empty(),
         "operations without an IAM mapping: {:?}",

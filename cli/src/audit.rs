@@ -42,7 +42,12 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand
             print_verify(&report, *json)
         }
         AuditCommand::Verify { bundle: None, json } => {
-            let report = verify_trail(&audit, &worm).await?;
+            let policy = recon_core::config::SealPolicy::from_lookup(|k| std::env::var(k).ok())?;
+            let window = recon_core::evidence::SealWindow {
+                now: chrono::Utc::now(),
+                max_age: policy.max_unsealed(),
+            };
+            let report = verify_trail(&audit, &worm, Some(window)).await?;
             print_verify(&report, *json)
         }
         AuditCommand::Seal => {

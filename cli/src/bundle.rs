@@ -8,9 +8,7 @@ use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
 use recon_aws::provision::resolve_stack;
 use recon_aws::s3::S3Worm;
 use recon_aws::sqs::SqsQueue;
-use recon_core::domain::audit::AUDIT_CHAINS;
-use recon_core::evidence::{Bundle, VerifyReport, load_seals, verify_bundle};
-use recon_core::ports::AuditLog;
+use recon_core::evidence::{Bundle, VerifyReport, export_bundle, verify_bundle};
 use recon_core::reconcile::{Entry, Reconciliation, State, manifest_entry, outcomes, reconcile};
 use recon_core::resources::ResourceNames;
 use std::io::BufRead;
@@ -153,25 +151,8 @@ pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, o
         .collect();
     let reconciliation = reconcile(outcomes.clone(), ev.reconciliation.problems.clone(), None, 0);
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
-    let mut audit_records = Vec::new();
-    for i in 0..AUDIT_CHAINS {
-        audit_records.extend(audit.chain(&format!("c{i}")).await?);
-    }
-    let seals = load_seals(
-        &S3Worm::new(clients.s3.clone(), &names.quarantine_bucket),
-        &audit.trail_id().await?,
-    )
-    .await?;
-    let bundle = Bundle {
-        schema: "recon-dlq/evidence-bundle/v1".into(),
-        exported_at: chrono::Utc::now(),
-        period: period.to_owned(),
-        outcomes,
-        reconciliation,
-        audit_records,
-        heads: audit.heads().await?,
-        seals,
-    };
+    let worm = S3Worm::new(clients.s3.clone(), &names.quarantine_bucket);
+    let bundle = export_bundle(&audit, &worm, chrono::Utc::now(), period, outcomes, reconciliation).await?;
     std::fs::write(out, serde_json::to_vec_pretty(&bundle)?).with_context(|| format!("writing {}", out.display()))?;
     println!(
         "exported {}: {} transactions of {period}, {} audit records in {} chains, {} seals",

@@ -10,7 +10,7 @@ use recon_aws::provision::Stack;
 use recon_aws::s3::S3Worm;
 use recon_aws::sqs::SqsQueue;
 use recon_core::domain::{Tally, Total};
-use recon_core::evidence::{seal, verify_trail};
+use recon_core::evidence::{SealWindow, seal, verify_trail};
 use recon_core::reconcile::{Reconciliation, State};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -137,7 +137,12 @@ async fn print_evidence(clients: &AwsClients, stack: &Stack, manifest: &Path, r:
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table);
     let worm = S3Worm::new(clients.s3.clone(), &stack.names.quarantine_bucket);
     let (key, sealed) = seal(&audit, &worm, chrono::Utc::now()).await?;
-    let verified = verify_trail(&audit, &worm).await?;
+    let policy = recon_core::config::SealPolicy::from_lookup(|k| std::env::var(k).ok())?;
+    let window = SealWindow {
+        now: chrono::Utc::now(),
+        max_age: policy.max_unsealed(),
+    };
+    let verified = verify_trail(&audit, &worm, Some(window)).await?;
     println!(
         "   dlqctl audit verify: {} records in {} chains, {} seals (latest {key}, root {}…): {}",
         verified.records,

@@ -75,14 +75,18 @@ impl Intercept for CountRequests {
     }
     fn read_before_transmit(
         &self,
-        _ctx: &BeforeTransmitInterceptorContextRef<'_>,
+        ctx: &BeforeTransmitInterceptorContextRef<'_>,
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        let key = cfg.load::<Metadata>().map_or_else(
+        let mut key = cfg.load::<Metadata>().map_or_else(
             || "unknown:unknown".to_owned(),
             |m| format!("{}:{}", m.service(), m.name()),
         );
+        // A read of one version is another IAM action (s3:GetObjectVersion) than a plain read.
+        if key == "S3:GetObject" && ctx.request().uri().contains("versionId=") {
+            key = "S3:GetObjectVersion".to_owned();
+        }
         *self
             .0
             .counts

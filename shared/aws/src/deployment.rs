@@ -155,7 +155,13 @@ pub mod iam {
             &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
             Code,
         ),
-        g("QuarantineBucket/*", &["s3:GetObject", "s3:PutObject"], Code),
+        // Seals: the bucket read by version, the latest seal read, the next one written.
+        g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
+        g(
+            "QuarantineBucket/*",
+            &["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject"],
+            Code,
+        ),
         g("ReplayLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
         TRACING,
     ];
@@ -186,6 +192,8 @@ pub mod iam {
             "DynamoDB:TransactWriteItems" => &["dynamodb:PutItem", "dynamodb:UpdateItem"],
             "S3:PutObject" => &["s3:PutObject"],
             "S3:GetObject" | "S3:HeadObject" => &["s3:GetObject"],
+            "S3:GetObjectVersion" => &["s3:GetObjectVersion"],
+            "S3:ListObjectVersions" => &["s3:ListBucketVersions"],
             _ => &[],
         }
     }

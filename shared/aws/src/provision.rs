@@ -400,8 +400,23 @@ pub async fn resolve_stack(clients: &AwsClients, names: &ResourceNames) -> Store
 }
 
 /// Empty the queues and tables of a deployment (local demo and tests only; the WORM bucket
-/// cannot be emptied, by design).
+/// cannot be emptied, by design). The audit trail the table held is retired first, in the bucket:
+/// verification lists it as retired instead of calling the new trail a replacement.
 pub async fn reset_data(clients: &AwsClients, stack: &Stack) -> StoreResult<()> {
+    let audit = crate::dynamodb::DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table);
+    let worm = crate::s3::S3Worm::new(clients.s3.clone(), &stack.names.quarantine_bucket);
+    // A first run has no table, so no trail, yet.
+    let audit_table = clients
+        .dynamodb
+        .describe_table()
+        .table_name(&stack.names.audit_table)
+        .send()
+        .await;
+    if audit_table.is_ok() {
+        let by = "dlqctl demo";
+        let why = "the local demo resets its tables";
+        recon_core::evidence::retire_trail(&audit, &worm, chrono::Utc::now(), by, why).await?;
+    }
     for url in [&stack.main_queue_url, &stack.dlq_url] {
         clients
             .sqs

@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::store_error;
 use recon_core::domain::TransientKind;
-use recon_core::ports::{StoreError, StoreResult, Worm};
+use recon_core::ports::{ObjectVersion, StoreError, StoreResult, Worm, Written};
 
 #[derive(Clone, Debug)]
 pub struct S3Worm {
@@ -25,12 +25,44 @@ impl S3Worm {
     }
 }
 
+impl S3Worm {
+    async fn read(&self, key: &str, version_id: Option<&str>) -> StoreResult<Option<Vec<u8>>> {
+        let got = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .set_version_id(version_id.map(str::to_owned))
+            .send()
+            .await;
+        match got {
+            Ok(out) => {
+                let bytes = out
+                    .body
+                    .collect()
+                    .await
+                    .map_err(|e| StoreError::new(TransientKind::Network, format!("GetObject(worm) body: {e}")))?;
+                Ok(Some(bytes.into_bytes().to_vec()))
+            }
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => Ok(None),
+            // A delete marker (plain GET), or a version id that does not exist.
+            Err(e)
+                if e.raw_response()
+                    .is_some_and(|r| matches!(r.status().as_u16(), 404 | 405)) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(store_error("GetObject(worm)", e)),
+        }
+    }
+}
+
 impl Worm for S3Worm {
     fn bucket(&self) -> &str {
         &self.bucket
     }
 
-    async fn put(&self, key: &str, bytes: &[u8]) -> StoreResult<()> {
+    async fn put(&self, key: &str, bytes: &[u8]) -> StoreResult<Written> {
         let checksum = aws_smithy_types::base64::encode(Sha256::digest(bytes));
         let result = self
             .client
@@ -43,26 +75,21 @@ impl Worm for S3Worm {
             .send()
             .await;
         match result {
-            Ok(_) => Ok(()),
-            // Already written (the key is content-addressed: same content).
-            Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 412) => Ok(()),
+            Ok(out) => Ok(Written::New {
+                version_id: out.version_id().unwrap_or_default().to_owned(),
+            }),
+            // Already written (content-addressed keys: the same content; seals: another sealer won).
+            Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 412) => Ok(Written::Exists),
             Err(e) => Err(store_error("PutObject(worm)", e)),
         }
     }
 
     async fn get(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
-        match self.client.get_object().bucket(&self.bucket).key(key).send().await {
-            Ok(out) => {
-                let bytes = out
-                    .body
-                    .collect()
-                    .await
-                    .map_err(|e| StoreError::new(TransientKind::Network, format!("GetObject(worm) body: {e}")))?;
-                Ok(Some(bytes.into_bytes().to_vec()))
-            }
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => Ok(None),
-            Err(e) => Err(store_error("GetObject(worm)", e)),
-        }
+        self.read(key, None).await
+    }
+
+    async fn get_version(&self, key: &str, version_id: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.read(key, Some(version_id)).await
     }
 
     async fn list(&self, prefix: &str) -> StoreResult<Vec<String>> {
@@ -86,5 +113,57 @@ impl Worm for S3Worm {
         }
         keys.sort();
         Ok(keys)
+    }
+
+    async fn versions(&self, prefix: &str) -> StoreResult<Vec<ObjectVersion>> {
+        // S3 lists each key's versions newest first; markers come in their own list.
+        let mut by_key: std::collections::BTreeMap<String, (Vec<String>, Vec<String>)> = Default::default();
+        let (mut key_marker, mut version_marker) = (None, None);
+        loop {
+            let out = self
+                .client
+                .list_object_versions()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .set_key_marker(key_marker)
+                .set_version_id_marker(version_marker)
+                .send()
+                .await
+                .map_err(|e| store_error("ListObjectVersions(worm)", e))?;
+            for v in out.versions() {
+                if let (Some(k), Some(id)) = (v.key(), v.version_id()) {
+                    by_key.entry(k.to_owned()).or_default().0.push(id.to_owned());
+                }
+            }
+            for m in out.delete_markers() {
+                if let (Some(k), Some(id)) = (m.key(), m.version_id()) {
+                    by_key.entry(k.to_owned()).or_default().1.push(id.to_owned());
+                }
+            }
+            if out.is_truncated() != Some(true) {
+                break;
+            }
+            key_marker = out.next_key_marker().map(str::to_owned);
+            version_marker = out.next_version_id_marker().map(str::to_owned);
+            if key_marker.is_none() {
+                break;
+            }
+        }
+        let mut list = Vec::new();
+        for (key, (versions, markers)) in by_key {
+            for (id, delete_marker) in versions
+                .into_iter()
+                .rev()
+                .map(|v| (v, false))
+                .chain(markers.into_iter().rev().map(|m| (m, true)))
+            {
+                list.push(ObjectVersion {
+                    key: key.clone(),
+                    version_id: id,
+                    delete_marker,
+                });
+            }
+        }
+        Ok(list)
     }
 }

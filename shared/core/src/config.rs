@@ -30,6 +30,8 @@ pub mod vars {
     pub const REPLAY_QUEUE_HIGH_WATER: &str = "DLQ_REPLAY_QUEUE_HIGH_WATER";
     pub const REPLAY_PAGE_SIZE: &str = "DLQ_REPLAY_PAGE_SIZE";
     pub const SWEEP_SCHEDULE: &str = "DLQ_SWEEP_SCHEDULE";
+    pub const SEAL_EVERY_RECORDS: &str = "DLQ_SEAL_EVERY_RECORDS";
+    pub const SEAL_EVERY_MINUTES: &str = "DLQ_SEAL_EVERY_MINUTES";
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -42,6 +44,51 @@ pub enum ConfigError {
         value: String,
         hint: String,
     },
+}
+
+/// How often the audit chains are sealed whatever the sweep does: on the append path, whenever a
+/// chain reaches a multiple of `every_records`; and by the seal schedule, every `every_minutes`.
+/// Verification calls sealing stopped when a record has waited more than twice the interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SealPolicy {
+    pub every_records: u64,
+    pub every_minutes: u32,
+}
+
+impl Default for SealPolicy {
+    fn default() -> Self {
+        SealPolicy {
+            every_records: 500,
+            every_minutes: 15,
+        }
+    }
+}
+
+impl SealPolicy {
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let d = SealPolicy::default();
+        Ok(SealPolicy {
+            every_records: ranged(
+                &get,
+                vars::SEAL_EVERY_RECORDS,
+                d.every_records,
+                1..=100_000,
+                "records per chain between seals, 1-100000",
+            )?,
+            every_minutes: ranged(
+                &get,
+                vars::SEAL_EVERY_MINUTES,
+                d.every_minutes,
+                1..=1440,
+                "minutes between scheduled seals, 1-1440",
+            )?,
+        })
+    }
+
+    /// How long a record may stay unsealed: two intervals (one missed run is tolerated).
+    pub fn max_unsealed(&self) -> chrono::Duration {
+        chrono::Duration::minutes(2 * i64::from(self.every_minutes))
+    }
 }
 
 /// Everything the consumer needs to run.

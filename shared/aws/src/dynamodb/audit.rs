@@ -1,7 +1,6 @@
 //! The audit trail: records linked into hash chains, a head item per chain, the trail's id.
 
 use aws_sdk_dynamodb::Client;
-use chrono::Utc;
 use recon_core::domain::AuditRecord;
 use recon_core::domain::TransientKind;
 use recon_core::ports::{AuditLog, StoreError, StoreResult};
@@ -20,6 +19,11 @@ use crate::item::{Item, from_item, get_s, to_item};
 pub struct DynamoAuditLog {
     client: Client,
     table: String,
+}
+
+/// The item naming the trail id (a pointer; the trail's identity is its WORM anchor).
+fn trail_key() -> String {
+    format!("{}trail", keys::AUDIT_HEAD_PREFIX)
 }
 
 fn head_id(chain: &str) -> String {
@@ -130,7 +134,7 @@ fn audit_item(c: &recon_core::domain::audit::ChainedRecord) -> StoreResult<Item>
 }
 
 impl AuditLog for DynamoAuditLog {
-    async fn append(&self, record: &AuditRecord) -> StoreResult<()> {
+    async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
         use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
         let chain = recon_core::domain::audit::chain_of(&record.audit_id);
         for attempt in 0..50u32 {
@@ -165,7 +169,7 @@ impl AuditLog for DynamoAuditLog {
                 .send()
                 .await;
             let err = match result {
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok(Some(linked.seq)),
                 Err(e) => e,
             };
             use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -179,7 +183,7 @@ impl AuditLog for DynamoAuditLog {
             };
             let failed = |i: usize| reasons.get(i).and_then(|r| r.as_deref()) == Some("ConditionalCheckFailed");
             if failed(0) {
-                return Ok(()); // this decision is already recorded
+                return Ok(None); // this decision is already recorded
             }
             if !failed(1) && !reasons.iter().flatten().any(|r| r == "TransactionConflict") {
                 return Err(store_error("TransactWriteItems(audit append)", err));
@@ -204,43 +208,41 @@ impl AuditLog for DynamoAuditLog {
         .and_then(|items| audit_records(&items))
     }
 
-    async fn trail_id(&self) -> StoreResult<String> {
-        let key = format!("{}trail", keys::AUDIT_HEAD_PREFIX);
-        let read = || async {
-            let out = self
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .key(keys::AUDIT_PK, s(&key))
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(|e| store_error("GetItem(audit trail id)", e))?;
-            Ok::<_, StoreError>(out.item().and_then(|i| get_s(i, "trail")).map(str::to_owned))
-        };
-        if let Some(id) = read().await? {
+    async fn current_trail(&self) -> StoreResult<Option<String>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::AUDIT_PK, s(trail_key()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(audit trail id)", e))?;
+        Ok(out.item().and_then(|i| get_s(i, "trail")).map(str::to_owned))
+    }
+
+    async fn start_trail(&self, candidate: &str) -> StoreResult<String> {
+        if let Some(id) = self.current_trail().await? {
             return Ok(id);
         }
-        let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
-        let id = recon_core::domain::envelope::sha256_hex(format!("{}{nanos}", self.table).as_bytes())[..16].to_owned();
         let put = self
             .client
             .put_item()
             .table_name(&self.table)
-            .item(keys::AUDIT_PK, s(&key))
-            .item("trail", s(&id))
+            .item(keys::AUDIT_PK, s(trail_key()))
+            .item("trail", s(candidate))
             .condition_expression("attribute_not_exists(#id)")
             .expression_attribute_names("#id", keys::AUDIT_PK)
             .send()
             .await;
         match put {
-            Ok(_) => Ok(id),
-            // Someone else created it first: theirs is the trail's id.
+            Ok(_) => Ok(candidate.to_owned()),
+            // Someone else started it first: theirs is the trail's id.
             Err(e)
                 if e.as_service_error()
                     .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
             {
-                read()
+                self.current_trail()
                     .await?
                     .ok_or_else(|| StoreError::new(TransientKind::Conflict, "audit trail id vanished"))
             }

@@ -160,15 +160,87 @@ pub fn chain_of(audit_id: &str) -> String {
     format!("c{}", d[0] % AUDIT_CHAINS)
 }
 
-/// `sha256("recon-audit/v1;" + canonical JSON of the record + ";" + chain + ";" + seq + ";" +
-/// prev_hash)`, hex. The canonical JSON has its keys sorted (serde_json's map) and absent fields as
-/// `null`, so a record read back from the store hashes the same.
+/// The record's canonical form (specified in the README, "Audit evidence: formats"): a JSON
+/// object written field by field in this fixed order, never through a serializer's defaults.
+/// Every field is always present; an absent optional is `null`; `at` is UTC with nine fractional
+/// digits; `attempt_count` a decimal integer; every other value a string ([`json_string`]).
+pub fn canonical_record(r: &AuditRecord) -> String {
+    let opt = |v: &Option<String>| v.as_deref().map_or_else(|| "null".to_owned(), json_string);
+    let fields: [(&str, String); 17] = [
+        ("audit_id", json_string(&r.audit_id)),
+        ("kind", json_string(r.kind.as_str())),
+        ("at", json_string(&canonical_time(r.at))),
+        ("actor", json_string(&r.actor)),
+        ("sqs_message_id", json_string(&r.sqs_message_id)),
+        ("message_id", opt(&r.message_id)),
+        ("trace_id", opt(&r.trace_id)),
+        ("source_hash", opt(&r.source_hash)),
+        ("match_decision", opt(&r.match_decision)),
+        ("failure_code", opt(&r.failure_code.map(|c| c.as_str().to_owned()))),
+        ("root_cause", opt(&r.root_cause)),
+        ("attempt_count", r.attempt_count.to_string()),
+        ("ledger_entity", opt(&r.ledger_entity)),
+        ("currency", opt(&r.currency)),
+        ("amount", opt(&r.amount)),
+        ("detail", json_string(&r.detail)),
+        ("replay_of", opt(&r.replay_of)),
+    ];
+    canonical_object(&fields)
+}
+
+/// `{"name":value,...}` in the order given, no white space.
+pub fn canonical_object(fields: &[(&str, String)]) -> String {
+    let body: Vec<String> = fields.iter().map(|(k, v)| format!("{}:{v}", json_string(k))).collect();
+    format!("{{{}}}", body.join(","))
+}
+
+/// A JSON string as the canonical forms write it: `"` and `\` escaped with a backslash, U+0000 to
+/// U+001F as `\u00xx` (lower-case hex), every other character as itself in UTF-8.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A time as the canonical forms write it: `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ`, UTC.
+pub fn canonical_time(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M:%S%.9fZ").to_string()
+}
+
+/// Domain tag of a record hash (a seal's digest and the Merkle tree use others).
+pub const RECORD_TAG: &str = "recon-audit/v2 record";
+
+/// `hex(sha256(RECORD_TAG || 0x00 || canonical_record || 0x00 || chain || 0x00 || seq || 0x00 ||
+/// prev_hash))`, with `seq` in decimal. No part can contain a NUL byte (the canonical form escapes
+/// it), so the parts cannot be shifted into one another.
 pub fn record_hash(record: &AuditRecord, chain: &str, seq: u64, prev_hash: &str) -> String {
     use sha2::{Digest, Sha256};
-    let body = serde_json::to_value(record).map(|v| v.to_string()).unwrap_or_default();
-    hex::encode(Sha256::digest(
-        format!("recon-audit/v1;{body};{chain};{seq};{prev_hash}").as_bytes(),
-    ))
+    let mut h = Sha256::new();
+    for (i, part) in [
+        RECORD_TAG,
+        &canonical_record(record),
+        chain,
+        &seq.to_string(),
+        prev_hash,
+    ]
+    .iter()
+    .enumerate()
+    {
+        if i > 0 {
+            h.update([0u8]);
+        }
+        h.update(part.as_bytes());
+    }
+    hex::encode(h.finalize())
 }
 
 /// Link `record` after `(seq, hash)`, the current head of `chain`.
@@ -262,74 +334,12 @@ pub fn verify_chain(chain: &str, records: &[ChainedRecord], head: Option<&ChainH
     Ok(length)
 }
 
-/// A seal: the heads of every chain at one instant, and their Merkle root, written to the WORM
-/// bucket so that later rewrites of the audit table (even of whole chains) are detectable.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AuditSeal {
-    pub schema: String,
-    /// The trail this seal belongs to.
-    #[serde(default)]
-    pub trail: String,
-    pub at: DateTime<Utc>,
-    pub heads: Vec<ChainHead>,
-    pub root: String,
-}
-
 /// The first twelve characters of a stored hash, for messages. Stored hashes are read back from
 /// stores anyone with write access can edit: cut on characters, never on bytes.
 pub fn short_hash(hash: &str) -> &str {
     match hash.char_indices().nth(12) {
         Some((end, _)) => &hash[..end],
         None => hash,
-    }
-}
-
-/// Merkle root of chain heads (sorted by chain): leaves `sha256(chain:seq:hash)`, pairs hashed up,
-/// an odd last node carried up as is.
-pub fn merkle_root(heads: &[ChainHead]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut sorted: Vec<&ChainHead> = heads.iter().collect();
-    sorted.sort_by(|a, b| a.chain.cmp(&b.chain));
-    let mut level: Vec<[u8; 32]> = sorted
-        .iter()
-        .map(|h| Sha256::digest(format!("{}:{}:{}", h.chain, h.seq, h.hash).as_bytes()).into())
-        .collect();
-    if level.is_empty() {
-        return GENESIS.to_owned();
-    }
-    while level.len() > 1 {
-        level = level
-            .chunks(2)
-            .map(|p| match p {
-                [a, b] => {
-                    let mut h = Sha256::new();
-                    h.update(a);
-                    h.update(b);
-                    h.finalize().into()
-                }
-                [a] => *a,
-                _ => unreachable!("chunks(2) yields one or two"),
-            })
-            .collect();
-    }
-    hex::encode(level[0])
-}
-
-impl AuditSeal {
-    pub fn new(trail: &str, at: DateTime<Utc>, heads: Vec<ChainHead>) -> Self {
-        let root = merkle_root(&heads);
-        AuditSeal {
-            schema: "recon-dlq/audit-seal/v1".into(),
-            trail: trail.to_owned(),
-            at,
-            heads,
-            root,
-        }
-    }
-
-    /// The seal is internally consistent (its root is the root of its heads).
-    pub fn root_holds(&self) -> bool {
-        merkle_root(&self.heads) == self.root
     }
 }
 
@@ -408,34 +418,5 @@ mod tests {
         truncated.pop();
         let e = verify_chain("c0", &truncated, Some(&head)).unwrap_err();
         assert!(e.problem.contains("head says 5"), "{e}");
-    }
-
-    #[test]
-    fn seals_commit_to_every_head() {
-        let heads = vec![
-            ChainHead {
-                chain: "c1".into(),
-                seq: 3,
-                hash: "aa".repeat(32),
-            },
-            ChainHead {
-                chain: "c0".into(),
-                seq: 9,
-                hash: "bb".repeat(32),
-            },
-            ChainHead {
-                chain: "c2".into(),
-                seq: 1,
-                hash: "cc".repeat(32),
-            },
-        ];
-        let seal = AuditSeal::new("t", Utc::now(), heads.clone());
-        assert!(seal.root_holds());
-        let mut reordered = heads.clone();
-        reordered.reverse();
-        assert_eq!(merkle_root(&reordered), seal.root, "order-independent");
-        let mut changed = seal.clone();
-        changed.heads[0].seq = 4;
-        assert!(!changed.root_holds());
     }
 }

@@ -13,6 +13,7 @@ pub mod input;
 pub mod message;
 pub mod posting;
 pub mod reference;
+pub mod seal;
 pub mod sqs;
 pub mod status;
 pub mod total;

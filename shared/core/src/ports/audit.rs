@@ -9,19 +9,23 @@ use crate::domain::audit::{ChainHead, ChainedRecord};
 
 pub trait AuditLog: Send + Sync {
     /// Link the record into its chain. Idempotent on `audit_id`: a second append of the same
-    /// decision leaves the first record.
-    fn append(&self, record: &AuditRecord) -> impl Future<Output = StoreResult<()>> + Send;
+    /// decision leaves the first record. Returns the `seq` it was linked at (`None`: already
+    /// recorded).
+    fn append(&self, record: &AuditRecord) -> impl Future<Output = StoreResult<Option<u64>>> + Send;
     /// Every record of one chain, in `seq` order.
     fn chain(&self, chain: &str) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send;
     /// The head of every chain that has records.
     fn heads(&self) -> impl Future<Output = StoreResult<Vec<ChainHead>>> + Send;
-    /// This trail's identity (created with the trail): seals belong to one trail, so a trail that
-    /// is rebuilt (a reset local stack) is not checked against another trail's seals.
-    fn trail_id(&self) -> impl Future<Output = StoreResult<String>> + Send;
+    /// The trail id the table names (a mutable pointer: the trail's identity is its anchor in the
+    /// WORM bucket, see `evidence`). `None` before the first seal.
+    fn current_trail(&self) -> impl Future<Output = StoreResult<Option<String>>> + Send;
+    /// The trail id the table names, or `candidate` stored as it when it names none (a
+    /// conditional write: concurrent callers agree on one).
+    fn start_trail(&self, candidate: &str) -> impl Future<Output = StoreResult<String>> + Send;
 }
 
 impl<T: AuditLog> AuditLog for Arc<T> {
-    fn append(&self, record: &AuditRecord) -> impl Future<Output = StoreResult<()>> + Send {
+    fn append(&self, record: &AuditRecord) -> impl Future<Output = StoreResult<Option<u64>>> + Send {
         (**self).append(record)
     }
     fn chain(&self, chain: &str) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send {
@@ -30,7 +34,10 @@ impl<T: AuditLog> AuditLog for Arc<T> {
     fn heads(&self) -> impl Future<Output = StoreResult<Vec<ChainHead>>> + Send {
         (**self).heads()
     }
-    fn trail_id(&self) -> impl Future<Output = StoreResult<String>> + Send {
-        (**self).trail_id()
+    fn current_trail(&self) -> impl Future<Output = StoreResult<Option<String>>> + Send {
+        (**self).current_trail()
+    }
+    fn start_trail(&self, candidate: &str) -> impl Future<Output = StoreResult<String>> + Send {
+        (**self).start_trail(candidate)
     }
 }

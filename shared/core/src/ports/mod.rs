@@ -23,7 +23,7 @@ pub use ledger::{ClaimOutcome, DedupTable, ExternalLedger, Ledger};
 pub use metrics::{Metric, Metrics};
 pub use queues::{DeadLetterQueue, OutgoingMessage, ReplayQueue, WorkQueue, batches, dead_letter_message, is_binary};
 pub use reference::ReferenceData;
-pub use worm::Worm;
+pub use worm::{ObjectVersion, Worm, Written};
 
 use crate::domain::{IllegalTransition, ProcessError, TransientKind, bounded_detail};
 

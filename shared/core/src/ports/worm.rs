@@ -1,31 +1,65 @@
 //! The write-once (Object Lock) bucket.
+//!
+//! Object Lock protects versions, not keys: anyone allowed to write can put a newer version at a
+//! key, or a delete marker that hides it from a plain GET or LIST. So the evidence reads by
+//! version: [`Worm::versions`] shows every version and delete marker, and [`Worm::get_version`]
+//! reads the one first written.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use super::StoreResult;
 
+/// What a conditional put found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// A new object, with the version id the store gave it.
+    New { version_id: String },
+    /// An object was already there (nothing written).
+    Exists,
+}
+
+/// One version of one key, as the store lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectVersion {
+    pub key: String,
+    pub version_id: String,
+    pub delete_marker: bool,
+}
+
 pub trait Worm: Send + Sync {
     fn bucket(&self) -> &str;
-    /// Write `bytes` under `key` unless an object is already there (content-addressed keys make
-    /// that the same content). The store verifies the SHA-256 checksum.
-    fn put(&self, key: &str, bytes: &[u8]) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Write `bytes` under `key` unless an object is already there (`If-None-Match: *`). The store
+    /// verifies the SHA-256 checksum.
+    fn put(&self, key: &str, bytes: &[u8]) -> impl Future<Output = StoreResult<Written>> + Send;
+    /// The current version of `key` (what a plain GET returns).
     fn get(&self, key: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
-    /// Keys under `prefix`, sorted.
+    /// One version of `key`.
+    fn get_version(&self, key: &str, version_id: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
+    /// Current keys under `prefix`, sorted (delete markers hide keys here).
     fn list(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
+    /// Every version and delete marker under `prefix`: keys sorted, and for each key its object
+    /// versions oldest first (delete markers after them).
+    fn versions(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<ObjectVersion>>> + Send;
 }
 
 impl<T: Worm> Worm for Arc<T> {
     fn bucket(&self) -> &str {
         (**self).bucket()
     }
-    fn put(&self, key: &str, bytes: &[u8]) -> impl Future<Output = StoreResult<()>> + Send {
+    fn put(&self, key: &str, bytes: &[u8]) -> impl Future<Output = StoreResult<Written>> + Send {
         (**self).put(key, bytes)
     }
     fn get(&self, key: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send {
         (**self).get(key)
     }
+    fn get_version(&self, key: &str, version_id: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send {
+        (**self).get_version(key, version_id)
+    }
     fn list(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send {
         (**self).list(prefix)
+    }
+    fn versions(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<ObjectVersion>>> + Send {
+        (**self).versions(prefix)
     }
 }

@@ -197,7 +197,7 @@ pub fn all(root: &Path) -> Vec<Target> {
 pub fn sample_bundle() -> String {
     use crate::memory::{MemoryAuditLog, MemoryWorm};
     use recon_core::domain::{AuditKind, AuditRecord};
-    use recon_core::evidence::{load_seals, seal};
+    use recon_core::evidence::{export_bundle, seal};
     use recon_core::ports::AuditLog;
     use recon_core::reconcile::{State, reconcile};
 
@@ -218,14 +218,8 @@ pub fn sample_bundle() -> String {
         r.amount = Some(format!("{i}.25"));
         ready(audit.append(&r));
         records.push(r);
-    }
-    let Some(Ok((_, _))) = ready(seal(&audit, &worm, at)) else {
-        return String::new();
-    };
-    let mut chained = Vec::new();
-    for c in 0..recon_core::domain::audit::AUDIT_CHAINS {
-        if let Some(Ok(mut list)) = ready(audit.chain(&format!("c{c}"))) {
-            chained.append(&mut list);
+        if i == 7 {
+            ready(seal(&audit, &worm, at));
         }
     }
     let bodies: Vec<String> = records
@@ -240,17 +234,8 @@ pub fn sample_bundle() -> String {
         .collect();
     let outcomes: Vec<_> = bodies.iter().map(|b| (State::Duplicate, manifest_entry(b))).collect();
     let reconciliation = reconcile(outcomes.clone(), Vec::new(), None, 0);
-    let bundle = Bundle {
-        schema: "recon-dlq/evidence/v1".into(),
-        exported_at: at,
-        period: "2026-12".into(),
-        outcomes,
-        reconciliation,
-        audit_records: chained,
-        heads: ready(audit.heads()).and_then(Result::ok).unwrap_or_default(),
-        seals: ready(load_seals(&worm, "memory"))
-            .and_then(Result::ok)
-            .unwrap_or_default(),
+    let Some(Ok(bundle)) = ready(export_bundle(&audit, &worm, at, "2026-12", outcomes, reconciliation)) else {
+        return String::new();
     };
     serde_json::to_string_pretty(&bundle).unwrap_or_default()
 }

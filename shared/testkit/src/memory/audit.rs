@@ -22,6 +22,8 @@ struct AuditState {
     heads: HashMap<String, (u64, String)>,
     /// Appends of this kind fail (the table is unavailable to them).
     failing: Option<AuditKind>,
+    /// The trail id the table names.
+    trail: Option<String>,
 }
 
 impl MemoryAuditLog {
@@ -33,6 +35,10 @@ impl MemoryAuditLog {
     pub fn fail_appends_of(&self, kind: Option<AuditKind>) {
         lock(&self.state).failing = kind;
     }
+    /// Point the table at another trail id (`None`: at none), as someone who can write to it could.
+    pub fn set_trail(&self, trail: Option<&str>) {
+        lock(&self.state).trail = trail.map(str::to_owned);
+    }
     /// Tamper with the stored trail (tests of `audit verify`).
     pub fn tamper(&self, f: impl FnOnce(&mut Vec<ChainedRecord>)) {
         f(&mut lock(&self.state).records);
@@ -40,7 +46,7 @@ impl MemoryAuditLog {
 }
 
 impl AuditLog for MemoryAuditLog {
-    async fn append(&self, record: &AuditRecord) -> StoreResult<()> {
+    async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
         let mut s = lock(&self.state);
         if s.failing == Some(record.kind) {
             return Err(StoreError::new(
@@ -49,14 +55,15 @@ impl AuditLog for MemoryAuditLog {
             ));
         }
         if s.records.iter().any(|r| r.record.audit_id == record.audit_id) {
-            return Ok(());
+            return Ok(None);
         }
         let chain = chain_of(&record.audit_id);
         let (seq, hash) = s.heads.get(&chain).cloned().unwrap_or((0, GENESIS.to_owned()));
         let linked = link(record.clone(), &chain, seq, &hash);
         s.heads.insert(chain, (linked.seq, linked.hash.clone()));
+        let seq = linked.seq;
         s.records.push(linked);
-        Ok(())
+        Ok(Some(seq))
     }
 
     async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {
@@ -70,8 +77,15 @@ impl AuditLog for MemoryAuditLog {
         Ok(out)
     }
 
-    async fn trail_id(&self) -> StoreResult<String> {
-        Ok("memory".into())
+    async fn current_trail(&self) -> StoreResult<Option<String>> {
+        Ok(lock(&self.state).trail.clone())
+    }
+
+    async fn start_trail(&self, candidate: &str) -> StoreResult<String> {
+        Ok(lock(&self.state)
+            .trail
+            .get_or_insert_with(|| candidate.to_owned())
+            .clone())
     }
 
     async fn heads(&self) -> StoreResult<Vec<ChainHead>> {

@@ -11,7 +11,8 @@ use recon_core::domain::{
 };
 use recon_core::ports::{
     AuditLog, AuditOutbox, Backlog, Clock, CreateOutcome, DeadLetterQueue, EnvelopePage, EnvelopeStore, FlowResult,
-    Ledger, OutgoingMessage, ReferenceData, ReplayQueue, StoreError, StoreResult, SweepCursors, WorkQueue, Worm,
+    Ledger, ObjectVersion, OutgoingMessage, ReferenceData, ReplayQueue, StoreError, StoreResult, SweepCursors,
+    WorkQueue, Worm, Written,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -192,7 +193,7 @@ impl<P: ReferenceData> ReferenceData for Faulty<P> {
 }
 
 impl<P: AuditLog> AuditLog for Faulty<P> {
-    async fn append(&self, record: &AuditRecord) -> StoreResult<()> {
+    async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
         self.faults.call("Audit.append", self.inner.append(record)).await
     }
     async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {
@@ -201,8 +202,15 @@ impl<P: AuditLog> AuditLog for Faulty<P> {
     async fn heads(&self) -> StoreResult<Vec<ChainHead>> {
         self.faults.call("Audit.heads", self.inner.heads()).await
     }
-    async fn trail_id(&self) -> StoreResult<String> {
-        self.faults.call("Audit.trail_id", self.inner.trail_id()).await
+    async fn current_trail(&self) -> StoreResult<Option<String>> {
+        self.faults
+            .call("Audit.current_trail", self.inner.current_trail())
+            .await
+    }
+    async fn start_trail(&self, candidate: &str) -> StoreResult<String> {
+        self.faults
+            .call("Audit.start_trail", self.inner.start_trail(candidate))
+            .await
     }
 }
 
@@ -305,13 +313,21 @@ impl<P: Worm> Worm for Faulty<P> {
     fn bucket(&self) -> &str {
         self.inner.bucket()
     }
-    async fn put(&self, key: &str, bytes: &[u8]) -> StoreResult<()> {
+    async fn put(&self, key: &str, bytes: &[u8]) -> StoreResult<Written> {
         self.faults.call("Worm.put", self.inner.put(key, bytes)).await
     }
     async fn get(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
         self.faults.call("Worm.get", self.inner.get(key)).await
     }
+    async fn get_version(&self, key: &str, version_id: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.faults
+            .call("Worm.get_version", self.inner.get_version(key, version_id))
+            .await
+    }
     async fn list(&self, prefix: &str) -> StoreResult<Vec<String>> {
         self.faults.call("Worm.list", self.inner.list(prefix)).await
+    }
+    async fn versions(&self, prefix: &str) -> StoreResult<Vec<ObjectVersion>> {
+        self.faults.call("Worm.versions", self.inner.versions(prefix)).await
     }
 }

@@ -1,0 +1,209 @@
+//! The trail's anchors in the WORM bucket — its identity, its chained seals, its retirement — and
+//! what the bucket shows when read by version: the first version of every key is the one that
+//! counts (Object Lock keeps it); a newer version or a delete marker at any key is named.
+
+use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
+
+use crate::domain::TransientKind;
+use crate::domain::seal::{
+    AuditSeal, FIRST_PREV, SEAL_PREFIX, TRAIL_PREFIX, TrailAnchor, TrailRetirement, anchor_key, is_trail_id,
+    new_trail_id, parse_seal_key, retirement_key, seal_digest, seal_key,
+};
+use crate::ports::{AuditLog, ObjectVersion, StoreError, StoreResult, Worm, Written};
+
+/// The trail the table names, anchored in the bucket (started, and anchored, when there is none).
+pub async fn ensure_trail<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>) -> StoreResult<String> {
+    let trail = audit.start_trail(&new_trail_id(worm.bucket(), now)).await?;
+    if !is_trail_id(&trail) {
+        return Err(StoreError::new(
+            TransientKind::Infrastructure,
+            format!("the audit table names trail {trail:?}, which is not a trail id: refusing to anchor it"),
+        ));
+    }
+    let key = anchor_key(&trail);
+    if worm.versions(&key).await?.is_empty() {
+        worm.put(&key, TrailAnchor::new(&trail, now).canonical().as_bytes())
+            .await?;
+    }
+    Ok(trail)
+}
+
+/// Write the next seal of the trail: the heads of every chain, chained to the latest seal by its
+/// digest, at the next sequence number, written only if that key is new (a concurrent sealer that
+/// wins makes this one read again and write the one after). Returns its key.
+pub async fn seal<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>) -> StoreResult<(String, AuditSeal)> {
+    let trail = ensure_trail(audit, worm, now).await?;
+    for _ in 0..16 {
+        let (seq, prev) = match latest_seal(worm, &trail).await? {
+            Some((seq, body)) => (seq, seal_digest(&body)),
+            None => (0, FIRST_PREV.to_owned()),
+        };
+        let seal = AuditSeal::new(&trail, seq + 1, &prev, now, audit.heads().await?);
+        let key = seal_key(&trail, seal.seq);
+        if let Written::New { .. } = worm.put(&key, seal.canonical().as_bytes()).await? {
+            return Ok((key, seal));
+        }
+    }
+    Err(StoreError::new(
+        TransientKind::Conflict,
+        format!("audit trail {trail}: too many concurrent sealers; not sealed"),
+    ))
+}
+
+/// The highest-numbered seal of `trail` and its first version's bytes.
+async fn latest_seal<W: Worm>(worm: &W, trail: &str) -> StoreResult<Option<(u64, Vec<u8>)>> {
+    let versions = worm.versions(&format!("{SEAL_PREFIX}{trail}/")).await?;
+    let latest = versions
+        .iter()
+        .filter(|v| !v.delete_marker)
+        .filter_map(|v| parse_seal_key(&v.key).map(|(_, seq)| (seq, v)))
+        .max_by_key(|(seq, _)| *seq);
+    let Some((seq, _)) = latest else { return Ok(None) };
+    let first = versions
+        .iter()
+        .find(|v| !v.delete_marker && parse_seal_key(&v.key).is_some_and(|(_, s)| s == seq))
+        .ok_or_else(|| StoreError::new(TransientKind::Infrastructure, "seal version vanished"))?;
+    let bytes = worm
+        .get_version(&first.key, &first.version_id)
+        .await?
+        .ok_or_else(|| StoreError::new(TransientKind::Infrastructure, format!("seal {} unreadable", first.key)))?;
+    Ok(Some((seq, bytes)))
+}
+
+/// End the trail the table names (before its table is rebuilt): a retirement record in the bucket,
+/// which verification lists. Returns the retired trail, if there was one.
+pub async fn retire_trail<A: AuditLog, W: Worm>(
+    audit: &A,
+    worm: &W,
+    now: DateTime<Utc>,
+    by: &str,
+    reason: &str,
+) -> StoreResult<Option<String>> {
+    let Some(trail) = audit.current_trail().await? else {
+        return Ok(None);
+    };
+    if is_trail_id(&trail) {
+        let doc = TrailRetirement::new(&trail, now, by, reason);
+        worm.put(&retirement_key(&trail), doc.canonical().as_bytes()).await?;
+    }
+    Ok(Some(trail))
+}
+
+/// A seal as read from the bucket: its key, the version read (the first written) and its bytes.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredSeal {
+    pub key: String,
+    pub version_id: String,
+    pub body: String,
+}
+
+/// A trail the bucket knows of.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KnownTrail {
+    pub anchor: Option<TrailAnchor>,
+    pub retired: Option<TrailRetirement>,
+    pub seals: u64,
+}
+
+/// What the bucket shows, read by version.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WormEvidence {
+    /// Every trail with an anchor, a retirement or a seal.
+    pub trails: BTreeMap<String, KnownTrail>,
+    /// The seals of the trail asked for, first versions, in key order.
+    pub seals: Vec<StoredSeal>,
+    /// Anything no honest writer leaves: newer versions, delete markers, objects that do not read.
+    pub findings: Vec<String>,
+}
+
+/// Read the whole bucket by version, and the seals of `trail`.
+pub async fn read_worm<W: Worm>(worm: &W, trail: Option<&str>) -> StoreResult<WormEvidence> {
+    let mut by_key: BTreeMap<String, Vec<ObjectVersion>> = BTreeMap::new();
+    for v in worm.versions("").await? {
+        by_key.entry(v.key.clone()).or_default().push(v);
+    }
+    let mut ev = WormEvidence::default();
+    for (key, versions) in &by_key {
+        let objects: Vec<&ObjectVersion> = versions.iter().filter(|v| !v.delete_marker).collect();
+        for v in objects.iter().skip(1) {
+            ev.findings.push(format!(
+                "s3 key {key}: a newer version ({}) was written over the first; the first is the one read",
+                v.version_id
+            ));
+        }
+        for v in versions.iter().filter(|v| v.delete_marker) {
+            ev.findings.push(format!(
+                "s3 key {key}: a delete marker ({}) hides it from LIST and GET",
+                v.version_id
+            ));
+        }
+        let Some(first) = objects.first() else { continue };
+        if let Some(rest) = key.strip_prefix(TRAIL_PREFIX) {
+            read_trail_object(worm, &mut ev, key, rest, &first.version_id).await?;
+        } else if key.starts_with(SEAL_PREFIX) {
+            let Some((t, _)) = parse_seal_key(key) else {
+                ev.findings.push(format!("s3 key {key}: no sealer writes this key"));
+                continue;
+            };
+            ev.trails.entry(t.clone()).or_default().seals += 1;
+            if Some(t.as_str()) == trail {
+                match read_text(worm, key, &first.version_id).await? {
+                    Ok(body) => ev.seals.push(StoredSeal {
+                        key: key.clone(),
+                        version_id: first.version_id.clone(),
+                        body,
+                    }),
+                    Err(why) => ev.findings.push(format!("seal {key}: {why}")),
+                }
+            }
+        }
+    }
+    Ok(ev)
+}
+
+async fn read_text<W: Worm>(worm: &W, key: &str, version_id: &str) -> StoreResult<Result<String, String>> {
+    Ok(match worm.get_version(key, version_id).await? {
+        None => Err(format!("its first version ({version_id}) cannot be read")),
+        Some(bytes) => String::from_utf8(bytes).map_err(|_| "is not UTF-8 text".to_owned()),
+    })
+}
+
+async fn read_trail_object<W: Worm>(
+    worm: &W,
+    ev: &mut WormEvidence,
+    key: &str,
+    rest: &str,
+    version_id: &str,
+) -> StoreResult<()> {
+    let Some((t, file)) = rest.split_once('/').filter(|(t, _)| is_trail_id(t)) else {
+        ev.findings
+            .push(format!("s3 key {key}: no writer of this system writes this key"));
+        return Ok(());
+    };
+    let body = match read_text(worm, key, version_id).await? {
+        Ok(b) => b,
+        Err(why) => {
+            ev.findings.push(format!("{key}: {why}"));
+            return Ok(());
+        }
+    };
+    let disagree =
+        |content: &str| format!("{key}: its key names trail {t}, its content {content}: key and content disagree");
+    match file {
+        "anchor.json" => match TrailAnchor::parse(body.as_bytes()) {
+            Ok(a) if a.trail == t => ev.trails.entry(t.to_owned()).or_default().anchor = Some(a),
+            Ok(a) => ev.findings.push(disagree(&a.trail)),
+            Err(why) => ev.findings.push(format!("trail anchor {key} {why}")),
+        },
+        "retired.json" => match TrailRetirement::parse(body.as_bytes()) {
+            Ok(r) if r.trail == t => ev.trails.entry(t.to_owned()).or_default().retired = Some(r),
+            Ok(r) => ev.findings.push(disagree(&r.trail)),
+            Err(why) => ev.findings.push(format!("trail retirement {key} {why}")),
+        },
+        _ => ev
+            .findings
+            .push(format!("s3 key {key}: no writer of this system writes this key")),
+    }
+    Ok(())
+}

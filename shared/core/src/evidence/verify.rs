@@ -1,0 +1,294 @@
+//! Verification, pure (used online and offline): every chain against its head; the trail against
+//! its anchor; the seal chain (no gap, each naming the digest of the one before, each root the
+//! root of its heads, each key agreeing with its content); every sealed head against the record
+//! now at that position; and the unsealed tail, with the records that have waited too long.
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use super::anchors::{StoredSeal, WormEvidence};
+use crate::domain::audit::{ChainBreak, ChainHead, ChainedRecord, short_hash, verify_chain};
+use crate::domain::seal::{AuditSeal, FIRST_PREV, parse_seal_key, seal_digest};
+
+/// What `audit verify` found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyReport {
+    /// The trail verified (the one the table names, or the bundle's).
+    #[serde(default)]
+    pub trail: Option<String>,
+    /// chain -> number of records
+    pub chains: BTreeMap<String, u64>,
+    pub records: u64,
+    pub seals: u64,
+    /// The newest seal verified.
+    #[serde(default)]
+    pub latest_seal: Option<String>,
+    /// Records after the newest seal: no seal anchors them yet.
+    #[serde(default)]
+    pub unsealed: Vec<UnsealedTail>,
+    /// Earlier trails, each ended by an explicit retirement.
+    #[serde(default)]
+    pub retired_trails: Vec<String>,
+    /// Every break found, the first per chain; empty when the trail is intact.
+    pub breaks: Vec<String>,
+}
+
+/// Records of one chain that no seal covers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnsealedTail {
+    pub chain: String,
+    pub from_seq: u64,
+    pub to_seq: u64,
+    pub oldest_at: Option<DateTime<Utc>>,
+}
+
+impl VerifyReport {
+    pub fn intact(&self) -> bool {
+        self.breaks.is_empty()
+    }
+}
+
+/// How long a record may wait for a seal before verification calls sealing stopped.
+#[derive(Clone, Copy, Debug)]
+pub struct SealWindow {
+    pub now: DateTime<Utc>,
+    pub max_age: Duration,
+}
+
+/// Verify the trail the table names (`trail`) from its records, heads and what the bucket shows.
+pub fn verify_all(
+    records: &[ChainedRecord],
+    heads: &[ChainHead],
+    trail: Option<&str>,
+    worm: &WormEvidence,
+    window: Option<SealWindow>,
+) -> VerifyReport {
+    let mut report = VerifyReport {
+        trail: trail.map(str::to_owned),
+        records: records.len() as u64,
+        ..VerifyReport::default()
+    };
+    let by_chain = verify_chains(records, heads, &mut report);
+    report.breaks.extend(worm.findings.iter().cloned());
+    check_trails(trail, worm, &mut report);
+    let last = match trail {
+        Some(t) => check_seals(t, &worm.seals, &by_chain, &mut report),
+        None => None,
+    };
+    unsealed_tail(&by_chain, last.as_ref(), window, &mut report);
+    report
+}
+
+/// Every chain against its head; the records grouped by chain, in `seq` order.
+pub(super) fn verify_chains(
+    records: &[ChainedRecord],
+    heads: &[ChainHead],
+    report: &mut VerifyReport,
+) -> BTreeMap<String, Vec<ChainedRecord>> {
+    let mut by_chain: BTreeMap<String, Vec<ChainedRecord>> = BTreeMap::new();
+    for r in records {
+        by_chain.entry(r.chain.clone()).or_default().push(r.clone());
+    }
+    for h in heads {
+        by_chain.entry(h.chain.clone()).or_default();
+    }
+    for (chain, list) in &mut by_chain {
+        list.sort_by_key(|r| r.seq);
+        let head = heads.iter().find(|h| &h.chain == chain);
+        if head.is_none() && !list.is_empty() {
+            report.breaks.push(format!(
+                "chain {chain}: {} records but no head (the head was deleted)",
+                list.len()
+            ));
+            continue;
+        }
+        match verify_chain(chain, list, head) {
+            Ok(n) => {
+                report.chains.insert(chain.clone(), n);
+            }
+            Err(b) => report.breaks.push(b.to_string()),
+        }
+    }
+    by_chain
+}
+
+/// The trail the table names is the one the bucket anchors, and every other trail the bucket
+/// knows was retired explicitly.
+fn check_trails(trail: Option<&str>, worm: &WormEvidence, report: &mut VerifyReport) {
+    let anchored = |t: &str| worm.trails.get(t).is_some_and(|k| k.anchor.is_some());
+    match trail {
+        None if !worm.trails.is_empty() => report.breaks.push(format!(
+            "the audit table names no trail, but the bucket holds trail(s) {}: the trail id was deleted",
+            worm.trails.keys().cloned().collect::<Vec<_>>().join(", ")
+        )),
+        Some(t) if !anchored(t) => {
+            if worm.trails.get(t).is_some_and(|k| k.seals > 0) {
+                report
+                    .breaks
+                    .push(format!("trail {t} has seals but no anchor in the bucket"));
+            } else if worm.trails.keys().any(|k| k != t) {
+                report.breaks.push(format!(
+                    "the audit table names trail {t}, which the bucket never anchored (the trail id was replaced)"
+                ));
+            }
+        }
+        _ => {}
+    }
+    for (t, known) in &worm.trails {
+        if Some(t.as_str()) == trail {
+            if let Some(r) = &known.retired {
+                report.breaks.push(format!(
+                    "trail {t} is the table's trail but was retired at {} by {}",
+                    r.at, r.by
+                ));
+            }
+            continue;
+        }
+        match &known.retired {
+            Some(r) => report.retired_trails.push(format!(
+                "{t}: {} seals, retired at {} by {} ({})",
+                known.seals, r.at, r.by, r.reason
+            )),
+            None => report.breaks.push(format!(
+                "trail {t} ({} seals{}) is not the table's trail and was never retired: the trail was replaced",
+                known.seals,
+                known
+                    .anchor
+                    .as_ref()
+                    .map(|a| format!(", anchored at {}", a.created_at))
+                    .unwrap_or_default()
+            )),
+        }
+    }
+}
+
+/// The seal chain of `trail` and every sealed head; returns the newest seal that reads.
+pub(super) fn check_seals(
+    trail: &str,
+    seals: &[StoredSeal],
+    by_chain: &BTreeMap<String, Vec<ChainedRecord>>,
+    report: &mut VerifyReport,
+) -> Option<AuditSeal> {
+    let mut numbered: Vec<(u64, &StoredSeal)> = Vec::new();
+    for s in seals {
+        match parse_seal_key(&s.key) {
+            Some((t, seq)) if t == trail => numbered.push((seq, s)),
+            _ => report
+                .breaks
+                .push(format!("seal {}: not a seal key of trail {trail}", s.key)),
+        }
+    }
+    numbered.sort_by_key(|(seq, _)| *seq);
+    report.seals = numbered.len() as u64;
+    let mut expected = (1u64, FIRST_PREV.to_owned());
+    let mut last = None;
+    for (seq, stored) in numbered {
+        let key = &stored.key;
+        if seq != expected.0 {
+            report.breaks.push(format!(
+                "seal chain of trail {trail}: seal {} is missing (the next present is {seq}): a gap in the seal chain",
+                expected.0
+            ));
+        }
+        let digest = seal_digest(stored.body.as_bytes());
+        let seal = match AuditSeal::parse(stored.body.as_bytes()) {
+            Ok(s) => s,
+            Err(why) => {
+                report.breaks.push(format!("seal {key} {why}"));
+                expected = (seq + 1, digest);
+                continue;
+            }
+        };
+        if seal.trail != trail || seal.seq != seq {
+            report.breaks.push(format!(
+                "seal {key}: its content says trail {} seal {}: key and content disagree",
+                seal.trail, seal.seq
+            ));
+        }
+        if seq == expected.0 && seal.prev != expected.1 {
+            report.breaks.push(format!(
+                "seal {key} does not name the digest of the seal before it (the seal chain was rewritten)"
+            ));
+        }
+        if !seal.root_holds() {
+            report.breaks.push(format!(
+                "seal {key}: its Merkle root does not match its heads (the seal is not genuine)"
+            ));
+        } else {
+            check_sealed_heads(key, &seal, by_chain, report);
+        }
+        report.latest_seal = Some(key.clone());
+        expected = (seq + 1, digest);
+        last = Some(seal);
+    }
+    last
+}
+
+fn check_sealed_heads(
+    key: &str,
+    seal: &AuditSeal,
+    by_chain: &BTreeMap<String, Vec<ChainedRecord>>,
+    report: &mut VerifyReport,
+) {
+    for h in &seal.heads {
+        let at = by_chain.get(&h.chain).and_then(|l| l.iter().find(|r| r.seq == h.seq));
+        let problem = match at {
+            Some(r) if r.hash == h.hash => continue,
+            Some(r) => format!(
+                "seal {key} fixed its hash at {}…, it is now {}… (rewritten after sealing)",
+                short_hash(&h.hash),
+                short_hash(&r.hash)
+            ),
+            None => format!("sealed by {key} but no longer present (deleted after sealing)"),
+        };
+        report.breaks.push(
+            ChainBreak {
+                chain: h.chain.clone(),
+                seq: h.seq,
+                audit_id: at.map(|r| r.record.audit_id.clone()),
+                problem,
+            }
+            .to_string(),
+        );
+    }
+}
+
+/// The records after the newest seal, per chain; those older than the window are a break.
+pub(super) fn unsealed_tail(
+    by_chain: &BTreeMap<String, Vec<ChainedRecord>>,
+    last: Option<&AuditSeal>,
+    window: Option<SealWindow>,
+    report: &mut VerifyReport,
+) {
+    for (chain, list) in by_chain {
+        let sealed = last
+            .and_then(|s| s.heads.iter().find(|h| &h.chain == chain))
+            .map_or(0, |h| h.seq);
+        let tail: Vec<&ChainedRecord> = list.iter().filter(|r| r.seq > sealed).collect();
+        let (Some(first), Some(end)) = (tail.first(), tail.last()) else {
+            continue;
+        };
+        let oldest_at = tail
+            .iter()
+            .filter(|r| r.unreadable.is_none())
+            .map(|r| r.record.at)
+            .min();
+        if let (Some(w), Some(oldest)) = (window, oldest_at) {
+            if oldest + w.max_age < w.now {
+                report.breaks.push(format!(
+                    "chain {chain}: records {}..{} are unsealed, the oldest since {oldest} — longer than the {} minute window: sealing has stopped, and these records could be truncated undetected",
+                    first.seq,
+                    end.seq,
+                    w.max_age.num_minutes()
+                ));
+            }
+        }
+        report.unsealed.push(UnsealedTail {
+            chain: chain.clone(),
+            from_seq: first.seq,
+            to_seq: end.seq,
+            oldest_at,
+        });
+    }
+}

@@ -1,0 +1,209 @@
+//! The audit trail against someone who can write to the stores, on the local stack: the table
+//! (records, heads, the trail pointer) through DynamoDB's own API, and the Object Lock bucket
+//! through S3's (a plain PUT over a key, a DELETE without a version id). Each attack is named by
+//! verify; the honest trail verifies; the first versions are still read.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_s3::primitives::ByteStream;
+use recon_core::domain::audit::{ChainedRecord, GENESIS, link};
+use recon_core::domain::seal::{AuditSeal, seal_key};
+use recon_core::domain::{AuditKind, AuditRecord};
+use recon_core::evidence::{VerifyReport, seal, verify_trail};
+use recon_core::ports::AuditLog;
+use recon_core::resources::keys;
+use recon_harness::stack::TestStack;
+use std::collections::HashMap;
+
+type Item = HashMap<String, AttributeValue>;
+
+fn s3(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+async fn trail(s: &TestStack, n: u32) {
+    let log = s.audit_log();
+    for i in 0..n {
+        let r = AuditRecord::system(
+            AuditKind::ReferenceChanged,
+            &format!("anchor-{i}"),
+            chrono::Utc::now(),
+            "it",
+            format!("change {i}"),
+        );
+        log.append(&r).await.unwrap();
+    }
+}
+
+async fn verify(s: &TestStack) -> VerifyReport {
+    let worm = recon_aws::s3::S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket);
+    verify_trail(&s.audit_log(), &worm, None).await.unwrap()
+}
+
+async fn seal_now(s: &TestStack) -> (String, AuditSeal) {
+    let worm = recon_aws::s3::S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket);
+    seal(&s.audit_log(), &worm, chrono::Utc::now()).await.unwrap()
+}
+
+fn named(r: &VerifyReport, what: &str) -> bool {
+    r.breaks.iter().any(|b| b.contains(what))
+}
+
+async fn put(s: &TestStack, item: Item) {
+    s.clients
+        .dynamodb
+        .put_item()
+        .table_name(&s.settings.audit_table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn get(s: &TestStack, id: &str) -> Item {
+    s.clients
+        .dynamodb
+        .get_item()
+        .table_name(&s.settings.audit_table)
+        .key(keys::AUDIT_PK, s3(id))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap()
+}
+
+/// Rewrite the longest chain consistently through DynamoDB's API (one amount changed, every
+/// record re-linked) and move its head to match.
+async fn rewrite_longest_chain(s: &TestStack) -> String {
+    let log = s.audit_log();
+    let mut chains: Vec<Vec<ChainedRecord>> = Vec::new();
+    for i in 0..recon_core::domain::audit::AUDIT_CHAINS {
+        chains.push(log.chain(&format!("c{i}")).await.unwrap());
+    }
+    let chain = chains.into_iter().max_by_key(Vec::len).unwrap();
+    let name = chain[0].chain.clone();
+    let mut prev = GENESIS.to_owned();
+    for r in &chain {
+        let mut record = r.record.clone();
+        if r.seq == 1 {
+            record.detail = "rewritten".into();
+        }
+        let relinked = link(record, &name, r.seq - 1, &prev);
+        let mut item = get(s, &r.record.audit_id).await;
+        item.insert("detail".into(), s3(&relinked.record.detail));
+        item.insert("prev_hash".into(), s3(&relinked.prev_hash));
+        item.insert("hash".into(), s3(&relinked.hash));
+        put(s, item).await;
+        prev = relinked.hash;
+    }
+    let mut head = get(s, &format!("{}{name}", keys::AUDIT_HEAD_PREFIX)).await;
+    head.insert("hash".into(), s3(&prev));
+    put(s, head).await;
+    name
+}
+
+#[tokio::test]
+async fn a_consistent_rewrite_with_its_head_moved_and_the_trail_id_replaced_is_named() {
+    let s = TestStack::new("an-rewrite").await;
+    trail(&s, 24).await;
+    seal_now(&s).await;
+    assert!(verify(&s).await.intact(), "{:?}", verify(&s).await);
+
+    let chain = rewrite_longest_chain(&s).await;
+    let report = verify(&s).await;
+    assert!(
+        named(&report, &format!("chain {chain}")) && named(&report, "rewritten after sealing"),
+        "{report:?}"
+    );
+
+    // Replace the trail-id item, so that a reader of the table looks for another trail's seals.
+    let mut pointer = get(&s, &format!("{}trail", keys::AUDIT_HEAD_PREFIX)).await;
+    pointer.insert("trail".into(), s3("00000000000000aa"));
+    put(&s, pointer).await;
+    let report = verify(&s).await;
+    assert!(named(&report, "never anchored"), "{report:?}");
+    assert!(
+        named(&report, "was never retired: the trail was replaced"),
+        "{report:?}"
+    );
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_newer_version_at_a_seal_key_and_delete_markers_are_named_and_the_first_versions_count() {
+    let s = TestStack::new("an-bucket").await;
+    trail(&s, 16).await;
+    let (first_key, genuine) = seal_now(&s).await;
+    trail(&s, 20).await;
+    let (second_key, _) = seal_now(&s).await;
+    assert!(verify(&s).await.intact());
+
+    // Rewrite a chain, then write a seal with the rewritten heads (a consistent Merkle root)
+    // over the first seal's key: Object Lock allows a newer version.
+    rewrite_longest_chain(&s).await;
+    let forged = AuditSeal::new(
+        &genuine.trail,
+        1,
+        &genuine.prev,
+        genuine.at,
+        s.audit_log().heads().await.unwrap(),
+    );
+    let bucket = &s.stack.names.quarantine_bucket;
+    s.clients
+        .s3
+        .put_object()
+        .bucket(bucket)
+        .key(&first_key)
+        .body(ByteStream::from(forged.canonical().into_bytes()))
+        .send()
+        .await
+        .expect("Object Lock does not refuse a newer version");
+    // A plain GET now returns the forgery...
+    let plain = s
+        .clients
+        .s3
+        .get_object()
+        .bucket(bucket)
+        .key(&first_key)
+        .send()
+        .await
+        .unwrap();
+    let body = plain.body.collect().await.unwrap().into_bytes();
+    assert_eq!(AuditSeal::parse(&body).unwrap(), forged);
+    // ... and a DELETE without a version id hides the second seal from LIST and GET.
+    s.clients
+        .s3
+        .delete_object()
+        .bucket(bucket)
+        .key(&second_key)
+        .send()
+        .await
+        .expect("a delete marker is not refused");
+    let listed = s
+        .clients
+        .s3
+        .list_objects_v2()
+        .bucket(bucket)
+        .prefix(&second_key)
+        .send()
+        .await
+        .unwrap();
+    assert!(listed.contents().is_empty(), "the delete marker hides it");
+
+    let report = verify(&s).await;
+    assert!(
+        named(&report, &format!("s3 key {first_key}: a newer version")),
+        "{report:?}"
+    );
+    assert!(
+        named(&report, &format!("s3 key {second_key}: a delete marker")),
+        "{report:?}"
+    );
+    assert!(
+        named(&report, "rewritten after sealing"),
+        "the first version of the seal is the one read: {report:?}"
+    );
+    assert_eq!(report.seals, 2, "the hidden seal is still read: {report:?}");
+    assert_eq!(second_key, seal_key(&genuine.trail, 2));
+    s.cleanup().await;
+}
