@@ -361,8 +361,14 @@ async fn an_exported_bundle_verifies_offline_and_a_tampered_one_does_not() {
     let text = serde_json::to_string(&bundle).unwrap();
     let offline: Bundle = serde_json::from_str(&text).unwrap();
     assert!(verify_bundle(&offline).intact(), "{:?}", verify_bundle(&offline));
+    // The standalone verifier (Python, standard library only) agrees, both ways.
+    assert_eq!(standalone_verifier(&offline), 0, "the exported bundle verifies without our code");
     let mut tampered = offline.clone();
     tampered.audit_records[0].record.amount = Some("0.01".into());
+    assert_eq!(standalone_verifier(&tampered), 1);
+    let mut stripped = offline.clone();
+    stripped.seals.clear();
+    assert_eq!(standalone_verifier(&stripped), 1, "a bundle without seals");
     let report = verify_bundle(&tampered);
     assert!(!report.intact());
     assert!(
@@ -375,4 +381,19 @@ async fn an_exported_bundle_verifies_offline_and_a_tampered_one_does_not() {
     }
     assert!(!verify_bundle(&edited).intact());
     s.cleanup().await;
+}
+
+/// Exit code of `python3 tools/verify_bundle.py` on `bundle`.
+fn standalone_verifier(bundle: &Bundle) -> i32 {
+    let path = std::env::temp_dir().join(format!("bundle-{}.json", std::process::id()));
+    std::fs::write(&path, serde_json::to_vec(bundle).unwrap()).unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/verify_bundle.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(&path)
+        .output()
+        .expect("python3 runs the standalone verifier");
+    let _ = std::fs::remove_file(&path);
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+    out.status.code().unwrap_or(-1)
 }

@@ -157,5 +157,33 @@ async fn print_evidence(clients: &AwsClients, stack: &Stack, manifest: &Path, r:
         }
         bail!("the audit trail does not verify (see above)");
     }
+    let bundle = Path::new(".local-aws").join(format!("demo-bundle-{DEMO_PERIOD}.json"));
+    print!("   dlqctl evidence export --period {DEMO_PERIOD}: ");
+    crate::bundle::export(clients, &stack.names, DEMO_PERIOD, &bundle).await?;
+    verify_with_standalone_script(&bundle)
+}
+
+/// The period of the demo's workload (value dates in November 2026).
+const DEMO_PERIOD: &str = "2026-11";
+
+/// `python3 tools/verify_bundle.py BUNDLE`: the bundle verified without this project's code.
+fn verify_with_standalone_script(bundle: &Path) -> Result<()> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/verify_bundle.py");
+    let out = match std::process::Command::new("python3").arg(&script).arg(bundle).output() {
+        Ok(out) => out,
+        Err(e) => {
+            println!("   tools/verify_bundle.py not run (python3: {e}); run it on {}", bundle.display());
+            return Ok(());
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!(
+        "   python3 tools/verify_bundle.py (standard library only, none of this code): {}",
+        text.lines().last().unwrap_or_default()
+    );
+    if !out.status.success() {
+        print!("{text}{}", String::from_utf8_lossy(&out.stderr));
+        bail!("the standalone verifier does not verify the exported bundle");
+    }
     Ok(())
 }

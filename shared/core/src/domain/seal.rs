@@ -323,6 +323,47 @@ mod tests {
         }
     }
 
+    /// The README's test vectors ("Audit evidence: formats"), pinned: an independent verifier is
+    /// written against them, so a change here is a change of format.
+    #[test]
+    fn readme_vectors() {
+        use crate::domain::audit::{canonical_record, record_hash};
+        use crate::domain::{AuditKind, AuditRecord, FailureCode};
+        let at = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 12, 1, 9, 30, 0).unwrap();
+        let mut r = AuditRecord::system(AuditKind::DeadLettered, "sqs-1", at, "consumer", "say \"hi\"\n".into());
+        r.sqs_message_id = "sqs-1".into();
+        r.failure_code = Some(FailureCode::PoisonMessage);
+        r.root_cause = Some("INVALID_DECIMAL".into());
+        r.amount = Some("1,00".into());
+        r.currency = Some("EUR".into());
+        r.attempt_count = 1;
+        assert_eq!(
+            canonical_record(&r),
+            r#"{"audit_id":"DEAD_LETTERED#sqs-1","kind":"DEAD_LETTERED","at":"2026-12-01T09:30:00.000000000Z","actor":"consumer","sqs_message_id":"sqs-1","message_id":null,"trace_id":null,"source_hash":null,"match_decision":null,"failure_code":"POISON_MESSAGE","root_cause":"INVALID_DECIMAL","attempt_count":1,"ledger_entity":null,"currency":"EUR","amount":"1,00","detail":"say \"hi\"\u000a","replay_of":null}"#
+        );
+        let hash = record_hash(&r, "c3", 1, GENESIS);
+        let heads: Vec<ChainHead> = ["c0", "c1", "c2"]
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ChainHead {
+                chain: (*c).into(),
+                seq: i as u64 + 1,
+                hash: hash.clone(),
+            })
+            .collect();
+        let seal = AuditSeal::new("0123456789abcdef", 1, GENESIS, at, heads.clone());
+        assert_eq!(
+            merkle_proof(&heads, 2),
+            vec![ProofStep {
+                side: "left".into(),
+                hash: "d7c61d349a5cc1451c857c1e11d19eef87d49ce50b2df5cba27b3e01187ccab4".into()
+            }]
+        );
+        assert_eq!(hash, "54715b7f9f1927778a1df1b6266c3e66ec029b3153315c008970024569568977");
+        assert_eq!(seal.root, "107c472e66e0234d35c50be85fa082e4a431d0ebd3430811cf520a4a5eeb9598");
+        assert_eq!(seal.digest(), "81515fb1435f3df650f46601e5bd2fe9e33259e3c4c6f271d2316c1f42316568");
+    }
+
     #[test]
     fn a_seal_parses_back_only_from_its_canonical_bytes() {
         let at = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 12, 1, 0, 0, 0).unwrap();
