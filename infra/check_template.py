@@ -124,16 +124,21 @@ def check(tpl, spec):
     expect("bucket versioning", bucket.get("VersioningConfiguration", {}).get("Status"), "Enabled")
     expect("OverflowHighWater default", tpl["Parameters"].get("OverflowHighWater", {}).get("Default"), spec["overflow_high_water"])
 
-    # The schedule is the only one the replay accepts a scheduled event from: its name, and the
-    # name its event carries, must be the code's.
-    schedule = res.get(spec["sweep_schedule"]["logical_id"], {}).get("Properties", {})
-    expect("sweep schedule name", sub_suffix(schedule.get("Name")), spec["sweep_schedule"]["name_suffix"])
-    event = sub_text(schedule.get("Target", {}).get("Input"))
-    try:
-        named = json.loads(event.replace("${StackPrefix}-", "")).get("resources") if event else None
-    except ValueError:
-        named = None
-    expect("sweep schedule event resources", named, [spec["sweep_schedule"]["name_suffix"]])
+    # The replay accepts a scheduled event only from these schedules (the sweep's, the seal's):
+    # each one's name, and the name its event carries, must be the code's.
+    for kind in ("sweep_schedule", "seal_schedule"):
+        what = kind.replace("_", " ")
+        schedule = res.get(spec[kind]["logical_id"], {}).get("Properties", {})
+        expect(f"{what} name", sub_suffix(schedule.get("Name")), spec[kind]["name_suffix"])
+        event = sub_text(schedule.get("Target", {}).get("Input"))
+        try:
+            named = json.loads(event.replace("${StackPrefix}-", "")).get("resources") if event else None
+        except ValueError:
+            named = None
+        expect(f"{what} event resources", named, [spec[kind]["name_suffix"]])
+    params = tpl.get("Parameters", {})
+    expect("SealEveryMinutes default", params.get("SealEveryMinutes", {}).get("Default"), spec["seal_schedule"]["every_minutes_default"])
+    expect("SealEveryRecords default", params.get("SealEveryRecords", {}).get("Default"), spec["seal_schedule"]["every_records_default"])
 
     for role, grants in spec["iam"].items():
         props = res.get(role, {}).get("Properties")
@@ -194,6 +199,8 @@ def mutations(tpl):
         mutate(lambda t: res(t)["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].append("sqs:PurgeQueue"), "an extra IAM action"),
         mutate(lambda t: res(t)["ReplayRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].pop(), "a missing IAM action"),
         mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-sweep"]}'}), "the schedule's event names another schedule"),
+        mutate(lambda t: res(t)["AuditSealSchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-replay-sweep"]}'}), "the seal schedule's event names the sweep"),
+        mutate(lambda t: t["Parameters"]["SealEveryMinutes"].__setitem__("Default", 60), "the seal interval"),
         mutate(lambda t: next(st for st in res(t)["ReplayRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "LedgerHandOff").pop("Condition"), "the hand-off's attribute limit dropped"),
     ]
 

@@ -64,6 +64,12 @@ sed "s/recon-dlq-replay-sweep/$prefix-replay-sweep/" events/replay-scheduled.jso
 out=$(invoke replay "$scheduled") || fail "replay invoke: $out"
 [ "$(echo "$out" | json "d['completed'] and d['triggered_by'] == 'schedule:$prefix-replay-sweep'")" = True ] || fail "unexpected sweep report: $out"
 
+echo "smoke: replay <- events/replay-seal.json (this stack's seal schedule: seals, nothing else)"
+sed "s/recon-dlq-audit-seal/$prefix-audit-seal/" events/replay-seal.json > "$scheduled"
+out=$(invoke replay "$scheduled") || fail "replay invoke: $out"
+[ "$(echo "$out" | json "d['sealed'].startswith('audit-seals/') and d['seal']['seq'] >= 2")" = True ] || fail "unexpected seal answer: $out"
+out=$("${dlqctl[@]}" audit verify) || fail "the audit trail does not verify after the functions ran: $out"
+
 echo "smoke: replay <- events/replay-scheduled.json as it is (another stack's schedule: must be refused)"
 out=$(invoke replay events/replay-scheduled.json || true)
 echo "$out" | grep -q "a scheduled event must come from" || fail "a foreign schedule was not refused: $out"

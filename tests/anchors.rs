@@ -207,3 +207,58 @@ async fn a_newer_version_at_a_seal_key_and_delete_markers_are_named_and_the_firs
     assert_eq!(second_key, seal_key(&genuine.trail, 2));
     s.cleanup().await;
 }
+
+#[tokio::test]
+async fn the_append_path_bounds_the_unsealed_tail_and_an_old_tail_is_a_break() {
+    let s = TestStack::new("an-window").await;
+    let every = 5;
+    let policy = recon_core::config::SealPolicy {
+        every_records: every,
+        ..Default::default()
+    };
+    let log = recon_aws::wiring::audit_log(
+        &s.clients,
+        &s.settings.audit_table,
+        &s.stack.names.quarantine_bucket,
+        &policy,
+    );
+    for i in 0..60 {
+        let r = AuditRecord::system(
+            AuditKind::ReferenceChanged,
+            &format!("window-{i}"),
+            chrono::Utc::now(),
+            "it",
+            String::new(),
+        );
+        log.append(&r).await.unwrap();
+    }
+    let report = verify(&s).await;
+    assert!(report.intact(), "{report:?}");
+    assert!(report.seals >= 2, "the append path sealed: {report:?}");
+    // No chain has `every` records after the newest seal: each chain seals at its own multiples.
+    for t in &report.unsealed {
+        assert!(t.to_seq - t.from_seq + 1 < every, "{t:?} in {report:?}");
+    }
+
+    // A record that has waited longer than the window: sealing has stopped.
+    let mut old = AuditRecord::system(
+        AuditKind::ReferenceChanged,
+        "late",
+        chrono::Utc::now(),
+        "it",
+        String::new(),
+    );
+    old.at = chrono::Utc::now() - chrono::Duration::hours(2);
+    s.audit_log().append(&old).await.unwrap();
+    let worm = recon_aws::s3::S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket);
+    let window = recon_core::evidence::SealWindow {
+        now: chrono::Utc::now(),
+        max_age: policy.max_unsealed(),
+    };
+    let report = verify_trail(&s.audit_log(), &worm, Some(window)).await.unwrap();
+    assert!(named(&report, "sealing has stopped"), "{report:?}");
+    seal_now(&s).await;
+    let report = verify_trail(&s.audit_log(), &worm, Some(window)).await.unwrap();
+    assert!(report.intact() && report.unsealed.is_empty(), "{report:?}");
+    s.cleanup().await;
+}

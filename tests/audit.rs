@@ -362,7 +362,11 @@ async fn an_exported_bundle_verifies_offline_and_a_tampered_one_does_not() {
     let offline: Bundle = serde_json::from_str(&text).unwrap();
     assert!(verify_bundle(&offline).intact(), "{:?}", verify_bundle(&offline));
     // The standalone verifier (Python, standard library only) agrees, both ways.
-    assert_eq!(standalone_verifier(&offline), 0, "the exported bundle verifies without our code");
+    assert_eq!(
+        standalone_verifier(&offline),
+        0,
+        "the exported bundle verifies without our code"
+    );
     let mut tampered = offline.clone();
     tampered.audit_records[0].record.amount = Some("0.01".into());
     assert_eq!(standalone_verifier(&tampered), 1);

@@ -53,7 +53,10 @@ async fn the_consumer_calls_exactly_what_its_role_grants() {
         TransientKind::Throttled,
     );
     ledger.inject(&flaky.compute_hash().unwrap(), Fault::Times(1));
-    let consumer = Arc::new(wiring::consumer(&own, &s.settings, ledger, "iam-test"));
+    // Every appended record seals (the append path), so the seals are exercised too.
+    let mut settings = s.settings.clone();
+    settings.seal.every_records = 1;
+    let consumer = Arc::new(wiring::consumer(&own, &settings, ledger, "iam-test"));
     let mut poison = tx(3);
     poison.currency = "XAU".into();
     // Commit, duplicate, poison, transient: every path of the consumer's code.
@@ -88,7 +91,8 @@ async fn the_enricher_calls_exactly_what_its_role_grants() {
     s.send(&[poison.to_body().unwrap(), "not json".into()]).await;
     s.pump(&consumer).await;
     let own = AwsClients::connect(Target::local_from_env()).await;
-    let settings = s.enricher_settings(0);
+    let mut settings = s.enricher_settings(0);
+    settings.seal.every_records = 1;
     let enricher = Arc::new(wiring::enricher(&own, &settings, "iam-test", MemoryMetrics::default()));
     // New envelopes (pending and quarantined; one PENDING is above a mark of 0: the overflow
     // record passes through the audit outbox), then the same DLQ message again.

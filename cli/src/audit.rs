@@ -42,7 +42,7 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand
             print_verify(&report, *json)
         }
         AuditCommand::Verify { bundle: None, json } => {
-            let policy = recon_core::config::SealPolicy::from_lookup(|k| std::env::var(k).ok())?;
+            let policy = recon_core::config::SealPolicy::from_lookup(&|k: &str| std::env::var(k).ok())?;
             let window = recon_core::evidence::SealWindow {
                 now: chrono::Utc::now(),
                 max_age: policy.max_unsealed(),
@@ -74,8 +74,26 @@ pub fn print_verify(report: &recon_core::evidence::VerifyReport, json: bool) -> 
             report.chains.len(),
             report.seals
         );
+        if let Some(t) = &report.trail {
+            println!(
+                "  trail {t}, newest seal {}",
+                report.latest_seal.as_deref().unwrap_or("(none)")
+            );
+        }
         for (chain, n) in &report.chains {
             println!("  {chain}: {n} records, intact");
+        }
+        for t in &report.unsealed {
+            println!(
+                "  unsealed: chain {} records {}..{} (oldest {}): not anchored until the next seal",
+                t.chain,
+                t.from_seq,
+                t.to_seq,
+                t.oldest_at.map(|a| a.to_rfc3339()).unwrap_or_default()
+            );
+        }
+        for r in &report.retired_trails {
+            println!("  retired trail {r}");
         }
         for b in &report.breaks {
             println!("  BROKEN: {b}");
@@ -84,7 +102,9 @@ pub fn print_verify(report: &recon_core::evidence::VerifyReport, json: bool) -> 
     if !report.intact() {
         bail!("the audit trail does not verify ({} breaks)", report.breaks.len());
     }
-    println!("verified: every record hashes and links correctly, and every seal still holds");
+    println!(
+        "verified: every record hashes and links correctly, every seal is a first version, chains from the one before and still holds"
+    );
     Ok(())
 }
 

@@ -137,7 +137,7 @@ async fn print_evidence(clients: &AwsClients, stack: &Stack, manifest: &Path, r:
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table);
     let worm = S3Worm::new(clients.s3.clone(), &stack.names.quarantine_bucket);
     let (key, sealed) = seal(&audit, &worm, chrono::Utc::now()).await?;
-    let policy = recon_core::config::SealPolicy::from_lookup(|k| std::env::var(k).ok())?;
+    let policy = recon_core::config::SealPolicy::from_lookup(&|k: &str| std::env::var(k).ok())?;
     let window = SealWindow {
         now: chrono::Utc::now(),
         max_age: policy.max_unsealed(),
@@ -172,7 +172,10 @@ fn verify_with_standalone_script(bundle: &Path) -> Result<()> {
     let out = match std::process::Command::new("python3").arg(&script).arg(bundle).output() {
         Ok(out) => out,
         Err(e) => {
-            println!("   tools/verify_bundle.py not run (python3: {e}); run it on {}", bundle.display());
+            println!(
+                "   tools/verify_bundle.py not run (python3: {e}); run it on {}",
+                bundle.display()
+            );
             return Ok(());
         }
     };

@@ -1,15 +1,16 @@
 //! The replay Lambda: wiring only. The flow lives in `recon_core::replay`.
 //!
-//! Input: an EventBridge scheduled event (a sweep over PENDING envelopes, resuming from its saved
-//! cursor) or a manual payload `{"reason", "triggered_by", "failure_code"?, "root_cause"?,
+//! Input: an EventBridge scheduled event from the sweep schedule (a sweep over PENDING envelopes,
+//! resuming from its saved cursor) or from the seal schedule (seal the audit trail), or a manual
+//! payload `{"reason", "triggered_by", "failure_code"?, "root_cause"?,
 //! "entity"?, "envelope_ids"?, "max_items"?, "dry_run"?}`; unknown fields are refused.
-//! Output: the replay report.
+//! Output: the replay report, or the seal written.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use recon_aws::{AwsClients, ClientTimeouts, Target, telemetry, wiring};
 use recon_core::config::ReplaySettings;
 use recon_core::ports::lambda_deadline;
-use recon_core::replay::parse_invocation;
+use recon_core::replay::{Invocation, parse_function_invocation};
 use recon_core::resources::REPLAY_TIMEOUT;
 use std::sync::Arc;
 
@@ -30,14 +31,21 @@ async fn main() -> Result<(), Error> {
         &wiring::function_name("replay"),
         metrics,
     ));
-    let schedule = settings.sweep_schedule.clone();
+    let schedules = Arc::new((settings.sweep_schedule.clone(), settings.seal_schedule.clone()));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let replayer = replayer.clone();
-        let schedule = schedule.clone();
+        let schedules = schedules.clone();
         async move {
-            let request = parse_invocation(&event.payload, &schedule)?;
-            let report = replayer.run(&request, lambda_deadline(event.context.deadline)).await?;
-            Ok::<serde_json::Value, Error>(serde_json::to_value(report)?)
+            match parse_function_invocation(&event.payload, &schedules.0, &schedules.1)? {
+                Invocation::Seal => {
+                    let (key, seal) = replayer.seal().await?;
+                    Ok::<serde_json::Value, Error>(serde_json::json!({ "sealed": key, "seal": seal }))
+                }
+                Invocation::Replay(request) => {
+                    let report = replayer.run(&request, lambda_deadline(event.context.deadline)).await?;
+                    Ok(serde_json::to_value(report)?)
+                }
+            }
         }
     }))
     .await

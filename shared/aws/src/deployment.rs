@@ -2,6 +2,7 @@
 //! each function's role, and the JSON the template check compares (`dlqctl infra-spec`). The
 //! names and settings themselves come from [`recon_core::resources`].
 
+use recon_core::config::SealPolicy;
 use recon_core::decisions::DEFAULT_MAX_ATTEMPTS;
 use recon_core::resources::{
     CONSUMER_TIMEOUT, DEFAULT_OVERFLOW_HIGH_WATER, DEFAULT_WORM_RETENTION_DAYS, DLQ_RETENTION, ENRICHER_TIMEOUT,
@@ -18,6 +19,7 @@ pub mod template {
     pub const QUARANTINE_BUCKET: &str = "QuarantineBucket";
     pub const CONSUMER_FUNCTION: &str = "ConsumerFunction";
     pub const REPLAY_SCHEDULE: &str = "ReplaySchedule";
+    pub const SEAL_SCHEDULE: &str = "AuditSealSchedule";
 
     pub fn table(kind: TableKind) -> &'static str {
         match kind {
@@ -97,6 +99,9 @@ pub mod iam {
             &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
             Code,
         ),
+        // Seals on the append path.
+        g("QuarantineBucket/*", &["s3:GetObjectVersion", "s3:PutObject"], Code),
+        g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
         g("ConsumerLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
         TRACING,
     ];
@@ -123,7 +128,8 @@ pub mod iam {
             &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
             Code,
         ),
-        g("QuarantineBucket/*", &["s3:PutObject"], Code),
+        g("QuarantineBucket/*", &["s3:GetObjectVersion", "s3:PutObject"], Code),
+        g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
         g("EnricherLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
         TRACING,
     ];
@@ -244,6 +250,12 @@ pub fn spec_json() -> serde_json::Value {
         "sweep_schedule": {
             "logical_id": template::REPLAY_SCHEDULE,
             "name_suffix": names.sweep_schedule.trim_start_matches('-'),
+        },
+        "seal_schedule": {
+            "logical_id": template::SEAL_SCHEDULE,
+            "name_suffix": names.seal_schedule.trim_start_matches('-'),
+            "every_minutes_default": SealPolicy::default().every_minutes,
+            "every_records_default": SealPolicy::default().every_records,
         },
         "tables": tables,
         "iam": iam::ROLES.iter().map(|(role, grants)| (role.to_string(), serde_json::json!(grants))).collect::<serde_json::Map<_, _>>(),

@@ -2,9 +2,10 @@
 //! validated settings. The three Lambda mains and `dlqctl` use these and nothing else.
 
 use chrono::Duration as ChronoDuration;
-use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings};
+use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings, SealPolicy};
 use recon_core::consume::{Consumer, ConsumerConfig};
 use recon_core::enrich::{Enricher, EnricherConfig};
+use recon_core::evidence::SealingAuditLog;
 use recon_core::ports::{Ledger, Metrics, SystemClock};
 use recon_core::replay::{ReplayConfig, Replayer};
 use std::sync::Arc;
@@ -16,9 +17,21 @@ use crate::s3::S3Worm;
 use crate::sqs::SqsQueue;
 use crate::telemetry::EmfMetrics;
 
+/// The audit trail as the functions append to it: sealed into the bucket on the append path.
+pub type AwsAuditLog = SealingAuditLog<DynamoAuditLog, S3Worm>;
+
+pub fn audit_log(clients: &AwsClients, table: &str, bucket: &str, seal: &SealPolicy) -> AwsAuditLog {
+    SealingAuditLog {
+        log: DynamoAuditLog::new(clients.dynamodb.clone(), table),
+        worm: S3Worm::new(clients.s3.clone(), bucket),
+        clock: Arc::new(SystemClock),
+        every_records: seal.every_records,
+    }
+}
+
 /// The consumer on SQS queues, DynamoDB reference data and audit, and a ledger (the DynamoDB
 /// reference ledger, or a wrapper around it).
-pub type AwsConsumer<L = DynamoLedger> = Consumer<L, SqsQueue, SqsQueue, Arc<DynamoReferenceData>, DynamoAuditLog>;
+pub type AwsConsumer<L = DynamoLedger> = Consumer<L, SqsQueue, SqsQueue, Arc<DynamoReferenceData>, AwsAuditLog>;
 
 pub fn consumer<L: Ledger>(
     clients: &AwsClients,
@@ -35,7 +48,12 @@ pub fn consumer<L: Ledger>(
             &settings.reference_table,
             settings.reference_cache,
         )),
-        audit: DynamoAuditLog::new(clients.dynamodb.clone(), &settings.audit_table),
+        audit: audit_log(
+            clients,
+            &settings.audit_table,
+            &settings.quarantine_bucket,
+            &settings.seal,
+        ),
         clock: Arc::new(SystemClock),
         config: ConsumerConfig {
             retry: settings.retry,
@@ -47,13 +65,13 @@ pub fn consumer<L: Ledger>(
 }
 
 /// The enricher; metrics in EMF unless said otherwise.
-pub type AwsEnricher<M = EmfMetrics> = Enricher<DynamoEnvelopeStore, S3Worm, DynamoAuditLog, M>;
+pub type AwsEnricher<M = EmfMetrics> = Enricher<DynamoEnvelopeStore, S3Worm, AwsAuditLog, M>;
 
 pub fn enricher<M: Metrics>(clients: &AwsClients, s: &EnricherSettings, actor: &str, metrics: M) -> AwsEnricher<M> {
     Enricher {
         store: DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table),
         worm: S3Worm::new(clients.s3.clone(), &s.quarantine_bucket),
-        audit: DynamoAuditLog::new(clients.dynamodb.clone(), &s.audit_table),
+        audit: audit_log(clients, &s.audit_table, &s.quarantine_bucket, &s.seal),
         metrics,
         clock: Arc::new(SystemClock),
         config: EnricherConfig {
@@ -67,7 +85,7 @@ pub fn enricher<M: Metrics>(clients: &AwsClients, s: &EnricherSettings, actor: &
 
 /// The replay; metrics in EMF unless said otherwise.
 pub type AwsReplayer<M = EmfMetrics> =
-    Replayer<DynamoEnvelopeStore, DynamoLedger, DynamoReferenceData, SqsQueue, S3Worm, DynamoAuditLog, M>;
+    Replayer<DynamoEnvelopeStore, DynamoLedger, DynamoReferenceData, SqsQueue, S3Worm, AwsAuditLog, M>;
 
 pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &str, metrics: M) -> AwsReplayer<M> {
     Replayer {
@@ -78,7 +96,7 @@ pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &st
         reference: DynamoReferenceData::new(clients.dynamodb.clone(), &s.reference_table, Duration::ZERO),
         queue: SqsQueue::new(clients.sqs.clone(), &s.main_queue_url),
         worm: S3Worm::new(clients.s3.clone(), &s.quarantine_bucket),
-        audit: DynamoAuditLog::new(clients.dynamodb.clone(), &s.audit_table),
+        audit: audit_log(clients, &s.audit_table, &s.quarantine_bucket, &s.seal),
         metrics,
         clock: Arc::new(SystemClock),
         config: ReplayConfig {

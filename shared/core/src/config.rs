@@ -32,6 +32,7 @@ pub mod vars {
     pub const SWEEP_SCHEDULE: &str = "DLQ_SWEEP_SCHEDULE";
     pub const SEAL_EVERY_RECORDS: &str = "DLQ_SEAL_EVERY_RECORDS";
     pub const SEAL_EVERY_MINUTES: &str = "DLQ_SEAL_EVERY_MINUTES";
+    pub const SEAL_SCHEDULE: &str = "DLQ_SEAL_SCHEDULE";
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -65,22 +66,22 @@ impl Default for SealPolicy {
 }
 
 impl SealPolicy {
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+    pub fn from_lookup(get: &impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let d = SealPolicy::default();
         Ok(SealPolicy {
             every_records: ranged(
-                &get,
+                get,
                 vars::SEAL_EVERY_RECORDS,
                 d.every_records,
                 1..=100_000,
                 "records per chain between seals, 1-100000",
             )?,
             every_minutes: ranged(
-                &get,
+                get,
                 vars::SEAL_EVERY_MINUTES,
                 d.every_minutes,
-                1..=1440,
-                "minutes between scheduled seals, 1-1440",
+                2..=1440,
+                "minutes between scheduled seals, 2-1440",
             )?,
         })
     }
@@ -103,6 +104,9 @@ pub struct ConsumerSettings {
     pub deadline_margin: Duration,
     pub concurrency: usize,
     pub reference_cache: Duration,
+    /// The Object Lock bucket (the append path writes seals there).
+    pub quarantine_bucket: String,
+    pub seal: SealPolicy,
 }
 
 fn number<T: std::str::FromStr>(
@@ -205,6 +209,8 @@ impl ConsumerSettings {
             deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 3000, "milliseconds")?),
             concurrency,
             reference_cache: Duration::from_secs(number(&get, vars::REFERENCE_CACHE_SECS, 30, "whole seconds")?),
+            quarantine_bucket: get(vars::QUARANTINE_BUCKET).unwrap_or(names.quarantine_bucket),
+            seal: SealPolicy::from_lookup(&get)?,
         })
     }
 }
@@ -219,6 +225,7 @@ pub struct EnricherSettings {
     pub metrics_namespace: String,
     pub concurrency: usize,
     pub deadline_margin: Duration,
+    pub seal: SealPolicy,
 }
 
 impl EnricherSettings {
@@ -247,6 +254,7 @@ impl EnricherSettings {
                 .unwrap_or_else(|| resources::DEFAULT_METRICS_NAMESPACE.to_owned()),
             concurrency: ranged(&get, vars::BATCH_CONCURRENCY, 8usize, 1..=100, "a whole number 1-100")?,
             deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 3000, "milliseconds")?),
+            seal: SealPolicy::from_lookup(&get)?,
         })
     }
 }
@@ -268,6 +276,9 @@ pub struct ReplaySettings {
     pub page_size: usize,
     /// The schedule a scheduled event must name (`DLQ_SWEEP_SCHEDULE`, default from the prefix).
     pub sweep_schedule: String,
+    /// The schedule whose scheduled events only seal (`DLQ_SEAL_SCHEDULE`, default from the prefix).
+    pub seal_schedule: String,
+    pub seal: SealPolicy,
     pub overflow_high_water: i64,
     pub metrics_namespace: String,
     pub deadline_margin: Duration,
@@ -321,6 +332,10 @@ impl ReplaySettings {
             sweep_schedule: get(vars::SWEEP_SCHEDULE)
                 .filter(|v| !v.trim().is_empty())
                 .unwrap_or(names.sweep_schedule),
+            seal_schedule: get(vars::SEAL_SCHEDULE)
+                .filter(|v| !v.trim().is_empty())
+                .unwrap_or(names.seal_schedule),
+            seal: enricher.seal,
             overflow_high_water: enricher.overflow_high_water,
             metrics_namespace: enricher.metrics_namespace,
             deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 5000, "milliseconds")?),

@@ -80,6 +80,8 @@ pub struct ResourceNames {
     /// The EventBridge Scheduler schedule that triggers the replay sweep (the only schedule a
     /// scheduled event may name).
     pub sweep_schedule: String,
+    /// The schedule that seals the audit trail (its own, whatever the sweep does).
+    pub seal_schedule: String,
 }
 
 impl ResourceNames {
@@ -94,6 +96,7 @@ impl ResourceNames {
             dedup_table: format!("{prefix}-dedup"),
             quarantine_bucket: format!("{prefix}-quarantine"),
             sweep_schedule: format!("{prefix}-replay-sweep"),
+            seal_schedule: format!("{prefix}-audit-seal"),
         }
     }
 }

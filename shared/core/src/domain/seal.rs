@@ -360,8 +360,14 @@ mod tests {
             }]
         );
         assert_eq!(hash, "54715b7f9f1927778a1df1b6266c3e66ec029b3153315c008970024569568977");
-        assert_eq!(seal.root, "107c472e66e0234d35c50be85fa082e4a431d0ebd3430811cf520a4a5eeb9598");
-        assert_eq!(seal.digest(), "81515fb1435f3df650f46601e5bd2fe9e33259e3c4c6f271d2316c1f42316568");
+        assert_eq!(
+            seal.root,
+            "107c472e66e0234d35c50be85fa082e4a431d0ebd3430811cf520a4a5eeb9598"
+        );
+        assert_eq!(
+            seal.digest(),
+            "81515fb1435f3df650f46601e5bd2fe9e33259e3c4c6f271d2316c1f42316568"
+        );
     }
 
     #[test]

@@ -10,10 +10,12 @@
 
 mod anchors;
 mod bundle;
+mod sealing;
 mod verify;
 
 pub use anchors::{KnownTrail, StoredSeal, WormEvidence, ensure_trail, read_worm, retire_trail, seal};
 pub use bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal, HeadProof, covered_by_last_seal, export_bundle, verify_bundle};
+pub use sealing::SealingAuditLog;
 pub use verify::{SealWindow, UnsealedTail, VerifyReport, verify_all};
 
 use crate::domain::audit::{AUDIT_CHAINS, ChainedRecord};

@@ -34,7 +34,9 @@ mod sweep;
 
 pub use gates::{Gate, MAX_RELEASES, Verdict};
 pub use report::{MAX_REPORT_ITEMS, Progress, ReplayItem, ReplayOutcome, ReplayReport};
-pub use request::{ManualReplay, ReplayRequest, RequestError, Selector, parse_invocation};
+pub use request::{
+    Invocation, ManualReplay, ReplayRequest, RequestError, Selector, parse_function_invocation, parse_invocation,
+};
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use std::sync::Arc;
@@ -131,6 +133,13 @@ where
     A: AuditLog,
     M: Metrics,
 {
+    /// Seal the audit trail (the seal schedule's invocation). Returns the seal's key and the seal.
+    pub async fn seal(&self) -> FlowResult<(String, crate::domain::seal::AuditSeal)> {
+        let (key, seal) = crate::evidence::seal(&self.audit, &self.worm, self.clock.now()).await?;
+        tracing::info!(seal = %key, root = %seal.root, chains = seal.heads.len(), "audit chains sealed by the seal schedule");
+        Ok((key, seal))
+    }
+
     /// Run a replay. `deadline` is the end of the time budget (the Lambda deadline).
     pub async fn run(&self, req: &ReplayRequest, deadline: Option<DateTime<Utc>>) -> FlowResult<ReplayReport> {
         let clock = &*self.clock;

@@ -116,19 +116,55 @@ impl ReplayRequest {
     }
 }
 
+/// The schedules a "Scheduled Event" names (`None`: not a scheduled event).
+fn scheduled_event(payload: &serde_json::Value) -> Option<Vec<&str>> {
+    if payload.get("detail-type").and_then(|d| d.as_str()) != Some("Scheduled Event") {
+        return None;
+    }
+    Some(
+        payload
+            .get("resources")
+            .and_then(|r| r.as_array())
+            .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default(),
+    )
+}
+
+/// `named` includes `schedule`, by name or by an ARN ending in `/<name>`.
+fn names_schedule(named: &[&str], schedule: &str) -> bool {
+    named
+        .iter()
+        .any(|n| *n == schedule || n.ends_with(&format!("/{schedule}")))
+}
+
+/// What one invocation of the replay function asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Invocation {
+    Replay(ReplayRequest),
+    /// Seal the audit trail, nothing else (the seal schedule: sealing whatever the sweep does).
+    Seal,
+}
+
+/// Read the replay function's payload: a scheduled event from the seal schedule only seals (it
+/// needs no actor: a seal decides nothing); anything else is [`parse_invocation`].
+pub fn parse_function_invocation(
+    payload: &serde_json::Value,
+    sweep_schedule: &str,
+    seal_schedule: &str,
+) -> Result<Invocation, RequestError> {
+    if scheduled_event(payload).is_some_and(|named| names_schedule(&named, seal_schedule)) {
+        return Ok(Invocation::Seal);
+    }
+    parse_invocation(payload, sweep_schedule).map(Invocation::Replay)
+}
+
 /// Read a Lambda payload. An EventBridge "Scheduled Event" starts a sweep only if it names this
 /// deployment's sweep schedule (`schedule`: its name, or an ARN ending in `/<name>`), and the
 /// sweep's actor is that schedule whatever else the payload says; a scheduled event naming
 /// anything else is refused (it cannot say who it is). Anything else must be a [`ManualReplay`].
 pub fn parse_invocation(payload: &serde_json::Value, schedule: &str) -> Result<ReplayRequest, RequestError> {
-    if payload.get("detail-type").and_then(|d| d.as_str()) == Some("Scheduled Event") {
-        let named: Vec<&str> = payload
-            .get("resources")
-            .and_then(|r| r.as_array())
-            .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
-            .unwrap_or_default();
-        let ours = |n: &&str| *n == schedule || n.ends_with(&format!("/{schedule}"));
-        if named.iter().any(ours) {
+    if let Some(named) = scheduled_event(payload) {
+        if names_schedule(&named, schedule) {
             return Ok(ReplayRequest::scheduled(schedule));
         }
         let shown: Vec<String> = named
@@ -158,6 +194,22 @@ pub fn parse_invocation(payload: &serde_json::Value, schedule: &str) -> Result<R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_seal_schedule_only_seals_and_the_sweep_schedule_only_sweeps() {
+        let event = |name: &str| serde_json::json!({"detail-type": "Scheduled Event", "source": "aws.scheduler", "resources": [name]});
+        let parse = |p: &serde_json::Value| parse_function_invocation(p, SWEEP, "p-audit-seal");
+        assert_eq!(parse(&event("p-audit-seal")), Ok(Invocation::Seal));
+        assert_eq!(
+            parse(&event(SWEEP)),
+            Ok(Invocation::Replay(ReplayRequest::scheduled(SWEEP)))
+        );
+        assert!(parse(&event("someone-else")).is_err());
+        assert!(matches!(
+            parse(&serde_json::json!({"reason": "r", "triggered_by": "t"})),
+            Ok(Invocation::Replay(_))
+        ));
+    }
 
     #[test]
     fn a_manual_payload_needs_a_reason_and_refuses_unknown_fields() {
