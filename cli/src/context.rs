@@ -21,6 +21,40 @@ pub fn region(clients: &AwsClients) -> String {
         .map_or_else(|| "us-east-1".to_owned(), |r| r.to_string())
 }
 
+/// Who runs this command, as AWS knows them (`sts:GetCallerIdentity`): the identity recorded as
+/// the actor of every change `dlqctl` makes, never a name the local machine supplies.
+pub async fn caller(clients: &AwsClients) -> Result<String> {
+    let shared = recon_aws::client::shared_config(&clients.target, recon_aws::ClientTimeouts::INTERACTIVE).await;
+    let mut sts = aws_sdk_sts::config::Builder::from(&shared);
+    if let recon_aws::Target::Local { edge_url, .. } = &clients.target {
+        sts = sts.endpoint_url(edge_url);
+    }
+    let out = aws_sdk_sts::Client::from_conf(sts.build())
+        .get_caller_identity()
+        .send()
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot establish who you are (sts:GetCallerIdentity): {}",
+                aws_sdk_sts::error::DisplayErrorContext(e)
+            )
+        })?;
+    match out.arn() {
+        Some(arn) if !arn.is_empty() => Ok(arn.to_owned()),
+        _ => anyhow::bail!("sts:GetCallerIdentity named no identity"),
+    }
+}
+
+/// The actor of an operator's change: the caller's AWS identity, and the name they gave (only as
+/// their own statement, after the identity AWS vouches for).
+pub async fn operator(clients: &AwsClients, claimed: Option<&str>) -> Result<String> {
+    let arn = caller(clients).await?;
+    Ok(match claimed.map(str::trim).filter(|c| !c.is_empty()) {
+        Some(name) => format!("{arn} (as {})", crate::text::printable(name)),
+        None => arn,
+    })
+}
+
 fn environment(k: &str) -> Option<String> {
     std::env::var(k).ok()
 }

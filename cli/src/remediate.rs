@@ -14,7 +14,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::context::replayer;
+use crate::context::{operator, replayer};
 use crate::text::printable;
 
 #[derive(Args, Clone, Debug)]
@@ -37,7 +37,8 @@ pub struct SelectorArgs {
     /// Why (recorded in the audit trail). Required.
     #[arg(long)]
     pub reason: String,
-    /// Who (recorded in the audit trail); defaults to $USER.
+    /// A name to record next to your AWS identity (the audit trail always records the caller's
+    /// identity from sts:GetCallerIdentity, never a local user name).
     #[arg(long)]
     pub triggered_by: Option<String>,
     /// Show each gate's decision and change nothing.
@@ -63,6 +64,7 @@ pub enum RefCommand {
         minor_units: u32,
         #[arg(long, default_value = "")]
         description: String,
+        /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
         #[arg(long)]
         actor: Option<String>,
     },
@@ -76,6 +78,7 @@ pub enum PeriodCommand {
     Close {
         entity: String,
         period: String,
+        /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
         #[arg(long)]
         actor: Option<String>,
     },
@@ -83,6 +86,7 @@ pub enum PeriodCommand {
     Open {
         entity: String,
         period: String,
+        /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
         #[arg(long)]
         actor: Option<String>,
     },
@@ -90,14 +94,7 @@ pub enum PeriodCommand {
     List,
 }
 
-fn operator(explicit: Option<String>) -> String {
-    explicit
-        .or_else(|| std::env::var("USER").ok())
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| "operator".into())
-}
-
-fn request(a: &SelectorArgs, dry_run: bool, quarantine: bool) -> Result<ReplayRequest> {
+fn request(a: &SelectorArgs, actor: &str, dry_run: bool, quarantine: bool) -> Result<ReplayRequest> {
     if a.reason.trim().is_empty() {
         bail!("--reason must say why (it is recorded in the audit trail)");
     }
@@ -111,7 +108,7 @@ fn request(a: &SelectorArgs, dry_run: bool, quarantine: bool) -> Result<ReplayRe
         },
         dry_run,
         reason: a.reason.clone(),
-        triggered_by: operator(a.triggered_by.clone()),
+        triggered_by: actor.to_owned(),
         scheduled: false,
         quarantine,
     })
@@ -167,9 +164,9 @@ fn confirm(question: &str) -> Result<bool> {
 /// `replay` and `quarantine`: a dry run first (to count and to confirm), then the real thing.
 pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, quarantine: bool) -> Result<()> {
     let stack = resolve_stack(clients, names).await?;
-    let actor = operator(a.triggered_by.clone());
+    let actor = operator(clients, a.triggered_by.as_deref()).await?;
     let mut r = replayer(clients, &stack, &format!("dlqctl:{actor}"))?;
-    let preview = r.run(&request(a, true, quarantine)?, None).await?;
+    let preview = r.run(&request(a, &actor, true, quarantine)?, None).await?;
     if a.dry_run {
         return print_report(&preview, a.json);
     }
@@ -198,7 +195,7 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, 
             rep.selected, rep.reinjected, rep.suppressed_duplicate, rep.quarantined, rep.still_failing, rep.skipped
         );
     }));
-    let report = r.run(&request(a, false, quarantine)?, None).await?;
+    let report = r.run(&request(a, &actor, false, quarantine)?, None).await?;
     eprintln!();
     print_report(&report, a.json)
 }
@@ -253,7 +250,7 @@ pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefComm
                 .put_currency(&mapping)
                 .await
                 .context("writing the reference table")?;
-            let actor = operator(actor.clone());
+            let actor = operator(clients, actor.as_deref()).await?;
             audit_change(
                 clients,
                 names,
@@ -303,7 +300,7 @@ pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCom
             status,
         })
         .await?;
-    let actor = operator(actor.clone());
+    let actor = operator(clients, actor.as_deref()).await?;
     audit_change(
         clients,
         names,

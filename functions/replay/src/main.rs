@@ -38,11 +38,12 @@ async fn main() -> Result<(), Error> {
         async move {
             match parse_function_invocation(&event.payload, &schedules.0, &schedules.1)? {
                 Invocation::Seal => {
-                    let (key, seal) = replayer.seal().await?;
+                    let (key, seal) = Box::pin(replayer.seal()).await?;
                     Ok::<serde_json::Value, Error>(serde_json::json!({ "sealed": key, "seal": seal }))
                 }
                 Invocation::Replay(request) => {
-                    let report = replayer.run(&request, lambda_deadline(event.context.deadline)).await?;
+                    // Boxed: the sweep's future is deep, and this one holds it beside the seal's.
+                    let report = Box::pin(replayer.run(&request, lambda_deadline(event.context.deadline))).await?;
                     Ok(serde_json::to_value(report)?)
                 }
             }

@@ -150,27 +150,7 @@ impl AwsClients {
     /// Build clients for `target`. Against the local stack, region and credentials default to
     /// `us-east-1` and dummy keys when the environment sets none.
     pub async fn connect_with(target: Target, t: ClientTimeouts) -> Self {
-        let timeouts = TimeoutConfig::builder()
-            .connect_timeout(t.connect)
-            .operation_attempt_timeout(t.attempt)
-            .operation_timeout(t.operation)
-            .build();
-        let mut loader = aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts);
-        if target.is_local() {
-            if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
-                loader = loader.region(aws_config::Region::new("us-east-1"));
-            }
-            if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
-                loader = loader.credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
-                    "test",
-                    "test",
-                    None,
-                    None,
-                    "local-stack",
-                ));
-            }
-        }
-        let shared = loader.load().await;
+        let shared = shared_config(&target, t).await;
         let requests = Arc::new(RequestCounter::default());
         let counter = CountRequests(requests.clone());
 
@@ -195,6 +175,32 @@ impl AwsClients {
             target,
         }
     }
+}
+
+/// The SDK configuration every client is built from: timeouts, and against the local stack a
+/// default region and dummy credentials when the environment sets none.
+pub async fn shared_config(target: &Target, t: ClientTimeouts) -> aws_config::SdkConfig {
+    let timeouts = TimeoutConfig::builder()
+        .connect_timeout(t.connect)
+        .operation_attempt_timeout(t.attempt)
+        .operation_timeout(t.operation)
+        .build();
+    let mut loader = aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts);
+    if target.is_local() {
+        if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
+            loader = loader.region(aws_config::Region::new("us-east-1"));
+        }
+        if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
+            loader = loader.credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test",
+                "test",
+                None,
+                None,
+                "local-stack",
+            ));
+        }
+    }
+    loader.load().await
 }
 
 #[cfg(test)]
