@@ -79,4 +79,7 @@ echo "smoke: replay <- events/replay-invalid.json (must be refused)"
 out=$(invoke replay events/replay-invalid.json || true)
 echo "$out" | grep -q "unknown field \`rootcause\`" || fail "invalid payload not refused clearly: $out"
 
+s=$(stats)
+[ "$(echo "$s" | json 'd["audit"].get("CONFIG_CHANGED", 0) >= 3')" = True ] || fail "each function must record its configuration at start-up: $s"
+
 echo "smoke: all three functions answered and changed the stores as expected"

@@ -262,3 +262,42 @@ async fn the_append_path_bounds_the_unsealed_tail_and_an_old_tail_is_a_break() {
     assert!(report.intact() && report.unsealed.is_empty(), "{report:?}");
     s.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_function_starting_with_changed_settings_writes_config_changed_with_the_difference() {
+    let s = TestStack::new("an-config").await;
+    let record = |settings: recon_core::config::ConsumerSettings| {
+        let s = &s;
+        async move {
+            recon_aws::wiring::record_configuration(
+                &s.clients,
+                &s.settings.audit_table,
+                "consumer",
+                &settings.audited(),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let first = record(s.settings.clone()).await.expect("the first start is recorded");
+    assert!(
+        record(s.settings.clone()).await.is_none(),
+        "a restart with the same settings is not"
+    );
+    let mut changed = s.settings.clone();
+    changed.retry.max_attempts = 9;
+    let id = record(changed).await.expect("a change is recorded");
+    assert_ne!(id, first);
+    let records = s.audit_log().scan().await.unwrap();
+    let r = records.iter().find(|r| r.audit_id == id).unwrap();
+    assert_eq!(r.kind, AuditKind::ConfigChanged);
+    let before = s.settings.retry.max_attempts;
+    assert!(
+        r.detail.contains(&format!("DLQ_MAX_ATTEMPTS: {before} -> 9")),
+        "{}",
+        r.detail
+    );
+    seal_now(&s).await;
+    assert!(verify(&s).await.intact());
+    s.cleanup().await;
+}

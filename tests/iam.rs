@@ -57,6 +57,10 @@ async fn the_consumer_calls_exactly_what_its_role_grants() {
     let mut settings = s.settings.clone();
     settings.seal.every_records = 1;
     let consumer = Arc::new(wiring::consumer(&own, &settings, ledger, "iam-test"));
+    // What the function does at start-up: record its configuration.
+    wiring::record_configuration(&own, &settings.audit_table, "consumer", &settings.audited())
+        .await
+        .unwrap();
     let mut poison = tx(3);
     poison.currency = "XAU".into();
     // Commit, duplicate, poison, transient: every path of the consumer's code.
@@ -94,6 +98,9 @@ async fn the_enricher_calls_exactly_what_its_role_grants() {
     let mut settings = s.enricher_settings(0);
     settings.seal.every_records = 1;
     let enricher = Arc::new(wiring::enricher(&own, &settings, "iam-test", MemoryMetrics::default()));
+    wiring::record_configuration(&own, &settings.audit_table, "enricher", &settings.audited())
+        .await
+        .unwrap();
     // New envelopes (pending and quarantined; one PENDING is above a mark of 0: the overflow
     // record passes through the audit outbox), then the same DLQ message again.
     let (event, _) = s.receive_event(&s.dlq(), 2, 1).await;
@@ -142,7 +149,11 @@ async fn the_replay_calls_exactly_what_its_role_grants() {
         .unwrap();
 
     let own = AwsClients::connect(Target::local_from_env()).await;
-    let mut replayer = wiring::replayer(&own, &s.replay_settings(), "iam-test", MemoryMetrics::default());
+    let settings = s.replay_settings();
+    wiring::record_configuration(&own, &settings.audit_table, "replay", &settings.audited())
+        .await
+        .unwrap();
+    let mut replayer = wiring::replayer(&own, &settings, "iam-test", MemoryMetrics::default());
     replayer.config.page_size = 1;
     // A scheduled sweep: pages (cursor saved and cleared), re-injection, a large body read from
     // the bucket, a quarantine record written to it.

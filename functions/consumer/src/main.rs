@@ -19,13 +19,10 @@ async fn main() -> Result<(), Error> {
         ClientTimeouts::within(CONSUMER_TIMEOUT, settings.deadline_margin),
     )
     .await;
+    let name = wiring::function_name("consumer");
+    wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited()).await;
     let ledger = DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table);
-    let consumer = Arc::new(wiring::consumer(
-        &clients,
-        &settings,
-        ledger,
-        &wiring::function_name("consumer"),
-    ));
+    let consumer = Arc::new(wiring::consumer(&clients, &settings, ledger, &name));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let consumer = consumer.clone();
         async move {

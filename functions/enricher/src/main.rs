@@ -18,13 +18,10 @@ async fn main() -> Result<(), Error> {
         ClientTimeouts::within(ENRICHER_TIMEOUT, settings.deadline_margin),
     )
     .await;
+    let name = wiring::function_name("enricher");
+    wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited()).await;
     let metrics = wiring::emf(&settings.metrics_namespace);
-    let enricher = Arc::new(wiring::enricher(
-        &clients,
-        &settings,
-        &wiring::function_name("enricher"),
-        metrics,
-    ));
+    let enricher = Arc::new(wiring::enricher(&clients, &settings, &name, metrics));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let enricher = enricher.clone();
         async move {

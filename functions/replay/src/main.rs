@@ -24,13 +24,10 @@ async fn main() -> Result<(), Error> {
         ClientTimeouts::within(REPLAY_TIMEOUT, settings.deadline_margin),
     )
     .await;
+    let name = wiring::function_name("replay");
+    wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited()).await;
     let metrics = wiring::emf(&settings.metrics_namespace);
-    let replayer = Arc::new(wiring::replayer(
-        &clients,
-        &settings,
-        &wiring::function_name("replay"),
-        metrics,
-    ));
+    let replayer = Arc::new(wiring::replayer(&clients, &settings, &name, metrics));
     let schedules = Arc::new((settings.sweep_schedule.clone(), settings.seal_schedule.clone()));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let replayer = replayer.clone();

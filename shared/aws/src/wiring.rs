@@ -114,6 +114,42 @@ pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &st
     }
 }
 
+/// Record the function's configuration at start-up: a `CONFIG_CHANGED` record when it differs
+/// from the last one recorded for `function` (the first start included). Returns the record's id.
+pub async fn record_configuration(
+    clients: &AwsClients,
+    audit_table: &str,
+    function: &str,
+    settings: &std::collections::BTreeMap<String, String>,
+) -> recon_core::ports::StoreResult<Option<String>> {
+    use recon_core::ports::{AuditLog, Clock};
+    let log = DynamoAuditLog::new(clients.dynamodb.clone(), audit_table);
+    let previous = log.config_state(function).await?;
+    let Some((record, state)) =
+        recon_core::evidence::config_change(function, previous.as_ref(), settings, SystemClock.now())
+    else {
+        return Ok(None);
+    };
+    log.append(&record).await?;
+    log.put_config_state(function, &state).await?;
+    Ok(Some(record.audit_id))
+}
+
+/// [`record_configuration`] at a function's start-up: logged, never fatal (a function that could
+/// not record its configuration still runs; the next cold start records it).
+pub async fn log_configuration(
+    clients: &AwsClients,
+    audit_table: &str,
+    function: &str,
+    settings: &std::collections::BTreeMap<String, String>,
+) {
+    match record_configuration(clients, audit_table, function, settings).await {
+        Ok(Some(id)) => tracing::info!(audit_id = %id, "configuration changed: recorded"),
+        Ok(None) => {}
+        Err(e) => tracing::error!(error = %e, "configuration not recorded; the next cold start tries again"),
+    }
+}
+
 /// EMF metrics in the namespace the settings name.
 pub fn emf(namespace: &str) -> EmfMetrics {
     EmfMetrics {

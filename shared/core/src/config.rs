@@ -343,6 +343,88 @@ impl ReplaySettings {
     }
 }
 
+/// The settings that decide what a function does, by variable name (the configuration recorded
+/// in the audit trail; there are no secrets among them).
+type Audited = std::collections::BTreeMap<String, String>;
+
+fn audited(pairs: &[(&str, String)]) -> Audited {
+    let mut map: Audited = pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+    map.insert("code_version".into(), env!("CARGO_PKG_VERSION").into());
+    map
+}
+
+impl SealPolicy {
+    fn audited(&self) -> [(&'static str, String); 2] {
+        [
+            (vars::SEAL_EVERY_RECORDS, self.every_records.to_string()),
+            (vars::SEAL_EVERY_MINUTES, self.every_minutes.to_string()),
+        ]
+    }
+}
+
+impl ConsumerSettings {
+    pub fn audited(&self) -> Audited {
+        let mut pairs = vec![
+            (vars::MAIN_QUEUE_URL, self.main_queue_url.clone()),
+            (vars::DEAD_LETTER_QUEUE_URL, self.dead_letter_queue_url.clone()),
+            (vars::LEDGER_TABLE, self.ledger_table.clone()),
+            (vars::REFERENCE_TABLE, self.reference_table.clone()),
+            (vars::AUDIT_TABLE, self.audit_table.clone()),
+            (vars::QUARANTINE_BUCKET, self.quarantine_bucket.clone()),
+            (vars::MAX_ATTEMPTS, self.retry.max_attempts.to_string()),
+            (vars::BACKOFF_BASE_SECS, self.retry.backoff_base_secs.to_string()),
+            (vars::BACKOFF_CAP_SECS, self.retry.backoff_cap_secs.to_string()),
+            (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
+            (vars::BATCH_CONCURRENCY, self.concurrency.to_string()),
+            (vars::REFERENCE_CACHE_SECS, self.reference_cache.as_secs().to_string()),
+        ];
+        pairs.extend(self.seal.audited());
+        audited(&pairs)
+    }
+}
+
+impl EnricherSettings {
+    pub fn audited(&self) -> Audited {
+        let mut pairs = vec![
+            (vars::ENVELOPE_TABLE, self.envelope_table.clone()),
+            (vars::AUDIT_TABLE, self.audit_table.clone()),
+            (vars::QUARANTINE_BUCKET, self.quarantine_bucket.clone()),
+            (vars::OVERFLOW_HIGH_WATER, self.overflow_high_water.to_string()),
+            (vars::METRICS_NAMESPACE, self.metrics_namespace.clone()),
+            (vars::BATCH_CONCURRENCY, self.concurrency.to_string()),
+            (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
+        ];
+        pairs.extend(self.seal.audited());
+        audited(&pairs)
+    }
+}
+
+impl ReplaySettings {
+    pub fn audited(&self) -> Audited {
+        let mut pairs = vec![
+            (vars::MAIN_QUEUE_URL, self.main_queue_url.clone()),
+            (vars::ENVELOPE_TABLE, self.envelope_table.clone()),
+            (vars::LEDGER_TABLE, self.ledger_table.clone()),
+            (vars::REFERENCE_TABLE, self.reference_table.clone()),
+            (vars::AUDIT_TABLE, self.audit_table.clone()),
+            (vars::QUARANTINE_BUCKET, self.quarantine_bucket.clone()),
+            (vars::REPLAY_LEASE_SECS, self.lease_secs.to_string()),
+            (vars::REPLAY_MAX_PER_ENVELOPE, self.max_replays.to_string()),
+            (vars::REPLAY_WINDOW_DAYS, self.window_days.to_string()),
+            (vars::REPLAY_RATE_PER_SEC, self.rate_per_sec.to_string()),
+            (vars::REPLAY_QUEUE_HIGH_WATER, self.main_queue_high_water.to_string()),
+            (vars::REPLAY_PAGE_SIZE, self.page_size.to_string()),
+            (vars::SWEEP_SCHEDULE, self.sweep_schedule.clone()),
+            (vars::SEAL_SCHEDULE, self.seal_schedule.clone()),
+            (vars::OVERFLOW_HIGH_WATER, self.overflow_high_water.to_string()),
+            (vars::METRICS_NAMESPACE, self.metrics_namespace.clone()),
+            (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
+        ];
+        pairs.extend(self.seal.audited());
+        audited(&pairs)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

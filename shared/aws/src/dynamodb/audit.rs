@@ -26,6 +26,11 @@ fn trail_key() -> String {
     format!("{}trail", keys::AUDIT_HEAD_PREFIX)
 }
 
+/// The item holding a function's last recorded configuration.
+fn config_key(function: &str) -> String {
+    format!("#config#{function}")
+}
+
 fn head_id(chain: &str) -> String {
     format!("{}{chain}", keys::AUDIT_HEAD_PREFIX)
 }
@@ -65,6 +70,55 @@ impl DynamoAuditLog {
         )
         .await
         .and_then(|items| audit_records(&items))
+    }
+
+    /// The configuration last recorded for `function`.
+    pub async fn config_state(&self, function: &str) -> StoreResult<Option<recon_core::evidence::ConfigState>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::AUDIT_PK, s(config_key(function)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(config state)", e))?;
+        let Some(item) = out.item() else { return Ok(None) };
+        let state = get_s(item, "state").and_then(|j| serde_json::from_str(j).ok());
+        Ok(state)
+    }
+
+    /// Record `state` as `function`'s configuration, only over the version before it (a cold start
+    /// that lost the race leaves the winner's). Returns whether it was written.
+    pub async fn put_config_state(
+        &self,
+        function: &str,
+        state: &recon_core::evidence::ConfigState,
+    ) -> StoreResult<bool> {
+        let json = serde_json::to_string(state).map_err(|e| item_error("config state", e))?;
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(keys::AUDIT_PK, s(config_key(function)))
+            .item("version", n(i64::try_from(state.version).unwrap_or(i64::MAX)))
+            .item("state", s(json))
+            .condition_expression("attribute_not_exists(#id) OR #v = :prev")
+            .expression_attribute_names("#id", keys::AUDIT_PK)
+            .expression_attribute_names("#v", "version")
+            .expression_attribute_values(":prev", n(i64::try_from(state.version.saturating_sub(1)).unwrap_or(0)))
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(store_error("PutItem(config state)", e)),
+        }
     }
 
     async fn head(&self, chain: &str) -> StoreResult<(u64, String)> {

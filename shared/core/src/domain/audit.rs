@@ -25,6 +25,8 @@ pub enum AuditKind {
     ReplaySuppressed,
     /// Reference data changed: a currency mapping, or an accounting period opened or closed.
     ReferenceChanged,
+    /// A function started with a configuration other than the last one recorded for it.
+    ConfigChanged,
     /// Never written: a stored record that could not be read back (a field edited into a value
     /// no version of the code writes). Verification names it; nothing else counts it.
     Unreadable,
@@ -41,6 +43,7 @@ impl AuditKind {
             AuditKind::ReplayReinjected => "REPLAY_REINJECTED",
             AuditKind::ReplaySuppressed => "REPLAY_SUPPRESSED",
             AuditKind::ReferenceChanged => "REFERENCE_CHANGED",
+            AuditKind::ConfigChanged => "CONFIG_CHANGED",
             AuditKind::Unreadable => "UNREADABLE",
         }
     }

@@ -10,11 +10,13 @@
 
 mod anchors;
 mod bundle;
+mod configuration;
 mod sealing;
 mod verify;
 
 pub use anchors::{KnownTrail, StoredSeal, WormEvidence, ensure_trail, read_worm, retire_trail, seal};
 pub use bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal, HeadProof, covered_by_last_seal, export_bundle, verify_bundle};
+pub use configuration::{ConfigState, config_change, difference, fingerprint};
 pub use sealing::SealingAuditLog;
 pub use verify::{SealWindow, UnsealedTail, VerifyReport, verify_all};
 
