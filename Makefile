@@ -12,7 +12,7 @@ demo: local-up
 TOOLS = .local-aws/tools-venv/bin
 
 ## test: format check, unit and integration tests against the local stack, template checks,
-## and the smoke test of the three functions under cargo lambda
+## and the smoke test of the four functions under cargo lambda
 test: local-stack tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) test --workspace --no-fail-fast
@@ -61,10 +61,10 @@ infra-check: tools
 	$(TOOLS)/checkov -f infra/template.yaml --framework cloudformation --quiet --compact --skip-download
 	$(TOOLS)/python infra/check_template.py infra/template.yaml .local-aws/infra-spec.json --self-test
 
-## build: the three functions for Lambda (arm64, provided.al2023) with cargo lambda (zig cross-links)
+## build: the four functions for Lambda (arm64, provided.al2023) with cargo lambda (zig cross-links)
 build: tools
 	@$(TOOLS)/python -c 'import ziglang' 2>/dev/null || $(TOOLS)/pip install --quiet --disable-pip-version-check 'ziglang==0.17.0'
-	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda build --release --arm64 --bin consumer --bin enricher --bin replay
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda build --release --arm64 --bin consumer --bin enricher --bin replay --bin reference-audit
 
 ## deploy: build with AWS SAM (BuildMethod rust-cargolambda) and deploy; guided the first time
 deploy: tools

@@ -6,7 +6,7 @@ Usage:
 
 SPEC_JSON is what `dlqctl infra-spec` prints. Compared: queue names, visibility, retentions, message
 size, the redrive policy's maxReceiveCount (and that the consumer's DLQ_MAX_ATTEMPTS is the same
-parameter), the consumer's timeout, every table's name, key schema, indexes and TTL attribute, the
+parameter), the consumer's timeout, every table's name, key schema, indexes, TTL attribute and stream, the
 Object Lock mode and default retention, the overflow high-water mark, and each role's IAM actions
 per resource (exactly: nothing missing, nothing extra).
 """
@@ -101,6 +101,7 @@ def check(tpl, spec):
         expect(f"{name} sort key", keys.get("RANGE"), t["sort_key"])
         ttl = props.get("TimeToLiveSpecification")
         expect(f"{name} TTL attribute", ttl.get("AttributeName") if ttl and ttl.get("Enabled") else None, t["ttl_attribute"])
+        expect(f"{name} stream", (props.get("StreamSpecification") or {}).get("StreamViewType"), t["stream_view_type"])
         gsis = {
             g["IndexName"]: {k["KeyType"]: k["AttributeName"] for k in g.get("KeySchema", [])}
             for g in props.get("GlobalSecondaryIndexes", [])
@@ -201,6 +202,8 @@ def mutations(tpl):
         mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-sweep"]}'}), "the schedule's event names another schedule"),
         mutate(lambda t: res(t)["AuditSealSchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-replay-sweep"]}'}), "the seal schedule's event names the sweep"),
         mutate(lambda t: t["Parameters"]["SealEveryMinutes"].__setitem__("Default", 60), "the seal interval"),
+        mutate(lambda t: res(t)["ReferenceTable"]["Properties"].pop("StreamSpecification"), "the reference table's stream dropped"),
+        mutate(lambda t: res(t)["ReferenceAuditRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].pop(), "a stream read grant missing"),
         mutate(lambda t: next(st for st in res(t)["ReplayRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "LedgerHandOff").pop("Condition"), "the hand-off's attribute limit dropped"),
     ]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Smoke test of the three Lambda binaries as Lambda runs them: each runs under `cargo lambda
+# Smoke test of the four Lambda binaries as Lambda runs them: each runs under `cargo lambda
 # watch` (the Lambda runtime API emulator) against the local stack, is invoked with its sample
 # event from events/, and its response and its effect on the stores are checked.
 set -euo pipefail
@@ -79,7 +79,11 @@ echo "smoke: replay <- events/replay-invalid.json (must be refused)"
 out=$(invoke replay events/replay-invalid.json || true)
 echo "$out" | grep -q "unknown field \`rootcause\`" || fail "invalid payload not refused clearly: $out"
 
+echo "smoke: reference-audit <- events/reference-stream.json (a period re-opened by a direct write)"
+out=$(invoke reference-audit events/reference-stream.json) || fail "reference-audit invoke: $out"
+[ "$(echo "$out" | json 'len(d["batchItemFailures"])')" = 0 ] || fail "reference-audit reported failures: $out"
 s=$(stats)
-[ "$(echo "$s" | json 'd["audit"].get("CONFIG_CHANGED", 0) >= 3')" = True ] || fail "each function must record its configuration at start-up: $s"
+[ "$(echo "$s" | json 'd["audit"].get("REFERENCE_CHANGED", 0)')" = 1 ] || fail "expected the change audited: $s"
+[ "$(echo "$s" | json 'd["audit"].get("CONFIG_CHANGED", 0) >= 4')" = True ] || fail "each function must record its configuration at start-up: $s"
 
-echo "smoke: all three functions answered and changed the stores as expected"
+echo "smoke: all four functions answered and changed the stores as expected"

@@ -301,3 +301,75 @@ async fn a_function_starting_with_changed_settings_writes_config_changed_with_th
     assert!(verify(&s).await.intact());
     s.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_direct_write_to_the_reference_table_is_recorded_from_its_stream() {
+    let s = TestStack::new("an-refstream").await;
+    let reference = &s.stack.names.reference_table;
+    let put = |pk: &str, sk: &str, attr: (&str, AttributeValue)| {
+        let mut item: Item = HashMap::new();
+        item.insert(keys::REFERENCE_PK.into(), s3(pk));
+        item.insert(keys::REFERENCE_SK.into(), s3(sk));
+        item.insert(attr.0.into(), attr.1);
+        s.clients
+            .dynamodb
+            .put_item()
+            .table_name(reference)
+            .set_item(Some(item))
+            .send()
+    };
+    // Someone with write access to the table, not dlqctl: close a period, open it again, map a
+    // currency. Nothing else records these.
+    put("PERIOD#ACME-US", "2026-10", ("status", s3("CLOSED")))
+        .await
+        .unwrap();
+    put("PERIOD#ACME-US", "2026-10", ("status", s3("OPEN"))).await.unwrap();
+    put("CURRENCY", "XAU", ("minor_units", AttributeValue::N("4".into())))
+        .await
+        .unwrap();
+
+    let settings = recon_core::config::ReferenceAuditSettings {
+        reference_table: reference.clone(),
+        audit_table: s.settings.audit_table.clone(),
+        quarantine_bucket: s.stack.names.quarantine_bucket.clone(),
+        seal: Default::default(),
+    };
+    let auditor = recon_aws::wiring::reference_auditor(&s.clients, &settings);
+    let delivered = recon_harness::streams::pump_stream(&s.clients, reference, &auditor)
+        .await
+        .unwrap();
+    assert_eq!(delivered, 3);
+    let changes = || async {
+        let mut d: Vec<String> = s
+            .audit_log()
+            .scan()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.kind == AuditKind::ReferenceChanged)
+            .map(|r| r.detail)
+            .collect();
+        d.sort();
+        d
+    };
+    let recorded = changes().await;
+    assert_eq!(recorded.len(), 3, "{recorded:#?}");
+    for expected in [
+        "period ACME-US 2026-10: (none) -> CLOSED",
+        "period ACME-US 2026-10: CLOSED -> OPEN",
+        "currency XAU: (none) -> 4",
+    ] {
+        assert!(
+            recorded.iter().any(|d| d.contains(expected)),
+            "{expected}: {recorded:#?}"
+        );
+    }
+    // Delivered again (as Lambda may): still one record per change.
+    recon_harness::streams::pump_stream(&s.clients, reference, &auditor)
+        .await
+        .unwrap();
+    assert_eq!(changes().await.len(), 3);
+    seal_now(&s).await;
+    assert!(verify(&s).await.intact());
+    s.cleanup().await;
+}

@@ -175,3 +175,46 @@ async fn the_replay_calls_exactly_what_its_role_grants() {
     );
     s.cleanup().await;
 }
+
+#[tokio::test]
+async fn the_reference_audit_calls_exactly_what_its_role_grants() {
+    let s = TestStack::new("iam-refaud").await;
+    s.map_currency("XAU", 4).await;
+    s.reference()
+        .put_period(&PeriodRecord {
+            entity: "ACME-US".into(),
+            period: "2026-10".into(),
+            status: PeriodStatus::Closed,
+        })
+        .await
+        .unwrap();
+    let own = AwsClients::connect(Target::local_from_env()).await;
+    let mut settings = recon_core::config::ReferenceAuditSettings::from_lookup(|_| None).unwrap();
+    settings.reference_table = s.stack.names.reference_table.clone();
+    settings.audit_table = s.settings.audit_table.clone();
+    settings.quarantine_bucket = s.stack.names.quarantine_bucket.clone();
+    settings.seal.every_records = 1;
+    wiring::record_configuration(&own, &settings.audit_table, "reference-audit", &settings.audited())
+        .await
+        .unwrap();
+    let auditor = wiring::reference_auditor(&own, &settings);
+    // The stream is read with the harness's own client (Lambda's event-source mapping does that,
+    // with the role's stream grants); the function's code makes the rest.
+    let harness = AwsClients::connect(Target::local_from_env()).await;
+    let n = recon_harness::streams::pump_stream(&harness, &settings.reference_table, &auditor)
+        .await
+        .unwrap();
+    assert!(n >= 2, "{n} stream records");
+    assert!(
+        unmapped(&own).is_empty(),
+        "operations without an IAM mapping: {:?}",
+        unmapped(&own)
+    );
+    assert_eq!(
+        observed(&own),
+        declared(iam::REFERENCE_AUDIT),
+        "requests seen: {:?}",
+        own.requests.snapshot()
+    );
+    s.cleanup().await;
+}

@@ -134,6 +134,14 @@ async fn print_evidence(clients: &AwsClients, stack: &Stack, manifest: &Path, r:
         r.problems.len(),
         if r.holds { "HOLDS" } else { "DOES NOT HOLD" }
     );
+    // The reference table's stream, as its event-source mapping would deliver it: every change
+    // the demo made (a currency mapped, a period closed) recorded however it was made.
+    let settings = recon_core::config::ReferenceAuditSettings::from_lookup(stack.lookup(|k| std::env::var(k).ok()))?;
+    let auditor = recon_aws::wiring::reference_auditor(clients, &settings);
+    let changes = recon_harness::streams::pump_stream(clients, &settings.reference_table, &auditor)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    println!("   reference-audit: {changes} changes on the reference table's stream, each a REFERENCE_CHANGED record");
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table);
     let worm = S3Worm::new(clients.s3.clone(), &stack.names.quarantine_bucket);
     let (key, sealed) = seal(&audit, &worm, chrono::Utc::now()).await?;

@@ -172,11 +172,38 @@ pub mod iam {
         TRACING,
     ];
 
+    pub const REFERENCE_AUDIT: &[Grant] = &[
+        g(
+            "ReferenceTable/stream/*",
+            &[
+                "dynamodb:DescribeStream",
+                "dynamodb:GetRecords",
+                "dynamodb:GetShardIterator",
+                "dynamodb:ListStreams",
+            ],
+            Esm,
+        ),
+        g(
+            "AuditTable",
+            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
+            Code,
+        ),
+        g("QuarantineBucket/*", &["s3:GetObjectVersion", "s3:PutObject"], Code),
+        g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
+        g(
+            "ReferenceAuditLogs",
+            &["logs:CreateLogStream", "logs:PutLogEvents"],
+            Runtime,
+        ),
+        TRACING,
+    ];
+
     /// Role logical id -> grants.
-    pub const ROLES: [(&str, &[Grant]); 3] = [
+    pub const ROLES: [(&str, &[Grant]); 4] = [
         ("ConsumerRole", CONSUMER),
         ("EnricherRole", ENRICHER),
         ("ReplayRole", REPLAY),
+        ("ReferenceAuditRole", REFERENCE_AUDIT),
     ];
 
     /// The IAM actions an SDK operation (`Service:Operation`, as the request counter names it)
@@ -216,6 +243,7 @@ pub fn spec_json() -> serde_json::Value {
                 "partition_key": t.partition_key,
                 "sort_key": t.sort_key,
                 "ttl_attribute": t.ttl_attribute,
+                "stream_view_type": if t.stream { Some("NEW_AND_OLD_IMAGES") } else { None },
                 "indexes": t.indexes.iter().map(|i| serde_json::json!({
                     "name": i.name, "partition_key": i.partition_key, "sort_key": i.sort_key,
                 })).collect::<Vec<_>>(),

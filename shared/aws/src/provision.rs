@@ -245,6 +245,15 @@ async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> Sto
     for attr in defined {
         req = req.attribute_definitions(string_attribute(attr)?);
     }
+    if spec.stream {
+        req = req.stream_specification(
+            aws_sdk_dynamodb::types::StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages)
+                .build()
+                .map_err(|e| infra(e.to_string()))?,
+        );
+    }
     match req.send().await {
         Ok(_) => {}
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {

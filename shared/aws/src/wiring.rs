@@ -2,11 +2,12 @@
 //! validated settings. The three Lambda mains and `dlqctl` use these and nothing else.
 
 use chrono::Duration as ChronoDuration;
-use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings, SealPolicy};
+use recon_core::config::{ConsumerSettings, EnricherSettings, ReferenceAuditSettings, ReplaySettings, SealPolicy};
 use recon_core::consume::{Consumer, ConsumerConfig};
 use recon_core::enrich::{Enricher, EnricherConfig};
 use recon_core::evidence::SealingAuditLog;
 use recon_core::ports::{Ledger, Metrics, SystemClock};
+use recon_core::reference_audit::ReferenceAuditor;
 use recon_core::replay::{ReplayConfig, Replayer};
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,6 +148,15 @@ pub async fn log_configuration(
         Ok(Some(id)) => tracing::info!(audit_id = %id, "configuration changed: recorded"),
         Ok(None) => {}
         Err(e) => tracing::error!(error = %e, "configuration not recorded; the next cold start tries again"),
+    }
+}
+
+/// The reference table's stream to the audit trail.
+pub fn reference_auditor(clients: &AwsClients, s: &ReferenceAuditSettings) -> ReferenceAuditor<AwsAuditLog> {
+    ReferenceAuditor {
+        audit: audit_log(clients, &s.audit_table, &s.quarantine_bucket, &s.seal),
+        clock: Arc::new(SystemClock),
+        actor: format!("stream:{}", s.reference_table),
     }
 }
 

@@ -343,6 +343,43 @@ impl ReplaySettings {
     }
 }
 
+/// Everything the reference-audit function needs to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReferenceAuditSettings {
+    pub reference_table: String,
+    pub audit_table: String,
+    pub quarantine_bucket: String,
+    pub seal: SealPolicy,
+}
+
+impl ReferenceAuditSettings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let names = ResourceNames::with_prefix(
+            &get(vars::STACK_PREFIX).unwrap_or_else(|| resources::DEFAULT_PREFIX.to_owned()),
+        );
+        Ok(ReferenceAuditSettings {
+            reference_table: get(vars::REFERENCE_TABLE).unwrap_or(names.reference_table),
+            audit_table: get(vars::AUDIT_TABLE).unwrap_or(names.audit_table),
+            quarantine_bucket: get(vars::QUARANTINE_BUCKET).unwrap_or(names.quarantine_bucket),
+            seal: SealPolicy::from_lookup(&get)?,
+        })
+    }
+
+    pub fn audited(&self) -> Audited {
+        let mut pairs = vec![
+            (vars::REFERENCE_TABLE, self.reference_table.clone()),
+            (vars::AUDIT_TABLE, self.audit_table.clone()),
+            (vars::QUARANTINE_BUCKET, self.quarantine_bucket.clone()),
+        ];
+        pairs.extend(self.seal.audited());
+        audited(&pairs)
+    }
+}
+
 /// The settings that decide what a function does, by variable name (the configuration recorded
 /// in the audit trail; there are no secrets among them).
 type Audited = std::collections::BTreeMap<String, String>;

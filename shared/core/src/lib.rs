@@ -27,5 +27,6 @@ pub mod envelopes;
 pub mod evidence;
 pub mod ports;
 pub mod reconcile;
+pub mod reference_audit;
 pub mod replay;
 pub mod resources;

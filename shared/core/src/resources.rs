@@ -18,6 +18,8 @@ pub const MAIN_QUEUE_VISIBILITY: Duration = Duration::from_secs(6 * 30);
 /// Enricher and replay Lambda timeouts.
 pub const ENRICHER_TIMEOUT: Duration = Duration::from_secs(60);
 pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(300);
+/// The reference-audit Lambda's timeout (a batch of stream records, one append each).
+pub const REFERENCE_AUDIT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Main queue keeps messages 4 days (the SQS default); the DLQ keeps them the maximum, 14 days,
 /// so a message can never expire in the DLQ before it expired in the main queue.
 pub const MAIN_QUEUE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
@@ -30,6 +32,10 @@ pub mod keys {
     /// Reference data: `pk` = `CURRENCY` or `PERIOD#<entity>`, `sk` = code or `YYYY-MM`.
     pub const REFERENCE_PK: &str = "pk";
     pub const REFERENCE_SK: &str = "sk";
+    /// The reference table's partition of currency mappings (`sk` = the code) and the prefix of
+    /// its period partitions (`PERIOD#<entity>`, `sk` = `YYYY-MM`).
+    pub const REFERENCE_CURRENCY_PK: &str = "CURRENCY";
+    pub const REFERENCE_PERIOD_PK_PREFIX: &str = "PERIOD#";
     /// Envelopes: one item per dead letter, keyed by its deterministic envelope id.
     pub const ENVELOPE_PK: &str = "envelope_id";
     /// Index attributes of the envelope table (all strings).
@@ -173,6 +179,9 @@ pub struct TableSpec {
     pub sort_key: Option<&'static str>,
     pub ttl_attribute: Option<&'static str>,
     pub indexes: &'static [IndexSpec],
+    /// A stream of every change with both images (the reference table's: audited however it is
+    /// changed).
+    pub stream: bool,
 }
 
 pub const TABLES: [TableSpec; 5] = [
@@ -181,6 +190,7 @@ pub const TABLES: [TableSpec; 5] = [
         partition_key: keys::LEDGER_PK,
         sort_key: None,
         ttl_attribute: None,
+        stream: false,
         indexes: &[],
     },
     TableSpec {
@@ -188,6 +198,7 @@ pub const TABLES: [TableSpec; 5] = [
         partition_key: keys::ENVELOPE_PK,
         sort_key: None,
         ttl_attribute: None,
+        stream: false,
         indexes: &[indexes::BY_STATUS_AGE, indexes::BY_FAILURE_CAUSE, indexes::BY_ENTITY],
     },
     TableSpec {
@@ -195,6 +206,7 @@ pub const TABLES: [TableSpec; 5] = [
         partition_key: keys::REFERENCE_PK,
         sort_key: Some(keys::REFERENCE_SK),
         ttl_attribute: None,
+        stream: true,
         indexes: &[],
     },
     TableSpec {
@@ -202,6 +214,7 @@ pub const TABLES: [TableSpec; 5] = [
         partition_key: keys::AUDIT_PK,
         sort_key: None,
         ttl_attribute: None,
+        stream: false,
         indexes: &[indexes::AUDIT_BY_CHAIN, indexes::AUDIT_BY_SOURCE_HASH],
     },
     TableSpec {
@@ -209,6 +222,7 @@ pub const TABLES: [TableSpec; 5] = [
         partition_key: keys::DEDUP_PK,
         sort_key: None,
         ttl_attribute: Some(keys::DEDUP_TTL),
+        stream: false,
         indexes: &[],
     },
 ];

@@ -5,3 +5,4 @@
 
 pub mod pump;
 pub mod stack;
+pub mod streams;

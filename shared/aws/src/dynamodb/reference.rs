@@ -12,8 +12,8 @@ use super::scan_all;
 use crate::error::store_error;
 use crate::item::get_s;
 
-const CURRENCY_PK: &str = "CURRENCY";
-const PERIOD_PK_PREFIX: &str = "PERIOD#";
+const CURRENCY_PK: &str = keys::REFERENCE_CURRENCY_PK;
+const PERIOD_PK_PREFIX: &str = keys::REFERENCE_PERIOD_PK_PREFIX;
 
 /// Reference data in one small table, read whole into a snapshot that is cached for `ttl`
 /// (so the hot path costs no request). A period close therefore takes effect within `ttl`.
