@@ -155,7 +155,7 @@ def check(tpl, spec):
                 resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
                 only = statement_attributes(st)
                 granted |= {(resource_ref(r), a, only) for r in resources for a in actions}
-        wanted = {(g["resource"], a, tuple(sorted(g.get("attributes", [])))) for g in grants for a in g["actions"]}
+        wanted = {(g["resource"], a, grant_limits(g)) for g in grants for a in g["actions"]}
         for r, a, only in sorted(granted - wanted):
             errors.append(f"{role} grants {a} on {r}{limited(only)}, which deployment.rs does not list (least privilege)")
         for r, a, only in sorted(wanted - granted):
@@ -165,19 +165,47 @@ def check(tpl, spec):
     return errors
 
 
+KEY_OPERATORS = {"ForAllValues:StringLike": "Like", "ForAllValues:StringNotLike": "NotLike"}
+
+
 def statement_attributes(st):
-    """The item attributes a statement limits its requests to (empty: unlimited). A condition
-    this check does not understand counts as its own limit, so it never passes unnoticed."""
-    condition = st.get("Condition")
-    if not condition:
-        return ()
-    if set(condition) == {"ForAllValues:StringEquals"} and set(condition["ForAllValues:StringEquals"]) == {"dynamodb:Attributes"}:
-        return tuple(sorted(condition["ForAllValues:StringEquals"]["dynamodb:Attributes"]))
-    return ("unrecognised condition " + json.dumps(condition, sort_keys=True),)
+    """What a statement limits its requests to: (attributes, keys), each () when unlimited. A
+    condition this check does not understand counts as its own limit, so it never passes unnoticed."""
+    condition = dict(st.get("Condition") or {})
+    attributes, keys = (), ()
+    equals = condition.get("ForAllValues:StringEquals", {})
+    if set(equals) == {"dynamodb:Attributes"}:
+        attributes = tuple(sorted(equals["dynamodb:Attributes"]))
+        condition.pop("ForAllValues:StringEquals")
+    for op, name in KEY_OPERATORS.items():
+        limit = condition.get(op, {})
+        if set(limit) == {"dynamodb:LeadingKeys"} and not keys:
+            keys = (name,) + tuple(sorted(limit["dynamodb:LeadingKeys"]))
+            condition.pop(op)
+    if condition:
+        return (("unrecognised condition " + json.dumps(condition, sort_keys=True),), keys)
+    return (attributes, keys)
+
+
+def grant_limits(g):
+    """The (attributes, keys) limit of a grant as deployment.rs states it."""
+    keys = g.get("keys", "Any")
+    if isinstance(keys, dict):
+        (name, patterns), = keys.items()
+        keys = (name,) + tuple(sorted(patterns))
+    else:
+        keys = ()
+    return (tuple(sorted(g.get("attributes", []))), keys)
 
 
 def limited(only):
-    return f" (only attributes {', '.join(only)})" if only else ""
+    attributes, keys = only
+    parts = []
+    if attributes:
+        parts.append("only attributes " + ", ".join(attributes))
+    if keys:
+        parts.append(f"keys {keys[0]} " + ", ".join(keys[1:]))
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def mutations(tpl):
@@ -203,6 +231,8 @@ def mutations(tpl):
         mutate(lambda t: res(t)["AuditSealSchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-replay-sweep"]}'}), "the seal schedule's event names the sweep"),
         mutate(lambda t: t["Parameters"]["SealEveryMinutes"].__setitem__("Default", 60), "the seal interval"),
         mutate(lambda t: res(t)["ReferenceTable"]["Properties"].pop("StreamSpecification"), "the reference table's stream dropped"),
+        mutate(lambda t: next(st for st in res(t)["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "AuditRecords").pop("Condition"), "puts allowed on the audit heads"),
+        mutate(lambda t: next(st for st in res(t)["EnricherRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "AuditHeads")["Condition"]["ForAllValues:StringLike"].__setitem__("dynamodb:LeadingKeys", ["*"]), "head updates on any key"),
         mutate(lambda t: res(t)["ReferenceAuditRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].pop(), "a stream read grant missing"),
         mutate(lambda t: next(st for st in res(t)["ReplayRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "LedgerHandOff").pop("Condition"), "the hand-off's attribute limit dropped"),
     ]

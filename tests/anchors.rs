@@ -117,7 +117,7 @@ async fn a_consistent_rewrite_with_its_head_moved_and_the_trail_id_replaced_is_n
     );
 
     // Replace the trail-id item, so that a reader of the table looks for another trail's seals.
-    let mut pointer = get(&s, &format!("{}trail", keys::AUDIT_HEAD_PREFIX)).await;
+    let mut pointer = get(&s, "#trail#id").await;
     pointer.insert("trail".into(), s3("00000000000000aa"));
     put(&s, pointer).await;
     let report = verify(&s).await;

@@ -56,6 +56,18 @@ pub mod iam {
         /// When not empty, the only item attributes the request may carry (the statement's
         /// `ForAllValues:StringEquals` condition on `dynamodb:Attributes`).
         pub attributes: &'static [&'static str],
+        /// Which partition keys the request may name (`dynamodb:LeadingKeys`).
+        pub keys: Keys,
+    }
+
+    /// A limit on the partition keys a DynamoDB request may name.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+    pub enum Keys {
+        Any,
+        /// `ForAllValues:StringLike`: only keys matching one of these patterns.
+        Like(&'static [&'static str]),
+        /// `ForAllValues:StringNotLike`: no key matching any of these patterns.
+        NotLike(&'static [&'static str]),
     }
 
     const fn g(resource: &'static str, actions: &'static [&'static str], caller: Caller) -> Grant {
@@ -64,7 +76,32 @@ pub mod iam {
             actions,
             caller,
             attributes: &[],
+            keys: Keys::Any,
         }
+    }
+
+    /// The audit table as the append protocol uses it: read anything; put records (and the
+    /// trail and configuration pointers) but never a chain's head; move a head only by updating
+    /// its `seq` and `hash`. IAM cannot stop a put from overwriting a record (it has no condition
+    /// on a condition expression): the seals catch that.
+    const AUDIT: [Grant; 3] = [
+        g("AuditTable", &["dynamodb:GetItem"], Code),
+        Grant {
+            keys: Keys::NotLike(&[HEAD_KEYS]),
+            ..g("AuditTable", &["dynamodb:PutItem"], Code)
+        },
+        Grant {
+            keys: Keys::Like(&[HEAD_KEYS]),
+            attributes: &["audit_id", "hash", "seq"],
+            ..g("AuditTable", &["dynamodb:UpdateItem"], Code)
+        },
+    ];
+
+    /// The partition keys of the chains' heads.
+    const HEAD_KEYS: &str = "#head#*";
+
+    pub fn audit_head_keys() -> &'static str {
+        HEAD_KEYS
     }
 
     /// A grant limited to requests that carry only `attributes`.
@@ -94,11 +131,9 @@ pub mod iam {
         g("DeadLetterQueue", &["sqs:SendMessage"], Code),
         g("LedgerTable", &["dynamodb:PutItem"], Code),
         g("ReferenceTable", &["dynamodb:Scan"], Code),
-        g(
-            "AuditTable",
-            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
-            Code,
-        ),
+        AUDIT[0],
+        AUDIT[1],
+        AUDIT[2],
         // Seals on the append path.
         g("QuarantineBucket/*", &["s3:GetObjectVersion", "s3:PutObject"], Code),
         g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
@@ -123,11 +158,9 @@ pub mod iam {
             ],
             Code,
         ),
-        g(
-            "AuditTable",
-            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
-            Code,
-        ),
+        AUDIT[0],
+        AUDIT[1],
+        AUDIT[2],
         g("QuarantineBucket/*", &["s3:GetObjectVersion", "s3:PutObject"], Code),
         g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
         g("EnricherLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
@@ -156,11 +189,9 @@ pub mod iam {
             &crate::dynamodb::HAND_OFF_ATTRIBUTES,
         ),
         g("ReferenceTable", &["dynamodb:Scan"], Code),
-        g(
-            "AuditTable",
-            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
-            Code,
-        ),
+        AUDIT[0],
+        AUDIT[1],
+        AUDIT[2],
         // Seals: the bucket read by version, the latest seal read, the next one written.
         g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
         g(
@@ -183,11 +214,9 @@ pub mod iam {
             ],
             Esm,
         ),
-        g(
-            "AuditTable",
-            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
-            Code,
-        ),
+        AUDIT[0],
+        AUDIT[1],
+        AUDIT[2],
         g("QuarantineBucket/*", &["s3:GetObjectVersion", "s3:PutObject"], Code),
         g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
         g(
@@ -288,4 +317,16 @@ pub fn spec_json() -> serde_json::Value {
         "tables": tables,
         "iam": iam::ROLES.iter().map(|(role, grants)| (role.to_string(), serde_json::json!(grants))).collect::<serde_json::Map<_, _>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_head_keys_the_roles_are_limited_to_are_the_audit_tables_heads() {
+        let pattern = super::iam::audit_head_keys();
+        assert_eq!(pattern, format!("{}*", recon_core::resources::keys::AUDIT_HEAD_PREFIX));
+        // The pointers the roles put are not heads.
+        assert!(!"#trail#id".starts_with(recon_core::resources::keys::AUDIT_HEAD_PREFIX));
+        assert!(!"#config#consumer".starts_with(recon_core::resources::keys::AUDIT_HEAD_PREFIX));
+    }
 }

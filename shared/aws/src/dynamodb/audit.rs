@@ -21,9 +21,10 @@ pub struct DynamoAuditLog {
     table: String,
 }
 
-/// The item naming the trail id (a pointer; the trail's identity is its WORM anchor).
+/// The item naming the trail id (a pointer; the trail's identity is its WORM anchor). Not a head
+/// key: the roles may put it, and may not put a head.
 fn trail_key() -> String {
-    format!("{}trail", keys::AUDIT_HEAD_PREFIX)
+    "#trail#id".to_owned()
 }
 
 /// The item holding a function's last recorded configuration.
@@ -190,6 +191,13 @@ fn audit_item(c: &recon_core::domain::audit::ChainedRecord) -> StoreResult<Item>
 impl AuditLog for DynamoAuditLog {
     async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
         use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
+        if record.audit_id.starts_with('#') {
+            // The table's own items (heads, pointers) start with '#'; no record id does.
+            return Err(StoreError::new(
+                TransientKind::Infrastructure,
+                format!("audit id {:?} is not a record id", record.audit_id),
+            ));
+        }
         let chain = recon_core::domain::audit::chain_of(&record.audit_id);
         for attempt in 0..50u32 {
             let (seq, hash) = self.head(&chain).await?;
