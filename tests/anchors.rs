@@ -34,14 +34,22 @@ async fn trail(s: &TestStack, n: u32) {
     }
 }
 
+fn worm(s: &TestStack) -> recon_aws::s3::S3Worm {
+    recon_aws::s3::S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket)
+}
+
 async fn verify(s: &TestStack) -> VerifyReport {
-    let worm = recon_aws::s3::S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket);
-    verify_trail(&s.audit_log(), &worm, None).await.unwrap()
+    verify_trail(
+        &s.audit_log(),
+        &worm(s),
+        &recon_core::evidence::VerifyOptions::default(),
+    )
+    .await
+    .unwrap()
 }
 
 async fn seal_now(s: &TestStack) -> (String, AuditSeal) {
-    let worm = recon_aws::s3::S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket);
-    seal(&s.audit_log(), &worm, chrono::Utc::now()).await.unwrap()
+    seal(&s.audit_log(), &worm(s), chrono::Utc::now()).await.unwrap()
 }
 
 fn named(r: &VerifyReport, what: &str) -> bool {
@@ -189,6 +197,19 @@ async fn a_newer_version_at_a_seal_key_and_delete_markers_are_named_and_the_firs
         .await
         .unwrap();
     assert!(listed.contents().is_empty(), "the delete marker hides it");
+    // ... and a WORM copy of a quarantined payload, the same way.
+    let payload = "quarantine/env-1/0123.json";
+    recon_core::ports::Worm::put(&worm(&s), payload, b"{\"quarantined\":true}")
+        .await
+        .unwrap();
+    s.clients
+        .s3
+        .delete_object()
+        .bucket(bucket)
+        .key(payload)
+        .send()
+        .await
+        .unwrap();
 
     let report = verify(&s).await;
     assert!(
@@ -197,6 +218,10 @@ async fn a_newer_version_at_a_seal_key_and_delete_markers_are_named_and_the_firs
     );
     assert!(
         named(&report, &format!("s3 key {second_key}: a delete marker")),
+        "{report:?}"
+    );
+    assert!(
+        named(&report, &format!("s3 key {payload}: a delete marker")),
         "{report:?}"
     );
     assert!(
@@ -240,25 +265,26 @@ async fn the_append_path_bounds_the_unsealed_tail_and_an_old_tail_is_a_break() {
         assert!(t.to_seq - t.from_seq + 1 < every, "{t:?} in {report:?}");
     }
 
-    // A record that has waited longer than the window: sealing has stopped.
-    let mut old = AuditRecord::system(
+    // Hours later, with no seal since (the seal schedule has stopped) and a record waiting.
+    let old = AuditRecord::system(
         AuditKind::ReferenceChanged,
         "late",
         chrono::Utc::now(),
         "it",
         String::new(),
     );
-    old.at = chrono::Utc::now() - chrono::Duration::hours(2);
     s.audit_log().append(&old).await.unwrap();
-    let worm = recon_aws::s3::S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket);
-    let window = recon_core::evidence::SealWindow {
-        now: chrono::Utc::now(),
-        max_age: policy.max_unsealed(),
+    let opts = recon_core::evidence::VerifyOptions {
+        window: Some(recon_core::evidence::SealWindow {
+            now: chrono::Utc::now() + chrono::Duration::hours(2),
+            max_age: policy.max_unsealed(),
+        }),
+        ..Default::default()
     };
-    let report = verify_trail(&s.audit_log(), &worm, Some(window)).await.unwrap();
+    let report = verify_trail(&s.audit_log(), &worm(&s), &opts).await.unwrap();
     assert!(named(&report, "sealing has stopped"), "{report:?}");
     seal_now(&s).await;
-    let report = verify_trail(&s.audit_log(), &worm, Some(window)).await.unwrap();
+    let report = verify_trail(&s.audit_log(), &worm(&s), &opts).await.unwrap();
     assert!(report.intact() && report.unsealed.is_empty(), "{report:?}");
     s.cleanup().await;
 }

@@ -144,7 +144,12 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
         log.append(&pad).await.unwrap();
     }
     seal(&log, &worm(&s), chrono::Utc::now()).await.unwrap();
-    assert!(verify_trail(&log, &worm(&s), None).await.unwrap().intact());
+    assert!(
+        verify_trail(&log, &worm(&s), &recon_core::evidence::VerifyOptions::default())
+            .await
+            .unwrap()
+            .intact()
+    );
     // The longest chain, to tamper in its middle.
     let mut chains: Vec<Vec<ChainedRecord>> = Vec::new();
     for i in 0..AUDIT_CHAINS {
@@ -159,7 +164,9 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
     let mut modified = original.clone();
     modified.insert("detail".into(), AttributeValue::S("nothing to see here".into()));
     put_item(&s, modified).await;
-    let report = verify_trail(&log, &worm(&s), None).await.unwrap();
+    let report = verify_trail(&log, &worm(&s), &recon_core::evidence::VerifyOptions::default())
+        .await
+        .unwrap();
     assert!(
         report
             .breaks
@@ -168,7 +175,12 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
         "{report:?}"
     );
     put_item(&s, original.clone()).await;
-    assert!(verify_trail(&log, &worm(&s), None).await.unwrap().intact());
+    assert!(
+        verify_trail(&log, &worm(&s), &recon_core::evidence::VerifyOptions::default())
+            .await
+            .unwrap()
+            .intact()
+    );
 
     // Delete.
     s.clients
@@ -179,7 +191,9 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
         .send()
         .await
         .unwrap();
-    let report = verify_trail(&log, &worm(&s), None).await.unwrap();
+    let report = verify_trail(&log, &worm(&s), &recon_core::evidence::VerifyOptions::default())
+        .await
+        .unwrap();
     assert!(
         report
             .breaks
@@ -188,7 +202,12 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
         "{report:?}"
     );
     put_item(&s, original.clone()).await;
-    assert!(verify_trail(&log, &worm(&s), None).await.unwrap().intact());
+    assert!(
+        verify_trail(&log, &worm(&s), &recon_core::evidence::VerifyOptions::default())
+            .await
+            .unwrap()
+            .intact()
+    );
 
     // Reorder: swap the positions of the first two records.
     let (mut ia, mut ib) = (item_of(&s, &a.record.audit_id).await, original);
@@ -200,7 +219,9 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
     }
     put_item(&s, ia).await;
     put_item(&s, ib).await;
-    let report = verify_trail(&log, &worm(&s), None).await.unwrap();
+    let report = verify_trail(&log, &worm(&s), &recon_core::evidence::VerifyOptions::default())
+        .await
+        .unwrap();
     assert!(!report.intact(), "a reordering must not verify");
     assert!(
         report.breaks.iter().any(|x| x.contains(&format!("chain {}", a.chain))),
@@ -226,7 +247,9 @@ async fn a_record_edited_into_an_unreadable_value_is_named_not_a_failure_of_veri
     let mut edited = item_of(&s, &victim.record.audit_id).await;
     edited.insert("failure_code".into(), AttributeValue::S("BANANA".into()));
     put_item(&s, edited).await;
-    let report = verify_trail(&log, &worm(&s), None).await.expect("verify answers");
+    let report = verify_trail(&log, &worm(&s), &recon_core::evidence::VerifyOptions::default())
+        .await
+        .expect("verify answers");
     assert!(
         report
             .breaks
@@ -334,7 +357,9 @@ async fn concurrent_writers_leave_chains_that_verify() {
     for t in tasks {
         t.await.unwrap();
     }
-    let report = verify_trail(log.as_ref(), &worm(&s), None).await.unwrap();
+    let report = verify_trail(log.as_ref(), &worm(&s), &recon_core::evidence::VerifyOptions::default())
+        .await
+        .unwrap();
     assert!(report.intact(), "{report:?}");
     assert_eq!(report.records, 200);
     assert_eq!(report.chains.values().sum::<u64>(), 200);

@@ -28,12 +28,14 @@ RECORD_TAG = b"recon-audit/v2 record"
 SEAL_TAG = b"recon-audit/v2 seal"
 BUNDLE_SCHEMA = "recon-dlq/evidence-bundle/v2"
 SEAL_SCHEMA = "recon-dlq/audit-seal/v2"
-SEAL_KEY = re.compile(r"^audit-seals/([0-9a-f]{16})/([0-9]{12})\.json$")
-TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(?:Z|\+00:00)$")
+SEAL_KEY = re.compile(r"audit-seals/([0-9a-f]{16})/([0-9]{20})\.json\Z", re.ASCII)
+TIME = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.([0-9]{1,9}))?(?:Z|\+00:00)\Z", re.ASCII)
 
 
 def json_string(s):
     """The canonical string: '"' and '\\' escaped, U+0000-U+001F as \\u00xx, the rest as is."""
+    if not isinstance(s, str):
+        raise TypeError("expected a string, found %r" % (s,))
     out = ['"']
     for c in s:
         if c == '"':
@@ -48,8 +50,17 @@ def json_string(s):
     return "".join(out)
 
 
+def integer(v):
+    """A JSON integer, written in decimal (a boolean, a float or a string is not one)."""
+    if type(v) is not int or v < 0:
+        raise TypeError("expected a whole number, found %r" % (v,))
+    return str(v)
+
+
 def canonical_time(text):
-    m = TIME.match(text or "")
+    if not isinstance(text, str):
+        raise TypeError("expected a time, found %r" % (text,))
+    m = TIME.match(text)
     if not m:
         raise ValueError("not a UTC time: %r" % (text,))
     return "%s.%sZ" % (m.group(1), (m.group(2) or "").ljust(9, "0"))
@@ -76,7 +87,7 @@ def canonical_record(r):
         ("match_decision", opt(r.get("match_decision"))),
         ("failure_code", opt(r.get("failure_code"))),
         ("root_cause", opt(r.get("root_cause"))),
-        ("attempt_count", str(int(r["attempt_count"]))),
+        ("attempt_count", integer(r["attempt_count"])),
         ("ledger_entity", opt(r.get("ledger_entity"))),
         ("currency", opt(r.get("currency"))),
         ("amount", opt(r.get("amount"))),
@@ -87,17 +98,17 @@ def canonical_record(r):
 
 def record_hash(r):
     parts = [RECORD_TAG, canonical_record(r).encode(), r["chain"].encode(),
-             str(r["seq"]).encode(), r["prev_hash"].encode()]
+             integer(r["seq"]).encode(), r["prev_hash"].encode()]
     return hashlib.sha256(b"\x00".join(parts)).hexdigest()
 
 
 def canonical_seal(s):
-    heads = ",".join(obj([("chain", json_string(h["chain"])), ("seq", str(int(h["seq"]))),
+    heads = ",".join(obj([("chain", json_string(h["chain"])), ("seq", integer(h["seq"])),
                           ("hash", json_string(h["hash"]))]) for h in s["heads"])
     return obj([
         ("schema", json_string(s["schema"])),
         ("trail", json_string(s["trail"])),
-        ("seq", str(int(s["seq"]))),
+        ("seq", integer(s["seq"])),
         ("prev", json_string(s["prev"])),
         ("at", json_string(canonical_time(s["at"]))),
         ("heads", "[" + heads + "]"),
@@ -137,7 +148,7 @@ def proof_root(head, path):
     return cur.hex()
 
 
-PLAIN_DECIMAL = re.compile(r"^-?([0-9]+)(?:\.([0-9]+))?$")
+PLAIN_DECIMAL = re.compile(r"-?([0-9]+)(?:\.([0-9]+))?\Z", re.ASCII)
 
 
 def plain_decimal(text):
@@ -234,7 +245,7 @@ def verify(bundle):
     # 3. Every record is covered by the last seal.
     if last is not None:
         sealed = {h["chain"]: h for h in last["heads"]}
-        if sorted(bundle["heads"], key=lambda h: h["chain"]) != last["heads"]:
+        if bundle["heads"] != last["heads"]:
             breaks.append("the bundle's heads are not the heads its last seal commits to")
         for r in bundle["audit_records"]:
             if r["seq"] > sealed.get(r["chain"], {"seq": 0})["seq"]:

@@ -5,7 +5,7 @@ use clap::Subcommand;
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
 use recon_aws::s3::S3Worm;
-use recon_core::evidence::{seal, verify_trail};
+use recon_core::evidence::{SealWindow, VerifyOptions, seal, verify_trail};
 use recon_core::ports::Ledger;
 use recon_core::resources::ResourceNames;
 use std::path::PathBuf;
@@ -18,6 +18,10 @@ pub enum AuditCommand {
         /// Verify an exported evidence bundle offline instead of the live stores.
         #[arg(long)]
         bundle: Option<PathBuf>,
+        /// An earlier trail whose retirement you have reviewed (listed by verify): accepted
+        /// instead of reported as a break. Repeat for several.
+        #[arg(long = "accept-retired", value_name = "TRAIL")]
+        accept_retired: Vec<String>,
         #[arg(long)]
         json: bool,
     },
@@ -37,17 +41,25 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand
         AuditCommand::Verify {
             bundle: Some(path),
             json,
+            ..
         } => {
             let report = crate::bundle::verify_file(path)?;
             print_verify(&report, *json)
         }
-        AuditCommand::Verify { bundle: None, json } => {
+        AuditCommand::Verify {
+            bundle: None,
+            json,
+            accept_retired,
+        } => {
             let policy = recon_core::config::SealPolicy::from_lookup(&|k: &str| std::env::var(k).ok())?;
-            let window = recon_core::evidence::SealWindow {
-                now: chrono::Utc::now(),
-                max_age: policy.max_unsealed(),
+            let opts = VerifyOptions {
+                window: Some(SealWindow {
+                    now: chrono::Utc::now(),
+                    max_age: policy.max_unsealed(),
+                }),
+                accept_retired: accept_retired.clone(),
             };
-            let report = verify_trail(&audit, &worm, Some(window)).await?;
+            let report = verify_trail(&audit, &worm, &opts).await?;
             print_verify(&report, *json)
         }
         AuditCommand::Seal => {

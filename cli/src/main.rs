@@ -149,10 +149,12 @@ async fn main() {
 
 async fn run(cli: Cli) -> Result<()> {
     if let Command::Audit {
-        command: audit::AuditCommand::Verify {
-            bundle: Some(path),
-            json,
-        },
+        command:
+            audit::AuditCommand::Verify {
+                bundle: Some(path),
+                json,
+                ..
+            },
     } = &cli.command
     {
         return audit::print_verify(&bundle::verify_file(path)?, *json);

@@ -150,7 +150,24 @@ async fn print_evidence(clients: &AwsClients, stack: &Stack, manifest: &Path, r:
         now: chrono::Utc::now(),
         max_age: policy.max_unsealed(),
     };
-    let verified = verify_trail(&audit, &worm, Some(window)).await?;
+    // The trails the demo's own resets retired (this is the local stack, which only the demo
+    // resets): accepted and listed; any other retirement stays a break.
+    let accept_retired = recon_core::evidence::read_worm(&worm, None)
+        .await?
+        .trails
+        .into_iter()
+        .filter(|(_, t)| {
+            t.retired
+                .as_ref()
+                .is_some_and(|r| r.by == recon_aws::provision::DEMO_RETIRER)
+        })
+        .map(|(id, _)| id)
+        .collect();
+    let opts = recon_core::evidence::VerifyOptions {
+        window: Some(window),
+        accept_retired,
+    };
+    let verified = verify_trail(&audit, &worm, &opts).await?;
     println!(
         "   dlqctl audit verify: {} records in {} chains, {} seals (latest {key}, root {}…): {}",
         verified.records,

@@ -408,6 +408,9 @@ pub async fn resolve_stack(clients: &AwsClients, names: &ResourceNames) -> Store
     })
 }
 
+/// Who retires a trail when the local demo resets its tables.
+pub const DEMO_RETIRER: &str = "dlqctl demo (local reset)";
+
 /// Empty the queues and tables of a deployment (local demo and tests only; the WORM bucket
 /// cannot be emptied, by design). The audit trail the table held is retired first, in the bucket:
 /// verification lists it as retired instead of calling the new trail a replacement.
@@ -422,9 +425,8 @@ pub async fn reset_data(clients: &AwsClients, stack: &Stack) -> StoreResult<()> 
         .send()
         .await;
     if audit_table.is_ok() {
-        let by = "dlqctl demo";
         let why = "the local demo resets its tables";
-        recon_core::evidence::retire_trail(&audit, &worm, chrono::Utc::now(), by, why).await?;
+        recon_core::evidence::retire_trail(&audit, &worm, chrono::Utc::now(), DEMO_RETIRER, why).await?;
     }
     for url in [&stack.main_queue_url, &stack.dlq_url] {
         clients

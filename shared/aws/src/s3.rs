@@ -80,6 +80,12 @@ impl Worm for S3Worm {
             }),
             // Already written (content-addressed keys: the same content; seals: another sealer won).
             Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 412) => Ok(Written::Exists),
+            // A conditional put racing another one (409 ConditionalRequestConflict): which wins is
+            // not known yet; the caller retries (a sealer reads the latest seal again).
+            Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 409) => Err(StoreError::new(
+                TransientKind::Conflict,
+                format!("PutObject(worm) {key}: a concurrent conditional write (409)"),
+            )),
             Err(e) => Err(store_error("PutObject(worm)", e)),
         }
     }

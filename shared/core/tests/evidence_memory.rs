@@ -45,7 +45,9 @@ async fn trail(n: u32) -> (MemoryAuditLog, MemoryWorm) {
 }
 
 async fn verify(audit: &MemoryAuditLog, worm: &MemoryWorm) -> VerifyReport {
-    verify_trail(audit, worm, None).await.unwrap()
+    verify_trail(audit, worm, &recon_core::evidence::VerifyOptions::default())
+        .await
+        .unwrap()
 }
 
 fn named(report: &VerifyReport, what: &str) -> bool {
@@ -204,15 +206,42 @@ async fn the_unsealed_tail_is_reported_and_is_a_break_once_older_than_the_window
     let report = verify(&audit, &worm).await;
     assert!(report.intact(), "{report:?}");
     assert_eq!(report.unsealed.len(), 1, "{report:?}");
+    // Later, with no seal since: the seal schedule writes one every interval whatever happens,
+    // so a newest seal older than the window while records wait means sealing has stopped.
     let window = SealWindow {
-        now: Utc::now(),
+        now: Utc::now() + Duration::minutes(45),
         max_age: Duration::minutes(30),
     };
-    let report = verify_trail(&audit, &worm, Some(window)).await.unwrap();
+    let opts = recon_core::evidence::VerifyOptions {
+        window: Some(window),
+        ..Default::default()
+    };
+    let quiet = SealWindow {
+        now: Utc::now(),
+        ..window
+    };
+    let report = verify_trail(
+        &audit,
+        &worm,
+        &recon_core::evidence::VerifyOptions {
+            window: Some(quiet),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        report.intact(),
+        "a record stamped late does not break a recent seal: {report:?}"
+    );
+    let report = verify_trail(&audit, &worm, &opts).await.unwrap();
     assert!(named(&report, "sealing has stopped"), "{report:?}");
     seal(&audit, &worm, Utc::now()).await.unwrap();
-    let report = verify_trail(&audit, &worm, Some(window)).await.unwrap();
-    assert!(report.intact() && report.unsealed.is_empty(), "{report:?}");
+    let report = verify_trail(&audit, &worm, &opts).await.unwrap();
+    assert!(
+        report.intact() && report.unsealed.is_empty(),
+        "nothing waits: {report:?}"
+    );
 }
 
 #[tokio::test]
@@ -227,8 +256,23 @@ async fn a_retired_trail_is_listed_and_the_new_trail_verifies() {
     for i in 0..5 {
         audit.append(&rec(i)).await.unwrap();
     }
-    seal(&audit, &worm, Utc::now()).await.unwrap();
+    let (_, sealed) = seal(&audit, &worm, Utc::now()).await.unwrap();
+    // A retirement is only a file in the bucket (anyone who can put one could retire the real
+    // trail and start a forged one): a break until the auditor accepts it by name.
     let report = verify(&audit, &worm).await;
+    assert!(named(&report, "not accepted"), "{report:?}");
+    let old = recon_core::evidence::read_worm(&worm, None)
+        .await
+        .unwrap()
+        .trails
+        .into_keys()
+        .find(|t| *t != sealed.trail)
+        .unwrap();
+    let opts = recon_core::evidence::VerifyOptions {
+        accept_retired: vec![old],
+        ..Default::default()
+    };
+    let report = verify_trail(&audit, &worm, &opts).await.unwrap();
     assert!(report.intact(), "{report:?}");
     assert_eq!(report.retired_trails.len(), 1, "{report:?}");
     assert!(report.retired_trails[0].contains("table rebuilt"), "{report:?}");
@@ -314,13 +358,43 @@ async fn edited_hashes_with_multibyte_characters_are_reported_not_a_panic() {
     }
     let ev = read_worm(&worm, Some(&sealed.trail)).await.unwrap();
     let t = Some(sealed.trail.as_str());
-    let report = std::panic::catch_unwind(|| verify_all(&records, &heads, t, &ev, None));
+    let report = std::panic::catch_unwind(|| {
+        verify_all(
+            &records,
+            &heads,
+            t,
+            &ev,
+            &recon_core::evidence::VerifyOptions::default(),
+        )
+    });
     assert!(!report.expect("no panic on an edited hash").intact());
     let mut edited = records.clone();
     let h = &sealed.heads[0];
     if let Some(r) = edited.iter_mut().find(|r| r.chain == h.chain && r.seq == h.seq) {
         r.hash = format!("ab\u{e9}{}", &r.hash[3..]);
     }
-    let report = std::panic::catch_unwind(|| verify_all(&edited, &heads, t, &ev, None));
+    let report = std::panic::catch_unwind(|| {
+        verify_all(&edited, &heads, t, &ev, &recon_core::evidence::VerifyOptions::default())
+    });
     assert!(!report.expect("no panic on an edited record").intact());
+}
+
+#[tokio::test]
+async fn a_seal_forged_far_ahead_is_named_and_sealing_goes_on_from_the_genuine_run() {
+    let (audit, worm) = trail(10).await;
+    let (_, first) = seal(&audit, &worm, Utc::now()).await.unwrap();
+    let far = AuditSeal::new(
+        &first.trail,
+        u64::MAX,
+        &first.digest(),
+        Utc::now(),
+        audit.heads().await.unwrap(),
+    );
+    recon_core::ports::Worm::put(&worm, &seal_key(&first.trail, u64::MAX), far.canonical().as_bytes())
+        .await
+        .unwrap();
+    let (key, next) = seal(&audit, &worm, Utc::now()).await.unwrap();
+    assert_eq!((next.seq, next.prev.clone()), (2, first.digest()), "{key}");
+    let report = verify(&audit, &worm).await;
+    assert!(named(&report, "seal 3 is missing"), "{report:?}");
 }

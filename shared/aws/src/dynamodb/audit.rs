@@ -49,12 +49,15 @@ impl DynamoAuditLog {
         Ok(self.scan_chained().await?.into_iter().map(|c| c.record).collect())
     }
 
+    /// Every record of the chains verification reads (`c0`..`c7`): reconcile, stats and `audit
+    /// show` count nothing that verification does not see.
     pub async fn scan_chained(&self) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
         Ok(scan_all(&self.client, &self.table, None)
             .await?
             .iter()
             .filter(|i| get_s(i, keys::AUDIT_PK).is_some_and(|id| !id.starts_with('#')))
             .map(chained_from)
+            .filter(|c| recon_core::domain::audit::is_chain(&c.chain))
             .collect())
     }
 
@@ -85,8 +88,17 @@ impl DynamoAuditLog {
             .await
             .map_err(|e| store_error("GetItem(config state)", e))?;
         let Some(item) = out.item() else { return Ok(None) };
-        let state = get_s(item, "state").and_then(|j| serde_json::from_str(j).ok());
-        Ok(state)
+        // A state that does not read (edited) is a lost state, not no state: the next record
+        // still differs from every earlier one.
+        Ok(Some(
+            get_s(item, "state")
+                .and_then(|j| serde_json::from_str(j).ok())
+                .unwrap_or_else(|| recon_core::evidence::ConfigState {
+                    version: 0,
+                    fingerprint: "unreadable".into(),
+                    settings: Default::default(),
+                }),
+        ))
     }
 
     /// Record `state` as `function`'s configuration, only over the version before it (a cold start
@@ -260,14 +272,26 @@ impl AuditLog for DynamoAuditLog {
     }
 
     async fn chain(&self, chain: &str) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
-        query_index(
-            &self.client,
-            &self.table,
-            &recon_core::resources::indexes::AUDIT_BY_CHAIN,
-            chain,
-        )
-        .await
-        .and_then(|items| audit_records(&items))
+        // The chain index is eventually consistent, the head is read consistently: read the index
+        // again (a bounded number of times) until it holds the records up to the head.
+        let mut attempt = 0;
+        loop {
+            let records = query_index(
+                &self.client,
+                &self.table,
+                &recon_core::resources::indexes::AUDIT_BY_CHAIN,
+                chain,
+            )
+            .await
+            .and_then(|items| audit_records(&items))?;
+            let (head, _) = self.head(chain).await?;
+            let present = records.iter().filter(|r| r.seq <= head).count() as u64;
+            attempt += 1;
+            if present >= head || attempt >= 20 {
+                return Ok(records);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     }
 
     async fn current_trail(&self) -> StoreResult<Option<String>> {

@@ -156,6 +156,13 @@ impl ChainedRecord {
     }
 }
 
+/// `c0` .. `c{AUDIT_CHAINS - 1}`.
+pub fn is_chain(name: &str) -> bool {
+    name.strip_prefix('c')
+        .and_then(|n| n.parse::<u8>().ok())
+        .is_some_and(|n| n < AUDIT_CHAINS && name == format!("c{n}"))
+}
+
 /// The chain a record belongs to, from its id (stable: a retried append goes to the same chain).
 pub fn chain_of(audit_id: &str) -> String {
     use sha2::{Digest, Sha256};
@@ -321,6 +328,17 @@ pub fn verify_chain(chain: &str, records: &[ChainedRecord], head: Option<&ChainH
     }
     let length = expected_seq - 1;
     if let Some(h) = head {
+        if length > h.seq {
+            return Err(ChainBreak {
+                chain: chain.to_owned(),
+                seq: h.seq.saturating_add(1),
+                audit_id: None,
+                problem: format!(
+                    "records {}..{length} lie beyond the chain's head (no head links them: written outside the append protocol, or the head was rolled back)",
+                    h.seq.saturating_add(1)
+                ),
+            });
+        }
         if h.seq != length || (length > 0 && h.hash != expected_prev) {
             return Err(ChainBreak {
                 chain: chain.to_owned(),

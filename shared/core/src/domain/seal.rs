@@ -18,13 +18,13 @@ pub const SEAL_TAG: &str = "recon-audit/v2 seal";
 pub const LEAF_PREFIX: u8 = 0x00;
 pub const NODE_PREFIX: u8 = 0x01;
 
-/// Where seals live: `audit-seals/<trail>/<seq, 12 digits>.json`.
+/// Where seals live: `audit-seals/<trail>/<seq, 20 digits>.json` (every `u64` fits).
 pub const SEAL_PREFIX: &str = "audit-seals/";
 /// Where trail anchors and retirements live: `audit-trails/<trail>/{anchor,retired}.json`.
 pub const TRAIL_PREFIX: &str = "audit-trails/";
 
 pub fn seal_key(trail: &str, seq: u64) -> String {
-    format!("{SEAL_PREFIX}{trail}/{seq:012}.json")
+    format!("{SEAL_PREFIX}{trail}/{seq:020}.json")
 }
 
 /// `(trail, seq)` of a seal key; `None` for a key no sealer writes.
@@ -32,7 +32,7 @@ pub fn parse_seal_key(key: &str) -> Option<(String, u64)> {
     let rest = key.strip_prefix(SEAL_PREFIX)?;
     let (trail, file) = rest.split_once('/')?;
     let digits = file.strip_suffix(".json")?;
-    if !is_trail_id(trail) || digits.len() != 12 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    if !is_trail_id(trail) || digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     Some((trail.to_owned(), digits.parse().ok()?))
@@ -388,5 +388,13 @@ mod tests {
             Some(("0123456789abcdef".into(), 2))
         );
         assert_eq!(parse_seal_key("audit-seals/0123456789abcdef/2.json"), None);
+        assert_eq!(
+            parse_seal_key(&seal_key("0123456789abcdef", u64::MAX)).map(|k| k.1),
+            Some(u64::MAX)
+        );
+        assert_eq!(
+            parse_seal_key("audit-seals/0123456789abcdef/99999999999999999999.json"),
+            None
+        );
     }
 }

@@ -39,10 +39,17 @@ pub async fn seal<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>)
             Some((seq, body)) => (seq, seal_digest(&body)),
             None => (0, FIRST_PREV.to_owned()),
         };
-        let seal = AuditSeal::new(&trail, seq + 1, &prev, now, audit.heads().await?);
+        let next = seq
+            .checked_add(1)
+            .ok_or_else(|| StoreError::new(TransientKind::Infrastructure, "the seal numbers are exhausted"))?;
+        let seal = AuditSeal::new(&trail, next, &prev, now, audit.heads().await?);
         let key = seal_key(&trail, seal.seq);
-        if let Written::New { .. } = worm.put(&key, seal.canonical().as_bytes()).await? {
-            return Ok((key, seal));
+        match worm.put(&key, seal.canonical().as_bytes()).await {
+            Ok(Written::New { .. }) => return Ok((key, seal)),
+            // Another sealer took this number (or is taking it): read the latest again.
+            Ok(Written::Exists) => {}
+            Err(e) if e.kind == TransientKind::Conflict => {}
+            Err(e) => return Err(e),
         }
     }
     Err(StoreError::new(
@@ -51,23 +58,28 @@ pub async fn seal<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>)
     ))
 }
 
-/// The highest-numbered seal of `trail` and its first version's bytes.
+/// The last seal of the unbroken run 1, 2, … of `trail`'s seals (a forged key far ahead is a gap
+/// verify names; sealing goes on from the genuine run) and its first version's bytes.
 async fn latest_seal<W: Worm>(worm: &W, trail: &str) -> StoreResult<Option<(u64, Vec<u8>)>> {
     let versions = worm.versions(&format!("{SEAL_PREFIX}{trail}/")).await?;
-    let latest = versions
-        .iter()
-        .filter(|v| !v.delete_marker)
-        .filter_map(|v| parse_seal_key(&v.key).map(|(_, seq)| (seq, v)))
-        .max_by_key(|(seq, _)| *seq);
-    let Some((seq, _)) = latest else { return Ok(None) };
-    let first = versions
-        .iter()
-        .find(|v| !v.delete_marker && parse_seal_key(&v.key).is_some_and(|(_, s)| s == seq))
-        .ok_or_else(|| StoreError::new(TransientKind::Infrastructure, "seal version vanished"))?;
+    let mut first: BTreeMap<u64, &ObjectVersion> = BTreeMap::new();
+    for v in versions.iter().filter(|v| !v.delete_marker) {
+        if let Some((_, seq)) = parse_seal_key(&v.key) {
+            first.entry(seq).or_insert(v);
+        }
+    }
+    let mut run = None;
+    for (n, (seq, v)) in first.iter().enumerate() {
+        if u64::try_from(n + 1).ok() != Some(*seq) {
+            break;
+        }
+        run = Some((*seq, *v));
+    }
+    let Some((seq, v)) = run else { return Ok(None) };
     let bytes = worm
-        .get_version(&first.key, &first.version_id)
+        .get_version(&v.key, &v.version_id)
         .await?
-        .ok_or_else(|| StoreError::new(TransientKind::Infrastructure, format!("seal {} unreadable", first.key)))?;
+        .ok_or_else(|| StoreError::new(TransientKind::Infrastructure, format!("seal {} unreadable", v.key)))?;
     Ok(Some((seq, bytes)))
 }
 

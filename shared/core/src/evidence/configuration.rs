@@ -56,7 +56,11 @@ pub fn config_change(
             difference(&p.settings, current).join("; ")
         ),
     };
-    let subject = format!("{function}#{version}#{}", &fp[..16]);
+    // The previous fingerprint in the id too: a change back to earlier settings is a record of
+    // its own even when the previous state was lost (read as version 0).
+    let short = |f: &str| f.chars().take(16).collect::<String>();
+    let prev = previous.map_or_else(|| "none".to_owned(), |p| short(&p.fingerprint));
+    let subject = format!("{function}#{version}#{prev}#{}", short(&fp));
     let mut record = AuditRecord::system(AuditKind::ConfigChanged, &subject, now, function, detail);
     record.match_decision = Some(format!("config {fp}"));
     let state = ConfigState {

@@ -18,9 +18,9 @@ pub use anchors::{KnownTrail, StoredSeal, WormEvidence, ensure_trail, read_worm,
 pub use bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal, HeadProof, covered_by_last_seal, export_bundle, verify_bundle};
 pub use configuration::{ConfigState, config_change, difference, fingerprint};
 pub use sealing::SealingAuditLog;
-pub use verify::{SealWindow, UnsealedTail, VerifyReport, verify_all};
+pub use verify::{SealWindow, UnsealedTail, VerifyOptions, VerifyReport, verify_all};
 
-use crate::domain::audit::{AUDIT_CHAINS, ChainedRecord};
+use crate::domain::audit::{AUDIT_CHAINS, ChainHead, ChainedRecord};
 use crate::ports::{AuditLog, StoreResult, Worm};
 
 /// Every record of every chain.
@@ -33,17 +33,22 @@ pub async fn all_records<A: AuditLog>(audit: &A) -> StoreResult<Vec<ChainedRecor
 }
 
 /// Read the whole trail and the bucket, and verify them.
+///
+/// The bucket first (a seal written after it is read is not checked, and every seal read covers
+/// heads no later than those read next), then the heads, the records, and the heads again: a
+/// record beyond the first heads but within the second was appended while this read and is left
+/// out; one beyond both is linked by no head, and is named.
 pub async fn verify_trail<A: AuditLog, W: Worm>(
     audit: &A,
     worm: &W,
-    window: Option<SealWindow>,
+    opts: &VerifyOptions,
 ) -> StoreResult<VerifyReport> {
-    // Heads first: a record appended while this reads lies beyond its head and is left out,
-    // instead of being taken for a head rolled back.
     let trail = audit.current_trail().await?;
-    let heads = audit.heads().await?;
     let worm_evidence = read_worm(worm, trail.as_deref()).await?;
+    let before = audit.heads().await?;
     let mut records = all_records(audit).await?;
-    records.retain(|r| heads.iter().find(|h| h.chain == r.chain).is_none_or(|h| r.seq <= h.seq));
-    Ok(verify_all(&records, &heads, trail.as_deref(), &worm_evidence, window))
+    let after = audit.heads().await?;
+    let seq_of = |heads: &[ChainHead], chain: &str| heads.iter().find(|h| h.chain == chain).map_or(0, |h| h.seq);
+    records.retain(|r| !(r.seq > seq_of(&before, &r.chain) && r.seq <= seq_of(&after, &r.chain)));
+    Ok(verify_all(&records, &before, trail.as_deref(), &worm_evidence, opts))
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use super::anchors::{StoredSeal, WormEvidence};
 use crate::domain::audit::{ChainBreak, ChainHead, ChainedRecord, short_hash, verify_chain};
-use crate::domain::seal::{AuditSeal, FIRST_PREV, parse_seal_key, seal_digest};
+use crate::domain::seal::{AuditSeal, FIRST_PREV, SEAL_SCHEMA, parse_seal_key, seal_digest};
 
 /// What `audit verify` found.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,11 +49,21 @@ impl VerifyReport {
     }
 }
 
-/// How long a record may wait for a seal before verification calls sealing stopped.
+/// How long the trail may go without a seal, while records wait for one, before verification
+/// calls sealing stopped.
 #[derive(Clone, Copy, Debug)]
 pub struct SealWindow {
     pub now: DateTime<Utc>,
     pub max_age: Duration,
+}
+
+/// What the auditor asks of a verification.
+#[derive(Clone, Debug, Default)]
+pub struct VerifyOptions {
+    pub window: Option<SealWindow>,
+    /// Earlier trails whose retirement the auditor has reviewed and accepts (listed, not a break).
+    /// Any other retired trail is a break: a retirement is only a file in the bucket.
+    pub accept_retired: Vec<String>,
 }
 
 /// Verify the trail the table names (`trail`) from its records, heads and what the bucket shows.
@@ -62,7 +72,7 @@ pub fn verify_all(
     heads: &[ChainHead],
     trail: Option<&str>,
     worm: &WormEvidence,
-    window: Option<SealWindow>,
+    opts: &VerifyOptions,
 ) -> VerifyReport {
     let mut report = VerifyReport {
         trail: trail.map(str::to_owned),
@@ -71,12 +81,12 @@ pub fn verify_all(
     };
     let by_chain = verify_chains(records, heads, &mut report);
     report.breaks.extend(worm.findings.iter().cloned());
-    check_trails(trail, worm, &mut report);
+    check_trails(trail, worm, &opts.accept_retired, &mut report);
     let last = match trail {
         Some(t) => check_seals(t, &worm.seals, &by_chain, &mut report),
         None => None,
     };
-    unsealed_tail(&by_chain, last.as_ref(), window, &mut report);
+    unsealed_tail(&by_chain, last.as_ref(), opts.window, &mut report);
     report
 }
 
@@ -115,7 +125,7 @@ pub(super) fn verify_chains(
 
 /// The trail the table names is the one the bucket anchors, and every other trail the bucket
 /// knows was retired explicitly.
-fn check_trails(trail: Option<&str>, worm: &WormEvidence, report: &mut VerifyReport) {
+fn check_trails(trail: Option<&str>, worm: &WormEvidence, accepted: &[String], report: &mut VerifyReport) {
     let anchored = |t: &str| worm.trails.get(t).is_some_and(|k| k.anchor.is_some());
     match trail {
         None if !worm.trails.is_empty() => report.breaks.push(format!(
@@ -146,10 +156,18 @@ fn check_trails(trail: Option<&str>, worm: &WormEvidence, report: &mut VerifyRep
             continue;
         }
         match &known.retired {
-            Some(r) => report.retired_trails.push(format!(
-                "{t}: {} seals, retired at {} by {} ({})",
-                known.seals, r.at, r.by, r.reason
-            )),
+            Some(r) => {
+                let line = format!(
+                    "{t}: {} seals, retired at {} by {} ({})",
+                    known.seals, r.at, r.by, r.reason
+                );
+                if !accepted.iter().any(|a| a == t) {
+                    report.breaks.push(format!(
+                        "trail {line} — not accepted: a retirement is only a file in the bucket; review it and accept it by name (--accept-retired {t})"
+                    ));
+                }
+                report.retired_trails.push(line);
+            }
             None => report.breaks.push(format!(
                 "trail {t} ({} seals{}) is not the table's trail and was never retired: the trail was replaced",
                 known.seals,
@@ -196,10 +214,16 @@ pub(super) fn check_seals(
             Ok(s) => s,
             Err(why) => {
                 report.breaks.push(format!("seal {key} {why}"));
-                expected = (seq + 1, digest);
+                expected = (seq.saturating_add(1), digest);
                 continue;
             }
         };
+        if seal.schema != SEAL_SCHEMA {
+            report.breaks.push(format!(
+                "seal {key}: its schema is {:?}, not {SEAL_SCHEMA}",
+                seal.schema
+            ));
+        }
         if seal.trail != trail || seal.seq != seq {
             report.breaks.push(format!(
                 "seal {key}: its content says trail {} seal {}: key and content disagree",
@@ -219,7 +243,7 @@ pub(super) fn check_seals(
             check_sealed_heads(key, &seal, by_chain, report);
         }
         report.latest_seal = Some(key.clone());
-        expected = (seq + 1, digest);
+        expected = (seq.saturating_add(1), digest);
         last = Some(seal);
     }
     last
@@ -254,7 +278,10 @@ fn check_sealed_heads(
     }
 }
 
-/// The records after the newest seal, per chain; those older than the window are a break.
+/// The records after the newest seal, per chain. While records wait, the newest seal (or, with
+/// none, the oldest waiting record) must be younger than the window: the seal schedule writes one
+/// every interval whatever happens, so an older one means sealing has stopped. The seal's own time
+/// is the measure, not the records' (which a writer sets, and a stream may deliver late).
 pub(super) fn unsealed_tail(
     by_chain: &BTreeMap<String, Vec<ChainedRecord>>,
     last: Option<&AuditSeal>,
@@ -274,21 +301,29 @@ pub(super) fn unsealed_tail(
             .filter(|r| r.unreadable.is_none())
             .map(|r| r.record.at)
             .min();
-        if let (Some(w), Some(oldest)) = (window, oldest_at) {
-            if oldest + w.max_age < w.now {
-                report.breaks.push(format!(
-                    "chain {chain}: records {}..{} are unsealed, the oldest since {oldest} — longer than the {} minute window: sealing has stopped, and these records could be truncated undetected",
-                    first.seq,
-                    end.seq,
-                    w.max_age.num_minutes()
-                ));
-            }
-        }
         report.unsealed.push(UnsealedTail {
             chain: chain.clone(),
             from_seq: first.seq,
             to_seq: end.seq,
             oldest_at,
         });
+    }
+    let since = match last {
+        Some(s) => Some(s.at),
+        None => report.unsealed.iter().filter_map(|t| t.oldest_at).min(),
+    };
+    if let (Some(w), Some(since), false) = (window, since, report.unsealed.is_empty()) {
+        if w.now.signed_duration_since(since) > w.max_age {
+            let waiting: Vec<String> = report
+                .unsealed
+                .iter()
+                .map(|t| format!("{} {}..{}", t.chain, t.from_seq, t.to_seq))
+                .collect();
+            report.breaks.push(format!(
+                "no seal since {since}, longer than the {} minute window, while records wait ({}): sealing has stopped, and these records could be truncated undetected",
+                w.max_age.num_minutes(),
+                waiting.join(", ")
+            ));
+        }
     }
 }

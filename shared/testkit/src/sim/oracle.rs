@@ -197,7 +197,11 @@ pub fn check(world: &World) -> Vec<String> {
         )),
         _ => v.push("the audit outbox could not be read".into()),
     }
-    match ready(verify_trail(&*s.audit, &*s.worm, None)) {
+    match ready(verify_trail(
+        &*s.audit,
+        &*s.worm,
+        &recon_core::evidence::VerifyOptions::default(),
+    )) {
         Some(Ok(report)) if report.intact() => {}
         Some(Ok(report)) => v.push(format!("the audit trail does not verify: {:?}", report.breaks)),
         _ => v.push("the audit trail could not be read".into()),
