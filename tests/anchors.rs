@@ -56,30 +56,6 @@ fn named(r: &VerifyReport, what: &str) -> bool {
     r.breaks.iter().any(|b| b.contains(what))
 }
 
-async fn put(s: &TestStack, item: Item) {
-    s.clients
-        .dynamodb
-        .put_item()
-        .table_name(&s.settings.audit_table)
-        .set_item(Some(item))
-        .send()
-        .await
-        .unwrap();
-}
-
-async fn get(s: &TestStack, id: &str) -> Item {
-    s.clients
-        .dynamodb
-        .get_item()
-        .table_name(&s.settings.audit_table)
-        .key(keys::AUDIT_PK, s3(id))
-        .send()
-        .await
-        .unwrap()
-        .item
-        .unwrap()
-}
-
 /// Rewrite the longest chain consistently through DynamoDB's API (one amount changed, every
 /// record re-linked) and move its head to match.
 async fn rewrite_longest_chain(s: &TestStack) -> String {
@@ -97,16 +73,16 @@ async fn rewrite_longest_chain(s: &TestStack) -> String {
             record.detail = "rewritten".into();
         }
         let relinked = link(record, &name, r.seq - 1, &prev);
-        let mut item = get(s, &r.record.audit_id).await;
+        let mut item = s.audit_item(&r.record.audit_id).await;
         item.insert("detail".into(), s3(&relinked.record.detail));
         item.insert("prev_hash".into(), s3(&relinked.prev_hash));
         item.insert("hash".into(), s3(&relinked.hash));
-        put(s, item).await;
+        s.put_audit_item(item).await;
         prev = relinked.hash;
     }
-    let mut head = get(s, &format!("{}{name}", keys::AUDIT_HEAD_PREFIX)).await;
+    let mut head = s.audit_item(&format!("{}{name}", keys::AUDIT_HEAD_PREFIX)).await;
     head.insert("hash".into(), s3(&prev));
-    put(s, head).await;
+    s.put_audit_item(head).await;
     name
 }
 
@@ -125,9 +101,9 @@ async fn a_consistent_rewrite_with_its_head_moved_and_the_trail_id_replaced_is_n
     );
 
     // Replace the trail-id item, so that a reader of the table looks for another trail's seals.
-    let mut pointer = get(&s, "#trail#id").await;
+    let mut pointer = s.audit_item("#trail#id").await;
     pointer.insert("trail".into(), s3("00000000000000aa"));
-    put(&s, pointer).await;
+    s.put_audit_item(pointer).await;
     let report = verify(&s).await;
     assert!(named(&report, "never anchored"), "{report:?}");
     assert!(

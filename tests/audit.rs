@@ -102,30 +102,6 @@ async fn every_decision_off_the_happy_path_leaves_one_audit_record_with_its_fiel
     s.cleanup().await;
 }
 
-async fn item_of(s: &TestStack, audit_id: &str) -> std::collections::HashMap<String, AttributeValue> {
-    s.clients
-        .dynamodb
-        .get_item()
-        .table_name(&s.settings.audit_table)
-        .key("audit_id", AttributeValue::S(audit_id.into()))
-        .send()
-        .await
-        .unwrap()
-        .item
-        .unwrap()
-}
-
-async fn put_item(s: &TestStack, item: std::collections::HashMap<String, AttributeValue>) {
-    s.clients
-        .dynamodb
-        .put_item()
-        .table_name(&s.settings.audit_table)
-        .set_item(Some(item))
-        .send()
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
     let s = TestStack::new("au-tamper").await;
@@ -160,10 +136,10 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
     let (a, b) = (&chain[0], &chain[1]);
 
     // Modify.
-    let original = item_of(&s, &b.record.audit_id).await;
+    let original = s.audit_item(&b.record.audit_id).await;
     let mut modified = original.clone();
     modified.insert("detail".into(), AttributeValue::S("nothing to see here".into()));
-    put_item(&s, modified).await;
+    s.put_audit_item(modified).await;
     let report = verify_trail(&log, &worm(&s), &recon_core::evidence::VerifyOptions::default())
         .await
         .unwrap();
@@ -174,7 +150,7 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
             .any(|x| x.contains(&b.record.audit_id) && x.contains("modified")),
         "{report:?}"
     );
-    put_item(&s, original.clone()).await;
+    s.put_audit_item(original.clone()).await;
     assert!(
         verify_trail(&log, &worm(&s), &recon_core::evidence::VerifyOptions::default())
             .await
@@ -201,7 +177,7 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
             .any(|x| x.contains(&format!("record {}", b.seq)) && x.contains("missing")),
         "{report:?}"
     );
-    put_item(&s, original.clone()).await;
+    s.put_audit_item(original.clone()).await;
     assert!(
         verify_trail(&log, &worm(&s), &recon_core::evidence::VerifyOptions::default())
             .await
@@ -210,15 +186,15 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
     );
 
     // Reorder: swap the positions of the first two records.
-    let (mut ia, mut ib) = (item_of(&s, &a.record.audit_id).await, original);
+    let (mut ia, mut ib) = (s.audit_item(&a.record.audit_id).await, original);
     for key in ["seq", "seq_key"] {
         let va = ia.remove(key).unwrap();
         let vb = ib.remove(key).unwrap();
         ia.insert(key.into(), vb);
         ib.insert(key.into(), va);
     }
-    put_item(&s, ia).await;
-    put_item(&s, ib).await;
+    s.put_audit_item(ia).await;
+    s.put_audit_item(ib).await;
     let report = verify_trail(&log, &worm(&s), &recon_core::evidence::VerifyOptions::default())
         .await
         .unwrap();
@@ -244,9 +220,9 @@ async fn a_record_edited_into_an_unreadable_value_is_named_not_a_failure_of_veri
         .into_iter()
         .find(|c| c.record.failure_code.is_some())
         .expect("the workload dead-letters something");
-    let mut edited = item_of(&s, &victim.record.audit_id).await;
+    let mut edited = s.audit_item(&victim.record.audit_id).await;
     edited.insert("failure_code".into(), AttributeValue::S("BANANA".into()));
-    put_item(&s, edited).await;
+    s.put_audit_item(edited).await;
     let report = verify_trail(&log, &worm(&s), &recon_core::evidence::VerifyOptions::default())
         .await
         .expect("verify answers");

@@ -32,6 +32,22 @@ fn observed(clients: &AwsClients) -> BTreeSet<&'static str> {
         .collect()
 }
 
+/// Every request `own` sent maps to an IAM action, and those actions are exactly the role's grants
+/// for its code.
+fn assert_calls_exactly_its_grants(own: &AwsClients, grants: &[Grant]) {
+    assert!(
+        unmapped(own).is_empty(),
+        "operations without an IAM mapping: {:?}",
+        unmapped(own)
+    );
+    assert_eq!(
+        observed(own),
+        declared(grants),
+        "requests seen: {:?}",
+        own.requests.snapshot()
+    );
+}
+
 fn unmapped(clients: &AwsClients) -> Vec<String> {
     clients
         .requests
@@ -72,17 +88,7 @@ async fn the_consumer_calls_exactly_what_its_role_grants() {
     ])
     .await;
     s.pump(&consumer).await;
-    assert!(
-        unmapped(&own).is_empty(),
-        "operations without an IAM mapping: {:?}",
-        unmapped(&own)
-    );
-    assert_eq!(
-        observed(&own),
-        declared(iam::CONSUMER),
-        "requests seen: {:?}",
-        own.requests.snapshot()
-    );
+    assert_calls_exactly_its_grants(&own, iam::CONSUMER);
     s.cleanup().await;
 }
 
@@ -107,17 +113,7 @@ async fn the_enricher_calls_exactly_what_its_role_grants() {
     enricher.handle_batch(&event, None).await;
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     s.pump_dlq(&enricher).await;
-    assert!(
-        unmapped(&own).is_empty(),
-        "operations without an IAM mapping: {:?}",
-        unmapped(&own)
-    );
-    assert_eq!(
-        observed(&own),
-        declared(iam::ENRICHER),
-        "requests seen: {:?}",
-        own.requests.snapshot()
-    );
+    assert_calls_exactly_its_grants(&own, iam::ENRICHER);
     s.cleanup().await;
 }
 
@@ -162,17 +158,7 @@ async fn the_replay_calls_exactly_what_its_role_grants() {
     assert_eq!((report.reinjected, report.quarantined), (2, 1), "{report:#?}");
     // A second sweep seals again: the first seal is read by its version id to chain the second.
     replayer.run(&sweep, None).await.unwrap();
-    assert!(
-        unmapped(&own).is_empty(),
-        "operations without an IAM mapping: {:?}",
-        unmapped(&own)
-    );
-    assert_eq!(
-        observed(&own),
-        declared(iam::REPLAY),
-        "requests seen: {:?}",
-        own.requests.snapshot()
-    );
+    assert_calls_exactly_its_grants(&own, iam::REPLAY);
     s.cleanup().await;
 }
 
@@ -205,16 +191,6 @@ async fn the_reference_audit_calls_exactly_what_its_role_grants() {
         .await
         .unwrap();
     assert!(n >= 2, "{n} stream records");
-    assert!(
-        unmapped(&own).is_empty(),
-        "operations without an IAM mapping: {:?}",
-        unmapped(&own)
-    );
-    assert_eq!(
-        observed(&own),
-        declared(iam::REFERENCE_AUDIT),
-        "requests seen: {:?}",
-        own.requests.snapshot()
-    );
+    assert_calls_exactly_its_grants(&own, iam::REFERENCE_AUDIT);
     s.cleanup().await;
 }

@@ -4,6 +4,7 @@
 //! when it fails (the guard's `Drop`).
 
 use aws_lambda_events::event::sqs::SqsEvent;
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::Message;
 use recon_aws::dynamodb::{DynamoAuditLog, DynamoEnvelopeStore, DynamoLedger, DynamoReferenceData};
 use recon_aws::provision::{Stack, StackSettings, delete_stack, ensure_stack};
@@ -19,6 +20,9 @@ use recon_core::resources::ResourceNames;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
+
+/// A DynamoDB item as the SDK holds it.
+pub type RawItem = std::collections::HashMap<String, AttributeValue>;
 
 use crate::pump::{PumpOptions, PumpStats, pump, to_event_record};
 use recon_testkit::builders::parsed;
@@ -251,6 +255,32 @@ impl TestStack {
     pub async fn postings(&self) -> Vec<Posting> {
         self.ledger().scan().await.expect("scan ledger")
     }
+    /// One raw item of the audit table (for the tests that tamper with it, as its writers could).
+    pub async fn audit_item(&self, id: &str) -> RawItem {
+        self.clients
+            .dynamodb
+            .get_item()
+            .table_name(&self.settings.audit_table)
+            .key(recon_core::resources::keys::AUDIT_PK, AttributeValue::S(id.into()))
+            .send()
+            .await
+            .expect("GetItem on the audit table")
+            .item
+            .unwrap_or_else(|| panic!("no audit item {id}"))
+    }
+
+    /// Write a raw item into the audit table, as anyone with write access could.
+    pub async fn put_audit_item(&self, item: RawItem) {
+        self.clients
+            .dynamodb
+            .put_item()
+            .table_name(&self.settings.audit_table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .expect("PutItem on the audit table");
+    }
+
     pub async fn audit(&self) -> Vec<AuditRecord> {
         self.audit_log().scan().await.expect("scan audit")
     }

@@ -226,6 +226,18 @@ fn node(left: &[u8; 32], right: &[u8; 32]) -> [u8; 32] {
     d.finalize().into()
 }
 
+/// One level up: pairs hashed left to right, an odd last node carried up unchanged.
+fn next_level(level: &[[u8; 32]]) -> Vec<[u8; 32]> {
+    level
+        .chunks(2)
+        .map(|p| match p {
+            [a, b] => node(a, b),
+            [a] => *a,
+            _ => unreachable!("chunks(2) yields one or two"),
+        })
+        .collect()
+}
+
 /// Merkle root of heads in the order given (seals hold them sorted by chain): leaves paired left
 /// to right, level by level; an odd last node is carried up unchanged. No heads: GENESIS.
 pub fn merkle_root(heads: &[ChainHead]) -> String {
@@ -234,14 +246,7 @@ pub fn merkle_root(heads: &[ChainHead]) -> String {
         return GENESIS.to_owned();
     }
     while level.len() > 1 {
-        level = level
-            .chunks(2)
-            .map(|p| match p {
-                [a, b] => node(a, b),
-                [a] => *a,
-                _ => unreachable!("chunks(2) yields one or two"),
-            })
-            .collect();
+        level = next_level(&level);
     }
     hex::encode(level[0])
 }
@@ -267,14 +272,7 @@ pub fn merkle_proof(heads: &[ChainHead], index: usize) -> Vec<ProofStep> {
                 hash: hex::encode(s),
             });
         }
-        level = level
-            .chunks(2)
-            .map(|p| match p {
-                [a, b] => node(a, b),
-                [a] => *a,
-                _ => unreachable!("chunks(2) yields one or two"),
-            })
-            .collect();
+        level = next_level(&level);
         at /= 2;
     }
     steps
