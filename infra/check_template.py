@@ -86,8 +86,8 @@ def check(tpl, spec):
     expect("replay Timeout", res.get("ReplayFunction", {}).get("Properties", {}).get("Timeout"), spec["replay_timeout_secs"])
     env = consumer.get("Environment", {}).get("Variables", {})
     expect("consumer DLQ_MAX_ATTEMPTS is the redrive parameter", env.get("DLQ_MAX_ATTEMPTS"), redrive.get("maxReceiveCount"))
-    if mq.get("VisibilityTimeout", 0) < 6 * (consumer.get("Timeout") or 0):
-        errors.append("main queue VisibilityTimeout is less than six consumer timeouts")
+    expect("DLQ VisibilityTimeout", dq.get("VisibilityTimeout"), spec["dead_letter_queue"]["visibility_timeout_secs"])
+    errors.extend(cross_resource_rules(tpl))
 
     for t in spec["tables"]:
         props = res.get(t["logical_id"], {}).get("Properties")
@@ -165,6 +165,62 @@ def check(tpl, spec):
     return errors
 
 
+SQS_DEFAULT_VISIBILITY = 30
+SQS_DEFAULT_RETENTION = 345600
+LAMBDA_DEFAULT_TIMEOUT = 3
+
+
+def cross_resource_rules(tpl):
+    """Rules between resources that AWS enforces at deploy time, or that decide whether a message
+    can expire unseen: read from the template alone, whatever the code says.
+    - an SQS event source's visibility timeout is at least six times its function's timeout
+      (Lambda refuses less than one; AWS recommends six);
+    - a dead-letter queue keeps messages longer than the queue that redrives into it (SQS keeps a
+      message's original enqueue time across the redrive);
+    - an alarm on a queue's oldest message fires before that message would expire."""
+    errors = []
+    res = tpl.get("Resources", {})
+
+    def queue_of(ref):
+        name = resource_ref(ref) if ref is not None else None
+        queue = res.get(name, {}) if isinstance(name, str) else {}
+        return (name, queue.get("Properties", {})) if queue.get("Type") == "AWS::SQS::Queue" else (None, None)
+
+    for logical, r in sorted(res.items()):
+        props = r.get("Properties", {})
+        if r.get("Type") == "AWS::Lambda::EventSourceMapping":
+            qname, queue = queue_of(props.get("EventSourceArn"))
+            fn = res.get(resource_ref(props.get("FunctionName")) or "", {}).get("Properties", {})
+            if queue is not None:
+                visibility = queue.get("VisibilityTimeout", SQS_DEFAULT_VISIBILITY)
+                timeout = fn.get("Timeout", LAMBDA_DEFAULT_TIMEOUT)
+                if visibility < 6 * timeout:
+                    errors.append(f"{logical}: {qname} VisibilityTimeout {visibility} s is less than six times its function's timeout ({timeout} s)")
+        if r.get("Type") == "AWS::SQS::Queue" and "RedrivePolicy" in props:
+            dname, dlq = queue_of(props["RedrivePolicy"].get("deadLetterTargetArn"))
+            if dlq is not None:
+                mine = props.get("MessageRetentionPeriod", SQS_DEFAULT_RETENTION)
+                theirs = dlq.get("MessageRetentionPeriod", SQS_DEFAULT_RETENTION)
+                if theirs <= mine:
+                    errors.append(f"{logical} redrives into {dname}, which keeps messages {theirs} s, not longer than its own {mine} s")
+        if r.get("Type") == "AWS::CloudWatch::Alarm" and props.get("MetricName") == "ApproximateAgeOfOldestMessage":
+            for d in props.get("Dimensions", []):
+                value = d.get("Value")
+                target = value.get("Fn::GetAtt") if isinstance(value, dict) else None
+                name = (target[0] if isinstance(target, list) else str(target).split(".")[0]) if target else None
+                qname, queue = queue_of({"Ref": name}) if name else (None, None)
+                if queue is not None:
+                    retention = queue.get("MessageRetentionPeriod", SQS_DEFAULT_RETENTION)
+                    if props.get("Threshold", 0) >= retention:
+                        errors.append(f"{logical} fires after {props.get('Threshold')} s, not before {qname}'s messages expire ({retention} s)")
+    ages = {next((d.get("Value", {}).get("Fn::GetAtt", [None])[0] for d in r["Properties"].get("Dimensions", []) if isinstance(d.get("Value"), dict)), None)
+            for r in res.values() if r.get("Type") == "AWS::CloudWatch::Alarm" and r.get("Properties", {}).get("MetricName") == "ApproximateAgeOfOldestMessage"}
+    for logical, r in sorted(res.items()):
+        if r.get("Type") == "AWS::SQS::Queue" and logical not in ages:
+            errors.append(f"no alarm on the age of {logical}'s oldest message: its messages could expire unseen")
+    return errors
+
+
 KEY_OPERATORS = {"ForAllValues:StringLike": "Like", "ForAllValues:StringNotLike": "NotLike"}
 
 
@@ -231,6 +287,9 @@ def mutations(tpl):
         mutate(lambda t: res(t)["AuditSealSchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-replay-sweep"]}'}), "the seal schedule's event names the sweep"),
         mutate(lambda t: t["Parameters"]["SealEveryMinutes"].__setitem__("Default", 60), "the seal interval"),
         mutate(lambda t: res(t)["ReferenceTable"]["Properties"].pop("StreamSpecification"), "the reference table's stream dropped"),
+        mutate(lambda t: res(t)["DeadLetterQueue"]["Properties"].pop("VisibilityTimeout"), "the DLQ left at SQS's 30 s visibility"),
+        mutate(lambda t: res(t)["MainQueueAgeAlarm"]["Properties"].__setitem__("Threshold", 400000), "the main queue's age alarm after its retention"),
+        mutate(lambda t: res(t).pop("MainQueueAgeAlarm"), "no age alarm on the main queue"),
         mutate(lambda t: next(st for st in res(t)["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "AuditRecords").pop("Condition"), "puts allowed on the audit heads"),
         mutate(lambda t: next(st for st in res(t)["EnricherRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "AuditHeads")["Condition"]["ForAllValues:StringLike"].__setitem__("dynamodb:LeadingKeys", ["*"]), "head updates on any key"),
         mutate(lambda t: res(t)["ReferenceAuditRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].pop(), "a stream read grant missing"),

@@ -5,8 +5,9 @@
 use recon_core::config::SealPolicy;
 use recon_core::decisions::DEFAULT_MAX_ATTEMPTS;
 use recon_core::resources::{
-    CONSUMER_TIMEOUT, DEFAULT_OVERFLOW_HIGH_WATER, DEFAULT_WORM_RETENTION_DAYS, DLQ_RETENTION, ENRICHER_TIMEOUT,
-    MAIN_QUEUE_RETENTION, MAIN_QUEUE_VISIBILITY, MAX_MESSAGE_BYTES, REPLAY_TIMEOUT, ResourceNames, TABLES,
+    CONSUMER_TIMEOUT, DEFAULT_OVERFLOW_HIGH_WATER, DEFAULT_WORM_RETENTION_DAYS, DLQ_RETENTION, DLQ_VISIBILITY,
+    ENRICHER_TIMEOUT, MAIN_QUEUE_RETENTION, MAIN_QUEUE_VISIBILITY, MAX_MESSAGE_BYTES, REPLAY_TIMEOUT, ResourceNames,
+    TABLES,
 };
 
 /// How the infrastructure template names the resources (its logical ids), for the check that
@@ -295,6 +296,7 @@ pub fn spec_json() -> serde_json::Value {
         "dead_letter_queue": {
             "logical_id": template::DEAD_LETTER_QUEUE,
             "name_suffix": names.dead_letter_queue.trim_start_matches('-'),
+            "visibility_timeout_secs": DLQ_VISIBILITY.as_secs(),
             "retention_secs": DLQ_RETENTION.as_secs(),
             "max_message_bytes": MAX_MESSAGE_BYTES,
         },

@@ -341,6 +341,7 @@ pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings:
                 QueueAttributeName::MessageRetentionPeriod,
                 secs(resources::DLQ_RETENTION),
             ),
+            (QueueAttributeName::VisibilityTimeout, secs(resources::DLQ_VISIBILITY)),
             (
                 QueueAttributeName::MaximumMessageSize,
                 resources::MAX_MESSAGE_BYTES.to_string(),

@@ -17,6 +17,10 @@ pub const CONSUMER_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAIN_QUEUE_VISIBILITY: Duration = Duration::from_secs(6 * 30);
 /// Enricher and replay Lambda timeouts.
 pub const ENRICHER_TIMEOUT: Duration = Duration::from_secs(60);
+/// The DLQ's visibility timeout: six enricher timeouts, as for the main queue. Lambda refuses an
+/// SQS event source whose visibility timeout is shorter than the function's timeout (SQS's
+/// default of 30 s is), and AWS recommends six times it.
+pub const DLQ_VISIBILITY: Duration = Duration::from_secs(6 * 60);
 pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(300);
 /// The reference-audit Lambda's timeout (a batch of stream records, one append each).
 pub const REFERENCE_AUDIT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -263,6 +267,7 @@ mod tests {
     #[test]
     fn main_queue_visibility_is_at_least_six_consumer_timeouts() {
         assert!(MAIN_QUEUE_VISIBILITY >= CONSUMER_TIMEOUT * 6);
+        assert!(DLQ_VISIBILITY >= ENRICHER_TIMEOUT * 6);
     }
 
     #[test]
