@@ -88,6 +88,7 @@ def check(tpl, spec):
     expect("consumer DLQ_MAX_ATTEMPTS is the redrive parameter", env.get("DLQ_MAX_ATTEMPTS"), redrive.get("maxReceiveCount"))
     expect("DLQ VisibilityTimeout", dq.get("VisibilityTimeout"), spec["dead_letter_queue"]["visibility_timeout_secs"])
     errors.extend(cross_resource_rules(tpl))
+    errors.extend(alarms_can_publish(tpl))
 
     for t in spec["tables"]:
         props = res.get(t["logical_id"], {}).get("Properties")
@@ -162,6 +163,27 @@ def check(tpl, spec):
             errors.append(f"{role} lacks {a} on {r}{limited(only)}, which deployment.rs lists")
         if props.get("ManagedPolicyArns"):
             errors.append(f"{role} attaches managed policies (broader than the listed actions)")
+    return errors
+
+
+def alarms_can_publish(tpl):
+    """Every topic an alarm notifies is encrypted, with a key of this template whose policy lets
+    CloudWatch use it (an AWS-managed key cannot: CloudWatch's notifications would be dropped)."""
+    errors = []
+    res = tpl.get("Resources", {})
+    topics = {resource_ref(a) for r in res.values() if r.get("Type") == "AWS::CloudWatch::Alarm"
+              for a in r.get("Properties", {}).get("AlarmActions", [])}
+    for topic in sorted(t for t in topics if isinstance(t, str)):
+        key_ref = res.get(topic, {}).get("Properties", {}).get("KmsMasterKeyId")
+        key = res.get(resource_ref(key_ref) if isinstance(key_ref, dict) else "", {})
+        if key.get("Type") != "AWS::KMS::Key":
+            errors.append(f"alarm topic {topic} is encrypted with {key_ref!r}, not a key of this template that grants CloudWatch")
+            continue
+        grants = [st for st in key.get("Properties", {}).get("KeyPolicy", {}).get("Statement", [])
+                  if st.get("Effect") == "Allow" and (st.get("Principal") or {}).get("Service") == "cloudwatch.amazonaws.com"]
+        actions = {a for st in grants for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])}
+        if not {"kms:Decrypt", "kms:GenerateDataKey*"} <= actions:
+            errors.append(f"the key of alarm topic {topic} does not let CloudWatch use it (kms:Decrypt, kms:GenerateDataKey*)")
     return errors
 
 
@@ -290,6 +312,8 @@ def mutations(tpl):
         mutate(lambda t: res(t)["DeadLetterQueue"]["Properties"].pop("VisibilityTimeout"), "the DLQ left at SQS's 30 s visibility"),
         mutate(lambda t: res(t)["MainQueueAgeAlarm"]["Properties"].__setitem__("Threshold", 400000), "the main queue's age alarm after its retention"),
         mutate(lambda t: res(t).pop("MainQueueAgeAlarm"), "no age alarm on the main queue"),
+        mutate(lambda t: res(t)["AlarmTopic"]["Properties"].__setitem__("KmsMasterKeyId", "alias/aws/sns"), "the alarm topic on the AWS-managed key"),
+        mutate(lambda t: res(t)["AlarmTopicKey"]["Properties"]["KeyPolicy"]["Statement"].pop(), "the key's grant to CloudWatch dropped"),
         mutate(lambda t: next(st for st in res(t)["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "AuditRecords").pop("Condition"), "puts allowed on the audit heads"),
         mutate(lambda t: next(st for st in res(t)["EnricherRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "AuditHeads")["Condition"]["ForAllValues:StringLike"].__setitem__("dynamodb:LeadingKeys", ["*"]), "head updates on any key"),
         mutate(lambda t: res(t)["ReferenceAuditRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].pop(), "a stream read grant missing"),
