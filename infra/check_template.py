@@ -89,6 +89,7 @@ def check(tpl, spec):
     expect("DLQ VisibilityTimeout", dq.get("VisibilityTimeout"), spec["dead_letter_queue"]["visibility_timeout_secs"])
     errors.extend(cross_resource_rules(tpl))
     errors.extend(alarms_can_publish(tpl))
+    errors.extend(own_metrics_per_stack(tpl, spec["metrics_namespace"]))
 
     for t in spec["tables"]:
         props = res.get(t["logical_id"], {}).get("Properties")
@@ -163,6 +164,29 @@ def check(tpl, spec):
             errors.append(f"{role} lacks {a} on {r}{limited(only)}, which deployment.rs lists")
         if props.get("ManagedPolicyArns"):
             errors.append(f"{role} attaches managed policies (broader than the listed actions)")
+    return errors
+
+
+def own_metrics_per_stack(tpl, namespace):
+    """The functions' metrics carry a Stack dimension (two stacks in one account must not share a
+    metric): every alarm on them names this stack's, and so does every dashboard line."""
+    errors = []
+    for logical, r in sorted(tpl.get("Resources", {}).items()):
+        props = r.get("Properties", {})
+        if r.get("Type") == "AWS::CloudWatch::Alarm" and props.get("Namespace") == namespace:
+            if {"Name": "Stack", "Value": {"Ref": "StackPrefix"}} not in props.get("Dimensions", []):
+                errors.append(f"{logical} watches {namespace}/{props.get('MetricName')} without this stack's Stack dimension")
+        if r.get("Type") == "AWS::CloudWatch::Dashboard":
+            body = sub_text(props.get("DashboardBody")) or ""
+            try:
+                widgets = json.loads(body).get("widgets", [])
+            except ValueError:
+                errors.append(f"{logical}: the dashboard body does not parse")
+                continue
+            for w in widgets:
+                for line in w.get("properties", {}).get("metrics", []):
+                    if line and line[0] == namespace and "Stack" not in line:
+                        errors.append(f"{logical}: {line[1]} is drawn without this stack's Stack dimension")
     return errors
 
 
@@ -313,6 +337,7 @@ def mutations(tpl):
         mutate(lambda t: res(t)["MainQueueAgeAlarm"]["Properties"].__setitem__("Threshold", 400000), "the main queue's age alarm after its retention"),
         mutate(lambda t: res(t).pop("MainQueueAgeAlarm"), "no age alarm on the main queue"),
         mutate(lambda t: res(t)["AlarmTopic"]["Properties"].__setitem__("KmsMasterKeyId", "alias/aws/sns"), "the alarm topic on the AWS-managed key"),
+        mutate(lambda t: res(t)["DlqOverflowAlarm"]["Properties"].pop("Dimensions"), "an alarm on every stack's metric"),
         mutate(lambda t: res(t)["AlarmTopicKey"]["Properties"]["KeyPolicy"]["Statement"].pop(), "the key's grant to CloudWatch dropped"),
         mutate(lambda t: next(st for st in res(t)["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "AuditRecords").pop("Condition"), "puts allowed on the audit heads"),
         mutate(lambda t: next(st for st in res(t)["EnricherRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "AuditHeads")["Condition"]["ForAllValues:StringLike"].__setitem__("dynamodb:LeadingKeys", ["*"]), "head updates on any key"),

@@ -306,6 +306,7 @@ pub fn spec_json() -> serde_json::Value {
             "default_retention_days": DEFAULT_WORM_RETENTION_DAYS,
         },
         "overflow_high_water": DEFAULT_OVERFLOW_HIGH_WATER,
+        "metrics_namespace": recon_core::resources::DEFAULT_METRICS_NAMESPACE,
         "sweep_schedule": {
             "logical_id": template::REPLAY_SCHEDULE,
             "name_suffix": names.sweep_schedule.trim_start_matches('-'),

@@ -32,12 +32,17 @@ pub fn init_text(default_level: &str) {
 #[derive(Clone, Debug)]
 pub struct EmfMetrics {
     pub namespace: String,
+    /// The deployment's prefix, a dimension of every metric: two stacks in one account never
+    /// share a metric (nor, so, an alarm).
+    pub stack: String,
 }
 
 impl EmfMetrics {
     /// The EMF document of one metric.
     pub fn document(&self, m: &recon_core::ports::Metric, timestamp_ms: i64) -> serde_json::Value {
-        let dims: Vec<&str> = m.dimensions.iter().map(|(k, _)| *k).collect();
+        let dims: Vec<&str> = std::iter::once("Stack")
+            .chain(m.dimensions.iter().map(|(k, _)| *k))
+            .collect();
         let mut doc = serde_json::json!({
             "_aws": {
                 "Timestamp": timestamp_ms,
@@ -49,6 +54,7 @@ impl EmfMetrics {
             },
         });
         if let Some(obj) = doc.as_object_mut() {
+            obj.insert("Stack".to_owned(), self.stack.clone().into());
             for (k, v) in &m.dimensions {
                 obj.insert((*k).to_owned(), v.clone().into());
             }
@@ -89,11 +95,16 @@ mod tests {
         };
         let doc = EmfMetrics {
             namespace: "ReconDlq".into(),
+            stack: "prod-eu".into(),
         }
         .document(&m, 1_700_000_000_000);
         assert_eq!(doc["DeadLettered"], 1);
         assert_eq!(doc["FailureCode"], "POISON_MESSAGE");
-        assert_eq!(doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0][0], "FailureCode");
+        assert_eq!(doc["Stack"], "prod-eu");
+        assert_eq!(
+            doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0],
+            serde_json::json!(["Stack", "FailureCode"])
+        );
         assert_eq!(
             doc["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"],
             "DeadLettered"

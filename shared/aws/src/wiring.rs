@@ -161,9 +161,10 @@ pub fn reference_auditor(clients: &AwsClients, s: &ReferenceAuditSettings) -> Re
 }
 
 /// EMF metrics in the namespace the settings name.
-pub fn emf(namespace: &str) -> EmfMetrics {
+pub fn emf(namespace: &str, stack: &str) -> EmfMetrics {
     EmfMetrics {
         namespace: namespace.to_owned(),
+        stack: stack.to_owned(),
     }
 }
 

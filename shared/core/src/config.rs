@@ -223,6 +223,8 @@ pub struct EnricherSettings {
     pub quarantine_bucket: String,
     pub overflow_high_water: i64,
     pub metrics_namespace: String,
+    /// The deployment's prefix (`DLQ_STACK_PREFIX`): a dimension of every metric.
+    pub stack: String,
     pub concurrency: usize,
     pub deadline_margin: Duration,
     pub seal: SealPolicy,
@@ -252,6 +254,7 @@ impl EnricherSettings {
             overflow_high_water: high_water,
             metrics_namespace: get(vars::METRICS_NAMESPACE)
                 .unwrap_or_else(|| resources::DEFAULT_METRICS_NAMESPACE.to_owned()),
+            stack: get(vars::STACK_PREFIX).unwrap_or_else(|| resources::DEFAULT_PREFIX.to_owned()),
             concurrency: ranged(&get, vars::BATCH_CONCURRENCY, 8usize, 1..=100, "a whole number 1-100")?,
             deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 3000, "milliseconds")?),
             seal: SealPolicy::from_lookup(&get)?,
@@ -281,6 +284,7 @@ pub struct ReplaySettings {
     pub seal: SealPolicy,
     pub overflow_high_water: i64,
     pub metrics_namespace: String,
+    pub stack: String,
     pub deadline_margin: Duration,
 }
 
@@ -338,6 +342,7 @@ impl ReplaySettings {
             seal: enricher.seal,
             overflow_high_water: enricher.overflow_high_water,
             metrics_namespace: enricher.metrics_namespace,
+            stack: enricher.stack,
             deadline_margin: Duration::from_millis(number(&get, vars::DEADLINE_MARGIN_MS, 5000, "milliseconds")?),
         })
     }
@@ -428,6 +433,7 @@ impl EnricherSettings {
             (vars::QUARANTINE_BUCKET, self.quarantine_bucket.clone()),
             (vars::OVERFLOW_HIGH_WATER, self.overflow_high_water.to_string()),
             (vars::METRICS_NAMESPACE, self.metrics_namespace.clone()),
+            (vars::STACK_PREFIX, self.stack.clone()),
             (vars::BATCH_CONCURRENCY, self.concurrency.to_string()),
             (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
         ];
@@ -455,6 +461,7 @@ impl ReplaySettings {
             (vars::SEAL_SCHEDULE, self.seal_schedule.clone()),
             (vars::OVERFLOW_HIGH_WATER, self.overflow_high_water.to_string()),
             (vars::METRICS_NAMESPACE, self.metrics_namespace.clone()),
+            (vars::STACK_PREFIX, self.stack.clone()),
             (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
         ];
         pairs.extend(self.seal.audited());
