@@ -339,3 +339,57 @@ fn the_module_graph_reader_sees_imports_and_cycles() {
     let acyclic: BTreeMap<String, BTreeSet<String>> = BTreeMap::from([("a".into(), BTreeSet::from(["b".into()]))]);
     assert_eq!(cycle(&acyclic), None);
 }
+
+/// `1.94.1` -> (1, 94, 1); a missing part is 0.
+fn version(v: &str) -> (u64, u64, u64) {
+    let mut parts = v.split('.').map(|p| p.parse::<u64>().unwrap_or(0));
+    (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    )
+}
+
+#[test]
+fn the_stated_minimum_rust_version_is_at_least_every_locked_dependencys() {
+    // Regression: the workspace said 1.85 while the locked AWS SDK crates need 1.94.1.
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked", "--manifest-path"])
+        .arg(workspace().join("Cargo.toml"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    let members: BTreeSet<&str> = meta["workspace_members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let packages = meta["packages"].as_array().expect("packages");
+    let stated = packages
+        .iter()
+        .filter(|p| p["id"].as_str().is_some_and(|id| members.contains(id)))
+        .filter_map(|p| p["rust_version"].as_str())
+        .map(version)
+        .min()
+        .expect("the workspace states a rust-version");
+    let needed: Vec<String> = packages
+        .iter()
+        .filter(|p| p["id"].as_str().is_some_and(|id| !members.contains(id)))
+        .filter_map(|p| {
+            let v = p["rust_version"].as_str()?;
+            (version(v) > stated).then(|| format!("{} {} needs {v}", p["name"], p["version"]))
+        })
+        .collect();
+    assert!(
+        needed.is_empty(),
+        "rust-version {stated:?} is below what locked dependencies need: {needed:?}"
+    );
+    let readme = std::fs::read_to_string(workspace().join("README.md")).expect("README");
+    let (a, b, c) = stated;
+    assert!(
+        readme.contains(&format!("Rust ≥ {a}.{b}.{c}")),
+        "the README states another minimum Rust version than Cargo.toml ({a}.{b}.{c})"
+    );
+}
