@@ -100,17 +100,17 @@ impl SqsQueue {
             .map_err(|e| store_error("SendMessageBatch", e))?;
         let mut results: Vec<Result<String, String>> = vec![Err("no result".into()); messages.len()];
         for ok in out.successful() {
-            if let Ok(i) = ok.id().parse::<usize>() {
-                if let Some(slot) = results.get_mut(i) {
-                    *slot = Ok(ok.message_id().to_owned());
-                }
+            if let Ok(i) = ok.id().parse::<usize>()
+                && let Some(slot) = results.get_mut(i)
+            {
+                *slot = Ok(ok.message_id().to_owned());
             }
         }
         for failed in out.failed() {
-            if let Ok(i) = failed.id().parse::<usize>() {
-                if let Some(slot) = results.get_mut(i) {
-                    *slot = Err(format!("{}: {}", failed.code(), failed.message().unwrap_or("")));
-                }
+            if let Ok(i) = failed.id().parse::<usize>()
+                && let Some(slot) = results.get_mut(i)
+            {
+                *slot = Err(format!("{}: {}", failed.code(), failed.message().unwrap_or("")));
             }
         }
         Ok(results)

@@ -246,13 +246,13 @@ pub fn outcomes(
             .or_default()
             .postings
             .push(p);
-        if let Some(e) = &p.replay_of {
-            if !envelope_ids.contains(e.as_str()) {
-                problems.push(format!(
-                    "posting {} was replayed from envelope {e}, which is missing",
-                    p.source_hash
-                ));
-            }
+        if let Some(e) = &p.replay_of
+            && !envelope_ids.contains(e.as_str())
+        {
+            problems.push(format!(
+                "posting {} was replayed from envelope {e}, which is missing",
+                p.source_hash
+            ));
         }
     }
     for r in audit {
@@ -264,13 +264,13 @@ pub fn outcomes(
                     .or_default()
                     .duplicates
                     .push(r);
-                if let Some(h) = &r.source_hash {
-                    if !committed.contains(h.as_str()) {
-                        problems.push(format!(
-                            "{} suppressed a duplicate of {h}, whose posting (or manual journal) is missing",
-                            r.audit_id
-                        ));
-                    }
+                if let Some(h) = &r.source_hash
+                    && !committed.contains(h.as_str())
+                {
+                    problems.push(format!(
+                        "{} suppressed a duplicate of {h}, whose posting (or manual journal) is missing",
+                        r.audit_id
+                    ));
                 }
             }
             AuditKind::DeadLettered if dlq_empty && !dead_lettered.contains(r.sqs_message_id.as_str()) => {

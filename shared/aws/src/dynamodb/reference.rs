@@ -54,14 +54,14 @@ impl DynamoReferenceData {
                         description: get_s(&item, "description").unwrap_or_default().to_owned(),
                     });
                 }
-            } else if let Some(entity) = pk.strip_prefix(PERIOD_PK_PREFIX) {
-                if let Some(status) = get_s(&item, "status").and_then(|s| s.parse::<PeriodStatus>().ok()) {
-                    periods.push(PeriodRecord {
-                        entity: entity.to_owned(),
-                        period: sk.to_owned(),
-                        status,
-                    });
-                }
+            } else if let Some(entity) = pk.strip_prefix(PERIOD_PK_PREFIX)
+                && let Some(status) = get_s(&item, "status").and_then(|s| s.parse::<PeriodStatus>().ok())
+            {
+                periods.push(PeriodRecord {
+                    entity: entity.to_owned(),
+                    period: sk.to_owned(),
+                    status,
+                });
             }
         }
         Ok((currencies, periods))
@@ -76,10 +76,10 @@ impl DynamoReferenceData {
 impl ReferenceData for DynamoReferenceData {
     async fn snapshot(&self) -> StoreResult<Arc<ReferenceSnapshot>> {
         let mut cache = self.cache.lock().await;
-        if let Some((at, snap)) = cache.as_ref() {
-            if at.elapsed() < self.ttl {
-                return Ok(snap.clone());
-            }
+        if let Some((at, snap)) = cache.as_ref()
+            && at.elapsed() < self.ttl
+        {
+            return Ok(snap.clone());
         }
         let (currencies, periods) = self.load().await?;
         let snap = Arc::new(ReferenceSnapshot::new(currencies, periods));
@@ -91,10 +91,10 @@ impl ReferenceData for DynamoReferenceData {
         // At most one reload a second, however many messages fail on reference data at once.
         const MIN_AGE: Duration = Duration::from_secs(1);
         let mut cache = self.cache.lock().await;
-        if let Some((at, snap)) = cache.as_ref() {
-            if at.elapsed() < MIN_AGE {
-                return Ok(snap.clone());
-            }
+        if let Some((at, snap)) = cache.as_ref()
+            && at.elapsed() < MIN_AGE
+        {
+            return Ok(snap.clone());
         }
         let (currencies, periods) = self.load().await?;
         let snap = Arc::new(ReferenceSnapshot::new(currencies, periods));

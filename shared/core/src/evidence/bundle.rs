@@ -142,12 +142,12 @@ pub fn verify_bundle(bundle: &Bundle) -> VerifyReport {
     for s in &bundle.seals {
         check_proofs(s, &mut report);
     }
-    if let Some(last) = &last {
-        if last.heads != bundle.heads {
-            report
-                .breaks
-                .push("the bundle's heads are not the heads its last seal commits to".into());
-        }
+    if let Some(last) = &last
+        && last.heads != bundle.heads
+    {
+        report
+            .breaks
+            .push("the bundle's heads are not the heads its last seal commits to".into());
     }
     unsealed_tail(&by_chain, last.as_ref(), None, &mut report);
     for t in &report.unsealed {

@@ -312,18 +312,18 @@ pub(super) fn unsealed_tail(
         Some(s) => Some(s.at),
         None => report.unsealed.iter().filter_map(|t| t.oldest_at).min(),
     };
-    if let (Some(w), Some(since), false) = (window, since, report.unsealed.is_empty()) {
-        if w.now.signed_duration_since(since) > w.max_age {
-            let waiting: Vec<String> = report
-                .unsealed
-                .iter()
-                .map(|t| format!("{} {}..{}", t.chain, t.from_seq, t.to_seq))
-                .collect();
-            report.breaks.push(format!(
+    if let (Some(w), Some(since), false) = (window, since, report.unsealed.is_empty())
+        && w.now.signed_duration_since(since) > w.max_age
+    {
+        let waiting: Vec<String> = report
+            .unsealed
+            .iter()
+            .map(|t| format!("{} {}..{}", t.chain, t.from_seq, t.to_seq))
+            .collect();
+        report.breaks.push(format!(
                 "no seal since {since}, longer than the {} minute window, while records wait ({}): sealing has stopped, and these records could be truncated undetected",
                 w.max_age.num_minutes(),
                 waiting.join(", ")
             ));
-        }
     }
 }

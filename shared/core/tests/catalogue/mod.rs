@@ -78,10 +78,10 @@ pub fn body_with(field: &str, value: serde_json::Value) -> String {
     } else {
         v[field] = value;
     }
-    if let Ok(m) = serde_json::from_value::<NewMessage>(v.clone()) {
-        if let Ok(h) = m.compute_hash() {
-            v["source_hash"] = h.into();
-        }
+    if let Ok(m) = serde_json::from_value::<NewMessage>(v.clone())
+        && let Ok(h) = m.compute_hash()
+    {
+        v["source_hash"] = h.into();
     }
     v.to_string()
 }

@@ -313,14 +313,14 @@ impl SqsModel {
                 break;
             }
             let Some(m) = q.messages.get_mut(&k) else { continue };
-            if let Some((_, max_receives)) = &spec.redrive {
-                if m.receive_count >= *max_receives {
-                    if let Some(mut m) = q.messages.remove(&k) {
-                        m.source_arn = Some(spec.arn.clone());
-                        moved.push(m);
-                    }
-                    continue;
+            if let Some((_, max_receives)) = &spec.redrive
+                && m.receive_count >= *max_receives
+            {
+                if let Some(mut m) = q.messages.remove(&k) {
+                    m.source_arn = Some(spec.arn.clone());
+                    moved.push(m);
                 }
+                continue;
             }
             *receipts += 1;
             m.receive_count += 1;
@@ -358,17 +358,17 @@ impl SqsModel {
                 }
             }
         }
-        if let Some((dlq, _)) = &spec.redrive {
-            if let Some(d) = queues.get_mut(dlq) {
-                for mut m in moved {
-                    m.receive_count = 0;
-                    m.first_receive_ms = None;
-                    m.visible_at = now;
-                    m.receipt = None;
-                    // Retention counts from the original enqueue time (standard queues).
-                    *seq += 1;
-                    d.messages.insert(*seq, m);
-                }
+        if let Some((dlq, _)) = &spec.redrive
+            && let Some(d) = queues.get_mut(dlq)
+        {
+            for mut m in moved {
+                m.receive_count = 0;
+                m.first_receive_ms = None;
+                m.visible_at = now;
+                m.receipt = None;
+                // Retention counts from the original enqueue time (standard queues).
+                *seq += 1;
+                d.messages.insert(*seq, m);
             }
         }
         delivered

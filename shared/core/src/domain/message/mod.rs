@@ -307,10 +307,10 @@ pub fn parse_amount(s: &str) -> Result<Decimal, ProcessError> {
     if int.is_empty() || !int.bytes().all(|b| b.is_ascii_digit()) {
         return Err(invalid("is not a plain decimal number"));
     }
-    if let Some(f) = frac {
-        if f.is_empty() || !f.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(invalid("is not a plain decimal number"));
-        }
+    if let Some(f) = frac
+        && (f.is_empty() || !f.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(invalid("is not a plain decimal number"));
     }
     let significant = int.trim_start_matches('0').len() + frac.map_or(0, str::len);
     if significant > MAX_AMOUNT_DIGITS {
