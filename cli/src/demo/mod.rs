@@ -39,6 +39,7 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
         names.main_queue.trim_end_matches("-main")
     );
     let stack = ensure_stack(clients, names, &settings).await?;
+    refuse_unaccounted_evidence(clients, &stack).await?;
     reset_data(clients, &stack).await?;
 
     let (happy, mess) = workload::generate(args)?;
@@ -56,4 +57,39 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
         .map(String::as_str)
         .collect();
     report::prove(clients, &stack, &bodies, started).await
+}
+
+/// The demo resets the tables but cannot empty the Object Lock bucket, and it ends by verifying
+/// the whole trail: evidence in the bucket that no earlier demo run accounts for (written by
+/// another version of this code, or by hand) would fail that verification for reasons the demo did
+/// not cause. Say so first, with the remedy: the local stack keeps nothing across a restart.
+async fn refuse_unaccounted_evidence(clients: &AwsClients, stack: &recon_aws::provision::Stack) -> Result<()> {
+    use recon_core::ports::AuditLog;
+    let audit = recon_aws::dynamodb::DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table);
+    let worm = recon_aws::s3::S3Worm::new(clients.s3.clone(), &stack.names.quarantine_bucket);
+    let current = audit.current_trail().await.ok().flatten();
+    let evidence = recon_core::evidence::read_worm(&worm, None).await?;
+    let unaccounted: Vec<&String> = evidence
+        .trails
+        .iter()
+        .filter(|(id, t)| {
+            Some(*id) != current.as_ref()
+                && t.retired
+                    .as_ref()
+                    .is_none_or(|r| r.by != recon_aws::provision::DEMO_RETIRER)
+        })
+        .map(|(id, _)| id)
+        .collect();
+    if evidence.findings.is_empty() && unaccounted.is_empty() {
+        return Ok(());
+    }
+    for f in evidence.findings.iter().take(5) {
+        println!("   {f}");
+    }
+    if !unaccounted.is_empty() {
+        println!("   audit trails no demo run retired: {unaccounted:?}");
+    }
+    bail!(
+        "the local stack's Object Lock bucket holds audit evidence no earlier demo run accounts for (written by another version of this code, or by hand), which the demo's final verification would report; restart the local stack, which keeps nothing across a restart: make local-down && make demo"
+    )
 }
