@@ -291,6 +291,25 @@ async fn ensure_worm_bucket(clients: &AwsClients, name: &str, retention_days: i3
             .await
             .map_err(|e| store_error("CreateBucket", e))?;
     }
+    // Never lower a retention, nor weaken its mode: a bucket that already keeps objects at least
+    // as long in COMPLIANCE mode is left as it is (a local default of one day must never reach a
+    // deployed bucket's seven years).
+    if exists {
+        let current = worm_retention(clients, name).await?;
+        if let Some((mode, days)) = &current {
+            if *mode == ObjectLockRetentionMode::Compliance && *days >= retention_days {
+                return block_public_access(clients, name).await;
+            }
+            if *mode == ObjectLockRetentionMode::Compliance && *days < retention_days {
+                tracing::info!(
+                    bucket = name,
+                    from = days,
+                    to = retention_days,
+                    "raising the default COMPLIANCE retention"
+                );
+            }
+        }
+    }
     let rule = ObjectLockRule::builder()
         .default_retention(
             DefaultRetention::builder()
@@ -312,6 +331,27 @@ async fn ensure_worm_bucket(clients: &AwsClients, name: &str, retention_days: i3
         .send()
         .await
         .map_err(|e| store_error("PutObjectLockConfiguration", e))?;
+    block_public_access(clients, name).await
+}
+
+/// The bucket's default retention: its mode and its length in days (years counted as 365 days).
+pub async fn worm_retention(clients: &AwsClients, name: &str) -> StoreResult<Option<(ObjectLockRetentionMode, i32)>> {
+    let out = match clients.s3.get_object_lock_configuration().bucket(name).send().await {
+        Ok(out) => out,
+        Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => return Ok(None),
+        Err(e) => return Err(store_error("GetObjectLockConfiguration", e)),
+    };
+    let retention = out
+        .object_lock_configuration()
+        .and_then(|c| c.rule())
+        .and_then(|r| r.default_retention());
+    Ok(retention.and_then(|d| {
+        let days = d.days().or_else(|| d.years().map(|y| y.saturating_mul(365)))?;
+        Some((d.mode()?.clone(), days))
+    }))
+}
+
+async fn block_public_access(clients: &AwsClients, name: &str) -> StoreResult<()> {
     clients
         .s3
         .put_public_access_block()
