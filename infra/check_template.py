@@ -232,6 +232,7 @@ def cross_resource_rules(tpl):
         queue = res.get(name, {}) if isinstance(name, str) else {}
         return (name, queue.get("Properties", {})) if queue.get("Type") == "AWS::SQS::Queue" else (None, None)
 
+    watched = set()
     for logical, r in sorted(res.items()):
         props = r.get("Properties", {})
         if r.get("Type") == "AWS::Lambda::EventSourceMapping":
@@ -252,17 +253,14 @@ def cross_resource_rules(tpl):
         if r.get("Type") == "AWS::CloudWatch::Alarm" and props.get("MetricName") == "ApproximateAgeOfOldestMessage":
             for d in props.get("Dimensions", []):
                 value = d.get("Value")
-                target = value.get("Fn::GetAtt") if isinstance(value, dict) else None
-                name = (target[0] if isinstance(target, list) else str(target).split(".")[0]) if target else None
-                qname, queue = queue_of({"Ref": name}) if name else (None, None)
+                qname, queue = queue_of(value) if isinstance(value, dict) else (None, None)
                 if queue is not None:
+                    watched.add(qname)
                     retention = queue.get("MessageRetentionPeriod", SQS_DEFAULT_RETENTION)
                     if props.get("Threshold", 0) >= retention:
                         errors.append(f"{logical} fires after {props.get('Threshold')} s, not before {qname}'s messages expire ({retention} s)")
-    ages = {next((d.get("Value", {}).get("Fn::GetAtt", [None])[0] for d in r["Properties"].get("Dimensions", []) if isinstance(d.get("Value"), dict)), None)
-            for r in res.values() if r.get("Type") == "AWS::CloudWatch::Alarm" and r.get("Properties", {}).get("MetricName") == "ApproximateAgeOfOldestMessage"}
     for logical, r in sorted(res.items()):
-        if r.get("Type") == "AWS::SQS::Queue" and logical not in ages:
+        if r.get("Type") == "AWS::SQS::Queue" and logical not in watched:
             errors.append(f"no alarm on the age of {logical}'s oldest message: its messages could expire unseen")
     return errors
 

@@ -51,12 +51,8 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand
             json,
             accept_retired,
         } => {
-            let policy = recon_core::config::SealPolicy::from_lookup(&|k: &str| std::env::var(k).ok())?;
             let opts = VerifyOptions {
-                window: Some(SealWindow {
-                    now: chrono::Utc::now(),
-                    max_age: policy.max_unsealed(),
-                }),
+                window: Some(seal_window()?),
                 accept_retired: accept_retired.clone(),
             };
             let report = verify_trail(&audit, &worm, &opts).await?;
@@ -74,6 +70,16 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand
         }
         AuditCommand::Show { source_hash } => show(clients, names, &audit, source_hash).await,
     }
+}
+
+/// How long the trail may go without a seal: twice `DLQ_SEAL_EVERY_MINUTES` (set it to the
+/// deployment's value), from now.
+pub fn seal_window() -> Result<SealWindow> {
+    let policy = recon_core::config::SealPolicy::from_lookup(&|k: &str| std::env::var(k).ok())?;
+    Ok(SealWindow {
+        now: chrono::Utc::now(),
+        max_age: policy.max_unsealed(),
+    })
 }
 
 pub fn print_verify(report: &recon_core::evidence::VerifyReport, json: bool) -> Result<()> {

@@ -72,12 +72,7 @@ async fn refuse_unaccounted_evidence(clients: &AwsClients, stack: &recon_aws::pr
     let unaccounted: Vec<&String> = evidence
         .trails
         .iter()
-        .filter(|(id, t)| {
-            Some(*id) != current.as_ref()
-                && t.retired
-                    .as_ref()
-                    .is_none_or(|r| r.by != recon_aws::provision::DEMO_RETIRER)
-        })
+        .filter(|(id, t)| Some(*id) != current.as_ref() && !retired_by_demo(t))
         .map(|(id, _)| id)
         .collect();
     if evidence.findings.is_empty() && unaccounted.is_empty() {
@@ -92,4 +87,11 @@ async fn refuse_unaccounted_evidence(clients: &AwsClients, stack: &recon_aws::pr
     bail!(
         "the local stack's Object Lock bucket holds audit evidence no earlier demo run accounts for (written by another version of this code, or by hand), which the demo's final verification would report; restart the local stack, which keeps nothing across a restart: make local-down && make demo"
     )
+}
+
+/// A trail one of the demo's own resets retired (the local stack, which only the demo resets).
+fn retired_by_demo(t: &recon_core::evidence::KnownTrail) -> bool {
+    t.retired
+        .as_ref()
+        .is_some_and(|r| r.by == recon_aws::provision::DEMO_RETIRER)
 }

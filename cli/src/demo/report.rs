@@ -10,7 +10,7 @@ use recon_aws::provision::Stack;
 use recon_aws::s3::S3Worm;
 use recon_aws::sqs::SqsQueue;
 use recon_core::domain::{Tally, Total};
-use recon_core::evidence::{SealWindow, seal, verify_trail};
+use recon_core::evidence::{seal, verify_trail};
 use recon_core::reconcile::{Reconciliation, State};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -145,26 +145,17 @@ async fn print_evidence(clients: &AwsClients, stack: &Stack, manifest: &Path, r:
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table);
     let worm = S3Worm::new(clients.s3.clone(), &stack.names.quarantine_bucket);
     let (key, sealed) = seal(&audit, &worm, chrono::Utc::now()).await?;
-    let policy = recon_core::config::SealPolicy::from_lookup(&|k: &str| std::env::var(k).ok())?;
-    let window = SealWindow {
-        now: chrono::Utc::now(),
-        max_age: policy.max_unsealed(),
-    };
     // The trails the demo's own resets retired (this is the local stack, which only the demo
     // resets): accepted and listed; any other retirement stays a break.
     let accept_retired = recon_core::evidence::read_worm(&worm, None)
         .await?
         .trails
         .into_iter()
-        .filter(|(_, t)| {
-            t.retired
-                .as_ref()
-                .is_some_and(|r| r.by == recon_aws::provision::DEMO_RETIRER)
-        })
+        .filter(|(_, t)| super::retired_by_demo(t))
         .map(|(id, _)| id)
         .collect();
     let opts = recon_core::evidence::VerifyOptions {
-        window: Some(window),
+        window: Some(crate::audit::seal_window()?),
         accept_retired,
     };
     let verified = verify_trail(&audit, &worm, &opts).await?;

@@ -99,11 +99,7 @@ pub mod iam {
     ];
 
     /// The partition keys of the chains' heads.
-    const HEAD_KEYS: &str = "#head#*";
-
-    pub fn audit_head_keys() -> &'static str {
-        HEAD_KEYS
-    }
+    pub const HEAD_KEYS: &str = "#head#*";
 
     /// A grant limited to requests that carry only `attributes`.
     const fn only(
@@ -326,7 +322,7 @@ pub fn spec_json() -> serde_json::Value {
 mod tests {
     #[test]
     fn the_head_keys_the_roles_are_limited_to_are_the_audit_tables_heads() {
-        let pattern = super::iam::audit_head_keys();
+        let pattern = super::iam::HEAD_KEYS;
         assert_eq!(pattern, format!("{}*", recon_core::resources::keys::AUDIT_HEAD_PREFIX));
         // The pointers the roles put are not heads.
         assert!(!"#trail#id".starts_with(recon_core::resources::keys::AUDIT_HEAD_PREFIX));
