@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 
-.PHONY: demo test local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
+.PHONY: demo test watch local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -71,6 +71,13 @@ deploy: tools
 	@command -v sam >/dev/null || { echo "deploy needs the AWS SAM CLI on PATH (e.g. pip install aws-sam-cli)"; exit 1; }
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" sam build --beta-features --template-file infra/template.yaml
 	if [ -f samconfig.toml ]; then sam deploy; else sam deploy --guided; fi
+
+## watch: run the four functions under cargo lambda watch against the local stack, with the
+## environment the template would give them (dlqctl env); invoke with cargo lambda invoke
+watch: local-up tools
+	@mkdir -p .local-aws
+	$(DLQCTL) env > .local-aws/functions.env
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda watch --env-file .local-aws/functions.env
 
 ## local-up: start LocalStack + DynamoDB Local (installing them on first use) and create the resources
 local-up: local-stack

@@ -4,7 +4,9 @@ Usage:
     python infra/check_template.py TEMPLATE SPEC_JSON           # exit 1 and list every difference
     python infra/check_template.py TEMPLATE SPEC_JSON --self-test  # prove the check can fail
 
-SPEC_JSON is what `dlqctl infra-spec` prints. Compared: queue names, visibility, retentions, message
+SPEC_JSON is what `dlqctl infra-spec` prints. Compared: every resource name (the bucket's with
+account and region, and a prefix short enough for it), each function's name-valued variables and
+the stack outputs dlqctl --stack reads, queue names, visibility, retentions, message
 size, the redrive policy's maxReceiveCount (and that the consumer's DLQ_MAX_ATTEMPTS is the same
 parameter), the consumer's timeout, every table's name, key schema, indexes, TTL attribute and stream, the
 Object Lock mode and default retention, the overflow high-water mark, and each role's IAM actions
@@ -23,15 +25,6 @@ def param_default(tpl, value):
     if isinstance(value, dict) and "Ref" in value:
         return tpl["Parameters"][value["Ref"]].get("Default")
     return value
-
-
-def sub_suffix(value):
-    """'${StackPrefix}-ledger' -> 'ledger'."""
-    if isinstance(value, dict) and "Fn::Sub" in value:
-        text = value["Fn::Sub"]
-        if isinstance(text, str) and text.startswith("${StackPrefix}-"):
-            return text[len("${StackPrefix}-"):]
-    return None
 
 
 def sub_text(value):
@@ -69,14 +62,14 @@ def check(tpl, spec):
 
     mq = res.get(spec["main_queue"]["logical_id"], {}).get("Properties", {})
     dq = res.get(spec["dead_letter_queue"]["logical_id"], {}).get("Properties", {})
-    expect("main queue name", sub_suffix(mq.get("QueueName")), spec["main_queue"]["name_suffix"])
+    expect("main queue name", sub_text(mq.get("QueueName")), spec["main_queue"]["name"])
     expect("main queue VisibilityTimeout", mq.get("VisibilityTimeout"), spec["main_queue"]["visibility_timeout_secs"])
     expect("main queue MessageRetentionPeriod", mq.get("MessageRetentionPeriod"), spec["main_queue"]["retention_secs"])
     expect("main queue MaximumMessageSize", mq.get("MaximumMessageSize"), spec["main_queue"]["max_message_bytes"])
     redrive = mq.get("RedrivePolicy", {})
     expect("redrive maxReceiveCount (default)", param_default(tpl, redrive.get("maxReceiveCount")), spec["max_receive_count"])
     expect("redrive target", resource_ref(redrive.get("deadLetterTargetArn")), spec["dead_letter_queue"]["logical_id"])
-    expect("DLQ name", sub_suffix(dq.get("QueueName")), spec["dead_letter_queue"]["name_suffix"])
+    expect("DLQ name", sub_text(dq.get("QueueName")), spec["dead_letter_queue"]["name"])
     expect("DLQ MessageRetentionPeriod", dq.get("MessageRetentionPeriod"), spec["dead_letter_queue"]["retention_secs"])
     expect("DLQ MaximumMessageSize", dq.get("MaximumMessageSize"), spec["dead_letter_queue"]["max_message_bytes"])
 
@@ -97,7 +90,7 @@ def check(tpl, spec):
             errors.append(f"table {t['logical_id']} is missing")
             continue
         name = t["logical_id"]
-        expect(f"{name} TableName", sub_suffix(props.get("TableName")), t["name_suffix"])
+        expect(f"{name} TableName", sub_text(props.get("TableName")), t["name"])
         keys = {k["KeyType"]: k["AttributeName"] for k in props.get("KeySchema", [])}
         expect(f"{name} partition key", keys.get("HASH"), t["partition_key"])
         expect(f"{name} sort key", keys.get("RANGE"), t["sort_key"])
@@ -120,6 +113,7 @@ def check(tpl, spec):
 
     bucket = res.get(spec["worm"]["logical_id"], {}).get("Properties", {})
     lock = bucket.get("ObjectLockConfiguration", {})
+    expect("bucket name", sub_text(bucket.get("BucketName")), spec["worm"]["name"])
     expect("bucket ObjectLockEnabled", bucket.get("ObjectLockEnabled"), True)
     retention = lock.get("Rule", {}).get("DefaultRetention", {})
     expect("Object Lock mode", retention.get("Mode"), spec["worm"]["mode"])
@@ -132,14 +126,18 @@ def check(tpl, spec):
     for kind in ("sweep_schedule", "seal_schedule"):
         what = kind.replace("_", " ")
         schedule = res.get(spec[kind]["logical_id"], {}).get("Properties", {})
-        expect(f"{what} name", sub_suffix(schedule.get("Name")), spec[kind]["name_suffix"])
+        expect(f"{what} name", sub_text(schedule.get("Name")), spec[kind]["name"])
         event = sub_text(schedule.get("Target", {}).get("Input"))
         try:
-            named = json.loads(event.replace("${StackPrefix}-", "")).get("resources") if event else None
+            named = json.loads(event).get("resources") if event else None
         except ValueError:
             named = None
-        expect(f"{what} event resources", named, [spec[kind]["name_suffix"]])
+        expect(f"{what} event resources", named, [spec[kind]["name"]])
     params = tpl.get("Parameters", {})
+    longest = spec["max_prefix_len"]
+    expect("StackPrefix AllowedPattern (the bucket's name fits 63 characters in every region)",
+           params.get("StackPrefix", {}).get("AllowedPattern"), f"^[a-z][a-z0-9-]{{2,{longest - 1}}}$")
+    errors.extend(names_from_the_template(tpl, spec))
     expect("SealEveryMinutes default", params.get("SealEveryMinutes", {}).get("Default"), spec["seal_schedule"]["every_minutes_default"])
     expect("SealEveryRecords default", params.get("SealEveryRecords", {}).get("Default"), spec["seal_schedule"]["every_records_default"])
 
@@ -164,6 +162,26 @@ def check(tpl, spec):
             errors.append(f"{role} lacks {a} on {r}{limited(only)}, which deployment.rs lists")
         if props.get("ManagedPolicyArns"):
             errors.append(f"{role} attaches managed policies (broader than the listed actions)")
+    return errors
+
+
+def names_from_the_template(tpl, spec):
+    """Each function gets every name it needs from its environment (Globals merged), each
+    referring to the resource the code means; the stack outputs every name dlqctl --stack reads."""
+    errors = []
+    res = tpl.get("Resources", {})
+    shared = tpl.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables", {})
+    for function, wanted in sorted(spec["function_env"].items()):
+        own = res.get(function, {}).get("Properties", {}).get("Environment", {}).get("Variables", {})
+        env = {**shared, **own}
+        for var, value in sorted(wanted.items()):
+            if env.get(var) != value:
+                errors.append(f"{function} sets {var} to {env.get(var)!r}; the code needs {value!r}")
+    outputs = tpl.get("Outputs", {})
+    for name, value in sorted(spec["outputs"].items()):
+        actual = outputs.get(name, {}).get("Value")
+        if actual != value:
+            errors.append(f"output {name} is {actual!r}; dlqctl --stack reads it as {value!r}")
     return errors
 
 
@@ -327,6 +345,13 @@ def mutations(tpl):
         mutate(lambda t: res(t)["QuarantineBucket"]["Properties"]["ObjectLockConfiguration"]["Rule"]["DefaultRetention"].__setitem__("Mode", "GOVERNANCE"), "Object Lock mode"),
         mutate(lambda t: res(t)["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].append("sqs:PurgeQueue"), "an extra IAM action"),
         mutate(lambda t: res(t)["ReplayRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].pop(), "a missing IAM action"),
+        mutate(lambda t: res(t)["QuarantineBucket"]["Properties"].__setitem__("BucketName", {"Fn::Sub": "${StackPrefix}-quarantine"}), "the bucket named without account and region"),
+        mutate(lambda t: t["Parameters"]["StackPrefix"].__setitem__("AllowedPattern", "^[a-z][a-z0-9-]{2,30}$"), "a prefix too long for the bucket's name"),
+        mutate(lambda t: t["Globals"]["Function"]["Environment"]["Variables"].pop("DLQ_QUARANTINE_BUCKET_OWNER"), "no expected bucket owner"),
+        mutate(lambda t: res(t)["ReplayFunction"]["Properties"]["Environment"]["Variables"].pop("DLQ_SWEEP_SCHEDULE"), "the replay left to guess its schedule"),
+        mutate(lambda t: res(t)["EnricherFunction"]["Properties"]["Environment"]["Variables"].__setitem__("DLQ_ENVELOPE_TABLE", {"Ref": "LedgerTable"}), "a variable naming the wrong table"),
+        mutate(lambda t: t["Outputs"].pop("QuarantineBucket"), "the bucket missing from the outputs"),
+        mutate(lambda t: t["Outputs"]["AuditTable"].__setitem__("Value", {"Ref": "EnvelopeTable"}), "an output naming the wrong table"),
         mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-sweep"]}'}), "the schedule's event names another schedule"),
         mutate(lambda t: res(t)["AuditSealSchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-replay-sweep"]}'}), "the seal schedule's event names the sweep"),
         mutate(lambda t: t["Parameters"]["SealEveryMinutes"].__setitem__("Default", 60), "the seal interval"),

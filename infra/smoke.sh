@@ -7,27 +7,36 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 export PATH="$(infra/tools.sh bin):$PATH"
-ls_port="${LOCALSTACK_PORT:-4566}"
-ddb_port="${DYNAMODB_PORT:-8000}"
 invoke_port="${SMOKE_INVOKE_PORT:-9011}"
 prefix="smoke-$$"
 dlqctl=(cargo run --quiet -p dlqctl -- --prefix "$prefix")
 log=".local-aws/logs/smoke-watch.log"
 fail() { echo "smoke: FAILED: $*" >&2; echo "--- cargo lambda watch log ---" >&2; tail -n 40 "$log" >&2 || true; exit 1; }
 
-urls=$("${dlqctl[@]}" setup | awk '/^main queue/{print $3} /^DLQ/{print $2}')
-main_url=$(echo "$urls" | sed -n 1p)
-dlq_url=$(echo "$urls" | sed -n 2p)
-
-# The functions read the standard AWS environment, pointed at the local stack.
-export AWS_ENDPOINT_URL="http://127.0.0.1:$ls_port" AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$ddb_port"
-export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 DLQ_S3_FORCE_PATH_STYLE=true
-export DLQ_STACK_PREFIX="$prefix" DLQ_MAIN_QUEUE_URL="$main_url" DLQ_DEAD_LETTER_QUEUE_URL="$dlq_url"
-# The emulator gives each invocation a few seconds; keep a small margin.
-export DLQ_DEADLINE_MARGIN_MS=500 RUST_LOG=info
-
+"${dlqctl[@]}" setup >/dev/null
+# The functions' environment as the template would set it (every name), pointed at the local
+# stack: what `make watch` gives cargo lambda watch too.
 mkdir -p .local-aws/logs
-cargo lambda watch --invoke-port "$invoke_port" >"$log" 2>&1 &
+envfile=".local-aws/smoke.env"
+"${dlqctl[@]}" env > "$envfile"
+# The emulator gives each invocation a few seconds; keep a small margin.
+echo "DLQ_DEADLINE_MARGIN_MS=500" >> "$envfile"
+echo "RUST_LOG=info" >> "$envfile"
+set -a; . "$envfile"; set +a
+
+echo "smoke: a bad setting stops a function at start-up with one JSON line naming it"
+cargo build --quiet -p consumer
+out=$(DLQ_REPLAY_MAX_PER_ENVELOPE=0 DLQ_MAX_ATTEMPTS=0 target/debug/consumer 2>&1) && fail "the consumer started with DLQ_MAX_ATTEMPTS=0"
+echo "$out" | python3 -c '
+import json, sys
+lines = [l for l in sys.stdin.read().splitlines() if l.strip()]
+assert len(lines) == 1, lines
+d = json.loads(lines[0])
+assert d["level"] == "ERROR" and d["variable"] == "DLQ_MAX_ATTEMPTS", d
+assert "allowed: 1-1000 receives" in d["error"], d
+' || fail "start-up error not one JSON line naming the variable: $out"
+
+cargo lambda watch --invoke-port "$invoke_port" --env-file "$envfile" >"$log" 2>&1 &
 watch_pid=$!
 trap 'kill "$watch_pid" 2>/dev/null || true; pkill -P "$watch_pid" 2>/dev/null || true' EXIT
 for _ in $(seq 1 60); do

@@ -35,7 +35,7 @@ async fn trail(s: &TestStack, n: u32) {
 }
 
 fn worm(s: &TestStack) -> recon_aws::s3::S3Worm {
-    recon_aws::s3::S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket)
+    recon_aws::s3::S3Worm::new(s.clients.s3.clone(), &s.stack.names.bucket())
 }
 
 async fn verify(s: &TestStack) -> VerifyReport {
@@ -217,12 +217,7 @@ async fn the_append_path_bounds_the_unsealed_tail_and_an_old_tail_is_a_break() {
         every_records: every,
         ..Default::default()
     };
-    let log = recon_aws::wiring::audit_log(
-        &s.clients,
-        &s.settings.audit_table,
-        &s.stack.names.quarantine_bucket,
-        &policy,
-    );
+    let log = recon_aws::wiring::audit_log(&s.clients, &s.settings.audit_table, &s.stack.names.bucket(), &policy);
     for i in 0..60 {
         let r = AuditRecord::system(
             AuditKind::ReferenceChanged,
@@ -333,7 +328,7 @@ async fn a_direct_write_to_the_reference_table_is_recorded_from_its_stream() {
     let settings = recon_core::config::ReferenceAuditSettings {
         reference_table: reference.clone(),
         audit_table: s.settings.audit_table.clone(),
-        quarantine_bucket: s.stack.names.quarantine_bucket.clone(),
+        quarantine_bucket: s.stack.names.bucket(),
         seal: Default::default(),
     };
     let auditor = recon_aws::wiring::reference_auditor(&s.clients, &settings);
@@ -388,7 +383,8 @@ async fn setup_never_lowers_the_buckets_retention() {
     recon_aws::provision::ensure_stack(&s.clients, &s.stack.names, &longer)
         .await
         .unwrap();
-    let retention = || recon_aws::provision::worm_retention(&s.clients, &s.stack.names.quarantine_bucket);
+    let bucket = s.stack.names.bucket();
+    let retention = || recon_aws::provision::worm_retention(&s.clients, &bucket);
     let compliance = aws_sdk_s3::types::ObjectLockRetentionMode::Compliance;
     assert_eq!(retention().await.unwrap(), Some((compliance.clone(), 30)));
     // Setup again with the local default of one day: the 30 days stay.

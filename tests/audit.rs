@@ -60,7 +60,7 @@ fn audit(s: &TestStack) -> DynamoAuditLog {
 }
 
 fn worm(s: &TestStack) -> S3Worm {
-    S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket)
+    S3Worm::new(s.clients.s3.clone(), &s.stack.names.bucket())
 }
 
 #[tokio::test]

@@ -66,7 +66,8 @@ async fn a_poison_message_becomes_one_envelope_with_a_locked_worm_copy() {
         .send()
         .await;
     assert!(deleted.is_err(), "S3 must refuse to delete a locked version");
-    let bytes = S3Worm::new(s.clients.s3.clone(), &worm.bucket)
+    assert_eq!(worm.bucket, s.stack.names.quarantine_bucket);
+    let bytes = S3Worm::new(s.clients.s3.clone(), &s.stack.names.bucket())
         .get(&worm.key)
         .await
         .unwrap()
@@ -152,7 +153,7 @@ async fn an_unidentifiable_payload_is_quarantined_with_its_bytes_in_the_bucket()
     assert_eq!(e.status, EnvelopeStatus::Quarantined);
     assert_eq!(e.failure_code, FailureCode::UnrecoverablePayload);
     let key = e.original.body_key.clone().expect("payload in the bucket");
-    let bytes = S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket)
+    let bytes = S3Worm::new(s.clients.s3.clone(), &s.stack.names.bucket())
         .get(&key)
         .await
         .unwrap()
@@ -179,7 +180,7 @@ async fn a_body_larger_than_a_dynamodb_item_is_kept_whole_in_the_bucket() {
     let e = &s.envelopes().await[0];
     assert_eq!(e.original.body, None);
     assert_eq!(e.original.body_bytes, body.len() as u64);
-    let worm = S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket);
+    let worm = S3Worm::new(s.clients.s3.clone(), &s.stack.names.bucket());
     assert_eq!(
         original_body(e, &worm).await.unwrap().as_deref(),
         Some(body.as_str()),

@@ -35,6 +35,14 @@ fn observed(clients: &AwsClients) -> BTreeSet<&'static str> {
 /// Every request `own` sent maps to an IAM action, and those actions are exactly the role's grants
 /// for its code.
 fn assert_calls_exactly_its_grants(own: &AwsClients, grants: &[Grant]) {
+    // Every request to the bucket names the account that must own it: S3 refuses it if a bucket
+    // of that name is anyone else's (LocalStack does not check; the header is what AWS checks).
+    assert!(own.requests.total("s3") > 0, "the function made no S3 request to check");
+    assert!(
+        own.requests.s3_without_expected_owner().is_empty(),
+        "S3 requests without ExpectedBucketOwner: {:?}",
+        own.requests.s3_without_expected_owner()
+    );
     assert!(
         unmapped(own).is_empty(),
         "operations without an IAM mapping: {:?}",
@@ -175,10 +183,7 @@ async fn the_reference_audit_calls_exactly_what_its_role_grants() {
         .await
         .unwrap();
     let own = AwsClients::connect(Target::local_from_env()).await;
-    let mut settings = recon_core::config::ReferenceAuditSettings::from_lookup(|_| None).unwrap();
-    settings.reference_table = s.stack.names.reference_table.clone();
-    settings.audit_table = s.settings.audit_table.clone();
-    settings.quarantine_bucket = s.stack.names.quarantine_bucket.clone();
+    let mut settings = recon_core::config::ReferenceAuditSettings::from_lookup(s.stack.lookup(|_| None)).unwrap();
     settings.seal.every_records = 1;
     wiring::record_configuration(&own, &settings.audit_table, "reference-audit", &settings.audited())
         .await

@@ -194,7 +194,7 @@ async fn closed_periods_and_envelopes_beyond_the_window_are_quarantined_in_worm(
     assert!(report.items.iter().all(|i| i.gate == Some(Gate::Temporal)));
     assert!(report.items.iter().any(|i| i.detail.contains("closed")));
     assert!(report.items.iter().any(|i| i.detail.contains("replay window")));
-    let worm = S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket);
+    let worm = S3Worm::new(s.clients.s3.clone(), &s.stack.names.bucket());
     for e in s.envelopes().await {
         assert_eq!(e.status, EnvelopeStatus::Quarantined);
         let last = e.status_history.last().unwrap();
@@ -484,7 +484,7 @@ async fn large_envelope(s: &TestStack, n: u32, bytes: usize) -> recon_core::doma
     }
     let mut e = envelope_from_dlq_message(&msg, chrono::Utc::now(), "it");
     let key = e.payload_key();
-    S3Worm::new(s.clients.s3.clone(), &s.stack.names.quarantine_bucket)
+    S3Worm::new(s.clients.s3.clone(), &s.stack.names.bucket())
         .put(&key, body.as_bytes())
         .await
         .unwrap();

@@ -36,7 +36,7 @@ pub enum AuditCommand {
 
 pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand) -> Result<()> {
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
-    let worm = S3Worm::new(clients.s3.clone(), &names.quarantine_bucket);
+    let worm = S3Worm::new(clients.s3.clone(), &names.bucket());
     match cmd {
         AuditCommand::Verify {
             bundle: Some(path),

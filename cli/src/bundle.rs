@@ -151,7 +151,7 @@ pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, o
         .collect();
     let reconciliation = reconcile(outcomes.clone(), ev.reconciliation.problems.clone(), None, 0);
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
-    let worm = S3Worm::new(clients.s3.clone(), &names.quarantine_bucket);
+    let worm = S3Worm::new(clients.s3.clone(), &names.bucket());
     let bundle = export_bundle(&audit, &worm, chrono::Utc::now(), period, outcomes, reconciliation).await?;
     std::fs::write(out, serde_json::to_vec_pretty(&bundle)?).with_context(|| format!("writing {}", out.display()))?;
     println!(

@@ -10,39 +10,39 @@ use recon_aws::telemetry::TracingMetrics;
 use recon_aws::wiring::{self, AwsEnricher, AwsReplayer};
 use recon_core::batch::BatchHandler;
 use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings};
+use recon_core::resources::ResourceNames;
 use recon_harness::pump::{PumpOptions, PumpStats, pump};
 
 /// The region the clients use (for event records).
 pub fn region(clients: &AwsClients) -> String {
-    clients
-        .sqs
-        .config()
-        .region()
-        .map_or_else(|| "us-east-1".to_owned(), |r| r.to_string())
+    recon_aws::identity::region(clients)
 }
 
 /// Who runs this command, as AWS knows them (`sts:GetCallerIdentity`): the identity recorded as
 /// the actor of every change `dlqctl` makes, never a name the local machine supplies.
 pub async fn caller(clients: &AwsClients) -> Result<String> {
-    let shared = recon_aws::client::shared_config(&clients.target, recon_aws::ClientTimeouts::INTERACTIVE).await;
-    let mut sts = aws_sdk_sts::config::Builder::from(&shared);
-    if let recon_aws::Target::Local { edge_url, .. } = &clients.target {
-        sts = sts.endpoint_url(edge_url);
-    }
-    let out = aws_sdk_sts::Client::from_conf(sts.build())
-        .get_caller_identity()
-        .send()
+    recon_aws::identity::caller(clients)
         .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot establish who you are (sts:GetCallerIdentity): {}",
-                aws_sdk_sts::error::DisplayErrorContext(e)
-            )
-        })?;
-    match out.arn() {
-        Some(arn) if !arn.is_empty() => Ok(arn.to_owned()),
-        _ => anyhow::bail!("sts:GetCallerIdentity named no identity"),
+        .map(|c| c.arn)
+        .map_err(|e| anyhow::anyhow!("cannot establish who you are (sts:GetCallerIdentity): {e}"))
+}
+
+/// The names of the deployment this command addresses: read from the CloudFormation stack's
+/// outputs when `--stack` names one (the source of truth of a deployed stack), else derived from
+/// the prefix, the caller's account and the region (the rule `dlqctl setup` and the template
+/// share).
+pub async fn names(clients: &AwsClients, stack: Option<&str>, prefix: &str) -> Result<ResourceNames> {
+    if let Some(stack) = stack {
+        let deployed = recon_aws::deployment::read_stack(clients, stack)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?;
+        return Ok(deployed.names);
     }
+    let account = recon_aws::identity::caller(clients)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot establish the account (sts:GetCallerIdentity): {e}"))?
+        .account;
+    Ok(ResourceNames::derive(prefix, &account, &region(clients)))
 }
 
 /// The actor of an operator's change: the caller's AWS identity, and the name they gave (only as

@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use recon_aws::provision::{StackSettings, ensure_stack};
 use recon_aws::{AwsClients, Target};
-use recon_core::resources::{self, ResourceNames};
+use recon_core::resources;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -29,7 +29,11 @@ struct Cli {
     /// Use real AWS (the standard AWS environment) instead of the local stack.
     #[arg(long, global = true)]
     aws: bool,
-    /// Prefix of every resource name.
+    /// The deployed CloudFormation stack whose outputs name every resource (the source of truth
+    /// for a deployment made from the template); without it names derive from --prefix.
+    #[arg(long, global = true, env = "DLQ_STACK")]
+    stack: Option<String>,
+    /// Prefix of every resource name, when no --stack names them.
     #[arg(long, global = true, env = "DLQ_STACK_PREFIX", default_value = resources::DEFAULT_PREFIX)]
     prefix: String,
     #[command(subcommand)]
@@ -104,6 +108,10 @@ enum Command {
         #[command(subcommand)]
         command: EvidenceCommand,
     },
+    /// Print the functions' environment for this deployment as KEY=VALUE lines: every name the
+    /// template would set (and, for the local stack, its endpoints), for `cargo lambda watch
+    /// --env-file` (see `make watch`).
+    Env,
     /// Print the resource settings the infrastructure template must agree with (JSON).
     #[command(hide = true)]
     InfraSpec,
@@ -165,12 +173,17 @@ async fn run(cli: Cli) -> Result<()> {
     }
     let target = if cli.aws { Target::Aws } else { Target::local_from_env() };
     let clients = AwsClients::connect(target).await;
-    let names = ResourceNames::with_prefix(&cli.prefix);
+    let names = context::names(&clients, cli.stack.as_deref(), &cli.prefix).await?;
     match cli.command {
         Command::Setup {
             max_receive_count,
             worm_retention_days,
         } => {
+            if let Some(stack) = &cli.stack {
+                anyhow::bail!(
+                    "setup creates resources of its own; stack {stack} is CloudFormation's, updated with its template (make deploy)"
+                );
+            }
             let settings = StackSettings {
                 max_receive_count,
                 worm_retention_days,
@@ -188,6 +201,22 @@ async fn run(cli: Cli) -> Result<()> {
                 "WORM bucket  {} (COMPLIANCE, {worm_retention_days} days)",
                 names.quarantine_bucket
             );
+            Ok(())
+        }
+        Command::Env => {
+            let stack = recon_aws::provision::resolve_stack(&clients, &names).await?;
+            for (k, v) in stack.env() {
+                println!("{k}={v}");
+            }
+            if let recon_aws::Target::Local { edge_url, dynamodb_url } = &clients.target {
+                println!("AWS_ENDPOINT_URL={edge_url}");
+                println!("AWS_ENDPOINT_URL_DYNAMODB={dynamodb_url}");
+                println!("AWS_REGION={}", context::region(&clients));
+                // LocalStack and DynamoDB Local accept any keys; these are not credentials.
+                println!("AWS_ACCESS_KEY_ID=test");
+                println!("AWS_SECRET_ACCESS_KEY=test");
+                println!("DLQ_S3_FORCE_PATH_STYLE=true");
+            }
             Ok(())
         }
         Command::Send { file, fill_hash } => ops::send(&clients, &names, file, fill_hash).await,

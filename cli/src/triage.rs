@@ -94,7 +94,7 @@ pub async fn show(clients: &AwsClients, names: &ResourceNames, envelope_id: &str
     };
     println!("{}", serde_json::to_string_pretty(&envelope)?);
     if body {
-        let worm = S3Worm::new(clients.s3.clone(), &names.quarantine_bucket);
+        let worm = S3Worm::new(clients.s3.clone(), &names.bucket());
         match original_body(&envelope, &worm).await? {
             Some(b) => println!("--- original body ({} bytes) ---\n{}", b.len(), printable_lines(&b)),
             None => println!("--- original body not found ---"),

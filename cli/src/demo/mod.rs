@@ -66,7 +66,7 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
 async fn refuse_unaccounted_evidence(clients: &AwsClients, stack: &recon_aws::provision::Stack) -> Result<()> {
     use recon_core::ports::AuditLog;
     let audit = recon_aws::dynamodb::DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table);
-    let worm = recon_aws::s3::S3Worm::new(clients.s3.clone(), &stack.names.quarantine_bucket);
+    let worm = recon_aws::s3::S3Worm::new(clients.s3.clone(), &stack.names.bucket());
     let current = audit.current_trail().await.ok().flatten();
     let evidence = recon_core::evidence::read_worm(&worm, None).await?;
     let unaccounted: Vec<&String> = evidence

@@ -143,7 +143,7 @@ async fn print_evidence(clients: &AwsClients, stack: &Stack, manifest: &Path, r:
         .map_err(anyhow::Error::msg)?;
     println!("   reference-audit: {changes} changes on the reference table's stream, each a REFERENCE_CHANGED record");
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table);
-    let worm = S3Worm::new(clients.s3.clone(), &stack.names.quarantine_bucket);
+    let worm = S3Worm::new(clients.s3.clone(), &stack.names.bucket());
     let (key, sealed) = seal(&audit, &worm, chrono::Utc::now()).await?;
     // The trails the demo's own resets retired (this is the local stack, which only the demo
     // resets): accepted and listed; any other retirement stays a break.

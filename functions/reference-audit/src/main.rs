@@ -15,7 +15,7 @@ use std::time::Duration;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     telemetry::init_json();
-    let settings = ReferenceAuditSettings::from_env()?;
+    let settings = telemetry::settings_or_exit(ReferenceAuditSettings::from_env());
     let clients = AwsClients::connect_with(
         Target::Aws,
         ClientTimeouts::within(REFERENCE_AUDIT_TIMEOUT, Duration::from_secs(3)),

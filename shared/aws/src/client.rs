@@ -49,9 +49,16 @@ impl Target {
 #[derive(Debug, Default)]
 pub struct RequestCounter {
     counts: Mutex<BTreeMap<String, u64>>,
+    /// S3 requests sent without `ExpectedBucketOwner` (the tests check there are none).
+    unowned: Mutex<BTreeMap<String, u64>>,
 }
 
 impl RequestCounter {
+    /// S3 operations sent without an expected bucket owner, with their counts.
+    pub fn s3_without_expected_owner(&self) -> BTreeMap<String, u64> {
+        self.unowned.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     pub fn snapshot(&self) -> BTreeMap<String, u64> {
         self.counts.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -86,6 +93,19 @@ impl Intercept for CountRequests {
         // A read of one version is another IAM action (s3:GetObjectVersion) than a plain read.
         if key == "S3:GetObject" && ctx.request().uri().contains("versionId=") {
             key = "S3:GetObjectVersion".to_owned();
+        }
+        // CreateBucket and ListBuckets name no existing bucket, so they take no owner.
+        if key.starts_with("S3:")
+            && !matches!(key.as_str(), "S3:CreateBucket" | "S3:ListBuckets")
+            && ctx.request().headers().get("x-amz-expected-bucket-owner").is_none()
+        {
+            *self
+                .0
+                .unowned
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(key.clone())
+                .or_default() += 1;
         }
         *self
             .0

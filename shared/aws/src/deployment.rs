@@ -19,6 +19,9 @@ pub mod template {
     pub const DEAD_LETTER_QUEUE: &str = "DeadLetterQueue";
     pub const QUARANTINE_BUCKET: &str = "QuarantineBucket";
     pub const CONSUMER_FUNCTION: &str = "ConsumerFunction";
+    pub const ENRICHER_FUNCTION: &str = "EnricherFunction";
+    pub const REPLAY_FUNCTION: &str = "ReplayFunction";
+    pub const REFERENCE_AUDIT_FUNCTION: &str = "ReferenceAuditFunction";
     pub const REPLAY_SCHEDULE: &str = "ReplaySchedule";
     pub const SEAL_SCHEDULE: &str = "AuditSealSchedule";
 
@@ -31,6 +34,169 @@ pub mod template {
             TableKind::Dedup => "DedupTable",
         }
     }
+}
+
+/// The stack's outputs `dlqctl --stack` reads: every name of the deployment. A deployed stack is
+/// the source of truth for its names (no rule has to be recomputed, nor agree, outside it).
+pub mod outputs {
+    pub const STACK_PREFIX: &str = "StackPrefix";
+    pub const MAIN_QUEUE_URL: &str = "MainQueueUrl";
+    pub const DEAD_LETTER_QUEUE_URL: &str = "DeadLetterQueueUrl";
+    pub const LEDGER_TABLE: &str = "LedgerTable";
+    pub const ENVELOPE_TABLE: &str = "EnvelopeTable";
+    pub const REFERENCE_TABLE: &str = "ReferenceTable";
+    pub const AUDIT_TABLE: &str = "AuditTable";
+    pub const DEDUP_TABLE: &str = "DedupTable";
+    pub const QUARANTINE_BUCKET: &str = "QuarantineBucket";
+    pub const QUARANTINE_BUCKET_OWNER: &str = "QuarantineBucketOwner";
+    pub const SWEEP_SCHEDULE: &str = "SweepSchedule";
+    pub const SEAL_SCHEDULE: &str = "SealSchedule";
+}
+
+/// A deployment as its stack's outputs name it: the names, and the queues' URLs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deployed {
+    pub names: ResourceNames,
+    pub main_queue_url: String,
+    pub dlq_url: String,
+}
+
+/// Read a deployment from its stack's outputs (`output` looks one up by key). Every output is
+/// checked with the rule the functions apply to the same value; the error names the output.
+pub fn from_outputs(output: impl Fn(&str) -> Option<String>) -> Result<Deployed, String> {
+    use recon_core::config::Rule;
+    let get = |key: &str, rule: Rule| -> Result<String, String> {
+        match output(key) {
+            None => Err(format!(
+                "the stack has no output {key}: deploy this version's template (make deploy)"
+            )),
+            Some(v) if rule.admits(&v) => Ok(v),
+            Some(v) => Err(format!("the stack's output {key}={v:?} is not {}", rule.allowed())),
+        }
+    };
+    let queue_name = |url: &str| url.rsplit('/').next().unwrap_or_default().to_owned();
+    let main_queue_url = get(outputs::MAIN_QUEUE_URL, Rule::QueueUrl)?;
+    let dlq_url = get(outputs::DEAD_LETTER_QUEUE_URL, Rule::QueueUrl)?;
+    let names = ResourceNames {
+        prefix: get(outputs::STACK_PREFIX, Rule::Prefix)?,
+        main_queue: queue_name(&main_queue_url),
+        dead_letter_queue: queue_name(&dlq_url),
+        ledger_table: get(outputs::LEDGER_TABLE, Rule::TableName)?,
+        envelope_table: get(outputs::ENVELOPE_TABLE, Rule::TableName)?,
+        reference_table: get(outputs::REFERENCE_TABLE, Rule::TableName)?,
+        audit_table: get(outputs::AUDIT_TABLE, Rule::TableName)?,
+        dedup_table: get(outputs::DEDUP_TABLE, Rule::TableName)?,
+        quarantine_bucket: get(outputs::QUARANTINE_BUCKET, Rule::BucketName)?,
+        account: get(outputs::QUARANTINE_BUCKET_OWNER, Rule::AccountId)?,
+        sweep_schedule: get(outputs::SWEEP_SCHEDULE, Rule::ScheduleName)?,
+        seal_schedule: get(outputs::SEAL_SCHEDULE, Rule::ScheduleName)?,
+    };
+    Ok(Deployed {
+        names,
+        main_queue_url,
+        dlq_url,
+    })
+}
+
+/// Read a deployed CloudFormation stack's outputs (`cloudformation:DescribeStacks`).
+pub async fn read_stack(clients: &crate::AwsClients, stack: &str) -> Result<Deployed, String> {
+    let shared = crate::client::shared_config(&clients.target, crate::ClientTimeouts::INTERACTIVE).await;
+    let mut cfn = aws_sdk_cloudformation::config::Builder::from(&shared);
+    if let crate::Target::Local { edge_url, .. } = &clients.target {
+        cfn = cfn.endpoint_url(edge_url);
+    }
+    let out = aws_sdk_cloudformation::Client::from_conf(cfn.build())
+        .describe_stacks()
+        .stack_name(stack)
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot read stack {stack} (cloudformation:DescribeStacks): {}",
+                aws_sdk_cloudformation::error::DisplayErrorContext(e)
+            )
+        })?;
+    let Some(found) = out.stacks().first() else {
+        return Err(format!("stack {stack} does not exist in this account and region"));
+    };
+    let outputs: std::collections::HashMap<&str, &str> = found
+        .outputs()
+        .iter()
+        .filter_map(|o| Some((o.output_key()?, o.output_value()?)))
+        .collect();
+    from_outputs(|k| outputs.get(k).map(|v| (*v).to_owned())).map_err(|e| format!("stack {stack}: {e}"))
+}
+
+/// How the template must spell each name-valued variable and output: a reference to the
+/// resource (or pseudo parameter), or the `!Sub` text of a name it cannot reference (a schedule
+/// targets the replay function, so the function cannot reference the schedule).
+fn template_value(var: &str) -> serde_json::Value {
+    use recon_core::config::vars;
+    use recon_core::resources::TableKind;
+    let spelled = ResourceNames::as_template_spells_them();
+    let r = |logical: &str| serde_json::json!({ "Ref": logical });
+    match var {
+        vars::STACK_PREFIX => r("StackPrefix"),
+        vars::MAIN_QUEUE_URL => r(template::MAIN_QUEUE),
+        vars::DEAD_LETTER_QUEUE_URL => r(template::DEAD_LETTER_QUEUE),
+        vars::LEDGER_TABLE => r(template::table(TableKind::Ledger)),
+        vars::ENVELOPE_TABLE => r(template::table(TableKind::Envelopes)),
+        vars::REFERENCE_TABLE => r(template::table(TableKind::Reference)),
+        vars::AUDIT_TABLE => r(template::table(TableKind::Audit)),
+        vars::QUARANTINE_BUCKET => r(template::QUARANTINE_BUCKET),
+        vars::QUARANTINE_BUCKET_OWNER => r("AWS::AccountId"),
+        vars::SWEEP_SCHEDULE => serde_json::json!({ "Fn::Sub": spelled.sweep_schedule }),
+        vars::SEAL_SCHEDULE => serde_json::json!({ "Fn::Sub": spelled.seal_schedule }),
+        other => serde_json::json!({ "unknown": other }),
+    }
+}
+
+/// Every output the CLI reads, with the value the template must give it.
+fn outputs_spec() -> serde_json::Map<String, serde_json::Value> {
+    use recon_core::config::vars;
+    use recon_core::resources::TableKind;
+    let r = |logical: &str| serde_json::json!({ "Ref": logical });
+    [
+        (outputs::STACK_PREFIX, template_value(vars::STACK_PREFIX)),
+        (outputs::MAIN_QUEUE_URL, template_value(vars::MAIN_QUEUE_URL)),
+        (
+            outputs::DEAD_LETTER_QUEUE_URL,
+            template_value(vars::DEAD_LETTER_QUEUE_URL),
+        ),
+        (outputs::LEDGER_TABLE, template_value(vars::LEDGER_TABLE)),
+        (outputs::ENVELOPE_TABLE, template_value(vars::ENVELOPE_TABLE)),
+        (outputs::REFERENCE_TABLE, template_value(vars::REFERENCE_TABLE)),
+        (outputs::AUDIT_TABLE, template_value(vars::AUDIT_TABLE)),
+        (outputs::DEDUP_TABLE, r(template::table(TableKind::Dedup))),
+        (outputs::QUARANTINE_BUCKET, template_value(vars::QUARANTINE_BUCKET)),
+        (
+            outputs::QUARANTINE_BUCKET_OWNER,
+            template_value(vars::QUARANTINE_BUCKET_OWNER),
+        ),
+        (outputs::SWEEP_SCHEDULE, template_value(vars::SWEEP_SCHEDULE)),
+        (outputs::SEAL_SCHEDULE, template_value(vars::SEAL_SCHEDULE)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// Each function's name-valued variables, as the template must set them.
+fn function_env_spec() -> serde_json::Map<String, serde_json::Value> {
+    use recon_core::config::needs;
+    [
+        (template::CONSUMER_FUNCTION, needs::CONSUMER),
+        (template::ENRICHER_FUNCTION, needs::ENRICHER),
+        (template::REPLAY_FUNCTION, needs::REPLAY),
+        (template::REFERENCE_AUDIT_FUNCTION, needs::REFERENCE_AUDIT),
+    ]
+    .into_iter()
+    .map(|(function, vars)| {
+        let env: serde_json::Map<String, serde_json::Value> =
+            vars.iter().map(|v| ((*v).to_owned(), template_value(v))).collect();
+        (function.to_owned(), serde_json::Value::Object(env))
+    })
+    .collect()
 }
 
 /// Least privilege: the IAM actions each function's role grants, on which resource, and who calls
@@ -260,12 +426,13 @@ pub mod iam {
 
 /// Everything the template check compares, as JSON (`dlqctl infra-spec`).
 pub fn spec_json() -> serde_json::Value {
+    let names = ResourceNames::as_template_spells_them();
     let tables: Vec<serde_json::Value> = TABLES
         .iter()
         .map(|t| {
             serde_json::json!({
                 "logical_id": template::table(t.kind),
-                "name_suffix": ResourceNames::with_prefix("").table(t.kind).trim_start_matches('-'),
+                "name": names.table(t.kind),
                 "partition_key": t.partition_key,
                 "sort_key": t.sort_key,
                 "ttl_attribute": t.ttl_attribute,
@@ -276,7 +443,6 @@ pub fn spec_json() -> serde_json::Value {
             })
         })
         .collect();
-    let names = ResourceNames::with_prefix("");
     serde_json::json!({
         "max_receive_count": DEFAULT_MAX_ATTEMPTS,
         "consumer_timeout_secs": CONSUMER_TIMEOUT.as_secs(),
@@ -284,20 +450,21 @@ pub fn spec_json() -> serde_json::Value {
         "replay_timeout_secs": REPLAY_TIMEOUT.as_secs(),
         "main_queue": {
             "logical_id": template::MAIN_QUEUE,
-            "name_suffix": names.main_queue.trim_start_matches('-'),
+            "name": names.main_queue,
             "visibility_timeout_secs": MAIN_QUEUE_VISIBILITY.as_secs(),
             "retention_secs": MAIN_QUEUE_RETENTION.as_secs(),
             "max_message_bytes": MAX_MESSAGE_BYTES,
         },
         "dead_letter_queue": {
             "logical_id": template::DEAD_LETTER_QUEUE,
-            "name_suffix": names.dead_letter_queue.trim_start_matches('-'),
+            "name": names.dead_letter_queue,
             "visibility_timeout_secs": DLQ_VISIBILITY.as_secs(),
             "retention_secs": DLQ_RETENTION.as_secs(),
             "max_message_bytes": MAX_MESSAGE_BYTES,
         },
         "worm": {
             "logical_id": template::QUARANTINE_BUCKET,
+            "name": names.quarantine_bucket,
             "mode": "COMPLIANCE",
             "default_retention_days": DEFAULT_WORM_RETENTION_DAYS,
         },
@@ -305,15 +472,18 @@ pub fn spec_json() -> serde_json::Value {
         "metrics_namespace": recon_core::resources::DEFAULT_METRICS_NAMESPACE,
         "sweep_schedule": {
             "logical_id": template::REPLAY_SCHEDULE,
-            "name_suffix": names.sweep_schedule.trim_start_matches('-'),
+            "name": names.sweep_schedule,
         },
         "seal_schedule": {
             "logical_id": template::SEAL_SCHEDULE,
-            "name_suffix": names.seal_schedule.trim_start_matches('-'),
+            "name": names.seal_schedule,
             "every_minutes_default": SealPolicy::default().every_minutes,
             "every_records_default": SealPolicy::default().every_records,
         },
         "tables": tables,
+        "outputs": outputs_spec(),
+        "function_env": function_env_spec(),
+        "max_prefix_len": recon_core::config::MAX_PREFIX_LEN,
         "iam": iam::ROLES.iter().map(|(role, grants)| (role.to_string(), serde_json::json!(grants))).collect::<serde_json::Map<_, _>>(),
     })
 }

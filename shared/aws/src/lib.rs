@@ -7,6 +7,7 @@ pub mod client;
 pub mod deployment;
 pub mod dynamodb;
 pub mod error;
+pub mod identity;
 pub mod item;
 pub mod provision;
 pub mod s3;

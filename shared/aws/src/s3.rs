@@ -9,18 +9,23 @@ use sha2::{Digest, Sha256};
 use crate::error::store_error;
 use recon_core::domain::TransientKind;
 use recon_core::ports::{ObjectVersion, StoreError, StoreResult, Worm, Written};
+use recon_core::resources::Bucket;
 
 #[derive(Clone, Debug)]
 pub struct S3Worm {
     client: Client,
     bucket: String,
+    /// The account every request expects to own the bucket (`ExpectedBucketOwner`): S3 refuses
+    /// the request if a bucket of this name belongs to anyone else.
+    owner: String,
 }
 
 impl S3Worm {
-    pub fn new(client: Client, bucket: impl Into<String>) -> Self {
+    pub fn new(client: Client, bucket: &Bucket) -> Self {
         S3Worm {
             client,
-            bucket: bucket.into(),
+            bucket: bucket.name.clone(),
+            owner: bucket.owner.clone(),
         }
     }
 }
@@ -31,6 +36,7 @@ impl S3Worm {
             .client
             .get_object()
             .bucket(&self.bucket)
+            .expected_bucket_owner(&self.owner)
             .key(key)
             .set_version_id(version_id.map(str::to_owned))
             .send()
@@ -68,6 +74,7 @@ impl Worm for S3Worm {
             .client
             .put_object()
             .bucket(&self.bucket)
+            .expected_bucket_owner(&self.owner)
             .key(key)
             .body(ByteStream::from(bytes.to_vec()))
             .checksum_sha256(checksum)
@@ -106,6 +113,7 @@ impl Worm for S3Worm {
                 .client
                 .list_objects_v2()
                 .bucket(&self.bucket)
+                .expected_bucket_owner(&self.owner)
                 .prefix(prefix)
                 .set_continuation_token(token)
                 .send()
@@ -130,6 +138,7 @@ impl Worm for S3Worm {
                 .client
                 .list_object_versions()
                 .bucket(&self.bucket)
+                .expected_bucket_owner(&self.owner)
                 .prefix(prefix)
                 .set_key_marker(key_marker)
                 .set_version_id_marker(version_marker)

@@ -17,6 +17,18 @@ pub fn init_json() {
         .try_init();
 }
 
+/// The settings, or the function stops at start-up: one JSON log line naming the variable, the
+/// value and what is allowed, then exit status 1 (Lambda reports the failed init; nothing ran).
+pub fn settings_or_exit<T>(parsed: Result<T, recon_core::config::ConfigError>) -> T {
+    match parsed {
+        Ok(settings) => settings,
+        Err(e) => {
+            tracing::error!(variable = e.variable(), error = %e, "configuration refused at start-up");
+            std::process::exit(1);
+        }
+    }
+}
+
 /// Human-readable events on stderr, `warn` and above unless `RUST_LOG` says otherwise.
 pub fn init_text(default_level: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));

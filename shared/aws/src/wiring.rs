@@ -9,6 +9,7 @@ use recon_core::evidence::SealingAuditLog;
 use recon_core::ports::{Ledger, Metrics, SystemClock};
 use recon_core::reference_audit::ReferenceAuditor;
 use recon_core::replay::{ReplayConfig, Replayer};
+use recon_core::resources::Bucket;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use crate::telemetry::EmfMetrics;
 /// The audit trail as the functions append to it: sealed into the bucket on the append path.
 pub type AwsAuditLog = SealingAuditLog<DynamoAuditLog, S3Worm>;
 
-pub fn audit_log(clients: &AwsClients, table: &str, bucket: &str, seal: &SealPolicy) -> AwsAuditLog {
+pub fn audit_log(clients: &AwsClients, table: &str, bucket: &Bucket, seal: &SealPolicy) -> AwsAuditLog {
     SealingAuditLog {
         log: DynamoAuditLog::new(clients.dynamodb.clone(), table),
         worm: S3Worm::new(clients.s3.clone(), bucket),

@@ -76,9 +76,19 @@ pub mod keys {
     pub const DEDUP_TTL: &str = "expires_at";
 }
 
-/// Names of every resource of one deployment.
+/// The Object Lock bucket and the account that must own it (`ExpectedBucketOwner` on every
+/// request: a bucket of that name in another account is never written or trusted).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    pub name: String,
+    pub owner: String,
+}
+
+/// Names of every resource of one deployment, and the account that owns them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceNames {
+    /// The prefix every name starts with (`DLQ_STACK_PREFIX`, the template's `StackPrefix`).
+    pub prefix: String,
     pub main_queue: String,
     pub dead_letter_queue: String,
     pub ledger_table: String,
@@ -86,7 +96,11 @@ pub struct ResourceNames {
     pub reference_table: String,
     pub audit_table: String,
     pub dedup_table: String,
+    /// Bucket names are global: the deployment's carries its account and region, so it can be
+    /// neither someone else's nor another region's.
     pub quarantine_bucket: String,
+    /// The account every request to the bucket expects to own it (`ExpectedBucketOwner`).
+    pub account: String,
     /// The EventBridge Scheduler schedule that triggers the replay sweep (the only schedule a
     /// scheduled event may name).
     pub sweep_schedule: String,
@@ -95,8 +109,13 @@ pub struct ResourceNames {
 }
 
 impl ResourceNames {
-    pub fn with_prefix(prefix: &str) -> Self {
+    /// The names the template gives a deployment with `prefix` in `account` and `region` (one
+    /// rule: [`ResourceNames::as_template_spells_them`] is the same rule in the template's terms,
+    /// and the template check compares the two). A deployed stack's outputs are the source of
+    /// truth for its names; this is how `dlqctl setup` names what it creates.
+    pub fn derive(prefix: &str, account: &str, region: &str) -> Self {
         Self {
+            prefix: prefix.to_owned(),
             main_queue: format!("{prefix}-main"),
             dead_letter_queue: format!("{prefix}-dead-letter"),
             ledger_table: format!("{prefix}-ledger"),
@@ -104,16 +123,24 @@ impl ResourceNames {
             reference_table: format!("{prefix}-reference"),
             audit_table: format!("{prefix}-audit"),
             dedup_table: format!("{prefix}-dedup"),
-            quarantine_bucket: format!("{prefix}-quarantine"),
+            quarantine_bucket: format!("{prefix}-quarantine-{account}-{region}"),
+            account: account.to_owned(),
             sweep_schedule: format!("{prefix}-replay-sweep"),
             seal_schedule: format!("{prefix}-audit-seal"),
         }
     }
-}
 
-impl Default for ResourceNames {
-    fn default() -> Self {
-        Self::with_prefix(DEFAULT_PREFIX)
+    /// The Object Lock bucket, with the account that owns it.
+    pub fn bucket(&self) -> Bucket {
+        Bucket {
+            name: self.quarantine_bucket.clone(),
+            owner: self.account.clone(),
+        }
+    }
+
+    /// The rule of [`ResourceNames::derive`] as the template's `!Sub` texts spell it.
+    pub fn as_template_spells_them() -> Self {
+        Self::derive("${StackPrefix}", "${AWS::AccountId}", "${AWS::Region}")
     }
 }
 
@@ -276,10 +303,16 @@ mod tests {
     }
 
     #[test]
-    fn names_share_the_prefix() {
-        let n = ResourceNames::with_prefix("acme");
+    fn names_share_the_prefix_and_the_bucket_carries_account_and_region() {
+        let n = ResourceNames::derive("acme", "123456789012", "eu-west-1");
         assert_eq!(n.main_queue, "acme-main");
         assert_eq!(n.dead_letter_queue, "acme-dead-letter");
         assert_eq!(n.ledger_table, "acme-ledger");
+        assert_eq!(n.quarantine_bucket, "acme-quarantine-123456789012-eu-west-1");
+        assert_eq!(n.account, "123456789012");
+        assert_eq!(
+            ResourceNames::as_template_spells_them().quarantine_bucket,
+            "${StackPrefix}-quarantine-${AWS::AccountId}-${AWS::Region}"
+        );
     }
 }

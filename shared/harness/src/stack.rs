@@ -60,13 +60,24 @@ impl TestStack {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
-        let prefix = format!(
-            "it-{test}-{}-{}-{nanos}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
+        // Short enough for every name the template's rule derives (the bucket's carries the
+        // account and region): a few letters of the test's name and a unique tag.
+        let tag: String = test
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(6)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        let unique = (u64::from(std::process::id()) << 40)
+            ^ (u64::from(COUNTER.fetch_add(1, Ordering::Relaxed)) << 30)
+            ^ u64::from(nanos);
+        let prefix = format!("it-{tag}-{:010x}", unique & 0xff_ffff_ffff);
         let clients = AwsClients::connect(Target::local_from_env()).await;
-        let names = ResourceNames::with_prefix(&prefix);
+        let account = match recon_aws::identity::caller(&clients).await {
+            Ok(c) => c.account,
+            Err(e) => panic!("the local AWS stack is not reachable; start it with `make local-up` ({e})"),
+        };
+        let names = ResourceNames::derive(&prefix, &account, &recon_aws::identity::region(&clients));
         let settings = StackSettings {
             max_receive_count: MAX_ATTEMPTS,
             ..StackSettings::default()

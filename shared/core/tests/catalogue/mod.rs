@@ -6,7 +6,7 @@ mod bodies;
 mod others;
 
 pub use aws_lambda_events::event::sqs::SqsMessage;
-pub use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings};
+pub use recon_core::config::{ConsumerSettings, EnricherSettings, ReferenceAuditSettings, ReplaySettings};
 pub use recon_core::decisions::{FailureDecision, RetryPolicy, decide_failure};
 pub use recon_core::domain::{
     CurrencyMapping, NewMessage, PeriodRecord, PeriodStatus, ReferenceSnapshot, attrs, envelope_from_dlq_message,
@@ -133,15 +133,15 @@ pub fn operator(r: Result<impl std::fmt::Display, String>) -> String {
     }
 }
 
-/// Each function's settings from `vars` (plus the two URLs the consumer needs).
+/// Each function's settings from `vars` over a deployment's names (as the template sets them).
 pub fn config(vars: &[(&str, &str)]) -> String {
-    let mut env: HashMap<String, String> = [
-        ("DLQ_MAIN_QUEUE_URL", "https://sqs.local/main"),
-        ("DLQ_DEAD_LETTER_QUEUE_URL", "https://sqs.local/dlq"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    let names = recon_core::resources::ResourceNames::derive("acme", "123456789012", "eu-west-1");
+    let url = |q: &str| format!("https://sqs.eu-west-1.amazonaws.com/123456789012/{q}");
+    let mut env: HashMap<String, String> =
+        recon_core::config::environment(&names, &url(&names.main_queue), &url(&names.dead_letter_queue))
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
     for (k, v) in vars {
         if v.is_empty() {
             env.remove(*k);
@@ -154,6 +154,7 @@ pub fn config(vars: &[(&str, &str)]) -> String {
         ConsumerSettings::from_lookup(get).err(),
         EnricherSettings::from_lookup(get).err(),
         ReplaySettings::from_lookup(get).err(),
+        ReferenceAuditSettings::from_lookup(get).err(),
     ]
     .into_iter()
     .flatten()

@@ -179,47 +179,87 @@ pub fn configuration() -> Vec<Case> {
         (
             "max attempts not a number",
             vec![("DLQ_MAX_ATTEMPTS", "three")],
-            "refused: DLQ_MAX_ATTEMPTS=\"three\" is not valid: a whole number of receives, 1-1000",
+            "refused: DLQ_MAX_ATTEMPTS=\"three\" is not valid; allowed: 1-1000 receives",
         ),
         (
             "max attempts zero",
             vec![("DLQ_MAX_ATTEMPTS", "0")],
-            "refused: DLQ_MAX_ATTEMPTS=\"0\" is not valid: max attempts must be between 1 and 1000",
+            "refused: DLQ_MAX_ATTEMPTS=\"0\" is not valid; allowed: 1-1000 receives",
         ),
         (
             "backoff cap below its base",
             vec![("DLQ_BACKOFF_BASE_SECS", "60"), ("DLQ_BACKOFF_CAP_SECS", "10")],
-            "refused: DLQ_BACKOFF_CAP_SECS=\"10\" is not valid: backoff cap must be between the base (60)",
+            "refused: DLQ_BACKOFF_CAP_SECS=\"10\" is not valid; allowed: DLQ_BACKOFF_BASE_SECS (60) to 43200 seconds",
+        ),
+        (
+            "backoff cap above SQS's 12 hours",
+            vec![("DLQ_BACKOFF_CAP_SECS", "99999")],
+            "refused: DLQ_BACKOFF_CAP_SECS=\"99999\" is not valid; allowed: 1-43200 seconds, not below the base",
         ),
         (
             "batch concurrency zero",
             vec![("DLQ_BATCH_CONCURRENCY", "0")],
-            "refused: DLQ_BATCH_CONCURRENCY=\"0\" is not valid: a whole number 1-100",
+            "refused: DLQ_BATCH_CONCURRENCY=\"0\" is not valid; allowed: 1-100 messages",
         ),
         (
             "main queue URL unset",
             vec![("DLQ_MAIN_QUEUE_URL", "")],
-            "refused: DLQ_MAIN_QUEUE_URL is not set: the URL of the main queue the consumer reads",
+            "refused: DLQ_MAIN_QUEUE_URL is not set: the main queue (the consumer reads it, replay re-injects into it), an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)",
+        ),
+        (
+            "a queue name where its URL belongs",
+            vec![("DLQ_DEAD_LETTER_QUEUE_URL", "acme-dead-letter")],
+            "refused: DLQ_DEAD_LETTER_QUEUE_URL=\"acme-dead-letter\" is not valid; allowed: an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)",
+        ),
+        (
+            "table name blank",
+            vec![("DLQ_LEDGER_TABLE", " ")],
+            "refused: DLQ_LEDGER_TABLE is not set: the ledger table, a DynamoDB table name (3-255 of A-Z a-z 0-9 _ . -)",
+        ),
+        (
+            "bucket name in capitals",
+            vec![("DLQ_QUARANTINE_BUCKET", "Acme-Quarantine")],
+            "refused: DLQ_QUARANTINE_BUCKET=\"Acme-Quarantine\" is not valid; allowed: an S3 bucket name (3-63 of a-z 0-9 . -, starting and ending with a letter or digit)",
+        ),
+        (
+            "bucket owner not an account id",
+            vec![("DLQ_QUARANTINE_BUCKET_OWNER", "acme")],
+            "refused: DLQ_QUARANTINE_BUCKET_OWNER=\"acme\" is not valid; allowed: an AWS account id (12 digits)",
+        ),
+        (
+            "no replays allowed per envelope",
+            vec![("DLQ_REPLAY_MAX_PER_ENVELOPE", "0")],
+            "refused: DLQ_REPLAY_MAX_PER_ENVELOPE=\"0\" is not valid; allowed: 1-100 replays",
         ),
         (
             "negative replay rate",
             vec![("DLQ_REPLAY_RATE_PER_SEC", "-1")],
-            "refused: DLQ_REPLAY_RATE_PER_SEC=\"-1\" is not valid: messages per second, 0 for no limit",
+            "refused: DLQ_REPLAY_RATE_PER_SEC=\"-1\" is not valid; allowed: 0-10000 messages per second, 0 for no limit",
         ),
         (
             "fractional high-water mark",
             vec![("DLQ_OVERFLOW_HIGH_WATER", "1.5")],
-            "refused: DLQ_OVERFLOW_HIGH_WATER=\"1.5\" is not valid: a whole number of PENDING envelopes",
+            "refused: DLQ_OVERFLOW_HIGH_WATER=\"1.5\" is not valid; allowed: 0-1000000000 PENDING envelopes",
         ),
         (
             "replay window of zero days",
             vec![("DLQ_REPLAY_WINDOW_DAYS", "0")],
-            "refused: DLQ_REPLAY_WINDOW_DAYS=\"0\" is not valid: whole days, 1-3650",
+            "refused: DLQ_REPLAY_WINDOW_DAYS=\"0\" is not valid; allowed: 1-3650 days",
         ),
         (
             "replay page size of a million",
             vec![("DLQ_REPLAY_PAGE_SIZE", "1000000")],
-            "refused: DLQ_REPLAY_PAGE_SIZE=\"1000000\" is not valid: envelopes per page, 1-1000",
+            "refused: DLQ_REPLAY_PAGE_SIZE=\"1000000\" is not valid; allowed: 1-1000 envelopes per page",
+        ),
+        (
+            "a deadline margin longer than the consumer's run",
+            vec![("DLQ_DEADLINE_MARGIN_MS", "60000")],
+            "refused: DLQ_DEADLINE_MARGIN_MS=\"60000\" is not valid; allowed: 100-15000 milliseconds",
+        ),
+        (
+            "metrics in AWS's own namespace",
+            vec![("DLQ_METRICS_NAMESPACE", "AWS/Lambda")],
+            "refused: DLQ_METRICS_NAMESPACE=\"AWS/Lambda\" is not valid; allowed: a CloudWatch namespace (1-255 of A-Z a-z 0-9 . - _ / # :, not AWS/…)",
         ),
     ] {
         let shown = vars

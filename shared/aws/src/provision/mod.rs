@@ -7,17 +7,20 @@ use aws_sdk_dynamodb::types::{
     GlobalSecondaryIndexUpdate, KeySchemaElement, KeyType, Projection, ProjectionType, ScalarAttributeType,
     TimeToLiveSpecification,
 };
-use aws_sdk_s3::types::{
-    DefaultRetention, ObjectLockConfiguration, ObjectLockEnabled, ObjectLockRetentionMode, ObjectLockRule,
-    PublicAccessBlockConfiguration,
-};
 use aws_sdk_sqs::types::QueueAttributeName;
 use std::collections::HashMap;
+
+mod bucket;
+mod ownership;
+
+use bucket::ensure_worm_bucket;
+pub use bucket::worm_retention;
+pub use ownership::CREATED_BY_TAG;
+use ownership::refuse_foreign_resources;
 
 use crate::client::AwsClients;
 use crate::error::store_error;
 use crate::sqs::SqsQueue;
-use recon_core::config::vars;
 use recon_core::domain::TransientKind;
 use recon_core::ports::{StoreError, StoreResult};
 use recon_core::resources::{self, ResourceNames, TABLES, TableSpec};
@@ -54,16 +57,7 @@ impl Stack {
     /// The configuration variables the functions of this stack are given (as the template sets
     /// them): queue URLs and resource names.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        let n = &self.names;
-        vec![
-            (vars::MAIN_QUEUE_URL, self.main_queue_url.clone()),
-            (vars::DEAD_LETTER_QUEUE_URL, self.dlq_url.clone()),
-            (vars::LEDGER_TABLE, n.ledger_table.clone()),
-            (vars::REFERENCE_TABLE, n.reference_table.clone()),
-            (vars::AUDIT_TABLE, n.audit_table.clone()),
-            (vars::ENVELOPE_TABLE, n.envelope_table.clone()),
-            (vars::QUARANTINE_BUCKET, n.quarantine_bucket.clone()),
-        ]
+        recon_core::config::environment(&self.names, &self.main_queue_url, &self.dlq_url)
     }
 
     /// A settings lookup for `recon_core::config`'s parsers: `first` (the process environment,
@@ -107,6 +101,7 @@ async fn ensure_queue(
         .create_queue()
         .queue_name(name)
         .set_attributes(Some(attributes))
+        .tags(CREATED_BY_TAG.0, CREATED_BY_TAG.1)
         .send()
         .await
         .map_err(|e| store_error("CreateQueue", e))?;
@@ -228,6 +223,13 @@ async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> Sto
         .create_table()
         .table_name(name)
         .billing_mode(BillingMode::PayPerRequest)
+        .tags(
+            aws_sdk_dynamodb::types::Tag::builder()
+                .key(CREATED_BY_TAG.0)
+                .value(CREATED_BY_TAG.1)
+                .build()
+                .map_err(|e| infra(e.to_string()))?,
+        )
         .key_schema(key_element(spec.partition_key, KeyType::Hash)?);
     let mut defined = vec![spec.partition_key];
     if let Some(sk) = spec.sort_key {
@@ -279,99 +281,9 @@ async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> Sto
     Ok(())
 }
 
-async fn ensure_worm_bucket(clients: &AwsClients, name: &str, retention_days: i32) -> StoreResult<()> {
-    let exists = clients.s3.head_bucket().bucket(name).send().await.is_ok();
-    if !exists {
-        clients
-            .s3
-            .create_bucket()
-            .bucket(name)
-            .object_lock_enabled_for_bucket(true)
-            .send()
-            .await
-            .map_err(|e| store_error("CreateBucket", e))?;
-    }
-    // Never lower a retention, nor weaken its mode: a bucket that already keeps objects at least
-    // as long in COMPLIANCE mode is left as it is (a local default of one day must never reach a
-    // deployed bucket's seven years).
-    if exists {
-        let current = worm_retention(clients, name).await?;
-        if let Some((mode, days)) = &current {
-            if *mode == ObjectLockRetentionMode::Compliance && *days >= retention_days {
-                return block_public_access(clients, name).await;
-            }
-            if *mode == ObjectLockRetentionMode::Compliance && *days < retention_days {
-                tracing::info!(
-                    bucket = name,
-                    from = days,
-                    to = retention_days,
-                    "raising the default COMPLIANCE retention"
-                );
-            }
-        }
-    }
-    let rule = ObjectLockRule::builder()
-        .default_retention(
-            DefaultRetention::builder()
-                .mode(ObjectLockRetentionMode::Compliance)
-                .days(retention_days)
-                .build(),
-        )
-        .build();
-    clients
-        .s3
-        .put_object_lock_configuration()
-        .bucket(name)
-        .object_lock_configuration(
-            ObjectLockConfiguration::builder()
-                .object_lock_enabled(ObjectLockEnabled::Enabled)
-                .rule(rule)
-                .build(),
-        )
-        .send()
-        .await
-        .map_err(|e| store_error("PutObjectLockConfiguration", e))?;
-    block_public_access(clients, name).await
-}
-
-/// The bucket's default retention: its mode and its length in days (years counted as 365 days).
-pub async fn worm_retention(clients: &AwsClients, name: &str) -> StoreResult<Option<(ObjectLockRetentionMode, i32)>> {
-    let out = match clients.s3.get_object_lock_configuration().bucket(name).send().await {
-        Ok(out) => out,
-        Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => return Ok(None),
-        Err(e) => return Err(store_error("GetObjectLockConfiguration", e)),
-    };
-    let retention = out
-        .object_lock_configuration()
-        .and_then(|c| c.rule())
-        .and_then(|r| r.default_retention());
-    Ok(retention.and_then(|d| {
-        let days = d.days().or_else(|| d.years().map(|y| y.saturating_mul(365)))?;
-        Some((d.mode()?.clone(), days))
-    }))
-}
-
-async fn block_public_access(clients: &AwsClients, name: &str) -> StoreResult<()> {
-    clients
-        .s3
-        .put_public_access_block()
-        .bucket(name)
-        .public_access_block_configuration(
-            PublicAccessBlockConfiguration::builder()
-                .block_public_acls(true)
-                .block_public_policy(true)
-                .ignore_public_acls(true)
-                .restrict_public_buckets(true)
-                .build(),
-        )
-        .send()
-        .await
-        .map_err(|e| store_error("PutPublicAccessBlock", e))?;
-    Ok(())
-}
-
 /// Create (or bring up to date) every resource of a deployment. Safe to run again.
 pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings: &StackSettings) -> StoreResult<Stack> {
+    refuse_foreign_resources(clients, names).await?;
     let secs = |d: std::time::Duration| d.as_secs().to_string();
     let dlq_url = ensure_queue(
         clients,
@@ -417,7 +329,7 @@ pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings:
     for spec in &TABLES {
         ensure_table(clients, names.table(spec.kind), spec).await?;
     }
-    ensure_worm_bucket(clients, &names.quarantine_bucket, settings.worm_retention_days).await?;
+    ensure_worm_bucket(clients, &names.bucket(), settings.worm_retention_days).await?;
     Ok(Stack {
         names: names.clone(),
         main_queue_url,
@@ -457,7 +369,7 @@ pub const DEMO_RETIRER: &str = "dlqctl demo (local reset)";
 /// verification lists it as retired instead of calling the new trail a replacement.
 pub async fn reset_data(clients: &AwsClients, stack: &Stack) -> StoreResult<()> {
     let audit = crate::dynamodb::DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table);
-    let worm = crate::s3::S3Worm::new(clients.s3.clone(), &stack.names.quarantine_bucket);
+    let worm = crate::s3::S3Worm::new(clients.s3.clone(), &stack.names.bucket());
     // A first run has no table, so no trail, yet.
     let audit_table = clients
         .dynamodb

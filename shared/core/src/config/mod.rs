@@ -1,0 +1,483 @@
+//! Runtime configuration from the environment, checked at start-up in one vocabulary.
+//!
+//! Every variable has one entry in [`VARIABLES`]: what it may hold (a [`Rule`]), its default,
+//! what it means. A value outside its rule stops start-up with an error naming the variable, the
+//! value and what is allowed; nothing is clamped. Every resource a function talks to is named by
+//! its environment (the template sets each one; nothing is derived from the prefix, whose rule
+//! a deployed stack need not follow). The README's configuration table is this table.
+
+use std::time::Duration;
+
+use crate::decisions::retry::MAX_VISIBILITY_SECS;
+use crate::decisions::{DEFAULT_MAX_ATTEMPTS, RetryPolicy};
+use crate::resources::{self, Bucket};
+
+pub mod vars {
+    pub const STACK_PREFIX: &str = "DLQ_STACK_PREFIX";
+    pub const MAIN_QUEUE_URL: &str = "DLQ_MAIN_QUEUE_URL";
+    pub const DEAD_LETTER_QUEUE_URL: &str = "DLQ_DEAD_LETTER_QUEUE_URL";
+    pub const LEDGER_TABLE: &str = "DLQ_LEDGER_TABLE";
+    pub const REFERENCE_TABLE: &str = "DLQ_REFERENCE_TABLE";
+    pub const AUDIT_TABLE: &str = "DLQ_AUDIT_TABLE";
+    pub const MAX_ATTEMPTS: &str = "DLQ_MAX_ATTEMPTS";
+    pub const BACKOFF_BASE_SECS: &str = "DLQ_BACKOFF_BASE_SECS";
+    pub const BACKOFF_CAP_SECS: &str = "DLQ_BACKOFF_CAP_SECS";
+    pub const DEADLINE_MARGIN_MS: &str = "DLQ_DEADLINE_MARGIN_MS";
+    pub const BATCH_CONCURRENCY: &str = "DLQ_BATCH_CONCURRENCY";
+    pub const REFERENCE_CACHE_SECS: &str = "DLQ_REFERENCE_CACHE_SECS";
+    pub const ENVELOPE_TABLE: &str = "DLQ_ENVELOPE_TABLE";
+    pub const QUARANTINE_BUCKET: &str = "DLQ_QUARANTINE_BUCKET";
+    pub const QUARANTINE_BUCKET_OWNER: &str = "DLQ_QUARANTINE_BUCKET_OWNER";
+    pub const OVERFLOW_HIGH_WATER: &str = "DLQ_OVERFLOW_HIGH_WATER";
+    pub const METRICS_NAMESPACE: &str = "DLQ_METRICS_NAMESPACE";
+    pub const REPLAY_LEASE_SECS: &str = "DLQ_REPLAY_LEASE_SECS";
+    pub const REPLAY_MAX_PER_ENVELOPE: &str = "DLQ_REPLAY_MAX_PER_ENVELOPE";
+    pub const REPLAY_WINDOW_DAYS: &str = "DLQ_REPLAY_WINDOW_DAYS";
+    pub const REPLAY_RATE_PER_SEC: &str = "DLQ_REPLAY_RATE_PER_SEC";
+    pub const REPLAY_QUEUE_HIGH_WATER: &str = "DLQ_REPLAY_QUEUE_HIGH_WATER";
+    pub const REPLAY_PAGE_SIZE: &str = "DLQ_REPLAY_PAGE_SIZE";
+    pub const SWEEP_SCHEDULE: &str = "DLQ_SWEEP_SCHEDULE";
+    pub const SEAL_EVERY_RECORDS: &str = "DLQ_SEAL_EVERY_RECORDS";
+    pub const SEAL_EVERY_MINUTES: &str = "DLQ_SEAL_EVERY_MINUTES";
+    pub const SEAL_SCHEDULE: &str = "DLQ_SEAL_SCHEDULE";
+}
+
+mod rules;
+pub use rules::{MAX_PREFIX_LEN, Rule, VARIABLES, Variable, needs, readme_table};
+
+/// The name-valued variables of a deployment with these names and queue URLs: what the template
+/// sets, and what the local stack gives the functions.
+pub fn environment(
+    names: &resources::ResourceNames,
+    main_queue_url: &str,
+    dlq_url: &str,
+) -> Vec<(&'static str, String)> {
+    vec![
+        (vars::STACK_PREFIX, names.prefix.clone()),
+        (vars::MAIN_QUEUE_URL, main_queue_url.to_owned()),
+        (vars::DEAD_LETTER_QUEUE_URL, dlq_url.to_owned()),
+        (vars::LEDGER_TABLE, names.ledger_table.clone()),
+        (vars::REFERENCE_TABLE, names.reference_table.clone()),
+        (vars::AUDIT_TABLE, names.audit_table.clone()),
+        (vars::ENVELOPE_TABLE, names.envelope_table.clone()),
+        (vars::QUARANTINE_BUCKET, names.quarantine_bucket.clone()),
+        (vars::QUARANTINE_BUCKET_OWNER, names.account.clone()),
+        (vars::SWEEP_SCHEDULE, names.sweep_schedule.clone()),
+        (vars::SEAL_SCHEDULE, names.seal_schedule.clone()),
+    ]
+}
+
+/// The entry of `name` (every name the parsers read has one: a test checks it).
+pub fn variable(name: &str) -> Option<&'static Variable> {
+    VARIABLES.iter().find(|v| v.name == name)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{var} is not set: {meaning}, {allowed}")]
+    Missing {
+        var: &'static str,
+        meaning: &'static str,
+        allowed: String,
+    },
+    #[error("{var}={value:?} is not valid; allowed: {allowed}")]
+    Invalid {
+        var: &'static str,
+        value: String,
+        allowed: String,
+    },
+    /// A variable the code reads but [`VARIABLES`] does not list (a bug, caught by the tests).
+    #[error("{0} is read but not documented")]
+    Undocumented(&'static str),
+}
+
+impl ConfigError {
+    /// The variable at fault.
+    pub fn variable(&self) -> &'static str {
+        match self {
+            ConfigError::Missing { var, .. } | ConfigError::Invalid { var, .. } | ConfigError::Undocumented(var) => var,
+        }
+    }
+}
+
+/// A settings lookup (the process environment, or a test's map) read through [`VARIABLES`].
+struct Env<G>(G);
+
+impl<G: Fn(&str) -> Option<String>> Env<G> {
+    fn spec(var: &'static str) -> Result<&'static Variable, ConfigError> {
+        variable(var).ok_or(ConfigError::Undocumented(var))
+    }
+
+    /// The value set for `var`; blank counts as unset.
+    fn raw(&self, var: &str) -> Option<String> {
+        (self.0)(var).filter(|v| !v.trim().is_empty())
+    }
+
+    /// A required name, checked against its rule.
+    fn name(&self, var: &'static str) -> Result<String, ConfigError> {
+        let spec = Self::spec(var)?;
+        let Some(value) = self.raw(var).or_else(|| spec.default.map(str::to_owned)) else {
+            return Err(ConfigError::Missing {
+                var,
+                meaning: spec.meaning,
+                allowed: spec.rule.allowed(),
+            });
+        };
+        if spec.rule.admits(&value) {
+            Ok(value)
+        } else {
+            Err(ConfigError::Invalid {
+                var,
+                value,
+                allowed: spec.rule.allowed(),
+            })
+        }
+    }
+
+    /// A whole number within its rule; `default` when unset.
+    fn whole<T: TryFrom<u64>>(&self, var: &'static str, default: T) -> Result<T, ConfigError> {
+        let spec = Self::spec(var)?;
+        let Some(value) = self.raw(var) else {
+            return Ok(default);
+        };
+        let invalid = || ConfigError::Invalid {
+            var,
+            value: value.clone(),
+            allowed: spec.rule.allowed(),
+        };
+        let n = spec.rule.whole(value.trim()).ok_or_else(invalid)?;
+        T::try_from(n).map_err(|_| invalid())
+    }
+}
+
+/// How often the audit chains are sealed whatever the sweep does: on the append path, whenever a
+/// chain reaches a multiple of `every_records`; and by the seal schedule, every `every_minutes`.
+/// Verification calls sealing stopped when a record has waited more than twice the interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SealPolicy {
+    pub every_records: u64,
+    pub every_minutes: u32,
+}
+
+impl Default for SealPolicy {
+    fn default() -> Self {
+        SealPolicy {
+            every_records: 500,
+            every_minutes: 15,
+        }
+    }
+}
+
+impl SealPolicy {
+    pub fn from_lookup(get: &impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        Self::read(&Env(get))
+    }
+
+    fn read<G: Fn(&str) -> Option<String>>(env: &Env<G>) -> Result<Self, ConfigError> {
+        let d = SealPolicy::default();
+        Ok(SealPolicy {
+            every_records: env.whole(vars::SEAL_EVERY_RECORDS, d.every_records)?,
+            every_minutes: env.whole(vars::SEAL_EVERY_MINUTES, d.every_minutes)?,
+        })
+    }
+
+    /// How long a record may stay unsealed: two intervals (one missed run is tolerated).
+    pub fn max_unsealed(&self) -> chrono::Duration {
+        chrono::Duration::minutes(2 * i64::from(self.every_minutes))
+    }
+}
+
+impl Bucket {
+    fn read<G: Fn(&str) -> Option<String>>(env: &Env<G>) -> Result<Self, ConfigError> {
+        Ok(Bucket {
+            name: env.name(vars::QUARANTINE_BUCKET)?,
+            owner: env.name(vars::QUARANTINE_BUCKET_OWNER)?,
+        })
+    }
+
+    fn audited(&self) -> [(&'static str, String); 2] {
+        [
+            (vars::QUARANTINE_BUCKET, self.name.clone()),
+            (vars::QUARANTINE_BUCKET_OWNER, self.owner.clone()),
+        ]
+    }
+}
+
+/// Everything the consumer needs to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerSettings {
+    pub main_queue_url: String,
+    pub dead_letter_queue_url: String,
+    pub ledger_table: String,
+    pub reference_table: String,
+    pub audit_table: String,
+    pub retry: RetryPolicy,
+    pub deadline_margin: Duration,
+    pub concurrency: usize,
+    pub reference_cache: Duration,
+    /// The Object Lock bucket (the append path writes seals there).
+    pub quarantine_bucket: Bucket,
+    pub seal: SealPolicy,
+}
+
+impl ConsumerSettings {
+    /// Read the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Read settings through `get` (the environment, or a map in tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env(get);
+        let d = RetryPolicy::default();
+        let retry = RetryPolicy {
+            max_attempts: env.whole(vars::MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS)?,
+            backoff_base_secs: env.whole(vars::BACKOFF_BASE_SECS, d.backoff_base_secs)?,
+            backoff_cap_secs: env.whole(vars::BACKOFF_CAP_SECS, d.backoff_cap_secs)?,
+        };
+        // The one rule between two variables: the cap is not below the base.
+        if retry.validate().is_err() {
+            return Err(ConfigError::Invalid {
+                var: vars::BACKOFF_CAP_SECS,
+                value: retry.backoff_cap_secs.to_string(),
+                allowed: format!(
+                    "{} ({}) to {MAX_VISIBILITY_SECS} seconds",
+                    vars::BACKOFF_BASE_SECS,
+                    retry.backoff_base_secs
+                ),
+            });
+        }
+        Ok(ConsumerSettings {
+            main_queue_url: env.name(vars::MAIN_QUEUE_URL)?,
+            dead_letter_queue_url: env.name(vars::DEAD_LETTER_QUEUE_URL)?,
+            ledger_table: env.name(vars::LEDGER_TABLE)?,
+            reference_table: env.name(vars::REFERENCE_TABLE)?,
+            audit_table: env.name(vars::AUDIT_TABLE)?,
+            retry,
+            deadline_margin: Duration::from_millis(env.whole(vars::DEADLINE_MARGIN_MS, 3000)?),
+            concurrency: env.whole(vars::BATCH_CONCURRENCY, 8)?,
+            reference_cache: Duration::from_secs(env.whole(vars::REFERENCE_CACHE_SECS, 30)?),
+            quarantine_bucket: Bucket::read(&env)?,
+            seal: SealPolicy::read(&env)?,
+        })
+    }
+}
+
+/// Everything the enricher needs to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnricherSettings {
+    pub envelope_table: String,
+    pub audit_table: String,
+    pub quarantine_bucket: Bucket,
+    pub overflow_high_water: i64,
+    pub metrics_namespace: String,
+    /// The deployment's prefix (`DLQ_STACK_PREFIX`): a dimension of every metric.
+    pub stack: String,
+    pub concurrency: usize,
+    pub deadline_margin: Duration,
+    pub seal: SealPolicy,
+}
+
+impl EnricherSettings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        Self::read(&Env(get))
+    }
+
+    fn read<G: Fn(&str) -> Option<String>>(env: &Env<G>) -> Result<Self, ConfigError> {
+        Ok(EnricherSettings {
+            envelope_table: env.name(vars::ENVELOPE_TABLE)?,
+            audit_table: env.name(vars::AUDIT_TABLE)?,
+            quarantine_bucket: Bucket::read(env)?,
+            overflow_high_water: env.whole(vars::OVERFLOW_HIGH_WATER, resources::DEFAULT_OVERFLOW_HIGH_WATER)?,
+            metrics_namespace: env.name(vars::METRICS_NAMESPACE)?,
+            stack: env.name(vars::STACK_PREFIX)?,
+            concurrency: env.whole(vars::BATCH_CONCURRENCY, 8)?,
+            deadline_margin: Duration::from_millis(env.whole(vars::DEADLINE_MARGIN_MS, 3000)?),
+            seal: SealPolicy::read(env)?,
+        })
+    }
+}
+
+/// Everything the replay needs to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplaySettings {
+    pub main_queue_url: String,
+    pub envelope_table: String,
+    pub ledger_table: String,
+    pub reference_table: String,
+    pub audit_table: String,
+    pub quarantine_bucket: Bucket,
+    pub lease_secs: i64,
+    pub max_replays: u32,
+    pub window_days: i64,
+    pub rate_per_sec: u32,
+    pub main_queue_high_water: u64,
+    pub page_size: usize,
+    /// The schedule a scheduled event must name (`DLQ_SWEEP_SCHEDULE`).
+    pub sweep_schedule: String,
+    /// The schedule whose scheduled events only seal (`DLQ_SEAL_SCHEDULE`).
+    pub seal_schedule: String,
+    pub seal: SealPolicy,
+    pub overflow_high_water: i64,
+    pub metrics_namespace: String,
+    pub stack: String,
+    pub deadline_margin: Duration,
+}
+
+impl ReplaySettings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env(get);
+        let enricher = EnricherSettings::read(&env)?;
+        Ok(ReplaySettings {
+            main_queue_url: env.name(vars::MAIN_QUEUE_URL)?,
+            envelope_table: enricher.envelope_table,
+            ledger_table: env.name(vars::LEDGER_TABLE)?,
+            reference_table: env.name(vars::REFERENCE_TABLE)?,
+            audit_table: enricher.audit_table,
+            quarantine_bucket: enricher.quarantine_bucket,
+            lease_secs: env.whole(vars::REPLAY_LEASE_SECS, 300)?,
+            max_replays: env.whole(vars::REPLAY_MAX_PER_ENVELOPE, 3)?,
+            window_days: env.whole(vars::REPLAY_WINDOW_DAYS, 90)?,
+            rate_per_sec: env.whole(vars::REPLAY_RATE_PER_SEC, 50)?,
+            main_queue_high_water: env.whole(vars::REPLAY_QUEUE_HIGH_WATER, 10_000)?,
+            page_size: env.whole(vars::REPLAY_PAGE_SIZE, 100)?,
+            sweep_schedule: env.name(vars::SWEEP_SCHEDULE)?,
+            seal_schedule: env.name(vars::SEAL_SCHEDULE)?,
+            seal: enricher.seal,
+            overflow_high_water: enricher.overflow_high_water,
+            metrics_namespace: enricher.metrics_namespace,
+            stack: enricher.stack,
+            deadline_margin: Duration::from_millis(env.whole(vars::DEADLINE_MARGIN_MS, 5000)?),
+        })
+    }
+}
+
+/// Everything the reference-audit function needs to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReferenceAuditSettings {
+    pub reference_table: String,
+    pub audit_table: String,
+    pub quarantine_bucket: Bucket,
+    pub seal: SealPolicy,
+}
+
+impl ReferenceAuditSettings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env(get);
+        Ok(ReferenceAuditSettings {
+            reference_table: env.name(vars::REFERENCE_TABLE)?,
+            audit_table: env.name(vars::AUDIT_TABLE)?,
+            quarantine_bucket: Bucket::read(&env)?,
+            seal: SealPolicy::read(&env)?,
+        })
+    }
+
+    pub fn audited(&self) -> Audited {
+        let mut pairs = vec![
+            (vars::REFERENCE_TABLE, self.reference_table.clone()),
+            (vars::AUDIT_TABLE, self.audit_table.clone()),
+        ];
+        pairs.extend(self.quarantine_bucket.audited());
+        pairs.extend(self.seal.audited());
+        audited(&pairs)
+    }
+}
+
+/// The settings that decide what a function does, by variable name (the configuration recorded
+/// in the audit trail; there are no secrets among them).
+type Audited = std::collections::BTreeMap<String, String>;
+
+fn audited(pairs: &[(&str, String)]) -> Audited {
+    let mut map: Audited = pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+    map.insert("code_version".into(), env!("CARGO_PKG_VERSION").into());
+    map
+}
+
+impl SealPolicy {
+    fn audited(&self) -> [(&'static str, String); 2] {
+        [
+            (vars::SEAL_EVERY_RECORDS, self.every_records.to_string()),
+            (vars::SEAL_EVERY_MINUTES, self.every_minutes.to_string()),
+        ]
+    }
+}
+
+impl ConsumerSettings {
+    pub fn audited(&self) -> Audited {
+        let mut pairs = vec![
+            (vars::MAIN_QUEUE_URL, self.main_queue_url.clone()),
+            (vars::DEAD_LETTER_QUEUE_URL, self.dead_letter_queue_url.clone()),
+            (vars::LEDGER_TABLE, self.ledger_table.clone()),
+            (vars::REFERENCE_TABLE, self.reference_table.clone()),
+            (vars::AUDIT_TABLE, self.audit_table.clone()),
+            (vars::MAX_ATTEMPTS, self.retry.max_attempts.to_string()),
+            (vars::BACKOFF_BASE_SECS, self.retry.backoff_base_secs.to_string()),
+            (vars::BACKOFF_CAP_SECS, self.retry.backoff_cap_secs.to_string()),
+            (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
+            (vars::BATCH_CONCURRENCY, self.concurrency.to_string()),
+            (vars::REFERENCE_CACHE_SECS, self.reference_cache.as_secs().to_string()),
+        ];
+        pairs.extend(self.quarantine_bucket.audited());
+        pairs.extend(self.seal.audited());
+        audited(&pairs)
+    }
+}
+
+impl EnricherSettings {
+    pub fn audited(&self) -> Audited {
+        let mut pairs = vec![
+            (vars::ENVELOPE_TABLE, self.envelope_table.clone()),
+            (vars::AUDIT_TABLE, self.audit_table.clone()),
+            (vars::OVERFLOW_HIGH_WATER, self.overflow_high_water.to_string()),
+            (vars::METRICS_NAMESPACE, self.metrics_namespace.clone()),
+            (vars::STACK_PREFIX, self.stack.clone()),
+            (vars::BATCH_CONCURRENCY, self.concurrency.to_string()),
+            (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
+        ];
+        pairs.extend(self.quarantine_bucket.audited());
+        pairs.extend(self.seal.audited());
+        audited(&pairs)
+    }
+}
+
+impl ReplaySettings {
+    pub fn audited(&self) -> Audited {
+        let mut pairs = vec![
+            (vars::MAIN_QUEUE_URL, self.main_queue_url.clone()),
+            (vars::ENVELOPE_TABLE, self.envelope_table.clone()),
+            (vars::LEDGER_TABLE, self.ledger_table.clone()),
+            (vars::REFERENCE_TABLE, self.reference_table.clone()),
+            (vars::AUDIT_TABLE, self.audit_table.clone()),
+            (vars::REPLAY_LEASE_SECS, self.lease_secs.to_string()),
+            (vars::REPLAY_MAX_PER_ENVELOPE, self.max_replays.to_string()),
+            (vars::REPLAY_WINDOW_DAYS, self.window_days.to_string()),
+            (vars::REPLAY_RATE_PER_SEC, self.rate_per_sec.to_string()),
+            (vars::REPLAY_QUEUE_HIGH_WATER, self.main_queue_high_water.to_string()),
+            (vars::REPLAY_PAGE_SIZE, self.page_size.to_string()),
+            (vars::SWEEP_SCHEDULE, self.sweep_schedule.clone()),
+            (vars::SEAL_SCHEDULE, self.seal_schedule.clone()),
+            (vars::OVERFLOW_HIGH_WATER, self.overflow_high_water.to_string()),
+            (vars::METRICS_NAMESPACE, self.metrics_namespace.clone()),
+            (vars::STACK_PREFIX, self.stack.clone()),
+            (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
+        ];
+        pairs.extend(self.quarantine_bucket.audited());
+        pairs.extend(self.seal.audited());
+        audited(&pairs)
+    }
+}
+
+#[cfg(test)]
+mod tests;

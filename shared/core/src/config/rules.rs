@@ -1,0 +1,369 @@
+//! What each variable may hold: the one vocabulary of the configuration, and its table.
+
+use super::vars;
+use crate::decisions::retry::MAX_VISIBILITY_SECS;
+use crate::resources;
+
+/// What a variable may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// A whole number from `min` to `max` (inclusive), counted in `unit`.
+    Whole { min: u64, max: u64, unit: &'static str },
+    /// An SQS queue URL (`https://…/<account>/<queue name>`).
+    QueueUrl,
+    /// A DynamoDB table name: 3-255 of `A-Z a-z 0-9 _ . -`.
+    TableName,
+    /// An S3 bucket name: 3-63 of `a-z 0-9 . -`, starting and ending with a letter or digit.
+    BucketName,
+    /// An AWS account id: 12 digits.
+    AccountId,
+    /// An EventBridge Scheduler schedule name: 1-64 of `A-Z a-z 0-9 _ . -`.
+    ScheduleName,
+    /// A deployment prefix: what the template's `StackPrefix` allows.
+    Prefix,
+    /// A CloudWatch namespace: 1-255 of `A-Z a-z 0-9 . - _ / # :`, not starting with `AWS/`.
+    Namespace,
+}
+
+/// The longest deployment prefix: the bucket's name (`<prefix>-quarantine-<account>-<region>`,
+/// at most 63 characters) must fit in every region, the longest of which have 14 characters.
+pub const MAX_PREFIX_LEN: usize = 63 - "-quarantine-".len() - 12 - 1 - 14;
+
+impl Rule {
+    /// What the rule allows, as the error and the README say it.
+    pub fn allowed(&self) -> String {
+        match self {
+            Rule::Whole { min, max, unit } => format!("{min}-{max} {unit}"),
+            Rule::QueueUrl => "an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)".into(),
+            Rule::TableName => "a DynamoDB table name (3-255 of A-Z a-z 0-9 _ . -)".into(),
+            Rule::BucketName => {
+                "an S3 bucket name (3-63 of a-z 0-9 . -, starting and ending with a letter or digit)".into()
+            }
+            Rule::AccountId => "an AWS account id (12 digits)".into(),
+            Rule::ScheduleName => "a schedule name (1-64 of A-Z a-z 0-9 _ . -)".into(),
+            Rule::Prefix => format!("a prefix of 3-{MAX_PREFIX_LEN} of a-z 0-9 -, starting with a letter"),
+            Rule::Namespace => "a CloudWatch namespace (1-255 of A-Z a-z 0-9 . - _ / # :, not AWS/…)".into(),
+        }
+    }
+
+    /// Whether `value` is a name this rule allows (a whole number is checked by [`Rule::whole`]).
+    pub fn admits(&self, value: &str) -> bool {
+        let chars = |min: usize, max: usize, ok: &dyn Fn(char) -> bool| {
+            (min..=max).contains(&value.chars().count()) && value.chars().all(ok)
+        };
+        let word = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+        match self {
+            Rule::Whole { .. } => self.whole(value).is_some(),
+            Rule::QueueUrl => {
+                let rest = value.strip_prefix("https://").or_else(|| value.strip_prefix("http://"));
+                rest.is_some_and(|r| {
+                    let mut parts = r.split('/');
+                    let host = parts.next().unwrap_or_default();
+                    let path: Vec<&str> = parts.collect();
+                    !host.is_empty()
+                        && !host.contains(char::is_whitespace)
+                        && path.len() == 2
+                        && path[0].len() == 12
+                        && path[0].bytes().all(|b| b.is_ascii_digit())
+                        && Rule::queue_name(path[1])
+                })
+            }
+            Rule::TableName => chars(3, 255, &word),
+            Rule::BucketName => {
+                let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+                chars(3, 63, &|c| {
+                    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '-')
+                }) && edge(value.chars().next())
+                    && edge(value.chars().last())
+                    && !value.contains("..")
+            }
+            Rule::AccountId => value.len() == 12 && value.bytes().all(|b| b.is_ascii_digit()),
+            Rule::ScheduleName => chars(1, 64, &word),
+            Rule::Prefix => {
+                chars(3, MAX_PREFIX_LEN, &|c| {
+                    c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'
+                }) && value.starts_with(|c: char| c.is_ascii_lowercase())
+            }
+            Rule::Namespace => {
+                chars(1, 255, &|c| {
+                    c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '/' | '#' | ':')
+                }) && !value.starts_with("AWS/")
+            }
+        }
+    }
+
+    /// `value` as a whole number within this rule's range.
+    pub(super) fn whole(&self, value: &str) -> Option<u64> {
+        match self {
+            Rule::Whole { min, max, .. } => value.parse::<u64>().ok().filter(|n| (*min..=*max).contains(n)),
+            _ => None,
+        }
+    }
+
+    /// An SQS queue name: 1-80 of `A-Z a-z 0-9 _ -`, `.fifo` allowed at the end.
+    fn queue_name(name: &str) -> bool {
+        let base = name.strip_suffix(".fifo").unwrap_or(name);
+        (1..=80).contains(&name.len())
+            && base
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    }
+}
+
+/// One configuration variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variable {
+    pub name: &'static str,
+    pub rule: Rule,
+    /// `None`: required (the template sets it).
+    pub default: Option<&'static str>,
+    pub meaning: &'static str,
+}
+
+const fn required(name: &'static str, rule: Rule, meaning: &'static str) -> Variable {
+    Variable {
+        name,
+        rule,
+        default: None,
+        meaning,
+    }
+}
+
+const fn whole(
+    name: &'static str,
+    min: u64,
+    max: u64,
+    unit: &'static str,
+    default: &'static str,
+    meaning: &'static str,
+) -> Variable {
+    Variable {
+        name,
+        rule: Rule::Whole { min, max, unit },
+        default: Some(default),
+        meaning,
+    }
+}
+
+/// Every variable the functions read, in the README's order.
+pub const VARIABLES: &[Variable] = &[
+    required(
+        vars::STACK_PREFIX,
+        Rule::Prefix,
+        "the deployment's name: a dimension of every metric",
+    ),
+    required(
+        vars::MAIN_QUEUE_URL,
+        Rule::QueueUrl,
+        "the main queue (the consumer reads it, replay re-injects into it)",
+    ),
+    required(
+        vars::DEAD_LETTER_QUEUE_URL,
+        Rule::QueueUrl,
+        "the DLQ the consumer dead-letters to",
+    ),
+    required(vars::LEDGER_TABLE, Rule::TableName, "the ledger table"),
+    required(
+        vars::REFERENCE_TABLE,
+        Rule::TableName,
+        "the reference data table (currencies, periods)",
+    ),
+    required(vars::AUDIT_TABLE, Rule::TableName, "the audit table"),
+    required(vars::ENVELOPE_TABLE, Rule::TableName, "the envelope table"),
+    required(
+        vars::QUARANTINE_BUCKET,
+        Rule::BucketName,
+        "the Object Lock bucket (every function writes seals there)",
+    ),
+    required(
+        vars::QUARANTINE_BUCKET_OWNER,
+        Rule::AccountId,
+        "the account every request to the bucket expects to own it",
+    ),
+    required(
+        vars::SWEEP_SCHEDULE,
+        Rule::ScheduleName,
+        "the only schedule whose scheduled event starts a sweep",
+    ),
+    required(
+        vars::SEAL_SCHEDULE,
+        Rule::ScheduleName,
+        "the schedule whose scheduled event only seals the audit trail",
+    ),
+    whole(
+        vars::MAX_ATTEMPTS,
+        1,
+        1000,
+        "receives",
+        "5",
+        "retry budget; must equal the redrive policy's maxReceiveCount",
+    ),
+    whole(
+        vars::BACKOFF_BASE_SECS,
+        1,
+        MAX_VISIBILITY_SECS as u64,
+        "seconds",
+        "2",
+        "backoff min(cap, base·2^(n-1) + jitter)",
+    ),
+    whole(
+        vars::BACKOFF_CAP_SECS,
+        1,
+        MAX_VISIBILITY_SECS as u64,
+        "seconds, not below the base",
+        "300",
+        "the longest backoff (SQS hides a message 12 hours at most)",
+    ),
+    whole(
+        vars::DEADLINE_MARGIN_MS,
+        100,
+        15_000,
+        "milliseconds",
+        "3000 (replay: 5000)",
+        "hand back unstarted work when less is left of the invocation",
+    ),
+    whole(
+        vars::BATCH_CONCURRENCY,
+        1,
+        100,
+        "messages",
+        "8",
+        "messages of one batch processed at once",
+    ),
+    whole(
+        vars::REFERENCE_CACHE_SECS,
+        0,
+        3600,
+        "seconds",
+        "30",
+        "how long the consumer caches reference data",
+    ),
+    whole(
+        vars::OVERFLOW_HIGH_WATER,
+        0,
+        1_000_000_000,
+        "PENDING envelopes",
+        "1000",
+        "PENDING envelopes above this raise DLQ_OVERFLOW",
+    ),
+    whole(
+        vars::REPLAY_LEASE_SECS,
+        1,
+        86_400,
+        "seconds",
+        "300",
+        "how long a replay's claim protects a re-injection",
+    ),
+    whole(
+        vars::REPLAY_MAX_PER_ENVELOPE,
+        1,
+        100,
+        "replays",
+        "3",
+        "replays of one message before it is quarantined for review",
+    ),
+    whole(
+        vars::REPLAY_WINDOW_DAYS,
+        1,
+        3650,
+        "days",
+        "90",
+        "envelopes older than this are quarantined, not replayed (keep it below any dedup TTL)",
+    ),
+    whole(
+        vars::REPLAY_RATE_PER_SEC,
+        0,
+        10_000,
+        "messages per second, 0 for no limit",
+        "50",
+        "re-injections per second",
+    ),
+    whole(
+        vars::REPLAY_QUEUE_HIGH_WATER,
+        1,
+        1_000_000_000,
+        "visible messages",
+        "10000",
+        "back-pressure: stop re-injecting while the main queue holds more",
+    ),
+    whole(
+        vars::REPLAY_PAGE_SIZE,
+        1,
+        1000,
+        "envelopes per page",
+        "100",
+        "envelopes read per page",
+    ),
+    whole(
+        vars::SEAL_EVERY_MINUTES,
+        2,
+        1440,
+        "minutes",
+        "15",
+        "the seal schedule's interval; verify calls sealing stopped when a record waits twice this",
+    ),
+    whole(
+        vars::SEAL_EVERY_RECORDS,
+        1,
+        100_000,
+        "records",
+        "500",
+        "the functions seal on the append path whenever an audit chain reaches a multiple of this",
+    ),
+    Variable {
+        name: vars::METRICS_NAMESPACE,
+        rule: Rule::Namespace,
+        default: Some(resources::DEFAULT_METRICS_NAMESPACE),
+        meaning: "CloudWatch namespace of the EMF metrics",
+    },
+];
+
+/// The variables without a default each function needs: what the template must set for it
+/// (checked against the template by the template check, and against the parsers by a test).
+pub mod needs {
+    use super::vars::*;
+    pub const CONSUMER: &[&str] = &[
+        MAIN_QUEUE_URL,
+        DEAD_LETTER_QUEUE_URL,
+        LEDGER_TABLE,
+        REFERENCE_TABLE,
+        AUDIT_TABLE,
+        QUARANTINE_BUCKET,
+        QUARANTINE_BUCKET_OWNER,
+    ];
+    pub const ENRICHER: &[&str] = &[
+        ENVELOPE_TABLE,
+        AUDIT_TABLE,
+        QUARANTINE_BUCKET,
+        QUARANTINE_BUCKET_OWNER,
+        STACK_PREFIX,
+    ];
+    pub const REPLAY: &[&str] = &[
+        MAIN_QUEUE_URL,
+        ENVELOPE_TABLE,
+        LEDGER_TABLE,
+        REFERENCE_TABLE,
+        AUDIT_TABLE,
+        QUARANTINE_BUCKET,
+        QUARANTINE_BUCKET_OWNER,
+        STACK_PREFIX,
+        SWEEP_SCHEDULE,
+        SEAL_SCHEDULE,
+    ];
+    pub const REFERENCE_AUDIT: &[&str] = &[REFERENCE_TABLE, AUDIT_TABLE, QUARANTINE_BUCKET, QUARANTINE_BUCKET_OWNER];
+}
+
+/// The README's configuration table, rows in [`VARIABLES`]' order (the README test compares).
+pub fn readme_table() -> String {
+    let mut out = String::from("| variable | default | allowed | meaning |\n|---|---|---|---|\n");
+    for v in VARIABLES {
+        let default = v.default.map_or_else(|| "required".to_owned(), |d| format!("`{d}`"));
+        out.push_str(&format!(
+            "| `{}` | {default} | {} | {} |\n",
+            v.name,
+            v.rule.allowed(),
+            v.meaning
+        ));
+    }
+    out
+}

@@ -1,0 +1,233 @@
+use super::*;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// A complete, valid environment (what the template sets).
+fn valid() -> HashMap<String, String> {
+    let n = resources::ResourceNames::derive("acme", "123456789012", "eu-west-1");
+    let url = |q: &str| format!("https://sqs.eu-west-1.amazonaws.com/123456789012/{q}");
+    environment(&n, &url(&n.main_queue), &url(&n.dead_letter_queue))
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+}
+
+type Parsed = Result<BTreeMap<String, String>, ConfigError>;
+
+/// Every function's parser over `env`: its audited settings, or its error.
+fn parse_all(env: &HashMap<String, String>, read: &RefCell<BTreeSet<String>>) -> Vec<(&'static str, Parsed)> {
+    let get = |k: &str| {
+        read.borrow_mut().insert(k.to_owned());
+        env.get(k).cloned()
+    };
+    vec![
+        ("consumer", ConsumerSettings::from_lookup(get).map(|s| s.audited())),
+        ("enricher", EnricherSettings::from_lookup(get).map(|s| s.audited())),
+        ("replay", ReplaySettings::from_lookup(get).map(|s| s.audited())),
+        (
+            "reference-audit",
+            ReferenceAuditSettings::from_lookup(get).map(|s| s.audited()),
+        ),
+    ]
+}
+
+/// Values each rule refuses.
+fn refused(rule: Rule) -> Vec<String> {
+    let mut bad: Vec<String> = vec!["has space".into(), "ünïcode".into()];
+    match rule {
+        Rule::Whole { min, max, .. } => {
+            bad = vec!["three".into(), "1.5".into(), "-1".into(), (max + 1).to_string()];
+            if min > 0 {
+                bad.push((min - 1).to_string());
+            }
+        }
+        Rule::QueueUrl => bad.extend([
+            "sqs.eu-west-1.amazonaws.com/123456789012/q".into(),
+            "https://sqs.eu-west-1.amazonaws.com/q".into(),
+            "https://sqs.eu-west-1.amazonaws.com/123456789012/".into(),
+            "acme-main".into(),
+        ]),
+        Rule::TableName => bad.extend(["ab".into(), "a/b/c".into(), "x".repeat(256)]),
+        Rule::BucketName => bad.extend([
+            "Acme-Quarantine".into(),
+            "acme_quarantine".into(),
+            "-acme".into(),
+            "acme..q".into(),
+            "x".repeat(64),
+        ]),
+        Rule::AccountId => bad.extend(["12345678901".into(), "1234567890123".into(), "12345678901a".into()]),
+        Rule::ScheduleName => bad.extend(["a/b".into(), "x".repeat(65)]),
+        Rule::Prefix => bad.extend([
+            "Acme".into(),
+            "1acme".into(),
+            "ac".into(),
+            "acme_dlq".into(),
+            "x".repeat(MAX_PREFIX_LEN + 1),
+        ]),
+        Rule::Namespace => bad.extend(["AWS/Lambda".into(), "a b".into(), "x".repeat(256)]),
+    }
+    bad
+}
+
+#[test]
+fn a_complete_environment_parses_in_every_function() {
+    let read = RefCell::default();
+    for (function, parsed) in parse_all(&valid(), &read) {
+        assert!(parsed.is_ok(), "{function}: {parsed:?}");
+    }
+}
+
+#[test]
+fn every_variable_read_is_documented_and_every_documented_one_is_read() {
+    let read = RefCell::default();
+    parse_all(&valid(), &read);
+    let read = read.into_inner();
+    let documented: BTreeSet<String> = VARIABLES.iter().map(|v| v.name.to_owned()).collect();
+    assert_eq!(read, documented);
+}
+
+/// A test per variable: each value its rule refuses stops every function that reads it,
+/// naming the variable, the value and what is allowed; no other function minds.
+#[test]
+fn every_variable_refuses_what_its_rule_refuses_naming_variable_value_and_range() {
+    for v in VARIABLES {
+        for bad in refused(v.rule) {
+            let mut env = valid();
+            env.insert(v.name.to_owned(), bad.clone());
+            let stopped: Vec<_> = parse_all(&env, &RefCell::default())
+                .into_iter()
+                .filter_map(|(f, p)| p.err().map(|e| (f, e)))
+                .collect();
+            assert!(!stopped.is_empty(), "{}={bad:?} was accepted everywhere", v.name);
+            for (function, e) in stopped {
+                assert_eq!(
+                    e,
+                    ConfigError::Invalid {
+                        var: v.name,
+                        value: bad.clone(),
+                        allowed: v.rule.allowed(),
+                    },
+                    "{function}"
+                );
+                let text = e.to_string();
+                assert!(
+                    text.starts_with(&format!("{}={bad:?} is not valid; allowed: ", v.name)),
+                    "{text}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_required_variable_unset_or_blank_stops_the_functions_that_read_it() {
+    for v in VARIABLES.iter().filter(|v| v.default.is_none()) {
+        for blank in [None, Some("  ")] {
+            let mut env = valid();
+            match blank {
+                None => env.remove(v.name),
+                Some(b) => env.insert(v.name.to_owned(), b.to_owned()),
+            };
+            let errors: Vec<_> = parse_all(&env, &RefCell::default())
+                .into_iter()
+                .filter_map(|(_, p)| p.err())
+                .collect();
+            assert!(!errors.is_empty(), "{} unset was accepted", v.name);
+            for e in errors {
+                assert_eq!(e.variable(), v.name);
+                assert!(
+                    e.to_string()
+                        .starts_with(&format!("{} is not set: {}", v.name, v.meaning)),
+                    "{e}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn defaults_are_the_documented_ones_and_admitted_by_their_rules() {
+    let read = RefCell::default();
+    for (function, parsed) in parse_all(&valid(), &read) {
+        let audited = parsed.unwrap();
+        for v in VARIABLES {
+            let (Some(default), Some(value)) = (v.default, audited.get(v.name)) else {
+                continue;
+            };
+            let documented: Vec<&str> = default
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .collect();
+            assert!(
+                documented.contains(&value.as_str()),
+                "{function}: {} = {value}, documented {default}",
+                v.name
+            );
+            assert!(v.rule.admits(value), "{function}: default {} = {value}", v.name);
+        }
+    }
+}
+
+#[test]
+fn each_function_needs_exactly_the_variables_it_is_said_to_need() {
+    let functions = ["consumer", "enricher", "replay", "reference-audit"];
+    let said = [needs::CONSUMER, needs::ENRICHER, needs::REPLAY, needs::REFERENCE_AUDIT];
+    for (i, function) in functions.iter().enumerate() {
+        let mut stopped_by: Vec<&str> = VARIABLES
+            .iter()
+            .filter(|v| v.default.is_none())
+            .filter(|v| {
+                let mut env = valid();
+                env.remove(v.name);
+                parse_all(&env, &RefCell::default())[i].1.is_err()
+            })
+            .map(|v| v.name)
+            .collect();
+        let mut expected = said[i].to_vec();
+        stopped_by.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(stopped_by, expected, "{function}");
+    }
+}
+
+#[test]
+fn the_readme_lists_every_variable_as_this_table_does() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap_or_default();
+    let table = readme_table();
+    if !readme.contains(&table) {
+        println!("{table}");
+        panic!("the README's configuration table differs from config::VARIABLES (printed above)");
+    }
+}
+
+#[test]
+fn a_backoff_cap_below_its_base_blames_the_cap() {
+    let mut env = valid();
+    env.insert(vars::BACKOFF_BASE_SECS.into(), "60".into());
+    env.insert(vars::BACKOFF_CAP_SECS.into(), "10".into());
+    let e = ConsumerSettings::from_lookup(|k| env.get(k).cloned()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "DLQ_BACKOFF_CAP_SECS=\"10\" is not valid; allowed: DLQ_BACKOFF_BASE_SECS (60) to 43200 seconds"
+    );
+}
+
+#[test]
+fn names_the_template_derives_are_admitted_for_the_longest_prefix_in_the_longest_region() {
+    let prefix = format!("a{}", "b".repeat(MAX_PREFIX_LEN - 1));
+    assert!(Rule::Prefix.admits(&prefix));
+    let n = resources::ResourceNames::derive(&prefix, "123456789012", "ap-southeast-3");
+    assert!(Rule::BucketName.admits(&n.quarantine_bucket), "{}", n.quarantine_bucket);
+    for t in [
+        &n.ledger_table,
+        &n.envelope_table,
+        &n.reference_table,
+        &n.audit_table,
+        &n.dedup_table,
+    ] {
+        assert!(Rule::TableName.admits(t));
+    }
+    assert!(Rule::ScheduleName.admits(&n.sweep_schedule) && Rule::ScheduleName.admits(&n.seal_schedule));
+    assert!(Rule::QueueUrl.admits(&format!("http://127.0.0.1:4566/000000000000/{}", n.main_queue)));
+    assert!(Rule::QueueUrl.admits("https://sqs.us-east-1.amazonaws.com/123456789012/q.fifo"));
+}

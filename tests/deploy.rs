@@ -1,0 +1,264 @@
+//! A deployment as AWS users meet it, on the local stack: `dlqctl --stack` reads every name from
+//! a CloudFormation stack's outputs (LocalStack's CloudFormation), and `setup` refuses to touch
+//! resources it did not create.
+
+use aws_sdk_cloudformation::types::StackStatus;
+use aws_sdk_sqs::types::QueueAttributeName;
+use recon_aws::deployment::{self, outputs};
+use recon_aws::provision::{StackSettings, ensure_stack};
+use recon_aws::{AwsClients, Target};
+use recon_core::resources::ResourceNames;
+use recon_harness::stack::TestStack;
+use std::process::Command;
+
+async fn cloudformation(clients: &AwsClients) -> aws_sdk_cloudformation::Client {
+    let shared = recon_aws::client::shared_config(&clients.target, recon_aws::ClientTimeouts::INTERACTIVE).await;
+    let mut cfn = aws_sdk_cloudformation::config::Builder::from(&shared);
+    if let Target::Local { edge_url, .. } = &clients.target {
+        cfn = cfn.endpoint_url(edge_url);
+    }
+    aws_sdk_cloudformation::Client::from_conf(cfn.build())
+}
+
+/// A CloudFormation stack on LocalStack whose outputs are `values` (the resources themselves are
+/// the test stack's; LocalStack's CloudFormation here runs without DynamoDB, so the outputs are
+/// given as literals, as the real template's `!Ref`s would resolve them).
+async fn stack_with_outputs(clients: &AwsClients, name: &str, values: &[(&str, String)]) {
+    let outputs: serde_json::Map<String, serde_json::Value> = values
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), serde_json::json!({ "Value": v })))
+        .collect();
+    let template = serde_json::json!({
+        "Resources": { "Handle": { "Type": "AWS::CloudFormation::WaitConditionHandle" } },
+        "Outputs": outputs,
+    });
+    let cfn = cloudformation(clients).await;
+    cfn.create_stack()
+        .stack_name(name)
+        .template_body(template.to_string())
+        .send()
+        .await
+        .expect("create stack");
+    for _ in 0..120 {
+        let out = cfn
+            .describe_stacks()
+            .stack_name(name)
+            .send()
+            .await
+            .expect("describe stack");
+        match out.stacks().first().and_then(|s| s.stack_status()) {
+            Some(StackStatus::CreateComplete) => return,
+            Some(StackStatus::CreateInProgress) | None => {}
+            Some(other) => panic!("stack {name}: {other:?}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    panic!("stack {name} was not created");
+}
+
+async fn delete_cfn_stack(clients: &AwsClients, name: &str) {
+    let _ = cloudformation(clients)
+        .await
+        .delete_stack()
+        .stack_name(name)
+        .send()
+        .await;
+}
+
+/// The outputs the template gives a deployment with these names.
+fn outputs_of(s: &TestStack) -> Vec<(&'static str, String)> {
+    let n = &s.stack.names;
+    vec![
+        (outputs::STACK_PREFIX, n.prefix.clone()),
+        (outputs::MAIN_QUEUE_URL, s.stack.main_queue_url.clone()),
+        (outputs::DEAD_LETTER_QUEUE_URL, s.stack.dlq_url.clone()),
+        (outputs::LEDGER_TABLE, n.ledger_table.clone()),
+        (outputs::ENVELOPE_TABLE, n.envelope_table.clone()),
+        (outputs::REFERENCE_TABLE, n.reference_table.clone()),
+        (outputs::AUDIT_TABLE, n.audit_table.clone()),
+        (outputs::DEDUP_TABLE, n.dedup_table.clone()),
+        (outputs::QUARANTINE_BUCKET, n.quarantine_bucket.clone()),
+        (outputs::QUARANTINE_BUCKET_OWNER, n.account.clone()),
+        (outputs::SWEEP_SCHEDULE, n.sweep_schedule.clone()),
+        (outputs::SEAL_SCHEDULE, n.seal_schedule.clone()),
+    ]
+}
+
+/// `dlqctl` as a user runs it, against the local stack.
+fn dlqctl(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO"))
+        .args(["run", "--quiet", "-p", "dlqctl", "--"])
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .expect("run dlqctl")
+}
+
+#[tokio::test]
+async fn dlqctl_reads_every_name_from_the_stacks_outputs() {
+    let s = TestStack::new("dp-outputs").await;
+    let cfn_stack = format!("{}-cfn", s.stack.names.prefix);
+    stack_with_outputs(&s.clients, &cfn_stack, &outputs_of(&s)).await;
+
+    let read = deployment::read_stack(&s.clients, &cfn_stack).await.unwrap();
+    assert_eq!(read.names, s.stack.names);
+    assert_eq!(read.main_queue_url, s.stack.main_queue_url);
+    assert_eq!(read.dlq_url, s.stack.dlq_url);
+
+    // The command a user runs: the names come from the stack whatever the prefix says (the
+    // stack's bucket is not `<prefix>-quarantine`).
+    let out = dlqctl(&["--stack", &cfn_stack, "--prefix", "someone-else", "env"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let env = String::from_utf8_lossy(&out.stdout);
+    for (var, value) in s.stack.env() {
+        assert!(
+            env.lines().any(|l| l == format!("{var}={value}")),
+            "{var}={value} missing from:\n{env}"
+        );
+    }
+    let out = dlqctl(&["--stack", &cfn_stack, "audit", "verify"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // A CloudFormation stack is updated with its template, never by setup.
+    let out = dlqctl(&["--stack", &cfn_stack, "setup"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is CloudFormation's"));
+    delete_cfn_stack(&s.clients, &cfn_stack).await;
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_stack_without_an_output_or_with_a_bad_one_is_named_in_the_error() {
+    let s = TestStack::new("dp-missing").await;
+    let without = format!("{}-cfn-a", s.stack.names.prefix);
+    let mut values = outputs_of(&s);
+    values.retain(|(k, _)| *k != outputs::QUARANTINE_BUCKET_OWNER);
+    stack_with_outputs(&s.clients, &without, &values).await;
+    let e = deployment::read_stack(&s.clients, &without).await.unwrap_err();
+    assert!(e.contains("no output QuarantineBucketOwner"), "{e}");
+
+    let bad = format!("{}-cfn-b", s.stack.names.prefix);
+    let mut values = outputs_of(&s);
+    for (k, v) in &mut values {
+        if *k == outputs::QUARANTINE_BUCKET {
+            *v = "Not_A_Bucket".into();
+        }
+    }
+    stack_with_outputs(&s.clients, &bad, &values).await;
+    let e = deployment::read_stack(&s.clients, &bad).await.unwrap_err();
+    assert!(
+        e.contains("QuarantineBucket=\"Not_A_Bucket\" is not an S3 bucket name"),
+        "{e}"
+    );
+
+    let e = deployment::read_stack(&s.clients, &format!("{}-none", s.stack.names.prefix))
+        .await
+        .unwrap_err();
+    assert!(e.contains("cannot read stack"), "{e}");
+    delete_cfn_stack(&s.clients, &without).await;
+    delete_cfn_stack(&s.clients, &bad).await;
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn setup_refuses_to_touch_a_queue_it_did_not_create_and_changes_nothing() {
+    let clients = AwsClients::connect(Target::local_from_env()).await;
+    let caller = recon_aws::identity::caller(&clients).await.unwrap();
+    let prefix = format!("dp-foreign-{}", std::process::id());
+    let names = ResourceNames::derive(&prefix, &caller.account, &recon_aws::identity::region(&clients));
+    // A main queue of the deployment's name, made by someone else (no tag), as CloudFormation
+    // would have made it: its own visibility timeout.
+    let url = clients
+        .sqs
+        .create_queue()
+        .queue_name(&names.main_queue)
+        .attributes(QueueAttributeName::VisibilityTimeout, "45")
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_owned();
+    let e = ensure_stack(&clients, &names, &StackSettings::default())
+        .await
+        .unwrap_err();
+    assert!(
+        e.detail
+            .contains(&format!("queue {} was not created by dlqctl setup", names.main_queue)),
+        "{e}"
+    );
+    assert!(e.detail.contains("changed nothing"), "{e}");
+    // Nothing changed: the queue keeps its settings, and nothing else was created.
+    let attrs = clients
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::VisibilityTimeout)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        attrs
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::VisibilityTimeout))
+            .map(String::as_str),
+        Some("45")
+    );
+    let dlq = clients
+        .sqs
+        .get_queue_url()
+        .queue_name(&names.dead_letter_queue)
+        .send()
+        .await;
+    assert!(dlq.is_err(), "setup created the DLQ before refusing");
+    let table = clients
+        .dynamodb
+        .describe_table()
+        .table_name(&names.ledger_table)
+        .send()
+        .await;
+    assert!(table.is_err(), "setup created a table before refusing");
+    let _ = clients.sqs.delete_queue().queue_url(&url).send().await;
+}
+
+#[tokio::test]
+async fn setup_refuses_a_bucket_it_did_not_create_and_leaves_its_retention() {
+    let clients = AwsClients::connect(Target::local_from_env()).await;
+    let caller = recon_aws::identity::caller(&clients).await.unwrap();
+    let prefix = format!("dp-bucket-{}", std::process::id());
+    let names = ResourceNames::derive(&prefix, &caller.account, &recon_aws::identity::region(&clients));
+    clients
+        .s3
+        .create_bucket()
+        .bucket(&names.quarantine_bucket)
+        .object_lock_enabled_for_bucket(true)
+        .send()
+        .await
+        .unwrap();
+    let e = ensure_stack(
+        &clients,
+        &names,
+        &StackSettings {
+            worm_retention_days: 30,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.detail.contains(&format!(
+            "bucket {} was not created by dlqctl setup",
+            names.quarantine_bucket
+        )),
+        "{e}"
+    );
+    // Not even a raise: the bucket keeps no default retention, as its owner left it.
+    assert_eq!(
+        recon_aws::provision::worm_retention(&clients, &names.bucket())
+            .await
+            .unwrap(),
+        None
+    );
+    let main = clients.sqs.get_queue_url().queue_name(&names.main_queue).send().await;
+    assert!(main.is_err(), "setup created a queue before refusing");
+}
