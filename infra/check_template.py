@@ -177,6 +177,11 @@ def names_from_the_template(tpl, spec):
         for var, value in sorted(wanted.items()):
             if env.get(var) != value:
                 errors.append(f"{function} sets {var} to {env.get(var)!r}; the code needs {value!r}")
+        if "RUST_LOG" in env:
+            errors.append(f"{function} sets RUST_LOG, which overrides the LogLevel parameter (AWS_LAMBDA_LOG_LEVEL)")
+        level = res.get(function, {}).get("Properties", {}).get("LoggingConfig", {}).get("ApplicationLogLevel")
+        if level != {"Ref": "LogLevel"}:
+            errors.append(f"{function}'s application log level is {level!r}, not the LogLevel parameter")
     outputs = tpl.get("Outputs", {})
     for name, value in sorted(spec["outputs"].items()):
         actual = outputs.get(name, {}).get("Value")
@@ -350,6 +355,7 @@ def mutations(tpl):
         mutate(lambda t: t["Globals"]["Function"]["Environment"]["Variables"].pop("DLQ_QUARANTINE_BUCKET_OWNER"), "no expected bucket owner"),
         mutate(lambda t: res(t)["ReplayFunction"]["Properties"]["Environment"]["Variables"].pop("DLQ_SWEEP_SCHEDULE"), "the replay left to guess its schedule"),
         mutate(lambda t: res(t)["EnricherFunction"]["Properties"]["Environment"]["Variables"].__setitem__("DLQ_ENVELOPE_TABLE", {"Ref": "LedgerTable"}), "a variable naming the wrong table"),
+        mutate(lambda t: t["Globals"]["Function"]["Environment"]["Variables"].__setitem__("RUST_LOG", "info"), "RUST_LOG over the log level"),
         mutate(lambda t: t["Outputs"].pop("QuarantineBucket"), "the bucket missing from the outputs"),
         mutate(lambda t: t["Outputs"]["AuditTable"].__setitem__("Value", {"Ref": "EnvelopeTable"}), "an output naming the wrong table"),
         mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-sweep"]}'}), "the schedule's event names another schedule"),

@@ -56,6 +56,18 @@ s=$(stats)
 [ "$(echo "$s" | json 'd["dead_letter_queue"]["visible"]')" = 2 ] || fail "expected 2 dead letters: $s"
 [ "$(echo "$s" | json 'd["audit"].get("DUPLICATE_SUPPRESSED", 0)')" = 1 ] || fail "expected 1 duplicate audited: $s"
 
+# Logs as Powertools writes them: the invocation's keys on every line inside it.
+python3 - "$log" <<'PY' || fail "log lines without Powertools' keys"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+inside = [d for d in lines if "function_request_id" in d]
+assert inside, "no log line inside an invocation"
+for d in inside:
+    for key in ("timestamp", "level", "message", "service", "cold_start", "function_request_id"):
+        assert key in d, (key, d)
+assert any(d.get("decision") == "COMMITTED" for d in inside), "the decision events are not inside the invocation"
+PY
+
 echo "smoke: enricher <- events/enricher-dlq-batch.json"
 out=$(invoke enricher events/enricher-dlq-batch.json) || fail "enricher invoke: $out"
 [ "$(echo "$out" | json 'len(d["batchItemFailures"])')" = 0 ] || fail "enricher reported failures: $out"

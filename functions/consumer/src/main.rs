@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    telemetry::init_json();
+    telemetry::init_json("consumer");
     let settings = telemetry::settings_or_exit(ConsumerSettings::from_env());
     // Every request gives up well inside the invocation (see ClientTimeouts::within).
     let clients = AwsClients::connect_with(

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    telemetry::init_json();
+    telemetry::init_json("enricher");
     let settings = telemetry::settings_or_exit(EnricherSettings::from_env());
     // Every request gives up well inside the invocation (see ClientTimeouts::within).
     let clients = AwsClients::connect_with(

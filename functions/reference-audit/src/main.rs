@@ -14,7 +14,7 @@ use std::time::Duration;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    telemetry::init_json();
+    telemetry::init_json("reference-audit");
     let settings = telemetry::settings_or_exit(ReferenceAuditSettings::from_env());
     let clients = AwsClients::connect_with(
         Target::Aws,

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    telemetry::init_json();
+    telemetry::init_json("replay");
     let settings = telemetry::settings_or_exit(ReplaySettings::from_env());
     // Every request gives up well inside the invocation (see ClientTimeouts::within).
     let clients = AwsClients::connect_with(

@@ -9,6 +9,7 @@ pub mod dynamodb;
 pub mod error;
 pub mod identity;
 pub mod item;
+pub mod logs;
 pub mod provision;
 pub mod s3;
 pub mod sqs;

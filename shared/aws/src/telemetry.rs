@@ -3,16 +3,18 @@
 
 use tracing_subscriber::EnvFilter;
 
-/// JSON events with their fields flattened at the top level, no ANSI colours.
-pub fn init_json() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// JSON log lines with Powertools' keys (see [`crate::logs`]); the level from `RUST_LOG`, else
+/// Lambda's `AWS_LAMBDA_LOG_LEVEL`, else `info`. `default_service` names the service when neither
+/// `POWERTOOLS_SERVICE_NAME` nor the function's name is set.
+pub fn init_json(default_service: &str) {
+    let directive = crate::logs::filter_directive(
+        std::env::var("RUST_LOG").ok(),
+        std::env::var("AWS_LAMBDA_LOG_LEVEL").ok(),
+    );
+    let filter = EnvFilter::try_new(&directive).unwrap_or_else(|_| EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_current_span(false)
-        .with_ansi(false)
-        .with_target(false)
-        .without_time()
+        .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+        .event_format(crate::logs::LambdaJson::new(crate::logs::service_name(default_service)))
         .with_env_filter(filter)
         .try_init();
 }
