@@ -3,8 +3,8 @@
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName,
-    SendMessageBatchRequestEntry,
+    DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, MessageSystemAttributeName,
+    MessageSystemAttributeNameForSends, MessageSystemAttributeValue, QueueAttributeName, SendMessageBatchRequestEntry,
 };
 use std::collections::HashMap;
 
@@ -79,6 +79,9 @@ impl SqsQueue {
                 .message_body(&m.body);
             for (name, data_type, value) in &m.attributes {
                 e = e.message_attributes(name, attr(data_type, value)?);
+            }
+            if let Some(header) = &m.trace_header {
+                e = e.message_system_attributes(MessageSystemAttributeNameForSends::AwsTraceHeader, trace(header)?);
             }
             if self.is_fifo() {
                 e = e
@@ -210,6 +213,15 @@ impl WorkQueue for SqsQueue {
     }
 }
 
+/// The `AWSTraceHeader` system attribute: the X-Ray trace the message continues.
+fn trace(header: &str) -> StoreResult<MessageSystemAttributeValue> {
+    MessageSystemAttributeValue::builder()
+        .data_type("String")
+        .string_value(header)
+        .build()
+        .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("trace header: {e}")))
+}
+
 impl DeadLetterQueue for SqsQueue {
     async fn send(&self, letter: &DeadLetter) -> StoreResult<()> {
         let m = dead_letter_message(letter)
@@ -217,6 +229,9 @@ impl DeadLetterQueue for SqsQueue {
         let mut req = self.client.send_message().queue_url(&self.url).message_body(&m.body);
         for (name, data_type, value) in &m.attributes {
             req = req.message_attributes(name, attr(data_type, value)?);
+        }
+        if let Some(header) = &m.trace_header {
+            req = req.message_system_attributes(MessageSystemAttributeNameForSends::AwsTraceHeader, trace(header)?);
         }
         if self.is_fifo() {
             req = req

@@ -348,6 +348,7 @@ where
                 source_message_id: sqs_id.to_owned(),
                 message_group_id: m.attributes.get("MessageGroupId").cloned(),
                 trace_id: l.trace_id.clone(),
+                aws_trace_header: m.attributes.get(sqs::AWS_TRACE_HEADER).cloned(),
                 source_hash: l.source_hash.clone(),
                 actor: self.config.actor.clone(),
                 original_attributes: sqs::original_attributes(m),

@@ -99,6 +99,7 @@ mod tests {
                 source_queue_arn: None,
                 sent_at: None,
                 message_group_id: None,
+                aws_trace_header: None,
             },
             worm: None,
             status_history: vec![],

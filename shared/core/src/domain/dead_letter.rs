@@ -36,6 +36,10 @@ pub struct DeadLetterContext {
     pub message_group_id: Option<String>,
     #[serde(default)]
     pub trace_id: Option<String>,
+    /// The X-Ray trace header the original was delivered with (SQS's `AWSTraceHeader` system
+    /// attribute): the dead letter and any replayed copy continue that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws_trace_header: Option<String>,
     #[serde(default)]
     pub source_hash: Option<String>,
     /// Who dead-lettered it (function name).

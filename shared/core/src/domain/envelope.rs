@@ -80,6 +80,9 @@ pub struct OriginalMessage {
     /// The FIFO message group it was sent in (a re-injected copy goes back into it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_group_id: Option<String>,
+    /// The X-Ray trace header it was delivered with (a re-injected copy continues the trace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aws_trace_header: Option<String>,
 }
 
 /// The WORM copy of an envelope in the Object Lock bucket.
@@ -278,6 +281,11 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
                 .as_ref()
                 .and_then(|c| c.message_group_id.clone())
                 .or_else(|| m.attributes.get("MessageGroupId").cloned()),
+            // The consumer's context names the original's; a bare redrive keeps its own.
+            aws_trace_header: context
+                .as_ref()
+                .and_then(|c| c.aws_trace_header.clone())
+                .or_else(|| m.attributes.get(sqs::AWS_TRACE_HEADER).cloned()),
         },
         worm: None,
         status_history: vec![StatusChange {

@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 
 use super::dead_letter::OriginalAttribute;
 
+/// The system attribute in which SQS carries a message's X-Ray trace header.
+pub const AWS_TRACE_HEADER: &str = "AWSTraceHeader";
+
 /// `ApproximateReceiveCount` of a delivered message (1 when SQS did not say).
 pub fn receive_count(m: &SqsMessage) -> u32 {
     m.attributes

@@ -40,6 +40,9 @@ pub struct OutgoingMessage {
     /// FIFO queues only.
     pub group_id: Option<String>,
     pub dedup_id: Option<String>,
+    /// The X-Ray trace header to send as SQS's `AWSTraceHeader` system attribute (not counted
+    /// against the message's size).
+    pub trace_header: Option<String>,
 }
 
 /// Does an attribute of this data type (`Binary`, `Binary.<label>`) carry bytes?
@@ -116,6 +119,7 @@ pub fn dead_letter_message(letter: &DeadLetter) -> Result<OutgoingMessage, serde
             (attrs::CONTEXT.into(), "String".into(), context),
         ],
         group_id: letter.context.message_group_id.clone(),
+        trace_header: letter.context.aws_trace_header.clone(),
         // FIFO dedup id: one dead letter per delivered message and attempt.
         dedup_id: Some(
             format!("{}-{}", letter.context.source_message_id, letter.attempt_count)

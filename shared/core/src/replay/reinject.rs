@@ -56,6 +56,7 @@ where
             attributes,
             group_id: e.original.message_group_id.clone(),
             dedup_id: Some(format!("{}-{}", e.envelope_id, run.replay_id)),
+            trace_header: e.original.aws_trace_header.clone(),
         };
         match m.refusal() {
             None => Ok(m),

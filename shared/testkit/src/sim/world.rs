@@ -325,6 +325,7 @@ impl World {
                 attributes: p.attributes.clone(),
                 group_id: self.settings.fifo.then_some(group),
                 dedup_id: None,
+                trace_header: None,
             };
             match self.stores.sqs.send(MAIN, &m) {
                 Ok(id) => {
