@@ -54,12 +54,14 @@ fuzz-ci:
 tools:
 	infra/tools.sh install
 
-## infra-check: cfn-lint, checkov, and the template <-> resources.rs agreement (with its self-test)
-infra-check: tools
+## infra-check: cfn-lint, checkov, the template <-> resources.rs agreement (with its self-test), and
+## the deploy rehearsal (SAM translated offline; what LocalStack runs created through its CloudFormation)
+infra-check: tools local-stack
 	$(DLQCTL) infra-spec > .local-aws/infra-spec.json
 	$(TOOLS)/cfn-lint infra/template.yaml
 	$(TOOLS)/checkov -f infra/template.yaml --framework cloudformation --quiet --compact --skip-download
 	$(TOOLS)/python infra/check_template.py infra/template.yaml .local-aws/infra-spec.json --self-test
+	$(TOOLS)/python infra/rehearse.py infra/template.yaml .local-aws/infra-spec.json --localstack http://127.0.0.1:$${LOCALSTACK_PORT:-4566}
 
 ## build: the four functions for Lambda (arm64, provided.al2023) with cargo lambda (zig cross-links)
 build: tools

@@ -484,6 +484,7 @@ pub fn spec_json() -> serde_json::Value {
         "outputs": outputs_spec(),
         "function_env": function_env_spec(),
         "max_prefix_len": recon_core::config::MAX_PREFIX_LEN,
+        "variables": recon_core::config::VARIABLES.iter().map(|v| v.name).collect::<Vec<_>>(),
         "iam": iam::ROLES.iter().map(|(role, grants)| (role.to_string(), serde_json::json!(grants))).collect::<serde_json::Map<_, _>>(),
     })
 }

@@ -1,0 +1,261 @@
+"""A deploy rehearsal, as far as a machine without an AWS account allows.
+
+Usage:
+    python infra/rehearse.py TEMPLATE SPEC_JSON [--localstack URL]
+
+1. Translate the SAM template offline with the SAM translator (what `sam deploy` hands to
+   CloudFormation) and check the generated CloudFormation: every SQS event source's visibility
+   against its function's timeout, each function's environment (Globals merged, as SAM merges
+   them) against the configuration parser's variables, the roles (no role SAM would add; each
+   function runs with its own), and the runtime settings.
+2. With --localstack: create through LocalStack's CloudFormation every resource of the generated
+   template whose type LocalStack runs here (queues, the Object Lock bucket and its policy, log
+   groups), with everything they depend on; then compare the stack's outputs and the created
+   resources with the code's names and settings. What cannot be created here (DynamoDB through
+   CloudFormation, Lambda, KMS, SNS, Scheduler targets, alarms on them) is listed, not faked.
+
+SPEC_JSON is what `dlqctl infra-spec` prints. Exit 1 with every difference.
+"""
+
+import copy
+import json
+import os
+import sys
+import time
+
+from cfnlint.decode import decode
+
+# The resource types LocalStack runs here (SERVICES in infra/local/stack.sh) through CloudFormation.
+CREATABLE = {
+    "AWS::SQS::Queue",
+    "AWS::SQS::QueuePolicy",
+    "AWS::S3::Bucket",
+    "AWS::S3::BucketPolicy",
+    "AWS::Logs::LogGroup",
+}
+
+
+class NoManagedPolicies:
+    """The functions name their own roles, so the translator looks up no managed policy."""
+
+    def load(self):
+        return {}
+
+
+def translate(path):
+    from samtranslator.translator.transform import transform
+
+    sam, matches = decode(path)
+    if sam is None:
+        raise SystemExit(f"cannot read {path}: {matches}")
+    sam = json.loads(json.dumps(sam))
+    for r in sam.get("Resources", {}).values():
+        if r.get("Type") == "AWS::Serverless::Function":
+            # `sam build` replaces the local path by the uploaded artifact.
+            r["Properties"]["CodeUri"] = "s3://rehearsal-artifacts/function.zip"
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    return transform(sam, {}, NoManagedPolicies())
+
+
+def logical(value):
+    """The logical id a Ref or GetAtt names, or None."""
+    if isinstance(value, dict):
+        if "Ref" in value:
+            return value["Ref"]
+        if "Fn::GetAtt" in value:
+            target = value["Fn::GetAtt"]
+            return target[0] if isinstance(target, list) else target.split(".")[0]
+    return None
+
+
+def references(node):
+    """Every logical id or parameter a piece of template refers to."""
+    found = set()
+    if isinstance(node, dict):
+        name = logical(node)
+        if name:
+            found.add(name)
+        sub = node.get("Fn::Sub")
+        if sub is not None:
+            text = sub if isinstance(sub, str) else sub[0]
+            rest = text
+            while "${" in rest:
+                start = rest.index("${") + 2
+                end = rest.index("}", start)
+                found.add(rest[start:end].split(".")[0])
+                rest = rest[end + 1:]
+            if isinstance(sub, list) and len(sub) > 1:
+                found |= references(sub[1])
+        for v in node.values():
+            found |= references(v)
+    elif isinstance(node, list):
+        for v in node:
+            found |= references(v)
+    return found
+
+
+def check_generated(cfn, spec):
+    errors = []
+    res = cfn.get("Resources", {})
+    functions = {k: r for k, r in res.items() if r["Type"] == "AWS::Lambda::Function"}
+    if sorted(functions) != sorted(spec["function_env"]):
+        errors.append(f"functions generated: {sorted(functions)}, the code runs {sorted(spec['function_env'])}")
+    known = set(spec["variables"])
+    for name, f in sorted(functions.items()):
+        props = f["Properties"]
+        env = props.get("Environment", {}).get("Variables", {})
+        for var, value in sorted(spec["function_env"].get(name, {}).items()):
+            if env.get(var) != value:
+                errors.append(f"generated {name}: {var} is {env.get(var)!r}, the code needs {value!r}")
+        for var in sorted(v for v in env if v.startswith("DLQ_") and v not in known):
+            errors.append(f"generated {name} sets {var}, which no function reads")
+        if props.get("Runtime") != "provided.al2023" or props.get("Handler") != "bootstrap" or props.get("Architectures") != ["arm64"]:
+            errors.append(f"generated {name}: runtime {props.get('Runtime')}, handler {props.get('Handler')}, {props.get('Architectures')}")
+        role = logical(props.get("Role"))
+        if role is None or res.get(role, {}).get("Type") != "AWS::IAM::Role":
+            errors.append(f"generated {name} runs with {props.get('Role')!r}, not a role of the template")
+    roles = {k for k, r in res.items() if r["Type"] == "AWS::IAM::Role"}
+    if roles - set(spec["iam"]) - {"SchedulerRole"} or set(spec["iam"]) - roles:
+        errors.append(f"roles generated: {sorted(roles)}; the code lists {sorted(spec['iam'])} and the scheduler's")
+    for name, m in sorted(res.items()):
+        if m["Type"] != "AWS::Lambda::EventSourceMapping":
+            continue
+        queue = res.get(logical(m["Properties"].get("EventSourceArn")) or "", {})
+        function = res.get(logical(m["Properties"].get("FunctionName")) or "", {})
+        if queue.get("Type") == "AWS::SQS::Queue":
+            visibility = queue["Properties"].get("VisibilityTimeout", 30)
+            timeout = function.get("Properties", {}).get("Timeout", 3)
+            if visibility < 6 * timeout:
+                errors.append(f"generated {name}: queue visibility {visibility} s < 6 x function timeout {timeout} s")
+    return errors
+
+
+def creatable_part(cfn, prefix):
+    """The resources LocalStack can create here, with everything they need; and what is left out."""
+    res = cfn["Resources"]
+    keep = {k for k, r in res.items() if r["Type"] in CREATABLE}
+    params = set(cfn.get("Parameters", {}))
+    changed = True
+    while changed:
+        changed = False
+        for k in sorted(keep):
+            needs = references(res[k].get("Properties", {})) | set(
+                res[k].get("DependsOn", []) if isinstance(res[k].get("DependsOn"), list) else [res[k].get("DependsOn")] if res[k].get("DependsOn") else []
+            )
+            missing = {n for n in needs if n not in keep and n not in params and not n.startswith("AWS::")}
+            if missing:
+                keep.discard(k)
+                changed = True
+    outputs = {k: o for k, o in cfn.get("Outputs", {}).items()
+               if all(n in keep or n in params or n.startswith("AWS::") for n in references(o.get("Value")))}
+    part = {
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Parameters": copy.deepcopy(cfn.get("Parameters", {})),
+        "Conditions": copy.deepcopy(cfn.get("Conditions", {})),
+        "Resources": {k: copy.deepcopy(res[k]) for k in sorted(keep)},
+        "Outputs": outputs,
+    }
+    part["Parameters"]["StackPrefix"]["Default"] = prefix
+    left = sorted(f"{k} ({r['Type']})" for k, r in res.items() if k not in keep)
+    return part, left, sorted(set(cfn.get("Outputs", {})) - set(outputs))
+
+
+def rehearse_on_localstack(cfn, spec, url):
+    import boto3
+
+    session = dict(endpoint_url=url, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test")
+    cf = boto3.client("cloudformation", **session)
+    sqs = boto3.client("sqs", **session)
+    s3 = boto3.client("s3", **session)
+    account = boto3.client("sts", **session).get_caller_identity()["Account"]
+    prefix = f"rh{os.getpid() % 100000}"
+    part, left, outputs_left = creatable_part(cfn, prefix)
+    name = f"{prefix}-rehearsal"
+    cf.create_stack(StackName=name, TemplateBody=json.dumps(part))
+    status = "CREATE_IN_PROGRESS"
+    for _ in range(240):
+        stack = cf.describe_stacks(StackName=name)["Stacks"][0]
+        status = stack["StackStatus"]
+        if status != "CREATE_IN_PROGRESS":
+            break
+        time.sleep(0.5)
+    errors = []
+    if status != "CREATE_COMPLETE":
+        events = cf.describe_stack_events(StackName=name)["StackEvents"]
+        reasons = [f"{e['LogicalResourceId']}: {e.get('ResourceStatusReason')}" for e in events if "FAILED" in e["ResourceStatus"]]
+        return [f"LocalStack could not create the rehearsal stack ({status}): {reasons}"], part, left, outputs_left
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+
+    def named(text):
+        return text.replace("${StackPrefix}", prefix).replace("${AWS::AccountId}", account).replace("${AWS::Region}", "us-east-1")
+
+    expect = {
+        "StackPrefix": prefix,
+        "QuarantineBucket": named(spec["worm"]["name"]),
+        "QuarantineBucketOwner": account,
+        "SweepSchedule": named(spec["sweep_schedule"]["name"]),
+        "SealSchedule": named(spec["seal_schedule"]["name"]),
+    }
+    for key, value in expect.items():
+        if outputs.get(key) != value:
+            errors.append(f"output {key} is {outputs.get(key)!r}; the code derives {value!r}")
+    for key, queue in (("MainQueueUrl", "main_queue"), ("DeadLetterQueueUrl", "dead_letter_queue")):
+        url_out = outputs.get(key, "")
+        want = named(spec[queue]["name"])
+        if not url_out.endswith("/" + want):
+            errors.append(f"output {key} is {url_out!r}; the code names the queue {want!r}")
+            continue
+        attrs = sqs.get_queue_attributes(QueueUrl=url_out, AttributeNames=["All"])["Attributes"]
+        for attr, field in (("VisibilityTimeout", "visibility_timeout_secs"), ("MessageRetentionPeriod", "retention_secs"),
+                            ("MaximumMessageSize", "max_message_bytes")):
+            if int(attrs.get(attr, -1)) != spec[queue][field]:
+                errors.append(f"created {want}: {attr} {attrs.get(attr)}, the code says {spec[queue][field]}")
+        if queue == "main_queue":
+            redrive = json.loads(attrs.get("RedrivePolicy", "{}"))
+            if int(redrive.get("maxReceiveCount", -1)) != spec["max_receive_count"]:
+                errors.append(f"created {want}: maxReceiveCount {redrive.get('maxReceiveCount')}, the code says {spec['max_receive_count']}")
+            if not str(redrive.get("deadLetterTargetArn", "")).endswith(":" + named(spec["dead_letter_queue"]["name"])):
+                errors.append(f"created {want} redrives to {redrive.get('deadLetterTargetArn')}")
+    bucket = outputs.get("QuarantineBucket")
+    if bucket:
+        lock = s3.get_object_lock_configuration(Bucket=bucket, ExpectedBucketOwner=account)["ObjectLockConfiguration"]
+        retention = lock.get("Rule", {}).get("DefaultRetention", {})
+        if retention.get("Mode") != spec["worm"]["mode"] or retention.get("Days") != spec["worm"]["default_retention_days"]:
+            errors.append(f"created bucket {bucket}: Object Lock {retention}, the code says {spec['worm']['mode']} {spec['worm']['default_retention_days']} days")
+        if s3.get_bucket_versioning(Bucket=bucket).get("Status") != "Enabled":
+            errors.append(f"created bucket {bucket} is not versioned")
+    cf.delete_stack(StackName=name)
+    return errors, part, left, outputs_left
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    with open(sys.argv[2]) as f:
+        spec = json.load(f)
+    cfn = translate(sys.argv[1])
+    os.makedirs(".local-aws/rehearsal", exist_ok=True)
+    with open(".local-aws/rehearsal/generated.json", "w") as f:
+        json.dump(cfn, f, indent=1, sort_keys=True)
+    errors = check_generated(cfn, spec)
+    print(f"rehearsal: SAM translated {len(cfn['Resources'])} CloudFormation resources offline (.local-aws/rehearsal/generated.json)")
+    if "--localstack" in sys.argv:
+        url = sys.argv[sys.argv.index("--localstack") + 1]
+        more, part, left, outputs_left = rehearse_on_localstack(cfn, spec, url)
+        errors += more
+        print(f"rehearsal: LocalStack's CloudFormation created {len(part['Resources'])} of them "
+              f"({', '.join(sorted(part['Resources']))}) and {len(part['Outputs'])} outputs")
+        print(f"rehearsal: not created here (no such service in this LocalStack, or depending on one): {len(left)} resources, "
+              f"outputs {', '.join(outputs_left)}")
+    if errors:
+        print("the deploy rehearsal found differences:")
+        for e in errors:
+            print(f"  - {e}")
+        return 1
+    print("rehearsal: the generated template and the created resources agree with the code")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
