@@ -82,6 +82,7 @@ def check(tpl, spec):
     expect("DLQ VisibilityTimeout", dq.get("VisibilityTimeout"), spec["dead_letter_queue"]["visibility_timeout_secs"])
     errors.extend(cross_resource_rules(tpl))
     errors.extend(alarms_can_publish(tpl))
+    errors.extend(every_alarm_on_the_dashboard(tpl))
     errors.extend(own_metrics_per_stack(tpl, spec["metrics_namespace"]))
 
     for t in spec["tables"]:
@@ -211,6 +212,24 @@ def own_metrics_per_stack(tpl, namespace):
                     if line and line[0] == namespace and "Stack" not in line:
                         errors.append(f"{logical}: {line[1]} is drawn without this stack's Stack dimension")
     return errors
+
+
+def every_alarm_on_the_dashboard(tpl):
+    """The runbook sends the on-call to the dashboard's alarm widget: every alarm is on it."""
+    res = tpl.get("Resources", {})
+    alarms = {k for k, r in res.items() if r.get("Type") == "AWS::CloudWatch::Alarm"}
+    shown = set()
+    for r in res.values():
+        if r.get("Type") == "AWS::CloudWatch::Dashboard":
+            try:
+                widgets = json.loads(sub_text(r.get("Properties", {}).get("DashboardBody")) or "{}").get("widgets", [])
+            except ValueError:
+                continue
+            for w in widgets:
+                for a in w.get("properties", {}).get("alarms", []):
+                    if a.startswith("${") and a.endswith(".Arn}"):
+                        shown.add(a[2:-len(".Arn}")])
+    return [f"alarm {a} is not on the dashboard's alarm widget" for a in sorted(alarms - shown)]
 
 
 def alarms_can_publish(tpl):
@@ -357,6 +376,7 @@ def mutations(tpl):
         mutate(lambda t: res(t)["EnricherFunction"]["Properties"]["Environment"]["Variables"].__setitem__("DLQ_ENVELOPE_TABLE", {"Ref": "LedgerTable"}), "a variable naming the wrong table"),
         mutate(lambda t: t["Globals"]["Function"]["Environment"]["Variables"].__setitem__("RUST_LOG", "info"), "RUST_LOG over the log level"),
         mutate(lambda t: t["Outputs"].pop("QuarantineBucket"), "the bucket missing from the outputs"),
+        mutate(lambda t: res(t).__setitem__("SpareAlarm", copy.deepcopy(res(t)["MainQueueAgeAlarm"])), "an alarm missing from the dashboard"),
         mutate(lambda t: t["Outputs"]["AuditTable"].__setitem__("Value", {"Ref": "EnvelopeTable"}), "an output naming the wrong table"),
         mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-sweep"]}'}), "the schedule's event names another schedule"),
         mutate(lambda t: res(t)["AuditSealSchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-replay-sweep"]}'}), "the seal schedule's event names the sweep"),

@@ -65,8 +65,11 @@ enum Command {
     /// Dead letters grouped by failure code and root cause: counts, age, amounts, entities.
     Triage {
         /// Every envelope, not only PENDING ones.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "status")]
         all: bool,
+        /// Only envelopes in this status (PENDING, REPLAYING, REPLAYED, QUARANTINED, …).
+        #[arg(long)]
+        status: Option<recon_core::domain::EnvelopeStatus>,
         #[arg(long)]
         json: bool,
     },
@@ -222,7 +225,14 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Send { file, fill_hash } => ops::send(&clients, &names, file, fill_hash).await,
         Command::Pump(args) => ops::pump_cmd(&clients, &names, &args).await,
         Command::Stats { json } => ops::stats(&clients, &names, json).await,
-        Command::Triage { all, json } => triage::run(&clients, &names, all, json).await,
+        Command::Triage { all, status, json } => {
+            let status = if all {
+                None
+            } else {
+                Some(status.unwrap_or(recon_core::domain::EnvelopeStatus::Pending))
+            };
+            triage::run(&clients, &names, status, json).await
+        }
         Command::Show { envelope_id, body } => triage::show(&clients, &names, &envelope_id, body).await,
         Command::Replay(args) => remediate::run(&clients, &names, &args, false).await,
         Command::Quarantine(args) => remediate::run(&clients, &names, &args, true).await,
@@ -237,5 +247,84 @@ async fn run(cli: Cli) -> Result<()> {
         } => bundle::export(&clients, &names, &period, &out).await,
         Command::Demo(args) => demo::run(&clients, &names, &args).await,
         Command::InfraSpec => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::Parser;
+
+    /// Words of a shell command line: quotes group; after a space, `#` starts a comment and `|` or
+    /// `>` ends the command.
+    fn words(line: &str) -> Vec<String> {
+        let (mut out, mut word, mut quote, mut started) = (Vec::new(), String::new(), None, false);
+        let mut previous = ' ';
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), c) => word.push(c),
+                (None, '\'' | '"') => {
+                    quote = Some(c);
+                    started = true;
+                }
+                (None, '#' | '>' | '|') if previous == ' ' => break,
+                (None, ' ') => {
+                    if started {
+                        out.push(std::mem::take(&mut word));
+                        started = false;
+                    }
+                }
+                (None, c) => {
+                    word.push(c);
+                    started = true;
+                }
+            }
+            previous = c;
+        }
+        if started {
+            out.push(word);
+        }
+        out
+    }
+
+    /// Every `dlqctl` command the runbook and the README tell an operator to type parses: a
+    /// renamed flag cannot leave the documents wrong.
+    #[test]
+    fn every_documented_command_parses() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let mut checked = 0;
+        for doc in ["docs/RUNBOOK.md", "README.md"] {
+            let text = std::fs::read_to_string(format!("{root}/{doc}")).unwrap_or_default();
+            assert!(!text.is_empty(), "{doc} unreadable");
+            // Commands are in ```sh blocks (other blocks show output).
+            let mut in_code = false;
+            for line in text.lines() {
+                if let Some(fence) = line.trim_start().strip_prefix("```") {
+                    in_code = !in_code && fence.trim() == "sh";
+                    continue;
+                }
+                let command = line.trim_start();
+                if !in_code || !command.starts_with("dlqctl ") {
+                    continue;
+                }
+                let mut args = words(command);
+                // Placeholders (`[--flag]`, `FILE`, `a|b`) are the README's synopsis, not a command.
+                if args
+                    .iter()
+                    .any(|a| a.starts_with('[') || a.contains("...") || a.contains('|'))
+                {
+                    continue;
+                }
+                args.insert(1, "--aws".into());
+                if let Err(e) = Cli::try_parse_from(&args) {
+                    if !matches!(e.kind(), clap::error::ErrorKind::DisplayHelp) {
+                        panic!("{doc}: `{command}` does not parse: {e}");
+                    }
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 20, "only {checked} commands found");
     }
 }

@@ -73,9 +73,15 @@ pub fn print_table(groups: &[TriageGroup]) {
     println!("{}", table(groups));
 }
 
-pub async fn run(clients: &AwsClients, names: &ResourceNames, all: bool, json: bool) -> Result<()> {
+/// Envelopes in `status` (every envelope with `None`), grouped.
+pub async fn run(
+    clients: &AwsClients,
+    names: &ResourceNames,
+    status: Option<EnvelopeStatus>,
+    json: bool,
+) -> Result<()> {
     let store = store(clients, names);
-    let list = envelopes(&store, if all { None } else { Some(EnvelopeStatus::Pending) }).await?;
+    let list = envelopes(&store, status).await?;
     let groups = triage(&list);
     if json {
         println!("{}", serde_json::to_string_pretty(&groups)?);
