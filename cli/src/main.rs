@@ -317,10 +317,10 @@ mod tests {
                     continue;
                 }
                 args.insert(1, "--aws".into());
-                if let Err(e) = Cli::try_parse_from(&args) {
-                    if !matches!(e.kind(), clap::error::ErrorKind::DisplayHelp) {
-                        panic!("{doc}: `{command}` does not parse: {e}");
-                    }
+                if let Err(e) = Cli::try_parse_from(&args)
+                    && !matches!(e.kind(), clap::error::ErrorKind::DisplayHelp)
+                {
+                    panic!("{doc}: `{command}` does not parse: {e}");
                 }
                 checked += 1;
             }
