@@ -262,3 +262,32 @@ async fn setup_refuses_a_bucket_it_did_not_create_and_leaves_its_retention() {
     let main = clients.sqs.get_queue_url().queue_name(&names.main_queue).send().await;
     assert!(main.is_err(), "setup created a queue before refusing");
 }
+
+#[tokio::test]
+async fn dlqctl_exits_0_when_well_1_when_a_check_fails_and_2_on_an_operational_error() {
+    let s = TestStack::new("dp-exit").await;
+    let prefix = s.stack.names.prefix.clone();
+    let out = dlqctl(&["--prefix", &prefix, "--json", "stats"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
+    assert_eq!(stats["ledger"]["postings"], 0);
+
+    // A manifest naming a transaction that never arrived: the reconciliation runs and fails.
+    let manifest = std::env::temp_dir().join(format!("{prefix}-manifest.jsonl"));
+    std::fs::write(&manifest, recon_testkit::builders::tx(1).to_body().unwrap() + "\n").unwrap();
+    let out = dlqctl(&[
+        "--prefix",
+        &prefix,
+        "reconcile",
+        "--manifest",
+        manifest.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("MISSING"));
+
+    // No such deployment: an operational error.
+    let out = dlqctl(&["--prefix", "dp-nothing-here", "stats"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_file(&manifest);
+    s.cleanup().await;
+}

@@ -22,13 +22,12 @@ pub enum AuditCommand {
         /// instead of reported as a break. Repeat for several.
         #[arg(long = "accept-retired", value_name = "TRAIL")]
         accept_retired: Vec<String>,
-        #[arg(long)]
-        json: bool,
     },
     /// Write a seal of the chain heads (and their Merkle root) to the WORM bucket.
     Seal,
     /// The life of one transaction, in order: its audit records, posting and envelopes.
     Show {
+        /// The transaction's source_hash (64 hex digits), as triage and show print it.
         #[arg(long)]
         source_hash: String,
     },
@@ -38,17 +37,12 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
     let worm = S3Worm::new(clients.s3.clone(), &names.bucket());
     match cmd {
-        AuditCommand::Verify {
-            bundle: Some(path),
-            json,
-            ..
-        } => {
+        AuditCommand::Verify { bundle: Some(path), .. } => {
             let report = crate::bundle::verify_file(path)?;
-            print_verify(&report, *json)
+            print_verify(&report)
         }
         AuditCommand::Verify {
             bundle: None,
-            json,
             accept_retired,
         } => {
             let opts = VerifyOptions {
@@ -56,17 +50,21 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand
                 accept_retired: accept_retired.clone(),
             };
             let report = verify_trail(&audit, &worm, &opts).await?;
-            print_verify(&report, *json)
+            print_verify(&report)
         }
         AuditCommand::Seal => {
             let (key, s) = seal(&audit, &worm, chrono::Utc::now()).await?;
-            println!(
-                "sealed {} chains (root {}) at s3://{}/{key}",
-                s.heads.len(),
-                s.root,
-                names.quarantine_bucket
-            );
-            Ok(())
+            let value = serde_json::json!({
+                "bucket": names.quarantine_bucket, "key": key, "seq": s.seq, "chains": s.heads.len(), "root": s.root,
+            });
+            crate::output::emit(&value, || {
+                format!(
+                    "sealed {} chains (root {}) at s3://{}/{key}",
+                    s.heads.len(),
+                    s.root,
+                    names.quarantine_bucket
+                )
+            })
         }
         AuditCommand::Show { source_hash } => show(clients, names, &audit, source_hash).await,
     }
@@ -82,7 +80,8 @@ pub fn seal_window() -> Result<SealWindow> {
     })
 }
 
-pub fn print_verify(report: &recon_core::evidence::VerifyReport, json: bool) -> Result<()> {
+pub fn print_verify(report: &recon_core::evidence::VerifyReport) -> Result<()> {
+    let json = crate::output::json();
     if json {
         println!("{}", serde_json::to_string_pretty(report)?);
     } else {
@@ -118,7 +117,14 @@ pub fn print_verify(report: &recon_core::evidence::VerifyReport, json: bool) -> 
         }
     }
     if !report.intact() {
-        bail!("the audit trail does not verify ({} breaks)", report.breaks.len());
+        return Err(crate::output::CheckFailed(format!(
+            "the audit trail does not verify ({} breaks)",
+            report.breaks.len()
+        ))
+        .into());
+    }
+    if json {
+        return Ok(());
     }
     println!(
         "verified: every record hashes and links correctly, every seal is a first version, chains from the one before and still holds"
@@ -191,9 +197,18 @@ async fn show(clients: &AwsClients, names: &ResourceNames, audit: &DynamoAuditLo
         bail!("nothing is recorded for source_hash {source_hash}");
     }
     lines.sort_by_key(|l| l.0);
-    println!("transaction {source_hash}:");
-    for (at, line) in lines {
-        println!("  {}  {line}", at.format("%Y-%m-%d %H:%M:%S%.3f"));
-    }
-    Ok(())
+    let events: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|(at, line)| serde_json::json!({"at": at, "event": line.split_whitespace().collect::<Vec<_>>().join(" ")}))
+        .collect();
+    crate::output::emit(
+        &serde_json::json!({"source_hash": source_hash, "events": events}),
+        || {
+            let mut out = format!("transaction {source_hash}:");
+            for (at, line) in &lines {
+                out.push_str(&format!("\n  {}  {line}", at.format("%Y-%m-%d %H:%M:%S%.3f")));
+            }
+            out
+        },
+    )
 }

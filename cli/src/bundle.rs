@@ -21,8 +21,6 @@ pub struct ReconcileArgs {
     /// JSON lines of the message bodies the producer sent: name every missing or extra record.
     #[arg(long)]
     pub manifest: Option<PathBuf>,
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// What the stores say, and the reconciliation of it.
@@ -119,17 +117,23 @@ pub fn print(r: &Reconciliation) {
 pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &ReconcileArgs) -> Result<()> {
     let manifest = args.manifest.as_deref().map(read_manifest).transpose()?;
     let ev = gather(clients, names, manifest.as_deref()).await?;
-    if args.json {
+    if crate::output::json() {
         println!("{}", serde_json::to_string_pretty(&ev.reconciliation)?);
     } else {
         print(&ev.reconciliation);
     }
     if !ev.reconciliation.holds {
-        bail!("reconciliation does not hold: ingested ≠ committed + duplicates + pending + quarantined + in flight");
+        return Err(crate::output::CheckFailed(
+            "reconciliation does not hold: ingested ≠ committed + duplicates + pending + quarantined + in flight"
+                .into(),
+        )
+        .into());
     }
-    println!(
-        "\nreconciliation holds: ingested = committed + duplicates + pending + quarantined + in flight, by count and amount"
-    );
+    if !crate::output::json() {
+        println!(
+            "\nreconciliation holds: ingested = committed + duplicates + pending + quarantined + in flight, by count and amount"
+        );
+    }
     Ok(())
 }
 
@@ -154,15 +158,24 @@ pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, o
     let worm = S3Worm::new(clients.s3.clone(), &names.bucket());
     let bundle = export_bundle(&audit, &worm, chrono::Utc::now(), period, outcomes, reconciliation).await?;
     std::fs::write(out, serde_json::to_vec_pretty(&bundle)?).with_context(|| format!("writing {}", out.display()))?;
-    println!(
-        "exported {}: {} transactions of {period}, {} audit records in {} chains, {} seals",
-        out.display(),
-        bundle.outcomes.len(),
-        bundle.audit_records.len(),
-        bundle.heads.len(),
-        bundle.seals.len()
-    );
-    Ok(())
+    let value = serde_json::json!({
+        "path": out.display().to_string(),
+        "period": period,
+        "transactions": bundle.outcomes.len(),
+        "audit_records": bundle.audit_records.len(),
+        "chains": bundle.heads.len(),
+        "seals": bundle.seals.len(),
+    });
+    crate::output::emit(&value, || {
+        format!(
+            "exported {}: {} transactions of {period}, {} audit records in {} chains, {} seals",
+            out.display(),
+            bundle.outcomes.len(),
+            bundle.audit_records.len(),
+            bundle.heads.len(),
+            bundle.seals.len()
+        )
+    })
 }
 
 /// Verify a bundle file offline.

@@ -8,6 +8,7 @@ mod bundle;
 mod context;
 mod demo;
 mod ops;
+mod output;
 mod remediate;
 mod text;
 mod triage;
@@ -27,8 +28,11 @@ use std::path::PathBuf;
 )]
 struct Cli {
     /// Use real AWS (the standard AWS environment) instead of the local stack.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, env = "DLQ_AWS")]
     aws: bool,
+    /// Print the result as JSON (every command but demo, whose story is text).
+    #[arg(long, global = true)]
+    json: bool,
     /// The deployed CloudFormation stack whose outputs name every resource (the source of truth
     /// for a deployment made from the template); without it names derive from --prefix.
     #[arg(long, global = true, env = "DLQ_STACK")]
@@ -70,21 +74,17 @@ enum Command {
         /// Only envelopes in this status (PENDING, REPLAYING, REPLAYED, QUARANTINED, …).
         #[arg(long)]
         status: Option<recon_core::domain::EnvelopeStatus>,
-        #[arg(long)]
-        json: bool,
     },
     /// One envelope in full, with its status history.
     Show {
+        /// The envelope's id (env_<32 hex>), as triage lists samples.
         envelope_id: String,
         /// Also print the original body (from the bucket when it is not inline).
         #[arg(long)]
         body: bool,
     },
     /// Queue depths, ledger postings and audit counts.
-    Stats {
-        #[arg(long)]
-        json: bool,
-    },
+    Stats,
     /// Re-inject fixed envelopes through the three gates (integrity, idempotency, temporal).
     Replay(remediate::SelectorArgs),
     /// Quarantine envelopes whose root cause cannot be fixed (flagged for a manual journal).
@@ -115,6 +115,11 @@ enum Command {
     /// template would set (and, for the local stack, its endpoints), for `cargo lambda watch
     /// --env-file` (see `make watch`).
     Env,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to standard output.
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
     /// Print the resource settings the infrastructure template must agree with (JSON).
     #[command(hide = true)]
     InfraSpec,
@@ -127,8 +132,10 @@ enum EvidenceCommand {
     /// Write a bundle (reconciliation of one period, audit chains with heads and seals) that
     /// `dlqctl audit verify --bundle` checks offline.
     Export {
+        /// The accounting period, YYYY-MM.
         #[arg(long)]
         period: String,
+        /// Where to write the bundle.
         #[arg(long, default_value = "evidence.json")]
         out: PathBuf,
     },
@@ -146,29 +153,37 @@ enum RefWhat {
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
+    output::set_json(cli.json);
     // The demo prints its own story; per-message decision events would drown it.
-    recon_aws::telemetry::init_text(if matches!(cli.command, Command::Demo(_)) {
-        "error"
-    } else {
-        "warn"
-    });
+    recon_aws::telemetry::init_text(
+        if matches!(cli.command, Command::Demo(_)) {
+            "error"
+        } else {
+            "warn"
+        },
+        output::colour_on_stderr(),
+    );
     if let Err(e) = run(cli).await {
         eprintln!("error: {e:#}");
-        std::process::exit(1);
+        std::process::exit(output::exit_code(&e));
     }
 }
 
 async fn run(cli: Cli) -> Result<()> {
     if let Command::Audit {
-        command:
-            audit::AuditCommand::Verify {
-                bundle: Some(path),
-                json,
-                ..
-            },
+        command: audit::AuditCommand::Verify { bundle: Some(path), .. },
     } = &cli.command
     {
-        return audit::print_verify(&bundle::verify_file(path)?, *json);
+        return audit::print_verify(&bundle::verify_file(path)?);
+    }
+    if let Command::Completions { shell } = cli.command {
+        clap_complete::generate(
+            shell,
+            &mut <Cli as clap::CommandFactory>::command(),
+            "dlqctl",
+            &mut std::io::stdout(),
+        );
+        return Ok(());
     }
     if let Command::InfraSpec = cli.command {
         println!("{}", serde_json::to_string_pretty(&recon_aws::deployment::spec_json())?);
@@ -194,44 +209,65 @@ async fn run(cli: Cli) -> Result<()> {
             let stack = ensure_stack(&clients, &names, &settings)
                 .await
                 .context("creating resources (is the local stack up? `make local-up`)")?;
-            println!("main queue   {}", stack.main_queue_url);
-            println!("DLQ          {} (maxReceiveCount {max_receive_count})", stack.dlq_url);
-            println!(
-                "tables       {}, {}, {}, {}, {}",
-                names.ledger_table, names.envelope_table, names.reference_table, names.audit_table, names.dedup_table
-            );
-            println!(
-                "WORM bucket  {} (COMPLIANCE, {worm_retention_days} days)",
-                names.quarantine_bucket
-            );
-            Ok(())
+            let value = serde_json::json!({
+                "main_queue_url": stack.main_queue_url,
+                "dead_letter_queue_url": stack.dlq_url,
+                "max_receive_count": max_receive_count,
+                "tables": [&names.ledger_table, &names.envelope_table, &names.reference_table, &names.audit_table, &names.dedup_table],
+                "bucket": names.quarantine_bucket,
+                "bucket_owner": names.account,
+                "retention": {"mode": "COMPLIANCE", "days": worm_retention_days},
+            });
+            output::emit(&value, || {
+                format!(
+                    "main queue   {}\nDLQ          {} (maxReceiveCount {max_receive_count})\ntables       {}, {}, {}, {}, {}\nWORM bucket  {} (COMPLIANCE, at least {worm_retention_days} days)",
+                    stack.main_queue_url,
+                    stack.dlq_url,
+                    names.ledger_table,
+                    names.envelope_table,
+                    names.reference_table,
+                    names.audit_table,
+                    names.dedup_table,
+                    names.quarantine_bucket
+                )
+            })
         }
         Command::Env => {
             let stack = recon_aws::provision::resolve_stack(&clients, &names).await?;
-            for (k, v) in stack.env() {
-                println!("{k}={v}");
-            }
+            let mut env: Vec<(String, String)> = stack.env().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
             if let recon_aws::Target::Local { edge_url, dynamodb_url } = &clients.target {
-                println!("AWS_ENDPOINT_URL={edge_url}");
-                println!("AWS_ENDPOINT_URL_DYNAMODB={dynamodb_url}");
-                println!("AWS_REGION={}", context::region(&clients));
-                // LocalStack and DynamoDB Local accept any keys; these are not credentials.
-                println!("AWS_ACCESS_KEY_ID=test");
-                println!("AWS_SECRET_ACCESS_KEY=test");
-                println!("DLQ_S3_FORCE_PATH_STYLE=true");
+                env.extend(
+                    [
+                        ("AWS_ENDPOINT_URL", edge_url.clone()),
+                        ("AWS_ENDPOINT_URL_DYNAMODB", dynamodb_url.clone()),
+                        ("AWS_REGION", context::region(&clients)),
+                        // LocalStack and DynamoDB Local accept any keys; these are not credentials.
+                        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+                        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+                        ("DLQ_S3_FORCE_PATH_STYLE", "true".to_owned()),
+                    ]
+                    .map(|(k, v)| (k.to_owned(), v)),
+                );
             }
-            Ok(())
+            let map: std::collections::BTreeMap<&str, &str> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            output::emit(&map, || {
+                env.iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
         }
         Command::Send { file, fill_hash } => ops::send(&clients, &names, file, fill_hash).await,
         Command::Pump(args) => ops::pump_cmd(&clients, &names, &args).await,
-        Command::Stats { json } => ops::stats(&clients, &names, json).await,
-        Command::Triage { all, status, json } => {
+        Command::Stats => ops::stats(&clients, &names).await,
+        Command::Triage { all, status } => {
             let status = if all {
                 None
             } else {
                 Some(status.unwrap_or(recon_core::domain::EnvelopeStatus::Pending))
             };
-            triage::run(&clients, &names, status, json).await
+            triage::run(&clients, &names, status).await
         }
         Command::Show { envelope_id, body } => triage::show(&clients, &names, &envelope_id, body).await,
         Command::Replay(args) => remediate::run(&clients, &names, &args, false).await,
@@ -245,8 +281,11 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Evidence {
             command: EvidenceCommand::Export { period, out },
         } => bundle::export(&clients, &names, &period, &out).await,
+        Command::Demo(_) if output::json() => {
+            anyhow::bail!("the demo tells its story as text; --json applies to every other command")
+        }
         Command::Demo(args) => demo::run(&clients, &names, &args).await,
-        Command::InfraSpec => Ok(()),
+        Command::InfraSpec | Command::Completions { .. } => Ok(()),
     }
 }
 
@@ -286,6 +325,36 @@ mod tests {
             out.push(word);
         }
         out
+    }
+
+    /// Every flag and argument of every command says what it is for (`--help`), and clap finds
+    /// the definition consistent (no flag defined twice, e.g. a command's own `--json` beside the
+    /// global one).
+    #[test]
+    fn every_flag_has_help_and_the_cli_is_consistent() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        cli.clone().debug_assert();
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(format!("{path} {} (the command)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&cli, "dlqctl", &mut missing);
+        assert!(missing.is_empty(), "without help: {missing:#?}");
     }
 
     /// Every `dlqctl` command the runbook and the README tell an operator to type parses: a

@@ -120,12 +120,24 @@ pub async fn send(clients: &AwsClients, names: &ResourceNames, file: Option<Path
             .collect::<Result<_>>()?;
     }
     let queue = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url);
-    let ids = send_bodies(&queue, &bodies, true).await?;
-    println!("sent {} messages to {}", ids.len(), names.main_queue);
-    Ok(())
+    let ids = send_bodies(&queue, &bodies, crate::output::progress()).await?;
+    let value = serde_json::json!({"queue": stack.main_queue_url, "sent": ids.len(), "message_ids": ids});
+    crate::output::emit(&value, || {
+        format!("sent {} messages to {}", ids.len(), names.main_queue)
+    })
 }
 
+/// One pump round of one queue: a line of JSON each under `--json` (a stream a program can read
+/// as it comes), else text.
 fn print_stats(label: &str, stats: &PumpStats) {
+    if crate::output::json() {
+        let value = serde_json::json!({
+            "queue": label, "batches": stats.batches, "received": stats.received,
+            "acknowledged": stats.deleted, "handed_back": stats.reported_failed, "outcomes": stats.outcomes,
+        });
+        println!("{value}");
+        return;
+    }
     println!(
         "{label}: {} batches, {} messages received, {} acknowledged, {} handed back to SQS",
         stats.batches, stats.received, stats.deleted, stats.reported_failed
@@ -142,7 +154,7 @@ pub async fn pump_cmd(clients: &AwsClients, names: &ResourceNames, args: &PumpAr
         function_timeout: Duration::from_secs(args.function_timeout_secs),
         until_idle: !args.once,
         max_duration: Duration::from_secs(args.max_secs),
-        progress_every: 10,
+        progress_every: if crate::output::progress() { 10 } else { 0 },
         ..PumpOptions::default()
     };
     let settings = context::consumer_settings(&stack)?;
@@ -165,7 +177,11 @@ pub async fn pump_cmd(clients: &AwsClients, names: &ResourceNames, args: &PumpAr
         }
         let Some(every) = args.sweep_every else { return Ok(()) };
         let report = crate::remediate::sweep(clients, &stack).await?;
-        crate::remediate::print_report(&report, false)?;
+        if crate::output::json() {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            crate::remediate::print_report(&report)?;
+        }
         round += 1;
         if args.rounds.is_some_and(|r| round >= r) {
             return Ok(());
@@ -194,7 +210,7 @@ fn total_text(currency: &str, t: &Tally) -> String {
     }
 }
 
-pub async fn stats(clients: &AwsClients, names: &ResourceNames, json: bool) -> Result<()> {
+pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
     let stack = resolve_stack(clients, names).await?;
     let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url)
         .depth()
@@ -217,7 +233,7 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames, json: bool) -> R
     }
     let pending_counter = store.pending_count().await?;
     let totals = totals(&postings);
-    if json {
+    if crate::output::json() {
         let depth =
             |d: &QueueDepth| serde_json::json!({"visible": d.visible, "in_flight": d.in_flight, "delayed": d.delayed});
         let v = serde_json::json!({

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::context::{operator, replayer};
+use crate::output::fit;
 use crate::text::printable;
 
 #[derive(Args, Clone, Debug)]
@@ -47,26 +48,30 @@ pub struct SelectorArgs {
     /// Do not ask for confirmation.
     #[arg(long)]
     pub yes: bool,
-    /// Ask for confirmation when more envelopes than this would change.
+    /// A replay asks for confirmation when more envelopes than this would change (a quarantine,
+    /// irreversible under the COMPLIANCE lock, always asks).
     #[arg(long, default_value_t = 100)]
     pub confirm_above: u64,
-    /// Print the whole report as JSON.
-    #[arg(long)]
-    pub json: bool,
 }
 
 #[derive(Subcommand, Clone, Debug)]
 pub enum RefCommand {
     /// Map a currency (or change a mapping): its minor units.
     Add {
+        /// The currency code (ISO 4217 or your own: a metal, a stablecoin, an internal unit).
         code: String,
+        /// Digits after the decimal point an amount in it may carry.
         #[arg(long)]
         minor_units: u32,
+        /// What the code stands for, for the next reader.
         #[arg(long, default_value = "")]
         description: String,
         /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
         #[arg(long)]
         actor: Option<String>,
+        /// Do not ask before overriding a built-in ISO 4217 currency.
+        #[arg(long)]
+        yes: bool,
     },
     /// The currencies mapped in the reference table (ISO 4217 is built in).
     List,
@@ -76,15 +81,22 @@ pub enum RefCommand {
 pub enum PeriodCommand {
     /// Close an accounting period (YYYY-MM) for an entity: nothing more posts into it.
     Close {
+        /// The ledger entity (as messages carry it; compared without regard to case).
         entity: String,
+        /// The period, YYYY-MM.
         period: String,
         /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
         #[arg(long)]
         actor: Option<String>,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
     },
     /// Re-open an accounting period.
     Open {
+        /// The ledger entity (as messages carry it; compared without regard to case).
         entity: String,
+        /// The period, YYYY-MM.
         period: String,
         /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
         #[arg(long)]
@@ -114,8 +126,8 @@ fn request(a: &SelectorArgs, actor: &str, dry_run: bool, quarantine: bool) -> Re
     })
 }
 
-pub fn print_report(r: &ReplayReport, json: bool) -> Result<()> {
-    if json {
+pub fn print_report(r: &ReplayReport) -> Result<()> {
+    if crate::output::json() {
         println!("{}", serde_json::to_string_pretty(r)?);
         return Ok(());
     }
@@ -168,7 +180,7 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, 
     let mut r = replayer(clients, &stack, &format!("dlqctl:{actor}"))?;
     let preview = r.run(&request(a, &actor, true, quarantine)?, None).await?;
     if a.dry_run {
-        return print_report(&preview, a.json);
+        return print_report(&preview);
     }
     let changes = preview.reinjected + preview.suppressed_duplicate + preview.quarantined;
     if changes == 0 {
@@ -178,9 +190,10 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, 
         );
         return Ok(());
     }
-    if changes > a.confirm_above && !a.yes {
+    // A quarantine cannot be undone (the WORM record is under a COMPLIANCE lock): always asked.
+    if (quarantine || preview.quarantined > 0 || changes > a.confirm_above) && !a.yes {
         let what = if quarantine {
-            "quarantine"
+            "quarantine (irreversible: WORM under a COMPLIANCE lock)"
         } else {
             "change (re-inject, suppress or quarantine)"
         };
@@ -189,15 +202,20 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, 
         }
     }
     let total = preview.selected;
-    r.progress = Some(Arc::new(move |rep: &ReplayReport| {
-        eprint!(
-            "\r  {}/{total} envelopes: {} re-injected, {} suppressed, {} quarantined, {} still failing, {} skipped   ",
-            rep.selected, rep.reinjected, rep.suppressed_duplicate, rep.quarantined, rep.still_failing, rep.skipped
-        );
-    }));
+    let progress = crate::output::progress();
+    if progress {
+        r.progress = Some(Arc::new(move |rep: &ReplayReport| {
+            eprint!(
+                "\r  {}/{total} envelopes: {} re-injected, {} suppressed, {} quarantined, {} still failing, {} skipped   ",
+                rep.selected, rep.reinjected, rep.suppressed_duplicate, rep.quarantined, rep.still_failing, rep.skipped
+            );
+        }));
+    }
     let report = r.run(&request(a, &actor, false, quarantine)?, None).await?;
-    eprintln!();
-    print_report(&report, a.json)
+    if progress {
+        eprintln!();
+    }
+    print_report(&report)
 }
 
 /// One scheduled sweep, as the EventBridge schedule would trigger it (for `pump --sweep-every`).
@@ -238,9 +256,20 @@ pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefComm
             minor_units,
             description,
             actor,
+            yes,
         } => {
             let code = input::currency_code(code).map_err(anyhow::Error::msg)?;
             let minor_units = &input::minor_units(*minor_units).map_err(anyhow::Error::msg)?;
+            // Who changes it is established first: a command that cannot say who changes nothing.
+            let actor = operator(clients, actor.as_deref()).await?;
+            if let Some(iso) = recon_core::domain::reference::iso_minor_units(&code)
+                && !yes
+                && !confirm(&format!(
+                    "override the built-in ISO 4217 {code} ({iso} minor units) with {minor_units}?"
+                ))?
+            {
+                bail!("cancelled; nothing changed");
+            }
             let mapping = CurrencyMapping {
                 code: code.clone(),
                 minor_units: *minor_units,
@@ -250,7 +279,6 @@ pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefComm
                 .put_currency(&mapping)
                 .await
                 .context("writing the reference table")?;
-            let actor = operator(clients, actor.as_deref()).await?;
             audit_change(
                 clients,
                 names,
@@ -259,40 +287,69 @@ pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefComm
                 format!("currency {code} mapped with {minor_units} minor units"),
             )
             .await?;
-            println!(
-                "{code} mapped ({minor_units} minor units); consumers see it within DLQ_REFERENCE_CACHE_SECS, replays at once"
-            );
+            crate::output::emit(&mapping, || {
+                format!(
+                    "{code} mapped ({minor_units} minor units); consumers see it within DLQ_REFERENCE_CACHE_SECS, replays at once"
+                )
+            })
         }
         RefCommand::List => {
             let (currencies, _) = store.load().await?;
-            println!("{:<12} {:>11}  DESCRIPTION", "CODE", "MINOR UNITS");
-            for c in currencies {
-                println!("{:<12} {:>11}  {}", c.code, c.minor_units, c.description);
-            }
-            println!("(ISO 4217 currencies are built in)");
+            crate::output::emit(&currencies, || {
+                let mut out = format!("{:<12} {:>11}  DESCRIPTION", "CODE", "MINOR UNITS");
+                for c in &currencies {
+                    out.push_str(&format!(
+                        "\n{:<12} {:>11}  {}",
+                        fit(&printable(&c.code), 12),
+                        c.minor_units,
+                        printable(&c.description)
+                    ));
+                }
+                out.push_str("\n(ISO 4217 currencies are built in)");
+                out
+            })
         }
     }
-    Ok(())
 }
 
 pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCommand) -> Result<()> {
     let store = reference(clients, names);
-    let (entity, period, status, actor) = match cmd {
-        PeriodCommand::Close { entity, period, actor } => (entity, period, PeriodStatus::Closed, actor),
-        PeriodCommand::Open { entity, period, actor } => (entity, period, PeriodStatus::Open, actor),
+    let (entity, period, status, actor, yes) = match cmd {
+        PeriodCommand::Close {
+            entity,
+            period,
+            actor,
+            yes,
+        } => (entity, period, PeriodStatus::Closed, actor, *yes),
+        PeriodCommand::Open { entity, period, actor } => (entity, period, PeriodStatus::Open, actor, true),
         PeriodCommand::List => {
             let (_, periods) = store.load().await?;
-            println!("{:<24} {:<8} STATUS", "ENTITY", "PERIOD");
-            for p in periods {
-                println!("{:<24} {:<8} {}", p.entity, p.period, p.status);
-            }
-            println!("(periods not listed are open)");
-            return Ok(());
+            return crate::output::emit(&periods, || {
+                let mut out = format!("{:<24} {:<8} STATUS", "ENTITY", "PERIOD");
+                for p in &periods {
+                    out.push_str(&format!(
+                        "\n{:<24} {:<8} {}",
+                        fit(&printable(&p.entity), 24),
+                        p.period,
+                        p.status
+                    ));
+                }
+                out.push_str("\n(periods not listed are open)");
+                out
+            });
         }
     };
     let period = &input::period(period).map_err(anyhow::Error::msg)?;
     // Entities are compared without regard to case: stored as messages carry them.
     let entity = &input::entity(entity).map_err(anyhow::Error::msg)?;
+    let actor = operator(clients, actor.as_deref()).await?;
+    if !yes
+        && !confirm(&format!(
+            "close {period} of {entity}? Nothing more posts into it; its dead letters wait for a decision or a manual journal"
+        ))?
+    {
+        bail!("cancelled; nothing changed");
+    }
     store
         .put_period(&PeriodRecord {
             entity: entity.clone(),
@@ -300,7 +357,6 @@ pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCom
             status,
         })
         .await?;
-    let actor = operator(clients, actor.as_deref()).await?;
     audit_change(
         clients,
         names,
@@ -309,6 +365,6 @@ pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCom
         format!("period {period} of {entity} set {status}"),
     )
     .await?;
-    println!("{entity} {period}: {status}");
-    Ok(())
+    let value = serde_json::json!({"entity": entity, "period": period, "status": status});
+    crate::output::emit(&value, || format!("{entity} {period}: {status}"))
 }

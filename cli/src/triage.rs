@@ -11,6 +11,7 @@ use recon_core::ports::EnvelopeStore;
 use recon_core::resources::ResourceNames;
 use std::borrow::Cow;
 
+use crate::output::fit;
 use crate::text::{printable, printable_lines};
 
 pub fn store(clients: &AwsClients, names: &ResourceNames) -> DynamoEnvelopeStore {
@@ -55,12 +56,12 @@ pub fn table(groups: &[TriageGroup]) -> String {
         out.push_str(&format!(
             "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} {}\n",
             g.failure_code.as_str(),
-            printable(&g.root_cause),
+            fit(&printable(&g.root_cause), 34),
             g.tally.count,
             g.oldest.format("%Y-%m-%d %H:%M:%S"),
             g.newest.format("%Y-%m-%d %H:%M:%S"),
-            amounts(g),
-            entities(g),
+            fit(&amounts(g), 28),
+            fit(&entities(g), 18),
             g.sample_ids.first().map_or("", String::as_str),
         ));
     }
@@ -74,21 +75,11 @@ pub fn print_table(groups: &[TriageGroup]) {
 }
 
 /// Envelopes in `status` (every envelope with `None`), grouped.
-pub async fn run(
-    clients: &AwsClients,
-    names: &ResourceNames,
-    status: Option<EnvelopeStatus>,
-    json: bool,
-) -> Result<()> {
+pub async fn run(clients: &AwsClients, names: &ResourceNames, status: Option<EnvelopeStatus>) -> Result<()> {
     let store = store(clients, names);
     let list = envelopes(&store, status).await?;
     let groups = triage(&list);
-    if json {
-        println!("{}", serde_json::to_string_pretty(&groups)?);
-    } else {
-        print_table(&groups);
-    }
-    Ok(())
+    crate::output::emit(&groups, || table(&groups))
 }
 
 pub async fn show(clients: &AwsClients, names: &ResourceNames, envelope_id: &str, body: bool) -> Result<()> {
@@ -98,13 +89,21 @@ pub async fn show(clients: &AwsClients, names: &ResourceNames, envelope_id: &str
             names.envelope_table
         );
     };
-    println!("{}", serde_json::to_string_pretty(&envelope)?);
-    if body {
+    let original = if body {
         let worm = S3Worm::new(clients.s3.clone(), &names.bucket());
-        match original_body(&envelope, &worm).await? {
-            Some(b) => println!("--- original body ({} bytes) ---\n{}", b.len(), printable_lines(&b)),
-            None => println!("--- original body not found ---"),
-        }
+        Some(original_body(&envelope, &worm).await?)
+    } else {
+        None
+    };
+    if crate::output::json() {
+        let value = serde_json::json!({"envelope": envelope, "body": original.clone().flatten()});
+        return crate::output::emit(&value, String::new);
+    }
+    println!("{}", serde_json::to_string_pretty(&envelope)?);
+    match original {
+        Some(Some(b)) => println!("--- original body ({} bytes) ---\n{}", b.len(), printable_lines(&b)),
+        Some(None) => println!("--- original body not found ---"),
+        None => {}
     }
     Ok(())
 }

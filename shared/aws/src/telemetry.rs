@@ -32,10 +32,11 @@ pub fn settings_or_exit<T>(parsed: Result<T, recon_core::config::ConfigError>) -
 }
 
 /// Human-readable events on stderr, `warn` and above unless `RUST_LOG` says otherwise.
-pub fn init_text(default_level: &str) {
+pub fn init_text(default_level: &str, ansi: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_target(false)
         .with_env_filter(filter)
         .try_init();

@@ -1,0 +1,106 @@
+//! How `dlqctl` talks back: text for a person or JSON for a program (`--json`, every command),
+//! exit codes (0 ok, 1 a check failed, 2 an operational error), colour and progress only on a
+//! terminal (never with `NO_COLOR`), and columns that hold long values.
+
+use std::io::IsTerminal;
+use std::sync::OnceLock;
+
+use anyhow::Result;
+
+static JSON: OnceLock<bool> = OnceLock::new();
+
+/// Set once, from `--json`.
+pub fn set_json(on: bool) {
+    let _ = JSON.set(on);
+}
+
+pub fn json() -> bool {
+    JSON.get().copied().unwrap_or(false)
+}
+
+/// Print `value` as JSON under `--json`, else the text `text` renders.
+pub fn emit(value: &impl serde::Serialize, text: impl FnOnce() -> String) -> Result<()> {
+    if json() {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        println!("{}", text());
+    }
+    Ok(())
+}
+
+/// A check that ran and failed (reconciliation, verification): exit status 1. Every other error
+/// is operational: exit status 2.
+#[derive(Debug)]
+pub struct CheckFailed(pub String);
+
+impl std::fmt::Display for CheckFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CheckFailed {}
+
+/// The exit status for an error.
+pub fn exit_code(e: &anyhow::Error) -> i32 {
+    if e.downcast_ref::<CheckFailed>().is_some() {
+        1
+    } else {
+        2
+    }
+}
+
+/// Colour on standard error: only on a terminal, and never when `NO_COLOR` is set (non-empty).
+pub fn colour(no_color: Option<&str>, terminal: bool) -> bool {
+    terminal && no_color.is_none_or(str::is_empty)
+}
+
+pub fn colour_on_stderr() -> bool {
+    colour(
+        std::env::var("NO_COLOR").ok().as_deref(),
+        std::io::stderr().is_terminal(),
+    )
+}
+
+/// Progress lines go to standard error, and only when it is a terminal (a log or a pipe gets the
+/// result, not the ticking).
+pub fn progress() -> bool {
+    std::io::stderr().is_terminal() && !json()
+}
+
+/// `s` in at most `width` characters: a longer value is cut with `…`, so a table keeps its columns.
+pub fn fit(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        return s.to_owned();
+    }
+    let mut cut: String = s.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_and_never_with_no_color() {
+        assert!(colour(None, true));
+        assert!(colour(Some(""), true));
+        assert!(!colour(Some("1"), true));
+        assert!(!colour(None, false));
+    }
+
+    #[test]
+    fn long_values_are_cut_to_their_column() {
+        assert_eq!(fit("UNMAPPED_CURRENCY:XAU", 40), "UNMAPPED_CURRENCY:XAU");
+        let cut = fit(&"X".repeat(100), 10);
+        assert_eq!(cut.chars().count(), 10);
+        assert!(cut.ends_with('…'));
+    }
+
+    #[test]
+    fn a_failed_check_exits_1_and_anything_else_2() {
+        assert_eq!(exit_code(&anyhow::Error::new(CheckFailed("does not hold".into()))), 1);
+        assert_eq!(exit_code(&anyhow::anyhow!("the stack is unreachable")), 2);
+    }
+}
