@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 
-.PHONY: demo test watch local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
+.PHONY: demo test watch deploy-code local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -62,6 +62,7 @@ infra-check: tools local-stack
 	$(TOOLS)/checkov -f infra/template.yaml --framework cloudformation --quiet --compact --skip-download
 	$(TOOLS)/python infra/check_template.py infra/template.yaml .local-aws/infra-spec.json --self-test
 	$(TOOLS)/python infra/rehearse.py infra/template.yaml .local-aws/infra-spec.json --localstack http://127.0.0.1:$${LOCALSTACK_PORT:-4566}
+	$(TOOLS)/python infra/deploy_code.py infra/template.yaml .local-aws/infra-spec.json --self-test http://127.0.0.1:$${LOCALSTACK_PORT:-4566}
 
 ## build: the four functions for Lambda (arm64, provided.al2023) with cargo lambda (zig cross-links)
 build: tools
@@ -80,6 +81,13 @@ watch: local-up tools
 	@mkdir -p .local-aws
 	$(DLQCTL) env > .local-aws/functions.env
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda watch --env-file .local-aws/functions.env
+
+## deploy-code: new code for the four functions of a deployed stack (STACK=name) with cargo lambda
+## deploy, keeping the role, environment and settings the stack gave them; DRY=1 for cargo lambda's dry run
+deploy-code: build
+	@test -n "$(STACK)" || { echo "make deploy-code STACK=<the deployed stack's name> [DRY=1]"; exit 2; }
+	$(DLQCTL) infra-spec > .local-aws/infra-spec.json
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(TOOLS)/python infra/deploy_code.py infra/template.yaml .local-aws/infra-spec.json $(STACK) $(if $(DRY),--dry)
 
 ## local-up: start LocalStack + DynamoDB Local (installing them on first use) and create the resources
 local-up: local-stack

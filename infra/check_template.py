@@ -184,6 +184,14 @@ def names_from_the_template(tpl, spec):
         if level != {"Ref": "LogLevel"}:
             errors.append(f"{function}'s application log level is {level!r}, not the LogLevel parameter")
     outputs = tpl.get("Outputs", {})
+    for f in spec["functions"]:
+        for name, value in sorted(f["outputs"].items()):
+            actual = outputs.get(name, {}).get("Value")
+            if actual != value:
+                errors.append(f"output {name} is {actual!r}; make deploy-code reads it as {value!r}")
+        timeout = res.get(f["logical_id"], {}).get("Properties", {}).get("Timeout")
+        if timeout != f["timeout_secs"]:
+            errors.append(f"{f['logical_id']} Timeout is {timeout!r}; the code (and make deploy-code) say {f['timeout_secs']}")
     for name, value in sorted(spec["outputs"].items()):
         actual = outputs.get(name, {}).get("Value")
         if actual != value:
@@ -376,6 +384,8 @@ def mutations(tpl):
         mutate(lambda t: res(t)["EnricherFunction"]["Properties"]["Environment"]["Variables"].__setitem__("DLQ_ENVELOPE_TABLE", {"Ref": "LedgerTable"}), "a variable naming the wrong table"),
         mutate(lambda t: t["Globals"]["Function"]["Environment"]["Variables"].__setitem__("RUST_LOG", "info"), "RUST_LOG over the log level"),
         mutate(lambda t: t["Outputs"].pop("QuarantineBucket"), "the bucket missing from the outputs"),
+        mutate(lambda t: t["Outputs"].pop("EnricherRole"), "a function's role missing from the outputs"),
+        mutate(lambda t: res(t)["ReferenceAuditFunction"]["Properties"].__setitem__("Timeout", 90), "the reference-audit timeout"),
         mutate(lambda t: res(t).__setitem__("SpareAlarm", copy.deepcopy(res(t)["MainQueueAgeAlarm"])), "an alarm missing from the dashboard"),
         mutate(lambda t: t["Outputs"]["AuditTable"].__setitem__("Value", {"Ref": "EnvelopeTable"}), "an output naming the wrong table"),
         mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-sweep"]}'}), "the schedule's event names another schedule"),

@@ -181,6 +181,47 @@ fn outputs_spec() -> serde_json::Map<String, serde_json::Value> {
     .collect()
 }
 
+/// The four functions as `make deploy-code` updates them: the binary, the function's logical id,
+/// and the outputs naming the deployed function and its role (the stack is the source of truth).
+fn functions_spec() -> Vec<serde_json::Value> {
+    [
+        (
+            "consumer",
+            template::CONSUMER_FUNCTION,
+            "ConsumerRole",
+            CONSUMER_TIMEOUT,
+        ),
+        (
+            "enricher",
+            template::ENRICHER_FUNCTION,
+            "EnricherRole",
+            ENRICHER_TIMEOUT,
+        ),
+        ("replay", template::REPLAY_FUNCTION, "ReplayRole", REPLAY_TIMEOUT),
+        (
+            "reference-audit",
+            template::REFERENCE_AUDIT_FUNCTION,
+            "ReferenceAuditRole",
+            recon_core::resources::REFERENCE_AUDIT_TIMEOUT,
+        ),
+    ]
+    .into_iter()
+    .map(|(binary, function, role, timeout)| {
+        serde_json::json!({
+            "binary": binary,
+            "logical_id": function,
+            "timeout_secs": timeout.as_secs(),
+            "function_output": function,
+            "role_output": role,
+            "outputs": {
+                function: { "Ref": function },
+                role: { "Fn::GetAtt": [role, "Arn"] },
+            },
+        })
+    })
+    .collect()
+}
+
 /// Each function's name-valued variables, as the template must set them.
 fn function_env_spec() -> serde_json::Map<String, serde_json::Value> {
     use recon_core::config::needs;
@@ -448,6 +489,8 @@ pub fn spec_json() -> serde_json::Value {
         "consumer_timeout_secs": CONSUMER_TIMEOUT.as_secs(),
         "enricher_timeout_secs": ENRICHER_TIMEOUT.as_secs(),
         "replay_timeout_secs": REPLAY_TIMEOUT.as_secs(),
+        "reference_audit_timeout_secs": recon_core::resources::REFERENCE_AUDIT_TIMEOUT.as_secs(),
+        "functions": functions_spec(),
         "main_queue": {
             "logical_id": template::MAIN_QUEUE,
             "name": names.main_queue,
