@@ -62,14 +62,20 @@ def check(tpl, spec):
 
     mq = res.get(spec["main_queue"]["logical_id"], {}).get("Properties", {})
     dq = res.get(spec["dead_letter_queue"]["logical_id"], {}).get("Properties", {})
-    expect("main queue name", sub_text(mq.get("QueueName")), spec["main_queue"]["name"])
+    def queue_name(q):
+        return {"Fn::If": ["UseFifo", {"Fn::Sub": spec[q]["fifo_name"]}, {"Fn::Sub": spec[q]["name"]}]}
+
+    fifo = {"Fn::If": ["UseFifo", True, {"Ref": "AWS::NoValue"}]}
+    expect("main queue name", mq.get("QueueName"), queue_name("main_queue"))
+    expect("main queue FifoQueue", mq.get("FifoQueue"), fifo)
+    expect("DLQ FifoQueue (FIFO exactly when the main queue is)", dq.get("FifoQueue"), fifo)
     expect("main queue VisibilityTimeout", mq.get("VisibilityTimeout"), spec["main_queue"]["visibility_timeout_secs"])
     expect("main queue MessageRetentionPeriod", mq.get("MessageRetentionPeriod"), spec["main_queue"]["retention_secs"])
     expect("main queue MaximumMessageSize", mq.get("MaximumMessageSize"), spec["main_queue"]["max_message_bytes"])
     redrive = mq.get("RedrivePolicy", {})
     expect("redrive maxReceiveCount (default)", param_default(tpl, redrive.get("maxReceiveCount")), spec["max_receive_count"])
     expect("redrive target", resource_ref(redrive.get("deadLetterTargetArn")), spec["dead_letter_queue"]["logical_id"])
-    expect("DLQ name", sub_text(dq.get("QueueName")), spec["dead_letter_queue"]["name"])
+    expect("DLQ name", dq.get("QueueName"), queue_name("dead_letter_queue"))
     expect("DLQ MessageRetentionPeriod", dq.get("MessageRetentionPeriod"), spec["dead_letter_queue"]["retention_secs"])
     expect("DLQ MaximumMessageSize", dq.get("MaximumMessageSize"), spec["dead_letter_queue"]["max_message_bytes"])
 
@@ -288,6 +294,11 @@ def cross_resource_rules(tpl):
         if r.get("Type") == "AWS::Lambda::EventSourceMapping":
             qname, queue = queue_of(props.get("EventSourceArn"))
             fn = res.get(resource_ref(props.get("FunctionName")) or "", {}).get("Properties", {})
+            if queue is not None and "FifoQueue" in queue and "MaximumBatchingWindowInSeconds" in props:
+                window = props["MaximumBatchingWindowInSeconds"]
+                condition = (queue["FifoQueue"].get("Fn::If") or [None])[0] if isinstance(queue["FifoQueue"], dict) else None
+                if not (isinstance(window, dict) and window.get("Fn::If", [None, None])[:2] == [condition, {"Ref": "AWS::NoValue"}]):
+                    errors.append(f"{logical}: a batching window on {qname}, which may be FIFO (Lambda refuses one there)")
             if queue is not None:
                 visibility = queue.get("VisibilityTimeout", SQS_DEFAULT_VISIBILITY)
                 timeout = fn.get("Timeout", LAMBDA_DEFAULT_TIMEOUT)
@@ -384,6 +395,9 @@ def mutations(tpl):
         mutate(lambda t: res(t)["EnricherFunction"]["Properties"]["Environment"]["Variables"].__setitem__("DLQ_ENVELOPE_TABLE", {"Ref": "LedgerTable"}), "a variable naming the wrong table"),
         mutate(lambda t: t["Globals"]["Function"]["Environment"]["Variables"].__setitem__("RUST_LOG", "info"), "RUST_LOG over the log level"),
         mutate(lambda t: t["Outputs"].pop("QuarantineBucket"), "the bucket missing from the outputs"),
+        mutate(lambda t: res(t)["DeadLetterQueue"]["Properties"].pop("FifoQueue"), "a standard DLQ behind a FIFO main queue"),
+        mutate(lambda t: res(t)["ConsumerEvents"]["Properties"].__setitem__("MaximumBatchingWindowInSeconds", 1), "a batching window on a FIFO queue"),
+        mutate(lambda t: res(t)["MainQueue"]["Properties"].__setitem__("QueueName", {"Fn::Sub": "${StackPrefix}-main"}), "a FIFO queue without .fifo"),
         mutate(lambda t: t["Outputs"].pop("EnricherRole"), "a function's role missing from the outputs"),
         mutate(lambda t: res(t)["ReferenceAuditFunction"]["Properties"].__setitem__("Timeout", 90), "the reference-audit timeout"),
         mutate(lambda t: res(t).__setitem__("SpareAlarm", copy.deepcopy(res(t)["MainQueueAgeAlarm"])), "an alarm missing from the dashboard"),

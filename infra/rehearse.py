@@ -130,7 +130,7 @@ def check_generated(cfn, spec):
     return errors
 
 
-def creatable_part(cfn, prefix):
+def creatable_part(cfn, prefix, fifo=False):
     """The resources LocalStack can create here, with everything they need; and what is left out."""
     res = cfn["Resources"]
     keep = {k for k, r in res.items() if r["Type"] in CREATABLE}
@@ -156,11 +156,12 @@ def creatable_part(cfn, prefix):
         "Outputs": outputs,
     }
     part["Parameters"]["StackPrefix"]["Default"] = prefix
+    part["Parameters"]["FifoQueues"]["Default"] = "true" if fifo else "false"
     left = sorted(f"{k} ({r['Type']})" for k, r in res.items() if k not in keep)
     return part, left, sorted(set(cfn.get("Outputs", {})) - set(outputs))
 
 
-def rehearse_on_localstack(cfn, spec, url):
+def rehearse_on_localstack(cfn, spec, url, fifo=False):
     import boto3
 
     session = dict(endpoint_url=url, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test")
@@ -168,8 +169,8 @@ def rehearse_on_localstack(cfn, spec, url):
     sqs = boto3.client("sqs", **session)
     s3 = boto3.client("s3", **session)
     account = boto3.client("sts", **session).get_caller_identity()["Account"]
-    prefix = f"rh{os.getpid() % 100000}"
-    part, left, outputs_left = creatable_part(cfn, prefix)
+    prefix = f"rh{os.getpid() % 100000}{'f' if fifo else ''}"
+    part, left, outputs_left = creatable_part(cfn, prefix, fifo)
     name = f"{prefix}-rehearsal"
     cf.create_stack(StackName=name, TemplateBody=json.dumps(part))
     status = "CREATE_IN_PROGRESS"
@@ -201,11 +202,13 @@ def rehearse_on_localstack(cfn, spec, url):
             errors.append(f"output {key} is {outputs.get(key)!r}; the code derives {value!r}")
     for key, queue in (("MainQueueUrl", "main_queue"), ("DeadLetterQueueUrl", "dead_letter_queue")):
         url_out = outputs.get(key, "")
-        want = named(spec[queue]["name"])
+        want = named(spec[queue]["fifo_name" if fifo else "name"])
         if not url_out.endswith("/" + want):
             errors.append(f"output {key} is {url_out!r}; the code names the queue {want!r}")
             continue
         attrs = sqs.get_queue_attributes(QueueUrl=url_out, AttributeNames=["All"])["Attributes"]
+        if (attrs.get("FifoQueue") == "true") != fifo:
+            errors.append(f"created {want}: FifoQueue {attrs.get('FifoQueue')}, the parameter says {fifo}")
         for attr, field in (("VisibilityTimeout", "visibility_timeout_secs"), ("MessageRetentionPeriod", "retention_secs"),
                             ("MaximumMessageSize", "max_message_bytes")):
             if int(attrs.get(attr, -1)) != spec[queue][field]:
@@ -214,7 +217,7 @@ def rehearse_on_localstack(cfn, spec, url):
             redrive = json.loads(attrs.get("RedrivePolicy", "{}"))
             if int(redrive.get("maxReceiveCount", -1)) != spec["max_receive_count"]:
                 errors.append(f"created {want}: maxReceiveCount {redrive.get('maxReceiveCount')}, the code says {spec['max_receive_count']}")
-            if not str(redrive.get("deadLetterTargetArn", "")).endswith(":" + named(spec["dead_letter_queue"]["name"])):
+            if not str(redrive.get("deadLetterTargetArn", "")).endswith(":" + named(spec["dead_letter_queue"]["fifo_name" if fifo else "name"])):
                 errors.append(f"created {want} redrives to {redrive.get('deadLetterTargetArn')}")
     bucket = outputs.get("QuarantineBucket")
     if bucket:
@@ -244,7 +247,9 @@ def main():
         url = sys.argv[sys.argv.index("--localstack") + 1]
         more, part, left, outputs_left = rehearse_on_localstack(cfn, spec, url)
         errors += more
-        print(f"rehearsal: LocalStack's CloudFormation created {len(part['Resources'])} of them "
+        fifo_errors, _, _, _ = rehearse_on_localstack(cfn, spec, url, fifo=True)
+        errors += [f"with FifoQueues=true: {e}" for e in fifo_errors]
+        print(f"rehearsal: LocalStack's CloudFormation created {len(part['Resources'])} of them, with standard and with FIFO queues "
               f"({', '.join(sorted(part['Resources']))}) and {len(part['Outputs'])} outputs")
         print(f"rehearsal: not created here (no such service in this LocalStack, or depending on one): {len(left)} resources, "
               f"outputs {', '.join(outputs_left)}")

@@ -54,6 +54,9 @@ enum Command {
         /// Default COMPLIANCE retention of the quarantine bucket, days.
         #[arg(long, default_value_t = resources::LOCAL_WORM_RETENTION_DAYS)]
         worm_retention_days: i32,
+        /// FIFO queues (names ending in .fifo): producers set MessageGroupId to the ledger entity.
+        #[arg(long)]
+        fifo: bool,
     },
     /// Send JSON lines (one message body per line) to the main queue, in batches of ten.
     Send {
@@ -196,7 +199,9 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Setup {
             max_receive_count,
             worm_retention_days,
+            fifo,
         } => {
+            let names = if fifo { names.with_fifo_queues() } else { names };
             if let Some(stack) = &cli.stack {
                 anyhow::bail!(
                     "setup creates resources of its own; stack {stack} is CloudFormation's, updated with its template (make deploy)"

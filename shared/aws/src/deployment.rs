@@ -494,6 +494,7 @@ pub fn spec_json() -> serde_json::Value {
         "main_queue": {
             "logical_id": template::MAIN_QUEUE,
             "name": names.main_queue,
+            "fifo_name": names.clone().with_fifo_queues().main_queue,
             "visibility_timeout_secs": MAIN_QUEUE_VISIBILITY.as_secs(),
             "retention_secs": MAIN_QUEUE_RETENTION.as_secs(),
             "max_message_bytes": MAX_MESSAGE_BYTES,
@@ -501,6 +502,7 @@ pub fn spec_json() -> serde_json::Value {
         "dead_letter_queue": {
             "logical_id": template::DEAD_LETTER_QUEUE,
             "name": names.dead_letter_queue,
+            "fifo_name": names.clone().with_fifo_queues().dead_letter_queue,
             "visibility_timeout_secs": DLQ_VISIBILITY.as_secs(),
             "retention_secs": DLQ_RETENTION.as_secs(),
             "max_message_bytes": MAX_MESSAGE_BYTES,

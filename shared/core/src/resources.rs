@@ -8,6 +8,9 @@
 
 use std::time::Duration;
 
+/// The end of every FIFO queue's name.
+pub const FIFO_SUFFIX: &str = ".fifo";
+
 /// Default prefix for every resource name; a deployment may choose another (`DLQ_STACK_PREFIX`).
 pub const DEFAULT_PREFIX: &str = "recon-dlq";
 
@@ -136,6 +139,22 @@ impl ResourceNames {
             name: self.quarantine_bucket.clone(),
             owner: self.account.clone(),
         }
+    }
+
+    /// The same deployment with FIFO queues (SQS wants their names to end in `.fifo`): producers
+    /// set the message group to the ledger entity, so each entity's transactions keep their order.
+    pub fn with_fifo_queues(mut self) -> Self {
+        for q in [&mut self.main_queue, &mut self.dead_letter_queue] {
+            if !q.ends_with(FIFO_SUFFIX) {
+                q.push_str(FIFO_SUFFIX);
+            }
+        }
+        self
+    }
+
+    /// Whether the deployment's queues are FIFO queues.
+    pub fn fifo(&self) -> bool {
+        self.main_queue.ends_with(FIFO_SUFFIX)
     }
 
     /// The rule of [`ResourceNames::derive`] as the template's `!Sub` texts spell it.

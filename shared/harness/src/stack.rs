@@ -56,6 +56,15 @@ pub struct TestStack {
 impl TestStack {
     /// Provision a fresh deployment named after the test.
     pub async fn new(test: &str) -> Self {
+        Self::provision(test, false).await
+    }
+
+    /// The same with FIFO queues.
+    pub async fn new_fifo(test: &str) -> Self {
+        Self::provision(test, true).await
+    }
+
+    async fn provision(test: &str, fifo: bool) -> Self {
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
@@ -77,7 +86,10 @@ impl TestStack {
             Ok(c) => c.account,
             Err(e) => panic!("the local AWS stack is not reachable; start it with `make local-up` ({e})"),
         };
-        let names = ResourceNames::derive(&prefix, &account, &recon_aws::identity::region(&clients));
+        let mut names = ResourceNames::derive(&prefix, &account, &recon_aws::identity::region(&clients));
+        if fifo {
+            names = names.with_fifo_queues();
+        }
         let settings = StackSettings {
             max_receive_count: MAX_ATTEMPTS,
             ..StackSettings::default()

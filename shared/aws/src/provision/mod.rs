@@ -85,6 +85,7 @@ async fn ensure_queue(
     name: &str,
     attributes: HashMap<QueueAttributeName, String>,
 ) -> StoreResult<String> {
+    let mut attributes = attributes;
     if let Some(url) = queue_url(clients, name).await? {
         clients
             .sqs
@@ -95,6 +96,13 @@ async fn ensure_queue(
             .await
             .map_err(|e| store_error("SetQueueAttributes", e))?;
         return Ok(url);
+    }
+    // A queue is made FIFO when it is created (SQS changes that never after). Producers that
+    // set no deduplication id get content-based deduplication; the consumer and the replay set
+    // their own.
+    if name.ends_with(resources::FIFO_SUFFIX) {
+        attributes.insert(QueueAttributeName::FifoQueue, "true".into());
+        attributes.insert(QueueAttributeName::ContentBasedDeduplication, "true".into());
     }
     let out = clients
         .sqs
@@ -346,14 +354,22 @@ pub async fn resolve_stack(clients: &AwsClients, names: &ResourceNames) -> Store
             "queue {q} does not exist: run `dlqctl setup` (or `make local-up`) first"
         ))
     };
-    let main_queue_url = queue_url(clients, &names.main_queue)
-        .await?
-        .ok_or_else(|| missing(&names.main_queue))?;
+    // A deployment with FIFO queues is found by its prefix too.
+    let (names, main_queue_url) = match queue_url(clients, &names.main_queue).await? {
+        Some(url) => (names.clone(), url),
+        None => {
+            let fifo = names.clone().with_fifo_queues();
+            match queue_url(clients, &fifo.main_queue).await? {
+                Some(url) if !names.fifo() => (fifo, url),
+                _ => return Err(missing(&names.main_queue)),
+            }
+        }
+    };
     let dlq_url = queue_url(clients, &names.dead_letter_queue)
         .await?
         .ok_or_else(|| missing(&names.dead_letter_queue))?;
     Ok(Stack {
-        names: names.clone(),
+        names,
         main_queue_arn: queue_arn(clients, &main_queue_url).await?,
         dlq_arn: queue_arn(clients, &dlq_url).await?,
         main_queue_url,
