@@ -37,7 +37,7 @@ fn manual() -> ReplayRequest {
     }
 }
 
-fn system<'m>(m: &'m aws_sdk_sqs::types::Message, name: MessageSystemAttributeName) -> Option<&'m str> {
+fn system(m: &aws_sdk_sqs::types::Message, name: MessageSystemAttributeName) -> Option<&str> {
     m.attributes().and_then(|a| a.get(&name)).map(String::as_str)
 }
 
