@@ -1,6 +1,8 @@
-//! FIFO queues on the real local stack (LocalStack's SQS): producers set the message group to the
-//! ledger entity; each entity's transactions are consumed in order, a dead letter keeps its group,
-//! and a replay goes back into that group with a deduplication id of its own — posted once.
+//! What SQS carries with a message, on the real local stack (LocalStack's SQS): FIFO groups —
+//! producers set the message group to the ledger entity; each entity's transactions are consumed
+//! in order, a dead letter keeps its group, and a replay goes back into that group with a
+//! deduplication id of its own, posted once — and the X-Ray trace header, which follows a
+//! transaction from its delivery through the DLQ to its replay.
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use recon_core::domain::{EnvelopeStatus, NewMessage};
@@ -112,5 +114,42 @@ async fn each_entity_keeps_its_order_and_a_replay_goes_back_into_its_group_once(
     assert_eq!(again.reinjected, 0, "{again:#?}");
     s.pump(&s.consumer_with(s.ledger(), s.main_queue())).await;
     assert_eq!(s.postings().await.len(), 7);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_trace_header_follows_the_message_to_the_dlq_the_envelope_and_the_replayed_copy() {
+    let s = TestStack::new("rp-trace").await;
+    let header = "Root=1-67891233-abcdef012345678912345678;Parent=463ac35c9f6413ad;Sampled=1";
+    let sent = OutgoingMessage {
+        body: body(&tx_in(21, "XAU", "21.0625")),
+        trace_header: Some(header.into()),
+        ..Default::default()
+    };
+    s.main_queue().send_batch(&[sent]).await.unwrap().remove(0).unwrap();
+    s.pump(&s.consumer_with(s.ledger(), s.main_queue())).await;
+
+    // The dead letter carries the original's trace as its own system attribute (seen without
+    // hiding it), and the envelope keeps it.
+    let dead = s.dlq().receive(10, 1, Some(0)).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        system(&dead[0], MessageSystemAttributeName::AwsTraceHeader),
+        Some(header)
+    );
+    s.pump_dlq(&s.enricher(10_000)).await;
+    let envelope = s.envelopes().await.remove(0);
+    assert_eq!(envelope.original.aws_trace_header.as_deref(), Some(header));
+
+    // The replayed copy continues the same trace.
+    s.map_currency("XAU", 4).await;
+    let report = s.replayer().run(&manual(), None).await.unwrap();
+    assert_eq!(report.reinjected, 1, "{report:#?}");
+    let copies = s.main_queue().receive(10, 1, Some(0)).await.unwrap();
+    assert_eq!(copies.len(), 1);
+    assert_eq!(
+        system(&copies[0], MessageSystemAttributeName::AwsTraceHeader),
+        Some(header)
+    );
     s.cleanup().await;
 }

@@ -578,39 +578,3 @@ async fn a_reinjected_copy_keeps_its_binary_attributes() {
     );
     s.cleanup().await;
 }
-
-#[tokio::test]
-async fn the_trace_header_follows_the_message_to_the_dlq_the_envelope_and_the_replayed_copy() {
-    let s = TestStack::new("rp-trace").await;
-    let header = "Root=1-67891233-abcdef012345678912345678;Parent=463ac35c9f6413ad;Sampled=1";
-    let sent = recon_core::ports::OutgoingMessage {
-        body: xau(21).to_body().unwrap(),
-        trace_header: Some(header.into()),
-        ..Default::default()
-    };
-    s.main_queue().send_batch(&[sent]).await.unwrap().remove(0).unwrap();
-    s.pump(&s.consumer_with(s.ledger(), s.main_queue())).await;
-
-    // The dead letter carries the original's trace as its own system attribute (seen without
-    // hiding it), and the envelope keeps it.
-    let dead = s.dlq().receive(10, 1, Some(0)).await.unwrap();
-    assert_eq!(dead.len(), 1);
-    let system = |m: &aws_sdk_sqs::types::Message| {
-        m.attributes()
-            .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::AwsTraceHeader))
-            .cloned()
-    };
-    assert_eq!(system(&dead[0]).as_deref(), Some(header));
-    s.pump_dlq(&s.enricher(10_000)).await;
-    let envelope = s.envelopes().await.remove(0);
-    assert_eq!(envelope.original.aws_trace_header.as_deref(), Some(header));
-
-    // The replayed copy continues the same trace.
-    s.map_currency("XAU", 4).await;
-    let report = s.replayer().run(&manual(Selector::default()), None).await.unwrap();
-    assert_eq!(report.reinjected, 1, "{report:#?}");
-    let copies = main_queue_messages(&s).await;
-    assert_eq!(copies.len(), 1);
-    assert_eq!(system(&copies[0]).as_deref(), Some(header));
-    s.cleanup().await;
-}
