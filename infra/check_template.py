@@ -68,6 +68,10 @@ def check(tpl, spec):
     fifo = {"Fn::If": ["UseFifo", True, {"Ref": "AWS::NoValue"}]}
     expect("main queue name", mq.get("QueueName"), queue_name("main_queue"))
     expect("main queue FifoQueue", mq.get("FifoQueue"), fifo)
+    for q in ("main_queue", "dead_letter_queue"):
+        r = res.get(spec[q]["logical_id"], {})
+        expect(f"{spec[q]['logical_id']} kept on replacement and deletion (it may hold transactions)",
+               (r.get("DeletionPolicy"), r.get("UpdateReplacePolicy")), ("Retain", "Retain"))
     expect("DLQ FifoQueue (FIFO exactly when the main queue is)", dq.get("FifoQueue"), fifo)
     expect("main queue VisibilityTimeout", mq.get("VisibilityTimeout"), spec["main_queue"]["visibility_timeout_secs"])
     expect("main queue MessageRetentionPeriod", mq.get("MessageRetentionPeriod"), spec["main_queue"]["retention_secs"])
@@ -184,6 +188,15 @@ def names_from_the_template(tpl, spec):
         for var, value in sorted(wanted.items()):
             if env.get(var) != value:
                 errors.append(f"{function} sets {var} to {env.get(var)!r}; the code needs {value!r}")
+        # A parameter that feeds a whole-number variable allows no value the function would refuse
+        # at start-up (a deployed stack whose functions cannot start drains nothing).
+        for var, value in sorted(env.items()):
+            param = tpl.get("Parameters", {}).get(value.get("Ref")) if isinstance(value, dict) else None
+            if param is None or var not in spec["whole_ranges"]:
+                continue
+            low, high = spec["whole_ranges"][var]
+            if param.get("Type") != "Number" or param.get("MinValue", low - 1) < low or param.get("MaxValue", high + 1) > high:
+                errors.append(f"parameter {value['Ref']} (Min {param.get('MinValue')}, Max {param.get('MaxValue')}) allows values {var} refuses: {low}-{high}")
         if "RUST_LOG" in env:
             errors.append(f"{function} sets RUST_LOG, which overrides the LogLevel parameter (AWS_LAMBDA_LOG_LEVEL)")
         level = res.get(function, {}).get("Properties", {}).get("LoggingConfig", {}).get("ApplicationLogLevel")
@@ -395,7 +408,10 @@ def mutations(tpl):
         mutate(lambda t: res(t)["EnricherFunction"]["Properties"]["Environment"]["Variables"].__setitem__("DLQ_ENVELOPE_TABLE", {"Ref": "LedgerTable"}), "a variable naming the wrong table"),
         mutate(lambda t: t["Globals"]["Function"]["Environment"]["Variables"].__setitem__("RUST_LOG", "info"), "RUST_LOG over the log level"),
         mutate(lambda t: t["Outputs"].pop("QuarantineBucket"), "the bucket missing from the outputs"),
+        mutate(lambda t: t["Parameters"]["OverflowHighWater"].pop("MaxValue"), "a parameter wider than its variable's range"),
+        mutate(lambda t: t["Parameters"]["SealEveryMinutes"].__setitem__("MinValue", 1), "a parameter below its variable's range"),
         mutate(lambda t: res(t)["DeadLetterQueue"]["Properties"].pop("FifoQueue"), "a standard DLQ behind a FIFO main queue"),
+        mutate(lambda t: res(t)["MainQueue"].pop("UpdateReplacePolicy"), "the main queue deleted when replaced"),
         mutate(lambda t: res(t)["ConsumerEvents"]["Properties"].__setitem__("MaximumBatchingWindowInSeconds", 1), "a batching window on a FIFO queue"),
         mutate(lambda t: res(t)["MainQueue"]["Properties"].__setitem__("QueueName", {"Fn::Sub": "${StackPrefix}-main"}), "a FIFO queue without .fifo"),
         mutate(lambda t: t["Outputs"].pop("EnricherRole"), "a function's role missing from the outputs"),

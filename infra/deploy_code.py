@@ -61,6 +61,24 @@ def plan(template_path, spec, outputs, mode):
     return commands, missing
 
 
+def environment_gaps(spec, outputs):
+    """The variables the new code requires that a deployed function does not have: deploying
+    would leave it unable to start (the stack, updated by make deploy, sets them)."""
+    import boto3
+
+    lam = boto3.client("lambda")
+    gaps = []
+    for f in spec["functions"]:
+        name = outputs.get(f["function_output"])
+        if not name:
+            continue
+        env = lam.get_function_configuration(FunctionName=name).get("Environment", {}).get("Variables", {})
+        missing = sorted(v for v in spec["function_env"].get(f["logical_id"], {}) if v not in env)
+        if missing:
+            gaps.append(f"{name} lacks {', '.join(missing)}")
+    return gaps
+
+
 def self_test(template_path, spec, url):
     """Read a LocalStack stack carrying the template's function and role outputs; check the plan."""
     import boto3
@@ -110,10 +128,16 @@ def main():
     if args[2] == "--self-test":
         return self_test(args[0], spec, args[3])
     mode = args[3] if len(args) > 3 else None
-    commands, missing = plan(args[0], spec, stack_outputs(args[2]), mode)
+    outputs = stack_outputs(args[2])
+    commands, missing = plan(args[0], spec, outputs, mode)
     if missing:
         print(f"stack {args[2]} lacks the outputs {', '.join(missing)}: deploy this version's template (make deploy) first",
               file=sys.stderr)
+        return 1
+    gaps = environment_gaps(spec, outputs)
+    if gaps:
+        print("this code needs variables the deployed functions lack (" + "; ".join(gaps)
+              + "): deploy this version's template (make deploy), not just its code", file=sys.stderr)
         return 1
     for c in commands:
         print("+ " + " ".join(c))

@@ -184,11 +184,13 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, 
     }
     let changes = preview.reinjected + preview.suppressed_duplicate + preview.quarantined;
     if changes == 0 {
-        println!(
-            "nothing to do: {} selected, none would change (--dry-run shows each gate's decision)",
-            preview.selected
-        );
-        return Ok(());
+        let value = serde_json::json!({"selected": preview.selected, "changes": 0});
+        return crate::output::emit(&value, || {
+            format!(
+                "nothing to do: {} selected, none would change (--dry-run shows each gate's decision)",
+                preview.selected
+            )
+        });
     }
     // A quarantine cannot be undone (the WORM record is under a COMPLIANCE lock): always asked.
     if (quarantine || preview.quarantined > 0 || changes > a.confirm_above) && !a.yes {
@@ -211,7 +213,16 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, 
             );
         }));
     }
-    let report = r.run(&request(a, &actor, false, quarantine)?, None).await?;
+    // What was confirmed is what runs: exactly the envelopes the preview selected (by id when the
+    // preview listed them all, else no more than it counted), not whatever the selector matches
+    // by now — a flood landing in between is not quarantined on a confirmation given for three.
+    let mut req = request(a, &actor, false, quarantine)?;
+    if preview.items_truncated {
+        req.selector.max_items = Some(usize::try_from(preview.selected).unwrap_or(usize::MAX));
+    } else {
+        req.selector.envelope_ids = preview.items.iter().map(|i| i.envelope_id.clone()).collect();
+    }
+    let report = r.run(&req, None).await?;
     if progress {
         eprintln!();
     }

@@ -530,6 +530,13 @@ pub fn spec_json() -> serde_json::Value {
         "function_env": function_env_spec(),
         "max_prefix_len": recon_core::config::MAX_PREFIX_LEN,
         "variables": recon_core::config::VARIABLES.iter().map(|v| v.name).collect::<Vec<_>>(),
+        "whole_ranges": recon_core::config::VARIABLES
+            .iter()
+            .filter_map(|v| match v.rule {
+                recon_core::config::Rule::Whole { min, max, .. } => Some((v.name.to_owned(), serde_json::json!([min, max]))),
+                _ => None,
+            })
+            .collect::<serde_json::Map<_, _>>(),
         "iam": iam::ROLES.iter().map(|(role, grants)| (role.to_string(), serde_json::json!(grants))).collect::<serde_json::Map<_, _>>(),
     })
 }

@@ -4,29 +4,66 @@
 //! invocation), then the event's own fields at the top level.
 
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::{JsonFields, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormattedFields};
+use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
-/// The formatter. `lambda_runtime` opens a span per invocation carrying `requestId` and
-/// `xrayTraceId`; the first request id the process sees is its cold start.
+/// The span `lambda_runtime` opens around each invocation (`requestId`, `xrayTraceId`), and the
+/// target to enable it at whatever level the function logs (at `warn` it would be filtered out,
+/// and with it every line's request id).
+pub const INVOKE_SPAN: &str = "Lambda runtime invoke";
+pub const INVOKE_SPAN_TARGET: &str = "lambda_runtime::layers::trace";
+
+/// The formatter. The first invocation span the process opens is its cold start (whether or not
+/// that invocation logs anything: [`ColdStart`] watches the spans).
 pub struct LambdaJson {
     pub service: String,
-    first_request: OnceLock<String>,
+    first_request: Arc<OnceLock<String>>,
 }
 
 impl LambdaJson {
     pub fn new(service: impl Into<String>) -> Self {
         LambdaJson {
             service: service.into(),
-            first_request: OnceLock::new(),
+            first_request: Arc::default(),
         }
     }
+
+    /// The layer that records the first invocation's request id for this formatter.
+    pub fn cold_start(&self) -> ColdStart {
+        ColdStart(self.first_request.clone())
+    }
+}
+
+/// Records the request id of the first invocation span.
+pub struct ColdStart(Arc<OnceLock<String>>);
+
+impl<S: Subscriber> Layer<S> for ColdStart {
+    fn on_new_span(&self, attrs: &Attributes<'_>, _id: &Id, _ctx: Context<'_, S>) {
+        if attrs.metadata().name() != INVOKE_SPAN || self.0.get().is_some() {
+            return;
+        }
+        let mut fields = Fields::default();
+        attrs.record(&mut fields);
+        if let Some(Value::String(id)) = fields.0.get("requestId") {
+            let _ = self.0.set(id.clone());
+        }
+    }
+}
+
+/// The trace id Powertools writes: the `Root=` part of the X-Ray header.
+fn xray_root(header: &str) -> &str {
+    header
+        .split(';')
+        .find_map(|part| part.trim().strip_prefix("Root="))
+        .unwrap_or(header)
 }
 
 /// An event's fields as JSON values.
@@ -102,7 +139,7 @@ where
             line.insert("function_request_id".into(), Value::from(id));
         }
         if let Some(trace) = trace {
-            line.insert("xray_trace_id".into(), Value::from(trace));
+            line.insert("xray_trace_id".into(), Value::from(xray_root(&trace)));
         }
         for (k, v) in fields.0 {
             line.entry(k).or_insert(v);
@@ -114,17 +151,19 @@ where
 /// The log filter: `RUST_LOG` when set, else Lambda's `AWS_LAMBDA_LOG_LEVEL` (the function's
 /// logging configuration: `TRACE` … `FATAL`), else `info`.
 pub fn filter_directive(rust_log: Option<String>, lambda_level: Option<String>) -> String {
-    if let Some(directive) = rust_log.filter(|v| !v.trim().is_empty()) {
-        return directive;
-    }
-    match lambda_level.map(|v| v.trim().to_ascii_uppercase()).as_deref() {
-        Some("TRACE") => "trace",
-        Some("DEBUG") => "debug",
-        Some("WARN") => "warn",
-        Some("ERROR") | Some("FATAL") => "error",
-        _ => "info",
-    }
-    .to_owned()
+    let level = match rust_log.filter(|v| !v.trim().is_empty()) {
+        Some(directive) => directive,
+        None => match lambda_level.map(|v| v.trim().to_ascii_uppercase()).as_deref() {
+            Some("TRACE") => "trace",
+            Some("DEBUG") => "debug",
+            Some("WARN") => "warn",
+            Some("ERROR") | Some("FATAL") => "error",
+            _ => "info",
+        }
+        .to_owned(),
+    };
+    // The invocation span carries the request id every line needs, whatever the level.
+    format!("{level},{INVOKE_SPAN_TARGET}=info")
 }
 
 /// The service name on every line: `POWERTOOLS_SERVICE_NAME` (as Powertools reads it), else the
@@ -140,8 +179,9 @@ pub fn service_name(default: &str) -> String {
 mod tests {
     use super::*;
     use std::io::Write;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
     use tracing_subscriber::fmt::MakeWriter;
+    use tracing_subscriber::prelude::*;
 
     #[derive(Clone, Default)]
     struct Buffer(Arc<Mutex<Vec<u8>>>);
@@ -172,20 +212,34 @@ mod tests {
             .collect()
     }
 
+    /// The span lambda_runtime opens around each invocation (`layers::trace::request_span`).
+    fn invocation(id: &str, trace: &str) -> tracing::Span {
+        tracing::info_span!(target: "lambda_runtime::layers::trace", "Lambda runtime invoke", requestId = id, xrayTraceId = trace)
+    }
+
+    fn subscriber(buffer: &Buffer, directive: &str) -> impl Subscriber + Send + Sync {
+        let format = LambdaJson::new("recon-dlq");
+        tracing_subscriber::registry()
+            .with(tracing_subscriber::EnvFilter::new(directive))
+            .with(format.cold_start())
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .fmt_fields(JsonFields::new())
+                    .event_format(format)
+                    .with_writer(buffer.clone()),
+            )
+    }
+
     #[test]
     fn lines_carry_the_powertools_keys_and_the_invocation_from_lambda_runtimes_span() {
         let buffer = Buffer::default();
-        let subscriber = tracing_subscriber::fmt()
-            .fmt_fields(JsonFields::new())
-            .event_format(LambdaJson::new("recon-dlq"))
-            .with_writer(buffer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        tracing::subscriber::with_default(subscriber(&buffer, &filter_directive(None, None)), || {
             tracing::info!("starting");
-            // The span lambda_runtime opens around each invocation (layers::trace::request_span).
-            for (id, trace) in [("req-1", "Root=1-aaa"), ("req-2", "Root=1-bbb")] {
-                let span = tracing::info_span!("Lambda runtime invoke", requestId = id, xrayTraceId = trace);
-                let _in = span.enter();
+            for (id, trace) in [
+                ("req-1", "Root=1-aaa-111;Parent=p1;Sampled=1"),
+                ("req-2", "Root=1-bbb-222;Sampled=0"),
+            ] {
+                let _in = invocation(id, trace).entered();
                 tracing::warn!(decision = "POSTED", attempt = 2u64, "message posted");
             }
         });
@@ -197,7 +251,7 @@ mod tests {
         assert!(init.get("function_request_id").is_none() && init.get("cold_start").is_none());
         for (line, (id, trace, cold)) in got[1..]
             .iter()
-            .zip([("req-1", "Root=1-aaa", true), ("req-2", "Root=1-bbb", false)])
+            .zip([("req-1", "1-aaa-111", true), ("req-2", "1-bbb-222", false)])
         {
             assert_eq!(line["level"], "WARN");
             assert_eq!(line["message"], "message posted");
@@ -212,11 +266,36 @@ mod tests {
     }
 
     #[test]
+    fn at_warn_the_request_id_stays_and_a_silent_first_invocation_is_still_the_cold_start() {
+        let buffer = Buffer::default();
+        let directive = filter_directive(None, Some("WARN".into()));
+        tracing::subscriber::with_default(subscriber(&buffer, &directive), || {
+            {
+                let _in = invocation("req-1", "Root=1-aaa-111").entered();
+                tracing::info!("filtered out at WARN");
+            }
+            let _in = invocation("req-2", "Root=1-bbb-222").entered();
+            tracing::error!("the ledger refused");
+        });
+        let got = lines(&buffer);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0]["function_request_id"], "req-2");
+        assert_eq!(got[0]["cold_start"], false);
+    }
+
+    #[test]
     fn rust_log_wins_then_lambdas_log_level_then_info() {
-        assert_eq!(filter_directive(Some("debug".into()), Some("ERROR".into())), "debug");
-        assert_eq!(filter_directive(None, Some("WARN".into())), "warn");
-        assert_eq!(filter_directive(Some(" ".into()), Some("FATAL".into())), "error");
-        assert_eq!(filter_directive(None, Some("nonsense".into())), "info");
-        assert_eq!(filter_directive(None, None), "info");
+        let span = ",lambda_runtime::layers::trace=info";
+        assert_eq!(
+            filter_directive(Some("debug".into()), Some("ERROR".into())),
+            format!("debug{span}")
+        );
+        assert_eq!(filter_directive(None, Some("WARN".into())), format!("warn{span}"));
+        assert_eq!(
+            filter_directive(Some(" ".into()), Some("FATAL".into())),
+            format!("error{span}")
+        );
+        assert_eq!(filter_directive(None, Some("nonsense".into())), format!("info{span}"));
+        assert_eq!(filter_directive(None, None), format!("info{span}"));
     }
 }

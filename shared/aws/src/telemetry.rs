@@ -2,6 +2,7 @@
 //! CloudWatch Logs Insights queries), readable text for a terminal. `RUST_LOG` filters.
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::prelude::*;
 
 /// JSON log lines with Powertools' keys (see [`crate::logs`]); the level from `RUST_LOG`, else
 /// Lambda's `AWS_LAMBDA_LOG_LEVEL`, else `info`. `default_service` names the service when neither
@@ -12,10 +13,15 @@ pub fn init_json(default_service: &str) {
         std::env::var("AWS_LAMBDA_LOG_LEVEL").ok(),
     );
     let filter = EnvFilter::try_new(&directive).unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
-        .event_format(crate::logs::LambdaJson::new(crate::logs::service_name(default_service)))
-        .with_env_filter(filter)
+    let format = crate::logs::LambdaJson::new(crate::logs::service_name(default_service));
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(format.cold_start())
+        .with(
+            tracing_subscriber::fmt::layer()
+                .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+                .event_format(format),
+        )
         .try_init();
 }
 

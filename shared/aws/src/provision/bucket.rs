@@ -42,7 +42,7 @@ pub(super) async fn ensure_worm_bucket(
             .value(CREATED_BY_TAG.1)
             .build()
             .map_err(|e| infra(e.to_string()))?;
-        clients
+        let tagged = clients
             .s3
             .put_bucket_tagging()
             .bucket(name)
@@ -54,8 +54,19 @@ pub(super) async fn ensure_worm_bucket(
                     .map_err(|e| infra(e.to_string()))?,
             )
             .send()
-            .await
-            .map_err(|e| store_error("PutBucketTagging", e))?;
+            .await;
+        if let Err(e) = tagged {
+            // An untagged bucket would read as someone else's to every later setup: remove the
+            // empty bucket just created, so the next run starts over.
+            let _ = clients
+                .s3
+                .delete_bucket()
+                .bucket(name)
+                .expected_bucket_owner(&bucket.owner)
+                .send()
+                .await;
+            return Err(store_error("PutBucketTagging", e));
+        }
     }
     // Never lower a retention, nor weaken its mode: a bucket that already keeps objects at least
     // as long in COMPLIANCE mode is left as it is (a local default of one day must never reach a

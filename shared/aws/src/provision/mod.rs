@@ -60,11 +60,18 @@ impl Stack {
         recon_core::config::environment(&self.names, &self.main_queue_url, &self.dlq_url)
     }
 
-    /// A settings lookup for `recon_core::config`'s parsers: `first` (the process environment,
-    /// or a test's own values), then this stack's [`Stack::env`].
-    pub fn lookup(&self, first: impl Fn(&str) -> Option<String>) -> impl Fn(&str) -> Option<String> {
+    /// A settings lookup for `recon_core::config`'s parsers: every name from this stack's
+    /// [`Stack::env`] (a stale `DLQ_*_TABLE` or queue URL in the shell must never redirect a
+    /// replay against `--stack prod`), every other setting from `other` (the process
+    /// environment, or a test's own values).
+    pub fn lookup(&self, other: impl Fn(&str) -> Option<String>) -> impl Fn(&str) -> Option<String> {
         let env = self.env();
-        move |k| first(k).or_else(|| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
+        move |k| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.clone())
+                .or_else(|| other(k))
+        }
     }
 }
 
@@ -439,4 +446,33 @@ pub async fn delete_stack(clients: &AwsClients, stack: &Stack) -> StoreResult<()
 /// The redrive policy JSON for the main queue.
 pub fn redrive_policy(dlq_arn: &str, max_receive_count: u32) -> String {
     serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count }).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use recon_core::config::vars;
+
+    #[test]
+    fn a_stale_shell_variable_never_redirects_a_stacks_names() {
+        let names = ResourceNames::derive("prod", "123456789012", "eu-west-1");
+        let stack = Stack {
+            main_queue_url: "https://sqs.eu-west-1.amazonaws.com/123456789012/prod-main".into(),
+            main_queue_arn: "arn:aws:sqs:eu-west-1:123456789012:prod-main".into(),
+            dlq_url: "https://sqs.eu-west-1.amazonaws.com/123456789012/prod-dead-letter".into(),
+            dlq_arn: "arn:aws:sqs:eu-west-1:123456789012:prod-dead-letter".into(),
+            names,
+        };
+        let shell = |k: &str| match k {
+            vars::ENVELOPE_TABLE => Some("local-envelopes".to_owned()),
+            vars::MAIN_QUEUE_URL => Some("http://127.0.0.1:4566/000000000000/local-main".to_owned()),
+            vars::MAX_ATTEMPTS => Some("9".to_owned()),
+            _ => None,
+        };
+        let get = stack.lookup(shell);
+        assert_eq!(get(vars::ENVELOPE_TABLE).as_deref(), Some("prod-envelopes"));
+        assert_eq!(get(vars::MAIN_QUEUE_URL), Some(stack.main_queue_url.clone()));
+        // Settings that are not names still come from the environment.
+        assert_eq!(get(vars::MAX_ATTEMPTS).as_deref(), Some("9"));
+    }
 }
