@@ -39,6 +39,16 @@ fn manual() -> ReplayRequest {
     }
 }
 
+/// Map XAU, replay, and receive the one copy it re-injected (left visible).
+async fn replay_the_fix(s: &TestStack) -> (recon_core::replay::ReplayReport, aws_sdk_sqs::types::Message) {
+    s.map_currency("XAU", 4).await;
+    let report = s.replayer().run(&manual(), None).await.unwrap();
+    assert_eq!(report.reinjected, 1, "{report:#?}");
+    let mut copies = s.main_queue().receive(10, 1, Some(0)).await.unwrap();
+    assert_eq!(copies.len(), 1);
+    (report, copies.remove(0))
+}
+
 fn system(m: &aws_sdk_sqs::types::Message, name: MessageSystemAttributeName) -> Option<&str> {
     m.attributes().and_then(|a| a.get(&name)).map(String::as_str)
 }
@@ -92,17 +102,13 @@ async fn each_entity_keeps_its_order_and_a_replay_goes_back_into_its_group_once(
     assert_eq!(envelope.original.message_group_id.as_deref(), Some("ACME-US"));
 
     // Fixed, replayed: back into the same group, with a deduplication id of the replay's own.
-    s.map_currency("XAU", 4).await;
-    let report = s.replayer().run(&manual(), None).await.unwrap();
-    assert_eq!(report.reinjected, 1, "{report:#?}");
-    let copies = s.main_queue().receive(10, 1, Some(0)).await.unwrap();
-    assert_eq!(copies.len(), 1);
+    let (report, copy) = replay_the_fix(&s).await;
     assert_eq!(
-        system(&copies[0], MessageSystemAttributeName::MessageGroupId),
+        system(&copy, MessageSystemAttributeName::MessageGroupId),
         Some("ACME-US")
     );
     assert_eq!(
-        system(&copies[0], MessageSystemAttributeName::MessageDeduplicationId),
+        system(&copy, MessageSystemAttributeName::MessageDeduplicationId),
         Some(format!("{}-{}", envelope.envelope_id, report.replay_id).as_str())
     );
     s.pump(&s.consumer_with(s.ledger(), s.main_queue())).await;
@@ -142,14 +148,7 @@ async fn the_trace_header_follows_the_message_to_the_dlq_the_envelope_and_the_re
     assert_eq!(envelope.original.aws_trace_header.as_deref(), Some(header));
 
     // The replayed copy continues the same trace.
-    s.map_currency("XAU", 4).await;
-    let report = s.replayer().run(&manual(), None).await.unwrap();
-    assert_eq!(report.reinjected, 1, "{report:#?}");
-    let copies = s.main_queue().receive(10, 1, Some(0)).await.unwrap();
-    assert_eq!(copies.len(), 1);
-    assert_eq!(
-        system(&copies[0], MessageSystemAttributeName::AwsTraceHeader),
-        Some(header)
-    );
+    let (_, copy) = replay_the_fix(&s).await;
+    assert_eq!(system(&copy, MessageSystemAttributeName::AwsTraceHeader), Some(header));
     s.cleanup().await;
 }
