@@ -96,13 +96,28 @@ fn core_and_testkit_link_no_aws_sdk_and_no_function_links_test_code() {
     assert!(core.contains("aws_lambda_events"), "core reads Lambda's event types");
     let sdk: Vec<&String> = core.iter().filter(|c| is_aws_sdk(c)).collect();
     assert!(sdk.is_empty(), "recon-core links AWS SDK crates: {sdk:?}");
-    for forbidden in ["recon-aws", "recon-testkit", "lambda_runtime", "tracing-subscriber"] {
+    for forbidden in [
+        "recon-aws",
+        "recon-postgres",
+        "tokio-postgres",
+        "recon-testkit",
+        "lambda_runtime",
+        "tracing-subscriber",
+    ] {
         assert!(!core.contains(forbidden), "recon-core links {forbidden}");
     }
     assert!(
         !closure(&graph, "recon-aws").contains("recon-testkit"),
         "recon-aws links the testkit"
     );
+    // The PostgreSQL ledger is an adapter of core's port, beside the AWS adapters, not on them.
+    let postgres = closure(&graph, "recon-postgres");
+    assert!(postgres.contains("recon-core") && postgres.contains("tokio-postgres"));
+    for forbidden in ["recon-aws", "recon-testkit"] {
+        assert!(!postgres.contains(forbidden), "recon-postgres links {forbidden}");
+    }
+    let sdk: Vec<&String> = postgres.iter().filter(|c| is_aws_sdk(c)).collect();
+    assert!(sdk.is_empty(), "recon-postgres links AWS SDK crates: {sdk:?}");
     for function in ["consumer", "enricher", "replay"] {
         let linked = closure(&graph, function);
         assert!(

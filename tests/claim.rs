@@ -175,3 +175,20 @@ async fn a_hand_off_to_a_manual_journal_round_trips_and_shuts_out_a_posting() {
     assert_eq!(ledger.hand_offs().await.unwrap().len(), 1);
     s.cleanup().await;
 }
+
+/// The ledger conformance suite on DynamoDB Local: the reference ledger the consumer commits to,
+/// and the claim protocol over a general ledger with the DynamoDB dedup table.
+#[tokio::test]
+async fn the_dynamodb_ledger_and_the_claim_protocol_keep_each_transaction_once() {
+    use recon_testkit::conformance::ledger_keeps_each_transaction_once;
+    let s = TestStack::new("cf-ledger").await;
+    ledger_keeps_each_transaction_once(&s.ledger(), "dynamodb").await;
+    let claiming = recon_core::claim::ClaimingLedger::new(
+        recon_testkit::memory::MemoryGeneralLedger::default(),
+        DynamoDedupTable::new(s.clients.dynamodb.clone(), &s.stack.names.dedup_table),
+        recon_core::claim::ClaimSettings::default(),
+        Arc::new(recon_core::ports::SystemClock),
+    );
+    ledger_keeps_each_transaction_once(&claiming, "claiming").await;
+    s.cleanup().await;
+}

@@ -2,7 +2,8 @@
 # Local AWS stack for development and tests, without Docker:
 #   - LocalStack 4.13.1 in host mode (SQS, S3, CloudFormation, IAM, STS, EventBridge, Scheduler,
 #     CloudWatch, Logs) in a project-local virtualenv;
-#   - AWS's DynamoDB Local (the jar shipped in the npm package amplify-dynamodb-simulator) on Java.
+#   - AWS's DynamoDB Local (the jar shipped in the npm package amplify-dynamodb-simulator) on Java;
+#   - a real PostgreSQL from Debian's packages (infra/local/postgres.sh), for the PostgreSQL ledger.
 # Everything is installed on first use under .local-aws/ (git-ignored) and listens on loopback only.
 #
 #   infra/local/stack.sh install   install both emulators (idempotent)
@@ -105,6 +106,7 @@ up() {
   fi
   wait_for "DynamoDB Local" healthy_dynamodb "$dir/logs/dynamodb.log"
   wait_for "LocalStack" healthy_localstack "$dir/logs/localstack.log"
+  "$root/infra/local/postgres.sh" up
 }
 
 stop_pid() {
@@ -125,15 +127,17 @@ stop_pid() {
 down() {
   stop_pid LocalStack "$dir/localstack.pid"
   stop_pid "DynamoDB Local" "$dir/dynamodb.pid"
+  "$root/infra/local/postgres.sh" down
 }
 
 status() {
   if healthy_localstack; then echo "LocalStack: up on 127.0.0.1:$ls_port"; else echo "LocalStack: down"; fi
   if healthy_dynamodb; then echo "DynamoDB Local: up on 127.0.0.1:$ddb_port"; else echo "DynamoDB Local: down"; fi
+  "$root/infra/local/postgres.sh" status
 }
 
 case "${1:-}" in
-  install) install_localstack; install_dynamodb ;;
+  install) install_localstack; install_dynamodb; "$root/infra/local/postgres.sh" install ;;
   up) up ;;
   down) down ;;
   status) status ;;

@@ -175,3 +175,12 @@ fn a_dedup_ttl_shorter_than_the_replay_window_is_refused() {
     assert!(err.contains("7 days") && err.contains("14 days"), "{err}");
     assert!(ClaimSettings::default().validate(Duration::days(90)).is_ok());
 }
+
+/// The ledger conformance suite on the memory ledger and on the claim protocol over a general
+/// ledger (the same suite runs on DynamoDB and PostgreSQL on the local stack).
+#[tokio::test]
+async fn the_memory_ledger_and_the_claim_protocol_keep_each_transaction_once() {
+    use recon_testkit::conformance::ledger_keeps_each_transaction_once;
+    ledger_keeps_each_transaction_once(&recon_testkit::memory::MemoryLedger::default(), "memory").await;
+    ledger_keeps_each_transaction_once(&ledger(clock()), "claiming").await;
+}

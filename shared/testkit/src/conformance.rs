@@ -73,3 +73,121 @@ pub async fn envelope_store_keeps_the_life_cycle<S: EnvelopeStore + Backlog>(sto
     assert_eq!(status().await, Some(EnvelopeStatus::Quarantined));
     assert_eq!(pending().await, before);
 }
+
+/// A posting of transaction `n` of `run` (its `source_hash` unique to the run), delivered as
+/// SQS message `sqs_message_id`.
+pub fn posting(run: &str, n: u32, sqs_message_id: &str) -> recon_core::domain::Posting {
+    use recon_core::domain::MatchDecision;
+    recon_core::domain::Posting {
+        source_hash: recon_core::domain::envelope::sha256_hex(format!("{run}#{n}").as_bytes()),
+        sqs_message_id: sqs_message_id.to_owned(),
+        message_id: format!("m-{n}"),
+        trace_id: format!("trace-{n}"),
+        ledger_entity: "ACME-US".into(),
+        currency: "USD".into(),
+        amount: rust_decimal::Decimal::new(1_234_567_890_123_456_789, 4),
+        value_date: chrono::NaiveDate::from_ymd_opt(2026, 11, 30).unwrap_or_default(),
+        period: "2026-11".into(),
+        match_decision: MatchDecision::Matched,
+        external_ref: format!("BANK-{n:06}"),
+        counterparty: "Globex".into(),
+        attempt_count: 1,
+        committed_at: chrono::DateTime::from_timestamp(1_796_000_000, 0).unwrap_or_default(),
+        replay_of: None,
+    }
+}
+
+/// The exactly-once obligations every [`recon_core::ports::Ledger`] carries (the README's "Plug
+/// in your own ledger"), for any implementation to run; `run` must be new to the ledger.
+/// - Many concurrent commits of one transaction: exactly one writes; every other answers
+///   `AlreadyCommitted` naming the one that did (or a transient `Conflict` while it is still
+///   being posted, and `AlreadyCommitted` when retried); `lookup` names it too.
+/// - A redelivery of the committed SQS message answers `AlreadyCommitted` with its own SQS
+///   message id (the consumer acknowledges it as done); another message carrying the same
+///   transaction answers with the first one's (a duplicate).
+/// - A hand-off to a manual journal and a posting exclude each other, whichever comes first, and
+///   a second hand-off answers the first.
+/// - An unknown transaction is not committed.
+pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(ledger: &L, run: &str) {
+    use recon_core::domain::{CommitOutcome, HandOff};
+
+    assert_eq!(ledger.lookup(&posting(run, 0, "none").source_hash).await.unwrap(), None);
+
+    // One transaction, sixteen deliveries at once.
+    let tries: Vec<_> = (0..16).map(|i| posting(run, 1, &format!("sqs-{i}"))).collect();
+    let outcomes = futures::future::join_all(tries.iter().map(|p| ledger.commit(p))).await;
+    let mut winners = Vec::new();
+    let mut answered = Vec::new();
+    let mut busy = Vec::new();
+    for (p, o) in tries.iter().zip(outcomes) {
+        match o {
+            Ok(CommitOutcome::Committed) => winners.push(p.sqs_message_id.clone()),
+            Ok(CommitOutcome::AlreadyCommitted(r)) => answered.push(r.sqs_message_id),
+            // A claim held by a delivery still posting: a transient conflict, retried later
+            // (its message's visibility timeout), never a second posting.
+            Err(e) if e.kind == recon_core::domain::TransientKind::Conflict => busy.push(p),
+            Err(e) => panic!("a commit under contention failed otherwise than a conflict: {e:?}"),
+        }
+    }
+    for p in busy {
+        match ledger.commit(p).await.expect("the retry is answered") {
+            CommitOutcome::AlreadyCommitted(r) => answered.push(r.sqs_message_id),
+            CommitOutcome::Committed => winners.push(p.sqs_message_id.clone()),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one delivery commits: {winners:?}");
+    assert!(
+        answered.iter().all(|id| *id == winners[0]),
+        "{answered:?} vs {winners:?}"
+    );
+    let held = ledger.lookup(&tries[0].source_hash).await.unwrap().expect("committed");
+    assert_eq!(held.sqs_message_id, winners[0]);
+    assert_eq!(held.manual_journal, None);
+
+    // The same SQS message again (a crash after the commit), and another message.
+    let again = posting(run, 1, &winners[0]);
+    match ledger.commit(&again).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, winners[0], "a redelivery is recognised"),
+        CommitOutcome::Committed => panic!("a redelivery committed twice"),
+    }
+
+    // A hand-off after the posting loses to it.
+    let late = HandOff {
+        source_hash: tries[0].source_hash.clone(),
+        envelope_id: format!("env_{run}_late"),
+        replay_id: "rp-late".into(),
+        handed_off_at: tries[0].committed_at,
+    };
+    match ledger.hand_off(&late).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, winners[0]),
+        CommitOutcome::Committed => panic!("a hand-off over a posting"),
+    }
+
+    // A hand-off first: no posting may follow, and the first hand-off holds.
+    let handed = HandOff {
+        source_hash: posting(run, 2, "x").source_hash,
+        envelope_id: format!("env_{run}_first"),
+        replay_id: "rp-1".into(),
+        handed_off_at: tries[0].committed_at,
+    };
+    assert_eq!(ledger.hand_off(&handed).await.unwrap(), CommitOutcome::Committed);
+    match ledger.commit(&posting(run, 2, "sqs-after")).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => assert!(r.handed_off_by(&handed.envelope_id), "{r:?}"),
+        CommitOutcome::Committed => panic!("posted after a hand-off"),
+    }
+    let second = HandOff {
+        envelope_id: format!("env_{run}_second"),
+        ..handed.clone()
+    };
+    match ledger.hand_off(&second).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => assert!(r.handed_off_by(&handed.envelope_id)),
+        CommitOutcome::Committed => panic!("two hand-offs of one transaction"),
+    }
+    assert!(
+        ledger
+            .lookup(&handed.source_hash)
+            .await
+            .unwrap()
+            .is_some_and(|r| r.handed_off_by(&handed.envelope_id))
+    );
+}

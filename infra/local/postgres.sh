@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# A real PostgreSQL for the local stack (the PostgreSQL ledger's tests and demo): Debian's
+# packages, installed on first use when the machine lacks them; its own cluster under
+# .local-aws/postgres (git-ignored), listening on 127.0.0.1 only; trust authentication on
+# loopback for the local role `recon` (nothing but this machine can reach it; no password to keep).
+#
+#   infra/local/postgres.sh install   install Debian's postgresql if pg_ctl is missing
+#   infra/local/postgres.sh up        install if needed, create the cluster once, start it
+#   infra/local/postgres.sh down      stop it (the data stays until `rm -rf .local-aws/postgres`)
+#   infra/local/postgres.sh status    print whether it runs
+#   infra/local/postgres.sh url       print the connection URL the tests use
+#
+# Port: POSTGRES_PORT (default 55432, away from a system PostgreSQL's 5432).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+dir="$root/.local-aws/postgres"
+data="$dir/data"
+port="${POSTGRES_PORT:-55432}"
+
+log() { printf '[local-aws] %s\n' "$*" >&2; }
+
+bin_dir() {
+  local d
+  for d in /usr/lib/postgresql/*/bin; do
+    [ -x "$d/pg_ctl" ] && { echo "$d"; return 0; }
+  done
+  return 1
+}
+
+install() {
+  bin_dir >/dev/null && return 0
+  log "installing PostgreSQL from Debian's packages (postgresql)"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+  bin_dir >/dev/null || { log "PostgreSQL did not install"; exit 1; }
+}
+
+# PostgreSQL refuses to run as root: as root, the cluster belongs to Debian's `postgres` user.
+as_owner() {
+  if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+healthy() { "$(bin_dir)/pg_isready" -q -h 127.0.0.1 -p "$port" 2>/dev/null; }
+
+up() {
+  install
+  local bin
+  bin=$(bin_dir)
+  if healthy; then log "PostgreSQL already running on 127.0.0.1:$port"; return 0; fi
+  mkdir -p "$dir"
+  [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+  if [ ! -f "$data/PG_VERSION" ]; then
+    log "creating the local PostgreSQL cluster in .local-aws/postgres"
+    as_owner "$bin/initdb" -D "$data" -U postgres --auth-local=trust --auth-host=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+  fi
+  log "starting PostgreSQL on 127.0.0.1:$port"
+  as_owner "$bin/pg_ctl" -D "$data" -l "$dir/postgres.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$dir -c fsync=off" start >/dev/null
+  if ! as_owner "$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -tAc "SELECT 1 FROM pg_roles WHERE rolname='recon'" | grep -q 1; then
+    as_owner "$bin/psql" -q -h 127.0.0.1 -p "$port" -U postgres -c "CREATE ROLE recon LOGIN CREATEDB"
+    as_owner "$bin/psql" -q -h 127.0.0.1 -p "$port" -U postgres -c "CREATE DATABASE recon OWNER recon"
+  fi
+  log "PostgreSQL is up"
+}
+
+down() {
+  local bin
+  bin=$(bin_dir) || return 0
+  [ -f "$data/postmaster.pid" ] || return 0
+  log "stopping PostgreSQL"
+  as_owner "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null || true
+}
+
+case "${1:-}" in
+  install) install ;;
+  up) up ;;
+  down) down ;;
+  status) if bin_dir >/dev/null && healthy; then echo "PostgreSQL: up on 127.0.0.1:$port"; else echo "PostgreSQL: down"; fi ;;
+  url) echo "postgres://recon@127.0.0.1:$port/recon" ;;
+  *) echo "usage: $0 install|up|down|status|url" >&2; exit 2 ;;
+esac

@@ -1,0 +1,270 @@
+//! The PostgreSQL ledger: your own relational ledger behind the [`Ledger`] port.
+//!
+//! One row per transaction in `ledger_entries`, keyed by `source_hash`: the posting and its dedup
+//! key are one `INSERT … ON CONFLICT DO NOTHING RETURNING`, atomic by construction. When the
+//! insert writes nothing, the row already there is read and returned, so the consumer tells a
+//! redelivery of the same SQS message (same `sqs_message_id`) from a genuine duplicate. A
+//! hand-off to a manual journal is a row under the same key, so the two exclude each other.
+//!
+//! The schema comes from versioned migrations (`migrations/`, run with refinery); amounts are
+//! `NUMERIC`. Connections are pooled and reused across invocations; every statement carries a
+//! timeout. Errors are classified for the retry budget: serialization failures and deadlocks
+//! are conflicts, a cancelled statement a timeout, a lost or refused connection a network
+//! failure, a server shutting down or out of connections unavailable or throttled.
+
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDate, Utc};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
+use recon_core::ports::{Ledger, StoreError, StoreResult};
+use rust_decimal::Decimal;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{NoTls, Row};
+
+mod embedded {
+    refinery::embed_migrations!("migrations");
+}
+
+/// How to reach the database and how long anything may take.
+#[derive(Clone, Debug)]
+pub struct PostgresSettings {
+    /// A libpq connection string or URL (`postgres://user@host:port/db`). On AWS it is built from
+    /// a Secrets Manager secret; locally it comes from the environment.
+    pub url: String,
+    pub connect_timeout: Duration,
+    /// Every statement's timeout (`statement_timeout`), inside the function's remaining time.
+    pub statement_timeout: Duration,
+    pub pool_size: usize,
+}
+
+/// The ledger on a pool of connections (kept across invocations: a Lambda reuses its process).
+#[derive(Clone)]
+pub struct PostgresLedger {
+    pool: Pool,
+}
+
+/// What an error of the driver means for the retry budget.
+pub fn classify(op: &str, e: &tokio_postgres::Error) -> StoreError {
+    let kind = match e.code() {
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
+            TransientKind::Conflict
+        }
+        Some(c) if *c == SqlState::QUERY_CANCELED || *c == SqlState::LOCK_NOT_AVAILABLE => TransientKind::Timeout,
+        Some(c) if *c == SqlState::TOO_MANY_CONNECTIONS => TransientKind::Throttled,
+        Some(c)
+            if *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || *c == SqlState::READ_ONLY_SQL_TRANSACTION =>
+        {
+            TransientKind::ServiceUnavailable
+        }
+        Some(c) if c.code().starts_with("08") => TransientKind::Network,
+        Some(_) => TransientKind::Infrastructure,
+        // No SQLSTATE: the connection was closed, refused or timed out.
+        None if e.is_closed() => TransientKind::Network,
+        None => TransientKind::Network,
+    };
+    let code = e.code().map(|c| c.code().to_owned()).unwrap_or_default();
+    StoreError::new(kind, format!("{op}: {code} {e}"))
+}
+
+fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => classify("connect", &e),
+        deadpool_postgres::PoolError::Timeout(_) => StoreError::new(TransientKind::Timeout, format!("connect: {e}")),
+        other => StoreError::new(TransientKind::Infrastructure, format!("connect: {other}")),
+    }
+}
+
+const ENTRY_COLUMNS: &str = "source_hash, sqs_message_id, message_id, committed_at, manual_journal";
+
+fn committed_ref(row: &Row) -> CommittedRef {
+    CommittedRef {
+        source_hash: row.get(0),
+        sqs_message_id: row.get::<_, Option<String>>(1).unwrap_or_default(),
+        message_id: row.get::<_, Option<String>>(2).unwrap_or_default(),
+        committed_at: Some(row.get::<_, DateTime<Utc>>(3)),
+        manual_journal: row.get(4),
+    }
+}
+
+impl PostgresLedger {
+    /// Connect (a pool, opened lazily) and bring the schema up to date.
+    pub async fn connect(settings: &PostgresSettings) -> StoreResult<Self> {
+        let mut config: tokio_postgres::Config = settings.url.parse().map_err(|e| {
+            StoreError::new(
+                TransientKind::Infrastructure,
+                format!("the PostgreSQL URL does not parse: {e}"),
+            )
+        })?;
+        config.connect_timeout(settings.connect_timeout);
+        config.options(format!(
+            "-c statement_timeout={} -c lock_timeout={}",
+            settings.statement_timeout.as_millis(),
+            settings.statement_timeout.as_millis()
+        ));
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(settings.pool_size.max(1))
+            .wait_timeout(Some(settings.connect_timeout))
+            .create_timeout(Some(settings.connect_timeout))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("pool: {e}")))?;
+        let ledger = PostgresLedger { pool };
+        ledger.migrate().await?;
+        Ok(ledger)
+    }
+
+    /// Apply the migrations not yet applied (recorded in `refinery_schema_history`).
+    pub async fn migrate(&self) -> StoreResult<()> {
+        let mut client = self.pool.get().await.map_err(pool_error)?;
+        let client: &mut tokio_postgres::Client = &mut client;
+        embedded::migrations::runner()
+            .run_async(client)
+            .await
+            .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("migrations: {e}")))?;
+        Ok(())
+    }
+
+    async fn existing(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let row = client
+            .query_opt(
+                &format!("SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE source_hash = $1"),
+                &[&source_hash],
+            )
+            .await
+            .map_err(|e| classify("lookup", &e))?;
+        Ok(row.as_ref().map(committed_ref))
+    }
+
+    /// The posting of `source_hash`, if there is one (not a hand-off).
+    pub async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let row = client
+            .query_opt(
+                "SELECT source_hash, sqs_message_id, message_id, trace_id, ledger_entity, currency, amount,
+                        value_date, period, match_decision, external_ref, counterparty, attempt_count,
+                        committed_at, replay_of
+                   FROM ledger_entries WHERE source_hash = $1 AND kind = 'POSTING'",
+                &[&source_hash],
+            )
+            .await
+            .map_err(|e| classify("posting", &e))?;
+        row.map(|r| {
+            let decision: String = r.get(9);
+            let attempt: i32 = r.get(12);
+            Ok(Posting {
+                source_hash: r.get(0),
+                sqs_message_id: r.get(1),
+                message_id: r.get(2),
+                trace_id: r.get(3),
+                ledger_entity: r.get(4),
+                currency: r.get(5),
+                amount: r.get::<_, Decimal>(6),
+                value_date: r.get::<_, NaiveDate>(7),
+                period: r.get(8),
+                match_decision: serde_json::from_value(serde_json::Value::String(decision.clone())).map_err(|_| {
+                    StoreError::new(
+                        TransientKind::Infrastructure,
+                        format!("unknown match decision {decision:?}"),
+                    )
+                })?,
+                external_ref: r.get(10),
+                counterparty: r.get(11),
+                attempt_count: u32::try_from(attempt).unwrap_or_default(),
+                committed_at: r.get(13),
+                replay_of: r.get(14),
+            })
+        })
+        .transpose()
+    }
+}
+
+impl Ledger for PostgresLedger {
+    async fn commit(&self, p: &Posting) -> StoreResult<CommitOutcome> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let attempt = i32::try_from(p.attempt_count).unwrap_or(i32::MAX);
+        let written = client
+            .query_opt(
+                "INSERT INTO ledger_entries (source_hash, kind, committed_at, sqs_message_id, message_id,
+                        trace_id, ledger_entity, currency, amount, value_date, period, match_decision,
+                        external_ref, counterparty, attempt_count, replay_of)
+                 VALUES ($1, 'POSTING', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                 ON CONFLICT (source_hash) DO NOTHING
+                 RETURNING source_hash",
+                &[
+                    &p.source_hash,
+                    &p.committed_at,
+                    &p.sqs_message_id,
+                    &p.message_id,
+                    &p.trace_id,
+                    &p.ledger_entity,
+                    &p.currency,
+                    &p.amount,
+                    &p.value_date,
+                    &p.period,
+                    &p.match_decision.as_str(),
+                    &p.external_ref,
+                    &p.counterparty,
+                    &attempt,
+                    &p.replay_of,
+                ],
+            )
+            .await
+            .map_err(|e| classify("commit", &e))?;
+        if written.is_some() {
+            return Ok(CommitOutcome::Committed);
+        }
+        drop(client);
+        match self.existing(&p.source_hash).await? {
+            Some(existing) => Ok(CommitOutcome::AlreadyCommitted(existing)),
+            // The conflicting row vanished between the two statements: nothing deletes rows, so
+            // this is a store that lost one; let the message retry rather than guess.
+            None => Err(StoreError::new(
+                TransientKind::Infrastructure,
+                format!("commit of {} conflicted with a row that is gone", p.source_hash),
+            )),
+        }
+    }
+
+    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        self.existing(source_hash).await
+    }
+
+    async fn hand_off(&self, h: &HandOff) -> StoreResult<CommitOutcome> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let written = client
+            .query_opt(
+                "INSERT INTO ledger_entries (source_hash, kind, committed_at, manual_journal, replay_id)
+                 VALUES ($1, 'HAND_OFF', $2, $3, $4)
+                 ON CONFLICT (source_hash) DO NOTHING
+                 RETURNING source_hash",
+                &[&h.source_hash, &h.handed_off_at, &h.envelope_id, &h.replay_id],
+            )
+            .await
+            .map_err(|e| classify("hand-off", &e))?;
+        if written.is_some() {
+            return Ok(CommitOutcome::Committed);
+        }
+        drop(client);
+        self.existing(&h.source_hash)
+            .await?
+            .map(CommitOutcome::AlreadyCommitted)
+            .ok_or_else(|| {
+                StoreError::new(
+                    TransientKind::Infrastructure,
+                    format!("hand-off of {} conflicted with a row that is gone", h.source_hash),
+                )
+            })
+    }
+}

@@ -1,0 +1,182 @@
+//! The PostgreSQL ledger on a real PostgreSQL (Debian's, started on loopback by
+//! `infra/local/postgres.sh` as part of the local stack): the ledger conformance suite, exact
+//! NUMERIC amounts, migrations that run once, and the classification of the errors that decide
+//! the retry budget. Each test gets a database of its own.
+
+use recon_core::domain::{CommitOutcome, TransientKind};
+use recon_core::ports::Ledger;
+use recon_postgres::{PostgresLedger, PostgresSettings, classify};
+use recon_testkit::conformance::{ledger_keeps_each_transaction_once, posting};
+use std::time::Duration;
+
+/// The local PostgreSQL (`DLQ_POSTGRES_URL`, else the one `make local-up` starts).
+fn server_url() -> String {
+    std::env::var("DLQ_POSTGRES_URL").unwrap_or_else(|_| {
+        let port = std::env::var("POSTGRES_PORT").unwrap_or_else(|_| "55432".into());
+        format!("postgres://recon@127.0.0.1:{port}/recon")
+    })
+}
+
+async fn admin() -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("the local PostgreSQL is not reachable; start it with `make local-up` ({e})"));
+    tokio::spawn(connection);
+    client
+}
+
+/// A fresh database for one test: its URL, and `drop` to remove it when the test is done.
+struct Database {
+    name: String,
+    url: String,
+}
+
+impl Database {
+    async fn drop(self) {
+        let _ = admin()
+            .await
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name))
+            .await;
+    }
+}
+
+async fn database(test: &str) -> Database {
+    let name = format!(
+        "t_{test}_{}_{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_subsec_nanos()
+    );
+    admin()
+        .await
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let base = server_url();
+    let at = base.rfind('/').unwrap_or(base.len());
+    Database {
+        url: format!("{}/{name}", &base[..at]),
+        name,
+    }
+}
+
+fn settings(url: &str) -> PostgresSettings {
+    PostgresSettings {
+        url: url.to_owned(),
+        connect_timeout: Duration::from_secs(3),
+        statement_timeout: Duration::from_secs(5),
+        pool_size: 16,
+    }
+}
+
+#[tokio::test]
+async fn the_postgres_ledger_keeps_each_transaction_once() {
+    let db = database("conformance").await;
+    let url = db.url.clone();
+    let ledger = PostgresLedger::connect(&settings(&url)).await.unwrap();
+    ledger_keeps_each_transaction_once(&ledger, "postgres").await;
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn amounts_are_numeric_and_come_back_exactly() {
+    let db = database("numeric").await;
+    let url = db.url.clone();
+    let ledger = PostgresLedger::connect(&settings(&url)).await.unwrap();
+    let p = posting("numeric", 1, "sqs-1");
+    assert_eq!(ledger.commit(&p).await.unwrap(), CommitOutcome::Committed);
+    let back = ledger.posting(&p.source_hash).await.unwrap().expect("the posting");
+    assert_eq!(back, p, "every field, the amount to its last digit");
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let kind: String = client
+        .query_one(
+            "SELECT data_type FROM information_schema.columns WHERE table_name = 'ledger_entries' AND column_name = 'amount'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kind, "numeric");
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn migrations_run_once_and_a_second_connect_changes_nothing() {
+    let db = database("migrate").await;
+    let url = db.url.clone();
+    let first = PostgresLedger::connect(&settings(&url)).await.unwrap();
+    let p = posting("migrate", 1, "sqs-1");
+    first.commit(&p).await.unwrap();
+    let second = PostgresLedger::connect(&settings(&url)).await.unwrap();
+    assert!(
+        second.lookup(&p.source_hash).await.unwrap().is_some(),
+        "the data survives"
+    );
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let applied: i64 = client
+        .query_one("SELECT count(*) FROM refinery_schema_history", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(applied, 1);
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn errors_are_classified_for_the_retry_budget() {
+    let db = database("classify").await;
+    let url = db.url.clone();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+
+    // A statement past its timeout: cancelled by the server.
+    let e = client
+        .batch_execute("SET statement_timeout = 50; SELECT pg_sleep(2)")
+        .await
+        .unwrap_err();
+    assert_eq!(classify("sleep", &e).kind, TransientKind::Timeout, "{e}");
+
+    // Two serializable transactions that cannot both be right: one is refused.
+    client
+        .batch_execute("SET statement_timeout = 0; CREATE TABLE accounts (id int PRIMARY KEY, total int)")
+        .await
+        .unwrap();
+    let (other, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    for c in [&client, &other] {
+        c.batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT count(*) FROM accounts")
+            .await
+            .unwrap();
+    }
+    client
+        .batch_execute("INSERT INTO accounts VALUES (1, 1)")
+        .await
+        .unwrap();
+    other.batch_execute("INSERT INTO accounts VALUES (2, 1)").await.unwrap();
+    client.batch_execute("COMMIT").await.unwrap();
+    let e = other.batch_execute("COMMIT").await.unwrap_err();
+    assert_eq!(classify("commit", &e).kind, TransientKind::Conflict, "{e}");
+
+    // Nobody listening: the connection is refused.
+    let e = tokio_postgres::connect("postgres://recon@127.0.0.1:1/recon", tokio_postgres::NoTls)
+        .await
+        .err()
+        .expect("nothing listens on port 1");
+    assert_eq!(classify("connect", &e).kind, TransientKind::Network, "{e}");
+
+    // The ledger itself, against a server that is not there: a transient failure, not a panic.
+    let gone = PostgresLedger::connect(&PostgresSettings {
+        url: "postgres://recon@127.0.0.1:1/recon".into(),
+        connect_timeout: Duration::from_millis(500),
+        ..settings(&url)
+    })
+    .await
+    .err()
+    .expect("no server");
+    assert!(
+        matches!(gone.kind, TransientKind::Network | TransientKind::Timeout),
+        "{gone:?}"
+    );
+    db.drop().await;
+}
