@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 
-.PHONY: demo test watch deploy-code local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
+.PHONY: demo test watch deploy-code bench-ledgers local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -116,6 +116,11 @@ lint:
 bench: .local-aws/bench-venv/.ok
 	$(CARGO) bench -p recon-core --bench decision_path
 	.local-aws/bench-venv/bin/python bench/python_baseline.py
+
+## bench-ledgers: cost per committed message on each ledger, side by side on the local stack
+## (DynamoDB Local, PostgreSQL): messages/s, ms and requests or statements per message
+bench-ledgers: local-stack
+	$(CARGO) run --release --quiet -p recon-harness --bin ledger-cost -- --count $(or $(COUNT_LEDGER),2000)
 
 .local-aws/bench-venv/.ok:
 	python3 -m venv .local-aws/bench-venv

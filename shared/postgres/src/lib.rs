@@ -12,6 +12,8 @@
 //! are conflicts, a cancelled statement a timeout, a lost or refused connection a network
 //! failure, a server shutting down or out of connections unavailable or throttled.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, Utc};
@@ -42,6 +44,8 @@ pub struct PostgresSettings {
 #[derive(Clone)]
 pub struct PostgresLedger {
     pool: Pool,
+    /// Statements sent (the cost per committed message, for the benchmark).
+    statements: Arc<AtomicU64>,
 }
 
 /// What an error of the driver means for the retry budget.
@@ -119,7 +123,10 @@ impl PostgresLedger {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("pool: {e}")))?;
-        let ledger = PostgresLedger { pool };
+        let ledger = PostgresLedger {
+            pool,
+            statements: Arc::default(),
+        };
         ledger.migrate().await?;
         Ok(ledger)
     }
@@ -135,8 +142,18 @@ impl PostgresLedger {
         Ok(())
     }
 
+    /// Statements this ledger has sent (migrations aside).
+    pub fn statements(&self) -> u64 {
+        self.statements.load(Ordering::Relaxed)
+    }
+
+    fn count(&self) {
+        self.statements.fetch_add(1, Ordering::Relaxed);
+    }
+
     async fn existing(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
         let client = self.pool.get().await.map_err(pool_error)?;
+        self.count();
         let row = client
             .query_opt(
                 &format!("SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE source_hash = $1"),
@@ -193,6 +210,7 @@ impl PostgresLedger {
 impl Ledger for PostgresLedger {
     async fn commit(&self, p: &Posting) -> StoreResult<CommitOutcome> {
         let client = self.pool.get().await.map_err(pool_error)?;
+        self.count();
         let attempt = i32::try_from(p.attempt_count).unwrap_or(i32::MAX);
         let written = client
             .query_opt(
@@ -243,6 +261,7 @@ impl Ledger for PostgresLedger {
 
     async fn hand_off(&self, h: &HandOff) -> StoreResult<CommitOutcome> {
         let client = self.pool.get().await.map_err(pool_error)?;
+        self.count();
         let written = client
             .query_opt(
                 "INSERT INTO ledger_entries (source_hash, kind, committed_at, manual_journal, replay_id)

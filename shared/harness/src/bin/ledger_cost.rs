@@ -1,0 +1,136 @@
+//! What one committed message costs on each ledger, side by side in one run on the local stack:
+//! `make bench-ledgers`. For the DynamoDB reference ledger (DynamoDB Local) and the PostgreSQL
+//! ledger (the local PostgreSQL): N new postings committed C at a time, then the same N
+//! transactions again from other SQS messages (duplicates): wall time, commits per second, and
+//! requests (DynamoDB) or statements (PostgreSQL) per message. Figures, not assertions.
+//!
+//!     ledger-cost [--count N] [--concurrency C]      (defaults 2000, 10)
+
+use futures::StreamExt;
+use recon_core::domain::CommitOutcome;
+use recon_core::ports::Ledger;
+use recon_harness::stack::TestStack;
+use recon_postgres::{PostgresLedger, PostgresSettings};
+use recon_testkit::conformance::posting;
+use std::time::{Duration, Instant};
+
+struct Round {
+    wall: Duration,
+    committed: u64,
+    duplicates: u64,
+}
+
+async fn round<L: Ledger>(ledger: &L, run: &str, sqs: &str, count: u32, concurrency: usize) -> Round {
+    let started = Instant::now();
+    let outcomes: Vec<_> = futures::stream::iter(0..count)
+        .map(|n| async move { ledger.commit(&posting(run, n, &format!("{sqs}-{n}"))).await })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    let wall = started.elapsed();
+    let mut r = Round {
+        wall,
+        committed: 0,
+        duplicates: 0,
+    };
+    for o in outcomes {
+        match o {
+            Ok(CommitOutcome::Committed) => r.committed += 1,
+            Ok(CommitOutcome::AlreadyCommitted(_)) => r.duplicates += 1,
+            Err(e) => eprintln!("  a commit failed: {e}"),
+        }
+    }
+    r
+}
+
+fn line(ledger: &str, what: &str, r: &Round, count: u32, calls: u64, unit: &str) {
+    let secs = r.wall.as_secs_f64().max(1e-9);
+    println!(
+        "{ledger:<22} {what:<11} {:>6} committed {:>6} duplicates  {:>8.0} msg/s  {:>6.2} ms/msg  {:>5.2} {unit}/msg",
+        r.committed,
+        r.duplicates,
+        f64::from(count) / secs,
+        secs * 1000.0 / f64::from(count),
+        calls as f64 / f64::from(count)
+    );
+}
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[tokio::main]
+async fn main() {
+    let count = u32::try_from(arg("--count", 2000)).unwrap_or(2000);
+    let concurrency = usize::try_from(arg("--concurrency", 10)).unwrap_or(10).max(1);
+    println!(
+        "{count} messages, {concurrency} at a time (as a 10-message batch commits), then the same {count} again as duplicates"
+    );
+
+    let s = TestStack::new("bench-ledger").await;
+    let dynamo = s.ledger();
+    let before = s.clients.requests.total("dynamodb");
+    let first = round(&dynamo, "dynamo", "sqs", count, concurrency).await;
+    let mid = s.clients.requests.total("dynamodb");
+    line("DynamoDB (Local)", "new", &first, count, mid - before, "requests");
+    let again = round(&dynamo, "dynamo", "dup", count, concurrency).await;
+    line(
+        "DynamoDB (Local)",
+        "duplicates",
+        &again,
+        count,
+        s.clients.requests.total("dynamodb") - mid,
+        "requests",
+    );
+    s.cleanup().await;
+
+    let base = std::env::var("DLQ_POSTGRES_URL").unwrap_or_else(|_| {
+        let port = std::env::var("POSTGRES_PORT").unwrap_or_else(|_| "55432".into());
+        format!("postgres://recon@127.0.0.1:{port}/recon")
+    });
+    let name = format!("bench_{}", std::process::id());
+    let (admin, connection) = match tokio_postgres::connect(&base, tokio_postgres::NoTls).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("the local PostgreSQL is not reachable ({e}); start it with `make local-up`");
+            std::process::exit(2);
+        }
+    };
+    tokio::spawn(connection);
+    if let Err(e) = admin.batch_execute(&format!("CREATE DATABASE {name}")).await {
+        eprintln!("cannot create the benchmark's database: {e}");
+        std::process::exit(2);
+    }
+    let url = format!("{}/{name}", &base[..base.rfind('/').unwrap_or(base.len())]);
+    let settings = PostgresSettings {
+        url,
+        connect_timeout: Duration::from_secs(3),
+        statement_timeout: Duration::from_secs(5),
+        pool_size: concurrency,
+    };
+    match PostgresLedger::connect(&settings).await {
+        Ok(pg) => {
+            let first = round(&pg, "pg", "sqs", count, concurrency).await;
+            let mid = pg.statements();
+            line("PostgreSQL 15 (local)", "new", &first, count, mid, "statements");
+            let again = round(&pg, "pg", "dup", count, concurrency).await;
+            line(
+                "PostgreSQL 15 (local)",
+                "duplicates",
+                &again,
+                count,
+                pg.statements() - mid,
+                "statements",
+            );
+        }
+        Err(e) => eprintln!("PostgreSQL ledger: {e}"),
+    }
+    let _ = admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await;
+}
