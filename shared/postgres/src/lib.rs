@@ -84,14 +84,25 @@ fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
 
 const ENTRY_COLUMNS: &str = "source_hash, sqs_message_id, message_id, committed_at, manual_journal";
 
-fn committed_ref(row: &Row) -> CommittedRef {
-    CommittedRef {
-        source_hash: row.get(0),
-        sqs_message_id: row.get::<_, Option<String>>(1).unwrap_or_default(),
-        message_id: row.get::<_, Option<String>>(2).unwrap_or_default(),
-        committed_at: Some(row.get::<_, DateTime<Utc>>(3)),
-        manual_journal: row.get(4),
-    }
+/// A column of a row the store returned, or an error naming it (a row is network data: it is
+/// read without panicking, whatever the table holds).
+fn column<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize) -> StoreResult<T> {
+    row.try_get(i).map_err(|e| {
+        StoreError::new(
+            TransientKind::Infrastructure,
+            format!("ledger_entries column {i} unreadable: {e}"),
+        )
+    })
+}
+
+fn committed_ref(row: &Row) -> StoreResult<CommittedRef> {
+    Ok(CommittedRef {
+        source_hash: column(row, 0)?,
+        sqs_message_id: column::<Option<String>>(row, 1)?.unwrap_or_default(),
+        message_id: column::<Option<String>>(row, 2)?.unwrap_or_default(),
+        committed_at: Some(column::<DateTime<Utc>>(row, 3)?),
+        manual_journal: column(row, 4)?,
+    })
 }
 
 impl PostgresLedger {
@@ -161,7 +172,7 @@ impl PostgresLedger {
             )
             .await
             .map_err(|e| classify("lookup", &e))?;
-        Ok(row.as_ref().map(committed_ref))
+        row.as_ref().map(committed_ref).transpose()
     }
 
     /// The posting of `source_hash`, if there is one (not a hand-off).
@@ -178,29 +189,34 @@ impl PostgresLedger {
             .await
             .map_err(|e| classify("posting", &e))?;
         row.map(|r| {
-            let decision: String = r.get(9);
-            let attempt: i32 = r.get(12);
+            let decision: String = column(&r, 9)?;
+            let attempt: i32 = column(&r, 12)?;
             Ok(Posting {
-                source_hash: r.get(0),
-                sqs_message_id: r.get(1),
-                message_id: r.get(2),
-                trace_id: r.get(3),
-                ledger_entity: r.get(4),
-                currency: r.get(5),
-                amount: r.get::<_, Decimal>(6),
-                value_date: r.get::<_, NaiveDate>(7),
-                period: r.get(8),
+                source_hash: column(&r, 0)?,
+                sqs_message_id: column(&r, 1)?,
+                message_id: column(&r, 2)?,
+                trace_id: column(&r, 3)?,
+                ledger_entity: column(&r, 4)?,
+                currency: column(&r, 5)?,
+                amount: column::<Decimal>(&r, 6)?,
+                value_date: column::<NaiveDate>(&r, 7)?,
+                period: column(&r, 8)?,
                 match_decision: serde_json::from_value(serde_json::Value::String(decision.clone())).map_err(|_| {
                     StoreError::new(
                         TransientKind::Infrastructure,
                         format!("unknown match decision {decision:?}"),
                     )
                 })?,
-                external_ref: r.get(10),
-                counterparty: r.get(11),
-                attempt_count: u32::try_from(attempt).unwrap_or_default(),
-                committed_at: r.get(13),
-                replay_of: r.get(14),
+                external_ref: column(&r, 10)?,
+                counterparty: column(&r, 11)?,
+                attempt_count: u32::try_from(attempt).map_err(|_| {
+                    StoreError::new(
+                        TransientKind::Infrastructure,
+                        format!("attempt count {attempt} out of range"),
+                    )
+                })?,
+                committed_at: column(&r, 13)?,
+                replay_of: column(&r, 14)?,
             })
         })
         .transpose()
