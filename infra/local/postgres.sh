@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A real PostgreSQL for the local stack (the PostgreSQL ledger's tests and demo): Debian's
 # packages, installed on first use when the machine lacks them; its own cluster under
-# .local-aws/postgres (git-ignored), listening on 127.0.0.1 only; trust authentication on
-# loopback for the local role `recon` (nothing but this machine can reach it; no password to keep).
+# .local-aws/postgres (git-ignored; its log is postgres.log there), listening on 127.0.0.1 only,
+# with fsync off (a development cluster: a host crash may lose it). Trust authentication on
+# loopback, for the local role `recon`: meant for a single-user development machine or CI runner
+# (any local user could connect); never expose it.
 #
 #   infra/local/postgres.sh install   install Debian's postgresql if pg_ctl is missing
 #   infra/local/postgres.sh up        install if needed, create the cluster once, start it
@@ -20,13 +22,20 @@ port="${POSTGRES_PORT:-55432}"
 
 log() { printf '[local-aws] %s\n' "$*" >&2; }
 
+# The server binaries: the cluster's own version when it exists, else the newest installed.
 bin_dir() {
+  if [ -f "$data/PG_VERSION" ] && [ -x "/usr/lib/postgresql/$(cat "$data/PG_VERSION")/bin/pg_ctl" ]; then
+    echo "/usr/lib/postgresql/$(cat "$data/PG_VERSION")/bin"; return 0
+  fi
   local d
-  for d in /usr/lib/postgresql/*/bin; do
-    [ -x "$d/pg_ctl" ] && { echo "$d"; return 0; }
-  done
+  d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$d" ] && [ -x "$d/pg_ctl" ] && { echo "$d"; return 0; }
   return 1
 }
+
+# The Unix socket lives in a short directory of its own (a socket path is limited to 107 bytes,
+# which a deep checkout would exceed); every client here connects over TCP on 127.0.0.1.
+socket_dir="/tmp/recon-dlq-pg-$port"
 
 install() {
   bin_dir >/dev/null && return 0
@@ -50,19 +59,20 @@ up() {
   local bin
   bin=$(bin_dir)
   if healthy; then log "PostgreSQL already running on 127.0.0.1:$port"; return 0; fi
-  mkdir -p "$dir"
-  [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
+  mkdir -p "$dir" "$socket_dir"
+  [ "$(id -u)" -eq 0 ] && chown postgres: "$dir" "$socket_dir"
   if [ ! -f "$data/PG_VERSION" ]; then
     log "creating the local PostgreSQL cluster in .local-aws/postgres"
     as_owner "$bin/initdb" -D "$data" -U postgres --auth-local=trust --auth-host=trust -E UTF8 --locale=C.UTF-8 >/dev/null
   fi
   log "starting PostgreSQL on 127.0.0.1:$port"
   as_owner "$bin/pg_ctl" -D "$data" -l "$dir/postgres.log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$dir -c fsync=off" start >/dev/null
-  if ! as_owner "$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -tAc "SELECT 1 FROM pg_roles WHERE rolname='recon'" | grep -q 1; then
-    as_owner "$bin/psql" -q -h 127.0.0.1 -p "$port" -U postgres -c "CREATE ROLE recon LOGIN CREATEDB"
-    as_owner "$bin/psql" -q -h 127.0.0.1 -p "$port" -U postgres -c "CREATE DATABASE recon OWNER recon"
-  fi
+    -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$socket_dir -c fsync=off" start >/dev/null
+  local sql=("$bin/psql" -q -h 127.0.0.1 -p "$port" -U postgres -tA)
+  as_owner "${sql[@]}" -c "SELECT 1 FROM pg_roles WHERE rolname='recon'" | grep -q 1 ||
+    as_owner "${sql[@]}" -c "CREATE ROLE recon LOGIN CREATEDB"
+  as_owner "${sql[@]}" -c "SELECT 1 FROM pg_database WHERE datname='recon'" | grep -q 1 ||
+    as_owner "${sql[@]}" -c "CREATE DATABASE recon OWNER recon"
   log "PostgreSQL is up"
 }
 

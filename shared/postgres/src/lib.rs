@@ -24,6 +24,9 @@ use rust_decimal::Decimal;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{NoTls, Row};
 
+/// The advisory lock migrations run under.
+const MIGRATION_LOCK: i64 = 0x7265_636f_6e5f_6d69;
+
 mod embedded {
     refinery::embed_migrations!("migrations");
 }
@@ -46,6 +49,7 @@ pub struct PostgresLedger {
     pool: Pool,
     /// Statements sent (the cost per committed message, for the benchmark).
     statements: Arc<AtomicU64>,
+    answer_within: Duration,
 }
 
 /// What an error of the driver means for the retry budget.
@@ -66,8 +70,7 @@ pub fn classify(op: &str, e: &tokio_postgres::Error) -> StoreError {
         }
         Some(c) if c.code().starts_with("08") => TransientKind::Network,
         Some(_) => TransientKind::Infrastructure,
-        // No SQLSTATE: the connection was closed, refused or timed out.
-        None if e.is_closed() => TransientKind::Network,
+        // No SQLSTATE: the connection was refused, lost or timed out.
         None => TransientKind::Network,
     };
     let code = e.code().map(|c| c.code().to_owned()).unwrap_or_default();
@@ -115,11 +118,13 @@ impl PostgresLedger {
             )
         })?;
         config.connect_timeout(settings.connect_timeout);
-        config.options(format!(
-            "-c statement_timeout={} -c lock_timeout={}",
-            settings.statement_timeout.as_millis(),
-            settings.statement_timeout.as_millis()
+        // Added to the URL's own options (a search_path, say), not in place of them.
+        let mut options = config.get_options().map(|o| format!("{o} ")).unwrap_or_default();
+        options.push_str(&format!(
+            "-c statement_timeout={ms} -c lock_timeout={ms}",
+            ms = settings.statement_timeout.as_millis()
         ));
+        config.options(options);
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -137,20 +142,65 @@ impl PostgresLedger {
         let ledger = PostgresLedger {
             pool,
             statements: Arc::default(),
+            // The server cancels a statement at its timeout; the client gives up a little later
+            // (a half-open connection answers nothing at all).
+            answer_within: settings.statement_timeout + Duration::from_secs(1),
         };
         ledger.migrate().await?;
         Ok(ledger)
     }
 
-    /// Apply the migrations not yet applied (recorded in `refinery_schema_history`).
+    /// Apply the migrations not yet applied (recorded in `refinery_schema_history`), one
+    /// process at a time (cold starts racing on an empty schema wait for each other).
     pub async fn migrate(&self) -> StoreResult<()> {
         let mut client = self.pool.get().await.map_err(pool_error)?;
         let client: &mut tokio_postgres::Client = &mut client;
-        embedded::migrations::runner()
-            .run_async(client)
+        client
+            .batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
             .await
-            .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("migrations: {e}")))?;
+            .map_err(|e| classify("migration lock", &e))?;
+        let ran = embedded::migrations::runner().run_async(client).await;
+        let unlocked = client
+            .batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
+            .await;
+        ran.map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("migrations: {e}")))?;
+        unlocked.map_err(|e| classify("migration unlock", &e))?;
         Ok(())
+    }
+
+    /// One statement on a pooled connection: prepared once per connection (one round trip per
+    /// call after that), bounded on the client too, and a connection that failed or gave no
+    /// answer is discarded, never handed to the next caller.
+    async fn query_opt(
+        &self,
+        op: &str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> StoreResult<Option<Row>> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        self.count();
+        let answer = tokio::time::timeout(self.answer_within, async {
+            let statement = client.prepare_cached(sql).await?;
+            client.query_opt(&statement, params).await
+        })
+        .await;
+        match answer {
+            Ok(Ok(row)) => Ok(row),
+            Ok(Err(e)) => {
+                let error = classify(op, &e);
+                if matches!(error.kind, TransientKind::Network | TransientKind::ServiceUnavailable) {
+                    drop(deadpool_postgres::Object::take(client));
+                }
+                Err(error)
+            }
+            Err(_) => {
+                drop(deadpool_postgres::Object::take(client));
+                Err(StoreError::new(
+                    TransientKind::Timeout,
+                    format!("{op}: no answer within {:?}", self.answer_within),
+                ))
+            }
+        }
     }
 
     /// Statements this ledger has sent (migrations aside).
@@ -163,31 +213,28 @@ impl PostgresLedger {
     }
 
     async fn existing(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        let client = self.pool.get().await.map_err(pool_error)?;
-        self.count();
-        let row = client
+        let row = self
             .query_opt(
+                "lookup",
                 &format!("SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE source_hash = $1"),
                 &[&source_hash],
             )
-            .await
-            .map_err(|e| classify("lookup", &e))?;
+            .await?;
         row.as_ref().map(committed_ref).transpose()
     }
 
     /// The posting of `source_hash`, if there is one (not a hand-off).
     pub async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
-        let client = self.pool.get().await.map_err(pool_error)?;
-        let row = client
+        let row = self
             .query_opt(
+                "posting",
                 "SELECT source_hash, sqs_message_id, message_id, trace_id, ledger_entity, currency, amount,
                         value_date, period, match_decision, external_ref, counterparty, attempt_count,
                         committed_at, replay_of
                    FROM ledger_entries WHERE source_hash = $1 AND kind = 'POSTING'",
                 &[&source_hash],
             )
-            .await
-            .map_err(|e| classify("posting", &e))?;
+            .await?;
         row.map(|r| {
             let decision: String = column(&r, 9)?;
             let attempt: i32 = column(&r, 12)?;
@@ -225,11 +272,10 @@ impl PostgresLedger {
 
 impl Ledger for PostgresLedger {
     async fn commit(&self, p: &Posting) -> StoreResult<CommitOutcome> {
-        let client = self.pool.get().await.map_err(pool_error)?;
-        self.count();
         let attempt = i32::try_from(p.attempt_count).unwrap_or(i32::MAX);
-        let written = client
+        let written = self
             .query_opt(
+                "commit",
                 "INSERT INTO ledger_entries (source_hash, kind, committed_at, sqs_message_id, message_id,
                         trace_id, ledger_entity, currency, amount, value_date, period, match_decision,
                         external_ref, counterparty, attempt_count, replay_of)
@@ -254,12 +300,10 @@ impl Ledger for PostgresLedger {
                     &p.replay_of,
                 ],
             )
-            .await
-            .map_err(|e| classify("commit", &e))?;
+            .await?;
         if written.is_some() {
             return Ok(CommitOutcome::Committed);
         }
-        drop(client);
         match self.existing(&p.source_hash).await? {
             Some(existing) => Ok(CommitOutcome::AlreadyCommitted(existing)),
             // The conflicting row vanished between the two statements: nothing deletes rows, so
@@ -276,22 +320,19 @@ impl Ledger for PostgresLedger {
     }
 
     async fn hand_off(&self, h: &HandOff) -> StoreResult<CommitOutcome> {
-        let client = self.pool.get().await.map_err(pool_error)?;
-        self.count();
-        let written = client
+        let written = self
             .query_opt(
+                "hand-off",
                 "INSERT INTO ledger_entries (source_hash, kind, committed_at, manual_journal, replay_id)
                  VALUES ($1, 'HAND_OFF', $2, $3, $4)
                  ON CONFLICT (source_hash) DO NOTHING
                  RETURNING source_hash",
                 &[&h.source_hash, &h.handed_off_at, &h.envelope_id, &h.replay_id],
             )
-            .await
-            .map_err(|e| classify("hand-off", &e))?;
+            .await?;
         if written.is_some() {
             return Ok(CommitOutcome::Committed);
         }
-        drop(client);
         self.existing(&h.source_hash)
             .await?
             .map(CommitOutcome::AlreadyCommitted)

@@ -144,7 +144,8 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
     assert_eq!(held.sqs_message_id, winners[0]);
     assert_eq!(held.manual_journal, None);
 
-    // The same SQS message again (a crash after the commit), and another message.
+    // The same SQS message again (a crash after the commit); another message carrying the
+    // transaction is what the fifteen losers above were.
     let again = posting(run, 1, &winners[0]);
     match ledger.commit(&again).await.unwrap() {
         CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, winners[0], "a redelivery is recognised"),
@@ -162,6 +163,12 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
         CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, winners[0]),
         CommitOutcome::Committed => panic!("a hand-off over a posting"),
     }
+    let still = ledger.lookup(&tries[0].source_hash).await.unwrap().expect("committed");
+    assert_eq!(
+        (still.sqs_message_id.as_str(), still.manual_journal.as_deref()),
+        (winners[0].as_str(), None),
+        "a losing hand-off changed nothing"
+    );
 
     // A hand-off first: no posting may follow, and the first hand-off holds.
     let handed = HandOff {
@@ -172,7 +179,11 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
     };
     assert_eq!(ledger.hand_off(&handed).await.unwrap(), CommitOutcome::Committed);
     match ledger.commit(&posting(run, 2, "sqs-after")).await.unwrap() {
-        CommitOutcome::AlreadyCommitted(r) => assert!(r.handed_off_by(&handed.envelope_id), "{r:?}"),
+        // No delivery's id: the consumer must not take it for a redelivery of its own message.
+        CommitOutcome::AlreadyCommitted(r) => {
+            assert!(r.handed_off_by(&handed.envelope_id), "{r:?}");
+            assert!(r.sqs_message_id.is_empty(), "a hand-off names no delivery: {r:?}");
+        }
         CommitOutcome::Committed => panic!("posted after a hand-off"),
     }
     let second = HandOff {

@@ -2,7 +2,8 @@
 //! `make bench-ledgers`. For the DynamoDB reference ledger (DynamoDB Local) and the PostgreSQL
 //! ledger (the local PostgreSQL): N new postings committed C at a time, then the same N
 //! transactions again from other SQS messages (duplicates): wall time, commits per second, and
-//! requests (DynamoDB) or statements (PostgreSQL) per message. Figures, not assertions.
+//! requests (DynamoDB) or statements (PostgreSQL; each one round trip, as statements are prepared
+//! once per pooled connection) per message. Figures, not assertions.
 //!
 //!     ledger-cost [--count N] [--concurrency C]      (defaults 2000, 10)
 
@@ -113,20 +114,18 @@ async fn main() {
         statement_timeout: Duration::from_secs(5),
         pool_size: concurrency,
     };
+    let version: String = match admin.query_one("SHOW server_version", &[]).await {
+        Ok(row) => row.try_get::<_, String>(0).unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    let label = format!("PostgreSQL {}", version.split_whitespace().next().unwrap_or("?"));
     match PostgresLedger::connect(&settings).await {
         Ok(pg) => {
             let first = round(&pg, "pg", "sqs", count, concurrency).await;
             let mid = pg.statements();
-            line("PostgreSQL 15 (local)", "new", &first, count, mid, "statements");
+            line(&label, "new", &first, count, mid, "statements");
             let again = round(&pg, "pg", "dup", count, concurrency).await;
-            line(
-                "PostgreSQL 15 (local)",
-                "duplicates",
-                &again,
-                count,
-                pg.statements() - mid,
-                "statements",
-            );
+            line(&label, "duplicates", &again, count, pg.statements() - mid, "statements");
         }
         Err(e) => eprintln!("PostgreSQL ledger: {e}"),
     }
