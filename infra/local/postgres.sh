@@ -16,9 +16,14 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-dir="$root/.local-aws/postgres"
-data="$dir/data"
 port="${POSTGRES_PORT:-55432}"
+dir="$root/.local-aws/postgres"
+# As root the cluster belongs to Debian's `postgres` user, who must reach its directory: a
+# checkout it cannot enter (under /root, say) gets its cluster in /var/tmp instead.
+if [ "$(id -u)" -eq 0 ] && id postgres >/dev/null 2>&1 && ! runuser -u postgres -- test -x "$root" 2>/dev/null; then
+  dir="/var/tmp/recon-dlq-postgres-$port"
+fi
+data="$dir/data"
 
 log() { printf '[local-aws] %s\n' "$*" >&2; }
 
