@@ -67,7 +67,7 @@ up() {
   mkdir -p "$dir" "$socket_dir"
   [ "$(id -u)" -eq 0 ] && chown postgres: "$dir" "$socket_dir"
   if [ ! -f "$data/PG_VERSION" ]; then
-    log "creating the local PostgreSQL cluster in .local-aws/postgres"
+    log "creating the local PostgreSQL cluster in $dir"
     as_owner "$bin/initdb" -D "$data" -U postgres --auth-local=trust --auth-host=trust -E UTF8 --locale=C.UTF-8 >/dev/null
   fi
   log "starting PostgreSQL on 127.0.0.1:$port"
