@@ -7,7 +7,6 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use recon_aws::deployment::{self, outputs};
 use recon_aws::provision::{StackSettings, ensure_stack};
 use recon_aws::{AwsClients, Target};
-use recon_core::resources::ResourceNames;
 use recon_harness::stack::TestStack;
 use std::process::Command;
 
@@ -163,9 +162,8 @@ async fn a_stack_without_an_output_or_with_a_bad_one_is_named_in_the_error() {
 #[tokio::test]
 async fn setup_refuses_to_touch_a_queue_it_did_not_create_and_changes_nothing() {
     let clients = AwsClients::connect(Target::local_from_env()).await;
-    let caller = recon_aws::identity::caller(&clients).await.unwrap();
     let prefix = format!("dp-foreign-{}", std::process::id());
-    let names = ResourceNames::derive(&prefix, &caller.account, &recon_aws::identity::region(&clients));
+    let names = recon_aws::identity::derived_names(&clients, &prefix).await.unwrap();
     // A main queue of the deployment's name, made by someone else (no tag), as CloudFormation
     // would have made it: its own visibility timeout.
     let url = clients
@@ -224,9 +222,8 @@ async fn setup_refuses_to_touch_a_queue_it_did_not_create_and_changes_nothing() 
 #[tokio::test]
 async fn setup_refuses_a_bucket_it_did_not_create_and_leaves_its_retention() {
     let clients = AwsClients::connect(Target::local_from_env()).await;
-    let caller = recon_aws::identity::caller(&clients).await.unwrap();
     let prefix = format!("dp-bucket-{}", std::process::id());
-    let names = ResourceNames::derive(&prefix, &caller.account, &recon_aws::identity::region(&clients));
+    let names = recon_aws::identity::derived_names(&clients, &prefix).await.unwrap();
     clients
         .s3
         .create_bucket()

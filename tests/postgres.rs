@@ -5,58 +5,15 @@
 
 use recon_core::domain::{CommitOutcome, TransientKind};
 use recon_core::ports::Ledger;
+use recon_harness::postgres::ScratchDatabase;
 use recon_postgres::{PostgresLedger, PostgresSettings, classify};
 use recon_testkit::conformance::{ledger_keeps_each_transaction_once, posting};
 use std::time::Duration;
 
-/// The local PostgreSQL (`DLQ_POSTGRES_URL`, else the one `make local-up` starts).
-fn server_url() -> String {
-    std::env::var("DLQ_POSTGRES_URL").unwrap_or_else(|_| {
-        let port = std::env::var("POSTGRES_PORT").unwrap_or_else(|_| "55432".into());
-        format!("postgres://recon@127.0.0.1:{port}/recon")
-    })
-}
-
-async fn admin() -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
+async fn database(test: &str) -> ScratchDatabase {
+    ScratchDatabase::create(&format!("t_{test}"))
         .await
-        .unwrap_or_else(|e| panic!("the local PostgreSQL is not reachable; start it with `make local-up` ({e})"));
-    tokio::spawn(connection);
-    client
-}
-
-/// A fresh database for one test: its URL, and `drop` to remove it when the test is done.
-struct Database {
-    name: String,
-    url: String,
-}
-
-impl Database {
-    async fn drop(self) {
-        let _ = admin()
-            .await
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name))
-            .await;
-    }
-}
-
-async fn database(test: &str) -> Database {
-    let name = format!(
-        "t_{test}_{}_{}",
-        std::process::id(),
-        chrono::Utc::now().timestamp_subsec_nanos()
-    );
-    admin()
-        .await
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let base = server_url();
-    let at = base.rfind('/').unwrap_or(base.len());
-    Database {
-        url: format!("{}/{name}", &base[..at]),
-        name,
-    }
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn settings(url: &str) -> PostgresSettings {

@@ -38,11 +38,9 @@ pub async fn names(clients: &AwsClients, stack: Option<&str>, prefix: &str) -> R
             .map_err(|e| anyhow::anyhow!(e))?;
         return Ok(deployed.names);
     }
-    let account = recon_aws::identity::caller(clients)
+    recon_aws::identity::derived_names(clients, prefix)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot establish the account (sts:GetCallerIdentity): {e}"))?
-        .account;
-    Ok(ResourceNames::derive(prefix, &account, &region(clients)))
+        .map_err(|e| anyhow::anyhow!("cannot establish the account (sts:GetCallerIdentity): {e}"))
 }
 
 /// The actor of an operator's change: the caller's AWS identity, and the name they gave (only as

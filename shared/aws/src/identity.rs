@@ -6,6 +6,7 @@ use crate::client::{AwsClients, ClientTimeouts, Target, shared_config};
 use crate::error::store_error;
 use recon_core::domain::TransientKind;
 use recon_core::ports::{StoreError, StoreResult};
+use recon_core::resources::ResourceNames;
 
 /// The caller's account and identity (ARN).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +36,13 @@ pub async fn caller(clients: &AwsClients) -> StoreResult<Caller> {
             "sts:GetCallerIdentity named no account or identity",
         )),
     }
+}
+
+/// The names a deployment with `prefix` has in the caller's account and the clients' region (the
+/// template's rule, [`ResourceNames::derive`]).
+pub async fn derived_names(clients: &AwsClients, prefix: &str) -> StoreResult<ResourceNames> {
+    let account = caller(clients).await?.account;
+    Ok(ResourceNames::derive(prefix, &account, &region(clients)))
 }
 
 /// The region the clients use.

@@ -3,6 +3,7 @@
 //! integration test (`stack`). It links the AWS SDK; the memory adapters, builders and the
 //! simulator in `recon-testkit` do not. No Lambda function links either (a test checks it).
 
+pub mod postgres;
 pub mod pump;
 pub mod stack;
 pub mod streams;

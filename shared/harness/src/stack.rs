@@ -16,7 +16,6 @@ use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings, var
 use recon_core::consume::{Consumer, ConsumerConfig};
 use recon_core::domain::{AuditRecord, CurrencyMapping, DlqEnvelope, Posting};
 use recon_core::ports::{OutgoingMessage, ReferenceData, SystemClock, WorkQueue, all_envelopes};
-use recon_core::resources::ResourceNames;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
@@ -82,11 +81,10 @@ impl TestStack {
             ^ u64::from(nanos);
         let prefix = format!("it-{tag}-{:010x}", unique & 0xff_ffff_ffff);
         let clients = AwsClients::connect(Target::local_from_env()).await;
-        let account = match recon_aws::identity::caller(&clients).await {
-            Ok(c) => c.account,
+        let mut names = match recon_aws::identity::derived_names(&clients, &prefix).await {
+            Ok(names) => names,
             Err(e) => panic!("the local AWS stack is not reachable; start it with `make local-up` ({e})"),
         };
-        let mut names = ResourceNames::derive(&prefix, &account, &recon_aws::identity::region(&clients));
         if fifo {
             names = names.with_fifo_queues();
         }

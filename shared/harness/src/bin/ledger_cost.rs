@@ -10,6 +10,7 @@
 use futures::StreamExt;
 use recon_core::domain::CommitOutcome;
 use recon_core::ports::Ledger;
+use recon_harness::postgres::ScratchDatabase;
 use recon_harness::stack::TestStack;
 use recon_postgres::{PostgresLedger, PostgresSettings};
 use recon_testkit::conformance::posting;
@@ -90,26 +91,18 @@ async fn main() {
     );
     s.cleanup().await;
 
-    let base = std::env::var("DLQ_POSTGRES_URL").unwrap_or_else(|_| {
-        let port = std::env::var("POSTGRES_PORT").unwrap_or_else(|_| "55432".into());
-        format!("postgres://recon@127.0.0.1:{port}/recon")
-    });
-    let name = format!("bench_{}", std::process::id());
-    let (admin, connection) = match tokio_postgres::connect(&base, tokio_postgres::NoTls).await {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("the local PostgreSQL is not reachable ({e}); start it with `make local-up`");
-            std::process::exit(2);
-        }
+    let setup = async {
+        Ok::<_, String>((
+            recon_harness::postgres::admin().await?,
+            ScratchDatabase::create("bench").await?,
+        ))
     };
-    tokio::spawn(connection);
-    if let Err(e) = admin.batch_execute(&format!("CREATE DATABASE {name}")).await {
-        eprintln!("cannot create the benchmark's database: {e}");
-        std::process::exit(2);
-    }
-    let url = format!("{}/{name}", &base[..base.rfind('/').unwrap_or(base.len())]);
+    let (admin, db) = setup.await.unwrap_or_else(|e| {
+        eprintln!("{e}");
+        std::process::exit(2)
+    });
     let settings = PostgresSettings {
-        url,
+        url: db.url.clone(),
         connect_timeout: Duration::from_secs(3),
         statement_timeout: Duration::from_secs(5),
         pool_size: concurrency,
@@ -129,7 +122,5 @@ async fn main() {
         }
         Err(e) => eprintln!("PostgreSQL ledger: {e}"),
     }
-    let _ = admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await;
+    db.drop().await;
 }

@@ -1,0 +1,55 @@
+//! The local stack's PostgreSQL (`infra/local/postgres.sh`): its URL, and a database of its own
+//! for each test or benchmark run, dropped when done.
+
+/// The local PostgreSQL (`DLQ_POSTGRES_URL`, else the one `make local-up` starts).
+pub fn server_url() -> String {
+    std::env::var("DLQ_POSTGRES_URL").unwrap_or_else(|_| {
+        let port = std::env::var("POSTGRES_PORT").unwrap_or_else(|_| "55432".into());
+        format!("postgres://recon@127.0.0.1:{port}/recon")
+    })
+}
+
+/// A connection to the server's own database (to create and drop the scratch ones).
+pub async fn admin() -> Result<tokio_postgres::Client, String> {
+    let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
+        .await
+        .map_err(|e| format!("the local PostgreSQL is not reachable; start it with `make local-up` ({e})"))?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// A fresh database: its name and URL; `drop` removes it.
+pub struct ScratchDatabase {
+    pub name: String,
+    pub url: String,
+}
+
+impl ScratchDatabase {
+    /// Create `<purpose>_<pid>_<nanos>` on the local server.
+    pub async fn create(purpose: &str) -> Result<Self, String> {
+        let name = format!(
+            "{purpose}_{}_{}",
+            std::process::id(),
+            chrono::Utc::now().timestamp_subsec_nanos()
+        );
+        admin()
+            .await?
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .map_err(|e| format!("cannot create database {name}: {e}"))?;
+        let base = server_url();
+        let at = base.rfind('/').unwrap_or(base.len());
+        Ok(ScratchDatabase {
+            url: format!("{}/{name}", &base[..at]),
+            name,
+        })
+    }
+
+    pub async fn drop(self) {
+        if let Ok(admin) = admin().await {
+            let _ = admin
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name))
+                .await;
+        }
+    }
+}
