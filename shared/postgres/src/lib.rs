@@ -223,6 +223,24 @@ impl PostgresLedger {
         row.as_ref().map(committed_ref).transpose()
     }
 
+    /// What an insert-or-nothing did: wrote the row (`Committed`), or found one, which is read
+    /// and returned. A conflicting row that is gone by then means a store that lost one (nothing
+    /// deletes rows): the message retries rather than guess.
+    async fn outcome(&self, op: &str, source_hash: &str, written: Option<Row>) -> StoreResult<CommitOutcome> {
+        if written.is_some() {
+            return Ok(CommitOutcome::Committed);
+        }
+        self.existing(source_hash)
+            .await?
+            .map(CommitOutcome::AlreadyCommitted)
+            .ok_or_else(|| {
+                StoreError::new(
+                    TransientKind::Infrastructure,
+                    format!("{op} of {source_hash} conflicted with a row that is gone"),
+                )
+            })
+    }
+
     /// The posting of `source_hash`, if there is one (not a hand-off).
     pub async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
         let row = self
@@ -301,18 +319,7 @@ impl Ledger for PostgresLedger {
                 ],
             )
             .await?;
-        if written.is_some() {
-            return Ok(CommitOutcome::Committed);
-        }
-        match self.existing(&p.source_hash).await? {
-            Some(existing) => Ok(CommitOutcome::AlreadyCommitted(existing)),
-            // The conflicting row vanished between the two statements: nothing deletes rows, so
-            // this is a store that lost one; let the message retry rather than guess.
-            None => Err(StoreError::new(
-                TransientKind::Infrastructure,
-                format!("commit of {} conflicted with a row that is gone", p.source_hash),
-            )),
-        }
+        self.outcome("commit", &p.source_hash, written).await
     }
 
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
@@ -330,17 +337,6 @@ impl Ledger for PostgresLedger {
                 &[&h.source_hash, &h.handed_off_at, &h.envelope_id, &h.replay_id],
             )
             .await?;
-        if written.is_some() {
-            return Ok(CommitOutcome::Committed);
-        }
-        self.existing(&h.source_hash)
-            .await?
-            .map(CommitOutcome::AlreadyCommitted)
-            .ok_or_else(|| {
-                StoreError::new(
-                    TransientKind::Infrastructure,
-                    format!("hand-off of {} conflicted with a row that is gone", h.source_hash),
-                )
-            })
+        self.outcome("hand-off", &h.source_hash, written).await
     }
 }
