@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
 use tracing::{Event, Subscriber};
-use tracing_subscriber::fmt::format::{JsonFields, Writer};
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormattedFields};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -21,8 +21,9 @@ use tracing_subscriber::registry::LookupSpan;
 pub const INVOKE_SPAN: &str = "Lambda runtime invoke";
 pub const INVOKE_SPAN_TARGET: &str = "lambda_runtime::layers::trace";
 
-/// The formatter. The first invocation span the process opens is its cold start (whether or not
-/// that invocation logs anything: [`ColdStart`] watches the spans).
+/// The formatter. The invocation a line belongs to is read from its span, where [`Invocations`]
+/// left it when the span opened (the first the process opens is its cold start, whether or not
+/// that invocation logs anything).
 pub struct LambdaJson {
     pub service: String,
     first_request: Arc<OnceLock<String>>,
@@ -36,24 +37,44 @@ impl LambdaJson {
         }
     }
 
-    /// The layer that records the first invocation's request id for this formatter.
-    pub fn cold_start(&self) -> ColdStart {
-        ColdStart(self.first_request.clone())
+    /// The layer that reads each invocation span once, for this formatter.
+    pub fn invocations(&self) -> Invocations {
+        Invocations(self.first_request.clone())
     }
 }
 
-/// Records the request id of the first invocation span.
-pub struct ColdStart(Arc<OnceLock<String>>);
+/// What a line inside an invocation carries, kept in the invocation span's extensions (read once
+/// when the span opens, not on every line).
+struct Invocation {
+    request_id: String,
+    xray_trace_id: Option<String>,
+    cold_start: bool,
+}
 
-impl<S: Subscriber> Layer<S> for ColdStart {
-    fn on_new_span(&self, attrs: &Attributes<'_>, _id: &Id, _ctx: Context<'_, S>) {
-        if attrs.metadata().name() != INVOKE_SPAN || self.0.get().is_some() {
+/// Reads each invocation span as it opens; the first request id the process sees is its cold start.
+pub struct Invocations(Arc<OnceLock<String>>);
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Invocations {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        if attrs.metadata().name() != INVOKE_SPAN {
             return;
         }
         let mut fields = Fields::default();
         attrs.record(&mut fields);
-        if let Some(Value::String(id)) = fields.0.get("requestId") {
-            let _ = self.0.set(id.clone());
+        let Some(Value::String(request_id)) = fields.0.remove("requestId") else {
+            return;
+        };
+        let cold_start = *self.0.get_or_init(|| request_id.clone()) == request_id;
+        let xray_trace_id = match fields.0.get("xrayTraceId") {
+            Some(Value::String(header)) => Some(xray_root(header).to_owned()),
+            _ => None,
+        };
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(Invocation {
+                request_id,
+                xray_trace_id,
+                cold_start,
+            });
         }
     }
 }
@@ -92,16 +113,12 @@ impl Visit for Fields {
     }
 }
 
-impl<S> FormatEvent<S, JsonFields> for LambdaJson
+impl<S, N> FormatEvent<S, N> for LambdaJson
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
 {
-    fn format_event(
-        &self,
-        ctx: &FmtContext<'_, S, JsonFields>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> fmt::Result {
+    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
         let mut fields = Fields::default();
         event.record(&mut fields);
         let mut line = Map::new();
@@ -112,34 +129,22 @@ where
         line.insert("level".into(), Value::from(event.metadata().level().as_str()));
         line.insert("message".into(), fields.0.remove("message").unwrap_or(Value::from("")));
         line.insert("service".into(), Value::from(self.service.as_str()));
-        let (mut request, mut trace) = (None, None);
         if let Some(scope) = ctx.event_scope() {
-            for span in scope.from_root() {
+            for span in scope {
                 let extensions = span.extensions();
-                let Some(formatted) = extensions.get::<FormattedFields<JsonFields>>() else {
+                let Some(invocation) = extensions.get::<Invocation>() else {
                     continue;
                 };
-                if let Ok(Value::Object(span_fields)) = serde_json::from_str::<Value>(formatted.as_str()) {
-                    request = span_fields
-                        .get("requestId")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                        .or(request);
-                    trace = span_fields
-                        .get("xrayTraceId")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                        .or(trace);
+                line.insert("cold_start".into(), Value::from(invocation.cold_start));
+                line.insert(
+                    "function_request_id".into(),
+                    Value::from(invocation.request_id.as_str()),
+                );
+                if let Some(trace) = &invocation.xray_trace_id {
+                    line.insert("xray_trace_id".into(), Value::from(trace.as_str()));
                 }
+                break;
             }
-        }
-        if let Some(id) = request {
-            let first = self.first_request.get_or_init(|| id.clone());
-            line.insert("cold_start".into(), Value::from(*first == id));
-            line.insert("function_request_id".into(), Value::from(id));
-        }
-        if let Some(trace) = trace {
-            line.insert("xray_trace_id".into(), Value::from(xray_root(&trace)));
         }
         for (k, v) in fields.0 {
             line.entry(k).or_insert(v);
@@ -221,10 +226,9 @@ mod tests {
         let format = LambdaJson::new("recon-dlq");
         tracing_subscriber::registry()
             .with(tracing_subscriber::EnvFilter::new(directive))
-            .with(format.cold_start())
+            .with(format.invocations())
             .with(
                 tracing_subscriber::fmt::layer()
-                    .fmt_fields(JsonFields::new())
                     .event_format(format)
                     .with_writer(buffer.clone()),
             )

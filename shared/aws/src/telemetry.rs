@@ -16,12 +16,8 @@ pub fn init_json(default_service: &str) {
     let format = crate::logs::LambdaJson::new(crate::logs::service_name(default_service));
     let _ = tracing_subscriber::registry()
         .with(filter)
-        .with(format.cold_start())
-        .with(
-            tracing_subscriber::fmt::layer()
-                .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
-                .event_format(format),
-        )
+        .with(format.invocations())
+        .with(tracing_subscriber::fmt::layer().event_format(format))
         .try_init();
 }
 
