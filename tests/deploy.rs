@@ -10,15 +10,6 @@ use recon_aws::{AwsClients, Target};
 use recon_harness::stack::TestStack;
 use std::process::Command;
 
-async fn cloudformation(clients: &AwsClients) -> aws_sdk_cloudformation::Client {
-    let shared = recon_aws::client::shared_config(&clients.target, recon_aws::ClientTimeouts::INTERACTIVE).await;
-    let mut cfn = aws_sdk_cloudformation::config::Builder::from(&shared);
-    if let Target::Local { edge_url, .. } = &clients.target {
-        cfn = cfn.endpoint_url(edge_url);
-    }
-    aws_sdk_cloudformation::Client::from_conf(cfn.build())
-}
-
 /// A CloudFormation stack on LocalStack whose outputs are `values` (the resources themselves are
 /// the test stack's; LocalStack's CloudFormation here runs without DynamoDB, so the outputs are
 /// given as literals, as the real template's `!Ref`s would resolve them).
@@ -31,7 +22,7 @@ async fn stack_with_outputs(clients: &AwsClients, name: &str, values: &[(&str, S
         "Resources": { "Handle": { "Type": "AWS::CloudFormation::WaitConditionHandle" } },
         "Outputs": outputs,
     });
-    let cfn = cloudformation(clients).await;
+    let cfn = deployment::cloudformation(clients).await;
     cfn.create_stack()
         .stack_name(name)
         .template_body(template.to_string())
@@ -56,7 +47,7 @@ async fn stack_with_outputs(clients: &AwsClients, name: &str, values: &[(&str, S
 }
 
 async fn delete_cfn_stack(clients: &AwsClients, name: &str) {
-    let _ = cloudformation(clients)
+    let _ = deployment::cloudformation(clients)
         .await
         .delete_stack()
         .stack_name(name)

@@ -98,14 +98,20 @@ pub fn from_outputs(output: impl Fn(&str) -> Option<String>) -> Result<Deployed,
     })
 }
 
-/// Read a deployed CloudFormation stack's outputs (`cloudformation:DescribeStacks`).
-pub async fn read_stack(clients: &crate::AwsClients, stack: &str) -> Result<Deployed, String> {
+/// A CloudFormation client for the clients' target (LocalStack's, locally).
+pub async fn cloudformation(clients: &crate::AwsClients) -> aws_sdk_cloudformation::Client {
     let shared = crate::client::shared_config(&clients.target, crate::ClientTimeouts::INTERACTIVE).await;
     let mut cfn = aws_sdk_cloudformation::config::Builder::from(&shared);
     if let crate::Target::Local { edge_url, .. } = &clients.target {
         cfn = cfn.endpoint_url(edge_url);
     }
-    let out = aws_sdk_cloudformation::Client::from_conf(cfn.build())
+    aws_sdk_cloudformation::Client::from_conf(cfn.build())
+}
+
+/// Read a deployed CloudFormation stack's outputs (`cloudformation:DescribeStacks`).
+pub async fn read_stack(clients: &crate::AwsClients, stack: &str) -> Result<Deployed, String> {
+    let out = cloudformation(clients)
+        .await
         .describe_stacks()
         .stack_name(stack)
         .send()
