@@ -183,6 +183,7 @@ async fn the_dynamodb_ledger_and_the_claim_protocol_keep_each_transaction_once()
     use recon_testkit::conformance::ledger_keeps_each_transaction_once;
     let s = TestStack::new("cf-ledger").await;
     ledger_keeps_each_transaction_once(&s.ledger(), "dynamodb").await;
+    recon_testkit::conformance::ledger_reads_by_period(&s.ledger(), "dynamodb").await;
     let claiming = recon_core::claim::ClaimingLedger::new(
         recon_testkit::memory::MemoryGeneralLedger::default(),
         DynamoDedupTable::new(s.clients.dynamodb.clone(), &s.stack.names.dedup_table),

@@ -182,5 +182,6 @@ fn a_dedup_ttl_shorter_than_the_replay_window_is_refused() {
 async fn the_memory_ledger_and_the_claim_protocol_keep_each_transaction_once() {
     use recon_testkit::conformance::ledger_keeps_each_transaction_once;
     ledger_keeps_each_transaction_once(&recon_testkit::memory::MemoryLedger::default(), "memory").await;
+    recon_testkit::conformance::ledger_reads_by_period(&recon_testkit::memory::MemoryLedger::default(), "memory").await;
     ledger_keeps_each_transaction_once(&ledger(clock()), "claiming").await;
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
-use recon_core::ports::{Ledger, StoreError, StoreResult};
+use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult};
 use rust_decimal::Decimal;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{NoTls, Row};
@@ -41,6 +41,25 @@ pub struct PostgresSettings {
     /// Every statement's timeout (`statement_timeout`), inside the function's remaining time.
     pub statement_timeout: Duration,
     pub pool_size: usize,
+    /// The user and password to connect with, in place of the URL's user (on AWS, from a Secrets
+    /// Manager secret); `None`: the URL's user, without a password.
+    pub credentials: Option<Credentials>,
+}
+
+/// A database user and its password; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 /// The ledger on a pool of connections (kept across invocations: a Lambda reuses its process).
@@ -118,6 +137,9 @@ impl PostgresLedger {
             )
         })?;
         config.connect_timeout(settings.connect_timeout);
+        if let Some(c) = &settings.credentials {
+            config.user(&c.user).password(&c.password);
+        }
         // Added to the URL's own options (a search_path, say), not in place of them.
         let mut options = config.get_options().map(|o| format!("{o} ")).unwrap_or_default();
         options.push_str(&format!(
@@ -150,6 +172,11 @@ impl PostgresLedger {
         Ok(ledger)
     }
 
+    /// How many versioned migrations this code carries.
+    pub fn migrations() -> usize {
+        embedded::migrations::runner().get_migrations().len()
+    }
+
     /// Apply the migrations not yet applied (recorded in `refinery_schema_history`), one
     /// process at a time (cold starts racing on an empty schema wait for each other).
     pub async fn migrate(&self) -> StoreResult<()> {
@@ -171,21 +198,21 @@ impl PostgresLedger {
     /// One statement on a pooled connection: prepared once per connection (one round trip per
     /// call after that), bounded on the client too, and a connection that failed or gave no
     /// answer is discarded, never handed to the next caller.
-    async fn query_opt(
+    async fn query(
         &self,
         op: &str,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> StoreResult<Option<Row>> {
+    ) -> StoreResult<Vec<Row>> {
         let client = self.pool.get().await.map_err(pool_error)?;
         self.count();
         let answer = tokio::time::timeout(self.answer_within, async {
             let statement = client.prepare_cached(sql).await?;
-            client.query_opt(&statement, params).await
+            client.query(&statement, params).await
         })
         .await;
         match answer {
-            Ok(Ok(row)) => Ok(row),
+            Ok(Ok(rows)) => Ok(rows),
             Ok(Err(e)) => {
                 let error = classify(op, &e);
                 if matches!(error.kind, TransientKind::Network | TransientKind::ServiceUnavailable) {
@@ -201,6 +228,16 @@ impl PostgresLedger {
                 ))
             }
         }
+    }
+
+    /// A statement that returns at most one row (the first, if it returned more).
+    async fn query_opt(
+        &self,
+        op: &str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> StoreResult<Option<Row>> {
+        Ok(self.query(op, sql, params).await?.into_iter().next())
     }
 
     /// Statements this ledger has sent (migrations aside).
@@ -246,45 +283,98 @@ impl PostgresLedger {
         let row = self
             .query_opt(
                 "posting",
-                "SELECT source_hash, sqs_message_id, message_id, trace_id, ledger_entity, currency, amount,
-                        value_date, period, match_decision, external_ref, counterparty, attempt_count,
-                        committed_at, replay_of
-                   FROM ledger_entries WHERE source_hash = $1 AND kind = 'POSTING'",
+                &format!("SELECT {POSTING_COLUMNS} FROM ledger_entries WHERE source_hash = $1 AND kind = 'POSTING'"),
                 &[&source_hash],
             )
             .await?;
-        row.map(|r| {
-            let decision: String = column(&r, 9)?;
-            let attempt: i32 = column(&r, 12)?;
-            Ok(Posting {
-                source_hash: column(&r, 0)?,
-                sqs_message_id: column(&r, 1)?,
-                message_id: column(&r, 2)?,
-                trace_id: column(&r, 3)?,
-                ledger_entity: column(&r, 4)?,
-                currency: column(&r, 5)?,
-                amount: column::<Decimal>(&r, 6)?,
-                value_date: column::<NaiveDate>(&r, 7)?,
-                period: column(&r, 8)?,
-                match_decision: serde_json::from_value(serde_json::Value::String(decision.clone())).map_err(|_| {
-                    StoreError::new(
-                        TransientKind::Infrastructure,
-                        format!("unknown match decision {decision:?}"),
-                    )
-                })?,
-                external_ref: column(&r, 10)?,
-                counterparty: column(&r, 11)?,
-                attempt_count: u32::try_from(attempt).map_err(|_| {
-                    StoreError::new(
-                        TransientKind::Infrastructure,
-                        format!("attempt count {attempt} out of range"),
-                    )
-                })?,
-                committed_at: column(&r, 13)?,
-                replay_of: column(&r, 14)?,
-            })
-        })
-        .transpose()
+        row.as_ref().map(posting).transpose()
+    }
+}
+
+/// The columns [`posting`] reads, in its order.
+const POSTING_COLUMNS: &str = "source_hash, sqs_message_id, message_id, trace_id, ledger_entity, currency, amount,
+    value_date, period, match_decision, external_ref, counterparty, attempt_count, committed_at, replay_of";
+
+/// A posting from a row of [`POSTING_COLUMNS`].
+fn posting(r: &Row) -> StoreResult<Posting> {
+    let decision: String = column(r, 9)?;
+    let attempt: i32 = column(r, 12)?;
+    Ok(Posting {
+        source_hash: column(r, 0)?,
+        sqs_message_id: column(r, 1)?,
+        message_id: column(r, 2)?,
+        trace_id: column(r, 3)?,
+        ledger_entity: column(r, 4)?,
+        currency: column(r, 5)?,
+        amount: column::<Decimal>(r, 6)?,
+        value_date: column::<NaiveDate>(r, 7)?,
+        period: column(r, 8)?,
+        match_decision: serde_json::from_value(serde_json::Value::String(decision.clone())).map_err(|_| {
+            StoreError::new(
+                TransientKind::Infrastructure,
+                format!("unknown match decision {decision:?}"),
+            )
+        })?,
+        external_ref: column(r, 10)?,
+        counterparty: column(r, 11)?,
+        attempt_count: u32::try_from(attempt).map_err(|_| {
+            StoreError::new(
+                TransientKind::Infrastructure,
+                format!("attempt count {attempt} out of range"),
+            )
+        })?,
+        committed_at: column(r, 13)?,
+        replay_of: column(r, 14)?,
+    })
+}
+
+/// Pages in `source_hash` order, keyset-paged (`source_hash > cursor`): one period's page is an
+/// index range scan of `ledger_entries_period_pages`.
+impl LedgerReader for PostgresLedger {
+    async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
+        PostgresLedger::posting(self, source_hash).await
+    }
+
+    async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
+        let limit = limit.max(1);
+        // One more than asked: whether another page follows, without a second statement.
+        let fetch = i64::try_from(limit).unwrap_or(i64::MAX - 1) + 1;
+        let mut sql = format!("SELECT {POSTING_COLUMNS} FROM ledger_entries WHERE kind = 'POSTING'");
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = Vec::new();
+        for (column, value) in [
+            ("period =", scope.period.as_ref()),
+            ("ledger_entity =", scope.entity.as_ref()),
+        ] {
+            if let Some(v) = value {
+                params.push(v);
+                sql.push_str(&format!(" AND {column} ${}", params.len()));
+            }
+        }
+        let cursor = cursor.map(str::to_owned);
+        if let Some(c) = &cursor {
+            params.push(c);
+            sql.push_str(&format!(" AND source_hash > ${}", params.len()));
+        }
+        params.push(&fetch);
+        sql.push_str(&format!(" ORDER BY source_hash LIMIT ${}", params.len()));
+        let rows = self.query("postings", &sql, &params).await?;
+        let mut postings = rows.iter().map(posting).collect::<StoreResult<Vec<_>>>()?;
+        let more = postings.len() > limit;
+        postings.truncate(limit);
+        let next = more.then(|| postings.last().map(|p| p.source_hash.clone())).flatten();
+        Ok(PostingPage { postings, next })
+    }
+
+    async fn hand_offs(&self) -> StoreResult<Vec<CommittedRef>> {
+        self.query(
+            "hand-offs",
+            &format!("SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE kind = 'HAND_OFF' ORDER BY source_hash"),
+            &[],
+        )
+        .await?
+        .iter()
+        .map(committed_ref)
+        .collect()
     }
 }
 

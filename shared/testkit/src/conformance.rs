@@ -202,3 +202,107 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
             .is_some_and(|r| r.handed_off_by(&handed.envelope_id))
     );
 }
+
+/// What every [`recon_core::ports::LedgerReader`] must answer (reconcile, stats, `audit show`
+/// and evidence export rely on it); `run` must be new to the ledger, other data may be there.
+/// - Reading a scope page by page (pages of 3 here) yields every posting in it exactly once and
+///   nothing outside it; a period, an entity, both, or everything.
+/// - The posting of a hash is the one committed, amount exact; a hand-off is no posting, and is
+///   listed among the hand-offs.
+/// - The totals per currency are exact.
+pub async fn ledger_reads_by_period<L: recon_core::ports::Ledger + recon_core::ports::LedgerReader>(
+    ledger: &L,
+    run: &str,
+) {
+    use recon_core::domain::{HandOff, Posting};
+    use recon_core::ports::LedgerScope;
+    use std::collections::BTreeMap;
+
+    let (east, west) = (format!("{run}-EAST"), format!("{run}-WEST"));
+    let mut committed: Vec<Posting> = Vec::new();
+    for n in 0..13u32 {
+        let mut p = posting(run, 100 + n, &format!("sqs-read-{n}"));
+        p.ledger_entity = if n % 3 == 0 { west.clone() } else { east.clone() };
+        p.period = if n < 9 { "2026-10".into() } else { "2026-11".into() };
+        p.currency = if n % 2 == 0 { "EUR".into() } else { "JPY".into() };
+        p.amount = rust_decimal::Decimal::new(1_000_000_000_000_000_001 + i64::from(n), if n % 2 == 0 { 2 } else { 0 });
+        assert_eq!(
+            ledger.commit(&p).await.unwrap(),
+            recon_core::domain::CommitOutcome::Committed
+        );
+        committed.push(p);
+    }
+    let handed = HandOff {
+        source_hash: posting(run, 199, "x").source_hash,
+        envelope_id: format!("env_{run}_read"),
+        replay_id: "rp-read".into(),
+        handed_off_at: committed[0].committed_at,
+    };
+    ledger.hand_off(&handed).await.unwrap();
+    let ours = |p: &Posting| p.ledger_entity == east || p.ledger_entity == west;
+
+    let scopes = [
+        LedgerScope::default(),
+        LedgerScope::period("2026-10"),
+        LedgerScope::period("2026-11"),
+        LedgerScope {
+            period: Some("2026-10".into()),
+            entity: Some(west.clone()),
+        },
+        LedgerScope {
+            period: None,
+            entity: Some(east.clone()),
+        },
+    ];
+    for scope in &scopes {
+        let mut read: BTreeMap<String, Posting> = BTreeMap::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..10_000 {
+            let page = ledger.postings_page(scope, cursor.as_deref(), 3).await.unwrap();
+            assert!(page.postings.len() <= 3, "{scope:?}: a page over its limit");
+            for p in page.postings {
+                assert!(scope.covers(&p), "{scope:?}: {p:?} is outside the scope");
+                let hash = p.source_hash.clone();
+                assert!(read.insert(hash.clone(), p).is_none(), "{scope:?}: {hash} read twice");
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let got: Vec<&Posting> = read.values().filter(|p| ours(p)).collect();
+        let mut expected: Vec<&Posting> = committed.iter().filter(|p| scope.covers(p)).collect();
+        expected.sort_by(|a, b| a.source_hash.cmp(&b.source_hash));
+        assert_eq!(got, expected, "{scope:?}: every posting in scope exactly once");
+    }
+
+    assert_eq!(
+        ledger.posting(&committed[4].source_hash).await.unwrap().as_ref(),
+        Some(&committed[4])
+    );
+    assert_eq!(
+        ledger.posting(&handed.source_hash).await.unwrap(),
+        None,
+        "a hand-off is no posting"
+    );
+    assert_eq!(ledger.posting(&posting(run, 198, "x").source_hash).await.unwrap(), None);
+    let hand_offs = ledger.hand_offs().await.unwrap();
+    assert!(
+        hand_offs.iter().any(|r| r.handed_off_by(&handed.envelope_id)),
+        "{hand_offs:?}"
+    );
+
+    let scope = LedgerScope {
+        period: Some("2026-10".into()),
+        entity: Some(east.clone()),
+    };
+    let totals = recon_core::ports::tally_postings(ledger, &scope).await.unwrap();
+    let mut expected: BTreeMap<String, recon_core::domain::Tally> = BTreeMap::new();
+    for p in committed.iter().filter(|p| scope.covers(p)) {
+        expected
+            .entry(p.currency.clone())
+            .or_default()
+            .add_parts(Some(&p.currency), Some(p.amount));
+    }
+    assert_eq!(totals, expected, "totals per currency, exact");
+}

@@ -40,10 +40,13 @@ pub mod vars {
     pub const SEAL_EVERY_RECORDS: &str = "DLQ_SEAL_EVERY_RECORDS";
     pub const SEAL_EVERY_MINUTES: &str = "DLQ_SEAL_EVERY_MINUTES";
     pub const SEAL_SCHEDULE: &str = "DLQ_SEAL_SCHEDULE";
+    pub const LEDGER: &str = "DLQ_LEDGER";
+    pub const POSTGRES_URL: &str = "DLQ_POSTGRES_URL";
+    pub const POSTGRES_SECRET_ARN: &str = "DLQ_POSTGRES_SECRET_ARN";
 }
 
 mod rules;
-pub use rules::{MAX_PREFIX_LEN, Rule, VARIABLES, Variable, needs, readme_table};
+pub use rules::{MAX_PREFIX_LEN, Rule, UNSET, VARIABLES, Variable, needs, readme_table};
 
 /// The name-valued variables of a deployment with these names and queue URLs: what the template
 /// sets, and what the local stack gives the functions.
@@ -134,6 +137,12 @@ impl<G: Fn(&str) -> Option<String>> Env<G> {
         }
     }
 
+    /// An optional name, checked against its rule when set.
+    fn optional(&self, var: &'static str) -> Result<Option<String>, ConfigError> {
+        Self::spec(var)?;
+        self.raw(var).map(|_| self.name(var)).transpose()
+    }
+
     /// A whole number within its rule; `default` when unset.
     fn whole<T: TryFrom<u64>>(&self, var: &'static str, default: T) -> Result<T, ConfigError> {
         let spec = Self::spec(var)?;
@@ -203,12 +212,73 @@ impl Bucket {
     }
 }
 
+/// Where the consumer commits and the replay's gate 2 asks: one ledger for both (`DLQ_LEDGER`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LedgerSettings {
+    /// The reference ledger, the DynamoDB table `DLQ_LEDGER_TABLE`.
+    DynamoDb,
+    /// Your own PostgreSQL ledger.
+    Postgres(PostgresLocation),
+}
+
+/// Where the PostgreSQL ledger is, and where its credentials are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostgresLocation {
+    /// `postgres://user@host:port/db`, never with a password (the rule refuses one: this value is
+    /// recorded in the audit trail).
+    pub url: String,
+    /// A Secrets Manager secret whose `username` and `password` the connection uses (how a
+    /// function on AWS gets them). Unset, the URL's user connects without a password (trust
+    /// authentication on loopback: the local stack).
+    pub secret_arn: Option<String>,
+}
+
+impl LedgerSettings {
+    pub const KINDS: [&str; 2] = ["dynamodb", "postgres"];
+
+    fn read<G: Fn(&str) -> Option<String>>(env: &Env<G>) -> Result<Self, ConfigError> {
+        let kind = env.name(vars::LEDGER)?;
+        let url = env.optional(vars::POSTGRES_URL)?;
+        let secret_arn = env.optional(vars::POSTGRES_SECRET_ARN)?;
+        if kind != "postgres" {
+            return Ok(LedgerSettings::DynamoDb);
+        }
+        let Some(url) = url else {
+            let spec = Env::<G>::spec(vars::POSTGRES_URL)?;
+            return Err(ConfigError::Missing {
+                var: vars::POSTGRES_URL,
+                meaning: spec.meaning,
+                allowed: spec.rule.allowed(),
+            });
+        };
+        Ok(LedgerSettings::Postgres(PostgresLocation { url, secret_arn }))
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LedgerSettings::DynamoDb => Self::KINDS[0],
+            LedgerSettings::Postgres(_) => Self::KINDS[1],
+        }
+    }
+
+    fn audited(&self) -> Vec<(&'static str, String)> {
+        let mut pairs = vec![(vars::LEDGER, self.kind().to_owned())];
+        if let LedgerSettings::Postgres(p) = self {
+            pairs.push((vars::POSTGRES_URL, p.url.clone()));
+            pairs.extend(p.secret_arn.clone().map(|a| (vars::POSTGRES_SECRET_ARN, a)));
+        }
+        pairs
+    }
+}
+
 /// Everything the consumer needs to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConsumerSettings {
     pub main_queue_url: String,
     pub dead_letter_queue_url: String,
     pub ledger_table: String,
+    /// The ledger the consumer commits to (the table above, or your own).
+    pub ledger: LedgerSettings,
     pub reference_table: String,
     pub audit_table: String,
     pub retry: RetryPolicy,
@@ -251,6 +321,7 @@ impl ConsumerSettings {
             main_queue_url: env.name(vars::MAIN_QUEUE_URL)?,
             dead_letter_queue_url: env.name(vars::DEAD_LETTER_QUEUE_URL)?,
             ledger_table: env.name(vars::LEDGER_TABLE)?,
+            ledger: LedgerSettings::read(&env)?,
             reference_table: env.name(vars::REFERENCE_TABLE)?,
             audit_table: env.name(vars::AUDIT_TABLE)?,
             retry,
@@ -308,6 +379,8 @@ pub struct ReplaySettings {
     pub main_queue_url: String,
     pub envelope_table: String,
     pub ledger_table: String,
+    /// The ledger gate 2 asks: the one the consumer commits to.
+    pub ledger: LedgerSettings,
     pub reference_table: String,
     pub audit_table: String,
     pub quarantine_bucket: Bucket,
@@ -340,6 +413,7 @@ impl ReplaySettings {
             main_queue_url: env.name(vars::MAIN_QUEUE_URL)?,
             envelope_table: enricher.envelope_table,
             ledger_table: env.name(vars::LEDGER_TABLE)?,
+            ledger: LedgerSettings::read(&env)?,
             reference_table: env.name(vars::REFERENCE_TABLE)?,
             audit_table: enricher.audit_table,
             quarantine_bucket: enricher.quarantine_bucket,
@@ -429,6 +503,7 @@ impl ConsumerSettings {
             (vars::BATCH_CONCURRENCY, self.concurrency.to_string()),
             (vars::REFERENCE_CACHE_SECS, self.reference_cache.as_secs().to_string()),
         ];
+        pairs.extend(self.ledger.audited());
         pairs.extend(self.quarantine_bucket.audited());
         pairs.extend(self.seal.audited());
         audited(&pairs)
@@ -473,6 +548,7 @@ impl ReplaySettings {
             (vars::STACK_PREFIX, self.stack.clone()),
             (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
         ];
+        pairs.extend(self.ledger.audited());
         pairs.extend(self.quarantine_bucket.audited());
         pairs.extend(self.seal.audited());
         audited(&pairs)

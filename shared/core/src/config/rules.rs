@@ -23,7 +23,16 @@ pub enum Rule {
     Prefix,
     /// A CloudWatch namespace: 1-255 of `A-Z a-z 0-9 . - _ / # :`, not starting with `AWS/`.
     Namespace,
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+    /// A PostgreSQL URL with a user, a host and a database, and no password.
+    PostgresUrl,
+    /// A Secrets Manager secret's ARN.
+    SecretArn,
 }
+
+/// The default of a variable that may stay unset (nothing is used in its place).
+pub const UNSET: &str = "unset";
 
 /// The longest deployment prefix: the bucket's name (`<prefix>-quarantine-<account>-<region>`,
 /// at most 63 characters) must fit in every region, the longest of which have 14 characters.
@@ -43,6 +52,11 @@ impl Rule {
             Rule::ScheduleName => "a schedule name (1-64 of A-Z a-z 0-9 _ . -)".into(),
             Rule::Prefix => format!("a prefix of 3-{MAX_PREFIX_LEN} of a-z 0-9 -, starting with a letter"),
             Rule::Namespace => "a CloudWatch namespace (1-255 of A-Z a-z 0-9 . - _ / # :, not AWS/…)".into(),
+            Rule::OneOf(words) => format!("one of {}", words.join(", ")),
+            Rule::PostgresUrl => "postgres://<user>@<host>[:<port>]/<database>[?<options>], without a password".into(),
+            Rule::SecretArn => {
+                "a Secrets Manager secret ARN (arn:<partition>:secretsmanager:<region>:<account>:secret:<name>)".into()
+            }
         }
     }
 
@@ -89,6 +103,20 @@ impl Rule {
                     c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '/' | '#' | ':')
                 }) && !value.starts_with("AWS/")
             }
+            Rule::OneOf(words) => words.contains(&value),
+            Rule::PostgresUrl => Rule::postgres_url(value),
+            Rule::SecretArn => {
+                let parts: Vec<&str> = value.splitn(7, ':').collect();
+                parts.len() == 7
+                    && parts[0] == "arn"
+                    && parts[1].starts_with("aws")
+                    && parts[2] == "secretsmanager"
+                    && !parts[3].is_empty()
+                    && Rule::AccountId.admits(parts[4])
+                    && parts[5] == "secret"
+                    && chars(1, 512, &|c| c.is_ascii_alphanumeric() || "/_+=.@-:".contains(c))
+                    && !parts[6].is_empty()
+            }
         }
     }
 
@@ -98,6 +126,27 @@ impl Rule {
             Rule::Whole { min, max, .. } => value.parse::<u64>().ok().filter(|n| (*min..=*max).contains(n)),
             _ => None,
         }
+    }
+
+    /// `postgres://user@host[:port]/db[?options]` (or `postgresql://`): printable ASCII without
+    /// white space, a user and a database named, and no password (this value is recorded in the
+    /// audit trail; a password comes from a secret).
+    fn postgres_url(value: &str) -> bool {
+        let Some(rest) = value
+            .strip_prefix("postgres://")
+            .or_else(|| value.strip_prefix("postgresql://"))
+        else {
+            return false;
+        };
+        if !value.bytes().all(|b| b.is_ascii_graphic()) {
+            return false;
+        }
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let database = path.split('?').next().unwrap_or_default();
+        let Some((user, host)) = authority.rsplit_once('@') else {
+            return false;
+        };
+        !user.is_empty() && !user.contains(':') && !host.is_empty() && !host.starts_with(':') && !database.is_empty()
     }
 
     /// An SQS queue name: 1-80 of `A-Z a-z 0-9 _ -`, `.fifo` allowed at the end.
@@ -315,6 +364,24 @@ pub const VARIABLES: &[Variable] = &[
         rule: Rule::Namespace,
         default: Some(resources::DEFAULT_METRICS_NAMESPACE),
         meaning: "CloudWatch namespace of the EMF metrics",
+    },
+    Variable {
+        name: vars::LEDGER,
+        rule: Rule::OneOf(&super::LedgerSettings::KINDS),
+        default: Some("dynamodb"),
+        meaning: "the ledger the consumer commits to and the replay's gate 2 asks (one ledger for both)",
+    },
+    Variable {
+        name: vars::POSTGRES_URL,
+        rule: Rule::PostgresUrl,
+        default: Some(UNSET),
+        meaning: "the PostgreSQL ledger's database (required when DLQ_LEDGER is postgres)",
+    },
+    Variable {
+        name: vars::POSTGRES_SECRET_ARN,
+        rule: Rule::SecretArn,
+        default: Some(UNSET),
+        meaning: "the secret holding the PostgreSQL ledger's username and password (on AWS)",
     },
 ];
 

@@ -65,6 +65,21 @@ fn refused(rule: Rule) -> Vec<String> {
             "x".repeat(MAX_PREFIX_LEN + 1),
         ]),
         Rule::Namespace => bad.extend(["AWS/Lambda".into(), "a b".into(), "x".repeat(256)]),
+        Rule::OneOf(words) => bad.extend([words.join(","), words[0].to_uppercase(), "sqlite".into()]),
+        Rule::PostgresUrl => bad.extend([
+            "postgres://recon:secret@db.internal:5432/ledger".into(),
+            "postgres://db.internal:5432/ledger".into(),
+            "postgres://recon@db.internal:5432/".into(),
+            "postgres://recon@/ledger".into(),
+            "mysql://recon@db.internal/ledger".into(),
+            "host=db.internal user=recon".into(),
+        ]),
+        Rule::SecretArn => bad.extend([
+            "arn:aws:secretsmanager:eu-west-1:123456789012:secret:".into(),
+            "arn:aws:ssm:eu-west-1:123456789012:parameter/ledger".into(),
+            "arn:aws:secretsmanager:eu-west-1:12345:secret:ledger".into(),
+            "ledger-credentials".into(),
+        ]),
     }
     bad
 }
@@ -230,4 +245,56 @@ fn names_the_template_derives_are_admitted_for_the_longest_prefix_in_the_longest
     assert!(Rule::ScheduleName.admits(&n.sweep_schedule) && Rule::ScheduleName.admits(&n.seal_schedule));
     assert!(Rule::QueueUrl.admits(&format!("http://127.0.0.1:4566/000000000000/{}", n.main_queue)));
     assert!(Rule::QueueUrl.admits("https://sqs.us-east-1.amazonaws.com/123456789012/q.fifo"));
+}
+
+#[test]
+fn the_ledger_is_one_choice_for_the_consumer_and_the_replay() {
+    let mut env = valid();
+    for (function, parsed) in parse_all(&env, &RefCell::default()) {
+        if let Ok(audited) = parsed
+            && function != "enricher"
+            && function != "reference-audit"
+        {
+            assert_eq!(audited.get(vars::LEDGER).map(String::as_str), Some("dynamodb"));
+            assert!(!audited.contains_key(vars::POSTGRES_URL), "{function}");
+        }
+    }
+    env.insert(vars::LEDGER.into(), "postgres".into());
+    let missing = ConsumerSettings::from_lookup(|k| env.get(k).cloned()).unwrap_err();
+    assert_eq!(missing.variable(), vars::POSTGRES_URL);
+    assert_eq!(
+        ReplaySettings::from_lookup(|k| env.get(k).cloned()).unwrap_err(),
+        missing
+    );
+    assert!(EnricherSettings::from_lookup(|k| env.get(k).cloned()).is_ok());
+
+    let url = "postgres://recon@db.internal:5432/ledger?application_name=dlq";
+    let arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:ledger-AbCdEf";
+    env.insert(vars::POSTGRES_URL.into(), url.into());
+    env.insert(vars::POSTGRES_SECRET_ARN.into(), arn.into());
+    let expected = LedgerSettings::Postgres(PostgresLocation {
+        url: url.into(),
+        secret_arn: Some(arn.into()),
+    });
+    let consumer = ConsumerSettings::from_lookup(|k| env.get(k).cloned()).unwrap();
+    let replay = ReplaySettings::from_lookup(|k| env.get(k).cloned()).unwrap();
+    assert_eq!(consumer.ledger, expected);
+    assert_eq!(replay.ledger, expected);
+    for audited in [consumer.audited(), replay.audited()] {
+        assert_eq!(audited.get(vars::LEDGER).map(String::as_str), Some("postgres"));
+        assert_eq!(audited.get(vars::POSTGRES_URL).map(String::as_str), Some(url));
+        assert_eq!(audited.get(vars::POSTGRES_SECRET_ARN).map(String::as_str), Some(arn));
+    }
+}
+
+#[test]
+fn postgres_urls_name_user_host_and_database_and_never_a_password() {
+    for good in [
+        "postgres://recon@127.0.0.1:55432/recon",
+        "postgresql://ledger_writer@db.internal/gl",
+        "postgres://recon@[::1]:5432/recon?sslmode=disable",
+    ] {
+        assert!(Rule::PostgresUrl.admits(good), "{good}");
+    }
+    assert!(!Rule::PostgresUrl.admits("postgres://recon:hunter2@db/gl"));
 }

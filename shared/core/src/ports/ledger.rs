@@ -34,6 +34,123 @@ impl<T: Ledger> Ledger for Arc<T> {
     }
 }
 
+/// Which postings a read covers: one accounting period, one ledger entity, both, or all.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LedgerScope {
+    pub period: Option<String>,
+    pub entity: Option<String>,
+}
+
+impl LedgerScope {
+    pub fn period(period: impl Into<String>) -> Self {
+        LedgerScope {
+            period: Some(period.into()),
+            entity: None,
+        }
+    }
+
+    /// Whether `posting` is in this scope.
+    pub fn covers(&self, posting: &Posting) -> bool {
+        self.period.as_ref().is_none_or(|p| *p == posting.period)
+            && self.entity.as_ref().is_none_or(|e| *e == posting.ledger_entity)
+    }
+}
+
+/// One page of postings, and where the next one starts (`None`: this was the last).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PostingPage {
+    pub postings: Vec<Posting>,
+    /// Opaque to the caller: pass it back to read the next page.
+    pub next: Option<String>,
+}
+
+/// Reading a ledger: what reconcile, stats, `audit show` and evidence export need from any
+/// ledger, so that they work on yours as on ours.
+pub trait LedgerReader: Send + Sync {
+    /// The posting of one transaction (`None` when nothing, or a hand-off, holds its key; a
+    /// hand-off is answered by [`Ledger::lookup`]).
+    fn posting(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<Posting>>> + Send;
+    /// One page of the postings in `scope` (at most `limit`, maybe fewer on a page that is not the
+    /// last), from `cursor` (`None`: the first page). Every posting in scope is on exactly one
+    /// page of a full read, whatever is committed meanwhile.
+    fn postings_page(
+        &self,
+        scope: &LedgerScope,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = StoreResult<PostingPage>> + Send;
+    /// Every transaction handed to a manual journal (hand-offs carry no period).
+    fn hand_offs(&self) -> impl Future<Output = StoreResult<Vec<CommittedRef>>> + Send;
+}
+
+/// How many postings one page read asks for.
+pub const READ_PAGE: usize = 500;
+
+/// Every posting in `scope`, page by page.
+pub async fn read_postings<R: LedgerReader + ?Sized>(reader: &R, scope: &LedgerScope) -> StoreResult<Vec<Posting>> {
+    let mut out = Vec::new();
+    each_page(reader, scope, |page| out.extend(page)).await?;
+    Ok(out)
+}
+
+/// Count and exact amount per currency of the postings in `scope`, one page in memory at a time.
+pub async fn tally_postings<R: LedgerReader + ?Sized>(
+    reader: &R,
+    scope: &LedgerScope,
+) -> StoreResult<std::collections::BTreeMap<String, crate::domain::Tally>> {
+    let mut totals: std::collections::BTreeMap<String, crate::domain::Tally> = Default::default();
+    each_page(reader, scope, |page| {
+        for p in page {
+            totals
+                .entry(p.currency.clone())
+                .or_default()
+                .add_parts(Some(&p.currency), Some(p.amount));
+        }
+    })
+    .await?;
+    Ok(totals)
+}
+
+async fn each_page<R: LedgerReader + ?Sized>(
+    reader: &R,
+    scope: &LedgerScope,
+    mut f: impl FnMut(Vec<Posting>),
+) -> StoreResult<()> {
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = reader.postings_page(scope, cursor.as_deref(), READ_PAGE).await?;
+        f(page.postings);
+        match page.next {
+            // A cursor that does not move would read forever: a store bug, reported.
+            Some(next) if Some(&next) == cursor.as_ref() => {
+                return Err(super::StoreError::new(
+                    crate::domain::TransientKind::Infrastructure,
+                    format!("ledger read: the cursor did not move past {next}"),
+                ));
+            }
+            Some(next) => cursor = Some(next),
+            None => return Ok(()),
+        }
+    }
+}
+
+impl<T: LedgerReader> LedgerReader for Arc<T> {
+    fn posting(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<Posting>>> + Send {
+        (**self).posting(source_hash)
+    }
+    fn postings_page(
+        &self,
+        scope: &LedgerScope,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> impl Future<Output = StoreResult<PostingPage>> + Send {
+        (**self).postings_page(scope, cursor, limit)
+    }
+    fn hand_offs(&self) -> impl Future<Output = StoreResult<Vec<CommittedRef>>> + Send {
+        (**self).hand_offs()
+    }
+}
+
 /// A user's own general ledger, behind [`crate::claim::ClaimingLedger`]. `post` must be
 /// idempotent on `posting.source_hash` (the GL's idempotency key): a claim whose lease expired
 /// mid-post can be taken over, and the GL is then the last line against a double posting.

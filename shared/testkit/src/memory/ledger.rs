@@ -3,7 +3,9 @@
 
 use chrono::{DateTime, Utc};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
-use recon_core::ports::{ClaimOutcome, DedupTable, ExternalLedger, Ledger, StoreError, StoreResult};
+use recon_core::ports::{
+    ClaimOutcome, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult,
+};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,6 +68,36 @@ impl MemoryLedger {
         }
         map.insert(source_hash.to_owned(), entry);
         CommitOutcome::Committed
+    }
+}
+
+impl LedgerReader for MemoryLedger {
+    async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
+        Ok(match lock(&self.entries).get(source_hash) {
+            Some(Entry::Posted(p)) => Some(p.clone()),
+            _ => None,
+        })
+    }
+
+    /// In `source_hash` order, the cursor the last hash of a page.
+    async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
+        let mut postings: Vec<Posting> = self
+            .postings()
+            .into_iter()
+            .filter(|p| scope.covers(p) && cursor.is_none_or(|c| p.source_hash.as_str() > c))
+            .collect();
+        postings.sort_by(|a, b| a.source_hash.cmp(&b.source_hash));
+        let more = postings.len() > limit.max(1);
+        postings.truncate(limit.max(1));
+        let next = more.then(|| postings.last().map(|p| p.source_hash.clone())).flatten();
+        Ok(PostingPage { postings, next })
+    }
+
+    async fn hand_offs(&self) -> StoreResult<Vec<CommittedRef>> {
+        Ok(MemoryLedger::hand_offs(self)
+            .iter()
+            .map(HandOff::committed_ref)
+            .collect())
     }
 }
 
