@@ -3,10 +3,10 @@
 use anyhow::{Result, bail};
 use clap::Subcommand;
 use recon_aws::AwsClients;
-use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
+use recon_aws::dynamodb::DynamoAuditLog;
 use recon_aws::s3::S3Worm;
 use recon_core::evidence::{SealWindow, VerifyOptions, seal, verify_trail};
-use recon_core::ports::Ledger;
+use recon_core::ports::{Ledger, LedgerReader};
 use recon_core::resources::ResourceNames;
 use std::path::PathBuf;
 
@@ -151,14 +151,15 @@ async fn show(clients: &AwsClients, names: &ResourceNames, audit: &DynamoAuditLo
             ),
         ));
     }
-    let ledger = DynamoLedger::new(clients.dynamodb.clone(), &names.ledger_table);
+    let stack = recon_aws::provision::resolve_stack(clients, names).await?;
+    let ledger = crate::context::ledger(clients, &stack)?;
     if let Some(h) = ledger.lookup(source_hash).await?.filter(|c| c.manual_journal.is_some()) {
         lines.push((
             h.committed_at.unwrap_or_default(),
             format!("HANDED_OFF             {}: no posting may follow", h.holder()),
         ));
     }
-    if let Some(p) = ledger.get(source_hash).await? {
+    if let Some(p) = LedgerReader::posting(&ledger, source_hash).await? {
         lines.push((
             p.committed_at,
             format!(

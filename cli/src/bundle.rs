@@ -4,11 +4,12 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use recon_aws::AwsClients;
-use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
+use recon_aws::dynamodb::DynamoAuditLog;
 use recon_aws::provision::resolve_stack;
 use recon_aws::s3::S3Worm;
 use recon_aws::sqs::SqsQueue;
 use recon_core::evidence::{Bundle, VerifyReport, export_bundle, verify_bundle};
+use recon_core::ports::{LedgerScope, read_postings};
 use recon_core::reconcile::{Entry, Reconciliation, State, manifest_entry, outcomes, reconcile};
 use recon_core::resources::ResourceNames;
 use std::io::BufRead;
@@ -43,9 +44,7 @@ pub fn read_manifest(path: &Path) -> Result<Vec<Entry>> {
 
 pub async fn gather(clients: &AwsClients, names: &ResourceNames, manifest: Option<&[Entry]>) -> Result<Evidence> {
     let stack = resolve_stack(clients, names).await?;
-    let postings = DynamoLedger::new(clients.dynamodb.clone(), &names.ledger_table)
-        .scan()
-        .await?;
+    let postings = read_postings(&crate::context::ledger(clients, &stack)?, &LedgerScope::default()).await?;
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
         .scan()
         .await?;

@@ -4,6 +4,7 @@
 
 use anyhow::Result;
 use recon_aws::AwsClients;
+use recon_aws::ledger::AnyLedger;
 use recon_aws::provision::Stack;
 use recon_aws::sqs::SqsQueue;
 use recon_aws::telemetry::TracingMetrics;
@@ -53,8 +54,34 @@ pub async fn operator(clients: &AwsClients, claimed: Option<&str>) -> Result<Str
     })
 }
 
+/// Settings this run gives in place of the environment's (`--ledger`, the demo's own database).
+static GIVEN: std::sync::Mutex<Vec<(&'static str, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// Use `value` for `var` in every setting this run reads.
+pub fn set(var: &'static str, value: &str) {
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    given.retain(|(k, _)| *k != var);
+    given.push((var, value.to_owned()));
+}
+
+/// The value this run reads for `k`: given by the run, else from the environment.
+pub fn given(k: &str) -> Option<String> {
+    environment(k)
+}
+
 fn environment(k: &str) -> Option<String> {
-    std::env::var(k).ok()
+    let given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    given
+        .iter()
+        .find(|(n, _)| *n == k)
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var(k).ok())
+}
+
+/// The ledger this deployment commits to (`DLQ_LEDGER`, `--ledger`), as the consumer and the
+/// replay's gate 2 use it: every command that reads postings reads them here.
+pub fn ledger(clients: &AwsClients, stack: &Stack) -> Result<AnyLedger> {
+    Ok(wiring::consumer_ledger(clients, &consumer_settings(stack)?))
 }
 
 pub fn consumer_settings(stack: &Stack) -> Result<ConsumerSettings> {

@@ -40,6 +40,10 @@ struct Cli {
     /// Prefix of every resource name, when no --stack names them.
     #[arg(long, global = true, env = "DLQ_STACK_PREFIX", default_value = resources::DEFAULT_PREFIX)]
     prefix: String,
+    /// The ledger the deployment commits to: dynamodb (ours) or postgres (yours, at
+    /// DLQ_POSTGRES_URL). The demo's postgres ledger is a database of its own on the local server.
+    #[arg(long, global = true, env = "DLQ_LEDGER", value_parser = recon_core::config::LedgerSettings::KINDS)]
+    ledger: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -191,6 +195,9 @@ async fn run(cli: Cli) -> Result<()> {
     if let Command::InfraSpec = cli.command {
         println!("{}", serde_json::to_string_pretty(&recon_aws::deployment::spec_json())?);
         return Ok(());
+    }
+    if let Some(kind) = &cli.ledger {
+        context::set(recon_core::config::vars::LEDGER, kind);
     }
     let target = if cli.aws { Target::Aws } else { Target::local_from_env() };
     let clients = AwsClients::connect(target).await;

@@ -3,11 +3,11 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use recon_aws::AwsClients;
-use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
+use recon_aws::dynamodb::DynamoAuditLog;
 use recon_aws::provision::resolve_stack;
 use recon_aws::sqs::{MAX_BATCH, OutgoingMessage, QueueDepth, SqsQueue};
-use recon_core::domain::{NewMessage, Posting, Tally};
-use recon_core::ports::Backlog;
+use recon_core::domain::{NewMessage, Tally};
+use recon_core::ports::{Backlog, LedgerReader, LedgerScope, tally_postings};
 use recon_core::resources::ResourceNames;
 use recon_harness::pump::{PumpOptions, PumpStats};
 use std::collections::BTreeMap;
@@ -158,7 +158,7 @@ pub async fn pump_cmd(clients: &AwsClients, names: &ResourceNames, args: &PumpAr
         ..PumpOptions::default()
     };
     let settings = context::consumer_settings(&stack)?;
-    let ledger = DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table);
+    let ledger = recon_aws::wiring::consumer_ledger(clients, &settings);
     let consumer = recon_aws::wiring::consumer(clients, &settings, ledger, "dlqctl-pump");
     let enricher = context::enricher(clients, &stack, "dlqctl-pump")?;
     let mut round = 0;
@@ -190,17 +190,6 @@ pub async fn pump_cmd(clients: &AwsClients, names: &ResourceNames, args: &PumpAr
     }
 }
 
-/// Count and exact amount per currency.
-pub fn totals(postings: &[Posting]) -> BTreeMap<String, Tally> {
-    let mut t: BTreeMap<String, Tally> = BTreeMap::new();
-    for p in postings {
-        t.entry(p.currency.clone())
-            .or_default()
-            .add_parts(Some(&p.currency), Some(p.amount));
-    }
-    t
-}
-
 /// A currency's total as text, or why there is none.
 fn total_text(currency: &str, t: &Tally) -> String {
     if t.overflowed.contains(currency) {
@@ -216,9 +205,10 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
         .depth()
         .await?;
     let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
-    let (postings, hand_offs) = DynamoLedger::new(clients.dynamodb.clone(), &names.ledger_table)
-        .scan_entries()
-        .await?;
+    let ledger = context::ledger(clients, &stack)?;
+    let totals = tally_postings(&ledger, &LedgerScope::default()).await?;
+    let postings: u64 = totals.values().map(|t| t.count).sum();
+    let hand_offs = ledger.hand_offs().await?;
     let mut audit_counts: BTreeMap<&'static str, u64> = BTreeMap::new();
     for r in DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
         .scan()
@@ -232,7 +222,6 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
         *envelope_counts.entry(e.status.as_str()).or_default() += 1;
     }
     let pending_counter = store.pending_count().await?;
-    let totals = totals(&postings);
     if crate::output::json() {
         let depth =
             |d: &QueueDepth| serde_json::json!({"visible": d.visible, "in_flight": d.in_flight, "delayed": d.delayed});
@@ -240,7 +229,8 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
             "main_queue": depth(&main),
             "dead_letter_queue": depth(&dlq),
             "ledger": {
-                "postings": postings.len(),
+                "kind": ledger.kind(),
+                "postings": postings,
                 "handed_to_manual_journals": hand_offs.len(),
                 "by_currency": totals.iter().map(|(c, t)| (c.clone(), serde_json::json!({"count": t.count, "amount": total_text(c, t)}))).collect::<serde_json::Map<_, _>>(),
             },
@@ -258,9 +248,9 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
         );
     }
     println!(
-        "ledger       {:>8} postings, {} handed to manual journals",
-        postings.len(),
-        hand_offs.len()
+        "ledger       {postings:>8} postings, {} handed to manual journals ({})",
+        hand_offs.len(),
+        ledger.kind()
     );
     for (c, t) in &totals {
         println!("  {c:<6}   {:>8} postings  {:>24}", t.count, total_text(c, t));

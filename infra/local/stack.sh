@@ -93,7 +93,7 @@ up() {
     # interface whatever GATEWAY_LISTEN says).
     (cd "$dir" && start_daemon "$dir/localstack.pid" "$dir/logs/localstack.log" \
       env GATEWAY_LISTEN="127.0.0.1:$ls_port" GATEWAY_SERVER=hypercorn \
-      SERVICES=sqs,s3,cloudformation,iam,sts,events,scheduler,cloudwatch,logs \
+      SERVICES=sqs,s3,cloudformation,iam,sts,events,scheduler,cloudwatch,logs,secretsmanager \
       PERSISTENCE=0 SKIP_SSL_CERT_DOWNLOAD=1 DISABLE_EVENTS=1 LOCALSTACK_VOLUME_DIR="$dir/volume" \
       "$venv/bin/python" -m localstack.runtime.main)
   fi

@@ -28,6 +28,9 @@ pub struct DemoArgs {
     pub seed: u64,
 }
 
+/// The database the demo's PostgreSQL ledger lives in, on the local server.
+const DEMO_DATABASE: &str = "recon_demo";
+
 pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -> Result<()> {
     if !clients.target.is_local() {
         bail!("the demo resets its queues and tables: it runs against the local stack only (drop --aws)");
@@ -41,6 +44,14 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
     let stack = ensure_stack(clients, names, &settings).await?;
     refuse_unaccounted_evidence(clients, &stack).await?;
     reset_data(clients, &stack).await?;
+    if crate::context::given(recon_core::config::vars::LEDGER).as_deref() == Some("postgres") {
+        // A database of the demo's own, new each run, like the tables reset above.
+        let db = recon_harness::postgres::ScratchDatabase::renew(DEMO_DATABASE)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        println!("   ledger: PostgreSQL, database {} (new)", db.name);
+        crate::context::set(recon_core::config::vars::POSTGRES_URL, &db.url);
+    }
 
     let (happy, mess) = workload::generate(args)?;
     let pipeline = phases::Pipeline::new(clients, &stack, settings.max_receive_count, &mess).await?;

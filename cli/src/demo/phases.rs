@@ -4,14 +4,15 @@
 
 use anyhow::{Result, bail};
 use recon_aws::AwsClients;
-use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
+use recon_aws::dynamodb::DynamoAuditLog;
+use recon_aws::ledger::AnyLedger;
 use recon_aws::provision::Stack;
 use recon_aws::sqs::SqsQueue;
 use recon_aws::telemetry::TracingMetrics;
 use recon_aws::wiring::{AwsConsumer, AwsEnricher};
 use recon_core::decisions::{RetryPolicy, triage};
 use recon_core::domain::{AuditKind, CurrencyMapping, EnvelopeStatus, PeriodRecord, PeriodStatus, TransientKind};
-use recon_core::ports::ReferenceData;
+use recon_core::ports::{LedgerScope, ReferenceData, read_postings};
 use recon_core::replay::{ReplayRequest, Selector};
 use recon_harness::pump::PumpOptions;
 use recon_testkit::faults::FaultyLedger;
@@ -25,7 +26,7 @@ const ACTOR: &str = "dlqctl-demo";
 pub struct Pipeline<'a> {
     clients: &'a AwsClients,
     stack: &'a Stack,
-    consumer: AwsConsumer<FaultyLedger<DynamoLedger>>,
+    consumer: AwsConsumer<FaultyLedger<AnyLedger>>,
     enricher: AwsEnricher<TracingMetrics>,
     main: SqsQueue,
     opts: PumpOptions,
@@ -41,10 +42,7 @@ impl<'a> Pipeline<'a> {
             backoff_base_secs: 1,
             backoff_cap_secs: 4,
         };
-        let ledger = FaultyLedger::new(
-            DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table),
-            TransientKind::Throttled,
-        );
+        let ledger = FaultyLedger::new(context::ledger(clients, stack)?, TransientKind::Throttled);
         for (hash, fault) in &mess.faults {
             ledger.inject(hash, *fault);
         }
@@ -78,11 +76,13 @@ impl<'a> Pipeline<'a> {
         let p1 = context::pump_main(self.clients, self.stack, &self.consumer, &self.opts).await?;
         let ddb_requests = self.clients.requests.total("dynamodb") - before;
         let committed = p1.outcomes.get("COMMITTED").copied().unwrap_or(0);
-        let wcu = self.consumer.ledger.inner().write_units();
+        let ledger = self.consumer.ledger.inner();
+        let (cost, unit) = ledger.cost();
         println!(
-            "   {committed} committed; DynamoDB: {ddb_requests} requests ({:.3} per committed message, reference-data loads included), {wcu:.1} write units ({:.3} per committed message)",
+            "   {committed} committed; DynamoDB: {ddb_requests} requests ({:.3} per committed message, reference-data loads included); ledger ({}): {cost:.1} {unit} ({:.3} per committed message)",
             ddb_requests as f64 / committed.max(1) as f64,
-            wcu / committed.max(1) as f64
+            ledger.kind(),
+            cost / committed.max(1) as f64
         );
         Ok(())
     }
@@ -142,8 +142,7 @@ impl<'a> Pipeline<'a> {
                 *exp_dead.entry(c.clone()).or_default() += 1;
             }
         }
-        let committed = DynamoLedger::new(self.clients.dynamodb.clone(), &names.ledger_table)
-            .scan()
+        let committed = read_postings(&context::ledger(self.clients, self.stack)?, &LedgerScope::default())
             .await?
             .len() as u64;
         let dead_lettered = envelopes.len() as u64;

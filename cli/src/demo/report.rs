@@ -5,12 +5,13 @@
 
 use anyhow::{Result, bail};
 use recon_aws::AwsClients;
-use recon_aws::dynamodb::{DynamoAuditLog, DynamoLedger};
+use recon_aws::dynamodb::DynamoAuditLog;
 use recon_aws::provision::Stack;
 use recon_aws::s3::S3Worm;
 use recon_aws::sqs::SqsQueue;
 use recon_core::domain::{Tally, Total};
 use recon_core::evidence::{seal, verify_trail};
+use recon_core::ports::{LedgerScope, read_postings};
 use recon_core::reconcile::{Reconciliation, State};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -64,8 +65,7 @@ async fn print_result(clients: &AwsClients, stack: &Stack, evidence: &Evidence, 
         .map(|(_, e)| e.reference.as_str())
         .collect::<BTreeSet<_>>()
         .len() as u64;
-    let via_replay = DynamoLedger::new(clients.dynamodb.clone(), &stack.names.ledger_table)
-        .scan()
+    let via_replay = read_postings(&crate::context::ledger(clients, stack)?, &LedgerScope::default())
         .await?
         .iter()
         .filter(|p| p.replay_of.is_some())

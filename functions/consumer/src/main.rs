@@ -2,7 +2,6 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use recon_aws::dynamodb::DynamoLedger;
 use recon_aws::{AwsClients, ClientTimeouts, Target, telemetry, wiring};
 use recon_core::config::ConsumerSettings;
 use recon_core::ports::lambda_deadline;
@@ -21,7 +20,7 @@ async fn main() -> Result<(), Error> {
     .await;
     let name = wiring::function_name("consumer");
     wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited()).await;
-    let ledger = DynamoLedger::new(clients.dynamodb.clone(), &settings.ledger_table);
+    let ledger = wiring::consumer_ledger(&clients, &settings);
     let consumer = Arc::new(wiring::consumer(&clients, &settings, ledger, &name));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let consumer = consumer.clone();

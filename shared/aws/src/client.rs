@@ -126,6 +126,9 @@ pub struct AwsClients {
     pub s3: aws_sdk_s3::Client,
     pub requests: Arc<RequestCounter>,
     pub target: Target,
+    /// What every client is built from (for the clients only some commands need).
+    pub config: aws_config::SdkConfig,
+    pub timeouts: ClientTimeouts,
 }
 
 /// How long a request may take: its connection, one attempt, and the whole operation with the
@@ -193,7 +196,19 @@ impl AwsClients {
             s3: aws_sdk_s3::Client::from_conf(s3.build()),
             requests,
             target,
+            config: shared,
+            timeouts: t,
         }
+    }
+
+    /// A Secrets Manager client (only the PostgreSQL ledger's start needs one), requests counted.
+    pub fn secrets_manager(&self) -> aws_sdk_secretsmanager::Client {
+        let mut b = aws_sdk_secretsmanager::config::Builder::from(&self.config)
+            .interceptor(CountRequests(self.requests.clone()));
+        if let Target::Local { edge_url, .. } = &self.target {
+            b = b.endpoint_url(edge_url);
+        }
+        aws_sdk_secretsmanager::Client::from_conf(b.build())
     }
 }
 

@@ -1,5 +1,6 @@
 //! `recon-aws`: everything that talks to AWS. The SQS, DynamoDB (one module per table) and S3
-//! Object Lock adapters of the `recon-core` ports, client setup for AWS or the local emulators,
+//! Object Lock adapters of the `recon-core` ports, the ledger a deployment chose (ours or your
+//! PostgreSQL), client setup for AWS or the local emulators,
 //! provisioning of a deployment, the deployment's template ids and IAM grants, telemetry (JSON
 //! logs, EMF metrics), and the wiring the three Lambda functions and `dlqctl` use.
 
@@ -9,6 +10,7 @@ pub mod dynamodb;
 pub mod error;
 pub mod identity;
 pub mod item;
+pub mod ledger;
 pub mod logs;
 pub mod provision;
 pub mod s3;

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::AwsClients;
-use crate::dynamodb::{DynamoAuditLog, DynamoEnvelopeStore, DynamoLedger, DynamoReferenceData};
+use crate::dynamodb::{DynamoAuditLog, DynamoEnvelopeStore, DynamoReferenceData};
+use crate::ledger::AnyLedger;
 use crate::s3::S3Worm;
 use crate::sqs::SqsQueue;
 use crate::telemetry::EmfMetrics;
@@ -31,9 +32,9 @@ pub fn audit_log(clients: &AwsClients, table: &str, bucket: &Bucket, seal: &Seal
     }
 }
 
-/// The consumer on SQS queues, DynamoDB reference data and audit, and a ledger (the DynamoDB
-/// reference ledger, or a wrapper around it).
-pub type AwsConsumer<L = DynamoLedger> = Consumer<L, SqsQueue, SqsQueue, Arc<DynamoReferenceData>, AwsAuditLog>;
+/// The consumer on SQS queues, DynamoDB reference data and audit, and a ledger (the chosen one,
+/// or a wrapper around it).
+pub type AwsConsumer<L = AnyLedger> = Consumer<L, SqsQueue, SqsQueue, Arc<DynamoReferenceData>, AwsAuditLog>;
 
 pub fn consumer<L: Ledger>(
     clients: &AwsClients,
@@ -87,13 +88,14 @@ pub fn enricher<M: Metrics>(clients: &AwsClients, s: &EnricherSettings, actor: &
 
 /// The replay; metrics in EMF unless said otherwise.
 pub type AwsReplayer<M = EmfMetrics> =
-    Replayer<DynamoEnvelopeStore, DynamoLedger, DynamoReferenceData, SqsQueue, S3Worm, AwsAuditLog, M>;
+    Replayer<DynamoEnvelopeStore, AnyLedger, DynamoReferenceData, SqsQueue, S3Worm, AwsAuditLog, M>;
 
+/// The replay, its gate 2 asking the ledger the settings choose (the one the consumer commits to).
 pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &str, metrics: M) -> AwsReplayer<M> {
     Replayer {
         progress: None,
         store: DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table),
-        ledger: DynamoLedger::new(clients.dynamodb.clone(), &s.ledger_table),
+        ledger: crate::ledger::open(clients, &s.ledger, &s.ledger_table, REPLAY_CONCURRENCY),
         // Gate 1 must see today's reference data: no cache.
         reference: DynamoReferenceData::new(clients.dynamodb.clone(), &s.reference_table, Duration::ZERO),
         queue: SqsQueue::new(clients.sqs.clone(), &s.main_queue_url),
@@ -108,12 +110,21 @@ pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &st
             replay_window: ChronoDuration::days(s.window_days),
             rate_per_sec: s.rate_per_sec,
             main_queue_high_water: s.main_queue_high_water,
-            concurrency: 8,
+            concurrency: REPLAY_CONCURRENCY,
             page_size: s.page_size,
             overflow_high_water: s.overflow_high_water,
             deadline_margin: s.deadline_margin,
         },
     }
+}
+
+/// Envelopes one sweep settles at once.
+const REPLAY_CONCURRENCY: usize = 8;
+
+/// The consumer's ledger: the one its settings choose, with a connection per message of a batch
+/// processed at once.
+pub fn consumer_ledger(clients: &AwsClients, settings: &ConsumerSettings) -> AnyLedger {
+    crate::ledger::open(clients, &settings.ledger, &settings.ledger_table, settings.concurrency)
 }
 
 /// Record the function's configuration at start-up: a `CONFIG_CHANGED` record when it differs

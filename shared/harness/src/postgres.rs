@@ -32,8 +32,30 @@ impl ScratchDatabase {
             std::process::id(),
             chrono::Utc::now().timestamp_subsec_nanos()
         );
-        admin()
-            .await?
+        Self::make(name, false).await
+    }
+
+    /// `name` (lower-case letters, digits, `_`) on the local server, empty: dropped first if it
+    /// was there.
+    pub async fn renew(name: &str) -> Result<Self, String> {
+        if !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        {
+            return Err(format!("{name:?} is not a plain database name"));
+        }
+        Self::make(name.to_owned(), true).await
+    }
+
+    async fn make(name: String, drop_first: bool) -> Result<Self, String> {
+        let admin = admin().await?;
+        if drop_first {
+            admin
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await
+                .map_err(|e| format!("cannot drop database {name}: {e}"))?;
+        }
+        admin
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .map_err(|e| format!("cannot create database {name}: {e}"))?;

@@ -5,7 +5,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting};
-use recon_core::ports::{Ledger, StoreResult};
+use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, StoreResult};
 use recon_core::resources::keys;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -156,6 +156,59 @@ fn hand_off_item(h: &HandOff) -> Item {
         (replay.to_owned(), s(&h.replay_id)),
         (at.to_owned(), s(h.handed_off_at.to_rfc3339())),
     ])
+}
+
+/// Reads by period and entity filter a scan: the table has no index on them, so one period's
+/// read costs a read of the whole table (paged, never all in memory).
+impl LedgerReader for DynamoLedger {
+    async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
+        self.get(source_hash).await
+    }
+
+    async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
+        let mut filter = vec!["attribute_not_exists(#handoff)"];
+        let mut req = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX))
+            .expression_attribute_names("#handoff", HAND_OFF_BY)
+            .set_exclusive_start_key(cursor.map(|c| Item::from([(keys::LEDGER_PK.to_owned(), s(c))])));
+        if let Some(period) = &scope.period {
+            filter.push("#period = :period");
+            req = req
+                .expression_attribute_names("#period", "period")
+                .expression_attribute_values(":period", s(period));
+        }
+        if let Some(entity) = &scope.entity {
+            filter.push("#entity = :entity");
+            req = req
+                .expression_attribute_names("#entity", "ledger_entity")
+                .expression_attribute_values(":entity", s(entity));
+        }
+        let out = req
+            .filter_expression(filter.join(" AND "))
+            .send()
+            .await
+            .map_err(|e| store_error("Scan(ledger)", e))?;
+        let postings = out
+            .items
+            .unwrap_or_default()
+            .iter()
+            .map(|i| from_item::<Posting>(i).map_err(|e| item_error("ledger scan", e)))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let next = out
+            .last_evaluated_key
+            .as_ref()
+            .and_then(|k| crate::item::get_s(k, keys::LEDGER_PK))
+            .map(str::to_owned);
+        Ok(PostingPage { postings, next })
+    }
+
+    async fn hand_offs(&self) -> StoreResult<Vec<CommittedRef>> {
+        DynamoLedger::hand_offs(self).await
+    }
 }
 
 impl Ledger for DynamoLedger {

@@ -106,6 +106,7 @@ async fn main() {
         connect_timeout: Duration::from_secs(3),
         statement_timeout: Duration::from_secs(5),
         pool_size: concurrency,
+        credentials: None,
     };
     let version: String = match admin.query_one("SHOW server_version", &[]).await {
         Ok(row) => row.try_get::<_, String>(0).unwrap_or_default(),

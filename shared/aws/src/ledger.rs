@@ -1,0 +1,179 @@
+//! The ledger a deployment chose (`DLQ_LEDGER`): the DynamoDB reference ledger, or your own
+//! PostgreSQL. One value serves the consumer's commits, the replay's gate 2 and every read
+//! (`dlqctl` reconcile, stats, `audit show`, evidence export), so they always ask the same store.
+
+use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueError;
+use recon_core::config::{LedgerSettings, PostgresLocation};
+use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
+use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult};
+use recon_postgres::{Credentials, PostgresLedger, PostgresSettings};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::OnceCell;
+
+use crate::client::AwsClients;
+use crate::dynamodb::DynamoLedger;
+use crate::error::{SdkError, store_error};
+
+/// The chosen ledger.
+#[derive(Clone)]
+pub enum AnyLedger {
+    DynamoDb(DynamoLedger),
+    Postgres(Box<LazyPostgres>),
+}
+
+/// The PostgreSQL ledger, connected on first use: a database that is down when a function
+/// starts fails the messages of that moment transiently (their retry budget, classified), not
+/// the function's start, and the next use tries again.
+#[derive(Clone)]
+pub struct LazyPostgres {
+    location: PostgresLocation,
+    clients: AwsClients,
+    pool_size: usize,
+    ledger: Arc<OnceCell<PostgresLedger>>,
+}
+
+impl LazyPostgres {
+    /// The connected ledger (the secret read and the migrations checked once per process).
+    pub async fn get(&self) -> StoreResult<&PostgresLedger> {
+        self.ledger
+            .get_or_try_init(|| async {
+                let credentials = match &self.location.secret_arn {
+                    Some(arn) => Some(credentials(&self.clients, arn).await?),
+                    None => None,
+                };
+                // Inside the function's time: a connection as long as one SDK attempt's
+                // connection, a statement as long as one SDK attempt.
+                let t = self.clients.timeouts;
+                PostgresLedger::connect(&PostgresSettings {
+                    url: self.location.url.clone(),
+                    connect_timeout: t.connect,
+                    statement_timeout: t.attempt.max(Duration::from_secs(1)),
+                    pool_size: self.pool_size,
+                    credentials,
+                })
+                .await
+            })
+            .await
+    }
+}
+
+/// The ledger `settings` choose; `pool_size` bounds the PostgreSQL connections (the concurrent
+/// commits of one batch). Nothing is connected yet.
+pub fn open(clients: &AwsClients, settings: &LedgerSettings, ledger_table: &str, pool_size: usize) -> AnyLedger {
+    match settings {
+        LedgerSettings::DynamoDb => AnyLedger::DynamoDb(DynamoLedger::new(clients.dynamodb.clone(), ledger_table)),
+        LedgerSettings::Postgres(location) => AnyLedger::Postgres(Box::new(LazyPostgres {
+            location: location.clone(),
+            clients: clients.clone(),
+            pool_size,
+            ledger: Arc::default(),
+        })),
+    }
+}
+
+/// The `username` and `password` of a Secrets Manager secret (the shape RDS writes). Neither the
+/// secret's text nor a parse error quoting it reaches an error message.
+async fn credentials(clients: &AwsClients, arn: &str) -> StoreResult<Credentials> {
+    let out = clients
+        .secrets_manager()
+        .get_secret_value()
+        .secret_id(arn)
+        .send()
+        .await
+        .map_err(|e| match &e {
+            SdkError::ServiceError(s) if matches!(s.err(), GetSecretValueError::ResourceNotFoundException(_)) => {
+                StoreError::new(
+                    TransientKind::Infrastructure,
+                    format!("the PostgreSQL secret {arn} does not exist"),
+                )
+            }
+            _ => store_error("GetSecretValue", e),
+        })?;
+    let unreadable = |what: &str| {
+        StoreError::new(
+            TransientKind::Infrastructure,
+            format!("the PostgreSQL secret {arn} {what}"),
+        )
+    };
+    let text = out.secret_string().ok_or_else(|| unreadable("holds no text"))?;
+    let json: serde_json::Value = serde_json::from_str(text).map_err(|_| unreadable("is not a JSON object"))?;
+    let field = |k: &str| {
+        json.get(k)
+            .and_then(|v| v.as_str())
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| unreadable(&format!("has no `{k}`")))
+    };
+    Ok(Credentials {
+        user: field("username")?,
+        password: field("password")?,
+    })
+}
+
+impl AnyLedger {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AnyLedger::DynamoDb(_) => LedgerSettings::KINDS[0],
+            AnyLedger::Postgres(_) => LedgerSettings::KINDS[1],
+        }
+    }
+
+    /// What its work has cost so far, and in what: DynamoDB's write units (commits), or the
+    /// statements sent to PostgreSQL (reads included).
+    pub fn cost(&self) -> (f64, &'static str) {
+        match self {
+            AnyLedger::DynamoDb(l) => (l.write_units(), "write units"),
+            AnyLedger::Postgres(l) => (
+                l.ledger.get().map_or(0, PostgresLedger::statements) as f64,
+                "statements",
+            ),
+        }
+    }
+}
+
+impl Ledger for AnyLedger {
+    async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
+        match self {
+            AnyLedger::DynamoDb(l) => l.commit(posting).await,
+            AnyLedger::Postgres(l) => l.get().await?.commit(posting).await,
+        }
+    }
+
+    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        match self {
+            AnyLedger::DynamoDb(l) => l.lookup(source_hash).await,
+            AnyLedger::Postgres(l) => l.get().await?.lookup(source_hash).await,
+        }
+    }
+
+    async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
+        match self {
+            AnyLedger::DynamoDb(l) => l.hand_off(hand_off).await,
+            AnyLedger::Postgres(l) => l.get().await?.hand_off(hand_off).await,
+        }
+    }
+}
+
+impl LedgerReader for AnyLedger {
+    async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
+        match self {
+            AnyLedger::DynamoDb(l) => LedgerReader::posting(l, source_hash).await,
+            AnyLedger::Postgres(l) => LedgerReader::posting(l.get().await?, source_hash).await,
+        }
+    }
+
+    async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
+        match self {
+            AnyLedger::DynamoDb(l) => l.postings_page(scope, cursor, limit).await,
+            AnyLedger::Postgres(l) => l.get().await?.postings_page(scope, cursor, limit).await,
+        }
+    }
+
+    async fn hand_offs(&self) -> StoreResult<Vec<CommittedRef>> {
+        match self {
+            AnyLedger::DynamoDb(l) => LedgerReader::hand_offs(l).await,
+            AnyLedger::Postgres(l) => LedgerReader::hand_offs(l.get().await?).await,
+        }
+    }
+}
