@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 
-.PHONY: demo test watch deploy-code bench-ledgers local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
+.PHONY: demo test test-postgres watch deploy-code bench-ledgers local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -16,10 +16,17 @@ TOOLS = .local-aws/tools-venv/bin
 test: local-stack tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) test --workspace --no-fail-fast
+	$(MAKE) --no-print-directory test-postgres
 	$(MAKE) --no-print-directory simulate-ci
 	$(MAKE) --no-print-directory fuzz-ci
 	$(MAKE) --no-print-directory infra-check
 	infra/smoke.sh
+
+## test-postgres: the suites about posting (consume, replay, reconcile and audit, enrich, FIFO)
+## again with the PostgreSQL ledger, and the demo's identity on it
+test-postgres: local-stack
+	DLQ_TEST_LEDGER=postgres $(CARGO) test -p integration-tests --no-fail-fast --test consume --test replay --test audit --test enrich --test fifo
+	$(DLQCTL) --ledger postgres demo
 
 SIMULATE := $(CARGO) run --release --quiet -p recon-testkit --bin simulate --
 FROM ?= 0

@@ -258,14 +258,7 @@ async fn reconcile_holds_after_a_mixed_workload_and_names_a_deleted_posting_or_e
 
     // Delete one posting: its transaction is named as missing.
     let p = s.postings().await.into_iter().find(|p| p.message_id == "m-1").unwrap();
-    s.clients
-        .dynamodb
-        .delete_item()
-        .table_name(&s.settings.ledger_table)
-        .key("source_hash", AttributeValue::S(p.source_hash.clone()))
-        .send()
-        .await
-        .unwrap();
+    s.delete_posting(&p.source_hash).await;
     let r = current(&s, &manifest).await;
     assert!(!r.holds);
     assert_eq!(r.missing, ["msg:m-1"]);

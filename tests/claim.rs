@@ -132,7 +132,7 @@ async fn a_hand_off_to_a_manual_journal_round_trips_and_shuts_out_a_posting() {
         other => panic!("{other:?}"),
     }
 
-    let ledger = s.ledger();
+    let ledger = s.dynamo_ledger();
     let hand_off = HandOff {
         source_hash: hash.clone(),
         envelope_id: "env_2".into(),
@@ -182,8 +182,8 @@ async fn a_hand_off_to_a_manual_journal_round_trips_and_shuts_out_a_posting() {
 async fn the_dynamodb_ledger_and_the_claim_protocol_keep_each_transaction_once() {
     use recon_testkit::conformance::ledger_keeps_each_transaction_once;
     let s = TestStack::new("cf-ledger").await;
-    ledger_keeps_each_transaction_once(&s.ledger(), "dynamodb").await;
-    recon_testkit::conformance::ledger_reads_by_period(&s.ledger(), "dynamodb").await;
+    ledger_keeps_each_transaction_once(&s.dynamo_ledger(), "dynamodb").await;
+    recon_testkit::conformance::ledger_reads_by_period(&s.dynamo_ledger(), "dynamodb").await;
     let claiming = recon_core::claim::ClaimingLedger::new(
         recon_testkit::memory::MemoryGeneralLedger::default(),
         DynamoDedupTable::new(s.clients.dynamodb.clone(), &s.stack.names.dedup_table),

@@ -140,3 +140,86 @@ async fn errors_are_classified_for_the_retry_budget() {
     );
     db.drop().await;
 }
+
+/// On AWS the ledger's user and password come from a Secrets Manager secret (LocalStack's here):
+/// the secret's user connects in place of the URL's (a role that does not exist), and a secret
+/// that is missing or incomplete fails transiently, naming the secret and never its contents.
+#[tokio::test]
+async fn the_chosen_postgres_ledger_takes_its_credentials_from_a_secret() {
+    use recon_aws::ledger::open;
+    use recon_core::config::{LedgerSettings, PostgresLocation};
+
+    let db = database("secret").await;
+    let clients = recon_aws::AwsClients::connect(recon_aws::Target::local_from_env()).await;
+    let secrets = clients.secrets_manager();
+    let tag = format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp_subsec_nanos());
+    let mut arns = Vec::new();
+    for (name, text) in [
+        (
+            "good",
+            r#"{"username":"recon","password":"not-checked-on-loopback-trust"}"#,
+        ),
+        ("nopass", r#"{"username":"recon","password-hint":"s3cr3t-value"}"#),
+    ] {
+        let out = secrets
+            .create_secret()
+            .name(format!("recon-ledger-{name}-{tag}"))
+            .secret_string(text)
+            .send()
+            .await
+            .expect("LocalStack creates the secret (is Secrets Manager among its services?)");
+        arns.push(out.arn().expect("an ARN").to_owned());
+    }
+    // The URL's user does not exist: only the secret's user can connect.
+    let url = db.url.replacen("postgres://recon@", "postgres://no_such_role@", 1);
+    assert_ne!(url, db.url);
+    let chosen = |secret_arn: Option<String>| {
+        open(
+            &clients,
+            &LedgerSettings::Postgres(PostgresLocation {
+                url: url.clone(),
+                secret_arn,
+            }),
+            "unused-table",
+            2,
+        )
+    };
+
+    let without = chosen(None).lookup(&"ab".repeat(32)).await.unwrap_err();
+    assert!(without.detail.contains("no_such_role"), "{without:?}");
+
+    let ledger = chosen(Some(arns[0].clone()));
+    let p = posting("secret", 1, "sqs-1");
+    assert_eq!(ledger.commit(&p).await.unwrap(), CommitOutcome::Committed);
+    assert_eq!(ledger.kind(), "postgres");
+
+    let incomplete = chosen(Some(arns[1].clone())).lookup(&p.source_hash).await.unwrap_err();
+    assert_eq!(incomplete.kind, TransientKind::Infrastructure);
+    assert!(incomplete.detail.contains("has no `password`"), "{incomplete:?}");
+    assert!(
+        !incomplete.detail.contains("s3cr3t"),
+        "the secret's text leaked: {incomplete:?}"
+    );
+
+    let gone = format!("{}-gone", arns[0]);
+    let missing = chosen(Some(gone.clone())).lookup(&p.source_hash).await.unwrap_err();
+    assert!(missing.detail.contains(&gone), "{missing:?}");
+
+    let printed = format!(
+        "{:?}",
+        recon_postgres::Credentials {
+            user: "recon".into(),
+            password: "hunter2".into()
+        }
+    );
+    assert!(!printed.contains("hunter2"), "{printed}");
+    for arn in arns {
+        let _ = secrets
+            .delete_secret()
+            .secret_id(arn)
+            .force_delete_without_recovery(true)
+            .send()
+            .await;
+    }
+    db.drop().await;
+}

@@ -8,7 +8,7 @@ use recon_core::domain::{
     AuditKind, AuditRecord, EnvelopeStatus, NewMessage, PeriodRecord, PeriodStatus, ReplayClaim, StatusChange,
     envelope_from_dlq_message,
 };
-use recon_core::ports::{AuditOutbox, Backlog, EnvelopeStore, ReferenceData, Worm};
+use recon_core::ports::{AuditOutbox, Backlog, EnvelopeStore, LedgerReader, ReferenceData, Worm};
 use recon_core::replay::{Gate, ReplayOutcome, ReplayRequest, Selector};
 use recon_harness::stack::TestStack;
 use recon_testkit::builders::tx;
@@ -145,7 +145,10 @@ async fn a_transaction_left_for_a_manual_journal_is_not_posted_when_the_producer
     assert_eq!(hand_offs.len(), 1);
     assert!(hand_offs[0].handed_off_by(&envelope.envelope_id));
     assert!(
-        s.ledger().get(&hand_offs[0].source_hash).await.unwrap().is_none(),
+        LedgerReader::posting(&s.ledger(), &hand_offs[0].source_hash)
+            .await
+            .unwrap()
+            .is_none(),
         "a hand-off reads as no posting, not as a broken one"
     );
 

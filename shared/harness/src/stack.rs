@@ -7,15 +7,18 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::Message;
 use recon_aws::dynamodb::{DynamoAuditLog, DynamoEnvelopeStore, DynamoLedger, DynamoReferenceData};
+use recon_aws::ledger::AnyLedger;
 use recon_aws::provision::{Stack, StackSettings, delete_stack, ensure_stack};
 use recon_aws::sqs::SqsQueue;
 use recon_aws::wiring::{self, AwsEnricher, AwsReplayer};
 use recon_aws::{AwsClients, Target};
 use recon_core::batch::BatchHandler;
-use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings, vars};
+use recon_core::config::{ConsumerSettings, EnricherSettings, LedgerSettings, ReplaySettings, vars};
 use recon_core::consume::{Consumer, ConsumerConfig};
 use recon_core::domain::{AuditRecord, CurrencyMapping, DlqEnvelope, Posting};
-use recon_core::ports::{OutgoingMessage, ReferenceData, SystemClock, WorkQueue, all_envelopes};
+use recon_core::ports::{
+    Ledger, LedgerScope, OutgoingMessage, ReferenceData, SystemClock, WorkQueue, all_envelopes, read_postings,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
@@ -23,6 +26,7 @@ use std::time::{Duration, SystemTime};
 /// A DynamoDB item as the SDK holds it.
 pub type RawItem = std::collections::HashMap<String, AttributeValue>;
 
+use crate::postgres::ScratchDatabase;
 use crate::pump::{PumpOptions, PumpStats, pump, to_event_record};
 use recon_testkit::builders::parsed;
 use recon_testkit::memory::MemoryMetrics;
@@ -49,7 +53,22 @@ pub struct TestStack {
     pub clients: AwsClients,
     pub stack: Stack,
     pub settings: ConsumerSettings,
+    /// The ledger the consumer and the replay use: DynamoDB, or with `DLQ_TEST_LEDGER=postgres` a
+    /// PostgreSQL database of this stack's own on the local server.
+    ledger: AnyLedger,
+    /// `DLQ_LEDGER` and `DLQ_POSTGRES_URL` as this stack's functions are given them.
+    ledger_env: Vec<(&'static str, String)>,
+    database: Option<ScratchDatabase>,
     cleaned: bool,
+}
+
+/// The ledger kind the test stacks use: `DLQ_TEST_LEDGER` (dynamodb, the default, or postgres).
+pub fn test_ledger_kind() -> String {
+    match std::env::var("DLQ_TEST_LEDGER") {
+        Ok(k) if LedgerSettings::KINDS.contains(&k.as_str()) => k,
+        Ok(k) if !k.trim().is_empty() => panic!("DLQ_TEST_LEDGER={k:?}: one of {}", LedgerSettings::KINDS.join(", ")),
+        _ => LedgerSettings::KINDS[0].to_owned(),
+    }
 }
 
 impl TestStack {
@@ -98,17 +117,70 @@ impl TestStack {
                 panic!("the local AWS stack is not reachable; start it with `make local-up` ({e})")
             }
         };
-        let settings = parsed(ConsumerSettings::from_lookup(stack.lookup(|k| test_env(k, &[]))));
+        let (database, ledger_env) = if test_ledger_kind() == "postgres" {
+            let db = ScratchDatabase::create(&format!("it_{tag}"))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let env = vec![
+                (vars::LEDGER, "postgres".to_owned()),
+                (vars::POSTGRES_URL, db.url.clone()),
+            ];
+            (Some(db), env)
+        } else {
+            (None, Vec::new())
+        };
+        let settings = parsed(ConsumerSettings::from_lookup(
+            stack.lookup(|k| test_env(k, &borrowed(&ledger_env))),
+        ));
         TestStack {
+            ledger: wiring::consumer_ledger(&clients, &settings),
             clients,
             stack,
             settings,
+            ledger_env,
+            database,
             cleaned: false,
         }
     }
 
-    pub fn ledger(&self) -> DynamoLedger {
+    /// The ledger the consumer commits to and the replay's gate 2 asks (one pool, shared by
+    /// every clone).
+    pub fn ledger(&self) -> AnyLedger {
+        self.ledger.clone()
+    }
+
+    /// The DynamoDB reference ledger of this stack, whichever ledger the stack's functions use.
+    pub fn dynamo_ledger(&self) -> DynamoLedger {
         DynamoLedger::new(self.clients.dynamodb.clone(), &self.settings.ledger_table)
+    }
+
+    /// Delete a transaction's posting, as someone with write access to the ledger could.
+    pub async fn delete_posting(&self, source_hash: &str) {
+        match &self.database {
+            None => {
+                self.clients
+                    .dynamodb
+                    .delete_item()
+                    .table_name(&self.settings.ledger_table)
+                    .key(
+                        recon_core::resources::keys::LEDGER_PK,
+                        AttributeValue::S(source_hash.into()),
+                    )
+                    .send()
+                    .await
+                    .expect("DeleteItem on the ledger table");
+            }
+            Some(db) => {
+                let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connect to the test's database");
+                tokio::spawn(connection);
+                client
+                    .execute("DELETE FROM ledger_entries WHERE source_hash = $1", &[&source_hash])
+                    .await
+                    .expect("DELETE from ledger_entries");
+            }
+        }
     }
     pub fn main_queue(&self) -> SqsQueue {
         SqsQueue::new(self.clients.sqs.clone(), &self.stack.main_queue_url)
@@ -219,7 +291,9 @@ impl TestStack {
 
     /// The replay's settings for this stack (no rate limit).
     pub fn replay_settings(&self) -> ReplaySettings {
-        parsed(ReplaySettings::from_lookup(self.stack.lookup(|k| test_env(k, &[]))))
+        parsed(ReplaySettings::from_lookup(
+            self.stack.lookup(|k| test_env(k, &borrowed(&self.ledger_env))),
+        ))
     }
 
     /// Map a currency in this stack's reference table.
@@ -273,8 +347,11 @@ impl TestStack {
         }
     }
 
+    /// Every posting of the ledger, read as reconcile reads them.
     pub async fn postings(&self) -> Vec<Posting> {
-        self.ledger().scan().await.expect("scan ledger")
+        read_postings(&self.ledger, &LedgerScope::default())
+            .await
+            .expect("read the ledger")
     }
     /// One raw item of the audit table (for the tests that tamper with it, as its writers could).
     pub async fn audit_item(&self, id: &str) -> RawItem {
@@ -306,23 +383,20 @@ impl TestStack {
         self.audit_log().scan().await.expect("scan audit")
     }
 
-    /// Write a posting as it is, without the ledger's condition (a test restoring a record it
-    /// deleted). Test-only: no deployed code can do this.
+    /// Put back a posting a test deleted (the ledger's own commit: nothing holds its key).
     pub async fn restore_posting(&self, posting: &Posting) {
-        let item = recon_aws::item::to_item(posting).expect("a posting is an item");
-        self.clients
-            .dynamodb
-            .put_item()
-            .table_name(&self.settings.ledger_table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .expect("restore posting");
+        assert_eq!(
+            self.ledger.commit(posting).await.expect("restore posting"),
+            recon_core::domain::CommitOutcome::Committed
+        );
     }
 
     /// Remove the stack's queues and tables (the WORM bucket stays: Object Lock).
     pub async fn cleanup(mut self) {
         let _ = delete_stack(&self.clients, &self.stack).await;
+        if let Some(db) = self.database.take() {
+            db.drop().await;
+        }
         self.cleaned = true;
     }
 }
@@ -335,6 +409,7 @@ impl Drop for TestStack {
             return;
         }
         let stack = self.stack.clone();
+        let database = self.database.take();
         let cleanup = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                 return;
@@ -342,6 +417,9 @@ impl Drop for TestStack {
             rt.block_on(async {
                 let clients = AwsClients::connect(Target::local_from_env()).await;
                 let _ = delete_stack(&clients, &stack).await;
+                if let Some(db) = database {
+                    db.drop().await;
+                }
             });
         });
         let _ = cleanup.join();
@@ -356,6 +434,10 @@ fn test_env(k: &str, extra: &[(&str, &str)]) -> Option<String> {
         .chain(TEST_ENV.iter())
         .find(|(n, _)| *n == k)
         .map(|(_, v)| (*v).to_owned())
+}
+
+fn borrowed<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
 
 fn pump_options() -> PumpOptions {

@@ -93,7 +93,11 @@ pub fn classify(op: &str, e: &tokio_postgres::Error) -> StoreError {
         None => TransientKind::Network,
     };
     let code = e.code().map(|c| c.code().to_owned()).unwrap_or_default();
-    StoreError::new(kind, format!("{op}: {code} {e}"))
+    // The server's own words ("role … does not exist"); the driver's Display says only "db error".
+    let said = e
+        .as_db_error()
+        .map_or_else(|| e.to_string(), |d| d.message().to_owned());
+    StoreError::new(kind, format!("{op}: {code} {said}"))
 }
 
 fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
