@@ -223,3 +223,107 @@ async fn the_chosen_postgres_ledger_takes_its_credentials_from_a_secret() {
     }
     db.drop().await;
 }
+
+/// Your ledger's own rules: a posting it refuses (a CHECK constraint of yours, a trigger's RAISE)
+/// is poison, dead-lettered at its first receive with `LEDGER_REFUSED:<SQLSTATE>:<rule>` and
+/// nothing written; once the rule is fixed, the replay posts it exactly once.
+#[tokio::test]
+async fn a_posting_your_ledger_refuses_is_poison_with_its_rule_and_replays_once_fixed() {
+    use recon_testkit::builders::tx;
+
+    let s = recon_harness::stack::TestStack::new_postgres("pg-refuse").await;
+    // The schema exists once the ledger is first used.
+    let ledger = s.ledger();
+    assert_eq!(ledger.lookup(&"ab".repeat(32)).await.unwrap(), None);
+    let (client, connection) = tokio_postgres::connect(s.postgres_url().unwrap(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(
+            "ALTER TABLE ledger_entries ADD CONSTRAINT amount_within_limit
+                 CHECK (kind <> 'POSTING' OR amount < 1000);
+             CREATE FUNCTION no_blocked_counterparty() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF NEW.counterparty = 'Blocked Corp' THEN
+                     RAISE EXCEPTION 'counterparty % is blocked', NEW.counterparty;
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER no_blocked_counterparty BEFORE INSERT ON ledger_entries
+                 FOR EACH ROW EXECUTE FUNCTION no_blocked_counterparty();",
+        )
+        .await
+        .unwrap();
+
+    let fine = tx(1);
+    let mut large = tx(2);
+    large.amount = "5000.00".into();
+    let mut blocked = tx(3);
+    blocked.counterparty = "Blocked Corp".into();
+    let bodies: Vec<String> = [&fine, &large, &blocked].iter().map(|m| m.to_body().unwrap()).collect();
+    s.send(&bodies).await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let stats = s.pump(&consumer).await;
+    assert_eq!(stats.received, 3, "no retries: {stats:?}");
+    assert_eq!(s.postings().await.len(), 1);
+
+    s.pump_dlq(&s.enricher(10_000)).await;
+    let mut causes: Vec<(String, String)> = s
+        .envelopes()
+        .await
+        .iter()
+        .map(|e| (e.root_cause.clone(), e.failure_code.to_string()))
+        .collect();
+    causes.sort();
+    assert_eq!(
+        causes,
+        [
+            (
+                "LEDGER_REFUSED:23514:amount_within_limit".to_owned(),
+                "POISON_MESSAGE".to_owned()
+            ),
+            (
+                "LEDGER_REFUSED:P0001:no_blocked_counterparty".to_owned(),
+                "POISON_MESSAGE".to_owned()
+            ),
+        ]
+    );
+
+    // The limit is raised (the fix is in your ledger): the group replays and posts once.
+    client
+        .batch_execute("ALTER TABLE ledger_entries DROP CONSTRAINT amount_within_limit")
+        .await
+        .unwrap();
+    let replay = |root_cause: &str| recon_core::replay::ReplayRequest {
+        selector: recon_core::replay::Selector {
+            root_cause: Some(root_cause.into()),
+            ..Default::default()
+        },
+        dry_run: false,
+        reason: "limit raised".into(),
+        triggered_by: "integration-test".into(),
+        scheduled: false,
+        quarantine: false,
+    };
+    let report = s
+        .replayer()
+        .run(&replay("LEDGER_REFUSED:23514:amount_within_limit"), None)
+        .await
+        .unwrap();
+    assert_eq!(report.reinjected, 1, "{report:#?}");
+    s.pump(&consumer).await;
+    let again = s
+        .replayer()
+        .run(&replay("LEDGER_REFUSED:23514:amount_within_limit"), None)
+        .await
+        .unwrap();
+    assert_eq!(again.reinjected, 0, "{again:#?}");
+    s.pump(&consumer).await;
+    let postings = s.postings().await;
+    assert_eq!(postings.len(), 2, "{postings:#?}");
+    let replayed: Vec<_> = postings.iter().filter(|p| p.replay_of.is_some()).collect();
+    assert_eq!(replayed.len(), 1);
+    assert_eq!(replayed[0].amount.to_string(), "5000.00");
+    s.cleanup().await;
+}

@@ -236,21 +236,28 @@ where
                     other => other?,
                 };
                 let posting = Posting::from_message(&msg, sqs_id, attempt, self.clock.now(), replay_of);
-                let outcome = self.ledger.commit(&posting).await?;
-                Ok::<_, ProcessError>((posting, outcome))
+                // `None`: this delivery wrote it; else who holds the transaction.
+                let held = match self.ledger.commit(&posting).await? {
+                    CommitOutcome::Committed => None,
+                    CommitOutcome::AlreadyCommitted(existing) => Some(existing),
+                    CommitOutcome::Refused { rule, detail } => {
+                        return Err(ProcessError::poison(RootCause::LedgerRefused(rule), detail));
+                    }
+                };
+                Ok::<_, ProcessError>((posting, held))
             }
             .await;
 
         match committed {
-            Ok((posting, CommitOutcome::Committed)) => {
+            Ok((posting, None)) => {
                 log_posting("COMMITTED", &posting, attempt, None);
                 Disposition::Committed
             }
-            Ok((posting, CommitOutcome::AlreadyCommitted(existing))) if existing.sqs_message_id == sqs_id => {
+            Ok((posting, Some(existing))) if existing.sqs_message_id == sqs_id => {
                 log_posting("REDELIVERY_ACKNOWLEDGED", &posting, attempt, None);
                 Disposition::RedeliveryAcknowledged
             }
-            Ok((posting, CommitOutcome::AlreadyCommitted(existing))) => {
+            Ok((posting, Some(existing))) => {
                 let record = AuditRecord {
                     audit_id: AuditRecord::id_for(AuditKind::DuplicateSuppressed, sqs_id),
                     kind: AuditKind::DuplicateSuppressed,

@@ -72,17 +72,27 @@ pub fn test_ledger_kind() -> String {
 }
 
 impl TestStack {
-    /// Provision a fresh deployment named after the test.
+    /// Provision a fresh deployment named after the test, on the ledger `DLQ_TEST_LEDGER` names.
     pub async fn new(test: &str) -> Self {
-        Self::provision(test, false).await
+        Self::provision(test, false, &test_ledger_kind()).await
     }
 
     /// The same with FIFO queues.
     pub async fn new_fifo(test: &str) -> Self {
-        Self::provision(test, true).await
+        Self::provision(test, true, &test_ledger_kind()).await
     }
 
-    async fn provision(test: &str, fifo: bool) -> Self {
+    /// The same on the PostgreSQL ledger, whatever `DLQ_TEST_LEDGER` says.
+    pub async fn new_postgres(test: &str) -> Self {
+        Self::provision(test, false, "postgres").await
+    }
+
+    /// The URL of this stack's PostgreSQL ledger database, if it has one.
+    pub fn postgres_url(&self) -> Option<&str> {
+        self.database.as_ref().map(|d| d.url.as_str())
+    }
+
+    async fn provision(test: &str, fifo: bool, ledger: &str) -> Self {
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
@@ -117,7 +127,7 @@ impl TestStack {
                 panic!("the local AWS stack is not reachable; start it with `make local-up` ({e})")
             }
         };
-        let (database, ledger_env) = if test_ledger_kind() == "postgres" {
+        let (database, ledger_env) = if ledger == "postgres" {
             let db = ScratchDatabase::create(&format!("it_{tag}"))
                 .await
                 .unwrap_or_else(|e| panic!("{e}"));

@@ -100,6 +100,48 @@ pub fn classify(op: &str, e: &tokio_postgres::Error) -> StoreError {
     StoreError::new(kind, format!("{op}: {code} {said}"))
 }
 
+/// Why a statement did not run.
+enum Failed {
+    Store(StoreError),
+    /// The ledger refused the row by a rule of its own.
+    Refused {
+        rule: String,
+        detail: String,
+    },
+}
+
+impl From<StoreError> for Failed {
+    fn from(e: StoreError) -> Self {
+        Failed::Store(e)
+    }
+}
+
+/// A refusal by the database's own rules, which the same row meets again on every retry: a
+/// constraint (class 23: check, not null, foreign key, a unique key of yours), a value it cannot
+/// hold (class 22: a NUMERIC narrower than the amount, say), or a trigger's `RAISE EXCEPTION`
+/// (P0001). The rule is `<SQLSTATE>:<constraint>` (or the trigger's function, or the table), in the
+/// characters a root cause may carry; the detail is the server's message.
+pub fn refusal(e: &tokio_postgres::Error) -> Option<(String, String)> {
+    let db = e.as_db_error()?;
+    let code = db.code().code();
+    if !(code.starts_with("22") || code.starts_with("23") || code == "P0001") {
+        return None;
+    }
+    // A trigger's RAISE names no constraint; its function is in the context ("PL/pgSQL function
+    // f() line 3 at RAISE"). The server's own `routine` is C source, not yours.
+    let function = db
+        .where_()
+        .and_then(|w| w.strip_prefix("PL/pgSQL function "))
+        .and_then(|w| w.split('(').next());
+    let name = db.constraint().or(function).or(db.table()).unwrap_or("unnamed");
+    let name: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        .take(63)
+        .collect();
+    Some((format!("{code}:{name}"), db.message().to_owned()))
+}
+
 fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
         deadpool_postgres::PoolError::Backend(e) => classify("connect", &e),
@@ -202,12 +244,12 @@ impl PostgresLedger {
     /// One statement on a pooled connection: prepared once per connection (one round trip per
     /// call after that), bounded on the client too, and a connection that failed or gave no
     /// answer is discarded, never handed to the next caller.
-    async fn query(
+    async fn run(
         &self,
         op: &str,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> StoreResult<Vec<Row>> {
+    ) -> Result<Vec<Row>, Failed> {
         let client = self.pool.get().await.map_err(pool_error)?;
         self.count();
         let answer = tokio::time::timeout(self.answer_within, async {
@@ -218,19 +260,54 @@ impl PostgresLedger {
         match answer {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(e)) => {
+                if let Some((rule, detail)) = refusal(&e) {
+                    return Err(Failed::Refused { rule, detail });
+                }
                 let error = classify(op, &e);
                 if matches!(error.kind, TransientKind::Network | TransientKind::ServiceUnavailable) {
                     drop(deadpool_postgres::Object::take(client));
                 }
-                Err(error)
+                Err(error.into())
             }
             Err(_) => {
                 drop(deadpool_postgres::Object::take(client));
                 Err(StoreError::new(
                     TransientKind::Timeout,
                     format!("{op}: no answer within {:?}", self.answer_within),
-                ))
+                )
+                .into())
             }
+        }
+    }
+
+    /// A read: a refusal is not expected of one, and is reported as the store's failure.
+    async fn query(
+        &self,
+        op: &str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> StoreResult<Vec<Row>> {
+        self.run(op, sql, params).await.map_err(|f| match f {
+            Failed::Store(e) => e,
+            Failed::Refused { rule, detail } => StoreError::new(
+                TransientKind::Infrastructure,
+                format!("{op}: refused ({rule}): {detail}"),
+            ),
+        })
+    }
+
+    /// An insert-or-nothing of `source_hash`: what it did, a refusal included.
+    async fn insert(
+        &self,
+        op: &str,
+        source_hash: &str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> StoreResult<CommitOutcome> {
+        match self.run(op, sql, params).await {
+            Ok(rows) => self.outcome(op, source_hash, rows.into_iter().next()).await,
+            Err(Failed::Refused { rule, detail }) => Ok(CommitOutcome::Refused { rule, detail }),
+            Err(Failed::Store(e)) => Err(e),
         }
     }
 
@@ -385,35 +462,34 @@ impl LedgerReader for PostgresLedger {
 impl Ledger for PostgresLedger {
     async fn commit(&self, p: &Posting) -> StoreResult<CommitOutcome> {
         let attempt = i32::try_from(p.attempt_count).unwrap_or(i32::MAX);
-        let written = self
-            .query_opt(
-                "commit",
-                "INSERT INTO ledger_entries (source_hash, kind, committed_at, sqs_message_id, message_id,
+        self.insert(
+            "commit",
+            &p.source_hash,
+            "INSERT INTO ledger_entries (source_hash, kind, committed_at, sqs_message_id, message_id,
                         trace_id, ledger_entity, currency, amount, value_date, period, match_decision,
                         external_ref, counterparty, attempt_count, replay_of)
                  VALUES ($1, 'POSTING', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
                  ON CONFLICT (source_hash) DO NOTHING
                  RETURNING source_hash",
-                &[
-                    &p.source_hash,
-                    &p.committed_at,
-                    &p.sqs_message_id,
-                    &p.message_id,
-                    &p.trace_id,
-                    &p.ledger_entity,
-                    &p.currency,
-                    &p.amount,
-                    &p.value_date,
-                    &p.period,
-                    &p.match_decision.as_str(),
-                    &p.external_ref,
-                    &p.counterparty,
-                    &attempt,
-                    &p.replay_of,
-                ],
-            )
-            .await?;
-        self.outcome("commit", &p.source_hash, written).await
+            &[
+                &p.source_hash,
+                &p.committed_at,
+                &p.sqs_message_id,
+                &p.message_id,
+                &p.trace_id,
+                &p.ledger_entity,
+                &p.currency,
+                &p.amount,
+                &p.value_date,
+                &p.period,
+                &p.match_decision.as_str(),
+                &p.external_ref,
+                &p.counterparty,
+                &attempt,
+                &p.replay_of,
+            ],
+        )
+        .await
     }
 
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
@@ -421,16 +497,15 @@ impl Ledger for PostgresLedger {
     }
 
     async fn hand_off(&self, h: &HandOff) -> StoreResult<CommitOutcome> {
-        let written = self
-            .query_opt(
-                "hand-off",
-                "INSERT INTO ledger_entries (source_hash, kind, committed_at, manual_journal, replay_id)
+        self.insert(
+            "hand-off",
+            &h.source_hash,
+            "INSERT INTO ledger_entries (source_hash, kind, committed_at, manual_journal, replay_id)
                  VALUES ($1, 'HAND_OFF', $2, $3, $4)
                  ON CONFLICT (source_hash) DO NOTHING
                  RETURNING source_hash",
-                &[&h.source_hash, &h.handed_off_at, &h.envelope_id, &h.replay_id],
-            )
-            .await?;
-        self.outcome("hand-off", &h.source_hash, written).await
+            &[&h.source_hash, &h.handed_off_at, &h.envelope_id, &h.replay_id],
+        )
+        .await
     }
 }

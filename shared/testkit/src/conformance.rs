@@ -127,12 +127,14 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
             // (its message's visibility timeout), never a second posting.
             Err(e) if e.kind == recon_core::domain::TransientKind::Conflict => busy.push(p),
             Err(e) => panic!("a commit under contention failed otherwise than a conflict: {e:?}"),
+            Ok(refused) => panic!("a valid posting was refused: {refused:?}"),
         }
     }
     for p in busy {
         match ledger.commit(p).await.expect("the retry is answered") {
             CommitOutcome::AlreadyCommitted(r) => answered.push(r.sqs_message_id),
             CommitOutcome::Committed => winners.push(p.sqs_message_id.clone()),
+            refused => panic!("a valid posting was refused: {refused:?}"),
         }
     }
     assert_eq!(winners.len(), 1, "exactly one delivery commits: {winners:?}");
@@ -149,7 +151,7 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
     let again = posting(run, 1, &winners[0]);
     match ledger.commit(&again).await.unwrap() {
         CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, winners[0], "a redelivery is recognised"),
-        CommitOutcome::Committed => panic!("a redelivery committed twice"),
+        other => panic!("a redelivery committed twice: {other:?}"),
     }
 
     // A hand-off after the posting loses to it.
@@ -161,7 +163,7 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
     };
     match ledger.hand_off(&late).await.unwrap() {
         CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, winners[0]),
-        CommitOutcome::Committed => panic!("a hand-off over a posting"),
+        other => panic!("a hand-off over a posting: {other:?}"),
     }
     let still = ledger.lookup(&tries[0].source_hash).await.unwrap().expect("committed");
     assert_eq!(
@@ -184,7 +186,7 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
             assert!(r.handed_off_by(&handed.envelope_id), "{r:?}");
             assert!(r.sqs_message_id.is_empty(), "a hand-off names no delivery: {r:?}");
         }
-        CommitOutcome::Committed => panic!("posted after a hand-off"),
+        other => panic!("posted after a hand-off: {other:?}"),
     }
     let second = HandOff {
         envelope_id: format!("env_{run}_second"),
@@ -192,7 +194,7 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
     };
     match ledger.hand_off(&second).await.unwrap() {
         CommitOutcome::AlreadyCommitted(r) => assert!(r.handed_off_by(&handed.envelope_id)),
-        CommitOutcome::Committed => panic!("two hand-offs of one transaction"),
+        other => panic!("two hand-offs of one transaction: {other:?}"),
     }
     assert!(
         ledger

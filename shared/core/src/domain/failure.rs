@@ -149,6 +149,9 @@ pub enum RootCause {
     TransientExhausted(TransientKind),
     /// SQS moved the message to the DLQ itself (the consumer crashed or timed out).
     RedrivenBySqs,
+    /// The ledger refused the posting by a rule of its own (`<SQLSTATE>:<constraint>` on
+    /// PostgreSQL): every message that breaks the same rule groups under it.
+    LedgerRefused(String),
 }
 
 impl RootCause {
@@ -167,6 +170,7 @@ impl RootCause {
             RootCause::ClosedPeriod { .. } => "CLOSED_PERIOD",
             RootCause::TransientExhausted(_) => "TRANSIENT_EXHAUSTED",
             RootCause::RedrivenBySqs => "REDRIVEN_BY_SQS",
+            RootCause::LedgerRefused(_) => "LEDGER_REFUSED",
         }
     }
 }
@@ -175,7 +179,7 @@ impl fmt::Display for RootCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())?;
         match self {
-            RootCause::SchemaViolation(field) => write!(f, ":{field}"),
+            RootCause::SchemaViolation(field) | RootCause::LedgerRefused(field) => write!(f, ":{field}"),
             RootCause::UnmappedCurrency(code) | RootCause::ScaleExceedsCurrency(code) => {
                 write!(f, ":{code}")
             }
@@ -214,6 +218,7 @@ impl FromStr for RootCause {
             }
             ("TRANSIENT_EXHAUSTED", Some(k)) => RootCause::TransientExhausted(k.parse()?),
             ("REDRIVEN_BY_SQS", None) => RootCause::RedrivenBySqs,
+            ("LEDGER_REFUSED", Some(rule)) if !rule.is_empty() => RootCause::LedgerRefused(rule.to_owned()),
             _ => return Err(unknown()),
         })
     }
@@ -285,6 +290,7 @@ mod tests {
             },
             RootCause::TransientExhausted(TransientKind::Throttled),
             RootCause::RedrivenBySqs,
+            RootCause::LedgerRefused("23514:amount_within_limit".into()),
         ];
         for cause in all {
             let text = cause.to_string();

@@ -137,4 +137,8 @@ pub enum CommitOutcome {
     Committed,
     /// A posting for this `source_hash` already existed; nothing was written.
     AlreadyCommitted(CommittedRef),
+    /// The ledger refused the posting by a rule of its own (a constraint, a trigger of your
+    /// ledger): it would refuse it again, so the message is poison, dead-lettered with
+    /// `LEDGER_REFUSED:<rule>` for a fix and a replay. Nothing was written.
+    Refused { rule: String, detail: String },
 }

@@ -12,10 +12,10 @@ use super::{Replayer, Run};
 use crate::domain::envelope::sha256_hex;
 use crate::domain::{
     AuditKind, AuditRecord, CommitOutcome, CommittedRef, DlqEnvelope, EnvelopeStatus, FailureCode, HandOff, HashKind,
-    ReplayClaim, ReplayRecord, StatusChange, decode,
+    ReplayClaim, ReplayRecord, StatusChange, TransientKind, decode,
 };
 use crate::envelopes::{envelope_audit, original_body, publish};
-use crate::ports::{AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, Worm};
+use crate::ports::{AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, StoreError, Worm};
 
 const CLAIM_LOST: &str = "claim lost before the outcome was recorded";
 pub(super) const NOT_CLAIMED: &str = "claimed by another replay, or no longer pending";
@@ -142,7 +142,16 @@ where
                     };
                     match self.ledger.hand_off(&hand_off).await? {
                         CommitOutcome::AlreadyCommitted(c) if !c.handed_off_by(&e.envelope_id) => Some(c),
-                        _ => None,
+                        CommitOutcome::AlreadyCommitted(_) | CommitOutcome::Committed => None,
+                        // Without its hand-off in the ledger a manual journal could be booked
+                        // beside a later posting: no quarantine for a manual journal then.
+                        CommitOutcome::Refused { rule, detail } => {
+                            return Err(StoreError::new(
+                                TransientKind::Infrastructure,
+                                format!("the ledger refused the hand-off ({rule}): {detail}"),
+                            )
+                            .into());
+                        }
                     }
                 }
                 // Not identified by its body: no hand-off, but a transaction committed under
