@@ -25,7 +25,7 @@ test: local-stack tools
 ## test-postgres: the suites about posting (consume, replay, reconcile and audit, enrich, FIFO)
 ## again with the PostgreSQL ledger, and the demo's identity on it
 test-postgres: local-stack
-	DLQ_TEST_LEDGER=postgres $(CARGO) test -p integration-tests --no-fail-fast --test consume --test replay --test audit --test enrich --test fifo
+	DLQ_TEST_LEDGER=postgres $(CARGO) test -p integration-tests --no-fail-fast --test consume --test replay --test audit --test enrich --test fifo --test iam
 	$(DLQCTL) --ledger postgres demo
 
 SIMULATE := $(CARGO) run --release --quiet -p recon-testkit --bin simulate --

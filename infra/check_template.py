@@ -151,6 +151,8 @@ def check(tpl, spec):
     errors.extend(names_from_the_template(tpl, spec))
     expect("SealEveryMinutes default", params.get("SealEveryMinutes", {}).get("Default"), spec["seal_schedule"]["every_minutes_default"])
     expect("SealEveryRecords default", params.get("SealEveryRecords", {}).get("Default"), spec["seal_schedule"]["every_records_default"])
+    expect("LedgerKind values", params.get("LedgerKind", {}).get("AllowedValues"), spec["ledger_kinds"])
+    expect("LedgerKind default", params.get("LedgerKind", {}).get("Default"), spec["ledger_kinds"][0])
 
     for role, grants in spec["iam"].items():
         props = res.get(role, {}).get("Properties")
@@ -158,19 +160,29 @@ def check(tpl, spec):
             errors.append(f"role {role} is missing")
             continue
         granted = set()
-        for policy in props.get("Policies", []):
-            for st in policy["PolicyDocument"]["Statement"]:
+        # The role's own policies, and the policies of their own attached to it (under the
+        # resource's condition: only deployments of that kind have them).
+        documents = [(policy["PolicyDocument"], "Always") for policy in props.get("Policies", [])]
+        documents += [
+            (r["Properties"]["PolicyDocument"], r.get("Condition", "Always"))
+            for r in res.values()
+            if r.get("Type") == "AWS::IAM::Policy" and {"Ref": role} in r.get("Properties", {}).get("Roles", [])
+        ]
+        for document, when in documents:
+            if when not in ("Always",) + tuple(tpl.get("Conditions", {})):
+                errors.append(f"{role} has a policy under condition {when!r}, which the template does not define")
+            for st in document["Statement"]:
                 if st.get("Effect") != "Allow":
                     continue
                 actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
                 resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
                 only = statement_attributes(st)
-                granted |= {(resource_ref(r), a, only) for r in resources for a in actions}
-        wanted = {(g["resource"], a, grant_limits(g)) for g in grants for a in g["actions"]}
-        for r, a, only in sorted(granted - wanted):
-            errors.append(f"{role} grants {a} on {r}{limited(only)}, which deployment.rs does not list (least privilege)")
-        for r, a, only in sorted(wanted - granted):
-            errors.append(f"{role} lacks {a} on {r}{limited(only)}, which deployment.rs lists")
+                granted |= {(resource_ref(r), a, only, when) for r in resources for a in actions}
+        wanted = {(g["resource"], a, grant_limits(g), g["when"]) for g in grants for a in g["actions"]}
+        for r, a, only, when in sorted(granted - wanted):
+            errors.append(f"{role} grants {a} on {r}{limited(only)}{under(when)}, which deployment.rs does not list (least privilege)")
+        for r, a, only, when in sorted(wanted - granted):
+            errors.append(f"{role} lacks {a} on {r}{limited(only)}{under(when)}, which deployment.rs lists")
         if props.get("ManagedPolicyArns"):
             errors.append(f"{role} attaches managed policies (broader than the listed actions)")
     return errors
@@ -372,6 +384,10 @@ def grant_limits(g):
     return (tuple(sorted(g.get("attributes", []))), keys)
 
 
+def under(when):
+    return "" if when == "Always" else f" (under {when})"
+
+
 def limited(only):
     attributes, keys = only
     parts = []
@@ -431,7 +447,12 @@ def mutations(tpl):
         mutate(lambda t: next(st for st in res(t)["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "AuditRecords").pop("Condition"), "puts allowed on the audit heads"),
         mutate(lambda t: next(st for st in res(t)["EnricherRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "AuditHeads")["Condition"]["ForAllValues:StringLike"].__setitem__("dynamodb:LeadingKeys", ["*"]), "head updates on any key"),
         mutate(lambda t: res(t)["ReferenceAuditRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].pop(), "a stream read grant missing"),
-        mutate(lambda t: next(st for st in res(t)["ReplayRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"] if st.get("Sid") == "LedgerHandOff").pop("Condition"), "the hand-off's attribute limit dropped"),
+        mutate(lambda t: res(t)["ReplayDynamoLedgerPolicy"]["Properties"]["PolicyDocument"]["Statement"][1].pop("Condition"), "the hand-off's attribute limit dropped"),
+        mutate(lambda t: res(t)["ConsumerDynamoLedgerPolicy"].__setitem__("Condition", "UsePostgres"), "the ledger table granted to the PostgreSQL deployment"),
+        mutate(lambda t: res(t)["PostgresLedgerSecretPolicy"].pop("Condition"), "the secret granted to every deployment"),
+        mutate(lambda t: res(t)["PostgresLedgerNetworkPolicy"]["Properties"]["Roles"].append({"Ref": "EnricherRole"}), "the enricher in your subnets"),
+        mutate(lambda t: res(t)["ReplayFunction"]["Properties"]["Environment"]["Variables"].pop("DLQ_LEDGER"), "the replay's gate 2 left on the default ledger"),
+        mutate(lambda t: t["Parameters"]["LedgerKind"]["AllowedValues"].append("oracle"), "a ledger kind the code does not have"),
     ]
 
 

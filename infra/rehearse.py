@@ -111,6 +111,12 @@ def check_generated(cfn, spec):
             errors.append(f"generated {name} sets {var}, which no function reads")
         if props.get("Runtime") != "provided.al2023" or props.get("Handler") != "bootstrap" or props.get("Architectures") != ["arm64"]:
             errors.append(f"generated {name}: runtime {props.get('Runtime')}, handler {props.get('Handler')}, {props.get('Architectures')}")
+        # The functions that reach the ledger run in your subnets exactly when it is PostgreSQL.
+        vpc = props.get("VpcConfig")
+        reaches_ledger = env.get("DLQ_LEDGER") == {"Ref": "LedgerKind"}
+        in_subnets_for_postgres = isinstance(vpc, dict) and (vpc.get("Fn::If") or [None])[0] == "UsePostgres"
+        if reaches_ledger != in_subnets_for_postgres or (vpc is not None and not in_subnets_for_postgres):
+            errors.append(f"generated {name}: VpcConfig {vpc!r} (it reaches the ledger: {reaches_ledger})")
         role = logical(props.get("Role"))
         if role is None or res.get(role, {}).get("Type") != "AWS::IAM::Role":
             errors.append(f"generated {name} runs with {props.get('Role')!r}, not a role of the template")

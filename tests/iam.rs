@@ -3,9 +3,9 @@
 //! role grants for its code (`recon_aws::deployment::iam`, which the template must match: `make infra-check`).
 
 use recon_aws::deployment::iam::{self, Caller, Grant};
-use recon_aws::dynamodb::DynamoLedger;
 use recon_aws::wiring;
 use recon_aws::{AwsClients, Target};
+use recon_core::config::LedgerSettings;
 use recon_core::domain::{PeriodRecord, PeriodStatus, TransientKind};
 use recon_core::ports::ReferenceData;
 use recon_harness::stack::TestStack;
@@ -15,10 +15,12 @@ use recon_testkit::memory::MemoryMetrics;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-fn declared(grants: &[Grant]) -> BTreeSet<&'static str> {
+/// The actions a role grants its code on a deployment of `ledger` (grants under a template
+/// condition belong to the deployments it holds for).
+fn declared(grants: &[Grant], ledger: &LedgerSettings) -> BTreeSet<&'static str> {
     grants
         .iter()
-        .filter(|g| g.caller == Caller::Code)
+        .filter(|g| g.caller == Caller::Code && g.when.holds_for(ledger))
         .flat_map(|g| g.actions.iter().copied())
         .collect()
 }
@@ -34,7 +36,7 @@ fn observed(clients: &AwsClients) -> BTreeSet<&'static str> {
 
 /// Every request `own` sent maps to an IAM action, and those actions are exactly the role's grants
 /// for its code.
-fn assert_calls_exactly_its_grants(own: &AwsClients, grants: &[Grant]) {
+fn assert_calls_exactly_its_grants(own: &AwsClients, grants: &[Grant], ledger: &LedgerSettings) {
     // Every request to the bucket names the account that must own it: S3 refuses it if a bucket
     // of that name is anyone else's (LocalStack does not check; the header is what AWS checks).
     assert!(own.requests.total("s3") > 0, "the function made no S3 request to check");
@@ -50,7 +52,7 @@ fn assert_calls_exactly_its_grants(own: &AwsClients, grants: &[Grant]) {
     );
     assert_eq!(
         observed(own),
-        declared(grants),
+        declared(grants, ledger),
         "requests seen: {:?}",
         own.requests.snapshot()
     );
@@ -72,10 +74,7 @@ async fn the_consumer_calls_exactly_what_its_role_grants() {
     let own = AwsClients::connect(Target::local_from_env()).await;
     let m = tx(1);
     let flaky = tx(2);
-    let ledger = FaultyLedger::new(
-        DynamoLedger::new(own.dynamodb.clone(), &s.settings.ledger_table),
-        TransientKind::Throttled,
-    );
+    let ledger = FaultyLedger::new(wiring::consumer_ledger(&own, &s.settings), TransientKind::Throttled);
     ledger.inject(&flaky.compute_hash().unwrap(), Fault::Times(1));
     // Every appended record seals (the append path), so the seals are exercised too.
     let mut settings = s.settings.clone();
@@ -96,7 +95,7 @@ async fn the_consumer_calls_exactly_what_its_role_grants() {
     ])
     .await;
     s.pump(&consumer).await;
-    assert_calls_exactly_its_grants(&own, iam::CONSUMER);
+    assert_calls_exactly_its_grants(&own, iam::CONSUMER, &s.settings.ledger);
     s.cleanup().await;
 }
 
@@ -121,7 +120,7 @@ async fn the_enricher_calls_exactly_what_its_role_grants() {
     enricher.handle_batch(&event, None).await;
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     s.pump_dlq(&enricher).await;
-    assert_calls_exactly_its_grants(&own, iam::ENRICHER);
+    assert_calls_exactly_its_grants(&own, iam::ENRICHER, &LedgerSettings::DynamoDb);
     s.cleanup().await;
 }
 
@@ -166,7 +165,7 @@ async fn the_replay_calls_exactly_what_its_role_grants() {
     assert_eq!((report.reinjected, report.quarantined), (2, 1), "{report:#?}");
     // A second sweep seals again: the first seal is read by its version id to chain the second.
     replayer.run(&sweep, None).await.unwrap();
-    assert_calls_exactly_its_grants(&own, iam::REPLAY);
+    assert_calls_exactly_its_grants(&own, iam::REPLAY, &settings.ledger);
     s.cleanup().await;
 }
 
@@ -196,6 +195,6 @@ async fn the_reference_audit_calls_exactly_what_its_role_grants() {
         .await
         .unwrap();
     assert!(n >= 2, "{n} stream records");
-    assert_calls_exactly_its_grants(&own, iam::REFERENCE_AUDIT);
+    assert_calls_exactly_its_grants(&own, iam::REFERENCE_AUDIT, &LedgerSettings::DynamoDb);
     s.cleanup().await;
 }

@@ -239,237 +239,35 @@ fn function_env_spec() -> serde_json::Map<String, serde_json::Value> {
     ]
     .into_iter()
     .map(|(function, vars)| {
-        let env: serde_json::Map<String, serde_json::Value> =
+        let mut env: serde_json::Map<String, serde_json::Value> =
             vars.iter().map(|v| ((*v).to_owned(), template_value(v))).collect();
+        if function == template::CONSUMER_FUNCTION || function == template::REPLAY_FUNCTION {
+            env.extend(ledger_env_spec());
+        }
         (function.to_owned(), serde_json::Value::Object(env))
     })
     .collect()
 }
 
-/// Least privilege: the IAM actions each function's role grants, on which resource, and who calls
-/// them. The template must grant exactly these (checked by `make test`), and the integration tests
-/// check that every action the code is said to call is called by it, and nothing more.
-pub mod iam {
-    /// Who exercises a grant.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-    pub enum Caller {
-        /// The function's own code (observable in the integration tests).
-        Code,
-        /// Lambda's SQS event-source mapping, polling on the function's behalf.
-        EventSourceMapping,
-        /// The Lambda runtime (logs, traces).
-        Runtime,
-    }
-
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-    pub struct Grant {
-        /// A template resource: a logical id (its ARN), `Id/index/*`, `Id/*` (objects), or `*`.
-        pub resource: &'static str,
-        pub actions: &'static [&'static str],
-        pub caller: Caller,
-        /// When not empty, the only item attributes the request may carry (the statement's
-        /// `ForAllValues:StringEquals` condition on `dynamodb:Attributes`).
-        pub attributes: &'static [&'static str],
-        /// Which partition keys the request may name (`dynamodb:LeadingKeys`).
-        pub keys: Keys,
-    }
-
-    /// A limit on the partition keys a DynamoDB request may name.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-    pub enum Keys {
-        Any,
-        /// `ForAllValues:StringLike`: only keys matching one of these patterns.
-        Like(&'static [&'static str]),
-        /// `ForAllValues:StringNotLike`: no key matching any of these patterns.
-        NotLike(&'static [&'static str]),
-    }
-
-    const fn g(resource: &'static str, actions: &'static [&'static str], caller: Caller) -> Grant {
-        Grant {
-            resource,
-            actions,
-            caller,
-            attributes: &[],
-            keys: Keys::Any,
-        }
-    }
-
-    /// The audit table as the append protocol uses it: read anything; put records (and the
-    /// trail and configuration pointers) but never a chain's head; move a head only by updating
-    /// its `seq` and `hash`. IAM cannot stop a put from overwriting a record (it has no condition
-    /// on a condition expression): the seals catch that.
-    const AUDIT: [Grant; 3] = [
-        g("AuditTable", &["dynamodb:GetItem"], Code),
-        Grant {
-            keys: Keys::NotLike(&[HEAD_KEYS]),
-            ..g("AuditTable", &["dynamodb:PutItem"], Code)
-        },
-        Grant {
-            keys: Keys::Like(&[HEAD_KEYS]),
-            attributes: &["audit_id", "hash", "seq"],
-            ..g("AuditTable", &["dynamodb:UpdateItem"], Code)
-        },
-    ];
-
-    /// The partition keys of the chains' heads.
-    pub const HEAD_KEYS: &str = "#head#*";
-
-    /// A grant limited to requests that carry only `attributes`.
-    const fn only(
-        resource: &'static str,
-        actions: &'static [&'static str],
-        caller: Caller,
-        attributes: &'static [&'static str],
-    ) -> Grant {
-        Grant {
-            attributes,
-            ..g(resource, actions, caller)
-        }
-    }
-
-    use Caller::{Code, EventSourceMapping as Esm, Runtime};
-
-    const TRACING: Grant = g("*", &["xray:PutTraceSegments", "xray:PutTelemetryRecords"], Runtime);
-
-    pub const CONSUMER: &[Grant] = &[
-        g(
-            "MainQueue",
-            &["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"],
-            Esm,
+/// The ledger's variables, as the template gives them to the consumer and the replay (one choice
+/// for both): the kind always, the PostgreSQL settings only on a PostgreSQL deployment.
+fn ledger_env_spec() -> serde_json::Map<String, serde_json::Value> {
+    use recon_core::config::vars;
+    let when = |condition: &str, parameter: &str| serde_json::json!({"Fn::If": [condition, {"Ref": parameter}, {"Ref": "AWS::NoValue"}]});
+    [
+        (vars::LEDGER, serde_json::json!({"Ref": "LedgerKind"})),
+        (vars::POSTGRES_URL, when("UsePostgres", "PostgresUrl")),
+        (
+            vars::POSTGRES_SECRET_ARN,
+            when("HasPostgresSecret", "PostgresSecretArn"),
         ),
-        g("MainQueue", &["sqs:ChangeMessageVisibility"], Code),
-        g("DeadLetterQueue", &["sqs:SendMessage"], Code),
-        g("LedgerTable", &["dynamodb:PutItem"], Code),
-        g("ReferenceTable", &["dynamodb:Scan"], Code),
-        AUDIT[0],
-        AUDIT[1],
-        AUDIT[2],
-        // Seals on the append path.
-        g("QuarantineBucket/*", &["s3:GetObjectVersion", "s3:PutObject"], Code),
-        g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
-        g("ConsumerLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
-        TRACING,
-    ];
-
-    pub const ENRICHER: &[Grant] = &[
-        g(
-            "DeadLetterQueue",
-            &["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"],
-            Esm,
-        ),
-        // DeleteItem: the overflow record leaves the audit outbox once it is in the trail.
-        g(
-            "EnvelopeTable",
-            &[
-                "dynamodb:PutItem",
-                "dynamodb:UpdateItem",
-                "dynamodb:GetItem",
-                "dynamodb:DeleteItem",
-            ],
-            Code,
-        ),
-        AUDIT[0],
-        AUDIT[1],
-        AUDIT[2],
-        g("QuarantineBucket/*", &["s3:GetObjectVersion", "s3:PutObject"], Code),
-        g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
-        g("EnricherLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
-        TRACING,
-    ];
-
-    pub const REPLAY: &[Grant] = &[
-        g("MainQueue", &["sqs:SendMessage", "sqs:GetQueueAttributes"], Code),
-        g(
-            "EnvelopeTable",
-            &[
-                "dynamodb:GetItem",
-                "dynamodb:PutItem",
-                "dynamodb:UpdateItem",
-                "dynamodb:DeleteItem",
-            ],
-            Code,
-        ),
-        g("EnvelopeTable/index/*", &["dynamodb:Query"], Code),
-        g("LedgerTable", &["dynamodb:GetItem"], Code),
-        // A hand-off to a manual journal, never a posting: only the hand-off's attributes.
-        only(
-            "LedgerTable",
-            &["dynamodb:PutItem"],
-            Code,
-            &crate::dynamodb::HAND_OFF_ATTRIBUTES,
-        ),
-        g("ReferenceTable", &["dynamodb:Scan"], Code),
-        AUDIT[0],
-        AUDIT[1],
-        AUDIT[2],
-        // Seals: the bucket read by version, the latest seal read, the next one written.
-        g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
-        g(
-            "QuarantineBucket/*",
-            &["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject"],
-            Code,
-        ),
-        g("ReplayLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
-        TRACING,
-    ];
-
-    pub const REFERENCE_AUDIT: &[Grant] = &[
-        g(
-            "ReferenceTable/stream/*",
-            &[
-                "dynamodb:DescribeStream",
-                "dynamodb:GetRecords",
-                "dynamodb:GetShardIterator",
-                "dynamodb:ListStreams",
-            ],
-            Esm,
-        ),
-        AUDIT[0],
-        AUDIT[1],
-        AUDIT[2],
-        g("QuarantineBucket/*", &["s3:GetObjectVersion", "s3:PutObject"], Code),
-        g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
-        g(
-            "ReferenceAuditLogs",
-            &["logs:CreateLogStream", "logs:PutLogEvents"],
-            Runtime,
-        ),
-        TRACING,
-    ];
-
-    /// Role logical id -> grants.
-    pub const ROLES: [(&str, &[Grant]); 4] = [
-        ("ConsumerRole", CONSUMER),
-        ("EnricherRole", ENRICHER),
-        ("ReplayRole", REPLAY),
-        ("ReferenceAuditRole", REFERENCE_AUDIT),
-    ];
-
-    /// The IAM actions an SDK operation (`Service:Operation`, as the request counter names it)
-    /// needs. A transaction needs the actions of its items: PutItem and UpdateItem here, the only
-    /// kinds our transactions contain.
-    pub fn actions_for(operation: &str) -> &'static [&'static str] {
-        match operation {
-            "SQS:SendMessage" | "SQS:SendMessageBatch" => &["sqs:SendMessage"],
-            "SQS:ChangeMessageVisibility" => &["sqs:ChangeMessageVisibility"],
-            "SQS:GetQueueAttributes" => &["sqs:GetQueueAttributes"],
-            "SQS:ReceiveMessage" => &["sqs:ReceiveMessage"],
-            "SQS:DeleteMessage" | "SQS:DeleteMessageBatch" => &["sqs:DeleteMessage"],
-            "DynamoDB:PutItem" => &["dynamodb:PutItem"],
-            "DynamoDB:GetItem" => &["dynamodb:GetItem"],
-            "DynamoDB:UpdateItem" => &["dynamodb:UpdateItem"],
-            "DynamoDB:DeleteItem" => &["dynamodb:DeleteItem"],
-            "DynamoDB:Query" => &["dynamodb:Query"],
-            "DynamoDB:Scan" => &["dynamodb:Scan"],
-            "DynamoDB:TransactWriteItems" => &["dynamodb:PutItem", "dynamodb:UpdateItem"],
-            "S3:PutObject" => &["s3:PutObject"],
-            "S3:GetObject" | "S3:HeadObject" => &["s3:GetObject"],
-            "S3:GetObjectVersion" => &["s3:GetObjectVersion"],
-            "S3:ListObjectVersions" => &["s3:ListBucketVersions"],
-            _ => &[],
-        }
-    }
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
 }
+
+pub mod iam;
 
 /// Everything the template check compares, as JSON (`dlqctl infra-spec`).
 pub fn spec_json() -> serde_json::Value {
@@ -534,6 +332,7 @@ pub fn spec_json() -> serde_json::Value {
         "tables": tables,
         "outputs": outputs_spec(),
         "function_env": function_env_spec(),
+        "ledger_kinds": recon_core::config::LedgerSettings::KINDS,
         "max_prefix_len": recon_core::config::MAX_PREFIX_LEN,
         "variables": recon_core::config::VARIABLES.iter().map(|v| v.name).collect::<Vec<_>>(),
         "whole_ranges": recon_core::config::VARIABLES

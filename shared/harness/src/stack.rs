@@ -131,9 +131,21 @@ impl TestStack {
             let db = ScratchDatabase::create(&format!("it_{tag}"))
                 .await
                 .unwrap_or_else(|e| panic!("{e}"));
+            // As on AWS, the user and password come from a secret (the local server trusts
+            // loopback, so the password is not checked; the user is).
+            let secret = clients
+                .secrets_manager()
+                .create_secret()
+                .name(format!("{prefix}-ledger"))
+                .secret_string(serde_json::json!({"username": "recon", "password": "local-stack"}).to_string())
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("LocalStack's Secrets Manager: {e:?}"));
+            let arn = secret.arn().unwrap_or_default().to_owned();
             let env = vec![
                 (vars::LEDGER, "postgres".to_owned()),
                 (vars::POSTGRES_URL, db.url.clone()),
+                (vars::POSTGRES_SECRET_ARN, arn),
             ];
             (Some(db), env)
         } else {
@@ -406,6 +418,16 @@ impl TestStack {
         let _ = delete_stack(&self.clients, &self.stack).await;
         if let Some(db) = self.database.take() {
             db.drop().await;
+        }
+        if let Some((_, arn)) = self.ledger_env.iter().find(|(k, _)| *k == vars::POSTGRES_SECRET_ARN) {
+            let _ = self
+                .clients
+                .secrets_manager()
+                .delete_secret()
+                .secret_id(arn)
+                .force_delete_without_recovery(true)
+                .send()
+                .await;
         }
         self.cleaned = true;
     }
