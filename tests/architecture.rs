@@ -110,14 +110,17 @@ fn core_and_testkit_link_no_aws_sdk_and_no_function_links_test_code() {
         !closure(&graph, "recon-aws").contains("recon-testkit"),
         "recon-aws links the testkit"
     );
-    // The PostgreSQL ledger is an adapter of core's port, beside the AWS adapters, not on them.
-    let postgres = closure(&graph, "recon-postgres");
-    assert!(postgres.contains("recon-core") && postgres.contains("tokio-postgres"));
-    for forbidden in ["recon-aws", "recon-testkit"] {
-        assert!(!postgres.contains(forbidden), "recon-postgres links {forbidden}");
+    // The PostgreSQL and HTTP ledgers are adapters of core's ports, beside the AWS adapters,
+    // not on them.
+    for (adapter, driver) in [("recon-postgres", "tokio-postgres"), ("recon-http", "reqwest")] {
+        let linked = closure(&graph, adapter);
+        assert!(linked.contains("recon-core") && linked.contains(driver), "{adapter}");
+        for forbidden in ["recon-aws", "recon-testkit", "recon-harness"] {
+            assert!(!linked.contains(forbidden), "{adapter} links {forbidden}");
+        }
+        let sdk: Vec<&String> = linked.iter().filter(|c| is_aws_sdk(c)).collect();
+        assert!(sdk.is_empty(), "{adapter} links AWS SDK crates: {sdk:?}");
     }
-    let sdk: Vec<&String> = postgres.iter().filter(|c| is_aws_sdk(c)).collect();
-    assert!(sdk.is_empty(), "recon-postgres links AWS SDK crates: {sdk:?}");
     for function in ["consumer", "enricher", "replay"] {
         let linked = closure(&graph, function);
         assert!(

@@ -246,7 +246,8 @@ async fn the_redrive_policy_catches_a_message_whose_consumer_keeps_crashing() {
 }
 
 /// On DynamoDB one conditional put and one write unit per committed message; on PostgreSQL one
-/// statement, and no DynamoDB request but the reference data's one load.
+/// statement, and no DynamoDB request but the reference data's one load; on the HTTP ledger one
+/// post, and the claim and its commit in the dedup table.
 #[tokio::test]
 async fn the_happy_path_costs_one_ledger_write_per_message() {
     let s = TestStack::new("cost").await;
@@ -265,17 +266,30 @@ async fn the_happy_path_costs_one_ledger_write_per_message() {
         .map(|(k, _)| delta(k))
         .sum();
     let (cost, unit) = consumer.ledger.cost();
-    if consumer.ledger.kind() == "dynamodb" {
-        assert_eq!(
-            delta("DynamoDB:PutItem"),
-            20,
-            "one conditional put per committed message"
-        );
-        assert_eq!(dynamodb_total, 21, "{after:?}");
-        assert_eq!(unit, "write units");
-    } else {
-        assert_eq!(dynamodb_total, 1, "{after:?}");
-        assert_eq!(unit, "statements");
+    match consumer.ledger.kind() {
+        "dynamodb" => {
+            assert_eq!(
+                delta("DynamoDB:PutItem"),
+                20,
+                "one conditional put per committed message"
+            );
+            assert_eq!(dynamodb_total, 21, "{after:?}");
+            assert_eq!(unit, "write units");
+        }
+        "postgres" => {
+            assert_eq!(dynamodb_total, 1, "{after:?}");
+            assert_eq!(unit, "statements");
+        }
+        _ => {
+            // The claim protocol: a conditional put to claim, an update to commit, one post.
+            assert_eq!(
+                (delta("DynamoDB:PutItem"), delta("DynamoDB:UpdateItem")),
+                (20, 20),
+                "{after:?}"
+            );
+            assert_eq!(dynamodb_total, 41, "{after:?}");
+            assert_eq!(unit, "HTTP requests");
+        }
     }
     assert!((cost - 20.0).abs() < 1e-9, "{cost} {unit}");
     s.cleanup().await;

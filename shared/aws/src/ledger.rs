@@ -1,18 +1,22 @@
-//! The ledger a deployment chose (`DLQ_LEDGER`): the DynamoDB reference ledger, or your own
-//! PostgreSQL. One value serves the consumer's commits, the replay's gate 2 and every read
+//! The ledger a deployment chose (`DLQ_LEDGER`): the DynamoDB reference ledger, your own
+//! PostgreSQL, or your general ledger's HTTP API through the claim → post → commit protocol. One value serves the consumer's commits, the replay's gate 2 and every read
 //! (`dlqctl` reconcile, stats, `audit show`, evidence export), so they always ask the same store.
 
 use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueError;
-use recon_core::config::{LedgerSettings, PostgresLocation};
+use recon_core::claim::{ClaimSettings, ClaimingLedger};
+use recon_core::config::{HttpLocation, LedgerSettings, PostgresLocation};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
-use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult};
+use recon_core::ports::{
+    DedupTable, Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult, SystemClock,
+};
+use recon_http::{HttpLedger, HttpSettings};
 use recon_postgres::{Credentials, PostgresLedger, PostgresSettings};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use crate::client::AwsClients;
-use crate::dynamodb::DynamoLedger;
+use crate::dynamodb::{DynamoDedupTable, DynamoLedger};
 use crate::error::{SdkError, store_error};
 
 /// The chosen ledger.
@@ -20,6 +24,49 @@ use crate::error::{SdkError, store_error};
 pub enum AnyLedger {
     DynamoDb(DynamoLedger),
     Postgres(Box<LazyPostgres>),
+    Http(Box<LazyHttp>),
+}
+
+/// Your general ledger's HTTP API behind the claim → post → commit protocol on the dedup table;
+/// its client made on first use (the bearer token read from its secret then).
+#[derive(Clone)]
+pub struct LazyHttp {
+    location: HttpLocation,
+    clients: AwsClients,
+    dedup: DynamoDedupTable,
+    ledger: Arc<OnceCell<Arc<ClaimingLedger<HttpLedger, DynamoDedupTable>>>>,
+}
+
+impl LazyHttp {
+    /// The claim protocol over the HTTP ledger.
+    pub async fn get(&self) -> StoreResult<&ClaimingLedger<HttpLedger, DynamoDedupTable>> {
+        let ledger = self
+            .ledger
+            .get_or_try_init(|| async {
+                let token = match &self.location.secret_arn {
+                    Some(arn) => {
+                        let [token] = secret_fields(&self.clients, arn, ["token"]).await?;
+                        Some(token)
+                    }
+                    None => None,
+                };
+                let t = self.clients.timeouts;
+                let gl = HttpLedger::new(&HttpSettings {
+                    base_url: self.location.url.clone(),
+                    token,
+                    connect_timeout: t.connect,
+                    timeout: t.attempt,
+                })?;
+                Ok::<_, StoreError>(Arc::new(ClaimingLedger::new(
+                    gl,
+                    self.dedup.clone(),
+                    ClaimSettings::default(),
+                    Arc::new(SystemClock),
+                )))
+            })
+            .await?;
+        Ok(ledger)
+    }
 }
 
 /// The PostgreSQL ledger, connected on first use: a database that is down when a function
@@ -39,7 +86,10 @@ impl LazyPostgres {
         self.ledger
             .get_or_try_init(|| async {
                 let credentials = match &self.location.secret_arn {
-                    Some(arn) => Some(credentials(&self.clients, arn).await?),
+                    Some(arn) => {
+                        let [user, password] = secret_fields(&self.clients, arn, ["username", "password"]).await?;
+                        Some(Credentials { user, password })
+                    }
                     None => None,
                 };
                 // Inside the function's time: a connection as long as one SDK attempt's
@@ -62,6 +112,12 @@ impl LazyPostgres {
 /// commits of one batch). Nothing is connected yet.
 pub fn open(clients: &AwsClients, settings: &LedgerSettings, ledger_table: &str, pool_size: usize) -> AnyLedger {
     match settings {
+        LedgerSettings::Http(location) => AnyLedger::Http(Box::new(LazyHttp {
+            location: location.clone(),
+            clients: clients.clone(),
+            dedup: DynamoDedupTable::new(clients.dynamodb.clone(), &location.dedup_table),
+            ledger: Arc::default(),
+        })),
         LedgerSettings::DynamoDb => AnyLedger::DynamoDb(DynamoLedger::new(clients.dynamodb.clone(), ledger_table)),
         LedgerSettings::Postgres(location) => AnyLedger::Postgres(Box::new(LazyPostgres {
             location: location.clone(),
@@ -72,9 +128,10 @@ pub fn open(clients: &AwsClients, settings: &LedgerSettings, ledger_table: &str,
     }
 }
 
-/// The `username` and `password` of a Secrets Manager secret (the shape RDS writes). Neither the
-/// secret's text nor a parse error quoting it reaches an error message.
-async fn credentials(clients: &AwsClients, arn: &str) -> StoreResult<Credentials> {
+/// The text `fields` of a Secrets Manager secret holding a JSON object (for PostgreSQL the
+/// `username` and `password` RDS writes). Neither the secret's text nor a parse error quoting it
+/// reaches an error message.
+async fn secret_fields<const N: usize>(clients: &AwsClients, arn: &str, fields: [&str; N]) -> StoreResult<[String; N]> {
     let out = clients
         .secrets_manager()
         .get_secret_value()
@@ -105,10 +162,11 @@ async fn credentials(clients: &AwsClients, arn: &str) -> StoreResult<Credentials
             .map(str::to_owned)
             .ok_or_else(|| unreadable(&format!("has no `{k}`")))
     };
-    Ok(Credentials {
-        user: field("username")?,
-        password: field("password")?,
-    })
+    let mut values = Vec::with_capacity(N);
+    for k in fields {
+        values.push(field(k)?);
+    }
+    values.try_into().map_err(|_| unreadable("could not be read"))
 }
 
 impl AnyLedger {
@@ -116,6 +174,7 @@ impl AnyLedger {
         match self {
             AnyLedger::DynamoDb(_) => LedgerSettings::KINDS[0],
             AnyLedger::Postgres(_) => LedgerSettings::KINDS[1],
+            AnyLedger::Http(_) => LedgerSettings::KINDS[2],
         }
     }
 
@@ -128,6 +187,7 @@ impl AnyLedger {
                 l.ledger.get().map_or(0, PostgresLedger::statements) as f64,
                 "statements",
             ),
+            AnyLedger::Http(l) => (l.ledger.get().map_or(0, |c| c.gl.requests()) as f64, "HTTP requests"),
         }
     }
 }
@@ -137,6 +197,7 @@ impl Ledger for AnyLedger {
         match self {
             AnyLedger::DynamoDb(l) => l.commit(posting).await,
             AnyLedger::Postgres(l) => l.get().await?.commit(posting).await,
+            AnyLedger::Http(l) => l.get().await?.commit(posting).await,
         }
     }
 
@@ -144,6 +205,7 @@ impl Ledger for AnyLedger {
         match self {
             AnyLedger::DynamoDb(l) => l.lookup(source_hash).await,
             AnyLedger::Postgres(l) => l.get().await?.lookup(source_hash).await,
+            AnyLedger::Http(l) => l.dedup.lookup(source_hash).await,
         }
     }
 
@@ -151,6 +213,7 @@ impl Ledger for AnyLedger {
         match self {
             AnyLedger::DynamoDb(l) => l.hand_off(hand_off).await,
             AnyLedger::Postgres(l) => l.get().await?.hand_off(hand_off).await,
+            AnyLedger::Http(l) => l.get().await?.hand_off(hand_off).await,
         }
     }
 }
@@ -160,6 +223,7 @@ impl LedgerReader for AnyLedger {
         match self {
             AnyLedger::DynamoDb(l) => LedgerReader::posting(l, source_hash).await,
             AnyLedger::Postgres(l) => LedgerReader::posting(l.get().await?, source_hash).await,
+            AnyLedger::Http(l) => l.get().await?.gl.posting(source_hash).await,
         }
     }
 
@@ -167,6 +231,7 @@ impl LedgerReader for AnyLedger {
         match self {
             AnyLedger::DynamoDb(l) => l.postings_page(scope, cursor, limit).await,
             AnyLedger::Postgres(l) => l.get().await?.postings_page(scope, cursor, limit).await,
+            AnyLedger::Http(l) => l.get().await?.gl.postings_page(scope, cursor, limit).await,
         }
     }
 
@@ -174,6 +239,8 @@ impl LedgerReader for AnyLedger {
         match self {
             AnyLedger::DynamoDb(l) => LedgerReader::hand_offs(l).await,
             AnyLedger::Postgres(l) => LedgerReader::hand_offs(l.get().await?).await,
+            // Hand-offs never reach the general ledger: the dedup table holds them.
+            AnyLedger::Http(l) => l.dedup.hand_offs().await,
         }
     }
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
-use crate::ports::{ClaimOutcome, Clock, DedupTable, ExternalLedger, Ledger, StoreError, StoreResult};
+use crate::ports::{ClaimOutcome, Clock, DedupTable, ExternalLedger, Ledger, Posted, StoreError, StoreResult};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClaimSettings {
@@ -113,17 +113,33 @@ impl<G, D: DedupTable> ClaimingLedger<G, D> {
     }
 }
 
+impl<G, D: DedupTable> ClaimingLedger<G, D> {
+    /// Drop `owner`'s claim; a claim that cannot be dropped expires with its lease.
+    async fn release(&self, source_hash: &str, owner: &str) {
+        if let Err(e) = self.dedup.release(source_hash, owner).await {
+            tracing::warn!(source_hash, error = %e, "claim not released; it expires with its lease");
+        }
+    }
+}
+
 impl<G: ExternalLedger, D: DedupTable> Ledger for ClaimingLedger<G, D> {
     async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
         let owner = self.owner_token(posting);
         if let Some(held) = self.claim_for(&posting.source_hash, &owner).await? {
             return Ok(held);
         }
-        if let Err(e) = self.gl.post(posting).await {
-            if let Err(release) = self.dedup.release(&posting.source_hash, &owner).await {
-                tracing::warn!(source_hash = %posting.source_hash, error = %release, "claim not released; it expires with its lease");
+        // Not posted (or not known to be): the claim goes, and the next delivery claims and
+        // posts again under the same idempotency key.
+        match self.gl.post(posting).await {
+            Ok(Posted::Posted) => {}
+            Ok(Posted::Refused { rule, detail }) => {
+                self.release(&posting.source_hash, &owner).await;
+                return Ok(CommitOutcome::Refused { rule, detail });
             }
-            return Err(e);
+            Err(e) => {
+                self.release(&posting.source_hash, &owner).await;
+                return Err(e);
+            }
         }
         let committed = CommittedRef {
             source_hash: posting.source_hash.clone(),

@@ -1,8 +1,11 @@
 //! `recon-harness`: the functions on the local stack. The stand-in for Lambda's SQS event-source
 //! mapping (`pump`), which `dlqctl pump` and the demo use, and a deployment of its own for each
-//! integration test (`stack`). It links the AWS SDK; the memory adapters, builders and the
+//! integration test (`stack`), the local PostgreSQL (`postgres`) and a local HTTP general ledger
+//! that fails on purpose (`http_ledger`). It links the AWS SDK; the memory adapters, builders and the
 //! simulator in `recon-testkit` do not. No Lambda function links either (a test checks it).
 
+pub mod http_ledger;
+pub mod ledgers;
 pub mod postgres;
 pub mod pump;
 pub mod stack;

@@ -13,7 +13,7 @@ use recon_aws::sqs::SqsQueue;
 use recon_aws::wiring::{self, AwsEnricher, AwsReplayer};
 use recon_aws::{AwsClients, Target};
 use recon_core::batch::BatchHandler;
-use recon_core::config::{ConsumerSettings, EnricherSettings, LedgerSettings, ReplaySettings, vars};
+use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings, vars};
 use recon_core::consume::{Consumer, ConsumerConfig};
 use recon_core::domain::{AuditRecord, CurrencyMapping, DlqEnvelope, Posting};
 use recon_core::ports::{
@@ -26,7 +26,9 @@ use std::time::{Duration, SystemTime};
 /// A DynamoDB item as the SDK holds it.
 pub type RawItem = std::collections::HashMap<String, AttributeValue>;
 
-use crate::postgres::ScratchDatabase;
+use crate::http_ledger::LocalGl;
+use crate::ledgers::TestLedger;
+pub use crate::ledgers::test_ledger_kind;
 use crate::pump::{PumpOptions, PumpStats, pump, to_event_record};
 use recon_testkit::builders::parsed;
 use recon_testkit::memory::MemoryMetrics;
@@ -56,19 +58,11 @@ pub struct TestStack {
     /// The ledger the consumer and the replay use: DynamoDB, or with `DLQ_TEST_LEDGER=postgres` a
     /// PostgreSQL database of this stack's own on the local server.
     ledger: AnyLedger,
-    /// `DLQ_LEDGER` and `DLQ_POSTGRES_URL` as this stack's functions are given them.
+    /// The ledger's variables as this stack's functions are given them.
     ledger_env: Vec<(&'static str, String)>,
-    database: Option<ScratchDatabase>,
+    /// What the ledger is made of (`None` once removed).
+    test_ledger: Option<TestLedger>,
     cleaned: bool,
-}
-
-/// The ledger kind the test stacks use: `DLQ_TEST_LEDGER` (dynamodb, the default, or postgres).
-pub fn test_ledger_kind() -> String {
-    match std::env::var("DLQ_TEST_LEDGER") {
-        Ok(k) if LedgerSettings::KINDS.contains(&k.as_str()) => k,
-        Ok(k) if !k.trim().is_empty() => panic!("DLQ_TEST_LEDGER={k:?}: one of {}", LedgerSettings::KINDS.join(", ")),
-        _ => LedgerSettings::KINDS[0].to_owned(),
-    }
 }
 
 impl TestStack {
@@ -89,7 +83,17 @@ impl TestStack {
 
     /// The URL of this stack's PostgreSQL ledger database, if it has one.
     pub fn postgres_url(&self) -> Option<&str> {
-        self.database.as_ref().map(|d| d.url.as_str())
+        self.test_ledger.as_ref().and_then(TestLedger::postgres_url)
+    }
+
+    /// This stack's local HTTP general ledger, if it has one.
+    pub fn gl(&self) -> Option<&LocalGl> {
+        self.test_ledger.as_ref().and_then(TestLedger::gl)
+    }
+
+    /// The same on the HTTP ledger, whatever `DLQ_TEST_LEDGER` says.
+    pub async fn new_http(test: &str) -> Self {
+        Self::provision(test, false, "http").await
     }
 
     async fn provision(test: &str, fifo: bool, ledger: &str) -> Self {
@@ -127,30 +131,7 @@ impl TestStack {
                 panic!("the local AWS stack is not reachable; start it with `make local-up` ({e})")
             }
         };
-        let (database, ledger_env) = if ledger == "postgres" {
-            let db = ScratchDatabase::create(&format!("it_{tag}"))
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-            // As on AWS, the user and password come from a secret (the local server trusts
-            // loopback, so the password is not checked; the user is).
-            let secret = clients
-                .secrets_manager()
-                .create_secret()
-                .name(format!("{prefix}-ledger"))
-                .secret_string(serde_json::json!({"username": "recon", "password": "local-stack"}).to_string())
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("LocalStack's Secrets Manager: {e:?}"));
-            let arn = secret.arn().unwrap_or_default().to_owned();
-            let env = vec![
-                (vars::LEDGER, "postgres".to_owned()),
-                (vars::POSTGRES_URL, db.url.clone()),
-                (vars::POSTGRES_SECRET_ARN, arn),
-            ];
-            (Some(db), env)
-        } else {
-            (None, Vec::new())
-        };
+        let (test_ledger, ledger_env) = TestLedger::provision(ledger, &clients, &stack.names, &tag).await;
         let settings = parsed(ConsumerSettings::from_lookup(
             stack.lookup(|k| test_env(k, &borrowed(&ledger_env))),
         ));
@@ -160,7 +141,7 @@ impl TestStack {
             stack,
             settings,
             ledger_env,
-            database,
+            test_ledger: Some(test_ledger),
             cleaned: false,
         }
     }
@@ -178,30 +159,8 @@ impl TestStack {
 
     /// Delete a transaction's posting, as someone with write access to the ledger could.
     pub async fn delete_posting(&self, source_hash: &str) {
-        match &self.database {
-            None => {
-                self.clients
-                    .dynamodb
-                    .delete_item()
-                    .table_name(&self.settings.ledger_table)
-                    .key(
-                        recon_core::resources::keys::LEDGER_PK,
-                        AttributeValue::S(source_hash.into()),
-                    )
-                    .send()
-                    .await
-                    .expect("DeleteItem on the ledger table");
-            }
-            Some(db) => {
-                let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-                    .await
-                    .expect("connect to the test's database");
-                tokio::spawn(connection);
-                client
-                    .execute("DELETE FROM ledger_entries WHERE source_hash = $1", &[&source_hash])
-                    .await
-                    .expect("DELETE from ledger_entries");
-            }
+        if let Some(l) = &self.test_ledger {
+            l.delete_posting(&self.clients, source_hash).await;
         }
     }
     pub fn main_queue(&self) -> SqsQueue {
@@ -405,8 +364,16 @@ impl TestStack {
         self.audit_log().scan().await.expect("scan audit")
     }
 
-    /// Put back a posting a test deleted (the ledger's own commit: nothing holds its key).
+    /// Put back a posting a test deleted.
     pub async fn restore_posting(&self, posting: &Posting) {
+        if self
+            .test_ledger
+            .as_ref()
+            .and_then(|l| l.restore_directly(posting))
+            .is_some()
+        {
+            return;
+        }
         assert_eq!(
             self.ledger.commit(posting).await.expect("restore posting"),
             recon_core::domain::CommitOutcome::Committed
@@ -416,18 +383,8 @@ impl TestStack {
     /// Remove the stack's queues and tables (the WORM bucket stays: Object Lock).
     pub async fn cleanup(mut self) {
         let _ = delete_stack(&self.clients, &self.stack).await;
-        if let Some(db) = self.database.take() {
-            db.drop().await;
-        }
-        if let Some((_, arn)) = self.ledger_env.iter().find(|(k, _)| *k == vars::POSTGRES_SECRET_ARN) {
-            let _ = self
-                .clients
-                .secrets_manager()
-                .delete_secret()
-                .secret_id(arn)
-                .force_delete_without_recovery(true)
-                .send()
-                .await;
+        if let Some(l) = self.test_ledger.take() {
+            l.remove(&self.clients).await;
         }
         self.cleaned = true;
     }
@@ -441,7 +398,7 @@ impl Drop for TestStack {
             return;
         }
         let stack = self.stack.clone();
-        let database = self.database.take();
+        let test_ledger = self.test_ledger.take();
         let cleanup = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                 return;
@@ -449,8 +406,8 @@ impl Drop for TestStack {
             rt.block_on(async {
                 let clients = AwsClients::connect(Target::local_from_env()).await;
                 let _ = delete_stack(&clients, &stack).await;
-                if let Some(db) = database {
-                    db.drop().await;
+                if let Some(l) = test_ledger {
+                    l.remove(&clients).await;
                 }
             });
         });

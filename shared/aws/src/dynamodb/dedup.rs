@@ -29,6 +29,17 @@ impl DynamoDedupTable {
             table: table.into(),
         }
     }
+
+    /// Every transaction handed to a manual journal (a scan: the general ledger knows nothing of
+    /// them, this table is where they are).
+    pub async fn hand_offs(&self) -> StoreResult<Vec<CommittedRef>> {
+        Ok(super::scan_all(&self.client, &self.table, None)
+            .await?
+            .iter()
+            .filter(|i| get_s(i, "state") == Some(COMMITTED) && i.contains_key(HAND_OFF_BY))
+            .map(committed_ref)
+            .collect())
+    }
 }
 
 fn claim_outcome_from(item: &Item) -> ClaimOutcome {

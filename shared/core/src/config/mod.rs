@@ -43,6 +43,9 @@ pub mod vars {
     pub const LEDGER: &str = "DLQ_LEDGER";
     pub const POSTGRES_URL: &str = "DLQ_POSTGRES_URL";
     pub const POSTGRES_SECRET_ARN: &str = "DLQ_POSTGRES_SECRET_ARN";
+    pub const HTTP_LEDGER_URL: &str = "DLQ_HTTP_LEDGER_URL";
+    pub const HTTP_LEDGER_SECRET_ARN: &str = "DLQ_HTTP_LEDGER_SECRET_ARN";
+    pub const DEDUP_TABLE: &str = "DLQ_DEDUP_TABLE";
 }
 
 mod rules;
@@ -219,6 +222,17 @@ pub enum LedgerSettings {
     DynamoDb,
     /// Your own PostgreSQL ledger.
     Postgres(PostgresLocation),
+    /// Your general ledger's HTTP posting API, through the claim → post → commit protocol.
+    Http(HttpLocation),
+}
+
+/// Where the HTTP ledger is, its credentials, and the dedup table of the claim protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpLocation {
+    pub url: String,
+    pub dedup_table: String,
+    /// A Secrets Manager secret whose `token` is sent as a bearer token; unset, none is sent.
+    pub secret_arn: Option<String>,
 }
 
 /// Where the PostgreSQL ledger is, and where its credentials are.
@@ -234,41 +248,63 @@ pub struct PostgresLocation {
 }
 
 impl LedgerSettings {
-    pub const KINDS: [&str; 2] = ["dynamodb", "postgres"];
+    pub const KINDS: [&str; 3] = ["dynamodb", "postgres", "http"];
 
     fn read<G: Fn(&str) -> Option<String>>(env: &Env<G>) -> Result<Self, ConfigError> {
         let kind = env.name(vars::LEDGER)?;
         let url = env.optional(vars::POSTGRES_URL)?;
         let secret_arn = env.optional(vars::POSTGRES_SECRET_ARN)?;
-        if kind != "postgres" {
-            return Ok(LedgerSettings::DynamoDb);
-        }
-        let Some(url) = url else {
-            let spec = Env::<G>::spec(vars::POSTGRES_URL)?;
-            return Err(ConfigError::Missing {
-                var: vars::POSTGRES_URL,
-                meaning: spec.meaning,
-                allowed: spec.rule.allowed(),
-            });
-        };
-        Ok(LedgerSettings::Postgres(PostgresLocation { url, secret_arn }))
+        let http_url = env.optional(vars::HTTP_LEDGER_URL)?;
+        let http_secret_arn = env.optional(vars::HTTP_LEDGER_SECRET_ARN)?;
+        let dedup_table = env.optional(vars::DEDUP_TABLE)?;
+        Ok(match kind.as_str() {
+            "postgres" => LedgerSettings::Postgres(PostgresLocation {
+                url: required(url, vars::POSTGRES_URL)?,
+                secret_arn,
+            }),
+            "http" => LedgerSettings::Http(HttpLocation {
+                url: required(http_url, vars::HTTP_LEDGER_URL)?,
+                dedup_table: required(dedup_table, vars::DEDUP_TABLE)?,
+                secret_arn: http_secret_arn,
+            }),
+            _ => LedgerSettings::DynamoDb,
+        })
     }
 
     pub fn kind(&self) -> &'static str {
         match self {
             LedgerSettings::DynamoDb => Self::KINDS[0],
             LedgerSettings::Postgres(_) => Self::KINDS[1],
+            LedgerSettings::Http(_) => Self::KINDS[2],
         }
     }
 
     fn audited(&self) -> Vec<(&'static str, String)> {
         let mut pairs = vec![(vars::LEDGER, self.kind().to_owned())];
-        if let LedgerSettings::Postgres(p) = self {
-            pairs.push((vars::POSTGRES_URL, p.url.clone()));
-            pairs.extend(p.secret_arn.clone().map(|a| (vars::POSTGRES_SECRET_ARN, a)));
+        match self {
+            LedgerSettings::DynamoDb => {}
+            LedgerSettings::Postgres(p) => {
+                pairs.push((vars::POSTGRES_URL, p.url.clone()));
+                pairs.extend(p.secret_arn.clone().map(|a| (vars::POSTGRES_SECRET_ARN, a)));
+            }
+            LedgerSettings::Http(h) => {
+                pairs.push((vars::HTTP_LEDGER_URL, h.url.clone()));
+                pairs.push((vars::DEDUP_TABLE, h.dedup_table.clone()));
+                pairs.extend(h.secret_arn.clone().map(|a| (vars::HTTP_LEDGER_SECRET_ARN, a)));
+            }
         }
         pairs
     }
+}
+
+/// A variable the chosen ledger needs, or the error naming it.
+fn required(value: Option<String>, var: &'static str) -> Result<String, ConfigError> {
+    let spec = variable(var).ok_or(ConfigError::Undocumented(var))?;
+    value.ok_or_else(|| ConfigError::Missing {
+        var,
+        meaning: spec.meaning,
+        allowed: spec.rule.allowed(),
+    })
 }
 
 /// Everything the consumer needs to run.

@@ -29,6 +29,8 @@ pub enum Rule {
     PostgresUrl,
     /// A Secrets Manager secret's ARN.
     SecretArn,
+    /// An `https://` URL (`http://` only to a loopback address).
+    HttpUrl,
 }
 
 /// The default of a variable that may stay unset (nothing is used in its place).
@@ -56,6 +58,10 @@ impl Rule {
             Rule::PostgresUrl => "postgres://<user>@<host>[:<port>]/<database>[?<options>], without a password".into(),
             Rule::SecretArn => {
                 "a Secrets Manager secret ARN (arn:<partition>:secretsmanager:<region>:<account>:secret:<name>)".into()
+            }
+            Rule::HttpUrl => {
+                "https://<host>[:<port>][/<path>] (http:// only to 127.0.0.1 or localhost), without user or query"
+                    .into()
             }
         }
     }
@@ -104,6 +110,19 @@ impl Rule {
                 }) && !value.starts_with("AWS/")
             }
             Rule::OneOf(words) => words.contains(&value),
+            Rule::HttpUrl => {
+                let (secure, rest) = match (value.strip_prefix("https://"), value.strip_prefix("http://")) {
+                    (Some(r), _) => (true, r),
+                    (None, Some(r)) => (false, r),
+                    (None, None) => return false,
+                };
+                let host = rest.split('/').next().unwrap_or_default();
+                let name = host.rsplit_once(':').map_or(host, |(h, _)| h);
+                value.bytes().all(|b| b.is_ascii_graphic())
+                    && !host.is_empty()
+                    && !rest.contains(['@', '?', '#'])
+                    && (secure || name == "127.0.0.1" || name == "localhost")
+            }
             Rule::PostgresUrl => Rule::postgres_url(value),
             Rule::SecretArn => {
                 let parts: Vec<&str> = value.splitn(7, ':').collect();
@@ -382,6 +401,24 @@ pub const VARIABLES: &[Variable] = &[
         rule: Rule::SecretArn,
         default: Some(UNSET),
         meaning: "the secret holding the PostgreSQL ledger's username and password (on AWS)",
+    },
+    Variable {
+        name: vars::HTTP_LEDGER_URL,
+        rule: Rule::HttpUrl,
+        default: Some(UNSET),
+        meaning: "the HTTP ledger's API (required when DLQ_LEDGER is http)",
+    },
+    Variable {
+        name: vars::HTTP_LEDGER_SECRET_ARN,
+        rule: Rule::SecretArn,
+        default: Some(UNSET),
+        meaning: "the secret holding the HTTP ledger's bearer token (`token`)",
+    },
+    Variable {
+        name: vars::DEDUP_TABLE,
+        rule: Rule::TableName,
+        default: Some(UNSET),
+        meaning: "the dedup table of the claim protocol (required when DLQ_LEDGER is http)",
     },
 ];
 

@@ -74,6 +74,13 @@ fn refused(rule: Rule) -> Vec<String> {
             "mysql://recon@db.internal/ledger".into(),
             "host=db.internal user=recon".into(),
         ]),
+        Rule::HttpUrl => bad.extend([
+            "http://gl.example.com/api".into(),
+            "https://user:pw@gl.example.com/api".into(),
+            "https://gl.example.com/api?token=x".into(),
+            "ftp://gl.example.com".into(),
+            "https://".into(),
+        ]),
         Rule::SecretArn => bad.extend([
             "arn:aws:secretsmanager:eu-west-1:123456789012:secret:".into(),
             "arn:aws:ssm:eu-west-1:123456789012:parameter/ledger".into(),

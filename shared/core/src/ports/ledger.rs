@@ -155,7 +155,16 @@ impl<T: LedgerReader> LedgerReader for Arc<T> {
 /// idempotent on `posting.source_hash` (the GL's idempotency key): a claim whose lease expired
 /// mid-post can be taken over, and the GL is then the last line against a double posting.
 pub trait ExternalLedger: Send + Sync {
-    fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<()>> + Send;
+    fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<Posted>> + Send;
+}
+
+/// What a general ledger answered a post.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Posted {
+    /// Posted now, or before under the same idempotency key.
+    Posted,
+    /// Refused by a rule of the GL's own (it would refuse it again): poison, `LEDGER_REFUSED:<rule>`.
+    Refused { rule: String, detail: String },
 }
 
 /// The state of a `source_hash` in the dedup table.

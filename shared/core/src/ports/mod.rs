@@ -20,8 +20,8 @@ pub use audit::AuditLog;
 pub use clock::{Clock, Deadline, SystemClock, lambda_deadline};
 pub use envelopes::{AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, SweepCursors, all_envelopes};
 pub use ledger::{
-    ClaimOutcome, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, PostingPage, READ_PAGE, read_postings,
-    tally_postings,
+    ClaimOutcome, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, READ_PAGE,
+    read_postings, tally_postings,
 };
 pub use metrics::{Metric, Metrics};
 pub use queues::{DeadLetterQueue, OutgoingMessage, ReplayQueue, WorkQueue, batches, dead_letter_message, is_binary};

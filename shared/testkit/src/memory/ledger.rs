@@ -4,7 +4,8 @@
 use chrono::{DateTime, Utc};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
 use recon_core::ports::{
-    ClaimOutcome, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult,
+    ClaimOutcome, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, StoreError,
+    StoreResult,
 };
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -205,7 +206,7 @@ impl MemoryGeneralLedger {
 }
 
 impl ExternalLedger for MemoryGeneralLedger {
-    async fn post(&self, posting: &Posting) -> StoreResult<()> {
+    async fn post(&self, posting: &Posting) -> StoreResult<Posted> {
         if self.failing.load(Ordering::SeqCst) {
             return Err(StoreError::new(
                 TransientKind::ServiceUnavailable,
@@ -213,6 +214,6 @@ impl ExternalLedger for MemoryGeneralLedger {
             ));
         }
         *lock(&self.posts).entry(posting.source_hash.clone()).or_default() += 1;
-        Ok(())
+        Ok(Posted::Posted)
     }
 }

@@ -1,0 +1,112 @@
+//! Your general ledger behind an HTTP posting API (`recon-http`), through the claim → post →
+//! commit protocol on the dedup table, against a local GL that honours `Idempotency-Key` and
+//! fails on purpose — after applying a posting too, so the client never learns it was applied.
+//! The proof that nothing is posted twice is the GL's own count of what it applied per key.
+
+use recon_core::domain::TransientKind;
+use recon_core::ports::{ExternalLedger, Ledger};
+use recon_harness::http_ledger::{GlFault, LocalGl};
+use recon_harness::stack::TestStack;
+use recon_http::{HttpLedger, HttpSettings};
+use recon_testkit::builders::tx;
+use recon_testkit::conformance::{ledger_keeps_each_transaction_once, ledger_reads_by_period, posting};
+use std::time::Duration;
+
+#[tokio::test]
+async fn the_http_ledger_keeps_each_transaction_once_and_reads_by_period() {
+    let s = TestStack::new_http("http-conf").await;
+    ledger_keeps_each_transaction_once(&s.ledger(), "http").await;
+    ledger_reads_by_period(&s.ledger(), "http").await;
+    let gl = s.gl().unwrap();
+    assert!(gl.applied_twice().is_empty(), "{:?}", gl.applied_twice());
+    s.cleanup().await;
+}
+
+/// Failures before and after the GL applied a posting (an error, a dropped connection): every
+/// message is retried within its budget, and every transaction is applied exactly once — the
+/// retry's post carries the same key, which the GL answers with what it applied before.
+#[tokio::test]
+async fn a_gl_failing_after_applying_never_posts_twice() {
+    let s = TestStack::new_http("http-fault").await;
+    let gl = s.gl().unwrap();
+    gl.inject(&[
+        GlFault::DropAfterApply,
+        GlFault::ErrorAfterApply,
+        GlFault::Unavailable,
+        GlFault::DropAfterApply,
+        GlFault::ErrorAfterApply,
+        GlFault::DropAfterApply,
+        GlFault::Unavailable,
+        GlFault::ErrorAfterApply,
+    ]);
+    let valid: Vec<String> = (1..=20).map(|n| tx(n).to_body().unwrap()).collect();
+    // The same transactions again, as other messages: duplicates.
+    let mut bodies = valid.clone();
+    bodies.extend(valid.iter().take(5).cloned());
+    s.send(&bodies).await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let stats = s.pump(&consumer).await;
+    assert_eq!(stats.outcomes.get("COMMITTED"), Some(&20), "{stats:?}");
+    assert_eq!(stats.outcomes.get("DUPLICATE_SUPPRESSED"), Some(&5), "{stats:?}");
+    assert!(
+        stats.outcomes.get("RETRY_SCHEDULED").copied().unwrap_or(0) >= 8,
+        "every fault made a retry: {stats:?}"
+    );
+    assert!(s.dlq_messages().await.is_empty(), "nothing dead-lettered");
+    assert!(gl.applied_twice().is_empty(), "{:?}", gl.applied_twice());
+    assert_eq!(gl.len(), 20);
+    for n in 1..=20 {
+        assert_eq!(gl.applied(&tx(n).compute_hash().unwrap()), 1, "tx {n}");
+    }
+    assert!(gl.posts() > 20, "the retries posted again: {}", gl.posts());
+    assert_eq!(s.postings().await.len(), 20, "read back from the GL");
+    s.cleanup().await;
+}
+
+/// A posting the GL refuses by a rule of its own (`422`) is poison, `LEDGER_REFUSED:HTTP422:<rule>`,
+/// dead-lettered at its first receive; its claim is released, nothing applied.
+#[tokio::test]
+async fn a_posting_the_gl_refuses_is_poison_with_its_rule() {
+    let s = TestStack::new_http("http-refuse").await;
+    let gl = s.gl().unwrap();
+    gl.refuse_counterparty("Blocked Corp");
+    let mut blocked = tx(3);
+    blocked.counterparty = "Blocked Corp".into();
+    s.send(&[tx(1).to_body().unwrap(), blocked.to_body().unwrap()]).await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let stats = s.pump(&consumer).await;
+    assert_eq!(stats.received, 2, "no retries: {stats:?}");
+    s.pump_dlq(&s.enricher(10_000)).await;
+    let envelopes = s.envelopes().await;
+    assert_eq!(envelopes.len(), 1);
+    assert_eq!(envelopes[0].root_cause, "LEDGER_REFUSED:HTTP422:blocked_counterparty");
+    assert_eq!(gl.len(), 1);
+    assert_eq!(
+        s.ledger().lookup(&blocked.compute_hash().unwrap()).await.unwrap(),
+        None,
+        "the claim was released"
+    );
+    s.cleanup().await;
+}
+
+/// Without its bearer token the GL answers 401: a transient failure blamed on the deployment
+/// (infrastructure), never on the message; a GL that is not there is a network failure.
+#[tokio::test]
+async fn credentials_refused_and_a_gl_that_is_not_there_are_transient() {
+    let gl = LocalGl::start().await.unwrap();
+    gl.require_token("right");
+    let settings = |url: &str, token: &str| HttpSettings {
+        base_url: url.to_owned(),
+        token: Some(token.to_owned()),
+        connect_timeout: Duration::from_millis(500),
+        timeout: Duration::from_secs(2),
+    };
+    let p = posting("http-auth", 1, "sqs-1");
+    let wrong = HttpLedger::new(&settings(&gl.url, "wrong")).unwrap();
+    assert_eq!(wrong.post(&p).await.unwrap_err().kind, TransientKind::Infrastructure);
+    assert!(gl.is_empty());
+    let right = HttpLedger::new(&settings(&gl.url, "right")).unwrap();
+    assert_eq!(right.post(&p).await.unwrap(), recon_core::ports::Posted::Posted);
+    let gone = HttpLedger::new(&settings("http://127.0.0.1:1", "right")).unwrap();
+    assert_eq!(gone.post(&p).await.unwrap_err().kind, TransientKind::Network);
+}
