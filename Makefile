@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 
-.PHONY: demo test test-postgres watch deploy-code bench-ledgers local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
+.PHONY: demo test test-ledgers watch deploy-code bench-ledgers local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -16,16 +16,19 @@ TOOLS = .local-aws/tools-venv/bin
 test: local-stack tools
 	$(CARGO) fmt --all -- --check
 	$(CARGO) test --workspace --no-fail-fast
-	$(MAKE) --no-print-directory test-postgres
+	$(MAKE) --no-print-directory test-ledgers
 	$(MAKE) --no-print-directory simulate-ci
 	$(MAKE) --no-print-directory fuzz-ci
 	$(MAKE) --no-print-directory infra-check
 	infra/smoke.sh
 
-## test-postgres: the suites about posting (consume, replay, reconcile and audit, enrich, FIFO)
-## again with the PostgreSQL ledger, and the demo's identity on it
-test-postgres: local-stack
-	DLQ_TEST_LEDGER=postgres $(CARGO) test -p integration-tests --no-fail-fast --test consume --test replay --test audit --test enrich --test fifo --test iam
+## test-ledgers: the suites about posting (consume, replay, reconcile and audit, least privilege;
+## FIFO on PostgreSQL) again on your PostgreSQL and on an HTTP general ledger, and the demo's
+## identity on PostgreSQL
+POSTING_SUITES := --test consume --test replay --test audit --test iam
+test-ledgers: local-stack
+	DLQ_TEST_LEDGER=postgres $(CARGO) test -p integration-tests --no-fail-fast $(POSTING_SUITES) --test fifo
+	DLQ_TEST_LEDGER=http $(CARGO) test -p integration-tests --no-fail-fast $(POSTING_SUITES)
 	$(DLQCTL) --ledger postgres demo
 
 SIMULATE := $(CARGO) run --release --quiet -p recon-testkit --bin simulate --

@@ -85,7 +85,14 @@ pub fn from_outputs(output: impl Fn(&str) -> Option<String>) -> Result<Deployed,
         envelope_table: get(outputs::ENVELOPE_TABLE, Rule::TableName)?,
         reference_table: get(outputs::REFERENCE_TABLE, Rule::TableName)?,
         audit_table: get(outputs::AUDIT_TABLE, Rule::TableName)?,
-        dedup_table: get(outputs::DEDUP_TABLE, Rule::TableName)?,
+        // Only a deployment with the claim protocol (an HTTP ledger) has a dedup table; otherwise
+        // the name it would have, which nothing uses.
+        dedup_table: match output(outputs::DEDUP_TABLE) {
+            Some(_) => get(outputs::DEDUP_TABLE, Rule::TableName)?,
+            None => {
+                ResourceNames::derive(&get(outputs::STACK_PREFIX, Rule::Prefix)?, "000000000000", "none").dedup_table
+            }
+        },
         quarantine_bucket: get(outputs::QUARANTINE_BUCKET, Rule::BucketName)?,
         account: get(outputs::QUARANTINE_BUCKET_OWNER, Rule::AccountId)?,
         sweep_schedule: get(outputs::SWEEP_SCHEDULE, Rule::ScheduleName)?,
@@ -261,6 +268,12 @@ fn ledger_env_spec() -> serde_json::Map<String, serde_json::Value> {
             vars::POSTGRES_SECRET_ARN,
             when("HasPostgresSecret", "PostgresSecretArn"),
         ),
+        (vars::HTTP_LEDGER_URL, when("UseClaimProtocol", "HttpLedgerUrl")),
+        (
+            vars::HTTP_LEDGER_SECRET_ARN,
+            when("HasHttpSecret", "HttpLedgerSecretArn"),
+        ),
+        (vars::DEDUP_TABLE, when("UseClaimProtocol", "DedupTable")),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -348,6 +361,36 @@ pub fn spec_json() -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
+    /// A stack without the claim protocol has no dedup table and no such output: its names
+    /// still read (the dedup table's is the one it would have, which nothing uses).
+    #[test]
+    fn a_stack_without_a_dedup_table_reads() {
+        use super::outputs;
+        let names = recon_core::resources::ResourceNames::derive("acme", "123456789012", "eu-west-1");
+        let url = |q: &str| format!("https://sqs.eu-west-1.amazonaws.com/123456789012/{q}");
+        let all = [
+            (outputs::STACK_PREFIX, names.prefix.clone()),
+            (outputs::MAIN_QUEUE_URL, url(&names.main_queue)),
+            (outputs::DEAD_LETTER_QUEUE_URL, url(&names.dead_letter_queue)),
+            (outputs::LEDGER_TABLE, names.ledger_table.clone()),
+            (outputs::ENVELOPE_TABLE, names.envelope_table.clone()),
+            (outputs::REFERENCE_TABLE, names.reference_table.clone()),
+            (outputs::AUDIT_TABLE, names.audit_table.clone()),
+            (outputs::QUARANTINE_BUCKET, names.quarantine_bucket.clone()),
+            (outputs::QUARANTINE_BUCKET_OWNER, names.account.clone()),
+            (outputs::SWEEP_SCHEDULE, names.sweep_schedule.clone()),
+            (outputs::SEAL_SCHEDULE, names.seal_schedule.clone()),
+        ];
+        let read = super::from_outputs(|k| all.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
+        assert_eq!(read.names, names);
+        let without_audit = super::from_outputs(|k| {
+            all.iter()
+                .find(|(n, _)| *n == k && *n != outputs::AUDIT_TABLE)
+                .map(|(_, v)| v.clone())
+        });
+        assert!(without_audit.is_err(), "every other output is required");
+    }
+
     #[test]
     fn the_head_keys_the_roles_are_limited_to_are_the_audit_tables_heads() {
         let pattern = super::iam::HEAD_KEYS;

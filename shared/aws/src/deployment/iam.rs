@@ -39,6 +39,10 @@ pub enum When {
     UsePostgres,
     /// `LedgerKind` postgres with a credentials secret.
     HasPostgresSecret,
+    /// `LedgerKind` http: the claim protocol on the dedup table.
+    UseClaimProtocol,
+    /// `LedgerKind` http with a token secret.
+    HasHttpSecret,
 }
 
 impl When {
@@ -50,6 +54,8 @@ impl When {
             (When::UseDynamoLedger, LedgerSettings::DynamoDb) => true,
             (When::UsePostgres, LedgerSettings::Postgres(_)) => true,
             (When::HasPostgresSecret, LedgerSettings::Postgres(p)) => p.secret_arn.is_some(),
+            (When::UseClaimProtocol, LedgerSettings::Http(_)) => true,
+            (When::HasHttpSecret, LedgerSettings::Http(h)) => h.secret_arn.is_some(),
             _ => false,
         }
     }
@@ -105,6 +111,12 @@ const VPC: [Grant; 2] = [
     ),
 ];
 
+/// The HTTP ledger's bearer token.
+const HTTP_TOKEN: Grant = on(
+    When::HasHttpSecret,
+    g("HttpLedgerSecretArn", &["secretsmanager:GetSecretValue"], Code),
+);
+
 /// The audit table as the append protocol uses it: read anything; put records (and the
 /// trail and configuration pointers) but never a chain's head; move a head only by updating
 /// its `seq` and `hash`. IAM cannot stop a put from overwriting a record (it has no condition
@@ -153,6 +165,17 @@ pub const CONSUMER: &[Grant] = &[
     on(When::UseDynamoLedger, g("LedgerTable", &["dynamodb:PutItem"], Code)),
     VPC[0],
     VPC[1],
+    // The claim protocol: claim (a conditional put), commit (a conditional update), release
+    // after a failed post (a conditional delete).
+    on(
+        When::UseClaimProtocol,
+        g(
+            "DedupTable",
+            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"],
+            Code,
+        ),
+    ),
+    HTTP_TOKEN,
     g("ReferenceTable", &["dynamodb:Scan"], Code),
     AUDIT[0],
     AUDIT[1],
@@ -216,6 +239,17 @@ pub const REPLAY: &[Grant] = &[
     ),
     VPC[0],
     VPC[1],
+    // Gate 2 reads the dedup table; a hand-off claims and commits there (it never posts, so
+    // never releases).
+    on(
+        When::UseClaimProtocol,
+        g(
+            "DedupTable",
+            &["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+            Code,
+        ),
+    ),
+    HTTP_TOKEN,
     g("ReferenceTable", &["dynamodb:Scan"], Code),
     AUDIT[0],
     AUDIT[1],

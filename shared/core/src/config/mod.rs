@@ -70,6 +70,7 @@ pub fn environment(
         (vars::QUARANTINE_BUCKET_OWNER, names.account.clone()),
         (vars::SWEEP_SCHEDULE, names.sweep_schedule.clone()),
         (vars::SEAL_SCHEDULE, names.seal_schedule.clone()),
+        (vars::DEDUP_TABLE, names.dedup_table.clone()),
     ]
 }
 
