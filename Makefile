@@ -128,7 +128,8 @@ bench: .local-aws/bench-venv/.ok
 	.local-aws/bench-venv/bin/python bench/python_baseline.py
 
 ## bench-ledgers: cost per committed message on each ledger, side by side on the local stack
-## (DynamoDB Local, PostgreSQL): messages/s, ms and requests or statements per message
+## (DynamoDB Local, an HTTP GL with its dedup table, PostgreSQL): messages/s, ms and requests or
+## statements per message
 bench-ledgers: local-stack
 	$(CARGO) run --release --quiet -p recon-harness --bin ledger-cost -- --count $(or $(COUNT_LEDGER),2000)
 

@@ -76,7 +76,7 @@ async fn main() {
     );
 
     let s = TestStack::new("bench-ledger").await;
-    let dynamo = s.ledger();
+    let dynamo = s.dynamo_ledger();
     let before = s.clients.requests.total("dynamodb");
     let first = round(&dynamo, "dynamo", "sqs", count, concurrency).await;
     let mid = s.clients.requests.total("dynamodb");
@@ -90,6 +90,20 @@ async fn main() {
         s.clients.requests.total("dynamodb") - mid,
         "requests",
     );
+    s.cleanup().await;
+
+    // Your GL's HTTP API (the local one, on loopback) behind the claim protocol on DynamoDB
+    // Local: per new posting a claim, a post and a commit.
+    let s = TestStack::new_http("bench-http").await;
+    let http = s.ledger();
+    let calls = || s.clients.requests.total("dynamodb") + s.gl().map_or(0, |gl| gl.posts());
+    let before = calls();
+    let first = round(&http, "http", "sqs", count, concurrency).await;
+    let mid = calls();
+    let label = "HTTP GL + dedup table";
+    line(label, "new", &first, count, mid - before, "requests");
+    let again = round(&http, "http", "dup", count, concurrency).await;
+    line(label, "duplicates", &again, count, calls() - mid, "requests");
     s.cleanup().await;
 
     let setup = async {
