@@ -153,6 +153,12 @@ def check(tpl, spec):
     expect("SealEveryRecords default", params.get("SealEveryRecords", {}).get("Default"), spec["seal_schedule"]["every_records_default"])
     expect("LedgerKind values", params.get("LedgerKind", {}).get("AllowedValues"), spec["ledger_kinds"])
     expect("LedgerKind default", params.get("LedgerKind", {}).get("Default"), spec["ledger_kinds"][0])
+    conditions = tpl.get("Conditions", {})
+    for name, kind in sorted(spec["ledger_conditions"].items()):
+        expect(f"condition {name}", conditions.get(name), {"Fn::Equals": [{"Ref": "LedgerKind"}, kind]})
+    for name, kind_condition, param in [("HasPostgresSecret", "UsePostgres", "PostgresSecretArn"), ("HasHttpSecret", "UseClaimProtocol", "HttpLedgerSecretArn")]:
+        expect(f"condition {name}", conditions.get(name),
+               {"Fn::And": [{"Condition": kind_condition}, {"Fn::Not": [{"Fn::Equals": [{"Ref": param}, ""]}]}]})
 
     for role, grants in spec["iam"].items():
         props = res.get(role, {}).get("Properties")
@@ -451,6 +457,8 @@ def mutations(tpl):
         mutate(lambda t: res(t)["ConsumerDynamoLedgerPolicy"].__setitem__("Condition", "UsePostgres"), "the ledger table granted to the PostgreSQL deployment"),
         mutate(lambda t: res(t)["PostgresLedgerSecretPolicy"].pop("Condition"), "the secret granted to every deployment"),
         mutate(lambda t: res(t)["PostgresLedgerNetworkPolicy"]["Properties"]["Roles"].append({"Ref": "EnricherRole"}), "the enricher in your subnets"),
+        mutate(lambda t: t["Conditions"].__setitem__("UseDynamoLedger", {"Fn::Not": [{"Condition": "UsePostgres"}]}), "the DynamoDB ledger's grants on HTTP deployments too"),
+        mutate(lambda t: t["Conditions"]["HasHttpSecret"]["Fn::And"].pop(0), "the token's grant without the HTTP ledger"),
         mutate(lambda t: res(t)["ReplayFunction"]["Properties"]["Environment"]["Variables"].pop("DLQ_LEDGER"), "the replay's gate 2 left on the default ledger"),
         mutate(lambda t: t["Parameters"]["LedgerKind"]["AllowedValues"].append("oracle"), "a ledger kind the code does not have"),
     ]

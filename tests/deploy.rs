@@ -71,6 +71,7 @@ fn outputs_of(s: &TestStack) -> Vec<(&'static str, String)> {
         (outputs::QUARANTINE_BUCKET_OWNER, n.account.clone()),
         (outputs::SWEEP_SCHEDULE, n.sweep_schedule.clone()),
         (outputs::SEAL_SCHEDULE, n.seal_schedule.clone()),
+        (outputs::LEDGER_KIND, "dynamodb".into()),
     ]
 }
 
@@ -108,6 +109,11 @@ async fn dlqctl_reads_every_name_from_the_stacks_outputs() {
     }
     let out = dlqctl(&["--stack", &cfn_stack, "audit", "verify"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The ledger is the stack's too: a shell that says otherwise is refused, not followed.
+    let out = dlqctl(&["--stack", &cfn_stack, "--ledger", "postgres", "stats"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("commits to the dynamodb ledger"), "{said}");
 
     // A CloudFormation stack is updated with its template, never by setup.
     let out = dlqctl(&["--stack", &cfn_stack, "setup"]);

@@ -1,7 +1,10 @@
 //! Your general ledger behind an HTTP posting API (`recon-http`), through the claim → post →
-//! commit protocol on the dedup table, against a local GL that honours `Idempotency-Key` and
-//! fails on purpose — after applying a posting too, so the client never learns it was applied.
-//! The proof that nothing is posted twice is the GL's own count of what it applied per key.
+//! commit protocol on the dedup table, against a local GL that honours `Idempotency-Key` as a
+//! strict ERP does (a key reused with another body is refused) and fails on purpose — after
+//! applying a posting too, so the client never learns it was applied. The GL applies a key at
+//! most once by construction; what these tests prove is the client's side: that a post whose
+//! answer was lost is sent again with the same key and the same body (answered from the key, not
+//! refused), that it then commits, and that nothing is handed to a manual journal beside it.
 
 use recon_core::domain::TransientKind;
 use recon_core::ports::{ExternalLedger, Ledger};
@@ -58,7 +61,7 @@ async fn a_gl_failing_after_applying_never_posts_twice() {
     for n in 1..=20 {
         assert_eq!(gl.applied(&tx(n).compute_hash().unwrap()), 1, "tx {n}");
     }
-    assert!(gl.posts() > 20, "the retries posted again: {}", gl.posts());
+    assert!(gl.replays() >= 5, "posts whose answer was lost were sent again and answered from their key: {}", gl.replays());
     assert_eq!(s.postings().await.len(), 20, "read back from the GL");
     s.cleanup().await;
 }
@@ -109,4 +112,38 @@ async fn credentials_refused_and_a_gl_that_is_not_there_are_transient() {
     assert_eq!(right.post(&p).await.unwrap(), recon_core::ports::Posted::Posted);
     let gone = HttpLedger::new(&settings("http://127.0.0.1:1", "right")).unwrap();
     assert_eq!(gone.post(&p).await.unwrap_err().kind, TransientKind::Network);
+}
+
+/// A post applied by the GL whose answer was lost leaves no mark in the dedup table. Gate 2 and
+/// a hand-off to a manual journal still see it: they ask the GL, and no journal is booked by hand
+/// beside the posting.
+#[tokio::test]
+async fn a_posting_whose_answer_was_lost_is_seen_by_gate_2_and_never_handed_off() {
+    use recon_core::domain::{CommitOutcome, HandOff};
+    let s = TestStack::new_http("http-lost").await;
+    let gl = s.gl().unwrap();
+    let ledger = s.ledger();
+    let p = posting("http-lost", 1, "sqs-1");
+    gl.inject(&[GlFault::DropAfterApply]);
+    assert!(ledger.commit(&p).await.is_err(), "the answer was lost");
+    assert_eq!(gl.applied(&p.source_hash), 1);
+    let seen = ledger.lookup(&p.source_hash).await.unwrap().expect("gate 2 sees the GL's posting");
+    assert_eq!(seen.sqs_message_id, "sqs-1");
+    let hand_off = HandOff {
+        source_hash: p.source_hash.clone(),
+        envelope_id: "env_lost".into(),
+        replay_id: "rp-lost".into(),
+        handed_off_at: p.committed_at,
+    };
+    match ledger.hand_off(&hand_off).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => assert!(!r.handed_off_by("env_lost"), "{r:?}"),
+        other => panic!("handed off beside a posting: {other:?}"),
+    }
+    // The dedup table now says committed: the next delivery is a duplicate, posted nowhere.
+    match ledger.commit(&posting("http-lost", 1, "sqs-2")).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => assert!(r.manual_journal.is_none(), "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(gl.applied(&p.source_hash), 1);
+    s.cleanup().await;
 }

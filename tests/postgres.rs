@@ -79,7 +79,7 @@ async fn migrations_run_once_and_a_second_connect_changes_nothing() {
         .unwrap()
         .get(0);
     assert_eq!(usize::try_from(applied).unwrap(), PostgresLedger::migrations());
-    assert!(PostgresLedger::migrations() >= 2);
+    assert!(PostgresLedger::migrations() >= 1);
     db.drop().await;
 }
 

@@ -37,6 +37,16 @@ pub async fn names(clients: &AwsClients, stack: Option<&str>, prefix: &str) -> R
         let deployed = recon_aws::deployment::read_stack(clients, stack)
             .await
             .map_err(|e| anyhow::anyhow!(e))?;
+        // The ledger too is the stack's: gate 2, reconcile and the rest ask the ledger its
+        // functions commit to, whatever the shell says.
+        for (var, value) in &deployed.ledger {
+            if *var == recon_core::config::vars::LEDGER
+                && let Some(said) = given(var).filter(|k| k != value)
+            {
+                anyhow::bail!("stack {stack} commits to the {value} ledger; --ledger (or DLQ_LEDGER) says {said}");
+            }
+            set(var, value);
+        }
         return Ok(deployed.names);
     }
     recon_aws::identity::derived_names(clients, prefix)

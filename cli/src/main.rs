@@ -40,8 +40,9 @@ struct Cli {
     /// Prefix of every resource name, when no --stack names them.
     #[arg(long, global = true, env = "DLQ_STACK_PREFIX", default_value = resources::DEFAULT_PREFIX)]
     prefix: String,
-    /// The ledger the deployment commits to: dynamodb (ours) or postgres (yours, at
-    /// DLQ_POSTGRES_URL). The demo's postgres ledger is a database of its own on the local server.
+    /// The ledger the deployment commits to: dynamodb (ours), postgres (yours, at
+    /// DLQ_POSTGRES_URL) or http (your GL's API at DLQ_HTTP_LEDGER_URL). Under --stack the stack
+    /// says. The demo's postgres ledger is a database of its own on the local server.
     #[arg(long, global = true, env = "DLQ_LEDGER", value_parser = recon_core::config::LedgerSettings::KINDS)]
     ledger: Option<String>,
     #[command(subcommand)]

@@ -51,20 +51,30 @@ pub mod outputs {
     pub const QUARANTINE_BUCKET_OWNER: &str = "QuarantineBucketOwner";
     pub const SWEEP_SCHEDULE: &str = "SweepSchedule";
     pub const SEAL_SCHEDULE: &str = "SealSchedule";
+    /// The ledger the deployment commits to, and where it is (each only on the deployments of
+    /// its kind).
+    pub const LEDGER_KIND: &str = "LedgerKind";
+    pub const POSTGRES_URL: &str = "PostgresUrl";
+    pub const POSTGRES_SECRET_ARN: &str = "PostgresSecretArn";
+    pub const HTTP_LEDGER_URL: &str = "HttpLedgerUrl";
+    pub const HTTP_LEDGER_SECRET_ARN: &str = "HttpLedgerSecretArn";
 }
 
-/// A deployment as its stack's outputs name it: the names, and the queues' URLs.
+/// A deployment as its stack's outputs name it: the names, the queues' URLs, and the ledger.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Deployed {
     pub names: ResourceNames,
     pub main_queue_url: String,
     pub dlq_url: String,
+    /// The ledger's variables as the stack gives them to its functions (`DLQ_LEDGER` and, on
+    /// the kinds that have them, its URL, secret and dedup table).
+    pub ledger: Vec<(&'static str, String)>,
 }
 
 /// Read a deployment from its stack's outputs (`output` looks one up by key). Every output is
 /// checked with the rule the functions apply to the same value; the error names the output.
 pub fn from_outputs(output: impl Fn(&str) -> Option<String>) -> Result<Deployed, String> {
-    use recon_core::config::Rule;
+    use recon_core::config::{Rule, vars};
     let get = |key: &str, rule: Rule| -> Result<String, String> {
         match output(key) {
             None => Err(format!(
@@ -98,10 +108,33 @@ pub fn from_outputs(output: impl Fn(&str) -> Option<String>) -> Result<Deployed,
         sweep_schedule: get(outputs::SWEEP_SCHEDULE, Rule::ScheduleName)?,
         seal_schedule: get(outputs::SEAL_SCHEDULE, Rule::ScheduleName)?,
     };
+    let mut ledger = vec![(
+        recon_core::config::vars::LEDGER,
+        get(
+            outputs::LEDGER_KIND,
+            Rule::OneOf(&recon_core::config::LedgerSettings::KINDS),
+        )?,
+    )];
+    for (key, var, rule) in [
+        (outputs::POSTGRES_URL, vars::POSTGRES_URL, Rule::PostgresUrl),
+        (outputs::POSTGRES_SECRET_ARN, vars::POSTGRES_SECRET_ARN, Rule::SecretArn),
+        (outputs::HTTP_LEDGER_URL, vars::HTTP_LEDGER_URL, Rule::HttpUrl),
+        (
+            outputs::HTTP_LEDGER_SECRET_ARN,
+            vars::HTTP_LEDGER_SECRET_ARN,
+            Rule::SecretArn,
+        ),
+        (outputs::DEDUP_TABLE, vars::DEDUP_TABLE, Rule::TableName),
+    ] {
+        if output(key).is_some() {
+            ledger.push((var, get(key, rule)?));
+        }
+    }
     Ok(Deployed {
         names,
         main_queue_url,
         dlq_url,
+        ledger,
     })
 }
 
@@ -188,6 +221,11 @@ fn outputs_spec() -> serde_json::Map<String, serde_json::Value> {
         ),
         (outputs::SWEEP_SCHEDULE, template_value(vars::SWEEP_SCHEDULE)),
         (outputs::SEAL_SCHEDULE, template_value(vars::SEAL_SCHEDULE)),
+        (outputs::LEDGER_KIND, r("LedgerKind")),
+        (outputs::POSTGRES_URL, r("PostgresUrl")),
+        (outputs::POSTGRES_SECRET_ARN, r("PostgresSecretArn")),
+        (outputs::HTTP_LEDGER_URL, r("HttpLedgerUrl")),
+        (outputs::HTTP_LEDGER_SECRET_ARN, r("HttpLedgerSecretArn")),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -346,6 +384,9 @@ pub fn spec_json() -> serde_json::Value {
         "outputs": outputs_spec(),
         "function_env": function_env_spec(),
         "ledger_kinds": recon_core::config::LedgerSettings::KINDS,
+        // The condition each ledger kind's grants stand under (deployment/iam.rs), and the kind
+        // it must mean.
+        "ledger_conditions": {"UseDynamoLedger": "dynamodb", "UsePostgres": "postgres", "UseClaimProtocol": "http"},
         "max_prefix_len": recon_core::config::MAX_PREFIX_LEN,
         "variables": recon_core::config::VARIABLES.iter().map(|v| v.name).collect::<Vec<_>>(),
         "whole_ranges": recon_core::config::VARIABLES
@@ -380,9 +421,11 @@ mod tests {
             (outputs::QUARANTINE_BUCKET_OWNER, names.account.clone()),
             (outputs::SWEEP_SCHEDULE, names.sweep_schedule.clone()),
             (outputs::SEAL_SCHEDULE, names.seal_schedule.clone()),
+            (outputs::LEDGER_KIND, "dynamodb".into()),
         ];
         let read = super::from_outputs(|k| all.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())).unwrap();
         assert_eq!(read.names, names);
+        assert_eq!(read.ledger, [(recon_core::config::vars::LEDGER, "dynamodb".to_owned())]);
         let without_audit = super::from_outputs(|k| {
             all.iter()
                 .find(|(n, _)| *n == k && *n != outputs::AUDIT_TABLE)

@@ -6,9 +6,7 @@ use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueError;
 use recon_core::claim::{ClaimSettings, ClaimingLedger};
 use recon_core::config::{HttpLocation, LedgerSettings, PostgresLocation};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
-use recon_core::ports::{
-    DedupTable, Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult, SystemClock,
-};
+use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult, SystemClock};
 use recon_http::{HttpLedger, HttpSettings};
 use recon_postgres::{Credentials, PostgresLedger, PostgresSettings};
 use std::sync::Arc;
@@ -57,10 +55,19 @@ impl LazyHttp {
                     connect_timeout: t.connect,
                     timeout: t.attempt,
                 })?;
+                // The dedup marks outlive the longest replay window any deployment may set: a
+                // replay never finds a transaction's mark expired.
+                let claims = ClaimSettings {
+                    ttl: chrono::Duration::days(longest_replay_window_days() + 35),
+                    ..ClaimSettings::default()
+                };
+                claims
+                    .validate(chrono::Duration::days(longest_replay_window_days()))
+                    .map_err(|e| StoreError::new(TransientKind::Infrastructure, e))?;
                 Ok::<_, StoreError>(Arc::new(ClaimingLedger::new(
                     gl,
                     self.dedup.clone(),
-                    ClaimSettings::default(),
+                    claims,
                     Arc::new(SystemClock),
                 )))
             })
@@ -108,6 +115,15 @@ impl LazyPostgres {
     }
 }
 
+/// The longest replay window the configuration allows (`DLQ_REPLAY_WINDOW_DAYS`'s rule).
+fn longest_replay_window_days() -> i64 {
+    use recon_core::config::{Rule, variable, vars};
+    match variable(vars::REPLAY_WINDOW_DAYS).map(|v| v.rule) {
+        Some(Rule::Whole { max, .. }) => i64::try_from(max).unwrap_or(36_500),
+        _ => 36_500,
+    }
+}
+
 /// The ledger `settings` choose; `pool_size` bounds the PostgreSQL connections (the concurrent
 /// commits of one batch). Nothing is connected yet.
 pub fn open(clients: &AwsClients, settings: &LedgerSettings, ledger_table: &str, pool_size: usize) -> AnyLedger {
@@ -142,7 +158,7 @@ async fn secret_fields<const N: usize>(clients: &AwsClients, arn: &str, fields: 
             SdkError::ServiceError(s) if matches!(s.err(), GetSecretValueError::ResourceNotFoundException(_)) => {
                 StoreError::new(
                     TransientKind::Infrastructure,
-                    format!("the PostgreSQL secret {arn} does not exist"),
+                    format!("the ledger's secret {arn} does not exist"),
                 )
             }
             _ => store_error("GetSecretValue", e),
@@ -150,7 +166,7 @@ async fn secret_fields<const N: usize>(clients: &AwsClients, arn: &str, fields: 
     let unreadable = |what: &str| {
         StoreError::new(
             TransientKind::Infrastructure,
-            format!("the PostgreSQL secret {arn} {what}"),
+            format!("the ledger's secret {arn} {what}"),
         )
     };
     let text = out.secret_string().ok_or_else(|| unreadable("holds no text"))?;
@@ -205,7 +221,8 @@ impl Ledger for AnyLedger {
         match self {
             AnyLedger::DynamoDb(l) => l.lookup(source_hash).await,
             AnyLedger::Postgres(l) => l.get().await?.lookup(source_hash).await,
-            AnyLedger::Http(l) => l.dedup.lookup(source_hash).await,
+            // The dedup table's mark, else the GL's own answer (a post whose answer was lost).
+            AnyLedger::Http(l) => l.get().await?.lookup(source_hash).await,
         }
     }
 

@@ -160,15 +160,39 @@ impl<G: ExternalLedger, D: DedupTable> Ledger for ClaimingLedger<G, D> {
         }
     }
 
+    /// The dedup table's mark, else the GL itself: a post whose answer was lost (then its claim
+    /// released or expired) left a posting in the GL and nothing in the table.
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        self.dedup.lookup(source_hash).await
+        match self.dedup.lookup(source_hash).await? {
+            Some(committed) => Ok(Some(committed)),
+            None => self.gl.posted(source_hash).await,
+        }
     }
 
     /// Claim, then mark committed as a hand-off: nothing goes to the GL (an accountant books it).
+    /// Under the claim the GL is asked first: a posting it holds (its answer lost) is marked
+    /// committed instead, and no manual journal is booked beside it.
     async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
         let owner = self.token(&format!("manual-journal/{}", hand_off.envelope_id));
         if let Some(held) = self.claim_for(&hand_off.source_hash, &owner).await? {
             return Ok(held);
+        }
+        let in_gl = match self.gl.posted(&hand_off.source_hash).await {
+            Ok(found) => found,
+            Err(e) => {
+                self.release(&hand_off.source_hash, &owner).await;
+                return Err(e);
+            }
+        };
+        if let Some(posting) = in_gl {
+            return if self.dedup.commit(&owner, &posting).await? {
+                Ok(CommitOutcome::AlreadyCommitted(posting))
+            } else {
+                Err(StoreError::new(
+                    TransientKind::Conflict,
+                    "claim lost before the GL's posting was marked; try again",
+                ))
+            };
         }
         if self.dedup.commit(&owner, &hand_off.committed_ref()).await? {
             Ok(CommitOutcome::Committed)

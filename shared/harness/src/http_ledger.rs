@@ -1,14 +1,16 @@
 //! A small general ledger behind an HTTP posting API, on loopback, for the tests of the HTTP
-//! ledger (`recon-http`): it honours `Idempotency-Key` as an ERP would (the key stored with the
-//! posting, a repeat answered `200` without applying it again), refuses by a rule of its own
-//! (`422`), and fails on purpose — before applying a posting, or *after* applying it, with an
-//! error or a dropped connection, so the client never learns it was applied. It counts how often
-//! each key was applied: the tests' proof that nothing was posted twice.
+//! ledger (`recon-http`): it honours `Idempotency-Key` as a strict ERP would (the key stored with
+//! the posting and its body; a repeat with the same body answered `200` without applying it
+//! again, a repeat with another body refused `422`), refuses by a rule of its own (`422`), and
+//! fails on purpose — before applying a posting, or *after* applying it, with an error or a
+//! dropped connection, so the client never learns it was applied. It counts the repeats it
+//! answered from a key: the tests' proof that a post whose answer was lost was sent again.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use recon_core::domain::Posting;
+use recon_http::wire;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -26,6 +28,10 @@ pub enum GlFault {
 #[derive(Default)]
 struct State {
     postings: BTreeMap<String, Posting>,
+    /// The body each key was applied with.
+    bodies: BTreeMap<String, wire::Body>,
+    /// Posts answered from their key (nothing applied).
+    replays: u64,
     applied: BTreeMap<String, u32>,
     faults: std::collections::VecDeque<GlFault>,
     refuse_counterparty: Option<String>,
@@ -98,14 +104,16 @@ impl LocalGl {
     /// Delete the posting under `key` behind the API's back (its key goes with it); whether
     /// there was one.
     pub fn remove(&self, key: &str) -> bool {
-        lock(&self.state).postings.remove(key).is_some()
+        let mut s = lock(&self.state);
+        s.bodies.remove(key);
+        s.postings.remove(key).is_some()
     }
 
     /// Put a posting back behind the API's back (not counted as applied).
     pub fn restore(&self, posting: &Posting) {
-        lock(&self.state)
-            .postings
-            .insert(posting.source_hash.clone(), posting.clone());
+        let mut s = lock(&self.state);
+        s.bodies.insert(posting.source_hash.clone(), wire::Body::of(posting));
+        s.postings.insert(posting.source_hash.clone(), posting.clone());
     }
 
     /// Postings held.
@@ -120,6 +128,11 @@ impl LocalGl {
     /// POST requests received.
     pub fn posts(&self) -> u64 {
         lock(&self.state).posts
+    }
+
+    /// Posts answered from their key: a repeat of a post already applied.
+    pub fn replays(&self) -> u64 {
+        lock(&self.state).replays
     }
 }
 
@@ -173,8 +186,11 @@ fn post(state: &Mutex<State>, headers: &BTreeMap<String, String>, body: &[u8]) -
     let Some(key) = headers.get("idempotency-key").cloned() else {
         return Some((400, r#"{"message":"Idempotency-Key is required"}"#.into()));
     };
-    let Ok(posting) = serde_json::from_slice::<Posting>(body) else {
+    let Ok(body) = serde_json::from_slice::<wire::Body>(body) else {
         return Some((400, r#"{"message":"not a posting"}"#.into()));
+    };
+    let Some(posting) = wire::posting(&body, |k| headers.get(k).cloned()) else {
+        return Some((400, r#"{"message":"a delivery header is missing or malformed"}"#.into()));
     };
     if posting.source_hash != key {
         return Some((400, r#"{"message":"the key is not the posting's source_hash"}"#.into()));
@@ -183,8 +199,16 @@ fn post(state: &Mutex<State>, headers: &BTreeMap<String, String>, body: &[u8]) -
     if fault == Some(GlFault::Unavailable) {
         return Some((503, "{}".into()));
     }
-    if s.postings.contains_key(&key) {
+    if let Some(applied) = s.bodies.get(&key) {
+        if *applied != body {
+            let refusal = serde_json::json!({
+                "rule": "idempotency_key_reused",
+                "message": "this key was used with another body",
+            });
+            return Some((422, refusal.to_string()));
+        }
         // A repeat of a key already applied: the stored result, nothing applied again.
+        s.replays += 1;
         return Some((200, r#"{"idempotent_replayed":true}"#.into()));
     }
     if s.refuse_counterparty.as_deref() == Some(posting.counterparty.as_str()) {
@@ -195,6 +219,7 @@ fn post(state: &Mutex<State>, headers: &BTreeMap<String, String>, body: &[u8]) -
         return Some((422, refusal.to_string()));
     }
     s.postings.insert(key.clone(), posting);
+    s.bodies.insert(key.clone(), body);
     *s.applied.entry(key).or_default() += 1;
     match fault {
         Some(GlFault::ErrorAfterApply) => Some((500, "{}".into())),

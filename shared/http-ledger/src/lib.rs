@@ -2,9 +2,14 @@
 //! the claim → post → commit protocol (`recon_core::claim`), and read through [`LedgerReader`].
 //!
 //! The API this adapter speaks (the local test server in `recon-harness` implements it):
-//! - `POST /postings` with the posting as JSON and `Idempotency-Key: <source_hash>`: `201` posted,
-//!   `200` posted before under this key (nothing applied again), `409` a request with this key is
-//!   in progress, `422 {"rule", "message"}` refused by a rule of the ledger's own;
+//! - `POST /postings` with `Idempotency-Key: <source_hash>`. The body ([`wire::Body`]) is what the
+//!   key determines — the transaction's hashed content — so every retry under one key sends the
+//!   same bytes (a GL may refuse a key reused with another body). The delivery's particulars
+//!   (message and SQS ids, attempt, time, replay) go in `X-Recon-*` headers ([`wire::headers`]),
+//!   which the GL keeps with the posting it applies. `201` posted, `200` posted before under this
+//!   key (nothing applied again), `409` a request with this key is in progress, `422 {"rule",
+//!   "message"}` refused by a rule of the ledger's own; a redirect is an error, never followed
+//!   (a POST followed as a GET would read as posted);
 //! - `GET /postings/<source_hash>`: `200` the posting, `404` none;
 //! - `GET /postings?period=&entity=&after=&limit=`: `{"postings": [...], "next": <cursor or null>}`
 //!   in `source_hash` order.
@@ -87,6 +92,9 @@ fn request_error(op: &str, e: &reqwest::Error) -> StoreError {
 /// What an unexpected status means for the retry budget (never blamed on the message).
 fn status_error(op: &str, status: reqwest::StatusCode) -> StoreError {
     let kind = match status.as_u16() {
+        // A redirect is not followed (a POST followed as a GET would read as posted): the URL is
+        // the deployment's to fix.
+        300..=399 => TransientKind::Infrastructure,
         409 => TransientKind::Conflict,
         429 => TransientKind::Throttled,
         408 | 504 => TransientKind::Timeout,
@@ -100,6 +108,7 @@ fn status_error(op: &str, status: reqwest::StatusCode) -> StoreError {
 impl HttpLedger {
     pub fn new(settings: &HttpSettings) -> StoreResult<Self> {
         let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(settings.connect_timeout)
             .timeout(settings.timeout)
             .build()
@@ -147,13 +156,14 @@ fn rule_name(rule: &str) -> String {
 impl ExternalLedger for HttpLedger {
     async fn post(&self, posting: &Posting) -> StoreResult<Posted> {
         let op = "POST /postings";
-        let response = self
+        let mut request = self
             .request(reqwest::Method::POST, "/postings")
             .header("Idempotency-Key", &posting.source_hash)
-            .json(posting)
-            .send()
-            .await
-            .map_err(|e| request_error(op, &e))?;
+            .json(&wire::Body::of(posting));
+        for (name, value) in wire::headers(posting) {
+            request = request.header(name, value);
+        }
+        let response = request.send().await.map_err(|e| request_error(op, &e))?;
         match response.status().as_u16() {
             200 | 201 => Ok(Posted::Posted),
             422 => {
@@ -165,6 +175,127 @@ impl ExternalLedger for HttpLedger {
             }
             _ => Err(status_error(op, response.status())),
         }
+    }
+
+    async fn posted(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        Ok(LedgerReader::posting(self, source_hash).await?.map(|p| (&p).into()))
+    }
+}
+
+/// What the wire carries: the body of a post, the delivery's headers, and a posting rebuilt from
+/// both (the local GL server keeps it so, and `GET` answers it).
+pub mod wire {
+    use recon_core::domain::Posting;
+
+    pub const MESSAGE_ID: &str = "x-recon-message-id";
+    pub const TRACE_ID: &str = "x-recon-trace-id";
+    pub const MATCH_DECISION: &str = "x-recon-match-decision";
+    pub const SQS_MESSAGE_ID: &str = "x-recon-sqs-message-id";
+    pub const ATTEMPT: &str = "x-recon-attempt";
+    pub const COMMITTED_AT: &str = "x-recon-committed-at";
+    pub const REPLAY_OF: &str = "x-recon-replay-of";
+
+    /// The body of a post: exactly what the `source_hash` determines (the hashed fields, the
+    /// amount in its canonical form, the period of the value date).
+    #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Body {
+        pub source_hash: String,
+        pub ledger_entity: String,
+        pub currency: String,
+        pub amount: String,
+        pub value_date: String,
+        pub period: String,
+        pub external_ref: String,
+        pub counterparty: String,
+    }
+
+    impl Body {
+        pub fn of(p: &Posting) -> Self {
+            Body {
+                source_hash: p.source_hash.clone(),
+                ledger_entity: p.ledger_entity.clone(),
+                currency: p.currency.clone(),
+                amount: recon_core::domain::hash::canonical_amount(p.amount),
+                value_date: p.value_date.to_string(),
+                period: p.period.clone(),
+                external_ref: p.external_ref.clone(),
+                counterparty: p.counterparty.clone(),
+            }
+        }
+    }
+
+    /// A header value: printable ASCII and spaces as they are, every other byte (and `%`)
+    /// percent-encoded.
+    fn encode(value: &str) -> String {
+        value
+            .bytes()
+            .map(|b| {
+                if (b.is_ascii_graphic() && b != b'%') || b == b' ' {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect()
+    }
+
+    /// The inverse of `encode` (an invalid escape is kept as it is).
+    pub fn decode(value: &str) -> String {
+        let bytes = value.as_bytes();
+        let hex = |b: Option<&u8>| b.and_then(|b| char::from(*b).to_digit(16));
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match (bytes[i], hex(bytes.get(i + 1)), hex(bytes.get(i + 2))) {
+                (b'%', Some(h), Some(l)) => {
+                    out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+                    i += 3;
+                }
+                (b, _, _) => {
+                    out.push(b);
+                    i += 1;
+                }
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// The delivery's particulars, as headers.
+    pub fn headers(p: &Posting) -> Vec<(&'static str, String)> {
+        let mut out = vec![
+            (MESSAGE_ID, encode(&p.message_id)),
+            (TRACE_ID, encode(&p.trace_id)),
+            (MATCH_DECISION, p.match_decision.as_str().to_owned()),
+            (SQS_MESSAGE_ID, encode(&p.sqs_message_id)),
+            (ATTEMPT, p.attempt_count.to_string()),
+            (COMMITTED_AT, p.committed_at.to_rfc3339()),
+        ];
+        out.extend(p.replay_of.as_ref().map(|r| (REPLAY_OF, encode(r))));
+        out
+    }
+
+    /// The posting a post describes (`header` looks a header up by its lower-case name); `None`
+    /// when a part is missing or malformed.
+    pub fn posting(body: &Body, header: impl Fn(&str) -> Option<String>) -> Option<Posting> {
+        let text = |name: &str| header(name).map(|v| decode(&v));
+        Some(Posting {
+            source_hash: body.source_hash.clone(),
+            sqs_message_id: text(SQS_MESSAGE_ID)?,
+            message_id: text(MESSAGE_ID)?,
+            trace_id: text(TRACE_ID)?,
+            ledger_entity: body.ledger_entity.clone(),
+            currency: body.currency.clone(),
+            amount: body.amount.parse().ok()?,
+            value_date: body.value_date.parse().ok()?,
+            period: body.period.clone(),
+            match_decision: serde_json::from_value(serde_json::Value::String(header(MATCH_DECISION)?)).ok()?,
+            external_ref: body.external_ref.clone(),
+            counterparty: body.counterparty.clone(),
+            attempt_count: header(ATTEMPT)?.parse().ok()?,
+            committed_at: header(COMMITTED_AT)?.parse().ok()?,
+            replay_of: text(REPLAY_OF),
+        })
     }
 }
 
@@ -228,6 +359,52 @@ mod tests {
         assert_eq!(kind(401), TransientKind::Infrastructure);
         assert_eq!(rule_name("amount limit!"), "amountlimit");
         assert_eq!(rule_name(""), "unnamed");
+    }
+
+    #[test]
+    fn the_body_under_one_key_is_the_same_whatever_the_delivery_and_the_headers_carry_the_rest() {
+        use recon_core::domain::{MatchDecision, Posting};
+        let parse_time = |t: &str| t.parse().unwrap();
+        let first = Posting {
+            source_hash: "ab".repeat(32),
+            sqs_message_id: "sqs-1".into(),
+            message_id: "m-ü 1".into(),
+            trace_id: "t%1".into(),
+            ledger_entity: "ACME-US".into(),
+            currency: "USD".into(),
+            amount: "10.50".parse().unwrap(),
+            value_date: "2026-11-30".parse().unwrap(),
+            period: "2026-11".into(),
+            match_decision: MatchDecision::Matched,
+            external_ref: "BANK-1".into(),
+            counterparty: "Globex".into(),
+            attempt_count: 1,
+            committed_at: parse_time("2026-12-01T00:00:00Z"),
+            replay_of: None,
+        };
+        let retry = Posting {
+            sqs_message_id: "sqs-2".into(),
+            message_id: "m-2".into(),
+            match_decision: MatchDecision::Partial,
+            amount: "10.5".parse().unwrap(),
+            attempt_count: 3,
+            committed_at: parse_time("2026-12-02T00:00:00Z"),
+            replay_of: Some("env_1".into()),
+            ..first.clone()
+        };
+        let body = wire::Body::of(&first);
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            serde_json::to_string(&wire::Body::of(&retry)).unwrap()
+        );
+        let headers = wire::headers(&first);
+        assert!(
+            headers
+                .iter()
+                .all(|(_, v)| v.bytes().all(|b| b.is_ascii_graphic() || b == b' '))
+        );
+        let rebuilt = wire::posting(&body, |k| headers.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()));
+        assert_eq!(rebuilt, Some(first));
     }
 
     #[test]

@@ -306,7 +306,13 @@ impl PostgresLedger {
     ) -> StoreResult<CommitOutcome> {
         match self.run(op, sql, params).await {
             Ok(rows) => self.outcome(op, source_hash, rows.into_iter().next()).await,
-            Err(Failed::Refused { rule, detail }) => Ok(CommitOutcome::Refused { rule, detail }),
+            // PostgreSQL checks constraints and runs BEFORE triggers before it looks for the
+            // conflicting row: a redelivery or duplicate of a transaction committed before a
+            // rule was added is answered by that row, not refused.
+            Err(Failed::Refused { rule, detail }) => match self.existing(source_hash).await? {
+                Some(held) => Ok(CommitOutcome::AlreadyCommitted(held)),
+                None => Ok(CommitOutcome::Refused { rule, detail }),
+            },
             Err(Failed::Store(e)) => Err(e),
         }
     }
@@ -409,8 +415,8 @@ fn posting(r: &Row) -> StoreResult<Posting> {
     })
 }
 
-/// Pages in `source_hash` order, keyset-paged (`source_hash > cursor`): one period's page is an
-/// index range scan of `ledger_entries_period_pages`.
+/// Pages in `source_hash` order, keyset-paged (`source_hash > cursor`); one period's rows are
+/// found by the `(period, ledger_entity)` index and sorted.
 impl LedgerReader for PostgresLedger {
     async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
         PostgresLedger::posting(self, source_hash).await

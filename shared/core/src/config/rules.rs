@@ -165,7 +165,17 @@ impl Rule {
         let Some((user, host)) = authority.rsplit_once('@') else {
             return false;
         };
-        !user.is_empty() && !user.contains(':') && !host.is_empty() && !host.starts_with(':') && !database.is_empty()
+        // Nor a password among the options (`?password=…`), in any case or encoding of the name.
+        let options = path.split_once('?').map_or("", |(_, o)| o).to_ascii_lowercase();
+        let password_option = options
+            .split('&')
+            .any(|kv| kv.split('=').next().is_some_and(|k| k.contains("pass")));
+        !user.is_empty()
+            && !user.contains(':')
+            && !host.is_empty()
+            && !host.starts_with(':')
+            && !database.is_empty()
+            && !password_option
     }
 
     /// An SQS queue name: 1-80 of `A-Z a-z 0-9 _ -`, `.fifo` allowed at the end.

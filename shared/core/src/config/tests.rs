@@ -68,6 +68,8 @@ fn refused(rule: Rule) -> Vec<String> {
         Rule::OneOf(words) => bad.extend([words.join(","), words[0].to_uppercase(), "sqlite".into()]),
         Rule::PostgresUrl => bad.extend([
             "postgres://recon:secret@db.internal:5432/ledger".into(),
+            "postgres://recon@db.internal:5432/ledger?password=secret".into(),
+            "postgres://recon@db.internal/ledger?sslmode=disable&PassWord=secret".into(),
             "postgres://db.internal:5432/ledger".into(),
             "postgres://recon@db.internal:5432/".into(),
             "postgres://recon@/ledger".into(),

@@ -156,6 +156,10 @@ impl<T: LedgerReader> LedgerReader for Arc<T> {
 /// mid-post can be taken over, and the GL is then the last line against a double posting.
 pub trait ExternalLedger: Send + Sync {
     fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<Posted>> + Send;
+    /// Whether the GL holds a posting under this key: asked when the dedup table knows nothing
+    /// (a post whose answer was lost leaves no mark there) before a transaction is called
+    /// uncommitted or handed to a manual journal.
+    fn posted(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
 }
 
 /// What a general ledger answered a post.
