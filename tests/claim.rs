@@ -191,5 +191,23 @@ async fn the_dynamodb_ledger_and_the_claim_protocol_keep_each_transaction_once()
         Arc::new(recon_core::ports::SystemClock),
     );
     ledger_keeps_each_transaction_once(&claiming, "claiming").await;
+    // DynamoDB that cannot be reached (nothing listens on port 1).
+    let gone = recon_aws::AwsClients::connect_with(
+        recon_aws::Target::Local {
+            edge_url: "http://127.0.0.1:1".into(),
+            dynamodb_url: "http://127.0.0.1:1".into(),
+        },
+        recon_aws::ClientTimeouts {
+            connect: std::time::Duration::from_millis(300),
+            attempt: std::time::Duration::from_millis(500),
+            operation: std::time::Duration::from_secs(2),
+        },
+    )
+    .await;
+    recon_testkit::conformance::ledger_fails_transiently_when_unreachable(
+        &recon_aws::dynamodb::DynamoLedger::new(gone.dynamodb.clone(), &s.stack.names.ledger_table),
+        "dynamodb-gone",
+    )
+    .await;
     s.cleanup().await;
 }

@@ -61,7 +61,11 @@ async fn a_gl_failing_after_applying_never_posts_twice() {
     for n in 1..=20 {
         assert_eq!(gl.applied(&tx(n).compute_hash().unwrap()), 1, "tx {n}");
     }
-    assert!(gl.replays() >= 5, "posts whose answer was lost were sent again and answered from their key: {}", gl.replays());
+    assert!(
+        gl.replays() >= 5,
+        "posts whose answer was lost were sent again and answered from their key: {}",
+        gl.replays()
+    );
     assert_eq!(s.postings().await.len(), 20, "read back from the GL");
     s.cleanup().await;
 }
@@ -94,6 +98,38 @@ async fn a_posting_the_gl_refuses_is_poison_with_its_rule() {
 
 /// Without its bearer token the GL answers 401: a transient failure blamed on the deployment
 /// (infrastructure), never on the message; a GL that is not there is a network failure.
+/// The conformance check of a ledger that cannot be reached: a GL that is not there (the dedup
+/// table answering), and a dedup table that is not there.
+#[tokio::test]
+async fn an_unreachable_http_ledger_fails_transiently() {
+    use recon_core::config::{HttpLocation, LedgerSettings};
+    use recon_testkit::conformance::ledger_fails_transiently_when_unreachable;
+    let s = TestStack::new("http-gone").await;
+    let gone_gl = recon_aws::ledger::open(
+        &s.clients,
+        &LedgerSettings::Http(HttpLocation {
+            url: "http://127.0.0.1:1".into(),
+            dedup_table: s.stack.names.dedup_table.clone(),
+            secret_arn: None,
+        }),
+        "unused-table",
+        2,
+    );
+    ledger_fails_transiently_when_unreachable(&gone_gl, "http-gone").await;
+    let gone_table = recon_aws::ledger::open(
+        &s.clients,
+        &LedgerSettings::Http(HttpLocation {
+            url: "http://127.0.0.1:1".into(),
+            dedup_table: "no-such-table".into(),
+            secret_arn: None,
+        }),
+        "unused-table",
+        2,
+    );
+    ledger_fails_transiently_when_unreachable(&gone_table, "http-no-table").await;
+    s.cleanup().await;
+}
+
 #[tokio::test]
 async fn credentials_refused_and_a_gl_that_is_not_there_are_transient() {
     let gl = LocalGl::start().await.unwrap();
@@ -127,7 +163,11 @@ async fn a_posting_whose_answer_was_lost_is_seen_by_gate_2_and_never_handed_off(
     gl.inject(&[GlFault::DropAfterApply]);
     assert!(ledger.commit(&p).await.is_err(), "the answer was lost");
     assert_eq!(gl.applied(&p.source_hash), 1);
-    let seen = ledger.lookup(&p.source_hash).await.unwrap().expect("gate 2 sees the GL's posting");
+    let seen = ledger
+        .lookup(&p.source_hash)
+        .await
+        .unwrap()
+        .expect("gate 2 sees the GL's posting");
     assert_eq!(seen.sqs_message_id, "sqs-1");
     let hand_off = HandOff {
         source_hash: p.source_hash.clone(),

@@ -185,6 +185,17 @@ async fn the_chosen_postgres_ledger_takes_its_credentials_from_a_secret() {
         )
     };
 
+    let unreachable = open(
+        &clients,
+        &LedgerSettings::Postgres(PostgresLocation {
+            url: "postgres://recon@127.0.0.1:1/recon".into(),
+            secret_arn: None,
+        }),
+        "unused-table",
+        2,
+    );
+    recon_testkit::conformance::ledger_fails_transiently_when_unreachable(&unreachable, "pg-gone").await;
+
     let without = chosen(None).lookup(&"ab".repeat(32)).await.unwrap_err();
     assert!(without.detail.contains("no_such_role"), "{without:?}");
 

@@ -308,3 +308,39 @@ pub async fn ledger_reads_by_period<L: recon_core::ports::Ledger + recon_core::p
     }
     assert_eq!(totals, expected, "totals per currency, exact");
 }
+
+/// What every ledger answers when its store cannot be reached (pass one pointed at nothing):
+/// a transient error of a kind that spends the retry budget — never a commit, never a
+/// refusal (a message is not poison because its ledger is down), never "not committed" (gate 2
+/// must not take an unreachable ledger for an empty one).
+pub async fn ledger_fails_transiently_when_unreachable<L: recon_core::ports::Ledger>(ledger: &L, run: &str) {
+    use recon_core::domain::{HandOff, TransientKind};
+    let p = posting(run, 1, "sqs-1");
+    let transient = |what: &str, kind: Option<TransientKind>| {
+        assert!(
+            matches!(
+                kind,
+                Some(
+                    TransientKind::Network
+                        | TransientKind::Timeout
+                        | TransientKind::ServiceUnavailable
+                        | TransientKind::Infrastructure
+                )
+            ),
+            "{what} on an unreachable ledger: {kind:?}"
+        );
+    };
+    let commit = ledger.commit(&p).await;
+    transient("commit", commit.as_ref().err().map(|e| e.kind));
+    let lookup = ledger.lookup(&p.source_hash).await;
+    transient("lookup", lookup.as_ref().err().map(|e| e.kind));
+    let hand_off = ledger
+        .hand_off(&HandOff {
+            source_hash: p.source_hash.clone(),
+            envelope_id: format!("env_{run}"),
+            replay_id: "rp-unreachable".into(),
+            handed_off_at: p.committed_at,
+        })
+        .await;
+    transient("hand-off", hand_off.as_ref().err().map(|e| e.kind));
+}
