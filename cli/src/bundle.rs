@@ -22,6 +22,34 @@ pub struct ReconcileArgs {
     /// JSON lines of the message bodies the producer sent: name every missing or extra record.
     #[arg(long)]
     pub manifest: Option<PathBuf>,
+    /// Only the transactions of this accounting period, YYYY-MM (the manifest's too; a body
+    /// without a readable value date belongs to no period).
+    #[arg(long)]
+    pub period: Option<String>,
+}
+
+/// `period` if it is YYYY-MM.
+fn check_period(period: &str) -> Result<()> {
+    if recon_core::domain::message::parse_date(&format!("{period}-01")).is_none() {
+        bail!("--period must be YYYY-MM");
+    }
+    Ok(())
+}
+
+/// The outcomes of the transactions of `period`: every record of a message any of whose records
+/// is of that period, or that the (period's) manifest names — a duplicate's record may carry no
+/// value date of its own.
+fn of_period(outcomes: Vec<(State, Entry)>, period: &str, manifest: Option<&[Entry]>) -> Vec<(State, Entry)> {
+    let in_period: std::collections::BTreeSet<String> = outcomes
+        .iter()
+        .filter(|(_, e)| e.period.as_deref() == Some(period))
+        .map(|(_, e)| e.key.clone())
+        .chain(manifest.unwrap_or_default().iter().map(|e| e.key.clone()))
+        .collect();
+    outcomes
+        .into_iter()
+        .filter(|(_, e)| in_period.contains(&e.key))
+        .collect()
 }
 
 /// What the stores say, and the reconciliation of it.
@@ -114,8 +142,24 @@ pub fn print(r: &Reconciliation) {
 }
 
 pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &ReconcileArgs) -> Result<()> {
-    let manifest = args.manifest.as_deref().map(read_manifest).transpose()?;
-    let ev = gather(clients, names, manifest.as_deref()).await?;
+    if let Some(period) = &args.period {
+        check_period(period)?;
+    }
+    let mut manifest = args.manifest.as_deref().map(read_manifest).transpose()?;
+    let mut ev = gather(clients, names, manifest.as_deref()).await?;
+    if let Some(period) = &args.period {
+        if let Some(m) = manifest.as_mut() {
+            m.retain(|e| e.period.as_deref() == Some(period.as_str()));
+        }
+        let problems = std::mem::take(&mut ev.reconciliation.problems);
+        let queued = ev.reconciliation.queued;
+        ev.reconciliation = reconcile(
+            of_period(std::mem::take(&mut ev.outcomes), period, manifest.as_deref()),
+            problems,
+            manifest.as_deref(),
+            queued,
+        );
+    }
     if crate::output::json() {
         println!("{}", serde_json::to_string_pretty(&ev.reconciliation)?);
     } else {
@@ -137,21 +181,9 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
 }
 
 pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, out: &Path) -> Result<()> {
-    if recon_core::domain::message::parse_date(&format!("{period}-01")).is_none() {
-        bail!("--period must be YYYY-MM");
-    }
+    check_period(period)?;
     let ev = gather(clients, names, None).await?;
-    let in_period: std::collections::BTreeSet<String> = ev
-        .outcomes
-        .iter()
-        .filter(|(_, e)| e.period.as_deref() == Some(period))
-        .map(|(_, e)| e.key.clone())
-        .collect();
-    let outcomes: Vec<(State, Entry)> = ev
-        .outcomes
-        .into_iter()
-        .filter(|(_, e)| in_period.contains(&e.key))
-        .collect();
+    let outcomes = of_period(ev.outcomes, period, None);
     let reconciliation = reconcile(outcomes.clone(), ev.reconciliation.problems.clone(), None, 0);
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
     let worm = S3Worm::new(clients.s3.clone(), &names.bucket());
@@ -183,4 +215,41 @@ pub fn verify_file(path: &Path) -> Result<VerifyReport> {
     let bundle: Bundle =
         serde_json::from_slice(&bytes).with_context(|| format!("{} is not an evidence bundle", path.display()))?;
     Ok(verify_bundle(&bundle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: &str, period: Option<&str>, reference: &str) -> Entry {
+        Entry {
+            key: key.into(),
+            currency: Some("USD".into()),
+            amount: Some(rust_decimal::Decimal::ONE),
+            entity: Some("ACME-US".into()),
+            period: period.map(str::to_owned),
+            reference: reference.into(),
+        }
+    }
+
+    #[test]
+    fn a_period_keeps_its_transactions_with_every_record_of_them() {
+        let outcomes = vec![
+            (State::Committed, entry("msg:a", Some("2026-11"), "posting a")),
+            // A duplicate of a, recorded without its period: it follows its transaction.
+            (State::Duplicate, entry("msg:a", None, "audit dup-a")),
+            (State::Committed, entry("msg:b", Some("2026-10"), "posting b")),
+            (State::Quarantined, entry("raw:c", None, "envelope c")),
+        ];
+        let kept = of_period(outcomes.clone(), "2026-11", None);
+        let refs: Vec<&str> = kept.iter().map(|(_, e)| e.reference.as_str()).collect();
+        assert_eq!(refs, ["posting a", "audit dup-a"]);
+        // The manifest names a message whose records carry no period.
+        let manifest = [entry("raw:c", Some("2026-11"), "")];
+        let kept = of_period(outcomes, "2026-11", Some(&manifest));
+        let refs: Vec<&str> = kept.iter().map(|(_, e)| e.reference.as_str()).collect();
+        assert_eq!(refs, ["posting a", "audit dup-a", "envelope c"]);
+        assert!(check_period("2026-13").is_err());
+        assert!(check_period("2026-11").is_ok());
+    }
 }
