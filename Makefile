@@ -25,10 +25,11 @@ test: local-stack tools
 ## test-ledgers: the suites about posting (consume, replay, reconcile and audit, least privilege;
 ## FIFO on PostgreSQL) again on your PostgreSQL and on an HTTP general ledger, and the demo's
 ## identity on PostgreSQL
+# --workspace (with the suites named): the workspace's own build, not a rebuild for one package.
 POSTING_SUITES := --test consume --test replay --test audit --test iam
 test-ledgers: local-stack
-	DLQ_TEST_LEDGER=postgres $(CARGO) test -p integration-tests --no-fail-fast $(POSTING_SUITES) --test fifo
-	DLQ_TEST_LEDGER=http $(CARGO) test -p integration-tests --no-fail-fast $(POSTING_SUITES)
+	DLQ_TEST_LEDGER=postgres $(CARGO) test --workspace --no-fail-fast $(POSTING_SUITES) --test fifo
+	DLQ_TEST_LEDGER=http $(CARGO) test --workspace --no-fail-fast $(POSTING_SUITES)
 	$(DLQCTL) --ledger postgres demo
 
 SIMULATE := $(CARGO) run --release --quiet -p recon-testkit --bin simulate --
