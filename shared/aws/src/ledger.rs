@@ -1,6 +1,7 @@
 //! The ledger a deployment chose (`DLQ_LEDGER`): the DynamoDB reference ledger, your own
-//! PostgreSQL, or your general ledger's HTTP API through the claim → post → commit protocol. One value serves the consumer's commits, the replay's gate 2 and every read
-//! (`dlqctl` reconcile, stats, `audit show`, evidence export), so they always ask the same store.
+//! PostgreSQL, or your general ledger's HTTP API through the claim → post → commit protocol.
+//! One value serves the consumer's commits, the replay's gate 2 and every read (`dlqctl`
+//! reconcile, stats, `audit show`, evidence export), so they always ask the same store.
 
 use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueError;
 use recon_core::claim::{ClaimSettings, ClaimingLedger};
