@@ -76,10 +76,6 @@ pub fn set(var: &'static str, value: &str) {
 
 /// The value this run reads for `k`: given by the run, else from the environment.
 pub fn given(k: &str) -> Option<String> {
-    environment(k)
-}
-
-fn environment(k: &str) -> Option<String> {
     let given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
     given
         .iter()
@@ -95,15 +91,15 @@ pub fn ledger(clients: &AwsClients, stack: &Stack) -> Result<AnyLedger> {
 }
 
 pub fn consumer_settings(stack: &Stack) -> Result<ConsumerSettings> {
-    Ok(ConsumerSettings::from_lookup(stack.lookup(environment))?)
+    Ok(ConsumerSettings::from_lookup(stack.lookup(given))?)
 }
 
 pub fn enricher_settings(stack: &Stack) -> Result<EnricherSettings> {
-    Ok(EnricherSettings::from_lookup(stack.lookup(environment))?)
+    Ok(EnricherSettings::from_lookup(stack.lookup(given))?)
 }
 
 pub fn replay_settings(stack: &Stack) -> Result<ReplaySettings> {
-    Ok(ReplaySettings::from_lookup(stack.lookup(environment))?)
+    Ok(ReplaySettings::from_lookup(stack.lookup(given))?)
 }
 
 pub fn enricher(clients: &AwsClients, stack: &Stack, actor: &str) -> Result<AwsEnricher<TracingMetrics>> {

@@ -255,29 +255,9 @@ fn page(state: &Mutex<State>, query: &str) -> (u16, String) {
     (200, serde_json::json!({"postings": postings, "next": next}).to_string())
 }
 
-/// Percent-decoding of a query component (`+` is a space).
+/// A query component: form encoding (`+` is a space, `%2B` a plus), the wire's percent-decoding.
 fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = |b: u8| (b as char).to_digit(16);
-                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push((h * 16 + l) as u8);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    wire::decode(&s.replace('+', " "))
 }
 
 type Request = (String, String, BTreeMap<String, String>, Vec<u8>);

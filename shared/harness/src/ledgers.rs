@@ -6,8 +6,10 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use recon_aws::AwsClients;
+use recon_aws::ledger::AnyLedger;
 use recon_core::config::{LedgerSettings, vars};
 use recon_core::domain::Posting;
+use recon_core::ports::Ledger;
 use recon_core::resources::ResourceNames;
 
 use crate::http_ledger::LocalGl;
@@ -132,17 +134,17 @@ impl TestLedger {
         }
     }
 
-    /// Put back a posting a test deleted. `Some` when it goes behind the functions' back (the
-    /// GL's own store: the dedup table still says committed); `None`: commit it through the
-    /// ledger, nothing holds its key.
-    pub fn restore_directly(&self, posting: &Posting) -> Option<()> {
-        match self {
-            TestLedger::Http { gl, .. } => {
-                gl.restore(posting);
-                Some(())
-            }
-            _ => None,
+    /// Put back a posting a test deleted: into the GL's own store behind the API's back (the
+    /// dedup table still says committed), else committed through `ledger` (nothing holds its key).
+    pub async fn restore_posting(&self, ledger: &AnyLedger, posting: &Posting) {
+        if let TestLedger::Http { gl, .. } = self {
+            gl.restore(posting);
+            return;
         }
+        assert_eq!(
+            ledger.commit(posting).await.expect("restore posting"),
+            recon_core::domain::CommitOutcome::Committed
+        );
     }
 
     /// The local HTTP ledger, on an `http` stack.

@@ -17,7 +17,7 @@ use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings, var
 use recon_core::consume::{Consumer, ConsumerConfig};
 use recon_core::domain::{AuditRecord, CurrencyMapping, DlqEnvelope, Posting};
 use recon_core::ports::{
-    Ledger, LedgerScope, OutgoingMessage, ReferenceData, SystemClock, WorkQueue, all_envelopes, read_postings,
+    LedgerScope, OutgoingMessage, ReferenceData, SystemClock, WorkQueue, all_envelopes, read_postings,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -366,18 +366,9 @@ impl TestStack {
 
     /// Put back a posting a test deleted.
     pub async fn restore_posting(&self, posting: &Posting) {
-        if self
-            .test_ledger
-            .as_ref()
-            .and_then(|l| l.restore_directly(posting))
-            .is_some()
-        {
-            return;
+        if let Some(l) = &self.test_ledger {
+            l.restore_posting(&self.ledger, posting).await;
         }
-        assert_eq!(
-            self.ledger.commit(posting).await.expect("restore posting"),
-            recon_core::domain::CommitOutcome::Committed
-        );
     }
 
     /// Remove the stack's queues and tables (the WORM bucket stays: Object Lock).
