@@ -3,13 +3,15 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 
-.PHONY: demo test test-ledgers watch deploy-code bench-ledgers local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
+.PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
 	$(DLQCTL) demo
 
 TOOLS = .local-aws/tools-venv/bin
+# The benchmarks' Python (pydantic, Powertools, boto3), installed on first use.
+BENCH_VENV := .local-aws/bench-venv/.ok-v2
 
 ## test: format check, unit and integration tests against the local stack, template checks,
 ## and the smoke test of the four functions under cargo lambda
@@ -19,6 +21,7 @@ test: local-stack tools
 	$(MAKE) --no-print-directory test-ledgers
 	$(MAKE) --no-print-directory simulate-ci
 	$(MAKE) --no-print-directory fuzz-ci
+	$(MAKE) --no-print-directory bench-e2e-ci
 	$(MAKE) --no-print-directory infra-check
 	infra/smoke.sh
 
@@ -124,7 +127,7 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## bench: the per-message decision path, Rust (criterion) and the source document's Python side by side
-bench: .local-aws/bench-venv/.ok
+bench: $(BENCH_VENV)
 	$(CARGO) bench -p recon-core --bench decision_path
 	.local-aws/bench-venv/bin/python bench/python_baseline.py
 
@@ -134,7 +137,19 @@ bench: .local-aws/bench-venv/.ok
 bench-ledgers: local-stack
 	$(CARGO) run --release --quiet -p recon-harness --bin ledger-cost -- --count $(or $(COUNT_LEDGER),2000)
 
-.local-aws/bench-venv/.ok:
+## bench-e2e: the same messages (valid, duplicates, poison) through our consumer and through a
+## Powertools for Python consumer (BatchProcessor, idempotency on DynamoDB, pydantic), pumped the
+## same way on the local stack; then again with DynamoDB 5 ms further away. COUNT_E2E=n messages
+E2E = --python .local-aws/bench-venv/bin/python
+bench-e2e: local-stack $(BENCH_VENV)
+	$(CARGO) run --release --quiet -p recon-harness --bin e2e -- $(E2E) --count $(or $(COUNT_E2E),2000)
+
+## bench-e2e-ci: the same harness on 40 messages (a check that it runs; the figures mean nothing)
+bench-e2e-ci: local-stack $(BENCH_VENV)
+	$(CARGO) run --quiet -p recon-harness --bin e2e -- $(E2E) --count 40 --latency-ms 1
+
+$(BENCH_VENV):
 	python3 -m venv .local-aws/bench-venv
-	.local-aws/bench-venv/bin/pip install --quiet --disable-pip-version-check 'pydantic==2.13.4'
+	.local-aws/bench-venv/bin/pip install --quiet --disable-pip-version-check \
+	  'pydantic==2.13.4' 'aws-lambda-powertools==3.37.0' 'boto3==1.44.8'
 	touch $@

@@ -4,7 +4,9 @@
 //! that fails on purpose (`http_ledger`). It links the AWS SDK; the memory adapters, builders and the
 //! simulator in `recon-testkit` do not. No Lambda function links either (a test checks it).
 
+pub mod capacity;
 pub mod http_ledger;
+pub mod latency;
 pub mod ledgers;
 pub mod postgres;
 pub mod pump;

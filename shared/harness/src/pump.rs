@@ -90,6 +90,15 @@ pub struct PumpStats {
     pub reported_failed: u64,
     /// Count per outcome name (e.g. `COMMITTED`, `RETRY_SCHEDULED`).
     pub outcomes: BTreeMap<String, u64>,
+    /// The handler's own time, every batch (what Lambda bills).
+    pub handler_time: Duration,
+    /// Batches of the full batch size, and the handler's time on them.
+    pub full_batches: u64,
+    pub full_batch_time: Duration,
+    /// Time in the queue calls of the batches: their receive and their delete.
+    pub queue_time: Duration,
+    /// From the start to the end of the last batch (the idle polls after it left out).
+    pub busy: Duration,
 }
 
 /// Poll `queue` and feed batches to `handler`, as Lambda's SQS trigger would invoke it, until
@@ -115,9 +124,11 @@ pub async fn pump<H: BatchHandler>(
                 ),
             ));
         }
+        let receiving = Instant::now();
         let messages = queue
             .receive(opts.batch_size, opts.wait_secs, opts.visibility_secs)
             .await?;
+        let received = receiving.elapsed();
         if messages.is_empty() {
             if !opts.until_idle {
                 return Ok(stats);
@@ -137,7 +148,9 @@ pub async fn pump<H: BatchHandler>(
         let mut event = SqsEvent::default();
         event.records = messages.iter().map(|m| to_event_record(m, queue_arn, region)).collect();
         let deadline = chrono::Utc::now() + opts.function_timeout;
+        let handling = Instant::now();
         let out = handler.handle(&event, Some(deadline)).await;
+        let handled = handling.elapsed();
 
         let failed: HashSet<&str> = out
             .response
@@ -153,7 +166,15 @@ pub async fn pump<H: BatchHandler>(
         stats.batches += 1;
         stats.received += messages.len() as u64;
         stats.reported_failed += failed.len() as u64;
+        let deleting = Instant::now();
         stats.deleted += queue.delete_batch(&to_delete).await? as u64;
+        stats.queue_time += received + deleting.elapsed();
+        stats.handler_time += handled;
+        if messages.len() == usize::try_from(opts.batch_size).unwrap_or(usize::MAX) {
+            stats.full_batches += 1;
+            stats.full_batch_time += handled;
+        }
+        stats.busy = started.elapsed();
         for (_, o) in &out.items {
             *stats.outcomes.entry(o.name().to_owned()).or_default() += 1;
         }
