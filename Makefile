@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 
-.PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
+.PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-replay local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -143,6 +143,11 @@ bench-ledgers: local-stack
 E2E = --python .local-aws/bench-venv/bin/python
 bench-e2e: local-stack $(BENCH_VENV)
 	$(CARGO) run --release --quiet -p recon-harness --bin e2e -- $(E2E) --count $(or $(COUNT_E2E),2000)
+
+## bench-replay: how fast the replay drains a DLQ backlog (COUNT_REPLAY envelopes, every gate on, no
+## rate limit), as one invocation and as INVOCATIONS concurrent ones
+bench-replay: local-stack
+	$(CARGO) run --release --quiet -p recon-harness --bin replay-drain -- --count $(or $(COUNT_REPLAY),2000) --invocations $(or $(INVOCATIONS),4)
 
 ## bench-e2e-ci: the same harness on 40 messages (a check that it runs; the figures mean nothing)
 bench-e2e-ci: local-stack $(BENCH_VENV)

@@ -66,7 +66,7 @@ pub struct ReplayConfig {
     pub rate_per_sec: u32,
     /// Stop when the main queue has more visible messages than this.
     pub main_queue_high_water: u64,
-    /// Envelopes whose gates are evaluated at once.
+    /// Envelopes worked on at once: their gates, then their claims and marks in a chunk of ten.
     pub concurrency: usize,
     pub page_size: usize,
     pub overflow_high_water: i64,

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use super::gates::{Gate, RESUMED_HAND_OFF};
 use super::report::{ReplayItem, ReplayOutcome, ReplayReport, isolated, item};
 use super::settle::{NOT_CLAIMED, Settlement};
@@ -85,9 +87,18 @@ where
         chunk: &[DlqEnvelope],
         report: &mut ReplayReport,
     ) -> FlowResult<()> {
+        // Each envelope has a claim of its own, so the chunk's envelopes are claimed and then
+        // marked concurrently (bounded), in the chunk's order in the report.
+        let at_once = self.config.concurrency.max(1);
+        let shared: &Run<'_> = run;
+        let prepared: Vec<(&DlqEnvelope, FlowResult<Prepared>)> = futures::stream::iter(chunk)
+            .map(|e| async move { (e, self.prepare(shared, e).await) })
+            .buffered(at_once)
+            .collect()
+            .await;
         let mut ready: Vec<(&DlqEnvelope, OutgoingMessage)> = Vec::new();
-        for e in chunk {
-            match isolated(e, self.prepare(run, e).await)? {
+        for (e, p) in prepared {
+            match isolated(e, p)? {
                 Prepared::Send(m) => ready.push((e, m)),
                 Prepared::Settled(it) => report.push(it),
             }
@@ -101,8 +112,15 @@ where
                 Err(err) => vec![Err(err.to_string()); batch.len()],
             };
             run.sent += batch.len() as u64;
-            for (e, result) in next.by_ref().take(batch.len()).zip(results) {
-                report.push(isolated(e, self.record_send(run, e, result).await)?);
+            let shared: &Run<'_> = run;
+            let recorded: Vec<(&DlqEnvelope, FlowResult<ReplayItem>)> =
+                futures::stream::iter(next.by_ref().take(batch.len()).zip(results))
+                    .map(|(e, result)| async move { (e, self.record_send(shared, e, result).await) })
+                    .buffered(at_once)
+                    .collect()
+                    .await;
+            for (e, r) in recorded {
+                report.push(isolated(e, r)?);
             }
         }
         Ok(())
