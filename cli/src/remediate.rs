@@ -8,7 +8,7 @@ use recon_aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
 use recon_aws::provision::{Stack, resolve_stack};
 use recon_core::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus, input};
 use recon_core::ports::{AuditLog, ReferenceData};
-use recon_core::replay::{ReplayReport, ReplayRequest, Selector};
+use recon_core::replay::{ReplayReport, ReplayRequest, Segment, Selector};
 use recon_core::resources::ResourceNames;
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
@@ -35,6 +35,10 @@ pub struct SelectorArgs {
     /// At most this many envelopes.
     #[arg(long)]
     pub max_items: Option<usize>,
+    /// Only this part of the envelopes, INDEX/COUNT (e.g. 2/4): run COUNT replays, one per
+    /// segment, to sweep a large backlog at once without contending for the same envelopes.
+    #[arg(long)]
+    pub segment: Option<Segment>,
     /// Why (recorded in the audit trail). Required.
     #[arg(long)]
     pub reason: String,
@@ -117,6 +121,7 @@ fn request(a: &SelectorArgs, actor: &str, dry_run: bool, quarantine: bool) -> Re
             entity: a.entity.clone(),
             envelope_ids: a.ids.clone(),
             max_items: a.max_items,
+            segment: a.segment,
         },
         dry_run,
         reason: a.reason.clone(),

@@ -62,6 +62,8 @@ pub mod keys {
     pub const ENVELOPE_OUTBOX_STATUS: &str = "#AUDIT_OUTBOX";
     /// Prefix of the items that keep replay sweep cursors.
     pub const ENVELOPE_CURSOR_PREFIX: &str = "#meta#cursor#";
+    /// Prefix of the items that count re-injections per second (the replay's shared rate limit).
+    pub const ENVELOPE_RATE_PREFIX: &str = "#meta#rate#";
     /// Top-level copy of the replay claim's lease end (epoch ms), for conditional takeovers.
     pub const ENVELOPE_LEASE: &str = "lease_until_ms";
     /// Audit records: one item per decision, keyed by a deterministic id.

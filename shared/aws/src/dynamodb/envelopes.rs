@@ -396,6 +396,34 @@ impl SweepCursors for DynamoEnvelopeStore {
         }
         Ok(())
     }
+
+    async fn take_sends(&self, second: i64, count: u32, limit: u32) -> StoreResult<bool> {
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+        // Room for all `count`: at most limit - count taken before (negative when count > limit:
+        // the first take of the second only).
+        let room = i64::from(limit) - i64::from(count);
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(format!("{}{second}", keys::ENVELOPE_RATE_PREFIX)))
+            .update_expression("ADD #taken :n")
+            .condition_expression("attribute_not_exists(#taken) OR #taken <= :room")
+            .expression_attribute_names("#taken", "taken")
+            .expression_attribute_values(":n", n(i64::from(count)))
+            .expression_attribute_values(":room", n(room))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(store_error("UpdateItem(replay rate window)", e)),
+        }
+    }
 }
 
 impl Backlog for DynamoEnvelopeStore {

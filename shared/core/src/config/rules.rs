@@ -354,7 +354,7 @@ pub const VARIABLES: &[Variable] = &[
         10_000,
         "messages per second, 0 for no limit",
         "50",
-        "re-injections per second",
+        "re-injections per second, across every replay of the deployment at once",
     ),
     whole(
         vars::REPLAY_QUEUE_HIGH_WATER,

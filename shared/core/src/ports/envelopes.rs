@@ -78,6 +78,11 @@ pub trait SweepCursors: Send + Sync {
     /// A sweep's saved position (`None`: start from the oldest).
     fn load_cursor(&self, name: &str) -> impl Future<Output = StoreResult<Option<String>>> + Send;
     fn save_cursor(&self, name: &str, cursor: Option<&str>) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Take `n` of the `limit` re-injections the whole deployment may send in the wall-clock
+    /// second `second` (Unix time): true when taken, false when that second is used up. Every
+    /// replay invocation counts in the same windows, so concurrent sweeps share one rate limit.
+    /// The first take of a second always succeeds, even above `limit` (a batch is not split).
+    fn take_sends(&self, second: i64, n: u32, limit: u32) -> impl Future<Output = StoreResult<bool>> + Send;
 }
 
 /// The backlog of envelopes awaiting remediation.
@@ -169,6 +174,9 @@ impl<T: SweepCursors> SweepCursors for Arc<T> {
     }
     fn save_cursor(&self, name: &str, cursor: Option<&str>) -> impl Future<Output = StoreResult<()>> + Send {
         (**self).save_cursor(name, cursor)
+    }
+    fn take_sends(&self, second: i64, n: u32, limit: u32) -> impl Future<Output = StoreResult<bool>> + Send {
+        (**self).take_sends(second, n, limit)
     }
 }
 

@@ -35,7 +35,8 @@ mod sweep;
 pub use gates::{Gate, MAX_RELEASES, Verdict};
 pub use report::{MAX_REPORT_ITEMS, Progress, ReplayItem, ReplayOutcome, ReplayReport};
 pub use request::{
-    Invocation, ManualReplay, ReplayRequest, RequestError, Selector, parse_function_invocation, parse_invocation,
+    Invocation, ManualReplay, ReplayRequest, RequestError, Segment, Selector, parse_function_invocation,
+    parse_invocation,
 };
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};

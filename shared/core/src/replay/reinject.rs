@@ -10,15 +10,16 @@ use super::gates::{Gate, RESUMED_HAND_OFF};
 use super::report::{ReplayItem, ReplayOutcome, ReplayReport, isolated, item};
 use super::settle::{NOT_CLAIMED, Settlement};
 use super::{Replayer, Run};
-use crate::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, attrs};
+use crate::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, TransientKind, attrs};
 use crate::envelopes::original_body;
 use crate::ports::{
-    AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, OutgoingMessage, ReplayQueue, Worm, batches,
+    AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, OutgoingMessage, ReplayQueue, StoreError,
+    StoreResult, SweepCursors, Worm, batches,
 };
 
 impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
 where
-    S: EnvelopeStore + AuditOutbox,
+    S: EnvelopeStore + SweepCursors + AuditOutbox,
     L: Ledger,
     Q: ReplayQueue,
     W: Worm,
@@ -66,15 +67,38 @@ where
         }
     }
 
-    /// Never ahead of `rate_per_sec` since the run started.
-    async fn pace(&self, run: &Run<'_>) {
-        if self.config.rate_per_sec == 0 {
-            return;
+    /// Before sending `n` re-injections: never ahead of `rate_per_sec` since the run started,
+    /// and never more than `rate_per_sec` in one wall-clock second across every replay of the
+    /// deployment (the windows are counted in the envelope store). An error when the shared count
+    /// cannot be asked, or the time budget runs out waiting for it: the batch is not sent.
+    async fn pace(&self, run: &Run<'_>, n: usize) -> StoreResult<()> {
+        let rate = self.config.rate_per_sec;
+        if rate == 0 {
+            return Ok(());
         }
-        let due = Duration::from_secs_f64(run.sent as f64 / f64::from(self.config.rate_per_sec));
+        let due = Duration::from_secs_f64(run.sent as f64 / f64::from(rate));
         let elapsed = self.clock.monotonic().saturating_sub(run.started);
         if due > elapsed {
             self.clock.sleep(due - elapsed).await;
+        }
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        loop {
+            let now = self.clock.now();
+            if self.store.take_sends(now.timestamp(), n, rate).await? {
+                return Ok(());
+            }
+            if run
+                .deadline
+                .is_some_and(|d| d.within(&*self.clock, self.config.deadline_margin))
+            {
+                return Err(StoreError::new(
+                    TransientKind::Timeout,
+                    "time budget used up waiting for the shared replay rate limit",
+                ));
+            }
+            // This second is used up (by other replays): wait for the next.
+            let into = u64::from(now.timestamp_subsec_millis().min(999));
+            self.clock.sleep(Duration::from_millis(1000 - into)).await;
         }
     }
 
@@ -106,10 +130,12 @@ where
         let (envelopes, messages): (Vec<&DlqEnvelope>, Vec<OutgoingMessage>) = ready.into_iter().unzip();
         let mut next = envelopes.into_iter();
         for batch in batches(messages) {
-            self.pace(run).await;
-            let results = match self.queue.send_batch(&batch).await {
-                Ok(r) => r,
-                Err(err) => vec![Err(err.to_string()); batch.len()],
+            let results = match self.pace(run, batch.len()).await {
+                Err(err) => vec![Err(format!("not sent: {err}")); batch.len()],
+                Ok(()) => match self.queue.send_batch(&batch).await {
+                    Ok(r) => r,
+                    Err(err) => vec![Err(err.to_string()); batch.len()],
+                },
             };
             run.sent += batch.len() as u64;
             let shared: &Run<'_> = run;

@@ -14,11 +14,14 @@ pub struct Selector {
     pub entity: Option<String>,
     pub envelope_ids: Vec<String>,
     pub max_items: Option<usize>,
+    /// Only this part of the backlog: several replays, one per segment, sweep it at once.
+    pub segment: Option<Segment>,
 }
 
 impl Selector {
     pub fn matches(&self, e: &DlqEnvelope) -> bool {
-        self.failure_code.is_none_or(|c| c == e.failure_code)
+        self.segment.is_none_or(|s| s.holds(&e.envelope_id))
+            && self.failure_code.is_none_or(|c| c == e.failure_code)
             && self.root_cause.as_deref().is_none_or(|r| match r.strip_suffix('*') {
                 Some(prefix) => e.root_cause.starts_with(prefix),
                 None => e.root_cause == r,
@@ -27,6 +30,56 @@ impl Selector {
                 .entity
                 .as_deref()
                 .is_none_or(|x| e.ledger_entity.as_deref() == Some(x))
+    }
+}
+
+/// One of `of` disjoint parts of the envelopes, by a hash of the envelope id: replays given
+/// the segments 0/K .. K-1/K together select each envelope exactly once, so they sweep one
+/// backlog at once without claiming each other's envelopes. Written `index/of` (`2/4`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Segment {
+    pub index: u32,
+    pub of: u32,
+}
+
+impl Segment {
+    /// The most segments a backlog is split into.
+    pub const MAX: u32 = 64;
+
+    /// The segment `envelope_id` belongs to holds it (the first 8 bytes of its SHA-256, modulo
+    /// `of`: stable across processes and versions).
+    pub fn holds(&self, envelope_id: &str) -> bool {
+        use sha2::{Digest, Sha256};
+        let d = Sha256::digest(envelope_id.as_bytes());
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&d[..8]);
+        u64::from_be_bytes(first) % u64::from(self.of) == u64::from(self.index)
+    }
+}
+
+impl std::str::FromStr for Segment {
+    type Err = RequestError;
+    fn from_str(text: &str) -> Result<Self, RequestError> {
+        let bad = || {
+            RequestError(format!(
+                "segment {:?} must be INDEX/COUNT with 0 <= INDEX < COUNT <= {} (e.g. 2/4)",
+                text.chars().take(40).collect::<String>(),
+                Segment::MAX
+            ))
+        };
+        let (index, of) = text.split_once('/').ok_or_else(bad)?;
+        let index: u32 = index.trim().parse().map_err(|_| bad())?;
+        let of: u32 = of.trim().parse().map_err(|_| bad())?;
+        if of == 0 || of > Segment::MAX || index >= of {
+            return Err(bad());
+        }
+        Ok(Segment { index, of })
+    }
+}
+
+impl std::fmt::Display for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.of)
     }
 }
 
@@ -61,6 +114,9 @@ pub struct ManualReplay {
     pub envelope_ids: Vec<String>,
     #[serde(default)]
     pub max_items: Option<usize>,
+    /// `INDEX/COUNT`: only that part of the backlog ([`Segment`]).
+    #[serde(default)]
+    pub segment: Option<String>,
     #[serde(default)]
     pub dry_run: bool,
 }
@@ -84,6 +140,7 @@ impl ManualReplay {
         if self.max_items == Some(0) {
             return Err(RequestError("`max_items` must be at least 1".into()));
         }
+        let segment = self.segment.as_deref().map(str::parse::<Segment>).transpose()?;
         Ok(ReplayRequest {
             selector: Selector {
                 failure_code: self.failure_code,
@@ -91,6 +148,7 @@ impl ManualReplay {
                 entity: self.entity,
                 envelope_ids: self.envelope_ids,
                 max_items: self.max_items,
+                segment,
             },
             dry_run: self.dry_run,
             reason: self.reason,
@@ -194,6 +252,31 @@ pub fn parse_invocation(payload: &serde_json::Value, schedule: &str) -> Result<R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn segments_split_the_envelopes_exactly_and_refuse_what_is_not_index_of_count() {
+        let of = 4;
+        let segments: Vec<Segment> = (0..of).map(|i| format!("{i}/{of}").parse().unwrap()).collect();
+        let mut sizes = vec![0; of as usize];
+        for n in 0..4000 {
+            let id = format!("env-{n:08x}");
+            let holders: Vec<usize> = (0..segments.len()).filter(|&i| segments[i].holds(&id)).collect();
+            assert_eq!(holders.len(), 1, "{id} is held by {holders:?}");
+            sizes[holders[0]] += 1;
+        }
+        // Each quarter within 10 % of 1000.
+        assert!(sizes.iter().all(|&n| (900..=1100).contains(&n)), "{sizes:?}");
+        for bad in ["4/4", "1/0", "0/65", "a/2", "1", "-1/2", ""] {
+            let e = bad.parse::<Segment>().unwrap_err();
+            assert!(e.0.contains("INDEX/COUNT"), "{bad}: {e}");
+        }
+        assert_eq!("2 / 4".parse::<Segment>().unwrap().to_string(), "2/4");
+        let payload = serde_json::json!({"reason": "r", "triggered_by": "t", "segment": "5/4"});
+        assert!(parse_invocation(&payload, "sweep").is_err());
+        let payload = serde_json::json!({"reason": "r", "triggered_by": "t", "segment": "3/4"});
+        let req = parse_invocation(&payload, "sweep").unwrap();
+        assert_eq!(req.selector.segment, Some(Segment { index: 3, of: 4 }));
+    }
 
     #[test]
     fn the_seal_schedule_only_seals_and_the_sweep_schedule_only_sweeps() {

@@ -24,6 +24,8 @@ struct EnvelopeState {
     overflow: bool,
     episodes: u64,
     cursors: HashMap<String, String>,
+    /// Re-injections taken per wall-clock second (the shared rate limit).
+    send_windows: HashMap<i64, u32>,
     /// The audit outbox, in the order records were written.
     outbox: Vec<AuditRecord>,
     /// Claims of this envelope fail as DynamoDB's do when another transaction holds an item.
@@ -239,6 +241,17 @@ impl SweepCursors for MemoryEnvelopeStore {
             None => s.cursors.remove(name),
         };
         Ok(())
+    }
+
+    async fn take_sends(&self, second: i64, n: u32, limit: u32) -> StoreResult<bool> {
+        let mut s = lock(&self.state);
+        let taken = s.send_windows.entry(second).or_default();
+        // The same condition as the DynamoDB item's: the first take, or room for all n.
+        if *taken == 0 || taken.saturating_add(n) <= limit {
+            *taken = taken.saturating_add(n);
+            return Ok(true);
+        }
+        Ok(false)
     }
 }
 

@@ -276,6 +276,11 @@ impl<P: SweepCursors> SweepCursors for Faulty<P> {
             .call("Cursors.save", self.inner.save_cursor(name, cursor))
             .await
     }
+    async fn take_sends(&self, second: i64, n: u32, limit: u32) -> StoreResult<bool> {
+        self.faults
+            .call("Cursors.take_sends", self.inner.take_sends(second, n, limit))
+            .await
+    }
 }
 
 impl<P: Backlog> Backlog for Faulty<P> {
