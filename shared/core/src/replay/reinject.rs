@@ -67,6 +67,15 @@ where
         }
     }
 
+    /// Chunks of at most ten (a batch), and never more than the rate limit: a second's first
+    /// chunk is always let through, so a chunk above the limit would exceed it.
+    pub(super) fn chunk_size(&self) -> usize {
+        match self.config.rate_per_sec {
+            0 => 10,
+            rate => usize::try_from(rate).unwrap_or(10).clamp(1, 10),
+        }
+    }
+
     /// Before sending `n` re-injections: never ahead of `rate_per_sec` since the run started,
     /// and never more than `rate_per_sec` in one wall-clock second across every replay of the
     /// deployment (the windows are counted in the envelope store). An error when the shared count
@@ -102,15 +111,27 @@ where
         }
     }
 
-    /// Claim, re-check gate 2 under the claim, send the originals in batches SQS accepts (ten
-    /// entries, 1 MiB in all), mark them. A store failing on one envelope skips that envelope
-    /// (its lease, if it was claimed, lets the next sweep take it over); it does not stop the rest.
+    /// The chunk's share of the rate limit, then: claim, re-check gate 2 under the claim, send
+    /// the originals in batches SQS accepts (ten entries, 1 MiB in all), mark them. A store
+    /// failing on one envelope skips that envelope (its lease, if it was claimed, lets the next
+    /// sweep take it over); it does not stop the rest. `Ok(false)`: the rate limit could not be
+    /// had (nothing of the chunk claimed); the sweep stops.
     pub(super) async fn reinject(
         &self,
         run: &mut Run<'_>,
         chunk: &[DlqEnvelope],
         report: &mut ReplayReport,
-    ) -> FlowResult<()> {
+    ) -> FlowResult<bool> {
+        // Before any claim: no lease runs out while waiting for the limit, and an envelope left
+        // out is left PENDING, untouched (a release would count towards its quarantine).
+        if let Err(err) = self.pace(run, chunk.len()).await {
+            for e in chunk {
+                report.push(item(e, ReplayOutcome::Skipped, None, format!("not claimed: {err}")));
+            }
+            report.stopped = Some(format!("the replay rate limit: {err}"));
+            return Ok(false);
+        }
+        run.sent += chunk.len() as u64;
         // Each envelope has a claim of its own, so the chunk's envelopes are claimed and then
         // marked concurrently (bounded), in the chunk's order in the report.
         let at_once = self.config.concurrency.max(1);
@@ -121,23 +142,34 @@ where
             .collect()
             .await;
         let mut ready: Vec<(&DlqEnvelope, OutgoingMessage)> = Vec::new();
+        let mut failed = None;
         for (e, p) in prepared {
-            match isolated(e, p)? {
-                Prepared::Send(m) => ready.push((e, m)),
-                Prepared::Settled(it) => report.push(it),
+            match isolated(e, p) {
+                Ok(Prepared::Send(m)) => ready.push((e, m)),
+                Ok(Prepared::Settled(it)) => report.push(it),
+                Err(err) => {
+                    failed.get_or_insert(err);
+                }
             }
+        }
+        if let Some(err) = failed {
+            // The others of the chunk were claimed concurrently: release them now rather than
+            // leave them to their lease.
+            for (e, _) in ready {
+                let why = "not sent: the replay stopped on another envelope's error".to_owned();
+                if let Err(release) = self.finish(run, e, Settlement::release(why)).await {
+                    tracing::warn!(envelope_id = %e.envelope_id, error = %release, "claim left to its lease");
+                }
+            }
+            return Err(err);
         }
         let (envelopes, messages): (Vec<&DlqEnvelope>, Vec<OutgoingMessage>) = ready.into_iter().unzip();
         let mut next = envelopes.into_iter();
         for batch in batches(messages) {
-            let results = match self.pace(run, batch.len()).await {
-                Err(err) => vec![Err(format!("not sent: {err}")); batch.len()],
-                Ok(()) => match self.queue.send_batch(&batch).await {
-                    Ok(r) => r,
-                    Err(err) => vec![Err(err.to_string()); batch.len()],
-                },
+            let results = match self.queue.send_batch(&batch).await {
+                Ok(r) => r,
+                Err(err) => vec![Err(err.to_string()); batch.len()],
             };
-            run.sent += batch.len() as u64;
             let shared: &Run<'_> = run;
             let recorded: Vec<(&DlqEnvelope, FlowResult<ReplayItem>)> =
                 futures::stream::iter(next.by_ref().take(batch.len()).zip(results))
@@ -149,7 +181,7 @@ where
                 report.push(isolated(e, r)?);
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Under a claim: gate 2 again, then the message to send (or a settlement instead).

@@ -50,6 +50,9 @@ impl Segment {
     /// `of`: stable across processes and versions).
     pub fn holds(&self, envelope_id: &str) -> bool {
         use sha2::{Digest, Sha256};
+        if self.of == 0 {
+            return false; // no such segment (parsing refuses it)
+        }
         let d = Sha256::digest(envelope_id.as_bytes());
         let mut first = [0u8; 8];
         first.copy_from_slice(&d[..8]);

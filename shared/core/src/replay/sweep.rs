@@ -157,7 +157,19 @@ where
                 other => report.push(isolated(&e, self.settle(run, &e, other).await)?),
             }
         }
-        for chunk in to_send.chunks(10) {
+        let mut halted = false;
+        for chunk in to_send.chunks(self.chunk_size()) {
+            if halted {
+                for e in chunk {
+                    report.push(item(
+                        e,
+                        ReplayOutcome::Skipped,
+                        None,
+                        "not claimed: the replay rate limit",
+                    ));
+                }
+                continue;
+            }
             if self.out_of_time(run) {
                 for e in chunk {
                     report.push(item(
@@ -186,7 +198,7 @@ where
                 ));
                 continue;
             }
-            self.reinject(run, chunk, report).await?;
+            halted = !self.reinject(run, chunk, report).await?;
         }
         if let Some(progress) = &self.progress {
             progress(report);

@@ -146,7 +146,7 @@ async fn ours(run: &Run<'_>, concurrency: Option<usize>) -> Side {
         first_pass: stats.busy.as_secs_f64(),
         drain: stats.busy.as_secs_f64(),
         handler_ms_per_full_batch: per_batch(&stats),
-        queue_share: stats.queue_time.as_secs_f64() / stats.busy.as_secs_f64().max(1e-9),
+        queue_share: stats.queue_time.as_secs_f64() / (stats.queue_time + stats.handler_time).as_secs_f64().max(1e-9),
         requests,
         write_units: units.total(),
     };
@@ -209,7 +209,7 @@ fn powertools(run: &Run<'_>, python: &str) -> Result<Side, String> {
         first_pass: num("first_pass_s"),
         drain: num("busy_s"),
         handler_ms_per_full_batch: num("full_batch_s") * 1000.0 / num("full_batches").max(1.0),
-        queue_share: num("queue_s") / num("busy_s").max(1e-9),
+        queue_share: num("queue_s") / (num("queue_s") + num("handler_s")).max(1e-9),
         requests: whole("dynamodb_requests"),
         write_units: num("write_units"),
     })
