@@ -19,6 +19,7 @@
 use recon_aws::{Target, wiring};
 use recon_core::domain::NewMessage;
 use recon_harness::capacity::{WriteUnits, metered};
+use recon_harness::flags::value;
 use recon_harness::latency::delay_line;
 use recon_harness::pump::{PumpOptions, PumpStats, pump};
 use recon_harness::stack::{MAX_ATTEMPTS, TestStack};
@@ -215,22 +216,14 @@ fn powertools(run: &Run<'_>, python: &str) -> Result<Side, String> {
     })
 }
 
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
 #[tokio::main]
 async fn main() {
-    let count: u32 = arg("--count").and_then(|v| v.parse().ok()).unwrap_or(2000);
-    let python = arg("--python").unwrap_or_else(|| "python3".into());
-    let visibility: i32 = arg("--visibility").and_then(|v| v.parse().ok()).unwrap_or(2);
-    let dup_every: u32 = arg("--duplicate-every").and_then(|v| v.parse().ok()).unwrap_or(10);
-    let poison_every: u32 = arg("--poison-every").and_then(|v| v.parse().ok()).unwrap_or(20);
-    let latency_ms: u64 = arg("--latency-ms").and_then(|v| v.parse().ok()).unwrap_or(5);
+    let count: u32 = value("--count", 2000);
+    let python: String = value("--python", "python3".to_owned());
+    let visibility: i32 = value("--visibility", 2);
+    let dup_every: u32 = value("--duplicate-every", 10);
+    let poison_every: u32 = value("--poison-every", 20);
+    let latency_ms: u64 = value("--latency-ms", 5);
     let bodies = workload(count, dup_every, poison_every);
     let size = bodies.iter().map(String::len).sum::<usize>() / bodies.len().max(1);
     let one_in = |every: u32| {

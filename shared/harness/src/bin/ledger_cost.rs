@@ -10,6 +10,7 @@
 use futures::StreamExt;
 use recon_core::domain::CommitOutcome;
 use recon_core::ports::Ledger;
+use recon_harness::flags::value;
 use recon_harness::postgres::ScratchDatabase;
 use recon_harness::stack::TestStack;
 use recon_postgres::{PostgresLedger, PostgresSettings};
@@ -58,19 +59,10 @@ fn line(ledger: &str, what: &str, r: &Round, count: u32, calls: u64, unit: &str)
     );
 }
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 #[tokio::main]
 async fn main() {
-    let count = u32::try_from(arg("--count", 2000)).unwrap_or(2000);
-    let concurrency = usize::try_from(arg("--concurrency", 10)).unwrap_or(10).max(1);
+    let count: u32 = value("--count", 2000);
+    let concurrency: usize = value("--concurrency", 10usize).max(1);
     println!(
         "{count} messages, {concurrency} at a time (as a 10-message batch commits), then the same {count} again as duplicates"
     );

@@ -13,18 +13,10 @@
 
 use recon_core::domain::EnvelopeStatus;
 use recon_core::replay::Segment;
+use recon_harness::flags::value;
 use recon_harness::stack::TestStack;
 use recon_testkit::builders::{body, manual_request, tx_in};
 use std::time::Instant;
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// A stack whose DLQ backlog holds `count` envelopes of the unmapped currency XAU, now mapped.
 async fn backlog(count: u32) -> TestStack {
@@ -110,8 +102,8 @@ async fn drain(count: u32, invocations: usize) -> Result<(), String> {
 
 #[tokio::main]
 async fn main() {
-    let count = u32::try_from(arg("--count", 2000)).unwrap_or(2000);
-    let invocations = usize::try_from(arg("--invocations", 4)).unwrap_or(4).max(1);
+    let count: u32 = value("--count", 2000);
+    let invocations: usize = value("--invocations", 4usize).max(1);
     println!("a backlog of {count} envelopes, every gate on, no rate limit, on the local stack");
     for k in [1, invocations] {
         if let Err(e) = drain(count, k).await {
