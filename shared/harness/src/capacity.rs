@@ -16,6 +16,7 @@ use aws_sdk_dynamodb::operation::transact_write_items::{
 use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemInput, UpdateItemOutput};
 use aws_sdk_dynamodb::types::{ConsumedCapacity, ReturnConsumedCapacity};
 use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -96,48 +97,33 @@ impl Intercept for Meter {
         &self,
         ctx: &AfterDeserializationInterceptorContextRef<'_>,
         _rc: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
+        cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        let op = cfg.load::<Metadata>().map_or("unknown", Metadata::name);
         match ctx.output_or_error() {
             Ok(out) => {
                 if let Some(o) = out.downcast_ref::<PutItemOutput>() {
-                    self.0.add("PutItem", o.consumed_capacity());
+                    self.0.add(op, o.consumed_capacity());
                 } else if let Some(o) = out.downcast_ref::<UpdateItemOutput>() {
-                    self.0.add("UpdateItem", o.consumed_capacity());
+                    self.0.add(op, o.consumed_capacity());
                 } else if let Some(o) = out.downcast_ref::<DeleteItemOutput>() {
-                    self.0.add("DeleteItem", o.consumed_capacity());
+                    self.0.add(op, o.consumed_capacity());
                 } else if let Some(o) = out.downcast_ref::<TransactWriteItemsOutput>() {
-                    self.0.add("TransactWriteItems", o.consumed_capacity());
+                    self.0.add(op, o.consumed_capacity());
                 }
             }
             Err(e) => {
-                let Some(e) = e.as_operation_error() else {
-                    return Ok(());
-                };
-                let refused = if e
-                    .downcast_ref::<PutItemError>()
-                    .is_some_and(PutItemError::is_conditional_check_failed_exception)
-                {
-                    Some("PutItem")
-                } else if e
-                    .downcast_ref::<UpdateItemError>()
-                    .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
-                {
-                    Some("UpdateItem")
-                } else if e
-                    .downcast_ref::<DeleteItemError>()
-                    .is_some_and(DeleteItemError::is_conditional_check_failed_exception)
-                {
-                    Some("DeleteItem")
-                } else if e
-                    .downcast_ref::<TransactWriteItemsError>()
-                    .is_some_and(TransactWriteItemsError::is_transaction_canceled_exception)
-                {
-                    Some("TransactWriteItems")
-                } else {
-                    None
-                };
-                if let Some(op) = refused {
+                let refused = e.as_operation_error().is_some_and(|e| {
+                    e.downcast_ref::<PutItemError>()
+                        .is_some_and(PutItemError::is_conditional_check_failed_exception)
+                        || e.downcast_ref::<UpdateItemError>()
+                            .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
+                        || e.downcast_ref::<DeleteItemError>()
+                            .is_some_and(DeleteItemError::is_conditional_check_failed_exception)
+                        || e.downcast_ref::<TransactWriteItemsError>()
+                            .is_some_and(TransactWriteItemsError::is_transaction_canceled_exception)
+                });
+                if refused {
                     self.0.refuse(op);
                 }
             }

@@ -125,9 +125,7 @@ where
         // Before any claim: no lease runs out while waiting for the limit, and an envelope left
         // out is left PENDING, untouched (a release would count towards its quarantine).
         if let Err(err) = self.pace(run, chunk.len()).await {
-            for e in chunk {
-                report.push(item(e, ReplayOutcome::Skipped, None, format!("not claimed: {err}")));
-            }
+            report.skip_all(chunk, &format!("not claimed: {err}"));
             report.stopped = Some(format!("the replay rate limit: {err}"));
             return Ok(false);
         }

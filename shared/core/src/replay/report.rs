@@ -83,6 +83,13 @@ pub struct ReplayReport {
 }
 
 impl ReplayReport {
+    /// Every envelope of `chunk` skipped for `detail`, none of it claimed.
+    pub(super) fn skip_all(&mut self, chunk: &[DlqEnvelope], detail: &str) {
+        for e in chunk {
+            self.push(item(e, ReplayOutcome::Skipped, None, detail));
+        }
+    }
+
     pub(super) fn push(&mut self, item: ReplayItem) {
         let count = match item.outcome {
             ReplayOutcome::Reinjected | ReplayOutcome::WouldReinject => &mut self.reinjected,

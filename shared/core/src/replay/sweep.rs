@@ -6,7 +6,7 @@
 use futures::StreamExt;
 
 use super::gates::Verdict;
-use super::report::{ReplayItem, ReplayOutcome, ReplayReport, dry_item, isolated, item};
+use super::report::{ReplayItem, ReplayOutcome, ReplayReport, dry_item, isolated};
 use super::{Replayer, Run, SCHEDULE_CURSOR};
 use crate::domain::{DlqEnvelope, EnvelopeStatus};
 use crate::ports::{
@@ -160,38 +160,17 @@ where
         let mut halted = false;
         for chunk in to_send.chunks(self.chunk_size()) {
             if halted {
-                for e in chunk {
-                    report.push(item(
-                        e,
-                        ReplayOutcome::Skipped,
-                        None,
-                        "not claimed: the replay rate limit",
-                    ));
-                }
+                report.skip_all(chunk, "not claimed: the replay rate limit");
                 continue;
             }
             if self.out_of_time(run) {
-                for e in chunk {
-                    report.push(item(
-                        e,
-                        ReplayOutcome::Skipped,
-                        None,
-                        "time budget used up before re-injection",
-                    ));
-                }
+                report.skip_all(chunk, "time budget used up before re-injection");
                 report.stopped = Some(OUT_OF_TIME.into());
                 continue;
             }
             let depth = self.queue.visible_depth().await?;
             if depth > self.config.main_queue_high_water {
-                for e in chunk {
-                    report.push(item(
-                        e,
-                        ReplayOutcome::Skipped,
-                        None,
-                        format!("back-pressure: main queue holds {depth} messages"),
-                    ));
-                }
+                report.skip_all(chunk, &format!("back-pressure: main queue holds {depth} messages"));
                 report.stopped = Some(format!(
                     "back-pressure: the main queue holds {depth} messages (high-water mark {})",
                     self.config.main_queue_high_water
