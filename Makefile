@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 
-.PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-replay bench-cold-start local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
+.PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-cold-start local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -22,6 +22,7 @@ test: local-stack tools
 	$(MAKE) --no-print-directory simulate-ci
 	$(MAKE) --no-print-directory fuzz-ci
 	$(MAKE) --no-print-directory bench-e2e-ci
+	$(MAKE) --no-print-directory bench-evidence-ci
 	$(MAKE) --no-print-directory infra-check
 	infra/smoke.sh
 
@@ -160,6 +161,18 @@ bench-cold-start: local-up
 	@mkdir -p .local-aws
 	$(DLQCTL) env > .local-aws/cold-start.env
 	python3 bench/cold_start.py --env-file .local-aws/cold-start.env --runs $(or $(RUNS),10) $(COLD_START)
+
+## bench-evidence: reconcile (one period, the whole history; one segment, several) and evidence
+## export as their own processes, timed with their peak memory, over POSTINGS postings (default
+## 1,000,000) in PERIODS periods loaded into DynamoDB Local
+bench-evidence: local-stack
+	$(CARGO) build --release --quiet -p dlqctl -p recon-harness --bin dlqctl --bin evidence
+	target/release/evidence --dlqctl target/release/dlqctl --postings $(or $(POSTINGS),1000000) --periods $(or $(PERIODS),12)
+
+## bench-evidence-ci: the same on 2,400 postings (a check that it runs; the figures mean nothing)
+bench-evidence-ci: local-stack
+	$(CARGO) build --quiet -p dlqctl -p recon-harness --bin dlqctl --bin evidence
+	target/debug/evidence --dlqctl target/debug/dlqctl --postings 2400 --periods 12
 
 ## bench-e2e-ci: the same harness on 40 messages (a check that it runs; the figures mean nothing)
 bench-e2e-ci: local-stack $(BENCH_VENV)

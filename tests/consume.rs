@@ -245,9 +245,9 @@ async fn the_redrive_policy_catches_a_message_whose_consumer_keeps_crashing() {
     s.cleanup().await;
 }
 
-/// On DynamoDB one conditional put and one write unit per committed message; on PostgreSQL one
-/// statement, and no DynamoDB request but the reference data's one load; on the HTTP ledger one
-/// post, and the claim and its commit in the dedup table.
+/// On DynamoDB one conditional put per committed message (two write units: the posting and its
+/// period-index entry); on PostgreSQL one statement, and no DynamoDB request but the reference
+/// data's one load; on the HTTP ledger one post, and the claim and its commit in the dedup table.
 #[tokio::test]
 async fn the_happy_path_costs_one_ledger_write_per_message() {
     let s = TestStack::new("cost").await;
@@ -275,10 +275,13 @@ async fn the_happy_path_costs_one_ledger_write_per_message() {
             );
             assert_eq!(dynamodb_total, 21, "{after:?}");
             assert_eq!(unit, "write units");
+            // The posting and its entry in the period index: two write units per commit.
+            assert!((cost - 40.0).abs() < 1e-9, "{cost} {unit}");
         }
         "postgres" => {
             assert_eq!(dynamodb_total, 1, "{after:?}");
             assert_eq!(unit, "statements");
+            assert!((cost - 20.0).abs() < 1e-9, "{cost} {unit}");
         }
         _ => {
             // The claim protocol: a conditional put to claim, an update to commit, one post.
@@ -289,9 +292,9 @@ async fn the_happy_path_costs_one_ledger_write_per_message() {
             );
             assert_eq!(dynamodb_total, 41, "{after:?}");
             assert_eq!(unit, "HTTP requests");
+            assert!((cost - 20.0).abs() < 1e-9, "{cost} {unit}");
         }
     }
-    assert!((cost - 20.0).abs() < 1e-9, "{cost} {unit}");
     s.cleanup().await;
 }
 

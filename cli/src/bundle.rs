@@ -9,8 +9,10 @@ use recon_aws::provision::resolve_stack;
 use recon_aws::s3::S3Worm;
 use recon_aws::sqs::SqsQueue;
 use recon_core::evidence::{Bundle, VerifyReport, export_bundle, verify_bundle};
-use recon_core::ports::{LedgerScope, read_postings};
-use recon_core::reconcile::{Entry, Reconciliation, State, manifest_entry, outcomes, reconcile};
+use recon_core::ports::LedgerScope;
+use recon_core::reconcile::{
+    Entry, Links, Reconciliation, State, manifest_entry, of_period, outcomes, read_ledger, reconcile, reconcile_counted,
+};
 use recon_core::resources::ResourceNames;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -23,10 +25,17 @@ pub struct ReconcileArgs {
     #[arg(long)]
     pub manifest: Option<PathBuf>,
     /// Only the transactions of this accounting period, YYYY-MM (the manifest's too; a body
-    /// without a readable value date belongs to no period).
+    /// without a readable value date belongs to no period). The ledger is read through its
+    /// period index: the cost is that period's, not the history's.
     #[arg(long)]
     pub period: Option<String>,
+    /// Read the ledger in this many segments at once (1-64).
+    #[arg(long, default_value_t = DEFAULT_SEGMENTS, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub segments: u32,
 }
+
+/// How many segments of the ledger reconcile and export read at once.
+pub const DEFAULT_SEGMENTS: u32 = 4;
 
 /// `period` if it is YYYY-MM.
 fn check_period(period: &str) -> Result<()> {
@@ -36,25 +45,13 @@ fn check_period(period: &str) -> Result<()> {
     Ok(())
 }
 
-/// The outcomes of the transactions of `period`: every record of a message any of whose records
-/// is of that period, or that the (period's) manifest names — a duplicate's record may carry no
-/// value date of its own.
-fn of_period(outcomes: Vec<(State, Entry)>, period: &str, manifest: Option<&[Entry]>) -> Vec<(State, Entry)> {
-    let in_period: std::collections::BTreeSet<String> = outcomes
-        .iter()
-        .filter(|(_, e)| e.period.as_deref() == Some(period))
-        .map(|(_, e)| e.key.clone())
-        .chain(manifest.unwrap_or_default().iter().map(|e| e.key.clone()))
-        .collect();
-    outcomes
-        .into_iter()
-        .filter(|(_, e)| in_period.contains(&e.key))
-        .collect()
-}
-
 /// What the stores say, and the reconciliation of it.
 pub struct Evidence {
+    /// One per message, but for the committed postings of no lineage (with `Keep::Linked`):
+    /// those are only counted, in the reconciliation.
     pub outcomes: Vec<(State, Entry)>,
+    /// What the stores contradict each other on (before the reconciliation adds its own).
+    pub problems: Vec<String>,
     pub reconciliation: Reconciliation,
 }
 
@@ -70,21 +67,60 @@ pub fn read_manifest(path: &Path) -> Result<Vec<Entry>> {
     Ok(out)
 }
 
-pub async fn gather(clients: &AwsClients, names: &ResourceNames, manifest: Option<&[Entry]>) -> Result<Evidence> {
+/// Which messages `gather` keeps as outcomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// Those of a lineage; the committed postings of none are only counted (bounded memory).
+    Linked,
+    /// Every one: a manifest matches each message by its key, a bundle lists each.
+    Every,
+}
+
+/// What the stores say about `period` (or the whole history), and its reconciliation against
+/// `manifest`. The ledger is read by `period` through its index, in `segments` at once; the
+/// envelopes and the audit trail are read whole (they hold the exceptions, not every posting).
+pub async fn gather(
+    clients: &AwsClients,
+    names: &ResourceNames,
+    manifest: Option<&[Entry]>,
+    period: Option<&str>,
+    keep: Keep,
+    segments: u32,
+) -> Result<Evidence> {
     let stack = resolve_stack(clients, names).await?;
-    let postings = read_postings(&crate::context::ledger(clients, &stack)?, &LedgerScope::default()).await?;
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
         .scan()
         .await?;
     let envelopes = crate::triage::envelopes(&crate::triage::store(clients, names), None).await?;
+    let links = match keep {
+        Keep::Every => Links::everything(),
+        Keep::Linked => Links::of(&envelopes, &audit),
+    };
+    let scope = LedgerScope {
+        period: period.map(str::to_owned),
+        ..LedgerScope::default()
+    };
+    let read = read_ledger(&crate::context::ledger(clients, &stack)?, &scope, segments, &links).await?;
     let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url)
         .depth()
         .await?;
     let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
-    let (outcomes, problems) = outcomes(&postings, &envelopes, &audit, dlq.total() == 0);
-    let reconciliation = reconcile(outcomes.clone(), problems, manifest, main.total() + dlq.total());
+    let (outcomes, problems) = outcomes(&read.linked, &envelopes, &audit, dlq.total() == 0);
+    // The period's transactions: the read held only its postings, the outcomes are cut here.
+    let outcomes = match period {
+        Some(p) => of_period(outcomes, p, manifest),
+        None => outcomes,
+    };
+    let reconciliation = reconcile_counted(
+        read.counted,
+        outcomes.clone(),
+        problems.clone(),
+        manifest,
+        main.total() + dlq.total(),
+    );
     Ok(Evidence {
         outcomes,
+        problems,
         reconciliation,
     })
 }
@@ -146,20 +182,19 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
         check_period(period)?;
     }
     let mut manifest = args.manifest.as_deref().map(read_manifest).transpose()?;
-    let mut ev = gather(clients, names, manifest.as_deref()).await?;
-    if let Some(period) = &args.period {
-        if let Some(m) = manifest.as_mut() {
-            m.retain(|e| e.period.as_deref() == Some(period.as_str()));
-        }
-        let problems = std::mem::take(&mut ev.reconciliation.problems);
-        let queued = ev.reconciliation.queued;
-        ev.reconciliation = reconcile(
-            of_period(std::mem::take(&mut ev.outcomes), period, manifest.as_deref()),
-            problems,
-            manifest.as_deref(),
-            queued,
-        );
+    if let (Some(m), Some(period)) = (manifest.as_mut(), &args.period) {
+        m.retain(|e| e.period.as_deref() == Some(period.as_str()));
     }
+    let keep = if manifest.is_some() { Keep::Every } else { Keep::Linked };
+    let ev = gather(
+        clients,
+        names,
+        manifest.as_deref(),
+        args.period.as_deref(),
+        keep,
+        args.segments,
+    )
+    .await?;
     if crate::output::json() {
         println!("{}", serde_json::to_string_pretty(&ev.reconciliation)?);
     } else {
@@ -180,11 +215,14 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
     Ok(())
 }
 
+/// Write the evidence bundle of `period`: it lists every transaction of the period, so it holds
+/// them all (the period's, never the history's).
 pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, out: &Path) -> Result<()> {
     check_period(period)?;
-    let ev = gather(clients, names, None).await?;
-    let outcomes = of_period(ev.outcomes, period, None);
-    let reconciliation = reconcile(outcomes.clone(), ev.reconciliation.problems.clone(), None, 0);
+    let ev = gather(clients, names, None, Some(period), Keep::Every, DEFAULT_SEGMENTS).await?;
+    // A bundle is verified offline against its own outcomes: every one is listed, none queued.
+    let reconciliation = reconcile(ev.outcomes.clone(), ev.problems, None, 0);
+    let outcomes = ev.outcomes;
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
     let worm = S3Worm::new(clients.s3.clone(), &names.bucket());
     let bundle = export_bundle(&audit, &worm, chrono::Utc::now(), period, outcomes, reconciliation).await?;
@@ -221,35 +259,10 @@ pub fn verify_file(path: &Path) -> Result<VerifyReport> {
 mod tests {
     use super::*;
 
-    fn entry(key: &str, period: Option<&str>, reference: &str) -> Entry {
-        Entry {
-            key: key.into(),
-            currency: Some("USD".into()),
-            amount: Some(rust_decimal::Decimal::ONE),
-            entity: Some("ACME-US".into()),
-            period: period.map(str::to_owned),
-            reference: reference.into(),
-        }
-    }
-
     #[test]
-    fn a_period_keeps_its_transactions_with_every_record_of_them() {
-        let outcomes = vec![
-            (State::Committed, entry("msg:a", Some("2026-11"), "posting a")),
-            // A duplicate of a, recorded without its period: it follows its transaction.
-            (State::Duplicate, entry("msg:a", None, "audit dup-a")),
-            (State::Committed, entry("msg:b", Some("2026-10"), "posting b")),
-            (State::Quarantined, entry("raw:c", None, "envelope c")),
-        ];
-        let kept = of_period(outcomes.clone(), "2026-11", None);
-        let refs: Vec<&str> = kept.iter().map(|(_, e)| e.reference.as_str()).collect();
-        assert_eq!(refs, ["posting a", "audit dup-a"]);
-        // The manifest names a message whose records carry no period.
-        let manifest = [entry("raw:c", Some("2026-11"), "")];
-        let kept = of_period(outcomes, "2026-11", Some(&manifest));
-        let refs: Vec<&str> = kept.iter().map(|(_, e)| e.reference.as_str()).collect();
-        assert_eq!(refs, ["posting a", "audit dup-a", "envelope c"]);
+    fn a_period_is_yyyy_mm() {
         assert!(check_period("2026-13").is_err());
         assert!(check_period("2026-11").is_ok());
+        assert!(check_period("2026-1").is_err());
     }
 }

@@ -32,7 +32,15 @@ pub async fn prove(clients: &AwsClients, stack: &Stack, bodies: &[&str], started
     let manifest_path = Path::new(".local-aws").join("demo-manifest.jsonl");
     std::fs::write(&manifest_path, bodies.join("\n") + "\n")?;
     let manifest = crate::bundle::read_manifest(&manifest_path)?;
-    let evidence = crate::bundle::gather(clients, &stack.names, Some(&manifest)).await?;
+    let evidence = crate::bundle::gather(
+        clients,
+        &stack.names,
+        Some(&manifest),
+        None,
+        crate::bundle::Keep::Every,
+        crate::bundle::DEFAULT_SEGMENTS,
+    )
+    .await?;
     let holds = print_result(clients, stack, &evidence, started).await?;
     if !holds {
         crate::bundle::print(&evidence.reconciliation);

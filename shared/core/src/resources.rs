@@ -36,6 +36,11 @@ pub const DLQ_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
 pub mod keys {
     /// Ledger (reference DynamoDB ledger): one item per committed `source_hash`.
     pub const LEDGER_PK: &str = "source_hash";
+    /// A posting's shard of its period, `YYYY-MM#<h>` with `h` the first hex digit of its
+    /// `source_hash` ([`super::ledger_period_shard`]): the partition of the period index. A
+    /// period's postings are spread over [`super::LEDGER_PERIOD_SHARDS`] partitions, so a month-end
+    /// does not write one hot index partition, and a period is read shard by shard, at once.
+    pub const LEDGER_PERIOD_SHARD: &str = "period_shard";
     /// Reference data: `pk` = `CURRENCY` or `PERIOD#<entity>`, `sk` = code or `YYYY-MM`.
     pub const REFERENCE_PK: &str = "pk";
     pub const REFERENCE_SK: &str = "sk";
@@ -188,9 +193,32 @@ pub struct IndexSpec {
     pub sort_key: &'static str,
 }
 
-/// Triage indexes of the envelope table.
+/// How many index partitions one period's postings are spread over.
+pub const LEDGER_PERIOD_SHARDS: u32 = 16;
+
+/// The period index's partition of a posting (`None` for a hash that does not start with a hex
+/// digit: no posting of ours, and then outside the index).
+pub fn ledger_period_shard(period: &str, source_hash: &str) -> Option<String> {
+    let first = source_hash.chars().next()?.to_digit(16)?;
+    Some(format!("{period}#{first:x}"))
+}
+
+/// The index partitions of one period, in shard order.
+pub fn ledger_period_shards(period: &str) -> impl Iterator<Item = (u32, String)> + '_ {
+    (0..LEDGER_PERIOD_SHARDS).map(move |n| (n, format!("{period}#{n:x}")))
+}
+
+/// Indexes of the tables.
 pub mod indexes {
     use super::{IndexSpec, keys};
+    /// The reference ledger's postings by period, sharded ([`keys::LEDGER_PERIOD_SHARD`]):
+    /// reconcile and evidence export of one period read that period, not the history.
+    /// Hand-offs carry no period and stay out of it.
+    pub const LEDGER_BY_PERIOD: IndexSpec = IndexSpec {
+        name: "by_period",
+        partition_key: keys::LEDGER_PERIOD_SHARD,
+        sort_key: keys::LEDGER_PK,
+    };
     /// By status, oldest first: the replay sweep and triage of PENDING envelopes.
     pub const BY_STATUS_AGE: IndexSpec = IndexSpec {
         name: "by_status_age",
@@ -243,7 +271,7 @@ pub const TABLES: [TableSpec; 5] = [
         sort_key: None,
         ttl_attribute: None,
         stream: false,
-        indexes: &[],
+        indexes: &[indexes::LEDGER_BY_PERIOD],
     },
     TableSpec {
         kind: TableKind::Envelopes,

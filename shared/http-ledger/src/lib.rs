@@ -319,6 +319,10 @@ impl LedgerReader for HttpLedger {
 
     async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
         let op = "GET /postings";
+        // The posting API does not split a read: segment 0 reads the scope, the others nothing.
+        if scope.segment.is_some_and(|s| s.index > 0) {
+            return Ok(PostingPage::default());
+        }
         let mut query: Vec<(&str, String)> = vec![("limit", limit.max(1).to_string())];
         query.extend(scope.period.clone().map(|p| ("period", p)));
         query.extend(scope.entity.clone().map(|e| ("entity", e)));

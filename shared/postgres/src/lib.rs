@@ -416,7 +416,8 @@ fn posting(r: &Row) -> StoreResult<Posting> {
 }
 
 /// Pages in `source_hash` order, keyset-paged (`source_hash > cursor`); one period's rows are
-/// found by the `(period, ledger_entity)` index and sorted.
+/// found by the `(period, ledger_entity)` index and sorted; a segment holds the keys whose
+/// `hashtext` falls in it.
 impl LedgerReader for PostgresLedger {
     async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
         PostgresLedger::posting(self, source_hash).await
@@ -436,6 +437,20 @@ impl LedgerReader for PostgresLedger {
                 params.push(v);
                 sql.push_str(&format!(" AND {column} ${}", params.len()));
             }
+        }
+        // A segment by a hash of the key: hashtext is stable within a server, which one read is.
+        let segment = scope
+            .segment
+            .filter(|s| s.of > 1)
+            .map(|s| (i64::from(s.of), i64::from(s.index)));
+        if let Some((of, index)) = &segment {
+            params.push(of);
+            params.push(index);
+            sql.push_str(&format!(
+                " AND (hashtext(source_hash)::bigint + 2147483648) % ${} = ${}",
+                params.len() - 1,
+                params.len()
+            ));
         }
         let cursor = cursor.map(str::to_owned);
         if let Some(c) = &cursor {

@@ -250,10 +250,12 @@ pub async fn ledger_reads_by_period<L: recon_core::ports::Ledger + recon_core::p
         LedgerScope {
             period: Some("2026-10".into()),
             entity: Some(west.clone()),
+            segment: None,
         },
         LedgerScope {
             period: None,
             entity: Some(east.clone()),
+            segment: None,
         },
     ];
     for scope in &scopes {
@@ -276,6 +278,24 @@ pub async fn ledger_reads_by_period<L: recon_core::ports::Ledger + recon_core::p
         let mut expected: Vec<&Posting> = committed.iter().filter(|p| scope.covers(p)).collect();
         expected.sort_by(|a, b| a.source_hash.cmp(&b.source_hash));
         assert_eq!(got, expected, "{scope:?}: every posting in scope exactly once");
+        // Split three ways and read segment by segment: disjoint, and together the scope.
+        let mut by_segments: BTreeMap<String, Posting> = BTreeMap::new();
+        for segment in recon_core::domain::Segment::all_of(3) {
+            let part = scope.segment(segment);
+            for p in recon_core::ports::read_postings(ledger, &part).await.unwrap() {
+                assert!(scope.covers(&p), "{part:?}: {p:?} is outside the scope");
+                let hash = p.source_hash.clone();
+                assert!(
+                    by_segments.insert(hash.clone(), p).is_none(),
+                    "{hash} in two segments of {scope:?}"
+                );
+            }
+        }
+        let got: Vec<&Posting> = by_segments.values().filter(|p| ours(p)).collect();
+        assert_eq!(
+            got, expected,
+            "{scope:?}: its three segments hold every posting in it once"
+        );
     }
 
     assert_eq!(
@@ -297,6 +317,7 @@ pub async fn ledger_reads_by_period<L: recon_core::ports::Ledger + recon_core::p
     let scope = LedgerScope {
         period: Some("2026-10".into()),
         entity: Some(east.clone()),
+        segment: None,
     };
     let totals = recon_core::ports::tally_postings(ledger, &scope).await.unwrap();
     let mut expected: BTreeMap<String, recon_core::domain::Tally> = BTreeMap::new();

@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting};
 use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, StoreResult};
-use recon_core::resources::keys;
+use recon_core::resources::{indexes, keys, ledger_period_shard, ledger_period_shards};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -144,6 +144,15 @@ impl DynamoLedger {
     }
 }
 
+/// The item of a posting: its fields, and its shard of the period index.
+pub fn posting_item(posting: &Posting) -> StoreResult<Item> {
+    let mut item = to_item(posting).map_err(|e| item_error("ledger item", e))?;
+    if let Some(shard) = ledger_period_shard(&posting.period, &posting.source_hash) {
+        item.insert(keys::LEDGER_PERIOD_SHARD.to_owned(), s(shard));
+    }
+    Ok(item)
+}
+
 /// The attributes of a hand-off item: the only ones the replay role may write to the ledger
 /// table (its IAM grant is conditioned on `dynamodb:Attributes`), so it can never write a posting.
 pub const HAND_OFF_ATTRIBUTES: [&str; 4] = [keys::LEDGER_PK, HAND_OFF_BY, "replay_id", "committed_at"];
@@ -158,14 +167,107 @@ fn hand_off_item(h: &HandOff) -> Item {
     ])
 }
 
-/// Reads by period and entity filter a scan: the table has no index on them, so one period's
-/// read costs a read of the whole table (paged, never all in memory).
+/// Reads of one period query the period index, shard by shard (a segment takes the shards
+/// `n % of == index`); reads of the whole history scan the table (a segment is one of the scan's
+/// own parallel segments). Neither holds more than a page in memory. The index is eventually
+/// consistent: a posting committed a moment ago may show in a period read a moment later.
 impl LedgerReader for DynamoLedger {
     async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
         self.get(source_hash).await
     }
 
     async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
+        match &scope.period {
+            Some(period) => self.period_page(period, scope, cursor, limit).await,
+            None => self.scan_page(scope, cursor, limit).await,
+        }
+    }
+
+    async fn hand_offs(&self) -> StoreResult<Vec<CommittedRef>> {
+        DynamoLedger::hand_offs(self).await
+    }
+}
+
+/// Where a period read stands: the shard, and the last key read in it (none: from its start).
+fn period_cursor(cursor: Option<&str>, first: u32) -> StoreResult<(u32, Option<String>)> {
+    let Some(c) = cursor else {
+        return Ok((first, None));
+    };
+    let bad = || item_error("ledger period cursor", format!("{c:?} is not SHARD:KEY"));
+    let (shard, key) = c.split_once(':').ok_or_else(bad)?;
+    let shard = shard.parse().map_err(|_| bad())?;
+    Ok((shard, (!key.is_empty()).then(|| key.to_owned())))
+}
+
+impl DynamoLedger {
+    fn page(items: Option<Vec<Item>>) -> StoreResult<Vec<Posting>> {
+        items
+            .unwrap_or_default()
+            .iter()
+            .map(|i| from_item::<Posting>(i).map_err(|e| item_error("ledger read", e)))
+            .collect()
+    }
+
+    async fn period_page(
+        &self,
+        period: &str,
+        scope: &LedgerScope,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> StoreResult<PostingPage> {
+        let shards: Vec<(u32, String)> = ledger_period_shards(period)
+            .filter(|(n, _)| scope.segment.is_none_or(|s| s.of > 0 && n % s.of == s.index))
+            .collect();
+        let Some(first) = shards.first().map(|(n, _)| *n) else {
+            return Ok(PostingPage::default());
+        };
+        let (shard, after) = period_cursor(cursor, first)?;
+        let Some(pos) = shards.iter().position(|(n, _)| *n == shard) else {
+            return Err(item_error(
+                "ledger period cursor",
+                format!("shard {shard} is not in {scope:?}"),
+            ));
+        };
+        let index = &indexes::LEDGER_BY_PERIOD;
+        let key = shards[pos].1.clone();
+        let mut req = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(index.name)
+            .key_condition_expression("#shard = :shard")
+            .expression_attribute_names("#shard", index.partition_key)
+            .expression_attribute_values(":shard", s(&key))
+            .limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX))
+            .set_exclusive_start_key(after.map(|a| {
+                Item::from([
+                    (index.partition_key.to_owned(), s(&key)),
+                    (keys::LEDGER_PK.to_owned(), s(a)),
+                ])
+            }));
+        if let Some(entity) = &scope.entity {
+            req = req
+                .filter_expression("#entity = :entity")
+                .expression_attribute_names("#entity", "ledger_entity")
+                .expression_attribute_values(":entity", s(entity));
+        }
+        let out = req
+            .send()
+            .await
+            .map_err(|e| store_error("Query(ledger by_period)", e))?;
+        let postings = Self::page(out.items)?;
+        let next = match out
+            .last_evaluated_key
+            .as_ref()
+            .and_then(|k| crate::item::get_s(k, keys::LEDGER_PK))
+        {
+            Some(last) => Some(format!("{shard}:{last}")),
+            None => shards.get(pos + 1).map(|(n, _)| format!("{n}:")),
+        };
+        Ok(PostingPage { postings, next })
+    }
+
+    async fn scan_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
         let mut filter = vec!["attribute_not_exists(#handoff)"];
         let mut req = self
             .client
@@ -175,11 +277,10 @@ impl LedgerReader for DynamoLedger {
             .limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX))
             .expression_attribute_names("#handoff", HAND_OFF_BY)
             .set_exclusive_start_key(cursor.map(|c| Item::from([(keys::LEDGER_PK.to_owned(), s(c))])));
-        if let Some(period) = &scope.period {
-            filter.push("#period = :period");
+        if let Some(segment) = scope.segment.filter(|s| s.of > 1) {
             req = req
-                .expression_attribute_names("#period", "period")
-                .expression_attribute_values(":period", s(period));
+                .segment(i32::try_from(segment.index).unwrap_or(i32::MAX))
+                .total_segments(i32::try_from(segment.of).unwrap_or(i32::MAX));
         }
         if let Some(entity) = &scope.entity {
             filter.push("#entity = :entity");
@@ -192,12 +293,7 @@ impl LedgerReader for DynamoLedger {
             .send()
             .await
             .map_err(|e| store_error("Scan(ledger)", e))?;
-        let postings = out
-            .items
-            .unwrap_or_default()
-            .iter()
-            .map(|i| from_item::<Posting>(i).map_err(|e| item_error("ledger scan", e)))
-            .collect::<StoreResult<Vec<_>>>()?;
+        let postings = Self::page(out.items)?;
         let next = out
             .last_evaluated_key
             .as_ref()
@@ -205,15 +301,11 @@ impl LedgerReader for DynamoLedger {
             .map(str::to_owned);
         Ok(PostingPage { postings, next })
     }
-
-    async fn hand_offs(&self) -> StoreResult<Vec<CommittedRef>> {
-        DynamoLedger::hand_offs(self).await
-    }
 }
 
 impl Ledger for DynamoLedger {
     async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
-        let item = to_item(posting).map_err(|e| item_error("ledger item", e))?;
+        let item = posting_item(posting)?;
         self.put_new(item, &posting.source_hash, true).await
     }
 

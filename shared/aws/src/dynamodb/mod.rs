@@ -12,7 +12,7 @@ mod reference;
 pub use audit::DynamoAuditLog;
 pub use dedup::DynamoDedupTable;
 pub use envelopes::DynamoEnvelopeStore;
-pub use ledger::{DynamoLedger, HAND_OFF_ATTRIBUTES};
+pub use ledger::{DynamoLedger, HAND_OFF_ATTRIBUTES, posting_item};
 pub use reference::DynamoReferenceData;
 
 use aws_sdk_dynamodb::Client;

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::StoreResult;
-use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting};
+use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting, Segment};
 
 /// `commit` must be atomic with the dedup mark: after it returns `Committed`, no later call for
 /// the same `source_hash` can commit again, and a crash at any point either committed (and the
@@ -34,22 +34,37 @@ impl<T: Ledger> Ledger for Arc<T> {
     }
 }
 
-/// Which postings a read covers: one accounting period, one ledger entity, both, or all.
+/// Which postings a read covers: one accounting period, one ledger entity, both, or all; and
+/// optionally one segment of them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LedgerScope {
     pub period: Option<String>,
     pub entity: Option<String>,
+    /// One of `of` parts of the scope, so that `of` readers (tasks, or invocations of a
+    /// fan-out) can each read one at once. Each ledger splits its own way — by an index's
+    /// shards, by a scan's segments, by a hash — but for one `of` the segments are disjoint and
+    /// together cover the scope; a ledger that cannot split gives segment 0 everything.
+    pub segment: Option<Segment>,
 }
 
 impl LedgerScope {
     pub fn period(period: impl Into<String>) -> Self {
         LedgerScope {
             period: Some(period.into()),
-            entity: None,
+            ..LedgerScope::default()
         }
     }
 
-    /// Whether `posting` is in this scope.
+    /// This scope, narrowed to one segment.
+    pub fn segment(&self, segment: Segment) -> Self {
+        LedgerScope {
+            segment: Some(segment),
+            ..self.clone()
+        }
+    }
+
+    /// Whether `posting` is in this scope's period and entity (its segment is the ledger's to
+    /// say).
     pub fn covers(&self, posting: &Posting) -> bool {
         self.period.as_ref().is_none_or(|p| *p == posting.period)
             && self.entity.as_ref().is_none_or(|e| *e == posting.ledger_entity)
@@ -111,7 +126,8 @@ pub async fn tally_postings<R: LedgerReader + ?Sized>(
     Ok(totals)
 }
 
-async fn each_page<R: LedgerReader + ?Sized>(
+/// Every page of `scope`, in order, handed to `f` one at a time.
+pub async fn each_page<R: LedgerReader + ?Sized>(
     reader: &R,
     scope: &LedgerScope,
     mut f: impl FnMut(Vec<Posting>),

@@ -21,7 +21,7 @@ pub use clock::{Clock, Deadline, SystemClock, lambda_deadline};
 pub use envelopes::{AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, SweepCursors, all_envelopes};
 pub use ledger::{
     ClaimOutcome, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, READ_PAGE,
-    read_postings, tally_postings,
+    each_page, read_postings, tally_postings,
 };
 pub use metrics::{Metric, Metrics};
 pub use queues::{DeadLetterQueue, OutgoingMessage, ReplayQueue, WorkQueue, batches, dead_letter_message, is_binary};

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::domain::segment::Segment;
+use crate::domain::segment::SegmentError;
 use crate::domain::{DlqEnvelope, FailureCode};
 
 /// Which envelopes a replay considers.
@@ -30,59 +32,6 @@ impl Selector {
                 .entity
                 .as_deref()
                 .is_none_or(|x| e.ledger_entity.as_deref() == Some(x))
-    }
-}
-
-/// One of `of` disjoint parts of the envelopes, by a hash of the envelope id: replays given
-/// the segments 0/K .. K-1/K together select each envelope exactly once, so they sweep one
-/// backlog at once without claiming each other's envelopes. Written `index/of` (`2/4`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Segment {
-    pub index: u32,
-    pub of: u32,
-}
-
-impl Segment {
-    /// The most segments a backlog is split into.
-    pub const MAX: u32 = 64;
-
-    /// The segment `envelope_id` belongs to holds it (the first 8 bytes of its SHA-256, modulo
-    /// `of`: stable across processes and versions).
-    pub fn holds(&self, envelope_id: &str) -> bool {
-        use sha2::{Digest, Sha256};
-        if self.of == 0 {
-            return false; // no such segment (parsing refuses it)
-        }
-        let d = Sha256::digest(envelope_id.as_bytes());
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&d[..8]);
-        u64::from_be_bytes(first) % u64::from(self.of) == u64::from(self.index)
-    }
-}
-
-impl std::str::FromStr for Segment {
-    type Err = RequestError;
-    fn from_str(text: &str) -> Result<Self, RequestError> {
-        let bad = || {
-            RequestError(format!(
-                "segment {:?} must be INDEX/COUNT with 0 <= INDEX < COUNT <= {} (e.g. 2/4)",
-                text.chars().take(40).collect::<String>(),
-                Segment::MAX
-            ))
-        };
-        let (index, of) = text.split_once('/').ok_or_else(bad)?;
-        let index: u32 = index.trim().parse().map_err(|_| bad())?;
-        let of: u32 = of.trim().parse().map_err(|_| bad())?;
-        if of == 0 || of > Segment::MAX || index >= of {
-            return Err(bad());
-        }
-        Ok(Segment { index, of })
-    }
-}
-
-impl std::fmt::Display for Segment {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.index, self.of)
     }
 }
 
@@ -127,6 +76,12 @@ pub struct ManualReplay {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid replay request: {0}")]
 pub struct RequestError(pub String);
+
+impl From<SegmentError> for RequestError {
+    fn from(e: SegmentError) -> Self {
+        RequestError(e.0)
+    }
+}
 
 impl ManualReplay {
     pub fn into_request(self) -> Result<ReplayRequest, RequestError> {

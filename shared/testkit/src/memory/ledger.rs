@@ -80,12 +80,17 @@ impl LedgerReader for MemoryLedger {
         })
     }
 
-    /// In `source_hash` order, the cursor the last hash of a page.
+    /// In `source_hash` order, the cursor the last hash of a page; a segment holds the hashes
+    /// [`recon_core::domain::Segment::holds`].
     async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
         let mut postings: Vec<Posting> = self
             .postings()
             .into_iter()
-            .filter(|p| scope.covers(p) && cursor.is_none_or(|c| p.source_hash.as_str() > c))
+            .filter(|p| {
+                scope.covers(p)
+                    && scope.segment.is_none_or(|s| s.holds(&p.source_hash))
+                    && cursor.is_none_or(|c| p.source_hash.as_str() > c)
+            })
             .collect();
         postings.sort_by(|a, b| a.source_hash.cmp(&b.source_hash));
         let more = postings.len() > limit.max(1);

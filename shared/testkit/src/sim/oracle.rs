@@ -11,11 +11,13 @@
 //!   the audit outbox, and the chains verify;
 //! - no envelope's history grows without bound.
 
-use recon_core::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, decode};
+use recon_core::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, decode};
 use recon_core::envelopes::original_body;
 use recon_core::evidence::verify_trail;
-use recon_core::ports::{AuditOutbox, all_envelopes};
-use recon_core::reconcile::{State, manifest_entry, outcomes, reconcile};
+use recon_core::ports::{AuditOutbox, LedgerScope, all_envelopes};
+use recon_core::reconcile::{
+    Links, State, manifest_entry, of_period, outcomes, read_ledger, reconcile, reconcile_counted,
+};
 use recon_core::replay::MAX_RELEASES;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -99,6 +101,13 @@ pub fn check(world: &World) -> Vec<String> {
             r.missing, r.extra, r.problems, r.sent
         ));
     }
+    v.extend(bounded_read_agrees(
+        &s.ledger,
+        &postings,
+        &envelopes,
+        &audit,
+        dlq.total() == 0,
+    ));
     if let Some(t) = r.by_state.get(&State::InFlight).filter(|t| t.count > 0) {
         v.push(format!("{} records left in flight once quiet", t.count));
     }
@@ -237,4 +246,60 @@ fn missing_records(e: &DlqEnvelope, ids: &BTreeSet<&str>) -> Vec<String> {
         }
     }
     missing
+}
+
+/// The read `dlqctl reconcile` makes without a manifest — the ledger in segments, a period
+/// through its index, the postings of no lineage only counted — must tell what the whole read
+/// tells: the same counts and amounts per state and per entity and period, the same problems
+/// (for a period, none the whole read does not name), whether it holds.
+fn bounded_read_agrees(
+    ledger: &crate::memory::MemoryLedger,
+    postings: &[Posting],
+    envelopes: &[DlqEnvelope],
+    audit: &[AuditRecord],
+    dlq_empty: bool,
+) -> Vec<String> {
+    let mut v = Vec::new();
+    let links = Links::of(envelopes, audit);
+    let (whole, whole_problems) = outcomes(postings, envelopes, audit, dlq_empty);
+    let periods: BTreeSet<&str> = postings.iter().map(|p| p.period.as_str()).collect();
+    for period in std::iter::once(None).chain(periods.into_iter().map(Some)) {
+        let scope = LedgerScope {
+            period: period.map(str::to_owned),
+            ..LedgerScope::default()
+        };
+        let Some(Ok(read)) = ready(read_ledger(ledger, &scope, 3, &links)) else {
+            v.push(format!("the ledger did not answer a read of {scope:?} in segments"));
+            continue;
+        };
+        let (linked, problems) = outcomes(&read.linked, envelopes, audit, dlq_empty);
+        let cut = |o| match period {
+            Some(p) => of_period(o, p, None),
+            None => o,
+        };
+        let bounded = reconcile_counted(read.counted, cut(linked), problems, None, 0);
+        let expected = reconcile(cut(whole.clone()), whole_problems.clone(), None, 0);
+        let mut named = bounded.problems.clone();
+        let mut all = expected.problems.clone();
+        named.sort();
+        all.sort();
+        // A period's read names only that period's problems; the whole read names them all.
+        let (problems_agree, holds_agree) = match period {
+            None => (named == all, bounded.holds == expected.holds),
+            Some(_) => (
+                named.iter().all(|p| all.binary_search(p).is_ok()),
+                bounded.holds || !expected.holds,
+            ),
+        };
+        if bounded.by_state != expected.by_state
+            || bounded.by_entity_period != expected.by_entity_period
+            || !problems_agree
+            || !holds_agree
+        {
+            v.push(format!(
+                "the bounded read of {scope:?} tells otherwise: {bounded:?}, the whole read {expected:?}"
+            ));
+        }
+    }
+    v
 }

@@ -25,6 +25,9 @@ use crate::domain::envelope::sha256_hex;
 use crate::domain::message::{parse_amount, parse_date, period_of};
 use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Tally, attrs, labels};
 
+pub mod read;
+pub use read::{LedgerRead, Links, read_ledger};
+
 /// Where a transaction ended up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -303,6 +306,22 @@ pub fn outcomes(
     (out, problems)
 }
 
+/// The outcomes of the transactions of `period`: every record of a message any of whose records
+/// is of that period, or that the (period's) manifest names — a duplicate's record may carry no
+/// value date of its own.
+pub fn of_period(outcomes: Vec<(State, Entry)>, period: &str, manifest: Option<&[Entry]>) -> Vec<(State, Entry)> {
+    let in_period: BTreeSet<String> = outcomes
+        .iter()
+        .filter(|(_, e)| e.period.as_deref() == Some(period))
+        .map(|(_, e)| e.key.clone())
+        .chain(manifest.unwrap_or_default().iter().map(|e| e.key.clone()))
+        .collect();
+    outcomes
+        .into_iter()
+        .filter(|(_, e)| in_period.contains(&e.key))
+        .collect()
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reconciliation {
     /// What was sent (from the manifest), when one was given.
@@ -319,6 +338,42 @@ pub struct Reconciliation {
     pub holds: bool,
 }
 
+/// Count and amount per state, and count per entity and period: what a reconciliation sums,
+/// for transactions counted without being kept (see [`read::read_ledger`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub by_state: BTreeMap<State, Tally>,
+    pub by_entity_period: BTreeMap<String, BTreeMap<State, u64>>,
+}
+
+impl Counts {
+    pub fn add(
+        &mut self,
+        state: State,
+        currency: Option<&str>,
+        amount: Option<Decimal>,
+        entity: Option<&str>,
+        period: Option<&str>,
+    ) {
+        self.by_state.entry(state).or_default().add_parts(currency, amount);
+        let ep = format!("{} {}", entity.unwrap_or("-"), period.unwrap_or("-"));
+        *self.by_entity_period.entry(ep).or_default().entry(state).or_default() += 1;
+    }
+
+    /// Exactly (a total too large to keep exactly is named, never rounded).
+    pub fn merge(&mut self, other: &Counts) {
+        for (state, t) in &other.by_state {
+            self.by_state.entry(*state).or_default().merge(t);
+        }
+        for (ep, counts) in &other.by_entity_period {
+            let mine = self.by_entity_period.entry(ep.clone()).or_default();
+            for (state, n) in counts {
+                *mine.entry(*state).or_default() += n;
+            }
+        }
+    }
+}
+
 /// Reconcile outcomes (and queued messages) with a manifest, if any.
 pub fn reconcile(
     outcomes: Vec<(State, Entry)>,
@@ -326,23 +381,36 @@ pub fn reconcile(
     manifest: Option<&[Entry]>,
     queued: u64,
 ) -> Reconciliation {
+    reconcile_counted(Counts::default(), outcomes, problems, manifest, queued)
+}
+
+/// [`reconcile`], with `counted` transactions beside the outcomes: committed postings of no
+/// lineage, summed as the ledger was read. A manifest must then be matched elsewhere: only the
+/// outcomes carry keys.
+pub fn reconcile_counted(
+    counted: Counts,
+    outcomes: Vec<(State, Entry)>,
+    problems: Vec<String>,
+    manifest: Option<&[Entry]>,
+    queued: u64,
+) -> Reconciliation {
+    let mut counts = counted;
+    for (state, e) in &outcomes {
+        counts.add(
+            *state,
+            e.currency.as_deref(),
+            e.amount,
+            e.entity.as_deref(),
+            e.period.as_deref(),
+        );
+    }
     let mut r = Reconciliation {
         queued,
         problems,
+        by_state: counts.by_state,
+        by_entity_period: counts.by_entity_period,
         ..Reconciliation::default()
     };
-    for (state, e) in &outcomes {
-        r.by_state
-            .entry(*state)
-            .or_default()
-            .add_parts(e.currency.as_deref(), e.amount);
-        let ep = format!(
-            "{} {}",
-            e.entity.as_deref().unwrap_or("-"),
-            e.period.as_deref().unwrap_or("-")
-        );
-        *r.by_entity_period.entry(ep).or_default().entry(*state).or_default() += 1;
-    }
     let mut total = Tally::default();
     for t in r.by_state.values() {
         total.merge(t);
@@ -412,186 +480,4 @@ pub fn reconcile(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn e(key: &str, amount: &str) -> Entry {
-        Entry {
-            key: key.into(),
-            currency: Some("USD".into()),
-            amount: parse_amount(amount).ok(),
-            entity: Some("E".into()),
-            period: Some("2026-11".into()),
-            reference: format!("ref of {key}"),
-        }
-    }
-
-    #[test]
-    fn a_complete_population_holds_and_a_missing_one_is_named() {
-        let manifest = vec![e("msg:a", "1.50"), e("msg:b", "2"), e("msg:b", "2")];
-        let outcomes = vec![
-            (State::Committed, e("msg:a", "1.5")),
-            (State::Committed, e("msg:b", "2")),
-            (State::Duplicate, e("msg:b", "2.00")),
-        ];
-        let r = reconcile(outcomes.clone(), vec![], Some(&manifest), 0);
-        assert!(r.holds, "{r:?}");
-        let r = reconcile(outcomes[..2].to_vec(), vec![], Some(&manifest), 0);
-        assert!(!r.holds);
-        assert_eq!(r.missing, ["msg:b"]);
-        let mut more = outcomes.clone();
-        more.push((State::Committed, e("msg:zz", "9")));
-        let r = reconcile(more, vec![], Some(&manifest), 0);
-        assert_eq!(r.extra, ["msg:zz (ref of msg:zz)"]);
-        assert!(!r.holds);
-    }
-
-    #[test]
-    fn the_largest_amounts_reconcile_exactly_without_panicking() {
-        // Ten of the largest amounts a message may carry (28 digits) and half a unit: Decimal
-        // sums overflow (a panic) or round; reconcile must do neither.
-        let big = "9999999999999999999999999999";
-        let mut manifest: Vec<Entry> = (0..10).map(|i| e(&format!("msg:{i}"), big)).collect();
-        manifest.push(e("msg:half", "0.5"));
-        let outcomes: Vec<(State, Entry)> = manifest.iter().map(|m| (State::Committed, m.clone())).collect();
-        let r = reconcile(outcomes.clone(), vec![], Some(&manifest), 0);
-        assert!(r.holds, "{r:?}");
-        assert_eq!(
-            r.by_state[&State::Committed].get("USD").to_string(),
-            "99999999999999999999999999990.5"
-        );
-        // One cent missing is seen, however large the totals.
-        let mut short = outcomes;
-        short[10].1.amount = parse_amount("0.49").ok();
-        assert!(!reconcile(short, vec![], Some(&manifest), 0).holds);
-    }
-
-    mod lineage {
-        use super::super::*;
-        use crate::domain::{OriginalAttribute, ReplayRecord, envelope_from_dlq_message};
-        use chrono::{TimeZone, Utc};
-
-        fn body() -> String {
-            crate::domain::NewMessage {
-                message_id: "m-1".into(),
-                ledger_entity: "ACME-US".into(),
-                currency: "USD".into(),
-                amount: "10.50".into(),
-                match_decision: crate::domain::MatchDecision::Matched,
-                trace_id: "t-1".into(),
-                value_date: "2026-11-30".into(),
-                external_ref: "R-1".into(),
-                counterparty: String::new(),
-            }
-            .to_body()
-            .unwrap()
-        }
-
-        fn posting(sqs_id: &str, replay_of: Option<&str>) -> Posting {
-            let b = body();
-            let m = crate::domain::decode(&b).unwrap();
-            Posting::from_message(&m, sqs_id, 1, Utc::now(), replay_of.map(str::to_owned))
-        }
-
-        /// The envelope of SQS message `sqs_id` (dead-lettered), optionally a copy of `replay_of`.
-        fn envelope(sqs_id: &str, status: EnvelopeStatus, replay_of: Option<&str>) -> DlqEnvelope {
-            let mut m = aws_lambda_events::event::sqs::SqsMessage::default();
-            m.message_id = Some(sqs_id.into());
-            m.body = Some(body());
-            let mut e = envelope_from_dlq_message(&m, Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap(), "t");
-            if let Some(parent) = replay_of {
-                e.original.attributes.insert(
-                    attrs::REPLAY_OF.into(),
-                    OriginalAttribute {
-                        data_type: "String".into(),
-                        string_value: Some(parent.into()),
-                        binary_value: None,
-                    },
-                );
-            }
-            e.status = status;
-            e
-        }
-
-        fn replayed_as(mut e: DlqEnvelope, copy: &str) -> DlqEnvelope {
-            e.replays.push(ReplayRecord {
-                replay_id: "rpl".into(),
-                triggered_by: "t".into(),
-                reason: "r".into(),
-                at: Utc::now(),
-                outcome: EnvelopeStatus::Replayed,
-                sqs_message_id: Some(copy.into()),
-            });
-            e
-        }
-
-        fn states(
-            postings: &[Posting],
-            envelopes: &[DlqEnvelope],
-            audit: &[AuditRecord],
-            queued: u64,
-        ) -> Reconciliation {
-            let (out, problems) = outcomes(postings, envelopes, audit, true);
-            let manifest = vec![manifest_entry(&body())];
-            reconcile(out, problems, Some(&manifest), queued)
-        }
-
-        #[test]
-        fn a_write_that_landed_before_a_dead_letter_counts_once() {
-            // Committed by S0, whose caller saw a timeout; its last receive dead-lettered it.
-            let r = states(
-                &[posting("S0", None)],
-                &[envelope("S0", EnvelopeStatus::SuppressedDuplicate, None)],
-                &[],
-                0,
-            );
-            assert!(r.holds, "{r:?}");
-            assert_eq!(r.by_state[&State::Committed].count, 1);
-            assert!(!r.by_state.contains_key(&State::Duplicate));
-        }
-
-        #[test]
-        fn a_crash_between_reinjection_and_the_status_update_counts_once() {
-            // Still REPLAYING (the status update never came), the copy C1 committed.
-            let e = envelope("S0", EnvelopeStatus::Replaying, None);
-            let r = states(&[posting("C1", Some(&e.envelope_id))], &[e], &[], 0);
-            assert!(r.holds, "{r:?}");
-            assert_eq!(r.by_state[&State::Committed].count, 1);
-        }
-
-        #[test]
-        fn two_copies_of_one_reinjection_count_once() {
-            // The send was reported failed but landed: two copies; one posted, one suppressed.
-            let e = replayed_as(replayed_as(envelope("S0", EnvelopeStatus::Replayed, None), "C1"), "C2");
-            let mut dup = AuditRecord::system(AuditKind::DuplicateSuppressed, "C2", Utc::now(), "c", String::new());
-            dup.sqs_message_id = "C2".into();
-            dup.message_id = Some("m-1".into());
-            dup.source_hash = Some(posting("C1", None).source_hash);
-            dup.replay_of = Some(e.envelope_id.clone());
-            let r = states(&[posting("C1", Some(&e.envelope_id))], &[e], &[dup], 0);
-            assert!(r.holds, "{r:?}");
-            assert_eq!(r.by_state.len(), 1, "{r:?}");
-        }
-
-        #[test]
-        fn a_copy_dead_lettered_again_counts_where_it_is_now() {
-            let e0 = replayed_as(envelope("S0", EnvelopeStatus::Replayed, None), "C1");
-            let e1 = envelope("C1", EnvelopeStatus::Pending, Some(&e0.envelope_id));
-            let r = states(&[], &[e0, e1], &[], 0);
-            assert!(r.holds, "{r:?}");
-            assert_eq!(r.by_state[&State::Pending].count, 1);
-            assert_eq!(r.by_state.len(), 1);
-        }
-
-        #[test]
-        fn a_copy_lost_on_the_way_never_lets_reconcile_hold() {
-            // Re-injected as C1, which never reached any state, and the queues are empty.
-            let e0 = replayed_as(envelope("S0", EnvelopeStatus::Replayed, None), "C1");
-            let r = states(&[], std::slice::from_ref(&e0), &[], 0);
-            assert!(!r.holds);
-            assert!(r.problems.iter().any(|p| p.contains("in flight")), "{r:?}");
-            // While a queue still holds messages, it may be on its way.
-            assert!(states(&[], &[e0], &[], 1).holds);
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,161 @@
+//! Reading the ledger for a reconciliation in bounded memory. Most postings take part in no
+//! lineage (no dead letter, no replay, no duplicate names them): each of them is one message,
+//! committed, and only its count and amount matter. Those are summed page by page and dropped;
+//! only the postings that take part in a lineage are kept for [`super::outcomes`]. The read
+//! runs over segments of the scope at once, and the segments' sums merge exactly, so the same
+//! read can be split over several readers (tasks here, or invocations of a fan-out).
+
+use futures::{StreamExt, TryStreamExt};
+use std::collections::BTreeSet;
+
+use super::{Counts, State};
+use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, Posting, Segment};
+use crate::ports::{LedgerReader, LedgerScope, StoreResult, each_page};
+
+/// What makes a posting part of a lineage: the SQS message ids and transactions the envelopes
+/// and the duplicate records name.
+#[derive(Clone, Debug, Default)]
+pub struct Links {
+    ids: BTreeSet<String>,
+    hashes: BTreeSet<String>,
+    /// Producer message ids: a period keeps every record of a message by its key.
+    message_ids: BTreeSet<String>,
+    /// Transactions a duplicate record names: each must be held by the ledger.
+    duplicate_of: BTreeSet<String>,
+    /// Keep every posting (a manifest is matched by each message's key).
+    everything: bool,
+}
+
+impl Links {
+    pub fn of(envelopes: &[DlqEnvelope], audit: &[AuditRecord]) -> Links {
+        let mut links = Links::default();
+        for e in envelopes {
+            links.ids.insert(e.original.source_message_id.clone());
+            links
+                .ids
+                .extend(e.replays.iter().filter_map(|r| r.sqs_message_id.clone()));
+            links.hashes.insert(e.source_hash.clone());
+            links.message_ids.extend(e.message_id.clone());
+        }
+        for r in audit.iter().filter(|r| r.kind == AuditKind::DuplicateSuppressed) {
+            links.ids.insert(r.sqs_message_id.clone());
+            links.message_ids.extend(r.message_id.clone());
+            if let Some(h) = &r.source_hash {
+                links.hashes.insert(h.clone());
+                links.duplicate_of.insert(h.clone());
+            }
+        }
+        links
+    }
+
+    /// Every posting kept: for a manifest, which matches each message by its key.
+    pub fn everything() -> Links {
+        Links {
+            everything: true,
+            ..Links::default()
+        }
+    }
+
+    /// Whether `p` takes part in a lineage (or a cross-check) and must be kept.
+    pub fn takes_part(&self, p: &Posting) -> bool {
+        self.everything
+            || p.replay_of.is_some()
+            || self.ids.contains(&p.sqs_message_id)
+            || self.hashes.contains(&p.source_hash)
+            || self.message_ids.contains(&p.message_id)
+    }
+}
+
+/// What a read of the ledger gives a reconciliation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LedgerRead {
+    /// The postings that take part in a lineage, kept whole.
+    pub linked: Vec<Posting>,
+    /// The others: committed, one message each, counted.
+    pub counted: Counts,
+    /// Postings read, and pages.
+    pub postings: u64,
+    pub pages: u64,
+}
+
+impl LedgerRead {
+    fn add(&mut self, p: Posting, links: &Links) {
+        self.postings += 1;
+        if links.takes_part(&p) {
+            self.linked.push(p);
+        } else {
+            self.counted.add(
+                State::Committed,
+                Some(p.currency.as_str()),
+                Some(p.amount),
+                Some(p.ledger_entity.as_str()),
+                Some(p.period.as_str()),
+            );
+        }
+    }
+
+    /// Exactly: two reads of disjoint segments make the read of both.
+    pub fn merge(&mut self, other: LedgerRead) {
+        self.linked.extend(other.linked);
+        self.counted.merge(&other.counted);
+        self.postings += other.postings;
+        self.pages += other.pages;
+    }
+}
+
+/// How many lookups of duplicates' transactions run at once.
+const LOOKUPS_AT_ONCE: usize = 16;
+
+/// Read `scope` (split into `segments` read at once, when it is not one segment already),
+/// keeping the postings `links` names and counting the rest. When the scope is not the whole
+/// ledger, each transaction a duplicate record names that the read did not meet is looked up
+/// by key and kept too (a duplicate carries no period): the duplicate is a problem only if the
+/// ledger holds its transaction nowhere.
+pub async fn read_ledger<R: LedgerReader + ?Sized>(
+    reader: &R,
+    scope: &LedgerScope,
+    segments: u32,
+    links: &Links,
+) -> StoreResult<LedgerRead> {
+    let parts: Vec<LedgerScope> = match scope.segment {
+        Some(_) => vec![scope.clone()],
+        None if segments > 1 => Segment::all_of(segments.min(Segment::MAX))
+            .into_iter()
+            .map(|s| scope.segment(s))
+            .collect(),
+        None => vec![scope.clone()],
+    };
+    let reads = futures::future::try_join_all(parts.iter().map(|part| async move {
+        let mut read = LedgerRead::default();
+        each_page(reader, part, |page| {
+            read.pages += 1;
+            for p in page {
+                read.add(p, links);
+            }
+        })
+        .await?;
+        StoreResult::Ok(read)
+    }))
+    .await?;
+    let mut read = LedgerRead::default();
+    for r in reads {
+        read.merge(r);
+    }
+    let whole = scope.period.is_none() && scope.entity.is_none() && scope.segment.is_none();
+    if !whole {
+        let met: BTreeSet<&str> = read.linked.iter().map(|p| p.source_hash.as_str()).collect();
+        let unmet: Vec<&String> = links
+            .duplicate_of
+            .iter()
+            .filter(|h| !met.contains(h.as_str()))
+            .collect();
+        let found: Vec<Posting> = futures::stream::iter(unmet)
+            .map(|h| reader.posting(h))
+            .buffer_unordered(LOOKUPS_AT_ONCE)
+            .try_filter_map(|found| async move { Ok(found) })
+            .try_collect()
+            .await?;
+        read.linked.extend(found);
+    }
+    Ok(read)
+}

@@ -1,0 +1,222 @@
+//! `make bench-evidence`: what the evidence commands cost when the ledger is large. N postings
+//! spread over P accounting periods are loaded straight into a deployment's DynamoDB ledger
+//! (BatchWriteItem, the items `Ledger::commit` writes, period index included); then `dlqctl
+//! reconcile` runs as its own process for one period and for the whole history, with the ledger
+//! read in one segment and in several at once, and `dlqctl evidence export` for one period. Each
+//! is timed, and its peak resident memory is read from the kernel (wait4's ru_maxrss).
+//!
+//! Figures, not assertions: the run fails only when a command fails or reconciles a number of
+//! postings other than the number loaded into its scope.
+//!
+//!     evidence --dlqctl PATH [--postings N] [--periods P] [--writers W]
+//!              (defaults 1000000, 12, 8)
+
+use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+use recon_aws::dynamodb::posting_item;
+use recon_core::domain::Posting;
+use recon_harness::flags::value;
+use recon_harness::stack::TestStack;
+use recon_testkit::conformance::posting;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+/// DynamoDB's largest batch write.
+const BATCH: usize = 25;
+
+/// Posting `n` of the load: period `n % periods` of 2025-2026, its own hash and SQS message.
+fn nth(n: u32, periods: u32) -> Posting {
+    let month = n % periods;
+    let mut p = posting("bench-evidence", n, &format!("sqs-{n}"));
+    p.period = format!("{}-{:02}", 2025 + month / 12, month % 12 + 1);
+    p.value_date = chrono::NaiveDate::parse_from_str(&format!("{}-15", p.period), "%Y-%m-%d").unwrap_or_default();
+    p.message_id = format!("m-{n}");
+    p
+}
+
+/// The period of posting `n`.
+fn period_of(n: u32, periods: u32) -> String {
+    nth(n, periods).period
+}
+
+/// Write every `stride`-th posting of `first..count`, 25 at a time, retrying what
+/// DynamoDB hands back unprocessed.
+async fn load_part(s: &TestStack, first: u32, count: u32, stride: u32, periods: u32) -> Result<u64, String> {
+    let mut written = 0u64;
+    let started = Instant::now();
+    let numbers: Vec<u32> = (first..count).step_by(stride as usize).collect();
+    for chunk in numbers.chunks(BATCH) {
+        let mut requests = chunk
+            .iter()
+            .map(|&n| {
+                let item = posting_item(&nth(n, periods)).map_err(|e| e.to_string())?;
+                let put = PutRequest::builder()
+                    .set_item(Some(item))
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                Ok(WriteRequest::builder().put_request(put).build())
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        while !requests.is_empty() {
+            let out = s
+                .clients
+                .dynamodb
+                .batch_write_item()
+                .request_items(&s.stack.names.ledger_table, requests.clone())
+                .send()
+                .await
+                .map_err(|e| format!("BatchWriteItem: {e:?}"))?;
+            let left = out
+                .unprocessed_items
+                .and_then(|mut m| m.remove(&s.stack.names.ledger_table))
+                .unwrap_or_default();
+            written += (requests.len() - left.len()) as u64;
+            requests = left;
+        }
+        // The first writer tells how far the load is (each writer has an equal share).
+        if first == 0 && written % 100_000 < BATCH as u64 {
+            eprintln!(
+                "  loading: ~{} of {count} in {:.0} s",
+                written * u64::from(stride),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    Ok(written)
+}
+
+/// A command's wall time (s), peak resident memory (MiB) and standard output.
+fn measure(cmd: &mut Command) -> Result<(f64, f64, String), String> {
+    let started = Instant::now();
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{cmd:?}: {e}"))?;
+    let pid = i32::try_from(child.id()).map_err(|e| e.to_string())?;
+    // Read its output while it runs; then reap it ourselves, for its own peak memory.
+    let mut stdout = child.stdout.ok_or("no stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut out).map(|_| out)
+    });
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct, which wait4 fills in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child's pid, with pointers to locals that outlive the call.
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let wall = started.elapsed().as_secs_f64();
+    let out = reader
+        .join()
+        .map_err(|_| "reading the output panicked")?
+        .map_err(|e| e.to_string())?;
+    if reaped != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        return Err(format!("{cmd:?} failed (status {status}): {out}"));
+    }
+    // ru_maxrss is in KiB on Linux.
+    Ok((wall, usage.ru_maxrss as f64 / 1024.0, out))
+}
+
+/// The committed count `dlqctl --json reconcile` reports.
+fn committed(json: &str) -> Result<u64, String> {
+    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| format!("reconcile's JSON: {e}: {json}"))?;
+    Ok(v["by_state"]["COMMITTED"]["count"].as_u64().unwrap_or(0))
+}
+
+#[tokio::main]
+async fn main() {
+    if let Err(e) = run().await {
+        eprintln!("bench-evidence: FAILED: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<(), String> {
+    let dlqctl: PathBuf = value("--dlqctl", PathBuf::from("target/release/dlqctl"));
+    let count: u32 = value("--postings", 1_000_000);
+    let periods: u32 = value("--periods", 12).clamp(1, 24);
+    let writers: u32 = value("--writers", 8).max(1);
+    let s = TestStack::new("bench-evidence").await;
+    let prefix = s.stack.names.prefix.clone();
+
+    let started = Instant::now();
+    let loads = (0..writers).map(|w| load_part(&s, w, count, writers, periods));
+    let mut loaded = 0;
+    for r in futures::future::join_all(loads).await {
+        loaded += r?;
+    }
+    let load_s = started.elapsed().as_secs_f64();
+    println!(
+        "loaded {loaded} postings over {periods} periods into DynamoDB Local in {load_s:.0} s ({:.0}/s)",
+        loaded as f64 / load_s.max(1e-9)
+    );
+
+    let period = period_of(0, periods);
+    let in_period = (0..count).filter(|n| n % periods == 0).count() as u64;
+    let dir = std::env::temp_dir().join(format!("{prefix}-evidence.json"));
+    let dlq = |args: &[&str]| {
+        let mut c = Command::new(&dlqctl);
+        c.args(["--prefix", &prefix]).args(args);
+        c
+    };
+    println!(
+        "\n{:<44} {:>9} {:>9} {:>11} {:>10}",
+        "command", "postings", "wall s", "postings/s", "peak MiB"
+    );
+    let runs: Vec<(String, Vec<String>, u64, bool)> = vec![
+        (
+            format!("reconcile --period {period}"),
+            vec!["--period".into(), period.clone()],
+            in_period,
+            true,
+        ),
+        (
+            format!("reconcile --period {period} --segments 1"),
+            vec!["--period".into(), period.clone(), "--segments".into(), "1".into()],
+            in_period,
+            true,
+        ),
+        ("reconcile (whole history)".into(), vec![], u64::from(count), true),
+        (
+            "reconcile (whole history) --segments 1".into(),
+            vec!["--segments".into(), "1".into()],
+            u64::from(count),
+            true,
+        ),
+        (
+            format!("evidence export --period {period}"),
+            vec![
+                "--period".into(),
+                period.clone(),
+                "--out".into(),
+                dir.display().to_string(),
+            ],
+            in_period,
+            false,
+        ),
+    ];
+    for (name, args, expected, is_reconcile) in runs {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut cmd = if is_reconcile {
+            dlq(&[&["--json", "reconcile"][..], &args].concat())
+        } else {
+            dlq(&[&["--json", "evidence", "export"][..], &args].concat())
+        };
+        let (wall, peak, out) = measure(&mut cmd)?;
+        let read = if is_reconcile {
+            committed(&out)?
+        } else {
+            let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("export's JSON: {e}: {out}"))?;
+            v["transactions"].as_u64().unwrap_or(0)
+        };
+        if read != expected {
+            return Err(format!("{name}: {read} postings reconciled, {expected} in its scope"));
+        }
+        println!(
+            "{name:<44} {read:>9} {wall:>9.2} {:>11.0} {peak:>10.1}",
+            read as f64 / wall.max(1e-9)
+        );
+    }
+    let _ = std::fs::remove_file(&dir);
+    s.cleanup().await;
+    Ok(())
+}
