@@ -211,3 +211,62 @@ async fn the_dynamodb_ledger_and_the_claim_protocol_keep_each_transaction_once()
     .await;
     s.cleanup().await;
 }
+
+/// Postings committed before the period index existed are outside it until `index_periods`
+/// gives them their entry: then a period read finds them, once, and a second run finds none.
+#[tokio::test]
+async fn postings_from_before_the_period_index_are_indexed_once() {
+    use recon_core::ports::{LedgerScope, read_postings};
+    let s = TestStack::new("ix-periods").await;
+    let ledger = s.dynamo_ledger();
+    let mut old = recon_testkit::conformance::posting("ix-periods", 1, "sqs-old");
+    old.period = "2026-09".into();
+    // Written as the ledger wrote postings before it had the index: no period_shard.
+    s.clients
+        .dynamodb
+        .put_item()
+        .table_name(&s.stack.names.ledger_table)
+        .set_item(Some(recon_aws::item::to_item(&old).unwrap()))
+        .send()
+        .await
+        .unwrap();
+    let mut new = recon_testkit::conformance::posting("ix-periods", 2, "sqs-new");
+    new.period = "2026-09".into();
+    assert_eq!(ledger.commit(&new).await.unwrap(), CommitOutcome::Committed);
+    let handed = HandOff {
+        source_hash: recon_testkit::conformance::posting("ix-periods", 3, "x").source_hash,
+        envelope_id: "env_ix".into(),
+        replay_id: "rp-ix".into(),
+        handed_off_at: chrono::Utc::now(),
+    };
+    ledger.hand_off(&handed).await.unwrap();
+    let period = LedgerScope::period("2026-09");
+    let hashes = |postings: Vec<recon_core::domain::Posting>| -> Vec<String> {
+        postings.into_iter().map(|p| p.source_hash).collect()
+    };
+    assert_eq!(
+        hashes(read_postings(&ledger, &period).await.unwrap()),
+        [new.source_hash.clone()]
+    );
+    let mut seen = Vec::new();
+    assert_eq!(
+        ledger.index_periods(|n| seen.push(n)).await.unwrap(),
+        1,
+        "only the old posting"
+    );
+    assert_eq!(seen.last(), Some(&1));
+    let mut expected = vec![old.source_hash.clone(), new.source_hash.clone()];
+    expected.sort();
+    assert_eq!(hashes(read_postings(&ledger, &period).await.unwrap()), expected);
+    assert_eq!(
+        ledger.index_periods(|_| {}).await.unwrap(),
+        0,
+        "a second run finds none"
+    );
+    assert_eq!(
+        ledger.lookup(&handed.source_hash).await.unwrap().map(|r| r.source_hash),
+        Some(handed.source_hash.clone()),
+        "the hand-off is untouched"
+    );
+    s.cleanup().await;
+}

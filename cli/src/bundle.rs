@@ -93,7 +93,7 @@ pub async fn gather(
         .await?;
     let envelopes = crate::triage::envelopes(&crate::triage::store(clients, names), None).await?;
     let links = match keep {
-        Keep::Every => Links::everything(),
+        Keep::Every => Links::of(&envelopes, &audit).keeping_everything(),
         Keep::Linked => Links::of(&envelopes, &audit),
     };
     let scope = LedgerScope {

@@ -93,6 +93,10 @@ enum Command {
     },
     /// Queue depths, ledger postings and audit counts.
     Stats,
+    /// Give the postings committed before the DynamoDB ledger had its period index their entry
+    /// in it (once, after upgrading; a second run finds none). Other ledgers index by period
+    /// themselves.
+    IndexPeriods,
     /// Re-inject fixed envelopes through the three gates (integrity, idempotency, temporal).
     Replay(remediate::SelectorArgs),
     /// Quarantine envelopes whose root cause cannot be fixed (flagged for a manual journal).
@@ -274,6 +278,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Send { file, fill_hash } => ops::send(&clients, &names, file, fill_hash).await,
         Command::Pump(args) => ops::pump_cmd(&clients, &names, &args).await,
         Command::Stats => ops::stats(&clients, &names).await,
+        Command::IndexPeriods => ops::index_periods(&clients, &names).await,
         Command::Triage { all, status } => {
             let status = if all {
                 None

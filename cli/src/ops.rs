@@ -267,3 +267,24 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
     }
     Ok(())
 }
+
+/// `dlqctl index-periods`: the DynamoDB ledger's postings from before its period index, indexed.
+pub async fn index_periods(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
+    let stack = resolve_stack(clients, names).await?;
+    let recon_aws::ledger::AnyLedger::DynamoDb(ledger) = context::ledger(clients, &stack)? else {
+        return crate::output::emit(&serde_json::json!({"indexed": 0}), || {
+            "nothing to do: this ledger reads by period through its own index".to_owned()
+        });
+    };
+    let json = crate::output::json();
+    let indexed = ledger
+        .index_periods(|n| {
+            if !json && n > 0 {
+                eprintln!("  {n} postings indexed so far");
+            }
+        })
+        .await?;
+    crate::output::emit(&serde_json::json!({"indexed": indexed}), || {
+        format!("{indexed} postings given their entry in the period index")
+    })
+}

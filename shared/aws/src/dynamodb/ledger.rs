@@ -267,6 +267,63 @@ impl DynamoLedger {
         Ok(PostingPage { postings, next })
     }
 
+    /// Give each posting written before the period index existed its entry in it: a scan of the
+    /// postings without a `period_shard`, each given one by an update conditional on the posting
+    /// being there still without one. Returns how many it indexed (a second run: none);
+    /// `progress` hears the count after each page.
+    pub async fn index_periods(&self, mut progress: impl FnMut(u64)) -> StoreResult<u64> {
+        let mut start: Option<Item> = None;
+        let mut indexed = 0;
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .filter_expression("attribute_not_exists(#shard) AND attribute_not_exists(#handoff)")
+                .projection_expression("#pk, #period")
+                .expression_attribute_names("#shard", keys::LEDGER_PERIOD_SHARD)
+                .expression_attribute_names("#handoff", HAND_OFF_BY)
+                .expression_attribute_names("#pk", keys::LEDGER_PK)
+                .expression_attribute_names("#period", "period")
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| store_error("Scan(ledger, not in the period index)", e))?;
+            for item in out.items.unwrap_or_default() {
+                let get = |k| crate::item::get_s(&item, k);
+                let Some(shard) = get(keys::LEDGER_PK)
+                    .zip(get("period"))
+                    .and_then(|(hash, period)| ledger_period_shard(period, hash))
+                else {
+                    continue;
+                };
+                let result = self
+                    .client
+                    .update_item()
+                    .table_name(&self.table)
+                    .key(keys::LEDGER_PK, s(get(keys::LEDGER_PK).unwrap_or_default()))
+                    .update_expression("SET #shard = :shard")
+                    .condition_expression("attribute_exists(#pk) AND attribute_not_exists(#shard)")
+                    .expression_attribute_names("#shard", keys::LEDGER_PERIOD_SHARD)
+                    .expression_attribute_names("#pk", keys::LEDGER_PK)
+                    .expression_attribute_values(":shard", s(shard))
+                    .send()
+                    .await;
+                match result {
+                    Ok(_) => indexed += 1,
+                    Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {}
+                    Err(e) => return Err(store_error("UpdateItem(ledger, period index)", e)),
+                }
+            }
+            progress(indexed);
+            match out.last_evaluated_key {
+                Some(key) => start = Some(key),
+                None => return Ok(indexed),
+            }
+        }
+    }
+
     async fn scan_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
         let mut filter = vec!["attribute_not_exists(#handoff)"];
         let mut req = self

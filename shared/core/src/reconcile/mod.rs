@@ -306,9 +306,10 @@ pub fn outcomes(
     (out, problems)
 }
 
-/// The outcomes of the transactions of `period`: every record of a message any of whose records
-/// is of that period, or that the (period's) manifest names — a duplicate's record may carry no
-/// value date of its own.
+/// The outcomes of the transactions of `period`: those of that period, and those of no known
+/// period (a duplicate's record carries no value date of its own) whose message has a record of
+/// that period or is named by the (period's) manifest. A message id reused in another period
+/// does not bring that period's transactions along.
 pub fn of_period(outcomes: Vec<(State, Entry)>, period: &str, manifest: Option<&[Entry]>) -> Vec<(State, Entry)> {
     let in_period: BTreeSet<String> = outcomes
         .iter()
@@ -318,7 +319,10 @@ pub fn of_period(outcomes: Vec<(State, Entry)>, period: &str, manifest: Option<&
         .collect();
     outcomes
         .into_iter()
-        .filter(|(_, e)| in_period.contains(&e.key))
+        .filter(|(_, e)| match e.period.as_deref() {
+            Some(p) => p == period,
+            None => in_period.contains(&e.key),
+        })
         .collect()
 }
 

@@ -6,7 +6,7 @@
 //! read can be split over several readers (tasks here, or invocations of a fan-out).
 
 use futures::{StreamExt, TryStreamExt};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Counts, State};
 use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, Posting, Segment};
@@ -20,8 +20,10 @@ pub struct Links {
     hashes: BTreeSet<String>,
     /// Producer message ids: a period keeps every record of a message by its key.
     message_ids: BTreeSet<String>,
-    /// Transactions a duplicate record names: each must be held by the ledger.
-    duplicate_of: BTreeSet<String>,
+    /// Transactions a record names, with their period when the record says it (a duplicate
+    /// record does not): a read of one period that does not meet one of that period, or of an
+    /// unknown one, looks it up by key.
+    named: BTreeMap<String, Option<String>>,
     /// Keep every posting (a manifest is matched by each message's key).
     everything: bool,
 }
@@ -36,23 +38,28 @@ impl Links {
                 .extend(e.replays.iter().filter_map(|r| r.sqs_message_id.clone()));
             links.hashes.insert(e.source_hash.clone());
             links.message_ids.extend(e.message_id.clone());
+            links
+                .named
+                .entry(e.source_hash.clone())
+                .or_insert_with(|| e.accounting_period.clone());
         }
         for r in audit.iter().filter(|r| r.kind == AuditKind::DuplicateSuppressed) {
             links.ids.insert(r.sqs_message_id.clone());
             links.message_ids.extend(r.message_id.clone());
             if let Some(h) = &r.source_hash {
                 links.hashes.insert(h.clone());
-                links.duplicate_of.insert(h.clone());
+                links.named.insert(h.clone(), None);
             }
         }
         links
     }
 
-    /// Every posting kept: for a manifest, which matches each message by its key.
-    pub fn everything() -> Links {
+    /// These links, keeping every posting besides: for a manifest, which matches each message by
+    /// its key, and for a bundle, which lists each.
+    pub fn keeping_everything(self) -> Links {
         Links {
             everything: true,
-            ..Links::default()
+            ..self
         }
     }
 
@@ -108,9 +115,11 @@ const LOOKUPS_AT_ONCE: usize = 16;
 
 /// Read `scope` (split into `segments` read at once, when it is not one segment already),
 /// keeping the postings `links` names and counting the rest. When the scope is not the whole
-/// ledger, each transaction a duplicate record names that the read did not meet is looked up
-/// by key and kept too (a duplicate carries no period): the duplicate is a problem only if the
-/// ledger holds its transaction nowhere.
+/// ledger, each transaction a record names that the read did not meet is looked up by key (a
+/// strongly consistent read) and kept when found — unless the record puts it in another period:
+/// a duplicate record carries no period, and its transaction may be posted in any (the
+/// duplicate is a problem only if the ledger holds it nowhere); and a period's index may not yet
+/// show a copy a replay posted a moment ago.
 pub async fn read_ledger<R: LedgerReader + ?Sized>(
     reader: &R,
     scope: &LedgerScope,
@@ -145,9 +154,12 @@ pub async fn read_ledger<R: LedgerReader + ?Sized>(
     if !whole {
         let met: BTreeSet<&str> = read.linked.iter().map(|p| p.source_hash.as_str()).collect();
         let unmet: Vec<&String> = links
-            .duplicate_of
+            .named
             .iter()
-            .filter(|h| !met.contains(h.as_str()))
+            .filter(|(h, period)| {
+                !met.contains(h.as_str()) && (period.is_none() || scope.period.is_none() || *period == &scope.period)
+            })
+            .map(|(h, _)| h)
             .collect();
         let found: Vec<Posting> = futures::stream::iter(unmet)
             .map(|h| reader.posting(h))

@@ -194,6 +194,11 @@ fn a_period_keeps_its_transactions_with_every_record_of_them() {
         (State::Duplicate, period_entry("msg:a", None, "audit dup-a")),
         (State::Committed, period_entry("msg:b", Some("2026-10"), "posting b")),
         (State::Quarantined, period_entry("raw:c", None, "envelope c")),
+        // Another transaction under a's message id, in another period: not 2026-11's.
+        (
+            State::Committed,
+            period_entry("msg:a", Some("2026-10"), "posting a-reused"),
+        ),
     ];
     let kept = of_period(outcomes.clone(), "2026-11", None);
     let refs: Vec<&str> = kept.iter().map(|(_, e)| e.reference.as_str()).collect();

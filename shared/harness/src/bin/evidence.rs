@@ -74,7 +74,7 @@ async fn load_part(s: &TestStack, first: u32, count: u32, stride: u32, periods: 
             requests = left;
         }
         // The first writer tells how far the load is (each writer has an equal share).
-        if first == 0 && written % 100_000 < BATCH as u64 {
+        if first == 0 && written % 10_000 < BATCH as u64 {
             eprintln!(
                 "  loading: ~{} of {count} in {:.0} s",
                 written * u64::from(stride),

@@ -248,9 +248,9 @@ fn missing_records(e: &DlqEnvelope, ids: &BTreeSet<&str>) -> Vec<String> {
     missing
 }
 
-/// The read `dlqctl reconcile` makes without a manifest — the ledger in segments, a period
-/// through its index, the postings of no lineage only counted — must tell what the whole read
-/// tells: the same counts and amounts per state and per entity and period, the same problems
+/// The reads `dlqctl reconcile` and `evidence export` make — the ledger in segments, a period
+/// through its index, without a manifest the postings of no lineage only counted — must tell
+/// what the whole read tells: the same counts and amounts per state and per entity and period, the same problems
 /// (for a period, none the whole read does not name), whether it holds.
 fn bounded_read_agrees(
     ledger: &crate::memory::MemoryLedger,
@@ -263,12 +263,14 @@ fn bounded_read_agrees(
     let links = Links::of(envelopes, audit);
     let (whole, whole_problems) = outcomes(postings, envelopes, audit, dlq_empty);
     let periods: BTreeSet<&str> = postings.iter().map(|p| p.period.as_str()).collect();
-    for period in std::iter::once(None).chain(periods.into_iter().map(Some)) {
+    let every = links.clone().keeping_everything();
+    let scopes = std::iter::once(None).chain(periods.into_iter().map(Some));
+    for (period, links) in scopes.flat_map(|p| [(p, &links), (p, &every)]) {
         let scope = LedgerScope {
             period: period.map(str::to_owned),
             ..LedgerScope::default()
         };
-        let Some(Ok(read)) = ready(read_ledger(ledger, &scope, 3, &links)) else {
+        let Some(Ok(read)) = ready(read_ledger(ledger, &scope, 3, links)) else {
             v.push(format!("the ledger did not answer a read of {scope:?} in segments"));
             continue;
         };
