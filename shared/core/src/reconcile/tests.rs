@@ -75,7 +75,13 @@ mod lineage {
     fn posting(sqs_id: &str, replay_of: Option<&str>) -> Posting {
         let b = body();
         let m = crate::domain::decode(&b).unwrap();
-        Posting::from_message(&m, sqs_id, 1, Utc::now(), replay_of.map(str::to_owned))
+        Posting::from_message(
+            &m,
+            sqs_id,
+            1,
+            Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap(),
+            replay_of.map(str::to_owned),
+        )
     }
 
     /// The envelope of SQS message `sqs_id` (dead-lettered), optionally a copy of `replay_of`.
@@ -103,7 +109,7 @@ mod lineage {
             replay_id: "rpl".into(),
             triggered_by: "t".into(),
             reason: "r".into(),
-            at: Utc::now(),
+            at: Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap(),
             outcome: EnvelopeStatus::Replayed,
             sqs_message_id: Some(copy.into()),
         });
@@ -143,7 +149,13 @@ mod lineage {
     fn two_copies_of_one_reinjection_count_once() {
         // The send was reported failed but landed: two copies; one posted, one suppressed.
         let e = replayed_as(replayed_as(envelope("S0", EnvelopeStatus::Replayed, None), "C1"), "C2");
-        let mut dup = AuditRecord::system(AuditKind::DuplicateSuppressed, "C2", Utc::now(), "c", String::new());
+        let mut dup = AuditRecord::system(
+            AuditKind::DuplicateSuppressed,
+            "C2",
+            Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap(),
+            "c",
+            String::new(),
+        );
         dup.sqs_message_id = "C2".into();
         dup.message_id = Some("m-1".into());
         dup.source_hash = Some(posting("C1", None).source_hash);
