@@ -11,7 +11,7 @@ use recon_aws::sqs::SqsQueue;
 use recon_core::evidence::{Bundle, VerifyReport, export_bundle, verify_bundle};
 use recon_core::ports::LedgerScope;
 use recon_core::reconcile::{
-    Entry, Links, Reconciliation, State, manifest_entry, of_period, outcomes, read_ledger, reconcile, reconcile_counted,
+    Counts, Entry, Links, Reconciliation, State, manifest_entry, of_period, outcomes, read_ledger, reconcile_counted,
 };
 use recon_core::resources::ResourceNames;
 use std::io::BufRead;
@@ -113,7 +113,7 @@ pub async fn gather(
     };
     let reconciliation = reconcile_counted(
         read.counted,
-        outcomes.clone(),
+        &outcomes,
         problems.clone(),
         manifest,
         main.total() + dlq.total(),
@@ -221,12 +221,16 @@ pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, o
     check_period(period)?;
     let ev = gather(clients, names, None, Some(period), Keep::Every, DEFAULT_SEGMENTS).await?;
     // A bundle is verified offline against its own outcomes: every one is listed, none queued.
-    let reconciliation = reconcile(ev.outcomes.clone(), ev.problems, None, 0);
+    let reconciliation = reconcile_counted(Counts::default(), &ev.outcomes, ev.problems, None, 0);
     let outcomes = ev.outcomes;
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
     let worm = S3Worm::new(clients.s3.clone(), &names.bucket());
     let bundle = export_bundle(&audit, &worm, chrono::Utc::now(), period, outcomes, reconciliation).await?;
-    std::fs::write(out, serde_json::to_vec_pretty(&bundle)?).with_context(|| format!("writing {}", out.display()))?;
+    // Written as it is serialised: no second copy of the bundle in memory.
+    let file = std::fs::File::create(out).with_context(|| format!("writing {}", out.display()))?;
+    let mut writer = std::io::BufWriter::new(file);
+    serde_json::to_writer_pretty(&mut writer, &bundle).with_context(|| format!("writing {}", out.display()))?;
+    std::io::Write::flush(&mut writer).with_context(|| format!("writing {}", out.display()))?;
     let value = serde_json::json!({
         "path": out.display().to_string(),
         "period": period,

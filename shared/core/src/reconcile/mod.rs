@@ -385,7 +385,7 @@ pub fn reconcile(
     manifest: Option<&[Entry]>,
     queued: u64,
 ) -> Reconciliation {
-    reconcile_counted(Counts::default(), outcomes, problems, manifest, queued)
+    reconcile_counted(Counts::default(), &outcomes, problems, manifest, queued)
 }
 
 /// [`reconcile`], with `counted` transactions beside the outcomes: committed postings of no
@@ -393,13 +393,13 @@ pub fn reconcile(
 /// outcomes carry keys.
 pub fn reconcile_counted(
     counted: Counts,
-    outcomes: Vec<(State, Entry)>,
+    outcomes: &[(State, Entry)],
     problems: Vec<String>,
     manifest: Option<&[Entry]>,
     queued: u64,
 ) -> Reconciliation {
     let mut counts = counted;
-    for (state, e) in &outcomes {
+    for (state, e) in outcomes {
         counts.add(
             *state,
             e.currency.as_deref(),
@@ -450,7 +450,7 @@ pub fn reconcile_counted(
             *want.entry(&e.key).or_default() += 1;
         }
         let mut have: BTreeMap<&str, i64> = BTreeMap::new();
-        for (_, e) in &outcomes {
+        for (_, e) in outcomes {
             *have.entry(&e.key).or_default() += 1;
         }
         for (k, n) in &want {

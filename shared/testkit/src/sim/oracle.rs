@@ -279,7 +279,7 @@ fn bounded_read_agrees(
             Some(p) => of_period(o, p, None),
             None => o,
         };
-        let bounded = reconcile_counted(read.counted, cut(linked), problems, None, 0);
+        let bounded = reconcile_counted(read.counted, &cut(linked), problems, None, 0);
         let expected = reconcile(cut(whole.clone()), whole_problems.clone(), None, 0);
         let mut named = bounded.problems.clone();
         let mut all = expected.problems.clone();
