@@ -26,7 +26,7 @@ use crate::domain::message::{parse_amount, parse_date, period_of};
 use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Tally, attrs, labels};
 
 pub mod read;
-pub use read::{LedgerRead, Links, read_ledger};
+pub use read::{LedgerRead, Links, look_up_unmet, read_ledger};
 
 /// Where a transaction ended up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -101,7 +101,7 @@ impl LedgerRead {
         }
     }
 
-    /// Exactly: two reads of disjoint segments make the read of both.
+    /// Exactly: two reads of disjoint segments make the read of both (before [`look_up_unmet`]).
     pub fn merge(&mut self, other: LedgerRead) {
         self.linked.extend(other.linked);
         self.counted.merge(&other.counted);
@@ -114,12 +114,8 @@ impl LedgerRead {
 const LOOKUPS_AT_ONCE: usize = 16;
 
 /// Read `scope` (split into `segments` read at once, when it is not one segment already),
-/// keeping the postings `links` names and counting the rest. When the scope is not the whole
-/// ledger, each transaction a record names that the read did not meet is looked up by key (a
-/// strongly consistent read) and kept when found — unless the record puts it in another period:
-/// a duplicate record carries no period, and its transaction may be posted in any (the
-/// duplicate is a problem only if the ledger holds it nowhere); and a period's index may not yet
-/// show a copy a replay posted a moment ago.
+/// keeping the postings `links` names and counting the rest; then, unless `scope` is one segment
+/// (whose reads a fan-out merges first), [`look_up_unmet`].
 pub async fn read_ledger<R: LedgerReader + ?Sized>(
     reader: &R,
     scope: &LedgerScope,
@@ -150,24 +146,42 @@ pub async fn read_ledger<R: LedgerReader + ?Sized>(
     for r in reads {
         read.merge(r);
     }
-    let whole = scope.period.is_none() && scope.entity.is_none() && scope.segment.is_none();
-    if !whole {
-        let met: BTreeSet<&str> = read.linked.iter().map(|p| p.source_hash.as_str()).collect();
-        let unmet: Vec<&String> = links
-            .named
-            .iter()
-            .filter(|(h, period)| {
-                !met.contains(h.as_str()) && (period.is_none() || scope.period.is_none() || *period == &scope.period)
-            })
-            .map(|(h, _)| h)
-            .collect();
-        let found: Vec<Posting> = futures::stream::iter(unmet)
-            .map(|h| reader.posting(h))
-            .buffer_unordered(LOOKUPS_AT_ONCE)
-            .try_filter_map(|found| async move { Ok(found) })
-            .try_collect()
-            .await?;
-        read.linked.extend(found);
+    if scope.segment.is_none() {
+        look_up_unmet(reader, scope, links, &mut read).await?;
     }
     Ok(read)
+}
+
+/// After the read of a whole scope (its segments merged) that is not the whole ledger: each
+/// transaction a record names that the read did not meet is looked up by key (a strongly
+/// consistent read) and kept when found — unless the record puts it in another period. A
+/// duplicate record carries no period, and its transaction may be posted in any (the duplicate
+/// is a problem only if the ledger holds it nowhere); and a period's index may not yet show a
+/// copy a replay posted a moment ago.
+pub async fn look_up_unmet<R: LedgerReader + ?Sized>(
+    reader: &R,
+    scope: &LedgerScope,
+    links: &Links,
+    read: &mut LedgerRead,
+) -> StoreResult<()> {
+    if scope.period.is_none() && scope.entity.is_none() {
+        return Ok(());
+    }
+    let met: BTreeSet<&str> = read.linked.iter().map(|p| p.source_hash.as_str()).collect();
+    let unmet: Vec<&String> = links
+        .named
+        .iter()
+        .filter(|(h, period)| {
+            !met.contains(h.as_str()) && (period.is_none() || scope.period.is_none() || *period == &scope.period)
+        })
+        .map(|(h, _)| h)
+        .collect();
+    let found: Vec<Posting> = futures::stream::iter(unmet)
+        .map(|h| reader.posting(h))
+        .buffer_unordered(LOOKUPS_AT_ONCE)
+        .try_filter_map(|found| async move { Ok(found) })
+        .try_collect()
+        .await?;
+    read.linked.extend(found);
+    Ok(())
 }

@@ -11,12 +11,13 @@
 //!   the audit outbox, and the chains verify;
 //! - no envelope's history grows without bound.
 
-use recon_core::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, decode};
+use recon_core::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Segment, decode};
 use recon_core::envelopes::original_body;
 use recon_core::evidence::verify_trail;
 use recon_core::ports::{AuditOutbox, LedgerScope, all_envelopes};
 use recon_core::reconcile::{
-    Links, State, manifest_entry, of_period, outcomes, read_ledger, reconcile, reconcile_counted,
+    LedgerRead, Links, State, look_up_unmet, manifest_entry, of_period, outcomes, read_ledger, reconcile,
+    reconcile_counted,
 };
 use recon_core::replay::MAX_RELEASES;
 use std::collections::{BTreeMap, BTreeSet};
@@ -270,7 +271,22 @@ fn bounded_read_agrees(
             period: period.map(str::to_owned),
             ..LedgerScope::default()
         };
-        let Some(Ok(read)) = ready(read_ledger(ledger, &scope, 3, links)) else {
+        // Keeping every posting: three segments read at once. Keeping the linked ones: as a
+        // fan-out would, each segment read on its own, the reads merged, then the lookups.
+        let fan_out = async {
+            let mut read = LedgerRead::default();
+            for segment in Segment::all_of(3) {
+                read.merge(read_ledger(ledger, &scope.segment(segment), 1, links).await?);
+            }
+            look_up_unmet(ledger, &scope, links, &mut read).await?;
+            Ok::<_, recon_core::ports::StoreError>(read)
+        };
+        let read = if std::ptr::eq(links, &every) {
+            ready(read_ledger(ledger, &scope, 3, links))
+        } else {
+            ready(fan_out)
+        };
+        let Some(Ok(read)) = read else {
             v.push(format!("the ledger did not answer a read of {scope:?} in segments"));
             continue;
         };
