@@ -200,12 +200,17 @@ pub const LEDGER_PERIOD_SHARDS: u32 = 16;
 /// digit: no posting of ours, and then outside the index).
 pub fn ledger_period_shard(period: &str, source_hash: &str) -> Option<String> {
     let first = source_hash.chars().next()?.to_digit(16)?;
-    Some(format!("{period}#{first:x}"))
+    Some(shard_key(period, first))
 }
 
 /// The index partitions of one period, in shard order.
 pub fn ledger_period_shards(period: &str) -> impl Iterator<Item = (u32, String)> + '_ {
-    (0..LEDGER_PERIOD_SHARDS).map(move |n| (n, format!("{period}#{n:x}")))
+    (0..LEDGER_PERIOD_SHARDS).map(move |n| (n, shard_key(period, n)))
+}
+
+/// Shard `n` of `period`: `YYYY-MM#<n in hex>`.
+fn shard_key(period: &str, n: u32) -> String {
+    format!("{period}#{n:x}")
 }
 
 /// Indexes of the tables.

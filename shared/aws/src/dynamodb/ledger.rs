@@ -292,17 +292,17 @@ impl DynamoLedger {
                 .map_err(|e| store_error("Scan(ledger, not in the period index)", e))?;
             for item in out.items.unwrap_or_default() {
                 let get = |k| crate::item::get_s(&item, k);
-                let Some(shard) = get(keys::LEDGER_PK)
-                    .zip(get("period"))
-                    .and_then(|(hash, period)| ledger_period_shard(period, hash))
-                else {
+                let (Some(hash), Some(period)) = (get(keys::LEDGER_PK), get("period")) else {
+                    continue;
+                };
+                let Some(shard) = ledger_period_shard(period, hash) else {
                     continue;
                 };
                 let result = self
                     .client
                     .update_item()
                     .table_name(&self.table)
-                    .key(keys::LEDGER_PK, s(get(keys::LEDGER_PK).unwrap_or_default()))
+                    .key(keys::LEDGER_PK, s(hash))
                     .update_expression("SET #shard = :shard")
                     .condition_expression("attribute_exists(#pk) AND attribute_not_exists(#shard)")
                     .expression_attribute_names("#shard", keys::LEDGER_PERIOD_SHARD)

@@ -17,7 +17,6 @@ use crate::ports::{LedgerReader, LedgerScope, StoreResult, each_page};
 #[derive(Clone, Debug, Default)]
 pub struct Links {
     ids: BTreeSet<String>,
-    hashes: BTreeSet<String>,
     /// Producer message ids: a period keeps every record of a message by its key.
     message_ids: BTreeSet<String>,
     /// Transactions a record names, with their period when the record says it (a duplicate
@@ -36,7 +35,6 @@ impl Links {
             links
                 .ids
                 .extend(e.replays.iter().filter_map(|r| r.sqs_message_id.clone()));
-            links.hashes.insert(e.source_hash.clone());
             links.message_ids.extend(e.message_id.clone());
             links
                 .named
@@ -47,7 +45,6 @@ impl Links {
             links.ids.insert(r.sqs_message_id.clone());
             links.message_ids.extend(r.message_id.clone());
             if let Some(h) = &r.source_hash {
-                links.hashes.insert(h.clone());
                 links.named.insert(h.clone(), None);
             }
         }
@@ -68,7 +65,7 @@ impl Links {
         self.everything
             || p.replay_of.is_some()
             || self.ids.contains(&p.sqs_message_id)
-            || self.hashes.contains(&p.source_hash)
+            || self.named.contains_key(&p.source_hash)
             || self.message_ids.contains(&p.message_id)
     }
 }

@@ -24,19 +24,18 @@ use std::time::Instant;
 /// DynamoDB's largest batch write.
 const BATCH: usize = 25;
 
-/// Posting `n` of the load: period `n % periods` of 2025-2026, its own hash and SQS message.
-fn nth(n: u32, periods: u32) -> Posting {
+/// The period of posting `n`: one of `periods` months from 2025-01.
+fn period_of(n: u32, periods: u32) -> String {
     let month = n % periods;
-    let mut p = posting("bench-evidence", n, &format!("sqs-{n}"));
-    p.period = format!("{}-{:02}", 2025 + month / 12, month % 12 + 1);
-    p.value_date = chrono::NaiveDate::parse_from_str(&format!("{}-15", p.period), "%Y-%m-%d").unwrap_or_default();
-    p.message_id = format!("m-{n}");
-    p
+    format!("{}-{:02}", 2025 + month / 12, month % 12 + 1)
 }
 
-/// The period of posting `n`.
-fn period_of(n: u32, periods: u32) -> String {
-    nth(n, periods).period
+/// Posting `n` of the load: in its period, with its own hash and SQS message.
+fn nth(n: u32, periods: u32) -> Posting {
+    let mut p = posting("bench-evidence", n, &format!("sqs-{n}"));
+    p.period = period_of(n, periods);
+    p.value_date = chrono::NaiveDate::parse_from_str(&format!("{}-15", p.period), "%Y-%m-%d").unwrap_or_default();
+    p
 }
 
 /// Write every `stride`-th posting of `first..count`, 25 at a time, retrying what

@@ -266,7 +266,7 @@ fn bounded_read_agrees(
     let periods: BTreeSet<&str> = postings.iter().map(|p| p.period.as_str()).collect();
     let every = links.clone().keeping_everything();
     let scopes = std::iter::once(None).chain(periods.into_iter().map(Some));
-    for (period, links) in scopes.flat_map(|p| [(p, &links), (p, &every)]) {
+    for (period, links, keep_every) in scopes.flat_map(|p| [(p, &links, false), (p, &every, true)]) {
         let scope = LedgerScope {
             period: period.map(str::to_owned),
             ..LedgerScope::default()
@@ -281,7 +281,7 @@ fn bounded_read_agrees(
             look_up_unmet(ledger, &scope, links, &mut read).await?;
             Ok::<_, recon_core::ports::StoreError>(read)
         };
-        let read = if std::ptr::eq(links, &every) {
+        let read = if keep_every {
             ready(read_ledger(ledger, &scope, 3, links))
         } else {
             ready(fan_out)
