@@ -2,6 +2,7 @@
 //! postings, dead letters, envelopes and their life cycle, audit records. Pure data and pure
 //! functions; no I/O, and nothing from the rest of the crate (a test checks it).
 
+pub mod approval;
 pub mod attrs;
 pub mod audit;
 pub mod canonical;

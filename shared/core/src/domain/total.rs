@@ -49,6 +49,24 @@ impl Total {
         Ok(())
     }
 
+    pub fn is_negative(&self) -> bool {
+        self.units < 0
+    }
+
+    /// `self` is greater than `other`, compared exactly.
+    pub fn exceeds(&self, other: &Total) -> bool {
+        let scale = self.scale.max(other.scale);
+        match (
+            rescale(self.units, scale - self.scale),
+            rescale(other.units, scale - other.scale),
+        ) {
+            (Ok(a), Ok(b)) => a > b,
+            // Only a number too large to rescale overflows: its sign decides.
+            (Err(_), _) => self.units > 0,
+            (Ok(_), Err(_)) => other.units < 0,
+        }
+    }
+
     /// The same value with no trailing zeros after the point.
     fn normalized(self) -> Total {
         let mut t = self;

@@ -1,0 +1,552 @@
+//! Maker-checker approvals: the policy that says which remediation needs a second person, the
+//! request that holds exactly the envelopes a dry run would change, and the decisions on it.
+//!
+//! A request names its envelopes with a fingerprint of each one's state ([`fingerprint`]), and
+//! the set with a digest ([`ChangeSet::digest`]). Executing an approved request touches only
+//! those envelopes, and only while each is as it was when the request was made: an envelope
+//! added since is not in the set, one changed since (replayed, quarantined, edited) is skipped.
+//! Every transition is checked here, before a store is asked to make it under a version
+//! condition ([`ApprovalRequest::version`]). Pure.
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::envelope::{DlqEnvelope, sha256_hex};
+use super::message::parse_amount;
+use super::total::{Tally, Total};
+
+/// At most this many envelopes in one request: the request is one item of the envelope table
+/// (400 KB); a larger remediation is several requests (`--max-items`).
+pub const MAX_REQUEST_ENVELOPES: usize = 1000;
+
+/// Hours a request waits for a decision, unless the policy says otherwise.
+pub const DEFAULT_EXPIRE_HOURS: u32 = 72;
+
+/// How long one execution holds a request before another may resume it (a crashed execution).
+pub const EXECUTION_LEASE_MINUTES: i64 = 15;
+
+/// Which remediation needs a second person. Kept in the reference table, whose stream audits
+/// every change to it; the default needs no approval for anything.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalPolicy {
+    /// A replay or quarantine that would change more envelopes than this.
+    #[serde(default)]
+    pub max_count: Option<u64>,
+    /// … whose amounts in a currency add up (absolute values) to more than this.
+    #[serde(default)]
+    pub max_amount: BTreeMap<String, Total>,
+    /// … that touches an envelope of a closed accounting period.
+    #[serde(default)]
+    pub closed_period: bool,
+    /// Hours a request waits for a decision (and an approved one for its execution).
+    #[serde(default = "default_expire_hours")]
+    pub expire_hours: u32,
+}
+
+fn default_expire_hours() -> u32 {
+    DEFAULT_EXPIRE_HOURS
+}
+
+impl Default for ApprovalPolicy {
+    fn default() -> Self {
+        ApprovalPolicy {
+            max_count: None,
+            max_amount: BTreeMap::new(),
+            closed_period: false,
+            expire_hours: DEFAULT_EXPIRE_HOURS,
+        }
+    }
+}
+
+impl ApprovalPolicy {
+    /// Nothing needs approval.
+    pub fn is_empty(&self) -> bool {
+        self.max_count.is_none() && self.max_amount.is_empty() && !self.closed_period
+    }
+
+    /// Refuse what could not have been meant: no hours to decide, a negative threshold, a
+    /// currency that is not upper-case letters and digits.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=24 * 90).contains(&self.expire_hours) {
+            return Err(format!(
+                "expire_hours {} is outside 1..=2160 (90 days)",
+                self.expire_hours
+            ));
+        }
+        for (currency, limit) in &self.max_amount {
+            if currency.is_empty()
+                || currency.len() > 12
+                || !currency.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+            {
+                return Err(format!(
+                    "max_amount currency `{currency}` must be 1-12 upper-case letters or digits"
+                ));
+            }
+            if limit.is_negative() {
+                return Err(format!("max_amount {currency} {limit} is negative"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Why `changes` needs approval (empty: it does not).
+    pub fn requires(&self, changes: &ChangeSet) -> Vec<String> {
+        let mut why = Vec::new();
+        let count = changes.len() as u64;
+        if let Some(max) = self.max_count
+            && count > max
+        {
+            why.push(format!("{count} envelopes would change (policy: more than {max})"));
+        }
+        let gross = changes.gross();
+        for (currency, limit) in &self.max_amount {
+            let total = gross.get(currency);
+            if gross.overflowed.contains(currency) || total.exceeds(limit) {
+                why.push(format!("{currency} {total} would move (policy: more than {limit})"));
+            }
+        }
+        if !self.max_amount.is_empty() && gross.without_amount > 0 {
+            why.push(format!(
+                "{} envelopes carry no readable amount (policy: amounts are limited)",
+                gross.without_amount
+            ));
+        }
+        if self.closed_period {
+            let closed = changes.changes.iter().filter(|c| c.closed_period).count();
+            if closed > 0 {
+                why.push(format!("{closed} envelopes belong to a closed period (policy: always)"));
+            }
+        }
+        why
+    }
+}
+
+impl fmt::Display for ApprovalPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return write!(f, "no remediation needs approval");
+        }
+        let mut rules = Vec::new();
+        if let Some(max) = self.max_count {
+            rules.push(format!("more than {max} envelopes"));
+        }
+        for (c, limit) in &self.max_amount {
+            rules.push(format!("more than {c} {limit}"));
+        }
+        if self.closed_period {
+            rules.push("any envelope of a closed period".into());
+        }
+        write!(
+            f,
+            "approval needed for {}; requests expire after {} h",
+            rules.join(", "),
+            self.expire_hours
+        )
+    }
+}
+
+/// What a request asks to do with its envelopes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Action {
+    Replay,
+    Quarantine,
+}
+
+/// One envelope a remediation would change, as its dry run saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    pub envelope_id: String,
+    /// [`fingerprint`] of the envelope when the dry run read it.
+    pub fingerprint: String,
+    /// What the dry run said would happen (`REINJECTED`, `QUARANTINED`, …).
+    pub outcome: String,
+    #[serde(default)]
+    pub currency: Option<String>,
+    #[serde(default)]
+    pub amount: Option<String>,
+    #[serde(default)]
+    pub entity: Option<String>,
+    #[serde(default)]
+    pub period: Option<String>,
+    #[serde(default)]
+    pub closed_period: bool,
+}
+
+impl Change {
+    pub fn of(e: &DlqEnvelope, outcome: &str, closed_period: bool) -> Self {
+        Change {
+            envelope_id: e.envelope_id.clone(),
+            fingerprint: fingerprint(e),
+            outcome: outcome.to_owned(),
+            currency: e.currency.clone(),
+            amount: e.amount.clone(),
+            entity: e.ledger_entity.clone(),
+            period: e.accounting_period.clone(),
+            closed_period,
+        }
+    }
+}
+
+/// The envelopes one remediation would change.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeSet {
+    pub changes: Vec<Change>,
+}
+
+impl ChangeSet {
+    pub fn len(&self) -> usize {
+        self.changes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    /// Count and absolute amounts per currency (a credit moves money as much as a debit).
+    pub fn gross(&self) -> Tally {
+        let mut t = Tally::default();
+        for c in &self.changes {
+            let amount = c.amount.as_deref().and_then(|a| parse_amount(a).ok()).map(|a| a.abs());
+            t.add_parts(c.currency.as_deref(), amount);
+        }
+        t
+    }
+
+    /// SHA-256 over the set's ids and fingerprints, in id order: what an approver approves.
+    pub fn digest(&self) -> String {
+        let mut lines: Vec<String> = self
+            .changes
+            .iter()
+            .map(|c| format!("{} {}\n", c.envelope_id, c.fingerprint))
+            .collect();
+        lines.sort();
+        sha256_hex(format!("recon-approval-set/v1\n{}", lines.concat()).as_bytes())
+    }
+
+    /// Each envelope id with the fingerprint it must still have.
+    pub fn expected(&self) -> BTreeMap<String, String> {
+        self.changes
+            .iter()
+            .map(|c| (c.envelope_id.clone(), c.fingerprint.clone()))
+            .collect()
+    }
+}
+
+/// The state of an envelope that an approval covers: anything a remediation or an operator
+/// changes moves it (status and its history, replays, the failure, the economic fields, the
+/// original's bytes).
+pub fn fingerprint(e: &DlqEnvelope) -> String {
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let last = e
+        .status_history
+        .last()
+        .map(|c| c.at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true))
+        .unwrap_or_default();
+    let text = [
+        "recon-envelope-state/v1".to_owned(),
+        e.envelope_id.clone(),
+        e.status.as_str().to_owned(),
+        e.status_history.len().to_string(),
+        last,
+        e.replays.len().to_string(),
+        e.replay_generation.to_string(),
+        e.failure_code.as_str().to_owned(),
+        e.root_cause.clone(),
+        e.source_hash.clone(),
+        opt(&e.amount),
+        opt(&e.currency),
+        opt(&e.ledger_entity),
+        opt(&e.accounting_period),
+        opt(&e.value_date),
+        e.original.body_sha256.clone(),
+    ]
+    .join("\n");
+    sha256_hex(text.as_bytes())[..32].to_owned()
+}
+
+/// Who acts: the identity AWS vouches for (`sts:GetCallerIdentity`), and the name they gave.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub arn: String,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.name {
+            Some(n) => write!(f, "{} (as {n})", self.arn),
+            None => f.write_str(&self.arn),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RequestStatus {
+    PendingApproval,
+    Approved,
+    Rejected,
+    Executing,
+    Executed,
+    Expired,
+}
+
+impl RequestStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestStatus::PendingApproval => "PENDING_APPROVAL",
+            RequestStatus::Approved => "APPROVED",
+            RequestStatus::Rejected => "REJECTED",
+            RequestStatus::Executing => "EXECUTING",
+            RequestStatus::Executed => "EXECUTED",
+            RequestStatus::Expired => "EXPIRED",
+        }
+    }
+}
+
+impl fmt::Display for RequestStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A decision on a request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    pub by: Identity,
+    pub at: DateTime<Utc>,
+    pub reason: String,
+}
+
+/// What happened when an approved request ran.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Execution {
+    pub replay_id: String,
+    pub by: String,
+    pub started_at: Option<DateTime<Utc>>,
+    pub lease_until: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The replay's counts, one line.
+    #[serde(default)]
+    pub summary: String,
+    /// Envelopes of the set skipped because they changed since the request.
+    #[serde(default)]
+    pub changed_since: Vec<String>,
+}
+
+/// A remediation waiting for (or past) a second person's decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    pub request_id: String,
+    /// Bumped by every change: a store writes a change only over the version it was made from.
+    pub version: u64,
+    #[serde(rename = "request_status")]
+    pub status: RequestStatus,
+    pub action: Action,
+    /// The selector as the requester gave it (for the reader; execution uses the set).
+    pub selector: String,
+    pub reason: String,
+    pub requested_by: Identity,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    /// Why the policy asks for approval.
+    pub why: Vec<String>,
+    /// The dry run's counts, one line.
+    pub dry_run: String,
+    pub digest: String,
+    pub count: u64,
+    pub gross: Tally,
+    pub set: ChangeSet,
+    #[serde(default)]
+    pub decision: Option<Decision>,
+    #[serde(default)]
+    pub execution: Option<Execution>,
+}
+
+/// Why a request cannot take a step.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+/// What a new request is made of.
+pub struct NewRequest {
+    pub action: Action,
+    pub selector: String,
+    pub reason: String,
+    pub requested_by: Identity,
+    pub why: Vec<String>,
+    pub dry_run: String,
+    pub set: ChangeSet,
+}
+
+impl ApprovalRequest {
+    pub fn new(n: NewRequest, policy: &ApprovalPolicy, now: DateTime<Utc>) -> Result<Self, Refused> {
+        if n.set.is_empty() {
+            return Err(Refused("nothing would change: there is nothing to approve".into()));
+        }
+        if n.set.len() > MAX_REQUEST_ENVELOPES {
+            return Err(Refused(format!(
+                "{} envelopes would change; one request holds at most {MAX_REQUEST_ENVELOPES} (narrow the selector or pass --max-items)",
+                n.set.len()
+            )));
+        }
+        if n.reason.trim().is_empty() {
+            return Err(Refused("a request must say why (--reason)".into()));
+        }
+        let digest = n.set.digest();
+        let seed = format!(
+            "{digest}|{}|{}",
+            n.requested_by.arn,
+            now.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+        );
+        Ok(ApprovalRequest {
+            request_id: format!("apr_{}", &sha256_hex(seed.as_bytes())[..20]),
+            version: 1,
+            status: RequestStatus::PendingApproval,
+            action: n.action,
+            selector: n.selector,
+            reason: n.reason,
+            requested_by: n.requested_by,
+            created_at: now,
+            expires_at: now + Duration::hours(i64::from(policy.expire_hours)),
+            why: n.why,
+            dry_run: n.dry_run,
+            digest,
+            count: n.set.len() as u64,
+            gross: n.set.gross(),
+            set: n.set,
+            decision: None,
+            execution: None,
+        })
+    }
+
+    /// The set still hashes to the digest recorded with the request (a stored request whose set
+    /// was edited is refused).
+    pub fn check_digest(&self) -> Result<(), Refused> {
+        if self.set.digest() != self.digest || self.set.len() as u64 != self.count {
+            return Err(Refused(format!(
+                "request {}: its envelope set no longer matches its digest {}; refused",
+                self.request_id, self.digest
+            )));
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, to: RequestStatus) {
+        self.status = to;
+        self.version += 1;
+    }
+
+    /// Past its expiry and still waiting (for a decision or an execution): it expires.
+    pub fn expire_if_due(&mut self, now: DateTime<Utc>) -> bool {
+        if matches!(self.status, RequestStatus::PendingApproval | RequestStatus::Approved) && now >= self.expires_at {
+            self.step(RequestStatus::Expired);
+            return true;
+        }
+        false
+    }
+
+    fn pending(&self, now: DateTime<Utc>) -> Result<(), Refused> {
+        if self.status != RequestStatus::PendingApproval {
+            return Err(Refused(format!(
+                "request {} is {}, not PENDING_APPROVAL",
+                self.request_id, self.status
+            )));
+        }
+        if now >= self.expires_at {
+            return Err(Refused(format!(
+                "request {} expired at {}",
+                self.request_id, self.expires_at
+            )));
+        }
+        Ok(())
+    }
+
+    /// Approve: by an identity other than the requester's (the ARN AWS vouches for, whatever
+    /// names were given).
+    pub fn approve(&mut self, by: &Identity, reason: &str, now: DateTime<Utc>) -> Result<(), Refused> {
+        self.pending(now)?;
+        if by.arn == self.requested_by.arn {
+            return Err(Refused(format!(
+                "{} requested {}; approval needs a different identity (self-approval refused)",
+                by.arn, self.request_id
+            )));
+        }
+        self.check_digest()?;
+        self.decision = Some(Decision {
+            by: by.clone(),
+            at: now,
+            reason: reason.to_owned(),
+        });
+        self.step(RequestStatus::Approved);
+        Ok(())
+    }
+
+    /// Reject (anyone may, the requester too: a withdrawal), with a reason.
+    pub fn reject(&mut self, by: &Identity, reason: &str, now: DateTime<Utc>) -> Result<(), Refused> {
+        self.pending(now)?;
+        if reason.trim().is_empty() {
+            return Err(Refused("a rejection must say why (--reason)".into()));
+        }
+        self.decision = Some(Decision {
+            by: by.clone(),
+            at: now,
+            reason: reason.to_owned(),
+        });
+        self.step(RequestStatus::Rejected);
+        Ok(())
+    }
+
+    /// Start executing: approved and not expired, or executing under a lease that ran out.
+    pub fn start(&mut self, replay_id: &str, by: &str, now: DateTime<Utc>) -> Result<(), Refused> {
+        let resumable = self.status == RequestStatus::Executing
+            && self
+                .execution
+                .as_ref()
+                .and_then(|x| x.lease_until)
+                .is_some_and(|l| l <= now);
+        if !resumable {
+            if self.status != RequestStatus::Approved {
+                return Err(Refused(format!(
+                    "request {} is {}: only an APPROVED request runs",
+                    self.request_id, self.status
+                )));
+            }
+            if now >= self.expires_at {
+                return Err(Refused(format!(
+                    "request {} expired at {} before it ran",
+                    self.request_id, self.expires_at
+                )));
+            }
+        }
+        self.check_digest()?;
+        self.execution = Some(Execution {
+            replay_id: replay_id.to_owned(),
+            by: by.to_owned(),
+            started_at: Some(now),
+            lease_until: Some(now + Duration::minutes(EXECUTION_LEASE_MINUTES)),
+            ..Execution::default()
+        });
+        self.step(RequestStatus::Executing);
+        Ok(())
+    }
+
+    /// Executed: the replay's counts and the envelopes skipped as changed since.
+    pub fn finish(&mut self, summary: String, changed_since: Vec<String>, now: DateTime<Utc>) {
+        let x = self.execution.get_or_insert_with(Execution::default);
+        x.finished_at = Some(now);
+        x.summary = summary;
+        x.changed_since = changed_since;
+        self.step(RequestStatus::Executed);
+    }
+}
+
+#[cfg(test)]
+#[path = "approval_tests.rs"]
+mod tests;
