@@ -3,8 +3,9 @@
 //! Input: an EventBridge scheduled event from the sweep schedule (a sweep over PENDING envelopes,
 //! resuming from its saved cursor) or from the seal schedule (seal the audit trail), or a manual
 //! payload `{"reason", "triggered_by", "failure_code"?, "root_cause"?,
-//! "entity"?, "envelope_ids"?, "max_items"?, "dry_run"?}`; unknown fields are refused.
-//! Output: the replay report, or the seal written.
+//! "entity"?, "envelope_ids"?, "max_items"?, "dry_run"?}` (refused above the approval policy);
+//! or `{"approved_request", "triggered_by"}` to run an approved request. Unknown fields are
+//! refused. Output: the replay report (with the request, for an approved one), or the seal.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use recon_aws::{AwsClients, ClientTimeouts, Target, telemetry, wiring};
@@ -41,7 +42,21 @@ async fn main() -> Result<(), Error> {
                 Invocation::Replay(request) => {
                     // Boxed: the sweep's future is deep, and this one holds it beside the seal's.
                     let report = Box::pin(replayer.run(&request, lambda_deadline(event.context.deadline))).await?;
+                    if request.scheduled
+                        && let Err(e) = replayer.expire_requests().await
+                    {
+                        tracing::warn!(error = %e, "approval requests not expired; the next sweep tries again");
+                    }
                     Ok(serde_json::to_value(report)?)
+                }
+                Invocation::Execute {
+                    request_id,
+                    triggered_by,
+                } => {
+                    let by = format!("{triggered_by} (via {})", replayer.config.actor);
+                    let deadline = lambda_deadline(event.context.deadline);
+                    let (request, report) = Box::pin(replayer.execute(&request_id, &by, deadline)).await?;
+                    Ok(serde_json::json!({ "request": request, "report": report }))
                 }
             }
         }

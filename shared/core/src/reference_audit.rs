@@ -48,6 +48,8 @@ impl<A: AuditLog> ReferenceAuditor<A> {
             (format!("currency {sk}"), "minor_units")
         } else if let Some(entity) = pk.strip_prefix(keys::REFERENCE_PERIOD_PK_PREFIX) {
             (format!("period {entity} {sk}"), "status")
+        } else if pk == keys::REFERENCE_POLICY_PK {
+            (format!("policy {sk}"), keys::REFERENCE_POLICY_ATTR)
         } else {
             (format!("item {pk}/{sk}"), "")
         };

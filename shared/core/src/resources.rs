@@ -48,6 +48,10 @@ pub mod keys {
     /// its period partitions (`PERIOD#<entity>`, `sk` = `YYYY-MM`).
     pub const REFERENCE_CURRENCY_PK: &str = "CURRENCY";
     pub const REFERENCE_PERIOD_PK_PREFIX: &str = "PERIOD#";
+    /// The approval policy: `POLICY`/`approval`, its JSON in the `policy` attribute.
+    pub const REFERENCE_POLICY_PK: &str = "POLICY";
+    pub const REFERENCE_APPROVAL_SK: &str = "approval";
+    pub const REFERENCE_POLICY_ATTR: &str = "policy";
     /// Envelopes: one item per dead letter, keyed by its deterministic envelope id.
     pub const ENVELOPE_PK: &str = "envelope_id";
     /// Index attributes of the envelope table (all strings).
@@ -68,6 +72,9 @@ pub mod keys {
     /// Prefix of the items that keep replay sweep cursors.
     pub const ENVELOPE_CURSOR_PREFIX: &str = "#meta#cursor#";
     /// Prefix of the items that count re-injections per second (the replay's shared rate limit).
+    /// Approval requests: `#request#<id>`, listed through the status index under this status.
+    pub const ENVELOPE_REQUEST_PREFIX: &str = "#request#";
+    pub const ENVELOPE_REQUEST_STATUS: &str = "#APPROVAL_REQUEST";
     pub const ENVELOPE_RATE_PREFIX: &str = "#meta#rate#";
     /// Top-level copy of the replay claim's lease end (epoch ms), for conditional takeovers.
     pub const ENVELOPE_LEASE: &str = "lease_until_ms";

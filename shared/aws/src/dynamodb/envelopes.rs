@@ -21,8 +21,8 @@ use crate::item::{Item, from_item, get_s, to_item};
 /// The envelope table with its triage indexes and the PENDING counter.
 #[derive(Clone, Debug)]
 pub struct DynamoEnvelopeStore {
-    client: Client,
-    table: String,
+    pub(super) client: Client,
+    pub(super) table: String,
 }
 
 fn envelope_item(e: &DlqEnvelope) -> StoreResult<Item> {
@@ -34,7 +34,7 @@ fn envelope_item(e: &DlqEnvelope) -> StoreResult<Item> {
     Ok(item)
 }
 
-fn encode_cursor(key: Option<Item>) -> Option<String> {
+pub(super) fn encode_cursor(key: Option<Item>) -> Option<String> {
     let key = key.filter(|k| !k.is_empty())?;
     let map: std::collections::BTreeMap<String, String> = key
         .iter()
@@ -43,7 +43,7 @@ fn encode_cursor(key: Option<Item>) -> Option<String> {
     serde_json::to_string(&map).ok()
 }
 
-fn decode_cursor(cursor: Option<String>) -> StoreResult<Option<Item>> {
+pub(super) fn decode_cursor(cursor: Option<String>) -> StoreResult<Option<Item>> {
     let Some(c) = cursor else { return Ok(None) };
     let map: std::collections::BTreeMap<String, String> = serde_json::from_str(&c)
         .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("bad page cursor: {e}")))?;
@@ -81,7 +81,7 @@ type TransactResult = Result<
 /// because another transaction held one of its items at the same moment. Every status change also
 /// moves the PENDING counter, so concurrent replays meet there; a cancelled transaction wrote
 /// nothing, so sending it again is safe (and a conflict no longer costs a whole sweep).
-async fn transact(req: TransactRequest) -> TransactResult {
+pub(super) async fn transact(req: TransactRequest) -> TransactResult {
     let mut attempt = 0u32;
     loop {
         let result = req.clone().send().await;
@@ -118,7 +118,7 @@ fn conflicted(codes: &[Option<String>]) -> bool {
 }
 
 /// Did a transaction fail because its first condition (the envelope's) did not hold?
-fn first_condition_failed<R>(
+pub(super) fn first_condition_failed<R>(
     err: &SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, R>,
 ) -> bool {
     use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -338,7 +338,7 @@ impl EnvelopeStore for DynamoEnvelopeStore {
 
 /// The outbox item of an audit record, in the envelope table (the same transaction as the state
 /// change it records): listed oldest first through the status index.
-fn outbox_put(table: &str, r: &AuditRecord) -> StoreResult<aws_sdk_dynamodb::types::TransactWriteItem> {
+pub(super) fn outbox_put(table: &str, r: &AuditRecord) -> StoreResult<aws_sdk_dynamodb::types::TransactWriteItem> {
     let record = to_item(r).map_err(|e| item_error("outbox record", e))?;
     let put = aws_sdk_dynamodb::types::Put::builder()
         .table_name(table)

@@ -8,6 +8,7 @@ mod dedup;
 mod envelopes;
 mod ledger;
 mod reference;
+mod requests;
 
 pub use audit::DynamoAuditLog;
 pub use dedup::DynamoDedupTable;

@@ -2,6 +2,7 @@
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
+use recon_core::domain::approval::ApprovalPolicy;
 use recon_core::domain::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};
 use recon_core::ports::{ReferenceData, StoreResult};
 use recon_core::resources::keys;
@@ -36,13 +37,26 @@ impl DynamoReferenceData {
 
     /// Read the whole table (no cache).
     pub async fn load(&self) -> StoreResult<(Vec<CurrencyMapping>, Vec<PeriodRecord>)> {
+        let (currencies, periods, _) = self.load_all().await?;
+        Ok((currencies, periods))
+    }
+
+    /// The approval policy as stored (the default when none is).
+    pub async fn approval_policy(&self) -> StoreResult<ApprovalPolicy> {
+        Ok(self.load_all().await?.2)
+    }
+
+    async fn load_all(&self) -> StoreResult<(Vec<CurrencyMapping>, Vec<PeriodRecord>, ApprovalPolicy)> {
         let mut currencies = Vec::new();
         let mut periods = Vec::new();
+        let mut policy = ApprovalPolicy::default();
         for item in scan_all(&self.client, &self.table, None).await? {
             let (Some(pk), Some(sk)) = (get_s(&item, keys::REFERENCE_PK), get_s(&item, keys::REFERENCE_SK)) else {
                 continue;
             };
-            if pk == CURRENCY_PK {
+            if pk == keys::REFERENCE_POLICY_PK && sk == keys::REFERENCE_APPROVAL_SK {
+                policy = read_policy(get_s(&item, keys::REFERENCE_POLICY_ATTR));
+            } else if pk == CURRENCY_PK {
                 let minor_units = item
                     .get("minor_units")
                     .and_then(|v| v.as_n().ok())
@@ -64,13 +78,28 @@ impl DynamoReferenceData {
                 });
             }
         }
-        Ok((currencies, periods))
+        Ok((currencies, periods, policy))
     }
 
     /// Forget the cached snapshot (after a write through this adapter).
     pub async fn invalidate(&self) {
         *self.cache.lock().await = None;
     }
+}
+
+/// A stored policy that cannot be read fails closed: every remediation then needs approval.
+fn read_policy(text: Option<&str>) -> ApprovalPolicy {
+    let parsed = text
+        .ok_or_else(|| "no policy attribute".to_owned())
+        .and_then(|t| serde_json::from_str::<ApprovalPolicy>(t).map_err(|e| e.to_string()))
+        .and_then(|p| p.check().map(|()| p));
+    parsed.unwrap_or_else(|why| {
+        tracing::error!(error = %why, "the stored approval policy cannot be read; every remediation needs approval until it is set again");
+        ApprovalPolicy {
+            max_count: Some(0),
+            ..ApprovalPolicy::default()
+        }
+    })
 }
 
 impl ReferenceData for DynamoReferenceData {
@@ -81,8 +110,8 @@ impl ReferenceData for DynamoReferenceData {
         {
             return Ok(snap.clone());
         }
-        let (currencies, periods) = self.load().await?;
-        let snap = Arc::new(ReferenceSnapshot::new(currencies, periods));
+        let (currencies, periods, policy) = self.load_all().await?;
+        let snap = Arc::new(ReferenceSnapshot::new(currencies, periods).with_approval(policy));
         *cache = Some((Instant::now(), snap.clone()));
         Ok(snap)
     }
@@ -96,8 +125,8 @@ impl ReferenceData for DynamoReferenceData {
         {
             return Ok(snap.clone());
         }
-        let (currencies, periods) = self.load().await?;
-        let snap = Arc::new(ReferenceSnapshot::new(currencies, periods));
+        let (currencies, periods, policy) = self.load_all().await?;
+        let snap = Arc::new(ReferenceSnapshot::new(currencies, periods).with_approval(policy));
         *cache = Some((Instant::now(), snap.clone()));
         Ok(snap)
     }
@@ -130,6 +159,24 @@ impl ReferenceData for DynamoReferenceData {
             .send()
             .await
             .map_err(|e| store_error("PutItem(reference period)", e))?;
+        self.invalidate().await;
+        Ok(())
+    }
+
+    async fn put_approval_policy(&self, policy: &ApprovalPolicy) -> StoreResult<()> {
+        let text = serde_json::to_string(policy).map_err(|e| crate::dynamodb::item_error("approval policy", e))?;
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item(keys::REFERENCE_PK, AttributeValue::S(keys::REFERENCE_POLICY_PK.into()))
+            .item(
+                keys::REFERENCE_SK,
+                AttributeValue::S(keys::REFERENCE_APPROVAL_SK.into()),
+            )
+            .item(keys::REFERENCE_POLICY_ATTR, AttributeValue::S(text))
+            .send()
+            .await
+            .map_err(|e| store_error("PutItem(approval policy)", e))?;
         self.invalidate().await;
         Ok(())
     }

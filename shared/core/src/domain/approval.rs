@@ -92,35 +92,51 @@ impl ApprovalPolicy {
         Ok(())
     }
 
-    /// Why `changes` needs approval (empty: it does not).
-    pub fn requires(&self, changes: &ChangeSet) -> Vec<String> {
+    /// Why a remediation of this exposure needs approval (empty: it does not).
+    pub fn requires(&self, x: &Exposure) -> Vec<String> {
         let mut why = Vec::new();
-        let count = changes.len() as u64;
         if let Some(max) = self.max_count
-            && count > max
+            && x.count > max
         {
-            why.push(format!("{count} envelopes would change (policy: more than {max})"));
+            why.push(format!("{} envelopes would change (policy: more than {max})", x.count));
         }
-        let gross = changes.gross();
         for (currency, limit) in &self.max_amount {
-            let total = gross.get(currency);
-            if gross.overflowed.contains(currency) || total.exceeds(limit) {
+            let total = x.gross.get(currency);
+            if x.gross.overflowed.contains(currency) || total.exceeds(limit) {
                 why.push(format!("{currency} {total} would move (policy: more than {limit})"));
             }
         }
-        if !self.max_amount.is_empty() && gross.without_amount > 0 {
+        if !self.max_amount.is_empty() && x.gross.without_amount > 0 {
             why.push(format!(
                 "{} envelopes carry no readable amount (policy: amounts are limited)",
-                gross.without_amount
+                x.gross.without_amount
             ));
         }
-        if self.closed_period {
-            let closed = changes.changes.iter().filter(|c| c.closed_period).count();
-            if closed > 0 {
-                why.push(format!("{closed} envelopes belong to a closed period (policy: always)"));
-            }
+        if self.closed_period && x.closed_period > 0 {
+            why.push(format!(
+                "{} envelopes belong to a closed period (policy: always)",
+                x.closed_period
+            ));
         }
         why
+    }
+}
+
+/// What a remediation would move: how many envelopes, their absolute amounts per currency (a
+/// credit moves money as much as a debit), and how many belong to a closed period.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exposure {
+    pub count: u64,
+    pub gross: Tally,
+    pub closed_period: u64,
+}
+
+impl Exposure {
+    pub fn add(&mut self, c: &Change) {
+        self.count += 1;
+        let amount = c.amount.as_deref().and_then(|a| parse_amount(a).ok()).map(|a| a.abs());
+        self.gross.add_parts(c.currency.as_deref(), amount);
+        self.closed_period += u64::from(c.closed_period);
     }
 }
 
@@ -206,14 +222,12 @@ impl ChangeSet {
         self.changes.is_empty()
     }
 
-    /// Count and absolute amounts per currency (a credit moves money as much as a debit).
-    pub fn gross(&self) -> Tally {
-        let mut t = Tally::default();
+    pub fn exposure(&self) -> Exposure {
+        let mut x = Exposure::default();
         for c in &self.changes {
-            let amount = c.amount.as_deref().and_then(|a| parse_amount(a).ok()).map(|a| a.abs());
-            t.add_parts(c.currency.as_deref(), amount);
+            x.add(c);
         }
-        t
+        x
     }
 
     /// SHA-256 over the set's ids and fingerprints, in id order: what an approver approves.
@@ -360,8 +374,7 @@ pub struct ApprovalRequest {
     /// The dry run's counts, one line.
     pub dry_run: String,
     pub digest: String,
-    pub count: u64,
-    pub gross: Tally,
+    pub exposure: Exposure,
     pub set: ChangeSet,
     #[serde(default)]
     pub decision: Option<Decision>,
@@ -418,8 +431,7 @@ impl ApprovalRequest {
             why: n.why,
             dry_run: n.dry_run,
             digest,
-            count: n.set.len() as u64,
-            gross: n.set.gross(),
+            exposure: n.set.exposure(),
             set: n.set,
             decision: None,
             execution: None,
@@ -429,7 +441,7 @@ impl ApprovalRequest {
     /// The set still hashes to the digest recorded with the request (a stored request whose set
     /// was edited is refused).
     pub fn check_digest(&self) -> Result<(), Refused> {
-        if self.set.digest() != self.digest || self.set.len() as u64 != self.count {
+        if self.set.digest() != self.digest || self.set.len() as u64 != self.exposure.count {
             return Err(Refused(format!(
                 "request {}: its envelope set no longer matches its digest {}; refused",
                 self.request_id, self.digest
@@ -504,7 +516,7 @@ impl ApprovalRequest {
     }
 
     /// Start executing: approved and not expired, or executing under a lease that ran out.
-    pub fn start(&mut self, replay_id: &str, by: &str, now: DateTime<Utc>) -> Result<(), Refused> {
+    pub fn start(&mut self, by: &str, now: DateTime<Utc>) -> Result<(), Refused> {
         let resumable = self.status == RequestStatus::Executing
             && self
                 .execution
@@ -527,7 +539,6 @@ impl ApprovalRequest {
         }
         self.check_digest()?;
         self.execution = Some(Execution {
-            replay_id: replay_id.to_owned(),
             by: by.to_owned(),
             started_at: Some(now),
             lease_until: Some(now + Duration::minutes(EXECUTION_LEASE_MINUTES)),
@@ -538,8 +549,9 @@ impl ApprovalRequest {
     }
 
     /// Executed: the replay's counts and the envelopes skipped as changed since.
-    pub fn finish(&mut self, summary: String, changed_since: Vec<String>, now: DateTime<Utc>) {
+    pub fn finish(&mut self, replay_id: &str, summary: String, changed_since: Vec<String>, now: DateTime<Utc>) {
         let x = self.execution.get_or_insert_with(Execution::default);
+        replay_id.clone_into(&mut x.replay_id);
         x.finished_at = Some(now);
         x.summary = summary;
         x.changed_since = changed_since;

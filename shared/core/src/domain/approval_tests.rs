@@ -62,26 +62,26 @@ fn the_policy_names_every_rule_a_change_set_breaks_and_nothing_else() {
         closed_period: true,
         expire_hours: 1,
     };
-    let why = policy.requires(&set(&a));
+    let why = policy.requires(&set(&a).exposure());
     // Three envelopes, USD 1100 gross (a credit moves money as a debit does).
     assert_eq!(why.len(), 2, "{why:?}");
     assert!(why[0].contains("3 envelopes"), "{why:?}");
     assert!(why[1].contains("USD 1100"), "{why:?}");
-    assert!(policy.requires(&set(&a[..1])).is_empty());
+    assert!(policy.requires(&set(&a[..1]).exposure()).is_empty());
     // At the limit is not above it.
     let exact = ApprovalPolicy {
         max_amount: [("USD".to_owned(), "1100.00".parse().unwrap())].into(),
         ..ApprovalPolicy::default()
     };
-    assert!(exact.requires(&set(&a)).is_empty());
+    assert!(exact.requires(&set(&a).exposure()).is_empty());
     // An amount that cannot be read cannot be shown to be under the limit.
     let unreadable = [envelope(4, "12,00", "USD")];
-    assert!(exact.requires(&set(&unreadable))[0].contains("no readable amount"));
+    assert!(exact.requires(&set(&unreadable).exposure())[0].contains("no readable amount"));
     // A closed period.
     let mut closed = set(&a[..1]);
     closed.changes[0].closed_period = true;
-    assert!(policy.requires(&closed)[0].contains("closed period"));
-    assert!(ApprovalPolicy::default().requires(&closed).is_empty());
+    assert!(policy.requires(&closed.exposure())[0].contains("closed period"));
+    assert!(ApprovalPolicy::default().requires(&closed.exposure()).is_empty());
     assert!(ApprovalPolicy::default().is_empty() && !policy.is_empty());
 }
 
@@ -145,7 +145,7 @@ fn a_request_expires_undecided_or_unexecuted_and_then_nothing_runs() {
 
     let mut r = request(set(&[envelope(1, "1", "USD")]), &policy);
     r.approve(&who("arn:checker"), "", at(1)).unwrap();
-    assert!(r.start("rpl_1", "x", at(5)).unwrap_err().0.contains("expired"));
+    assert!(r.start("x", at(5)).unwrap_err().0.contains("expired"));
     assert!(r.expire_if_due(at(5)));
 }
 
@@ -153,18 +153,18 @@ fn a_request_expires_undecided_or_unexecuted_and_then_nothing_runs() {
 fn only_an_approved_request_starts_and_a_crashed_execution_resumes_after_its_lease() {
     let policy = ApprovalPolicy::default();
     let mut r = request(set(&[envelope(1, "1", "USD")]), &policy);
-    assert!(r.start("rpl_1", "x", at(1)).unwrap_err().0.contains("only an APPROVED"));
+    assert!(r.start("x", at(1)).unwrap_err().0.contains("only an APPROVED"));
     r.approve(&who("arn:checker"), "", at(1)).unwrap();
-    r.start("rpl_1", "x", at(1)).unwrap();
+    r.start("x", at(1)).unwrap();
     assert_eq!(r.status, RequestStatus::Executing);
     // A second start while the first holds its lease is refused …
-    assert!(r.start("rpl_2", "y", at(1)).is_err());
+    assert!(r.start("y", at(1)).is_err());
     // … and allowed after it (the envelopes' fingerprints keep the work single).
     let later = at(1) + Duration::minutes(EXECUTION_LEASE_MINUTES);
-    r.start("rpl_2", "y", later).unwrap();
-    r.finish("done".into(), vec![], later);
+    r.start("y", later).unwrap();
+    r.finish("rpl_2", "done".into(), vec![], later);
     assert_eq!(r.status, RequestStatus::Executed);
-    assert!(r.start("rpl_3", "z", later).is_err());
+    assert!(r.start("z", later).is_err());
 }
 
 #[test]

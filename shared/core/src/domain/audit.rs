@@ -27,6 +27,16 @@ pub enum AuditKind {
     ReferenceChanged,
     /// A function started with a configuration other than the last one recorded for it.
     ConfigChanged,
+    /// A remediation above the approval policy became a request waiting for a second person.
+    ApprovalRequested,
+    /// A second identity approved a request.
+    ApprovalGranted,
+    /// A request was rejected (or withdrawn by its requester).
+    ApprovalRejected,
+    /// An approved request ran: exactly its set, less what changed since.
+    ApprovalExecuted,
+    /// A request waited past its expiry, undecided or unexecuted.
+    ApprovalExpired,
     /// Never written: a stored record that could not be read back (a field edited into a value
     /// no version of the code writes). Verification names it; nothing else counts it.
     Unreadable,
@@ -44,6 +54,11 @@ impl AuditKind {
             AuditKind::ReplaySuppressed => "REPLAY_SUPPRESSED",
             AuditKind::ReferenceChanged => "REFERENCE_CHANGED",
             AuditKind::ConfigChanged => "CONFIG_CHANGED",
+            AuditKind::ApprovalRequested => "APPROVAL_REQUESTED",
+            AuditKind::ApprovalGranted => "APPROVAL_GRANTED",
+            AuditKind::ApprovalRejected => "APPROVAL_REJECTED",
+            AuditKind::ApprovalExecuted => "APPROVAL_EXECUTED",
+            AuditKind::ApprovalExpired => "APPROVAL_EXPIRED",
             AuditKind::Unreadable => "UNREADABLE",
         }
     }

@@ -253,6 +253,8 @@ pub struct ReferenceSnapshot {
     currencies: HashMap<String, u32>,
     /// entity -> period -> status
     periods: HashMap<String, HashMap<String, PeriodStatus>>,
+    /// Which remediation needs a second person (kept in the reference table too).
+    approval: super::approval::ApprovalPolicy,
 }
 
 impl ReferenceSnapshot {
@@ -279,6 +281,16 @@ impl ReferenceSnapshot {
             }
         }
         snap
+    }
+
+    /// The same data with this approval policy.
+    pub fn with_approval(mut self, policy: super::approval::ApprovalPolicy) -> Self {
+        self.approval = policy;
+        self
+    }
+
+    pub fn approval(&self) -> &super::approval::ApprovalPolicy {
+        &self.approval
     }
 
     /// Minor units of `code` (already upper-case): the reference table first, then ISO 4217.

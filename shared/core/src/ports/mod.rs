@@ -7,6 +7,7 @@
 //! The envelope store may also refuse a status change the life cycle forbids
 //! ([`FlowError::IllegalTransition`]): a defect, never retried into success.
 
+mod approvals;
 mod audit;
 mod clock;
 mod envelopes;
@@ -16,6 +17,7 @@ mod queues;
 mod reference;
 mod worm;
 
+pub use approvals::{ApprovalRequests, RequestPage};
 pub use audit::AuditLog;
 pub use clock::{Clock, Deadline, SystemClock, lambda_deadline};
 pub use envelopes::{AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, SweepCursors, all_envelopes};
@@ -69,6 +71,9 @@ pub enum FlowError {
     /// caller, refused before anything was written.
     #[error(transparent)]
     IllegalTransition(#[from] IllegalTransition),
+    /// Refused by the approval rules (`domain::approval`): nothing was changed.
+    #[error(transparent)]
+    Refused(#[from] crate::domain::approval::Refused),
 }
 
 pub type FlowResult<T> = Result<T, FlowError>;

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::StoreResult;
+use crate::domain::approval::ApprovalPolicy;
 use crate::domain::{CurrencyMapping, PeriodRecord, ReferenceSnapshot};
 
 pub trait ReferenceData: Send + Sync {
@@ -15,6 +16,8 @@ pub trait ReferenceData: Send + Sync {
     fn refresh(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send;
     fn put_currency(&self, mapping: &CurrencyMapping) -> impl Future<Output = StoreResult<()>> + Send;
     fn put_period(&self, record: &PeriodRecord) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Replace the approval policy (the reference table's stream audits the change).
+    fn put_approval_policy(&self, policy: &ApprovalPolicy) -> impl Future<Output = StoreResult<()>> + Send;
 }
 
 impl<T: ReferenceData> ReferenceData for Arc<T> {
@@ -29,5 +32,8 @@ impl<T: ReferenceData> ReferenceData for Arc<T> {
     }
     fn put_period(&self, record: &PeriodRecord) -> impl Future<Output = StoreResult<()>> + Send {
         (**self).put_period(record)
+    }
+    fn put_approval_policy(&self, policy: &ApprovalPolicy) -> impl Future<Output = StoreResult<()>> + Send {
+        (**self).put_approval_policy(policy)
     }
 }

@@ -19,12 +19,14 @@
 //! | module      | what it does                                                           |
 //! |-------------|------------------------------------------------------------------------|
 //! | [`request`] | the selector; manual payloads and scheduled events into a request      |
+//! | [`approval`]| the policy check; approval requests, decisions, execution of a set     |
 //! | [`gates`]   | the verdict for one envelope (reads only)                              |
 //! | [`sweep`]   | selection by ids or by status pages, the cursor, budget, back-pressure |
 //! | [`settle`]  | claim, then suppress / quarantine / release, with provenance and audit |
 //! | [`reinject`]| batched re-injection under the claim, rate limit, REPLAYED             |
 //! | [`report`]  | outcomes (enum, stable names) and the report                           |
 
+mod approval;
 mod gates;
 mod reinject;
 mod report;
@@ -32,6 +34,7 @@ mod request;
 mod settle;
 mod sweep;
 
+pub use approval::Assessment;
 pub use gates::{Gate, MAX_RELEASES, Verdict};
 pub use report::{MAX_REPORT_ITEMS, Progress, ReplayItem, ReplayOutcome, ReplayReport};
 pub use request::{
@@ -40,6 +43,7 @@ pub use request::{
 };
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,6 +118,9 @@ struct Run<'a> {
     started: Duration,
     deadline: Option<Deadline>,
     sent: u64,
+    /// Only these envelopes, each only with this fingerprint, and what pinned them (an approved
+    /// request, or the policy check's own dry run).
+    pinned: Option<(&'a str, &'a BTreeMap<String, String>)>,
 }
 
 /// A replay id unique to this run: the wall-clock instant and the monotonic reading, to the
@@ -142,7 +149,48 @@ where
     }
 
     /// Run a replay. `deadline` is the end of the time budget (the Lambda deadline).
+    ///
+    /// A manual replay or quarantine is first measured against the approval policy (a dry run):
+    /// above it, it is refused (`dlqctl` makes it a request for a second person); below it, it
+    /// changes exactly the envelopes its dry run would have changed, each as it was then.
     pub async fn run(&self, req: &ReplayRequest, deadline: Option<DateTime<Utc>>) -> FlowResult<ReplayReport> {
+        if req.scheduled || req.dry_run || self.reference.snapshot().await?.approval().is_empty() {
+            return self.run_with(req, None, deadline).await;
+        }
+        let assessed = self.assess(req).await?;
+        if !assessed.why.is_empty() {
+            return Err(approval::needs_approval(req, &assessed.why).into());
+        }
+        if assessed.preview.changes_truncated {
+            let capped = ReplayRequest {
+                selector: Selector {
+                    max_items: Some(usize::try_from(assessed.preview.selected).unwrap_or(usize::MAX)),
+                    ..req.selector.clone()
+                },
+                ..req.clone()
+            };
+            return self.run_with(&capped, None, deadline).await;
+        }
+        let expected = assessed.preview.changes.expected();
+        match approval::pinned(req, &expected) {
+            Some(pinned) => {
+                self.run_with(&pinned, Some(("the policy check's dry run", &expected)), deadline)
+                    .await
+            }
+            // Nothing would change: nothing is done.
+            None => Ok(ReplayReport {
+                dry_run: false,
+                ..assessed.preview
+            }),
+        }
+    }
+
+    async fn run_with(
+        &self,
+        req: &ReplayRequest,
+        pinned: Option<(&str, &BTreeMap<String, String>)>,
+        deadline: Option<DateTime<Utc>>,
+    ) -> FlowResult<ReplayReport> {
         let clock = &*self.clock;
         let mut run = Run {
             req,
@@ -151,6 +199,7 @@ where
             started: clock.monotonic(),
             deadline: deadline.map(|d| Deadline::at(clock, d)),
             sent: 0,
+            pinned,
         };
         let mut report = ReplayReport {
             replay_id: run.replay_id.clone(),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::gates::{Gate, Verdict};
 use crate::domain::DlqEnvelope;
+use crate::domain::approval::{Change, ChangeSet, Exposure, MAX_REQUEST_ENVELOPES};
 use crate::ports::{FlowError, FlowResult};
 
 /// Report at most this many per-envelope lines (the counts are always complete).
@@ -80,6 +81,23 @@ pub struct ReplayReport {
     pub stopped: Option<String>,
     pub items: Vec<ReplayItem>,
     pub items_truncated: bool,
+    /// Dry runs: what would change — every envelope counted, with its amounts.
+    #[serde(skip_serializing_if = "is_nothing")]
+    pub exposure: Exposure,
+    /// Dry runs: the envelopes that would change, each with its state, up to
+    /// [`MAX_REQUEST_ENVELOPES`] (an approval request's set).
+    #[serde(skip)]
+    pub changes: ChangeSet,
+    /// More envelopes would change than `changes` holds.
+    #[serde(skip)]
+    pub changes_truncated: bool,
+    /// Envelopes of a pinned set (an approved request's) skipped because they changed since.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changed_since: Vec<String>,
+}
+
+fn is_nothing(x: &Exposure) -> bool {
+    x.count == 0
 }
 
 impl ReplayReport {
@@ -88,6 +106,34 @@ impl ReplayReport {
         for e in chunk {
             self.push(item(e, ReplayOutcome::Skipped, None, detail));
         }
+    }
+
+    /// A dry run's envelope that would change: counted in the exposure, kept for a request's set.
+    pub(super) fn would_change(&mut self, change: Change) {
+        self.exposure.add(&change);
+        if self.changes.len() < MAX_REQUEST_ENVELOPES {
+            self.changes.changes.push(change);
+        } else {
+            self.changes_truncated = true;
+        }
+    }
+
+    /// The counts, one line (an approval request's dry run and execution summaries).
+    pub fn summary(&self) -> String {
+        let verb = if self.dry_run { "would be " } else { "" };
+        format!(
+            "{} selected: {} {verb}re-injected, {} {verb}suppressed as duplicates, {} {verb}quarantined, {} still failing, {} skipped{}",
+            self.selected,
+            self.reinjected,
+            self.suppressed_duplicate,
+            self.quarantined,
+            self.still_failing,
+            self.skipped,
+            self.stopped
+                .as_deref()
+                .map(|s| format!(" (stopped: {s})"))
+                .unwrap_or_default()
+        )
     }
 
     pub(super) fn push(&mut self, item: ReplayItem) {
@@ -104,6 +150,16 @@ impl ReplayReport {
         } else {
             self.items_truncated = true;
         }
+    }
+}
+
+impl ReplayItem {
+    /// A dry run's item that would change its envelope.
+    pub fn changes(&self) -> bool {
+        matches!(
+            self.outcome,
+            ReplayOutcome::WouldReinject | ReplayOutcome::WouldSuppress | ReplayOutcome::WouldQuarantine
+        )
     }
 }
 

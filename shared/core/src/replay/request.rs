@@ -153,10 +153,23 @@ fn names_schedule(named: &[&str], schedule: &str) -> bool {
         .any(|n| *n == schedule || n.ends_with(&format!("/{schedule}")))
 }
 
+/// The payload that runs an approved request: `{"approved_request": ID, "triggered_by": WHO}`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecuteApproved {
+    approved_request: String,
+    triggered_by: String,
+}
+
 /// What one invocation of the replay function asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Invocation {
     Replay(ReplayRequest),
+    /// Run an approved request (exactly its set; anything else about it is refused by the flow).
+    Execute {
+        request_id: String,
+        triggered_by: String,
+    },
     /// Seal the audit trail, nothing else (the seal schedule: sealing whatever the sweep does).
     Seal,
 }
@@ -170,6 +183,18 @@ pub fn parse_function_invocation(
 ) -> Result<Invocation, RequestError> {
     if scheduled_event(payload).is_some_and(|named| names_schedule(&named, seal_schedule)) {
         return Ok(Invocation::Seal);
+    }
+    if payload.get("approved_request").is_some() {
+        let x: ExecuteApproved = serde_json::from_value(payload.clone()).map_err(|e| RequestError(e.to_string()))?;
+        if x.triggered_by.trim().is_empty() || x.approved_request.trim().is_empty() {
+            return Err(RequestError(
+                "`approved_request` and `triggered_by` must name the request and who runs it".into(),
+            ));
+        }
+        return Ok(Invocation::Execute {
+            request_id: x.approved_request,
+            triggered_by: x.triggered_by,
+        });
     }
     parse_invocation(payload, sweep_schedule).map(Invocation::Replay)
 }
@@ -250,6 +275,18 @@ mod tests {
             parse(&serde_json::json!({"reason": "r", "triggered_by": "t"})),
             Ok(Invocation::Replay(_))
         ));
+        assert_eq!(
+            parse(&serde_json::json!({"approved_request": "apr_1", "triggered_by": "t"})),
+            Ok(Invocation::Execute {
+                request_id: "apr_1".into(),
+                triggered_by: "t".into()
+            })
+        );
+        // An approved request's id runs that request and nothing else: no selector beside it.
+        assert!(
+            parse(&serde_json::json!({"approved_request": "apr_1", "triggered_by": "t", "root_cause": "X"})).is_err()
+        );
+        assert!(parse(&serde_json::json!({"approved_request": "apr_1", "triggered_by": " "})).is_err());
     }
 
     #[test]

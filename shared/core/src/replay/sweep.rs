@@ -8,7 +8,8 @@ use futures::StreamExt;
 use super::gates::Verdict;
 use super::report::{ReplayItem, ReplayOutcome, ReplayReport, dry_item, isolated};
 use super::{Replayer, Run, SCHEDULE_CURSOR};
-use crate::domain::{DlqEnvelope, EnvelopeStatus};
+use crate::domain::approval::{Change, fingerprint};
+use crate::domain::{DlqEnvelope, EnvelopeStatus, PeriodStatus};
 use crate::ports::{
     AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, ReplayQueue, StoreResult, SweepCursors, Worm,
 };
@@ -34,6 +35,18 @@ where
         let mut page = Vec::new();
         for id in &run.req.selector.envelope_ids {
             match self.store.get(id).await? {
+                // A pinned set (an approved request's, or what a policy check assessed): each
+                // envelope only while it is as it was then.
+                Some(e) if run.pinned.is_some_and(|(_, set)| set.get(id) != Some(&fingerprint(&e))) => {
+                    let by = run.pinned.map_or("", |(what, _)| what);
+                    report.changed_since.push(id.clone());
+                    report.push(super::ReplayItem {
+                        envelope_id: id.clone(),
+                        outcome: ReplayOutcome::Skipped,
+                        gate: None,
+                        detail: format!("changed since {by}: not touched"),
+                    });
+                }
                 Some(e) => page.push(e),
                 None => report.push(super::ReplayItem {
                     envelope_id: id.clone(),
@@ -149,7 +162,13 @@ where
                 }
             };
             if run.req.dry_run {
-                report.push(dry_item(&e, &verdict));
+                let item = dry_item(&e, &verdict);
+                if item.changes() {
+                    let closed = matches!((&e.ledger_entity, &e.accounting_period), (Some(entity), Some(period))
+                        if snapshot.period_status(entity, period) == PeriodStatus::Closed);
+                    report.would_change(Change::of(&e, item.outcome.as_str(), closed));
+                }
+                report.push(item);
                 continue;
             }
             match verdict {

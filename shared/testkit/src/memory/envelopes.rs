@@ -2,19 +2,20 @@
 //! item limits (size, non-empty index keys: `limits`) as DynamoDB's.
 
 use chrono::{DateTime, Utc};
+use recon_core::domain::approval::ApprovalRequest;
 use recon_core::domain::status::{check_initial, check_transition};
 use recon_core::domain::{
     AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
 };
 use recon_core::ports::{
-    AuditOutbox, Backlog, Clock, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, StoreError, StoreResult,
-    SweepCursors,
+    ApprovalRequests, AuditOutbox, Backlog, Clock, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, RequestPage,
+    StoreError, StoreResult, SweepCursors,
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::limits::check_envelope_item;
+use super::limits::{check_envelope_item, check_request_item};
 use super::lock;
 
 #[derive(Default)]
@@ -28,6 +29,8 @@ struct EnvelopeState {
     send_windows: HashMap<i64, u32>,
     /// The audit outbox, in the order records were written.
     outbox: Vec<AuditRecord>,
+    /// Approval requests by id.
+    requests: BTreeMap<String, ApprovalRequest>,
     /// Claims of this envelope fail as DynamoDB's do when another transaction holds an item.
     conflicted: Option<String>,
     /// The status index as DynamoDB serves a global secondary index: eventually consistent. A
@@ -286,5 +289,48 @@ impl AuditOutbox for MemoryEnvelopeStore {
     async fn record_written(&self, audit_id: &str) -> StoreResult<()> {
         lock(&self.state).outbox.retain(|r| r.audit_id != audit_id);
         Ok(())
+    }
+}
+
+impl ApprovalRequests for MemoryEnvelopeStore {
+    async fn create_request(&self, r: &ApprovalRequest, record: &AuditRecord) -> StoreResult<bool> {
+        check_request_item(r)?;
+        let mut s = lock(&self.state);
+        if s.requests.contains_key(&r.request_id) {
+            return Ok(false);
+        }
+        s.requests.insert(r.request_id.clone(), r.clone());
+        put_in_outbox(&mut s.outbox, record);
+        Ok(true)
+    }
+
+    async fn get_request(&self, id: &str) -> StoreResult<Option<ApprovalRequest>> {
+        Ok(lock(&self.state).requests.get(id).cloned())
+    }
+
+    async fn list_requests(&self, cursor: Option<String>, limit: usize) -> StoreResult<RequestPage> {
+        let s = lock(&self.state);
+        let mut all: Vec<&ApprovalRequest> = s.requests.values().collect();
+        all.sort_by(|a, b| (b.created_at, &b.request_id).cmp(&(a.created_at, &a.request_id)));
+        let skip: usize = cursor.as_deref().and_then(|c| c.parse().ok()).unwrap_or(0);
+        let page: Vec<ApprovalRequest> = all.iter().skip(skip).take(limit.max(1)).map(|r| (*r).clone()).collect();
+        let next = (skip + page.len() < all.len()).then(|| (skip + page.len()).to_string());
+        Ok((page, next))
+    }
+
+    async fn update_request(&self, r: &ApprovalRequest, record: Option<&AuditRecord>) -> StoreResult<bool> {
+        check_request_item(r)?;
+        let mut guard = lock(&self.state);
+        let s = &mut *guard;
+        match s.requests.get_mut(&r.request_id) {
+            Some(stored) if stored.version + 1 == r.version => {
+                *stored = r.clone();
+                if let Some(record) = record {
+                    put_in_outbox(&mut s.outbox, record);
+                }
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 }

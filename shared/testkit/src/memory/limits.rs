@@ -4,6 +4,7 @@
 
 use recon_core::domain::DlqEnvelope;
 use recon_core::domain::TransientKind;
+use recon_core::domain::approval::ApprovalRequest;
 use recon_core::ports::StoreError;
 use recon_core::resources::{DYNAMODB_MAX_ITEM_BYTES, keys};
 use serde_json::Value;
@@ -71,6 +72,34 @@ pub fn check_envelope_item(e: &DlqEnvelope) -> Result<(), StoreError> {
         ));
     }
     let size = envelope_item_size(e);
+    if size > DYNAMODB_MAX_ITEM_BYTES {
+        return Err(StoreError::new(
+            TransientKind::Infrastructure,
+            format!("ValidationException: Item size has exceeded the maximum allowed size ({size} bytes)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Would DynamoDB store this approval request as the envelope table's item (its attributes and
+/// the key, status and age attributes the adapter adds)?
+pub fn check_request_item(r: &ApprovalRequest) -> Result<(), StoreError> {
+    let attributes: usize = match serde_json::to_value(r) {
+        Ok(Value::Object(map)) => map
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| k.len() + value_size(v))
+            .sum(),
+        _ => 0,
+    };
+    let size = attributes
+        + keys::ENVELOPE_PK.len()
+        + keys::ENVELOPE_REQUEST_PREFIX.len()
+        + r.request_id.len()
+        + keys::ENVELOPE_STATUS.len()
+        + keys::ENVELOPE_REQUEST_STATUS.len()
+        + keys::ENVELOPE_AGE.len()
+        + 35;
     if size > DYNAMODB_MAX_ITEM_BYTES {
         return Err(StoreError::new(
             TransientKind::Infrastructure,

@@ -1,5 +1,6 @@
 //! Reference data in memory: currencies and periods, one snapshot rebuilt on every write.
 
+use recon_core::domain::approval::ApprovalPolicy;
 use recon_core::domain::{CurrencyMapping, PeriodRecord, ReferenceSnapshot};
 use recon_core::ports::{ReferenceData, StoreResult};
 use std::sync::{Arc, Mutex, RwLock};
@@ -10,12 +11,14 @@ use super::lock;
 pub struct MemoryReferenceData {
     currencies: Mutex<Vec<CurrencyMapping>>,
     periods: Mutex<Vec<PeriodRecord>>,
+    approval: Mutex<ApprovalPolicy>,
     snapshot: RwLock<Arc<ReferenceSnapshot>>,
 }
 
 impl MemoryReferenceData {
     fn rebuild(&self) {
-        let snap = ReferenceSnapshot::new(lock(&self.currencies).clone(), lock(&self.periods).clone());
+        let snap = ReferenceSnapshot::new(lock(&self.currencies).clone(), lock(&self.periods).clone())
+            .with_approval(lock(&self.approval).clone());
         *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
     }
 }
@@ -42,6 +45,11 @@ impl ReferenceData for MemoryReferenceData {
             p.retain(|r| !(r.entity == record.entity && r.period == record.period));
             p.push(record.clone());
         }
+        self.rebuild();
+        Ok(())
+    }
+    async fn put_approval_policy(&self, policy: &ApprovalPolicy) -> StoreResult<()> {
+        *lock(&self.approval) = policy.clone();
         self.rebuild();
         Ok(())
     }

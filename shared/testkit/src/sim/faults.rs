@@ -190,6 +190,11 @@ impl<P: ReferenceData> ReferenceData for Faulty<P> {
             .call("Reference.put_period", self.inner.put_period(record))
             .await
     }
+    async fn put_approval_policy(&self, policy: &recon_core::domain::approval::ApprovalPolicy) -> StoreResult<()> {
+        self.faults
+            .call("Reference.put_approval_policy", self.inner.put_approval_policy(policy))
+            .await
+    }
 }
 
 impl<P: AuditLog> AuditLog for Faulty<P> {

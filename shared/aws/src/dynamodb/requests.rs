@@ -1,0 +1,119 @@
+//! Approval requests in the envelope table: `#request#<id>` items, listed newest first through
+//! the status index under their own status value (never among envelopes: every envelope read
+//! skips `#` keys). Each change is a put conditional on the version it was made from.
+
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+use recon_core::domain::AuditRecord;
+use recon_core::domain::approval::ApprovalRequest;
+use recon_core::ports::{ApprovalRequests, RequestPage, StoreResult};
+use recon_core::resources::{indexes, keys};
+
+use super::envelopes::{
+    DynamoEnvelopeStore, decode_cursor, encode_cursor, first_condition_failed, outbox_put, transact,
+};
+use super::{item_error, n, s};
+use crate::error::store_error;
+use crate::item::{Item, from_item, to_item};
+
+fn key(id: &str) -> String {
+    format!("{}{id}", keys::ENVELOPE_REQUEST_PREFIX)
+}
+
+fn request_item(r: &ApprovalRequest) -> StoreResult<Item> {
+    let mut item = to_item(r).map_err(|e| item_error("approval request item", e))?;
+    item.insert(keys::ENVELOPE_PK.into(), s(key(&r.request_id)));
+    item.insert(keys::ENVELOPE_STATUS.into(), s(keys::ENVELOPE_REQUEST_STATUS));
+    item.insert(
+        keys::ENVELOPE_AGE.into(),
+        s(format!(
+            "{}#{}",
+            r.created_at.format("%Y-%m-%dT%H:%M:%S%.6fZ"),
+            r.request_id
+        )),
+    );
+    Ok(item)
+}
+
+fn request_of(item: &Item) -> StoreResult<ApprovalRequest> {
+    from_item(item).map_err(|e| item_error("approval request", e))
+}
+
+impl DynamoEnvelopeStore {
+    /// Put `r` under `condition`, with `record` in the outbox, in one transaction.
+    async fn put_request(
+        &self,
+        r: &ApprovalRequest,
+        record: Option<&AuditRecord>,
+        condition: &str,
+        prev: Option<u64>,
+    ) -> StoreResult<bool> {
+        let mut put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(request_item(r)?))
+            .condition_expression(condition)
+            .expression_attribute_names("#pk", keys::ENVELOPE_PK);
+        if let Some(prev) = prev {
+            put = put
+                .expression_attribute_names("#v", "version")
+                .expression_attribute_values(":prev", n(i64::try_from(prev).unwrap_or(i64::MAX)));
+        }
+        let put = put.build().map_err(|e| item_error("approval request put", e))?;
+        let mut req = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put).build());
+        if let Some(record) = record {
+            req = req.transact_items(outbox_put(&self.table, record)?);
+        }
+        match transact(req).await {
+            Ok(_) => Ok(true),
+            Err(e) if first_condition_failed(&e) => Ok(false),
+            Err(e) => Err(store_error("TransactWriteItems(approval request)", e)),
+        }
+    }
+}
+
+impl ApprovalRequests for DynamoEnvelopeStore {
+    async fn create_request(&self, r: &ApprovalRequest, record: &AuditRecord) -> StoreResult<bool> {
+        self.put_request(r, Some(record), "attribute_not_exists(#pk)", None)
+            .await
+    }
+
+    async fn get_request(&self, id: &str) -> StoreResult<Option<ApprovalRequest>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(key(id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(approval request)", e))?;
+        out.item().map(request_of).transpose()
+    }
+
+    async fn list_requests(&self, cursor: Option<String>, limit: usize) -> StoreResult<RequestPage> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(indexes::BY_STATUS_AGE.name)
+            .key_condition_expression("#status = :s")
+            .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
+            .expression_attribute_values(":s", s(keys::ENVELOPE_REQUEST_STATUS))
+            .scan_index_forward(false)
+            .limit(i32::try_from(limit.clamp(1, 100)).unwrap_or(100))
+            .set_exclusive_start_key(decode_cursor(cursor)?)
+            .send()
+            .await
+            .map_err(|e| store_error("Query(approval requests)", e))?;
+        let requests = out.items().iter().map(request_of).collect::<StoreResult<Vec<_>>>()?;
+        Ok((requests, encode_cursor(out.last_evaluated_key)))
+    }
+
+    async fn update_request(&self, r: &ApprovalRequest, record: Option<&AuditRecord>) -> StoreResult<bool> {
+        let prev = r.version.saturating_sub(1);
+        self.put_request(r, record, "attribute_exists(#pk) AND #v = :prev", Some(prev))
+            .await
+    }
+}

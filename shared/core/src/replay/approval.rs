@@ -1,0 +1,256 @@
+//! Maker-checker for manual remediation (`domain::approval`): a dry run's exposure measured
+//! against the policy; a request holding exactly what that dry run would change; a decision by
+//! another identity; and the execution of exactly the approved set, each envelope only while it
+//! is as it was when the request was made. Every step is one conditional write of the request
+//! with its audit record in the outbox, then the record published.
+
+use std::collections::BTreeMap;
+
+use super::{ReplayReport, ReplayRequest, Replayer, Selector};
+use crate::domain::approval::{Action, ApprovalRequest, Identity, NewRequest, Refused, RequestStatus};
+use crate::domain::{AuditKind, AuditRecord};
+use crate::envelopes::publish;
+use crate::ports::{
+    ApprovalRequests, AuditLog, AuditOutbox, Backlog, EnvelopeStore, FlowResult, Ledger, Metrics, ReferenceData,
+    ReplayQueue, SweepCursors, Worm,
+};
+
+/// A manual remediation's dry run and what the policy says of it.
+#[derive(Clone, Debug)]
+pub struct Assessment {
+    pub preview: ReplayReport,
+    /// Why it needs approval (empty: it does not).
+    pub why: Vec<String>,
+}
+
+pub(super) fn needs_approval(req: &ReplayRequest, why: &[String]) -> Refused {
+    let what = if req.quarantine { "quarantine" } else { "replay" };
+    Refused(format!(
+        "this {what} needs a second person's approval ({}): request it with `dlqctl {what}`, which makes an approval request, or narrow the selector",
+        why.join("; ")
+    ))
+}
+
+/// `req` limited to the envelopes of `expected` (`None` for none: a selector naming no envelope
+/// would sweep them all).
+pub(super) fn pinned(req: &ReplayRequest, expected: &BTreeMap<String, String>) -> Option<ReplayRequest> {
+    (!expected.is_empty()).then(|| ReplayRequest {
+        selector: Selector {
+            envelope_ids: expected.keys().cloned().collect(),
+            ..Selector::default()
+        },
+        ..req.clone()
+    })
+}
+
+fn record(kind: AuditKind, r: &ApprovalRequest, actor: &str, detail: String) -> AuditRecord {
+    let at = match kind {
+        AuditKind::ApprovalRequested => r.created_at,
+        AuditKind::ApprovalGranted | AuditKind::ApprovalRejected => r.decision.as_ref().map_or(r.created_at, |d| d.at),
+        _ => r.execution.as_ref().and_then(|x| x.finished_at).unwrap_or(r.expires_at),
+    };
+    let mut rec = AuditRecord::system(kind, &r.request_id, at, actor, detail);
+    rec.sqs_message_id = r.digest.clone();
+    rec
+}
+
+impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
+where
+    S: EnvelopeStore + SweepCursors + Backlog + AuditOutbox,
+    L: Ledger,
+    R: ReferenceData,
+    Q: ReplayQueue,
+    W: Worm,
+    A: AuditLog,
+    M: Metrics,
+{
+    /// Dry-run `req` and measure what it would change against the approval policy.
+    pub async fn assess(&self, req: &ReplayRequest) -> FlowResult<Assessment> {
+        let dry = ReplayRequest {
+            dry_run: true,
+            scheduled: false,
+            ..req.clone()
+        };
+        let preview = self.run_with(&dry, None, None).await?;
+        let why = self.reference.snapshot().await?.approval().requires(&preview.exposure);
+        Ok(Assessment { preview, why })
+    }
+}
+
+impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
+where
+    S: EnvelopeStore + SweepCursors + Backlog + AuditOutbox + ApprovalRequests,
+    L: Ledger,
+    R: ReferenceData,
+    Q: ReplayQueue,
+    W: Worm,
+    A: AuditLog,
+    M: Metrics,
+{
+    /// Make `assessed` (a dry run of `req` the policy holds above it) a request waiting for a
+    /// second person: exactly the envelopes it would change, each with its state.
+    pub async fn request_approval(
+        &self,
+        req: &ReplayRequest,
+        assessed: &Assessment,
+        requester: &Identity,
+    ) -> FlowResult<ApprovalRequest> {
+        if assessed.preview.changes_truncated {
+            return Err(Refused(format!(
+                "{} envelopes would change, more than one request holds: narrow the selector or pass --max-items",
+                assessed.preview.exposure.count
+            ))
+            .into());
+        }
+        let snapshot = self.reference.snapshot().await?;
+        let r = ApprovalRequest::new(
+            NewRequest {
+                action: if req.quarantine {
+                    Action::Quarantine
+                } else {
+                    Action::Replay
+                },
+                selector: serde_json::to_string(&req.selector).unwrap_or_default(),
+                reason: req.reason.clone(),
+                requested_by: requester.clone(),
+                why: assessed.why.clone(),
+                dry_run: assessed.preview.summary(),
+                set: assessed.preview.changes.clone(),
+            },
+            snapshot.approval(),
+            self.clock.now(),
+        )?;
+        let detail = format!(
+            "{:?} of {} envelopes (set {}) requested by {}: {}; needs approval because {}",
+            r.action,
+            r.exposure.count,
+            r.digest,
+            requester,
+            r.reason,
+            r.why.join("; ")
+        );
+        let rec = record(AuditKind::ApprovalRequested, &r, &requester.to_string(), detail);
+        if !self.store.create_request(&r, &rec).await? {
+            return Err(Refused(format!("request {} exists already", r.request_id)).into());
+        }
+        publish(&self.store, &self.audit, &self.metrics, &rec).await?;
+        tracing::info!(request_id = %r.request_id, count = r.exposure.count, digest = %r.digest, requested_by = %requester, "approval requested");
+        Ok(r)
+    }
+
+    /// The request, expired first if its time is up (refused when there is none).
+    pub async fn request(&self, id: &str) -> FlowResult<ApprovalRequest> {
+        let mut r = self
+            .store
+            .get_request(id)
+            .await?
+            .ok_or_else(|| Refused(format!("no approval request {id}")))?;
+        if r.expire_if_due(self.clock.now()) {
+            let detail = format!("expired at {} undecided or unexecuted", r.expires_at);
+            let rec = record(AuditKind::ApprovalExpired, &r, &self.config.actor, detail);
+            if self.store.update_request(&r, Some(&rec)).await? {
+                publish(&self.store, &self.audit, &self.metrics, &rec).await?;
+            }
+            return self
+                .store
+                .get_request(id)
+                .await?
+                .ok_or_else(|| Refused(format!("no approval request {id}")).into());
+        }
+        Ok(r)
+    }
+
+    /// Expire every waiting request whose time is up; returns how many (the scheduled sweep and
+    /// `dlqctl requests list` call it).
+    pub async fn expire_requests(&self) -> FlowResult<u64> {
+        let (mut cursor, mut expired) = (None, 0);
+        loop {
+            let (page, next) = self.store.list_requests(cursor, 100).await?;
+            for r in page {
+                let waiting = matches!(r.status, RequestStatus::PendingApproval | RequestStatus::Approved);
+                if waiting && self.clock.now() >= r.expires_at {
+                    expired += u64::from(self.request(&r.request_id).await?.status == RequestStatus::Expired);
+                }
+            }
+            match next {
+                Some(n) => cursor = Some(n),
+                None => return Ok(expired),
+            }
+        }
+    }
+
+    /// Approve or reject request `id` as `by`.
+    pub async fn decide(&self, id: &str, by: &Identity, approve: bool, reason: &str) -> FlowResult<ApprovalRequest> {
+        let mut r = self.request(id).await?;
+        let now = self.clock.now();
+        let kind = if approve {
+            r.approve(by, reason, now)?;
+            AuditKind::ApprovalGranted
+        } else {
+            r.reject(by, reason, now)?;
+            AuditKind::ApprovalRejected
+        };
+        let detail = format!(
+            "{} {} by {by} (requested by {}; set {} of {} envelopes): {reason}",
+            r.request_id, r.status, r.requested_by, r.digest, r.exposure.count
+        );
+        let rec = record(kind, &r, &by.to_string(), detail);
+        if !self.store.update_request(&r, Some(&rec)).await? {
+            return Err(Refused(format!(
+                "request {id} changed while it was being decided; look at it again"
+            ))
+            .into());
+        }
+        publish(&self.store, &self.audit, &self.metrics, &rec).await?;
+        Ok(r)
+    }
+
+    /// Run approved request `id`: exactly its set, each envelope only while it is as it was when
+    /// the request was made (an envelope changed since is skipped and named). `by` runs it.
+    pub async fn execute(
+        &self,
+        id: &str,
+        by: &str,
+        deadline: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> FlowResult<(ApprovalRequest, ReplayReport)> {
+        let mut r = self.request(id).await?;
+        r.start(by, self.clock.now())?;
+        if !self.store.update_request(&r, None).await? {
+            return Err(Refused(format!("request {id} changed as it was to start (another execution?)")).into());
+        }
+        let expected = r.set.expected();
+        let req = ReplayRequest {
+            reason: format!("{} (approved request {id})", r.reason),
+            triggered_by: by.to_owned(),
+            dry_run: false,
+            scheduled: false,
+            quarantine: r.action == Action::Quarantine,
+            selector: Selector::default(),
+        };
+        let what = format!("approval request {id} was made");
+        let pinned = pinned(&req, &expected).ok_or_else(|| Refused(format!("request {id} names no envelope")))?;
+        let report = self
+            .run_with(&pinned, Some((what.as_str(), &expected)), deadline)
+            .await?;
+        r.finish(
+            &report.replay_id,
+            report.summary(),
+            report.changed_since.clone(),
+            self.clock.now(),
+        );
+        let approver = r.decision.as_ref().map(|d| d.by.to_string()).unwrap_or_default();
+        let detail = format!(
+            "{id} ran as {} by {by} (approved by {approver}): {}; {} changed since the request, not touched",
+            report.replay_id,
+            report.summary(),
+            report.changed_since.len()
+        );
+        let rec = record(AuditKind::ApprovalExecuted, &r, by, detail);
+        if self.store.update_request(&r, Some(&rec)).await? {
+            publish(&self.store, &self.audit, &self.metrics, &rec).await?;
+        } else {
+            tracing::error!(request_id = %id, replay_id = %report.replay_id, "approved request ran, but its record could not be written: it changed meanwhile");
+        }
+        Ok((r, report))
+    }
+}

@@ -1,0 +1,231 @@
+//! Maker-checker approvals on in-memory adapters: the policy refuses a manual remediation above
+//! it; a request holds exactly what its dry run would change; a second identity approves; the
+//! execution touches exactly that set, each envelope only while it is as it was.
+
+mod common;
+
+use common::*;
+use recon_core::domain::approval::{ApprovalPolicy, Identity, RequestStatus};
+use recon_core::ports::{ApprovalRequests, AuditLog, FlowError};
+
+fn who(name: &str) -> Identity {
+    Identity {
+        arn: format!("arn:aws:iam::000000000000:user/{name}"),
+        name: None,
+    }
+}
+
+async fn policy(w: &World, max_count: u64) {
+    w.reference
+        .put_approval_policy(&ApprovalPolicy {
+            max_count: Some(max_count),
+            ..ApprovalPolicy::default()
+        })
+        .await
+        .unwrap();
+}
+
+async fn kinds(w: &World) -> Vec<AuditKind> {
+    let mut out = Vec::new();
+    for c in 0..recon_core::domain::audit::AUDIT_CHAINS {
+        for r in w.audit.chain(&format!("c{c}")).await.unwrap() {
+            out.push(r.record.kind);
+        }
+    }
+    out
+}
+
+fn xau_replay() -> ReplayRequest {
+    ReplayRequest {
+        reason: "XAU mapped".into(),
+        ..manual(
+            Selector {
+                root_cause: Some("UNMAPPED_CURRENCY:*".into()),
+                ..Selector::default()
+            },
+            false,
+        )
+    }
+}
+
+#[tokio::test]
+async fn a_manual_replay_above_the_policy_is_refused_and_changes_nothing() {
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=3 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await;
+    }
+    policy(&w, 2).await;
+    let r = w.replayer(ReplayConfig::default());
+    let err = r.run(&xau_replay(), None).await.unwrap_err();
+    assert!(
+        matches!(&err, FlowError::Refused(e) if e.0.contains("3 envelopes would change")),
+        "{err}"
+    );
+    assert!(w.queue.sent().is_empty());
+    assert_eq!(w.store.pending_count().await.unwrap(), 3);
+    // A dry run is never refused, and a scheduled sweep is governed by its gates, not the policy.
+    assert_eq!(
+        r.run(&manual(Selector::default(), true), None)
+            .await
+            .unwrap()
+            .reinjected,
+        3
+    );
+    // Below the policy it runs.
+    policy(&w, 3).await;
+    assert_eq!(r.run(&xau_replay(), None).await.unwrap().reinjected, 3);
+}
+
+#[tokio::test]
+async fn an_approved_request_runs_exactly_its_set_and_skips_what_changed_since() {
+    let w = world();
+    add_xau(&w).await;
+    let mut ids = Vec::new();
+    for n in 1..=3 {
+        ids.push(
+            w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(3))
+                .await
+                .envelope_id,
+        );
+    }
+    policy(&w, 1).await;
+    let r = w.replayer(ReplayConfig::default());
+    let assessed = r.assess(&xau_replay()).await.unwrap();
+    assert_eq!(assessed.why.len(), 1, "{:?}", assessed.why);
+    let request = r
+        .request_approval(&xau_replay(), &assessed, &who("maker"))
+        .await
+        .unwrap();
+    assert_eq!(request.status, RequestStatus::PendingApproval);
+    assert_eq!(request.exposure.count, 3);
+    assert_eq!(request.exposure.gross.get("XAU").to_string(), "6.375");
+
+    // Self-approval is refused, whatever name is given.
+    let same = Identity {
+        name: Some("someone else".into()),
+        ..who("maker")
+    };
+    let err = r.decide(&request.request_id, &same, true, "fine").await.unwrap_err();
+    assert!(err.to_string().contains("self-approval refused"), "{err}");
+    // Nothing runs before approval.
+    let err = r.execute(&request.request_id, "ops", None).await.unwrap_err();
+    assert!(err.to_string().contains("only an APPROVED request runs"), "{err}");
+
+    // Meanwhile: a fourth envelope arrives, and the first is replayed by someone else.
+    let late = w.envelope("s4", &xau(4), ChronoDuration::hours(1)).await;
+    policy(&w, 10).await;
+    let one = ReplayRequest {
+        reason: "just this one".into(),
+        ..manual(
+            Selector {
+                envelope_ids: vec![ids[0].clone()],
+                ..Selector::default()
+            },
+            false,
+        )
+    };
+    assert_eq!(r.run(&one, None).await.unwrap().reinjected, 1);
+    assert_eq!(w.queue.sent().len(), 1);
+
+    let approved = r
+        .decide(&request.request_id, &who("checker"), true, "checked the XAU mapping")
+        .await
+        .unwrap();
+    assert_eq!(approved.status, RequestStatus::Approved);
+    let (done, report) = r.execute(&request.request_id, "ops", None).await.unwrap();
+    assert_eq!(done.status, RequestStatus::Executed);
+    // The second and third: re-injected. The first: changed since, not re-injected twice. The
+    // fourth: not in the set.
+    assert_eq!(report.reinjected, 2, "{report:#?}");
+    assert_eq!(report.changed_since, vec![ids[0].clone()]);
+    assert_eq!(w.queue.sent().len(), 3);
+    assert_eq!(w.status(&late.envelope_id).await, EnvelopeStatus::Pending);
+    assert_eq!(done.execution.as_ref().unwrap().changed_since, vec![ids[0].clone()]);
+    // Once.
+    assert!(r.execute(&request.request_id, "ops", None).await.is_err());
+    assert_eq!(w.queue.sent().len(), 3);
+
+    let kinds = kinds(&w).await;
+    for k in [
+        AuditKind::ApprovalRequested,
+        AuditKind::ApprovalGranted,
+        AuditKind::ApprovalExecuted,
+    ] {
+        assert_eq!(kinds.iter().filter(|x| **x == k).count(), 1, "{k:?} in {kinds:?}");
+    }
+    assert!(
+        w.store.pending_records(10).await.unwrap().is_empty(),
+        "every record published"
+    );
+}
+
+#[tokio::test]
+async fn a_request_expires_and_a_rejected_one_never_runs() {
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=2 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await;
+    }
+    policy(&w, 1).await;
+    let r = w.replayer(ReplayConfig::default());
+    let assessed = r.assess(&xau_replay()).await.unwrap();
+    let first = r
+        .request_approval(&xau_replay(), &assessed, &who("maker"))
+        .await
+        .unwrap();
+    w.clock.advance(ChronoDuration::seconds(1));
+    let second = r
+        .request_approval(&xau_replay(), &assessed, &who("maker"))
+        .await
+        .unwrap();
+    assert_ne!(first.request_id, second.request_id);
+
+    let rejected = r
+        .decide(&second.request_id, &who("checker"), false, "wrong period")
+        .await
+        .unwrap();
+    assert_eq!(rejected.status, RequestStatus::Rejected);
+    assert!(r.execute(&second.request_id, "ops", None).await.is_err());
+
+    w.clock.advance(ChronoDuration::hours(72));
+    assert_eq!(r.expire_requests().await.unwrap(), 1);
+    let err = r
+        .decide(&first.request_id, &who("checker"), true, "late")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("EXPIRED"), "{err}");
+    let (listed, _) = w.store.list_requests(None, 10).await.unwrap();
+    let statuses: Vec<RequestStatus> = listed.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        [RequestStatus::Rejected, RequestStatus::Expired],
+        "newest first"
+    );
+    assert!(w.queue.sent().is_empty());
+    let kinds = kinds(&w).await;
+    assert!(kinds.contains(&AuditKind::ApprovalExpired) && kinds.contains(&AuditKind::ApprovalRejected));
+}
+
+#[tokio::test]
+async fn an_approved_quarantine_quarantines_its_set() {
+    let w = world();
+    for n in 1..=2 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await;
+    }
+    policy(&w, 0).await;
+    let req = ReplayRequest {
+        quarantine: true,
+        reason: "counterparty closed".into(),
+        ..manual(Selector::default(), false)
+    };
+    let r = w.replayer(ReplayConfig::default());
+    assert!(r.run(&req, None).await.is_err());
+    let assessed = r.assess(&req).await.unwrap();
+    let request = r.request_approval(&req, &assessed, &who("maker")).await.unwrap();
+    r.decide(&request.request_id, &who("checker"), true, "ok")
+        .await
+        .unwrap();
+    let (_, report) = r.execute(&request.request_id, "ops", None).await.unwrap();
+    assert_eq!(outcomes(&report), ["QUARANTINED", "QUARANTINED"]);
+}
