@@ -101,8 +101,10 @@ up() {
     log "DynamoDB Local already running on 127.0.0.1:$ddb_port"
   else
     log "starting DynamoDB Local on port $ddb_port"
+    # -sharedDb: one database whatever the access key, as AWS keeps one per account (without it,
+    # a second identity's keys, an approver's, would see tables of their own).
     (cd "$ddb_dir" && start_daemon "$dir/dynamodb.pid" "$dir/logs/dynamodb.log" \
-      java -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar -inMemory -disableTelemetry -port "$ddb_port")
+      java -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar -inMemory -sharedDb -disableTelemetry -port "$ddb_port")
   fi
   wait_for "DynamoDB Local" healthy_dynamodb "$dir/logs/dynamodb.log"
   wait_for "LocalStack" healthy_localstack "$dir/logs/localstack.log"
