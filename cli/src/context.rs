@@ -11,6 +11,7 @@ use recon_aws::telemetry::TracingMetrics;
 use recon_aws::wiring::{self, AwsEnricher, AwsReplayer};
 use recon_core::batch::BatchHandler;
 use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings};
+use recon_core::domain::approval::Identity;
 use recon_core::resources::ResourceNames;
 use recon_harness::pump::{PumpOptions, PumpStats, pump};
 
@@ -57,10 +58,17 @@ pub async fn names(clients: &AwsClients, stack: Option<&str>, prefix: &str) -> R
 /// The actor of an operator's change: the caller's AWS identity, and the name they gave (only as
 /// their own statement, after the identity AWS vouches for).
 pub async fn operator(clients: &AwsClients, claimed: Option<&str>) -> Result<String> {
-    let arn = caller(clients).await?;
-    Ok(match claimed.map(str::trim).filter(|c| !c.is_empty()) {
-        Some(name) => format!("{arn} (as {})", crate::text::printable(name)),
-        None => arn,
+    Ok(identity(clients, claimed).await?.to_string())
+}
+
+/// [`operator`] as an identity: what an approval compares (the ARN) apart from the name given.
+pub async fn identity(clients: &AwsClients, claimed: Option<&str>) -> Result<Identity> {
+    Ok(Identity {
+        arn: caller(clients).await?,
+        name: claimed
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(|c| crate::text::printable(c).into_owned()),
     })
 }
 

@@ -3,6 +3,7 @@
 //! Configuration: the standard AWS environment plus `DLQ_STACK_PREFIX` (resource name prefix).
 //! By default every command talks to the local stack (`make local-up`); `--aws` uses real AWS.
 
+mod approvals;
 mod audit;
 mod bundle;
 mod context;
@@ -101,6 +102,21 @@ enum Command {
     Replay(remediate::SelectorArgs),
     /// Quarantine envelopes whose root cause cannot be fixed (flagged for a manual journal).
     Quarantine(remediate::SelectorArgs),
+    /// Approve a pending approval request (as an identity other than its requester's), then
+    /// run exactly its envelopes.
+    Approve(approvals::DecisionArgs),
+    /// Reject a pending approval request (its requester may, to withdraw it).
+    Reject(approvals::DecisionArgs),
+    /// Approval requests: remediations above the approval policy, waiting for a second person.
+    Requests {
+        #[command(subcommand)]
+        command: approvals::RequestsCommand,
+    },
+    /// The approval policy: which replays and quarantines need a second person.
+    Policy {
+        #[command(subcommand)]
+        command: approvals::PolicyCommand,
+    },
     /// Reference data: currency mappings.
     Ref {
         #[command(subcommand)]
@@ -290,6 +306,13 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Show { envelope_id, body } => triage::show(&clients, &names, &envelope_id, body).await,
         Command::Replay(args) => remediate::run(&clients, &names, &args, false).await,
         Command::Quarantine(args) => remediate::run(&clients, &names, &args, true).await,
+        Command::Approve(args) => approvals::decide(&clients, &names, &args, true).await,
+        Command::Reject(args) if args.reason.trim().is_empty() => {
+            anyhow::bail!("a rejection must say why: --reason")
+        }
+        Command::Reject(args) => approvals::decide(&clients, &names, &args, false).await,
+        Command::Requests { command } => approvals::requests(&clients, &names, &command).await,
+        Command::Policy { command } => approvals::policy(&clients, &names, &command).await,
         Command::Ref {
             what: RefWhat::Currency { command },
         } => remediate::currency(&clients, &names, &command).await,

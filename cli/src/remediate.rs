@@ -14,7 +14,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::context::{operator, replayer};
+use crate::context::{identity, operator, replayer};
 use crate::output::fit;
 use crate::text::printable;
 
@@ -167,7 +167,7 @@ pub fn print_report(r: &ReplayReport) -> Result<()> {
     Ok(())
 }
 
-fn confirm(question: &str) -> Result<bool> {
+pub fn confirm(question: &str) -> Result<bool> {
     if !std::io::stdin().is_terminal() {
         bail!("{question} — refusing without a terminal to confirm; pass --yes");
     }
@@ -181,11 +181,34 @@ fn confirm(question: &str) -> Result<bool> {
 /// `replay` and `quarantine`: a dry run first (to count and to confirm), then the real thing.
 pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, quarantine: bool) -> Result<()> {
     let stack = resolve_stack(clients, names).await?;
-    let actor = operator(clients, a.triggered_by.as_deref()).await?;
+    let me = identity(clients, a.triggered_by.as_deref()).await?;
+    let actor = me.to_string();
     let mut r = replayer(clients, &stack, &format!("dlqctl:{actor}"))?;
-    let preview = r.run(&request(a, &actor, true, quarantine)?, None).await?;
+    let wanted = request(a, &actor, false, quarantine)?;
+    let assessed = r.assess(&wanted).await?;
+    let preview = assessed.preview.clone();
     if a.dry_run {
+        if !assessed.why.is_empty() && !crate::output::json() {
+            println!("needs approval: {}", assessed.why.join("; "));
+        }
         return print_report(&preview);
+    }
+    if !assessed.why.is_empty() {
+        // Above the policy: a request for a second person, exactly the envelopes this dry run
+        // would change; nothing changes now.
+        let q = r.request_approval(&wanted, &assessed, &me).await?;
+        return crate::output::emit(&q, || {
+            format!(
+                "needs approval: {}
+request {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another identity runs `dlqctl approve {}`",
+                q.why.join("; "),
+                q.request_id,
+                q.exposure.count,
+                q.digest,
+                q.expires_at,
+                q.request_id
+            )
+        });
     }
     let changes = preview.reinjected + preview.suppressed_duplicate + preview.quarantined;
     if changes == 0 {
@@ -244,7 +267,7 @@ pub async fn sweep(clients: &AwsClients, stack: &Stack) -> Result<ReplayReport> 
     Ok(r.run(&req, Some(chrono::Utc::now() + Duration::from_secs(600))).await?)
 }
 
-async fn audit_change(
+pub async fn audit_change(
     clients: &AwsClients,
     names: &ResourceNames,
     actor: &str,

@@ -1,0 +1,315 @@
+//! Maker-checker: the approval policy (`policy show|set`), the requests it makes of large
+//! remediations (`requests list|show|execute`), and the decisions on them (`approve`, `reject`),
+//! made by the identity AWS vouches for.
+
+use anyhow::{Result, bail};
+use clap::{Args, Subcommand};
+use recon_aws::AwsClients;
+use recon_aws::dynamodb::DynamoReferenceData;
+use recon_aws::provision::resolve_stack;
+use recon_core::domain::approval::{ApprovalPolicy, ApprovalRequest, RequestStatus};
+use recon_core::domain::{Total, input};
+use recon_core::ports::{ApprovalRequests, ReferenceData};
+use recon_core::resources::ResourceNames;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::context::{identity, replayer};
+use crate::output::fit;
+use crate::remediate::{audit_change, confirm, print_report};
+use crate::text::printable;
+
+#[derive(Subcommand, Clone, Debug)]
+pub enum PolicyCommand {
+    /// The approval policy in force.
+    Show,
+    /// Replace the approval policy with the rules given (none: nothing needs approval). Audited.
+    Set {
+        /// A replay or quarantine that would change more envelopes than this needs approval.
+        #[arg(long)]
+        max_count: Option<u64>,
+        /// … or that moves more than AMOUNT in CURRENCY (absolute values added), CURRENCY=AMOUNT
+        /// (repeatable).
+        #[arg(long = "max-amount", value_name = "CURRENCY=AMOUNT")]
+        max_amount: Vec<String>,
+        /// … or that touches an envelope of a closed accounting period.
+        #[arg(long)]
+        closed_period: bool,
+        /// Hours a request waits for a decision (and an approved one for its execution).
+        #[arg(long, default_value_t = recon_core::domain::approval::DEFAULT_EXPIRE_HOURS)]
+        expire_hours: u32,
+        /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
+        #[arg(long)]
+        actor: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Clone, Debug)]
+pub enum RequestsCommand {
+    /// Approval requests, newest first (expiring those whose time is up).
+    List {
+        /// Only requests in this status (PENDING_APPROVAL, APPROVED, EXECUTED, …).
+        #[arg(long)]
+        status: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// One request in full: why, the dry run, its envelopes, the decision and the execution.
+    Show {
+        /// The request's id (apr_…).
+        request_id: String,
+    },
+    /// Run a request approved with `approve --later` (anyone may; the approval was the check).
+    Execute {
+        /// The request's id (apr_…).
+        request_id: String,
+    },
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct DecisionArgs {
+    /// The request's id (apr_…), as `dlqctl requests list` shows it.
+    pub request_id: String,
+    /// Why (recorded in the audit trail; required to reject).
+    #[arg(long, default_value = "")]
+    pub reason: String,
+    /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded; the
+    /// identity, not the name, must differ from the requester's).
+    #[arg(long)]
+    pub triggered_by: Option<String>,
+    /// Approve only; run it later (`dlqctl requests execute`, or the replay function with
+    /// `{"approved_request": ID}`) before it expires.
+    #[arg(long)]
+    pub later: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+fn parse_amounts(given: &[String]) -> Result<BTreeMap<String, Total>> {
+    let mut out = BTreeMap::new();
+    for g in given {
+        let Some((currency, amount)) = g.split_once('=') else {
+            bail!(
+                "--max-amount `{}`: expected CURRENCY=AMOUNT, e.g. USD=250000",
+                printable(g)
+            );
+        };
+        let currency = input::currency_code(currency).map_err(anyhow::Error::msg)?;
+        let amount: Total = amount
+            .trim()
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--max-amount {currency}: {e}"))?;
+        if out.insert(currency.clone(), amount).is_some() {
+            bail!("--max-amount names {currency} twice");
+        }
+    }
+    Ok(out)
+}
+
+pub async fn policy(clients: &AwsClients, names: &ResourceNames, cmd: &PolicyCommand) -> Result<()> {
+    let store = DynamoReferenceData::new(clients.dynamodb.clone(), &names.reference_table, Duration::ZERO);
+    let current = store.approval_policy().await?;
+    let PolicyCommand::Set {
+        max_count,
+        max_amount,
+        closed_period,
+        expire_hours,
+        actor,
+    } = cmd
+    else {
+        return crate::output::emit(&current, || current.to_string());
+    };
+    let policy = ApprovalPolicy {
+        max_count: *max_count,
+        max_amount: parse_amounts(max_amount)?,
+        closed_period: *closed_period,
+        expire_hours: *expire_hours,
+    };
+    policy.check().map_err(anyhow::Error::msg)?;
+    let actor = identity(clients, actor.as_deref()).await?.to_string();
+    store.put_approval_policy(&policy).await?;
+    audit_change(
+        clients,
+        names,
+        &actor,
+        "POLICY#approval",
+        format!("approval policy: {current} -> {policy}"),
+    )
+    .await?;
+    crate::output::emit(&policy, || format!("{policy}"))
+}
+
+fn totals(r: &ApprovalRequest) -> String {
+    let mut parts: Vec<String> = r
+        .exposure
+        .gross
+        .amounts
+        .iter()
+        .map(|(c, t)| format!("{c} {t}"))
+        .collect();
+    if r.exposure.gross.without_amount > 0 {
+        parts.push(format!("{} without an amount", r.exposure.gross.without_amount));
+    }
+    parts.join(", ")
+}
+
+fn describe(r: &ApprovalRequest) -> String {
+    let mut out = format!(
+        "request   {}  {}\naction    {:?} of {} envelopes ({}), set {}\nrequested {} by {}\nreason    {}\nwhy       {}\ndry run   {}\nexpires   {}",
+        r.request_id,
+        r.status,
+        r.action,
+        r.exposure.count,
+        totals(r),
+        r.digest,
+        r.created_at,
+        printable(&r.requested_by.to_string()),
+        printable(&r.reason),
+        printable(&r.why.join("; ")),
+        r.dry_run,
+        r.expires_at
+    );
+    if let Some(d) = &r.decision {
+        out.push_str(&format!(
+            "\ndecided   {} by {}: {}",
+            d.at,
+            printable(&d.by.to_string()),
+            printable(&d.reason)
+        ));
+    }
+    if let Some(x) = &r.execution {
+        out.push_str(&format!(
+            "\nexecuted  {} by {}: {}",
+            x.replay_id,
+            printable(&x.by),
+            x.summary
+        ));
+        if !x.changed_since.is_empty() {
+            out.push_str(&format!(
+                "\n          {} changed since the request, not touched: {}",
+                x.changed_since.len(),
+                x.changed_since.join(" ")
+            ));
+        }
+    }
+    for c in r.set.changes.iter().take(40) {
+        out.push_str(&format!(
+            "\n  {:<38} {:<18} {} {} {}",
+            c.envelope_id,
+            c.outcome,
+            printable(c.currency.as_deref().unwrap_or("-")),
+            printable(c.amount.as_deref().unwrap_or("-")),
+            printable(c.period.as_deref().unwrap_or(""))
+        ));
+    }
+    if r.set.len() > 40 {
+        out.push_str("\n  … (--json for every envelope)");
+    }
+    out
+}
+
+pub async fn requests(clients: &AwsClients, names: &ResourceNames, cmd: &RequestsCommand) -> Result<()> {
+    let stack = resolve_stack(clients, names).await?;
+    let me = identity(clients, None).await?;
+    let r = replayer(clients, &stack, &format!("dlqctl:{me}"))?;
+    match cmd {
+        RequestsCommand::List { status, limit } => {
+            let status = status.as_deref().map(str::to_ascii_uppercase);
+            if let Err(e) = r.expire_requests().await {
+                eprintln!("warning: requests past their time not expired: {e}");
+            }
+            let (mut listed, mut cursor) = (Vec::new(), None);
+            loop {
+                let (page, next) = r.store.list_requests(cursor, 100).await?;
+                listed.extend(
+                    page.into_iter()
+                        .filter(|q| status.as_deref().is_none_or(|s| q.status.as_str() == s)),
+                );
+                match next {
+                    Some(n) if listed.len() < *limit => cursor = Some(n),
+                    _ => break,
+                }
+            }
+            listed.truncate(*limit);
+            crate::output::emit(&listed, || {
+                let mut out = format!(
+                    "{:<25} {:<17} {:<10} {:>6}  {:<20} REQUESTED BY",
+                    "REQUEST", "STATUS", "ACTION", "COUNT", "CREATED"
+                );
+                for q in &listed {
+                    out.push_str(&format!(
+                        "\n{:<25} {:<17} {:<10} {:>6}  {:<20} {}",
+                        q.request_id,
+                        q.status,
+                        format!("{:?}", q.action),
+                        q.exposure.count,
+                        q.created_at.format("%Y-%m-%d %H:%M:%S"),
+                        fit(&printable(&q.requested_by.to_string()), 60)
+                    ));
+                }
+                out
+            })
+        }
+        RequestsCommand::Show { request_id } => {
+            let q = r.request(request_id).await?;
+            crate::output::emit(&q, || describe(&q))
+        }
+        RequestsCommand::Execute { request_id } => {
+            let (q, report) = r.execute(request_id, &format!("dlqctl:{me}"), None).await?;
+            if !crate::output::json() {
+                println!("{}", describe(&q));
+            }
+            print_report(&report)
+        }
+    }
+}
+
+/// `approve` (then run it, unless `--later`) and `reject`.
+pub async fn decide(clients: &AwsClients, names: &ResourceNames, a: &DecisionArgs, approve: bool) -> Result<()> {
+    let stack = resolve_stack(clients, names).await?;
+    let me = identity(clients, a.triggered_by.as_deref()).await?;
+    let r = replayer(clients, &stack, &format!("dlqctl:{me}"))?;
+    let q = r.request(&a.request_id).await?;
+    if q.status != RequestStatus::PendingApproval {
+        bail!("request {} is {}: nothing to decide", q.request_id, q.status);
+    }
+    if !a.yes {
+        eprintln!("{}", describe(&q));
+        let verb = if approve && !a.later {
+            "approve and run"
+        } else if approve {
+            "approve"
+        } else {
+            "reject"
+        };
+        if !confirm(&format!("{verb} request {}?", q.request_id))? {
+            bail!("cancelled; nothing changed");
+        }
+    }
+    let decided = r.decide(&a.request_id, &me, approve, &a.reason).await?;
+    if !approve || a.later {
+        return crate::output::emit(&decided, || {
+            format!(
+                "{} {} by {}{}",
+                decided.request_id,
+                decided.status,
+                printable(&me.to_string()),
+                if approve {
+                    format!(
+                        "; run it with `dlqctl requests execute {}` before {}",
+                        decided.request_id, decided.expires_at
+                    )
+                } else {
+                    String::new()
+                }
+            )
+        });
+    }
+    let (done, report) = r.execute(&a.request_id, &format!("dlqctl:{me}"), None).await?;
+    if !crate::output::json() {
+        println!("{}", describe(&done));
+    }
+    print_report(&report)
+}

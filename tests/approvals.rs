@@ -1,0 +1,244 @@
+//! Maker-checker approvals on the real local stack (DynamoDB Local, LocalStack): requests kept in
+//! the envelope table, decided and executed under DynamoDB's conditions; the approved set is
+//! exact; an envelope replayed between the request and its execution posts once.
+
+use recon_core::domain::approval::{
+    Action, ApprovalPolicy, ApprovalRequest, Change, ChangeSet, Identity, MAX_REQUEST_ENVELOPES, NewRequest,
+    RequestStatus,
+};
+use recon_core::domain::{AuditKind, AuditRecord, NewMessage};
+use recon_core::ports::{ApprovalRequests, AuditOutbox, ReferenceData};
+use recon_core::replay::{ReplayRequest, Selector};
+use recon_harness::stack::TestStack;
+use recon_testkit::builders::tx;
+
+fn xau(n: u32) -> NewMessage {
+    let mut m = tx(n);
+    m.currency = "XAU".into();
+    m.amount = format!("{n}.0625");
+    m
+}
+
+fn who(name: &str) -> Identity {
+    Identity {
+        arn: format!("arn:aws:iam::000000000000:user/{name}"),
+        name: None,
+    }
+}
+
+fn replay(selector: Selector, reason: &str) -> ReplayRequest {
+    ReplayRequest {
+        selector,
+        dry_run: false,
+        reason: reason.into(),
+        triggered_by: "integration-test".into(),
+        scheduled: false,
+        quarantine: false,
+    }
+}
+
+async fn dead_letter(s: &TestStack, from: u32, to: u32) {
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.send(&(from..=to).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>())
+        .await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(10_000)).await;
+}
+
+async fn set_policy(s: &TestStack, max_count: u64) {
+    s.reference()
+        .put_approval_policy(&ApprovalPolicy {
+            max_count: Some(max_count),
+            ..ApprovalPolicy::default()
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_approved_replay_posts_exactly_its_set_once_and_every_step_is_audited() {
+    let s = TestStack::new("ap-exact").await;
+    dead_letter(&s, 1, 3).await;
+    s.map_currency("XAU", 4).await;
+    set_policy(&s, 1).await;
+    let r = s.replayer();
+    let all = replay(
+        Selector {
+            root_cause: Some("UNMAPPED_CURRENCY:*".into()),
+            ..Selector::default()
+        },
+        "XAU mapped",
+    );
+    // Above the policy: refused, nothing sent.
+    let err = r.run(&all, None).await.unwrap_err();
+    assert!(err.to_string().contains("needs a second person's approval"), "{err}");
+    let assessed = r.assess(&all).await.unwrap();
+    let request = r.request_approval(&all, &assessed, &who("maker")).await.unwrap();
+    assert_eq!(request.exposure.count, 3);
+    let stored = s
+        .envelope_store()
+        .get_request(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored, request, "the request reads back as written");
+
+    // Self-approval refused; the request is unchanged.
+    let err = r
+        .decide(&request.request_id, &who("maker"), true, "")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("self-approval refused"), "{err}");
+
+    // Between the request and its approval: a fourth dead letter the selector matches (in XAG,
+    // mapped at once), and the first envelope replayed on its own (one is within the policy).
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.send(&[NewMessage {
+        currency: "XAG".into(),
+        ..xau(4)
+    }
+    .to_body()
+    .unwrap()])
+        .await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(10_000)).await;
+    s.map_currency("XAG", 4).await;
+    let first = request.set.changes[0].envelope_id.clone();
+    let one = replay(
+        Selector {
+            envelope_ids: vec![first.clone()],
+            ..Selector::default()
+        },
+        "just one",
+    );
+    assert_eq!(r.run(&one, None).await.unwrap().reinjected, 1);
+
+    r.decide(&request.request_id, &who("checker"), true, "mapping checked")
+        .await
+        .unwrap();
+    let (done, report) = r.execute(&request.request_id, "integration-test", None).await.unwrap();
+    assert_eq!(done.status, RequestStatus::Executed);
+    assert_eq!(report.reinjected, 2, "{report:#?}");
+    assert_eq!(report.changed_since, vec![first]);
+    assert!(
+        r.execute(&request.request_id, "integration-test", None).await.is_err(),
+        "once"
+    );
+
+    // Each of the three transactions posts once; the fourth is still waiting.
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.pump(&consumer).await;
+    let postings = s.postings().await;
+    let mut ids: Vec<&str> = postings.iter().map(|p| p.message_id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["m-1", "m-2", "m-3"]);
+    let pending: Vec<_> = s
+        .envelopes()
+        .await
+        .into_iter()
+        .filter(|e| e.status == recon_core::domain::EnvelopeStatus::Pending)
+        .collect();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].message_id.as_deref(), Some("m-4"));
+
+    let audit = s.audit().await;
+    for kind in [
+        AuditKind::ApprovalRequested,
+        AuditKind::ApprovalGranted,
+        AuditKind::ApprovalExecuted,
+    ] {
+        let found: Vec<&AuditRecord> = audit.iter().filter(|a| a.kind == kind).collect();
+        assert_eq!(found.len(), 1, "{kind:?}");
+        assert_eq!(found[0].sqs_message_id, request.digest, "records name the set");
+    }
+    assert!(s.envelope_store().pending_records(10).await.unwrap().is_empty());
+    // Requests never show among envelopes.
+    assert_eq!(s.envelopes().await.len(), 4);
+    let (listed, _) = s.envelope_store().list_requests(None, 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+}
+
+#[tokio::test]
+async fn two_approvers_at_once_one_wins_and_two_executions_at_once_one_runs() {
+    let s = TestStack::new("ap-race").await;
+    dead_letter(&s, 1, 2).await;
+    s.map_currency("XAU", 4).await;
+    set_policy(&s, 0).await;
+    let r = s.replayer();
+    let all = replay(Selector::default(), "XAU mapped");
+    let assessed = r.assess(&all).await.unwrap();
+    let request = r.request_approval(&all, &assessed, &who("maker")).await.unwrap();
+    let (checker_a, checker_b) = (who("checker-a"), who("checker-b"));
+    let (a, b) = tokio::join!(
+        r.decide(&request.request_id, &checker_a, true, "a"),
+        r.decide(&request.request_id, &checker_b, true, "b")
+    );
+    assert_eq!(u8::from(a.is_ok()) + u8::from(b.is_ok()), 1, "{a:?} {b:?}");
+    let decided = s
+        .envelope_store()
+        .get_request(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((decided.status, decided.version), (RequestStatus::Approved, 2));
+    let (x, y) = tokio::join!(
+        r.execute(&request.request_id, "x", None),
+        r.execute(&request.request_id, "y", None)
+    );
+    assert_eq!(u8::from(x.is_ok()) + u8::from(y.is_ok()), 1);
+    let report = x.or(y).unwrap().1;
+    assert_eq!(report.reinjected, 2);
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.pump(&consumer).await;
+    assert_eq!(s.postings().await.len(), 2);
+}
+
+#[tokio::test]
+async fn the_largest_request_fits_a_dynamodb_item() {
+    // DynamoDB's 400 KB per item bounds a request's set; the memory store models the same limit.
+    let s = TestStack::new("ap-size").await;
+    let changes = (0..MAX_REQUEST_ENVELOPES)
+        .map(|n| Change {
+            envelope_id: format!("env_{n:032x}"),
+            fingerprint: format!("{n:032x}"),
+            outcome: "WOULD_QUARANTINE".into(),
+            currency: Some("USD".into()),
+            amount: Some("12345678901234.56".into()),
+            entity: Some("ACME-HOLDINGS-INTERNATIONAL-EU".into()),
+            period: Some("2026-11".into()),
+            closed_period: true,
+        })
+        .collect();
+    let request = ApprovalRequest::new(
+        NewRequest {
+            action: Action::Quarantine,
+            selector: "{}".into(),
+            reason: "r".into(),
+            requested_by: who("maker"),
+            why: vec!["w".into()],
+            dry_run: String::new(),
+            set: ChangeSet { changes },
+        },
+        &ApprovalPolicy::default(),
+        chrono::Utc::now(),
+    )
+    .unwrap();
+    let record = AuditRecord::system(
+        AuditKind::ApprovalRequested,
+        &request.request_id,
+        request.created_at,
+        "t",
+        String::new(),
+    );
+    let memory = recon_testkit::memory::MemoryEnvelopeStore::default();
+    assert!(memory.create_request(&request, &record).await.unwrap());
+    assert!(s.envelope_store().create_request(&request, &record).await.unwrap());
+    let back = s
+        .envelope_store()
+        .get_request(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.set.len(), MAX_REQUEST_ENVELOPES);
+    assert!(back.check_digest().is_ok());
+}
