@@ -9,11 +9,12 @@ use recon_aws::ledger::AnyLedger;
 use recon_aws::provision::Stack;
 use recon_aws::sqs::SqsQueue;
 use recon_aws::telemetry::TracingMetrics;
-use recon_aws::wiring::{AwsConsumer, AwsEnricher};
+use recon_aws::wiring::{AwsConsumer, AwsEnricher, AwsReplayer};
 use recon_core::decisions::{RetryPolicy, triage};
+use recon_core::domain::approval::ApprovalPolicy;
 use recon_core::domain::{AuditKind, CurrencyMapping, EnvelopeStatus, PeriodRecord, PeriodStatus, TransientKind};
 use recon_core::ports::{LedgerScope, ReferenceData, read_postings};
-use recon_core::replay::{ReplayRequest, Selector};
+use recon_core::replay::{ReplayReport, ReplayRequest, Selector};
 use recon_harness::pump::PumpOptions;
 use recon_testkit::faults::FaultyLedger;
 use std::collections::BTreeMap;
@@ -190,6 +191,13 @@ impl<'a> Pipeline<'a> {
             .await?;
         self.consumer.ledger.heal();
         println!("   fixed: XAU mapped in the reference table (4 minor units); the ledger's outage is over");
+        let policy = ApprovalPolicy {
+            max_count: Some(5),
+            closed_period: true,
+            ..ApprovalPolicy::default()
+        };
+        self.consumer.reference.put_approval_policy(&policy).await?;
+        println!("   approval policy: {policy}");
         let r = context::replayer(self.clients, self.stack, ACTOR)?;
         let req = |selector: Selector, reason: &str, quarantine: bool| ReplayRequest {
             selector,
@@ -199,8 +207,9 @@ impl<'a> Pipeline<'a> {
             scheduled: false,
             quarantine,
         };
-        let xau = r
-            .run(
+        let xau = self
+            .governed(
+                &r,
                 &req(
                     Selector {
                         root_cause: Some("UNMAPPED_CURRENCY:*".into()),
@@ -209,7 +218,6 @@ impl<'a> Pipeline<'a> {
                     "XAU mapped",
                     false,
                 ),
-                None,
             )
             .await?;
         println!(
@@ -221,14 +229,14 @@ impl<'a> Pipeline<'a> {
             "   scheduled sweep                  -> {} re-injected, {} quarantined (closed period: manual journal), {} still failing",
             sweep.reinjected, sweep.quarantined, sweep.still_failing
         );
-        let rest = r
-            .run(
+        let rest = self
+            .governed(
+                &r,
                 &req(
                     Selector::default(),
                     "cannot be fixed by reference data: returned to the bank-feed owner, book by hand",
                     true,
                 ),
-                None,
             )
             .await?;
         println!(
@@ -238,5 +246,44 @@ impl<'a> Pipeline<'a> {
         context::pump_main(self.clients, self.stack, &self.consumer, &self.opts).await?;
         context::pump_dlq(self.clients, self.stack, &self.enricher, &self.opts).await?;
         Ok(())
+    }
+
+    /// A manual remediation under the approval policy: within it, it runs; above it, the operator
+    /// (the local stack's default identity) makes a request, may not approve it, and a second
+    /// identity (a role assumed through STS: the finance controller) approves and runs it.
+    async fn governed(&self, r: &AwsReplayer<TracingMetrics>, req: &ReplayRequest) -> Result<ReplayReport> {
+        let assessed = r.assess(req).await?;
+        if assessed.why.is_empty() {
+            return Ok(r.run(req, None).await?);
+        }
+        let operator = context::identity(self.clients, Some("demo-operator")).await?;
+        let request = r.request_approval(req, &assessed, &operator).await?;
+        println!(
+            "   needs approval ({}): request {} by {operator}",
+            assessed.why.join("; "),
+            request.request_id
+        );
+        let own = r.decide(&request.request_id, &operator, true, "looks fine").await;
+        match own {
+            Err(e) => println!("     the operator approves it        -> refused: {e}"),
+            Ok(_) => bail!("the requester approved their own request"),
+        }
+        let account = recon_aws::identity::caller(self.clients).await?.account;
+        let role = format!("arn:aws:iam::{account}:role/{}-controller", self.stack.names.prefix);
+        let controller_clients = recon_aws::identity::assume_role(self.clients, &role, "controller").await?;
+        let controller = context::identity(&controller_clients, Some("finance-controller")).await?;
+        let checker = context::replayer(&controller_clients, self.stack, &format!("dlqctl:{controller}"))?;
+        checker
+            .decide(&request.request_id, &controller, true, "root cause and totals checked")
+            .await?;
+        let (done, report) = checker
+            .execute(&request.request_id, &format!("dlqctl:{controller}"), None)
+            .await?;
+        println!(
+            "     {controller} approves it -> {}, {} changed since",
+            done.status,
+            report.changed_since.len()
+        );
+        Ok(report)
     }
 }

@@ -174,6 +174,20 @@ impl AwsClients {
     /// `us-east-1` and dummy keys when the environment sets none.
     pub async fn connect_with(target: Target, t: ClientTimeouts) -> Self {
         let shared = shared_config(&target, t).await;
+        AwsClients::from_config(target, shared, t)
+    }
+
+    /// The same clients acting with `credentials` (another identity's).
+    pub fn with_credentials(&self, credentials: aws_sdk_dynamodb::config::Credentials) -> Self {
+        let shared = self
+            .config
+            .to_builder()
+            .credentials_provider(aws_sdk_dynamodb::config::SharedCredentialsProvider::new(credentials))
+            .build();
+        AwsClients::from_config(self.target.clone(), shared, self.timeouts)
+    }
+
+    fn from_config(target: Target, shared: aws_config::SdkConfig, t: ClientTimeouts) -> Self {
         let requests = Arc::new(RequestCounter::default());
         let counter = CountRequests(requests.clone());
 

@@ -2,7 +2,7 @@
 //! names and bucket owner derive from, and the identity recorded as the actor of an operator's
 //! change (never a name the local machine supplies).
 
-use crate::client::{AwsClients, ClientTimeouts, Target, shared_config};
+use crate::client::{AwsClients, Target};
 use crate::error::store_error;
 use recon_core::domain::TransientKind;
 use recon_core::ports::{StoreError, StoreResult};
@@ -15,13 +15,18 @@ pub struct Caller {
     pub arn: String,
 }
 
-pub async fn caller(clients: &AwsClients) -> StoreResult<Caller> {
-    let shared = shared_config(&clients.target, ClientTimeouts::INTERACTIVE).await;
-    let mut sts = aws_sdk_sts::config::Builder::from(&shared);
+/// STS with the clients' own credentials.
+fn sts(clients: &AwsClients) -> aws_sdk_sts::Client {
+    let mut sts = aws_sdk_sts::config::Builder::from(&clients.config);
     if let Target::Local { edge_url, .. } = &clients.target {
         sts = sts.endpoint_url(edge_url);
     }
-    let out = aws_sdk_sts::Client::from_conf(sts.build())
+    aws_sdk_sts::Client::from_conf(sts.build())
+}
+
+/// Who the clients act as (their own credentials, not the environment's).
+pub async fn caller(clients: &AwsClients) -> StoreResult<Caller> {
+    let out = sts(clients)
         .get_caller_identity()
         .send()
         .await
@@ -36,6 +41,28 @@ pub async fn caller(clients: &AwsClients) -> StoreResult<Caller> {
             "sts:GetCallerIdentity named no account or identity",
         )),
     }
+}
+
+/// The clients acting as role `role_arn` (`sts:AssumeRole`, session `session`): a second identity,
+/// such as an approver's.
+pub async fn assume_role(clients: &AwsClients, role_arn: &str, session: &str) -> StoreResult<AwsClients> {
+    let out = sts(clients)
+        .assume_role()
+        .role_arn(role_arn)
+        .role_session_name(session)
+        .send()
+        .await
+        .map_err(|e| store_error("AssumeRole", e))?;
+    let c = out
+        .credentials()
+        .ok_or_else(|| StoreError::new(TransientKind::Infrastructure, "sts:AssumeRole returned no credentials"))?;
+    Ok(clients.with_credentials(aws_sdk_dynamodb::config::Credentials::new(
+        c.access_key_id(),
+        c.secret_access_key(),
+        Some(c.session_token().to_owned()),
+        None,
+        "assume-role",
+    )))
 }
 
 /// The names a deployment with `prefix` has in the caller's account and the clients' region (the
