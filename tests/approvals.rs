@@ -6,11 +6,13 @@ use recon_core::domain::approval::{
     Action, ApprovalPolicy, ApprovalRequest, Change, ChangeSet, Identity, MAX_REQUEST_ENVELOPES, NewRequest,
     RequestStatus,
 };
-use recon_core::domain::{AuditKind, AuditRecord, NewMessage};
+use recon_core::domain::canary::{Canary, CanarySlice};
+use recon_core::domain::{AuditKind, AuditRecord, EnvelopeStatus, NewMessage, PeriodRecord, PeriodStatus};
 use recon_core::ports::{ApprovalRequests, AuditOutbox, ReferenceData};
 use recon_core::replay::{ReplayRequest, Selector};
 use recon_harness::stack::TestStack;
 use recon_testkit::builders::tx;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 fn xau(n: u32) -> NewMessage {
     let mut m = tx(n);
@@ -73,7 +75,7 @@ async fn an_approved_replay_posts_exactly_its_set_once_and_every_step_is_audited
     let err = r.run(&all, None).await.unwrap_err();
     assert!(err.to_string().contains("needs a second person's approval"), "{err}");
     let assessed = r.assess(&all).await.unwrap();
-    let request = r.request_approval(&all, &assessed, &who("maker")).await.unwrap();
+    let request = r.request_approval(&all, &assessed, &who("maker"), None).await.unwrap();
     assert_eq!(request.exposure.count, 3);
     let stored = s
         .envelope_store()
@@ -136,7 +138,7 @@ async fn an_approved_replay_posts_exactly_its_set_once_and_every_step_is_audited
         .envelopes()
         .await
         .into_iter()
-        .filter(|e| e.status == recon_core::domain::EnvelopeStatus::Pending)
+        .filter(|e| e.status == EnvelopeStatus::Pending)
         .collect();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].message_id.as_deref(), Some("m-4"));
@@ -167,7 +169,7 @@ async fn two_approvers_at_once_one_wins_and_two_executions_at_once_one_runs() {
     let r = s.replayer();
     let all = replay(Selector::default(), "XAU mapped");
     let assessed = r.assess(&all).await.unwrap();
-    let request = r.request_approval(&all, &assessed, &who("maker")).await.unwrap();
+    let request = r.request_approval(&all, &assessed, &who("maker"), None).await.unwrap();
     let (checker_a, checker_b) = (who("checker-a"), who("checker-b"));
     let (a, b) = tokio::join!(
         r.decide(&request.request_id, &checker_a, true, "a"),
@@ -218,6 +220,7 @@ async fn the_largest_request_fits_a_dynamodb_item() {
             why: vec!["w".into()],
             dry_run: String::new(),
             set: ChangeSet { changes },
+            canary: None,
         },
         &ApprovalPolicy::default(),
         chrono::Utc::now(),
@@ -241,4 +244,54 @@ async fn the_largest_request_fits_a_dynamodb_item() {
         .unwrap();
     assert_eq!(back.set.len(), MAX_REQUEST_ENVELOPES);
     assert!(back.check_digest().is_ok());
+}
+
+#[tokio::test]
+async fn a_canary_whose_copies_dead_letter_again_stops_the_rest_on_the_local_stack() {
+    // The canary's copy meets a period closed after the replay's gates passed it: the consumer
+    // dead-letters it (CLOSED_PERIOD), the enricher makes its envelope, the canary fails, and the
+    // other three are never re-injected.
+    let s = TestStack::new("ap-canary").await;
+    dead_letter(&s, 1, 4).await;
+    s.map_currency("XAU", 4).await;
+    let r = s.replayer();
+    let all = replay(Selector::default(), "XAU mapped");
+    let canary = Canary {
+        slice: CanarySlice::Count(1),
+        max_failure_percent: 0,
+        wait_secs: 60,
+    };
+    let finished = AtomicBool::new(false);
+    let run = async {
+        let report = r.run_guarded(&all, Some(&canary), None).await;
+        finished.store(true, Ordering::SeqCst);
+        report
+    };
+    let lambda = async {
+        // Lambda's triggers, once the canary's copy is in the main queue.
+        while s.main_queue().depth().await.unwrap().total() == 0 && !finished.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        s.reference()
+            .put_period(&PeriodRecord {
+                entity: "ACME-US".into(),
+                period: "2026-11".into(),
+                status: PeriodStatus::Closed,
+            })
+            .await
+            .unwrap();
+        let consumer = s.consumer_with(s.ledger(), s.main_queue());
+        while !finished.load(Ordering::SeqCst) {
+            s.pump(&consumer).await;
+            s.pump_dlq(&s.enricher(10_000)).await;
+        }
+    };
+    let report = tokio::join!(run, lambda).0.unwrap();
+    let c = report.canary.clone().unwrap();
+    assert!(!c.passed && c.size == 1 && c.dead_lettered == 1, "{c}");
+    assert_eq!(report.reinjected, 1, "{report:#?}");
+    assert!(s.postings().await.is_empty());
+    let envelopes = s.envelopes().await;
+    let pending = envelopes.iter().filter(|e| e.status == EnvelopeStatus::Pending).count();
+    assert_eq!(pending, 4, "three untouched and the copy's own");
 }

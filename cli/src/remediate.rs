@@ -6,6 +6,7 @@ use clap::{Args, Subcommand};
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
 use recon_aws::provision::{Stack, resolve_stack};
+use recon_core::domain::canary::{Canary, CanarySlice};
 use recon_core::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus, input};
 use recon_core::ports::{AuditLog, ReferenceData};
 use recon_core::replay::{ReplayReport, ReplayRequest, Segment, Selector};
@@ -46,6 +47,18 @@ pub struct SelectorArgs {
     /// identity from sts:GetCallerIdentity, never a local user name).
     #[arg(long)]
     pub triggered_by: Option<String>,
+    /// Re-inject a first slice (a count, or a share: 5%), wait for its copies to be committed or
+    /// dead-lettered again, and go on only if few enough failed (a request keeps it for its
+    /// execution). The consumer must be running (on AWS it is; locally, `dlqctl pump`).
+    #[arg(long, value_name = "N|P%")]
+    pub canary: Option<CanarySlice>,
+    /// The canary's failures tolerated, in percent of its slice (copies with no outcome by the
+    /// end of the wait count as failures).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub canary_max_failures: u8,
+    /// Seconds the canary waits for its copies' outcomes (1-600).
+    #[arg(long, default_value_t = 120)]
+    pub canary_wait: u32,
     /// Show each gate's decision and change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -185,6 +198,15 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, 
     let actor = me.to_string();
     let mut r = replayer(clients, &stack, &format!("dlqctl:{actor}"))?;
     let wanted = request(a, &actor, false, quarantine)?;
+    let canary = a
+        .canary
+        .map(|slice| Canary {
+            slice,
+            max_failure_percent: a.canary_max_failures,
+            wait_secs: a.canary_wait,
+        })
+        .map(|c| c.check().map(|()| c).map_err(anyhow::Error::msg))
+        .transpose()?;
     let assessed = r.assess(&wanted).await?;
     let preview = assessed.preview.clone();
     if a.dry_run {
@@ -196,7 +218,7 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, 
     if !assessed.why.is_empty() {
         // Above the policy: a request for a second person, exactly the envelopes this dry run
         // would change; nothing changes now.
-        let q = r.request_approval(&wanted, &assessed, &me).await?;
+        let q = r.request_approval(&wanted, &assessed, &me, canary).await?;
         return crate::output::emit(&q, || {
             format!(
                 "needs approval: {}
@@ -250,7 +272,7 @@ request {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another identity
     } else {
         req.selector.envelope_ids = preview.items.iter().map(|i| i.envelope_id.clone()).collect();
     }
-    let report = r.run(&req, None).await?;
+    let report = r.run_guarded(&req, canary.as_ref(), None).await?;
     if progress {
         eprintln!();
     }

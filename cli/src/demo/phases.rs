@@ -12,6 +12,7 @@ use recon_aws::telemetry::TracingMetrics;
 use recon_aws::wiring::{AwsConsumer, AwsEnricher, AwsReplayer};
 use recon_core::decisions::{RetryPolicy, triage};
 use recon_core::domain::approval::ApprovalPolicy;
+use recon_core::domain::canary::{Canary, CanarySlice};
 use recon_core::domain::{AuditKind, CurrencyMapping, EnvelopeStatus, PeriodRecord, PeriodStatus, TransientKind};
 use recon_core::ports::{LedgerScope, ReferenceData, read_postings};
 use recon_core::replay::{ReplayReport, ReplayRequest, Selector};
@@ -218,6 +219,11 @@ impl<'a> Pipeline<'a> {
                     "XAU mapped",
                     false,
                 ),
+                Some(Canary {
+                    slice: CanarySlice::Count(2),
+                    max_failure_percent: 0,
+                    wait_secs: 60,
+                }),
             )
             .await?;
         println!(
@@ -237,6 +243,7 @@ impl<'a> Pipeline<'a> {
                     "cannot be fixed by reference data: returned to the bank-feed owner, book by hand",
                     true,
                 ),
+                None,
             )
             .await?;
         println!(
@@ -251,13 +258,18 @@ impl<'a> Pipeline<'a> {
     /// A manual remediation under the approval policy: within it, it runs; above it, the operator
     /// (the local stack's default identity) makes a request, may not approve it, and a second
     /// identity (a role assumed through STS: the finance controller) approves and runs it.
-    async fn governed(&self, r: &AwsReplayer<TracingMetrics>, req: &ReplayRequest) -> Result<ReplayReport> {
+    async fn governed(
+        &self,
+        r: &AwsReplayer<TracingMetrics>,
+        req: &ReplayRequest,
+        canary: Option<Canary>,
+    ) -> Result<ReplayReport> {
         let assessed = r.assess(req).await?;
         if assessed.why.is_empty() {
             return Ok(r.run(req, None).await?);
         }
         let operator = context::identity(self.clients, Some("demo-operator")).await?;
-        let request = r.request_approval(req, &assessed, &operator).await?;
+        let request = r.request_approval(req, &assessed, &operator, canary).await?;
         println!(
             "   needs approval ({}): request {} by {operator}",
             assessed.why.join("; "),
@@ -276,14 +288,40 @@ impl<'a> Pipeline<'a> {
         checker
             .decide(&request.request_id, &controller, true, "root cause and totals checked")
             .await?;
-        let (done, report) = checker
-            .execute(&request.request_id, &format!("dlqctl:{controller}"), None)
-            .await?;
+        // Its canary waits for the consumer, which Lambda would run beside it: the local pump does.
+        let finished = std::sync::atomic::AtomicBool::new(false);
+        let execute = async {
+            let x = checker
+                .execute(&request.request_id, &format!("dlqctl:{controller}"), None)
+                .await;
+            finished.store(true, std::sync::atomic::Ordering::SeqCst);
+            x
+        };
+        let (executed, pumped) = tokio::join!(execute, self.pump_until(&finished));
+        pumped?;
+        let (done, report) = executed?;
         println!(
             "     {controller} approves it -> {}, {} changed since",
             done.status,
             report.changed_since.len()
         );
+        if let Some(c) = &report.canary {
+            println!("     {c}");
+        }
         Ok(report)
+    }
+
+    /// Run the consumer and the enricher over what arrives until `finished`.
+    async fn pump_until(&self, finished: &std::sync::atomic::AtomicBool) -> Result<()> {
+        let quiet = PumpOptions {
+            progress_every: 0,
+            ..self.opts.clone()
+        };
+        while !finished.load(std::sync::atomic::Ordering::SeqCst) {
+            context::pump_main(self.clients, self.stack, &self.consumer, &quiet).await?;
+            context::pump_dlq(self.clients, self.stack, &self.enricher, &quiet).await?;
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        Ok(())
     }
 }

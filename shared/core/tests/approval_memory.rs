@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use recon_core::domain::approval::{ApprovalPolicy, Identity, RequestStatus};
+use recon_core::domain::canary::Canary;
 use recon_core::ports::{ApprovalRequests, AuditLog, FlowError};
 
 fn who(name: &str) -> Identity {
@@ -94,7 +95,7 @@ async fn an_approved_request_runs_exactly_its_set_and_skips_what_changed_since()
     let assessed = r.assess(&xau_replay()).await.unwrap();
     assert_eq!(assessed.why.len(), 1, "{:?}", assessed.why);
     let request = r
-        .request_approval(&xau_replay(), &assessed, &who("maker"))
+        .request_approval(&xau_replay(), &assessed, &who("maker"), None)
         .await
         .unwrap();
     assert_eq!(request.status, RequestStatus::PendingApproval);
@@ -171,12 +172,12 @@ async fn a_request_expires_and_a_rejected_one_never_runs() {
     let r = w.replayer(ReplayConfig::default());
     let assessed = r.assess(&xau_replay()).await.unwrap();
     let first = r
-        .request_approval(&xau_replay(), &assessed, &who("maker"))
+        .request_approval(&xau_replay(), &assessed, &who("maker"), None)
         .await
         .unwrap();
     w.clock.advance(ChronoDuration::seconds(1));
     let second = r
-        .request_approval(&xau_replay(), &assessed, &who("maker"))
+        .request_approval(&xau_replay(), &assessed, &who("maker"), None)
         .await
         .unwrap();
     assert_ne!(first.request_id, second.request_id);
@@ -222,10 +223,145 @@ async fn an_approved_quarantine_quarantines_its_set() {
     let r = w.replayer(ReplayConfig::default());
     assert!(r.run(&req, None).await.is_err());
     let assessed = r.assess(&req).await.unwrap();
-    let request = r.request_approval(&req, &assessed, &who("maker")).await.unwrap();
+    let request = r.request_approval(&req, &assessed, &who("maker"), None).await.unwrap();
     r.decide(&request.request_id, &who("checker"), true, "ok")
         .await
         .unwrap();
     let (_, report) = r.execute(&request.request_id, "ops", None).await.unwrap();
     assert_eq!(outcomes(&report), ["QUARANTINED", "QUARANTINED"]);
+}
+
+/// Lambda's SQS trigger, in memory: every copy re-injected since the last look is consumed
+/// (committed) or, with `dead_letter`, reaches the DLQ again and the enricher (its envelope), until
+/// `done`.
+async fn pump(w: &World, done: &std::sync::atomic::AtomicBool, dead_letter: bool) {
+    use std::sync::atomic::Ordering;
+    let consumer = w.consumer();
+    let mut seen = 0;
+    loop {
+        // One more look after `done`: what was sent last is consumed too.
+        let finished = done.load(Ordering::SeqCst);
+        let sent = w.queue.sent();
+        for (i, m) in sent.iter().enumerate().skip(seen) {
+            let msg = builders::delivered(&format!("replayed-{}", i + 1), m);
+            if dead_letter {
+                let again = envelope_from_dlq_message(&msg, w.clock_now(), "enricher");
+                w.store.create(&again).await.unwrap();
+            } else {
+                assert_eq!(consumer.handle_message(&msg).await, Disposition::Committed);
+            }
+        }
+        seen = sent.len();
+        if finished {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+fn canary(slice: &str, wait_secs: u32) -> Canary {
+    Canary {
+        slice: slice.parse().unwrap(),
+        max_failure_percent: 0,
+        wait_secs,
+    }
+}
+
+/// Run `req` behind `canary` with the pump beside it.
+async fn guarded(w: &World, req: &ReplayRequest, canary: &Canary, dead_letter: bool) -> ReplayReport {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let r = w.replayer(ReplayConfig::default());
+    let run = async {
+        let report = r.run_guarded(req, Some(canary), None).await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        report
+    };
+    tokio::join!(run, pump(w, &done, dead_letter)).0.unwrap()
+}
+
+#[tokio::test]
+async fn a_canary_that_commits_lets_the_rest_go_and_one_that_dead_letters_stops_it() {
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=5 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await;
+    }
+    let report = guarded(&w, &xau_replay(), &canary("2", 30), false).await;
+    let c = report.canary.clone().unwrap();
+    assert!(c.passed && c.size == 2 && c.committed == 2, "{c}");
+    assert_eq!(report.reinjected, 5, "{report:#?}");
+    assert_eq!(w.ledger.len(), 5);
+
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=5 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await;
+    }
+    let report = guarded(&w, &xau_replay(), &canary("40%", 30), true).await;
+    let c = report.canary.clone().unwrap();
+    assert!(!c.passed && c.size == 2 && c.dead_lettered == 2, "{c}");
+    assert_eq!(report.reinjected, 2);
+    assert!(
+        report
+            .stopped
+            .as_deref()
+            .unwrap()
+            .contains("the rest (3 envelopes) not touched")
+    );
+    assert_eq!(w.queue.sent().len(), 2);
+    // The rest still PENDING (beside the two copies' own new envelopes).
+    assert_eq!(w.store.pending_count().await.unwrap(), 5);
+}
+
+#[tokio::test]
+async fn a_canary_nothing_answers_for_counts_as_failing() {
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=3 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await;
+    }
+    let r = w.replayer(ReplayConfig::default());
+    let report = r.run_guarded(&xau_replay(), Some(&canary("1", 5)), None).await.unwrap();
+    let c = report.canary.unwrap();
+    assert!(!c.passed && c.unknown == 1 && c.waited_ms >= 5000, "{c}");
+    assert_eq!(w.queue.sent().len(), 1);
+}
+
+#[tokio::test]
+async fn an_approved_request_whose_canary_fails_pauses_and_goes_on_only_when_run_again() {
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=4 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await;
+    }
+    policy(&w, 1).await;
+    let r = w.replayer(ReplayConfig::default());
+    let assessed = r.assess(&xau_replay()).await.unwrap();
+    let request = r
+        .request_approval(&xau_replay(), &assessed, &who("maker"), Some(canary("1", 10)))
+        .await
+        .unwrap();
+    r.decide(&request.request_id, &who("checker"), true, "ok")
+        .await
+        .unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let run = async {
+        let x = r.execute(&request.request_id, "ops", None).await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        x
+    };
+    let (paused, report) = tokio::join!(run, pump(&w, &done, true)).0.unwrap();
+    assert_eq!(paused.status, RequestStatus::Paused);
+    assert_eq!(report.reinjected, 1);
+    assert!(!report.canary.unwrap().passed);
+    assert_eq!(w.queue.sent().len(), 1);
+
+    // Someone looked at the report and goes on: the rest, without another canary; the canary's
+    // envelope changed since the request and is not touched again.
+    let (done, rest) = r.execute(&request.request_id, "ops", None).await.unwrap();
+    assert_eq!(done.status, RequestStatus::Executed);
+    assert_eq!(rest.reinjected, 3);
+    assert_eq!(rest.changed_since.len(), 1);
+    assert!(rest.canary.is_none());
+    assert_eq!(w.queue.sent().len(), 4);
 }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
+use super::canary::Canary;
 use super::envelope::{DlqEnvelope, sha256_hex};
 use super::message::parse_amount;
 use super::total::{Tally, Total};
@@ -306,6 +307,8 @@ pub enum RequestStatus {
     Approved,
     Rejected,
     Executing,
+    /// Its canary failed: the rest waits for someone to look (and run it, or not).
+    Paused,
     Executed,
     Expired,
 }
@@ -317,6 +320,7 @@ impl RequestStatus {
             RequestStatus::Approved => "APPROVED",
             RequestStatus::Rejected => "REJECTED",
             RequestStatus::Executing => "EXECUTING",
+            RequestStatus::Paused => "PAUSED",
             RequestStatus::Executed => "EXECUTED",
             RequestStatus::Expired => "EXPIRED",
         }
@@ -376,6 +380,9 @@ pub struct ApprovalRequest {
     pub digest: String,
     pub exposure: Exposure,
     pub set: ChangeSet,
+    /// Run the set behind this canary (its first slice, then the rest if it passes).
+    #[serde(default)]
+    pub canary: Option<Canary>,
     #[serde(default)]
     pub decision: Option<Decision>,
     #[serde(default)]
@@ -396,6 +403,7 @@ pub struct NewRequest {
     pub why: Vec<String>,
     pub dry_run: String,
     pub set: ChangeSet,
+    pub canary: Option<Canary>,
 }
 
 impl ApprovalRequest {
@@ -433,6 +441,7 @@ impl ApprovalRequest {
             digest,
             exposure: n.set.exposure(),
             set: n.set,
+            canary: n.canary,
             decision: None,
             execution: None,
         })
@@ -515,14 +524,16 @@ impl ApprovalRequest {
         Ok(())
     }
 
-    /// Start executing: approved and not expired, or executing under a lease that ran out.
+    /// Start executing: approved and not expired, paused by its canary (someone looked and goes
+    /// on), or executing under a lease that ran out.
     pub fn start(&mut self, by: &str, now: DateTime<Utc>) -> Result<(), Refused> {
-        let resumable = self.status == RequestStatus::Executing
-            && self
-                .execution
-                .as_ref()
-                .and_then(|x| x.lease_until)
-                .is_some_and(|l| l <= now);
+        let resumable = self.status == RequestStatus::Paused
+            || self.status == RequestStatus::Executing
+                && self
+                    .execution
+                    .as_ref()
+                    .and_then(|x| x.lease_until)
+                    .is_some_and(|l| l <= now);
         if !resumable {
             if self.status != RequestStatus::Approved {
                 return Err(Refused(format!(
@@ -548,14 +559,32 @@ impl ApprovalRequest {
         Ok(())
     }
 
-    /// Executed: the replay's counts and the envelopes skipped as changed since.
-    pub fn finish(&mut self, replay_id: &str, summary: String, changed_since: Vec<String>, now: DateTime<Utc>) {
+    /// Executed (or paused, when its canary failed): the replay's counts and the envelopes
+    /// skipped as changed since.
+    pub fn finish(
+        &mut self,
+        replay_id: &str,
+        summary: String,
+        changed_since: Vec<String>,
+        paused: bool,
+        now: DateTime<Utc>,
+    ) {
         let x = self.execution.get_or_insert_with(Execution::default);
         replay_id.clone_into(&mut x.replay_id);
         x.finished_at = Some(now);
         x.summary = summary;
         x.changed_since = changed_since;
-        self.step(RequestStatus::Executed);
+        self.step(if paused {
+            RequestStatus::Paused
+        } else {
+            RequestStatus::Executed
+        });
+    }
+
+    /// Whether this run is the first (its canary applies) rather than the resumption of a paused
+    /// one (someone looked at the canary's report and goes on without another).
+    pub fn first_run(&self) -> bool {
+        self.execution.as_ref().is_none_or(|x| x.finished_at.is_none())
     }
 }
 

@@ -42,6 +42,7 @@ fn request(set: ChangeSet, policy: &ApprovalPolicy) -> ApprovalRequest {
             why: vec!["big".into()],
             dry_run: "2 would be re-injected".into(),
             set,
+            canary: None,
         },
         policy,
         at(0),
@@ -162,9 +163,19 @@ fn only_an_approved_request_starts_and_a_crashed_execution_resumes_after_its_lea
     // … and allowed after it (the envelopes' fingerprints keep the work single).
     let later = at(1) + Duration::minutes(EXECUTION_LEASE_MINUTES);
     r.start("y", later).unwrap();
-    r.finish("rpl_2", "done".into(), vec![], later);
+    r.finish("rpl_2", "done".into(), vec![], false, later);
     assert_eq!(r.status, RequestStatus::Executed);
     assert!(r.start("z", later).is_err());
+    // A paused request (its canary failed) goes on when someone starts it again.
+    let mut p = request(set(&[envelope(1, "1", "USD")]), &policy);
+    p.approve(&who("arn:checker"), "", at(1)).unwrap();
+    p.start("x", at(1)).unwrap();
+    assert!(p.first_run());
+    p.finish("rpl_1", "canary failed".into(), vec![], true, at(1));
+    assert_eq!(p.status, RequestStatus::Paused);
+    assert!(!p.first_run());
+    p.start("y", at(2)).unwrap();
+    assert_eq!(p.status, RequestStatus::Executing);
 }
 
 #[test]
@@ -214,6 +225,7 @@ fn a_request_holds_at_most_its_limit_and_never_nothing() {
                 why: vec![],
                 dry_run: String::new(),
                 set,
+                canary: None,
             },
             &policy,
             at(0),

@@ -5,6 +5,7 @@
 pub mod approval;
 pub mod attrs;
 pub mod audit;
+pub mod canary;
 pub mod canonical;
 pub mod dead_letter;
 pub mod envelope;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use super::{ReplayReport, ReplayRequest, Replayer, Selector};
 use crate::domain::approval::{Action, ApprovalRequest, Identity, NewRequest, Refused, RequestStatus};
+use crate::domain::canary::Canary;
 use crate::domain::{AuditKind, AuditRecord};
 use crate::envelopes::publish;
 use crate::ports::{
@@ -94,6 +95,7 @@ where
         req: &ReplayRequest,
         assessed: &Assessment,
         requester: &Identity,
+        canary: Option<Canary>,
     ) -> FlowResult<ApprovalRequest> {
         if assessed.preview.changes_truncated {
             return Err(Refused(format!(
@@ -116,6 +118,7 @@ where
                 why: assessed.why.clone(),
                 dry_run: assessed.preview.summary(),
                 set: assessed.preview.changes.clone(),
+                canary,
             },
             snapshot.approval(),
             self.clock.now(),
@@ -214,11 +217,12 @@ where
         deadline: Option<chrono::DateTime<chrono::Utc>>,
     ) -> FlowResult<(ApprovalRequest, ReplayReport)> {
         let mut r = self.request(id).await?;
+        // A paused request resumed goes on without its canary: someone looked at its report.
+        let canary = r.canary.filter(|_| r.first_run());
         r.start(by, self.clock.now())?;
         if !self.store.update_request(&r, None).await? {
             return Err(Refused(format!("request {id} changed as it was to start (another execution?)")).into());
         }
-        let expected = r.set.expected();
         let req = ReplayRequest {
             reason: format!("{} (approved request {id})", r.reason),
             triggered_by: by.to_owned(),
@@ -227,15 +231,17 @@ where
             quarantine: r.action == Action::Quarantine,
             selector: Selector::default(),
         };
+        if r.set.is_empty() {
+            return Err(Refused(format!("request {id} names no envelope")).into());
+        }
         let what = format!("approval request {id} was made");
-        let pinned = pinned(&req, &expected).ok_or_else(|| Refused(format!("request {id} names no envelope")))?;
-        let report = self
-            .run_with(&pinned, Some((what.as_str(), &expected)), deadline)
-            .await?;
+        let report = self.run_set(&req, &r.set, &what, canary.as_ref(), deadline).await?;
+        let paused = report.canary.as_ref().is_some_and(|c| !c.passed);
         r.finish(
             &report.replay_id,
             report.summary(),
             report.changed_since.clone(),
+            paused,
             self.clock.now(),
         );
         let approver = r.decision.as_ref().map(|d| d.by.to_string()).unwrap_or_default();
@@ -245,6 +251,10 @@ where
             report.summary(),
             report.changed_since.len()
         );
+        let detail = match &report.canary {
+            Some(c) => format!("{detail}; {c}"),
+            None => detail,
+        };
         let rec = record(AuditKind::ApprovalExecuted, &r, by, detail);
         if self.store.update_request(&r, Some(&rec)).await? {
             publish(&self.store, &self.audit, &self.metrics, &rec).await?;

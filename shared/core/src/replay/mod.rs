@@ -20,6 +20,7 @@
 //! |-------------|------------------------------------------------------------------------|
 //! | [`request`] | the selector; manual payloads and scheduled events into a request      |
 //! | [`approval`]| the policy check; approval requests, decisions, execution of a set     |
+//! | [`canary`]  | a set's first slice, its copies' outcomes awaited, then the rest       |
 //! | [`gates`]   | the verdict for one envelope (reads only)                              |
 //! | [`sweep`]   | selection by ids or by status pages, the cursor, budget, back-pressure |
 //! | [`settle`]  | claim, then suppress / quarantine / release, with provenance and audit |
@@ -27,6 +28,7 @@
 //! | [`report`]  | outcomes (enum, stable names) and the report                           |
 
 mod approval;
+mod canary;
 mod gates;
 mod reinject;
 mod report;
@@ -48,6 +50,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::ReferenceSnapshot;
+use crate::domain::approval::{MAX_REQUEST_ENVELOPES, Refused};
+use crate::domain::canary::Canary;
 use crate::domain::envelope::sha256_hex;
 use crate::envelopes::{check_overflow, drain_outbox};
 use crate::ports::{
@@ -154,12 +158,31 @@ where
     /// above it, it is refused (`dlqctl` makes it a request for a second person); below it, it
     /// changes exactly the envelopes its dry run would have changed, each as it was then.
     pub async fn run(&self, req: &ReplayRequest, deadline: Option<DateTime<Utc>>) -> FlowResult<ReplayReport> {
-        if req.scheduled || req.dry_run || self.reference.snapshot().await?.approval().is_empty() {
+        self.run_guarded(req, None, deadline).await
+    }
+
+    /// [`Replayer::run`], behind a canary when one is given (`domain::canary`): its first slice
+    /// of re-injections, their outcomes awaited, then the rest only if it passed.
+    pub async fn run_guarded(
+        &self,
+        req: &ReplayRequest,
+        canary: Option<&Canary>,
+        deadline: Option<DateTime<Utc>>,
+    ) -> FlowResult<ReplayReport> {
+        let unguarded = canary.is_none() && self.reference.snapshot().await?.approval().is_empty();
+        if req.scheduled || req.dry_run || unguarded {
             return self.run_with(req, None, deadline).await;
         }
         let assessed = self.assess(req).await?;
         if !assessed.why.is_empty() {
             return Err(approval::needs_approval(req, &assessed.why).into());
+        }
+        if assessed.preview.changes_truncated && canary.is_some() {
+            return Err(Refused(format!(
+                "{} envelopes would change: a canary runs over at most {MAX_REQUEST_ENVELOPES} (narrow the selector or pass --max-items)",
+                assessed.preview.exposure.count
+            ))
+            .into());
         }
         if assessed.preview.changes_truncated {
             let capped = ReplayRequest {
@@ -171,18 +194,15 @@ where
             };
             return self.run_with(&capped, None, deadline).await;
         }
-        let expected = assessed.preview.changes.expected();
-        match approval::pinned(req, &expected) {
-            Some(pinned) => {
-                self.run_with(&pinned, Some(("the policy check's dry run", &expected)), deadline)
-                    .await
-            }
+        if assessed.preview.changes.is_empty() {
             // Nothing would change: nothing is done.
-            None => Ok(ReplayReport {
+            return Ok(ReplayReport {
                 dry_run: false,
                 ..assessed.preview
-            }),
+            });
         }
+        self.run_set(req, &assessed.preview.changes, "its dry run", canary, deadline)
+            .await
     }
 
     async fn run_with(

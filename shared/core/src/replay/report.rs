@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::gates::{Gate, Verdict};
 use crate::domain::DlqEnvelope;
 use crate::domain::approval::{Change, ChangeSet, Exposure, MAX_REQUEST_ENVELOPES};
+use crate::domain::canary::CanaryReport;
 use crate::ports::{FlowError, FlowResult};
 
 /// Report at most this many per-envelope lines (the counts are always complete).
@@ -94,6 +95,9 @@ pub struct ReplayReport {
     /// Envelopes of a pinned set (an approved request's) skipped because they changed since.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub changed_since: Vec<String>,
+    /// A canary's slice and what became of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryReport>,
 }
 
 fn is_nothing(x: &Exposure) -> bool {
@@ -116,6 +120,27 @@ impl ReplayReport {
         } else {
             self.changes_truncated = true;
         }
+    }
+
+    /// Add a later run over other envelopes (a canary's rest) to this one.
+    pub(super) fn merge(&mut self, other: ReplayReport) {
+        self.selected += other.selected;
+        self.reinjected += other.reinjected;
+        self.suppressed_duplicate += other.suppressed_duplicate;
+        self.still_failing += other.still_failing;
+        self.quarantined += other.quarantined;
+        self.skipped += other.skipped;
+        self.completed = other.completed;
+        self.stopped = other.stopped;
+        self.changed_since.extend(other.changed_since);
+        for i in other.items {
+            if self.items.len() < MAX_REPORT_ITEMS {
+                self.items.push(i);
+            } else {
+                self.items_truncated = true;
+            }
+        }
+        self.items_truncated |= other.items_truncated;
     }
 
     /// The counts, one line (an approval request's dry run and execution summaries).

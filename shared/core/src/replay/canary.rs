@@ -1,0 +1,145 @@
+//! Canary replays (`domain::canary`): of a pinned set, re-inject a first slice, wait for what
+//! became of its copies — committed (the transaction is in the ledger) or dead-lettered again
+//! (the copy's own envelope exists) — and re-inject the rest only while the failure share stays
+//! within the canary's threshold. Otherwise the run stops with the canary's report; nothing of
+//! the rest is touched.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::approval::pinned;
+use super::{ReplayReport, ReplayRequest, Replayer};
+use crate::domain::approval::ChangeSet;
+use crate::domain::canary::{Canary, CanaryReport, Fate};
+use crate::domain::envelope::envelope_id;
+use crate::ports::{
+    AuditLog, AuditOutbox, Backlog, EnvelopeStore, FlowResult, Ledger, Metrics, ReferenceData, ReplayQueue,
+    StoreResult, SweepCursors, Worm,
+};
+
+/// What a dry run calls a re-injection.
+const WOULD_REINJECT: &str = "WOULD_REINJECT";
+
+/// How often the canary looks at its copies.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
+where
+    S: EnvelopeStore + SweepCursors + Backlog + AuditOutbox,
+    L: Ledger,
+    R: ReferenceData,
+    Q: ReplayQueue,
+    W: Worm,
+    A: AuditLog,
+    M: Metrics,
+{
+    /// Run `req` over `set` (each envelope only while its fingerprint holds; `what` names what
+    /// pinned it), behind `canary` when there is one and its slice is not the whole of the
+    /// re-injections.
+    pub(super) async fn run_set(
+        &self,
+        req: &ReplayRequest,
+        set: &ChangeSet,
+        what: &str,
+        canary: Option<&Canary>,
+        deadline: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> FlowResult<ReplayReport> {
+        let all = set.expected();
+        let reinjections: Vec<&str> = set
+            .changes
+            .iter()
+            .filter(|c| c.outcome == WOULD_REINJECT)
+            .map(|c| c.envelope_id.as_str())
+            .collect();
+        let size = canary.map_or(0, |c| c.slice.of(reinjections.len()));
+        let (Some(canary), true) = (canary, size > 0 && size < reinjections.len()) else {
+            return match pinned(req, &all) {
+                Some(p) => self.run_with(&p, Some((what, &all)), deadline).await,
+                None => Ok(ReplayReport::default()),
+            };
+        };
+        let (first, rest): (BTreeMap<String, String>, BTreeMap<String, String>) = all
+            .into_iter()
+            .partition(|(id, _)| reinjections[..size].contains(&id.as_str()));
+        let Some(slice) = pinned(req, &first) else {
+            return Ok(ReplayReport::default());
+        };
+        let mut report = self.run_with(&slice, Some((what, &first)), deadline).await?;
+        let copies = self.copies(&report.replay_id, first.keys()).await?;
+        let verdict = self.await_fates(&copies, canary, deadline).await?;
+        tracing::info!(replay_id = %report.replay_id, canary = %verdict, "canary slice decided");
+        let passed = verdict.passed;
+        if !passed {
+            report.stopped = Some(format!("{verdict}; the rest ({} envelopes) not touched", rest.len()));
+        }
+        report.canary = Some(verdict);
+        if passed && let Some(rest_req) = pinned(req, &rest) {
+            let more = self.run_with(&rest_req, Some((what, &rest)), deadline).await?;
+            report.merge(more);
+        }
+        Ok(report)
+    }
+
+    /// The copies replay `replay_id` re-injected of `ids`: each one's SQS message id and
+    /// transaction.
+    async fn copies(&self, replay_id: &str, ids: impl Iterator<Item = &String>) -> StoreResult<Vec<(String, String)>> {
+        let mut copies = Vec::new();
+        for id in ids {
+            let Some(e) = self.store.get(id).await? else { continue };
+            let copy = e
+                .replays
+                .iter()
+                .rev()
+                .find(|r| r.replay_id == replay_id)
+                .and_then(|r| r.sqs_message_id.clone());
+            if let Some(copy) = copy {
+                copies.push((copy, e.source_hash.clone()));
+            }
+        }
+        Ok(copies)
+    }
+
+    async fn fate(&self, copy: &str, source_hash: &str) -> StoreResult<Fate> {
+        if self.store.get(&envelope_id(copy)).await?.is_some() {
+            return Ok(Fate::DeadLettered);
+        }
+        Ok(match self.ledger.lookup(source_hash).await? {
+            Some(_) => Fate::Committed,
+            None => Fate::Unknown,
+        })
+    }
+
+    /// Look at the copies every second until each has an outcome, the canary's wait is over, or
+    /// the time budget is.
+    async fn await_fates(
+        &self,
+        copies: &[(String, String)],
+        canary: &Canary,
+        deadline: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> StoreResult<CanaryReport> {
+        let clock = &*self.clock;
+        let started = clock.monotonic();
+        let wait = Duration::from_secs(u64::from(canary.wait_secs));
+        let deadline = deadline.map(|d| crate::ports::Deadline::at(clock, d));
+        let mut fates = vec![Fate::Unknown; copies.len()];
+        loop {
+            for (fate, (copy, hash)) in fates.iter_mut().zip(copies) {
+                if *fate == Fate::Unknown {
+                    *fate = self.fate(copy, hash).await?;
+                }
+            }
+            let waited = clock.monotonic().saturating_sub(started);
+            let out_of_time = deadline.is_some_and(|d| d.within(clock, self.config.deadline_margin + LOOK_EVERY));
+            if !fates.contains(&Fate::Unknown) || waited >= wait || out_of_time {
+                return Ok(CanaryReport::of(
+                    &fates,
+                    canary,
+                    u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                ));
+            }
+            clock.sleep(LOOK_EVERY).await;
+            // Let whatever else this task runs (a local pump) take its turn.
+            tokio::task::yield_now().await;
+        }
+    }
+}
