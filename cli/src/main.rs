@@ -6,6 +6,7 @@
 mod approvals;
 mod audit;
 mod bundle;
+mod calibrate;
 mod context;
 mod demo;
 mod ops;
@@ -132,6 +133,9 @@ enum Command {
         #[command(subcommand)]
         command: audit::AuditCommand,
     },
+    /// The retry budget against history: recoveries per attempt, the knee, what became of each
+    /// transient kind's exhausted messages, and a recommended budget and backoff.
+    Calibrate(calibrate::CalibrateArgs),
     /// Prove ingested = committed + duplicates + pending + quarantined + in flight (exit 1 if not).
     Reconcile(bundle::ReconcileArgs),
     /// Evidence for auditors.
@@ -318,6 +322,7 @@ async fn run(cli: Cli) -> Result<()> {
         } => remediate::currency(&clients, &names, &command).await,
         Command::Period { command } => remediate::period(&clients, &names, &command).await,
         Command::Audit { command } => audit::run(&clients, &names, &command).await,
+        Command::Calibrate(args) => calibrate::run(&clients, &names, &args).await,
         Command::Reconcile(args) => bundle::reconcile_cmd(&clients, &names, &args).await,
         Command::Evidence {
             command: EvidenceCommand::Export { period, out },

@@ -150,6 +150,16 @@ async fn print_evidence(clients: &AwsClients, stack: &Stack, manifest: &Path, r:
         .await
         .map_err(anyhow::Error::msg)?;
     println!("   reference-audit: {changes} changes on the reference table's stream, each a REFERENCE_CHANGED record");
+    let c = crate::calibrate::measure(clients, &stack.names, &LedgerScope::default(), None).await?;
+    println!(
+        "   dlqctl calibrate: {} exhausted, knee at attempt {}; budget {} receives spanning {} s, recommended {} spanning {} s",
+        c.exhausted,
+        c.knee.map_or_else(|| "-".to_owned(), |k| k.to_string()),
+        c.current.max_attempts,
+        c.current_window_secs,
+        c.recommended.max_attempts,
+        c.recommended_window_secs
+    );
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table);
     let worm = S3Worm::new(clients.s3.clone(), &stack.names.bucket());
     let (key, sealed) = seal(&audit, &worm, chrono::Utc::now()).await?;

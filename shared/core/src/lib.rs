@@ -14,9 +14,11 @@
 //!   [`batch`] (the shape of an SQS-triggered handler), [`consume`] (the `consumer` Lambda),
 //!   [`enrich`] (the `enricher` Lambda), [`envelopes`] (steps enrich and replay share),
 //!   [`replay`] (the `replay` Lambda), [`claim`] (claim -> post -> commit for an external
-//!   ledger), [`reconcile`] (completeness), [`evidence`] (seals, verification, bundles).
+//!   ledger), [`reconcile`] (completeness), [`evidence`] (seals, verification, bundles),
+//!   [`calibrate`] (the retry budget from history).
 
 pub mod batch;
+pub mod calibrate;
 pub mod claim;
 pub mod config;
 pub mod consume;

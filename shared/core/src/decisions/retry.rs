@@ -14,7 +14,7 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 /// SQS refuses visibility timeouts above 12 hours.
 pub const MAX_VISIBILITY_SECS: u32 = 43_200;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct RetryPolicy {
     /// Receives allowed; on this receive a transient failure is dead-lettered by the consumer.
     pub max_attempts: u32,
