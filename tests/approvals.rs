@@ -74,7 +74,7 @@ async fn an_approved_replay_posts_exactly_its_set_once_and_every_step_is_audited
     // Above the policy: refused, nothing sent.
     let err = r.run(&all, None).await.unwrap_err();
     assert!(err.to_string().contains("needs a second person's approval"), "{err}");
-    let assessed = r.assess(&all).await.unwrap();
+    let assessed = r.assess(&all, None).await.unwrap();
     let request = r.request_approval(&all, &assessed, &who("maker"), None).await.unwrap();
     assert_eq!(request.exposure.count, 3);
     let stored = s
@@ -118,12 +118,17 @@ async fn an_approved_replay_posts_exactly_its_set_once_and_every_step_is_audited
     r.decide(&request.request_id, &who("checker"), true, "mapping checked")
         .await
         .unwrap();
-    let (done, report) = r.execute(&request.request_id, "integration-test", None).await.unwrap();
+    let (done, report) = r
+        .execute(&request.request_id, "integration-test", None, None)
+        .await
+        .unwrap();
     assert_eq!(done.status, RequestStatus::Executed);
     assert_eq!(report.reinjected, 2, "{report:#?}");
     assert_eq!(report.changed_since, vec![first]);
     assert!(
-        r.execute(&request.request_id, "integration-test", None).await.is_err(),
+        r.execute(&request.request_id, "integration-test", None, None)
+            .await
+            .is_err(),
         "once"
     );
 
@@ -168,7 +173,7 @@ async fn two_approvers_at_once_one_wins_and_two_executions_at_once_one_runs() {
     set_policy(&s, 0).await;
     let r = s.replayer();
     let all = replay(Selector::default(), "XAU mapped");
-    let assessed = r.assess(&all).await.unwrap();
+    let assessed = r.assess(&all, None).await.unwrap();
     let request = r.request_approval(&all, &assessed, &who("maker"), None).await.unwrap();
     let (checker_a, checker_b) = (who("checker-a"), who("checker-b"));
     let (a, b) = tokio::join!(
@@ -184,8 +189,8 @@ async fn two_approvers_at_once_one_wins_and_two_executions_at_once_one_runs() {
         .unwrap();
     assert_eq!((decided.status, decided.version), (RequestStatus::Approved, 2));
     let (x, y) = tokio::join!(
-        r.execute(&request.request_id, "x", None),
-        r.execute(&request.request_id, "y", None)
+        r.execute(&request.request_id, "x", None, None),
+        r.execute(&request.request_id, "y", None, None)
     );
     assert_eq!(u8::from(x.is_ok()) + u8::from(y.is_ok()), 1);
     let report = x.or(y).unwrap().1;
@@ -204,9 +209,11 @@ async fn the_largest_request_fits_a_dynamodb_item() {
             envelope_id: format!("env_{n:032x}"),
             fingerprint: format!("{n:032x}"),
             outcome: "WOULD_QUARANTINE".into(),
-            currency: Some("USD".into()),
-            amount: Some("12345678901234.56".into()),
-            entity: Some("ACME-HOLDINGS-INTERNATIONAL-EU".into()),
+            // The longest each field may be: a 12-character currency, 28 digits, a 64-character
+            // entity.
+            currency: Some("ABCDEFGHIJKL".into()),
+            amount: Some(format!("-{}.{}", "9".repeat(14), "9".repeat(14))),
+            entity: Some("E".repeat(64)),
             period: Some("2026-11".into()),
             closed_period: true,
         })
@@ -215,7 +222,7 @@ async fn the_largest_request_fits_a_dynamodb_item() {
         NewRequest {
             action: Action::Quarantine,
             selector: "{}".into(),
-            reason: "r".into(),
+            reason: "r".repeat(recon_core::domain::approval::MAX_REASON_BYTES),
             requested_by: who("maker"),
             why: vec!["w".into()],
             dry_run: String::new(),
@@ -244,6 +251,19 @@ async fn the_largest_request_fits_a_dynamodb_item() {
         .unwrap();
     assert_eq!(back.set.len(), MAX_REQUEST_ENVELOPES);
     assert!(back.check_digest().is_ok());
+    // Its last write holds the most: a decision, two runs, every envelope changed since.
+    let mut r = back;
+    let now = chrono::Utc::now();
+    r.approve(&who("checker"), &"d".repeat(1000), now).unwrap();
+    let changed: Vec<String> = r.set.changes.iter().map(|c| c.envelope_id.clone()).collect();
+    r.start("x", None, now).unwrap();
+    r.finish("rpl_1", "s".repeat(300), changed.clone(), true, now);
+    r.start("y", Some(&who("checker")), now).unwrap();
+    r.finish("rpl_2", "s".repeat(300), changed, false, now);
+    // Written over the stored version: its size is what is checked.
+    r.version = 2;
+    assert!(memory.update_request(&r, None).await.unwrap());
+    assert!(s.envelope_store().update_request(&r, None).await.unwrap());
 }
 
 #[tokio::test]

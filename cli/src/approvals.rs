@@ -38,6 +38,10 @@ pub enum PolicyCommand {
         /// Hours a request waits for a decision (and an approved one for its execution).
         #[arg(long, default_value_t = recon_core::domain::approval::DEFAULT_EXPIRE_HOURS)]
         expire_hours: u32,
+        /// The approver must act in another role than the requester, whatever the session names
+        /// (where callers choose their own; with IAM Identity Center the session is the person).
+        #[arg(long)]
+        distinct_roles: bool,
         /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
         #[arg(long)]
         actor: Option<String>,
@@ -116,6 +120,7 @@ pub async fn policy(clients: &AwsClients, names: &ResourceNames, cmd: &PolicyCom
         max_amount,
         closed_period,
         expire_hours,
+        distinct_roles,
         actor,
     } = cmd
     else {
@@ -126,6 +131,7 @@ pub async fn policy(clients: &AwsClients, names: &ResourceNames, cmd: &PolicyCom
         max_amount: parse_amounts(max_amount)?,
         closed_period: *closed_period,
         expire_hours: *expire_hours,
+        distinct_roles: *distinct_roles,
     };
     policy.check().map_err(anyhow::Error::msg)?;
     let actor = identity(clients, actor.as_deref()).await?.to_string();
@@ -257,7 +263,7 @@ pub async fn requests(clients: &AwsClients, names: &ResourceNames, cmd: &Request
             crate::output::emit(&q, || describe(&q))
         }
         RequestsCommand::Execute { request_id } => {
-            let (q, report) = r.execute(request_id, &format!("dlqctl:{me}"), None).await?;
+            let (q, report) = r.execute(request_id, &format!("dlqctl:{me}"), Some(&me), None).await?;
             if !crate::output::json() {
                 println!("{}", describe(&q));
             }
@@ -307,7 +313,9 @@ pub async fn decide(clients: &AwsClients, names: &ResourceNames, a: &DecisionArg
             )
         });
     }
-    let (done, report) = r.execute(&a.request_id, &format!("dlqctl:{me}"), None).await?;
+    let (done, report) = r
+        .execute(&a.request_id, &format!("dlqctl:{me}"), Some(&me), None)
+        .await?;
     if !crate::output::json() {
         println!("{}", describe(&done));
     }

@@ -105,5 +105,13 @@ pub async fn measure(
     let by_attempt = count_attempts(&ledger, scope, since).await?;
     let store = crate::triage::store(clients, names);
     let envelopes = crate::triage::envelopes(&store, None).await?;
-    Ok(calibrate(&ledger, &by_attempt, &envelopes, current, since).await?)
+    Ok(calibrate(
+        &ledger,
+        &by_attempt,
+        &envelopes,
+        current,
+        since,
+        scope.period.as_deref(),
+    )
+    .await?)
 }

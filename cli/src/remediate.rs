@@ -207,7 +207,7 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, 
         })
         .map(|c| c.check().map(|()| c).map_err(anyhow::Error::msg))
         .transpose()?;
-    let assessed = r.assess(&wanted).await?;
+    let assessed = r.assess(&wanted, None).await?;
     let preview = assessed.preview.clone();
     if a.dry_run {
         if !assessed.why.is_empty() && !crate::output::json() {

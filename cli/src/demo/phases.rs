@@ -264,7 +264,7 @@ impl<'a> Pipeline<'a> {
         req: &ReplayRequest,
         canary: Option<Canary>,
     ) -> Result<ReplayReport> {
-        let assessed = r.assess(req).await?;
+        let assessed = r.assess(req, None).await?;
         if assessed.why.is_empty() {
             return Ok(r.run(req, None).await?);
         }
@@ -292,7 +292,7 @@ impl<'a> Pipeline<'a> {
         let finished = std::sync::atomic::AtomicBool::new(false);
         let execute = async {
             let x = checker
-                .execute(&request.request_id, &format!("dlqctl:{controller}"), None)
+                .execute(&request.request_id, &format!("dlqctl:{controller}"), None, None)
                 .await;
             finished.store(true, std::sync::atomic::Ordering::SeqCst);
             x

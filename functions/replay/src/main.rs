@@ -55,7 +55,7 @@ async fn main() -> Result<(), Error> {
                 } => {
                     let by = format!("{triggered_by} (via {})", replayer.config.actor);
                     let deadline = lambda_deadline(event.context.deadline);
-                    let (request, report) = Box::pin(replayer.execute(&request_id, &by, deadline)).await?;
+                    let (request, report) = Box::pin(replayer.execute(&request_id, &by, None, deadline)).await?;
                     Ok(serde_json::json!({ "request": request, "report": report }))
                 }
             }

@@ -114,17 +114,22 @@ pub async fn count_attempts<R: LedgerReader + ?Sized>(
     Ok(by_attempt)
 }
 
-/// Calibrate `current` from `by_attempt` (see [`count_attempts`]) and the envelopes, asking
-/// `ledger` whether each exhausted message's transaction is in it by now.
+/// Calibrate `current` from `by_attempt` (see [`count_attempts`]) and the envelopes (of
+/// `period`, when the postings were of one), asking `ledger` whether each exhausted message's
+/// transaction is in it by now.
 pub async fn calibrate<L: Ledger>(
     ledger: &L,
     by_attempt: &BTreeMap<u32, u64>,
     envelopes: &[DlqEnvelope],
     current: RetryPolicy,
     since: Option<DateTime<Utc>>,
+    period: Option<&str>,
 ) -> StoreResult<Calibration> {
     let ids: BTreeSet<&str> = envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
-    let window = |e: &&DlqEnvelope| since.is_none_or(|s| e.dead_lettered_at >= s);
+    let window = |e: &&DlqEnvelope| {
+        since.is_none_or(|s| e.dead_lettered_at >= s)
+            && period.is_none_or(|p| e.accounting_period.as_deref() == Some(p))
+    };
     let mut kinds: BTreeMap<String, KindReport> = BTreeMap::new();
     let (mut redriven, mut receives_on_redrive) = (0, 0);
     for e in envelopes.iter().filter(window) {
@@ -185,12 +190,18 @@ pub async fn calibrate<L: Ledger>(
         let from_knee = knee.map_or(MIN_ATTEMPTS, |k| k + 1);
         let outlasted = recovered_later * 2 > exhausted;
         let from_exhaustion = if outlasted { current.max_attempts + 1 } else { 0 };
-        recommended.max_attempts = from_knee.max(from_exhaustion).clamp(MIN_ATTEMPTS, MAX_ATTEMPTS);
+        // Never fewer than now when the trouble outlasted the budget.
+        let most = if outlasted {
+            MAX_ATTEMPTS.max(current.max_attempts + 1)
+        } else {
+            MAX_ATTEMPTS
+        };
+        recommended.max_attempts = from_knee.max(from_exhaustion).clamp(MIN_ATTEMPTS, most);
         if outlasted {
             // The trouble outlasted the backoff window: span at least twice as long, with more
             // attempts while they stay within range, then with a longer cap.
             let wanted = window_secs(&current).saturating_mul(2).max(1);
-            while window_secs(&recommended) < wanted && recommended.max_attempts < MAX_ATTEMPTS {
+            while window_secs(&recommended) < wanted && recommended.max_attempts < most {
                 recommended.max_attempts += 1;
             }
             while window_secs(&recommended) < wanted

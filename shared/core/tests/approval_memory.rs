@@ -92,7 +92,7 @@ async fn an_approved_request_runs_exactly_its_set_and_skips_what_changed_since()
     }
     policy(&w, 1).await;
     let r = w.replayer(ReplayConfig::default());
-    let assessed = r.assess(&xau_replay()).await.unwrap();
+    let assessed = r.assess(&xau_replay(), None).await.unwrap();
     assert_eq!(assessed.why.len(), 1, "{:?}", assessed.why);
     let request = r
         .request_approval(&xau_replay(), &assessed, &who("maker"), None)
@@ -110,7 +110,7 @@ async fn an_approved_request_runs_exactly_its_set_and_skips_what_changed_since()
     let err = r.decide(&request.request_id, &same, true, "fine").await.unwrap_err();
     assert!(err.to_string().contains("self-approval refused"), "{err}");
     // Nothing runs before approval.
-    let err = r.execute(&request.request_id, "ops", None).await.unwrap_err();
+    let err = r.execute(&request.request_id, "ops", None, None).await.unwrap_err();
     assert!(err.to_string().contains("only an APPROVED request runs"), "{err}");
 
     // Meanwhile: a fourth envelope arrives, and the first is replayed by someone else.
@@ -134,7 +134,7 @@ async fn an_approved_request_runs_exactly_its_set_and_skips_what_changed_since()
         .await
         .unwrap();
     assert_eq!(approved.status, RequestStatus::Approved);
-    let (done, report) = r.execute(&request.request_id, "ops", None).await.unwrap();
+    let (done, report) = r.execute(&request.request_id, "ops", None, None).await.unwrap();
     assert_eq!(done.status, RequestStatus::Executed);
     // The second and third: re-injected. The first: changed since, not re-injected twice. The
     // fourth: not in the set.
@@ -144,7 +144,7 @@ async fn an_approved_request_runs_exactly_its_set_and_skips_what_changed_since()
     assert_eq!(w.status(&late.envelope_id).await, EnvelopeStatus::Pending);
     assert_eq!(done.execution.as_ref().unwrap().changed_since, vec![ids[0].clone()]);
     // Once.
-    assert!(r.execute(&request.request_id, "ops", None).await.is_err());
+    assert!(r.execute(&request.request_id, "ops", None, None).await.is_err());
     assert_eq!(w.queue.sent().len(), 3);
 
     let kinds = kinds(&w).await;
@@ -170,7 +170,7 @@ async fn a_request_expires_and_a_rejected_one_never_runs() {
     }
     policy(&w, 1).await;
     let r = w.replayer(ReplayConfig::default());
-    let assessed = r.assess(&xau_replay()).await.unwrap();
+    let assessed = r.assess(&xau_replay(), None).await.unwrap();
     let first = r
         .request_approval(&xau_replay(), &assessed, &who("maker"), None)
         .await
@@ -187,7 +187,7 @@ async fn a_request_expires_and_a_rejected_one_never_runs() {
         .await
         .unwrap();
     assert_eq!(rejected.status, RequestStatus::Rejected);
-    assert!(r.execute(&second.request_id, "ops", None).await.is_err());
+    assert!(r.execute(&second.request_id, "ops", None, None).await.is_err());
 
     w.clock.advance(ChronoDuration::hours(72));
     assert_eq!(r.expire_requests().await.unwrap(), 1);
@@ -222,12 +222,12 @@ async fn an_approved_quarantine_quarantines_its_set() {
     };
     let r = w.replayer(ReplayConfig::default());
     assert!(r.run(&req, None).await.is_err());
-    let assessed = r.assess(&req).await.unwrap();
+    let assessed = r.assess(&req, None).await.unwrap();
     let request = r.request_approval(&req, &assessed, &who("maker"), None).await.unwrap();
     r.decide(&request.request_id, &who("checker"), true, "ok")
         .await
         .unwrap();
-    let (_, report) = r.execute(&request.request_id, "ops", None).await.unwrap();
+    let (_, report) = r.execute(&request.request_id, "ops", None, None).await.unwrap();
     assert_eq!(outcomes(&report), ["QUARANTINED", "QUARANTINED"]);
 }
 
@@ -336,7 +336,7 @@ async fn an_approved_request_whose_canary_fails_pauses_and_goes_on_only_when_run
     }
     policy(&w, 1).await;
     let r = w.replayer(ReplayConfig::default());
-    let assessed = r.assess(&xau_replay()).await.unwrap();
+    let assessed = r.assess(&xau_replay(), None).await.unwrap();
     let request = r
         .request_approval(&xau_replay(), &assessed, &who("maker"), Some(canary("1", 10)))
         .await
@@ -346,7 +346,7 @@ async fn an_approved_request_whose_canary_fails_pauses_and_goes_on_only_when_run
         .unwrap();
     let done = std::sync::atomic::AtomicBool::new(false);
     let run = async {
-        let x = r.execute(&request.request_id, "ops", None).await;
+        let x = r.execute(&request.request_id, "ops", None, None).await;
         done.store(true, std::sync::atomic::Ordering::SeqCst);
         x
     };
@@ -358,10 +358,53 @@ async fn an_approved_request_whose_canary_fails_pauses_and_goes_on_only_when_run
 
     // Someone looked at the report and goes on: the rest, without another canary; the canary's
     // envelope changed since the request and is not touched again.
-    let (done, rest) = r.execute(&request.request_id, "ops", None).await.unwrap();
+    // Not by the payload of a function that knows nobody, nor by the requester.
+    assert!(r.execute(&request.request_id, "ops", None, None).await.is_err());
+    assert!(
+        r.execute(&request.request_id, "ops", Some(&who("maker")), None)
+            .await
+            .is_err()
+    );
+    let (done, rest) = r
+        .execute(&request.request_id, "ops", Some(&who("checker")), None)
+        .await
+        .unwrap();
     assert_eq!(done.status, RequestStatus::Executed);
     assert_eq!(rest.reinjected, 3);
     assert_eq!(rest.changed_since.len(), 1);
     assert!(rest.canary.is_none());
     assert_eq!(w.queue.sent().len(), 4);
+}
+
+#[tokio::test]
+async fn an_approved_run_stopped_by_back_pressure_pauses_and_a_second_person_resumes_it() {
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=3 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(1)).await;
+    }
+    policy(&w, 1).await;
+    let r = w.replayer(ReplayConfig::default());
+    let assessed = r.assess(&xau_replay(), None).await.unwrap();
+    let request = r
+        .request_approval(&xau_replay(), &assessed, &who("maker"), None)
+        .await
+        .unwrap();
+    r.decide(&request.request_id, &who("checker"), true, "ok")
+        .await
+        .unwrap();
+    w.queue.set_depth(1_000_000);
+    let (paused, report) = r.execute(&request.request_id, "ops", None, None).await.unwrap();
+    assert_eq!(paused.status, RequestStatus::Paused, "{report:#?}");
+    assert!(w.queue.sent().is_empty());
+    w.queue.set_depth(0);
+    let (done, rest) = r
+        .execute(&request.request_id, "ops", Some(&who("checker")), None)
+        .await
+        .unwrap();
+    assert_eq!((done.status, rest.reinjected), (RequestStatus::Executed, 3));
+    assert_eq!(done.earlier.len(), 1);
+    // Each run has its own record: the pause's and the execution's.
+    let kinds = kinds(&w).await;
+    assert!(kinds.contains(&AuditKind::ApprovalPaused) && kinds.contains(&AuditKind::ApprovalExecuted));
 }

@@ -88,7 +88,7 @@ async fn the_curve_the_knee_and_each_kinds_fate_come_from_history() {
         Some(&103),
         "the three recovered later posted on their first receive here"
     );
-    let c = calibrate(&*w.ledger, &by_attempt, &envelopes, current, None)
+    let c = calibrate(&*w.ledger, &by_attempt, &envelopes, current, None, None)
         .await
         .unwrap();
 
@@ -115,7 +115,7 @@ async fn without_transient_failures_nothing_is_recommended() {
     let w = world();
     post(&w, 1, 1).await;
     let by_attempt = count_attempts(&*w.ledger, &LedgerScope::default(), None).await.unwrap();
-    let c = calibrate(&*w.ledger, &by_attempt, &[], RetryPolicy::default(), None)
+    let c = calibrate(&*w.ledger, &by_attempt, &[], RetryPolicy::default(), None, None)
         .await
         .unwrap();
     assert_eq!(c.recommended, RetryPolicy::default());
@@ -133,7 +133,7 @@ async fn when_exhausted_messages_post_once_replayed_the_budget_spans_twice_as_lo
     }
     let current = RetryPolicy::default();
     let by_attempt = count_attempts(&*w.ledger, &LedgerScope::default(), None).await.unwrap();
-    let c = calibrate(&*w.ledger, &by_attempt, &envelopes, current, None)
+    let c = calibrate(&*w.ledger, &by_attempt, &envelopes, current, None, None)
         .await
         .unwrap();
     assert_eq!(c.kinds[0].recovered_later, 2);

@@ -107,7 +107,19 @@ impl ApprovalRequests for DynamoEnvelopeStore {
             .send()
             .await
             .map_err(|e| store_error("Query(approval requests)", e))?;
-        let requests = out.items().iter().map(request_of).collect::<StoreResult<Vec<_>>>()?;
+        // An item that does not read back as a request is named in the log and left out: one
+        // bad item must not hide every other request.
+        let requests = out
+            .items()
+            .iter()
+            .filter_map(|i| {
+                request_of(i)
+                    .inspect_err(
+                        |e| tracing::error!(error = %e, "an approval request item does not read back; left out"),
+                    )
+                    .ok()
+            })
+            .collect();
         Ok((requests, encode_cursor(out.last_evaluated_key)))
     }
 

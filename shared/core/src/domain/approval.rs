@@ -45,6 +45,11 @@ pub struct ApprovalPolicy {
     /// Hours a request waits for a decision (and an approved one for its execution).
     #[serde(default = "default_expire_hours")]
     pub expire_hours: u32,
+    /// The approver must act in another role than the requester, whatever the session names
+    /// (where callers choose their own session names; with IAM Identity Center the session name
+    /// is the person, and the full ARNs differ between two people of one permission set).
+    #[serde(default)]
+    pub distinct_roles: bool,
 }
 
 fn default_expire_hours() -> u32 {
@@ -58,6 +63,7 @@ impl Default for ApprovalPolicy {
             max_amount: BTreeMap::new(),
             closed_period: false,
             expire_hours: DEFAULT_EXPIRE_HOURS,
+            distinct_roles: false,
         }
     }
 }
@@ -156,9 +162,14 @@ impl fmt::Display for ApprovalPolicy {
         if self.closed_period {
             rules.push("any envelope of a closed period".into());
         }
+        let by = if self.distinct_roles {
+            "; the approver in another role than the requester"
+        } else {
+            ""
+        };
         write!(
             f,
-            "approval needed for {}; requests expire after {} h",
+            "approval needed for {}; requests expire after {} h{by}",
             rules.join(", "),
             self.expire_hours
         )
@@ -251,6 +262,12 @@ impl ChangeSet {
     }
 }
 
+/// What an approver approves: the action, the canary, and the set (its ids and fingerprints).
+pub fn request_digest(action: Action, canary: Option<&Canary>, set: &ChangeSet) -> String {
+    let canary = canary.map_or_else(|| "none".to_owned(), |c| c.to_string());
+    sha256_hex(format!("recon-approval/v2\n{action:?}\n{canary}\n{}", set.digest()).as_bytes())
+}
+
 /// The state of an envelope that an approval covers: anything a remediation or an operator
 /// changes moves it (status and its history, replays, the failure, the economic fields, the
 /// original's bytes).
@@ -291,6 +308,17 @@ pub struct Identity {
     pub name: Option<String>,
 }
 
+impl Identity {
+    /// The principal without its session: `arn:aws:sts::A:assumed-role/ROLE/SESSION` is
+    /// `arn:aws:sts::A:assumed-role/ROLE` (the caller chooses SESSION); any other ARN as it is.
+    pub fn principal(&self) -> &str {
+        match self.arn.split_once(":assumed-role/") {
+            Some((_, role)) if role.contains('/') => self.arn.rsplit_once('/').map_or(&self.arn, |(p, _)| p),
+            _ => &self.arn,
+        }
+    }
+}
+
 impl fmt::Display for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.name {
@@ -307,7 +335,8 @@ pub enum RequestStatus {
     Approved,
     Rejected,
     Executing,
-    /// Its canary failed: the rest waits for someone to look (and run it, or not).
+    /// Its canary failed, or its run stopped early (time, back-pressure, the rate limit): the
+    /// rest waits for a second person to look and go on (or not) before it expires.
     Paused,
     Executed,
     Expired,
@@ -353,10 +382,19 @@ pub struct Execution {
     /// The replay's counts, one line.
     #[serde(default)]
     pub summary: String,
-    /// Envelopes of the set skipped because they changed since the request.
+    /// Envelopes of the set skipped because they changed since the request (the first
+    /// [`MAX_LISTED_CHANGED`]; the count is complete).
     #[serde(default)]
     pub changed_since: Vec<String>,
+    #[serde(default)]
+    pub changed_since_count: u64,
 }
+
+/// Changed envelopes listed on a request (the item must stay within DynamoDB's 400 KB).
+pub const MAX_LISTED_CHANGED: usize = 50;
+
+/// The longest reason and selector text a request keeps.
+pub const MAX_REASON_BYTES: usize = 1000;
 
 /// A remediation waiting for (or past) a second person's decision.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -383,6 +421,12 @@ pub struct ApprovalRequest {
     /// Run the set behind this canary (its first slice, then the rest if it passes).
     #[serde(default)]
     pub canary: Option<Canary>,
+    /// The policy's `distinct_roles` when the request was made.
+    #[serde(default)]
+    pub distinct_roles: bool,
+    /// Runs before the current one (a paused run, then its resumption).
+    #[serde(default)]
+    pub earlier: Vec<Execution>,
     #[serde(default)]
     pub decision: Option<Decision>,
     #[serde(default)]
@@ -420,7 +464,14 @@ impl ApprovalRequest {
         if n.reason.trim().is_empty() {
             return Err(Refused("a request must say why (--reason)".into()));
         }
-        let digest = n.set.digest();
+        if n.reason.len() > MAX_REASON_BYTES {
+            return Err(Refused(format!(
+                "a reason of {} bytes: at most {MAX_REASON_BYTES} (a ticket reference says more)",
+                n.reason.len()
+            )));
+        }
+        let selector = super::failure::bounded_detail(&n.selector).to_owned();
+        let digest = request_digest(n.action, n.canary.as_ref(), &n.set);
         let seed = format!(
             "{digest}|{}|{}",
             n.requested_by.arn,
@@ -431,7 +482,7 @@ impl ApprovalRequest {
             version: 1,
             status: RequestStatus::PendingApproval,
             action: n.action,
-            selector: n.selector,
+            selector,
             reason: n.reason,
             requested_by: n.requested_by,
             created_at: now,
@@ -442,6 +493,8 @@ impl ApprovalRequest {
             exposure: n.set.exposure(),
             set: n.set,
             canary: n.canary,
+            distinct_roles: policy.distinct_roles,
+            earlier: Vec::new(),
             decision: None,
             execution: None,
         })
@@ -450,7 +503,8 @@ impl ApprovalRequest {
     /// The set still hashes to the digest recorded with the request (a stored request whose set
     /// was edited is refused).
     pub fn check_digest(&self) -> Result<(), Refused> {
-        if self.set.digest() != self.digest || self.set.len() as u64 != self.exposure.count {
+        let digest = request_digest(self.action, self.canary.as_ref(), &self.set);
+        if digest != self.digest || self.set.len() as u64 != self.exposure.count {
             return Err(Refused(format!(
                 "request {}: its envelope set no longer matches its digest {}; refused",
                 self.request_id, self.digest
@@ -466,7 +520,11 @@ impl ApprovalRequest {
 
     /// Past its expiry and still waiting (for a decision or an execution): it expires.
     pub fn expire_if_due(&mut self, now: DateTime<Utc>) -> bool {
-        if matches!(self.status, RequestStatus::PendingApproval | RequestStatus::Approved) && now >= self.expires_at {
+        let waiting = matches!(
+            self.status,
+            RequestStatus::PendingApproval | RequestStatus::Approved | RequestStatus::Paused
+        );
+        if waiting && now >= self.expires_at {
             self.step(RequestStatus::Expired);
             return true;
         }
@@ -493,12 +551,7 @@ impl ApprovalRequest {
     /// names were given).
     pub fn approve(&mut self, by: &Identity, reason: &str, now: DateTime<Utc>) -> Result<(), Refused> {
         self.pending(now)?;
-        if by.arn == self.requested_by.arn {
-            return Err(Refused(format!(
-                "{} requested {}; approval needs a different identity (self-approval refused)",
-                by.arn, self.request_id
-            )));
-        }
+        self.another_person(by, "approval")?;
         self.check_digest()?;
         self.decision = Some(Decision {
             by: by.clone(),
@@ -506,6 +559,19 @@ impl ApprovalRequest {
             reason: reason.to_owned(),
         });
         self.step(RequestStatus::Approved);
+        Ok(())
+    }
+
+    /// `by` is not the requester: another ARN, and under `distinct_roles` another role.
+    fn another_person(&self, by: &Identity, what: &str) -> Result<(), Refused> {
+        let same =
+            by.arn == self.requested_by.arn || (self.distinct_roles && by.principal() == self.requested_by.principal());
+        if same {
+            return Err(Refused(format!(
+                "{} requested {}; {what} needs a different identity (self-approval refused)",
+                self.requested_by.arn, self.request_id
+            )));
+        }
         Ok(())
     }
 
@@ -524,31 +590,45 @@ impl ApprovalRequest {
         Ok(())
     }
 
-    /// Start executing: approved and not expired, paused by its canary (someone looked and goes
-    /// on), or executing under a lease that ran out.
-    pub fn start(&mut self, by: &str, now: DateTime<Utc>) -> Result<(), Refused> {
-        let resumable = self.status == RequestStatus::Paused
-            || self.status == RequestStatus::Executing
-                && self
-                    .execution
-                    .as_ref()
-                    .and_then(|x| x.lease_until)
-                    .is_some_and(|l| l <= now);
-        if !resumable {
-            if self.status != RequestStatus::Approved {
+    /// Start executing: approved, or paused and resumed by a person other than the requester
+    /// (`resumer`, the identity AWS vouches for), before it expires; or executing under a lease
+    /// that ran out (a crashed run).
+    pub fn start(&mut self, by: &str, resumer: Option<&Identity>, now: DateTime<Utc>) -> Result<(), Refused> {
+        let crashed = self.status == RequestStatus::Executing
+            && self
+                .execution
+                .as_ref()
+                .and_then(|x| x.lease_until)
+                .is_some_and(|l| l <= now);
+        match self.status {
+            RequestStatus::Approved => {}
+            RequestStatus::Paused => {
+                let who = resumer.ok_or_else(|| {
+                    Refused(format!(
+                        "request {} is PAUSED: a person other than its requester resumes it (dlqctl requests execute)",
+                        self.request_id
+                    ))
+                })?;
+                self.another_person(who, "resuming it")?;
+            }
+            _ if crashed => {}
+            _ => {
                 return Err(Refused(format!(
                     "request {} is {}: only an APPROVED request runs",
                     self.request_id, self.status
                 )));
             }
-            if now >= self.expires_at {
-                return Err(Refused(format!(
-                    "request {} expired at {} before it ran",
-                    self.request_id, self.expires_at
-                )));
-            }
+        }
+        if !crashed && now >= self.expires_at {
+            return Err(Refused(format!(
+                "request {} expired at {} before it ran",
+                self.request_id, self.expires_at
+            )));
         }
         self.check_digest()?;
+        if let Some(done) = self.execution.take_if(|x| x.finished_at.is_some()) {
+            self.earlier.push(done);
+        }
         self.execution = Some(Execution {
             by: by.to_owned(),
             started_at: Some(now),
@@ -573,7 +653,8 @@ impl ApprovalRequest {
         replay_id.clone_into(&mut x.replay_id);
         x.finished_at = Some(now);
         x.summary = summary;
-        x.changed_since = changed_since;
+        x.changed_since_count = changed_since.len() as u64;
+        x.changed_since = changed_since.into_iter().take(MAX_LISTED_CHANGED).collect();
         self.step(if paused {
             RequestStatus::Paused
         } else {
@@ -582,9 +663,9 @@ impl ApprovalRequest {
     }
 
     /// Whether this run is the first (its canary applies) rather than the resumption of a paused
-    /// one (someone looked at the canary's report and goes on without another).
+    /// one (someone looked at the report and goes on without another canary).
     pub fn first_run(&self) -> bool {
-        self.execution.as_ref().is_none_or(|x| x.finished_at.is_none())
+        self.status != RequestStatus::Paused
     }
 }
 

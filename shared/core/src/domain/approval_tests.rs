@@ -62,6 +62,7 @@ fn the_policy_names_every_rule_a_change_set_breaks_and_nothing_else() {
         max_amount: [("USD".to_owned(), "1000".parse().unwrap())].into(),
         closed_period: true,
         expire_hours: 1,
+        distinct_roles: false,
     };
     let why = policy.requires(&set(&a).exposure());
     // Three envelopes, USD 1100 gross (a credit moves money as a debit does).
@@ -146,7 +147,7 @@ fn a_request_expires_undecided_or_unexecuted_and_then_nothing_runs() {
 
     let mut r = request(set(&[envelope(1, "1", "USD")]), &policy);
     r.approve(&who("arn:checker"), "", at(1)).unwrap();
-    assert!(r.start("x", at(5)).unwrap_err().0.contains("expired"));
+    assert!(r.start("x", None, at(5)).unwrap_err().0.contains("expired"));
     assert!(r.expire_if_due(at(5)));
 }
 
@@ -154,28 +155,46 @@ fn a_request_expires_undecided_or_unexecuted_and_then_nothing_runs() {
 fn only_an_approved_request_starts_and_a_crashed_execution_resumes_after_its_lease() {
     let policy = ApprovalPolicy::default();
     let mut r = request(set(&[envelope(1, "1", "USD")]), &policy);
-    assert!(r.start("x", at(1)).unwrap_err().0.contains("only an APPROVED"));
+    assert!(r.start("x", None, at(1)).unwrap_err().0.contains("only an APPROVED"));
     r.approve(&who("arn:checker"), "", at(1)).unwrap();
-    r.start("x", at(1)).unwrap();
+    r.start("x", None, at(1)).unwrap();
     assert_eq!(r.status, RequestStatus::Executing);
     // A second start while the first holds its lease is refused …
-    assert!(r.start("y", at(1)).is_err());
+    assert!(r.start("y", None, at(1)).is_err());
     // … and allowed after it (the envelopes' fingerprints keep the work single).
     let later = at(1) + Duration::minutes(EXECUTION_LEASE_MINUTES);
-    r.start("y", later).unwrap();
+    r.start("y", None, later).unwrap();
     r.finish("rpl_2", "done".into(), vec![], false, later);
     assert_eq!(r.status, RequestStatus::Executed);
-    assert!(r.start("z", later).is_err());
+    assert!(r.start("z", None, later).is_err());
     // A paused request (its canary failed) goes on when someone starts it again.
     let mut p = request(set(&[envelope(1, "1", "USD")]), &policy);
     p.approve(&who("arn:checker"), "", at(1)).unwrap();
-    p.start("x", at(1)).unwrap();
+    p.start("x", None, at(1)).unwrap();
     assert!(p.first_run());
     p.finish("rpl_1", "canary failed".into(), vec![], true, at(1));
     assert_eq!(p.status, RequestStatus::Paused);
     assert!(!p.first_run());
-    p.start("y", at(2)).unwrap();
+    // … by another person than the requester, never by a payload that names nobody.
+    assert!(
+        p.start("y", None, at(2))
+            .unwrap_err()
+            .0
+            .contains("other than its requester")
+    );
+    let maker = Identity {
+        arn: "arn:aws:iam::1:user/maker".into(),
+        name: None,
+    };
+    assert!(
+        p.start("y", Some(&maker), at(2))
+            .unwrap_err()
+            .0
+            .contains("self-approval")
+    );
+    p.start("y", Some(&who("arn:checker")), at(2)).unwrap();
     assert_eq!(p.status, RequestStatus::Executing);
+    assert_eq!(p.earlier.len(), 1, "the paused run is kept");
 }
 
 #[test]
@@ -237,4 +256,70 @@ fn a_request_holds_at_most_its_limit_and_never_nothing() {
         .collect();
     assert!(new(set(&many)).unwrap_err().0.contains("--max-items"));
     assert!(new(set(&many[1..])).is_ok());
+}
+
+#[test]
+fn under_distinct_roles_two_sessions_of_one_role_are_one_person() {
+    let role = |session: &str| Identity {
+        arn: format!("arn:aws:sts::1:assumed-role/Ops/{session}"),
+        name: None,
+    };
+    assert_eq!(role("a").principal(), "arn:aws:sts::1:assumed-role/Ops");
+    assert_eq!(who("arn:aws:iam::1:user/x").principal(), "arn:aws:iam::1:user/x");
+    let policy = ApprovalPolicy {
+        distinct_roles: true,
+        ..ApprovalPolicy::default()
+    };
+    let mut r = ApprovalRequest::new(
+        NewRequest {
+            action: Action::Replay,
+            selector: String::new(),
+            reason: "r".into(),
+            requested_by: role("alice"),
+            why: vec![],
+            dry_run: String::new(),
+            set: set(&[envelope(1, "1", "USD")]),
+            canary: None,
+        },
+        &policy,
+        at(0),
+    )
+    .unwrap();
+    assert!(r.approve(&role("alice-again"), "", at(1)).is_err());
+    r.approve(&who("arn:aws:sts::1:assumed-role/Controller/bob"), "", at(1))
+        .unwrap();
+}
+
+#[test]
+fn a_reason_is_bounded_and_the_digest_covers_the_action_and_the_canary() {
+    let a = set(&[envelope(1, "1", "USD")]);
+    let canary = crate::domain::canary::Canary {
+        slice: crate::domain::canary::CanarySlice::Count(1),
+        max_failure_percent: 0,
+        wait_secs: 10,
+    };
+    let d = request_digest(Action::Replay, None, &a);
+    assert_ne!(d, request_digest(Action::Quarantine, None, &a));
+    assert_ne!(d, request_digest(Action::Replay, Some(&canary), &a));
+    let mut r = request(a.clone(), &ApprovalPolicy::default());
+    r.action = Action::Quarantine;
+    assert!(
+        r.check_digest().is_err(),
+        "a request whose action was edited is refused"
+    );
+    let long = ApprovalRequest::new(
+        NewRequest {
+            action: Action::Replay,
+            selector: String::new(),
+            reason: "x".repeat(MAX_REASON_BYTES + 1),
+            requested_by: who("arn:maker"),
+            why: vec![],
+            dry_run: String::new(),
+            set: a,
+            canary: None,
+        },
+        &ApprovalPolicy::default(),
+        at(0),
+    );
+    assert!(long.unwrap_err().0.contains("at most"));
 }

@@ -35,6 +35,10 @@ pub enum AuditKind {
     ApprovalRejected,
     /// An approved request ran: exactly its set, less what changed since.
     ApprovalExecuted,
+    /// An approved request's run stopped (its canary failed, or time ran out): the rest waits.
+    ApprovalPaused,
+    /// A PENDING dead letter's age reached a stage of the escalation chain.
+    Escalated,
     /// A request waited past its expiry, undecided or unexecuted.
     ApprovalExpired,
     /// Never written: a stored record that could not be read back (a field edited into a value
@@ -58,6 +62,8 @@ impl AuditKind {
             AuditKind::ApprovalGranted => "APPROVAL_GRANTED",
             AuditKind::ApprovalRejected => "APPROVAL_REJECTED",
             AuditKind::ApprovalExecuted => "APPROVAL_EXECUTED",
+            AuditKind::ApprovalPaused => "APPROVAL_PAUSED",
+            AuditKind::Escalated => "ESCALATED",
             AuditKind::ApprovalExpired => "APPROVAL_EXPIRED",
             AuditKind::Unreadable => "UNREADABLE",
         }

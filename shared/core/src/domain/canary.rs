@@ -106,27 +106,30 @@ pub struct CanaryReport {
     pub size: u64,
     pub committed: u64,
     pub dead_lettered: u64,
-    /// Copies with no outcome when the wait ended (counted as failing: nothing shows they post).
+    /// Re-injections with no outcome when the wait ended, or never sent (counted as failing:
+    /// nothing shows they post).
     pub unknown: u64,
     pub waited_ms: u64,
     pub passed: bool,
 }
 
 impl CanaryReport {
-    /// Count `fates` and decide against `canary`.
-    pub fn of(fates: &[Fate], canary: &Canary, waited_ms: u64) -> Self {
+    /// Count `fates` — of the copies found among `intended` re-injections; a re-injection with
+    /// no copy (not sent: the rate limit, time, a store) counts as failing, and a canary of
+    /// nothing fails — and decide against `canary`.
+    pub fn of(fates: &[Fate], intended: u64, canary: &Canary, waited_ms: u64) -> Self {
         let count = |f: Fate| fates.iter().filter(|x| **x == f).count() as u64;
-        let (committed, dead_lettered, unknown) =
-            (count(Fate::Committed), count(Fate::DeadLettered), count(Fate::Unknown));
-        let size = fates.len() as u64;
-        let failing = dead_lettered + unknown;
+        let (committed, dead_lettered) = (count(Fate::Committed), count(Fate::DeadLettered));
+        let size = intended.max(fates.len() as u64);
+        let unknown = size - committed - dead_lettered;
+        let failing = size - committed;
         CanaryReport {
             size,
             committed,
             dead_lettered,
             unknown,
             waited_ms,
-            passed: failing * 100 <= u64::from(canary.max_failure_percent) * size,
+            passed: size > 0 && failing * 100 <= u64::from(canary.max_failure_percent) * size,
         }
     }
 }
@@ -172,16 +175,20 @@ mod tests {
         };
         let mut fates = vec![Fate::Committed; 9];
         fates.push(Fate::DeadLettered);
-        assert!(CanaryReport::of(&fates, &canary, 3).passed, "1 of 10 is 10 %");
+        assert!(CanaryReport::of(&fates, 10, &canary, 3).passed, "1 of 10 is 10 %");
         fates[0] = Fate::Unknown;
-        let r = CanaryReport::of(&fates, &canary, 60);
+        let r = CanaryReport::of(&fates, 10, &canary, 60);
         assert!(!r.passed && r.unknown == 1 && r.dead_lettered == 1, "{r}");
         let strict = Canary {
             max_failure_percent: 0,
             ..canary
         };
-        assert!(CanaryReport::of(&[Fate::Committed; 3], &strict, 1).passed);
-        assert!(!CanaryReport::of(&[Fate::Committed, Fate::DeadLettered], &strict, 1).passed);
+        assert!(CanaryReport::of(&[Fate::Committed; 3], 3, &strict, 1).passed);
+        assert!(!CanaryReport::of(&[Fate::Committed, Fate::DeadLettered], 2, &strict, 1).passed);
+        // Re-injections that left no copy fail the canary; a canary of nothing fails.
+        let r = CanaryReport::of(&[Fate::Committed], 3, &canary, 1);
+        assert!(!r.passed && r.unknown == 2 && r.size == 3, "{r}");
+        assert!(!CanaryReport::of(&[], 0, &canary, 1).passed);
         assert!(strict.check().is_ok());
         assert!(Canary { wait_secs: 0, ..canary }.check().is_err());
         assert!(

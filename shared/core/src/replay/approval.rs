@@ -50,7 +50,9 @@ fn record(kind: AuditKind, r: &ApprovalRequest, actor: &str, detail: String) -> 
         AuditKind::ApprovalGranted | AuditKind::ApprovalRejected => r.decision.as_ref().map_or(r.created_at, |d| d.at),
         _ => r.execution.as_ref().and_then(|x| x.finished_at).unwrap_or(r.expires_at),
     };
-    let mut rec = AuditRecord::system(kind, &r.request_id, at, actor, detail);
+    // One record per step: the version tells a paused run's record from its resumption's.
+    let subject = format!("{}#v{}", r.request_id, r.version);
+    let mut rec = AuditRecord::system(kind, &subject, at, actor, detail);
     rec.sqs_message_id = r.digest.clone();
     rec
 }
@@ -66,13 +68,24 @@ where
     M: Metrics,
 {
     /// Dry-run `req` and measure what it would change against the approval policy.
-    pub async fn assess(&self, req: &ReplayRequest) -> FlowResult<Assessment> {
+    pub async fn assess(
+        &self,
+        req: &ReplayRequest,
+        deadline: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> FlowResult<Assessment> {
         let dry = ReplayRequest {
             dry_run: true,
             scheduled: false,
             ..req.clone()
         };
-        let preview = self.run_with(&dry, None, None).await?;
+        let preview = self.run_with(&dry, None, deadline).await?;
+        if preview.stopped.as_deref() == Some(super::sweep::OUT_OF_TIME) {
+            return Err(Refused(
+                "the dry run did not finish within the time budget, so what would change is not known: narrow the selector (or --max-items)"
+                    .into(),
+            )
+            .into());
+        }
         let why = self.reference.snapshot().await?.approval().requires(&preview.exposure);
         Ok(Assessment { preview, why })
     }
@@ -97,6 +110,9 @@ where
         requester: &Identity,
         canary: Option<Canary>,
     ) -> FlowResult<ApprovalRequest> {
+        if req.quarantine && canary.is_some() {
+            return Err(Refused("a quarantine re-injects nothing: a canary would have nothing to watch".into()).into());
+        }
         if assessed.preview.changes_truncated {
             return Err(Refused(format!(
                 "{} envelopes would change, more than one request holds: narrow the selector or pass --max-items",
@@ -210,16 +226,19 @@ where
 
     /// Run approved request `id`: exactly its set, each envelope only while it is as it was when
     /// the request was made (an envelope changed since is skipped and named). `by` runs it.
+    /// A paused request is resumed only by `resumer`, a person other than its requester (the
+    /// identity AWS vouches for; the replay function, which knows none, cannot resume one).
     pub async fn execute(
         &self,
         id: &str,
         by: &str,
+        resumer: Option<&Identity>,
         deadline: Option<chrono::DateTime<chrono::Utc>>,
     ) -> FlowResult<(ApprovalRequest, ReplayReport)> {
         let mut r = self.request(id).await?;
         // A paused request resumed goes on without its canary: someone looked at its report.
         let canary = r.canary.filter(|_| r.first_run());
-        r.start(by, self.clock.now())?;
+        r.start(by, resumer, self.clock.now())?;
         if !self.store.update_request(&r, None).await? {
             return Err(Refused(format!("request {id} changed as it was to start (another execution?)")).into());
         }
@@ -236,7 +255,9 @@ where
         }
         let what = format!("approval request {id} was made");
         let report = self.run_set(&req, &r.set, &what, canary.as_ref(), deadline).await?;
-        let paused = report.canary.as_ref().is_some_and(|c| !c.passed);
+        // A failed canary, or a run stopped early (time, back-pressure, the rate limit): the
+        // rest waits for a second person.
+        let paused = report.canary.as_ref().is_some_and(|c| !c.passed) || !report.completed;
         r.finish(
             &report.replay_id,
             report.summary(),
@@ -255,7 +276,12 @@ where
             Some(c) => format!("{detail}; {c}"),
             None => detail,
         };
-        let rec = record(AuditKind::ApprovalExecuted, &r, by, detail);
+        let kind = if paused {
+            AuditKind::ApprovalPaused
+        } else {
+            AuditKind::ApprovalExecuted
+        };
+        let rec = record(kind, &r, by, detail);
         if self.store.update_request(&r, Some(&rec)).await? {
             publish(&self.store, &self.audit, &self.metrics, &rec).await?;
         } else {

@@ -66,7 +66,7 @@ where
         };
         let mut report = self.run_with(&slice, Some((what, &first)), deadline).await?;
         let copies = self.copies(&report.replay_id, first.keys()).await?;
-        let verdict = self.await_fates(&copies, canary, deadline).await?;
+        let verdict = self.await_fates(&copies, first.len() as u64, canary, deadline).await?;
         tracing::info!(replay_id = %report.replay_id, canary = %verdict, "canary slice decided");
         let passed = verdict.passed;
         if !passed {
@@ -103,9 +103,10 @@ where
         if self.store.get(&envelope_id(copy)).await?.is_some() {
             return Ok(Fate::DeadLettered);
         }
+        // A hand-off to a manual journal is no posting: not what the canary waits for.
         Ok(match self.ledger.lookup(source_hash).await? {
-            Some(_) => Fate::Committed,
-            None => Fate::Unknown,
+            Some(c) if c.manual_journal.is_none() => Fate::Committed,
+            _ => Fate::Unknown,
         })
     }
 
@@ -114,6 +115,7 @@ where
     async fn await_fates(
         &self,
         copies: &[(String, String)],
+        intended: u64,
         canary: &Canary,
         deadline: Option<chrono::DateTime<chrono::Utc>>,
     ) -> StoreResult<CanaryReport> {
@@ -133,6 +135,7 @@ where
             if !fates.contains(&Fate::Unknown) || waited >= wait || out_of_time {
                 return Ok(CanaryReport::of(
                     &fates,
+                    intended,
                     canary,
                     u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
                 ));

@@ -173,26 +173,21 @@ where
         if req.scheduled || req.dry_run || unguarded {
             return self.run_with(req, None, deadline).await;
         }
-        let assessed = self.assess(req).await?;
+        let assessed = self.assess(req, deadline).await?;
         if !assessed.why.is_empty() {
             return Err(approval::needs_approval(req, &assessed.why).into());
         }
-        if assessed.preview.changes_truncated && canary.is_some() {
+        if assessed.preview.changes_truncated {
+            // Under a policy (or a canary) a run changes exactly what its dry run would: a set
+            // of at most MAX_REQUEST_ENVELOPES.
             return Err(Refused(format!(
-                "{} envelopes would change: a canary runs over at most {MAX_REQUEST_ENVELOPES} (narrow the selector or pass --max-items)",
+                "{} envelopes would change: under an approval policy or a canary a run changes exactly the envelopes its dry run names, at most {MAX_REQUEST_ENVELOPES} (narrow the selector or pass --max-items)",
                 assessed.preview.exposure.count
             ))
             .into());
         }
-        if assessed.preview.changes_truncated {
-            let capped = ReplayRequest {
-                selector: Selector {
-                    max_items: Some(usize::try_from(assessed.preview.selected).unwrap_or(usize::MAX)),
-                    ..req.selector.clone()
-                },
-                ..req.clone()
-            };
-            return self.run_with(&capped, None, deadline).await;
+        if req.quarantine && canary.is_some() {
+            return Err(Refused("a quarantine re-injects nothing: a canary would have nothing to watch".into()).into());
         }
         if assessed.preview.changes.is_empty() {
             // Nothing would change: nothing is done.

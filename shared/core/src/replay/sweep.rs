@@ -14,7 +14,7 @@ use crate::ports::{
     AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, ReplayQueue, StoreResult, SweepCursors, Worm,
 };
 
-const OUT_OF_TIME: &str = "time budget used up; the next sweep resumes from the saved cursor";
+pub(super) const OUT_OF_TIME: &str = "time budget used up; the next sweep resumes from the saved cursor";
 
 impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
 where
