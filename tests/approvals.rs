@@ -1,6 +1,7 @@
-//! Maker-checker approvals on the real local stack (DynamoDB Local, LocalStack): requests kept in
-//! the envelope table, decided and executed under DynamoDB's conditions; the approved set is
-//! exact; an envelope replayed between the request and its execution posts once.
+//! Governance on the real local stack (DynamoDB Local, LocalStack): maker-checker requests kept
+//! in the envelope table, decided and executed under DynamoDB's conditions (the approved set is
+//! exact; an envelope replayed between the request and its execution posts once); canaries whose
+//! copies dead-letter again; escalation by the scheduled sweep.
 
 use recon_core::domain::approval::{
     Action, ApprovalPolicy, ApprovalRequest, Change, ChangeSet, Identity, MAX_REQUEST_ENVELOPES, NewRequest,
@@ -8,7 +9,7 @@ use recon_core::domain::approval::{
 };
 use recon_core::domain::canary::{Canary, CanarySlice};
 use recon_core::domain::{AuditKind, AuditRecord, EnvelopeStatus, NewMessage, PeriodRecord, PeriodStatus};
-use recon_core::ports::{ApprovalRequests, AuditOutbox, ReferenceData};
+use recon_core::ports::{ApprovalRequests, AuditOutbox, EnvelopeStore, ReferenceData};
 use recon_core::replay::{ReplayRequest, Selector};
 use recon_harness::stack::TestStack;
 use recon_testkit::builders::tx;
@@ -314,4 +315,34 @@ async fn a_canary_whose_copies_dead_letter_again_stops_the_rest_on_the_local_sta
     let envelopes = s.envelopes().await;
     let pending = envelopes.iter().filter(|e| e.status == EnvelopeStatus::Pending).count();
     assert_eq!(pending, 4, "three untouched and the copy's own");
+}
+
+#[tokio::test]
+async fn a_scheduled_sweep_escalates_what_waited_too_long_once_per_stage() {
+    let s = TestStack::new("ap-escalate").await;
+    // An unmapped currency: the sweep leaves it PENDING. Dead-lettered 30 hours ago.
+    let mut e = recon_testkit::builders::envelope("env_escalation_30h");
+    e.dead_lettered_at = chrono::Utc::now() - chrono::Duration::hours(30);
+    s.envelope_store().create(&e).await.unwrap();
+    let r = s.replayer();
+    for _ in 0..2 {
+        let report = r.run(&recon_testkit::builders::sweep_request(), None).await.unwrap();
+        assert_eq!(report.still_failing, 1);
+    }
+    let escalated: Vec<AuditRecord> = s
+        .audit()
+        .await
+        .into_iter()
+        .filter(|a| a.kind == AuditKind::Escalated)
+        .collect();
+    let mut ids: Vec<&str> = escalated.iter().map(|a| a.audit_id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        [
+            "ESCALATED#finance-controller#POISON_MESSAGE#env_escalation_30h",
+            "ESCALATED#on-call#POISON_MESSAGE#env_escalation_30h",
+        ],
+        "one per stage, however many sweeps"
+    );
 }

@@ -1,10 +1,12 @@
 //! `triage` and `show`: what is in the DLQ, grouped for a bulk fix; one envelope in full.
 
 use anyhow::{Result, bail};
+use chrono::{DateTime, Utc};
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::DynamoEnvelopeStore;
 use recon_aws::s3::S3Worm;
 use recon_core::decisions::{TriageGroup, triage};
+use recon_core::domain::escalation::EscalationChain;
 use recon_core::domain::{DlqEnvelope, EnvelopeStatus};
 use recon_core::envelopes::original_body;
 use recon_core::ports::EnvelopeStore;
@@ -46,15 +48,23 @@ fn entities(g: &TriageGroup) -> String {
     }
 }
 
-/// The triage table, readable in a terminal (labels from bodies escaped: see `text`).
-pub fn table(groups: &[TriageGroup]) -> String {
+/// The stages of `chain` a group's oldest envelope has reached, by `now` (empty: none).
+fn reached(g: &TriageGroup, chain: Option<&EscalationChain>, now: DateTime<Utc>) -> Vec<String> {
+    let age = u64::try_from((now - g.oldest).num_seconds()).unwrap_or(0);
+    chain.map_or_else(Vec::new, |c| c.reached(age).map(|s| s.name.clone()).collect())
+}
+
+/// The triage table, readable in a terminal (labels from bodies escaped: see `text`), with the
+/// escalation stages each group's oldest envelope has reached when a chain is given.
+pub fn table(groups: &[TriageGroup], chain: Option<&EscalationChain>, now: DateTime<Utc>) -> String {
     let mut out = format!(
-        "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} SAMPLE\n",
-        "FAILURE CODE", "ROOT CAUSE", "COUNT", "OLDEST (UTC)", "NEWEST (UTC)", "AMOUNT", "ENTITIES"
+        "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} {:<28} SAMPLE\n",
+        "FAILURE CODE", "ROOT CAUSE", "COUNT", "OLDEST (UTC)", "NEWEST (UTC)", "AMOUNT", "ENTITIES", "ESCALATED TO"
     );
     for g in groups {
+        let stages = reached(g, chain, now).join(",");
         out.push_str(&format!(
-            "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} {}\n",
+            "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} {:<28} {}\n",
             g.failure_code.as_str(),
             fit(&printable(&g.root_cause), 34),
             g.tally.count,
@@ -62,6 +72,7 @@ pub fn table(groups: &[TriageGroup]) -> String {
             g.newest.format("%Y-%m-%d %H:%M:%S"),
             fit(&amounts(g), 28),
             fit(&entities(g), 18),
+            fit(if stages.is_empty() { "-" } else { &stages }, 28),
             g.sample_ids.first().map_or("", String::as_str),
         ));
     }
@@ -70,8 +81,8 @@ pub fn table(groups: &[TriageGroup]) -> String {
     out
 }
 
-pub fn print_table(groups: &[TriageGroup]) {
-    println!("{}", table(groups));
+pub fn print_table(groups: &[TriageGroup], chain: Option<&EscalationChain>, now: DateTime<Utc>) {
+    println!("{}", table(groups, chain, now));
 }
 
 /// Envelopes in `status` (every envelope with `None`), grouped.
@@ -79,7 +90,28 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, status: Option<Env
     let store = store(clients, names);
     let list = envelopes(&store, status).await?;
     let groups = triage(&list);
-    crate::output::emit(&groups, || table(&groups))
+    // PENDING groups against the deployment's escalation chain.
+    let chain = if status == Some(EnvelopeStatus::Pending) {
+        let stack = recon_aws::provision::resolve_stack(clients, names).await?;
+        Some(crate::context::replay_settings(&stack)?.escalation)
+    } else {
+        None
+    };
+    let now = Utc::now();
+    let rows: Vec<serde_json::Value> = groups
+        .iter()
+        .map(|g| {
+            let mut v = serde_json::to_value(g).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.insert(
+                    "escalated_to".into(),
+                    serde_json::json!(reached(g, chain.as_ref(), now)),
+                );
+            }
+            v
+        })
+        .collect();
+    crate::output::emit(&rows, || table(&groups, chain.as_ref(), now))
 }
 
 pub async fn show(clients: &AwsClients, names: &ResourceNames, envelope_id: &str, body: bool) -> Result<()> {
@@ -120,8 +152,20 @@ mod tests {
         // it could clear the screen or hide a line from the operator.
         let body = r#"{"ledger_entity": "ACME\u001b[2J", "currency": "US\u001bD", "amount": "1.00"}"#;
         let e = envelope_from_dlq_message(&delivery("s1", body, 1), now(), "t");
-        let t = table(&triage(&[e]));
+        let t = table(&triage(&[e]), None, now());
         assert!(!t.contains('\u{1b}'), "{t}");
         assert!(t.contains("ACME\\u{1b}[2J"), "{t}");
+    }
+
+    #[test]
+    fn a_group_shows_the_stages_its_oldest_envelope_reached() {
+        let mut old = envelope_from_dlq_message(&delivery("s1", "{}", 1), now(), "t");
+        old.dead_lettered_at = now() - chrono::Duration::hours(30);
+        let young = envelope_from_dlq_message(&delivery("s2", "{}", 1), now(), "t");
+        let chain = EscalationChain::default();
+        let t = table(&triage(&[old]), Some(&chain), now());
+        assert!(t.contains("on-call,finance-controller"), "{t}");
+        let t = table(&triage(&[young]), Some(&chain), now());
+        assert!(!t.contains("on-call"), "{t}");
     }
 }

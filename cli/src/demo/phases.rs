@@ -173,7 +173,7 @@ impl<'a> Pipeline<'a> {
             .into_iter()
             .filter(|e| e.status == EnvelopeStatus::Pending)
             .collect();
-        crate::triage::print_table(&triage(&pending));
+        crate::triage::print_table(&triage(&pending), None, chrono::Utc::now());
         Ok(())
     }
 

@@ -114,6 +114,7 @@ pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &st
             page_size: s.page_size,
             overflow_high_water: s.overflow_high_water,
             deadline_margin: s.deadline_margin,
+            escalation: s.escalation.clone(),
         },
     }
 }

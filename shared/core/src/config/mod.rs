@@ -22,6 +22,7 @@ pub mod vars {
     pub const MAX_ATTEMPTS: &str = "DLQ_MAX_ATTEMPTS";
     pub const BACKOFF_BASE_SECS: &str = "DLQ_BACKOFF_BASE_SECS";
     pub const BACKOFF_CAP_SECS: &str = "DLQ_BACKOFF_CAP_SECS";
+    pub const ESCALATION: &str = "DLQ_ESCALATION";
     pub const DEADLINE_MARGIN_MS: &str = "DLQ_DEADLINE_MARGIN_MS";
     pub const BATCH_CONCURRENCY: &str = "DLQ_BATCH_CONCURRENCY";
     pub const REFERENCE_CACHE_SECS: &str = "DLQ_REFERENCE_CACHE_SECS";
@@ -436,6 +437,8 @@ pub struct ReplaySettings {
     pub metrics_namespace: String,
     pub stack: String,
     pub deadline_margin: Duration,
+    /// The escalation chain the scheduled sweep measures the PENDING backlog against.
+    pub escalation: crate::domain::escalation::EscalationChain,
 }
 
 impl ReplaySettings {
@@ -467,6 +470,14 @@ impl ReplaySettings {
             metrics_namespace: enricher.metrics_namespace,
             stack: enricher.stack,
             deadline_margin: Duration::from_millis(env.whole(vars::DEADLINE_MARGIN_MS, 5000)?),
+            escalation: env
+                .name(vars::ESCALATION)?
+                .parse()
+                .map_err(|why| ConfigError::Invalid {
+                    var: vars::ESCALATION,
+                    value: String::new(),
+                    allowed: why,
+                })?,
         })
     }
 }
@@ -578,6 +589,7 @@ impl ReplaySettings {
             (vars::REPLAY_RATE_PER_SEC, self.rate_per_sec.to_string()),
             (vars::REPLAY_QUEUE_HIGH_WATER, self.main_queue_high_water.to_string()),
             (vars::REPLAY_PAGE_SIZE, self.page_size.to_string()),
+            (vars::ESCALATION, self.escalation.to_string()),
             (vars::SWEEP_SCHEDULE, self.sweep_schedule.clone()),
             (vars::SEAL_SCHEDULE, self.seal_schedule.clone()),
             (vars::OVERFLOW_HIGH_WATER, self.overflow_high_water.to_string()),

@@ -31,6 +31,8 @@ pub enum Rule {
     SecretArn,
     /// An `https://` URL (`http://` only to a loopback address).
     HttpUrl,
+    /// An escalation chain: `HOURSh:NAME` stages in increasing age, comma-separated.
+    Escalation,
 }
 
 /// The default of a variable that may stay unset (nothing is used in its place).
@@ -61,6 +63,10 @@ impl Rule {
             }
             Rule::HttpUrl => {
                 "https://<host>[:<port>][/<path>] (http:// only to 127.0.0.1 or localhost), without user or query"
+                    .into()
+            }
+            Rule::Escalation => {
+                "stages HOURSh:NAME in increasing age, comma-separated (NAME 1-40 of a-z 0-9 -), or empty for none"
                     .into()
             }
         }
@@ -124,6 +130,7 @@ impl Rule {
                     && (secure || name == "127.0.0.1" || name == "localhost")
             }
             Rule::PostgresUrl => Rule::postgres_url(value),
+            Rule::Escalation => value.parse::<crate::domain::escalation::EscalationChain>().is_ok(),
             Rule::SecretArn => {
                 let parts: Vec<&str> = value.splitn(7, ':').collect();
                 parts.len() == 7
@@ -356,6 +363,12 @@ pub const VARIABLES: &[Variable] = &[
         "50",
         "re-injections per second, across every replay of the deployment at once",
     ),
+    Variable {
+        name: vars::ESCALATION,
+        rule: Rule::Escalation,
+        default: Some(crate::domain::escalation::DEFAULT_ESCALATION),
+        meaning: "after how long a PENDING dead letter's failure code is escalated to whom (an ESCALATED record per stage; the alarm on PendingEscalated by Stage pages its topic)",
+    },
     whole(
         vars::REPLAY_QUEUE_HIGH_WATER,
         1,

@@ -9,6 +9,7 @@ pub mod canary;
 pub mod canonical;
 pub mod dead_letter;
 pub mod envelope;
+pub mod escalation;
 pub mod failure;
 pub mod hash;
 pub mod input;

@@ -59,6 +59,9 @@ use crate::ports::{
     ReplayQueue, SweepCursors, Worm,
 };
 
+/// PENDING envelopes a sweep reads, oldest first, to measure escalation.
+const ESCALATION_READ: u64 = 5000;
+
 /// Name of the persisted cursor of the scheduled sweep.
 pub const SCHEDULE_CURSOR: &str = "schedule";
 
@@ -81,6 +84,8 @@ pub struct ReplayConfig {
     pub overflow_high_water: i64,
     /// Stop starting new work when less than this is left of the time budget.
     pub deadline_margin: Duration,
+    /// What a scheduled sweep measures the PENDING backlog's age against (`crate::escalate`).
+    pub escalation: crate::domain::escalation::EscalationChain,
 }
 
 impl Default for ReplayConfig {
@@ -96,6 +101,7 @@ impl Default for ReplayConfig {
             page_size: 100,
             overflow_high_water: crate::resources::DEFAULT_OVERFLOW_HIGH_WATER,
             deadline_margin: Duration::from_secs(5),
+            escalation: crate::domain::escalation::EscalationChain::default(),
         }
     }
 }
@@ -243,6 +249,21 @@ where
         // Whatever the selection came to, a scheduled sweep seals the audit chains into the WORM
         // bucket, and the backlog is measured.
         if req.scheduled && !req.dry_run {
+            // What is still PENDING after the sweep, against the escalation chain (before the
+            // seal, so that its records are sealed with the sweep's).
+            let escalated = crate::escalate::escalate(
+                &self.store,
+                &self.audit,
+                &self.metrics,
+                &self.config.escalation,
+                self.clock.now(),
+                &self.config.actor,
+                ESCALATION_READ,
+            )
+            .await;
+            if let Err(e) = escalated {
+                tracing::warn!(error = %e, "escalation not measured; the next sweep tries again");
+            }
             let (key, seal) = crate::evidence::seal(&self.audit, &self.worm, self.clock.now()).await?;
             tracing::info!(seal = %key, root = %seal.root, chains = seal.heads.len(), "audit chains sealed");
         }

@@ -1,0 +1,113 @@
+//! Escalation of long-lived exceptions on in-memory adapters: the oldest PENDING envelope's age
+//! per failure code against the chain, one `ESCALATED` record per stage reached, and the read
+//! stopping where nothing younger could escalate.
+
+mod common;
+
+use common::*;
+use recon_core::domain::escalation::EscalationChain;
+use recon_core::escalate::escalate;
+use recon_core::ports::AuditLog;
+
+async fn escalated(w: &World) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in 0..recon_core::domain::audit::AUDIT_CHAINS {
+        for r in w.audit.chain(&format!("c{c}")).await.unwrap() {
+            if r.record.kind == AuditKind::Escalated {
+                out.push(r.record.audit_id.clone());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn each_failure_codes_oldest_envelope_escalates_once_per_stage_it_reached() {
+    let w = world();
+    // Poison 30 hours old and 5 hours old; a redrive (also POISON_MESSAGE here) 1 hour old.
+    let old = w.envelope("s1", &xau(1), ChronoDuration::hours(30)).await;
+    w.envelope("s2", &xau(2), ChronoDuration::hours(5)).await;
+    w.envelope("s3", &xau(3), ChronoDuration::hours(1)).await;
+    let chain = EscalationChain::default();
+    let metrics = MemoryMetrics::default();
+    let now = w.clock_now();
+    let e = escalate(&*w.store, &*w.audit, &metrics, &chain, now, "replay", 5000)
+        .await
+        .unwrap();
+    assert_eq!(e.oldest_age_secs, 30 * 3600);
+    assert_eq!(e.groups.len(), 1);
+    assert_eq!(e.groups[0].stages, ["on-call", "finance-controller"]);
+    assert_eq!(e.groups[0].oldest_envelope, old.envelope_id);
+    assert_eq!(e.recorded, 2);
+    assert_eq!(e.read, 3, "the 1-hour-old one is read, and the read stops there");
+    let ids = escalated(&w).await;
+    assert_eq!(ids.len(), 2);
+    assert!(ids.iter().all(|i| i.ends_with(&old.envelope_id)), "{ids:?}");
+    let ages: Vec<i64> = metrics
+        .emitted()
+        .iter()
+        .filter(|m| m.name == "OldestPendingAgeSeconds")
+        .map(|m| m.value)
+        .collect();
+    assert_eq!(ages, [30 * 3600, 30 * 3600], "overall, then per failure code");
+    let stages: Vec<(String, i64)> = metrics
+        .emitted()
+        .iter()
+        .filter(|m| m.name == "PendingEscalated")
+        .map(|m| (m.dimensions[0].1.clone(), m.value))
+        .collect();
+    assert_eq!(
+        stages,
+        [("on-call".to_owned(), 1), ("finance-controller".to_owned(), 1)]
+    );
+
+    // Again: nothing new. The oldest decided: the next oldest (5 h) escalates to the on-call.
+    let again = escalate(&*w.store, &*w.audit, &metrics, &chain, now, "replay", 5000)
+        .await
+        .unwrap();
+    assert_eq!(again.recorded, 0);
+    let r = w.replayer(ReplayConfig::default());
+    let quarantine = ReplayRequest {
+        quarantine: true,
+        reason: "booked by hand".into(),
+        ..manual(
+            Selector {
+                envelope_ids: vec![old.envelope_id.clone()],
+                ..Selector::default()
+            },
+            false,
+        )
+    };
+    assert_eq!(r.run(&quarantine, None).await.unwrap().quarantined, 1);
+    let next = escalate(&*w.store, &*w.audit, &metrics, &chain, now, "replay", 5000)
+        .await
+        .unwrap();
+    assert_eq!((next.recorded, next.oldest_age_secs), (1, 5 * 3600));
+    assert_eq!(escalated(&w).await.len(), 3);
+}
+
+#[tokio::test]
+async fn without_a_chain_or_a_backlog_nothing_escalates() {
+    let w = world();
+    let metrics = MemoryMetrics::default();
+    let none = escalate(
+        &*w.store,
+        &*w.audit,
+        &metrics,
+        &EscalationChain::default(),
+        w.clock_now(),
+        "r",
+        10,
+    )
+    .await
+    .unwrap();
+    assert_eq!((none.read, none.oldest_age_secs, none.recorded), (0, 0, 0));
+    w.envelope("s1", &xau(1), ChronoDuration::hours(100)).await;
+    let empty: EscalationChain = "".parse().unwrap();
+    let e = escalate(&*w.store, &*w.audit, &metrics, &empty, w.clock_now(), "r", 10)
+        .await
+        .unwrap();
+    assert_eq!((e.read, e.recorded), (1, 0));
+    assert!(escalated(&w).await.is_empty());
+}
