@@ -370,7 +370,7 @@ async fn a_crash_between_reinjection_and_the_status_update_still_posts_once() {
         reason: "claimed".into(),
         manual_journal: false,
     };
-    assert!(store.claim(&e.envelope_id, &claim, t0, &change).await.unwrap());
+    assert!(store.claim(&e.envelope_id, &claim, t0, &change, None).await.unwrap());
     s.send(&[e.original.body.clone().unwrap()]).await;
     let consumer = s.consumer_with(s.ledger(), s.main_queue());
     s.pump(&consumer).await;

@@ -191,7 +191,7 @@ pub async fn settle_by_hand<S: EnvelopeStore>(store: &S, envelope_id: &str, stat
         sqs_message_id: None,
     };
     let claimed = store
-        .claim(envelope_id, &claim, at, &change(EnvelopeStatus::Replaying))
+        .claim(envelope_id, &claim, at, &change(EnvelopeStatus::Replaying), None)
         .await;
     assert_eq!(claimed, Ok(true), "claim {envelope_id}");
     let finished = store

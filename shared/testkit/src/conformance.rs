@@ -47,7 +47,7 @@ pub async fn envelope_store_keeps_the_life_cycle<S: EnvelopeStore + Backlog>(sto
         manual_journal: false,
     };
     assert_eq!(
-        store.claim(id, &claim, now, &skip_the_claim).await,
+        store.claim(id, &claim, now, &skip_the_claim, None).await,
         Err(FlowError::IllegalTransition(IllegalTransition::Change {
             from: EnvelopeStatus::Pending,
             to: EnvelopeStatus::Quarantined
@@ -60,6 +60,21 @@ pub async fn envelope_store_keeps_the_life_cycle<S: EnvelopeStore + Backlog>(sto
     );
     assert_eq!(pending().await, before + 1);
 
+    // A claim made on what the caller read fails when the envelope changed since (its history
+    // is longer than the caller saw), and writes nothing.
+    let claim_it = StatusChange {
+        status: EnvelopeStatus::Replaying,
+        ..skip_the_claim.clone()
+    };
+    let read = store.get(id).await.ok().flatten().map_or(0, |e| e.status_history.len());
+    assert_eq!(store.claim(id, &claim, now, &claim_it, Some(read + 1)).await, Ok(false));
+    assert_eq!(
+        status().await,
+        Some(EnvelopeStatus::Pending),
+        "a stale claim writes nothing"
+    );
+    assert_eq!(pending().await, before + 1);
+
     settle_by_hand(store, id, EnvelopeStatus::Quarantined).await;
     assert_eq!(status().await, Some(EnvelopeStatus::Quarantined));
     assert_eq!(pending().await, before);
@@ -69,7 +84,7 @@ pub async fn envelope_store_keeps_the_life_cycle<S: EnvelopeStore + Backlog>(sto
         status: EnvelopeStatus::Replaying,
         ..skip_the_claim
     };
-    assert_eq!(store.claim(id, &claim, now, &reclaim).await, Ok(false));
+    assert_eq!(store.claim(id, &claim, now, &reclaim, None).await, Ok(false));
     assert_eq!(status().await, Some(EnvelopeStatus::Quarantined));
     assert_eq!(pending().await, before);
 }

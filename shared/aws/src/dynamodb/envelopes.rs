@@ -225,25 +225,36 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         claim: &ReplayClaim,
         now: DateTime<Utc>,
         change: &StatusChange,
+        seen: Option<usize>,
     ) -> FlowResult<bool> {
         use EnvelopeStatus::{Pending, Replaying};
         check_transition(Pending, change.status)?;
+        // Unchanged since the caller read it: its status history is as long as it was then.
+        let unchanged = if seen.is_some() {
+            " AND size(status_history) = :seen"
+        } else {
+            ""
+        };
         let claim_item = to_item(claim).map_err(|e| item_error("replay claim", e))?;
         let entry = to_item(change).map_err(|e| item_error("status change", e))?;
         let update = |condition: &str| {
-            aws_sdk_dynamodb::types::Update::builder()
+            let u = aws_sdk_dynamodb::types::Update::builder()
                 .table_name(&self.table)
                 .key(keys::ENVELOPE_PK, s(envelope_id))
                 .update_expression(
                     "SET #status = :replaying, replay = :claim, #lease = :lease, status_history = list_append(status_history, :change)",
                 )
-                .condition_expression(condition)
+                .condition_expression(format!("{condition}{unchanged}"))
                 .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
                 .expression_attribute_names("#lease", keys::ENVELOPE_LEASE)
                 .expression_attribute_values(":replaying", s(Replaying.as_str()))
                 .expression_attribute_values(":claim", AttributeValue::M(claim_item.clone()))
                 .expression_attribute_values(":lease", n(claim.lease_until.timestamp_millis()))
-                .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry.clone())]))
+                .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry.clone())]));
+            match seen {
+                Some(len) => u.expression_attribute_values(":seen", n(i64::try_from(len).unwrap_or(i64::MAX))),
+                None => u,
+            }
         };
         // From PENDING: leaves the pending count, in the same transaction.
         let from_pending = update("#status = :pending")

@@ -45,12 +45,16 @@ pub trait EnvelopeStore: Send + Sync {
     /// Claim an envelope for a replay: from PENDING, or from REPLAYING whose lease ended before
     /// `now` (a replay that crashed). Sets status REPLAYING and `claim`, appends `change`.
     /// `Ok(false)` when it is neither (another replay holds it, or it is settled).
+    /// `seen`: the length of the status history the caller read, when the claim must fail if
+    /// the envelope changed since (another replay claimed and released it: the caller's verdict,
+    /// or an approval's fingerprint, is about a state that is gone).
     fn claim(
         &self,
         envelope_id: &str,
         claim: &ReplayClaim,
         now: DateTime<Utc>,
         change: &StatusChange,
+        seen: Option<usize>,
     ) -> impl Future<Output = FlowResult<bool>> + Send;
     /// Settle a claimed envelope in `change.status`: only if it is REPLAYING under `replay_id`.
     /// Appends `change` and `record`, and puts `audit` (the decision's record) in the outbox, in
@@ -144,8 +148,9 @@ impl<T: EnvelopeStore> EnvelopeStore for Arc<T> {
         claim: &ReplayClaim,
         now: DateTime<Utc>,
         change: &StatusChange,
+        seen: Option<usize>,
     ) -> impl Future<Output = FlowResult<bool>> + Send {
-        (**self).claim(envelope_id, claim, now, change)
+        (**self).claim(envelope_id, claim, now, change, seen)
     }
     fn finish(
         &self,

@@ -232,7 +232,10 @@ where
     pub(super) async fn claim(&self, run: &Run<'_>, e: &DlqEnvelope) -> FlowResult<bool> {
         let now = self.clock.now();
         let (claim, change) = self.claim_for(run, now);
-        self.store.claim(&e.envelope_id, &claim, now, &change).await
+        // Only as `e` was read: the verdict (and a pinned set's fingerprint) is about that state.
+        self.store
+            .claim(&e.envelope_id, &claim, now, &change, Some(e.status_history.len()))
+            .await
     }
 
     fn claim_for(&self, run: &Run<'_>, now: DateTime<Utc>) -> (ReplayClaim, StatusChange) {

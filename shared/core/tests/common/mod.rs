@@ -157,7 +157,12 @@ impl World {
             reason: "claimed".into(),
             manual_journal: false,
         };
-        assert!(self.store.claim(&e.envelope_id, &claim, t0, &change).await.unwrap());
+        assert!(
+            self.store
+                .claim(&e.envelope_id, &claim, t0, &change, None)
+                .await
+                .unwrap()
+        );
     }
 
     /// A consumer on this world's ledger and reference data.

@@ -166,6 +166,7 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         claim: &ReplayClaim,
         now: DateTime<Utc>,
         change: &StatusChange,
+        seen: Option<usize>,
     ) -> FlowResult<bool> {
         use EnvelopeStatus::{Pending, Replaying};
         check_transition(Pending, change.status)?;
@@ -182,7 +183,7 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         };
         let from_pending = e.status == Pending;
         let expired = e.status == Replaying && e.replay.as_ref().is_some_and(|c| c.lease_until < now);
-        if !from_pending && !expired {
+        if (!from_pending && !expired) || seen.is_some_and(|n| n != e.status_history.len()) {
             return Ok(false);
         }
         let mut claimed = e.clone();

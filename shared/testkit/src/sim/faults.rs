@@ -250,9 +250,13 @@ impl<P: EnvelopeStore> EnvelopeStore for Faulty<P> {
         claim: &ReplayClaim,
         now: DateTime<Utc>,
         change: &StatusChange,
+        seen: Option<usize>,
     ) -> FlowResult<bool> {
         self.faults
-            .call("Envelopes.claim", self.inner.claim(envelope_id, claim, now, change))
+            .call(
+                "Envelopes.claim",
+                self.inner.claim(envelope_id, claim, now, change, seen),
+            )
             .await
     }
     async fn finish(
