@@ -177,6 +177,9 @@ fn describe(r: &ApprovalRequest) -> String {
         r.dry_run,
         r.expires_at
     );
+    if let Some(c) = &r.canary {
+        out.push_str(&format!("\nbehind    {c}"));
+    }
     if let Some(d) = &r.decision {
         out.push_str(&format!(
             "\ndecided   {} by {}: {}",

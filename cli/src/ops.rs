@@ -76,7 +76,14 @@ fn fill_hash(line: &str, n: usize) -> Result<String> {
     if obj.contains_key("source_hash") {
         return Ok(line.to_owned());
     }
-    let msg: NewMessage = serde_json::from_value(serde_json::Value::Object(obj.clone()))
+    // `trace_id` is optional in the contract (it defaults to `message_id`), and not hashed.
+    let mut fields = obj.clone();
+    if !fields.contains_key("trace_id")
+        && let Some(id) = fields.get("message_id").cloned()
+    {
+        fields.insert("trace_id".into(), id);
+    }
+    let msg: NewMessage = serde_json::from_value(serde_json::Value::Object(fields))
         .with_context(|| format!("line {n}: cannot compute source_hash"))?;
     let hash = msg
         .compute_hash()

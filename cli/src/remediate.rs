@@ -164,6 +164,15 @@ pub fn print_report(r: &ReplayReport) -> Result<()> {
             .map(|s| format!(" — stopped: {s}"))
             .unwrap_or_default()
     );
+    if let Some(c) = &r.canary {
+        println!("  {c}");
+    }
+    if !r.changed_since.is_empty() {
+        println!(
+            "  {} envelopes changed since they were approved (or assessed): not touched",
+            r.changed_since.len()
+        );
+    }
     for i in r.items.iter().take(40) {
         let gate = i.gate.map(|g| format!("{g:?}")).unwrap_or_default();
         println!(

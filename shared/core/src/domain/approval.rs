@@ -358,7 +358,7 @@ impl RequestStatus {
 
 impl fmt::Display for RequestStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
