@@ -77,9 +77,15 @@ fn outputs_of(s: &TestStack) -> Vec<(&'static str, String)> {
 
 /// `dlqctl` as a user runs it, against the local stack.
 fn dlqctl(args: &[&str]) -> std::process::Output {
+    dlqctl_as(args, &[])
+}
+
+/// `dlqctl` with these environment variables (another identity's credentials).
+fn dlqctl_as(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     Command::new(env!("CARGO"))
         .args(["run", "--quiet", "-p", "dlqctl", "--"])
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .output()
         .expect("run dlqctl")
@@ -283,5 +289,83 @@ async fn dlqctl_exits_0_when_well_1_when_a_check_fails_and_2_on_an_operational_e
     let out = dlqctl(&["--prefix", "dp-nothing-here", "stats"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     let _ = std::fs::remove_file(&manifest);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn through_dlqctl_a_replay_above_the_policy_waits_for_another_identity() {
+    let s = TestStack::new("dp-approve").await;
+    let prefix = s.stack.names.prefix.clone();
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let xau = |n: u32| recon_testkit::builders::tx_in(n, "XAU", "1.5").to_body().unwrap();
+    s.send(&[xau(1), xau(2), xau(3)]).await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(10_000)).await;
+    s.map_currency("XAU", 4).await;
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut all = vec!["--prefix", prefix.as_str()];
+        all.extend_from_slice(args);
+        let out = dlqctl_as(&all, env);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), out.stdout, text)
+    };
+    let (code, _, text) = run(&["policy", "set", "--max-count", "1"], &[]);
+    assert_eq!(code, Some(0), "{text}");
+    let replay = [
+        "--json",
+        "replay",
+        "--root-cause",
+        "UNMAPPED_CURRENCY:XAU",
+        "--reason",
+        "XAU mapped",
+        "--yes",
+    ];
+    let (code, stdout, text) = run(&replay, &[]);
+    assert_eq!(code, Some(0), "{text}");
+    let request: serde_json::Value = serde_json::from_slice(&stdout).expect("--json prints the request");
+    assert_eq!(request["request_status"], "PENDING_APPROVAL", "{text}");
+    assert_eq!(request["exposure"]["count"], 3);
+    let id = request["request_id"].as_str().unwrap().to_owned();
+    assert!(
+        s.main_queue().receive(10, 1, Some(1)).await.unwrap().is_empty(),
+        "nothing re-injected"
+    );
+
+    // The requester's own approval: refused, an operational error.
+    let (code, _, text) = run(&["approve", &id, "--yes"], &[]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("self-approval refused"), "{text}");
+
+    // Another identity: a role assumed through STS, its credentials in the environment.
+    let c = recon_aws::identity::assume_role_credentials(
+        &s.clients,
+        "arn:aws:iam::000000000000:role/dp-approve-controller",
+        "controller",
+    )
+    .await
+    .unwrap();
+    let env = [
+        ("AWS_ACCESS_KEY_ID", c.access_key_id()),
+        ("AWS_SECRET_ACCESS_KEY", c.secret_access_key()),
+        ("AWS_SESSION_TOKEN", c.session_token().unwrap_or_default()),
+    ];
+    let (code, stdout, text) = run(&["--json", "approve", &id, "--yes", "--reason", "checked"], &env);
+    assert_eq!(code, Some(0), "{text}");
+    let report: serde_json::Value = serde_json::from_slice(&stdout).expect("--json prints the report");
+    assert_eq!(report["reinjected"], 3, "{text}");
+    let (code, stdout, text) = run(&["--json", "requests", "show", &id], &[]);
+    assert_eq!(code, Some(0), "{text}");
+    let shown: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
+    assert_eq!(shown["request_status"], "EXECUTED");
+    assert!(
+        shown["decision"]["by"]["arn"]
+            .as_str()
+            .is_some_and(|a| a.contains("assumed-role/dp-approve-controller")),
+        "{shown}"
+    );
     s.cleanup().await;
 }

@@ -43,9 +43,13 @@ pub async fn caller(clients: &AwsClients) -> StoreResult<Caller> {
     }
 }
 
-/// The clients acting as role `role_arn` (`sts:AssumeRole`, session `session`): a second identity,
+/// The credentials of role `role_arn` (`sts:AssumeRole`, session `session`): a second identity,
 /// such as an approver's.
-pub async fn assume_role(clients: &AwsClients, role_arn: &str, session: &str) -> StoreResult<AwsClients> {
+pub async fn assume_role_credentials(
+    clients: &AwsClients,
+    role_arn: &str,
+    session: &str,
+) -> StoreResult<aws_sdk_dynamodb::config::Credentials> {
     let out = sts(clients)
         .assume_role()
         .role_arn(role_arn)
@@ -56,13 +60,18 @@ pub async fn assume_role(clients: &AwsClients, role_arn: &str, session: &str) ->
     let c = out
         .credentials()
         .ok_or_else(|| StoreError::new(TransientKind::Infrastructure, "sts:AssumeRole returned no credentials"))?;
-    Ok(clients.with_credentials(aws_sdk_dynamodb::config::Credentials::new(
+    Ok(aws_sdk_dynamodb::config::Credentials::new(
         c.access_key_id(),
         c.secret_access_key(),
         Some(c.session_token().to_owned()),
         None,
         "assume-role",
-    )))
+    ))
+}
+
+/// The clients acting as role `role_arn` (see [`assume_role_credentials`]).
+pub async fn assume_role(clients: &AwsClients, role_arn: &str, session: &str) -> StoreResult<AwsClients> {
+    Ok(clients.with_credentials(assume_role_credentials(clients, role_arn, session).await?))
 }
 
 /// The names a deployment with `prefix` has in the caller's account and the clients' region (the
