@@ -1,4 +1,4 @@
-//! Escalation of long-lived exceptions (`domain::escalation`): the age of the oldest PENDING
+//! Escalation of long-lived exceptions (`decisions::escalation`): the age of the oldest PENDING
 //! envelope, overall and per failure code, as metrics (`OldestPendingAgeSeconds`), how many
 //! failure codes reached each stage (`PendingEscalated` by `Stage`: the template's alarms route
 //! each stage to its topic), and one `ESCALATED` audit record per stage a failure code's oldest
@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-use crate::domain::escalation::EscalationChain;
+use crate::decisions::escalation::EscalationChain;
 use crate::domain::{AuditKind, AuditRecord, EnvelopeStatus, FailureCode};
 use crate::ports::{AuditLog, EnvelopeStore, FlowResult, Metric, Metrics};
 

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use recon_core::domain::escalation::EscalationChain;
+use recon_core::decisions::escalation::EscalationChain;
 use recon_core::escalate::escalate;
 use recon_core::ports::AuditLog;
 

@@ -130,7 +130,7 @@ impl Rule {
                     && (secure || name == "127.0.0.1" || name == "localhost")
             }
             Rule::PostgresUrl => Rule::postgres_url(value),
-            Rule::Escalation => value.parse::<crate::domain::escalation::EscalationChain>().is_ok(),
+            Rule::Escalation => value.parse::<crate::decisions::escalation::EscalationChain>().is_ok(),
             Rule::SecretArn => {
                 let parts: Vec<&str> = value.splitn(7, ':').collect();
                 parts.len() == 7
@@ -366,7 +366,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable {
         name: vars::ESCALATION,
         rule: Rule::Escalation,
-        default: Some(crate::domain::escalation::DEFAULT_ESCALATION),
+        default: Some(crate::decisions::escalation::DEFAULT_ESCALATION),
         meaning: "after how long a PENDING dead letter's failure code is escalated to whom (an ESCALATED record per stage; the alarm on PendingEscalated by Stage pages its topic)",
     },
     whole(

@@ -1,5 +1,6 @@
 //! Pure decision logic: what to do with a failure, how long to back off, how to group dead letters.
 
+pub mod escalation;
 pub mod retry;
 pub mod triage;
 

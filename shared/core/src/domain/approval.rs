@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::canary::Canary;
-use super::envelope::{DlqEnvelope, sha256_hex};
-use super::message::parse_amount;
-use super::total::{Tally, Total};
+pub use super::change_set::{Action, Change, ChangeSet, Exposure, fingerprint, request_digest};
+use super::envelope::sha256_hex;
+use super::total::Total;
 
 /// At most this many envelopes in one request: the request is one item of the envelope table
 /// (400 KB); a larger remediation is several requests (`--max-items`).
@@ -129,24 +129,6 @@ impl ApprovalPolicy {
     }
 }
 
-/// What a remediation would move: how many envelopes, their absolute amounts per currency (a
-/// credit moves money as much as a debit), and how many belong to a closed period.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Exposure {
-    pub count: u64,
-    pub gross: Tally,
-    pub closed_period: u64,
-}
-
-impl Exposure {
-    pub fn add(&mut self, c: &Change) {
-        self.count += 1;
-        let amount = c.amount.as_deref().and_then(|a| parse_amount(a).ok()).map(|a| a.abs());
-        self.gross.add_parts(c.currency.as_deref(), amount);
-        self.closed_period += u64::from(c.closed_period);
-    }
-}
-
 impl fmt::Display for ApprovalPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_empty() {
@@ -174,130 +156,6 @@ impl fmt::Display for ApprovalPolicy {
             self.expire_hours
         )
     }
-}
-
-/// What a request asks to do with its envelopes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Action {
-    Replay,
-    Quarantine,
-}
-
-/// One envelope a remediation would change, as its dry run saw it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Change {
-    pub envelope_id: String,
-    /// [`fingerprint`] of the envelope when the dry run read it.
-    pub fingerprint: String,
-    /// What the dry run said would happen (`REINJECTED`, `QUARANTINED`, …).
-    pub outcome: String,
-    #[serde(default)]
-    pub currency: Option<String>,
-    #[serde(default)]
-    pub amount: Option<String>,
-    #[serde(default)]
-    pub entity: Option<String>,
-    #[serde(default)]
-    pub period: Option<String>,
-    #[serde(default)]
-    pub closed_period: bool,
-}
-
-impl Change {
-    pub fn of(e: &DlqEnvelope, outcome: &str, closed_period: bool) -> Self {
-        Change {
-            envelope_id: e.envelope_id.clone(),
-            fingerprint: fingerprint(e),
-            outcome: outcome.to_owned(),
-            currency: e.currency.clone(),
-            amount: e.amount.clone(),
-            entity: e.ledger_entity.clone(),
-            period: e.accounting_period.clone(),
-            closed_period,
-        }
-    }
-}
-
-/// The envelopes one remediation would change.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChangeSet {
-    pub changes: Vec<Change>,
-}
-
-impl ChangeSet {
-    pub fn len(&self) -> usize {
-        self.changes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.changes.is_empty()
-    }
-
-    pub fn exposure(&self) -> Exposure {
-        let mut x = Exposure::default();
-        for c in &self.changes {
-            x.add(c);
-        }
-        x
-    }
-
-    /// SHA-256 over the set's ids and fingerprints, in id order: what an approver approves.
-    pub fn digest(&self) -> String {
-        let mut lines: Vec<String> = self
-            .changes
-            .iter()
-            .map(|c| format!("{} {}\n", c.envelope_id, c.fingerprint))
-            .collect();
-        lines.sort();
-        sha256_hex(format!("recon-approval-set/v1\n{}", lines.concat()).as_bytes())
-    }
-
-    /// Each envelope id with the fingerprint it must still have.
-    pub fn expected(&self) -> BTreeMap<String, String> {
-        self.changes
-            .iter()
-            .map(|c| (c.envelope_id.clone(), c.fingerprint.clone()))
-            .collect()
-    }
-}
-
-/// What an approver approves: the action, the canary, and the set (its ids and fingerprints).
-pub fn request_digest(action: Action, canary: Option<&Canary>, set: &ChangeSet) -> String {
-    let canary = canary.map_or_else(|| "none".to_owned(), |c| c.to_string());
-    sha256_hex(format!("recon-approval/v2\n{action:?}\n{canary}\n{}", set.digest()).as_bytes())
-}
-
-/// The state of an envelope that an approval covers: anything a remediation or an operator
-/// changes moves it (status and its history, replays, the failure, the economic fields, the
-/// original's bytes).
-pub fn fingerprint(e: &DlqEnvelope) -> String {
-    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-    let last = e
-        .status_history
-        .last()
-        .map(|c| c.at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true))
-        .unwrap_or_default();
-    let text = [
-        "recon-envelope-state/v1".to_owned(),
-        e.envelope_id.clone(),
-        e.status.as_str().to_owned(),
-        e.status_history.len().to_string(),
-        last,
-        e.replays.len().to_string(),
-        e.replay_generation.to_string(),
-        e.failure_code.as_str().to_owned(),
-        e.root_cause.clone(),
-        e.source_hash.clone(),
-        opt(&e.amount),
-        opt(&e.currency),
-        opt(&e.ledger_entity),
-        opt(&e.accounting_period),
-        opt(&e.value_date),
-        e.original.body_sha256.clone(),
-    ]
-    .join("\n");
-    sha256_hex(text.as_bytes())[..32].to_owned()
 }
 
 /// Who acts: the identity AWS vouches for (`sts:GetCallerIdentity`), and the name they gave.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::domain::envelope::DlqEnvelope;
 use crate::domain::envelope_from_dlq_message;
 use crate::domain::status::{EnvelopeStatus, StatusChange};
 

@@ -85,7 +85,7 @@ pub struct ReplayConfig {
     /// Stop starting new work when less than this is left of the time budget.
     pub deadline_margin: Duration,
     /// What a scheduled sweep measures the PENDING backlog's age against (`crate::escalate`).
-    pub escalation: crate::domain::escalation::EscalationChain,
+    pub escalation: crate::decisions::escalation::EscalationChain,
 }
 
 impl Default for ReplayConfig {
@@ -101,7 +101,7 @@ impl Default for ReplayConfig {
             page_size: 100,
             overflow_high_water: crate::resources::DEFAULT_OVERFLOW_HIGH_WATER,
             deadline_margin: Duration::from_secs(5),
-            escalation: crate::domain::escalation::EscalationChain::default(),
+            escalation: crate::decisions::escalation::EscalationChain::default(),
         }
     }
 }
