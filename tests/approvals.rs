@@ -1,7 +1,7 @@
 //! Governance on the real local stack (DynamoDB Local, LocalStack): maker-checker requests kept
 //! in the envelope table, decided and executed under DynamoDB's conditions (the approved set is
 //! exact; an envelope replayed between the request and its execution posts once); canaries whose
-//! copies dead-letter again; escalation by the scheduled sweep.
+//! copies dead-letter again; escalation by the scheduled sweep; an edit posted once.
 
 use recon_core::domain::approval::{
     Action, ApprovalPolicy, ApprovalRequest, Change, ChangeSet, Identity, MAX_REQUEST_ENVELOPES, NewRequest,
@@ -229,6 +229,7 @@ async fn the_largest_request_fits_a_dynamodb_item() {
             dry_run: String::new(),
             set: ChangeSet { changes },
             canary: None,
+            edit: None,
         },
         &ApprovalPolicy::default(),
         chrono::Utc::now(),
@@ -345,4 +346,96 @@ async fn a_scheduled_sweep_escalates_what_waited_too_long_once_per_stage() {
         ],
         "one per stage, however many sweeps"
     );
+}
+
+#[tokio::test]
+async fn an_approved_edit_posts_once_and_reconciles_once_on_the_local_stack() {
+    use recon_core::domain::edit::Proposal;
+    use recon_core::reconcile::{State, manifest_entry, outcomes, reconcile};
+    let s = TestStack::new("ap-edit").await;
+    // Sent with a mistyped currency (USX): poison, dead-lettered, enriched.
+    let sent = NewMessage {
+        currency: "USX".into(),
+        amount: "250.00".into(),
+        ..tx(1)
+    }
+    .to_body()
+    .unwrap();
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.send(std::slice::from_ref(&sent)).await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(10_000)).await;
+    let envelope = s.envelopes().await.pop().unwrap();
+    let r = s.replayer();
+    let fix = Proposal::Set(vec![("currency".into(), "USD".into())]);
+    let request = r
+        .request_edit(&envelope.envelope_id, &fix, "USX typed for USD", &who("maker"))
+        .await
+        .unwrap();
+    assert_eq!(request.action, Action::Edit);
+    let stored = s
+        .envelope_store()
+        .get_request(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored, request, "the edit reads back as written");
+    let err = r
+        .decide(&request.request_id, &who("maker"), true, "")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("self-approval refused"), "{err}");
+    r.decide(&request.request_id, &who("checker"), true, "bank statement says USD")
+        .await
+        .unwrap();
+    let (done, report) = r
+        .execute(&request.request_id, "integration-test", None, None)
+        .await
+        .unwrap();
+    assert_eq!(done.status, RequestStatus::Executed, "{report:#?}");
+    // A second execution is refused; the edited copy is consumed once, posted once.
+    assert!(
+        r.execute(&request.request_id, "integration-test", None, None)
+            .await
+            .is_err()
+    );
+    s.pump(&consumer).await;
+    let postings = s.postings().await;
+    assert_eq!(postings.len(), 1);
+    assert_eq!(
+        (postings[0].message_id.as_str(), postings[0].currency.as_str()),
+        ("m-1", "USD")
+    );
+    assert_eq!(postings[0].replay_of.as_deref(), Some(envelope.envelope_id.as_str()));
+    let envelopes = s.envelopes().await;
+    assert_eq!(envelopes.len(), 1);
+    assert_eq!(envelopes[0].status, EnvelopeStatus::Superseded);
+    assert_eq!(envelopes[0].original.body_sha256, envelope.original.body_sha256);
+    // The original sent again, once USX is a currency: suppressed, never posted beside its edit.
+    s.map_currency("USX", 2).await;
+    s.send(std::slice::from_ref(&sent)).await;
+    s.pump(&consumer).await;
+    assert_eq!(s.postings().await.len(), 1);
+
+    let audit = s.audit().await;
+    let edited: Vec<&AuditRecord> = audit.iter().filter(|a| a.kind == AuditKind::Edited).collect();
+    assert_eq!(edited.len(), 1);
+    assert!(
+        edited[0].detail.contains("currency: \"USX\" -> \"USD\""),
+        "{}",
+        edited[0].detail
+    );
+    assert!(audit.iter().any(|a| a.kind == AuditKind::DuplicateSuppressed));
+    // The producer sent the transaction twice (the second time as it first was): reconciled
+    // against that manifest, every message counts once and the edit is named.
+    let (out, problems) = outcomes(&s.postings().await, &s.envelopes().await, &audit, true);
+    assert!(
+        out.iter()
+            .all(|(st, _)| matches!(st, State::Committed | State::Duplicate)),
+        "{out:?}"
+    );
+    let manifest = vec![manifest_entry(&sent), manifest_entry(&sent)];
+    let rec = reconcile(out, problems, Some(&manifest), 0);
+    assert_eq!(rec.edited.len(), 1, "{rec:#?}");
+    assert!(rec.holds, "{rec:#?}");
 }

@@ -161,7 +161,23 @@ fn totals(r: &ApprovalRequest) -> String {
     parts.join(", ")
 }
 
-fn describe(r: &ApprovalRequest) -> String {
+/// An edit's diff and body, for `requests show`.
+fn describe_edit(e: &recon_core::domain::edit::Edit) -> String {
+    let mut out = format!(
+        "\nedit      of envelope {}: transaction {} -> {}{}",
+        e.envelope_id,
+        e.source_hash_before,
+        e.source_hash,
+        if e.economic() { "" } else { " (unchanged)" }
+    );
+    for d in &e.diff {
+        out.push_str(&format!("\n  {}", printable(&d.to_string())));
+    }
+    out.push_str(&format!("\nbody      {}", printable(&e.body)));
+    out
+}
+
+pub fn describe(r: &ApprovalRequest) -> String {
     let mut out = format!(
         "request   {}  {}\naction    {:?} of {} envelopes ({}), set {}\nrequested {} by {}\nreason    {}\nwhy       {}\ndry run   {}\nexpires   {}",
         r.request_id,
@@ -179,6 +195,9 @@ fn describe(r: &ApprovalRequest) -> String {
     );
     if let Some(c) = &r.canary {
         out.push_str(&format!("\nbehind    {c}"));
+    }
+    if let Some(e) = &r.edit {
+        out.push_str(&describe_edit(e));
     }
     if let Some(d) = &r.decision {
         out.push_str(&format!(

@@ -172,6 +172,9 @@ pub fn print(r: &Reconciliation) {
     for x in &r.extra {
         println!("EXTRA    {}: recorded, but never sent", printable(x));
     }
+    for x in &r.edited {
+        println!("EDITED   {}", printable(x));
+    }
     for p in &r.problems {
         println!("PROBLEM  {}", printable(p));
     }

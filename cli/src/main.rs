@@ -9,6 +9,7 @@ mod bundle;
 mod calibrate;
 mod context;
 mod demo;
+mod edit;
 mod ops;
 mod output;
 mod remediate;
@@ -103,6 +104,10 @@ enum Command {
     Replay(remediate::SelectorArgs),
     /// Quarantine envelopes whose root cause cannot be fixed (flagged for a manual journal).
     Quarantine(remediate::SelectorArgs),
+    /// Propose an edited body for a PENDING dead letter (`--set FIELD=VALUE` or `--body-file`):
+    /// an approval request; once another identity approves it, the edit is posted as a new
+    /// message and the original becomes SUPERSEDED.
+    Edit(edit::EditArgs),
     /// Approve a pending approval request (as an identity other than its requester's), then
     /// run exactly its envelopes.
     Approve(approvals::DecisionArgs),
@@ -310,6 +315,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Show { envelope_id, body } => triage::show(&clients, &names, &envelope_id, body).await,
         Command::Replay(args) => remediate::run(&clients, &names, &args, false).await,
         Command::Quarantine(args) => remediate::run(&clients, &names, &args, true).await,
+        Command::Edit(args) => edit::run(&clients, &names, &args).await,
         Command::Approve(args) => approvals::decide(&clients, &names, &args, true).await,
         Command::Reject(args) if args.reason.trim().is_empty() => {
             anyhow::bail!("a rejection must say why: --reason")

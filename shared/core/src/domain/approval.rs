@@ -15,6 +15,7 @@ use std::fmt;
 
 use super::canary::Canary;
 pub use super::change_set::{Action, Change, ChangeSet, Exposure, fingerprint, request_digest};
+use super::edit::Edit;
 use super::envelope::sha256_hex;
 use super::total::Total;
 
@@ -282,6 +283,9 @@ pub struct ApprovalRequest {
     /// The policy's `distinct_roles` when the request was made.
     #[serde(default)]
     pub distinct_roles: bool,
+    /// An edit's body and diff (action `EDIT`).
+    #[serde(default)]
+    pub edit: Option<Edit>,
     /// Runs before the current one (a paused run, then its resumption).
     #[serde(default)]
     pub earlier: Vec<Execution>,
@@ -306,6 +310,7 @@ pub struct NewRequest {
     pub dry_run: String,
     pub set: ChangeSet,
     pub canary: Option<Canary>,
+    pub edit: Option<Edit>,
 }
 
 impl ApprovalRequest {
@@ -328,8 +333,18 @@ impl ApprovalRequest {
                 n.reason.len()
             )));
         }
+        let is_edit = n.action == Action::Edit;
+        let edits_its_set = n
+            .edit
+            .as_ref()
+            .is_some_and(|e| n.set.len() == 1 && n.set.changes.iter().all(|c| c.envelope_id == e.envelope_id));
+        if is_edit != n.edit.is_some() || (is_edit && (!edits_its_set || n.canary.is_some())) {
+            return Err(Refused(
+                "an edit request holds exactly one envelope, its edit, and no canary".into(),
+            ));
+        }
         let selector = super::failure::bounded_detail(&n.selector).to_owned();
-        let digest = request_digest(n.action, n.canary.as_ref(), &n.set);
+        let digest = request_digest(n.action, n.canary.as_ref(), &n.set, n.edit.as_ref());
         let seed = format!(
             "{digest}|{}|{}",
             n.requested_by.arn,
@@ -352,6 +367,7 @@ impl ApprovalRequest {
             set: n.set,
             canary: n.canary,
             distinct_roles: policy.distinct_roles,
+            edit: n.edit,
             earlier: Vec::new(),
             decision: None,
             execution: None,
@@ -361,7 +377,7 @@ impl ApprovalRequest {
     /// The set still hashes to the digest recorded with the request (a stored request whose set
     /// was edited is refused).
     pub fn check_digest(&self) -> Result<(), Refused> {
-        let digest = request_digest(self.action, self.canary.as_ref(), &self.set);
+        let digest = request_digest(self.action, self.canary.as_ref(), &self.set, self.edit.as_ref());
         if digest != self.digest || self.set.len() as u64 != self.exposure.count {
             return Err(Refused(format!(
                 "request {}: its envelope set no longer matches its digest {}; refused",

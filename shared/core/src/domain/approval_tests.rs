@@ -44,6 +44,7 @@ fn request(set: ChangeSet, policy: &ApprovalPolicy) -> ApprovalRequest {
             dry_run: "2 would be re-injected".into(),
             set,
             canary: None,
+            edit: None,
         },
         policy,
         at(0),
@@ -246,6 +247,7 @@ fn a_request_holds_at_most_its_limit_and_never_nothing() {
                 dry_run: String::new(),
                 set,
                 canary: None,
+                edit: None,
             },
             &policy,
             at(0),
@@ -281,6 +283,7 @@ fn under_distinct_roles_two_sessions_of_one_role_are_one_person() {
             dry_run: String::new(),
             set: set(&[envelope(1, "1", "USD")]),
             canary: None,
+            edit: None,
         },
         &policy,
         at(0),
@@ -299,9 +302,9 @@ fn a_reason_is_bounded_and_the_digest_covers_the_action_and_the_canary() {
         max_failure_percent: 0,
         wait_secs: 10,
     };
-    let d = request_digest(Action::Replay, None, &a);
-    assert_ne!(d, request_digest(Action::Quarantine, None, &a));
-    assert_ne!(d, request_digest(Action::Replay, Some(&canary), &a));
+    let d = request_digest(Action::Replay, None, &a, None);
+    assert_ne!(d, request_digest(Action::Quarantine, None, &a, None));
+    assert_ne!(d, request_digest(Action::Replay, Some(&canary), &a, None));
     let mut r = request(a.clone(), &ApprovalPolicy::default());
     r.action = Action::Quarantine;
     assert!(
@@ -318,6 +321,7 @@ fn a_reason_is_bounded_and_the_digest_covers_the_action_and_the_canary() {
             dry_run: String::new(),
             set: a,
             canary: None,
+            edit: None,
         },
         &ApprovalPolicy::default(),
         at(0),

@@ -41,6 +41,9 @@ pub enum AuditKind {
     Escalated,
     /// A request waited past its expiry, undecided or unexecuted.
     ApprovalExpired,
+    /// An approved edit of a dead letter's body was posted as a new message (the envelope is
+    /// SUPERSEDED): who proposed it, who approved it, why, and the field diff.
+    Edited,
     /// Never written: a stored record that could not be read back (a field edited into a value
     /// no version of the code writes). Verification names it; nothing else counts it.
     Unreadable,
@@ -65,6 +68,7 @@ impl AuditKind {
             AuditKind::ApprovalPaused => "APPROVAL_PAUSED",
             AuditKind::Escalated => "ESCALATED",
             AuditKind::ApprovalExpired => "APPROVAL_EXPIRED",
+            AuditKind::Edited => "EDITED",
             AuditKind::Unreadable => "UNREADABLE",
         }
     }

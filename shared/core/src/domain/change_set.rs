@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::canary::Canary;
+use super::edit::Edit;
 use super::envelope::{DlqEnvelope, sha256_hex};
 use super::message::parse_amount;
 use super::total::Tally;
@@ -34,6 +35,8 @@ impl Exposure {
 pub enum Action {
     Replay,
     Quarantine,
+    /// Post an edited body of one envelope as a new message ([`super::edit`]).
+    Edit,
 }
 
 /// One envelope a remediation would change, as its dry run saw it.
@@ -114,10 +117,12 @@ impl ChangeSet {
     }
 }
 
-/// What an approver approves: the action, the canary, and the set (its ids and fingerprints).
-pub fn request_digest(action: Action, canary: Option<&Canary>, set: &ChangeSet) -> String {
+/// What an approver approves: the action, the canary, the set (its ids and fingerprints), and
+/// an edit's exact body.
+pub fn request_digest(action: Action, canary: Option<&Canary>, set: &ChangeSet, edit: Option<&Edit>) -> String {
     let canary = canary.map_or_else(|| "none".to_owned(), |c| c.to_string());
-    sha256_hex(format!("recon-approval/v2\n{action:?}\n{canary}\n{}", set.digest()).as_bytes())
+    let edit = edit.map_or_else(String::new, |e| format!("\nedit {}", sha256_hex(e.body.as_bytes())));
+    sha256_hex(format!("recon-approval/v2\n{action:?}\n{canary}\n{}{edit}", set.digest()).as_bytes())
 }
 
 /// The state of an envelope that an approval covers: anything a remediation or an operator

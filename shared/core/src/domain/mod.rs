@@ -9,6 +9,7 @@ pub mod canary;
 pub mod canonical;
 pub mod change_set;
 pub mod dead_letter;
+pub mod edit;
 pub mod envelope;
 pub mod failure;
 pub mod hash;

@@ -81,7 +81,9 @@ impl CommittedRef {
     /// Who holds the transaction, for messages: a delivery, or a manual journal.
     pub fn holder(&self) -> String {
         match &self.manual_journal {
-            Some(envelope) => format!("a manual journal (handed off by envelope {envelope})"),
+            Some(envelope) => {
+                format!("a hand-off by envelope {envelope} (to a manual journal, or to its approved edit)")
+            }
             None => format!("message {} (SQS {})", self.message_id, self.sqs_message_id),
         }
     }

@@ -4,13 +4,14 @@
 //!            create                 claim                finish
 //!   (new) ─────────► PENDING ───────────────► REPLAYING ─────────► REPLAYED
 //!     │                 ▲                     │   ▲  │  ├────────► SUPPRESSED_DUPLICATE
-//!     │                 └──── release ────────┘   │  │  └────────► QUARANTINED
-//!     │                                           └──┘ takeover of an expired lease
+//!     │                 └──── release ────────┘   │  │  ├────────► QUARANTINED
+//!     │                                           └──┘  └────────► SUPERSEDED (an approved edit)
+//!     │                                    takeover of an expired lease
 //!     └──────────────────────────────────────────────────────────► QUARANTINED (unidentifiable)
 //! ```
 //!
 //! Every change happens under a replay's claim (REPLAYING), so two replays never decide one
-//! envelope; REPLAYED, SUPPRESSED_DUPLICATE and QUARANTINED are terminal. Every store checks
+//! envelope; REPLAYED, SUPPRESSED_DUPLICATE, QUARANTINED and SUPERSEDED are terminal. Every store checks
 //! [`check_transition`] (and [`check_initial`] on creation) before it writes, so an illegal
 //! change is refused with [`IllegalTransition`] whatever the store, not only where a condition
 //! expression happens to catch it.
@@ -36,15 +37,19 @@ pub enum EnvelopeStatus {
     SuppressedDuplicate,
     /// Terminal: kept in the WORM bucket for audit and manual handling.
     Quarantined,
+    /// Terminal: an approved edit of its body was posted as a new message that names it; the
+    /// original stays as it came (its WORM copy untouched).
+    Superseded,
 }
 
 impl EnvelopeStatus {
-    pub const ALL: [EnvelopeStatus; 5] = [
+    pub const ALL: [EnvelopeStatus; 6] = [
         EnvelopeStatus::Pending,
         EnvelopeStatus::Replaying,
         EnvelopeStatus::Replayed,
         EnvelopeStatus::SuppressedDuplicate,
         EnvelopeStatus::Quarantined,
+        EnvelopeStatus::Superseded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +59,7 @@ impl EnvelopeStatus {
             EnvelopeStatus::Replayed => "REPLAYED",
             EnvelopeStatus::SuppressedDuplicate => "SUPPRESSED_DUPLICATE",
             EnvelopeStatus::Quarantined => "QUARANTINED",
+            EnvelopeStatus::Superseded => "SUPERSEDED",
         }
     }
 }
@@ -96,7 +102,7 @@ impl EnvelopeStatus {
 }
 
 /// Every allowed change of status, and nothing else. Creation is not a change: see [`INITIAL`].
-pub const TRANSITIONS: [(EnvelopeStatus, EnvelopeStatus); 6] = {
+pub const TRANSITIONS: [(EnvelopeStatus, EnvelopeStatus); 7] = {
     use EnvelopeStatus::*;
     [
         // A replay claims it (conditional, with a lease).
@@ -108,6 +114,8 @@ pub const TRANSITIONS: [(EnvelopeStatus, EnvelopeStatus); 6] = {
         (Replaying, Replayed),
         (Replaying, SuppressedDuplicate),
         (Replaying, Quarantined),
+        // An approved edit posted its body as a new message.
+        (Replaying, Superseded),
     ]
 };
 

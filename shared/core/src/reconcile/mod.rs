@@ -25,6 +25,7 @@ use crate::domain::envelope::sha256_hex;
 use crate::domain::message::{parse_amount, parse_date, period_of};
 use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Tally, attrs, labels};
 
+pub mod edits;
 pub mod read;
 pub use read::{LedgerRead, Links, look_up_unmet, read_ledger};
 
@@ -50,6 +51,10 @@ pub struct Entry {
     /// The store record it comes from (posting hash, envelope id, audit id).
     #[serde(default)]
     pub reference: String,
+    /// A transaction posted by an approved edit: what the producer sent (its original's labels),
+    /// which the manifest holds ([`edits`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edited_from: Option<edits::AsSent>,
 }
 
 fn key_of(message_id: Option<&str>, body_sha256: &str) -> String {
@@ -69,6 +74,7 @@ pub fn manifest_entry(body: &str) -> Entry {
         entity: l.ledger_entity.clone(),
         period: l.value_date.as_deref().and_then(parse_date).map(period_of),
         reference: String::new(),
+        edited_from: None,
     }
 }
 
@@ -144,13 +150,15 @@ impl Fate<'_> {
         if !self.postings.is_empty() {
             return State::Committed;
         }
+        // A re-injected (or edited) copy with no fate of its own yet.
         let copy_on_its_way = |e: &&DlqEnvelope| {
-            e.status == EnvelopeStatus::Replayed
-                && !e
-                    .replays
-                    .iter()
-                    .filter_map(|r| r.sqs_message_id.as_deref())
-                    .any(|copy| fated.contains(copy))
+            let mut copies = e.replays.iter().filter_map(|r| r.sqs_message_id.as_deref()).peekable();
+            let sent = match e.status {
+                EnvelopeStatus::Replayed => true,
+                EnvelopeStatus::Superseded => copies.peek().is_some(),
+                _ => false,
+            };
+            sent && !copies.any(|copy| fated.contains(copy))
         };
         if self
             .envelopes
@@ -162,7 +170,11 @@ impl Fate<'_> {
         let any = |s: EnvelopeStatus| self.envelopes.iter().any(|e| e.status == s);
         if any(EnvelopeStatus::Pending) {
             State::Pending
-        } else if !self.duplicates.is_empty() || any(EnvelopeStatus::SuppressedDuplicate) {
+        } else if !self.duplicates.is_empty()
+            || any(EnvelopeStatus::SuppressedDuplicate)
+            || any(EnvelopeStatus::Superseded)
+        {
+            // (An edit whose transaction another message of the producer's posted.)
             State::Duplicate
         } else {
             State::Quarantined
@@ -187,6 +199,7 @@ impl Fate<'_> {
                 entity: Some(p.ledger_entity.clone()),
                 period: Some(p.period.clone()),
                 reference,
+                edited_from: edits::as_sent(&self.envelopes),
             };
         }
         if let Some(e) = self.envelopes.first() {
@@ -197,6 +210,7 @@ impl Fate<'_> {
                 entity: e.ledger_entity.clone(),
                 period: e.accounting_period.clone(),
                 reference,
+                edited_from: None,
             };
         }
         let r = self.duplicates.first();
@@ -207,6 +221,7 @@ impl Fate<'_> {
             entity: r.and_then(|r| r.ledger_entity.clone()),
             period: None,
             reference,
+            edited_from: None,
         }
     }
 }
@@ -221,14 +236,15 @@ pub fn outcomes(
     dlq_empty: bool,
 ) -> (Vec<(State, Entry)>, Vec<String>) {
     let mut problems = Vec::new();
-    // Transactions the ledger holds: posted, or handed to a manual journal.
+    // Transactions the ledger holds: posted, handed to a manual journal, or handed off by an
+    // edit that posted another in their place.
     let committed: BTreeSet<&str> = postings
         .iter()
         .map(|p| p.source_hash.as_str())
         .chain(
             envelopes
                 .iter()
-                .filter(|e| e.left_for_manual_journal())
+                .filter(|e| e.left_for_manual_journal() || e.status == EnvelopeStatus::Superseded)
                 .map(|e| e.source_hash.as_str()),
         )
         .collect();
@@ -338,6 +354,10 @@ pub struct Reconciliation {
     /// Manifest keys with fewer outcomes than sends, and outcomes without a send.
     pub missing: Vec<String>,
     pub extra: Vec<String>,
+    /// Transactions posted by an approved edit: as sent -> as posted. With a manifest, each is
+    /// reconciled by what the producer sent (counted once, its amount as sent).
+    #[serde(default)]
+    pub edited: Vec<String>,
     pub problems: Vec<String>,
     pub holds: bool,
 }
@@ -428,6 +448,7 @@ pub fn reconcile_counted(
             ));
         }
     }
+    r.edited = edits::listed(outcomes);
     let sent = manifest.map(|m| {
         let mut t = Tally::default();
         for e in m {
@@ -435,6 +456,8 @@ pub fn reconcile_counted(
         }
         t
     });
+    // What was sent, with each edited transaction as it was posted: what the states must total.
+    let expected = manifest.map(|m| edits::sent_as_posted(m, outcomes));
     for c in total
         .overflowed
         .iter()
@@ -471,7 +494,8 @@ pub fn reconcile_counted(
             }
         }
         // Queued messages cannot be named; they may account for missing ones.
-        let amounts_hold = total.amounts == sent.amounts && total.without_amount == sent.without_amount;
+        let expected = expected.unwrap_or_default();
+        let amounts_hold = total.amounts == expected.amounts && total.without_amount == expected.without_amount;
         r.holds = r.problems.is_empty()
             && r.extra.is_empty()
             && r.missing.len() as u64 <= queued

@@ -8,6 +8,7 @@ fn e(key: &str, amount: &str) -> Entry {
         entity: Some("E".into()),
         period: Some("2026-11".into()),
         reference: format!("ref of {key}"),
+        edited_from: None,
     }
 }
 
@@ -195,6 +196,7 @@ fn period_entry(key: &str, period: Option<&str>, reference: &str) -> Entry {
         entity: Some("ACME-US".into()),
         period: period.map(str::to_owned),
         reference: reference.into(),
+        edited_from: None,
     }
 }
 

@@ -44,7 +44,7 @@ pub(super) fn pinned(req: &ReplayRequest, expected: &BTreeMap<String, String>) -
     })
 }
 
-fn record(kind: AuditKind, r: &ApprovalRequest, actor: &str, detail: String) -> AuditRecord {
+pub(super) fn record(kind: AuditKind, r: &ApprovalRequest, actor: &str, detail: String) -> AuditRecord {
     let at = match kind {
         AuditKind::ApprovalRequested => r.created_at,
         AuditKind::ApprovalGranted | AuditKind::ApprovalRejected => r.decision.as_ref().map_or(r.created_at, |d| d.at),
@@ -135,6 +135,7 @@ where
                 dry_run: assessed.preview.summary(),
                 set: assessed.preview.changes.clone(),
                 canary,
+                edit: None,
             },
             snapshot.approval(),
             self.clock.now(),
@@ -253,8 +254,12 @@ where
         if r.set.is_empty() {
             return Err(Refused(format!("request {id} names no envelope")).into());
         }
-        let what = format!("approval request {id} was made");
-        let report = self.run_set(&req, &r.set, &what, canary.as_ref(), deadline).await?;
+        let report = if r.action == Action::Edit {
+            self.run_edit(&r, by, deadline).await?
+        } else {
+            let what = format!("approval request {id} was made");
+            self.run_set(&req, &r.set, &what, canary.as_ref(), deadline).await?
+        };
         // A failed canary, or a run stopped early (time, back-pressure, the rate limit): the
         // rest waits for a second person.
         let paused = report.canary.as_ref().is_some_and(|c| !c.passed) || !report.completed;

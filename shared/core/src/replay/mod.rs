@@ -21,6 +21,7 @@
 //! | [`request`] | the selector; manual payloads and scheduled events into a request      |
 //! | [`approval`]| the policy check; approval requests, decisions, execution of a set     |
 //! | [`canary`]  | a set's first slice, its copies' outcomes awaited, then the rest       |
+//! | [`edit`]    | edit-and-retry: an edit requested, then posted under the request's claim |
 //! | [`gates`]   | the verdict for one envelope (reads only)                              |
 //! | [`sweep`]   | selection by ids or by status pages, the cursor, budget, back-pressure |
 //! | [`settle`]  | claim, then suppress / quarantine / release, with provenance and audit |
@@ -29,6 +30,7 @@
 
 mod approval;
 mod canary;
+mod edit;
 mod gates;
 mod reinject;
 mod report;
@@ -37,6 +39,7 @@ mod settle;
 mod sweep;
 
 pub use approval::Assessment;
+pub use edit::{EDIT_REQUEST_ATTR, WOULD_EDIT};
 pub use gates::{Gate, MAX_RELEASES, Verdict};
 pub use report::{MAX_REPORT_ITEMS, Progress, ReplayItem, ReplayOutcome, ReplayReport};
 pub use request::{

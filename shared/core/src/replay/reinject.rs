@@ -28,7 +28,7 @@ where
 {
     /// The message that re-injects `e`: its original bytes and attributes, plus provenance; or
     /// why SQS would never accept it as it is.
-    fn reinjection(&self, run: &Run<'_>, e: &DlqEnvelope, body: String) -> Result<OutgoingMessage, String> {
+    pub(super) fn reinjection(&self, run: &Run<'_>, e: &DlqEnvelope, body: String) -> Result<OutgoingMessage, String> {
         let mut attributes: Vec<(String, String, String)> = e
             .original
             .attributes

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use super::gates::{Gate, Verdict};
 use super::report::{ReplayItem, ReplayOutcome, item};
 use super::{Replayer, Run};
+use crate::domain::edit::EDIT_CLAIM_PREFIX;
 use crate::domain::envelope::sha256_hex;
 use crate::domain::{
     AuditKind, AuditRecord, CommitOutcome, CommittedRef, DlqEnvelope, EnvelopeStatus, FailureCode, HandOff, HashKind,
@@ -204,7 +205,7 @@ where
 
     /// The ledger key of the envelope's transaction: the hash its body decodes to, else the hash
     /// it claims; none for a raw digest (an unidentified message is never in the ledger).
-    async fn transaction_hash(&self, e: &DlqEnvelope) -> FlowResult<Option<String>> {
+    pub(super) async fn transaction_hash(&self, e: &DlqEnvelope) -> FlowResult<Option<String>> {
         Ok(match self.identified_transaction(e).await? {
             Some(hash) => Some(hash),
             None if e.source_hash_kind == HashKind::RawDigest => None,
@@ -230,6 +231,14 @@ where
 
     /// Claim `e` for this run (from PENDING, or from an expired lease). `false`: not ours.
     pub(super) async fn claim(&self, run: &Run<'_>, e: &DlqEnvelope) -> FlowResult<bool> {
+        // An approved edit's claim is taken over only by that edit's own execution (resumed):
+        // the original may be handed off already, its edited copy on its way.
+        if e.replay
+            .as_ref()
+            .is_some_and(|c| c.replay_id.starts_with(EDIT_CLAIM_PREFIX) && c.replay_id != run.replay_id)
+        {
+            return Ok(false);
+        }
         let now = self.clock.now();
         let (claim, change) = self.claim_for(run, now);
         // Only as `e` was read: the verdict (and a pinned set's fingerprint) is about that state.

@@ -9,6 +9,7 @@ use super::gates::Verdict;
 use super::report::{ReplayItem, ReplayOutcome, ReplayReport, dry_item, isolated};
 use super::{Replayer, Run, SCHEDULE_CURSOR};
 use crate::domain::approval::{Change, fingerprint};
+use crate::domain::edit::EDIT_CLAIM_PREFIX;
 use crate::domain::{DlqEnvelope, EnvelopeStatus, PeriodStatus};
 use crate::ports::{
     AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, ReplayQueue, StoreResult, SweepCursors, Worm,
@@ -70,7 +71,8 @@ where
         } else {
             None
         };
-        // A fresh pass first takes over replays whose lease expired (a crashed replay).
+        // A fresh pass first takes over replays whose lease expired (a crashed replay); never an
+        // approved edit's claim (its request's resumption finishes it).
         if cursor.is_none() {
             let now = self.clock.now();
             let mut c = None;
@@ -81,7 +83,12 @@ where
                     .await?;
                 let expired: Vec<DlqEnvelope> = page
                     .into_iter()
-                    .filter(|e| e.replay.as_ref().is_some_and(|r| r.lease_until < now) && req.selector.matches(e))
+                    .filter(|e| {
+                        e.replay
+                            .as_ref()
+                            .is_some_and(|r| r.lease_until < now && !r.replay_id.starts_with(EDIT_CLAIM_PREFIX))
+                            && req.selector.matches(e)
+                    })
                     .collect();
                 self.process_page(run, expired, report).await?;
                 if report.stopped.is_some() {

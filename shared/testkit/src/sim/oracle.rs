@@ -164,9 +164,18 @@ pub fn check(world: &World) -> Vec<String> {
             ));
         }
     }
-    for h in hand_offs.iter().filter(|h| !manual.contains(h.envelope_id.as_str())) {
+    // (An approved edit hands its original off too: its envelope is SUPERSEDED.)
+    let superseded: BTreeSet<&str> = envelopes
+        .iter()
+        .filter(|e| e.status == EnvelopeStatus::Superseded)
+        .map(|e| e.envelope_id.as_str())
+        .collect();
+    for h in hand_offs
+        .iter()
+        .filter(|h| !manual.contains(h.envelope_id.as_str()) && !superseded.contains(h.envelope_id.as_str()))
+    {
         v.push(format!(
-            "transaction {} is handed off by envelope {}, which is not left for a manual journal",
+            "transaction {} is handed off by envelope {}, which is neither left for a manual journal nor superseded by an edit",
             h.source_hash, h.envelope_id
         ));
     }

@@ -321,6 +321,30 @@ pub fn parse_amount(s: &str) -> Result<Decimal, ProcessError> {
 
 /// Decode and verify a body, without reference data (stages 1-4).
 pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
+    let (msg, actual) = decode_content(body)?;
+    // Stage 4: the claimed hash must be the hash of this content.
+    let mut claimed = [0u8; 32];
+    if hex::decode_to_slice(&msg.source_hash, &mut claimed).is_err() || claimed != actual {
+        return Err(ProcessError::unrecoverable(
+            RootCause::HashMismatch,
+            format!(
+                "`source_hash` {} does not match the content (expected {})",
+                msg.source_hash,
+                hex::encode(actual)
+            ),
+        ));
+    }
+    Ok(msg)
+}
+
+/// The `source_hash` of a body's content (stages 1-3 must pass; the hash it claims is not
+/// compared): what an edited body must claim.
+pub fn content_hash(body: &str) -> Result<String, ProcessError> {
+    decode_content(body).map(|(_, actual)| hex::encode(actual))
+}
+
+/// Stages 1-3: the message with the hash it claims, and the hash of its content.
+fn decode_content(body: &str) -> Result<(ReconMessage<'_>, [u8; 32]), ProcessError> {
     let body = without_bom(body);
     if !body.trim_start().starts_with('{') {
         return Err(match serde_json::from_str::<IgnoredAny>(body) {
@@ -421,28 +445,15 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
         string_field("counterparty", wire.counterparty, MAX_COUNTERPARTY_LEN)?.unwrap_or(Cow::Borrowed("")),
     )?;
 
-    // Stage 4: the claimed hash must be the hash of this content.
-    let input = HashInput {
+    let actual = source_hash_bytes(&HashInput {
         ledger_entity: &ledger_entity,
         external_ref: &external_ref,
         counterparty: &counterparty,
         value_date: &value_date_text,
         currency: &currency,
         amount,
-    };
-    let actual = source_hash_bytes(&input);
-    let mut claimed = [0u8; 32];
-    if hex::decode_to_slice(&claimed_hash, &mut claimed).is_err() || claimed != actual {
-        return Err(ProcessError::unrecoverable(
-            RootCause::HashMismatch,
-            format!(
-                "`source_hash` {claimed_hash} does not match the content (expected {})",
-                hex::encode(actual)
-            ),
-        ));
-    }
-
-    Ok(ReconMessage {
+    });
+    let msg = ReconMessage {
         schema_version,
         message_id,
         source_hash: claimed_hash,
@@ -454,7 +465,8 @@ pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
         value_date,
         external_ref,
         counterparty,
-    })
+    };
+    Ok((msg, actual))
 }
 
 /// Stage 5: the checks that depend on reference data.

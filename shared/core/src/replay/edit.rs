@@ -1,0 +1,331 @@
+//! Edit-and-retry (`domain::edit`): an operator proposes an edited body for one PENDING dead
+//! letter; every edit is an approval request (a second person approves it); the approved edit
+//! is posted as a new message whose `replay.*` attributes name the original envelope, which
+//! becomes SUPERSEDED. The original is never altered: its bytes stay in the envelope and in the
+//! WORM bucket, and the edit's own document (who, why, the diff, both bodies' digests) goes next
+//! to them.
+//!
+//! Exactly once, when the edit changes the transaction (a new `source_hash`): under the claim,
+//! the original transaction is handed off in the ledger (conditional like a commit, naming the
+//! envelope) before the edited copy is sent, so a later delivery of the original is suppressed
+//! as a duplicate, and an original committed meanwhile suppresses the edit instead. The claim's
+//! replay id is the request's (`edit_<request>`): a sweep never takes it over, and a crashed
+//! execution, resumed, finds its own claim and sends the same copy again (the ledger keeps the
+//! edited transaction single).
+
+use super::report::{ReplayItem, ReplayOutcome, ReplayReport, item};
+use super::settle::Settlement;
+use super::{ReplayRequest, Replayer, Run, Selector};
+use crate::domain::approval::{Action, ApprovalRequest, Change, Identity, NewRequest, Refused};
+use crate::domain::edit::{Edit, EditRefused, Proposal, edit_claim, propose};
+use crate::domain::envelope::sha256_hex;
+use crate::domain::{AuditKind, CommitOutcome, DlqEnvelope, EnvelopeStatus, HandOff, TransientKind, validate};
+use crate::envelopes::{original_body, publish};
+use crate::ports::{
+    ApprovalRequests, AuditLog, AuditOutbox, Backlog, Deadline, EnvelopeStore, FlowResult, Ledger, Metrics,
+    ReferenceData, ReplayQueue, StoreError, SweepCursors, Worm,
+};
+
+/// What the dry run of an edit calls it.
+pub const WOULD_EDIT: &str = "WOULD_EDIT";
+
+/// The attribute an edited copy carries: the approval request that posted it.
+pub const EDIT_REQUEST_ATTR: &str = "replay.edit_request";
+
+impl From<EditRefused> for Refused {
+    fn from(e: EditRefused) -> Self {
+        Refused(e.0)
+    }
+}
+
+impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
+where
+    S: EnvelopeStore + SweepCursors + Backlog + AuditOutbox + ApprovalRequests,
+    L: Ledger,
+    R: ReferenceData,
+    Q: ReplayQueue,
+    W: Worm,
+    A: AuditLog,
+    M: Metrics,
+{
+    /// Propose an edit of PENDING envelope `envelope_id`: the edited body must pass gate 1 with
+    /// today's reference data, and its transaction must not be in the ledger yet. Every edit
+    /// waits for a second person's approval.
+    pub async fn request_edit(
+        &self,
+        envelope_id: &str,
+        proposal: &Proposal,
+        reason: &str,
+        requester: &Identity,
+    ) -> FlowResult<ApprovalRequest> {
+        let e = self
+            .store
+            .get(envelope_id)
+            .await?
+            .ok_or_else(|| Refused(format!("no envelope {envelope_id}")))?;
+        if e.status != EnvelopeStatus::Pending {
+            return Err(Refused(format!(
+                "envelope {envelope_id} is {}: only a PENDING one is edited",
+                e.status
+            ))
+            .into());
+        }
+        let original = original_body(&e, &self.worm)
+            .await?
+            .ok_or_else(|| Refused(format!("the original body of {envelope_id} is not available")))?;
+        let edit = propose(envelope_id, &e.source_hash, &original, proposal).map_err(Refused::from)?;
+        let snapshot = self.reference.snapshot().await?;
+        if let Err(err) = validate(&edit.body, &snapshot) {
+            return Err(Refused(format!("the edited body does not pass gate 1: {err}")).into());
+        }
+        if let Some(c) = self.ledger.lookup(&edit.source_hash).await? {
+            return Err(Refused(format!(
+                "the edited transaction is in the ledger already ({}): nothing to post",
+                c.holder()
+            ))
+            .into());
+        }
+        let r = ApprovalRequest::new(
+            NewRequest {
+                action: Action::Edit,
+                selector: serde_json::to_string(&Selector {
+                    envelope_ids: vec![envelope_id.to_owned()],
+                    ..Selector::default()
+                })
+                .unwrap_or_default(),
+                reason: reason.to_owned(),
+                requested_by: requester.clone(),
+                why: vec!["every edit needs a second person's approval".into()],
+                dry_run: format!("1 envelope would be posted edited: {}", edit.diff_line()),
+                set: crate::domain::approval::ChangeSet {
+                    changes: vec![Change::of(&e, WOULD_EDIT, false)],
+                },
+                canary: None,
+                edit: Some(edit),
+            },
+            snapshot.approval(),
+            self.clock.now(),
+        )?;
+        let diff = r.edit.as_ref().map(Edit::diff_line).unwrap_or_default();
+        let detail = format!(
+            "edit of envelope {envelope_id} requested by {requester}: {}; diff: {diff}",
+            r.reason
+        );
+        let rec = super::approval::record(AuditKind::ApprovalRequested, &r, &requester.to_string(), detail);
+        if !self.store.create_request(&r, &rec).await? {
+            return Err(Refused(format!("request {} exists already", r.request_id)).into());
+        }
+        publish(&self.store, &self.audit, &self.metrics, &rec).await?;
+        tracing::info!(request_id = %r.request_id, envelope_id, diff = %diff, requested_by = %requester, "edit requested");
+        Ok(r)
+    }
+
+    /// Post approved edit request `r` (started by its caller): the envelope only as it was when
+    /// the edit was requested, or as its own crashed execution left it.
+    pub(super) async fn run_edit(
+        &self,
+        r: &ApprovalRequest,
+        by: &str,
+        deadline: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> FlowResult<ReplayReport> {
+        let edit = r
+            .edit
+            .as_ref()
+            .ok_or_else(|| Refused(format!("request {} holds no edit", r.request_id)))?;
+        let expected = r.set.expected();
+        let req = ReplayRequest {
+            reason: format!("{} (approved edit {})", r.reason, r.request_id),
+            triggered_by: by.to_owned(),
+            dry_run: false,
+            scheduled: false,
+            quarantine: false,
+            selector: Selector::default(),
+        };
+        let clock = &*self.clock;
+        let run = Run {
+            req: &req,
+            replay_id: edit_claim(&r.request_id),
+            snapshot: self.reference.snapshot().await?,
+            started: clock.monotonic(),
+            deadline: deadline.map(|d| Deadline::at(clock, d)),
+            sent: 0,
+            pinned: None,
+        };
+        let mut report = ReplayReport {
+            replay_id: run.replay_id.clone(),
+            triggered_by: req.triggered_by.clone(),
+            reason: req.reason.clone(),
+            selected: 1,
+            completed: true,
+            ..ReplayReport::default()
+        };
+        let e = self.store.get(&edit.envelope_id).await?;
+        let ours = e.as_ref().is_some_and(|e| {
+            e.status == EnvelopeStatus::Replaying && e.replay.as_ref().is_some_and(|c| c.replay_id == run.replay_id)
+        });
+        let as_requested = e
+            .as_ref()
+            .is_some_and(|e| expected.get(&e.envelope_id) == Some(&crate::domain::approval::fingerprint(e)));
+        let Some(e) = e.filter(|_| ours || as_requested) else {
+            report.changed_since.push(edit.envelope_id.clone());
+            report.skipped = 1;
+            return Ok(report);
+        };
+        if !self.claim(&run, &e).await? {
+            report.changed_since.push(edit.envelope_id.clone());
+            report.skipped = 1;
+            return Ok(report);
+        }
+        // Whatever the outcome (posted, suppressed, still failing: a new edit is a new request),
+        // the request is done.
+        let it = self.post_edit(&run, r, edit, &e).await?;
+        report.push(it);
+        Ok(report)
+    }
+
+    /// Under the edit's claim: gate 1 on the edited body, the ledger for both transactions, the
+    /// hand-off of the original, the edit's document, the send, SUPERSEDED.
+    async fn post_edit(
+        &self,
+        run: &Run<'_>,
+        r: &ApprovalRequest,
+        edit: &Edit,
+        e: &DlqEnvelope,
+    ) -> FlowResult<ReplayItem> {
+        if let Err(err) = validate(&edit.body, &run.snapshot) {
+            let detail = format!("the edited body no longer passes gate 1: {err}");
+            self.finish(run, e, Settlement::release(detail.clone())).await?;
+            return Ok(item(
+                e,
+                ReplayOutcome::StillFailing,
+                Some(super::Gate::Integrity),
+                detail,
+            ));
+        }
+        // The edited transaction in the ledger already: posted by this edit's copy (a crashed
+        // execution resumed; the copy's posting names the envelope) or by a message of the
+        // producer's own. Either way it is there once: nothing is sent.
+        if let Some(c) = self.ledger.lookup(&edit.source_hash).await?
+            && !c.handed_off_by(&e.envelope_id)
+        {
+            return self
+                .supersede(run, r, edit, e, None, &format!("already posted by {}", c.holder()))
+                .await;
+        }
+        // The original transaction, committed meanwhile by another message: the edit is moot.
+        if let Some(c) = self.committed(e).await?
+            && !c.handed_off_by(&e.envelope_id)
+        {
+            return self.settle_claimed_duplicate(run, e, &c.holder()).await;
+        }
+        let original_hash = self.transaction_hash(e).await?;
+        if edit.economic()
+            && let Some(hash) = original_hash
+        {
+            let hand_off = HandOff {
+                source_hash: hash,
+                envelope_id: e.envelope_id.clone(),
+                replay_id: run.replay_id.clone(),
+                handed_off_at: self.clock.now(),
+            };
+            match self.ledger.hand_off(&hand_off).await? {
+                CommitOutcome::Committed => {}
+                CommitOutcome::AlreadyCommitted(c) if c.handed_off_by(&e.envelope_id) => {}
+                CommitOutcome::AlreadyCommitted(c) => return self.settle_claimed_duplicate(run, e, &c.holder()).await,
+                CommitOutcome::Refused { rule, detail } => {
+                    return Err(StoreError::new(
+                        TransientKind::Infrastructure,
+                        format!("the ledger refused the hand-off of the original ({rule}): {detail}"),
+                    )
+                    .into());
+                }
+            }
+        }
+        let mut m = self
+            .reinjection(run, e, edit.body.clone())
+            .map_err(|why| Refused(format!("the edited message cannot be sent: {why}")))?;
+        m.attributes
+            .push((EDIT_REQUEST_ATTR.to_owned(), "String".to_owned(), r.request_id.clone()));
+        // Send failures keep the claim: the request's resumption sends again (never a release,
+        // which would leave the original handed off and unposted to a sweep).
+        let sent = self.queue.send_batch(std::slice::from_ref(&m)).await?;
+        let copy = match sent.into_iter().next() {
+            Some(Ok(id)) => id,
+            Some(Err(why)) => {
+                return Err(StoreError::new(
+                    TransientKind::Infrastructure,
+                    format!("the edited copy was not sent ({why}); resume the request to send it"),
+                )
+                .into());
+            }
+            None => {
+                return Err(StoreError::new(
+                    TransientKind::Infrastructure,
+                    "the queue answered nothing for the edited copy",
+                )
+                .into());
+            }
+        };
+        self.supersede(
+            run,
+            r,
+            edit,
+            e,
+            Some(copy.clone()),
+            &format!("posted edited as SQS message {copy}"),
+        )
+        .await
+    }
+
+    /// The edit's document to the WORM bucket, then SUPERSEDED with its `EDITED` record.
+    async fn supersede(
+        &self,
+        run: &Run<'_>,
+        r: &ApprovalRequest,
+        edit: &Edit,
+        e: &DlqEnvelope,
+        copy: Option<String>,
+        what: &str,
+    ) -> FlowResult<ReplayItem> {
+        let approver = r.decision.as_ref().map(|d| d.by.to_string()).unwrap_or_default();
+        let doc = serde_json::json!({
+            "schema": "recon-dlq/edit/v1",
+            "envelope_id": e.envelope_id,
+            "request_id": r.request_id,
+            "requested_by": r.requested_by.to_string(),
+            "approved_by": approver,
+            "reason": r.reason,
+            "diff": edit.diff,
+            "original_body_sha256": e.original.body_sha256,
+            "envelope_worm_key": e.worm.as_ref().map(|w| w.key.clone()),
+            "source_hash_before": edit.source_hash_before,
+            "edited_body": edit.body,
+            "edited_body_sha256": edit.body_sha256,
+            "source_hash": edit.source_hash,
+        })
+        .to_string();
+        let key = format!("edits/{}/{}.json", e.envelope_id, sha256_hex(doc.as_bytes()));
+        self.worm.put(&key, doc.as_bytes()).await?;
+        let detail = format!(
+            "{what}; edit {} requested by {} ({}), approved by {approver}; diff: {}; transaction {} -> {}; WORM s3://{}/{key}",
+            r.request_id,
+            r.requested_by,
+            r.reason,
+            edit.diff_line(),
+            edit.source_hash_before,
+            edit.source_hash,
+            self.worm.bucket()
+        );
+        let record = self.audit_record(run, e, AuditKind::Edited, None, detail.clone());
+        let settled = Settlement {
+            copy,
+            ..Settlement::decided(EnvelopeStatus::Superseded, detail.clone(), &record)
+        };
+        if self.finish(run, e, settled).await? {
+            self.publish(&record).await;
+        } else {
+            self.audit.append(&record).await?;
+        }
+        Ok(item(e, ReplayOutcome::Reinjected, None, detail))
+    }
+}

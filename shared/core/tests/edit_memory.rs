@@ -1,0 +1,205 @@
+//! Edit-and-retry on in-memory adapters: an edited body must pass gate 1, waits for a second
+//! person, posts once as a new message linked to its original (SUPERSEDED, its bytes untouched),
+//! hands the original transaction off so it never posts beside the edit, and reconciles once.
+
+mod common;
+
+use common::*;
+use recon_core::consume::Disposition;
+use recon_core::domain::approval::{Identity, RequestStatus};
+use recon_core::domain::edit::Proposal;
+use recon_core::domain::{AuditRecord, decode};
+use recon_core::reconcile::{State, manifest_entry, outcomes as fates, reconcile};
+
+fn who(name: &str) -> Identity {
+    Identity {
+        arn: format!("arn:aws:iam::000000000000:user/{name}"),
+        name: None,
+    }
+}
+
+fn set(field: &str, value: &str) -> Proposal {
+    Proposal::Set(vec![(field.to_owned(), value.to_owned())])
+}
+
+fn attribute<'a>(m: &'a recon_core::ports::OutgoingMessage, name: &str) -> Option<&'a str> {
+    m.attributes
+        .iter()
+        .find(|(n, _, _)| n == name)
+        .map(|(_, _, v)| v.as_str())
+}
+
+#[tokio::test]
+async fn an_approved_edit_posts_once_supersedes_its_original_and_reconciles_once() {
+    let w = world();
+    // Sent with a mistyped currency: USX is no currency, so the message is poison.
+    let sent = tx_in(1, "USX", "100.00");
+    let e = w.envelope("s1", &sent, ChronoDuration::hours(1)).await;
+    let original = e.original.body.clone().unwrap();
+    let r = w.replayer(ReplayConfig::default());
+
+    // An edit that still fails gate 1 is refused at once, and so is editing the identity.
+    let err = r
+        .request_edit(&e.envelope_id, &set("currency", "USQ"), "typo", &who("maker"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("does not pass gate 1"), "{err}");
+    let err = r
+        .request_edit(&e.envelope_id, &set("message_id", "m-9"), "typo", &who("maker"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("cannot be edited"), "{err}");
+
+    let q = r
+        .request_edit(
+            &e.envelope_id,
+            &set("currency", "USD"),
+            "USX typed for USD (ticket FIN-12)",
+            &who("maker"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(q.status, RequestStatus::PendingApproval);
+    let edit = q.edit.clone().unwrap();
+    assert!(edit.economic());
+    assert_eq!(
+        edit.diff_line().split("; ").next(),
+        Some("currency: \"USX\" -> \"USD\"")
+    );
+
+    // Self-approval is refused; nothing is sent before approval.
+    let err = r.decide(&q.request_id, &who("maker"), true, "ok").await.unwrap_err();
+    assert!(err.to_string().contains("self-approval refused"), "{err}");
+    assert!(w.queue.sent().is_empty());
+    r.decide(&q.request_id, &who("checker"), true, "matches the bank statement")
+        .await
+        .unwrap();
+    let (done, report) = r.execute(&q.request_id, "ops", None, None).await.unwrap();
+    assert_eq!(done.status, RequestStatus::Executed, "{}", report.summary());
+    assert_eq!(w.status(&e.envelope_id).await, EnvelopeStatus::Superseded);
+
+    // One new message: the edited body, naming its original and the request.
+    let copies = w.queue.sent();
+    assert_eq!(copies.len(), 1);
+    let copy = &copies[0];
+    assert_eq!(copy.body, edit.body);
+    assert_eq!(decode(&copy.body).unwrap().currency, "USD");
+    assert_eq!(attribute(copy, attrs::REPLAY_OF), Some(e.envelope_id.as_str()));
+    assert_eq!(
+        attribute(copy, recon_core::replay::EDIT_REQUEST_ATTR),
+        Some(q.request_id.as_str())
+    );
+    // The original is as it came.
+    let after = w.store.get(&e.envelope_id).await.unwrap().unwrap();
+    assert_eq!(after.original.body.as_deref(), Some(original.as_str()));
+    assert_eq!(after.original.body_sha256, e.original.body_sha256);
+
+    // The consumer posts the edit once; a second delivery of it is a duplicate.
+    let consumer = w.consumer();
+    assert_eq!(
+        consumer.handle_message(&builders::delivered("edited-1", copy)).await,
+        Disposition::Committed
+    );
+    assert!(matches!(
+        consumer.handle_message(&builders::delivered("edited-2", copy)).await,
+        Disposition::DuplicateSuppressed { .. }
+    ));
+    // Should USX ever become a currency, the producer's original, sent again, never posts
+    // beside its edit: the edit handed it off.
+    w.reference
+        .put_currency(&CurrencyMapping {
+            code: "USX".into(),
+            minor_units: 2,
+            description: "a currency added later".into(),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(
+        consumer
+            .handle_message(&builders::delivery("s1-again", &original, 1))
+            .await,
+        Disposition::DuplicateSuppressed { .. }
+    ));
+    let postings = w.ledger.postings();
+    assert_eq!(postings.len(), 1);
+    assert_eq!(
+        (postings[0].currency.as_str(), postings[0].amount.to_string().as_str()),
+        ("USD", "100.00")
+    );
+
+    // Nothing else takes the envelope: a sweep finds nothing to do.
+    let swept = r.run(&sweep(), None).await.unwrap();
+    assert_eq!(swept.selected, 0);
+
+    // Reconciled against what the producer sent (USX, twice): the edited transaction counts
+    // once, committed as posted (its copies, the duplicate delivery too, follow the original);
+    // the second send is a duplicate; the edit is named.
+    let audit: Vec<AuditRecord> = w.audit.records().into_iter().chain(consumer.audit.records()).collect();
+    assert!(
+        audit
+            .iter()
+            .any(|a| a.kind == AuditKind::Edited && a.detail.contains("USX"))
+    );
+    let (outcomes, problems) = fates(&postings, &[after], &audit, true);
+    let states: Vec<State> = outcomes.iter().map(|(s, _)| *s).collect();
+    assert_eq!(states, [State::Committed, State::Duplicate], "{outcomes:?}");
+    let manifest = vec![manifest_entry(&original), manifest_entry(&original)];
+    let rec = reconcile(outcomes, problems, Some(&manifest), 0);
+    assert!(rec.holds, "{rec:?}");
+    assert_eq!(rec.edited.len(), 1, "{:?}", rec.edited);
+    assert!(
+        rec.edited[0].contains("100.00 USX as sent -> 100.00 USD as posted"),
+        "{:?}",
+        rec.edited
+    );
+}
+
+#[tokio::test]
+async fn an_edit_is_not_posted_when_its_envelope_changed_or_the_original_posted_meanwhile() {
+    let w = world();
+    add_xau(&w).await;
+    let e = w
+        .envelope("s1", &tx_in(1, "USX", "5.00"), ChronoDuration::hours(1))
+        .await;
+    let r = w.replayer(ReplayConfig::default());
+    let q = r
+        .request_edit(&e.envelope_id, &set("currency", "XAU"), "was gold", &who("maker"))
+        .await
+        .unwrap();
+    r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
+    // Between approval and execution, someone quarantines the envelope.
+    let quarantine = ReplayRequest {
+        quarantine: true,
+        ..manual(
+            Selector {
+                envelope_ids: vec![e.envelope_id.clone()],
+                ..Selector::default()
+            },
+            false,
+        )
+    };
+    assert_eq!(r.run(&quarantine, None).await.unwrap().quarantined, 1);
+    let (done, report) = r.execute(&q.request_id, "ops", None, None).await.unwrap();
+    assert_eq!(report.changed_since, std::slice::from_ref(&e.envelope_id));
+    assert_eq!(done.execution.unwrap().changed_since_count, 1);
+    assert!(w.queue.sent().is_empty());
+    assert_eq!(w.status(&e.envelope_id).await, EnvelopeStatus::Quarantined);
+
+    // An edit whose edited transaction reached the ledger meanwhile (the producer sent the
+    // corrected message itself): nothing is sent, the envelope is superseded by that posting.
+    let e2 = w
+        .envelope("s2", &tx_in(2, "USX", "7.00"), ChronoDuration::hours(1))
+        .await;
+    let q2 = r
+        .request_edit(&e2.envelope_id, &set("currency", "USD"), "typo", &who("maker"))
+        .await
+        .unwrap();
+    r.decide(&q2.request_id, &who("checker"), true, "ok").await.unwrap();
+    let corrected = builders::delivery("s2-fixed", &q2.edit.as_ref().unwrap().body, 1);
+    assert_eq!(w.consumer().handle_message(&corrected).await, Disposition::Committed);
+    let (done, _) = r.execute(&q2.request_id, "ops", None, None).await.unwrap();
+    assert_eq!(done.status, RequestStatus::Executed);
+    assert!(w.queue.sent().is_empty());
+    assert_eq!(w.status(&e2.envelope_id).await, EnvelopeStatus::Superseded);
+    assert_eq!(w.ledger.postings().len(), 1);
+}
