@@ -356,7 +356,7 @@ pub struct Reconciliation {
     pub extra: Vec<String>,
     /// Transactions posted by an approved edit: as sent -> as posted. With a manifest, each is
     /// reconciled by what the producer sent (counted once, its amount as sent).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub edited: Vec<String>,
     pub problems: Vec<String>,
     pub holds: bool,
