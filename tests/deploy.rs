@@ -367,5 +367,69 @@ async fn through_dlqctl_a_replay_above_the_policy_waits_for_another_identity() {
             .is_some_and(|a| a.contains("assumed-role/dp-approve-controller")),
         "{shown}"
     );
+
+    // An edit, as operators make it: proposed by one identity, approved (and posted) by another.
+    let typo = recon_testkit::builders::tx_in(9, "USX", "42.00").to_body().unwrap();
+    s.send(&[typo]).await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(10_000)).await;
+    let envelope = s
+        .envelopes()
+        .await
+        .into_iter()
+        .find(|e| e.message_id.as_deref() == Some("m-9"))
+        .expect("the typo's envelope");
+    let edit = [
+        "--json",
+        "edit",
+        envelope.envelope_id.as_str(),
+        "--set",
+        "currency=USD",
+        "--reason",
+        "USX typed for USD",
+    ];
+    let (code, stdout, text) = run(&edit, &[]);
+    assert_eq!(code, Some(0), "{text}");
+    let request: serde_json::Value = serde_json::from_slice(&stdout).expect("--json prints the request");
+    assert_eq!(
+        (request["action"].as_str(), request["request_status"].as_str()),
+        (Some("EDIT"), Some("PENDING_APPROVAL"))
+    );
+    let id = request["request_id"].as_str().unwrap().to_owned();
+    let (code, _, text) = run(&["requests", "show", &id], &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("currency: \"USX\" -> \"USD\""),
+        "the diff is shown: {text}"
+    );
+    let (code, _, text) = run(
+        &[
+            "edit",
+            envelope.envelope_id.as_str(),
+            "--set",
+            "message_id=x",
+            "--reason",
+            "r",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("cannot be edited"), "{text}");
+    let (code, stdout, text) = run(
+        &["--json", "approve", &id, "--yes", "--reason", "statement says USD"],
+        &env,
+    );
+    assert_eq!(code, Some(0), "{text}");
+    let report: serde_json::Value = serde_json::from_slice(&stdout).expect("--json prints the report");
+    assert_eq!(report["reinjected"], 1, "{text}");
+    s.pump(&consumer).await;
+    let posted: Vec<_> = s
+        .postings()
+        .await
+        .into_iter()
+        .filter(|p| p.message_id == "m-9")
+        .collect();
+    assert_eq!(posted.len(), 1);
+    assert_eq!(posted[0].currency, "USD");
     s.cleanup().await;
 }
