@@ -1,7 +1,8 @@
 //! Governance on the real local stack (DynamoDB Local, LocalStack): maker-checker requests kept
 //! in the envelope table, decided and executed under DynamoDB's conditions (the approved set is
 //! exact; an envelope replayed between the request and its execution posts once); canaries whose
-//! copies dead-letter again; escalation by the scheduled sweep; an edit posted once.
+//! copies dead-letter again; escalation by the scheduled sweep (of age, and before a period
+//! closes); an edit posted once.
 
 use recon_core::domain::approval::{
     Action, ApprovalPolicy, ApprovalRequest, Change, ChangeSet, Identity, MAX_REQUEST_ENVELOPES, NewRequest,
@@ -299,6 +300,7 @@ async fn a_canary_whose_copies_dead_letter_again_stops_the_rest_on_the_local_sta
                 entity: "ACME-US".into(),
                 period: "2026-11".into(),
                 status: PeriodStatus::Closed,
+                closes_on: None,
             })
             .await
             .unwrap();
@@ -438,4 +440,55 @@ async fn an_approved_edit_posts_once_and_reconciles_once_on_the_local_stack() {
     let rec = reconcile(out, problems, Some(&manifest), 0);
     assert_eq!(rec.edited.len(), 1, "{rec:#?}");
     assert!(rec.holds, "{rec:#?}");
+}
+
+#[tokio::test]
+async fn a_period_about_to_close_escalates_its_pending_dead_letters_on_the_local_stack() {
+    let s = TestStack::new("ap-close").await;
+    // Dead-lettered a minute ago: no stage of the chain applies; its period (ACME-US 2026-11)
+    // closes tomorrow.
+    let mut e = recon_testkit::builders::envelope("env_before_close");
+    e.dead_lettered_at = chrono::Utc::now() - chrono::Duration::minutes(1);
+    assert_eq!(
+        (e.ledger_entity.as_deref(), e.accounting_period.as_deref()),
+        (Some("ACME-US"), Some("2026-11"))
+    );
+    s.envelope_store().create(&e).await.unwrap();
+    let tomorrow = (chrono::Utc::now() + chrono::Duration::days(1)).date_naive();
+    s.reference()
+        .put_period(&PeriodRecord {
+            entity: "ACME-US".into(),
+            period: "2026-11".into(),
+            status: PeriodStatus::Open,
+            closes_on: Some(tomorrow),
+        })
+        .await
+        .unwrap();
+    let snapshot = s.reference().snapshot().await.unwrap();
+    assert_eq!(
+        snapshot.closes_on("acme-us", "2026-11"),
+        Some(tomorrow),
+        "the planned close reads back"
+    );
+    let r = s.replayer();
+    for _ in 0..2 {
+        r.run(&recon_testkit::builders::sweep_request(), None).await.unwrap();
+    }
+    let records: Vec<AuditRecord> = s
+        .audit()
+        .await
+        .into_iter()
+        .filter(|a| a.kind == AuditKind::Escalated)
+        .collect();
+    let ids: Vec<&str> = records.iter().map(|a| a.audit_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [format!("ESCALATED#period-close#ACME-US#2026-11#{tomorrow}")],
+        "once"
+    );
+    assert!(
+        records[0].detail.contains("1 PENDING envelopes of ACME-US 2026-11"),
+        "{}",
+        records[0].detail
+    );
 }

@@ -41,6 +41,7 @@ async fn mixed_workload(s: &TestStack) -> Vec<String> {
             entity: "ACME-US".into(),
             period: "2026-10".into(),
             status: PeriodStatus::Closed,
+            closes_on: None,
         })
         .await
         .unwrap();

@@ -151,6 +151,7 @@ async fn the_replay_calls_exactly_what_its_role_grants() {
             entity: "ACME-US".into(),
             period: "2026-10".into(),
             status: PeriodStatus::Closed,
+            closes_on: None,
         })
         .await
         .unwrap();
@@ -182,6 +183,7 @@ async fn the_reference_audit_calls_exactly_what_its_role_grants() {
             entity: "ACME-US".into(),
             period: "2026-10".into(),
             status: PeriodStatus::Closed,
+            closes_on: None,
         })
         .await
         .unwrap();

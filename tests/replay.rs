@@ -185,6 +185,7 @@ async fn closed_periods_and_envelopes_beyond_the_window_are_quarantined_in_worm(
             entity: "ACME-US".into(),
             period: "2026-10".into(),
             status: PeriodStatus::Closed,
+            closes_on: None,
         })
         .await
         .unwrap();

@@ -119,6 +119,20 @@ pub enum PeriodCommand {
         #[arg(long)]
         actor: Option<String>,
     },
+    /// Plan an open period's close: from `DLQ_PERIOD_CLOSE_WARNING_HOURS` before that day, the
+    /// scheduled sweep escalates its PENDING dead letters (they must be decided before).
+    Schedule {
+        /// The ledger entity (as messages carry it; compared without regard to case).
+        entity: String,
+        /// The period, YYYY-MM.
+        period: String,
+        /// The day it closes (YYYY-MM-DD, from the start of that day, UTC).
+        #[arg(long)]
+        closes_on: chrono::NaiveDate,
+        /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
+        #[arg(long)]
+        actor: Option<String>,
+    },
     /// Periods recorded in the reference table (any other period is open).
     List,
 }
@@ -384,24 +398,31 @@ pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefComm
 
 pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCommand) -> Result<()> {
     let store = reference(clients, names);
-    let (entity, period, status, actor, yes) = match cmd {
+    let (entity, period, status, closes_on, actor, yes) = match cmd {
         PeriodCommand::Close {
             entity,
             period,
             actor,
             yes,
-        } => (entity, period, PeriodStatus::Closed, actor, *yes),
-        PeriodCommand::Open { entity, period, actor } => (entity, period, PeriodStatus::Open, actor, true),
+        } => (entity, period, PeriodStatus::Closed, None, actor, *yes),
+        PeriodCommand::Open { entity, period, actor } => (entity, period, PeriodStatus::Open, None, actor, true),
+        PeriodCommand::Schedule {
+            entity,
+            period,
+            closes_on,
+            actor,
+        } => (entity, period, PeriodStatus::Open, Some(*closes_on), actor, true),
         PeriodCommand::List => {
             let (_, periods) = store.load().await?;
             return crate::output::emit(&periods, || {
-                let mut out = format!("{:<24} {:<8} STATUS", "ENTITY", "PERIOD");
+                let mut out = format!("{:<24} {:<8} {:<7} CLOSES ON", "ENTITY", "PERIOD", "STATUS");
                 for p in &periods {
                     out.push_str(&format!(
-                        "\n{:<24} {:<8} {}",
+                        "\n{:<24} {:<8} {:<7} {}",
                         fit(&printable(&p.entity), 24),
                         p.period,
-                        p.status
+                        p.status,
+                        p.closes_on.map_or_else(|| "-".to_owned(), |d| d.to_string())
                     ));
                 }
                 out.push_str("\n(periods not listed are open)");
@@ -412,6 +433,18 @@ pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCom
     let period = &input::period(period).map_err(anyhow::Error::msg)?;
     // Entities are compared without regard to case: stored as messages carry them.
     let entity = &input::entity(entity).map_err(anyhow::Error::msg)?;
+    if let Some(on) = closes_on {
+        let (_, periods) = store.load().await?;
+        let closed = periods
+            .iter()
+            .any(|p| p.entity.eq_ignore_ascii_case(entity) && p.period == *period && p.status == PeriodStatus::Closed);
+        if closed {
+            bail!("{period} of {entity} is closed already: nothing to schedule (`dlqctl period open` first)");
+        }
+        if on.format("%Y-%m").to_string() < *period {
+            bail!("{period} cannot close on {on}, before it ends");
+        }
+    }
     let actor = operator(clients, actor.as_deref()).await?;
     if !yes
         && !confirm(&format!(
@@ -425,16 +458,18 @@ pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCom
             entity: entity.clone(),
             period: period.clone(),
             status,
+            closes_on,
         })
         .await?;
+    let planned = closes_on.map_or_else(String::new, |d| format!(", closing on {d}"));
     audit_change(
         clients,
         names,
         &actor,
         &format!("PERIOD#{entity}#{period}"),
-        format!("period {period} of {entity} set {status}"),
+        format!("period {period} of {entity} set {status}{planned}"),
     )
     .await?;
-    let value = serde_json::json!({"entity": entity, "period": period, "status": status});
-    crate::output::emit(&value, || format!("{entity} {period}: {status}"))
+    let value = serde_json::json!({"entity": entity, "period": period, "status": status, "closes_on": closes_on});
+    crate::output::emit(&value, || format!("{entity} {period}: {status}{planned}"))
 }

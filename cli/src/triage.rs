@@ -1,17 +1,18 @@
 //! `triage` and `show`: what is in the DLQ, grouped for a bulk fix; one envelope in full.
 
 use anyhow::{Result, bail};
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use recon_aws::AwsClients;
-use recon_aws::dynamodb::DynamoEnvelopeStore;
+use recon_aws::dynamodb::{DynamoEnvelopeStore, DynamoReferenceData};
 use recon_aws::s3::S3Worm;
 use recon_core::decisions::escalation::EscalationChain;
 use recon_core::decisions::{TriageGroup, triage};
-use recon_core::domain::{DlqEnvelope, EnvelopeStatus};
+use recon_core::domain::{DlqEnvelope, EnvelopeStatus, FailureCode, ReferenceSnapshot};
 use recon_core::envelopes::original_body;
-use recon_core::ports::EnvelopeStore;
+use recon_core::ports::{EnvelopeStore, ReferenceData};
 use recon_core::resources::ResourceNames;
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use crate::output::fit;
 use crate::text::{printable, printable_lines};
@@ -54,17 +55,69 @@ fn reached(g: &TriageGroup, chain: Option<&EscalationChain>, now: DateTime<Utc>)
     chain.map_or_else(Vec::new, |c| c.reached(age).map(|s| s.name.clone()).collect())
 }
 
+/// Per group, the earliest planned close among its envelopes' open periods, and whether it is
+/// within the warning window (or past): the group must be decided before.
+#[derive(Clone, Debug, Default)]
+pub struct Deadlines {
+    by_group: BTreeMap<(FailureCode, String), NaiveDate>,
+    warning: chrono::Duration,
+}
+
+impl Deadlines {
+    pub fn of(list: &[DlqEnvelope], snapshot: &ReferenceSnapshot, warning: chrono::Duration) -> Self {
+        let mut by_group: BTreeMap<(FailureCode, String), NaiveDate> = BTreeMap::new();
+        for e in list {
+            let (Some(entity), Some(period)) = (&e.ledger_entity, &e.accounting_period) else {
+                continue;
+            };
+            if let Some(on) = snapshot.closes_on(entity, period) {
+                let d = by_group.entry((e.failure_code, e.root_cause.clone())).or_insert(on);
+                *d = (*d).min(on);
+            }
+        }
+        Deadlines { by_group, warning }
+    }
+
+    /// The group's deadline and whether it breaches by `now`.
+    fn get(&self, g: &TriageGroup, now: DateTime<Utc>) -> Option<(NaiveDate, bool)> {
+        let on = *self.by_group.get(&(g.failure_code, g.root_cause.clone()))?;
+        Some((on, now + self.warning >= on.and_time(chrono::NaiveTime::MIN).and_utc()))
+    }
+}
+
+fn deadline(d: Option<(NaiveDate, bool)>) -> String {
+    match d {
+        Some((on, true)) => format!("{on} !"),
+        Some((on, false)) => on.to_string(),
+        None => "-".into(),
+    }
+}
+
 /// The triage table, readable in a terminal (labels from bodies escaped: see `text`), with the
-/// escalation stages each group's oldest envelope has reached when a chain is given.
-pub fn table(groups: &[TriageGroup], chain: Option<&EscalationChain>, now: DateTime<Utc>) -> String {
+/// escalation stages each group's oldest envelope has reached when a chain is given, and the
+/// planned period close each group must be decided before (`!`: within the warning window).
+pub fn table(
+    groups: &[TriageGroup],
+    chain: Option<&EscalationChain>,
+    deadlines: &Deadlines,
+    now: DateTime<Utc>,
+) -> String {
     let mut out = format!(
-        "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} {:<28} SAMPLE\n",
-        "FAILURE CODE", "ROOT CAUSE", "COUNT", "OLDEST (UTC)", "NEWEST (UTC)", "AMOUNT", "ENTITIES", "ESCALATED TO"
+        "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} {:<28} {:<13} SAMPLE\n",
+        "FAILURE CODE",
+        "ROOT CAUSE",
+        "COUNT",
+        "OLDEST (UTC)",
+        "NEWEST (UTC)",
+        "AMOUNT",
+        "ENTITIES",
+        "ESCALATED TO",
+        "DECIDE BEFORE"
     );
     for g in groups {
         let stages = reached(g, chain, now).join(",");
         out.push_str(&format!(
-            "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} {:<28} {}\n",
+            "{:<22} {:<34} {:>6}  {:<19}  {:<19}  {:<28} {:<18} {:<28} {:<13} {}\n",
             g.failure_code.as_str(),
             fit(&printable(&g.root_cause), 34),
             g.tally.count,
@@ -73,6 +126,7 @@ pub fn table(groups: &[TriageGroup], chain: Option<&EscalationChain>, now: DateT
             fit(&amounts(g), 28),
             fit(&entities(g), 18),
             fit(if stages.is_empty() { "-" } else { &stages }, 28),
+            deadline(deadlines.get(g, now)),
             g.sample_ids.first().map_or("", String::as_str),
         ));
     }
@@ -82,7 +136,7 @@ pub fn table(groups: &[TriageGroup], chain: Option<&EscalationChain>, now: DateT
 }
 
 pub fn print_table(groups: &[TriageGroup], chain: Option<&EscalationChain>, now: DateTime<Utc>) {
-    println!("{}", table(groups, chain, now));
+    println!("{}", table(groups, chain, &Deadlines::default(), now));
 }
 
 /// Envelopes in `status` (every envelope with `None`), grouped.
@@ -90,12 +144,20 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, status: Option<Env
     let store = store(clients, names);
     let list = envelopes(&store, status).await?;
     let groups = triage(&list);
-    // PENDING groups against the deployment's escalation chain.
-    let chain = if status == Some(EnvelopeStatus::Pending) {
+    // PENDING groups against the deployment's escalation chain and planned period closes.
+    let (chain, deadlines) = if status == Some(EnvelopeStatus::Pending) {
         let stack = recon_aws::provision::resolve_stack(clients, names).await?;
-        Some(crate::context::replay_settings(&stack)?.escalation)
+        let settings = crate::context::replay_settings(&stack)?;
+        let reference = DynamoReferenceData::new(
+            clients.dynamodb.clone(),
+            &names.reference_table,
+            std::time::Duration::ZERO,
+        );
+        let warning = chrono::Duration::hours(i64::from(settings.period_close_warning_hours));
+        let deadlines = Deadlines::of(&list, &*reference.snapshot().await?, warning);
+        (Some(settings.escalation), deadlines)
     } else {
-        None
+        (None, Deadlines::default())
     };
     let now = Utc::now();
     let rows: Vec<serde_json::Value> = groups
@@ -107,11 +169,17 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, status: Option<Env
                     "escalated_to".into(),
                     serde_json::json!(reached(g, chain.as_ref(), now)),
                 );
+                let d = deadlines.get(g, now);
+                o.insert("decide_before".into(), serde_json::json!(d.map(|(on, _)| on)));
+                o.insert(
+                    "deadline_near".into(),
+                    serde_json::json!(d.is_some_and(|(_, near)| near)),
+                );
             }
             v
         })
         .collect();
-    crate::output::emit(&rows, || table(&groups, chain.as_ref(), now))
+    crate::output::emit(&rows, || table(&groups, chain.as_ref(), &deadlines, now))
 }
 
 pub async fn show(clients: &AwsClients, names: &ResourceNames, envelope_id: &str, body: bool) -> Result<()> {
@@ -152,7 +220,7 @@ mod tests {
         // it could clear the screen or hide a line from the operator.
         let body = r#"{"ledger_entity": "ACME\u001b[2J", "currency": "US\u001bD", "amount": "1.00"}"#;
         let e = envelope_from_dlq_message(&delivery("s1", body, 1), now(), "t");
-        let t = table(&triage(&[e]), None, now());
+        let t = table(&triage(&[e]), None, &Deadlines::default(), now());
         assert!(!t.contains('\u{1b}'), "{t}");
         assert!(t.contains("ACME\\u{1b}[2J"), "{t}");
     }
@@ -163,9 +231,37 @@ mod tests {
         old.dead_lettered_at = now() - chrono::Duration::hours(30);
         let young = envelope_from_dlq_message(&delivery("s2", "{}", 1), now(), "t");
         let chain = EscalationChain::default();
-        let t = table(&triage(&[old]), Some(&chain), now());
+        let t = table(&triage(&[old]), Some(&chain), &Deadlines::default(), now());
         assert!(t.contains("on-call,finance-controller"), "{t}");
-        let t = table(&triage(&[young]), Some(&chain), now());
+        let t = table(&triage(&[young]), Some(&chain), &Deadlines::default(), now());
         assert!(!t.contains("on-call"), "{t}");
+    }
+
+    #[test]
+    fn a_group_shows_the_period_close_it_must_be_decided_before() {
+        use recon_core::domain::{PeriodRecord, PeriodStatus};
+        let e = recon_testkit::builders::envelope("env_1");
+        let close = |on: chrono::NaiveDate| {
+            ReferenceSnapshot::new(
+                [],
+                [PeriodRecord {
+                    entity: "acme-us".into(),
+                    period: "2026-11".into(),
+                    status: PeriodStatus::Open,
+                    closes_on: Some(on),
+                }],
+            )
+        };
+        let soon = (now() + chrono::Duration::hours(30)).date_naive();
+        let d = Deadlines::of(std::slice::from_ref(&e), &close(soon), chrono::Duration::hours(48));
+        let t = table(&triage(std::slice::from_ref(&e)), None, &d, now());
+        assert!(t.contains(&format!("{soon} !")), "{t}");
+        let later = soon + chrono::Duration::days(10);
+        let d = Deadlines::of(std::slice::from_ref(&e), &close(later), chrono::Duration::hours(48));
+        let t = table(&triage(std::slice::from_ref(&e)), None, &d, now());
+        assert!(
+            t.contains(&later.to_string()) && !t.contains(&format!("{later} !")),
+            "{t}"
+        );
     }
 }

@@ -55,6 +55,7 @@ impl<'a> Pipeline<'a> {
                 entity: CLOSED.0.into(),
                 period: CLOSED.1.into(),
                 status: PeriodStatus::Closed,
+                closes_on: None,
             })
             .await?;
         Ok(Pipeline {

@@ -115,6 +115,7 @@ pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &st
             overflow_high_water: s.overflow_high_water,
             deadline_margin: s.deadline_margin,
             escalation: s.escalation.clone(),
+            period_close_warning: ChronoDuration::hours(i64::from(s.period_close_warning_hours)),
         },
     }
 }

@@ -5,13 +5,20 @@
 //! envelope has reached (once per stage and oldest envelope: a new one when the oldest is
 //! decided and the next still breaches).
 //!
+//! Period-close deadlines: before an open period's planned close (`PeriodRecord::closes_on`),
+//! every PENDING dead letter of it must be decided. Within the warning window before that day
+//! (or past it, the period still open), its PENDING envelopes are counted per entity and period
+//! (`PendingBeforePeriodClose`, overall and by `Entity`: the template's alarm pages the finance
+//! controller), with one `ESCALATED` record per entity, period and planned close.
+//!
 //! The PENDING envelopes are read oldest first through the status index and only as far as any
-//! stage could apply (younger ones cannot escalate), at most `max_read`: what it costs grows with
-//! the breaching backlog, not with the history.
+//! stage could apply (younger ones cannot escalate) — every one, up to the cap, while a period
+//! close is near — at most `max_read`: what it costs grows with the breaching backlog, not with
+//! the history.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::decisions::escalation::EscalationChain;
 use crate::domain::{AuditKind, AuditRecord, EnvelopeStatus, FailureCode};
@@ -37,23 +44,67 @@ pub struct Escalation {
     pub recorded: u64,
     /// Envelopes read.
     pub read: u64,
+    /// Open periods whose planned close is near (or past), with their PENDING envelopes seen.
+    pub deadlines: Vec<PeriodDeadline>,
+    /// The cap stopped the read while a period close was near: the counts are lower bounds.
+    pub incomplete: bool,
+}
+
+/// An open period whose planned close is within the warning window, or past.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PeriodDeadline {
+    /// Upper-case (canonical).
+    pub entity: String,
+    pub period: String,
+    pub closes_on: NaiveDate,
+    /// Its PENDING envelopes seen.
+    pub pending: u64,
+}
+
+/// The open periods of `snapshot` whose planned close is within `warning` of `now`, or past.
+pub fn closing(
+    snapshot: &crate::domain::ReferenceSnapshot,
+    now: DateTime<Utc>,
+    warning: chrono::Duration,
+) -> Vec<PeriodDeadline> {
+    snapshot
+        .scheduled_closes()
+        .filter(|(_, _, on)| now + warning >= on.and_time(chrono::NaiveTime::MIN).and_utc())
+        .map(|(entity, period, closes_on)| PeriodDeadline {
+            entity: entity.to_owned(),
+            period: period.to_owned(),
+            closes_on,
+            pending: 0,
+        })
+        .collect()
 }
 
 fn age_secs(now: DateTime<Utc>, at: DateTime<Utc>) -> u64 {
     u64::try_from((now - at).num_seconds()).unwrap_or(0)
 }
 
-/// Measure the PENDING backlog's age against `chain`; record and emit what breaches.
+/// Measure the PENDING backlog's age against `chain`, and the PENDING envelopes of `closing`
+/// periods (see [`closing`]); record and emit what breaches.
+#[allow(clippy::too_many_arguments)]
 pub async fn escalate<S: EnvelopeStore, A: AuditLog, M: Metrics>(
     store: &S,
     audit: &A,
     metrics: &M,
     chain: &EscalationChain,
+    closing: Vec<PeriodDeadline>,
     now: DateTime<Utc>,
     actor: &str,
     max_read: u64,
 ) -> FlowResult<Escalation> {
-    let mut out = Escalation::default();
+    let mut out = Escalation {
+        deadlines: closing,
+        ..Escalation::default()
+    };
+    let near: BTreeSet<(String, String)> = out
+        .deadlines
+        .iter()
+        .map(|d| (d.entity.clone(), d.period.clone()))
+        .collect();
     let mut oldest: BTreeMap<FailureCode, (String, u64, u64)> = BTreeMap::new();
     let mut cursor = None;
     'pages: loop {
@@ -68,8 +119,24 @@ pub async fn escalate<S: EnvelopeStore, A: AuditLog, M: Metrics>(
                 .entry(e.failure_code)
                 .or_insert_with(|| (e.envelope_id.clone(), age, 0));
             entry.2 += 1;
-            // Oldest first: past the youngest age that escalates, nothing younger can.
-            if chain.first_secs().is_none_or(|first| age < first) || out.read >= max_read {
+            if let (Some(entity), Some(period)) = (&e.ledger_entity, &e.accounting_period) {
+                let key = (entity.to_ascii_uppercase(), period.clone());
+                if near.contains(&key)
+                    && let Some(d) = out
+                        .deadlines
+                        .iter_mut()
+                        .find(|d| d.entity == key.0 && d.period == key.1)
+                {
+                    d.pending += 1;
+                }
+            }
+            if out.read >= max_read {
+                out.incomplete = !near.is_empty();
+                break 'pages;
+            }
+            // Oldest first: past the youngest age that escalates, nothing younger can (unless a
+            // period close is near: then every PENDING envelope may belong to it).
+            if near.is_empty() && chain.first_secs().is_none_or(|first| age < first) {
                 break 'pages;
             }
         }
@@ -120,6 +187,7 @@ pub async fn escalate<S: EnvelopeStore, A: AuditLog, M: Metrics>(
             stages,
         });
     }
+    period_close(&mut out, audit, metrics, now, actor).await?;
     // Per stage, how many failure codes reached it (0 included): the alarm routing each stage
     // to its topic watches this.
     for stage in &chain.stages {
@@ -132,4 +200,51 @@ pub async fn escalate<S: EnvelopeStore, A: AuditLog, M: Metrics>(
         });
     }
     Ok(out)
+}
+
+/// The period-close deadlines: metrics (0 included, so the alarm clears) and one record per
+/// entity, period and planned close that has PENDING envelopes.
+async fn period_close<A: AuditLog, M: Metrics>(
+    out: &mut Escalation,
+    audit: &A,
+    metrics: &M,
+    now: DateTime<Utc>,
+    actor: &str,
+) -> FlowResult<()> {
+    let total: u64 = out.deadlines.iter().map(|d| d.pending).sum();
+    metrics.emit(&Metric {
+        name: "PendingBeforePeriodClose",
+        value: i64::try_from(total).unwrap_or(i64::MAX),
+        unit: "Count",
+        dimensions: vec![],
+    });
+    for d in out.deadlines.iter().filter(|d| d.pending > 0) {
+        metrics.emit(&Metric {
+            name: "PendingBeforePeriodClose",
+            value: i64::try_from(d.pending).unwrap_or(i64::MAX),
+            unit: "Count",
+            dimensions: vec![("Entity", d.entity.clone())],
+        });
+        let detail = format!(
+            "{}{} PENDING envelopes of {} {} must be decided before the period closes on {}",
+            if out.incomplete { "at least " } else { "" },
+            d.pending,
+            d.entity,
+            d.period,
+            d.closes_on
+        );
+        let mut r = AuditRecord::system(
+            AuditKind::Escalated,
+            &format!("period-close#{}#{}#{}", d.entity, d.period, d.closes_on),
+            now,
+            actor,
+            detail,
+        );
+        r.ledger_entity = Some(d.entity.clone());
+        if audit.append(&r).await?.is_some() {
+            out.recorded += 1;
+            tracing::warn!(entity = %d.entity, period = %d.period, closes_on = %d.closes_on, pending = d.pending, "period close escalated");
+        }
+    }
+    Ok(())
 }

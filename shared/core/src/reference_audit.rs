@@ -59,9 +59,14 @@ impl<A: AuditLog> ReferenceAuditor<A> {
             } else if field.is_empty() {
                 format!("{} attributes", image.len())
             } else {
-                image
+                let v = image
                     .get(field)
-                    .map_or_else(|| "(no value)".to_owned(), |v| text(Some(v)))
+                    .map_or_else(|| "(no value)".to_owned(), |v| text(Some(v)));
+                // A period's planned close (`dlqctl period schedule`) is part of its value.
+                match image.get("closes_on") {
+                    Some(on) => format!("{v} (closes on {})", text(Some(on))),
+                    None => v,
+                }
             }
         };
         let detail = format!(

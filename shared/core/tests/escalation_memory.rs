@@ -1,12 +1,12 @@
 //! Escalation of long-lived exceptions on in-memory adapters: the oldest PENDING envelope's age
 //! per failure code against the chain, one `ESCALATED` record per stage reached, and the read
-//! stopping where nothing younger could escalate.
+//! stopping where nothing younger could escalate; the PENDING envelopes of a period about to close.
 
 mod common;
 
 use common::*;
 use recon_core::decisions::escalation::EscalationChain;
-use recon_core::escalate::escalate;
+use recon_core::escalate::{closing, escalate};
 use recon_core::ports::AuditLog;
 
 async fn escalated(w: &World) -> Vec<String> {
@@ -32,7 +32,7 @@ async fn each_failure_codes_oldest_envelope_escalates_once_per_stage_it_reached(
     let chain = EscalationChain::default();
     let metrics = MemoryMetrics::default();
     let now = w.clock_now();
-    let e = escalate(&*w.store, &*w.audit, &metrics, &chain, now, "replay", 5000)
+    let e = escalate(&*w.store, &*w.audit, &metrics, &chain, Vec::new(), now, "replay", 5000)
         .await
         .unwrap();
     assert_eq!(e.oldest_age_secs, 30 * 3600);
@@ -63,7 +63,7 @@ async fn each_failure_codes_oldest_envelope_escalates_once_per_stage_it_reached(
     );
 
     // Again: nothing new. The oldest decided: the next oldest (5 h) escalates to the on-call.
-    let again = escalate(&*w.store, &*w.audit, &metrics, &chain, now, "replay", 5000)
+    let again = escalate(&*w.store, &*w.audit, &metrics, &chain, Vec::new(), now, "replay", 5000)
         .await
         .unwrap();
     assert_eq!(again.recorded, 0);
@@ -80,7 +80,7 @@ async fn each_failure_codes_oldest_envelope_escalates_once_per_stage_it_reached(
         )
     };
     assert_eq!(r.run(&quarantine, None).await.unwrap().quarantined, 1);
-    let next = escalate(&*w.store, &*w.audit, &metrics, &chain, now, "replay", 5000)
+    let next = escalate(&*w.store, &*w.audit, &metrics, &chain, Vec::new(), now, "replay", 5000)
         .await
         .unwrap();
     assert_eq!((next.recorded, next.oldest_age_secs), (1, 5 * 3600));
@@ -96,6 +96,7 @@ async fn without_a_chain_or_a_backlog_nothing_escalates() {
         &*w.audit,
         &metrics,
         &EscalationChain::default(),
+        Vec::new(),
         w.clock_now(),
         "r",
         10,
@@ -105,9 +106,95 @@ async fn without_a_chain_or_a_backlog_nothing_escalates() {
     assert_eq!((none.read, none.oldest_age_secs, none.recorded), (0, 0, 0));
     w.envelope("s1", &xau(1), ChronoDuration::hours(100)).await;
     let empty: EscalationChain = "".parse().unwrap();
-    let e = escalate(&*w.store, &*w.audit, &metrics, &empty, w.clock_now(), "r", 10)
-        .await
-        .unwrap();
+    let e = escalate(
+        &*w.store,
+        &*w.audit,
+        &metrics,
+        &empty,
+        Vec::new(),
+        w.clock_now(),
+        "r",
+        10,
+    )
+    .await
+    .unwrap();
     assert_eq!((e.read, e.recorded), (1, 0));
     assert!(escalated(&w).await.is_empty());
+}
+
+#[tokio::test]
+async fn the_pending_dead_letters_of_a_period_about_to_close_escalate_once_whatever_their_age() {
+    let w = world();
+    // An hour and ten minutes old: no stage of the chain applies to either.
+    w.envelope("s1", &xau(1), ChronoDuration::hours(1)).await;
+    w.envelope("s2", &xau(2), ChronoDuration::minutes(10)).await;
+    let now = w.clock_now();
+    let soon = (now + ChronoDuration::hours(20)).date_naive();
+    for (entity, on) in [("acme-us", soon), ("OTHER", soon + ChronoDuration::days(30))] {
+        w.reference
+            .put_period(&PeriodRecord {
+                entity: entity.into(),
+                period: "2026-11".into(),
+                status: PeriodStatus::Open,
+                closes_on: Some(on),
+            })
+            .await
+            .unwrap();
+    }
+    let snapshot = w.reference.snapshot().await.unwrap();
+    assert_eq!(snapshot.closes_on("Acme-US", "2026-11"), Some(soon));
+    let near = closing(&snapshot, now, ChronoDuration::hours(48));
+    assert_eq!(near.len(), 1, "only the close within the warning window: {near:?}");
+    assert!(closing(&snapshot, now, ChronoDuration::hours(0)).is_empty());
+
+    let metrics = MemoryMetrics::default();
+    let chain = EscalationChain::default();
+    let e = escalate(
+        &*w.store,
+        &*w.audit,
+        &metrics,
+        &chain,
+        near.clone(),
+        now,
+        "replay",
+        5000,
+    )
+    .await
+    .unwrap();
+    assert_eq!(e.read, 2, "every PENDING envelope is read while a close is near");
+    assert_eq!((e.deadlines[0].entity.as_str(), e.deadlines[0].pending), ("ACME-US", 2));
+    assert!(e.groups.iter().all(|g| g.stages.is_empty()));
+    assert_eq!(e.recorded, 1);
+    assert_eq!(
+        escalated(&w).await,
+        [format!("ESCALATED#period-close#ACME-US#2026-11#{soon}")]
+    );
+    let counts: Vec<(Vec<(&str, String)>, i64)> = metrics
+        .emitted()
+        .iter()
+        .filter(|m| m.name == "PendingBeforePeriodClose")
+        .map(|m| (m.dimensions.clone(), m.value))
+        .collect();
+    assert_eq!(counts, [(vec![], 2), (vec![("Entity", "ACME-US".to_owned())], 2)]);
+    // Once per planned close; the cap makes the counts lower bounds, and says so.
+    let capped = escalate(&*w.store, &*w.audit, &metrics, &chain, near, now, "replay", 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        (capped.recorded, capped.incomplete, capped.deadlines[0].pending),
+        (0, true, 1)
+    );
+
+    // Closed, the period has no deadline left.
+    w.reference
+        .put_period(&PeriodRecord {
+            entity: "ACME-US".into(),
+            period: "2026-11".into(),
+            status: PeriodStatus::Closed,
+            closes_on: None,
+        })
+        .await
+        .unwrap();
+    let snapshot = w.reference.snapshot().await.unwrap();
+    assert!(closing(&snapshot, now, ChronoDuration::hours(48)).is_empty());
 }

@@ -122,6 +122,7 @@ async fn closed_periods_and_stale_envelopes_go_to_quarantine_for_a_manual_journa
             entity: "ACME-US".into(),
             period: "2026-11".into(),
             status: PeriodStatus::Closed,
+            closes_on: None,
         })
         .await
         .unwrap();

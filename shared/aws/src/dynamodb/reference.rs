@@ -15,6 +15,8 @@ use crate::item::get_s;
 
 const CURRENCY_PK: &str = keys::REFERENCE_CURRENCY_PK;
 const PERIOD_PK_PREFIX: &str = keys::REFERENCE_PERIOD_PK_PREFIX;
+/// The planned close of an open period (YYYY-MM-DD).
+const CLOSES_ON: &str = "closes_on";
 
 /// Reference data in one small table, read whole into a snapshot that is cached for `ttl`
 /// (so the hot path costs no request). A period close therefore takes effect within `ttl`.
@@ -75,6 +77,8 @@ impl DynamoReferenceData {
                     entity: entity.to_owned(),
                     period: sk.to_owned(),
                     status,
+                    // A date that does not parse is no planned close (it cannot be acted on).
+                    closes_on: get_s(&item, CLOSES_ON).and_then(|d| d.parse().ok()),
                 });
             }
         }
@@ -147,7 +151,8 @@ impl ReferenceData for DynamoReferenceData {
     }
 
     async fn put_period(&self, p: &PeriodRecord) -> StoreResult<()> {
-        self.client
+        let put = self
+            .client
             .put_item()
             .table_name(&self.table)
             .item(
@@ -155,8 +160,12 @@ impl ReferenceData for DynamoReferenceData {
                 AttributeValue::S(format!("{PERIOD_PK_PREFIX}{}", p.entity)),
             )
             .item(keys::REFERENCE_SK, AttributeValue::S(p.period.clone()))
-            .item("status", AttributeValue::S(p.status.as_str().into()))
-            .send()
+            .item("status", AttributeValue::S(p.status.as_str().into()));
+        let put = match p.closes_on {
+            Some(d) => put.item(CLOSES_ON, AttributeValue::S(d.to_string())),
+            None => put,
+        };
+        put.send()
             .await
             .map_err(|e| store_error("PutItem(reference period)", e))?;
         self.invalidate().await;

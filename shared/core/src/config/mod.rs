@@ -23,6 +23,7 @@ pub mod vars {
     pub const BACKOFF_BASE_SECS: &str = "DLQ_BACKOFF_BASE_SECS";
     pub const BACKOFF_CAP_SECS: &str = "DLQ_BACKOFF_CAP_SECS";
     pub const ESCALATION: &str = "DLQ_ESCALATION";
+    pub const PERIOD_CLOSE_WARNING_HOURS: &str = "DLQ_PERIOD_CLOSE_WARNING_HOURS";
     pub const DEADLINE_MARGIN_MS: &str = "DLQ_DEADLINE_MARGIN_MS";
     pub const BATCH_CONCURRENCY: &str = "DLQ_BATCH_CONCURRENCY";
     pub const REFERENCE_CACHE_SECS: &str = "DLQ_REFERENCE_CACHE_SECS";
@@ -349,6 +350,8 @@ pub struct ReplaySettings {
     pub deadline_margin: Duration,
     /// The escalation chain the scheduled sweep measures the PENDING backlog against.
     pub escalation: crate::decisions::escalation::EscalationChain,
+    /// Hours before an open period's planned close that its PENDING dead letters escalate.
+    pub period_close_warning_hours: u32,
 }
 
 impl ReplaySettings {
@@ -388,6 +391,7 @@ impl ReplaySettings {
                     value: String::new(),
                     allowed: why,
                 })?,
+            period_close_warning_hours: env.whole(vars::PERIOD_CLOSE_WARNING_HOURS, 48)?,
         })
     }
 }
@@ -500,6 +504,10 @@ impl ReplaySettings {
             (vars::REPLAY_QUEUE_HIGH_WATER, self.main_queue_high_water.to_string()),
             (vars::REPLAY_PAGE_SIZE, self.page_size.to_string()),
             (vars::ESCALATION, self.escalation.to_string()),
+            (
+                vars::PERIOD_CLOSE_WARNING_HOURS,
+                self.period_close_warning_hours.to_string(),
+            ),
             (vars::SWEEP_SCHEDULE, self.sweep_schedule.clone()),
             (vars::SEAL_SCHEDULE, self.seal_schedule.clone()),
             (vars::OVERFLOW_HIGH_WATER, self.overflow_high_water.to_string()),

@@ -370,6 +370,14 @@ pub const VARIABLES: &[Variable] = &[
         meaning: "after how long a PENDING dead letter's failure code is escalated to whom (an ESCALATED record per stage; the alarm on PendingEscalated by Stage pages its topic)",
     },
     whole(
+        vars::PERIOD_CLOSE_WARNING_HOURS,
+        0,
+        8760,
+        "hours",
+        "48",
+        "how long before an open period's planned close (dlqctl period schedule) its PENDING dead letters are escalated (an ESCALATED record per entity and period; the alarm on PendingBeforePeriodClose pages the finance controller's topic)",
+    ),
+    whole(
         vars::REPLAY_QUEUE_HIGH_WATER,
         1,
         1_000_000_000,

@@ -5,8 +5,9 @@
 //! a stablecoin, an internal unit) and may override a built-in entry. A period is open unless the
 //! reference table says it is closed: closing a period is the explicit act of the controller.
 
+use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::str::FromStr;
 
@@ -245,6 +246,10 @@ pub struct PeriodRecord {
     /// `YYYY-MM`.
     pub period: String,
     pub status: PeriodStatus,
+    /// When an open period is planned to close (at the start of that day, UTC): every PENDING
+    /// dead letter of it must be decided before (`crate::escalate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closes_on: Option<NaiveDate>,
 }
 
 /// An immutable view of the reference data, cheap to consult on the hot path.
@@ -253,6 +258,8 @@ pub struct ReferenceSnapshot {
     currencies: HashMap<String, u32>,
     /// entity -> period -> status
     periods: HashMap<String, HashMap<String, PeriodStatus>>,
+    /// (entity, period) -> planned close, of open periods.
+    closes: BTreeMap<(String, String), NaiveDate>,
     /// Which remediation needs a second person (kept in the reference table too).
     approval: super::approval::ApprovalPolicy,
 }
@@ -270,9 +277,14 @@ impl ReferenceSnapshot {
         // Entities in canonical form (upper-case), as messages are: a record written as
         // `acme-us` governs `ACME-US`, and where two spellings disagree a close wins.
         for p in periods {
+            let entity = p.entity.to_ascii_uppercase();
+            if let Some(on) = p.closes_on {
+                let close = snap.closes.entry((entity.clone(), p.period.clone())).or_insert(on);
+                *close = (*close).min(on);
+            }
             let status = snap
                 .periods
-                .entry(p.entity.to_ascii_uppercase())
+                .entry(entity)
                 .or_default()
                 .entry(p.period)
                 .or_insert(p.status);
@@ -280,7 +292,27 @@ impl ReferenceSnapshot {
                 *status = PeriodStatus::Closed;
             }
         }
+        let closed: Vec<(String, String)> = snap
+            .closes
+            .keys()
+            .filter(|(e, p)| snap.period_status(e, p) == PeriodStatus::Closed)
+            .cloned()
+            .collect();
+        for k in closed {
+            snap.closes.remove(&k);
+        }
         snap
+    }
+
+    /// Open periods with a planned close: (entity, period, closes on), in entity order.
+    pub fn scheduled_closes(&self) -> impl Iterator<Item = (&str, &str, NaiveDate)> {
+        self.closes.iter().map(|((e, p), d)| (e.as_str(), p.as_str(), *d))
+    }
+
+    /// The planned close of `period` for `entity` (any case), if it is open and has one.
+    pub fn closes_on(&self, entity: &str, period: &str) -> Option<NaiveDate> {
+        let entity = super::canonical::entity(std::borrow::Cow::Borrowed(entity));
+        self.closes.get(&(entity.into_owned(), period.to_owned())).copied()
     }
 
     /// The same data with this approval policy.
@@ -363,6 +395,7 @@ mod tests {
                 entity: "E1".into(),
                 period: "2026-10".into(),
                 status: PeriodStatus::Closed,
+                closes_on: None,
             }],
         );
         assert_eq!(snap.period_status("E1", "2026-10"), PeriodStatus::Closed);

@@ -89,6 +89,8 @@ pub struct ReplayConfig {
     pub deadline_margin: Duration,
     /// What a scheduled sweep measures the PENDING backlog's age against (`crate::escalate`).
     pub escalation: crate::decisions::escalation::EscalationChain,
+    /// How long before an open period's planned close its PENDING dead letters escalate.
+    pub period_close_warning: ChronoDuration,
 }
 
 impl Default for ReplayConfig {
@@ -105,6 +107,7 @@ impl Default for ReplayConfig {
             overflow_high_water: crate::resources::DEFAULT_OVERFLOW_HIGH_WATER,
             deadline_margin: Duration::from_secs(5),
             escalation: crate::decisions::escalation::EscalationChain::default(),
+            period_close_warning: ChronoDuration::hours(48),
         }
     }
 }
@@ -254,12 +257,14 @@ where
         if req.scheduled && !req.dry_run {
             // What is still PENDING after the sweep, against the escalation chain (before the
             // seal, so that its records are sealed with the sweep's).
+            let now = self.clock.now();
             let escalated = crate::escalate::escalate(
                 &self.store,
                 &self.audit,
                 &self.metrics,
                 &self.config.escalation,
-                self.clock.now(),
+                crate::escalate::closing(&run.snapshot, now, self.config.period_close_warning),
+                now,
                 &self.config.actor,
                 ESCALATION_READ,
             )

@@ -50,6 +50,7 @@ pub fn reference() -> ReferenceSnapshot {
             entity: "ACME-US".into(),
             period: "2026-10".into(),
             status: PeriodStatus::Closed,
+            closes_on: None,
         }],
     )
 }

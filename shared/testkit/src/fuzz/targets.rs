@@ -96,6 +96,7 @@ fn snapshot() -> ReferenceSnapshot {
             entity: "ACME-US".into(),
             period: "2026-10".into(),
             status: PeriodStatus::Closed,
+            closes_on: None,
         }],
     )
 }

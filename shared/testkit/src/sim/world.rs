@@ -449,6 +449,7 @@ impl World {
             entity: CLOSED_ENTITY.into(),
             period: CLOSED_PERIOD.into(),
             status: PeriodStatus::Closed,
+            closes_on: None,
         };
         let _ = reference.put_period(&closed).await;
         let mut actions: Vec<(Duration, &str)> = Vec::new();
@@ -489,6 +490,7 @@ impl World {
                     let _ = reference
                         .put_period(&PeriodRecord {
                             status: PeriodStatus::Open,
+                            closes_on: None,
                             ..closed.clone()
                         })
                         .await;

@@ -111,6 +111,7 @@ fn reference_checks() {
             entity: "ACME-US".into(),
             period: "2026-10".into(),
             status: PeriodStatus::Closed,
+            closes_on: None,
         }],
     );
     let body = |f: &dyn Fn(&mut NewMessage)| {
@@ -219,6 +220,7 @@ mod canonical_form {
                 entity: "ACME-US".into(),
                 period: "2026-11".into(),
                 status: PeriodStatus::Closed,
+                closes_on: None,
             }],
         );
         let body = variant(|m| m.ledger_entity = "acme-us".into()).to_body().unwrap();
@@ -230,6 +232,7 @@ mod canonical_form {
                 entity: "acme-us".into(),
                 period: "2026-11".into(),
                 status: PeriodStatus::Closed,
+                closes_on: None,
             }],
         );
         let upper = sample().to_body().unwrap();
