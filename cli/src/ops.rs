@@ -225,9 +225,19 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
     }
     let store = crate::triage::store(clients, names);
     let mut envelope_counts: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut superseded = std::collections::BTreeSet::new();
     for e in crate::triage::envelopes(&store, None).await? {
         *envelope_counts.entry(e.status.as_str()).or_default() += 1;
+        if e.status == recon_core::domain::EnvelopeStatus::Superseded {
+            superseded.insert(e.envelope_id);
+        }
     }
+    // A hand-off is a manual journal's, or an approved edit's original (its envelope SUPERSEDED).
+    let by_edits = hand_offs
+        .iter()
+        .filter(|h| h.manual_journal.as_ref().is_some_and(|e| superseded.contains(e)))
+        .count();
+    let manual_journals = hand_offs.len() - by_edits;
     let pending_counter = store.pending_count().await?;
     if crate::output::json() {
         let depth =
@@ -238,7 +248,8 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
             "ledger": {
                 "kind": ledger.kind(),
                 "postings": postings,
-                "handed_to_manual_journals": hand_offs.len(),
+                "handed_to_manual_journals": manual_journals,
+                "handed_off_by_edits": by_edits,
                 "by_currency": totals.iter().map(|(c, t)| (c.clone(), serde_json::json!({"count": t.count, "amount": total_text(c, t)}))).collect::<serde_json::Map<_, _>>(),
             },
             "envelopes": envelope_counts,
@@ -255,8 +266,7 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
         );
     }
     println!(
-        "ledger       {postings:>8} postings, {} handed to manual journals ({})",
-        hand_offs.len(),
+        "ledger       {postings:>8} postings, {manual_journals} handed to manual journals, {by_edits} originals handed off by approved edits ({})",
         ledger.kind()
     );
     for (c, t) in &totals {

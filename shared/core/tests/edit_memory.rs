@@ -85,9 +85,11 @@ async fn an_approved_edit_posts_once_supersedes_its_original_and_reconciles_once
     assert_eq!(copy.body, edit.body);
     assert_eq!(decode(&copy.body).unwrap().currency, "USD");
     assert_eq!(attribute(copy, attrs::REPLAY_OF), Some(e.envelope_id.as_str()));
+    let claim = recon_core::domain::edit::edit_claim(&q.request_id);
     assert_eq!(
-        attribute(copy, recon_core::replay::EDIT_REQUEST_ATTR),
-        Some(q.request_id.as_str())
+        attribute(copy, attrs::REPLAY_ID),
+        Some(claim.as_str()),
+        "the request posted it"
     );
     // The original is as it came.
     let after = w.store.get(&e.envelope_id).await.unwrap().unwrap();
@@ -202,4 +204,101 @@ async fn an_edit_is_not_posted_when_its_envelope_changed_or_the_original_posted_
     assert!(w.queue.sent().is_empty());
     assert_eq!(w.status(&e2.envelope_id).await, EnvelopeStatus::Superseded);
     assert_eq!(w.ledger.postings().len(), 1);
+    // Its original was handed off all the same: should USX become a currency, it never posts.
+    w.reference
+        .put_currency(&CurrencyMapping {
+            code: "USX".into(),
+            minor_units: 2,
+            description: "added later".into(),
+        })
+        .await
+        .unwrap();
+    let original = e2.original.body.clone().unwrap();
+    assert!(matches!(
+        w.consumer()
+            .handle_message(&builders::delivery("s2-again", &original, 1))
+            .await,
+        Disposition::DuplicateSuppressed { .. }
+    ));
+    assert_eq!(w.ledger.postings().len(), 1);
+}
+
+#[tokio::test]
+async fn once_its_original_is_handed_off_an_edit_goes_out_even_if_its_gate_now_fails() {
+    let w = world();
+    let e = w
+        .envelope("s1", &tx_in(1, "USX", "9.00"), ChronoDuration::hours(1))
+        .await;
+    let r = w.replayer(ReplayConfig::default());
+    let q = r
+        .request_edit(&e.envelope_id, &set("currency", "USD"), "typo", &who("maker"))
+        .await
+        .unwrap();
+    r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
+    // SQS refuses the send after the hand-off: an error, the claim kept, the request EXECUTING.
+    w.queue.set_refusing(true);
+    assert!(r.execute(&q.request_id, "ops", None, None).await.is_err());
+    assert_eq!(w.ledger.hand_offs().len(), 1);
+    assert_eq!(w.status(&e.envelope_id).await, EnvelopeStatus::Replaying);
+    assert_eq!(r.request(&q.request_id).await.unwrap().status, RequestStatus::Executing);
+    // Past every lease, no sweep takes the edit's claim over.
+    w.clock.advance(ChronoDuration::minutes(16));
+    w.queue.set_refusing(false);
+    assert_eq!(r.run(&sweep(), None).await.unwrap().selected, 0);
+    assert!(w.queue.sent().is_empty());
+    // Meanwhile the period closes: gate 1 would refuse the edit now. Resumed, it goes out all
+    // the same (the original is handed off: released, it would be neither posted nor booked).
+    w.reference
+        .put_period(&PeriodRecord {
+            entity: "ACME-US".into(),
+            period: "2026-11".into(),
+            status: PeriodStatus::Closed,
+            closes_on: None,
+        })
+        .await
+        .unwrap();
+    let (done, report) = r.execute(&q.request_id, "ops", None, None).await.unwrap();
+    assert_eq!(done.status, RequestStatus::Executed, "{}", report.summary());
+    assert_eq!(w.queue.sent().len(), 1);
+    assert_eq!(w.status(&e.envelope_id).await, EnvelopeStatus::Superseded);
+}
+
+#[tokio::test]
+async fn an_edit_refused_by_gate_1_when_it_runs_leaves_its_envelope_to_the_next_remedy() {
+    let w = world();
+    add_xau(&w).await;
+    let e = w
+        .envelope("s1", &tx_in(1, "USX", "9.00"), ChronoDuration::hours(1))
+        .await;
+    let r = w.replayer(ReplayConfig::default());
+    let q = r
+        .request_edit(&e.envelope_id, &set("currency", "USD"), "typo", &who("maker"))
+        .await
+        .unwrap();
+    r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
+    w.reference
+        .put_period(&PeriodRecord {
+            entity: "ACME-US".into(),
+            period: "2026-11".into(),
+            status: PeriodStatus::Closed,
+            closes_on: None,
+        })
+        .await
+        .unwrap();
+    let (done, report) = r.execute(&q.request_id, "ops", None, None).await.unwrap();
+    assert_eq!((done.status, report.still_failing), (RequestStatus::Executed, 1));
+    assert!(w.ledger.hand_offs().is_empty(), "nothing handed off before gate 1");
+    assert_eq!(w.status(&e.envelope_id).await, EnvelopeStatus::Pending);
+    // Released, the envelope is anyone's again: quarantined for a manual journal.
+    let quarantine = ReplayRequest {
+        quarantine: true,
+        ..manual(
+            Selector {
+                envelope_ids: vec![e.envelope_id.clone()],
+                ..Selector::default()
+            },
+            false,
+        )
+    };
+    assert_eq!(r.run(&quarantine, None).await.unwrap().quarantined, 1);
 }

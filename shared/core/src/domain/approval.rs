@@ -377,6 +377,10 @@ impl ApprovalRequest {
     /// The set still hashes to the digest recorded with the request (a stored request whose set
     /// was edited is refused).
     pub fn check_digest(&self) -> Result<(), Refused> {
+        if let Some(e) = &self.edit {
+            e.check()
+                .map_err(|why| Refused(format!("request {}: {why}; refused", self.request_id)))?;
+        }
         let digest = request_digest(self.action, self.canary.as_ref(), &self.set, self.edit.as_ref());
         if digest != self.digest || self.set.len() as u64 != self.exposure.count {
             return Err(Refused(format!(

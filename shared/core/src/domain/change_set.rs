@@ -121,7 +121,7 @@ impl ChangeSet {
 /// an edit's exact body.
 pub fn request_digest(action: Action, canary: Option<&Canary>, set: &ChangeSet, edit: Option<&Edit>) -> String {
     let canary = canary.map_or_else(|| "none".to_owned(), |c| c.to_string());
-    let edit = edit.map_or_else(String::new, |e| format!("\nedit {}", sha256_hex(e.body.as_bytes())));
+    let edit = edit.map_or_else(String::new, |e| format!("\nedit {}", e.digest_text()));
     sha256_hex(format!("recon-approval/v2\n{action:?}\n{canary}\n{}{edit}", set.digest()).as_bytes())
 }
 

@@ -77,6 +77,47 @@ impl Edit {
     pub fn diff_line(&self) -> String {
         self.diff.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
     }
+
+    /// The body decodes to the transaction the edit names, and its digest is the body's (a
+    /// stored edit whose fields were changed apart from its body is refused).
+    pub fn check(&self) -> Result<(), EditRefused> {
+        let decoded = decode(&self.body).map_err(|e| EditRefused(format!("the edited body does not decode: {e}")))?;
+        if decoded.source_hash != self.source_hash || sha256_hex(self.body.as_bytes()) != self.body_sha256 {
+            return Err(EditRefused("the edit's hashes are not those of its body".into()));
+        }
+        Ok(())
+    }
+
+    /// Everything an approver approves of the edit, as text for the request's digest.
+    pub fn digest_text(&self) -> String {
+        let diff: String = self
+            .diff
+            .iter()
+            .map(|d| format!("{}\t{:?}\t{:?}\n", d.field, d.before, d.after))
+            .collect();
+        format!(
+            "{} {} {} {} {}\n{diff}",
+            self.envelope_id,
+            sha256_hex(self.body.as_bytes()),
+            self.body_sha256,
+            self.source_hash_before,
+            self.source_hash
+        )
+    }
+}
+
+/// The longest value a diff shows (the body itself is kept whole).
+const MAX_DIFF_VALUE: usize = 512;
+
+fn clip(v: String) -> String {
+    if v.len() <= MAX_DIFF_VALUE {
+        return v;
+    }
+    let mut end = MAX_DIFF_VALUE;
+    while !v.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &v[..end], v.len())
 }
 
 /// How the operator gives the edit.
@@ -103,8 +144,8 @@ fn object(body: &str, what: &str) -> Result<Map<String, Value>, EditRefused> {
 
 fn text(v: Option<&Value>) -> Option<String> {
     v.map(|v| match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+        Value::String(s) => clip(s.clone()),
+        other => clip(other.to_string()),
     })
 }
 
@@ -180,6 +221,16 @@ pub fn propose(
             after: text(after.get(f)),
         })
         .collect();
+    if let Some(d) = diff
+        .iter()
+        .find(|d| d.field != "source_hash" && !EDITABLE.contains(&d.field.as_str()))
+    {
+        return Err(EditRefused(format!(
+            "`{}` cannot be edited; the fields an edit may change: {}",
+            d.field,
+            EDITABLE.join(", ")
+        )));
+    }
     if diff.iter().all(|d| d.field == "source_hash") {
         return Err(EditRefused(
             "the edit changes nothing but the hash: replay the envelope instead".into(),
@@ -232,6 +283,14 @@ mod tests {
         assert_eq!(fields, ["currency", "source_hash"]);
         assert_eq!(e.diff[0].to_string(), "currency: \"USX\" -> \"USD\"");
         assert_eq!(e.body_sha256, sha256_hex(e.body.as_bytes()));
+        assert!(e.check().is_ok());
+        // A stored edit whose transaction was changed apart from its body is refused.
+        let forged = Edit {
+            source_hash: e.source_hash_before.clone(),
+            ..e.clone()
+        };
+        assert!(forged.check().is_err());
+        assert_ne!(forged.digest_text(), e.digest_text());
     }
 
     #[test]
@@ -261,6 +320,9 @@ mod tests {
         let other_id = body.replace("\"m-1\"", "\"m-9\"");
         let err = propose("env_1", &h, &body, &Proposal::Body(other_id)).unwrap_err();
         assert!(err.0.contains("keeps the producer's message_id"), "{err}");
+        let extra = body.replacen('{', "{\"note\":\"x\",", 1);
+        let err = propose("env_1", &h, &body, &Proposal::Body(extra)).unwrap_err();
+        assert!(err.0.contains("`note` cannot be edited"), "{err}");
         let err = propose("env_1", &h, "not json", &set(&[("currency", "USD")])).unwrap_err();
         assert!(err.0.contains("not JSON"), "{err}");
     }

@@ -20,11 +20,13 @@ pub struct AsSent {
     pub envelope_id: String,
 }
 
-/// The original's labels when one of a lineage's envelopes was superseded by an edit.
+/// The original's labels when one of a lineage's envelopes was superseded by an edit (the
+/// first dead-lettered: an edited copy dead-lettered and edited again is not what was sent).
 pub(super) fn as_sent(envelopes: &[&DlqEnvelope]) -> Option<AsSent> {
     envelopes
         .iter()
-        .find(|e| e.status == EnvelopeStatus::Superseded)
+        .filter(|e| e.status == EnvelopeStatus::Superseded)
+        .min_by_key(|e| e.dead_lettered_at)
         .map(|e| AsSent {
             currency: e.currency.clone(),
             amount: e.amount.as_deref().and_then(|a| parse_amount(a).ok()),

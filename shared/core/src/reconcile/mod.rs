@@ -318,6 +318,18 @@ pub fn outcomes(
             .envelopes
             .push(e);
     }
+    for (root, f) in &fates {
+        // One message, one transaction: copies carry the same one, and an edit's original is
+        // handed off before its edited copy is sent.
+        let hashes: BTreeSet<&str> = f.postings.iter().map(|p| p.source_hash.as_str()).collect();
+        if hashes.len() > 1 {
+            problems.push(format!(
+                "SQS message {root} is posted as {} transactions: {}",
+                hashes.len(),
+                hashes.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
     let out = fates.values().map(|f| (f.state(&fated), f.entry())).collect();
     (out, problems)
 }

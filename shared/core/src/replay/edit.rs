@@ -15,7 +15,7 @@
 
 use super::report::{ReplayItem, ReplayOutcome, ReplayReport, item};
 use super::settle::Settlement;
-use super::{ReplayRequest, Replayer, Run, Selector};
+use super::{Gate, ReplayRequest, Replayer, Run, Selector};
 use crate::domain::approval::{Action, ApprovalRequest, Change, Identity, NewRequest, Refused};
 use crate::domain::edit::{Edit, EditRefused, Proposal, edit_claim, propose};
 use crate::domain::envelope::sha256_hex;
@@ -28,9 +28,6 @@ use crate::ports::{
 
 /// What the dry run of an edit calls it.
 pub const WOULD_EDIT: &str = "WOULD_EDIT";
-
-/// The attribute an edited copy carries: the approval request that posted it.
-pub const EDIT_REQUEST_ATTR: &str = "replay.edit_request";
 
 impl From<EditRefused> for Refused {
     fn from(e: EditRefused) -> Self {
@@ -77,6 +74,27 @@ where
         let snapshot = self.reference.snapshot().await?;
         if let Err(err) = validate(&edit.body, &snapshot) {
             return Err(Refused(format!("the edited body does not pass gate 1: {err}")).into());
+        }
+        // The edited message must be one SQS accepts, with the replay's attributes.
+        let preview_req = ReplayRequest {
+            reason: reason.to_owned(),
+            triggered_by: requester.to_string(),
+            dry_run: true,
+            scheduled: false,
+            quarantine: false,
+            selector: Selector::default(),
+        };
+        let preview = Run {
+            req: &preview_req,
+            replay_id: edit_claim("apr_00000000000000000000"),
+            snapshot: snapshot.clone(),
+            started: self.clock.monotonic(),
+            deadline: None,
+            sent: 0,
+            pinned: None,
+        };
+        if let Err(why) = self.reinjection(&preview, &e, edit.body.clone()) {
+            return Err(Refused(format!("the edited message could never be sent: {why}")).into());
         }
         if let Some(c) = self.ledger.lookup(&edit.source_hash).await? {
             return Err(Refused(format!(
@@ -172,6 +190,17 @@ where
             return Ok(report);
         };
         if !self.claim(&run, &e).await? {
+            if ours {
+                // Its own earlier run's claim, still leased: the request stays EXECUTING.
+                return Err(StoreError::new(
+                    TransientKind::Conflict,
+                    format!(
+                        "envelope {} is still held by this edit's earlier run: resume after its lease",
+                        e.envelope_id
+                    ),
+                )
+                .into());
+            }
             report.changed_since.push(edit.envelope_id.clone());
             report.skipped = 1;
             return Ok(report);
@@ -183,8 +212,11 @@ where
         Ok(report)
     }
 
-    /// Under the edit's claim: gate 1 on the edited body, the ledger for both transactions, the
-    /// hand-off of the original, the edit's document, the send, SUPERSEDED.
+    /// Under the edit's claim: the original's transaction (committed meanwhile: the edit is
+    /// moot); gate 1 on the edited body and its message, unless this edit has handed the original
+    /// off already (then it goes out whatever: the consumer checks the copy again and
+    /// dead-letters it visibly, naming this envelope); the hand-off of the original (an economic
+    /// edit); the edited copy sent, unless its transaction is in the ledger already; SUPERSEDED.
     async fn post_edit(
         &self,
         run: &Run<'_>,
@@ -192,35 +224,45 @@ where
         edit: &Edit,
         e: &DlqEnvelope,
     ) -> FlowResult<ReplayItem> {
-        if let Err(err) = validate(&edit.body, &run.snapshot) {
-            let detail = format!("the edited body no longer passes gate 1: {err}");
-            self.finish(run, e, Settlement::release(detail.clone())).await?;
-            return Ok(item(
-                e,
-                ReplayOutcome::StillFailing,
-                Some(super::Gate::Integrity),
-                detail,
-            ));
-        }
-        // The edited transaction in the ledger already: posted by this edit's copy (a crashed
-        // execution resumed; the copy's posting names the envelope) or by a message of the
-        // producer's own. Either way it is there once: nothing is sent.
-        if let Some(c) = self.ledger.lookup(&edit.source_hash).await?
-            && !c.handed_off_by(&e.envelope_id)
-        {
-            return self
-                .supersede(run, r, edit, e, None, &format!("already posted by {}", c.holder()))
-                .await;
-        }
-        // The original transaction, committed meanwhile by another message: the edit is moot.
-        if let Some(c) = self.committed(e).await?
+        // Only a body that decodes identifies its transaction: one that does not posts nothing
+        // and is never handed off under the hash it claims (it may be another transaction's).
+        let original = self.identified_transaction(e).await?.filter(|h| *h != edit.source_hash);
+        let held = match &original {
+            Some(h) => self.ledger.lookup(h).await?,
+            None => None,
+        };
+        if let Some(c) = &held
             && !c.handed_off_by(&e.envelope_id)
         {
             return self.settle_claimed_duplicate(run, e, &c.holder()).await;
         }
-        let original_hash = self.transaction_hash(e).await?;
-        if edit.economic()
-            && let Some(hash) = original_hash
+        let handed_off = held.is_some();
+        let release = |detail: String, gate: Gate| async move {
+            self.finish(run, e, Settlement::release(detail.clone())).await?;
+            FlowResult::Ok(item(e, ReplayOutcome::StillFailing, Some(gate), detail))
+        };
+        if !handed_off && let Err(err) = validate(&edit.body, &run.snapshot) {
+            return release(
+                format!("the edited body no longer passes gate 1: {err}"),
+                Gate::Integrity,
+            )
+            .await;
+        }
+        let message = match self.reinjection(run, e, edit.body.clone()) {
+            Ok(m) => m,
+            Err(why) if !handed_off => {
+                return release(format!("the edited message cannot be sent: {why}"), Gate::Transport).await;
+            }
+            Err(why) => {
+                let detail = format!(
+                    "the edited message cannot be sent ({why}); book the edited transaction by hand: {}",
+                    edit.diff_line()
+                );
+                return self.quarantine(run, e, Gate::Transport, &detail, true).await;
+            }
+        };
+        if let Some(hash) = original
+            && !handed_off
         {
             let hand_off = HandOff {
                 source_hash: hash,
@@ -241,14 +283,20 @@ where
                 }
             }
         }
-        let mut m = self
-            .reinjection(run, e, edit.body.clone())
-            .map_err(|why| Refused(format!("the edited message cannot be sent: {why}")))?;
-        m.attributes
-            .push((EDIT_REQUEST_ATTR.to_owned(), "String".to_owned(), r.request_id.clone()));
-        // Send failures keep the claim: the request's resumption sends again (never a release,
-        // which would leave the original handed off and unposted to a sweep).
-        let sent = self.queue.send_batch(std::slice::from_ref(&m)).await?;
+        // The edited transaction in the ledger already: posted by this edit's copy (a crashed
+        // execution resumed; the copy's posting names the envelope) or by a message of the
+        // producer's own. Either way it is there once (and the original handed off): nothing
+        // is sent.
+        if let Some(c) = self.ledger.lookup(&edit.source_hash).await?
+            && !c.handed_off_by(&e.envelope_id)
+        {
+            return self
+                .supersede(run, r, edit, e, None, &format!("already posted by {}", c.holder()))
+                .await;
+        }
+        // A failed send keeps the claim (never a release, which would leave the original
+        // handed off and unposted): the request's resumption sends again.
+        let sent = self.queue.send_batch(std::slice::from_ref(&message)).await?;
         let copy = match sent.into_iter().next() {
             Some(Ok(id)) => id,
             Some(Err(why)) => {

@@ -39,7 +39,7 @@ mod settle;
 mod sweep;
 
 pub use approval::Assessment;
-pub use edit::{EDIT_REQUEST_ATTR, WOULD_EDIT};
+pub use edit::WOULD_EDIT;
 pub use gates::{Gate, MAX_RELEASES, Verdict};
 pub use report::{MAX_REPORT_ITEMS, Progress, ReplayItem, ReplayOutcome, ReplayReport};
 pub use request::{

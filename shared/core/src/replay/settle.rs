@@ -216,7 +216,7 @@ where
     /// The hash of the transaction the envelope's body decodes to. Only such a transaction is
     /// handed off: a body that does not decode is not identified by the hash it claims (it may
     /// be another transaction's), and its manual journal rests on the accountant reading it.
-    async fn identified_transaction(&self, e: &DlqEnvelope) -> FlowResult<Option<String>> {
+    pub(super) async fn identified_transaction(&self, e: &DlqEnvelope) -> FlowResult<Option<String>> {
         let body = original_body(e, &self.worm).await?;
         Ok(body.as_deref().and_then(|b| decode(b).ok()).map(|m| m.source_hash))
     }
@@ -233,10 +233,11 @@ where
     pub(super) async fn claim(&self, run: &Run<'_>, e: &DlqEnvelope) -> FlowResult<bool> {
         // An approved edit's claim is taken over only by that edit's own execution (resumed):
         // the original may be handed off already, its edited copy on its way.
-        if e.replay
+        let held_by_edit = e
+            .replay
             .as_ref()
-            .is_some_and(|c| c.replay_id.starts_with(EDIT_CLAIM_PREFIX) && c.replay_id != run.replay_id)
-        {
+            .is_some_and(|c| c.replay_id.starts_with(EDIT_CLAIM_PREFIX) && c.replay_id != run.replay_id);
+        if e.status == EnvelopeStatus::Replaying && held_by_edit {
             return Ok(false);
         }
         let now = self.clock.now();

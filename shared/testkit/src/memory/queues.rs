@@ -66,6 +66,8 @@ pub struct MemoryReplayQueue {
     sent: Mutex<Vec<OutgoingMessage>>,
     depth: AtomicU64,
     calls: AtomicU64,
+    /// Every send refused (an SQS outage).
+    refuse: AtomicBool,
 }
 
 impl MemoryReplayQueue {
@@ -78,6 +80,10 @@ impl MemoryReplayQueue {
     /// How many batch calls were made.
     pub fn calls(&self) -> u64 {
         self.calls.load(Ordering::SeqCst)
+    }
+    /// Refuse every message sent from now on (each entry fails; nothing is kept).
+    pub fn set_refusing(&self, refusing: bool) {
+        self.refuse.store(refusing, Ordering::SeqCst);
     }
 }
 
@@ -93,6 +99,9 @@ impl ReplayQueue for MemoryReplayQueue {
                     messages.len()
                 ),
             ));
+        }
+        if self.refuse.load(Ordering::SeqCst) {
+            return Ok(vec![Err("ServiceUnavailable: refused".to_owned()); messages.len()]);
         }
         let mut sent = lock(&self.sent);
         let mut ids = Vec::with_capacity(messages.len());
