@@ -492,3 +492,27 @@ async fn a_period_about_to_close_escalates_its_pending_dead_letters_on_the_local
         records[0].detail
     );
 }
+
+#[tokio::test]
+async fn the_scheduled_sweep_sends_a_large_group_behind_its_canary_on_the_local_stack() {
+    let s = TestStack::new("ap-sweep-canary").await;
+    dead_letter(&s, 1, 4).await;
+    s.map_currency("XAU", 4).await;
+    let mut r = s.replayer();
+    r.config.sweep_canary = 2;
+    let sweep = recon_testkit::builders::sweep_request;
+    let first = r.run(&sweep(), None).await.unwrap();
+    assert_eq!((first.reinjected, first.skipped), (2, 2), "{}", first.summary());
+    // Its copies not yet consumed: the rest waits.
+    assert_eq!(r.run(&sweep(), None).await.unwrap().reinjected, 0);
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.pump(&consumer).await;
+    assert_eq!(s.postings().await.len(), 2);
+    // Both posted: the canary passed, the rest goes out and posts once.
+    let third = r.run(&sweep(), None).await.unwrap();
+    assert_eq!(third.reinjected, 2, "{}", third.summary());
+    s.pump(&consumer).await;
+    let mut ids: Vec<String> = s.postings().await.into_iter().map(|p| p.message_id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["m-1", "m-2", "m-3", "m-4"]);
+}

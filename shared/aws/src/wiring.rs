@@ -116,6 +116,7 @@ pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &st
             deadline_margin: s.deadline_margin,
             escalation: s.escalation.clone(),
             period_close_warning: ChronoDuration::hours(i64::from(s.period_close_warning_hours)),
+            sweep_canary: s.sweep_canary,
         },
     }
 }

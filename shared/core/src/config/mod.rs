@@ -24,6 +24,7 @@ pub mod vars {
     pub const BACKOFF_CAP_SECS: &str = "DLQ_BACKOFF_CAP_SECS";
     pub const ESCALATION: &str = "DLQ_ESCALATION";
     pub const PERIOD_CLOSE_WARNING_HOURS: &str = "DLQ_PERIOD_CLOSE_WARNING_HOURS";
+    pub const SWEEP_CANARY: &str = "DLQ_SWEEP_CANARY";
     pub const DEADLINE_MARGIN_MS: &str = "DLQ_DEADLINE_MARGIN_MS";
     pub const BATCH_CONCURRENCY: &str = "DLQ_BATCH_CONCURRENCY";
     pub const REFERENCE_CACHE_SECS: &str = "DLQ_REFERENCE_CACHE_SECS";
@@ -352,6 +353,8 @@ pub struct ReplaySettings {
     pub escalation: crate::decisions::escalation::EscalationChain,
     /// Hours before an open period's planned close that its PENDING dead letters escalate.
     pub period_close_warning_hours: u32,
+    /// The scheduled sweep's canary slice per group (0: none).
+    pub sweep_canary: u32,
 }
 
 impl ReplaySettings {
@@ -392,6 +395,7 @@ impl ReplaySettings {
                     allowed: why,
                 })?,
             period_close_warning_hours: env.whole(vars::PERIOD_CLOSE_WARNING_HOURS, 48)?,
+            sweep_canary: env.whole(vars::SWEEP_CANARY, 0)?,
         })
     }
 }
@@ -508,6 +512,7 @@ impl ReplaySettings {
                 vars::PERIOD_CLOSE_WARNING_HOURS,
                 self.period_close_warning_hours.to_string(),
             ),
+            (vars::SWEEP_CANARY, self.sweep_canary.to_string()),
             (vars::SWEEP_SCHEDULE, self.sweep_schedule.clone()),
             (vars::SEAL_SCHEDULE, self.seal_schedule.clone()),
             (vars::OVERFLOW_HIGH_WATER, self.overflow_high_water.to_string()),

@@ -378,6 +378,14 @@ pub const VARIABLES: &[Variable] = &[
         "how long before an open period's planned close (dlqctl period schedule) its PENDING dead letters are escalated (an ESCALATED record per entity and period; the alarm on PendingBeforePeriodClose pages the finance controller's topic)",
     ),
     whole(
+        vars::SWEEP_CANARY,
+        0,
+        1000,
+        "re-injections, 0 for none",
+        "0",
+        "re-injections of one group (failure code and root cause) a scheduled sweep makes before it has seen such copies post: the rest of a larger group waits for that canary (every copy committed within 15 minutes), and a failed canary holds the group for 24 hours (the template sets 10)",
+    ),
+    whole(
         vars::REPLAY_QUEUE_HIGH_WATER,
         1,
         1_000_000_000,

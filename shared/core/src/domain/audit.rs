@@ -44,6 +44,8 @@ pub enum AuditKind {
     /// An approved edit of a dead letter's body was posted as a new message (the envelope is
     /// SUPERSEDED): who proposed it, who approved it, why, and the field diff.
     Edited,
+    /// The scheduled sweep's canary of a large group failed: the rest of the group is held.
+    SweepCanaryHeld,
     /// Never written: a stored record that could not be read back (a field edited into a value
     /// no version of the code writes). Verification names it; nothing else counts it.
     Unreadable,
@@ -69,6 +71,7 @@ impl AuditKind {
             AuditKind::Escalated => "ESCALATED",
             AuditKind::ApprovalExpired => "APPROVAL_EXPIRED",
             AuditKind::Edited => "EDITED",
+            AuditKind::SweepCanaryHeld => "SWEEP_CANARY_HELD",
             AuditKind::Unreadable => "UNREADABLE",
         }
     }

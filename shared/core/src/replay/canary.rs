@@ -80,36 +80,6 @@ where
         Ok(report)
     }
 
-    /// The copies replay `replay_id` re-injected of `ids`: each one's SQS message id and
-    /// transaction.
-    async fn copies(&self, replay_id: &str, ids: impl Iterator<Item = &String>) -> StoreResult<Vec<(String, String)>> {
-        let mut copies = Vec::new();
-        for id in ids {
-            let Some(e) = self.store.get(id).await? else { continue };
-            let copy = e
-                .replays
-                .iter()
-                .rev()
-                .find(|r| r.replay_id == replay_id)
-                .and_then(|r| r.sqs_message_id.clone());
-            if let Some(copy) = copy {
-                copies.push((copy, e.source_hash.clone()));
-            }
-        }
-        Ok(copies)
-    }
-
-    async fn fate(&self, copy: &str, source_hash: &str) -> StoreResult<Fate> {
-        if self.store.get(&envelope_id(copy)).await?.is_some() {
-            return Ok(Fate::DeadLettered);
-        }
-        // A hand-off to a manual journal is no posting: not what the canary waits for.
-        Ok(match self.ledger.lookup(source_hash).await? {
-            Some(c) if c.manual_journal.is_none() => Fate::Committed,
-            _ => Fate::Unknown,
-        })
-    }
-
     /// Look at the copies every second until each has an outcome, the canary's wait is over, or
     /// the time budget is.
     async fn await_fates(
@@ -144,5 +114,41 @@ where
             // Let whatever else this task runs (a local pump) take its turn.
             tokio::task::yield_now().await;
         }
+    }
+}
+
+impl<S: EnvelopeStore, L: Ledger, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M> {
+    /// The copies replay `replay_id` re-injected of `ids`: each one's SQS message id and
+    /// transaction.
+    pub(super) async fn copies(
+        &self,
+        replay_id: &str,
+        ids: impl Iterator<Item = &String>,
+    ) -> StoreResult<Vec<(String, String)>> {
+        let mut copies = Vec::new();
+        for id in ids {
+            let Some(e) = self.store.get(id).await? else { continue };
+            let copy = e
+                .replays
+                .iter()
+                .rev()
+                .find(|r| r.replay_id == replay_id)
+                .and_then(|r| r.sqs_message_id.clone());
+            if let Some(copy) = copy {
+                copies.push((copy, e.source_hash.clone()));
+            }
+        }
+        Ok(copies)
+    }
+
+    pub(super) async fn fate(&self, copy: &str, source_hash: &str) -> StoreResult<Fate> {
+        if self.store.get(&envelope_id(copy)).await?.is_some() {
+            return Ok(Fate::DeadLettered);
+        }
+        // A hand-off to a manual journal is no posting: not what the canary waits for.
+        Ok(match self.ledger.lookup(source_hash).await? {
+            Some(c) if c.manual_journal.is_none() => Fate::Committed,
+            _ => Fate::Unknown,
+        })
     }
 }

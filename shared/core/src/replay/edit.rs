@@ -92,6 +92,7 @@ where
             deadline: None,
             sent: 0,
             pinned: None,
+            canaries: std::collections::BTreeMap::new(),
         };
         if let Err(why) = self.reinjection(&preview, &e, edit.body.clone()) {
             return Err(Refused(format!("the edited message could never be sent: {why}")).into());
@@ -168,6 +169,7 @@ where
             deadline: deadline.map(|d| Deadline::at(clock, d)),
             sent: 0,
             pinned: None,
+            canaries: std::collections::BTreeMap::new(),
         };
         let mut report = ReplayReport {
             replay_id: run.replay_id.clone(),

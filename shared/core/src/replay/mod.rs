@@ -24,6 +24,7 @@
 //! | [`edit`]    | edit-and-retry: an edit requested, then posted under the request's claim |
 //! | [`gates`]   | the verdict for one envelope (reads only)                              |
 //! | [`sweep`]   | selection by ids or by status pages, the cursor, budget, back-pressure |
+//! | [`sweep_canary`] | the scheduled sweep's canary: a large group's slice first, then the rest |
 //! | [`settle`]  | claim, then suppress / quarantine / release, with provenance and audit |
 //! | [`reinject`]| batched re-injection under the claim, rate limit, REPLAYED             |
 //! | [`report`]  | outcomes (enum, stable names) and the report                           |
@@ -37,6 +38,7 @@ mod report;
 mod request;
 mod settle;
 mod sweep;
+mod sweep_canary;
 
 pub use approval::Assessment;
 pub use edit::WOULD_EDIT;
@@ -89,6 +91,9 @@ pub struct ReplayConfig {
     pub deadline_margin: Duration,
     /// What a scheduled sweep measures the PENDING backlog's age against (`crate::escalate`).
     pub escalation: crate::decisions::escalation::EscalationChain,
+    /// Re-injections of one group a scheduled sweep makes before it has seen such copies post
+    /// (`sweep_canary`; 0: none).
+    pub sweep_canary: u32,
     /// How long before an open period's planned close its PENDING dead letters escalate.
     pub period_close_warning: ChronoDuration,
 }
@@ -108,6 +113,7 @@ impl Default for ReplayConfig {
             deadline_margin: Duration::from_secs(5),
             escalation: crate::decisions::escalation::EscalationChain::default(),
             period_close_warning: ChronoDuration::hours(48),
+            sweep_canary: 0,
         }
     }
 }
@@ -137,6 +143,8 @@ struct Run<'a> {
     /// Only these envelopes, each only with this fingerprint, and what pinned them (an approved
     /// request, or the policy check's own dry run).
     pinned: Option<(&'a str, &'a BTreeMap<String, String>)>,
+    /// The scheduled sweep's canary, per group (`sweep_canary`).
+    canaries: BTreeMap<String, sweep_canary::GroupGate>,
 }
 
 /// A replay id unique to this run: the wall-clock instant and the monotonic reading, to the
@@ -227,6 +235,7 @@ where
             deadline: deadline.map(|d| Deadline::at(clock, d)),
             sent: 0,
             pinned,
+            canaries: BTreeMap::new(),
         };
         let mut report = ReplayReport {
             replay_id: run.replay_id.clone(),
@@ -250,6 +259,12 @@ where
         };
         if let Err(e) = &selected {
             tracing::error!(replay_id = %run.replay_id, error = %e, "replay stopped early");
+        }
+        if !run.canaries.is_empty()
+            && let Err(e) = self.record_canaries(&run).await
+        {
+            // Not recorded: the next sweep starts another slice of those groups.
+            tracing::warn!(error = %e, "the sweep's canaries not recorded");
         }
 
         // Whatever the selection came to, a scheduled sweep seals the audit chains into the WORM

@@ -183,6 +183,13 @@ where
                 other => report.push(isolated(&e, self.settle(run, &e, other).await)?),
             }
         }
+        // A scheduled sweep re-injects a large group only behind its canary.
+        let gated = run.req.scheduled && self.config.sweep_canary > 0;
+        let to_send = if gated {
+            self.canary_gate(run, to_send, report).await?
+        } else {
+            to_send
+        };
         let mut halted = false;
         for chunk in to_send.chunks(self.chunk_size()) {
             if halted {
