@@ -491,6 +491,27 @@ async fn a_period_about_to_close_escalates_its_pending_dead_letters_on_the_local
         "{}",
         records[0].detail
     );
+
+    // Closed, the period has no deadline left, and a planned close never reopens it.
+    let period = |status, closes_on| PeriodRecord {
+        entity: "ACME-US".into(),
+        period: "2026-11".into(),
+        status,
+        closes_on,
+    };
+    s.reference()
+        .put_period(&period(PeriodStatus::Closed, None))
+        .await
+        .unwrap();
+    let err = s
+        .reference()
+        .put_period(&period(PeriodStatus::Open, Some(tomorrow)))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("is closed"), "{err}");
+    let snapshot = s.reference().refresh().await.unwrap();
+    assert_eq!(snapshot.period_status("ACME-US", "2026-11"), PeriodStatus::Closed);
+    assert_eq!(snapshot.closes_on("ACME-US", "2026-11"), None);
 }
 
 #[tokio::test]

@@ -441,8 +441,10 @@ pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCom
         if closed {
             bail!("{period} of {entity} is closed already: nothing to schedule (`dlqctl period open` first)");
         }
-        if on.format("%Y-%m").to_string() < *period {
-            bail!("{period} cannot close on {on}, before it ends");
+        if on.format("%Y-%m").to_string() <= *period {
+            bail!(
+                "{period} cannot close on {on}: a period closes after it ends (on or after the first day of the next month)"
+            );
         }
     }
     let actor = operator(clients, actor.as_deref()).await?;

@@ -203,7 +203,9 @@ pub async fn escalate<S: EnvelopeStore, A: AuditLog, M: Metrics>(
 }
 
 /// The period-close deadlines: metrics (0 included, so the alarm clears) and one record per
-/// entity, period and planned close that has PENDING envelopes.
+/// entity, period and planned close that has PENDING envelopes. When the read stopped at its cap
+/// a near period's envelopes may be among those not read: each then counts as at least one (the
+/// alarm breaches, the record says so) rather than none.
 async fn period_close<A: AuditLog, M: Metrics>(
     out: &mut Escalation,
     audit: &A,
@@ -211,28 +213,40 @@ async fn period_close<A: AuditLog, M: Metrics>(
     now: DateTime<Utc>,
     actor: &str,
 ) -> FlowResult<()> {
-    let total: u64 = out.deadlines.iter().map(|d| d.pending).sum();
+    let incomplete = out.incomplete;
+    let counted = |d: &PeriodDeadline| if incomplete { d.pending.max(1) } else { d.pending };
+    let total: u64 = out.deadlines.iter().map(counted).sum();
     metrics.emit(&Metric {
         name: "PendingBeforePeriodClose",
         value: i64::try_from(total).unwrap_or(i64::MAX),
         unit: "Count",
         dimensions: vec![],
     });
-    for d in out.deadlines.iter().filter(|d| d.pending > 0) {
+    let mut by_entity: BTreeMap<&str, u64> = BTreeMap::new();
+    for d in &out.deadlines {
+        *by_entity.entry(d.entity.as_str()).or_default() += counted(d);
+    }
+    for (entity, n) in by_entity {
         metrics.emit(&Metric {
             name: "PendingBeforePeriodClose",
-            value: i64::try_from(d.pending).unwrap_or(i64::MAX),
+            value: i64::try_from(n).unwrap_or(i64::MAX),
             unit: "Count",
-            dimensions: vec![("Entity", d.entity.clone())],
+            dimensions: vec![("Entity", entity.to_owned())],
         });
-        let detail = format!(
-            "{}{} PENDING envelopes of {} {} must be decided before the period closes on {}",
-            if out.incomplete { "at least " } else { "" },
-            d.pending,
-            d.entity,
-            d.period,
-            d.closes_on
-        );
+    }
+    let mut records = Vec::new();
+    for d in out.deadlines.iter().filter(|d| counted(d) > 0) {
+        let detail = if incomplete {
+            format!(
+                "at least {} PENDING envelopes of {} {} must be decided before the period closes on {} (the read stopped at its cap: more may be among those not read)",
+                d.pending, d.entity, d.period, d.closes_on
+            )
+        } else {
+            format!(
+                "{} PENDING envelopes of {} {} must be decided before the period closes on {}",
+                d.pending, d.entity, d.period, d.closes_on
+            )
+        };
         let mut r = AuditRecord::system(
             AuditKind::Escalated,
             &format!("period-close#{}#{}#{}", d.entity, d.period, d.closes_on),
@@ -241,9 +255,12 @@ async fn period_close<A: AuditLog, M: Metrics>(
             detail,
         );
         r.ledger_entity = Some(d.entity.clone());
+        records.push((r, d.clone()));
+    }
+    for (r, d) in records {
         if audit.append(&r).await?.is_some() {
             out.recorded += 1;
-            tracing::warn!(entity = %d.entity, period = %d.period, closes_on = %d.closes_on, pending = d.pending, "period close escalated");
+            tracing::warn!(entity = %d.entity, period = %d.period, closes_on = %d.closes_on, pending = d.pending, incomplete, "period close escalated");
         }
     }
     Ok(())

@@ -170,16 +170,7 @@ async fn an_edit_is_not_posted_when_its_envelope_changed_or_the_original_posted_
         .unwrap();
     r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
     // Between approval and execution, someone quarantines the envelope.
-    let quarantine = ReplayRequest {
-        quarantine: true,
-        ..manual(
-            Selector {
-                envelope_ids: vec![e.envelope_id.clone()],
-                ..Selector::default()
-            },
-            false,
-        )
-    };
+    let quarantine = quarantine_of(&[e.envelope_id.as_str()]);
     assert_eq!(r.run(&quarantine, None).await.unwrap().quarantined, 1);
     let (done, report) = r.execute(&q.request_id, "ops", None, None).await.unwrap();
     assert_eq!(report.changed_since, std::slice::from_ref(&e.envelope_id));
@@ -248,15 +239,7 @@ async fn once_its_original_is_handed_off_an_edit_goes_out_even_if_its_gate_now_f
     assert!(w.queue.sent().is_empty());
     // Meanwhile the period closes: gate 1 would refuse the edit now. Resumed, it goes out all
     // the same (the original is handed off: released, it would be neither posted nor booked).
-    w.reference
-        .put_period(&PeriodRecord {
-            entity: "ACME-US".into(),
-            period: "2026-11".into(),
-            status: PeriodStatus::Closed,
-            closes_on: None,
-        })
-        .await
-        .unwrap();
+    w.set_november(PeriodStatus::Closed, None).await;
     let (done, report) = r.execute(&q.request_id, "ops", None, None).await.unwrap();
     assert_eq!(done.status, RequestStatus::Executed, "{}", report.summary());
     assert_eq!(w.queue.sent().len(), 1);
@@ -276,29 +259,12 @@ async fn an_edit_refused_by_gate_1_when_it_runs_leaves_its_envelope_to_the_next_
         .await
         .unwrap();
     r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
-    w.reference
-        .put_period(&PeriodRecord {
-            entity: "ACME-US".into(),
-            period: "2026-11".into(),
-            status: PeriodStatus::Closed,
-            closes_on: None,
-        })
-        .await
-        .unwrap();
+    w.set_november(PeriodStatus::Closed, None).await;
     let (done, report) = r.execute(&q.request_id, "ops", None, None).await.unwrap();
     assert_eq!((done.status, report.still_failing), (RequestStatus::Executed, 1));
     assert!(w.ledger.hand_offs().is_empty(), "nothing handed off before gate 1");
     assert_eq!(w.status(&e.envelope_id).await, EnvelopeStatus::Pending);
     // Released, the envelope is anyone's again: quarantined for a manual journal.
-    let quarantine = ReplayRequest {
-        quarantine: true,
-        ..manual(
-            Selector {
-                envelope_ids: vec![e.envelope_id.clone()],
-                ..Selector::default()
-            },
-            false,
-        )
-    };
+    let quarantine = quarantine_of(&[e.envelope_id.as_str()]);
     assert_eq!(r.run(&quarantine, None).await.unwrap().quarantined, 1);
 }

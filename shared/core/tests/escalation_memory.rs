@@ -186,15 +186,55 @@ async fn the_pending_dead_letters_of_a_period_about_to_close_escalate_once_whate
     );
 
     // Closed, the period has no deadline left.
+    w.set_november(PeriodStatus::Closed, None).await;
+    let snapshot = w.reference.snapshot().await.unwrap();
+    assert!(closing(&snapshot, now, ChronoDuration::hours(48)).is_empty());
+}
+
+#[tokio::test]
+async fn a_period_whose_envelopes_the_capped_read_never_reached_still_breaches() {
+    let w = world();
+    // Older envelopes of another entity fill the read's cap; the closing period's is younger.
+    for n in 1..=3 {
+        let other = NewMessage {
+            ledger_entity: "OTHER".into(),
+            ..xau(n)
+        };
+        w.envelope(&format!("o{n}"), &other, ChronoDuration::hours(2)).await;
+    }
+    w.envelope("s9", &xau(9), ChronoDuration::minutes(5)).await;
+    let now = w.clock_now();
     w.reference
         .put_period(&PeriodRecord {
             entity: "ACME-US".into(),
             period: "2026-11".into(),
-            status: PeriodStatus::Closed,
-            closes_on: None,
+            status: PeriodStatus::Open,
+            closes_on: Some((now + ChronoDuration::hours(10)).date_naive()),
         })
         .await
         .unwrap();
-    let snapshot = w.reference.snapshot().await.unwrap();
-    assert!(closing(&snapshot, now, ChronoDuration::hours(48)).is_empty());
+    let near = closing(&w.reference.snapshot().await.unwrap(), now, ChronoDuration::hours(48));
+    let metrics = MemoryMetrics::default();
+    let e = escalate(
+        &*w.store,
+        &*w.audit,
+        &metrics,
+        &EscalationChain::default(),
+        near,
+        now,
+        "replay",
+        2,
+    )
+    .await
+    .unwrap();
+    assert!(e.incomplete);
+    assert_eq!(e.deadlines[0].pending, 0, "none of the period's envelopes was read");
+    let overall: Vec<i64> = metrics
+        .emitted()
+        .iter()
+        .filter(|m| m.name == "PendingBeforePeriodClose" && m.dimensions.is_empty())
+        .map(|m| m.value)
+        .collect();
+    assert_eq!(overall, [1], "not read is not none: the alarm breaches");
+    assert_eq!(e.recorded, 1);
 }

@@ -113,3 +113,15 @@ async fn a_canary_copy_dead_lettered_again_holds_the_group_but_not_an_operators_
     let later = r.run(&sweep(), None).await.unwrap();
     assert_eq!(later.reinjected, 2, "{}", later.summary());
 }
+
+#[tokio::test]
+async fn a_crashed_replays_claims_taken_over_are_not_held_behind_the_canary() {
+    let w = world();
+    for e in backlog(&w, 3).await {
+        w.claimed_by_a_replay_that_died(&e, "rpl_dead").await;
+    }
+    w.clock.advance(ChronoDuration::minutes(6));
+    let r = w.replayer(with_canary(1));
+    let report = r.run(&sweep(), None).await.unwrap();
+    assert_eq!(report.reinjected, 3, "{}", report.summary());
+}

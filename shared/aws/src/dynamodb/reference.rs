@@ -1,6 +1,8 @@
 //! Reference data in one small table: `CURRENCY`/code and `PERIOD#<entity>`/`YYYY-MM` items.
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use recon_core::domain::approval::ApprovalPolicy;
 use recon_core::domain::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};
@@ -161,13 +163,23 @@ impl ReferenceData for DynamoReferenceData {
             )
             .item(keys::REFERENCE_SK, AttributeValue::S(p.period.clone()))
             .item("status", AttributeValue::S(p.status.as_str().into()));
+        // A planned close is written only over an open (or unrecorded) period: never reopening
+        // one closed since the caller looked.
         let put = match p.closes_on {
-            Some(d) => put.item(CLOSES_ON, AttributeValue::S(d.to_string())),
+            Some(d) => put
+                .item(CLOSES_ON, AttributeValue::S(d.to_string()))
+                .condition_expression("attribute_not_exists(#st) OR #st <> :closed")
+                .expression_attribute_names("#st", "status")
+                .expression_attribute_values(":closed", AttributeValue::S(PeriodStatus::Closed.as_str().into())),
             None => put,
         };
-        put.send()
-            .await
-            .map_err(|e| store_error("PutItem(reference period)", e))?;
+        match put.send().await {
+            Ok(_) => {}
+            Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
+                return Err(closed_meanwhile(p));
+            }
+            Err(e) => return Err(store_error("PutItem(reference period)", e)),
+        }
         self.invalidate().await;
         Ok(())
     }
@@ -189,4 +201,15 @@ impl ReferenceData for DynamoReferenceData {
         self.invalidate().await;
         Ok(())
     }
+}
+
+/// A planned close refused: the period is closed.
+pub fn closed_meanwhile(p: &PeriodRecord) -> recon_core::ports::StoreError {
+    recon_core::ports::StoreError::new(
+        recon_core::domain::TransientKind::Conflict,
+        format!(
+            "{} of {} is closed: a closed period has no planned close (`dlqctl period open` first)",
+            p.period, p.entity
+        ),
+    )
 }

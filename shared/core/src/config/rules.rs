@@ -383,7 +383,7 @@ pub const VARIABLES: &[Variable] = &[
         1000,
         "re-injections, 0 for none",
         "0",
-        "re-injections of one group (failure code and root cause) a scheduled sweep makes before it has seen such copies post: the rest of a larger group waits for that canary (every copy committed within 15 minutes), and a failed canary holds the group for 24 hours (the template sets 10)",
+        "re-injections of one group (failure code and root cause) a scheduled sweep makes before it has seen such copies post: the rest of a larger group waits until every copy committed, a copy dead-lettered again holds the group for 24 hours (the template sets 10)",
     ),
     whole(
         vars::REPLAY_QUEUE_HIGH_WATER,

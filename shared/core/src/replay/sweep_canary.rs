@@ -5,13 +5,14 @@
 //! the slice's copies:
 //!
 //! - every copy committed: the group is open (for [`PASSED_FOR`]), the rest re-injected;
-//! - a copy dead-lettered again, or with no outcome after [`WAIT`]: the group is held for
-//!   [`HELD_FOR`] (a `SWEEP_CANARY_HELD` record says why; an operator's replay of it is not
-//!   held), then canaried again;
-//! - otherwise it waits.
+//! - a copy dead-lettered again: the group is held for [`HELD_FOR`] (a `SWEEP_CANARY_HELD`
+//!   record says why; an operator's replay of it is not held), then canaried again;
+//! - otherwise (copies on their way) it waits, for at most [`STALE_AFTER`]; a canary of which
+//!   less than half went out is not judged. Either way the group then gets a new slice.
 //!
-//! Small groups (no more than the slice in a sweep) are never held back. Manual replays have
-//! their own canary (`--canary`).
+//! Only PENDING envelopes are gated (a crashed replay's claim taken over finishes). A group
+//! no larger than the slice goes out whole unless its group is waiting or held. Manual replays
+//! have their own canary (`--canary`).
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
@@ -20,11 +21,12 @@ use std::collections::BTreeMap;
 use super::report::{ReplayOutcome, ReplayReport, item};
 use super::{Replayer, Run};
 use crate::domain::canary::{Canary, CanaryReport, CanarySlice, Fate};
-use crate::domain::{AuditKind, AuditRecord, DlqEnvelope};
+use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus};
 use crate::ports::{AuditLog, EnvelopeStore, FlowResult, Ledger, StoreResult, SweepCursors};
 
-/// How long a slice's copies have to commit (or be dead-lettered again).
-pub const WAIT: Duration = Duration::minutes(15);
+/// How long a canary waits for its copies to post before it no longer says anything about its
+/// group (a new slice then).
+pub const STALE_AFTER: Duration = Duration::hours(24);
 /// How long a group whose canary failed is held.
 pub const HELD_FOR: Duration = Duration::hours(24);
 /// How long a passed canary keeps its group open.
@@ -81,9 +83,21 @@ where
     ) -> FlowResult<Vec<DlqEnvelope>> {
         let mut out = Vec::with_capacity(list.len());
         for e in list {
+            // A crashed replay's claim taken over (REPLAYING) finishes what it started.
+            if e.status != EnvelopeStatus::Pending {
+                out.push(e);
+                continue;
+            }
             let k = key(&e);
             if !run.canaries.contains_key(&k) {
-                let gate = self.group_gate(&k).await?;
+                let gate = match self.group_gate(&k).await {
+                    Ok(g) => g,
+                    Err(err) => {
+                        // This group waits for the next sweep; the others go on.
+                        tracing::warn!(group = %k, error = %err, "the sweep's canary of a group not read");
+                        GroupGate::Closed(format!("the sweep's canary of this group could not be read ({err})"))
+                    }
+                };
                 run.canaries.insert(k.clone(), gate);
             }
             match run.canaries.get_mut(&k) {
@@ -113,12 +127,11 @@ where
             ids: Vec::new(),
             deferred: false,
         };
-        let state = self
-            .store
-            .load_cursor(&cursor_name(k))
-            .await?
-            .and_then(|s| serde_json::from_str::<State>(&s).ok());
-        let Some(mut state) = state else {
+        let Some(text) = self.store.load_cursor(&cursor_name(k)).await? else {
+            return Ok(fresh);
+        };
+        let Ok(mut state) = serde_json::from_str::<State>(&text) else {
+            tracing::warn!(group = k, "the sweep's canary state does not read: a new slice");
             return Ok(fresh);
         };
         if let Some(until) = state.held_until {
@@ -133,17 +146,24 @@ where
         if let Some(at) = state.passed_at {
             return Ok(if now - at < PASSED_FOR { GroupGate::Open } else { fresh });
         }
+        let waited = now - state.started_at;
+        if waited >= STALE_AFTER {
+            // Never judged (its copies never all posted, nor one dead-lettered again): what it
+            // says is no longer about this group's backlog.
+            return Ok(fresh);
+        }
         let copies = self.copies(&state.replay_id, state.envelopes.iter()).await?;
-        if copies.is_empty() {
-            // Nothing of the slice went out: no canary to judge.
+        if copies.len() * 2 < state.envelopes.len() {
+            // Less than half the slice went out (claims lost, sends refused): too little to judge.
             return Ok(fresh);
         }
         let mut fates = Vec::with_capacity(copies.len());
         for (copy, hash) in &copies {
             fates.push(self.fate(copy, hash).await?);
         }
-        let waited = now - state.started_at;
-        if fates.contains(&Fate::Unknown) && !fates.contains(&Fate::DeadLettered) && waited < WAIT {
+        // Held only on a copy dead-lettered again; a copy still on its way (retries, a backed-up
+        // queue) keeps the group waiting, at most until the state is stale.
+        if fates.contains(&Fate::Unknown) && !fates.contains(&Fate::DeadLettered) {
             return Ok(GroupGate::Closed(
                 "waiting for its canary's copies to post (the sweep's canary)".into(),
             ));
@@ -151,7 +171,7 @@ where
         let canary = Canary {
             slice: CanarySlice::Count(u32::try_from(copies.len()).unwrap_or(u32::MAX)),
             max_failure_percent: 0,
-            wait_secs: u32::try_from(WAIT.num_seconds()).unwrap_or(u32::MAX),
+            wait_secs: u32::try_from(STALE_AFTER.num_seconds()).unwrap_or(u32::MAX),
         };
         let verdict = CanaryReport::of(
             &fates,

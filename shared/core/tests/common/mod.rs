@@ -109,6 +109,20 @@ pub async fn add_xau(w: &World) {
         .unwrap();
 }
 
+/// An operator's quarantine of these envelopes.
+pub fn quarantine_of(ids: &[&str]) -> ReplayRequest {
+    ReplayRequest {
+        quarantine: true,
+        ..manual(
+            Selector {
+                envelope_ids: ids.iter().map(|i| (*i).to_owned()).collect(),
+                ..Selector::default()
+            },
+            false,
+        )
+    }
+}
+
 pub fn outcomes(r: &ReplayReport) -> Vec<&'static str> {
     r.items.iter().map(|i| i.outcome.as_str()).collect()
 }
@@ -163,6 +177,19 @@ impl World {
                 .await
                 .unwrap()
         );
+    }
+
+    /// Close (or reopen, or plan the close of) ACME-US's 2026-11, the test transactions' period.
+    pub async fn set_november(&self, status: PeriodStatus, closes_on: Option<chrono::NaiveDate>) {
+        self.reference
+            .put_period(&PeriodRecord {
+                entity: "ACME-US".into(),
+                period: "2026-11".into(),
+                status,
+                closes_on,
+            })
+            .await
+            .unwrap();
     }
 
     /// A consumer on this world's ledger and reference data.

@@ -1,7 +1,7 @@
 //! Reference data in memory: currencies and periods, one snapshot rebuilt on every write.
 
 use recon_core::domain::approval::ApprovalPolicy;
-use recon_core::domain::{CurrencyMapping, PeriodRecord, ReferenceSnapshot};
+use recon_core::domain::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};
 use recon_core::ports::{ReferenceData, StoreResult};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -42,6 +42,19 @@ impl ReferenceData for MemoryReferenceData {
     async fn put_period(&self, record: &PeriodRecord) -> StoreResult<()> {
         {
             let mut p = lock(&self.periods);
+            let closed = p
+                .iter()
+                .any(|r| r.entity == record.entity && r.period == record.period && r.status == PeriodStatus::Closed);
+            if record.closes_on.is_some() && closed {
+                // As DynamoDB's condition: a planned close never reopens a closed period.
+                return Err(recon_core::ports::StoreError::new(
+                    recon_core::domain::TransientKind::Conflict,
+                    format!(
+                        "{} of {} is closed: a closed period has no planned close",
+                        record.period, record.entity
+                    ),
+                ));
+            }
             p.retain(|r| !(r.entity == record.entity && r.period == record.period));
             p.push(record.clone());
         }
