@@ -207,6 +207,12 @@ pub fn describe(r: &ApprovalRequest) -> String {
             printable(&d.reason)
         ));
     }
+    if r.stalled(chrono::Utc::now()) {
+        out.push_str(&format!(
+            "\nstalled   its run stopped without finishing: resume it with `dlqctl requests execute {}`",
+            r.request_id
+        ));
+    }
     if let Some(x) = &r.execution {
         out.push_str(&format!(
             "\nexecuted  {} by {}: {}",
@@ -261,6 +267,7 @@ pub async fn requests(clients: &AwsClients, names: &ResourceNames, cmd: &Request
                 }
             }
             listed.truncate(*limit);
+            let now = chrono::Utc::now();
             crate::output::emit(&listed, || {
                 let mut out = format!(
                     "{:<25} {:<17} {:<10} {:>6}  {:<20} REQUESTED BY",
@@ -270,12 +277,15 @@ pub async fn requests(clients: &AwsClients, names: &ResourceNames, cmd: &Request
                     out.push_str(&format!(
                         "\n{:<25} {:<17} {:<10} {:>6}  {:<20} {}",
                         q.request_id,
-                        q.status,
+                        format!("{}{}", q.status, if q.stalled(now) { "*" } else { "" }),
                         format!("{:?}", q.action),
                         q.exposure.count,
                         q.created_at.format("%Y-%m-%d %H:%M:%S"),
                         fit(&printable(&q.requested_by.to_string()), 60)
                     ));
+                }
+                if listed.iter().any(|q| q.stalled(now)) {
+                    out.push_str("\n* its run stopped without finishing (its lease ended): resume it with `dlqctl requests execute ID`");
                 }
                 out
             })

@@ -540,6 +540,17 @@ impl ApprovalRequest {
         });
     }
 
+    /// Executing, but its run's lease ended without a finish (it crashed, or its send kept
+    /// failing): someone resumes it (`dlqctl requests execute`).
+    pub fn stalled(&self, now: DateTime<Utc>) -> bool {
+        self.status == RequestStatus::Executing
+            && self
+                .execution
+                .as_ref()
+                .and_then(|x| x.lease_until)
+                .is_some_and(|l| l <= now)
+    }
+
     /// Whether this run is the first (its canary applies) rather than the resumption of a paused
     /// one (someone looked at the report and goes on without another canary).
     pub fn first_run(&self) -> bool {

@@ -163,9 +163,13 @@ fn only_an_approved_request_starts_and_a_crashed_execution_resumes_after_its_lea
     assert_eq!(r.status, RequestStatus::Executing);
     // A second start while the first holds its lease is refused …
     assert!(r.start("y", None, at(1)).is_err());
-    // … and allowed after it (the envelopes' fingerprints keep the work single).
+    assert!(!r.stalled(at(1)));
+    // … and allowed after it (the envelopes' fingerprints keep the work single); meanwhile
+    // the request shows as stalled.
     let later = at(1) + Duration::minutes(EXECUTION_LEASE_MINUTES);
+    assert!(r.stalled(later));
     r.start("y", None, later).unwrap();
+    assert!(!r.stalled(later));
     r.finish("rpl_2", "done".into(), vec![], false, later);
     assert_eq!(r.status, RequestStatus::Executed);
     assert!(r.start("z", None, later).is_err());
