@@ -49,6 +49,26 @@ async fn dead_letter(s: &TestStack, from: u32, to: u32) {
     s.pump_dlq(&s.enricher(10_000)).await;
 }
 
+/// `request` reads back from the envelope table as written, and its requester cannot approve it.
+async fn reads_back_and_refuses_its_requester(
+    s: &TestStack,
+    r: &recon_aws::wiring::AwsReplayer<recon_testkit::memory::MemoryMetrics>,
+    request: &ApprovalRequest,
+) {
+    let stored = s
+        .envelope_store()
+        .get_request(&request.request_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&stored, request, "the request reads back as written");
+    let err = r
+        .decide(&request.request_id, &who("maker"), true, "")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("self-approval refused"), "{err}");
+}
+
 async fn set_policy(s: &TestStack, max_count: u64) {
     s.reference()
         .put_approval_policy(&ApprovalPolicy {
@@ -79,20 +99,8 @@ async fn an_approved_replay_posts_exactly_its_set_once_and_every_step_is_audited
     let assessed = r.assess(&all, None).await.unwrap();
     let request = r.request_approval(&all, &assessed, &who("maker"), None).await.unwrap();
     assert_eq!(request.exposure.count, 3);
-    let stored = s
-        .envelope_store()
-        .get_request(&request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(stored, request, "the request reads back as written");
-
-    // Self-approval refused; the request is unchanged.
-    let err = r
-        .decide(&request.request_id, &who("maker"), true, "")
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("self-approval refused"), "{err}");
+    // It reads back as written; self-approval is refused and leaves it unchanged.
+    reads_back_and_refuses_its_requester(&s, &r, &request).await;
 
     // Between the request and its approval: a fourth dead letter the selector matches (in XAG,
     // mapped at once), and the first envelope replayed on its own (one is within the policy).
@@ -375,18 +383,7 @@ async fn an_approved_edit_posts_once_and_reconciles_once_on_the_local_stack() {
         .await
         .unwrap();
     assert_eq!(request.action, Action::Edit);
-    let stored = s
-        .envelope_store()
-        .get_request(&request.request_id)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(stored, request, "the edit reads back as written");
-    let err = r
-        .decide(&request.request_id, &who("maker"), true, "")
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("self-approval refused"), "{err}");
+    reads_back_and_refuses_its_requester(&s, &r, &request).await;
     r.decide(&request.request_id, &who("checker"), true, "bank statement says USD")
         .await
         .unwrap();

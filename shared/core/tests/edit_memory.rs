@@ -22,6 +22,22 @@ fn set(field: &str, value: &str) -> Proposal {
     Proposal::Set(vec![(field.to_owned(), value.to_owned())])
 }
 
+/// An edit of `e` requested by the maker and approved by the checker.
+async fn approved_edit(
+    r: &TestReplayer,
+    e: &DlqEnvelope,
+    field: &str,
+    value: &str,
+    reason: &str,
+) -> recon_core::domain::approval::ApprovalRequest {
+    let q = r
+        .request_edit(&e.envelope_id, &set(field, value), reason, &who("maker"))
+        .await
+        .unwrap();
+    r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
+    q
+}
+
 fn attribute<'a>(m: &'a recon_core::ports::OutgoingMessage, name: &str) -> Option<&'a str> {
     m.attributes
         .iter()
@@ -164,11 +180,7 @@ async fn an_edit_is_not_posted_when_its_envelope_changed_or_the_original_posted_
         .envelope("s1", &tx_in(1, "USX", "5.00"), ChronoDuration::hours(1))
         .await;
     let r = w.replayer(ReplayConfig::default());
-    let q = r
-        .request_edit(&e.envelope_id, &set("currency", "XAU"), "was gold", &who("maker"))
-        .await
-        .unwrap();
-    r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
+    let q = approved_edit(&r, &e, "currency", "XAU", "was gold").await;
     // Between approval and execution, someone quarantines the envelope.
     let quarantine = quarantine_of(&[e.envelope_id.as_str()]);
     assert_eq!(r.run(&quarantine, None).await.unwrap().quarantined, 1);
@@ -183,11 +195,7 @@ async fn an_edit_is_not_posted_when_its_envelope_changed_or_the_original_posted_
     let e2 = w
         .envelope("s2", &tx_in(2, "USX", "7.00"), ChronoDuration::hours(1))
         .await;
-    let q2 = r
-        .request_edit(&e2.envelope_id, &set("currency", "USD"), "typo", &who("maker"))
-        .await
-        .unwrap();
-    r.decide(&q2.request_id, &who("checker"), true, "ok").await.unwrap();
+    let q2 = approved_edit(&r, &e2, "currency", "USD", "typo").await;
     let corrected = builders::delivery("s2-fixed", &q2.edit.as_ref().unwrap().body, 1);
     assert_eq!(w.consumer().handle_message(&corrected).await, Disposition::Committed);
     let (done, _) = r.execute(&q2.request_id, "ops", None, None).await.unwrap();
@@ -221,11 +229,7 @@ async fn once_its_original_is_handed_off_an_edit_goes_out_even_if_its_gate_now_f
         .envelope("s1", &tx_in(1, "USX", "9.00"), ChronoDuration::hours(1))
         .await;
     let r = w.replayer(ReplayConfig::default());
-    let q = r
-        .request_edit(&e.envelope_id, &set("currency", "USD"), "typo", &who("maker"))
-        .await
-        .unwrap();
-    r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
+    let q = approved_edit(&r, &e, "currency", "USD", "typo").await;
     // SQS refuses the send after the hand-off: an error, the claim kept, the request EXECUTING.
     w.queue.set_refusing(true);
     assert!(r.execute(&q.request_id, "ops", None, None).await.is_err());
@@ -254,11 +258,7 @@ async fn an_edit_refused_by_gate_1_when_it_runs_leaves_its_envelope_to_the_next_
         .envelope("s1", &tx_in(1, "USX", "9.00"), ChronoDuration::hours(1))
         .await;
     let r = w.replayer(ReplayConfig::default());
-    let q = r
-        .request_edit(&e.envelope_id, &set("currency", "USD"), "typo", &who("maker"))
-        .await
-        .unwrap();
-    r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
+    let q = approved_edit(&r, &e, "currency", "USD", "typo").await;
     w.set_november(PeriodStatus::Closed, None).await;
     let (done, report) = r.execute(&q.request_id, "ops", None, None).await.unwrap();
     assert_eq!((done.status, report.still_failing), (RequestStatus::Executed, 1));

@@ -205,7 +205,7 @@ where
 
     /// The ledger key of the envelope's transaction: the hash its body decodes to, else the hash
     /// it claims; none for a raw digest (an unidentified message is never in the ledger).
-    pub(super) async fn transaction_hash(&self, e: &DlqEnvelope) -> FlowResult<Option<String>> {
+    async fn transaction_hash(&self, e: &DlqEnvelope) -> FlowResult<Option<String>> {
         Ok(match self.identified_transaction(e).await? {
             Some(hash) => Some(hash),
             None if e.source_hash_kind == HashKind::RawDigest => None,
