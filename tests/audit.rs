@@ -291,6 +291,32 @@ async fn reconcile_holds_after_a_mixed_workload_and_names_a_deleted_posting_or_e
     s.cleanup().await;
 }
 
+fn writer_record(w: usize, i: usize) -> AuditRecord {
+    AuditRecord {
+        audit_id: AuditRecord::id_for(AuditKind::DuplicateSuppressed, &format!("w{w}-{i}")),
+        kind: AuditKind::DuplicateSuppressed,
+        at: chrono::Utc::now(),
+        actor: format!("writer-{w}"),
+        sqs_message_id: format!("w{w}-{i}"),
+        message_id: None,
+        trace_id: None,
+        source_hash: Some(format!("{w:02x}{i:062x}")),
+        match_decision: None,
+        failure_code: None,
+        root_cause: None,
+        attempt_count: 1,
+        ledger_entity: None,
+        currency: None,
+        amount: None,
+        detail: String::new(),
+        replay_of: None,
+    }
+}
+
+/// Eight writers at once on the eight chains: four append one record at a time, four in batches
+/// of ten spanning chains (one transaction each, as the replay publishes a batch's records), the
+/// second batch re-sending one record of the first. Every record is linked once, every chain
+/// verifies.
 #[tokio::test]
 async fn concurrent_writers_leave_chains_that_verify() {
     let s = TestStack::new("au-conc").await;
@@ -299,29 +325,32 @@ async fn concurrent_writers_leave_chains_that_verify() {
     for w in 0..8 {
         let log = log.clone();
         tasks.push(tokio::spawn(async move {
-            for i in 0..25 {
-                let r = AuditRecord {
-                    audit_id: AuditRecord::id_for(AuditKind::DuplicateSuppressed, &format!("w{w}-{i}")),
-                    kind: AuditKind::DuplicateSuppressed,
-                    at: chrono::Utc::now(),
-                    actor: format!("writer-{w}"),
-                    sqs_message_id: format!("w{w}-{i}"),
-                    message_id: None,
-                    trace_id: None,
-                    source_hash: Some(format!("{w:02x}{i:062x}")),
-                    match_decision: None,
-                    failure_code: None,
-                    root_cause: None,
-                    attempt_count: 1,
-                    ledger_entity: None,
-                    currency: None,
-                    amount: None,
-                    detail: String::new(),
-                    replay_of: None,
-                };
-                log.append(&r).await.unwrap();
-                log.append(&r).await.unwrap(); // a redelivery: still one record
+            let records: Vec<AuditRecord> = (0..25).map(|i| writer_record(w, i)).collect();
+            if w % 2 == 0 {
+                for r in &records {
+                    log.append(r).await.unwrap();
+                    log.append(r).await.unwrap(); // a redelivery: still one record
+                }
+                return;
             }
+            for batch in records.chunks(10) {
+                let linked = log.append_many(batch).await.unwrap();
+                assert!(
+                    linked.iter().all(Option::is_some),
+                    "a new batch links every record: {linked:?}"
+                );
+                let again = log.append_many(batch).await.unwrap();
+                assert!(
+                    again.iter().all(Option::is_none),
+                    "a batch sent again links nothing: {again:?}"
+                );
+            }
+            // Records already there among new ones: only the new ones are linked.
+            let mut mixed = vec![records[3].clone(), records[24].clone()];
+            mixed.extend((25..28).map(|i| writer_record(w, i)));
+            let linked = log.append_many(&mixed).await.unwrap();
+            assert_eq!(linked.iter().filter(|l| l.is_some()).count(), 3, "{linked:?}");
+            assert!(linked[0].is_none() && linked[1].is_none(), "{linked:?}");
         }));
     }
     for t in tasks {
@@ -331,8 +360,8 @@ async fn concurrent_writers_leave_chains_that_verify() {
         .await
         .unwrap();
     assert!(report.intact(), "{report:?}");
-    assert_eq!(report.records, 200);
-    assert_eq!(report.chains.values().sum::<u64>(), 200);
+    assert_eq!(report.records, 8 * 25 + 4 * 3);
+    assert_eq!(report.chains.values().sum::<u64>(), 8 * 25 + 4 * 3);
     s.cleanup().await;
 }
 

@@ -227,6 +227,17 @@ impl Ledger for AnyLedger {
         }
     }
 
+    async fn lookup_many(
+        &self,
+        source_hashes: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, CommittedRef>> {
+        match self {
+            AnyLedger::DynamoDb(l) => l.lookup_many(source_hashes).await,
+            AnyLedger::Postgres(l) => l.get().await?.lookup_many(source_hashes).await,
+            AnyLedger::Http(l) => l.get().await?.lookup_many(source_hashes).await,
+        }
+    }
+
     async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
         match self {
             AnyLedger::DynamoDb(l) => l.hand_off(hand_off).await,

@@ -88,7 +88,29 @@ pub async fn publish<S: AuditOutbox, A: AuditLog, M: Metrics>(
     record: &AuditRecord,
 ) -> StoreResult<()> {
     audit.append(record).await?;
-    if record.kind == AuditKind::DlqOverflow {
+    overflow_metrics(metrics, std::slice::from_ref(record));
+    outbox.record_written(&record.audit_id).await
+}
+
+/// [`publish`] of several records: appended together ([`AuditLog::append_many`]: on DynamoDB one
+/// transaction instead of one each), then dropped from the outbox together.
+pub async fn publish_many<S: AuditOutbox, A: AuditLog, M: Metrics>(
+    outbox: &S,
+    audit: &A,
+    metrics: &M,
+    records: &[AuditRecord],
+) -> StoreResult<()> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    audit.append_many(records).await?;
+    overflow_metrics(metrics, records);
+    let ids: Vec<String> = records.iter().map(|r| r.audit_id.clone()).collect();
+    outbox.records_written(&ids).await
+}
+
+fn overflow_metrics<M: Metrics>(metrics: &M, records: &[AuditRecord]) {
+    for _ in records.iter().filter(|r| r.kind == AuditKind::DlqOverflow) {
         metrics.emit(&Metric {
             name: "DlqOverflow",
             value: 1,
@@ -96,7 +118,6 @@ pub async fn publish<S: AuditOutbox, A: AuditLog, M: Metrics>(
             dimensions: vec![],
         });
     }
-    outbox.record_written(&record.audit_id).await
 }
 
 /// Publish what the outbox still holds: the records of decisions whose own publication failed
@@ -113,8 +134,8 @@ pub async fn drain_outbox<S: AuditOutbox, A: AuditLog, M: Metrics>(
         if records.is_empty() {
             break;
         }
+        publish_many(outbox, audit, metrics, &records).await?;
         for r in &records {
-            publish(outbox, audit, metrics, r).await?;
             tracing::warn!(audit_id = %r.audit_id, "audit record published from the outbox");
         }
         published += records.len();

@@ -517,6 +517,25 @@ impl Ledger for PostgresLedger {
         self.existing(source_hash).await
     }
 
+    /// One statement for all of them (the replay asks a page's and a chunk's at once).
+    async fn lookup_many(
+        &self,
+        source_hashes: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, CommittedRef>> {
+        if source_hashes.is_empty() {
+            return Ok(Default::default());
+        }
+        self.query(
+            "lookup",
+            &format!("SELECT {ENTRY_COLUMNS} FROM ledger_entries WHERE source_hash = ANY($1)"),
+            &[&source_hashes],
+        )
+        .await?
+        .iter()
+        .map(|row| committed_ref(row).map(|c| (c.source_hash.clone(), c)))
+        .collect()
+    }
+
     async fn hand_off(&self, h: &HandOff) -> StoreResult<CommitOutcome> {
         self.insert(
             "hand-off",

@@ -123,6 +123,7 @@ pub fn posting(run: &str, n: u32, sqs_message_id: &str) -> recon_core::domain::P
 /// - A hand-off to a manual journal and a posting exclude each other, whichever comes first, and
 ///   a second hand-off answers the first.
 /// - An unknown transaction is not committed.
+/// - `lookup_many` answers, for each hash, what `lookup` answers.
 pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(ledger: &L, run: &str) {
     use recon_core::domain::{CommitOutcome, HandOff};
 
@@ -218,6 +219,27 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
             .unwrap()
             .is_some_and(|r| r.handed_off_by(&handed.envelope_id))
     );
+
+    // Several at once answer what each answers alone: the posting, the hand-off, and nothing for
+    // an unknown transaction (a hash asked twice is answered once).
+    let unknown = posting(run, 3, "none").source_hash;
+    let asked = vec![
+        tries[0].source_hash.clone(),
+        handed.source_hash.clone(),
+        unknown.clone(),
+        tries[0].source_hash.clone(),
+    ];
+    let many = ledger.lookup_many(&asked).await.expect("lookup_many");
+    assert_eq!(many.len(), 2, "{many:?}");
+    for hash in [&tries[0].source_hash, &handed.source_hash, &unknown] {
+        let alone = ledger.lookup(hash).await.unwrap();
+        assert_eq!(
+            many.get(hash),
+            alone.as_ref(),
+            "lookup_many and lookup disagree on {hash}"
+        );
+    }
+    assert!(ledger.lookup_many(&[]).await.unwrap().is_empty());
 }
 
 /// What every [`recon_core::ports::LedgerReader`] must answer (reconcile, stats, `audit show`

@@ -1,8 +1,11 @@
 //! The audit trail: records linked into hash chains, a head item per chain, the trail's id.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use aws_sdk_dynamodb::Client;
 use recon_core::domain::AuditRecord;
 use recon_core::domain::TransientKind;
+use recon_core::domain::audit::{ChainedRecord, GENESIS, chain_of};
 use recon_core::ports::{AuditLog, StoreError, StoreResult};
 use recon_core::resources::keys;
 
@@ -144,20 +147,136 @@ impl DynamoAuditLog {
             .send()
             .await
             .map_err(|e| store_error("GetItem(audit head)", e))?;
-        let Some(item) = out.item() else {
-            return Ok((0, recon_core::domain::audit::GENESIS.to_owned()));
+        Ok(head_of(out.item()))
+    }
+
+    /// The heads of these chains in one strongly consistent read.
+    async fn heads_of(&self, chains: &BTreeSet<String>) -> StoreResult<BTreeMap<String, (u64, String)>> {
+        let ids: Vec<String> = chains.iter().map(|c| head_id(c)).collect();
+        let items = super::batch::get_many(&self.client, &self.table, keys::AUDIT_PK, &ids).await?;
+        Ok(chains
+            .iter()
+            .map(|c| {
+                let id = head_id(c);
+                let item = items.iter().find(|i| get_s(i, keys::AUDIT_PK) == Some(id.as_str()));
+                (c.clone(), head_of(item))
+            })
+            .collect())
+    }
+
+    /// Link `records` (distinct ids, at most [`LINK_AT_ONCE`]) in one transaction: each record
+    /// only if its id is new, each head moved only if it has not moved since read. `Ok(None)`
+    /// when a head moved (read them again); `Ok(Some(recorded))` names those already recorded,
+    /// when any were (nothing was written: link the others again).
+    async fn link_at_once(&self, records: &[&AuditRecord]) -> StoreResult<Result<Vec<u64>, Option<BTreeSet<usize>>>> {
+        use aws_sdk_dynamodb::types::TransactWriteItem;
+        let chains: BTreeSet<String> = records.iter().map(|r| chain_of(&r.audit_id)).collect();
+        let read = self.heads_of(&chains).await?;
+        let mut now = read.clone();
+        let mut items = Vec::with_capacity(records.len() + chains.len());
+        let mut seqs = Vec::with_capacity(records.len());
+        for r in records {
+            let chain = chain_of(&r.audit_id);
+            let (seq, hash) = now.get(&chain).cloned().unwrap_or((0, GENESIS.to_owned()));
+            let linked = recon_core::domain::audit::link((*r).clone(), &chain, seq, &hash);
+            seqs.push(linked.seq);
+            items.push(TransactWriteItem::builder().put(self.record_put(&linked)?).build());
+            now.insert(chain, (linked.seq, linked.hash));
+        }
+        for (chain, (seq, hash)) in &now {
+            let prev = read.get(chain).map_or(0, |(s, _)| *s);
+            items.push(
+                TransactWriteItem::builder()
+                    .update(self.head_move(chain, *seq, hash, prev)?)
+                    .build(),
+            );
+        }
+        let err = match self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
+            Ok(_) => return Ok(Ok(seqs)),
+            Err(e) => e,
         };
-        let seq = item
-            .get("seq")
-            .and_then(|v| v.as_n().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        Ok((
-            seq,
-            get_s(item, "hash")
-                .unwrap_or(recon_core::domain::audit::GENESIS)
-                .to_owned(),
-        ))
+        let Some(reasons) = cancellation_reasons(&err) else {
+            return Err(store_error("TransactWriteItems(audit append)", err));
+        };
+        let failed = |i: usize| reasons.get(i).and_then(|r| r.as_deref()) == Some("ConditionalCheckFailed");
+        let recorded: BTreeSet<usize> = (0..records.len()).filter(|&i| failed(i)).collect();
+        if !recorded.is_empty() {
+            return Ok(Err(Some(recorded)));
+        }
+        let moved = (records.len()..reasons.len()).any(failed);
+        if moved || reasons.iter().flatten().any(|r| r == "TransactionConflict") {
+            return Ok(Err(None));
+        }
+        Err(store_error("TransactWriteItems(audit append)", err))
+    }
+
+    fn record_put(&self, linked: &ChainedRecord) -> StoreResult<aws_sdk_dynamodb::types::Put> {
+        aws_sdk_dynamodb::types::Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(audit_item(linked)?))
+            .condition_expression("attribute_not_exists(#id)")
+            .expression_attribute_names("#id", keys::AUDIT_PK)
+            .build()
+            .map_err(|e| item_error("audit put", e))
+    }
+
+    /// Move `chain`'s head to `(seq, hash)`, only from `prev` (0: no head yet).
+    fn head_move(&self, chain: &str, seq: u64, hash: &str, prev: u64) -> StoreResult<aws_sdk_dynamodb::types::Update> {
+        aws_sdk_dynamodb::types::Update::builder()
+            .table_name(&self.table)
+            .key(keys::AUDIT_PK, s(head_id(chain)))
+            .update_expression("SET #seq = :seq, #hash = :hash")
+            .condition_expression("(attribute_not_exists(#id) AND :prev = :zero) OR #seq = :prev")
+            .expression_attribute_names("#id", keys::AUDIT_PK)
+            .expression_attribute_names("#seq", "seq")
+            .expression_attribute_names("#hash", "hash")
+            .expression_attribute_values(":seq", n(i64::try_from(seq).unwrap_or(i64::MAX)))
+            .expression_attribute_values(":hash", s(hash))
+            .expression_attribute_values(":prev", n(i64::try_from(prev).unwrap_or(i64::MAX)))
+            .expression_attribute_values(":zero", n(0))
+            .build()
+            .map_err(|e| item_error("audit head", e))
+    }
+}
+
+/// Records linked in one transaction at most (with their heads, well within its 100 items).
+const LINK_AT_ONCE: usize = 25;
+
+/// A head item's `(seq, hash)`; a chain without one starts at genesis.
+fn head_of(item: Option<&Item>) -> (u64, String) {
+    let Some(item) = item else {
+        return (0, GENESIS.to_owned());
+    };
+    let seq = item
+        .get("seq")
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (seq, get_s(item, "hash").unwrap_or(GENESIS).to_owned())
+}
+
+/// Why a transaction was cancelled, item by item; `None` when it failed otherwise.
+fn cancellation_reasons<R>(
+    err: &aws_sdk_dynamodb::error::SdkError<
+        aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError,
+        R,
+    >,
+) -> Option<Vec<Option<String>>> {
+    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+    match err.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(t)) => Some(
+            t.cancellation_reasons()
+                .iter()
+                .map(|r| r.code().map(str::to_owned))
+                .collect(),
+        ),
+        _ => None,
     }
 }
 
@@ -202,7 +321,6 @@ fn audit_item(c: &recon_core::domain::audit::ChainedRecord) -> StoreResult<Item>
 
 impl AuditLog for DynamoAuditLog {
     async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
-        use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
         if record.audit_id.starts_with('#') {
             // The table's own items (heads, pointers) start with '#'; no record id does.
             return Err(StoreError::new(
@@ -210,50 +328,28 @@ impl AuditLog for DynamoAuditLog {
                 format!("audit id {:?} is not a record id", record.audit_id),
             ));
         }
-        let chain = recon_core::domain::audit::chain_of(&record.audit_id);
+        let chain = chain_of(&record.audit_id);
         for attempt in 0..50u32 {
+            use aws_sdk_dynamodb::types::TransactWriteItem;
             let (seq, hash) = self.head(&chain).await?;
             let linked = recon_core::domain::audit::link(record.clone(), &chain, seq, &hash);
-            let put = Put::builder()
-                .table_name(&self.table)
-                .set_item(Some(audit_item(&linked)?))
-                .condition_expression("attribute_not_exists(#id)")
-                .expression_attribute_names("#id", keys::AUDIT_PK)
-                .build()
-                .map_err(|e| item_error("audit put", e))?;
-            let head = Update::builder()
-                .table_name(&self.table)
-                .key(keys::AUDIT_PK, s(head_id(&chain)))
-                .update_expression("SET #seq = :seq, #hash = :hash")
-                .condition_expression("(attribute_not_exists(#id) AND :prev = :zero) OR #seq = :prev")
-                .expression_attribute_names("#id", keys::AUDIT_PK)
-                .expression_attribute_names("#seq", "seq")
-                .expression_attribute_names("#hash", "hash")
-                .expression_attribute_values(":seq", n(i64::try_from(linked.seq).unwrap_or(i64::MAX)))
-                .expression_attribute_values(":hash", s(&linked.hash))
-                .expression_attribute_values(":prev", n(i64::try_from(seq).unwrap_or(i64::MAX)))
-                .expression_attribute_values(":zero", n(0))
-                .build()
-                .map_err(|e| item_error("audit head", e))?;
             let result = self
                 .client
                 .transact_write_items()
-                .transact_items(TransactWriteItem::builder().put(put).build())
-                .transact_items(TransactWriteItem::builder().update(head).build())
+                .transact_items(TransactWriteItem::builder().put(self.record_put(&linked)?).build())
+                .transact_items(
+                    TransactWriteItem::builder()
+                        .update(self.head_move(&chain, linked.seq, &linked.hash, seq)?)
+                        .build(),
+                )
                 .send()
                 .await;
             let err = match result {
                 Ok(_) => return Ok(Some(linked.seq)),
                 Err(e) => e,
             };
-            use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-            let reasons: Vec<Option<String>> = match err.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(t)) => t
-                    .cancellation_reasons()
-                    .iter()
-                    .map(|r| r.code().map(str::to_owned))
-                    .collect(),
-                _ => return Err(store_error("TransactWriteItems(audit append)", err)),
+            let Some(reasons) = cancellation_reasons(&err) else {
+                return Err(store_error("TransactWriteItems(audit append)", err));
             };
             let failed = |i: usize| reasons.get(i).and_then(|r| r.as_deref()) == Some("ConditionalCheckFailed");
             if failed(0) {
@@ -269,6 +365,50 @@ impl AuditLog for DynamoAuditLog {
             TransientKind::Conflict,
             format!("audit chain {chain} too contended; append not done"),
         ))
+    }
+
+    /// Every record in one transaction per [`LINK_AT_ONCE`] (heads read in one request), instead
+    /// of a read and a transaction each; records already recorded are left, a moved head read
+    /// again, and under lasting contention each record is appended on its own.
+    async fn append_many(&self, records: &[AuditRecord]) -> StoreResult<Vec<Option<u64>>> {
+        if let Some(r) = records.iter().find(|r| r.audit_id.starts_with('#')) {
+            return Err(StoreError::new(
+                TransientKind::Infrastructure,
+                format!("audit id {:?} is not a record id", r.audit_id),
+            ));
+        }
+        let mut linked = vec![None; records.len()];
+        let mut seen = BTreeSet::new();
+        // A record twice in the call is appended once (the second is "already recorded").
+        let mut todo: Vec<usize> = (0..records.len())
+            .filter(|&i| seen.insert(&records[i].audit_id))
+            .collect();
+        let mut attempt = 0u32;
+        while !todo.is_empty() && attempt < 8 {
+            let slice: Vec<usize> = todo.iter().copied().take(LINK_AT_ONCE).collect();
+            let these: Vec<&AuditRecord> = slice.iter().map(|&i| &records[i]).collect();
+            match self.link_at_once(&these).await? {
+                Ok(seqs) => {
+                    for (&i, seq) in slice.iter().zip(seqs) {
+                        linked[i] = Some(seq);
+                    }
+                    todo.drain(..slice.len());
+                    attempt = 0;
+                }
+                Err(Some(recorded)) => {
+                    let gone: BTreeSet<usize> = recorded.iter().map(|&k| slice[k]).collect();
+                    todo.retain(|i| !gone.contains(i));
+                }
+                Err(None) => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(u64::from(attempt) * 5 + 1)).await;
+                }
+            }
+        }
+        for i in todo {
+            linked[i] = self.append(&records[i]).await?;
+        }
+        Ok(linked)
     }
 
     async fn chain(&self, chain: &str) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {

@@ -571,6 +571,14 @@ impl AuditOutbox for DynamoEnvelopeStore {
             .map_err(|e| store_error("DeleteItem(audit outbox)", e))?;
         Ok(())
     }
+
+    async fn records_written(&self, audit_ids: &[String]) -> StoreResult<()> {
+        let ids: Vec<String> = audit_ids
+            .iter()
+            .map(|id| format!("{}{id}", keys::ENVELOPE_OUTBOX_PREFIX))
+            .collect();
+        super::batch::delete_many(&self.client, &self.table, keys::ENVELOPE_PK, &ids).await
+    }
 }
 
 #[cfg(test)]

@@ -370,6 +370,21 @@ impl Ledger for DynamoLedger {
         Ok(self.item(source_hash).await?.as_ref().map(committed_ref))
     }
 
+    /// One strongly consistent `BatchGetItem` per hundred hashes.
+    async fn lookup_many(
+        &self,
+        source_hashes: &[String],
+    ) -> StoreResult<std::collections::HashMap<String, CommittedRef>> {
+        Ok(
+            super::batch::get_many(&self.client, &self.table, keys::LEDGER_PK, source_hashes)
+                .await?
+                .iter()
+                .map(committed_ref)
+                .map(|c| (c.source_hash.clone(), c))
+                .collect(),
+        )
+    }
+
     async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
         self.put_new(hand_off_item(hand_off), &hand_off.source_hash, false)
             .await

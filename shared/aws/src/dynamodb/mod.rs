@@ -4,6 +4,7 @@
 //! what they share.
 
 mod audit;
+mod batch;
 mod dedup;
 mod envelopes;
 mod ledger;

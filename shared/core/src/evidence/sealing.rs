@@ -17,17 +17,31 @@ pub struct SealingAuditLog<A, W> {
     pub every_records: u64,
 }
 
-impl<A: AuditLog, W: Worm> AuditLog for SealingAuditLog<A, W> {
-    async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
-        let linked = self.log.append(record).await?;
-        if linked.is_some_and(|seq| self.every_records > 0 && seq % self.every_records == 0) {
-            // The record is in the trail either way: a seal that fails here is the seal
+impl<A: AuditLog, W: Worm> SealingAuditLog<A, W> {
+    /// Seal when one of the records was linked at a multiple of `every_records` (one seal
+    /// covers every chain, so one is enough for several such records).
+    async fn seal_at(&self, linked: &[Option<u64>]) {
+        let due = self.every_records > 0 && linked.iter().flatten().any(|seq| seq % self.every_records == 0);
+        if due {
+            // The records are in the trail either way: a seal that fails here is the seal
             // schedule's to write, and verify reports the tail until one is.
             match seal(&self.log, &self.worm, self.clock.now()).await {
                 Ok((key, s)) => tracing::info!(seal = %key, root = %s.root, "audit chains sealed on the append path"),
                 Err(e) => tracing::warn!(error = %e, "append-path seal not written; the seal schedule writes the next"),
             }
         }
+    }
+}
+
+impl<A: AuditLog, W: Worm> AuditLog for SealingAuditLog<A, W> {
+    async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
+        let linked = self.log.append(record).await?;
+        self.seal_at(&[linked]).await;
+        Ok(linked)
+    }
+    async fn append_many(&self, records: &[AuditRecord]) -> StoreResult<Vec<Option<u64>>> {
+        let linked = self.log.append_many(records).await?;
+        self.seal_at(&linked).await;
         Ok(linked)
     }
     async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {

@@ -12,6 +12,19 @@ pub trait AuditLog: Send + Sync {
     /// decision leaves the first record. Returns the `seq` it was linked at (`None`: already
     /// recorded).
     fn append(&self, record: &AuditRecord) -> impl Future<Output = StoreResult<Option<u64>>> + Send;
+    /// [`AuditLog::append`] of several records, each idempotent on its `audit_id`; the `seq`
+    /// of each, in order. A store that can link records of several chains in one write does so;
+    /// the default appends one after another. On an error some records may be linked: appending
+    /// them all again links the rest and leaves those.
+    fn append_many(&self, records: &[AuditRecord]) -> impl Future<Output = StoreResult<Vec<Option<u64>>>> + Send {
+        async move {
+            let mut linked = Vec::with_capacity(records.len());
+            for r in records {
+                linked.push(self.append(r).await?);
+            }
+            Ok(linked)
+        }
+    }
     /// Every record of one chain, in `seq` order.
     fn chain(&self, chain: &str) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send;
     /// The head of every chain that has records.
@@ -27,6 +40,9 @@ pub trait AuditLog: Send + Sync {
 impl<T: AuditLog> AuditLog for Arc<T> {
     fn append(&self, record: &AuditRecord) -> impl Future<Output = StoreResult<Option<u64>>> + Send {
         (**self).append(record)
+    }
+    fn append_many(&self, records: &[AuditRecord]) -> impl Future<Output = StoreResult<Vec<Option<u64>>>> + Send {
+        (**self).append_many(records)
     }
     fn chain(&self, chain: &str) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send {
         (**self).chain(chain)

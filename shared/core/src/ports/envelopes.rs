@@ -75,6 +75,15 @@ pub trait AuditOutbox: Send + Sync {
     fn pending_records(&self, limit: usize) -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send;
     /// The record is in the trail: drop it from the outbox.
     fn record_written(&self, audit_id: &str) -> impl Future<Output = StoreResult<()>> + Send;
+    /// [`AuditOutbox::record_written`] of several records (DynamoDB: `BatchWriteItem`).
+    fn records_written(&self, audit_ids: &[String]) -> impl Future<Output = StoreResult<()>> + Send {
+        async move {
+            for id in audit_ids {
+                self.record_written(id).await?;
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Where a sweep left off, by name.
@@ -170,6 +179,9 @@ impl<T: AuditOutbox> AuditOutbox for Arc<T> {
     }
     fn record_written(&self, audit_id: &str) -> impl Future<Output = StoreResult<()>> + Send {
         (**self).record_written(audit_id)
+    }
+    fn records_written(&self, audit_ids: &[String]) -> impl Future<Output = StoreResult<()>> + Send {
+        (**self).records_written(audit_ids)
     }
 }
 

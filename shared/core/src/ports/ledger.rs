@@ -3,6 +3,7 @@
 //! claim -> post -> commit protocol (`crate::claim`).
 
 use chrono::{DateTime, Utc};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -20,6 +21,24 @@ pub trait Ledger: Send + Sync {
     /// `Committed` when this call wrote the hand-off, `AlreadyCommitted` when a posting or a
     /// hand-off was there first (then `lookup` and every later `commit` answer it too).
     fn hand_off(&self, hand_off: &HandOff) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
+    /// [`Ledger::lookup`] of several transactions: the committed ones (or handed off), by
+    /// `source_hash`; a hash absent from the answer is not committed. A ledger that can read
+    /// several keys in one request (DynamoDB's `BatchGetItem`) answers in one; the default asks
+    /// one after another.
+    fn lookup_many(
+        &self,
+        source_hashes: &[String],
+    ) -> impl Future<Output = StoreResult<HashMap<String, CommittedRef>>> + Send {
+        async move {
+            let mut found = HashMap::new();
+            for hash in source_hashes {
+                if let Some(c) = self.lookup(hash).await? {
+                    found.insert(hash.clone(), c);
+                }
+            }
+            Ok(found)
+        }
+    }
 }
 
 impl<T: Ledger> Ledger for Arc<T> {
@@ -31,6 +50,12 @@ impl<T: Ledger> Ledger for Arc<T> {
     }
     fn hand_off(&self, hand_off: &HandOff) -> impl Future<Output = StoreResult<CommitOutcome>> + Send {
         (**self).hand_off(hand_off)
+    }
+    fn lookup_many(
+        &self,
+        source_hashes: &[String],
+    ) -> impl Future<Output = StoreResult<HashMap<String, CommittedRef>>> + Send {
+        (**self).lookup_many(source_hashes)
     }
 }
 

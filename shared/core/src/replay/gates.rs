@@ -19,12 +19,57 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use std::collections::{HashMap, HashSet};
 
 use super::{ReplayRequest, Replayer};
 use crate::domain::message::{check_currency, check_period, decode};
-use crate::domain::{DlqEnvelope, EnvelopeStatus, ProcessError, ReferenceSnapshot};
+use crate::domain::{CommittedRef, DlqEnvelope, EnvelopeStatus, ProcessError, ReferenceSnapshot};
 use crate::envelopes::original_body;
 use crate::ports::{Ledger, StoreResult, Worm};
+
+/// Gate 2's answers for several envelopes, read ahead in one request
+/// ([`Ledger::lookup_many`]): a page's before the gates, a chunk's again once it is claimed. A
+/// transaction not read ahead (its body is in the bucket) is asked on its own; a read ahead that
+/// fails leaves every one to be asked on its own.
+#[derive(Debug, Default)]
+pub(super) struct ReadAhead {
+    asked: HashSet<String>,
+    found: HashMap<String, CommittedRef>,
+}
+
+impl ReadAhead {
+    pub(super) async fn of<'e, L: Ledger>(ledger: &L, envelopes: impl IntoIterator<Item = &'e DlqEnvelope>) -> Self {
+        let hashes: Vec<String> = envelopes.into_iter().filter_map(inline_transaction).collect();
+        if hashes.is_empty() {
+            return ReadAhead::default();
+        }
+        match ledger.lookup_many(&hashes).await {
+            Ok(found) => ReadAhead {
+                asked: hashes.into_iter().collect(),
+                found,
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, envelopes = hashes.len(), "gate 2 not read ahead; asked one by one");
+                ReadAhead::default()
+            }
+        }
+    }
+
+    /// [`Ledger::lookup`], answered from the read ahead when it asked this hash.
+    pub(super) async fn lookup<L: Ledger>(&self, ledger: &L, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        if self.asked.contains(source_hash) {
+            return Ok(self.found.get(source_hash).cloned());
+        }
+        ledger.lookup(source_hash).await
+    }
+}
+
+/// The ledger key gate 2 asks for an envelope whose body is inline: the hash the body decodes
+/// to, else the hash it claims (asking one more key than needed costs nothing).
+fn inline_transaction(e: &DlqEnvelope) -> Option<String> {
+    let body = e.original.body.as_deref()?;
+    Some(decode(body).map_or_else(|_| e.source_hash.clone(), |m| m.source_hash))
+}
 
 /// Re-injections of one envelope that may fail (a refused send, released back to PENDING) before
 /// it is quarantined for review: each attempt adds to its history, which must stay bounded.
@@ -76,6 +121,7 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
         e: &DlqEnvelope,
         snapshot: &ReferenceSnapshot,
         now: DateTime<Utc>,
+        ahead: &ReadAhead,
     ) -> StoreResult<Verdict> {
         if req.quarantine {
             return Ok(Verdict::Quarantine {
@@ -84,7 +130,7 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
                 manual_journal: true,
             });
         }
-        self.verdict(e, snapshot, now).await
+        self.verdict_ahead(e, snapshot, now, ahead).await
     }
 
     /// Evaluate the gates for one envelope (reads only).
@@ -94,7 +140,17 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
         snapshot: &ReferenceSnapshot,
         now: DateTime<Utc>,
     ) -> StoreResult<Verdict> {
-        if e.status == EnvelopeStatus::Replaying && self.handed_off_by_itself(e).await? {
+        self.verdict_ahead(e, snapshot, now, &ReadAhead::default()).await
+    }
+
+    async fn verdict_ahead(
+        &self,
+        e: &DlqEnvelope,
+        snapshot: &ReferenceSnapshot,
+        now: DateTime<Utc>,
+        ahead: &ReadAhead,
+    ) -> StoreResult<Verdict> {
+        if e.status == EnvelopeStatus::Replaying && self.handed_off_by_itself(e, ahead).await? {
             // A replay handed it off and stopped before settling it: whatever the gates say
             // today, the transaction is the accountant's now.
             return Ok(Verdict::Quarantine {
@@ -142,7 +198,7 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
                 detail: err.to_string(),
             });
         }
-        if let Some(committed) = self.ledger.lookup(&msg.source_hash).await? {
+        if let Some(committed) = ahead.lookup(&self.ledger, &msg.source_hash).await? {
             if committed.handed_off_by(&e.envelope_id) {
                 return Ok(Verdict::Quarantine {
                     gate: Gate::Idempotency,
@@ -188,16 +244,15 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
     }
 
     /// Does the ledger hold this envelope's own hand-off to a manual journal?
-    async fn handed_off_by_itself(&self, e: &DlqEnvelope) -> StoreResult<bool> {
+    async fn handed_off_by_itself(&self, e: &DlqEnvelope, ahead: &ReadAhead) -> StoreResult<bool> {
         let Some(body) = original_body(e, &self.worm).await? else {
             return Ok(false);
         };
         let Ok(msg) = decode(&body) else {
             return Ok(false);
         };
-        Ok(self
-            .ledger
-            .lookup(&msg.source_hash)
+        Ok(ahead
+            .lookup(&self.ledger, &msg.source_hash)
             .await?
             .is_some_and(|c| c.handed_off_by(&e.envelope_id)))
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::gates::{Gate, RESUMED_HAND_OFF};
+use super::gates::{Gate, RESUMED_HAND_OFF, ReadAhead};
 use super::report::{ReplayItem, ReplayOutcome, ReplayReport, isolated, item};
 use super::settle::{NOT_CLAIMED, Settlement};
 use super::{Replayer, Run};
@@ -134,8 +134,23 @@ where
         // marked concurrently (bounded), in the chunk's order in the report.
         let at_once = self.config.concurrency.max(1);
         let shared: &Run<'_> = run;
-        let prepared: Vec<(&DlqEnvelope, FlowResult<Prepared>)> = futures::stream::iter(chunk)
-            .map(|e| async move { (e, self.prepare(shared, e).await) })
+        let claims: Vec<(&DlqEnvelope, FlowResult<bool>)> = futures::stream::iter(chunk)
+            .map(|e| async move { (e, self.claim(shared, e).await) })
+            .buffered(at_once)
+            .collect()
+            .await;
+        // Gate 2 again, under the claims: the chunk's transactions in one read.
+        let held = claims.iter().filter(|(_, c)| matches!(c, Ok(true))).map(|(e, _)| *e);
+        let ahead = &ReadAhead::of(&self.ledger, held).await;
+        let prepared: Vec<(&DlqEnvelope, FlowResult<Prepared>)> = futures::stream::iter(claims)
+            .map(|(e, claimed)| async move {
+                let p = match claimed {
+                    Ok(true) => self.prepare(shared, e, ahead).await,
+                    Ok(false) => Ok(Prepared::Settled(item(e, ReplayOutcome::Skipped, None, NOT_CLAIMED))),
+                    Err(err) => Err(err),
+                };
+                (e, p)
+            })
             .buffered(at_once)
             .collect()
             .await;
@@ -169,25 +184,38 @@ where
                 Err(err) => vec![Err(err.to_string()); batch.len()],
             };
             let shared: &Run<'_> = run;
-            let recorded: Vec<(&DlqEnvelope, FlowResult<ReplayItem>)> =
+            let recorded: Vec<(&DlqEnvelope, FlowResult<Recorded>)> =
                 futures::stream::iter(next.by_ref().take(batch.len()).zip(results))
                     .map(|(e, result)| async move { (e, self.record_send(shared, e, result).await) })
                     .buffered(at_once)
                     .collect()
                     .await;
+            // The batch's REPLAYED records go to the trail together (each is in the outbox
+            // already, written with its mark).
+            let mut records = Vec::new();
+            let mut outcome = Ok(());
             for (e, r) in recorded {
-                report.push(isolated(e, r)?);
+                match r {
+                    Ok(Recorded { item, publish }) => {
+                        report.push(item);
+                        records.extend(publish);
+                    }
+                    Err(err) => match isolated(e, Err::<ReplayItem, _>(err)) {
+                        Ok(it) => report.push(it),
+                        Err(stop) => outcome = outcome.and(Err(stop)),
+                    },
+                }
             }
+            self.publish_all(&records).await;
+            outcome?;
         }
         Ok(true)
     }
 
-    /// Under a claim: gate 2 again, then the message to send (or a settlement instead).
-    async fn prepare(&self, run: &Run<'_>, e: &DlqEnvelope) -> FlowResult<Prepared> {
-        if !self.claim(run, e).await? {
-            return Ok(Prepared::Settled(item(e, ReplayOutcome::Skipped, None, NOT_CLAIMED)));
-        }
-        if let Some(c) = self.committed(e).await? {
+    /// Under its claim: gate 2 again (from `ahead`, read after the claim), then the message to
+    /// send (or a settlement instead).
+    async fn prepare(&self, run: &Run<'_>, e: &DlqEnvelope, ahead: &ReadAhead) -> FlowResult<Prepared> {
+        if let Some(c) = self.committed_in(e, ahead).await? {
             let settled = if c.handed_off_by(&e.envelope_id) {
                 self.quarantine(run, e, Gate::Idempotency, RESUMED_HAND_OFF, true)
                     .await?
@@ -205,13 +233,10 @@ where
         }
     }
 
-    /// After the send: mark the envelope REPLAYED (with its audit record), or release it.
-    async fn record_send(
-        &self,
-        run: &Run<'_>,
-        e: &DlqEnvelope,
-        sent: Result<String, String>,
-    ) -> FlowResult<ReplayItem> {
+    /// After the send: mark the envelope REPLAYED (with its audit record in the outbox, to be
+    /// published with the batch's), or release it.
+    async fn record_send(&self, run: &Run<'_>, e: &DlqEnvelope, sent: Result<String, String>) -> FlowResult<Recorded> {
+        let mut publish = None;
         let it = match sent {
             Ok(sqs_id) => {
                 let detail = format!("re-injected as SQS message {sqs_id}");
@@ -221,7 +246,7 @@ where
                     ..Settlement::decided(EnvelopeStatus::Replayed, detail.clone(), &record)
                 };
                 if self.finish(run, e, settled).await? {
-                    self.publish(&record).await;
+                    publish = Some(record);
                 } else {
                     // The lease ran out meanwhile and another replay holds the envelope; the copy
                     // is out anyway (the consumer's conditional commit keeps the posting single),
@@ -236,8 +261,14 @@ where
                 item(e, ReplayOutcome::Skipped, None, detail)
             }
         };
-        Ok(it)
+        Ok(Recorded { item: it, publish })
     }
+}
+
+/// A send recorded: its item, and the audit record to publish (its outbox entry is written).
+struct Recorded {
+    item: ReplayItem,
+    publish: Option<crate::domain::AuditRecord>,
 }
 
 /// What preparing (or sending) one envelope came to.

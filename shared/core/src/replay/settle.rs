@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::gates::{Gate, Verdict};
+use super::gates::{Gate, ReadAhead, Verdict};
 use super::report::{ReplayItem, ReplayOutcome, item};
 use super::{Replayer, Run};
 use crate::domain::edit::EDIT_CLAIM_PREFIX;
@@ -15,7 +15,7 @@ use crate::domain::{
     AuditKind, AuditRecord, CommitOutcome, CommittedRef, DlqEnvelope, EnvelopeStatus, FailureCode, HandOff, HashKind,
     ReplayClaim, ReplayRecord, StatusChange, TransientKind, decode,
 };
-use crate::envelopes::{envelope_audit, original_body, publish};
+use crate::envelopes::{envelope_audit, original_body, publish, publish_many};
 use crate::ports::{AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, StoreError, Worm};
 
 const CLAIM_LOST: &str = "claim lost before the outcome was recorded";
@@ -197,8 +197,13 @@ where
 
     /// Is the envelope's transaction committed (or handed to a manual journal)?
     pub(super) async fn committed(&self, e: &DlqEnvelope) -> FlowResult<Option<CommittedRef>> {
+        self.committed_in(e, &ReadAhead::default()).await
+    }
+
+    /// [`Self::committed`], answered from `ahead` when it read this transaction.
+    pub(super) async fn committed_in(&self, e: &DlqEnvelope, ahead: &ReadAhead) -> FlowResult<Option<CommittedRef>> {
         match self.transaction_hash(e).await? {
-            Some(hash) => Ok(self.ledger.lookup(&hash).await?),
+            Some(hash) => Ok(ahead.lookup(&self.ledger, &hash).await?),
             None => Ok(None),
         }
     }
@@ -226,6 +231,13 @@ where
     pub(super) async fn publish(&self, record: &AuditRecord) {
         if let Err(e) = publish(&self.store, &self.audit, &self.metrics, record).await {
             tracing::warn!(audit_id = %record.audit_id, error = %e, "audit record left in the outbox for the next replay");
+        }
+    }
+
+    /// [`Self::publish`] of several decisions' records at once.
+    pub(super) async fn publish_all(&self, records: &[AuditRecord]) {
+        if let Err(e) = publish_many(&self.store, &self.audit, &self.metrics, records).await {
+            tracing::warn!(records = records.len(), error = %e, "audit records left in the outbox for the next replay");
         }
     }
 

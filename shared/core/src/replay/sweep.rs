@@ -5,7 +5,7 @@
 
 use futures::StreamExt;
 
-use super::gates::Verdict;
+use super::gates::{ReadAhead, Verdict};
 use super::report::{ReplayItem, ReplayOutcome, ReplayReport, dry_item, isolated};
 use super::{Replayer, Run, SCHEDULE_CURSOR};
 use crate::domain::approval::{Change, fingerprint};
@@ -148,10 +148,17 @@ where
         let now = self.clock.now();
         let snapshot = run.snapshot.clone();
         let req = run.req;
+        // Gate 2 for the whole page in one read (an operator's quarantine asks none).
+        let ahead = if req.quarantine {
+            ReadAhead::default()
+        } else {
+            ReadAhead::of(&self.ledger, &page).await
+        };
+        let ahead = &ahead;
         let verdicts: Vec<StoreResult<Verdict>> = futures::stream::iter(&page)
             .map(|e| {
                 let snapshot = snapshot.clone();
-                async move { self.verdict_for(req, e, &snapshot, now).await }
+                async move { self.verdict_for(req, e, &snapshot, now, ahead).await }
             })
             .buffered(self.config.concurrency.max(1))
             .collect()
