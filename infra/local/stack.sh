@@ -90,11 +90,15 @@ up() {
   else
     log "starting LocalStack on 127.0.0.1:$ls_port"
     # hypercorn honours the listen address (LocalStack's default twisted server binds every
-    # interface whatever GATEWAY_LISTEN says).
+    # interface whatever GATEWAY_LISTEN says). SQS_DISABLE_CLOUDWATCH_METRICS: LocalStack
+    # otherwise publishes an AWS/SQS metric to itself per SQS call, and after a few thousand
+    # messages it spends a core for minutes catching up, beside every later test and benchmark
+    # (nothing here reads AWS/SQS metrics; the functions' own metrics are unaffected).
     (cd "$dir" && start_daemon "$dir/localstack.pid" "$dir/logs/localstack.log" \
       env GATEWAY_LISTEN="127.0.0.1:$ls_port" GATEWAY_SERVER=hypercorn \
       SERVICES=sqs,s3,cloudformation,iam,sts,events,scheduler,cloudwatch,logs,secretsmanager \
-      PERSISTENCE=0 SKIP_SSL_CERT_DOWNLOAD=1 DISABLE_EVENTS=1 LOCALSTACK_VOLUME_DIR="$dir/volume" \
+      PERSISTENCE=0 SKIP_SSL_CERT_DOWNLOAD=1 DISABLE_EVENTS=1 SQS_DISABLE_CLOUDWATCH_METRICS=1 \
+      LOCALSTACK_VOLUME_DIR="$dir/volume" \
       "$venv/bin/python" -m localstack.runtime.main)
   fi
   if healthy_dynamodb; then
