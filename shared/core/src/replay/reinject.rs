@@ -17,6 +17,9 @@ use crate::ports::{
     StoreResult, SweepCursors, Worm, batches,
 };
 
+/// Envelopes re-injected together when no rate limit paces them (a page at most).
+const UNPACED_CHUNK: usize = 100;
+
 impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
 where
     S: EnvelopeStore + SweepCursors + AuditOutbox,
@@ -67,11 +70,13 @@ where
         }
     }
 
-    /// Chunks of at most ten (a batch), and never more than the rate limit: a second's first
-    /// chunk is always let through, so a chunk above the limit would exceed it.
+    /// Envelopes re-injected together. With a rate limit, chunks of at most ten (a batch), and
+    /// never more than the limit: a second's first chunk is always let through, so a chunk above
+    /// the limit would exceed it. Without one, [`UNPACED_CHUNK`]: claimed, sent (in batches, at
+    /// once) and marked together, one back-pressure check and one gate-2 read for them all.
     pub(super) fn chunk_size(&self) -> usize {
         match self.config.rate_per_sec {
-            0 => 10,
+            0 => UNPACED_CHUNK,
             rate => usize::try_from(rate).unwrap_or(10).clamp(1, 10),
         }
     }
@@ -177,39 +182,51 @@ where
             return Err(err);
         }
         let (envelopes, messages): (Vec<&DlqEnvelope>, Vec<OutgoingMessage>) = ready.into_iter().unzip();
-        let mut next = envelopes.into_iter();
-        for batch in batches(messages) {
-            let results = match self.queue.send_batch(&batch).await {
-                Ok(r) => r,
-                Err(err) => vec![Err(err.to_string()); batch.len()],
-            };
-            let shared: &Run<'_> = run;
-            let recorded: Vec<(&DlqEnvelope, FlowResult<Recorded>)> =
-                futures::stream::iter(next.by_ref().take(batch.len()).zip(results))
-                    .map(|(e, result)| async move { (e, self.record_send(shared, e, result).await) })
-                    .buffered(at_once)
-                    .collect()
-                    .await;
-            // The batch's REPLAYED records go to the trail together (each is in the outbox
-            // already, written with its mark).
-            let mut records = Vec::new();
-            let mut outcome = Ok(());
-            for (e, r) in recorded {
-                match r {
-                    Ok(Recorded { item, publish }) => {
-                        report.push(item);
-                        records.extend(publish);
+        let batches = batches(messages);
+        // A FIFO queue's groups keep their order: their batches go one after another.
+        let sends_at_once = if batches.iter().flatten().any(|m| m.group_id.is_some()) {
+            1
+        } else {
+            at_once
+        };
+        let sent: Vec<Vec<Result<String, String>>> = futures::stream::iter(&batches)
+            .map(|batch| async move {
+                match self.queue.send_batch(batch).await {
+                    Ok(r) if r.len() == batch.len() => r,
+                    Ok(r) => {
+                        vec![Err(format!("the queue answered {} of {} entries", r.len(), batch.len())); batch.len()]
                     }
-                    Err(err) => match isolated(e, Err::<ReplayItem, _>(err)) {
-                        Ok(it) => report.push(it),
-                        Err(stop) => outcome = outcome.and(Err(stop)),
-                    },
+                    Err(err) => vec![Err(err.to_string()); batch.len()],
                 }
+            })
+            .buffered(sends_at_once)
+            .collect()
+            .await;
+        let shared: &Run<'_> = run;
+        let recorded: Vec<(&DlqEnvelope, FlowResult<Recorded>)> =
+            futures::stream::iter(envelopes.into_iter().zip(sent.into_iter().flatten()))
+                .map(|(e, result)| async move { (e, self.record_send(shared, e, result).await) })
+                .buffered(at_once)
+                .collect()
+                .await;
+        // The REPLAYED records go to the trail together (each is in the outbox already, written
+        // with its mark).
+        let mut records = Vec::new();
+        let mut outcome = Ok(true);
+        for (e, r) in recorded {
+            match r {
+                Ok(Recorded { item, publish }) => {
+                    report.push(item);
+                    records.extend(publish);
+                }
+                Err(err) => match isolated(e, Err::<ReplayItem, _>(err)) {
+                    Ok(it) => report.push(it),
+                    Err(stop) => outcome = outcome.and(Err(stop)),
+                },
             }
-            self.publish_all(&records).await;
-            outcome?;
         }
-        Ok(true)
+        self.publish_all(&records).await;
+        outcome
     }
 
     /// Under its claim: gate 2 again (from `ahead`, read after the claim), then the message to
