@@ -47,7 +47,7 @@ impl Default for ConsumerConfig {
         ConsumerConfig {
             retry: RetryPolicy::default(),
             deadline_margin: Duration::from_secs(3),
-            concurrency: 8,
+            concurrency: crate::resources::DEFAULT_BATCH_CONCURRENCY,
             actor: "consumer".into(),
         }
     }

@@ -20,7 +20,7 @@ use crate::envelopes::{check_overflow, envelope_audit};
 use crate::ports::{
     AuditLog, AuditOutbox, Backlog, Clock, CreateOutcome, Deadline, EnvelopeStore, FlowError, Metric, Metrics, Worm,
 };
-use crate::resources::{DEFAULT_OVERFLOW_HIGH_WATER, INLINE_BODY_LIMIT};
+use crate::resources::{DEFAULT_BATCH_CONCURRENCY, DEFAULT_OVERFLOW_HIGH_WATER, INLINE_BODY_LIMIT};
 
 #[derive(Clone, Debug)]
 pub struct EnricherConfig {
@@ -37,7 +37,7 @@ impl Default for EnricherConfig {
         EnricherConfig {
             actor: "enricher".into(),
             overflow_high_water: DEFAULT_OVERFLOW_HIGH_WATER,
-            concurrency: 8,
+            concurrency: DEFAULT_BATCH_CONCURRENCY,
             deadline_margin: Duration::from_secs(3),
         }
     }

@@ -333,6 +333,10 @@ pub const INLINE_BODY_LIMIT: usize = 64 * 1024;
 /// CloudWatch namespace of the functions' metrics unless `DLQ_METRICS_NAMESPACE` says otherwise.
 pub const DEFAULT_METRICS_NAMESPACE: &str = "ReconDlq";
 
+/// Messages of one batch processed at once, by default: the event source mappings' `BatchSize`
+/// (10), so that a batch is committed in one wave of round trips rather than two.
+pub const DEFAULT_BATCH_CONCURRENCY: usize = 10;
+
 /// Default high-water mark of PENDING envelopes that raises `DLQ_OVERFLOW`.
 pub const DEFAULT_OVERFLOW_HIGH_WATER: i64 = 1000;
 

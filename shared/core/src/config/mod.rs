@@ -276,7 +276,7 @@ impl ConsumerSettings {
             audit_table: env.name(vars::AUDIT_TABLE)?,
             retry,
             deadline_margin: Duration::from_millis(env.whole(vars::DEADLINE_MARGIN_MS, 3000)?),
-            concurrency: env.whole(vars::BATCH_CONCURRENCY, 8)?,
+            concurrency: env.whole(vars::BATCH_CONCURRENCY, resources::DEFAULT_BATCH_CONCURRENCY)?,
             reference_cache: Duration::from_secs(env.whole(vars::REFERENCE_CACHE_SECS, 30)?),
             quarantine_bucket: Bucket::read(&env)?,
             seal: SealPolicy::read(&env)?,
@@ -316,7 +316,7 @@ impl EnricherSettings {
             overflow_high_water: env.whole(vars::OVERFLOW_HIGH_WATER, resources::DEFAULT_OVERFLOW_HIGH_WATER)?,
             metrics_namespace: env.name(vars::METRICS_NAMESPACE)?,
             stack: env.name(vars::STACK_PREFIX)?,
-            concurrency: env.whole(vars::BATCH_CONCURRENCY, 8)?,
+            concurrency: env.whole(vars::BATCH_CONCURRENCY, resources::DEFAULT_BATCH_CONCURRENCY)?,
             deadline_margin: Duration::from_millis(env.whole(vars::DEADLINE_MARGIN_MS, 3000)?),
             seal: SealPolicy::read(env)?,
         })

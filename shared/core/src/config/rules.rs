@@ -312,7 +312,7 @@ pub const VARIABLES: &[Variable] = &[
         1,
         100,
         "messages",
-        "8",
+        "10",
         "messages of one batch processed at once",
     ),
     whole(
