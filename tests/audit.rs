@@ -6,7 +6,7 @@ use recon_aws::dynamodb::DynamoAuditLog;
 use recon_aws::s3::S3Worm;
 use recon_core::domain::audit::{AUDIT_CHAINS, ChainedRecord};
 use recon_core::domain::{AuditKind, AuditRecord, PeriodRecord, PeriodStatus};
-use recon_core::evidence::{Bundle, export_bundle, seal, verify_bundle, verify_trail};
+use recon_core::evidence::{Bundle, export_bundle, seal, verify_bundle, verify_from_seal, verify_trail};
 use recon_core::ports::{AuditLog, ReferenceData};
 use recon_core::reconcile::{manifest_entry, outcomes, reconcile};
 use recon_harness::stack::TestStack;
@@ -408,6 +408,103 @@ async fn an_exported_bundle_verifies_offline_and_a_tampered_one_does_not() {
         t.count += 1;
     }
     assert!(!verify_bundle(&edited).intact());
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_continuation_from_a_seal_reads_only_what_came_after_it_and_names_a_rewrite_there() {
+    let s = TestStack::new("au-cont").await;
+    let (log, bucket) = (audit(&s), worm(&s));
+    let pad = |i: u32| {
+        AuditRecord::system(
+            AuditKind::ReferenceChanged,
+            &format!("cont-{i}"),
+            chrono::Utc::now(),
+            "it",
+            format!("record {i}"),
+        )
+    };
+    for i in 0..24 {
+        log.append(&pad(i)).await.unwrap();
+    }
+    seal(&log, &bucket, chrono::Utc::now()).await.unwrap();
+    for i in 24..40 {
+        log.append(&pad(i)).await.unwrap();
+    }
+    let (_, second) = seal(&log, &bucket, chrono::Utc::now()).await.unwrap();
+    for i in 40..52 {
+        log.append(&pad(i)).await.unwrap();
+    }
+    let opts = recon_core::evidence::VerifyOptions::default();
+
+    // The DynamoDB Query and the S3 listing read only from where they are asked: the chain seal 2
+    // fixed furthest along among those that moved on since.
+    let heads = log.heads().await.unwrap();
+    let head_of = |chain: &str| heads.iter().find(|x| x.chain == chain).map_or(0, |x| x.seq);
+    let h = second
+        .heads
+        .iter()
+        .filter(|h| h.seq > 1 && head_of(&h.chain) > h.seq)
+        .max_by_key(|h| h.seq)
+        .expect("12 records after seal 2 move some chain sealed past its first record")
+        .clone();
+    let tail = log.chain_from(&h.chain, h.seq).await.unwrap();
+    let head = heads.iter().find(|x| x.chain == h.chain).unwrap();
+    assert_eq!(
+        tail.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        (h.seq..=head.seq).collect::<Vec<_>>()
+    );
+    let after_first = recon_core::ports::Worm::versions_after(
+        &bucket,
+        &format!("{}{}/", recon_core::domain::seal::SEAL_PREFIX, second.trail),
+        &recon_core::domain::seal::seal_key(&second.trail, 1),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        after_first.iter().map(|v| v.key.clone()).collect::<Vec<_>>(),
+        [recon_core::domain::seal::seal_key(&second.trail, 2)]
+    );
+
+    // Intact: seal 2, and each chain from the record seal 2 fixed.
+    let report = verify_from_seal(&log, &bucket, 2, &opts).await.unwrap();
+    assert!(report.intact(), "{report:?}");
+    assert_eq!((report.seals, report.latest_seal_seq), (1, Some(2)), "{report:?}");
+    let expected: u64 = heads
+        .iter()
+        .map(|x| {
+            let first = second.heads.iter().find(|y| y.chain == x.chain).map_or(1, |y| y.seq);
+            x.seq + 1 - first
+        })
+        .sum();
+    assert_eq!(report.records, expected, "{report:?}");
+    assert!(report.records < 52, "{report:?}");
+    assert!(!report.unsealed.is_empty(), "the records after seal 2: {report:?}");
+
+    // A record after seal 2 edited: named.
+    let victim = log
+        .chain_from(&h.chain, h.seq + 1)
+        .await
+        .unwrap()
+        .into_iter()
+        .next()
+        .expect("a record after seal 2 in the busiest chain");
+    let mut edited = s.audit_item(&victim.record.audit_id).await;
+    edited.insert("detail".into(), AttributeValue::S("nothing to see here".into()));
+    s.put_audit_item(edited).await;
+    let report = verify_from_seal(&log, &bucket, 2, &opts).await.unwrap();
+    assert!(
+        report
+            .breaks
+            .iter()
+            .any(|x| x.contains(&victim.record.audit_id) && x.contains("modified")),
+        "{report:?}"
+    );
+    // A seal the trail does not have: the auditor's input is wrong, not the trail.
+    assert!(matches!(
+        verify_from_seal(&log, &bucket, 9, &opts).await,
+        Err(recon_core::evidence::FromSealError::NotASeal(_))
+    ));
     s.cleanup().await;
 }
 

@@ -5,7 +5,7 @@ use clap::Subcommand;
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::DynamoAuditLog;
 use recon_aws::s3::S3Worm;
-use recon_core::evidence::{SealWindow, VerifyOptions, seal, verify_trail};
+use recon_core::evidence::{SealWindow, VerifyOptions, seal, verify_from_seal, verify_trail};
 use recon_core::ports::{Ledger, LedgerReader};
 use recon_core::resources::ResourceNames;
 use std::path::PathBuf;
@@ -16,8 +16,13 @@ pub enum AuditCommand {
     /// broken link of each chain. Exit 1 when anything is broken.
     Verify {
         /// Verify an exported evidence bundle offline instead of the live stores.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "from_seal")]
         bundle: Option<PathBuf>,
+        /// Continue from seal N of the table's trail, which an earlier verify checked (its
+        /// latest_seal_seq): read only the seals from N and each chain from the record seal N
+        /// fixed. What lies before is checked by a full verify only.
+        #[arg(long, value_name = "N")]
+        from_seal: Option<u64>,
         /// An earlier trail whose retirement you have reviewed (listed by verify): accepted
         /// instead of reported as a break. Repeat for several.
         #[arg(long = "accept-retired", value_name = "TRAIL")]
@@ -39,18 +44,22 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand
     match cmd {
         AuditCommand::Verify { bundle: Some(path), .. } => {
             let report = crate::bundle::verify_file(path)?;
-            print_verify(&report)
+            print_verify(&report, false)
         }
         AuditCommand::Verify {
             bundle: None,
+            from_seal,
             accept_retired,
         } => {
             let opts = VerifyOptions {
                 window: Some(seal_window()?),
                 accept_retired: accept_retired.clone(),
             };
-            let report = verify_trail(&audit, &worm, &opts).await?;
-            print_verify(&report)
+            let report = match from_seal {
+                None => verify_trail(&audit, &worm, &opts).await?,
+                Some(n) => verify_from_seal(&audit, &worm, *n, &opts).await?,
+            };
+            print_verify(&report, true)
         }
         AuditCommand::Seal => {
             let (key, s) = seal(&audit, &worm, chrono::Utc::now()).await?;
@@ -80,7 +89,8 @@ pub fn seal_window() -> Result<SealWindow> {
     })
 }
 
-pub fn print_verify(report: &recon_core::evidence::VerifyReport) -> Result<()> {
+/// `live`: a verification of the stores (not of a bundle), which tells what to continue from.
+pub fn print_verify(report: &recon_core::evidence::VerifyReport, live: bool) -> Result<()> {
     let json = crate::output::json();
     if json {
         println!("{}", serde_json::to_string_pretty(report)?);
@@ -91,6 +101,11 @@ pub fn print_verify(report: &recon_core::evidence::VerifyReport) -> Result<()> {
             report.chains.len(),
             report.seals
         );
+        if let Some(n) = report.from_seal {
+            println!(
+                "  continued from seal {n}: the seals from {n} and each chain from the record seal {n} fixed (what lies before was checked by an earlier verify; a full verify checks it again)"
+            );
+        }
         if let Some(t) = &report.trail {
             println!(
                 "  trail {t}, newest seal {}",
@@ -98,7 +113,12 @@ pub fn print_verify(report: &recon_core::evidence::VerifyReport) -> Result<()> {
             );
         }
         for (chain, n) in &report.chains {
-            println!("  {chain}: {n} records, intact");
+            match report.read_from.get(chain) {
+                Some(first) if report.from_seal.is_some() => {
+                    println!("  {chain}: {n} records from record {first}, intact");
+                }
+                _ => println!("  {chain}: {n} records, intact"),
+            }
         }
         for t in &report.unsealed {
             println!(
@@ -126,9 +146,17 @@ pub fn print_verify(report: &recon_core::evidence::VerifyReport) -> Result<()> {
     if json {
         return Ok(());
     }
-    println!(
-        "verified: every record hashes and links correctly, every seal is a first version, chains from the one before and still holds"
-    );
+    match report.from_seal {
+        Some(n) => println!(
+            "verified from seal {n}: every record from its heads on hashes and links correctly, every seal from {n} is a first version, chains from the one before and still holds"
+        ),
+        None => println!(
+            "verified: every record hashes and links correctly, every seal is a first version, chains from the one before and still holds"
+        ),
+    }
+    if let (Some(n), true) = (report.latest_seal_seq, live) {
+        println!("next time, continue from the newest seal: dlqctl audit verify --from-seal {n}");
+    }
     Ok(())
 }
 

@@ -211,7 +211,7 @@ async fn run(cli: Cli) -> Result<()> {
         command: audit::AuditCommand::Verify { bundle: Some(path), .. },
     } = &cli.command
     {
-        return audit::print_verify(&bundle::verify_file(path)?);
+        return audit::print_verify(&bundle::verify_file(path)?, false);
     }
     if let Command::Completions { shell } = cli.command {
         clap_complete::generate(
@@ -407,6 +407,19 @@ mod tests {
         let mut missing = Vec::new();
         walk(&cli, "dlqctl", &mut missing);
         assert!(missing.is_empty(), "without help: {missing:#?}");
+    }
+
+    #[test]
+    fn verify_continues_from_a_numbered_seal_and_not_with_a_bundle() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["dlqctl", "--aws", "audit", "verify"], args].concat());
+        assert!(parse(&["--from-seal", "41"]).is_ok());
+        for bad in [
+            &["--from-seal", "x"][..],
+            &["--from-seal", "-1"],
+            &["--from-seal", "3", "--bundle", "b.json"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
     }
 
     /// Every `dlqctl` command the runbook and the README tell an operator to type parses: a

@@ -130,9 +130,21 @@ impl Worm for S3Worm {
     }
 
     async fn versions(&self, prefix: &str) -> StoreResult<Vec<ObjectVersion>> {
+        self.list_versions(prefix, None).await
+    }
+
+    async fn versions_after(&self, prefix: &str, start_after: &str) -> StoreResult<Vec<ObjectVersion>> {
+        self.list_versions(prefix, Some(start_after)).await
+    }
+}
+
+impl S3Worm {
+    /// Every version under `prefix` of the keys after `start_after` (S3's key marker, alone: the
+    /// listing starts after that key), or of all.
+    async fn list_versions(&self, prefix: &str, start_after: Option<&str>) -> StoreResult<Vec<ObjectVersion>> {
         // S3 lists each key's versions newest first; markers come in their own list.
         let mut by_key: std::collections::BTreeMap<String, (Vec<String>, Vec<String>)> = Default::default();
-        let (mut key_marker, mut version_marker) = (None, None);
+        let (mut key_marker, mut version_marker) = (start_after.map(str::to_owned), None);
         loop {
             let out = self
                 .client
@@ -163,6 +175,9 @@ impl Worm for S3Worm {
             if key_marker.is_none() {
                 break;
             }
+        }
+        if let Some(after) = start_after {
+            by_key.retain(|k, _| k.as_str() > after);
         }
         let mut list = Vec::new();
         for (key, (versions, markers)) in by_key {

@@ -79,10 +79,22 @@ pub async fn scan_all(client: &Client, table: &str, pk: Option<(&str, &str)>) ->
 
 /// Every item of an index whose partition key `key` is `value`, in sort-key order, all pages.
 pub async fn query_index(client: &Client, table: &str, index: &IndexSpec, value: &str) -> StoreResult<Vec<Item>> {
+    query_index_from(client, table, index, value, None).await
+}
+
+/// [`query_index`], of the items whose sort key is `>= sort_from` only (when given): a key
+/// condition, so the items before it are not read.
+pub async fn query_index_from(
+    client: &Client,
+    table: &str,
+    index: &IndexSpec,
+    value: &str,
+    sort_from: Option<&str>,
+) -> StoreResult<Vec<Item>> {
     let mut items = Vec::new();
     let mut start = None;
     loop {
-        let page = client
+        let mut req = client
             .query()
             .table_name(table)
             .index_name(index.name)
@@ -90,7 +102,14 @@ pub async fn query_index(client: &Client, table: &str, index: &IndexSpec, value:
             .expression_attribute_names("#k", index.partition_key)
             .expression_attribute_values(":v", AttributeValue::S(value.to_owned()))
             .scan_index_forward(true)
-            .set_exclusive_start_key(start)
+            .set_exclusive_start_key(start);
+        if let Some(from) = sort_from {
+            req = req
+                .key_condition_expression("#k = :v AND #s >= :from")
+                .expression_attribute_names("#s", index.sort_key)
+                .expression_attribute_values(":from", AttributeValue::S(from.to_owned()));
+        }
+        let page = req
             .send()
             .await
             .map_err(|e| store_error(&format!("Query({})", index.name), e))?;

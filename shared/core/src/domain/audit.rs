@@ -316,8 +316,23 @@ pub struct ChainBreak {
 /// Verify one chain (records in `seq` order) against its head: every link, every hash, no gap.
 /// Returns the chain's length.
 pub fn verify_chain(chain: &str, records: &[ChainedRecord], head: Option<&ChainHead>) -> Result<u64, ChainBreak> {
-    let mut expected_prev = GENESIS.to_owned();
-    let mut expected_seq = 1;
+    verify_chain_from(chain, records, 1, head)
+}
+
+/// Verify one chain from record `from_seq` on (records in `seq` order, the first at `from_seq`)
+/// against its head: every hash, every link after the first, no gap. From 0 or 1 this is
+/// [`verify_chain`]; from a later record that record's own `prev_hash` is not checked (the record
+/// before it is not read): the caller checks its hash against the one a seal fixed. Returns the
+/// chain's length.
+pub fn verify_chain_from(
+    chain: &str,
+    records: &[ChainedRecord],
+    from_seq: u64,
+    head: Option<&ChainHead>,
+) -> Result<u64, ChainBreak> {
+    let from_seq = from_seq.max(1);
+    let mut expected_prev = (from_seq == 1).then(|| GENESIS.to_owned());
+    let mut expected_seq = from_seq;
     for r in records {
         let brk = |seq: u64, problem: String| ChainBreak {
             chain: chain.to_owned(),
@@ -342,7 +357,7 @@ pub fn verify_chain(chain: &str, records: &[ChainedRecord], head: Option<&ChainH
                 ),
             });
         }
-        if r.prev_hash != expected_prev {
+        if expected_prev.as_ref().is_some_and(|p| r.prev_hash != *p) {
             return Err(brk(
                 r.seq,
                 "its prev_hash is not the hash of the record before it (reordered or replaced)".into(),
@@ -351,7 +366,7 @@ pub fn verify_chain(chain: &str, records: &[ChainedRecord], head: Option<&ChainH
         if record_hash(&r.record, &r.chain, r.seq, &r.prev_hash) != r.hash {
             return Err(brk(r.seq, "its content does not match its hash (modified)".into()));
         }
-        expected_prev = r.hash.clone();
+        expected_prev = Some(r.hash.clone());
         expected_seq += 1;
     }
     let length = expected_seq - 1;
@@ -367,7 +382,9 @@ pub fn verify_chain(chain: &str, records: &[ChainedRecord], head: Option<&ChainH
                 ),
             });
         }
-        if h.seq != length || (length > 0 && h.hash != expected_prev) {
+        // With no record read from a later start, the head's hash is the caller's to check.
+        let hash_differs = expected_prev.as_ref().is_some_and(|p| length > 0 && h.hash != *p);
+        if h.seq != length || hash_differs {
             return Err(ChainBreak {
                 chain: chain.to_owned(),
                 seq: length + 1,
@@ -467,5 +484,32 @@ mod tests {
         truncated.pop();
         let e = verify_chain("c0", &truncated, Some(&head)).unwrap_err();
         assert!(e.problem.contains("head says 5"), "{e}");
+    }
+
+    #[test]
+    fn a_chain_verified_from_a_later_record_checks_that_record_and_every_link_after_it() {
+        let (records, head) = chain(6);
+        let tail = &records[2..];
+        assert_eq!(verify_chain_from("c0", tail, 3, Some(&head)), Ok(6));
+        assert_eq!(
+            verify_chain_from("c0", &records, 0, Some(&head)),
+            Ok(6),
+            "0 is from genesis"
+        );
+        // The first record's content still hashes to its hash; its prev_hash is not read.
+        let mut modified = tail.to_vec();
+        modified[0].record.amount = Some("100,00".into());
+        let e = verify_chain_from("c0", &modified, 3, Some(&head)).unwrap_err();
+        assert_eq!(e.seq, 3, "{e}");
+        // A gap at the start, and a record after it no longer linked.
+        let e = verify_chain_from("c0", &records[3..], 3, Some(&head)).unwrap_err();
+        assert!(e.seq == 3 && e.problem.contains("missing"), "{e}");
+        let mut relinked = tail.to_vec();
+        relinked[1] = link(relinked[1].record.clone(), "c0", 3, GENESIS);
+        let e = verify_chain_from("c0", &relinked, 3, Some(&head)).unwrap_err();
+        assert!(e.seq == 4 && e.problem.contains("prev_hash"), "{e}");
+        // The head beyond the records read.
+        let e = verify_chain_from("c0", &tail[..2], 3, Some(&head)).unwrap_err();
+        assert!(e.problem.contains("head says 6"), "{e}");
     }
 }

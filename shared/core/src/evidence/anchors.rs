@@ -127,12 +127,44 @@ pub struct WormEvidence {
     pub seals: Vec<StoredSeal>,
     /// Anything no honest writer leaves: newer versions, delete markers, objects that do not read.
     pub findings: Vec<String>,
+    /// `Some(n)`: a continuation's read — the trail objects (anchors, retirements) and the seals
+    /// of the trail asked for from seal `n` on; nothing else of the bucket (other keys' versions,
+    /// earlier seals, other trails' seals) was read.
+    pub seals_from: Option<u64>,
 }
 
 /// Read the whole bucket by version, and the seals of `trail`.
 pub async fn read_worm<W: Worm>(worm: &W, trail: Option<&str>) -> StoreResult<WormEvidence> {
+    evidence(worm, worm.versions("").await?, trail).await
+}
+
+/// Read by version the trail objects (every trail's anchor and retirement: a few keys) and the
+/// seals of `trail` from seal `from_seal` on, listed after the key of the seal before it: a
+/// continuation's read, whose cost does not grow with the seals before `from_seal`. Also returns
+/// whether an object (not only a delete marker) was ever written at seal `from_seal`'s key.
+pub async fn read_worm_from_seal<W: Worm>(
+    worm: &W,
+    trail: Option<&str>,
+    from_seal: u64,
+) -> StoreResult<(WormEvidence, bool)> {
+    let mut versions = worm.versions(TRAIL_PREFIX).await?;
+    let mut present = false;
+    if let Some(t) = trail {
+        let before = seal_key(t, from_seal.saturating_sub(1));
+        let seals = worm.versions_after(&format!("{SEAL_PREFIX}{t}/"), &before).await?;
+        let start = seal_key(t, from_seal);
+        present = seals.iter().any(|v| v.key == start && !v.delete_marker);
+        versions.extend(seals);
+    }
+    let mut ev = evidence(worm, versions, trail).await?;
+    ev.seals_from = Some(from_seal);
+    Ok((ev, present))
+}
+
+/// What `versions` show, each key's first version read.
+async fn evidence<W: Worm>(worm: &W, versions: Vec<ObjectVersion>, trail: Option<&str>) -> StoreResult<WormEvidence> {
     let mut by_key: BTreeMap<String, Vec<ObjectVersion>> = BTreeMap::new();
-    for v in worm.versions("").await? {
+    for v in versions {
         by_key.entry(v.key.clone()).or_default().push(v);
     }
     let mut ev = WormEvidence::default();

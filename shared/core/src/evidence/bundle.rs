@@ -130,7 +130,7 @@ pub fn verify_bundle(bundle: &Bundle) -> VerifyReport {
             bundle.schema
         ));
     }
-    let by_chain = verify_chains(&bundle.audit_records, &bundle.heads, &mut report);
+    let by_chain = verify_chains(&bundle.audit_records, &bundle.heads, &Default::default(), &mut report);
     report.breaks.extend(bundle.worm_findings.iter().cloned());
     if bundle.seals.is_empty() {
         report
@@ -138,7 +138,7 @@ pub fn verify_bundle(bundle: &Bundle) -> VerifyReport {
             .push("the bundle carries no seal: nothing anchors its records".into());
     }
     let stored: Vec<StoredSeal> = bundle.seals.iter().map(|s| s.stored.clone()).collect();
-    let last = check_seals(&bundle.trail, &stored, &by_chain, &mut report);
+    let last = check_seals(&bundle.trail, &stored, &by_chain, None, &mut report);
     for s in &bundle.seals {
         check_proofs(s, &mut report);
     }

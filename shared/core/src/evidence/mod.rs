@@ -6,17 +6,23 @@
 //! trail. Verification reads the bucket by version — the first version of a key is the genuine one;
 //! a newer version or a delete marker anywhere is named — and checks every chain against its head,
 //! the trail against its anchor, the seal chain, every sealed head against the record now there,
-//! and reports the unsealed tail (a break when it is older than the sealing window).
+//! and reports the unsealed tail (a break when it is older than the sealing window). A
+//! continuation (`continuation.rs`) verifies only what came after a seal an earlier verification
+//! checked.
 
 mod anchors;
 mod bundle;
 mod configuration;
+mod continuation;
 mod sealing;
 mod verify;
 
-pub use anchors::{KnownTrail, StoredSeal, WormEvidence, ensure_trail, read_worm, retire_trail, seal};
+pub use anchors::{
+    KnownTrail, StoredSeal, WormEvidence, ensure_trail, read_worm, read_worm_from_seal, retire_trail, seal,
+};
 pub use bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal, HeadProof, covered_by_last_seal, export_bundle, verify_bundle};
 pub use configuration::{ConfigState, config_change, difference, fingerprint};
+pub use continuation::{FromSealError, verify_from_seal};
 pub use sealing::SealingAuditLog;
 pub use verify::{SealWindow, UnsealedTail, VerifyOptions, VerifyReport, verify_all};
 

@@ -47,6 +47,9 @@ impl<A: AuditLog, W: Worm> AuditLog for SealingAuditLog<A, W> {
     async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {
         self.log.chain(chain).await
     }
+    async fn chain_from(&self, chain: &str, from_seq: u64) -> StoreResult<Vec<ChainedRecord>> {
+        self.log.chain_from(chain, from_seq).await
+    }
     async fn heads(&self) -> StoreResult<Vec<ChainHead>> {
         self.log.heads().await
     }

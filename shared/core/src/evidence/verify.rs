@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::anchors::{StoredSeal, WormEvidence};
-use crate::domain::audit::{ChainBreak, ChainHead, ChainedRecord, short_hash, verify_chain};
+use crate::domain::audit::{ChainBreak, ChainHead, ChainedRecord, short_hash, verify_chain_from};
 use crate::domain::seal::{AuditSeal, FIRST_PREV, SEAL_SCHEMA, parse_seal_key, seal_digest};
 
 /// What `audit verify` found.
@@ -24,6 +24,16 @@ pub struct VerifyReport {
     /// The newest seal verified.
     #[serde(default)]
     pub latest_seal: Option<String>,
+    /// Its number: what `audit verify --from-seal` continues from next time.
+    #[serde(default)]
+    pub latest_seal_seq: Option<u64>,
+    /// A continuation (`--from-seal`): the seal it started from (verified by an earlier run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_seal: Option<u64>,
+    /// A continuation: the first record read of each chain (the one the seal it started from
+    /// fixed; 1 for a chain that seal does not name). Nothing before it was read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub read_from: BTreeMap<String, u64>,
     /// Records after the newest seal: no seal anchors them yet.
     #[serde(default)]
     pub unsealed: Vec<UnsealedTail>,
@@ -79,21 +89,24 @@ pub fn verify_all(
         records: records.len() as u64,
         ..VerifyReport::default()
     };
-    let by_chain = verify_chains(records, heads, &mut report);
+    let by_chain = verify_chains(records, heads, &BTreeMap::new(), &mut report);
     report.breaks.extend(worm.findings.iter().cloned());
     check_trails(trail, worm, &opts.accept_retired, &mut report);
     let last = match trail {
-        Some(t) => check_seals(t, &worm.seals, &by_chain, &mut report),
+        Some(t) => check_seals(t, &worm.seals, &by_chain, None, &mut report),
         None => None,
     };
     unsealed_tail(&by_chain, last.as_ref(), opts.window, &mut report);
     report
 }
 
-/// Every chain against its head; the records grouped by chain, in `seq` order.
+/// Every chain against its head, each from its record in `read_from` (from its first record when
+/// not there); the records grouped by chain, in `seq` order. `report.chains` counts the records
+/// verified.
 pub(super) fn verify_chains(
     records: &[ChainedRecord],
     heads: &[ChainHead],
+    read_from: &BTreeMap<String, u64>,
     report: &mut VerifyReport,
 ) -> BTreeMap<String, Vec<ChainedRecord>> {
     let mut by_chain: BTreeMap<String, Vec<ChainedRecord>> = BTreeMap::new();
@@ -113,9 +126,10 @@ pub(super) fn verify_chains(
             ));
             continue;
         }
-        match verify_chain(chain, list, head) {
+        let from = read_from.get(chain).copied().unwrap_or(1).max(1);
+        match verify_chain_from(chain, list, from, head) {
             Ok(n) => {
-                report.chains.insert(chain.clone(), n);
+                report.chains.insert(chain.clone(), n.saturating_sub(from - 1));
             }
             Err(b) => report.breaks.push(b.to_string()),
         }
@@ -125,7 +139,12 @@ pub(super) fn verify_chains(
 
 /// The trail the table names is the one the bucket anchors, and every other trail the bucket
 /// knows was retired explicitly.
-fn check_trails(trail: Option<&str>, worm: &WormEvidence, accepted: &[String], report: &mut VerifyReport) {
+pub(super) fn check_trails(trail: Option<&str>, worm: &WormEvidence, accepted: &[String], report: &mut VerifyReport) {
+    // A continuation reads no other trail's seals: their number is not known.
+    let seals = |n: u64| match worm.seals_from {
+        Some(_) => "seals not read".to_owned(),
+        None => format!("{n} seals"),
+    };
     let anchored = |t: &str| worm.trails.get(t).is_some_and(|k| k.anchor.is_some());
     match trail {
         None if !worm.trails.is_empty() => report.breaks.push(format!(
@@ -158,8 +177,11 @@ fn check_trails(trail: Option<&str>, worm: &WormEvidence, accepted: &[String], r
         match &known.retired {
             Some(r) => {
                 let line = format!(
-                    "{t}: {} seals, retired at {} by {} ({})",
-                    known.seals, r.at, r.by, r.reason
+                    "{t}: {}, retired at {} by {} ({})",
+                    seals(known.seals),
+                    r.at,
+                    r.by,
+                    r.reason
                 );
                 if !accepted.iter().any(|a| a == t) {
                     report.breaks.push(format!(
@@ -169,8 +191,8 @@ fn check_trails(trail: Option<&str>, worm: &WormEvidence, accepted: &[String], r
                 report.retired_trails.push(line);
             }
             None => report.breaks.push(format!(
-                "trail {t} ({} seals{}) is not the table's trail and was never retired: the trail was replaced",
-                known.seals,
+                "trail {t} ({}{}) is not the table's trail and was never retired: the trail was replaced",
+                seals(known.seals),
                 known
                     .anchor
                     .as_ref()
@@ -181,11 +203,21 @@ fn check_trails(trail: Option<&str>, worm: &WormEvidence, accepted: &[String], r
     }
 }
 
-/// The seal chain of `trail` and every sealed head; returns the newest seal that reads.
+/// Where a continuation starts: the seal an earlier verification checked (its own `prev` was
+/// checked then: it is not read again here), and the first record read of each chain (the one
+/// that seal fixed; a chain it does not name is read from its first record).
+pub(super) struct ContinuedFrom {
+    pub seal: u64,
+    pub read_from: BTreeMap<String, u64>,
+}
+
+/// The seal chain of `trail` and every sealed head; returns the newest seal that reads. With
+/// `from`, the chain starts at that seal instead of the first.
 pub(super) fn check_seals(
     trail: &str,
     seals: &[StoredSeal],
     by_chain: &BTreeMap<String, Vec<ChainedRecord>>,
+    from: Option<&ContinuedFrom>,
     report: &mut VerifyReport,
 ) -> Option<AuditSeal> {
     let mut numbered: Vec<(u64, &StoredSeal)> = Vec::new();
@@ -199,7 +231,10 @@ pub(super) fn check_seals(
     }
     numbered.sort_by_key(|(seq, _)| *seq);
     report.seals = numbered.len() as u64;
-    let mut expected = (1u64, FIRST_PREV.to_owned());
+    let mut expected = match from {
+        Some(c) => (c.seal, None),
+        None => (1u64, Some(FIRST_PREV.to_owned())),
+    };
     let mut last = None;
     for (seq, stored) in numbered {
         let key = &stored.key;
@@ -214,7 +249,7 @@ pub(super) fn check_seals(
             Ok(s) => s,
             Err(why) => {
                 report.breaks.push(format!("seal {key} {why}"));
-                expected = (seq.saturating_add(1), digest);
+                expected = (seq.saturating_add(1), Some(digest));
                 continue;
             }
         };
@@ -230,7 +265,7 @@ pub(super) fn check_seals(
                 seal.trail, seal.seq
             ));
         }
-        if seq == expected.0 && seal.prev != expected.1 {
+        if seq == expected.0 && expected.1.as_ref().is_some_and(|p| seal.prev != *p) {
             report.breaks.push(format!(
                 "seal {key} does not name the digest of the seal before it (the seal chain was rewritten)"
             ));
@@ -240,10 +275,11 @@ pub(super) fn check_seals(
                 "seal {key}: its Merkle root does not match its heads (the seal is not genuine)"
             ));
         } else {
-            check_sealed_heads(key, &seal, by_chain, report);
+            check_sealed_heads(key, &seal, by_chain, from, report);
         }
         report.latest_seal = Some(key.clone());
-        expected = (seq.saturating_add(1), digest);
+        report.latest_seal_seq = Some(seq);
+        expected = (seq.saturating_add(1), Some(digest));
         last = Some(seal);
     }
     last
@@ -253,18 +289,23 @@ fn check_sealed_heads(
     key: &str,
     seal: &AuditSeal,
     by_chain: &BTreeMap<String, Vec<ChainedRecord>>,
+    from: Option<&ContinuedFrom>,
     report: &mut VerifyReport,
 ) {
     for h in &seal.heads {
         let at = by_chain.get(&h.chain).and_then(|l| l.iter().find(|r| r.seq == h.seq));
-        let problem = match at {
-            Some(r) if r.hash == h.hash => continue,
-            Some(r) => format!(
+        let read_from = from.and_then(|c| c.read_from.get(&h.chain).map(|first| (c.seal, *first)));
+        let problem = match (at, read_from) {
+            (_, Some((start, first))) if h.seq < first => format!(
+                "seal {key} commits to this record, before record {first} that seal {start} committed to: a chain's head never goes back"
+            ),
+            (Some(r), _) if r.hash == h.hash => continue,
+            (Some(r), _) => format!(
                 "seal {key} fixed its hash at {}…, it is now {}… (rewritten after sealing)",
                 short_hash(&h.hash),
                 short_hash(&r.hash)
             ),
-            None => format!("sealed by {key} but no longer present (deleted after sealing)"),
+            (None, _) => format!("sealed by {key} but no longer present (deleted after sealing)"),
         };
         report.breaks.push(
             ChainBreak {

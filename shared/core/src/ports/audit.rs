@@ -27,6 +27,9 @@ pub trait AuditLog: Send + Sync {
     }
     /// Every record of one chain, in `seq` order.
     fn chain(&self, chain: &str) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send;
+    /// The records of one chain from `from_seq` on (`seq >= from_seq`), in `seq` order: reads
+    /// nothing before it (continuing a verification from a seal).
+    fn chain_from(&self, chain: &str, from_seq: u64) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send;
     /// The head of every chain that has records.
     fn heads(&self) -> impl Future<Output = StoreResult<Vec<ChainHead>>> + Send;
     /// The trail id the table names (a mutable pointer: the trail's identity is its anchor in the
@@ -46,6 +49,9 @@ impl<T: AuditLog> AuditLog for Arc<T> {
     }
     fn chain(&self, chain: &str) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send {
         (**self).chain(chain)
+    }
+    fn chain_from(&self, chain: &str, from_seq: u64) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send {
+        (**self).chain_from(chain, from_seq)
     }
     fn heads(&self) -> impl Future<Output = StoreResult<Vec<ChainHead>>> + Send {
         (**self).heads()

@@ -41,6 +41,13 @@ pub trait Worm: Send + Sync {
     /// Every version and delete marker under `prefix`: keys sorted, and for each key its object
     /// versions oldest first (delete markers after them).
     fn versions(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<ObjectVersion>>> + Send;
+    /// [`Worm::versions`] of the keys under `prefix` that sort after `start_after` only (S3's key
+    /// marker): the tail of a long run of keys, without listing the rest.
+    fn versions_after(
+        &self,
+        prefix: &str,
+        start_after: &str,
+    ) -> impl Future<Output = StoreResult<Vec<ObjectVersion>>> + Send;
 }
 
 impl<T: Worm> Worm for Arc<T> {
@@ -61,5 +68,12 @@ impl<T: Worm> Worm for Arc<T> {
     }
     fn versions(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<ObjectVersion>>> + Send {
         (**self).versions(prefix)
+    }
+    fn versions_after(
+        &self,
+        prefix: &str,
+        start_after: &str,
+    ) -> impl Future<Output = StoreResult<Vec<ObjectVersion>>> + Send {
+        (**self).versions_after(prefix, start_after)
     }
 }

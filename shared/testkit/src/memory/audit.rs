@@ -77,6 +77,17 @@ impl AuditLog for MemoryAuditLog {
         Ok(out)
     }
 
+    async fn chain_from(&self, chain: &str, from_seq: u64) -> StoreResult<Vec<ChainedRecord>> {
+        let mut out: Vec<_> = lock(&self.state)
+            .records
+            .iter()
+            .filter(|r| r.chain == chain && r.seq >= from_seq)
+            .cloned()
+            .collect();
+        out.sort_by_key(|r| r.seq);
+        Ok(out)
+    }
+
     async fn current_trail(&self) -> StoreResult<Option<String>> {
         Ok(lock(&self.state).trail.clone())
     }

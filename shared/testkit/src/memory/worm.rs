@@ -6,6 +6,7 @@
 
 use recon_core::ports::{ObjectVersion, StoreResult, Worm, Written};
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Mutex;
 
 use super::lock;
@@ -93,10 +94,25 @@ impl Worm for MemoryWorm {
         Ok(self.keys().into_iter().filter(|k| k.starts_with(prefix)).collect())
     }
     async fn versions(&self, prefix: &str) -> StoreResult<Vec<ObjectVersion>> {
+        Ok(self.versions_from(prefix, Bound::Included(prefix.to_owned())))
+    }
+    async fn versions_after(&self, prefix: &str, start_after: &str) -> StoreResult<Vec<ObjectVersion>> {
+        let start = if start_after < prefix {
+            Bound::Included(prefix.to_owned())
+        } else {
+            Bound::Excluded(start_after.to_owned())
+        };
+        Ok(self.versions_from(prefix, start))
+    }
+}
+
+impl MemoryWorm {
+    /// Every version of the keys under `prefix` from `start` on, as S3 lists them.
+    fn versions_from(&self, prefix: &str, start: Bound<String>) -> Vec<ObjectVersion> {
         let objects = lock(&self.objects);
         let mut out = Vec::new();
         for (key, versions) in objects
-            .range(prefix.to_owned()..)
+            .range((start, Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix))
         {
             let (objs, markers): (Vec<&Version>, Vec<&Version>) = versions.iter().partition(|(_, b)| b.is_some());
@@ -108,6 +124,6 @@ impl Worm for MemoryWorm {
                 });
             }
         }
-        Ok(out)
+        out
     }
 }

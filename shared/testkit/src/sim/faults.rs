@@ -204,6 +204,11 @@ impl<P: AuditLog> AuditLog for Faulty<P> {
     async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {
         self.faults.call("Audit.chain", self.inner.chain(chain)).await
     }
+    async fn chain_from(&self, chain: &str, from_seq: u64) -> StoreResult<Vec<ChainedRecord>> {
+        self.faults
+            .call("Audit.chain_from", self.inner.chain_from(chain, from_seq))
+            .await
+    }
     async fn heads(&self) -> StoreResult<Vec<ChainHead>> {
         self.faults.call("Audit.heads", self.inner.heads()).await
     }
@@ -343,5 +348,10 @@ impl<P: Worm> Worm for Faulty<P> {
     }
     async fn versions(&self, prefix: &str) -> StoreResult<Vec<ObjectVersion>> {
         self.faults.call("Worm.versions", self.inner.versions(prefix)).await
+    }
+    async fn versions_after(&self, prefix: &str, start_after: &str) -> StoreResult<Vec<ObjectVersion>> {
+        self.faults
+            .call("Worm.versions_after", self.inner.versions_after(prefix, start_after))
+            .await
     }
 }

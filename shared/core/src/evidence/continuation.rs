@@ -1,0 +1,193 @@
+//! Verification continued from a seal an earlier verification checked (`audit verify --from-seal
+//! N`): it reads the trail objects, seal N and the seals after it, and each chain from the record
+//! seal N fixed — nothing before. Its cost grows with what came after seal N, not with the whole
+//! history.
+//!
+//! What it checks: the trail against its anchor and the retired trails (as a full verification);
+//! seal N and every later seal (no gap from N, each naming the digest of the one before, each root
+//! that of its heads, key and content agreeing — seal N's own `prev` was checked by the
+//! verification that printed N, and is not read again); every chain from the record at seal N's
+//! head (which must still have the hash seal N fixed; its content must hash to it) through every
+//! link after it up to the chain's head; every later seal's heads against the records now there;
+//! and the unsealed tail with the seal window. A chain seal N does not name is read from its first
+//! record.
+//!
+//! What it does not: a record before seal N's heads, a seal before N, a newer version or delete
+//! marker at any key but the trail objects and seals from N, and another trail's seals are not
+//! read. A rewrite there is found by a full verification only — which auditors run on their own
+//! schedule, continuing in between.
+
+use std::collections::BTreeMap;
+
+use super::anchors::{StoredSeal, WormEvidence, read_worm_from_seal};
+use super::verify::{
+    ContinuedFrom, VerifyOptions, VerifyReport, check_seals, check_trails, unsealed_tail, verify_chains,
+};
+use crate::domain::audit::{AUDIT_CHAINS, ChainHead, ChainedRecord};
+use crate::domain::seal::{AuditSeal, parse_seal_key, seal_key};
+use crate::ports::{AuditLog, StoreError, Worm};
+
+/// Why a continuation could not start (the auditor's input, not the trail): an operational error.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FromSealError {
+    #[error("{0}")]
+    NotASeal(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Verify what came after seal `from_seal` of the trail the table names (see the module).
+///
+/// As [`super::verify_trail`]: the bucket first, then the heads, the records from seal N's heads
+/// on, and the heads again; a record appended meanwhile is left out.
+pub async fn verify_from_seal<A: AuditLog, W: Worm>(
+    audit: &A,
+    worm: &W,
+    from_seal: u64,
+    opts: &VerifyOptions,
+) -> Result<VerifyReport, FromSealError> {
+    if from_seal == 0 {
+        return Err(FromSealError::NotASeal(
+            "seals are numbered from 1: pass the latest_seal_seq a verify printed".into(),
+        ));
+    }
+    let trail = audit.current_trail().await?;
+    let (ev, present) = read_worm_from_seal(worm, trail.as_deref(), from_seal).await?;
+    let start = trail
+        .as_deref()
+        .map(|t| seal_key(t, from_seal))
+        .and_then(|key| ev.seals.iter().find(|s| s.key == key));
+    let (Some(t), Some(start), true) = (trail.as_deref(), start, present) else {
+        return not_started(trail.as_deref(), &ev, from_seal, present, opts);
+    };
+    let Some(start_seal) = AuditSeal::parse(start.body.as_bytes())
+        .ok()
+        .filter(AuditSeal::root_holds)
+    else {
+        return Ok(unusable_start(t, &ev, start, from_seal, opts));
+    };
+    let continued = ContinuedFrom {
+        seal: from_seal,
+        read_from: (0..AUDIT_CHAINS)
+            .map(|i| {
+                let chain = format!("c{i}");
+                let first = start_seal.heads.iter().find(|h| h.chain == chain).map_or(1, |h| h.seq);
+                (chain, first)
+            })
+            .collect(),
+    };
+    let before = audit.heads().await?;
+    let mut records = Vec::new();
+    for (chain, first) in &continued.read_from {
+        records.extend(
+            audit
+                .chain_from(chain, *first)
+                .await?
+                .into_iter()
+                .filter(|r| r.seq >= *first),
+        );
+    }
+    let after = audit.heads().await?;
+    let seq_of = |heads: &[ChainHead], chain: &str| heads.iter().find(|h| h.chain == chain).map_or(0, |h| h.seq);
+    records.retain(|r| !(r.seq > seq_of(&before, &r.chain) && r.seq <= seq_of(&after, &r.chain)));
+    Ok(verify_continued(&records, &before, t, &ev, &continued, opts))
+}
+
+/// Verify, pure: `records` are each chain's from `continued.read_from` on, `worm` a continuation's
+/// read of the bucket (trail objects, the seals from `continued.seal` on).
+fn verify_continued(
+    records: &[ChainedRecord],
+    heads: &[ChainHead],
+    trail: &str,
+    worm: &WormEvidence,
+    continued: &ContinuedFrom,
+    opts: &VerifyOptions,
+) -> VerifyReport {
+    let mut report = started(Some(trail), continued.seal);
+    report.records = records.len() as u64;
+    report.read_from = continued.read_from.clone();
+    let by_chain = verify_chains(records, heads, &continued.read_from, &mut report);
+    report.breaks.extend(worm.findings.iter().cloned());
+    check_trails(Some(trail), worm, &opts.accept_retired, &mut report);
+    let seals: Vec<StoredSeal> = worm
+        .seals
+        .iter()
+        .filter(|s| parse_seal_key(&s.key).is_none_or(|(_, seq)| seq >= continued.seal))
+        .cloned()
+        .collect();
+    let last = check_seals(trail, &seals, &by_chain, Some(continued), &mut report);
+    unsealed_tail(&by_chain, last.as_ref(), opts.window, &mut report);
+    report
+}
+
+fn started(trail: Option<&str>, from_seal: u64) -> VerifyReport {
+    VerifyReport {
+        trail: trail.map(str::to_owned),
+        from_seal: Some(from_seal),
+        ..VerifyReport::default()
+    }
+}
+
+/// No seal `from_seal` to start from. When the trail checks find something (the table's trail
+/// replaced or deleted, a newer version or delete marker on a trail object), that is the answer
+/// — a break, with the missing seal named; otherwise the seal number is wrong: an error.
+fn not_started(
+    trail: Option<&str>,
+    worm: &WormEvidence,
+    from_seal: u64,
+    present: bool,
+    opts: &VerifyOptions,
+) -> Result<VerifyReport, FromSealError> {
+    let mut report = started(trail, from_seal);
+    report.breaks.extend(worm.findings.iter().cloned());
+    check_trails(trail, worm, &opts.accept_retired, &mut report);
+    let why = match trail {
+        None => format!(
+            "the audit table names no trail, so there is no seal {from_seal} to continue from: run a full verify"
+        ),
+        Some(t) if present => format!(
+            "seal {} cannot be read by version: there is nothing to continue from; run a full verify",
+            seal_key(t, from_seal)
+        ),
+        Some(t) => format!(
+            "trail {t}, the one the audit table names, has no seal {from_seal} in the bucket: pass the latest_seal_seq a verify of this trail printed, or run a full verify"
+        ),
+    };
+    if report.breaks.is_empty() && !present {
+        return Err(FromSealError::NotASeal(why));
+    }
+    report.breaks.push(why);
+    Ok(report)
+}
+
+/// Seal `from_seal` is there but does not read as a seal whose root holds: named (as a full
+/// verification names it), and nothing is continued from it.
+fn unusable_start(
+    trail: &str,
+    worm: &WormEvidence,
+    start: &StoredSeal,
+    from_seal: u64,
+    opts: &VerifyOptions,
+) -> VerifyReport {
+    let mut report = started(Some(trail), from_seal);
+    report.breaks.extend(worm.findings.iter().cloned());
+    check_trails(Some(trail), worm, &opts.accept_retired, &mut report);
+    let continued = ContinuedFrom {
+        seal: from_seal,
+        read_from: BTreeMap::new(),
+    };
+    check_seals(
+        trail,
+        std::slice::from_ref(start),
+        &BTreeMap::new(),
+        Some(&continued),
+        &mut report,
+    );
+    report.latest_seal = None;
+    report.latest_seal_seq = None;
+    report.breaks.push(format!(
+        "seal {} is not a seal whose root holds: there is nothing to continue from; run a full verify",
+        start.key
+    ));
+    report
+}
