@@ -222,11 +222,17 @@ pub const REPLAY: &[Grant] = &[
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
             "dynamodb:DeleteItem",
+            // A chunk's records leave the audit outbox together.
+            "dynamodb:BatchWriteItem",
         ],
         Code,
     ),
     g("EnvelopeTable/index/*", &["dynamodb:Query"], Code),
-    on(When::UseDynamoLedger, g("LedgerTable", &["dynamodb:GetItem"], Code)),
+    // Gate 2 for a page, and for a claimed chunk, in one read each.
+    on(
+        When::UseDynamoLedger,
+        g("LedgerTable", &["dynamodb:GetItem", "dynamodb:BatchGetItem"], Code),
+    ),
     // A hand-off to a manual journal, never a posting: only the hand-off's attributes.
     on(
         When::UseDynamoLedger,
@@ -254,6 +260,8 @@ pub const REPLAY: &[Grant] = &[
     AUDIT[0],
     AUDIT[1],
     AUDIT[2],
+    // A chunk's records linked together: the heads of their chains read at once.
+    g("AuditTable", &["dynamodb:BatchGetItem"], Code),
     // Seals: the bucket read by version, the latest seal read, the next one written.
     g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
     g(
@@ -314,6 +322,8 @@ pub fn actions_for(operation: &str) -> &'static [&'static str] {
         "DynamoDB:Query" => &["dynamodb:Query"],
         "DynamoDB:Scan" => &["dynamodb:Scan"],
         "DynamoDB:TransactWriteItems" => &["dynamodb:PutItem", "dynamodb:UpdateItem"],
+        "DynamoDB:BatchGetItem" => &["dynamodb:BatchGetItem"],
+        "DynamoDB:BatchWriteItem" => &["dynamodb:BatchWriteItem"],
         "S3:PutObject" => &["s3:PutObject"],
         "S3:GetObject" | "S3:HeadObject" => &["s3:GetObject"],
         "S3:GetObjectVersion" => &["s3:GetObjectVersion"],
