@@ -274,7 +274,8 @@ async fn main() {
     let distinct = bodies.iter().collect::<std::collections::HashSet<_>>().len() as u64 - poison;
     let mut wrong = 0;
     for run in &runs {
-        // One at a time, then the whole batch at once (the default, DLQ_BATCH_CONCURRENCY, is 10: the batch in one wave).
+        // One at a time, then the whole batch at once (as the default DLQ_BATCH_CONCURRENCY, 10,
+        // does: the batch in one wave).
         let sides = [
             Ok(ours(run, Some(1)).await),
             Ok(ours(run, Some(10)).await),

@@ -5,15 +5,23 @@
 //! read in one segment and in several at once, and `dlqctl evidence export` for one period. Each
 //! is timed, and its peak resident memory is read from the kernel (wait4's ru_maxrss).
 //!
+//! Then the audit trail: A records linked into its chains (each writer on a chain of its own, 25
+//! records a transaction) with S seals spread evenly over them, and `dlqctl audit verify` run in
+//! full, from the seal before the last (one seal interval) and from the last seal.
+//!
 //! Figures, not assertions: the run fails only when a command fails or reconciles a number of
 //! postings other than the number loaded into its scope.
 //!
 //!     evidence --dlqctl PATH [--postings N] [--periods P] [--writers W]
-//!              (defaults 1000000, 12, 8)
+//!              [--audit-records A] [--seals S]
+//!              (defaults 1000000, 12, 8, 100000, 10)
 
 use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
-use recon_aws::dynamodb::posting_item;
-use recon_core::domain::Posting;
+use recon_aws::dynamodb::{DynamoAuditLog, posting_item};
+use recon_aws::s3::S3Worm;
+use recon_core::domain::audit::{AUDIT_CHAINS, chain_of};
+use recon_core::domain::{AuditKind, AuditRecord, Posting};
+use recon_core::ports::AuditLog;
 use recon_harness::flags::value;
 use recon_harness::stack::TestStack;
 use recon_testkit::conformance::posting;
@@ -84,6 +92,94 @@ async fn load_part(s: &TestStack, first: u32, count: u32, stride: u32, periods: 
     Ok(written)
 }
 
+/// `count` records of chain `chain` (ids chosen to land on it), written 25 to a transaction.
+async fn audit_part(log: &DynamoAuditLog, chain: u8, from: u64, count: u64) -> Result<u64, String> {
+    let wanted = format!("c{chain}");
+    let now = chrono::Utc::now();
+    let mut records = Vec::new();
+    let mut n = from;
+    while (records.len() as u64) < count {
+        let subject = format!("bench-{n}");
+        n += 1;
+        if chain_of(&AuditRecord::id_for(AuditKind::DuplicateSuppressed, &subject)) == wanted {
+            records.push(AuditRecord::system(
+                AuditKind::DuplicateSuppressed,
+                &subject,
+                now,
+                "bench",
+                String::new(),
+            ));
+        }
+    }
+    for batch in records.chunks(25) {
+        let linked = log.append_many(batch).await.map_err(|e| e.to_string())?;
+        if linked.iter().any(Option::is_none) {
+            return Err(format!(
+                "chain {wanted}: a new record was taken for one already recorded"
+            ));
+        }
+    }
+    Ok(n)
+}
+
+/// `total` records over the chains in `seals` rounds, a seal after each.
+async fn load_audit(s: &TestStack, total: u64, seals: u64) -> Result<(), String> {
+    let log = DynamoAuditLog::new(s.clients.dynamodb.clone(), &s.settings.audit_table);
+    let worm = S3Worm::new(s.clients.s3.clone(), &s.stack.names.bucket());
+    let chains = u64::from(AUDIT_CHAINS);
+    let per_round = total / seals / chains;
+    let started = Instant::now();
+    let mut next = vec![0u64; usize::from(AUDIT_CHAINS)];
+    for round in 0..seals {
+        let parts = (0..AUDIT_CHAINS).map(|c| audit_part(&log, c, next[usize::from(c)], per_round));
+        for (c, r) in futures::future::join_all(parts).await.into_iter().enumerate() {
+            next[c] = r?;
+        }
+        recon_core::evidence::seal(&log, &worm, chrono::Utc::now())
+            .await
+            .map_err(|e| e.to_string())?;
+        eprintln!(
+            "  audit: {} records, {} seals in {:.0} s",
+            (round + 1) * per_round * chains,
+            round + 1,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// `dlqctl audit verify` in full and continued from the last two seals: records read, time,
+/// peak memory. Each must verify intact.
+fn verify_runs(dlq: &dyn Fn(&[&str]) -> Command, total: u64, seals: u64) -> Result<(), String> {
+    println!(
+        "\n{:<44} {:>9} {:>9} {:>11} {:>10}",
+        "command", "records", "wall s", "records/s", "peak MiB"
+    );
+    let last = seals.to_string();
+    let before_last = seals.saturating_sub(1).max(1).to_string();
+    let runs: [(String, Vec<&str>); 3] = [
+        ("audit verify (whole trail)".into(), vec![]),
+        (
+            format!("audit verify --from-seal {before_last}"),
+            vec!["--from-seal", &before_last],
+        ),
+        (format!("audit verify --from-seal {last}"), vec!["--from-seal", &last]),
+    ];
+    for (i, (name, args)) in runs.iter().enumerate() {
+        let (wall, peak, out) = measure(&mut dlq(&[&["--json", "audit", "verify"][..], args].concat()))?;
+        let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("verify's JSON: {e}: {out}"))?;
+        let read = v["records"].as_u64().unwrap_or(0);
+        if i == 0 && read != total {
+            return Err(format!("{name}: {read} records verified, {total} written"));
+        }
+        println!(
+            "{name:<44} {read:>9} {wall:>9.2} {:>11.0} {peak:>10.1}",
+            read as f64 / wall.max(1e-9)
+        );
+    }
+    Ok(())
+}
+
 /// A command's wall time (s), peak resident memory (MiB) and standard output.
 fn measure(cmd: &mut Command) -> Result<(f64, f64, String), String> {
     let started = Instant::now();
@@ -134,6 +230,8 @@ async fn run() -> Result<(), String> {
     let count: u32 = value("--postings", 1_000_000);
     let periods: u32 = value("--periods", 12).clamp(1, 24);
     let writers: u32 = value("--writers", 8).max(1);
+    let audit_records: u64 = value("--audit-records", 100_000);
+    let seals: u64 = value("--seals", 10).max(2);
     let s = TestStack::new("bench-evidence").await;
     let prefix = s.stack.names.prefix.clone();
 
@@ -216,6 +314,11 @@ async fn run() -> Result<(), String> {
         );
     }
     let _ = std::fs::remove_file(&dir);
+
+    // The audit trail, after the ledger: a whole-trail verify against one continued from a seal.
+    let audit_records = audit_records / seals / u64::from(AUDIT_CHAINS) * seals * u64::from(AUDIT_CHAINS);
+    load_audit(&s, audit_records, seals).await?;
+    verify_runs(&dlq, audit_records, seals)?;
     s.cleanup().await;
     Ok(())
 }
