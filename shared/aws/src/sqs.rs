@@ -250,4 +250,7 @@ impl recon_core::ports::ReplayQueue for SqsQueue {
     async fn visible_depth(&self) -> StoreResult<u64> {
         Ok(self.depth().await?.visible)
     }
+    fn ordered(&self) -> bool {
+        self.is_fifo()
+    }
 }

@@ -165,9 +165,9 @@ impl DynamoAuditLog {
     }
 
     /// Link `records` (distinct ids, at most [`LINK_AT_ONCE`]) in one transaction: each record
-    /// only if its id is new, each head moved only if it has not moved since read. `Ok(None)`
-    /// when a head moved (read them again); `Ok(Some(recorded))` names those already recorded,
-    /// when any were (nothing was written: link the others again).
+    /// only if its id is new, each head moved only if it has not moved since read. `Ok(Ok(seqs))`
+    /// when linked; `Ok(Err(None))` when a head moved (read them again); `Ok(Err(Some(recorded)))`
+    /// names those already recorded, when any were (nothing was written: link the others again).
     async fn link_at_once(&self, records: &[&AuditRecord]) -> StoreResult<Result<Vec<u64>, Option<BTreeSet<usize>>>> {
         use aws_sdk_dynamodb::types::TransactWriteItem;
         let chains: BTreeSet<String> = records.iter().map(|r| chain_of(&r.audit_id)).collect();
@@ -407,7 +407,8 @@ impl AuditLog for DynamoAuditLog {
 
     /// Every record in one transaction per [`LINK_AT_ONCE`] (heads read in one request), instead
     /// of a read and a transaction each; records already recorded are left, a moved head read
-    /// again, and under lasting contention each record is appended on its own.
+    /// again; after three conflicts in a row, or an error that is not one, each record left is
+    /// appended on its own.
     async fn append_many(&self, records: &[AuditRecord]) -> StoreResult<Vec<Option<u64>>> {
         if let Some(r) = records.iter().find(|r| r.audit_id.starts_with('#')) {
             return Err(StoreError::new(
@@ -422,10 +423,19 @@ impl AuditLog for DynamoAuditLog {
             .filter(|&i| seen.insert(&records[i].audit_id))
             .collect();
         let mut attempt = 0u32;
-        while !todo.is_empty() && attempt < 8 {
+        while !todo.is_empty() && attempt < 3 {
             let slice: Vec<usize> = todo.iter().copied().take(LINK_AT_ONCE).collect();
             let these: Vec<&AuditRecord> = slice.iter().map(|&i| &records[i]).collect();
-            match self.link_at_once(&these).await? {
+            let linked_at_once = match self.link_at_once(&these).await {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    // Not a conflict (a record DynamoDB refuses, a transaction too large): each
+                    // on its own below, so that one record does not hold back the others.
+                    tracing::warn!(error = %e, "audit records not linked together; one by one");
+                    break;
+                }
+            };
+            match linked_at_once {
                 Ok(seqs) => {
                     for (&i, seq) in slice.iter().zip(seqs) {
                         linked[i] = Some(seq);

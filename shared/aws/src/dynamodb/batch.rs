@@ -61,11 +61,17 @@ pub async fn get_many(client: &Client, table: &str, pk: &str, values: &[String])
             if let Some(items) = out.responses().and_then(|r| r.get(table)) {
                 found.extend(items.iter().cloned());
             }
-            wanted = out
-                .unprocessed_keys()
-                .and_then(|u| u.get(table))
-                .filter(|k| !k.keys().is_empty())
-                .cloned();
+            // What is left is asked again as strongly consistent reads, whatever the answer echoes.
+            wanted = match out.unprocessed_keys().and_then(|u| u.get(table)) {
+                Some(left) if !left.keys().is_empty() => Some(
+                    KeysAndAttributes::builder()
+                        .set_keys(Some(left.keys().to_vec()))
+                        .consistent_read(true)
+                        .build()
+                        .map_err(|e| item_error("BatchGetItem keys", e))?,
+                ),
+                _ => None,
+            };
             if let Some(left) = &wanted {
                 round += 1;
                 if round > ROUNDS {

@@ -24,22 +24,29 @@ pub trait Ledger: Send + Sync {
     /// [`Ledger::lookup`] of several transactions: the committed ones (or handed off), by
     /// `source_hash`; a hash absent from the answer is not committed. A ledger that can read
     /// several keys in one request (DynamoDB's `BatchGetItem`) answers in one; the default asks
-    /// one after another.
+    /// each on its own, [`LOOKUPS_AT_ONCE`] at a time (a general ledger's answers take a round
+    /// trip each).
     fn lookup_many(
         &self,
         source_hashes: &[String],
     ) -> impl Future<Output = StoreResult<HashMap<String, CommittedRef>>> + Send {
         async move {
             let mut found = HashMap::new();
-            for hash in source_hashes {
-                if let Some(c) = self.lookup(hash).await? {
-                    found.insert(hash.clone(), c);
+            for chunk in source_hashes.chunks(LOOKUPS_AT_ONCE) {
+                let answers = futures::future::join_all(chunk.iter().map(|hash| self.lookup(hash))).await;
+                for (hash, answer) in chunk.iter().zip(answers) {
+                    if let Some(c) = answer? {
+                        found.insert(hash.clone(), c);
+                    }
                 }
             }
             Ok(found)
         }
     }
 }
+
+/// Lookups the default [`Ledger::lookup_many`] has in flight at once.
+pub const LOOKUPS_AT_ONCE: usize = 8;
 
 impl<T: Ledger> Ledger for Arc<T> {
     fn commit(&self, posting: &Posting) -> impl Future<Output = StoreResult<CommitOutcome>> + Send {

@@ -28,6 +28,11 @@ pub trait ReplayQueue: Send + Sync {
     ) -> impl Future<Output = StoreResult<Vec<Result<String, String>>>> + Send;
     /// Messages waiting to be received (back-pressure).
     fn visible_depth(&self) -> impl Future<Output = StoreResult<u64>> + Send;
+    /// Whether the queue keeps an order (a FIFO queue): its batches are then sent one after
+    /// another, never at once.
+    fn ordered(&self) -> bool {
+        false
+    }
 }
 
 /// A message to send: body plus attributes.
@@ -151,6 +156,9 @@ impl<T: ReplayQueue> ReplayQueue for Arc<T> {
     }
     fn visible_depth(&self) -> impl Future<Output = StoreResult<u64>> + Send {
         (**self).visible_depth()
+    }
+    fn ordered(&self) -> bool {
+        (**self).ordered()
     }
 }
 

@@ -173,18 +173,28 @@ where
         if let Some(err) = failed {
             // The others of the chunk were claimed concurrently: release them now rather than
             // leave them to their lease.
-            for (e, _) in ready {
-                let why = "not sent: the replay stopped on another envelope's error".to_owned();
-                if let Err(release) = self.finish(run, e, Settlement::release(why)).await {
-                    tracing::warn!(envelope_id = %e.envelope_id, error = %release, "claim left to its lease");
-                }
-            }
+            self.release_all(run, &ready, "not sent: the replay stopped on another envelope's error")
+                .await;
             return Err(err);
+        }
+        // A slow ledger (a general ledger's answers) may have used the budget up: nothing is
+        // sent that could not be marked before the invocation ends.
+        if run
+            .deadline
+            .is_some_and(|d| d.within(&*self.clock, self.config.deadline_margin))
+        {
+            let why = "not sent: time budget used up after the claims; released";
+            self.release_all(run, &ready, why).await;
+            for (e, _) in &ready {
+                report.push(item(e, ReplayOutcome::Skipped, None, why));
+            }
+            report.stopped = Some(super::sweep::OUT_OF_TIME.into());
+            return Ok(true);
         }
         let (envelopes, messages): (Vec<&DlqEnvelope>, Vec<OutgoingMessage>) = ready.into_iter().unzip();
         let batches = batches(messages);
         // A FIFO queue's groups keep their order: their batches go one after another.
-        let sends_at_once = if batches.iter().flatten().any(|m| m.group_id.is_some()) {
+        let sends_at_once = if self.queue.ordered() || batches.iter().flatten().any(|m| m.group_id.is_some()) {
             1
         } else {
             at_once
@@ -227,6 +237,16 @@ where
         }
         self.publish_all(&records).await;
         outcome
+    }
+
+    /// Release claimed envelopes that will not be sent (each failure to release leaves its claim
+    /// to its lease).
+    async fn release_all(&self, run: &Run<'_>, ready: &[(&DlqEnvelope, OutgoingMessage)], why: &str) {
+        for (e, _) in ready {
+            if let Err(release) = self.finish(run, e, Settlement::release(why.to_owned())).await {
+                tracing::warn!(envelope_id = %e.envelope_id, error = %release, "claim left to its lease");
+            }
+        }
     }
 
     /// Under its claim: gate 2 again (from `ahead`, read after the claim), then the message to

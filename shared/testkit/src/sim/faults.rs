@@ -171,6 +171,9 @@ impl<P: ReplayQueue> ReplayQueue for Faulty<P> {
             .call("Queue.visible_depth", self.inner.visible_depth())
             .await
     }
+    fn ordered(&self) -> bool {
+        self.inner.ordered()
+    }
 }
 
 impl<P: ReferenceData> ReferenceData for Faulty<P> {
