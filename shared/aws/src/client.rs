@@ -226,6 +226,15 @@ impl AwsClients {
     }
 }
 
+/// The HTTPS client of every SDK client (credential providers included): rustls with ring, the
+/// crypto `reqwest` links as well (the SDK's default would link aws-lc beside it).
+fn https_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+    use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https()
+}
+
 /// The SDK configuration every client is built from: timeouts, and against the local stack a
 /// default region and dummy credentials when the environment sets none.
 pub async fn shared_config(target: &Target, t: ClientTimeouts) -> aws_config::SdkConfig {
@@ -234,7 +243,9 @@ pub async fn shared_config(target: &Target, t: ClientTimeouts) -> aws_config::Sd
         .operation_attempt_timeout(t.attempt)
         .operation_timeout(t.operation)
         .build();
-    let mut loader = aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts);
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(timeouts)
+        .http_client(https_client());
     if target.is_local() {
         if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
             loader = loader.region(aws_config::Region::new("us-east-1"));
