@@ -93,7 +93,9 @@ pub async fn publish<S: AuditOutbox, A: AuditLog, M: Metrics>(
 }
 
 /// [`publish`] of several records: appended together ([`AuditLog::append_many`]: on DynamoDB one
-/// transaction instead of one each), then dropped from the outbox together.
+/// transaction instead of one each), then dropped from the outbox together. When they cannot be
+/// appended together, each is published on its own, so that one record the trail refuses leaves
+/// only itself in the outbox; the first error is returned.
 pub async fn publish_many<S: AuditOutbox, A: AuditLog, M: Metrics>(
     outbox: &S,
     audit: &A,
@@ -103,7 +105,16 @@ pub async fn publish_many<S: AuditOutbox, A: AuditLog, M: Metrics>(
     if records.is_empty() {
         return Ok(());
     }
-    audit.append_many(records).await?;
+    if let Err(together) = audit.append_many(records).await {
+        tracing::warn!(error = %together, records = records.len(), "audit records published one by one");
+        let mut first = None;
+        for r in records {
+            if let Err(e) = publish(outbox, audit, metrics, r).await {
+                first.get_or_insert(e);
+            }
+        }
+        return first.map_or(Ok(()), Err);
+    }
     overflow_metrics(metrics, records);
     let ids: Vec<String> = records.iter().map(|r| r.audit_id.clone()).collect();
     outbox.records_written(&ids).await

@@ -430,7 +430,7 @@ impl AuditLog for DynamoAuditLog {
                 Ok(outcome) => outcome,
                 Err(e) => {
                     // Not a conflict (a record DynamoDB refuses, a transaction too large): each
-                    // on its own below, so that one record does not hold back the others.
+                    // on its own below (the caller publishes each on its own if one still fails).
                     tracing::warn!(error = %e, "audit records not linked together; one by one");
                     break;
                 }
