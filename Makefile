@@ -85,6 +85,7 @@ infra-check: tools local-stack
 build: tools
 	@$(TOOLS)/python -c 'import ziglang' 2>/dev/null || $(TOOLS)/pip install --quiet --disable-pip-version-check 'ziglang==0.17.0'
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda build $(if $(SMALL),--profile lambda-small,--release) --arm64 --bin consumer --bin enricher --bin replay --bin reference-audit
+	python3 bench/package_sizes.py
 
 ## deploy: build with AWS SAM (BuildMethod rust-cargolambda) and deploy; guided the first time
 deploy: tools

@@ -6,7 +6,7 @@
 use recon_core::domain::{CommitOutcome, TransientKind};
 use recon_core::ports::Ledger;
 use recon_harness::postgres::ScratchDatabase;
-use recon_postgres::{PostgresLedger, PostgresSettings, classify};
+use recon_postgres::{HISTORY_TABLE, PostgresLedger, PostgresSettings, classify};
 use recon_testkit::conformance::{ledger_keeps_each_transaction_once, posting};
 use std::time::Duration;
 
@@ -74,12 +74,91 @@ async fn migrations_run_once_and_a_second_connect_changes_nothing() {
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
     let applied: i64 = client
-        .query_one("SELECT count(*) FROM refinery_schema_history", &[])
+        .query_one(&format!("SELECT count(*) FROM {HISTORY_TABLE}"), &[])
         .await
         .unwrap()
         .get(0);
     assert_eq!(usize::try_from(applied).unwrap(), PostgresLedger::migrations());
     assert!(PostgresLedger::migrations() >= 1);
+    db.drop().await;
+}
+
+/// A database the earlier migration library (refinery) set up: its history is taken over, the
+/// schema is not created twice, and the data stays.
+#[tokio::test]
+async fn a_database_migrated_by_the_earlier_library_is_taken_over() {
+    let db = database("adopt").await;
+    let url = db.url.clone();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    // What refinery 0.8 left: its history table with V1, and V1's schema.
+    client
+        .batch_execute(concat!(
+            "CREATE TABLE refinery_schema_history (version INT4 PRIMARY KEY, name VARCHAR(255), applied_on VARCHAR(255), checksum VARCHAR(255));",
+            "INSERT INTO refinery_schema_history VALUES (1, 'ledger', '2026-12-01T00:00:00Z', '123456789');",
+            include_str!("../shared/postgres/migrations/V1__ledger.sql"),
+        ))
+        .await
+        .unwrap();
+    client
+        .batch_execute("INSERT INTO ledger_entries (source_hash, kind, committed_at, manual_journal, replay_id) VALUES (repeat('a', 64), 'HAND_OFF', now(), 'MJ-1', 'r-1')")
+        .await
+        .unwrap();
+    let ledger = PostgresLedger::connect(&settings(&url))
+        .await
+        .expect("taken over, not migrated again");
+    let p = posting("adopt", 1, "sqs-1");
+    assert_eq!(ledger.commit(&p).await.unwrap(), CommitOutcome::Committed);
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM ledger_entries", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 2, "the row written before the take-over is still there");
+    let versions: Vec<i32> = client
+        .query(&format!("SELECT version FROM {HISTORY_TABLE} ORDER BY version"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, vec![1]);
+    db.drop().await;
+}
+
+/// The history says what was applied: a migration edited after it ran, or a version this code
+/// does not carry (a newer release ran), stops the connection with the version named, and
+/// nothing is applied.
+#[tokio::test]
+async fn an_edited_migration_or_a_newer_schema_is_refused_by_name() {
+    let db = database("diverge").await;
+    let url = db.url.clone();
+    PostgresLedger::connect(&settings(&url)).await.unwrap();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let refused = |e: recon_core::ports::StoreError| e.to_string();
+
+    client
+        .batch_execute(&format!(
+            "UPDATE {HISTORY_TABLE} SET checksum = 'edited' WHERE version = 1"
+        ))
+        .await
+        .unwrap();
+    let e = refused(PostgresLedger::connect(&settings(&url)).await.err().expect("refused"));
+    assert!(e.contains("V1__ledger changed after it was applied"), "{e}");
+
+    client
+        .batch_execute(&format!(
+            "DELETE FROM {HISTORY_TABLE}; \
+             INSERT INTO {HISTORY_TABLE} (version, name, checksum) VALUES (999, 'from_a_newer_release', 'x')"
+        ))
+        .await
+        .unwrap();
+    let e = refused(PostgresLedger::connect(&settings(&url)).await.err().expect("refused"));
+    assert!(
+        e.contains("records migration V999, which this code does not carry"),
+        "{e}"
+    );
     db.drop().await;
 }
 

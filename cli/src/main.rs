@@ -192,7 +192,7 @@ async fn main() {
     let cli = Cli::parse();
     output::set_json(cli.json);
     // The demo prints its own story; per-message decision events would drown it.
-    recon_aws::telemetry::init_text(
+    output::init_logs(
         if matches!(cli.command, Command::Demo(_)) {
             "error"
         } else {

@@ -55,6 +55,19 @@ pub fn colour(no_color: Option<&str>, terminal: bool) -> bool {
     terminal && no_color.is_none_or(str::is_empty)
 }
 
+/// Human-readable events on stderr, `default_level` and above unless `RUST_LOG` says otherwise
+/// (env-filter's full syntax: dlqctl links it, the functions do not).
+pub fn init_logs(default_level: &str, ansi: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_target(false)
+        .with_env_filter(filter)
+        .try_init();
+}
+
 pub fn colour_on_stderr() -> bool {
     colour(
         std::env::var("NO_COLOR").ok().as_deref(),

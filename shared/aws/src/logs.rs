@@ -225,7 +225,7 @@ mod tests {
     fn subscriber(buffer: &Buffer, directive: &str) -> impl Subscriber + Send + Sync {
         let format = LambdaJson::new("recon-dlq");
         tracing_subscriber::registry()
-            .with(tracing_subscriber::EnvFilter::new(directive))
+            .with(crate::telemetry::log_filter(directive))
             .with(format.invocations())
             .with(
                 tracing_subscriber::fmt::layer()

@@ -1,24 +1,34 @@
 //! Logging setup shared by the functions and `dlqctl`: one JSON object per event on Lambda (what
-//! CloudWatch Logs Insights queries), readable text for a terminal. `RUST_LOG` filters.
+//! CloudWatch Logs Insights queries); dlqctl's readable text is its own (`cli/src/output.rs`).
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::prelude::*;
 
 /// JSON log lines with Powertools' keys (see [`crate::logs`]); the level from `RUST_LOG`, else
 /// Lambda's `AWS_LAMBDA_LOG_LEVEL`, else `info`. `default_service` names the service when neither
 /// `POWERTOOLS_SERVICE_NAME` nor the function's name is set.
+///
+/// The filter is `tracing_subscriber`'s `Targets`: a default level and `target=level` pairs,
+/// comma-separated. `RUST_LOG`'s span and field filters (env-filter's syntax) are not read: they
+/// would link a regex engine into every function. A directive that does not parse logs at `info`.
 pub fn init_json(default_service: &str) {
     let directive = crate::logs::filter_directive(
         std::env::var("RUST_LOG").ok(),
         std::env::var("AWS_LAMBDA_LOG_LEVEL").ok(),
     );
-    let filter = EnvFilter::try_new(&directive).unwrap_or_else(|_| EnvFilter::new("info"));
     let format = crate::logs::LambdaJson::new(crate::logs::service_name(default_service));
     let _ = tracing_subscriber::registry()
-        .with(filter)
+        .with(log_filter(&directive))
         .with(format.invocations())
         .with(tracing_subscriber::fmt::layer().event_format(format))
         .try_init();
+}
+
+/// The functions' filter from a directive (see [`init_json`]); `info` when it does not parse.
+pub(crate) fn log_filter(directive: &str) -> Targets {
+    directive
+        .parse::<Targets>()
+        .unwrap_or_else(|_| Targets::new().with_default(LevelFilter::INFO))
 }
 
 /// The settings, or the function stops at start-up: one JSON log line naming the variable, the
@@ -31,17 +41,6 @@ pub fn settings_or_exit<T>(parsed: Result<T, recon_core::config::ConfigError>) -
             std::process::exit(1);
         }
     }
-}
-
-/// Human-readable events on stderr, `warn` and above unless `RUST_LOG` says otherwise.
-pub fn init_text(default_level: &str, ansi: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .with_target(false)
-        .with_env_filter(filter)
-        .try_init();
 }
 
 /// Metrics in CloudWatch Embedded Metric Format: one JSON line on stdout per metric, which Lambda
@@ -101,6 +100,26 @@ impl recon_core::ports::Metrics for TracingMetrics {
 mod tests {
     use super::*;
     use recon_core::ports::Metric;
+    use tracing::Level;
+
+    #[test]
+    fn the_functions_filter_reads_levels_and_targets_and_falls_back_to_info() {
+        use crate::logs::{INVOKE_SPAN_TARGET, filter_directive};
+        let warn = log_filter(&filter_directive(None, Some("WARN".into())));
+        assert!(!warn.would_enable("recon_core::consume", &Level::INFO));
+        assert!(warn.would_enable("recon_core::consume", &Level::WARN));
+        assert!(
+            warn.would_enable(INVOKE_SPAN_TARGET, &Level::INFO),
+            "the invocation span, whatever the level"
+        );
+        let mixed = log_filter(&filter_directive(Some("warn,recon_core=debug".into()), None));
+        assert!(mixed.would_enable("recon_core::replay", &Level::DEBUG));
+        assert!(!mixed.would_enable("aws_smithy_runtime", &Level::INFO));
+        // env-filter's span syntax is not read by the functions: info, not silence.
+        let spans = log_filter(&filter_directive(Some("[handle{id=1}]=trace".into()), None));
+        assert!(spans.would_enable("recon_core::consume", &Level::INFO));
+        assert!(!spans.would_enable("recon_core::consume", &Level::DEBUG));
+    }
 
     #[test]
     fn emf_documents_carry_the_metric_and_its_dimensions() {

@@ -6,7 +6,7 @@
 //! redelivery of the same SQS message (same `sqs_message_id`) from a genuine duplicate. A
 //! hand-off to a manual journal is a row under the same key, so the two exclude each other.
 //!
-//! The schema comes from versioned migrations (`migrations/`, run with refinery); amounts are
+//! The schema comes from versioned migrations (`migrations/`, applied by `migrate.rs`); amounts are
 //! `NUMERIC`. Connections are pooled and reused across invocations; every statement carries a
 //! timeout. Errors are classified for the retry budget: serialization failures and deadlocks
 //! are conflicts, a cancelled statement a timeout, a lost or refused connection a network
@@ -27,9 +27,8 @@ use tokio_postgres::{NoTls, Row};
 /// The advisory lock migrations run under.
 const MIGRATION_LOCK: i64 = 0x7265_636f_6e5f_6d69;
 
-mod embedded {
-    refinery::embed_migrations!("migrations");
-}
+mod migrate;
+pub use migrate::HISTORY_TABLE;
 
 /// How to reach the database and how long anything may take.
 #[derive(Clone, Debug)]
@@ -220,10 +219,10 @@ impl PostgresLedger {
 
     /// How many versioned migrations this code carries.
     pub fn migrations() -> usize {
-        embedded::migrations::runner().get_migrations().len()
+        migrate::MIGRATIONS.len()
     }
 
-    /// Apply the migrations not yet applied (recorded in `refinery_schema_history`), one
+    /// Apply the migrations not yet applied (recorded in [`HISTORY_TABLE`]), one
     /// process at a time (cold starts racing on an empty schema wait for each other).
     pub async fn migrate(&self) -> StoreResult<()> {
         let mut client = self.pool.get().await.map_err(pool_error)?;
@@ -232,7 +231,7 @@ impl PostgresLedger {
             .batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
             .await
             .map_err(|e| classify("migration lock", &e))?;
-        let ran = embedded::migrations::runner().run_async(client).await;
+        let ran = migrate::run(client).await;
         let unlocked = client
             .batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
             .await;

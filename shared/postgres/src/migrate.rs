@@ -1,0 +1,144 @@
+//! The schema's versioned migrations (`migrations/V<n>__<name>.sql`), applied in order at the
+//! first connection after a deploy, each in its own transaction with its row in
+//! `ledger_schema_history` (version, name, the SHA-256 of its text, when).
+//!
+//! Our own few lines rather than a migration library: the one we used parsed file names with a
+//! regular expression at run time, which put a regex engine (about half a megabyte) into every
+//! function package. A database it migrated is taken over: its applied versions are recorded in
+//! our history on first use, and nothing is applied twice.
+//!
+//! Refused, as errors naming the version: a version recorded that this code does not carry (a
+//! newer release migrated the database), and a migration whose text changed after it was applied.
+
+use sha2::{Digest, Sha256};
+use tokio_postgres::Client;
+
+/// One migration: its version, name and SQL. Applied migrations are never edited; a change is a
+/// new version.
+pub(crate) struct Migration {
+    pub version: i32,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+/// Every migration, in version order.
+pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "ledger",
+    sql: include_str!("../migrations/V1__ledger.sql"),
+}];
+
+/// Where applied migrations are recorded.
+pub const HISTORY_TABLE: &str = "ledger_schema_history";
+
+/// The history a database migrated by the earlier library carries.
+const EARLIER_HISTORY: &str = "refinery_schema_history";
+
+/// Why the schema could not be brought up to date.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error("{0}")]
+    Database(#[from] tokio_postgres::Error),
+    #[error(
+        "the database records migration V{0}, which this code does not carry: a newer release migrated it; deploy that release or a later one"
+    )]
+    Unknown(i32),
+    #[error(
+        "migration V{version}__{name} changed after it was applied (its text no longer has the digest recorded): add a new migration instead of editing an applied one"
+    )]
+    Changed { version: i32, name: &'static str },
+}
+
+fn checksum(sql: &str) -> String {
+    Sha256::digest(sql.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Apply the migrations not yet applied; how many were. The caller holds the migration lock.
+pub(crate) async fn run(client: &mut Client) -> Result<usize, MigrateError> {
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS {HISTORY_TABLE} (
+                version    integer     PRIMARY KEY,
+                name       text        NOT NULL,
+                checksum   text        NOT NULL,
+                applied_on timestamptz NOT NULL DEFAULT now())"
+        ))
+        .await?;
+    adopt_earlier_history(client).await?;
+    let applied: Vec<(i32, String)> = client
+        .query(
+            &format!("SELECT version, checksum FROM {HISTORY_TABLE} ORDER BY version"),
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, tokio_postgres::Error>>()?;
+    for (version, recorded) in &applied {
+        let m = MIGRATIONS
+            .iter()
+            .find(|m| m.version == *version)
+            .ok_or(MigrateError::Unknown(*version))?;
+        if *recorded != checksum(m.sql) {
+            return Err(MigrateError::Changed {
+                version: m.version,
+                name: m.name,
+            });
+        }
+    }
+    let mut ran = 0;
+    for m in MIGRATIONS
+        .iter()
+        .filter(|m| !applied.iter().any(|(v, _)| *v == m.version))
+    {
+        let tx = client.transaction().await?;
+        tx.batch_execute(m.sql).await?;
+        tx.execute(
+            &format!("INSERT INTO {HISTORY_TABLE} (version, name, checksum) VALUES ($1, $2, $3)"),
+            &[&m.version, &m.name, &checksum(m.sql)],
+        )
+        .await?;
+        tx.commit().await?;
+        tracing::info!(version = m.version, name = m.name, "ledger schema migrated");
+        ran += 1;
+    }
+    Ok(ran)
+}
+
+/// A database the earlier library migrated: the versions it applied go into our history (with
+/// the digest of the text this code carries, which is the text it applied: migrations are never
+/// edited, and it refused divergent ones itself).
+async fn adopt_earlier_history(client: &Client) -> Result<(), tokio_postgres::Error> {
+    let earlier: bool = client
+        .query_one(&format!("SELECT to_regclass('{EARLIER_HISTORY}') IS NOT NULL"), &[])
+        .await?
+        .try_get(0)?;
+    if !earlier {
+        return Ok(());
+    }
+    let versions: Vec<i32> = client
+        .query(&format!("SELECT version FROM {EARLIER_HISTORY}"), &[])
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+    for v in versions {
+        // A version this code does not carry is recorded as it is, and refused by the caller.
+        let (name, sum) = MIGRATIONS
+            .iter()
+            .find(|m| m.version == v)
+            .map_or(("unknown", String::new()), |m| (m.name, checksum(m.sql)));
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO {HISTORY_TABLE} (version, name, checksum) VALUES ($1, $2, $3) ON CONFLICT (version) DO NOTHING"
+                ),
+                &[&v, &name, &sum],
+            )
+            .await?;
+    }
+    Ok(())
+}
