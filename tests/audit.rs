@@ -454,6 +454,21 @@ async fn a_continuation_from_a_seal_reads_only_what_came_after_it_and_names_a_re
         tail.iter().map(|r| r.seq).collect::<Vec<_>>(),
         (h.seq..=head.seq).collect::<Vec<_>>()
     );
+    // The same in pages of 2 (a Query with a Limit, each from the key the one before ended on);
+    // from 0, the whole chain.
+    for (from, expected) in [(h.seq, tail.clone()), (0, log.chain(&h.chain).await.unwrap())] {
+        let (mut paged, mut cursor) = (Vec::new(), None);
+        loop {
+            let (page, next) = log.chain_page(&h.chain, from, cursor, 2).await.unwrap();
+            assert!(page.len() <= 2, "{}", page.len());
+            paged.extend(page);
+            match next {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(paged, expected, "from {from}");
+    }
     let after_first = recon_core::ports::Worm::versions_after(
         &bucket,
         &format!("{}{}/", recon_core::domain::seal::SEAL_PREFIX, second.trail),

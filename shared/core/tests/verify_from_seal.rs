@@ -7,7 +7,7 @@ use recon_core::domain::AuditRecord;
 use recon_core::domain::audit::{AUDIT_CHAINS, ChainHead, ChainedRecord, GENESIS, link};
 use recon_core::domain::seal::{AuditSeal, SEAL_PREFIX, seal_key};
 use recon_core::evidence::{FromSealError, VerifyOptions, VerifyReport, seal, verify_from_seal, verify_trail};
-use recon_core::ports::{AuditLog, ObjectVersion, StoreResult, Worm, Written};
+use recon_core::ports::{AuditLog, ChainPage, ObjectVersion, StoreResult, Worm, Written};
 use recon_testkit::memory::{MemoryAuditLog, MemoryWorm};
 use std::sync::Mutex;
 
@@ -32,6 +32,8 @@ struct Recording {
     whole: Mutex<Vec<String>>,
     /// Every `chain_from` call.
     from: Mutex<Vec<(String, u64)>>,
+    /// Every `chain_page` call: chain, from_seq, whether it continued a read, records returned.
+    pages: Mutex<Vec<(String, u64, bool, usize)>>,
 }
 
 impl AuditLog for Recording {
@@ -45,6 +47,19 @@ impl AuditLog for Recording {
     async fn chain_from(&self, chain: &str, from_seq: u64) -> StoreResult<Vec<ChainedRecord>> {
         self.from.lock().unwrap().push((chain.to_owned(), from_seq));
         self.log.chain_from(chain, from_seq).await
+    }
+    async fn chain_page(
+        &self,
+        chain: &str,
+        from_seq: u64,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> StoreResult<ChainPage> {
+        let continued = cursor.is_some();
+        let page = self.log.chain_page(chain, from_seq, cursor, limit).await?;
+        let entry = (chain.to_owned(), from_seq, continued, page.0.len());
+        self.pages.lock().unwrap().push(entry);
+        Ok(page)
     }
     async fn heads(&self) -> StoreResult<Vec<ChainHead>> {
         self.log.heads().await
@@ -101,6 +116,7 @@ impl Recording {
     fn forget(&self) {
         self.whole.lock().unwrap().clear();
         self.from.lock().unwrap().clear();
+        self.pages.lock().unwrap().clear();
     }
 }
 
@@ -195,12 +211,15 @@ async fn an_intact_continuation_reads_only_what_came_after_the_seal_and_counts_i
 
     // What was read: no whole chain, no record before seal 2's heads, no seal before 2, and not
     // the whole bucket.
-    assert!(audit.whole.lock().unwrap().is_empty());
-    let asked = audit.from.lock().unwrap().clone();
-    assert_eq!(asked.len(), usize::from(AUDIT_CHAINS));
-    for (chain, from) in &asked {
+    assert!(audit.whole.lock().unwrap().is_empty() && audit.from.lock().unwrap().is_empty());
+    let pages = audit.pages.lock().unwrap().clone();
+    let first_pages: Vec<_> = pages.iter().filter(|(_, _, continued, _)| !continued).collect();
+    assert_eq!(first_pages.len(), usize::from(AUDIT_CHAINS), "{pages:?}");
+    for (chain, from, _, _) in &pages {
         assert_eq!(*from, sealed_seq(second, chain).max(1), "{chain}");
     }
+    let read: usize = pages.iter().map(|(.., n)| n).sum();
+    assert_eq!(read as u64, report.records, "every record read once");
     let listed = worm.listed.lock().unwrap().clone();
     assert!(!listed.iter().any(|l| l == "versions "), "{listed:?}");
     assert!(
@@ -230,7 +249,7 @@ async fn a_record_before_the_seal_is_not_read_and_only_a_full_verify_names_its_r
     edit(&audit, &h.chain, 1);
     let report = from_seal(&audit, &worm, 2).await;
     assert!(report.intact(), "record 1 lies before seal 2's heads: {report:?}");
-    for (chain, from) in audit.from.lock().unwrap().iter() {
+    for (chain, from, ..) in audit.pages.lock().unwrap().iter() {
         assert!(*from >= sealed_seq(&seals[1], chain).max(1), "{chain} read from {from}");
     }
     let full = verify_trail(&audit, &worm, &VerifyOptions::default()).await.unwrap();

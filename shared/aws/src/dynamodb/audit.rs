@@ -6,12 +6,14 @@ use aws_sdk_dynamodb::Client;
 use recon_core::domain::AuditRecord;
 use recon_core::domain::TransientKind;
 use recon_core::domain::audit::{ChainedRecord, GENESIS, chain_of};
-use recon_core::ports::{AuditLog, StoreError, StoreResult};
+use recon_core::ports::{AuditLog, ChainPage, StoreError, StoreResult};
 use recon_core::resources::keys;
 
 use super::{item_error, n, query_index, query_index_from, s, scan_all};
 use crate::error::store_error;
 use crate::item::{Item, from_item, get_s, to_item};
+
+mod page;
 
 /// The audit trail: one item per record, linked into one of `AUDIT_CHAINS` hash chains, plus one
 /// head item per chain. An append reads the head, then writes the record (only if its id is new:
@@ -469,6 +471,16 @@ impl AuditLog for DynamoAuditLog {
         from_seq: u64,
     ) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
         self.read_chain(chain, from_seq).await
+    }
+
+    async fn chain_page(
+        &self,
+        chain: &str,
+        from_seq: u64,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> StoreResult<ChainPage> {
+        self.read_page(chain, from_seq, cursor, limit).await
     }
 
     async fn current_trail(&self) -> StoreResult<Option<String>> {

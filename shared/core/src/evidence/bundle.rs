@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::all_records;
 use super::anchors::{StoredSeal, read_worm, seal};
+use super::summary::{Needs, SealPlan};
 use super::verify::{VerifyReport, check_seals, unsealed_tail, verify_chains};
 use crate::domain::audit::{ChainHead, ChainedRecord};
 use crate::domain::seal::{AuditSeal, ProofStep, merkle_proof, proof_root};
@@ -130,26 +131,35 @@ pub fn verify_bundle(bundle: &Bundle) -> VerifyReport {
             bundle.schema
         ));
     }
-    let by_chain = verify_chains(&bundle.audit_records, &bundle.heads, &Default::default(), &mut report);
+    let stored: Vec<StoredSeal> = bundle.seals.iter().map(|s| s.stored.clone()).collect();
+    let plan = SealPlan::new(&bundle.trail, &stored);
+    let needs = Needs::of(Some(&plan));
+    let chains = verify_chains(
+        &bundle.audit_records,
+        &bundle.heads,
+        &Default::default(),
+        &needs,
+        &mut report,
+    );
     report.breaks.extend(bundle.worm_findings.iter().cloned());
     if bundle.seals.is_empty() {
         report
             .breaks
             .push("the bundle carries no seal: nothing anchors its records".into());
     }
-    let stored: Vec<StoredSeal> = bundle.seals.iter().map(|s| s.stored.clone()).collect();
-    let last = check_seals(&bundle.trail, &stored, &by_chain, None, &mut report);
+    check_seals(&plan, &chains, None, &mut report);
+    let last = plan.last();
     for s in &bundle.seals {
         check_proofs(s, &mut report);
     }
-    if let Some(last) = &last
+    if let Some(last) = last
         && last.heads != bundle.heads
     {
         report
             .breaks
             .push("the bundle's heads are not the heads its last seal commits to".into());
     }
-    unsealed_tail(&by_chain, last.as_ref(), None, &mut report);
+    unsealed_tail(&chains, last, None, &mut report);
     for t in &report.unsealed {
         report.breaks.push(format!(
             "chain {}: records {}..{} are in the bundle but no seal in it covers them",

@@ -20,10 +20,10 @@
 use std::collections::BTreeMap;
 
 use super::anchors::{StoredSeal, WormEvidence, read_worm_from_seal};
-use super::verify::{
-    ContinuedFrom, VerifyOptions, VerifyReport, check_seals, check_trails, unsealed_tail, verify_chains,
-};
-use crate::domain::audit::{AUDIT_CHAINS, ChainHead, ChainedRecord};
+use super::stream::{VERIFY_PAGE, read_chains};
+use super::summary::{Needs, SealPlan};
+use super::verify::{ContinuedFrom, VerifyOptions, VerifyReport, check_seals, check_trails, conclude};
+use crate::domain::audit::AUDIT_CHAINS;
 use crate::domain::seal::{AuditSeal, parse_seal_key, seal_key};
 use crate::ports::{AuditLog, StoreError, Worm};
 
@@ -39,7 +39,8 @@ pub enum FromSealError {
 /// Verify what came after seal `from_seal` of the trail the table names (see the module).
 ///
 /// As [`super::verify_trail`]: the bucket first, then the heads, the records from seal N's heads
-/// on, and the heads again; a record appended meanwhile is left out.
+/// on (page by page, as a full verification reads them), and the heads again; a record appended
+/// meanwhile is left out.
 pub async fn verify_from_seal<A: AuditLog, W: Worm>(
     audit: &A,
     worm: &W,
@@ -76,48 +77,20 @@ pub async fn verify_from_seal<A: AuditLog, W: Worm>(
             })
             .collect(),
     };
-    let before = audit.heads().await?;
-    let mut records = Vec::new();
-    for (chain, first) in &continued.read_from {
-        records.extend(
-            audit
-                .chain_from(chain, *first)
-                .await?
-                .into_iter()
-                .filter(|r| r.seq >= *first),
-        );
-    }
-    let after = audit.heads().await?;
-    let seq_of = |heads: &[ChainHead], chain: &str| heads.iter().find(|h| h.chain == chain).map_or(0, |h| h.seq);
-    records.retain(|r| !(r.seq > seq_of(&before, &r.chain) && r.seq <= seq_of(&after, &r.chain)));
-    Ok(verify_continued(&records, &before, t, &ev, &continued, opts))
-}
-
-/// Verify, pure: `records` are each chain's from `continued.read_from` on, `worm` a continuation's
-/// read of the bucket (trail objects, the seals from `continued.seal` on).
-fn verify_continued(
-    records: &[ChainedRecord],
-    heads: &[ChainHead],
-    trail: &str,
-    worm: &WormEvidence,
-    continued: &ContinuedFrom,
-    opts: &VerifyOptions,
-) -> VerifyReport {
-    let mut report = started(Some(trail), continued.seal);
-    report.records = records.len() as u64;
-    report.read_from = continued.read_from.clone();
-    let by_chain = verify_chains(records, heads, &continued.read_from, &mut report);
-    report.breaks.extend(worm.findings.iter().cloned());
-    check_trails(Some(trail), worm, &opts.accept_retired, &mut report);
-    let seals: Vec<StoredSeal> = worm
+    // The verification that printed N checked the seals before it.
+    let seals: Vec<StoredSeal> = ev
         .seals
         .iter()
         .filter(|s| parse_seal_key(&s.key).is_none_or(|(_, seq)| seq >= continued.seal))
         .cloned()
         .collect();
-    let last = check_seals(trail, &seals, &by_chain, Some(continued), &mut report);
-    unsealed_tail(&by_chain, last.as_ref(), opts.window, &mut report);
-    report
+    let plan = SealPlan::new(t, &seals);
+    let needs = Needs::of(Some(&plan));
+    let mut report = started(Some(t), from_seal);
+    report.read_from = continued.read_from.clone();
+    let chains = read_chains(audit, &continued.read_from, &needs, VERIFY_PAGE, &mut report).await?;
+    conclude(&chains, Some(&plan), &ev, opts, Some(&continued), &mut report);
+    Ok(report)
 }
 
 fn started(trail: Option<&str>, from_seal: u64) -> VerifyReport {
@@ -176,13 +149,8 @@ fn unusable_start(
         seal: from_seal,
         read_from: BTreeMap::new(),
     };
-    check_seals(
-        trail,
-        std::slice::from_ref(start),
-        &BTreeMap::new(),
-        Some(&continued),
-        &mut report,
-    );
+    let plan = SealPlan::new(trail, std::slice::from_ref(start));
+    check_seals(&plan, &BTreeMap::new(), Some(&continued), &mut report);
     report.latest_seal = None;
     report.latest_seal_seq = None;
     report.breaks.push(format!(

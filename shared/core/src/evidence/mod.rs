@@ -9,12 +9,22 @@
 //! and reports the unsealed tail (a break when it is older than the sealing window). A
 //! continuation (`continuation.rs`) verifies only what came after a seal an earlier verification
 //! checked.
+//!
+//! Online, the records are read a page at a time (`stream.rs`) and never held: the seals, read
+//! first, say which records the checks need (`summary.rs`: the hash at each sealed position, the
+//! span of the unsealed tail), each chain's verifier keeps only where it is, and a record beyond
+//! the first heads read is held, as its link, until the second heads say whether it was appended
+//! meanwhile. So a verification's memory grows with the seals and with what was appended during
+//! it, not with the trail. The pure checks (`verify.rs`) are the same ones over the same
+//! summaries, built from records in memory (a bundle, `verify_all`).
 
 mod anchors;
 mod bundle;
 mod configuration;
 mod continuation;
 mod sealing;
+mod stream;
+mod summary;
 mod verify;
 
 pub use anchors::{
@@ -24,10 +34,12 @@ pub use bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal, HeadProof, covered_by_last_s
 pub use configuration::{ConfigState, config_change, difference, fingerprint};
 pub use continuation::{FromSealError, verify_from_seal};
 pub use sealing::SealingAuditLog;
+pub use stream::VERIFY_PAGE;
 pub use verify::{SealWindow, UnsealedTail, VerifyOptions, VerifyReport, verify_all};
 
-use crate::domain::audit::{AUDIT_CHAINS, ChainHead, ChainedRecord};
+use crate::domain::audit::{AUDIT_CHAINS, ChainedRecord};
 use crate::ports::{AuditLog, StoreResult, Worm};
+use summary::{Needs, SealPlan};
 
 /// Every record of every chain.
 pub async fn all_records<A: AuditLog>(audit: &A) -> StoreResult<Vec<ChainedRecord>> {
@@ -43,18 +55,34 @@ pub async fn all_records<A: AuditLog>(audit: &A) -> StoreResult<Vec<ChainedRecor
 /// The bucket first (a seal written after it is read is not checked, and every seal read covers
 /// heads no later than those read next), then the heads, the records, and the heads again: a
 /// record beyond the first heads but within the second was appended while this read and is left
-/// out; one beyond both is linked by no head, and is named.
+/// out; one beyond both is linked by no head, and is named. The records are read in pages of
+/// [`VERIFY_PAGE`].
 pub async fn verify_trail<A: AuditLog, W: Worm>(
     audit: &A,
     worm: &W,
     opts: &VerifyOptions,
 ) -> StoreResult<VerifyReport> {
+    verify_trail_in_pages(audit, worm, opts, VERIFY_PAGE).await
+}
+
+/// [`verify_trail`], reading the records `page` at a time (at least 1). The report does not
+/// depend on `page`.
+pub async fn verify_trail_in_pages<A: AuditLog, W: Worm>(
+    audit: &A,
+    worm: &W,
+    opts: &VerifyOptions,
+    page: usize,
+) -> StoreResult<VerifyReport> {
     let trail = audit.current_trail().await?;
     let worm_evidence = read_worm(worm, trail.as_deref()).await?;
-    let before = audit.heads().await?;
-    let mut records = all_records(audit).await?;
-    let after = audit.heads().await?;
-    let seq_of = |heads: &[ChainHead], chain: &str| heads.iter().find(|h| h.chain == chain).map_or(0, |h| h.seq);
-    records.retain(|r| !(r.seq > seq_of(&before, &r.chain) && r.seq <= seq_of(&after, &r.chain)));
-    Ok(verify_all(&records, &before, trail.as_deref(), &worm_evidence, opts))
+    let plan = trail.as_deref().map(|t| SealPlan::new(t, &worm_evidence.seals));
+    let needs = Needs::of(plan.as_ref());
+    let mut report = VerifyReport {
+        trail: trail.clone(),
+        ..VerifyReport::default()
+    };
+    let starts = (0..AUDIT_CHAINS).map(|i| (format!("c{i}"), 0)).collect();
+    let chains = stream::read_chains(audit, &starts, &needs, page, &mut report).await?;
+    verify::conclude(&chains, plan.as_ref(), &worm_evidence, opts, None, &mut report);
+    Ok(report)
 }

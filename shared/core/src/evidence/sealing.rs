@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::anchors::seal;
 use crate::domain::AuditRecord;
 use crate::domain::audit::{ChainHead, ChainedRecord};
-use crate::ports::{AuditLog, Clock, StoreResult, Worm};
+use crate::ports::{AuditLog, ChainPage, Clock, StoreResult, Worm};
 
 pub struct SealingAuditLog<A, W> {
     pub log: A,
@@ -49,6 +49,15 @@ impl<A: AuditLog, W: Worm> AuditLog for SealingAuditLog<A, W> {
     }
     async fn chain_from(&self, chain: &str, from_seq: u64) -> StoreResult<Vec<ChainedRecord>> {
         self.log.chain_from(chain, from_seq).await
+    }
+    async fn chain_page(
+        &self,
+        chain: &str,
+        from_seq: u64,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> StoreResult<ChainPage> {
+        self.log.chain_page(chain, from_seq, cursor, limit).await
     }
     async fn heads(&self) -> StoreResult<Vec<ChainHead>> {
         self.log.heads().await

@@ -7,9 +7,10 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use super::anchors::{StoredSeal, WormEvidence};
-use crate::domain::audit::{ChainBreak, ChainHead, ChainedRecord, short_hash, verify_chain_from};
-use crate::domain::seal::{AuditSeal, FIRST_PREV, SEAL_SCHEMA, parse_seal_key, seal_digest};
+use super::anchors::WormEvidence;
+use super::summary::{ChainSummary, Digest, Needs, SealPlan};
+use crate::domain::audit::{ChainBreak, ChainHead, ChainVerifier, ChainedRecord, short_hash};
+use crate::domain::seal::{AuditSeal, FIRST_PREV, SEAL_SCHEMA, seal_digest};
 
 /// What `audit verify` found.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,52 +90,86 @@ pub fn verify_all(
         records: records.len() as u64,
         ..VerifyReport::default()
     };
-    let by_chain = verify_chains(records, heads, &BTreeMap::new(), &mut report);
-    report.breaks.extend(worm.findings.iter().cloned());
-    check_trails(trail, worm, &opts.accept_retired, &mut report);
-    let last = match trail {
-        Some(t) => check_seals(t, &worm.seals, &by_chain, None, &mut report),
-        None => None,
-    };
-    unsealed_tail(&by_chain, last.as_ref(), opts.window, &mut report);
+    let plan = trail.map(|t| SealPlan::new(t, &worm.seals));
+    let needs = Needs::of(plan.as_ref());
+    let chains = verify_chains(records, heads, &BTreeMap::new(), &needs, &mut report);
+    conclude(&chains, plan.as_ref(), worm, opts, None, &mut report);
     report
 }
 
 /// Every chain against its head, each from its record in `read_from` (from its first record when
-/// not there); the records grouped by chain, in `seq` order. `report.chains` counts the records
-/// verified.
+/// not there), and what `needs` asks of its records. `report.chains` counts the records verified.
 pub(super) fn verify_chains(
     records: &[ChainedRecord],
     heads: &[ChainHead],
     read_from: &BTreeMap<String, u64>,
+    needs: &Needs,
     report: &mut VerifyReport,
-) -> BTreeMap<String, Vec<ChainedRecord>> {
-    let mut by_chain: BTreeMap<String, Vec<ChainedRecord>> = BTreeMap::new();
+) -> BTreeMap<String, ChainSummary> {
+    let mut by_chain: BTreeMap<&str, Vec<&ChainedRecord>> = BTreeMap::new();
     for r in records {
-        by_chain.entry(r.chain.clone()).or_default().push(r.clone());
+        by_chain.entry(&r.chain).or_default().push(r);
     }
     for h in heads {
-        by_chain.entry(h.chain.clone()).or_default();
+        by_chain.entry(&h.chain).or_default();
     }
-    for (chain, list) in &mut by_chain {
+    let mut summaries = BTreeMap::new();
+    for (chain, mut list) in by_chain {
         list.sort_by_key(|r| r.seq);
-        let head = heads.iter().find(|h| &h.chain == chain);
-        if head.is_none() && !list.is_empty() {
-            report.breaks.push(format!(
-                "chain {chain}: {} records but no head (the head was deleted)",
-                list.len()
-            ));
-            continue;
-        }
         let from = read_from.get(chain).copied().unwrap_or(1).max(1);
-        match verify_chain_from(chain, list, from, head) {
-            Ok(n) => {
-                report.chains.insert(chain.clone(), n.saturating_sub(from - 1));
-            }
-            Err(b) => report.breaks.push(b.to_string()),
+        let mut verifier = ChainVerifier::new(chain, from);
+        let mut summary = ChainSummary::default();
+        for r in list {
+            verifier.push(r);
+            summary.add(needs.chain(chain), &Digest::of(r));
         }
+        let head = heads.iter().find(|h| h.chain == chain);
+        finish_chain(chain, verifier, head, from, summary.records, report);
+        summaries.insert(chain.to_owned(), summary);
     }
-    by_chain
+    summaries
+}
+
+/// A chain's verdict once all its records were seen (`records` of them, the first at `from`).
+pub(super) fn finish_chain(
+    chain: &str,
+    verifier: ChainVerifier,
+    head: Option<&ChainHead>,
+    from: u64,
+    records: u64,
+    report: &mut VerifyReport,
+) {
+    if head.is_none() && records > 0 {
+        report.breaks.push(format!(
+            "chain {chain}: {records} records but no head (the head was deleted)"
+        ));
+        return;
+    }
+    match verifier.finish(head) {
+        Ok(n) => {
+            report.chains.insert(chain.to_owned(), n.saturating_sub(from - 1));
+        }
+        Err(b) => report.breaks.push(b.to_string()),
+    }
+}
+
+/// Everything after the chains, in the order a report lists it: what the bucket shows, the
+/// trails, the seal chain and the sealed heads (with a trail), and the unsealed tail.
+pub(super) fn conclude(
+    chains: &BTreeMap<String, ChainSummary>,
+    plan: Option<&SealPlan<'_>>,
+    worm: &WormEvidence,
+    opts: &VerifyOptions,
+    from: Option<&ContinuedFrom>,
+    report: &mut VerifyReport,
+) {
+    report.breaks.extend(worm.findings.iter().cloned());
+    let trail = report.trail.clone();
+    check_trails(trail.as_deref(), worm, &opts.accept_retired, report);
+    if let Some(plan) = plan {
+        check_seals(plan, chains, from, report);
+    }
+    unsealed_tail(chains, plan.and_then(SealPlan::last), opts.window, report);
 }
 
 /// The trail the table names is the one the bucket anchors, and every other trail the bucket
@@ -211,33 +246,27 @@ pub(super) struct ContinuedFrom {
     pub read_from: BTreeMap<String, u64>,
 }
 
-/// The seal chain of `trail` and every sealed head; returns the newest seal that reads. With
-/// `from`, the chain starts at that seal instead of the first.
+/// The seal chain of the plan's trail and every sealed head. With `from`, the chain starts at that
+/// seal instead of the first.
 pub(super) fn check_seals(
-    trail: &str,
-    seals: &[StoredSeal],
-    by_chain: &BTreeMap<String, Vec<ChainedRecord>>,
+    plan: &SealPlan<'_>,
+    chains: &BTreeMap<String, ChainSummary>,
     from: Option<&ContinuedFrom>,
     report: &mut VerifyReport,
-) -> Option<AuditSeal> {
-    let mut numbered: Vec<(u64, &StoredSeal)> = Vec::new();
-    for s in seals {
-        match parse_seal_key(&s.key) {
-            Some((t, seq)) if t == trail => numbered.push((seq, s)),
-            _ => report
-                .breaks
-                .push(format!("seal {}: not a seal key of trail {trail}", s.key)),
-        }
+) {
+    let trail = plan.trail;
+    for key in &plan.foreign {
+        report
+            .breaks
+            .push(format!("seal {key}: not a seal key of trail {trail}"));
     }
-    numbered.sort_by_key(|(seq, _)| *seq);
-    report.seals = numbered.len() as u64;
+    report.seals = plan.numbered.len() as u64;
     let mut expected = match from {
         Some(c) => (c.seal, None),
         None => (1u64, Some(FIRST_PREV.to_owned())),
     };
-    let mut last = None;
-    for (seq, stored) in numbered {
-        let key = &stored.key;
+    for (seq, stored, parsed) in &plan.numbered {
+        let (seq, key) = (*seq, &stored.key);
         if seq != expected.0 {
             report.breaks.push(format!(
                 "seal chain of trail {trail}: seal {} is missing (the next present is {seq}): a gap in the seal chain",
@@ -245,7 +274,7 @@ pub(super) fn check_seals(
             ));
         }
         let digest = seal_digest(stored.body.as_bytes());
-        let seal = match AuditSeal::parse(stored.body.as_bytes()) {
+        let seal = match parsed {
             Ok(s) => s,
             Err(why) => {
                 report.breaks.push(format!("seal {key} {why}"));
@@ -275,25 +304,23 @@ pub(super) fn check_seals(
                 "seal {key}: its Merkle root does not match its heads (the seal is not genuine)"
             ));
         } else {
-            check_sealed_heads(key, &seal, by_chain, from, report);
+            check_sealed_heads(key, seal, chains, from, report);
         }
         report.latest_seal = Some(key.clone());
         report.latest_seal_seq = Some(seq);
         expected = (seq.saturating_add(1), Some(digest));
-        last = Some(seal);
     }
-    last
 }
 
 fn check_sealed_heads(
     key: &str,
     seal: &AuditSeal,
-    by_chain: &BTreeMap<String, Vec<ChainedRecord>>,
+    chains: &BTreeMap<String, ChainSummary>,
     from: Option<&ContinuedFrom>,
     report: &mut VerifyReport,
 ) {
     for h in &seal.heads {
-        let at = by_chain.get(&h.chain).and_then(|l| l.iter().find(|r| r.seq == h.seq));
+        let at = chains.get(&h.chain).and_then(|c| c.sealed.get(&h.seq));
         let read_from = from.and_then(|c| c.read_from.get(&h.chain).map(|first| (c.seal, *first)));
         let problem = match (at, read_from) {
             (_, Some((start, first))) if h.seq < first => format!(
@@ -311,7 +338,7 @@ fn check_sealed_heads(
             ChainBreak {
                 chain: h.chain.clone(),
                 seq: h.seq,
-                audit_id: at.map(|r| r.record.audit_id.clone()),
+                audit_id: at.map(|r| r.audit_id.clone()),
                 problem,
             }
             .to_string(),
@@ -319,34 +346,24 @@ fn check_sealed_heads(
     }
 }
 
-/// The records after the newest seal, per chain. While records wait, the newest seal (or, with
+/// The records after the newest seal (`last`, the seal each summary's tail was taken after), per
+/// chain. While records wait, the newest seal (or, with
 /// none, the oldest waiting record) must be younger than the window: the seal schedule writes one
 /// every interval whatever happens, so an older one means sealing has stopped. The seal's own time
 /// is the measure, not the records' (which a writer sets, and a stream may deliver late).
 pub(super) fn unsealed_tail(
-    by_chain: &BTreeMap<String, Vec<ChainedRecord>>,
+    chains: &BTreeMap<String, ChainSummary>,
     last: Option<&AuditSeal>,
     window: Option<SealWindow>,
     report: &mut VerifyReport,
 ) {
-    for (chain, list) in by_chain {
-        let sealed = last
-            .and_then(|s| s.heads.iter().find(|h| &h.chain == chain))
-            .map_or(0, |h| h.seq);
-        let tail: Vec<&ChainedRecord> = list.iter().filter(|r| r.seq > sealed).collect();
-        let (Some(first), Some(end)) = (tail.first(), tail.last()) else {
-            continue;
-        };
-        let oldest_at = tail
-            .iter()
-            .filter(|r| r.unreadable.is_none())
-            .map(|r| r.record.at)
-            .min();
+    for (chain, summary) in chains {
+        let Some(tail) = summary.tail else { continue };
         report.unsealed.push(UnsealedTail {
             chain: chain.clone(),
-            from_seq: first.seq,
-            to_seq: end.seq,
-            oldest_at,
+            from_seq: tail.from_seq,
+            to_seq: tail.to_seq,
+            oldest_at: tail.oldest_at,
         });
     }
     let since = match last {

@@ -7,6 +7,10 @@ use super::StoreResult;
 use crate::domain::AuditRecord;
 use crate::domain::audit::{ChainHead, ChainedRecord};
 
+/// A page of one chain's records and the opaque cursor of the next page (`None`: the chain ends
+/// here).
+pub type ChainPage = (Vec<ChainedRecord>, Option<String>);
+
 pub trait AuditLog: Send + Sync {
     /// Link the record into its chain. Idempotent on `audit_id`: a second append of the same
     /// decision leaves the first record. Returns the `seq` it was linked at (`None`: already
@@ -30,6 +34,24 @@ pub trait AuditLog: Send + Sync {
     /// The records of one chain from `from_seq` on (`seq >= from_seq`), in `seq` order: reads
     /// nothing before it (continuing a verification from a seal).
     fn chain_from(&self, chain: &str, from_seq: u64) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send;
+    /// The records of one chain from `from_seq` on (`seq >= from_seq`), a page at a time, so that a
+    /// reader holds one page, not the chain: at most `limit` records (a `limit` of 0 is taken as
+    /// 1), in `seq` order, from where `cursor` left off (`None`: the first page; otherwise the
+    /// cursor the page before returned, with the same `chain` and `from_seq`).
+    ///
+    /// The chain ends when the cursor returned is `None`; a page may hold fewer than `limit`
+    /// records, even none, and still name a next one (a store's own limits on a response). Every
+    /// record is on exactly one page, two records at the same `seq` (a forged one) included: the
+    /// cursor marks a record, not a `seq`, so the next page starts with the record after it.
+    /// Records appended while the pages are read may be on a later page. No default: one over
+    /// [`AuditLog::chain_from`] would read the whole chain for every page.
+    fn chain_page(
+        &self,
+        chain: &str,
+        from_seq: u64,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> impl Future<Output = StoreResult<ChainPage>> + Send;
     /// The head of every chain that has records.
     fn heads(&self) -> impl Future<Output = StoreResult<Vec<ChainHead>>> + Send;
     /// The trail id the table names (a mutable pointer: the trail's identity is its anchor in the
@@ -52,6 +74,15 @@ impl<T: AuditLog> AuditLog for Arc<T> {
     }
     fn chain_from(&self, chain: &str, from_seq: u64) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send {
         (**self).chain_from(chain, from_seq)
+    }
+    fn chain_page(
+        &self,
+        chain: &str,
+        from_seq: u64,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> impl Future<Output = StoreResult<ChainPage>> + Send {
+        (**self).chain_page(chain, from_seq, cursor, limit)
     }
     fn heads(&self) -> impl Future<Output = StoreResult<Vec<ChainHead>>> + Send {
         (**self).heads()

@@ -18,7 +18,7 @@ mod reference;
 mod worm;
 
 pub use approvals::{ApprovalRequests, RequestPage};
-pub use audit::AuditLog;
+pub use audit::{AuditLog, ChainPage};
 pub use clock::{Clock, Deadline, SystemClock, lambda_deadline};
 pub use envelopes::{AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, SweepCursors, all_envelopes};
 pub use ledger::{

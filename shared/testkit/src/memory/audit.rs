@@ -3,7 +3,7 @@
 
 use recon_core::domain::audit::{ChainHead, ChainedRecord, GENESIS, chain_of, link};
 use recon_core::domain::{AuditKind, AuditRecord, TransientKind};
-use recon_core::ports::{AuditLog, StoreError, StoreResult};
+use recon_core::ports::{AuditLog, ChainPage, StoreError, StoreResult};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -86,6 +86,41 @@ impl AuditLog for MemoryAuditLog {
             .collect();
         out.sort_by_key(|r| r.seq);
         Ok(out)
+    }
+
+    /// The cursor is how many of the chain's records from `from_seq` on (in `seq` order, records at
+    /// one `seq` in append order) the pages before returned: an append lands after them all.
+    async fn chain_page(
+        &self,
+        chain: &str,
+        from_seq: u64,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> StoreResult<ChainPage> {
+        let skip: usize = match cursor {
+            None => 0,
+            Some(c) => c.parse().map_err(|_| {
+                StoreError::new(
+                    TransientKind::Infrastructure,
+                    format!("audit chain page cursor {c:?} is not one this log returned"),
+                )
+            })?,
+        };
+        let s = lock(&self.state);
+        let mut all: Vec<&ChainedRecord> = s
+            .records
+            .iter()
+            .filter(|r| r.chain == chain && r.seq >= from_seq)
+            .collect();
+        all.sort_by_key(|r| r.seq);
+        let end = skip.saturating_add(limit.max(1)).min(all.len());
+        let page = all
+            .get(skip..end)
+            .unwrap_or_default()
+            .iter()
+            .map(|r| (*r).clone())
+            .collect();
+        Ok((page, (end < all.len()).then(|| end.to_string())))
     }
 
     async fn current_trail(&self) -> StoreResult<Option<String>> {

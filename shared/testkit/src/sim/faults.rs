@@ -10,9 +10,9 @@ use recon_core::domain::{
     PeriodRecord, Posting, ReferenceSnapshot, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
 };
 use recon_core::ports::{
-    AuditLog, AuditOutbox, Backlog, Clock, CreateOutcome, DeadLetterQueue, EnvelopePage, EnvelopeStore, FlowResult,
-    Ledger, ObjectVersion, OutgoingMessage, ReferenceData, ReplayQueue, StoreError, StoreResult, SweepCursors,
-    WorkQueue, Worm, Written,
+    AuditLog, AuditOutbox, Backlog, ChainPage, Clock, CreateOutcome, DeadLetterQueue, EnvelopePage, EnvelopeStore,
+    FlowResult, Ledger, ObjectVersion, OutgoingMessage, ReferenceData, ReplayQueue, StoreError, StoreResult,
+    SweepCursors, WorkQueue, Worm, Written,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -210,6 +210,20 @@ impl<P: AuditLog> AuditLog for Faulty<P> {
     async fn chain_from(&self, chain: &str, from_seq: u64) -> StoreResult<Vec<ChainedRecord>> {
         self.faults
             .call("Audit.chain_from", self.inner.chain_from(chain, from_seq))
+            .await
+    }
+    async fn chain_page(
+        &self,
+        chain: &str,
+        from_seq: u64,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> StoreResult<ChainPage> {
+        self.faults
+            .call(
+                "Audit.chain_page",
+                self.inner.chain_page(chain, from_seq, cursor, limit),
+            )
             .await
     }
     async fn heads(&self) -> StoreResult<Vec<ChainHead>> {
