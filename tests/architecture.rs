@@ -134,6 +134,38 @@ fn core_and_testkit_link_no_aws_sdk_and_no_function_links_test_code() {
     }
 }
 
+/// A function package is built by `cargo lambda build --bin <function>` (SAM, `make build`), which
+/// resolves features over the workspace's default members: those must be the functions alone, or
+/// dlqctl's operator features (SSO and credential_process profiles, env-filter and its regex
+/// engine) are compiled into every package, past the 5 MB a package may weigh.
+#[test]
+fn the_function_packages_are_resolved_without_dlqctls_operator_features() {
+    let out = Command::new(env!("CARGO"))
+        .args(["tree", "-e", "features", "--prefix", "none", "--manifest-path"])
+        .arg(workspace().join("Cargo.toml"))
+        .output()
+        .expect("cargo tree runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        tree.contains("aws-config feature \"rt-tokio\"") && tree.lines().any(|l| l.starts_with("consumer v")),
+        "the tree of the default members was read:\n{tree}"
+    );
+    for line in [
+        "aws-config feature \"sso\"",
+        "aws-config feature \"credentials-process\"",
+        "tracing-subscriber feature \"env-filter\"",
+    ] {
+        assert!(!tree.contains(line), "the functions are built with {line}");
+    }
+    for krate in ["dlqctl v", "recon-testkit v", "regex v", "webpki-roots v"] {
+        assert!(
+            !tree.lines().any(|l| l.starts_with(krate)),
+            "the functions' build links {krate}"
+        );
+    }
+}
+
 /// The source of `file` without comments and without its `#[cfg(test)]` tail.
 fn code(file: &Path) -> String {
     let text = std::fs::read_to_string(file).expect("source file");

@@ -186,6 +186,22 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
             .intact()
     );
 
+    // Edit the index key alone (not covered by the hash): named, not read where it now points.
+    let mut moved = original.clone();
+    moved.insert("seq_key".into(), AttributeValue::S(format!("{:012}", b.seq + 900)));
+    s.put_audit_item(moved).await;
+    let report = verify_trail(&log, &worm(&s), &recon_core::evidence::VerifyOptions::default())
+        .await
+        .unwrap();
+    assert!(
+        report
+            .breaks
+            .iter()
+            .any(|x| x.contains(&format!("record {}", b.seq)) && x.contains("seq_key")),
+        "{report:?}"
+    );
+    s.put_audit_item(original.clone()).await;
+
     // Reorder: swap the positions of the first two records.
     let (mut ia, mut ib) = (s.audit_item(&a.record.audit_id).await, original);
     for key in ["seq", "seq_key"] {

@@ -25,10 +25,16 @@ pub fn init_json(default_service: &str) {
 }
 
 /// The functions' filter from a directive (see [`init_json`]); `info` when it does not parse.
+/// Pieces are trimmed and empty ones dropped, as env-filter does (`Targets` would read an empty
+/// piece as "every target at trace"); a span or field filter (`[`, `{`) is env-filter's syntax,
+/// which `Targets` would take for a target name matching nothing: refused, so `info`.
 pub(crate) fn log_filter(directive: &str) -> Targets {
-    directive
-        .parse::<Targets>()
-        .unwrap_or_else(|_| Targets::new().with_default(LevelFilter::INFO))
+    let pieces: Vec<&str> = directive.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    let info = || Targets::new().with_default(LevelFilter::INFO);
+    if pieces.iter().any(|p| p.contains(['[', ']', '{', '}'])) {
+        return info();
+    }
+    pieces.join(",").parse::<Targets>().unwrap_or_else(|_| info())
 }
 
 /// The settings, or the function stops at start-up: one JSON log line naming the variable, the
@@ -116,9 +122,16 @@ mod tests {
         assert!(mixed.would_enable("recon_core::replay", &Level::DEBUG));
         assert!(!mixed.would_enable("aws_smithy_runtime", &Level::INFO));
         // env-filter's span syntax is not read by the functions: info, not silence.
-        let spans = log_filter(&filter_directive(Some("[handle{id=1}]=trace".into()), None));
-        assert!(spans.would_enable("recon_core::consume", &Level::INFO));
-        assert!(!spans.would_enable("recon_core::consume", &Level::DEBUG));
+        for spans in ["[handle{id=1}]=trace", "recon_core[handle]=debug"] {
+            let spans = log_filter(&filter_directive(Some(spans.into()), None));
+            assert!(spans.would_enable("recon_core::consume", &Level::INFO));
+            assert!(!spans.would_enable("recon_core::consume", &Level::DEBUG));
+        }
+        // White space and empty pieces, as env-filter reads them: not "everything at trace".
+        let loose = log_filter(&filter_directive(Some("warn, recon_core=debug,".into()), None));
+        assert!(loose.would_enable("recon_core::replay", &Level::DEBUG));
+        assert!(!loose.would_enable("aws_smithy_runtime", &Level::TRACE));
+        assert!(!loose.would_enable("aws_smithy_runtime", &Level::INFO));
     }
 
     #[test]

@@ -225,8 +225,8 @@ impl PostgresLedger {
     /// Apply the migrations not yet applied (recorded in [`HISTORY_TABLE`]), one
     /// process at a time (cold starts racing on an empty schema wait for each other).
     pub async fn migrate(&self) -> StoreResult<()> {
-        let mut client = self.pool.get().await.map_err(pool_error)?;
-        let client: &mut tokio_postgres::Client = &mut client;
+        let mut object = self.pool.get().await.map_err(pool_error)?;
+        let client: &mut tokio_postgres::Client = &mut object;
         client
             .batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
             .await
@@ -235,6 +235,11 @@ impl PostgresLedger {
         let unlocked = client
             .batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK})"))
             .await;
+        if ran.is_err() || unlocked.is_err() {
+            // The session may still hold the lock (or an aborted transaction): closed, never
+            // handed to the next caller, and the lock goes with it.
+            drop(deadpool_postgres::Object::take(object));
+        }
         ran.map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("migrations: {e}")))?;
         unlocked.map_err(|e| classify("migration unlock", &e))?;
         Ok(())

@@ -110,8 +110,9 @@ pub(crate) async fn run(client: &mut Client) -> Result<usize, MigrateError> {
 
 /// A database the earlier library migrated: the versions it applied go into our history (with
 /// the digest of the text this code carries, which is the text it applied: migrations are never
-/// edited, and it refused divergent ones itself).
-async fn adopt_earlier_history(client: &Client) -> Result<(), tokio_postgres::Error> {
+/// edited, and it refused divergent ones itself). A version this code does not carry is refused
+/// before anything is recorded, so the release that carries it takes it over later.
+async fn adopt_earlier_history(client: &Client) -> Result<(), MigrateError> {
     let earlier: bool = client
         .query_one(&format!("SELECT to_regclass('{EARLIER_HISTORY}') IS NOT NULL"), &[])
         .await?
@@ -125,20 +126,57 @@ async fn adopt_earlier_history(client: &Client) -> Result<(), tokio_postgres::Er
         .iter()
         .map(|r| r.try_get(0))
         .collect::<Result<_, _>>()?;
-    for v in versions {
-        // A version this code does not carry is recorded as it is, and refused by the caller.
-        let (name, sum) = MIGRATIONS
-            .iter()
-            .find(|m| m.version == v)
-            .map_or(("unknown", String::new()), |m| (m.name, checksum(m.sql)));
+    let carried: Vec<&Migration> = versions
+        .iter()
+        .map(|v| {
+            MIGRATIONS
+                .iter()
+                .find(|m| m.version == *v)
+                .ok_or(MigrateError::Unknown(*v))
+        })
+        .collect::<Result<_, _>>()?;
+    for m in carried {
         client
             .execute(
                 &format!(
                     "INSERT INTO {HISTORY_TABLE} (version, name, checksum) VALUES ($1, $2, $3) ON CONFLICT (version) DO NOTHING"
                 ),
-                &[&v, &name, &sum],
+                &[&m.version, &m.name, &checksum(m.sql)],
             )
             .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every file in `migrations/` is in [`MIGRATIONS`] under its own version and name, with its
+    /// text, and the versions run 1, 2, 3, … : a new file left out of the list would never run.
+    #[test]
+    fn the_list_is_the_migrations_directory() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+            .expect("the migrations directory")
+            .map(|e| {
+                let path = e.expect("a directory entry").path();
+                let name = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .expect("a file name")
+                    .to_owned();
+                (name, std::fs::read_to_string(&path).expect("a migration's text"))
+            })
+            .collect();
+        files.sort();
+        let listed: Vec<(String, String)> = MIGRATIONS
+            .iter()
+            .map(|m| (format!("V{}__{}.sql", m.version, m.name), m.sql.to_owned()))
+            .collect();
+        assert_eq!(files, listed);
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(usize::try_from(m.version).ok(), Some(i + 1), "versions run 1, 2, 3, …");
+        }
+    }
 }

@@ -112,11 +112,18 @@ pub(super) async fn read_chains<A: AuditLog>(
         let mut read = ChainRead::new(chain, start, head_of(&before, chain), needs.chain(chain));
         let mut cursor = None;
         loop {
-            let (records, next) = audit.chain_page(chain, start, cursor, page.max(1)).await?;
+            let (records, next) = audit.chain_page(chain, start, cursor.clone(), page.max(1)).await?;
             for r in records.iter().filter(|r| r.seq >= start) {
                 read.take(r);
             }
             match next {
+                // A store answering the same cursor again would never end the chain.
+                Some(c) if cursor.as_ref() == Some(&c) => {
+                    return Err(crate::ports::StoreError::new(
+                        crate::domain::TransientKind::Infrastructure,
+                        format!("chain {chain}: the audit store answered the same page cursor twice"),
+                    ));
+                }
                 Some(c) => cursor = Some(c),
                 None => break,
             }

@@ -58,6 +58,9 @@ impl DynamoAuditLog {
                 .await
                 .map_err(|e| store_error("Query(by_chain, one page)", e))?;
             let mut records = audit_records(out.items())?;
+            for (item, r) in out.items().iter().zip(records.iter_mut()) {
+                edited_index_key(item, r);
+            }
             // The index's sort key is an attribute of its own: what it says is not trusted.
             records.retain(|r| r.seq >= from_seq);
             records.sort_by_key(|r| r.seq);
@@ -90,6 +93,23 @@ impl DynamoAuditLog {
         let upto = if last_page { head } else { page_end.min(head) };
         Ok(holds_every(first, upto, records))
     }
+}
+
+/// A record whose index key `seq_key` is not its own `seq` (which the hash covers) was edited:
+/// it is read as unreadable, so verification names it, instead of reading it where the edited key
+/// puts it, where the index's order alone would hide or misplace it.
+fn edited_index_key(item: &crate::item::Item, r: &mut ChainedRecord) {
+    let key = get_s(item, keys::AUDIT_SEQ_KEY);
+    if r.unreadable.is_some() || key == Some(format!("{:012}", r.seq).as_str()) {
+        return;
+    }
+    let why = format!(
+        "its index key {} is {:?}, not its seq {}: edited",
+        keys::AUDIT_SEQ_KEY,
+        key.unwrap_or_default(),
+        r.seq
+    );
+    *r = ChainedRecord::unreadable(&r.record.audit_id, &r.chain, r.seq, &r.prev_hash, &r.hash, why);
 }
 
 /// Whether `records` hold every `seq` from `first` to `upto` (none when `upto < first`).
