@@ -168,11 +168,13 @@ bench-cold-start: local-up
 ## bench-evidence: reconcile (one period, the whole history; one segment, several) and evidence
 ## export as their own processes, timed with their peak memory, over POSTINGS postings (default
 ## 1,000,000) in PERIODS periods loaded into DynamoDB Local; then audit verify, whole and continued
-## from a seal, over AUDIT_RECORDS records (default 100,000) under SEALS seals (default 10)
+## from a seal, over AUDIT_RECORDS records (default 100,000) under SEALS seals (default 10);
+## BASELINE_DLQCTL=path verifies the whole trail with another build's dlqctl too, beside this one
 bench-evidence: local-stack
 	$(CARGO) build --release --quiet -p dlqctl -p recon-harness --bin dlqctl --bin evidence
 	target/release/evidence --dlqctl target/release/dlqctl --postings $(or $(POSTINGS),1000000) --periods $(or $(PERIODS),12) \
-	  --audit-records $(or $(AUDIT_RECORDS),100000) --seals $(or $(SEALS),10)
+	  --audit-records $(or $(AUDIT_RECORDS),100000) --seals $(or $(SEALS),10) \
+	  $(if $(BASELINE_DLQCTL),--baseline-dlqctl $(BASELINE_DLQCTL))
 
 ## bench-evidence-ci: the same on 2,400 postings and 800 audit records (a check that it runs; the
 ## figures mean nothing)

@@ -7,14 +7,16 @@
 //!
 //! Then the audit trail: A records linked into its chains (each writer on a chain of its own, 25
 //! records a transaction) with S seals spread evenly over them, and `dlqctl audit verify` run in
-//! full, from the seal before the last (one seal interval) and from the last seal.
+//! full, from the seal before the last (one seal interval) and from the last seal. With
+//! `--baseline-dlqctl`, another build's `dlqctl` (an earlier commit's) verifies the whole trail too,
+//! in the same run over the same records, beside this one.
 //!
 //! Figures, not assertions: the run fails only when a command fails or reconciles a number of
 //! postings other than the number loaded into its scope.
 //!
 //!     evidence --dlqctl PATH [--postings N] [--periods P] [--writers W]
-//!              [--audit-records A] [--seals S]
-//!              (defaults 1000000, 12, 8, 100000, 10)
+//!              [--audit-records A] [--seals S] [--baseline-dlqctl PATH]
+//!              (defaults 1000000, 12, 8, 100000, 10, none)
 
 use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
 use recon_aws::dynamodb::{DynamoAuditLog, posting_item};
@@ -148,14 +150,17 @@ async fn load_audit(s: &TestStack, total: u64, seals: u64) -> Result<(), String>
     Ok(())
 }
 
+/// A `dlqctl` command line with the deployment's prefix, given the arguments after it.
+type Dlqctl<'a> = &'a dyn Fn(&[&str]) -> Command;
+
 /// `dlqctl audit verify` in full, then continued from the seal before the newest (one seal
 /// interval) and from the newest: records read, time, peak memory. Each must verify intact.
-fn verify_runs(dlq: &dyn Fn(&[&str]) -> Command, total: u64) -> Result<(), String> {
+fn verify_runs(dlq: Dlqctl<'_>, baseline: Option<Dlqctl<'_>>, total: u64) -> Result<(), String> {
     println!(
         "\n{:<44} {:>9} {:>9} {:>11} {:>10}",
         "command", "records", "wall s", "records/s", "peak MiB"
     );
-    let run = |name: &str, args: &[&str]| -> Result<serde_json::Value, String> {
+    let run_with = |dlq: Dlqctl<'_>, name: &str, args: &[&str]| -> Result<serde_json::Value, String> {
         let (wall, peak, out) = measure(&mut dlq(&[&["--json", "audit", "verify"][..], args].concat()))?;
         let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("verify's JSON: {e}: {out}"))?;
         let read = v["records"].as_u64().unwrap_or(0);
@@ -165,6 +170,16 @@ fn verify_runs(dlq: &dyn Fn(&[&str]) -> Command, total: u64) -> Result<(), Strin
         );
         Ok(v)
     };
+    let run = |name: &str, args: &[&str]| run_with(dlq, name, args);
+    if let Some(baseline) = baseline {
+        let v = run_with(baseline, "audit verify (whole trail), baseline build", &[])?;
+        if v["records"].as_u64() != Some(total) {
+            return Err(format!(
+                "the baseline verified {} records, {total} written",
+                v["records"]
+            ));
+        }
+    }
     let whole = run("audit verify (whole trail)", &[])?;
     if whole["records"].as_u64() != Some(total) {
         return Err(format!(
@@ -232,6 +247,10 @@ async fn run() -> Result<(), String> {
     let writers: u32 = value("--writers", 8).max(1);
     let audit_records: u64 = value("--audit-records", 100_000);
     let seals: u64 = value("--seals", 10).max(2);
+    let baseline: Option<PathBuf> = value("--baseline-dlqctl", String::new())
+        .parse::<PathBuf>()
+        .ok()
+        .filter(|p| !p.as_os_str().is_empty());
     let s = TestStack::new("bench-evidence").await;
     let prefix = s.stack.names.prefix.clone();
 
@@ -318,7 +337,13 @@ async fn run() -> Result<(), String> {
     // The audit trail, after the ledger: a whole-trail verify against one continued from a seal.
     let audit_records = audit_records / seals / u64::from(AUDIT_CHAINS) * seals * u64::from(AUDIT_CHAINS);
     load_audit(&s, audit_records, seals).await?;
-    verify_runs(&dlq, audit_records)?;
+    let dlq_baseline = |args: &[&str]| {
+        let mut c = Command::new(baseline.as_deref().unwrap_or(dlqctl.as_path()));
+        c.args(["--prefix", &prefix]).args(args);
+        c
+    };
+    let baseline_runs: Option<Dlqctl<'_>> = baseline.as_ref().map(|_| &dlq_baseline as _);
+    verify_runs(&dlq, baseline_runs, audit_records)?;
     s.cleanup().await;
     Ok(())
 }
