@@ -79,18 +79,23 @@ infra-check: tools local-stack
 	$(TOOLS)/python infra/rehearse.py infra/template.yaml .local-aws/infra-spec.json --localstack http://127.0.0.1:$${LOCALSTACK_PORT:-4566}
 	$(TOOLS)/python infra/deploy_code.py infra/template.yaml .local-aws/infra-spec.json --self-test http://127.0.0.1:$${LOCALSTACK_PORT:-4566}
 
-## build: the four functions for Lambda (arm64, provided.al2023) with cargo lambda (zig cross-links);
-## SMALL=1 optimises for size (profile lambda-small: opt-level s, fat LTO; zips about 30 % smaller,
-## its effect on run time not measured — see BENCHMARKS.md)
+## build: the four functions for Lambda (arm64, provided.al2023) with cargo lambda (zig cross-links),
+## optimised for size (LAMBDA_PROFILE, default lambda-small: opt-level s, fat LTO — every package
+## under 5 MB, the per-message path 0–10 % slower on x86, see BENCHMARKS.md; LAMBDA_PROFILE=release
+## for the release profile); prints each package's size
+LAMBDA_PROFILE ?= lambda-small
 build: tools
 	@$(TOOLS)/python -c 'import ziglang' 2>/dev/null || $(TOOLS)/pip install --quiet --disable-pip-version-check 'ziglang==0.17.0'
-	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda build $(if $(SMALL),--profile lambda-small,--release) --arm64 --bin consumer --bin enricher --bin replay --bin reference-audit
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda build --profile $(LAMBDA_PROFILE) --arm64 --bin consumer --bin enricher --bin replay --bin reference-audit
 	python3 bench/package_sizes.py
 
-## deploy: build with AWS SAM (BuildMethod rust-cargolambda) and deploy; guided the first time
+## deploy: build with AWS SAM (BuildMethod rust-cargolambda) and deploy; guided the first time.
+## SAM builds with --release: the environment gives that profile lambda-small's settings, so the
+## packages it deploys are the ones `make build` measures
+SIZE_PROFILE_ENV := CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1
 deploy: tools
 	@command -v sam >/dev/null || { echo "deploy needs the AWS SAM CLI on PATH (e.g. pip install aws-sam-cli)"; exit 1; }
-	PATH="$(CURDIR)/$(TOOLS):$$PATH" sam build --beta-features --template-file infra/template.yaml
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(SIZE_PROFILE_ENV) sam build --beta-features --template-file infra/template.yaml
 	if [ -f samconfig.toml ]; then sam deploy; else sam deploy --guided; fi
 
 ## watch: run the four functions under cargo lambda watch against the local stack, with the

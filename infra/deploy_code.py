@@ -2,7 +2,7 @@
 
 The SAM stack owns every resource; this only replaces each function's code, keeping the role,
 environment, timeout, memory and tracing the stack gave it (read from the stack's outputs and the
-template, never guessed). Run `make build` first (cargo lambda build --release --arm64).
+template, never guessed). Run `make build` first (cargo lambda build --arm64, optimised for size).
 
 Usage:
     python infra/deploy_code.py TEMPLATE SPEC_JSON STACK [--dry | --plan]

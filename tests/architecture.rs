@@ -166,6 +166,45 @@ fn the_function_packages_are_resolved_without_dlqctls_operator_features() {
     }
 }
 
+/// `make deploy` builds with SAM, which passes `--release`: the environment it sets gives that
+/// profile the settings of `lambda-small` (what `make build` uses and BENCHMARKS.md measures), so
+/// the packages deployed are the ones measured. The two must say the same.
+#[test]
+fn sams_release_build_is_given_the_size_profiles_settings() {
+    let manifest = std::fs::read_to_string(workspace().join("Cargo.toml")).expect("Cargo.toml");
+    let small = manifest
+        .split("[profile.lambda-small]")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[").next())
+        .expect("a lambda-small profile");
+    let setting = |key: &str| -> String {
+        small
+            .lines()
+            .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().strip_prefix('=')))
+            .map(|v| v.trim().trim_matches('"').to_owned())
+            .unwrap_or_else(|| panic!("lambda-small sets {key}"))
+    };
+    assert_eq!(setting("inherits "), "release", "nothing else may differ from release");
+    let makefile = std::fs::read_to_string(workspace().join("Makefile")).expect("Makefile");
+    let env = makefile
+        .lines()
+        .find_map(|l| l.strip_prefix("SIZE_PROFILE_ENV :="))
+        .expect("the Makefile's SIZE_PROFILE_ENV");
+    let mut given: Vec<&str> = env.split_whitespace().collect();
+    given.sort_unstable();
+    let mut wanted = vec![
+        format!("CARGO_PROFILE_RELEASE_CODEGEN_UNITS={}", setting("codegen-units ")),
+        format!("CARGO_PROFILE_RELEASE_LTO={}", setting("lto ")),
+        format!("CARGO_PROFILE_RELEASE_OPT_LEVEL={}", setting("opt-level ")),
+    ];
+    wanted.sort();
+    assert_eq!(given, wanted);
+    assert!(
+        makefile.contains("$(SIZE_PROFILE_ENV) sam build"),
+        "make deploy's sam build gets the environment"
+    );
+}
+
 /// The source of `file` without comments and without its `#[cfg(test)]` tail.
 fn code(file: &Path) -> String {
     let text = std::fs::read_to_string(file).expect("source file");
