@@ -8,7 +8,7 @@ use recon_aws::dynamodb::DynamoAuditLog;
 use recon_aws::provision::resolve_stack;
 use recon_aws::s3::S3Worm;
 use recon_aws::sqs::SqsQueue;
-use recon_core::evidence::{Bundle, VerifyReport, export_bundle, verify_bundle};
+use recon_core::evidence::{Bundle, VerifyReport, verify_bundle, write_bundle};
 use recon_core::ports::LedgerScope;
 use recon_core::reconcile::{
     Counts, Entry, Links, Reconciliation, State, manifest_entry, of_period, outcomes, read_ledger, reconcile_counted,
@@ -219,37 +219,67 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
 }
 
 /// Write the evidence bundle of `period`: it lists every transaction of the period, so it holds
-/// them all (the period's, never the history's).
+/// them all (the period's, never the history's), and the audit records it carries go to the file
+/// a page at a time. Reconciling the period still reads the envelopes and the trail's exceptions
+/// whole (see `gather`). Written beside `out` and renamed over it once whole, so a failed export
+/// leaves no half bundle and an earlier bundle at `out` untouched.
 pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, out: &Path) -> Result<()> {
     check_period(period)?;
     let ev = gather(clients, names, None, Some(period), Keep::Every, DEFAULT_SEGMENTS).await?;
     // A bundle is verified offline against its own outcomes: every one is listed, none queued.
     let reconciliation = reconcile_counted(Counts::default(), &ev.outcomes, ev.problems, None, 0);
-    let outcomes = ev.outcomes;
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
     let worm = S3Worm::new(clients.s3.clone(), &names.bucket());
-    let bundle = export_bundle(&audit, &worm, chrono::Utc::now(), period, outcomes, reconciliation).await?;
-    // Written as it is serialised: no second copy of the bundle in memory.
-    let file = std::fs::File::create(out).with_context(|| format!("writing {}", out.display()))?;
+    // A device or pipe (`--out /dev/stdout`) is written as it is; a file, beside it first.
+    let direct = std::fs::metadata(out).is_ok_and(|m| !m.is_file());
+    let partial = if direct {
+        out.to_path_buf()
+    } else {
+        let mut name = out.file_name().unwrap_or_default().to_os_string();
+        name.push(".partial");
+        out.with_file_name(name)
+    };
+    let file = std::fs::File::create(&partial).with_context(|| format!("writing {}", partial.display()))?;
     let mut writer = std::io::BufWriter::new(file);
-    serde_json::to_writer_pretty(&mut writer, &bundle).with_context(|| format!("writing {}", out.display()))?;
-    std::io::Write::flush(&mut writer).with_context(|| format!("writing {}", out.display()))?;
+    let result = write_bundle(
+        &audit,
+        &worm,
+        chrono::Utc::now(),
+        period,
+        &ev.outcomes,
+        &reconciliation,
+        &mut writer,
+    )
+    .await;
+    drop(writer);
+    let written = match result {
+        Ok(w) => w,
+        Err(e) => {
+            if !direct {
+                let _ = std::fs::remove_file(&partial);
+            }
+            return Err(anyhow::Error::new(e).context(format!("writing {}", out.display())));
+        }
+    };
+    if !direct {
+        std::fs::rename(&partial, out).with_context(|| format!("moving {} to {}", partial.display(), out.display()))?;
+    }
     let value = serde_json::json!({
         "path": out.display().to_string(),
         "period": period,
-        "transactions": bundle.outcomes.len(),
-        "audit_records": bundle.audit_records.len(),
-        "chains": bundle.heads.len(),
-        "seals": bundle.seals.len(),
+        "transactions": written.transactions,
+        "audit_records": written.audit_records,
+        "chains": written.chains,
+        "seals": written.seals,
     });
     crate::output::emit(&value, || {
         format!(
             "exported {}: {} transactions of {period}, {} audit records in {} chains, {} seals",
             out.display(),
-            bundle.outcomes.len(),
-            bundle.audit_records.len(),
-            bundle.heads.len(),
-            bundle.seals.len()
+            written.transactions,
+            written.audit_records,
+            written.chains,
+            written.seals
         )
     })
 }

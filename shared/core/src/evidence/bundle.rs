@@ -10,13 +10,14 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::all_records;
-use super::anchors::{StoredSeal, read_worm, seal};
+use super::anchors::StoredSeal;
+use super::export::ExportError;
 use super::summary::{Needs, SealPlan};
 use super::verify::{VerifyReport, check_seals, unsealed_tail, verify_chains};
+use crate::domain::TransientKind;
 use crate::domain::audit::{ChainHead, ChainedRecord};
 use crate::domain::seal::{AuditSeal, ProofStep, merkle_proof, proof_root};
-use crate::ports::{AuditLog, StoreResult, Worm};
+use crate::ports::{AuditLog, StoreError, StoreResult, Worm};
 
 pub const BUNDLE_SCHEMA: &str = "recon-dlq/evidence-bundle/v2";
 
@@ -80,7 +81,8 @@ pub struct Bundle {
 }
 
 /// Seal the trail now, then gather the bundle: every record the new seal covers, every seal of
-/// the trail as stored, with proofs.
+/// the trail as stored, with proofs. The bundle [`super::write_bundle`] writes, read back: one
+/// implementation, the one `dlqctl evidence export` runs.
 pub async fn export_bundle<A: AuditLog, W: Worm>(
     audit: &A,
     worm: &W,
@@ -89,33 +91,14 @@ pub async fn export_bundle<A: AuditLog, W: Worm>(
     outcomes: Vec<(crate::reconcile::State, crate::reconcile::Entry)>,
     reconciliation: crate::reconcile::Reconciliation,
 ) -> StoreResult<Bundle> {
-    let (_, sealed) = seal(audit, worm, now).await?;
-    let ev = read_worm(worm, Some(&sealed.trail)).await?;
-    let (audit_records, heads) = covered_by_last_seal(all_records(audit).await?, &ev.seals);
-    Ok(Bundle {
-        schema: BUNDLE_SCHEMA.into(),
-        exported_at: now,
-        period: period.to_owned(),
-        outcomes,
-        reconciliation,
-        trail: sealed.trail,
-        audit_records,
-        heads,
-        seals: ev.seals.into_iter().map(BundleSeal::new).collect(),
-        worm_findings: ev.findings,
-    })
-}
-
-/// The records the last of `seals` covers: each chain cut at the head that seal commits to.
-pub fn covered_by_last_seal(records: Vec<ChainedRecord>, seals: &[StoredSeal]) -> (Vec<ChainedRecord>, Vec<ChainHead>) {
-    let Some(last) = seals.last().and_then(|s| AuditSeal::parse(s.body.as_bytes()).ok()) else {
-        return (Vec::new(), Vec::new());
-    };
-    let kept = records
-        .into_iter()
-        .filter(|r| last.heads.iter().any(|h| h.chain == r.chain && r.seq <= h.seq))
-        .collect();
-    (kept, last.heads)
+    let mut bytes = Vec::new();
+    let unwritable = |e: String| StoreError::new(TransientKind::Infrastructure, format!("the bundle: {e}"));
+    match super::write_bundle(audit, worm, now, period, &outcomes, &reconciliation, &mut bytes).await {
+        Ok(_) => {}
+        Err(ExportError::Store(e)) => return Err(e),
+        Err(e) => return Err(unwritable(e.to_string())),
+    }
+    serde_json::from_slice(&bytes).map_err(|e| unwritable(e.to_string()))
 }
 
 /// Verify a bundle offline.

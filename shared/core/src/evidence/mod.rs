@@ -22,6 +22,7 @@ mod anchors;
 mod bundle;
 mod configuration;
 mod continuation;
+mod export;
 mod sealing;
 mod stream;
 mod summary;
@@ -30,25 +31,17 @@ mod verify;
 pub use anchors::{
     KnownTrail, StoredSeal, WormEvidence, ensure_trail, read_worm, read_worm_from_seal, retire_trail, seal,
 };
-pub use bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal, HeadProof, covered_by_last_seal, export_bundle, verify_bundle};
+pub use bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal, HeadProof, export_bundle, verify_bundle};
 pub use configuration::{ConfigState, config_change, difference, fingerprint};
 pub use continuation::{FromSealError, verify_from_seal};
+pub use export::{BundleWritten, ExportError, write_bundle};
 pub use sealing::SealingAuditLog;
 pub use stream::VERIFY_PAGE;
 pub use verify::{SealWindow, UnsealedTail, VerifyOptions, VerifyReport, verify_all};
 
-use crate::domain::audit::{AUDIT_CHAINS, ChainedRecord};
+use crate::domain::audit::AUDIT_CHAINS;
 use crate::ports::{AuditLog, StoreResult, Worm};
 use summary::{Needs, SealPlan};
-
-/// Every record of every chain.
-pub async fn all_records<A: AuditLog>(audit: &A) -> StoreResult<Vec<ChainedRecord>> {
-    let mut records = Vec::new();
-    for i in 0..AUDIT_CHAINS {
-        records.extend(audit.chain(&format!("c{i}")).await?);
-    }
-    Ok(records)
-}
 
 /// Read the whole trail and the bucket, and verify them.
 ///

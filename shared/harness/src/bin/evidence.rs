@@ -7,9 +7,10 @@
 //!
 //! Then the audit trail: A records linked into its chains (each writer on a chain of its own, 25
 //! records a transaction) with S seals spread evenly over them, and `dlqctl audit verify` run in
-//! full, from the seal before the last (one seal interval) and from the last seal. With
-//! `--baseline-dlqctl`, another build's `dlqctl` (an earlier commit's) verifies the whole trail too,
-//! in the same run over the same records, beside this one.
+//! full, from the seal before the last (one seal interval) and from the last seal, and the period
+//! exported again, its bundle now carrying the whole trail. With
+//! `--baseline-dlqctl`, another build's `dlqctl` (an earlier commit's) verifies the whole trail and
+//! exports the period too, in the same run over the same records, beside this one.
 //!
 //! Figures, not assertions: the run fails only when a command fails or reconciles a number of
 //! postings other than the number loaded into its scope.
@@ -195,6 +196,34 @@ fn verify_runs(dlq: Dlqctl<'_>, baseline: Option<Dlqctl<'_>>, total: u64) -> Res
     Ok(())
 }
 
+/// `dlqctl evidence export` of one period again, now that the trail is long: the bundle carries
+/// every record the export's seal covers, so this is what writing them costs.
+fn export_run(
+    dlq: Dlqctl<'_>,
+    name: &str,
+    period: &str,
+    transactions: u64,
+    path: &std::path::Path,
+) -> Result<(), String> {
+    let out_path = path.display().to_string();
+    let args = ["--json", "evidence", "export", "--period", period, "--out", &out_path];
+    let (wall, peak, out) = measure(&mut dlq(&args))?;
+    let _ = std::fs::remove_file(path);
+    let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("export's JSON: {e}: {out}"))?;
+    if v["transactions"].as_u64() != Some(transactions) {
+        return Err(format!(
+            "{name}: {} transactions, {transactions} in the period",
+            v["transactions"]
+        ));
+    }
+    let records = v["audit_records"].as_u64().unwrap_or(0);
+    println!(
+        "{name:<44} {records:>9} {wall:>9.2} {:>11.0} {peak:>10.1}",
+        records as f64 / wall.max(1e-9)
+    );
+    Ok(())
+}
+
 /// A command's wall time (s), peak resident memory (MiB) and standard output.
 fn measure(cmd: &mut Command) -> Result<(f64, f64, String), String> {
     let started = Instant::now();
@@ -344,6 +373,22 @@ async fn run() -> Result<(), String> {
     };
     let baseline_runs: Option<Dlqctl<'_>> = baseline.as_ref().map(|_| &dlq_baseline as _);
     verify_runs(&dlq, baseline_runs, audit_records)?;
+    if let Some(baseline) = baseline_runs {
+        export_run(
+            baseline,
+            &format!("evidence export --period {period}, baseline"),
+            &period,
+            in_period,
+            &dir,
+        )?;
+    }
+    export_run(
+        &dlq,
+        &format!("evidence export --period {period}"),
+        &period,
+        in_period,
+        &dir,
+    )?;
     s.cleanup().await;
     Ok(())
 }

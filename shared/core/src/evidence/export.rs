@@ -1,0 +1,128 @@
+//! The evidence bundle written as it is read (`dlqctl evidence export`): the audit records go
+//! from the trail to the file a page at a time (`AuditLog::chain_page`), so exporting one period
+//! holds that period's transactions (which its reconciliation needs) and one page of records,
+//! never the trail, which grows with the whole history. The file reads back as a
+//! [`super::Bundle`].
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use std::io::Write;
+
+use super::anchors::{read_worm, seal};
+use super::bundle::{BUNDLE_SCHEMA, BundleSeal};
+use super::stream::VERIFY_PAGE;
+use crate::domain::audit::AUDIT_CHAINS;
+use crate::domain::seal::AuditSeal;
+use crate::ports::{AuditLog, StoreError, Worm};
+use crate::reconcile::{Entry, Reconciliation, State};
+
+/// What a written bundle holds, for the operator's summary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BundleWritten {
+    pub transactions: usize,
+    pub audit_records: u64,
+    pub chains: usize,
+    pub seals: usize,
+}
+
+/// Why a bundle could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("writing the bundle: {0}")]
+    Write(#[from] std::io::Error),
+    #[error("writing the bundle: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// One `"name":value` member of the bundle's object, after a comma unless it is the first.
+fn member<O: Write, T: Serialize + ?Sized>(out: &mut O, first: bool, name: &str, value: &T) -> Result<(), ExportError> {
+    if !first {
+        out.write_all(b",\n")?;
+    }
+    serde_json::to_writer(&mut *out, name)?;
+    out.write_all(b":")?;
+    serde_json::to_writer(&mut *out, value)?;
+    Ok(())
+}
+
+/// Seal the trail now, then write the bundle to `out` (as [`super::export_bundle`] gathers it:
+/// every record the new seal covers, every seal of the trail as stored, with proofs), the records
+/// chain by chain as their pages are read.
+pub async fn write_bundle<A: AuditLog, W: Worm, O: Write>(
+    audit: &A,
+    worm: &W,
+    now: DateTime<Utc>,
+    period: &str,
+    outcomes: &[(State, Entry)],
+    reconciliation: &Reconciliation,
+    out: &mut O,
+) -> Result<BundleWritten, ExportError> {
+    let (_, sealed) = seal(audit, worm, now).await?;
+    let ev = read_worm(worm, Some(&sealed.trail)).await?;
+    // The records the last seal covers: each chain up to the head it commits to (none without a
+    // seal that reads: the bundle then fails offline, as it must).
+    let heads = ev
+        .seals
+        .last()
+        .and_then(|s| AuditSeal::parse(s.body.as_bytes()).ok())
+        .map(|s| s.heads)
+        .unwrap_or_default();
+    out.write_all(b"{")?;
+    member(out, true, "schema", BUNDLE_SCHEMA)?;
+    member(out, false, "exported_at", &now)?;
+    member(out, false, "period", period)?;
+    member(out, false, "outcomes", outcomes)?;
+    member(out, false, "reconciliation", reconciliation)?;
+    member(out, false, "trail", &sealed.trail)?;
+    out.write_all(b",\n\"audit_records\":[")?;
+    let mut written = 0u64;
+    for i in 0..AUDIT_CHAINS {
+        let chain = format!("c{i}");
+        let Some(head) = heads.iter().find(|h| h.chain == chain) else {
+            continue;
+        };
+        let mut cursor = None;
+        loop {
+            let (records, next) = audit.chain_page(&chain, 0, cursor.clone(), VERIFY_PAGE).await?;
+            for r in records.iter().filter(|r| r.seq <= head.seq) {
+                out.write_all(if written == 0 { b"\n" } else { b",\n" })?;
+                serde_json::to_writer(&mut *out, r)?;
+                written += 1;
+            }
+            match next {
+                Some(c) if cursor.as_ref() == Some(&c) => {
+                    return Err(StoreError::new(
+                        crate::domain::TransientKind::Infrastructure,
+                        format!("chain {chain}: the audit store answered the same page cursor twice"),
+                    )
+                    .into());
+                }
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+    }
+    out.write_all(b"]")?;
+    member(out, false, "heads", &heads)?;
+    let seals = ev.seals.len();
+    out.write_all(b",\n\"seals\":[")?;
+    for (n, stored) in ev.seals.into_iter().enumerate() {
+        if n > 0 {
+            out.write_all(b",")?;
+        }
+        out.write_all(b"\n")?;
+        serde_json::to_writer(&mut *out, &BundleSeal::new(stored))?;
+    }
+    out.write_all(b"]")?;
+    member(out, false, "worm_findings", &ev.findings)?;
+    out.write_all(b"}\n")?;
+    out.flush()?;
+    Ok(BundleWritten {
+        transactions: outcomes.len(),
+        audit_records: written,
+        chains: heads.len(),
+        seals,
+    })
+}
