@@ -10,7 +10,7 @@ use std::io::Write;
 
 use super::anchors::{read_worm, seal};
 use super::bundle::{BUNDLE_SCHEMA, BundleSeal};
-use super::stream::VERIFY_PAGE;
+use super::stream::{ChainPages, VERIFY_PAGE};
 use crate::domain::audit::AUDIT_CHAINS;
 use crate::domain::seal::AuditSeal;
 use crate::ports::{AuditLog, StoreError, Worm};
@@ -83,24 +83,12 @@ pub async fn write_bundle<A: AuditLog, W: Worm, O: Write>(
         let Some(head) = heads.iter().find(|h| h.chain == chain) else {
             continue;
         };
-        let mut cursor = None;
-        loop {
-            let (records, next) = audit.chain_page(&chain, 0, cursor.clone(), VERIFY_PAGE).await?;
+        let mut pages = ChainPages::new(audit, &chain, 0, VERIFY_PAGE);
+        while let Some(records) = pages.next().await? {
             for r in records.iter().filter(|r| r.seq <= head.seq) {
                 out.write_all(if written == 0 { b"\n" } else { b",\n" })?;
                 serde_json::to_writer(&mut *out, r)?;
                 written += 1;
-            }
-            match next {
-                Some(c) if cursor.as_ref() == Some(&c) => {
-                    return Err(StoreError::new(
-                        crate::domain::TransientKind::Infrastructure,
-                        format!("chain {chain}: the audit store answered the same page cursor twice"),
-                    )
-                    .into());
-                }
-                Some(c) => cursor = Some(c),
-                None => break,
             }
         }
     }

@@ -13,8 +13,9 @@ use std::collections::BTreeMap;
 
 use super::summary::{ChainNeeds, ChainSummary, Digest, Needs};
 use super::verify::{VerifyReport, finish_chain};
+use crate::domain::TransientKind;
 use crate::domain::audit::{ChainHead, ChainVerifier, ChainedRecord, RecordLink};
-use crate::ports::{AuditLog, StoreResult};
+use crate::ports::{AuditLog, StoreError, StoreResult};
 
 /// Records per page a verification reads.
 pub const VERIFY_PAGE: usize = 1000;
@@ -93,6 +94,56 @@ impl<'a> ChainRead<'a> {
     }
 }
 
+/// One chain's records from `from` on, a page of at most `limit` at a time
+/// (`AuditLog::chain_page`): what every reader of a whole chain goes through.
+pub(super) struct ChainPages<'a, A> {
+    audit: &'a A,
+    chain: &'a str,
+    from: u64,
+    limit: usize,
+    cursor: Option<String>,
+    done: bool,
+}
+
+impl<'a, A: AuditLog> ChainPages<'a, A> {
+    pub fn new(audit: &'a A, chain: &'a str, from: u64, limit: usize) -> Self {
+        ChainPages {
+            audit,
+            chain,
+            from,
+            limit: limit.max(1),
+            cursor: None,
+            done: false,
+        }
+    }
+
+    /// The next page; `None` once the chain has ended.
+    pub async fn next(&mut self) -> StoreResult<Option<Vec<ChainedRecord>>> {
+        if self.done {
+            return Ok(None);
+        }
+        let (records, next) = self
+            .audit
+            .chain_page(self.chain, self.from, self.cursor.clone(), self.limit)
+            .await?;
+        match next {
+            // A store answering the same cursor again would never end the chain.
+            Some(c) if self.cursor.as_ref() == Some(&c) => {
+                return Err(StoreError::new(
+                    TransientKind::Infrastructure,
+                    format!(
+                        "chain {}: the audit store answered the same page cursor twice",
+                        self.chain
+                    ),
+                ));
+            }
+            Some(c) => self.cursor = Some(c),
+            None => self.done = true,
+        }
+        Ok(Some(records))
+    }
+}
+
 /// Read each chain of `starts` (chain -> the first `seq` read; 0 reads every record) in pages of
 /// `page` records between two reads of the heads, and verify each from its start against its
 /// head as first read: the records kept count in `report.records`, each chain verified in
@@ -110,22 +161,10 @@ pub(super) async fn read_chains<A: AuditLog>(
     let mut reads = BTreeMap::new();
     for (chain, &start) in starts {
         let mut read = ChainRead::new(chain, start, head_of(&before, chain), needs.chain(chain));
-        let mut cursor = None;
-        loop {
-            let (records, next) = audit.chain_page(chain, start, cursor.clone(), page.max(1)).await?;
+        let mut pages = ChainPages::new(audit, chain, start, page);
+        while let Some(records) = pages.next().await? {
             for r in records.iter().filter(|r| r.seq >= start) {
                 read.take(r);
-            }
-            match next {
-                // A store answering the same cursor again would never end the chain.
-                Some(c) if cursor.as_ref() == Some(&c) => {
-                    return Err(crate::ports::StoreError::new(
-                        crate::domain::TransientKind::Infrastructure,
-                        format!("chain {chain}: the audit store answered the same page cursor twice"),
-                    ));
-                }
-                Some(c) => cursor = Some(c),
-                None => break,
             }
         }
         reads.insert(chain.clone(), read);

@@ -298,11 +298,13 @@ async fn run() -> Result<(), String> {
     let period = period_of(0, periods);
     let in_period = (0..count).filter(|n| n % periods == 0).count() as u64;
     let dir = std::env::temp_dir().join(format!("{prefix}-evidence.json"));
-    let dlq = |args: &[&str]| {
-        let mut c = Command::new(&dlqctl);
+    // A dlqctl build's command line for this deployment.
+    let dlq_of = |bin: &std::path::Path, args: &[&str]| {
+        let mut c = Command::new(bin);
         c.args(["--prefix", &prefix]).args(args);
         c
     };
+    let dlq = |args: &[&str]| dlq_of(&dlqctl, args);
     println!(
         "\n{:<44} {:>9} {:>9} {:>11} {:>10}",
         "command", "postings", "wall s", "postings/s", "peak MiB"
@@ -366,11 +368,7 @@ async fn run() -> Result<(), String> {
     // The audit trail, after the ledger: a whole-trail verify against one continued from a seal.
     let audit_records = audit_records / seals / u64::from(AUDIT_CHAINS) * seals * u64::from(AUDIT_CHAINS);
     load_audit(&s, audit_records, seals).await?;
-    let dlq_baseline = |args: &[&str]| {
-        let mut c = Command::new(baseline.as_deref().unwrap_or(dlqctl.as_path()));
-        c.args(["--prefix", &prefix]).args(args);
-        c
-    };
+    let dlq_baseline = |args: &[&str]| dlq_of(baseline.as_deref().unwrap_or(&dlqctl), args);
     let baseline_runs: Option<Dlqctl<'_>> = baseline.as_ref().map(|_| &dlq_baseline as _);
     verify_runs(&dlq, baseline_runs, audit_records)?;
     if let Some(baseline) = baseline_runs {
