@@ -326,6 +326,7 @@ fn writer_record(w: usize, i: usize) -> AuditRecord {
         amount: None,
         detail: String::new(),
         replay_of: None,
+        period: None,
     }
 }
 

@@ -75,6 +75,9 @@ def opt(v):
 
 
 def canonical_record(r):
+    # `period` is written last, and only when the record has one (records from before it hash
+    # as they did).
+    period = [("period", json_string(r["period"]))] if r.get("period") is not None else []
     return obj([
         ("audit_id", json_string(r["audit_id"])),
         ("kind", json_string(r["kind"])),
@@ -93,7 +96,7 @@ def canonical_record(r):
         ("amount", opt(r.get("amount"))),
         ("detail", json_string(r.get("detail", ""))),
         ("replay_of", opt(r.get("replay_of"))),
-    ])
+    ] + period)
 
 
 def record_hash(r):

@@ -276,6 +276,7 @@ where
                     amount: Some(posting.amount.to_string()),
                     detail: format!("already committed by {}", existing.holder()),
                     replay_of: posting.replay_of.clone(),
+                    period: Some(posting.period.clone()),
                 };
                 if let Err(e) = self.audit.append(&record).await {
                     return self.failed(sqs_id, format!("duplicate not acknowledged: audit write failed: {e}"));
@@ -388,6 +389,7 @@ where
             amount: l.amount.clone(),
             detail: bounded_detail(detail).to_owned(),
             replay_of: sqs::string_attr(m, attrs::REPLAY_OF).map(str::to_owned),
+            period: l.period(),
         };
         if let Err(e) = self.audit.append(&record).await {
             // The dead letter is out; redelivery sends it again and the enricher's deterministic

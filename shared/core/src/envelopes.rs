@@ -27,6 +27,7 @@ pub fn envelope_audit(e: &DlqEnvelope, kind: AuditKind, actor: &str, detail: Str
         amount: e.amount.clone(),
         detail,
         replay_of: None,
+        period: e.accounting_period.clone(),
     }
 }
 

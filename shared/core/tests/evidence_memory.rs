@@ -33,6 +33,7 @@ fn rec(n: u32) -> AuditRecord {
         amount: Some(format!("{n}.00")),
         detail: String::new(),
         replay_of: None,
+        period: None,
     }
 }
 

@@ -75,6 +75,15 @@ impl AuditKind {
             AuditKind::Unreadable => "UNREADABLE",
         }
     }
+
+    /// The kinds a reconciliation reads (one message's fate, or a cross-check of the envelopes):
+    /// the records the audit table indexes by period.
+    pub fn reconciled(self) -> bool {
+        matches!(
+            self,
+            AuditKind::DuplicateSuppressed | AuditKind::DeadLettered | AuditKind::Enriched | AuditKind::Quarantined
+        )
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +120,12 @@ pub struct AuditRecord {
     /// fate to its original in reconcile). Absent, it is not part of the record's hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay_of: Option<String>,
+    /// The accounting period (`YYYY-MM`) of the transaction a record about one message is about,
+    /// when its body tells it: what a reconciliation of one period reads the record by
+    /// ([`AuditKind::reconciled`]). Absent (records from before it, system records), it is not
+    /// part of the record's hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<String>,
 }
 
 impl AuditRecord {
@@ -138,6 +153,7 @@ impl AuditRecord {
             amount: None,
             detail,
             replay_of: None,
+            period: None,
         }
     }
 }
@@ -200,11 +216,13 @@ pub fn chain_of(audit_id: &str) -> String {
 
 /// The record's canonical form (specified in the README, "Audit evidence: formats"): a JSON
 /// object written field by field in this fixed order, never through a serializer's defaults.
-/// Every field is always present; an absent optional is `null`; `at` is UTC with nine fractional
-/// digits; `attempt_count` a decimal integer; every other value a string ([`json_string`]).
+/// Every field is always present but `period`, written last and only when the record has one (so
+/// records from before it hash as they did); an absent optional is `null`; `at` is UTC with nine
+/// fractional digits; `attempt_count` a decimal integer; every other value a string
+/// ([`json_string`]).
 pub fn canonical_record(r: &AuditRecord) -> String {
     let opt = |v: &Option<String>| v.as_deref().map_or_else(|| "null".to_owned(), json_string);
-    let fields: [(&str, String); 17] = [
+    let mut fields: Vec<(&str, String)> = vec![
         ("audit_id", json_string(&r.audit_id)),
         ("kind", json_string(r.kind.as_str())),
         ("at", json_string(&canonical_time(r.at))),
@@ -223,6 +241,9 @@ pub fn canonical_record(r: &AuditRecord) -> String {
         ("detail", json_string(&r.detail)),
         ("replay_of", opt(&r.replay_of)),
     ];
+    if let Some(period) = &r.period {
+        fields.push(("period", json_string(period)));
+    }
     canonical_object(&fields)
 }
 
@@ -348,6 +369,7 @@ mod tests {
             amount: Some("1,00".into()),
             detail: String::new(),
             replay_of: None,
+            period: None,
         }
     }
 

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use super::attrs;
 use super::dead_letter::{DeadLetterContext, OriginalAttribute};
 use super::failure::{FailureCode, RootCause, bounded_detail};
-use super::message::{decode, labels, parse_date, period_of};
+use super::message::{decode, labels};
 use super::sqs;
 use super::status::{EnvelopeStatus, StatusChange};
 
@@ -239,7 +239,7 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
         EnvelopeStatus::Quarantined => "unidentifiable payload: quarantined at enrichment".to_owned(),
         _ => format!("dead-lettered: {failure_code} {root_cause}"),
     };
-    let accounting_period = l.value_date.as_deref().and_then(parse_date).map(period_of);
+    let accounting_period = l.period();
     DlqEnvelope {
         envelope_id: envelope_id(&source_message_id),
         status,

@@ -366,6 +366,13 @@ mod tests {
             seal.digest(),
             "81515fb1435f3df650f46601e5bd2fe9e33259e3c4c6f271d2316c1f42316568"
         );
+        // With a period: the one field written only when present, last.
+        r.period = Some("2026-12".into());
+        assert!(canonical_record(&r).ends_with(r#","replay_of":null,"period":"2026-12"}"#));
+        assert_eq!(
+            record_hash(&r, "c3", 1, GENESIS),
+            "bba1ff9f3eb5911e3c19e550aebe7434db8bedbc1c8be73c081d1720f0cb1360"
+        );
     }
 
     #[test]

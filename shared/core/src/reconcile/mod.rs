@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::domain::envelope::sha256_hex;
-use crate::domain::message::{parse_amount, parse_date, period_of};
+use crate::domain::message::parse_amount;
 use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Tally, attrs, labels};
 
 pub mod edits;
@@ -72,7 +72,7 @@ pub fn manifest_entry(body: &str) -> Entry {
         currency: l.currency.clone(),
         amount: l.amount.as_deref().and_then(|a| parse_amount(a).ok()),
         entity: l.ledger_entity.clone(),
-        period: l.value_date.as_deref().and_then(parse_date).map(period_of),
+        period: l.period(),
         reference: String::new(),
         edited_from: None,
     }

@@ -122,6 +122,13 @@ pub struct MessageLabels {
     pub match_decision: Option<String>,
 }
 
+impl MessageLabels {
+    /// The accounting period of the value date, when the body has a readable one.
+    pub fn period(&self) -> Option<String> {
+        self.value_date.as_deref().and_then(parse_date).map(period_of)
+    }
+}
+
 /// One JSON value as the decoder sees it: strings are kept (borrowed if possible), everything
 /// else only by kind.
 #[derive(Clone, Debug, PartialEq)]
