@@ -114,6 +114,11 @@ def check(tpl, spec):
         }
         wanted = {i["name"]: {"HASH": i["partition_key"], "RANGE": i["sort_key"]} for i in t["indexes"]}
         expect(f"{name} indexes", gsis, wanted)
+        projections = {
+            g["IndexName"]: (g.get("Projection") or {}).get("ProjectionType")
+            for g in props.get("GlobalSecondaryIndexes", [])
+        }
+        expect(f"{name} index projections", projections, {i["name"]: i["projection"] for i in t["indexes"]})
         types = {a["AttributeName"]: a["AttributeType"] for a in props.get("AttributeDefinitions", [])}
         for attr in {t["partition_key"], t["sort_key"], *[v for i in wanted.values() for v in i.values()]} - {None}:
             expect(f"{name} attribute {attr} type", types.get(attr), "S")

@@ -389,15 +389,98 @@ async fn setup_adds_the_triage_indexes_to_an_older_envelope_table() {
     .await
     .unwrap();
     let described = ddb.describe_table().table_name(&table).send().await.unwrap();
-    let mut names: Vec<String> = described
+    let mut names: Vec<(String, String)> = described
         .table()
         .unwrap()
         .global_secondary_indexes()
         .iter()
-        .filter_map(|g| g.index_name().map(str::to_owned))
+        .filter_map(|g| {
+            let projection = g.projection()?.projection_type()?.as_str().to_owned();
+            Some((g.index_name()?.to_owned(), projection))
+        })
         .collect();
     names.sort();
-    assert_eq!(names, ["by_entity", "by_failure_cause", "by_status_age"]);
+    let all = |name: &str| (name.to_owned(), "ALL".to_owned());
+    assert_eq!(
+        names,
+        [
+            all("by_entity"),
+            all("by_failure_cause"),
+            ("by_period".to_owned(), "KEYS_ONLY".to_owned()),
+            all("by_status_age")
+        ]
+    );
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_dynamodb_stores_read_a_periods_exceptions_through_their_indexes() {
+    let s = TestStack::new("exc-period").await;
+    recon_testkit::conformance::exceptions_are_read_by_period(&s.envelope_store(), &s.audit_log(), "dynamodb").await;
+    s.cleanup().await;
+}
+
+/// Envelopes and records written before the period indexes are outside them until
+/// `index_periods` gives them their entry: a record from before records carried their period
+/// under no period, which every period reads. A second run finds none.
+#[tokio::test]
+async fn exceptions_from_before_the_period_indexes_are_indexed_once() {
+    use recon_core::ports::AuditLog;
+    use recon_core::reconcile::exceptions_of_period;
+    use recon_testkit::conformance::{envelope_of_period, record_of_period};
+    let s = TestStack::new("exc-backfill").await;
+    let (store, audit) = (s.envelope_store(), s.audit_log());
+    let old = envelope_of_period("env_old", Some("2026-11"), None);
+    store.create(&old).await.unwrap();
+    audit
+        .append(&record_of_period(AuditKind::DuplicateSuppressed, "dup-old", None, None))
+        .await
+        .unwrap();
+    audit
+        .append(&record_of_period(AuditKind::ReplayReinjected, "rpl-old", None, None))
+        .await
+        .unwrap();
+    // As the stores wrote them before the indexes: no period_shard.
+    let forget = |table: &str, pk: &str, id: &str| {
+        s.clients
+            .dynamodb
+            .update_item()
+            .table_name(table)
+            .key(pk, aws_sdk_dynamodb::types::AttributeValue::S(id.to_owned()))
+            .update_expression("REMOVE period_shard")
+            .send()
+    };
+    forget(&s.stack.names.envelope_table, "envelope_id", "env_old")
+        .await
+        .unwrap();
+    forget(&s.stack.names.audit_table, "audit_id", "DUPLICATE_SUPPRESSED#dup-old")
+        .await
+        .unwrap();
+    let read = exceptions_of_period(&store, &audit, "2026-11").await.unwrap();
+    assert!(read.envelopes.is_empty() && read.audit.is_empty(), "{read:?}");
+
+    let mut seen = Vec::new();
+    assert_eq!(store.index_periods(|n| seen.push(n)).await.unwrap(), 1);
+    assert_eq!(seen.last(), Some(&1));
+    assert_eq!(
+        audit.index_periods(|_| {}).await.unwrap(),
+        1,
+        "the duplicate, not the replay's record"
+    );
+    let read = exceptions_of_period(&store, &audit, "2026-11").await.unwrap();
+    assert_eq!(
+        read.envelopes
+            .iter()
+            .map(|e| e.envelope_id.as_str())
+            .collect::<Vec<_>>(),
+        ["env_old"]
+    );
+    assert_eq!(
+        read.audit.iter().map(|r| r.sqs_message_id.as_str()).collect::<Vec<_>>(),
+        ["dup-old"]
+    );
+    assert_eq!(store.index_periods(|_| {}).await.unwrap(), 0, "a second run finds none");
+    assert_eq!(audit.index_periods(|_| {}).await.unwrap(), 0, "a second run finds none");
     s.cleanup().await;
 }
 

@@ -11,7 +11,8 @@ use recon_aws::sqs::SqsQueue;
 use recon_core::evidence::{Bundle, VerifyReport, verify_bundle, write_bundle};
 use recon_core::ports::LedgerScope;
 use recon_core::reconcile::{
-    Counts, Entry, Links, Reconciliation, State, manifest_entry, of_period, outcomes, read_ledger, reconcile_counted,
+    Counts, Entry, Exceptions, Links, Reconciliation, State, exceptions_of_period, fetch_named_envelopes,
+    manifest_entry, of_period, outcomes, read_ledger, reconcile_counted,
 };
 use recon_core::resources::ResourceNames;
 use std::io::BufRead;
@@ -77,8 +78,9 @@ pub enum Keep {
 }
 
 /// What the stores say about `period` (or the whole history), and its reconciliation against
-/// `manifest`. The ledger is read by `period` through its index, in `segments` at once; the
-/// envelopes and the audit trail are read whole (they hold the exceptions, not every posting).
+/// `manifest`. The ledger is read by `period` through its index, in `segments` at once; so are the
+/// period's exceptions (its envelopes and the audit records a reconciliation reads), with those of
+/// no known period and the envelopes its lineages name from other periods.
 pub async fn gather(
     clients: &AwsClients,
     names: &ResourceNames,
@@ -88,24 +90,32 @@ pub async fn gather(
     segments: u32,
 ) -> Result<Evidence> {
     let stack = resolve_stack(clients, names).await?;
-    let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
-        .scan()
-        .await?;
-    let envelopes = crate::triage::envelopes(&crate::triage::store(clients, names), None).await?;
+    let audit_log = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
+    let store = crate::triage::store(clients, names);
+    let mut exceptions = match period {
+        Some(p) => exceptions_of_period(&store, &audit_log, p).await?,
+        None => Exceptions {
+            envelopes: crate::triage::envelopes(&store, None).await?,
+            audit: audit_log.scan().await?,
+        },
+    };
     let links = match keep {
-        Keep::Every => Links::of(&envelopes, &audit).keeping_everything(),
-        Keep::Linked => Links::of(&envelopes, &audit),
+        Keep::Every => Links::of(&exceptions.envelopes, &exceptions.audit).keeping_everything(),
+        Keep::Linked => Links::of(&exceptions.envelopes, &exceptions.audit),
     };
     let scope = LedgerScope {
         period: period.map(str::to_owned),
         ..LedgerScope::default()
     };
     let read = read_ledger(&crate::context::ledger(clients, &stack)?, &scope, segments, &links).await?;
+    if period.is_some() {
+        fetch_named_envelopes(&store, &read.linked, &mut exceptions).await?;
+    }
     let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url)
         .depth()
         .await?;
     let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
-    let (outcomes, problems) = outcomes(&read.linked, &envelopes, &audit, dlq.total() == 0);
+    let (outcomes, problems) = outcomes(&read.linked, &exceptions.envelopes, &exceptions.audit, dlq.total() == 0);
     // The period's transactions: the read held only its postings, the outcomes are cut here.
     let outcomes = match period {
         Some(p) => of_period(outcomes, p, manifest),
@@ -220,8 +230,8 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
 
 /// Write the evidence bundle of `period`: it lists every transaction of the period, so it holds
 /// them all (the period's, never the history's), and the audit records it carries go to the file
-/// a page at a time. Reconciling the period still reads the envelopes and the trail's exceptions
-/// whole (see `gather`). Written beside `out` and renamed over it once whole, so a failed export
+/// a page at a time. Reconciling the period reads that period's exceptions through their indexes
+/// (see `gather`). Written beside `out` and renamed over it once whole, so a failed export
 /// leaves no half bundle and an earlier bundle at `out` untouched.
 pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, out: &Path) -> Result<()> {
     check_period(period)?;

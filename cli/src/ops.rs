@@ -285,23 +285,33 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
     Ok(())
 }
 
-/// `dlqctl index-periods`: the DynamoDB ledger's postings from before its period index, indexed.
+/// `dlqctl index-periods`: what was written before the period indexes — the DynamoDB ledger's
+/// postings, the envelopes, and the audit records a reconciliation reads — given its entry.
 pub async fn index_periods(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
     let stack = resolve_stack(clients, names).await?;
-    let recon_aws::ledger::AnyLedger::DynamoDb(ledger) = context::ledger(clients, &stack)? else {
-        return crate::output::emit(&serde_json::json!({"indexed": 0}), || {
-            "nothing to do: this ledger reads by period through its own index".to_owned()
-        });
-    };
     let json = crate::output::json();
-    let indexed = ledger
-        .index_periods(|n| {
+    let progress = |what: &'static str| {
+        move |n: u64| {
             if !json && n > 0 {
-                eprintln!("  {n} postings indexed so far");
+                eprintln!("  {n} {what} indexed so far");
             }
-        })
+        }
+    };
+    let postings = match context::ledger(clients, &stack)? {
+        recon_aws::ledger::AnyLedger::DynamoDb(ledger) => ledger.index_periods(progress("postings")).await?,
+        // Another ledger reads by period through its own index.
+        _ => 0,
+    };
+    let envelopes = crate::triage::store(clients, names)
+        .index_periods(progress("envelopes"))
         .await?;
-    crate::output::emit(&serde_json::json!({"indexed": indexed}), || {
-        format!("{indexed} postings given their entry in the period index")
+    let records = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
+        .index_periods(progress("audit records"))
+        .await?;
+    let out = serde_json::json!({"postings": postings, "envelopes": envelopes, "audit_records": records});
+    crate::output::emit(&out, || {
+        format!(
+            "given their entry in the period indexes: {postings} postings, {envelopes} envelopes, {records} audit records"
+        )
     })
 }

@@ -335,6 +335,7 @@ pub fn spec_json() -> serde_json::Value {
                 "stream_view_type": if t.stream { Some("NEW_AND_OLD_IMAGES") } else { None },
                 "indexes": t.indexes.iter().map(|i| serde_json::json!({
                     "name": i.name, "partition_key": i.partition_key, "sort_key": i.sort_key,
+                    "projection": if i.keys_only { "KEYS_ONLY" } else { "ALL" },
                 })).collect::<Vec<_>>(),
             })
         })

@@ -87,6 +87,10 @@ pub mod keys {
     pub const AUDIT_AT_KEY: &str = "at_key";
     /// Prefix of the items that hold each chain's head.
     pub const AUDIT_HEAD_PREFIX: &str = "#head#";
+    /// An exception's shard of its accounting period, `YYYY-MM#<h>` (`-#<h>` for none), on
+    /// envelopes and on the audit records a reconciliation reads ([`super::exception_period_shard`]):
+    /// the partition of their tables' period indexes.
+    pub const EXCEPTION_PERIOD_SHARD: &str = "period_shard";
     /// Dedup/claim table used when the ledger is external (claim -> post -> commit).
     pub const DEDUP_PK: &str = "source_hash";
     /// TTL attribute of the dedup table (epoch seconds).
@@ -198,6 +202,9 @@ pub struct IndexSpec {
     pub name: &'static str,
     pub partition_key: &'static str,
     pub sort_key: &'static str,
+    /// Only the keys projected (an index of items updated often: their updates then cost the
+    /// index nothing); otherwise every attribute.
+    pub keys_only: bool,
 }
 
 /// How many index partitions one period's postings are spread over.
@@ -215,6 +222,28 @@ pub fn ledger_period_shards(period: &str) -> impl Iterator<Item = (u32, String)>
     (0..LEDGER_PERIOD_SHARDS).map(move |n| (n, shard_key(period, n)))
 }
 
+/// How many index partitions one period's exceptions (envelopes, and the audit records a
+/// reconciliation reads) are spread over: a month-end's dead letters write no hot partition.
+pub const EXCEPTION_PERIOD_SHARDS: u32 = 16;
+
+/// The period of an exception whose body gave no readable value date (and, after
+/// `dlqctl index-periods`, of an audit record from before records carried their period): read by
+/// every period's reconciliation.
+pub const NO_PERIOD: &str = "-";
+
+/// The period index's partition of an exception (an envelope by its id, an audit record by its
+/// id) of `period` (none: [`NO_PERIOD`]).
+pub fn exception_period_shard(period: Option<&str>, id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let first = Sha256::digest(id.as_bytes())[0];
+    shard_key(period.unwrap_or(NO_PERIOD), u32::from(first) % EXCEPTION_PERIOD_SHARDS)
+}
+
+/// The index partitions of one period's exceptions (none: those of no known period).
+pub fn exception_period_shards(period: Option<&str>) -> impl Iterator<Item = String> + '_ {
+    (0..EXCEPTION_PERIOD_SHARDS).map(move |n| shard_key(period.unwrap_or(NO_PERIOD), n))
+}
+
 /// Shard `n` of `period`: `YYYY-MM#<n in hex>`.
 fn shard_key(period: &str, n: u32) -> String {
     format!("{period}#{n:x}")
@@ -230,36 +259,59 @@ pub mod indexes {
         name: "by_period",
         partition_key: keys::LEDGER_PERIOD_SHARD,
         sort_key: keys::LEDGER_PK,
+        keys_only: false,
     };
     /// By status, oldest first: the replay sweep and triage of PENDING envelopes.
     pub const BY_STATUS_AGE: IndexSpec = IndexSpec {
         name: "by_status_age",
         partition_key: keys::ENVELOPE_STATUS,
         sort_key: keys::ENVELOPE_AGE,
+        keys_only: false,
     };
     /// By failure code, then root cause: bulk triage of one cause.
     pub const BY_FAILURE_CAUSE: IndexSpec = IndexSpec {
         name: "by_failure_cause",
         partition_key: keys::ENVELOPE_CODE,
         sort_key: keys::ENVELOPE_CAUSE,
+        keys_only: false,
     };
     /// Audit records of one chain in order (verification).
     pub const AUDIT_BY_CHAIN: IndexSpec = IndexSpec {
         name: "by_chain",
         partition_key: keys::AUDIT_CHAIN,
         sort_key: keys::AUDIT_SEQ_KEY,
+        keys_only: false,
     };
     /// Audit records about one transaction in time order (`audit show`).
     pub const AUDIT_BY_SOURCE_HASH: IndexSpec = IndexSpec {
         name: "by_source_hash",
         partition_key: keys::AUDIT_SOURCE_HASH,
         sort_key: keys::AUDIT_AT_KEY,
+        keys_only: false,
+    };
+    /// Envelopes by accounting period, sharded ([`keys::EXCEPTION_PERIOD_SHARD`]): a period's
+    /// reconciliation reads its envelopes, not every one. Keys only: an envelope changes status
+    /// often, and a keys-only index is written once, when the envelope is.
+    pub const ENVELOPES_BY_PERIOD: IndexSpec = IndexSpec {
+        name: "by_period",
+        partition_key: keys::EXCEPTION_PERIOD_SHARD,
+        sort_key: keys::ENVELOPE_PK,
+        keys_only: true,
+    };
+    /// The audit records a reconciliation reads (`AuditKind::reconciled`), by accounting period,
+    /// sharded; other records stay out of it.
+    pub const AUDIT_BY_PERIOD: IndexSpec = IndexSpec {
+        name: "by_period",
+        partition_key: keys::EXCEPTION_PERIOD_SHARD,
+        sort_key: keys::AUDIT_PK,
+        keys_only: false,
     };
     /// By ledger entity, oldest first: per-entity order for replay.
     pub const BY_ENTITY: IndexSpec = IndexSpec {
         name: "by_entity",
         partition_key: keys::ENVELOPE_ENTITY,
         sort_key: keys::ENVELOPE_AGE,
+        keys_only: false,
     };
 }
 
@@ -291,7 +343,12 @@ pub const TABLES: [TableSpec; 5] = [
         sort_key: None,
         ttl_attribute: None,
         stream: false,
-        indexes: &[indexes::BY_STATUS_AGE, indexes::BY_FAILURE_CAUSE, indexes::BY_ENTITY],
+        indexes: &[
+            indexes::BY_STATUS_AGE,
+            indexes::BY_FAILURE_CAUSE,
+            indexes::BY_ENTITY,
+            indexes::ENVELOPES_BY_PERIOD,
+        ],
     },
     TableSpec {
         kind: TableKind::Reference,
@@ -307,7 +364,11 @@ pub const TABLES: [TableSpec; 5] = [
         sort_key: None,
         ttl_attribute: None,
         stream: false,
-        indexes: &[indexes::AUDIT_BY_CHAIN, indexes::AUDIT_BY_SOURCE_HASH],
+        indexes: &[
+            indexes::AUDIT_BY_CHAIN,
+            indexes::AUDIT_BY_SOURCE_HASH,
+            indexes::AUDIT_BY_PERIOD,
+        ],
     },
     TableSpec {
         kind: TableKind::Dedup,

@@ -3,8 +3,12 @@
 //! the behaviour, so the two cannot drift apart.
 
 use recon_core::domain::status::IllegalTransition;
-use recon_core::domain::{DlqEnvelope, EnvelopeStatus, ReplayClaim, StatusChange};
-use recon_core::ports::{Backlog, CreateOutcome, EnvelopeStore, FlowError};
+use recon_core::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, StatusChange};
+use recon_core::ports::{
+    AuditLog, Backlog, CreateOutcome, EnvelopeStore, EnvelopesOfPeriod, FlowError, RecordsOfPeriod,
+};
+use recon_core::reconcile::exceptions_of_period;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::builders::{self, settle_by_hand};
 
@@ -401,4 +405,81 @@ pub async fn ledger_fails_transiently_when_unreachable<L: recon_core::ports::Led
         })
         .await;
     transient("hand-off", hand_off.as_ref().err().map(|e| e.kind));
+}
+
+/// An envelope of `period` (`None`: its body gave none), a copy of `replay_of` when given.
+pub fn envelope_of_period(id: &str, period: Option<&str>, replay_of: Option<&str>) -> DlqEnvelope {
+    let mut e = builders::envelope(id);
+    e.accounting_period = period.map(str::to_owned);
+    if let Some(parent) = replay_of {
+        e.original.attributes.insert(
+            recon_core::domain::attrs::REPLAY_OF.into(),
+            recon_core::domain::OriginalAttribute {
+                data_type: "String".into(),
+                string_value: Some(parent.into()),
+                binary_value: None,
+            },
+        );
+    }
+    e
+}
+
+/// A record of `kind` about SQS message `subject`, of `period`, a copy of `replay_of` when given.
+pub fn record_of_period(kind: AuditKind, subject: &str, period: Option<&str>, replay_of: Option<&str>) -> AuditRecord {
+    let mut r = AuditRecord::system(kind, subject, builders::now(), "test", String::new());
+    r.sqs_message_id = subject.into();
+    r.period = period.map(str::to_owned);
+    r.replay_of = replay_of.map(str::to_owned);
+    r
+}
+
+/// A period's exceptions (`reconcile::exceptions_of_period`): its envelopes, as they are now,
+/// and the records a reconciliation reads, with those of no known period; nothing of another
+/// period, no record of another kind. `run` keeps the ids apart from other runs on the stores.
+pub async fn exceptions_are_read_by_period<S, A>(store: &S, audit: &A, run: &str)
+where
+    S: EnvelopeStore + EnvelopesOfPeriod,
+    A: AuditLog + RecordsOfPeriod,
+{
+    let id = |name: &str| format!("{run}-{name}");
+    for (name, period) in [("nov", Some("2026-11")), ("oct", Some("2026-10")), ("none", None)] {
+        store
+            .create(&envelope_of_period(&id(name), period, None))
+            .await
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+    settle_by_hand(store, &id("nov"), EnvelopeStatus::Quarantined).await;
+    for (kind, name, period) in [
+        (AuditKind::DuplicateSuppressed, "dup-nov", Some("2026-11")),
+        (AuditKind::DuplicateSuppressed, "dup-oct", Some("2026-10")),
+        (AuditKind::DuplicateSuppressed, "dup-before", None),
+        (AuditKind::DeadLettered, "dl-nov", Some("2026-11")),
+        // Not a kind a reconciliation reads, whatever its period.
+        (AuditKind::ReplayReinjected, "rpl-nov", Some("2026-11")),
+    ] {
+        let linked = audit.append(&record_of_period(kind, &id(name), period, None)).await;
+        assert!(matches!(linked, Ok(Some(_))), "append {name}: {linked:?}");
+    }
+    let read = exceptions_of_period(store, audit, "2026-11")
+        .await
+        .unwrap_or_else(|e| panic!("period read: {e}"));
+    let envelopes: BTreeMap<String, EnvelopeStatus> = read
+        .envelopes
+        .iter()
+        .map(|e| (e.envelope_id.clone(), e.status))
+        .collect();
+    assert_eq!(
+        envelopes,
+        BTreeMap::from([
+            (id("nov"), EnvelopeStatus::Quarantined),
+            (id("none"), EnvelopeStatus::Pending)
+        ]),
+        "November's envelopes as they are now, and those of no period"
+    );
+    let subjects: BTreeSet<String> = read.audit.iter().map(|r| r.sqs_message_id.clone()).collect();
+    assert_eq!(
+        subjects,
+        BTreeSet::from([id("dup-nov"), id("dup-before"), id("dl-nov")]),
+        "November's records a reconciliation reads, and those of no period"
+    );
 }

@@ -14,6 +14,7 @@ use crate::error::store_error;
 use crate::item::{Item, from_item, get_s, to_item};
 
 mod page;
+mod period;
 
 /// The audit trail: one item per record, linked into one of `AUDIT_CHAINS` hash chains, plus one
 /// head item per chain. An append reads the head, then writes the record (only if its id is new:
@@ -356,6 +357,7 @@ fn audit_item(c: &recon_core::domain::audit::ChainedRecord) -> StoreResult<Item>
             c.record.audit_id
         )),
     );
+    item.extend(period::period_entry(&c.record));
     Ok(item)
 }
 

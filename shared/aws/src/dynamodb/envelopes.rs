@@ -14,7 +14,9 @@ use recon_core::ports::{
 };
 use recon_core::resources::keys;
 
-use super::{item_error, n, s};
+use super::{decode_cursor, encode_cursor, item_error, n, s};
+
+mod period;
 use crate::error::{SdkError, store_error};
 use crate::item::{Item, from_item, get_s, to_item};
 
@@ -31,23 +33,8 @@ fn envelope_item(e: &DlqEnvelope) -> StoreResult<Item> {
     item.insert(keys::ENVELOPE_CAUSE.into(), s(index.cause));
     item.insert(keys::ENVELOPE_ENTITY.into(), s(index.entity));
     item.insert(keys::ENVELOPE_AGE.into(), s(index.age));
+    item.extend([period::period_entry(e)]);
     Ok(item)
-}
-
-pub(super) fn encode_cursor(key: Option<Item>) -> Option<String> {
-    let key = key.filter(|k| !k.is_empty())?;
-    let map: std::collections::BTreeMap<String, String> = key
-        .iter()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_s().ok()?.clone())))
-        .collect();
-    serde_json::to_string(&map).ok()
-}
-
-pub(super) fn decode_cursor(cursor: Option<String>) -> StoreResult<Option<Item>> {
-    let Some(c) = cursor else { return Ok(None) };
-    let map: std::collections::BTreeMap<String, String> = serde_json::from_str(&c)
-        .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("bad page cursor: {e}")))?;
-    Ok(Some(map.into_iter().map(|(k, v)| (k, s(v))).collect()))
 }
 
 fn envelopes_of(items: &[Item]) -> StoreResult<Vec<DlqEnvelope>> {

@@ -10,9 +10,10 @@ use recon_core::resources::{indexes, keys, ledger_period_shard, ledger_period_sh
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::backfill::{Unindexed, index_unindexed};
 use super::{HAND_OFF_BY, committed_ref, item_error, s, scan_all};
 use crate::error::{SdkError, store_error};
-use crate::item::{Item, from_item, to_item};
+use crate::item::{Item, from_item, get_s, to_item};
 
 /// The reference ledger: one item per `source_hash`, written with
 /// `attribute_not_exists(source_hash)`. The posting *is* the dedup mark, so a crash can neither
@@ -271,57 +272,18 @@ impl DynamoLedger {
     /// postings without a `period_shard`, each given one by an update conditional on the posting
     /// being there still without one. Returns how many it indexed (a second run: none);
     /// `progress` hears the count after each page.
-    pub async fn index_periods(&self, mut progress: impl FnMut(u64)) -> StoreResult<u64> {
-        let mut start: Option<Item> = None;
-        let mut indexed = 0;
-        loop {
-            let out = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .filter_expression("attribute_not_exists(#shard) AND attribute_not_exists(#handoff)")
-                .projection_expression("#pk, #period")
-                .expression_attribute_names("#shard", keys::LEDGER_PERIOD_SHARD)
-                .expression_attribute_names("#handoff", HAND_OFF_BY)
-                .expression_attribute_names("#pk", keys::LEDGER_PK)
-                .expression_attribute_names("#period", "period")
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| store_error("Scan(ledger, not in the period index)", e))?;
-            for item in out.items.unwrap_or_default() {
-                let get = |k| crate::item::get_s(&item, k);
-                let (Some(hash), Some(period)) = (get(keys::LEDGER_PK), get("period")) else {
-                    continue;
-                };
-                let Some(shard) = ledger_period_shard(period, hash) else {
-                    continue;
-                };
-                let result = self
-                    .client
-                    .update_item()
-                    .table_name(&self.table)
-                    .key(keys::LEDGER_PK, s(hash))
-                    .update_expression("SET #shard = :shard")
-                    .condition_expression("attribute_exists(#pk) AND attribute_not_exists(#shard)")
-                    .expression_attribute_names("#shard", keys::LEDGER_PERIOD_SHARD)
-                    .expression_attribute_names("#pk", keys::LEDGER_PK)
-                    .expression_attribute_values(":shard", s(shard))
-                    .send()
-                    .await;
-                match result {
-                    Ok(_) => indexed += 1,
-                    Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {}
-                    Err(e) => return Err(store_error("UpdateItem(ledger, period index)", e)),
-                }
-            }
-            progress(indexed);
-            match out.last_evaluated_key {
-                Some(key) => start = Some(key),
-                None => return Ok(indexed),
-            }
-        }
+    pub async fn index_periods(&self, progress: impl FnMut(u64)) -> StoreResult<u64> {
+        let unindexed = Unindexed {
+            table: &self.table,
+            pk: keys::LEDGER_PK,
+            shard: keys::LEDGER_PERIOD_SHARD,
+            filter: "attribute_not_exists(#f0)",
+            names: &[HAND_OFF_BY],
+            values: Vec::new(),
+            read: &["period"],
+        };
+        let shard_of = |item: &Item| ledger_period_shard(get_s(item, "period")?, get_s(item, keys::LEDGER_PK)?);
+        index_unindexed(&self.client, unindexed, shard_of, progress).await
     }
 
     async fn scan_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {

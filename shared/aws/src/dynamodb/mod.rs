@@ -4,6 +4,7 @@
 //! what they share.
 
 mod audit;
+mod backfill;
 mod batch;
 mod dedup;
 mod envelopes;
@@ -75,6 +76,23 @@ pub async fn scan_all(client: &Client, table: &str, pk: Option<(&str, &str)>) ->
             _ => return Ok(items),
         }
     }
+}
+
+/// A page cursor: the last evaluated key's string attributes as JSON (opaque to callers).
+pub(crate) fn encode_cursor(key: Option<Item>) -> Option<String> {
+    let key = key.filter(|k| !k.is_empty())?;
+    let map: std::collections::BTreeMap<String, String> = key
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_s().ok()?.clone())))
+        .collect();
+    serde_json::to_string(&map).ok()
+}
+
+pub(crate) fn decode_cursor(cursor: Option<String>) -> StoreResult<Option<Item>> {
+    let Some(c) = cursor else { return Ok(None) };
+    let map: std::collections::BTreeMap<String, String> = serde_json::from_str(&c)
+        .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("bad page cursor: {e}")))?;
+    Ok(Some(map.into_iter().map(|(k, v)| (k, s(v))).collect()))
 }
 
 /// Every item of an index whose partition key `key` is `value`, in sort-key order, all pages.

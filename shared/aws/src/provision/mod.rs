@@ -148,12 +148,21 @@ fn string_attribute(name: &str) -> StoreResult<AttributeDefinition> {
         .map_err(|e| infra(e.to_string()))
 }
 
+fn projection(index: &resources::IndexSpec) -> Projection {
+    let kind = if index.keys_only {
+        ProjectionType::KeysOnly
+    } else {
+        ProjectionType::All
+    };
+    Projection::builder().projection_type(kind).build()
+}
+
 fn index_definition(index: &resources::IndexSpec) -> StoreResult<GlobalSecondaryIndex> {
     GlobalSecondaryIndex::builder()
         .index_name(index.name)
         .key_schema(key_element(index.partition_key, KeyType::Hash)?)
         .key_schema(key_element(index.sort_key, KeyType::Range)?)
-        .projection(Projection::builder().projection_type(ProjectionType::All).build())
+        .projection(projection(index))
         .build()
         .map_err(|e| infra(e.to_string()))
 }
@@ -171,7 +180,7 @@ async fn add_missing_indexes(
             .index_name(index.name)
             .key_schema(key_element(index.partition_key, KeyType::Hash)?)
             .key_schema(key_element(index.sort_key, KeyType::Range)?)
-            .projection(Projection::builder().projection_type(ProjectionType::All).build())
+            .projection(projection(index))
             .build()
             .map_err(|e| infra(e.to_string()))?;
         clients

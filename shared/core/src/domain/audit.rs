@@ -78,11 +78,16 @@ impl AuditKind {
 
     /// The kinds a reconciliation reads (one message's fate, or a cross-check of the envelopes):
     /// the records the audit table indexes by period.
+    pub const RECONCILED: [AuditKind; 4] = [
+        AuditKind::DuplicateSuppressed,
+        AuditKind::DeadLettered,
+        AuditKind::Enriched,
+        AuditKind::Quarantined,
+    ];
+
+    /// Whether a reconciliation reads records of this kind ([`AuditKind::RECONCILED`]).
     pub fn reconciled(self) -> bool {
-        matches!(
-            self,
-            AuditKind::DuplicateSuppressed | AuditKind::DeadLettered | AuditKind::Enriched | AuditKind::Quarantined
-        )
+        AuditKind::RECONCILED.contains(&self)
     }
 }
 

@@ -337,6 +337,15 @@ pub struct WormDocument<'a> {
 }
 
 impl DlqEnvelope {
+    /// The envelope this dead letter's message was re-injected from, when a replay (or an edit)
+    /// sent it (its `replay.of` attribute).
+    pub fn replay_of(&self) -> Option<&str> {
+        self.original
+            .attributes
+            .get(attrs::REPLAY_OF)
+            .and_then(|a| a.string_value.as_deref())
+    }
+
     /// Quarantined and flagged for a manual journal: an accountant books it by hand.
     pub fn left_for_manual_journal(&self) -> bool {
         self.status == EnvelopeStatus::Quarantined && self.status_history.iter().any(|c| c.manual_journal)

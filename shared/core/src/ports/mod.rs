@@ -13,6 +13,7 @@ mod clock;
 mod envelopes;
 mod ledger;
 mod metrics;
+mod periods;
 mod queues;
 mod reference;
 mod worm;
@@ -26,6 +27,7 @@ pub use ledger::{
     each_page, read_postings, tally_postings,
 };
 pub use metrics::{Metric, Metrics};
+pub use periods::{EnvelopesOfPeriod, RecordsOfPeriod};
 pub use queues::{DeadLetterQueue, OutgoingMessage, ReplayQueue, WorkQueue, batches, dead_letter_message, is_binary};
 pub use reference::ReferenceData;
 pub use worm::{ObjectVersion, Worm, Written};

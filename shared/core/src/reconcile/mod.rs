@@ -23,10 +23,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::domain::envelope::sha256_hex;
 use crate::domain::message::parse_amount;
-use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Tally, attrs, labels};
+use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Tally, labels};
 
 pub mod edits;
+pub mod period;
 pub mod read;
+pub use period::{Exceptions, exceptions_of_period, fetch_named_envelopes};
 pub use read::{LedgerRead, Links, look_up_unmet, read_ledger};
 
 /// Where a transaction ended up.
@@ -118,12 +120,7 @@ impl<'a> Lineage<'a> {
             link(&r.sqs_message_id, r.replay_of.as_deref());
         }
         for e in envelopes {
-            let replay_of = e
-                .original
-                .attributes
-                .get(attrs::REPLAY_OF)
-                .and_then(|a| a.string_value.as_deref());
-            link(&e.original.source_message_id, replay_of);
+            link(&e.original.source_message_id, e.replay_of());
         }
         Lineage { parent }
     }
@@ -219,7 +216,7 @@ impl Fate<'_> {
             currency: r.and_then(|r| r.currency.clone()),
             amount: r.and_then(|r| r.amount.as_deref()).and_then(|a| parse_amount(a).ok()),
             entity: r.and_then(|r| r.ledger_entity.clone()),
-            period: None,
+            period: r.and_then(|r| r.period.clone()),
             reference,
             edited_from: None,
         }

@@ -20,8 +20,8 @@ pub struct Links {
     /// Producer message ids: a period keeps every record of a message by its key.
     message_ids: BTreeSet<String>,
     /// Transactions a record names, with their period when the record says it (a duplicate
-    /// record does not): a read of one period that does not meet one of that period, or of an
-    /// unknown one, looks it up by key.
+    /// record from before records carried their period does not): a read of one period that
+    /// does not meet one of that period, or of an unknown one, looks it up by key.
     named: BTreeMap<String, Option<String>>,
     /// Keep every posting (a manifest is matched by each message's key).
     everything: bool,
@@ -45,7 +45,14 @@ impl Links {
             links.ids.insert(r.sqs_message_id.clone());
             links.message_ids.extend(r.message_id.clone());
             if let Some(h) = &r.source_hash {
-                links.named.insert(h.clone(), None);
+                match &r.period {
+                    Some(p) => {
+                        links.named.entry(h.clone()).or_insert_with(|| Some(p.clone()));
+                    }
+                    None => {
+                        links.named.insert(h.clone(), None);
+                    }
+                }
             }
         }
         links
@@ -152,9 +159,9 @@ pub async fn read_ledger<R: LedgerReader + ?Sized>(
 /// After the read of a whole scope (its segments merged) that is not the whole ledger: each
 /// transaction a record names that the read did not meet is looked up by key (a strongly
 /// consistent read) and kept when found — unless the record puts it in another period. A
-/// duplicate record carries no period, and its transaction may be posted in any (the duplicate
-/// is a problem only if the ledger holds it nowhere); and a period's index may not yet show a
-/// copy a replay posted a moment ago.
+/// duplicate record from before records carried their period names none, and its transaction may
+/// be posted in any (the duplicate is a problem only if the ledger holds it nowhere); and a
+/// period's index may not yet show a copy a replay posted a moment ago.
 pub async fn look_up_unmet<R: LedgerReader + ?Sized>(
     reader: &R,
     scope: &LedgerScope,

@@ -54,7 +54,7 @@ fn the_largest_amounts_reconcile_exactly_without_panicking() {
 
 mod lineage {
     use super::super::*;
-    use crate::domain::{OriginalAttribute, ReplayRecord, envelope_from_dlq_message};
+    use crate::domain::{OriginalAttribute, ReplayRecord, attrs, envelope_from_dlq_message};
     use chrono::{TimeZone, Utc};
 
     fn body() -> String {

@@ -3,7 +3,7 @@
 
 use recon_core::domain::audit::{ChainHead, ChainedRecord, GENESIS, chain_of, link};
 use recon_core::domain::{AuditKind, AuditRecord, TransientKind};
-use recon_core::ports::{AuditLog, ChainPage, StoreError, StoreResult};
+use recon_core::ports::{AuditLog, ChainPage, RecordsOfPeriod, StoreError, StoreResult};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -42,6 +42,18 @@ impl MemoryAuditLog {
     /// Tamper with the stored trail (tests of `audit verify`).
     pub fn tamper(&self, f: impl FnOnce(&mut Vec<ChainedRecord>)) {
         f(&mut lock(&self.state).records);
+    }
+}
+
+impl RecordsOfPeriod for MemoryAuditLog {
+    async fn records_of_period(&self, period: Option<&str>) -> StoreResult<Vec<AuditRecord>> {
+        let s = lock(&self.state);
+        Ok(s.records
+            .iter()
+            .map(|c| &c.record)
+            .filter(|r| r.kind.reconciled() && r.period.as_deref() == period)
+            .cloned()
+            .collect())
     }
 }
 

@@ -8,8 +8,8 @@ use recon_core::domain::{
     AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
 };
 use recon_core::ports::{
-    ApprovalRequests, AuditOutbox, Backlog, Clock, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, RequestPage,
-    StoreError, StoreResult, SweepCursors,
+    ApprovalRequests, AuditOutbox, Backlog, Clock, CreateOutcome, EnvelopePage, EnvelopeStore, EnvelopesOfPeriod,
+    FlowResult, RequestPage, StoreError, StoreResult, SweepCursors,
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -230,6 +230,17 @@ impl EnvelopeStore for MemoryEnvelopeStore {
             put_in_outbox(&mut s.outbox, r);
         }
         Ok(true)
+    }
+}
+
+impl EnvelopesOfPeriod for MemoryEnvelopeStore {
+    async fn envelopes_of_period(&self, period: Option<&str>) -> StoreResult<Vec<DlqEnvelope>> {
+        let s = lock(&self.state);
+        Ok(s.envelopes
+            .values()
+            .filter(|e| e.accounting_period.as_deref() == period)
+            .cloned()
+            .collect())
     }
 }
 

@@ -16,8 +16,8 @@ use recon_core::envelopes::original_body;
 use recon_core::evidence::verify_trail;
 use recon_core::ports::{AuditOutbox, LedgerScope, all_envelopes};
 use recon_core::reconcile::{
-    LedgerRead, Links, State, look_up_unmet, manifest_entry, of_period, outcomes, read_ledger, reconcile,
-    reconcile_counted,
+    Exceptions, LedgerRead, Links, State, exceptions_of_period, fetch_named_envelopes, look_up_unmet, manifest_entry,
+    of_period, outcomes, read_ledger, reconcile, reconcile_counted,
 };
 use recon_core::replay::MAX_RELEASES;
 use std::collections::{BTreeMap, BTreeSet};
@@ -27,6 +27,7 @@ use std::task::{Context, Poll, Waker};
 
 use super::workload::{CLOSED_ENTITY, CLOSED_PERIOD, Kind};
 use super::world::{DLQ, MAIN, World};
+use crate::memory::{MemoryAuditLog, MemoryEnvelopeStore};
 
 /// Status changes one envelope may go through before it counts as stuck in a loop: a claim and
 /// a release per failed re-injection, up to the cap, and a few more (creation, takeovers, the
@@ -104,6 +105,7 @@ pub fn check(world: &World) -> Vec<String> {
     }
     v.extend(bounded_read_agrees(
         &s.ledger,
+        (&s.envelopes, &s.audit),
         &postings,
         &envelopes,
         &audit,
@@ -259,27 +261,41 @@ fn missing_records(e: &DlqEnvelope, ids: &BTreeSet<&str>) -> Vec<String> {
 }
 
 /// The reads `dlqctl reconcile` and `evidence export` make — the ledger in segments, a period
-/// through its index, without a manifest the postings of no lineage only counted — must tell
-/// what the whole read tells: the same counts and amounts per state and per entity and period, the same problems
-/// (for a period, none the whole read does not name), whether it holds.
+/// through its index and that period's exceptions through theirs, without a manifest the
+/// postings of no lineage only counted — must tell what the whole read tells: the same counts
+/// and amounts per state and per entity and period, the same problems (for a period, none the
+/// whole read does not name), whether it holds.
 fn bounded_read_agrees(
     ledger: &crate::memory::MemoryLedger,
+    (envelope_store, audit_log): (&MemoryEnvelopeStore, &MemoryAuditLog),
     postings: &[Posting],
     envelopes: &[DlqEnvelope],
     audit: &[AuditRecord],
     dlq_empty: bool,
 ) -> Vec<String> {
     let mut v = Vec::new();
-    let links = Links::of(envelopes, audit);
     let (whole, whole_problems) = outcomes(postings, envelopes, audit, dlq_empty);
     let periods: BTreeSet<&str> = postings.iter().map(|p| p.period.as_str()).collect();
-    let every = links.clone().keeping_everything();
     let scopes = std::iter::once(None).chain(periods.into_iter().map(Some));
-    for (period, links, keep_every) in scopes.flat_map(|p| [(p, &links, false), (p, &every, true)]) {
+    for (period, keep_every) in scopes.flat_map(|p| [(p, false), (p, true)]) {
         let scope = LedgerScope {
             period: period.map(str::to_owned),
             ..LedgerScope::default()
         };
+        let exceptions = match period {
+            None => Some(Ok(Exceptions {
+                envelopes: envelopes.to_vec(),
+                audit: audit.to_vec(),
+            })),
+            Some(p) => ready(exceptions_of_period(envelope_store, audit_log, p)),
+        };
+        let Some(Ok(mut exceptions)) = exceptions else {
+            v.push(format!("the stores did not answer a read of {scope:?}'s exceptions"));
+            continue;
+        };
+        let links = Links::of(&exceptions.envelopes, &exceptions.audit);
+        let links = if keep_every { links.keeping_everything() } else { links };
+        let links = &links;
         // Keeping every posting: three segments read at once. Keeping the linked ones: as a
         // fan-out would, each segment read on its own, the reads merged, then the lookups.
         let fan_out = async {
@@ -299,7 +315,11 @@ fn bounded_read_agrees(
             v.push(format!("the ledger did not answer a read of {scope:?} in segments"));
             continue;
         };
-        let (linked, problems) = outcomes(&read.linked, envelopes, audit, dlq_empty);
+        if ready(fetch_named_envelopes(envelope_store, &read.linked, &mut exceptions)).is_none_or(|r| r.is_err()) {
+            v.push(format!("the envelope store did not answer the lookups of {scope:?}"));
+            continue;
+        }
+        let (linked, problems) = outcomes(&read.linked, &exceptions.envelopes, &exceptions.audit, dlq_empty);
         let cut = |o| match period {
             Some(p) => of_period(o, p, None),
             None => o,

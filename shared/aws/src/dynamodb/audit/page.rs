@@ -7,8 +7,8 @@ use recon_core::ports::{ChainPage, StoreResult};
 use recon_core::resources::{indexes, keys};
 
 use super::{DynamoAuditLog, audit_records};
-use crate::dynamodb::envelopes::{decode_cursor, encode_cursor};
 use crate::dynamodb::s;
+use crate::dynamodb::{decode_cursor, encode_cursor};
 use crate::error::store_error;
 use crate::item::get_s;
 

@@ -1,0 +1,66 @@
+//! Envelopes by accounting period: the `by_period` index holds each envelope's key under its
+//! period's shard (keys only, so a status change costs the index nothing); a period's envelopes
+//! are its keys, then the envelopes themselves, read strongly consistent.
+
+use recon_core::domain::DlqEnvelope;
+use recon_core::ports::{EnvelopesOfPeriod, StoreResult};
+use recon_core::resources::{exception_period_shard, exception_period_shards, indexes, keys};
+
+use super::{DynamoEnvelopeStore, envelopes_of};
+use crate::dynamodb::backfill::{Unindexed, index_unindexed};
+use crate::dynamodb::batch::get_many;
+use crate::dynamodb::{query_index, s};
+use crate::item::{Item, get_s};
+
+/// The index entry of an envelope.
+pub(super) fn period_entry(e: &DlqEnvelope) -> (String, aws_sdk_dynamodb::types::AttributeValue) {
+    (
+        keys::EXCEPTION_PERIOD_SHARD.to_owned(),
+        s(exception_period_shard(e.accounting_period.as_deref(), &e.envelope_id)),
+    )
+}
+
+impl EnvelopesOfPeriod for DynamoEnvelopeStore {
+    async fn envelopes_of_period(&self, period: Option<&str>) -> StoreResult<Vec<DlqEnvelope>> {
+        let shards: Vec<String> = exception_period_shards(period).collect();
+        let entries = futures::future::try_join_all(
+            shards
+                .iter()
+                .map(|shard| query_index(&self.client, &self.table, &indexes::ENVELOPES_BY_PERIOD, shard)),
+        )
+        .await?;
+        let ids: Vec<String> = entries
+            .iter()
+            .flatten()
+            .filter_map(|k| get_s(k, keys::ENVELOPE_PK).map(str::to_owned))
+            .collect();
+        let items = get_many(&self.client, &self.table, keys::ENVELOPE_PK, &ids).await?;
+        // The index is read eventually consistent; the envelope itself is the truth.
+        let envelopes = envelopes_of(&items)?;
+        Ok(envelopes
+            .into_iter()
+            .filter(|e| e.accounting_period.as_deref() == period)
+            .collect())
+    }
+}
+
+impl DynamoEnvelopeStore {
+    /// Give each envelope written before the period index its entry there. Returns how many it
+    /// indexed.
+    pub async fn index_periods(&self, progress: impl FnMut(u64)) -> StoreResult<u64> {
+        let unindexed = Unindexed {
+            table: &self.table,
+            pk: keys::ENVELOPE_PK,
+            shard: keys::EXCEPTION_PERIOD_SHARD,
+            filter: "NOT begins_with(#f0, :f0)",
+            names: &[keys::ENVELOPE_PK],
+            values: vec![s("#")],
+            read: &["accounting_period"],
+        };
+        let shard_of = |item: &Item| {
+            let id = get_s(item, keys::ENVELOPE_PK)?;
+            Some(exception_period_shard(get_s(item, "accounting_period"), id))
+        };
+        index_unindexed(&self.client, unindexed, shard_of, progress).await
+    }
+}
