@@ -95,25 +95,49 @@ async fn load_part(s: &TestStack, first: u32, count: u32, stride: u32, periods: 
     Ok(written)
 }
 
-/// `count` records of chain `chain` (ids chosen to land on it), written 25 to a transaction.
-async fn audit_part(log: &DynamoAuditLog, chain: u8, from: u64, count: u64) -> Result<u64, String> {
+/// Where the audit records go: the ledger they name (`postings` over `periods`), and the period
+/// a reconciliation is measured on.
+#[derive(Clone, Copy)]
+struct Trail {
+    postings: u32,
+    periods: u32,
+}
+
+/// Duplicate record `n`, as the consumer writes it: another SQS message carrying the
+/// transaction of posting `n mod postings` (its hash, message id and period).
+fn duplicate(n: u64, t: Trail, now: chrono::DateTime<chrono::Utc>) -> AuditRecord {
+    let sqs = format!("bench-dup-{n}");
+    let of = nth(u32::try_from(n % u64::from(t.postings.max(1))).unwrap_or(0), t.periods);
+    let mut r = AuditRecord::system(AuditKind::DuplicateSuppressed, &sqs, now, "bench", String::new());
+    r.sqs_message_id = sqs;
+    r.message_id = Some(of.message_id);
+    r.source_hash = Some(of.source_hash);
+    r.currency = Some(of.currency);
+    r.amount = Some(of.amount.to_string());
+    r.ledger_entity = Some(of.ledger_entity);
+    r.period = Some(of.period);
+    r
+}
+
+/// `count` records of chain `chain` (ids chosen to land on it), written 25 to a transaction;
+/// the next `n`, and how many of them are of the measured period (the first).
+async fn audit_part(log: &DynamoAuditLog, chain: u8, from: u64, count: u64, t: Trail) -> Result<(u64, u64), String> {
     let wanted = format!("c{chain}");
     let now = chrono::Utc::now();
     let mut records = Vec::new();
     let mut n = from;
+    let first = period_of(0, t.periods);
     while (records.len() as u64) < count {
-        let subject = format!("bench-{n}");
+        let r = duplicate(n, t, now);
         n += 1;
-        if chain_of(&AuditRecord::id_for(AuditKind::DuplicateSuppressed, &subject)) == wanted {
-            records.push(AuditRecord::system(
-                AuditKind::DuplicateSuppressed,
-                &subject,
-                now,
-                "bench",
-                String::new(),
-            ));
+        if chain_of(&r.audit_id) == wanted {
+            records.push(r);
         }
     }
+    let in_first = records
+        .iter()
+        .filter(|r| r.period.as_deref() == Some(first.as_str()))
+        .count() as u64;
     for batch in records.chunks(25) {
         let linked = log.append_many(batch).await.map_err(|e| e.to_string())?;
         if linked.iter().any(Option::is_none) {
@@ -122,21 +146,25 @@ async fn audit_part(log: &DynamoAuditLog, chain: u8, from: u64, count: u64) -> R
             ));
         }
     }
-    Ok(n)
+    Ok((n, in_first))
 }
 
-/// `total` records over the chains in `seals` rounds, a seal after each.
-async fn load_audit(s: &TestStack, total: u64, seals: u64) -> Result<(), String> {
+/// `total` records over the chains in `seals` rounds, a seal after each; how many are of the
+/// measured period.
+async fn load_audit(s: &TestStack, total: u64, seals: u64, t: Trail) -> Result<u64, String> {
     let log = DynamoAuditLog::new(s.clients.dynamodb.clone(), &s.settings.audit_table);
     let worm = S3Worm::new(s.clients.s3.clone(), &s.stack.names.bucket());
     let chains = u64::from(AUDIT_CHAINS);
     let per_round = total / seals / chains;
     let started = Instant::now();
     let mut next = vec![0u64; usize::from(AUDIT_CHAINS)];
+    let mut in_first = 0;
     for round in 0..seals {
-        let parts = (0..AUDIT_CHAINS).map(|c| audit_part(&log, c, next[usize::from(c)], per_round));
+        let parts = (0..AUDIT_CHAINS).map(|c| audit_part(&log, c, next[usize::from(c)], per_round, t));
         for (c, r) in futures::future::join_all(parts).await.into_iter().enumerate() {
-            next[c] = r?;
+            let (n, first) = r?;
+            next[c] = n;
+            in_first += first;
         }
         recon_core::evidence::seal(&log, &worm, chrono::Utc::now())
             .await
@@ -148,7 +176,7 @@ async fn load_audit(s: &TestStack, total: u64, seals: u64) -> Result<(), String>
             started.elapsed().as_secs_f64()
         );
     }
-    Ok(())
+    Ok(in_first)
 }
 
 /// A `dlqctl` command line with the deployment's prefix, given the arguments after it.
@@ -193,6 +221,26 @@ fn verify_runs(dlq: Dlqctl<'_>, baseline: Option<Dlqctl<'_>>, total: u64) -> Res
         let from = from.to_string();
         run(&format!("audit verify --from-seal {from}"), &["--from-seal", &from])?;
     }
+    Ok(())
+}
+
+/// `dlqctl reconcile --period` once the trail holds duplicates of every period: `expected` is
+/// the period's committed postings and its duplicates, which it must count exactly.
+fn reconcile_run(dlq: Dlqctl<'_>, name: &str, period: &str, expected: (u64, u64)) -> Result<(), String> {
+    let (wall, peak, out) = measure(&mut dlq(&["--json", "reconcile", "--period", period]))?;
+    let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("reconcile's JSON: {e}: {out}"))?;
+    let count = |state: &str| v["by_state"][state]["count"].as_u64().unwrap_or(0);
+    let found = (count("COMMITTED"), count("DUPLICATE"));
+    if found != expected {
+        return Err(format!(
+            "{name}: (committed, duplicates) {found:?}, {expected:?} in the period"
+        ));
+    }
+    let outcomes = found.0 + found.1;
+    println!(
+        "{name:<44} {outcomes:>9} {wall:>9.2} {:>11.0} {peak:>10.1}",
+        outcomes as f64 / wall.max(1e-9)
+    );
     Ok(())
 }
 
@@ -367,26 +415,45 @@ async fn run() -> Result<(), String> {
 
     // The audit trail, after the ledger: a whole-trail verify against one continued from a seal.
     let audit_records = audit_records / seals / u64::from(AUDIT_CHAINS) * seals * u64::from(AUDIT_CHAINS);
-    load_audit(&s, audit_records, seals).await?;
+    let trail = Trail {
+        postings: count,
+        periods,
+    };
+    let duplicates = load_audit(&s, audit_records, seals, trail).await?;
     let dlq_baseline = |args: &[&str]| dlq_of(baseline.as_deref().unwrap_or(&dlqctl), args);
     let baseline_runs: Option<Dlqctl<'_>> = baseline.as_ref().map(|_| &dlq_baseline as _);
     verify_runs(&dlq, baseline_runs, audit_records)?;
-    if let Some(baseline) = baseline_runs {
-        export_run(
-            baseline,
-            &format!("evidence export --period {period}, baseline"),
+    // The period again, its duplicates now among the trail's: each build reads them its way.
+    let builds: Vec<(Dlqctl<'_>, &str)> = baseline_runs
+        .map(|b| (b, ", baseline"))
+        .into_iter()
+        .chain([(&dlq as Dlqctl<'_>, "")])
+        .collect();
+    println!(
+        "\n{:<44} {:>9} {:>9} {:>11} {:>10}",
+        "command (the trail loaded)", "outcomes", "wall s", "outcomes/s", "peak MiB"
+    );
+    for (build, suffix) in &builds {
+        reconcile_run(
+            *build,
+            &format!("reconcile --period {period}{suffix}"),
             &period,
-            in_period,
+            (in_period, duplicates),
+        )?;
+    }
+    println!(
+        "\n{:<44} {:>9} {:>9} {:>11} {:>10}",
+        "command (the trail loaded)", "records", "wall s", "records/s", "peak MiB"
+    );
+    for (build, suffix) in &builds {
+        export_run(
+            *build,
+            &format!("evidence export --period {period}{suffix}"),
+            &period,
+            in_period + duplicates,
             &dir,
         )?;
     }
-    export_run(
-        &dlq,
-        &format!("evidence export --period {period}"),
-        &period,
-        in_period,
-        &dir,
-    )?;
     s.cleanup().await;
     Ok(())
 }
