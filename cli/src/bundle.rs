@@ -11,8 +11,8 @@ use recon_aws::sqs::SqsQueue;
 use recon_core::evidence::{Bundle, VerifyReport, verify_bundle, write_bundle};
 use recon_core::ports::LedgerScope;
 use recon_core::reconcile::{
-    Counts, Entry, Exceptions, Links, Reconciliation, State, exceptions_of_period, fetch_named_envelopes,
-    manifest_entry, of_period, outcomes, read_ledger, reconcile_counted,
+    Counts, Entry, Exceptions, Links, Reconciliation, State, complete_exceptions, exceptions_of_period, manifest_entry,
+    of_period, outcomes, read_ledger, reconcile_counted,
 };
 use recon_core::resources::ResourceNames;
 use std::io::BufRead;
@@ -107,9 +107,10 @@ pub async fn gather(
         period: period.map(str::to_owned),
         ..LedgerScope::default()
     };
-    let read = read_ledger(&crate::context::ledger(clients, &stack)?, &scope, segments, &links).await?;
+    let ledger = crate::context::ledger(clients, &stack)?;
+    let read = read_ledger(&ledger, &scope, segments, &links).await?;
     if period.is_some() {
-        fetch_named_envelopes(&store, &read.linked, &mut exceptions).await?;
+        complete_exceptions(&store, &audit_log, &ledger, &read.linked, &mut exceptions).await?;
     }
     let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url)
         .depth()

@@ -268,3 +268,58 @@ async fn an_edit_refused_by_gate_1_when_it_runs_leaves_its_envelope_to_the_next_
     let quarantine = quarantine_of(&[e.envelope_id.as_str()]);
     assert_eq!(r.run(&quarantine, None).await.unwrap().quarantined, 1);
 }
+
+/// An edit that moves the value date into the next month: the original's envelope is October's,
+/// the copy's posting and its duplicate November's. Each period's bounded read (its exceptions
+/// through the period indexes, what they name fetched by key) tells what the whole read tells.
+#[tokio::test]
+async fn an_edit_into_another_period_reconciles_each_period_as_the_whole_history_does() {
+    let w = world();
+    let sent = NewMessage {
+        value_date: "2026-10-31".into(),
+        ..tx_in(1, "USX", "100.00")
+    };
+    let e = w.envelope("s1", &sent, ChronoDuration::hours(1)).await;
+    assert_eq!(e.accounting_period.as_deref(), Some("2026-10"));
+    let r = w.replayer(ReplayConfig::default());
+    let moved = Proposal::Set(vec![
+        ("currency".to_owned(), "USD".to_owned()),
+        ("value_date".to_owned(), "2026-11-02".to_owned()),
+    ]);
+    let q = r
+        .request_edit(&e.envelope_id, &moved, "booked a day late", &who("maker"))
+        .await
+        .unwrap();
+    r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
+    let (done, report) = r.execute(&q.request_id, "ops", None, None).await.unwrap();
+    assert_eq!(done.status, RequestStatus::Executed, "{}", report.summary());
+    let copy = &w.queue.sent()[0];
+    let consumer = w.consumer();
+    assert_eq!(
+        consumer.handle_message(&builders::delivered("edited-1", copy)).await,
+        Disposition::Committed
+    );
+    assert!(matches!(
+        consumer.handle_message(&builders::delivered("edited-2", copy)).await,
+        Disposition::DuplicateSuppressed { .. }
+    ));
+    let postings = w.ledger.postings();
+    assert_eq!(postings[0].period, "2026-11");
+
+    // One trail, as the stores hold it (the consumer's records beside the replay's).
+    let trail = recon_testkit::memory::MemoryAuditLog::default();
+    let audit: Vec<AuditRecord> = w.audit.records().into_iter().chain(consumer.audit.records()).collect();
+    for a in &audit {
+        recon_core::ports::AuditLog::append(&trail, a).await.unwrap();
+    }
+    let envelopes = recon_core::ports::all_envelopes(&*w.store, None).await.unwrap();
+    let violations = recon_testkit::sim::oracle::bounded_read_agrees(
+        &w.ledger,
+        (&w.store, &trail),
+        &postings,
+        &envelopes,
+        &audit,
+        true,
+    );
+    assert!(violations.is_empty(), "{violations:#?}");
+}

@@ -2,11 +2,13 @@
 //! period's exceptions and those of no known period, nothing of another period, and every
 //! envelope a lineage names across periods.
 
-use recon_core::domain::{AuditKind, DlqEnvelope};
-use recon_core::ports::{AuditLog, EnvelopeStore};
-use recon_core::reconcile::{exceptions_of_period, fetch_named_envelopes};
+use recon_core::domain::envelope::envelope_id;
+use recon_core::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, HandOff, ReplayRecord};
+use recon_core::ports::{AuditLog, EnvelopeStore, Ledger};
+use recon_core::reconcile::{complete_exceptions, exceptions_of_period};
+use recon_testkit::builders::now;
 use recon_testkit::conformance::{envelope_of_period as of, posting, record_of_period as record};
-use recon_testkit::memory::{MemoryAuditLog, MemoryEnvelopeStore};
+use recon_testkit::memory::{MemoryAuditLog, MemoryEnvelopeStore, MemoryLedger};
 use std::collections::BTreeSet;
 
 fn ids(envelopes: &[DlqEnvelope]) -> BTreeSet<&str> {
@@ -24,9 +26,10 @@ async fn a_period_reads_its_exceptions_and_those_of_no_period_only() {
 }
 
 #[tokio::test]
-async fn every_envelope_a_lineage_names_from_another_period_is_fetched() {
+async fn what_the_read_names_but_does_not_hold_is_fetched_by_key() {
     let store = MemoryEnvelopeStore::default();
     let audit = MemoryAuditLog::default();
+    let ledger = MemoryLedger::default();
     // October's dead letters, edited into November: a copy posted (named by its posting), a copy
     // suppressed as a duplicate (named by its record), and a copy dead-lettered again whose own
     // original was itself a copy (named by the envelope, then by that one).
@@ -49,6 +52,33 @@ async fn every_envelope_a_lineage_names_from_another_period_is_fetched() {
         ))
         .await
         .unwrap();
+    // A record from before records carried their period (read under none) about a dead letter
+    // whose envelope is September's.
+    let mut september = of("unused", Some("2026-09"), None);
+    september.envelope_id = envelope_id("sqs-sep");
+    september.original.source_message_id = "sqs-sep".into();
+    store.create(&september).await.unwrap();
+    audit
+        .append(&record(AuditKind::DeadLettered, "sqs-sep", None, None))
+        .await
+        .unwrap();
+    // A duplicate of a transaction handed to a manual journal by an envelope of another period.
+    let mut handed = of("oct-handed", Some("2026-10"), None);
+    handed.source_hash = "ab".repeat(32);
+    store.create(&handed).await.unwrap();
+    ledger
+        .hand_off(&HandOff {
+            source_hash: handed.source_hash.clone(),
+            envelope_id: handed.envelope_id.clone(),
+            replay_id: "rp".into(),
+            handed_off_at: now(),
+        })
+        .await
+        .unwrap();
+    let mut dup = record(AuditKind::DuplicateSuppressed, "dup-of-handed", None, None);
+    dup.source_hash = Some(handed.source_hash.clone());
+    audit.append(&dup).await.unwrap();
+
     let mut copy = posting("period", 1, "copy-1");
     copy.replay_of = Some("oct-posted".into());
     // A copy of an envelope that is nowhere stays unmet: the reconciliation names it missing.
@@ -57,9 +87,68 @@ async fn every_envelope_a_lineage_names_from_another_period_is_fetched() {
 
     let mut read = exceptions_of_period(&store, &audit, "2026-11").await.unwrap();
     assert_eq!(ids(&read.envelopes), BTreeSet::from(["nov-again"]));
-    fetch_named_envelopes(&store, &[copy, orphan], &mut read).await.unwrap();
+    complete_exceptions(&store, &audit, &ledger, &[copy, orphan], &mut read)
+        .await
+        .unwrap();
+    let september_id = envelope_id("sqs-sep");
     assert_eq!(
         ids(&read.envelopes),
-        BTreeSet::from(["nov-again", "oct-copy", "oct-root", "oct-posted", "oct-dup"])
+        BTreeSet::from([
+            "nov-again",
+            "oct-copy",
+            "oct-root",
+            "oct-posted",
+            "oct-dup",
+            "oct-handed",
+            september_id.as_str()
+        ])
     );
+}
+
+/// An October envelope whose edited copy went to November: that copy's fate (its own envelope,
+/// dead-lettered again, or its duplicate record) is November's, and October's read fetches it.
+#[tokio::test]
+async fn the_fate_of_a_copy_sent_into_another_period_is_fetched() {
+    let store = MemoryEnvelopeStore::default();
+    let audit = MemoryAuditLog::default();
+    let mut edited = of("oct-edited", Some("2026-10"), None);
+    let mut suppressed = of("oct-suppressed", Some("2026-10"), None);
+    for (e, copy) in [(&mut edited, "copy-again"), (&mut suppressed, "copy-dup")] {
+        e.replays.push(ReplayRecord {
+            replay_id: "rp".into(),
+            triggered_by: "test".into(),
+            reason: "edit".into(),
+            at: now(),
+            outcome: EnvelopeStatus::Superseded,
+            sqs_message_id: Some(copy.into()),
+            copy_source_hash: Some("cd".repeat(32)),
+        });
+        store.create(e).await.unwrap();
+    }
+    let mut again = of("unused", Some("2026-11"), Some("oct-edited"));
+    again.envelope_id = envelope_id("copy-again");
+    again.original.source_message_id = "copy-again".into();
+    store.create(&again).await.unwrap();
+    audit
+        .append(&record(
+            AuditKind::DuplicateSuppressed,
+            "copy-dup",
+            Some("2026-11"),
+            Some("oct-suppressed"),
+        ))
+        .await
+        .unwrap();
+
+    let mut read = exceptions_of_period(&store, &audit, "2026-10").await.unwrap();
+    assert!(read.audit.is_empty());
+    complete_exceptions(&store, &audit, &MemoryLedger::default(), &[], &mut read)
+        .await
+        .unwrap();
+    let again_id = envelope_id("copy-again");
+    assert_eq!(
+        ids(&read.envelopes),
+        BTreeSet::from(["oct-edited", "oct-suppressed", again_id.as_str()])
+    );
+    let records: Vec<&str> = read.audit.iter().map(|r| r.sqs_message_id.as_str()).collect();
+    assert_eq!(records, ["copy-dup"]);
 }

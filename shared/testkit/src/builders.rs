@@ -189,6 +189,7 @@ pub async fn settle_by_hand<S: EnvelopeStore>(store: &S, envelope_id: &str, stat
         at,
         outcome: status,
         sqs_message_id: None,
+        copy_source_hash: None,
     };
     let claimed = store
         .claim(envelope_id, &claim, at, &change(EnvelopeStatus::Replaying), None)

@@ -482,4 +482,9 @@ where
         BTreeSet::from([id("dup-nov"), id("dup-before"), id("dl-nov")]),
         "November's records a reconciliation reads, and those of no period"
     );
+    // A record by its key, whatever its period.
+    let october = AuditRecord::id_for(AuditKind::DuplicateSuppressed, &id("dup-oct"));
+    let found = audit.record(&october).await.unwrap_or_else(|e| panic!("record: {e}"));
+    assert_eq!(found.map(|r| r.sqs_message_id), Some(id("dup-oct")));
+    assert!(matches!(audit.record(&id("none-such")).await, Ok(None)));
 }

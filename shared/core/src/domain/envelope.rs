@@ -44,6 +44,10 @@ pub struct ReplayRecord {
     /// The SQS message id of the re-injected copy.
     #[serde(default)]
     pub sqs_message_id: Option<String>,
+    /// The copy's transaction when it is not the envelope's own (an approved edit's): what a
+    /// reconciliation looks the copy's posting up by, in whichever period the edit put it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_source_hash: Option<String>,
 }
 
 /// How far the envelope's `source_hash` can be trusted.

@@ -19,4 +19,6 @@ pub trait RecordsOfPeriod: Send + Sync {
     /// Those records of `period` (`None`: of no known period, records from before records
     /// carried one among them).
     fn records_of_period(&self, period: Option<&str>) -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send;
+    /// The record `audit_id`, if the trail holds it (on a chain).
+    fn record(&self, audit_id: &str) -> impl Future<Output = StoreResult<Option<AuditRecord>>> + Send;
 }

@@ -28,7 +28,7 @@ use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting
 pub mod edits;
 pub mod period;
 pub mod read;
-pub use period::{Exceptions, exceptions_of_period, fetch_named_envelopes};
+pub use period::{Exceptions, complete_exceptions, exceptions_of_period};
 pub use read::{LedgerRead, Links, look_up_unmet, read_ledger};
 
 /// Where a transaction ended up.
@@ -199,7 +199,13 @@ impl Fate<'_> {
                 edited_from: edits::as_sent(&self.envelopes),
             };
         }
-        if let Some(e) = self.envelopes.first() {
+        // The first dead letter of the lineage: the message as the producer sent it (a copy an
+        // edit moved to another period is not), whichever order the envelopes were read in.
+        if let Some(e) = self
+            .envelopes
+            .iter()
+            .min_by(|a, b| (a.dead_lettered_at, &a.envelope_id).cmp(&(b.dead_lettered_at, &b.envelope_id)))
+        {
             return Entry {
                 key: key_of(e.message_id.as_deref(), &e.original.body_sha256),
                 currency: e.currency.clone(),

@@ -3,14 +3,16 @@
 //! with those of no known period (a body without a readable value date; records from before
 //! records carried their period), instead of every envelope and the whole trail. A lineage may
 //! cross periods (an approved edit may change the value date: the edited copy posts in another
-//! period than its original's envelope), so every envelope a record of the read names by
-//! `replay.of` and the read did not meet is then fetched by id.
+//! period than its original's envelope), and an index may lag or hold a record from before
+//! records carried their period under none: what the read names and does not hold is then
+//! fetched by key ([`complete_exceptions`]).
 
 use futures::{StreamExt, TryStreamExt};
 use std::collections::BTreeSet;
 
-use crate::domain::{AuditRecord, DlqEnvelope, Posting};
-use crate::ports::{EnvelopeStore, EnvelopesOfPeriod, RecordsOfPeriod, StoreResult};
+use crate::domain::envelope::envelope_id;
+use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, Posting};
+use crate::ports::{EnvelopeStore, EnvelopesOfPeriod, Ledger, RecordsOfPeriod, StoreResult};
 
 /// The envelopes and audit records a reconciliation reads.
 #[derive(Clone, Debug, Default)]
@@ -42,37 +44,135 @@ where
     })
 }
 
-/// Fetch by id every envelope that `postings` (kept by the ledger read), the records and the
-/// envelopes name by `replay.of` and that `exceptions` does not hold, and again for what those
-/// name, until none is missing. One that is nowhere stays missing: the reconciliation names it.
-pub async fn fetch_named_envelopes<E: EnvelopeStore + ?Sized>(
+/// What the read names but does not hold: every envelope a record of it names by `replay.of`
+/// (an edit's copy in this period, its original in another), a dead letter's or an envelope
+/// record's own envelope (a record from before records carried their period, read under none,
+/// or an index that lags), the envelope that handed a duplicate's transaction to a manual
+/// journal, and the fate of each copy an envelope of the read sent that the read does not
+/// meet (an edit's copy dead-lettered again, or suppressed as a duplicate, in another period).
+/// Fetched by key, and again for what those name, until nothing is missing; what is nowhere
+/// stays missing, and the reconciliation names it.
+pub async fn complete_exceptions<E, A, L>(
     store: &E,
+    audit: &A,
+    ledger: &L,
     postings: &[Posting],
     exceptions: &mut Exceptions,
-) -> StoreResult<()> {
+) -> StoreResult<()>
+where
+    E: EnvelopeStore + ?Sized,
+    A: RecordsOfPeriod + ?Sized,
+    L: Ledger + ?Sized,
+{
     let mut asked: BTreeSet<String> = BTreeSet::new();
     // A lineage is as long as the replays of one message; the bound guards against a cycle.
     for _ in 0..64 {
-        let held: BTreeSet<&str> = exceptions.envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
-        let named: BTreeSet<String> = postings
-            .iter()
-            .filter_map(|p| p.replay_of.as_deref())
-            .chain(exceptions.audit.iter().filter_map(|r| r.replay_of.as_deref()))
-            .chain(exceptions.envelopes.iter().filter_map(DlqEnvelope::replay_of))
-            .filter(|id| !held.contains(id) && !asked.contains(*id))
-            .map(str::to_owned)
+        let wanted = Wanted::of(postings, exceptions, &asked);
+        let hand_offs: Vec<String> = futures::stream::iter(wanted.hand_offs.iter())
+            .map(|h| ledger.lookup(h))
+            .buffer_unordered(FETCHES_AT_ONCE)
+            .try_filter_map(|found| async move { Ok(found.and_then(|c| c.manual_journal)) })
+            .try_collect()
+            .await?;
+        let envelopes: BTreeSet<String> = wanted
+            .envelopes
+            .into_iter()
+            .chain(hand_offs)
+            .filter(|id| !asked.contains(id) && !exceptions.envelopes.iter().any(|e| &e.envelope_id == id))
             .collect();
-        if named.is_empty() {
+        asked.extend(wanted.hand_offs);
+        if envelopes.is_empty() && wanted.records.is_empty() {
             return Ok(());
         }
-        let found: Vec<DlqEnvelope> = futures::stream::iter(named.iter())
+        let found: Vec<DlqEnvelope> = futures::stream::iter(envelopes.iter())
             .map(|id| store.get(id))
             .buffer_unordered(FETCHES_AT_ONCE)
             .try_filter_map(|found| async move { Ok(found) })
             .try_collect()
             .await?;
-        asked.extend(named);
+        let records: Vec<AuditRecord> = futures::stream::iter(wanted.records.iter())
+            .map(|id| audit.record(id))
+            .buffer_unordered(FETCHES_AT_ONCE)
+            .try_filter_map(|found| async move { Ok(found) })
+            .try_collect()
+            .await?;
+        asked.extend(envelopes);
+        asked.extend(wanted.records);
         exceptions.envelopes.extend(found);
+        exceptions.audit.extend(records);
     }
     Ok(())
+}
+
+/// What one round of [`complete_exceptions`] asks for.
+struct Wanted {
+    envelopes: BTreeSet<String>,
+    records: BTreeSet<String>,
+    /// Transactions of duplicates the read holds no posting or hand-off of.
+    hand_offs: BTreeSet<String>,
+}
+
+impl Wanted {
+    fn of(postings: &[Posting], ex: &Exceptions, asked: &BTreeSet<String>) -> Wanted {
+        let held: BTreeSet<&str> = ex.envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
+        let records: BTreeSet<&str> = ex.audit.iter().map(|r| r.audit_id.as_str()).collect();
+        let fresh = |id: &str| !held.contains(id) && !asked.contains(id);
+        // Every SQS message with a fate in the read (a posting, a duplicate record, an envelope).
+        let fated: BTreeSet<&str> = postings
+            .iter()
+            .map(|p| p.sqs_message_id.as_str())
+            .chain(
+                ex.audit
+                    .iter()
+                    .filter(|r| r.kind == AuditKind::DuplicateSuppressed)
+                    .map(|r| r.sqs_message_id.as_str()),
+            )
+            .chain(ex.envelopes.iter().map(|e| e.original.source_message_id.as_str()))
+            .collect();
+        let copies: Vec<&str> = ex
+            .envelopes
+            .iter()
+            .flat_map(|e| e.replays.iter().filter_map(|r| r.sqs_message_id.as_deref()))
+            .filter(|copy| !fated.contains(copy))
+            .collect();
+        let named = postings
+            .iter()
+            .filter_map(|p| p.replay_of.clone())
+            .chain(ex.audit.iter().filter_map(|r| r.replay_of.clone()))
+            .chain(ex.envelopes.iter().filter_map(|e| e.replay_of().map(str::to_owned)))
+            .chain(ex.audit.iter().filter_map(own_envelope))
+            .chain(copies.iter().map(|copy| envelope_id(copy)));
+        let committed: BTreeSet<&str> = postings
+            .iter()
+            .map(|p| p.source_hash.as_str())
+            .chain(ex.envelopes.iter().map(|e| e.source_hash.as_str()))
+            .collect();
+        Wanted {
+            envelopes: named.filter(|id| fresh(id)).collect(),
+            records: copies
+                .iter()
+                .map(|copy| AuditRecord::id_for(AuditKind::DuplicateSuppressed, copy))
+                .filter(|id| !records.contains(id.as_str()) && !asked.contains(id))
+                .collect(),
+            hand_offs: ex
+                .audit
+                .iter()
+                .filter(|r| r.kind == AuditKind::DuplicateSuppressed)
+                .filter_map(|r| r.source_hash.clone())
+                .filter(|h| !committed.contains(h.as_str()) && !asked.contains(h))
+                .collect(),
+        }
+    }
+}
+
+/// The envelope a dead letter's record or an envelope's own record is about.
+fn own_envelope(r: &AuditRecord) -> Option<String> {
+    match r.kind {
+        AuditKind::DeadLettered => Some(envelope_id(&r.sqs_message_id)),
+        AuditKind::Enriched | AuditKind::Quarantined => {
+            let (_, rest) = r.audit_id.split_once('#')?;
+            rest.split('#').next().filter(|id| !id.is_empty()).map(str::to_owned)
+        }
+        _ => None,
+    }
 }

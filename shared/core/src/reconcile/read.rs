@@ -40,6 +40,10 @@ impl Links {
                 .named
                 .entry(e.source_hash.clone())
                 .or_insert_with(|| e.accounting_period.clone());
+            // An edited copy's transaction, in whichever period the edit put it.
+            for h in e.replays.iter().filter_map(|r| r.copy_source_hash.clone()) {
+                links.named.insert(h, None);
+            }
         }
         for r in audit.iter().filter(|r| r.kind == AuditKind::DuplicateSuppressed) {
             links.ids.insert(r.sqs_message_id.clone());

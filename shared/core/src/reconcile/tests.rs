@@ -113,6 +113,7 @@ mod lineage {
             at: Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).unwrap(),
             outcome: EnvelopeStatus::Replayed,
             sqs_message_id: Some(copy.into()),
+            copy_source_hash: None,
         });
         e
     }

@@ -368,6 +368,7 @@ where
         );
         let record = self.audit_record(run, e, AuditKind::Edited, None, detail.clone());
         let settled = Settlement {
+            copy_source_hash: copy.as_ref().map(|_| edit.source_hash.clone()),
             copy,
             ..Settlement::decided(EnvelopeStatus::Superseded, detail.clone(), &record)
         };

@@ -28,6 +28,8 @@ pub(super) struct Settlement<'a> {
     pub manual_journal: bool,
     /// The SQS message id of the re-injected copy.
     pub copy: Option<String>,
+    /// The copy's transaction, when an edit made it another than the envelope's.
+    pub copy_source_hash: Option<String>,
     /// The decision's audit record (none for a release back to PENDING).
     pub audit: Option<&'a AuditRecord>,
 }
@@ -40,6 +42,7 @@ impl<'a> Settlement<'a> {
             reason,
             manual_journal: false,
             copy: None,
+            copy_source_hash: None,
             audit: None,
         }
     }
@@ -51,6 +54,7 @@ impl<'a> Settlement<'a> {
             reason,
             manual_journal: false,
             copy: None,
+            copy_source_hash: None,
             audit: Some(audit),
         }
     }
@@ -296,6 +300,7 @@ where
             at: now,
             outcome: s.status,
             sqs_message_id: s.copy,
+            copy_source_hash: s.copy_source_hash,
         };
         self.store
             .finish(&e.envelope_id, &run.replay_id, &change, &record, s.audit)

@@ -5,12 +5,13 @@
 //! read in one segment and in several at once, and `dlqctl evidence export` for one period. Each
 //! is timed, and its peak resident memory is read from the kernel (wait4's ru_maxrss).
 //!
-//! Then the audit trail: A records linked into its chains (each writer on a chain of its own, 25
-//! records a transaction) with S seals spread evenly over them, and `dlqctl audit verify` run in
-//! full, from the seal before the last (one seal interval) and from the last seal, and the period
-//! exported again, its bundle now carrying the whole trail. With
-//! `--baseline-dlqctl`, another build's `dlqctl` (an earlier commit's) verifies the whole trail and
-//! exports the period too, in the same run over the same records, beside this one.
+//! Then the audit trail: A duplicate records (each another SQS message carrying a loaded
+//! posting's transaction, with its period) linked into its chains (each writer on a chain of its
+//! own, 25 records a transaction) with S seals spread evenly over them; `dlqctl audit verify` run
+//! in full, from the seal before the last (one seal interval) and from the last seal; and the
+//! period reconciled and exported again, its duplicates now counted and its bundle carrying the
+//! whole trail. With `--baseline-dlqctl`, another build's `dlqctl` (an earlier commit's)
+//! reconciles and exports the period too, in the same run over the same records, beside this one.
 //!
 //! Figures, not assertions: the run fails only when a command fails or reconciles a number of
 //! postings other than the number loaded into its scope.
@@ -184,7 +185,7 @@ type Dlqctl<'a> = &'a dyn Fn(&[&str]) -> Command;
 
 /// `dlqctl audit verify` in full, then continued from the seal before the newest (one seal
 /// interval) and from the newest: records read, time, peak memory. Each must verify intact.
-fn verify_runs(dlq: Dlqctl<'_>, baseline: Option<Dlqctl<'_>>, total: u64) -> Result<(), String> {
+fn verify_runs(dlq: Dlqctl<'_>, total: u64) -> Result<(), String> {
     println!(
         "\n{:<44} {:>9} {:>9} {:>11} {:>10}",
         "command", "records", "wall s", "records/s", "peak MiB"
@@ -200,15 +201,6 @@ fn verify_runs(dlq: Dlqctl<'_>, baseline: Option<Dlqctl<'_>>, total: u64) -> Res
         Ok(v)
     };
     let run = |name: &str, args: &[&str]| run_with(dlq, name, args);
-    if let Some(baseline) = baseline {
-        let v = run_with(baseline, "audit verify (whole trail), baseline build", &[])?;
-        if v["records"].as_u64() != Some(total) {
-            return Err(format!(
-                "the baseline verified {} records, {total} written",
-                v["records"]
-            ));
-        }
-    }
     let whole = run("audit verify (whole trail)", &[])?;
     if whole["records"].as_u64() != Some(total) {
         return Err(format!(
@@ -422,7 +414,9 @@ async fn run() -> Result<(), String> {
     let duplicates = load_audit(&s, audit_records, seals, trail).await?;
     let dlq_baseline = |args: &[&str]| dlq_of(baseline.as_deref().unwrap_or(&dlqctl), args);
     let baseline_runs: Option<Dlqctl<'_>> = baseline.as_ref().map(|_| &dlq_baseline as _);
-    verify_runs(&dlq, baseline_runs, audit_records)?;
+    // (Not the baseline's verify: a build from before records carried their period cannot
+    // verify one that does.)
+    verify_runs(&dlq, audit_records)?;
     // The period again, its duplicates now among the trail's: each build reads them its way.
     let builds: Vec<(Dlqctl<'_>, &str)> = baseline_runs
         .map(|b| (b, ", baseline"))

@@ -55,6 +55,15 @@ impl RecordsOfPeriod for MemoryAuditLog {
             .cloned()
             .collect())
     }
+
+    async fn record(&self, audit_id: &str) -> StoreResult<Option<AuditRecord>> {
+        let s = lock(&self.state);
+        Ok(s.records
+            .iter()
+            .map(|c| &c.record)
+            .find(|r| r.audit_id == audit_id)
+            .cloned())
+    }
 }
 
 impl AuditLog for MemoryAuditLog {

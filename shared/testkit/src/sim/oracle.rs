@@ -16,7 +16,7 @@ use recon_core::envelopes::original_body;
 use recon_core::evidence::verify_trail;
 use recon_core::ports::{AuditOutbox, LedgerScope, all_envelopes};
 use recon_core::reconcile::{
-    Exceptions, LedgerRead, Links, State, exceptions_of_period, fetch_named_envelopes, look_up_unmet, manifest_entry,
+    Exceptions, LedgerRead, Links, State, complete_exceptions, exceptions_of_period, look_up_unmet, manifest_entry,
     of_period, outcomes, read_ledger, reconcile, reconcile_counted,
 };
 use recon_core::replay::MAX_RELEASES;
@@ -265,7 +265,7 @@ fn missing_records(e: &DlqEnvelope, ids: &BTreeSet<&str>) -> Vec<String> {
 /// postings of no lineage only counted — must tell what the whole read tells: the same counts
 /// and amounts per state and per entity and period, the same problems (for a period, none the
 /// whole read does not name), whether it holds.
-fn bounded_read_agrees(
+pub fn bounded_read_agrees(
     ledger: &crate::memory::MemoryLedger,
     (envelope_store, audit_log): (&MemoryEnvelopeStore, &MemoryAuditLog),
     postings: &[Posting],
@@ -275,7 +275,13 @@ fn bounded_read_agrees(
 ) -> Vec<String> {
     let mut v = Vec::new();
     let (whole, whole_problems) = outcomes(postings, envelopes, audit, dlq_empty);
-    let periods: BTreeSet<&str> = postings.iter().map(|p| p.period.as_str()).collect();
+    // Every period something is of: postings, envelopes, records.
+    let periods: BTreeSet<&str> = postings
+        .iter()
+        .map(|p| p.period.as_str())
+        .chain(envelopes.iter().filter_map(|e| e.accounting_period.as_deref()))
+        .chain(audit.iter().filter_map(|r| r.period.as_deref()))
+        .collect();
     let scopes = std::iter::once(None).chain(periods.into_iter().map(Some));
     for (period, keep_every) in scopes.flat_map(|p| [(p, false), (p, true)]) {
         let scope = LedgerScope {
@@ -315,7 +321,16 @@ fn bounded_read_agrees(
             v.push(format!("the ledger did not answer a read of {scope:?} in segments"));
             continue;
         };
-        if ready(fetch_named_envelopes(envelope_store, &read.linked, &mut exceptions)).is_none_or(|r| r.is_err()) {
+        if period.is_some()
+            && ready(complete_exceptions(
+                envelope_store,
+                audit_log,
+                ledger,
+                &read.linked,
+                &mut exceptions,
+            ))
+            .is_none_or(|r| r.is_err())
+        {
             v.push(format!("the envelope store did not answer the lookups of {scope:?}"));
             continue;
         }

@@ -10,7 +10,9 @@ use recon_core::resources::{exception_period_shard, exception_period_shards, ind
 use super::{DynamoAuditLog, chained_from};
 use crate::dynamodb::backfill::{Unindexed, index_unindexed};
 use crate::dynamodb::{query_index, s};
+use crate::error::store_error;
 use crate::item::{Item, get_s};
+use recon_core::domain::audit::is_chain;
 
 /// The index entry of a record a reconciliation reads (none for the others).
 pub(super) fn period_entry(record: &AuditRecord) -> Option<(String, AttributeValue)> {
@@ -31,12 +33,34 @@ impl RecordsOfPeriod for DynamoAuditLog {
                 .map(|shard| query_index(&self.client, &self.table, &indexes::AUDIT_BY_PERIOD, shard)),
         )
         .await?;
+        // Only what verification sees (a record on a chain, readable) and what is what it says
+        // it is (of this period): an index entry is not hashed, the record is.
         Ok(pages
             .iter()
             .flatten()
-            .map(|item| chained_from(item).record)
-            .filter(|r| r.kind.reconciled())
+            .map(chained_from)
+            .filter(|c| is_chain(&c.chain))
+            .map(|c| c.record)
+            .filter(|r| r.kind.reconciled() && r.period.as_deref() == period)
             .collect())
+    }
+
+    async fn record(&self, audit_id: &str) -> StoreResult<Option<AuditRecord>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::AUDIT_PK, s(audit_id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(audit record)", e))?;
+        Ok(out
+            .item
+            .as_ref()
+            .map(chained_from)
+            .filter(|c| is_chain(&c.chain))
+            .map(|c| c.record))
     }
 }
 
@@ -46,11 +70,13 @@ impl DynamoAuditLog {
     /// under no period, which every period's reconciliation reads. Returns how many it indexed.
     pub async fn index_periods(&self, progress: impl FnMut(u64)) -> StoreResult<u64> {
         let kinds = AuditKind::RECONCILED.iter().map(|k| s(k.as_str())).collect();
+        let placeholders: Vec<String> = (0..AuditKind::RECONCILED.len()).map(|i| format!(":f{i}")).collect();
+        let filter = format!("#f0 IN ({})", placeholders.join(", "));
         let unindexed = Unindexed {
             table: &self.table,
             pk: keys::AUDIT_PK,
             shard: keys::EXCEPTION_PERIOD_SHARD,
-            filter: "#f0 IN (:f0, :f1, :f2, :f3)",
+            filter: &filter,
             names: &["kind"],
             values: kinds,
             read: &["period"],
