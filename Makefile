@@ -26,11 +26,11 @@ test: local-stack tools
 	$(MAKE) --no-print-directory infra-check
 	infra/smoke.sh
 
-## test-ledgers: the suites about posting (consume, replay, reconcile and audit, least privilege;
+## test-ledgers: the suites about posting (consume, replay, reconcile and audit, a period's fan-out, least privilege;
 ## FIFO on PostgreSQL) again on your PostgreSQL and on an HTTP general ledger, and the demo's
 ## identity on PostgreSQL
 # --workspace (with the suites named): the workspace's own build, not a rebuild for one package.
-POSTING_SUITES := --test consume --test replay --test audit --test iam
+POSTING_SUITES := --test consume --test replay --test audit --test reconcile --test iam
 test-ledgers: local-stack
 	DLQ_TEST_LEDGER=postgres $(CARGO) test --workspace --no-fail-fast $(POSTING_SUITES) --test fifo
 	DLQ_TEST_LEDGER=http $(CARGO) test --workspace --no-fail-fast $(POSTING_SUITES)

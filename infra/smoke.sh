@@ -107,4 +107,18 @@ s=$(stats)
 [ "$(echo "$s" | json 'd["audit"].get("REFERENCE_CHANGED", 0)')" = 1 ] || fail "expected the change audited: $s"
 [ "$(echo "$s" | json 'd["audit"].get("CONFIG_CHANGED", 0) >= 4')" = True ] || fail "each function must record its configuration at start-up: $s"
 
+echo "smoke: dlqctl reconcile --fan-out: the period read as three invocations of the replay function"
+# Through the Lambda Invoke API (here cargo lambda watch's), as on AWS: the same reconciliation
+# as the read in this process. (Exit 1 is a reconciliation that does not hold: compared anyway.)
+here=$("${dlqctl[@]}" --json reconcile --period 2026-11 || true)
+fanned=$("${dlqctl[@]}" --json reconcile --period 2026-11 --fan-out 3 --function replay \
+  --invoke-endpoint "http://127.0.0.1:$invoke_port" || true)
+python3 - "$here" "$fanned" <<'PY' || fail "the fan-out's reconciliation differs from the local read: $fanned"
+import json, sys
+here, fanned = (json.loads(a) for a in sys.argv[1:3])
+assert here["by_state"].get("COMMITTED", {}).get("count", 0) >= 1, here
+for key in ("by_state", "by_entity_period", "problems", "holds"):
+    assert here[key] == fanned[key], (key, here[key], fanned[key])
+PY
+
 echo "smoke: all four functions answered and changed the stores as expected"

@@ -170,6 +170,16 @@ async fn the_replay_calls_exactly_what_its_role_grants() {
     assert_eq!((report.reinjected, report.quarantined), (2, 1), "{report:#?}");
     // A second sweep seals again: the first seal is read by its version id to chain the second.
     replayer.run(&sweep, None).await.unwrap();
+    // A reconciliation's segment (`reconcile_segment`): the period's exceptions and postings.
+    let (envelopes, audit) = wiring::exceptions(&own, &settings);
+    let segment = recon_core::reconcile::SegmentRead {
+        period: "2026-11".into(),
+        segment: "0/2".into(),
+    };
+    let read = recon_core::reconcile::read_period_segment(&replayer.ledger, &envelopes, &audit, &segment)
+        .await
+        .unwrap();
+    wiring::segment_response(&read).unwrap();
     assert_calls_exactly_its_grants(&own, iam::REPLAY, &settings.ledger);
     s.cleanup().await;
 }

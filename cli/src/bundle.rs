@@ -11,13 +11,14 @@ use recon_aws::sqs::SqsQueue;
 use recon_core::evidence::{Bundle, VerifyReport, verify_bundle, write_bundle};
 use recon_core::ports::LedgerScope;
 use recon_core::reconcile::{
-    Counts, Entry, Exceptions, Links, Reconciliation, State, complete_exceptions, exceptions_of_period, manifest_entry,
-    of_period, outcomes, read_ledger, reconcile_counted,
+    Counts, Entry, Exceptions, Links, Reconciliation, State, complete_exceptions, exceptions_of_period, look_up_unmet,
+    manifest_entry, of_period, outcomes, read_ledger, reconcile_counted,
 };
 use recon_core::resources::ResourceNames;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
+use crate::fanout::FanOut;
 use crate::text::printable;
 
 #[derive(Args, Clone, Debug)]
@@ -33,6 +34,18 @@ pub struct ReconcileArgs {
     /// Read the ledger in this many segments at once (1-64).
     #[arg(long, default_value_t = DEFAULT_SEGMENTS, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub segments: u32,
+    /// Read the period's ledger as this many invocations of the deployment's replay function at
+    /// once, one segment each (1-64), instead of in this process: for a ledger one machine reads
+    /// too slowly. Needs --period; not with --manifest (which keeps every posting).
+    #[arg(long, requires = "period", conflicts_with = "manifest", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub fan_out: Option<u32>,
+    /// The function --fan-out invokes (default: the deployment's replay function, PREFIX-replay).
+    #[arg(long, requires = "fan_out")]
+    pub function: Option<String>,
+    /// The Lambda Invoke API --fan-out calls (default: AWS's; locally, `cargo lambda watch`'s,
+    /// e.g. http://127.0.0.1:9011).
+    #[arg(long, requires = "fan_out")]
+    pub invoke_endpoint: Option<String>,
 }
 
 /// How many segments of the ledger reconcile and export read at once.
@@ -88,6 +101,7 @@ pub async fn gather(
     period: Option<&str>,
     keep: Keep,
     segments: u32,
+    fan_out: Option<&FanOut>,
 ) -> Result<Evidence> {
     let stack = resolve_stack(clients, names).await?;
     let audit_log = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
@@ -108,7 +122,15 @@ pub async fn gather(
         ..LedgerScope::default()
     };
     let ledger = crate::context::ledger(clients, &stack)?;
-    let read = read_ledger(&ledger, &scope, segments, &links).await?;
+    let read = match (fan_out, period) {
+        (Some(f), Some(p)) if keep == Keep::Linked => {
+            let mut read = crate::fanout::read(clients, f, p).await?;
+            look_up_unmet(&ledger, &scope, &links, &mut read).await?;
+            read
+        }
+        (Some(_), _) => bail!("--fan-out reads one period, without a manifest"),
+        (None, _) => read_ledger(&ledger, &scope, segments, &links).await?,
+    };
     if period.is_some() {
         complete_exceptions(&store, &audit_log, &ledger, &read.linked, &mut exceptions).await?;
     }
@@ -200,6 +222,14 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
         m.retain(|e| e.period.as_deref() == Some(period.as_str()));
     }
     let keep = if manifest.is_some() { Keep::Every } else { Keep::Linked };
+    let fan_out = args.fan_out.map(|segments| FanOut {
+        segments,
+        function: args
+            .function
+            .clone()
+            .unwrap_or_else(|| format!("{}-replay", names.prefix)),
+        endpoint: args.invoke_endpoint.clone(),
+    });
     let ev = gather(
         clients,
         names,
@@ -207,6 +237,7 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
         args.period.as_deref(),
         keep,
         args.segments,
+        fan_out.as_ref(),
     )
     .await?;
     if crate::output::json() {
@@ -236,7 +267,7 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
 /// leaves no half bundle and an earlier bundle at `out` untouched.
 pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, out: &Path) -> Result<()> {
     check_period(period)?;
-    let ev = gather(clients, names, None, Some(period), Keep::Every, DEFAULT_SEGMENTS).await?;
+    let ev = gather(clients, names, None, Some(period), Keep::Every, DEFAULT_SEGMENTS, None).await?;
     // A bundle is verified offline against its own outcomes: every one is listed, none queued.
     let reconciliation = reconcile_counted(Counts::default(), &ev.outcomes, ev.problems, None, 0);
     let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);

@@ -10,6 +10,7 @@ mod calibrate;
 mod context;
 mod demo;
 mod edit;
+mod fanout;
 mod ops;
 mod output;
 mod remediate;

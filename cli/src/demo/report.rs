@@ -39,6 +39,7 @@ pub async fn prove(clients: &AwsClients, stack: &Stack, bodies: &[&str], started
         None,
         crate::bundle::Keep::Every,
         crate::bundle::DEFAULT_SEGMENTS,
+        None,
     )
     .await?;
     let holds = print_result(clients, stack, &evidence, started).await?;

@@ -4,13 +4,16 @@
 //! resuming from its saved cursor) or from the seal schedule (seal the audit trail), or a manual
 //! payload `{"reason", "triggered_by", "failure_code"?, "root_cause"?,
 //! "entity"?, "envelope_ids"?, "max_items"?, "dry_run"?}` (refused above the approval policy);
-//! or `{"approved_request", "triggered_by"}` to run an approved request. Unknown fields are
-//! refused. Output: the replay report (with the request, for an approved one), or the seal.
+//! or `{"approved_request", "triggered_by"}` to run an approved request; or
+//! `{"reconcile_segment": {"period", "segment"}}`, one segment of a period's reconciliation
+//! (`dlqctl reconcile --fan-out`: reads only). Unknown fields are refused. Output: the replay
+//! report (with the request, for an approved one), the seal, or the segment's read.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use recon_aws::{AwsClients, ClientTimeouts, Target, telemetry, wiring};
 use recon_core::config::ReplaySettings;
 use recon_core::ports::lambda_deadline;
+use recon_core::reconcile::read_period_segment;
 use recon_core::replay::{Invocation, parse_function_invocation};
 use recon_core::resources::REPLAY_TIMEOUT;
 use std::sync::Arc;
@@ -29,10 +32,12 @@ async fn main() -> Result<(), Error> {
     wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited()).await;
     let metrics = wiring::emf(&settings.metrics_namespace, &settings.stack);
     let replayer = Arc::new(wiring::replayer(&clients, &settings, &name, metrics));
+    let exceptions = Arc::new(wiring::exceptions(&clients, &settings));
     let schedules = Arc::new((settings.sweep_schedule.clone(), settings.seal_schedule.clone()));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let replayer = replayer.clone();
         let schedules = schedules.clone();
+        let exceptions = exceptions.clone();
         async move {
             match parse_function_invocation(&event.payload, &schedules.0, &schedules.1)? {
                 Invocation::Seal => {
@@ -57,6 +62,11 @@ async fn main() -> Result<(), Error> {
                     let deadline = lambda_deadline(event.context.deadline);
                     let (request, report) = Box::pin(replayer.execute(&request_id, &by, None, deadline)).await?;
                     Ok(serde_json::json!({ "request": request, "report": report }))
+                }
+                Invocation::ReconcileSegment(read) => {
+                    let (envelopes, audit) = &*exceptions;
+                    let out = read_period_segment(&replayer.ledger, envelopes, audit, &read).await?;
+                    Ok(wiring::segment_response(&out)?)
                 }
             }
         }

@@ -121,6 +121,32 @@ pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &st
     }
 }
 
+/// The envelope store and the audit log a reconciliation's fan-out reads a period's exceptions
+/// from (`reconcile_segment`).
+pub fn exceptions(clients: &AwsClients, s: &ReplaySettings) -> (DynamoEnvelopeStore, crate::dynamodb::DynamoAuditLog) {
+    (
+        DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table),
+        crate::dynamodb::DynamoAuditLog::new(clients.dynamodb.clone(), &s.audit_table),
+    )
+}
+
+/// Lambda's largest synchronous response (6 MB), less room for the runtime's framing.
+pub const MAX_SEGMENT_RESPONSE_BYTES: usize = 6_000_000 - 16_384;
+
+/// A segment's read as the function's response, refused (naming the remedy) when Lambda could not
+/// return it: its postings of a lineage are kept whole, so a segment of a period with very many
+/// exceptions can be too large.
+pub fn segment_response(read: &recon_core::reconcile::LedgerRead) -> Result<serde_json::Value, String> {
+    let value = serde_json::to_value(read).map_err(|e| e.to_string())?;
+    let size = serde_json::to_vec(&value).map_or(usize::MAX, |v| v.len());
+    if size > MAX_SEGMENT_RESPONSE_BYTES {
+        return Err(format!(
+            "the segment's read is {size} bytes, above Lambda's response limit ({MAX_SEGMENT_RESPONSE_BYTES}): reconcile with more segments (--fan-out)"
+        ));
+    }
+    Ok(value)
+}
+
 /// Envelopes one sweep settles at once.
 const REPLAY_CONCURRENCY: usize = 8;
 

@@ -28,7 +28,7 @@ use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting
 pub mod edits;
 pub mod period;
 pub mod read;
-pub use period::{Exceptions, complete_exceptions, exceptions_of_period};
+pub use period::{Exceptions, SegmentRead, complete_exceptions, exceptions_of_period, read_period_segment};
 pub use read::{LedgerRead, Links, look_up_unmet, read_ledger};
 
 /// Where a transaction ended up.
@@ -379,7 +379,7 @@ pub struct Reconciliation {
 
 /// Count and amount per state, and count per entity and period: what a reconciliation sums,
 /// for transactions counted without being kept (see [`read::read_ledger`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
     pub by_state: BTreeMap<State, Tally>,
     pub by_entity_period: BTreeMap<String, BTreeMap<State, u64>>,

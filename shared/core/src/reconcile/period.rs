@@ -8,11 +8,13 @@
 //! fetched by key ([`complete_exceptions`]).
 
 use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
+use super::read::{LedgerRead, Links, read_ledger};
 use crate::domain::envelope::envelope_id;
-use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, Posting};
-use crate::ports::{EnvelopeStore, EnvelopesOfPeriod, Ledger, RecordsOfPeriod, StoreResult};
+use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, Posting, Segment, message::parse_date};
+use crate::ports::{EnvelopeStore, EnvelopesOfPeriod, Ledger, LedgerReader, LedgerScope, RecordsOfPeriod, StoreResult};
 
 /// The envelopes and audit records a reconciliation reads.
 #[derive(Clone, Debug, Default)]
@@ -175,4 +177,51 @@ fn own_envelope(r: &AuditRecord) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// One invocation of a reconciliation's fan-out: one segment of one period's ledger read
+/// (`{"reconcile_segment": {"period": "YYYY-MM", "segment": "INDEX/COUNT"}}` to the replay
+/// function).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SegmentRead {
+    pub period: String,
+    /// `INDEX/COUNT`.
+    pub segment: String,
+}
+
+impl SegmentRead {
+    /// The period and segment, checked.
+    pub fn parts(&self) -> Result<(&str, Segment), String> {
+        if self.period.len() != 7 || parse_date(&format!("{}-01", self.period)).is_none() {
+            return Err(format!("`period` must be YYYY-MM, not {:?}", self.period));
+        }
+        let segment: Segment = self.segment.parse().map_err(|e| format!("`segment`: {e}"))?;
+        Ok((&self.period, segment))
+    }
+}
+
+/// One segment of a period's fan-out: the period's exceptions read here again, their links, and
+/// the segment's ledger read (its postings of a lineage kept whole, the rest counted). The
+/// caller read the exceptions before invoking; exceptions only ever grow (envelopes and records
+/// are never removed), so these links hold the caller's: a posting kept here that the caller's
+/// links do not name is one committed transaction in its outcomes, counted once either way.
+pub async fn read_period_segment<R, E, A>(
+    reader: &R,
+    envelopes: &E,
+    audit: &A,
+    req: &SegmentRead,
+) -> Result<LedgerRead, String>
+where
+    R: LedgerReader + ?Sized,
+    E: EnvelopesOfPeriod + ?Sized,
+    A: RecordsOfPeriod + ?Sized,
+{
+    let (period, segment) = req.parts()?;
+    let exceptions = exceptions_of_period(envelopes, audit, period)
+        .await
+        .map_err(|e| e.to_string())?;
+    let links = Links::of(&exceptions.envelopes, &exceptions.audit);
+    let scope = LedgerScope::period(period).segment(segment);
+    read_ledger(reader, &scope, 1, &links).await.map_err(|e| e.to_string())
 }

@@ -81,8 +81,9 @@ impl Links {
     }
 }
 
-/// What a read of the ledger gives a reconciliation.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What a read of the ledger gives a reconciliation (and what one invocation of a fan-out
+/// returns for its segment).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LedgerRead {
     /// The postings that take part in a lineage, kept whole.
     pub linked: Vec<Posting>,

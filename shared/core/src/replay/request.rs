@@ -172,6 +172,8 @@ pub enum Invocation {
     },
     /// Seal the audit trail, nothing else (the seal schedule: sealing whatever the sweep does).
     Seal,
+    /// Read one segment of one period's ledger for a reconciliation's fan-out (reads only).
+    ReconcileSegment(crate::reconcile::SegmentRead),
 }
 
 /// Read the replay function's payload: a scheduled event from the seal schedule only seals (it
@@ -183,6 +185,16 @@ pub fn parse_function_invocation(
 ) -> Result<Invocation, RequestError> {
     if scheduled_event(payload).is_some_and(|named| names_schedule(&named, seal_schedule)) {
         return Ok(Invocation::Seal);
+    }
+    if let Some(segment) = payload.get("reconcile_segment") {
+        if payload.as_object().is_some_and(|o| o.len() > 1) {
+            return Err(RequestError("`reconcile_segment` comes alone".into()));
+        }
+        let read: crate::reconcile::SegmentRead =
+            serde_json::from_value(segment.clone()).map_err(|e| RequestError(format!("reconcile_segment: {e}")))?;
+        read.parts()
+            .map_err(|e| RequestError(format!("reconcile_segment: {e}")))?;
+        return Ok(Invocation::ReconcileSegment(read));
     }
     if payload.get("approved_request").is_some() {
         let x: ExecuteApproved = serde_json::from_value(payload.clone()).map_err(|e| RequestError(e.to_string()))?;
@@ -287,6 +299,23 @@ mod tests {
             parse(&serde_json::json!({"approved_request": "apr_1", "triggered_by": "t", "root_cause": "X"})).is_err()
         );
         assert!(parse(&serde_json::json!({"approved_request": "apr_1", "triggered_by": " "})).is_err());
+        // A reconciliation's segment: only a period and a segment, checked; nothing beside it.
+        let segment = |p: &str, s: &str| serde_json::json!({"reconcile_segment": {"period": p, "segment": s}});
+        assert_eq!(
+            parse(&segment("2026-11", "1/4")),
+            Ok(Invocation::ReconcileSegment(crate::reconcile::SegmentRead {
+                period: "2026-11".into(),
+                segment: "1/4".into()
+            }))
+        );
+        assert!(parse(&segment("2026-13", "1/4")).is_err());
+        assert!(parse(&segment("2026-11", "4/4")).is_err());
+        assert!(
+            parse(&serde_json::json!({"reconcile_segment": {"period": "2026-11", "segment": "0/1", "x": 1}})).is_err()
+        );
+        let mut beside = segment("2026-11", "0/1");
+        beside["reason"] = "r".into();
+        assert!(parse(&beside).is_err());
     }
 
     #[test]
