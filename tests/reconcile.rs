@@ -1,9 +1,10 @@
 //! A period's reconciliation read as a fan-out (`dlqctl reconcile --fan-out`) on the local stack,
 //! on the ledger `DLQ_TEST_LEDGER` names: each segment read as the replay function reads it for a
-//! `reconcile_segment` invocation (its own exception read, its answer through JSON), the reads
-//! merged, tell exactly what the read in one process tells. (The invocations themselves, through
+//! `reconcile_segment` invocation (request and answer through JSON), the reads merged, tell
+//! exactly what the read in one process tells. (The invocations themselves, through
 //! the Lambda Invoke API, are exercised by `infra/smoke.sh` under `cargo lambda watch`.)
 
+use recon_aws::dynamodb::{DynamoAuditLog, DynamoEnvelopeStore};
 use recon_aws::wiring;
 use recon_core::domain::Segment;
 use recon_core::ports::LedgerScope;
@@ -52,8 +53,9 @@ fn told(mut read: LedgerRead) -> LedgerRead {
 async fn a_periods_fan_out_tells_what_the_read_in_one_process_tells() {
     let s = TestStack::new("fan-out").await;
     workload(&s).await;
-    let settings = s.replay_settings();
-    let (envelopes, audit) = wiring::exceptions(&s.clients, &settings);
+    let names = &s.stack.names;
+    let envelopes = DynamoEnvelopeStore::new(s.clients.dynamodb.clone(), &names.envelope_table);
+    let audit = DynamoAuditLog::new(s.clients.dynamodb.clone(), &names.audit_table);
     let ledger = s.ledger();
     for period in ["2026-10", "2026-11"] {
         let scope = LedgerScope::period(period);
@@ -71,10 +73,11 @@ async fn a_periods_fan_out_tells_what_the_read_in_one_process_tells() {
             let request = SegmentRead {
                 period: period.into(),
                 segment: format!("{}/{}", segment.index, segment.of),
+                links: links.clone(),
             };
-            let read = read_period_segment(&ledger, &envelopes, &audit, &request)
-                .await
-                .unwrap();
+            // As dlqctl sends it and the function reads it.
+            let request: SegmentRead = serde_json::from_value(serde_json::to_value(&request).unwrap()).unwrap();
+            let read = read_period_segment(&ledger, &request).await.unwrap();
             // As the function answers and dlqctl reads it.
             let answer = wiring::segment_response(&read).unwrap();
             fanned.merge(serde_json::from_value(answer).unwrap());
@@ -91,6 +94,7 @@ fn a_segment_request_is_checked() {
         SegmentRead {
             period: period.into(),
             segment: segment.into(),
+            links: Links::default(),
         }
         .parts()
         .unwrap_err()

@@ -39,6 +39,11 @@ pub struct ReconcileArgs {
     /// too slowly. Needs --period; not with --manifest (which keeps every posting).
     #[arg(long, requires = "period", conflicts_with = "manifest", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub fan_out: Option<u32>,
+    /// How many of the --fan-out invocations run at once (default 1: the template reserves the
+    /// replay function 2, and the sweep needs one; raise the template's ReplayReservedConcurrency
+    /// with it).
+    #[arg(long, requires = "fan_out", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub at_once: u32,
     /// The function --fan-out invokes (default: the deployment's replay function, PREFIX-replay).
     #[arg(long, requires = "fan_out")]
     pub function: Option<String>,
@@ -122,17 +127,17 @@ pub async fn gather(
         ..LedgerScope::default()
     };
     let ledger = crate::context::ledger(clients, &stack)?;
-    let read = match (fan_out, period) {
+    let mut read = match (fan_out, period) {
         (Some(f), Some(p)) if keep == Keep::Linked => {
-            let mut read = crate::fanout::read(clients, f, p).await?;
+            let mut read = crate::fanout::read(clients, f, p, &links).await?;
             look_up_unmet(&ledger, &scope, &links, &mut read).await?;
             read
         }
         (Some(_), _) => bail!("--fan-out reads one period, without a manifest"),
         (None, _) => read_ledger(&ledger, &scope, segments, &links).await?,
     };
-    if period.is_some() {
-        complete_exceptions(&store, &audit_log, &ledger, &read.linked, &mut exceptions).await?;
+    if let Some(p) = period {
+        complete_exceptions(&store, &audit_log, &ledger, p, &mut read, &mut exceptions).await?;
     }
     let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url)
         .depth()
@@ -224,6 +229,7 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
     let keep = if manifest.is_some() { Keep::Every } else { Keep::Linked };
     let fan_out = args.fan_out.map(|segments| FanOut {
         segments,
+        at_once: args.at_once,
         function: args
             .function
             .clone()

@@ -1,52 +1,70 @@
 //! `dlqctl reconcile --period P --fan-out N`: the period's ledger read as N invocations of the
-//! deployment's replay function at once, one segment each (`{"reconcile_segment": …}`), for a
-//! ledger one machine reads too slowly. Each invocation reads the period's exceptions itself
-//! (after this process did: exceptions only grow, so its links hold ours) and returns its
-//! segment's read: the postings of a lineage whole, the rest counted. The reads merge exactly
+//! deployment's replay function, one segment each (`{"reconcile_segment": …}`), for a ledger one
+//! machine reads too slowly. Each invocation is sent this process's links (what makes a posting
+//! part of a lineage), so every segment keeps exactly the postings a read here would keep, and
+//! returns its segment's read: those postings whole, the rest counted. The reads merge exactly
 //! (`LedgerRead::merge`); what the merged read does not meet is looked up here, as a local read
-//! of the segments does.
+//! of the segments does. At most `at_once` run at a time (the function's reserved concurrency
+//! bounds them too: a throttled invocation is retried).
 
 use anyhow::{Context, Result, bail};
+use aws_sdk_lambda::config::retry::RetryConfig;
 use aws_sdk_lambda::config::timeout::TimeoutConfig;
 use aws_sdk_lambda::primitives::Blob;
+use futures::{StreamExt, TryStreamExt};
 use recon_aws::AwsClients;
 use recon_core::domain::Segment;
-use recon_core::reconcile::{LedgerRead, SegmentRead};
+use recon_core::reconcile::{LedgerRead, Links, SegmentRead};
 use recon_core::resources::REPLAY_TIMEOUT;
 use std::time::Duration;
+
+/// Lambda's largest synchronous request (6 MB), less room for the envelope around the links.
+const MAX_REQUEST_BYTES: usize = 6_000_000 - 16_384;
 
 /// Which function a fan-out invokes, where, and over how many segments.
 #[derive(Clone, Debug)]
 pub struct FanOut {
     pub segments: u32,
+    /// Invocations running at once.
+    pub at_once: u32,
     pub function: String,
     /// The Lambda Invoke API (none: AWS's for the region).
     pub endpoint: Option<String>,
 }
 
-/// A Lambda client that waits as long as an invocation may run.
+/// A Lambda client that waits as long as an invocation may run, and retries a throttled one
+/// (the function's reserved concurrency is taken) for a few minutes.
 fn client(clients: &AwsClients, endpoint: Option<&str>) -> aws_sdk_lambda::Client {
     let timeouts = TimeoutConfig::builder()
         .connect_timeout(Duration::from_secs(10))
         .operation_attempt_timeout(REPLAY_TIMEOUT + Duration::from_secs(30))
-        .operation_timeout(2 * REPLAY_TIMEOUT)
+        .operation_timeout(4 * REPLAY_TIMEOUT)
         .build();
-    let mut b = aws_sdk_lambda::config::Builder::from(&clients.config).timeout_config(timeouts);
+    let retries = RetryConfig::standard()
+        .with_max_attempts(12)
+        .with_max_backoff(Duration::from_secs(20));
+    let mut b = aws_sdk_lambda::config::Builder::from(&clients.config)
+        .timeout_config(timeouts)
+        .retry_config(retries);
     if let Some(url) = endpoint {
         b = b.endpoint_url(url);
     }
     aws_sdk_lambda::Client::from_conf(b.build())
 }
 
-/// The period's ledger read, segment by segment in the function, merged.
-pub async fn read(clients: &AwsClients, f: &FanOut, period: &str) -> Result<LedgerRead> {
+/// The period's ledger read with `links`, segment by segment in the function, merged.
+pub async fn read(clients: &AwsClients, f: &FanOut, period: &str, links: &Links) -> Result<LedgerRead> {
     let client = client(clients, f.endpoint.as_deref());
     let segments = Segment::all_of(f.segments);
     if segments.is_empty() {
         bail!("--fan-out takes 1 to {} segments", Segment::MAX);
     }
-    let reads =
-        futures::future::try_join_all(segments.into_iter().map(|s| invoke(&client, &f.function, period, s))).await?;
+    let at_once = usize::try_from(f.at_once.max(1)).unwrap_or(1);
+    let reads: Vec<LedgerRead> = futures::stream::iter(segments)
+        .map(|s| invoke(&client, &f.function, period, s, links))
+        .buffer_unordered(at_once)
+        .try_collect()
+        .await?;
     let mut read = LedgerRead::default();
     for r in reads {
         read.merge(r);
@@ -54,13 +72,26 @@ pub async fn read(clients: &AwsClients, f: &FanOut, period: &str) -> Result<Ledg
     Ok(read)
 }
 
-async fn invoke(client: &aws_sdk_lambda::Client, function: &str, period: &str, s: Segment) -> Result<LedgerRead> {
+async fn invoke(
+    client: &aws_sdk_lambda::Client,
+    function: &str,
+    period: &str,
+    s: Segment,
+    links: &Links,
+) -> Result<LedgerRead> {
     let segment = format!("{}/{}", s.index, s.of);
     let request = SegmentRead {
         period: period.to_owned(),
         segment: segment.clone(),
+        links: links.clone(),
     };
     let payload = serde_json::to_vec(&serde_json::json!({ "reconcile_segment": request }))?;
+    if payload.len() > MAX_REQUEST_BYTES {
+        bail!(
+            "the period's links (what makes a posting part of a lineage) are {} bytes, above what one invocation may be sent ({MAX_REQUEST_BYTES}): reconcile the period in this process (without --fan-out)",
+            payload.len()
+        );
+    }
     let out = client
         .invoke()
         .function_name(function)

@@ -5,8 +5,8 @@
 //! payload `{"reason", "triggered_by", "failure_code"?, "root_cause"?,
 //! "entity"?, "envelope_ids"?, "max_items"?, "dry_run"?}` (refused above the approval policy);
 //! or `{"approved_request", "triggered_by"}` to run an approved request; or
-//! `{"reconcile_segment": {"period", "segment"}}`, one segment of a period's reconciliation
-//! (`dlqctl reconcile --fan-out`: reads only). Unknown fields are refused. Output: the replay
+//! `{"reconcile_segment": {"period", "segment", "links"}}`, one segment of a period's
+//! reconciliation (`dlqctl reconcile --fan-out`: reads only). Unknown fields are refused. Output: the replay
 //! report (with the request, for an approved one), the seal, or the segment's read.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
@@ -32,12 +32,10 @@ async fn main() -> Result<(), Error> {
     wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited()).await;
     let metrics = wiring::emf(&settings.metrics_namespace, &settings.stack);
     let replayer = Arc::new(wiring::replayer(&clients, &settings, &name, metrics));
-    let exceptions = Arc::new(wiring::exceptions(&clients, &settings));
     let schedules = Arc::new((settings.sweep_schedule.clone(), settings.seal_schedule.clone()));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let replayer = replayer.clone();
         let schedules = schedules.clone();
-        let exceptions = exceptions.clone();
         async move {
             match parse_function_invocation(&event.payload, &schedules.0, &schedules.1)? {
                 Invocation::Seal => {
@@ -64,8 +62,7 @@ async fn main() -> Result<(), Error> {
                     Ok(serde_json::json!({ "request": request, "report": report }))
                 }
                 Invocation::ReconcileSegment(read) => {
-                    let (envelopes, audit) = &*exceptions;
-                    let out = read_period_segment(&replayer.ledger, envelopes, audit, &read).await?;
+                    let out = read_period_segment(&replayer.ledger, &read).await?;
                     Ok(wiring::segment_response(&out)?)
                 }
             }

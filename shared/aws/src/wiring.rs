@@ -121,15 +121,6 @@ pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &st
     }
 }
 
-/// The envelope store and the audit log a reconciliation's fan-out reads a period's exceptions
-/// from (`reconcile_segment`).
-pub fn exceptions(clients: &AwsClients, s: &ReplaySettings) -> (DynamoEnvelopeStore, crate::dynamodb::DynamoAuditLog) {
-    (
-        DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table),
-        crate::dynamodb::DynamoAuditLog::new(clients.dynamodb.clone(), &s.audit_table),
-    )
-}
-
 /// Lambda's largest synchronous response (6 MB), less room for the runtime's framing.
 pub const MAX_SEGMENT_RESPONSE_BYTES: usize = 6_000_000 - 16_384;
 

@@ -5,7 +5,7 @@
 use recon_core::domain::envelope::envelope_id;
 use recon_core::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, HandOff, ReplayRecord};
 use recon_core::ports::{AuditLog, EnvelopeStore, Ledger};
-use recon_core::reconcile::{complete_exceptions, exceptions_of_period};
+use recon_core::reconcile::{LedgerRead, complete_exceptions, exceptions_of_period};
 use recon_testkit::builders::now;
 use recon_testkit::conformance::{envelope_of_period as of, posting, record_of_period as record};
 use recon_testkit::memory::{MemoryAuditLog, MemoryEnvelopeStore, MemoryLedger};
@@ -87,7 +87,11 @@ async fn what_the_read_names_but_does_not_hold_is_fetched_by_key() {
 
     let mut read = exceptions_of_period(&store, &audit, "2026-11").await.unwrap();
     assert_eq!(ids(&read.envelopes), BTreeSet::from(["nov-again"]));
-    complete_exceptions(&store, &audit, &ledger, &[copy, orphan], &mut read)
+    let mut postings = LedgerRead {
+        linked: vec![copy, orphan],
+        ..LedgerRead::default()
+    };
+    complete_exceptions(&store, &audit, &ledger, "2026-11", &mut postings, &mut read)
         .await
         .unwrap();
     let september_id = envelope_id("sqs-sep");
@@ -141,9 +145,16 @@ async fn the_fate_of_a_copy_sent_into_another_period_is_fetched() {
 
     let mut read = exceptions_of_period(&store, &audit, "2026-10").await.unwrap();
     assert!(read.audit.is_empty());
-    complete_exceptions(&store, &audit, &MemoryLedger::default(), &[], &mut read)
-        .await
-        .unwrap();
+    complete_exceptions(
+        &store,
+        &audit,
+        &MemoryLedger::default(),
+        "2026-10",
+        &mut LedgerRead::default(),
+        &mut read,
+    )
+    .await
+    .unwrap();
     let again_id = envelope_id("copy-again");
     assert_eq!(
         ids(&read.envelopes),
@@ -151,4 +162,55 @@ async fn the_fate_of_a_copy_sent_into_another_period_is_fetched() {
     );
     let records: Vec<&str> = read.audit.iter().map(|r| r.sqs_message_id.as_str()).collect();
     assert_eq!(records, ["copy-dup"]);
+}
+
+/// An October envelope edited into November, whose copy was dead-lettered again and edited
+/// again: the second copy's posting (under the transaction its replay record names) is
+/// November's, and October's read finds it by key through the chain of copies.
+#[tokio::test]
+async fn a_copy_edited_again_is_followed_to_its_posting() {
+    let store = MemoryEnvelopeStore::default();
+    let audit = MemoryAuditLog::default();
+    let ledger = MemoryLedger::default();
+    let edited_as = |e: &mut DlqEnvelope, copy: &str, hash: &str| {
+        e.replays.push(ReplayRecord {
+            replay_id: "rp".into(),
+            triggered_by: "test".into(),
+            reason: "edit".into(),
+            at: now(),
+            outcome: EnvelopeStatus::Superseded,
+            sqs_message_id: Some(copy.into()),
+            copy_source_hash: Some(hash.into()),
+        });
+    };
+    let mut first = of("oct-first", Some("2026-10"), None);
+    edited_as(&mut first, "copy-1", &"c1".repeat(32));
+    store.create(&first).await.unwrap();
+    let mut again = of("unused", Some("2026-11"), Some("oct-first"));
+    again.envelope_id = envelope_id("copy-1");
+    again.original.source_message_id = "copy-1".into();
+    edited_as(&mut again, "copy-2", &"c2".repeat(32));
+    store.create(&again).await.unwrap();
+    let mut posted = posting("period", 3, "copy-2");
+    posted.source_hash = "c2".repeat(32);
+    posted.period = "2026-11".into();
+    posted.replay_of = Some(again.envelope_id.clone());
+    ledger.commit(&posted).await.unwrap();
+
+    let mut read = exceptions_of_period(&store, &audit, "2026-10").await.unwrap();
+    let mut postings = LedgerRead::default();
+    complete_exceptions(&store, &audit, &ledger, "2026-10", &mut postings, &mut read)
+        .await
+        .unwrap();
+    let again_id = envelope_id("copy-1");
+    assert_eq!(ids(&read.envelopes), BTreeSet::from(["oct-first", again_id.as_str()]));
+    let hashes: Vec<&str> = postings.linked.iter().map(|p| p.source_hash.as_str()).collect();
+    assert_eq!(hashes, ["c2".repeat(32)]);
+    // Read for November (where it was read already, kept or counted), it is not added again.
+    let mut read = exceptions_of_period(&store, &audit, "2026-11").await.unwrap();
+    let mut postings = LedgerRead::default();
+    complete_exceptions(&store, &audit, &ledger, "2026-11", &mut postings, &mut read)
+        .await
+        .unwrap();
+    assert!(postings.linked.is_empty(), "{:?}", postings.linked);
 }

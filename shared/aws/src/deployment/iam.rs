@@ -224,8 +224,6 @@ pub const REPLAY: &[Grant] = &[
             "dynamodb:DeleteItem",
             // A chunk's records leave the audit outbox together.
             "dynamodb:BatchWriteItem",
-            // A reconciliation's segment (`reconcile_segment`): a period's envelopes by key.
-            "dynamodb:BatchGetItem",
         ],
         Code,
     ),
@@ -269,8 +267,6 @@ pub const REPLAY: &[Grant] = &[
     AUDIT[2],
     // A chunk's records linked together: the heads of their chains read at once.
     g("AuditTable", &["dynamodb:BatchGetItem"], Code),
-    // A reconciliation's segment: the period's records through the period index.
-    g("AuditTable/index/*", &["dynamodb:Query"], Code),
     // Seals: the bucket read by version, the latest seal read, the next one written.
     g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
     g(

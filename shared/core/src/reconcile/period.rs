@@ -51,59 +51,75 @@ where
 /// record's own envelope (a record from before records carried their period, read under none,
 /// or an index that lags), the envelope that handed a duplicate's transaction to a manual
 /// journal, and the fate of each copy an envelope of the read sent that the read does not
-/// meet (an edit's copy dead-lettered again, or suppressed as a duplicate, in another period).
-/// Fetched by key, and again for what those name, until nothing is missing; what is nowhere
-/// stays missing, and the reconciliation names it.
+/// meet (an edit's copy dead-lettered again, suppressed as a duplicate, or posted — under the
+/// transaction its replay record names — in another period). Fetched by key, and again for what
+/// those name, until nothing is missing; what is nowhere stays missing, and the reconciliation
+/// names it. A posting found so is added to `read` only if it is of another period than
+/// `period` (one of `period` was read already: kept, or counted).
 pub async fn complete_exceptions<E, A, L>(
     store: &E,
     audit: &A,
     ledger: &L,
-    postings: &[Posting],
+    period: &str,
+    read: &mut LedgerRead,
     exceptions: &mut Exceptions,
 ) -> StoreResult<()>
 where
     E: EnvelopeStore + ?Sized,
     A: RecordsOfPeriod + ?Sized,
-    L: Ledger + ?Sized,
+    L: Ledger + LedgerReader + ?Sized,
 {
-    let mut asked: BTreeSet<String> = BTreeSet::new();
+    let mut asked = Asked::default();
     // A lineage is as long as the replays of one message; the bound guards against a cycle.
     for _ in 0..64 {
-        let wanted = Wanted::of(postings, exceptions, &asked);
-        let hand_offs: Vec<String> = futures::stream::iter(wanted.hand_offs.iter())
-            .map(|h| ledger.lookup(h))
-            .buffer_unordered(FETCHES_AT_ONCE)
-            .try_filter_map(|found| async move { Ok(found.and_then(|c| c.manual_journal)) })
-            .try_collect()
-            .await?;
-        let envelopes: BTreeSet<String> = wanted
-            .envelopes
-            .into_iter()
-            .chain(hand_offs)
-            .filter(|id| !asked.contains(id) && !exceptions.envelopes.iter().any(|e| &e.envelope_id == id))
-            .collect();
-        asked.extend(wanted.hand_offs);
-        if envelopes.is_empty() && wanted.records.is_empty() {
+        let wanted = Wanted::of(&read.linked, exceptions, &asked);
+        if wanted.is_empty() {
             return Ok(());
         }
-        let found: Vec<DlqEnvelope> = futures::stream::iter(envelopes.iter())
-            .map(|id| store.get(id))
-            .buffer_unordered(FETCHES_AT_ONCE)
-            .try_filter_map(|found| async move { Ok(found) })
-            .try_collect()
-            .await?;
-        let records: Vec<AuditRecord> = futures::stream::iter(wanted.records.iter())
-            .map(|id| audit.record(id))
-            .buffer_unordered(FETCHES_AT_ONCE)
-            .try_filter_map(|found| async move { Ok(found) })
-            .try_collect()
-            .await?;
-        asked.extend(envelopes);
-        asked.extend(wanted.records);
+        let handed: Vec<String> = fetch(&wanted.hand_offs, |h| async move {
+            Ok(ledger.lookup(h).await?.and_then(|c| c.manual_journal))
+        })
+        .await?;
+        let envelopes: BTreeSet<String> = handed
+            .into_iter()
+            .filter(|id| !asked.envelopes.contains(id) && !exceptions.envelopes.iter().any(|e| &e.envelope_id == id))
+            .chain(wanted.envelopes.iter().cloned())
+            .collect();
+        let found = fetch(&envelopes, |id| store.get(id)).await?;
+        let records = fetch(&wanted.records, |id| audit.record(id)).await?;
+        let postings = fetch(&wanted.postings, |h| ledger.posting(h)).await?;
+        asked.hand_offs.extend(wanted.hand_offs);
+        asked.envelopes.extend(envelopes);
+        asked.records.extend(wanted.records);
+        asked.postings.extend(wanted.postings);
         exceptions.envelopes.extend(found);
         exceptions.audit.extend(records);
+        read.linked.extend(postings.into_iter().filter(|p| p.period != period));
     }
     Ok(())
+}
+
+/// Each key's answer, [`FETCHES_AT_ONCE`] at a time; those found.
+async fn fetch<'k, T, F, Fut>(keys: &'k BTreeSet<String>, get: F) -> StoreResult<Vec<T>>
+where
+    F: Fn(&'k str) -> Fut,
+    Fut: std::future::Future<Output = StoreResult<Option<T>>>,
+{
+    futures::stream::iter(keys.iter())
+        .map(|k| get(k))
+        .buffer_unordered(FETCHES_AT_ONCE)
+        .try_filter_map(|found| async move { Ok(found) })
+        .try_collect()
+        .await
+}
+
+/// What [`complete_exceptions`] has asked for already, by kind of key.
+#[derive(Default)]
+struct Asked {
+    envelopes: BTreeSet<String>,
+    records: BTreeSet<String>,
+    hand_offs: BTreeSet<String>,
+    postings: BTreeSet<String>,
 }
 
 /// What one round of [`complete_exceptions`] asks for.
@@ -112,13 +128,18 @@ struct Wanted {
     records: BTreeSet<String>,
     /// Transactions of duplicates the read holds no posting or hand-off of.
     hand_offs: BTreeSet<String>,
+    /// Transactions of edited copies without a fate in the read.
+    postings: BTreeSet<String>,
 }
 
 impl Wanted {
-    fn of(postings: &[Posting], ex: &Exceptions, asked: &BTreeSet<String>) -> Wanted {
+    fn is_empty(&self) -> bool {
+        self.envelopes.is_empty() && self.records.is_empty() && self.hand_offs.is_empty() && self.postings.is_empty()
+    }
+
+    fn of(postings: &[Posting], ex: &Exceptions, asked: &Asked) -> Wanted {
         let held: BTreeSet<&str> = ex.envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
         let records: BTreeSet<&str> = ex.audit.iter().map(|r| r.audit_id.as_str()).collect();
-        let fresh = |id: &str| !held.contains(id) && !asked.contains(id);
         // Every SQS message with a fate in the read (a posting, a duplicate record, an envelope).
         let fated: BTreeSet<&str> = postings
             .iter()
@@ -131,37 +152,44 @@ impl Wanted {
             )
             .chain(ex.envelopes.iter().map(|e| e.original.source_message_id.as_str()))
             .collect();
-        let copies: Vec<&str> = ex
+        let unfated: Vec<&crate::domain::ReplayRecord> = ex
             .envelopes
             .iter()
-            .flat_map(|e| e.replays.iter().filter_map(|r| r.sqs_message_id.as_deref()))
-            .filter(|copy| !fated.contains(copy))
+            .flat_map(|e| e.replays.iter())
+            .filter(|r| r.sqs_message_id.as_deref().is_some_and(|copy| !fated.contains(copy)))
             .collect();
+        let copies = || unfated.iter().filter_map(|r| r.sqs_message_id.as_deref());
         let named = postings
             .iter()
             .filter_map(|p| p.replay_of.clone())
             .chain(ex.audit.iter().filter_map(|r| r.replay_of.clone()))
             .chain(ex.envelopes.iter().filter_map(|e| e.replay_of().map(str::to_owned)))
             .chain(ex.audit.iter().filter_map(own_envelope))
-            .chain(copies.iter().map(|copy| envelope_id(copy)));
+            .chain(copies().map(envelope_id));
         let committed: BTreeSet<&str> = postings
             .iter()
             .map(|p| p.source_hash.as_str())
             .chain(ex.envelopes.iter().map(|e| e.source_hash.as_str()))
             .collect();
         Wanted {
-            envelopes: named.filter(|id| fresh(id)).collect(),
-            records: copies
-                .iter()
+            envelopes: named
+                .filter(|id| !held.contains(id.as_str()) && !asked.envelopes.contains(id))
+                .collect(),
+            records: copies()
                 .map(|copy| AuditRecord::id_for(AuditKind::DuplicateSuppressed, copy))
-                .filter(|id| !records.contains(id.as_str()) && !asked.contains(id))
+                .filter(|id| !records.contains(id.as_str()) && !asked.records.contains(id))
                 .collect(),
             hand_offs: ex
                 .audit
                 .iter()
                 .filter(|r| r.kind == AuditKind::DuplicateSuppressed)
                 .filter_map(|r| r.source_hash.clone())
-                .filter(|h| !committed.contains(h.as_str()) && !asked.contains(h))
+                .filter(|h| !committed.contains(h.as_str()) && !asked.hand_offs.contains(h))
+                .collect(),
+            postings: unfated
+                .iter()
+                .filter_map(|r| r.copy_source_hash.clone())
+                .filter(|h| !committed.contains(h.as_str()) && !asked.postings.contains(h))
                 .collect(),
         }
     }
@@ -179,15 +207,19 @@ fn own_envelope(r: &AuditRecord) -> Option<String> {
     }
 }
 
-/// One invocation of a reconciliation's fan-out: one segment of one period's ledger read
-/// (`{"reconcile_segment": {"period": "YYYY-MM", "segment": "INDEX/COUNT"}}` to the replay
-/// function).
+/// One invocation of a reconciliation's fan-out: one segment of one period's ledger read, with
+/// the links the caller read (`{"reconcile_segment": {"period": "YYYY-MM", "segment":
+/// "INDEX/COUNT", "links": {…}}}` to the replay function).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SegmentRead {
     pub period: String,
     /// `INDEX/COUNT`.
     pub segment: String,
+    /// The caller's: every segment keeps exactly the postings the caller's own read would keep
+    /// (an invocation reading the exceptions again, through indexes that may lag, could count a
+    /// posting the caller then looks up by key: counted twice).
+    pub links: Links,
 }
 
 impl SegmentRead {
@@ -201,27 +233,16 @@ impl SegmentRead {
     }
 }
 
-/// One segment of a period's fan-out: the period's exceptions read here again, their links, and
-/// the segment's ledger read (its postings of a lineage kept whole, the rest counted). The
-/// caller read the exceptions before invoking; exceptions only ever grow (envelopes and records
-/// are never removed), so these links hold the caller's: a posting kept here that the caller's
-/// links do not name is one committed transaction in its outcomes, counted once either way.
-pub async fn read_period_segment<R, E, A>(
+/// One segment of a period's fan-out: the segment's ledger read with the caller's links (its
+/// postings of a lineage kept whole, the rest counted), which the caller merges with the other
+/// segments' exactly.
+pub async fn read_period_segment<R: LedgerReader + ?Sized>(
     reader: &R,
-    envelopes: &E,
-    audit: &A,
     req: &SegmentRead,
-) -> Result<LedgerRead, String>
-where
-    R: LedgerReader + ?Sized,
-    E: EnvelopesOfPeriod + ?Sized,
-    A: RecordsOfPeriod + ?Sized,
-{
+) -> Result<LedgerRead, String> {
     let (period, segment) = req.parts()?;
-    let exceptions = exceptions_of_period(envelopes, audit, period)
-        .await
-        .map_err(|e| e.to_string())?;
-    let links = Links::of(&exceptions.envelopes, &exceptions.audit);
     let scope = LedgerScope::period(period).segment(segment);
-    read_ledger(reader, &scope, 1, &links).await.map_err(|e| e.to_string())
+    read_ledger(reader, &scope, 1, &req.links)
+        .await
+        .map_err(|e| e.to_string())
 }

@@ -14,7 +14,8 @@ use crate::ports::{LedgerReader, LedgerScope, StoreResult, each_page};
 
 /// What makes a posting part of a lineage: the SQS message ids and transactions the envelopes
 /// and the duplicate records name.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Links {
     ids: BTreeSet<String>,
     /// Producer message ids: a period keeps every record of a message by its key.

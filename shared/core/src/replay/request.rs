@@ -300,18 +300,25 @@ mod tests {
         );
         assert!(parse(&serde_json::json!({"approved_request": "apr_1", "triggered_by": " "})).is_err());
         // A reconciliation's segment: only a period and a segment, checked; nothing beside it.
-        let segment = |p: &str, s: &str| serde_json::json!({"reconcile_segment": {"period": p, "segment": s}});
+        let segment =
+            |p: &str, s: &str| serde_json::json!({"reconcile_segment": {"period": p, "segment": s, "links": {}}});
         assert_eq!(
             parse(&segment("2026-11", "1/4")),
             Ok(Invocation::ReconcileSegment(crate::reconcile::SegmentRead {
                 period: "2026-11".into(),
-                segment: "1/4".into()
+                segment: "1/4".into(),
+                links: crate::reconcile::Links::default(),
             }))
         );
+        // Without the caller's links a segment would count what the caller keeps: refused.
+        assert!(parse(&serde_json::json!({"reconcile_segment": {"period": "2026-11", "segment": "0/1"}})).is_err());
         assert!(parse(&segment("2026-13", "1/4")).is_err());
         assert!(parse(&segment("2026-11", "4/4")).is_err());
         assert!(
-            parse(&serde_json::json!({"reconcile_segment": {"period": "2026-11", "segment": "0/1", "x": 1}})).is_err()
+            parse(
+                &serde_json::json!({"reconcile_segment": {"period": "2026-11", "segment": "0/1", "links": {}, "x": 1}})
+            )
+            .is_err()
         );
         let mut beside = segment("2026-11", "0/1");
         beside["reason"] = "r".into();

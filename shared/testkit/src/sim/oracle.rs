@@ -11,13 +11,15 @@
 //!   the audit outbox, and the chains verify;
 //! - no envelope's history grows without bound.
 
-use recon_core::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Segment, decode};
+use recon_core::domain::{
+    AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Segment, TransientKind, decode,
+};
 use recon_core::envelopes::original_body;
 use recon_core::evidence::verify_trail;
-use recon_core::ports::{AuditOutbox, LedgerScope, all_envelopes};
+use recon_core::ports::{AuditOutbox, LedgerScope, StoreError, all_envelopes};
 use recon_core::reconcile::{
-    Exceptions, LedgerRead, Links, State, complete_exceptions, exceptions_of_period, look_up_unmet, manifest_entry,
-    of_period, outcomes, read_ledger, reconcile, reconcile_counted,
+    Exceptions, LedgerRead, Links, SegmentRead, State, complete_exceptions, exceptions_of_period, look_up_unmet,
+    manifest_entry, of_period, outcomes, read_ledger, read_period_segment, reconcile, reconcile_counted,
 };
 use recon_core::replay::MAX_RELEASES;
 use std::collections::{BTreeMap, BTreeSet};
@@ -260,6 +262,28 @@ fn missing_records(e: &DlqEnvelope, ids: &BTreeSet<&str>) -> Vec<String> {
     missing
 }
 
+/// One segment of `period` read as `dlqctl reconcile --fan-out` has the replay function read it.
+async fn segment_as_invoked(
+    ledger: &crate::memory::MemoryLedger,
+    period: &str,
+    segment: Segment,
+    links: &Links,
+) -> Result<LedgerRead, StoreError> {
+    let wrong = |e: String| StoreError::new(TransientKind::Infrastructure, e);
+    let request = SegmentRead {
+        period: period.to_owned(),
+        segment: format!("{}/{}", segment.index, segment.of),
+        links: links.clone(),
+    };
+    let request: SegmentRead = serde_json::to_value(&request)
+        .and_then(serde_json::from_value)
+        .map_err(|e| wrong(e.to_string()))?;
+    let answer = read_period_segment(ledger, &request).await.map_err(wrong)?;
+    serde_json::to_value(&answer)
+        .and_then(serde_json::from_value)
+        .map_err(|e| wrong(e.to_string()))
+}
+
 /// The reads `dlqctl reconcile` and `evidence export` make — the ledger in segments, a period
 /// through its index and that period's exceptions through theirs, without a manifest the
 /// postings of no lineage only counted — must tell what the whole read tells: the same counts
@@ -303,30 +327,36 @@ pub fn bounded_read_agrees(
         let links = if keep_every { links.keeping_everything() } else { links };
         let links = &links;
         // Keeping every posting: three segments read at once. Keeping the linked ones: as a
-        // fan-out would, each segment read on its own, the reads merged, then the lookups.
+        // fan-out would, each segment read on its own (a period's as the replay function reads
+        // it, its request and answer through JSON), the reads merged, then the lookups.
         let fan_out = async {
             let mut read = LedgerRead::default();
             for segment in Segment::all_of(3) {
-                read.merge(read_ledger(ledger, &scope.segment(segment), 1, links).await?);
+                let part = match period {
+                    Some(p) => segment_as_invoked(ledger, p, segment, links).await?,
+                    None => read_ledger(ledger, &scope.segment(segment), 1, links).await?,
+                };
+                read.merge(part);
             }
             look_up_unmet(ledger, &scope, links, &mut read).await?;
-            Ok::<_, recon_core::ports::StoreError>(read)
+            Ok::<_, StoreError>(read)
         };
         let read = if keep_every {
             ready(read_ledger(ledger, &scope, 3, links))
         } else {
             ready(fan_out)
         };
-        let Some(Ok(read)) = read else {
+        let Some(Ok(mut read)) = read else {
             v.push(format!("the ledger did not answer a read of {scope:?} in segments"));
             continue;
         };
-        if period.is_some()
+        if let Some(p) = period
             && ready(complete_exceptions(
                 envelope_store,
                 audit_log,
                 ledger,
-                &read.linked,
+                p,
+                &mut read,
                 &mut exceptions,
             ))
             .is_none_or(|r| r.is_err())
