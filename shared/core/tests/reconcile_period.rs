@@ -11,6 +11,19 @@ use recon_testkit::conformance::{envelope_of_period as of, posting, record_of_pe
 use recon_testkit::memory::{MemoryAuditLog, MemoryEnvelopeStore, MemoryLedger};
 use std::collections::BTreeSet;
 
+/// `e` superseded by an edit whose copy was SQS message `copy`, carrying transaction `hash`.
+fn edited_as(e: &mut DlqEnvelope, copy: &str, hash: &str) {
+    e.replays.push(ReplayRecord {
+        replay_id: "rp".into(),
+        triggered_by: "test".into(),
+        reason: "edit".into(),
+        at: now(),
+        outcome: EnvelopeStatus::Superseded,
+        sqs_message_id: Some(copy.into()),
+        copy_source_hash: Some(hash.into()),
+    });
+}
+
 fn ids(envelopes: &[DlqEnvelope]) -> BTreeSet<&str> {
     envelopes.iter().map(|e| e.envelope_id.as_str()).collect()
 }
@@ -118,15 +131,7 @@ async fn the_fate_of_a_copy_sent_into_another_period_is_fetched() {
     let mut edited = of("oct-edited", Some("2026-10"), None);
     let mut suppressed = of("oct-suppressed", Some("2026-10"), None);
     for (e, copy) in [(&mut edited, "copy-again"), (&mut suppressed, "copy-dup")] {
-        e.replays.push(ReplayRecord {
-            replay_id: "rp".into(),
-            triggered_by: "test".into(),
-            reason: "edit".into(),
-            at: now(),
-            outcome: EnvelopeStatus::Superseded,
-            sqs_message_id: Some(copy.into()),
-            copy_source_hash: Some("cd".repeat(32)),
-        });
+        edited_as(e, copy, &"cd".repeat(32));
         store.create(e).await.unwrap();
     }
     let mut again = of("unused", Some("2026-11"), Some("oct-edited"));
@@ -172,17 +177,6 @@ async fn a_copy_edited_again_is_followed_to_its_posting() {
     let store = MemoryEnvelopeStore::default();
     let audit = MemoryAuditLog::default();
     let ledger = MemoryLedger::default();
-    let edited_as = |e: &mut DlqEnvelope, copy: &str, hash: &str| {
-        e.replays.push(ReplayRecord {
-            replay_id: "rp".into(),
-            triggered_by: "test".into(),
-            reason: "edit".into(),
-            at: now(),
-            outcome: EnvelopeStatus::Superseded,
-            sqs_message_id: Some(copy.into()),
-            copy_source_hash: Some(hash.into()),
-        });
-    };
     let mut first = of("oct-first", Some("2026-10"), None);
     edited_as(&mut first, "copy-1", &"c1".repeat(32));
     store.create(&first).await.unwrap();

@@ -95,6 +95,29 @@ pub(crate) fn decode_cursor(cursor: Option<String>) -> StoreResult<Option<Item>>
     Ok(Some(map.into_iter().map(|(k, v)| (k, s(v))).collect()))
 }
 
+/// An exception's entry in its table's period index: the `period_shard` attribute of `id` of
+/// `period` (none: of no known period).
+pub(crate) fn period_entry(period: Option<&str>, id: &str) -> (String, AttributeValue) {
+    (
+        keys::EXCEPTION_PERIOD_SHARD.to_owned(),
+        s(recon_core::resources::exception_period_shard(period, id)),
+    )
+}
+
+/// Every item of `index` under one period's shards (a table's exceptions of `period`), the
+/// shards read at once.
+pub(crate) async fn query_period(
+    client: &Client,
+    table: &str,
+    index: &IndexSpec,
+    period: Option<&str>,
+) -> StoreResult<Vec<Item>> {
+    let shards: Vec<String> = recon_core::resources::exception_period_shards(period).collect();
+    let pages =
+        futures::future::try_join_all(shards.iter().map(|shard| query_index(client, table, index, shard))).await?;
+    Ok(pages.into_iter().flatten().collect())
+}
+
 /// Every item of an index whose partition key `key` is `value`, in sort-key order, all pages.
 pub async fn query_index(client: &Client, table: &str, index: &IndexSpec, value: &str) -> StoreResult<Vec<Item>> {
     query_index_from(client, table, index, value, None).await

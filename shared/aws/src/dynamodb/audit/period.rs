@@ -3,41 +3,32 @@
 //! entries of the records written before records carried their period.
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use recon_core::domain::audit::is_chain;
 use recon_core::domain::{AuditKind, AuditRecord};
 use recon_core::ports::{RecordsOfPeriod, StoreResult};
-use recon_core::resources::{exception_period_shard, exception_period_shards, indexes, keys};
+use recon_core::resources::{exception_period_shard, indexes, keys};
 
 use super::{DynamoAuditLog, chained_from};
 use crate::dynamodb::backfill::{Unindexed, index_unindexed};
-use crate::dynamodb::{query_index, s};
+use crate::dynamodb::{query_period, s};
 use crate::error::store_error;
 use crate::item::{Item, get_s};
-use recon_core::domain::audit::is_chain;
 
 /// The index entry of a record a reconciliation reads (none for the others).
 pub(super) fn period_entry(record: &AuditRecord) -> Option<(String, AttributeValue)> {
-    record.kind.reconciled().then(|| {
-        (
-            keys::EXCEPTION_PERIOD_SHARD.to_owned(),
-            s(exception_period_shard(record.period.as_deref(), &record.audit_id)),
-        )
-    })
+    record
+        .kind
+        .reconciled()
+        .then(|| crate::dynamodb::period_entry(record.period.as_deref(), &record.audit_id))
 }
 
 impl RecordsOfPeriod for DynamoAuditLog {
     async fn records_of_period(&self, period: Option<&str>) -> StoreResult<Vec<AuditRecord>> {
-        let shards: Vec<String> = exception_period_shards(period).collect();
-        let pages = futures::future::try_join_all(
-            shards
-                .iter()
-                .map(|shard| query_index(&self.client, &self.table, &indexes::AUDIT_BY_PERIOD, shard)),
-        )
-        .await?;
+        let items = query_period(&self.client, &self.table, &indexes::AUDIT_BY_PERIOD, period).await?;
         // Only what verification sees (a record on a chain, readable) and what is what it says
         // it is (of this period): an index entry is not hashed, the record is.
-        Ok(pages
+        Ok(items
             .iter()
-            .flatten()
             .map(chained_from)
             .filter(|c| is_chain(&c.chain))
             .map(|c| c.record)

@@ -4,34 +4,24 @@
 
 use recon_core::domain::DlqEnvelope;
 use recon_core::ports::{EnvelopesOfPeriod, StoreResult};
-use recon_core::resources::{exception_period_shard, exception_period_shards, indexes, keys};
+use recon_core::resources::{exception_period_shard, indexes, keys};
 
 use super::{DynamoEnvelopeStore, envelopes_of};
 use crate::dynamodb::backfill::{Unindexed, index_unindexed};
 use crate::dynamodb::batch::get_many;
-use crate::dynamodb::{query_index, s};
+use crate::dynamodb::{query_period, s};
 use crate::item::{Item, get_s};
 
 /// The index entry of an envelope.
 pub(super) fn period_entry(e: &DlqEnvelope) -> (String, aws_sdk_dynamodb::types::AttributeValue) {
-    (
-        keys::EXCEPTION_PERIOD_SHARD.to_owned(),
-        s(exception_period_shard(e.accounting_period.as_deref(), &e.envelope_id)),
-    )
+    crate::dynamodb::period_entry(e.accounting_period.as_deref(), &e.envelope_id)
 }
 
 impl EnvelopesOfPeriod for DynamoEnvelopeStore {
     async fn envelopes_of_period(&self, period: Option<&str>) -> StoreResult<Vec<DlqEnvelope>> {
-        let shards: Vec<String> = exception_period_shards(period).collect();
-        let entries = futures::future::try_join_all(
-            shards
-                .iter()
-                .map(|shard| query_index(&self.client, &self.table, &indexes::ENVELOPES_BY_PERIOD, shard)),
-        )
-        .await?;
+        let entries = query_period(&self.client, &self.table, &indexes::ENVELOPES_BY_PERIOD, period).await?;
         let ids: Vec<String> = entries
             .iter()
-            .flatten()
             .filter_map(|k| get_s(k, keys::ENVELOPE_PK).map(str::to_owned))
             .collect();
         let items = get_many(&self.client, &self.table, keys::ENVELOPE_PK, &ids).await?;
