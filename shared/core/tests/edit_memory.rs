@@ -45,6 +45,20 @@ fn attribute<'a>(m: &'a recon_core::ports::OutgoingMessage, name: &str) -> Optio
         .map(|(_, _, v)| v.as_str())
 }
 
+/// The consumer given the edited copy twice: it posts once, the second delivery is a duplicate.
+async fn posted_twice(w: &World, copy: &recon_core::ports::OutgoingMessage) -> TestConsumer {
+    let consumer = w.consumer();
+    assert_eq!(
+        consumer.handle_message(&builders::delivered("edited-1", copy)).await,
+        Disposition::Committed
+    );
+    assert!(matches!(
+        consumer.handle_message(&builders::delivered("edited-2", copy)).await,
+        Disposition::DuplicateSuppressed { .. }
+    ));
+    consumer
+}
+
 #[tokio::test]
 async fn an_approved_edit_posts_once_supersedes_its_original_and_reconciles_once() {
     let w = world();
@@ -113,15 +127,7 @@ async fn an_approved_edit_posts_once_supersedes_its_original_and_reconciles_once
     assert_eq!(after.original.body_sha256, e.original.body_sha256);
 
     // The consumer posts the edit once; a second delivery of it is a duplicate.
-    let consumer = w.consumer();
-    assert_eq!(
-        consumer.handle_message(&builders::delivered("edited-1", copy)).await,
-        Disposition::Committed
-    );
-    assert!(matches!(
-        consumer.handle_message(&builders::delivered("edited-2", copy)).await,
-        Disposition::DuplicateSuppressed { .. }
-    ));
+    let consumer = posted_twice(&w, copy).await;
     // Should USX ever become a currency, the producer's original, sent again, never posts
     // beside its edit: the edit handed it off.
     w.reference
@@ -294,15 +300,7 @@ async fn an_edit_into_another_period_reconciles_each_period_as_the_whole_history
     let (done, report) = r.execute(&q.request_id, "ops", None, None).await.unwrap();
     assert_eq!(done.status, RequestStatus::Executed, "{}", report.summary());
     let copy = &w.queue.sent()[0];
-    let consumer = w.consumer();
-    assert_eq!(
-        consumer.handle_message(&builders::delivered("edited-1", copy)).await,
-        Disposition::Committed
-    );
-    assert!(matches!(
-        consumer.handle_message(&builders::delivered("edited-2", copy)).await,
-        Disposition::DuplicateSuppressed { .. }
-    ));
+    let consumer = posted_twice(&w, copy).await;
     let postings = w.ledger.postings();
     assert_eq!(postings[0].period, "2026-11");
 

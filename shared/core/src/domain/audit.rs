@@ -138,6 +138,18 @@ impl AuditRecord {
         format!("{}#{subject}", kind.as_str())
     }
 
+    /// The envelope an `ENRICHED` or `QUARANTINED` record is about: its id's second part
+    /// (`<kind>#<envelope id>[#<replay id>]`).
+    pub fn envelope_named(&self) -> Option<&str> {
+        match self.kind {
+            AuditKind::Enriched | AuditKind::Quarantined => self
+                .audit_id
+                .split_once('#')
+                .map(|(_, rest)| rest.split('#').next().unwrap_or("")),
+            _ => None,
+        }
+    }
+
     /// A record about the system rather than one message (overflow, reference-data changes).
     pub fn system(kind: AuditKind, subject: &str, at: DateTime<Utc>, actor: &str, detail: String) -> Self {
         AuditRecord {

@@ -302,10 +302,7 @@ pub fn outcomes(
                 ));
             }
             AuditKind::Enriched | AuditKind::Quarantined => {
-                let id = r
-                    .audit_id
-                    .split_once('#')
-                    .map_or("", |(_, rest)| rest.split('#').next().unwrap_or(""));
+                let id = r.envelope_named().unwrap_or("");
                 if !envelope_ids.contains(id) {
                     problems.push(format!("{}: envelope {id} is missing", r.audit_id));
                 }

@@ -80,9 +80,10 @@ where
             Ok(ledger.lookup(h).await?.and_then(|c| c.manual_journal))
         })
         .await?;
+        let held: BTreeSet<&str> = exceptions.envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
         let envelopes: BTreeSet<String> = handed
             .into_iter()
-            .filter(|id| !asked.envelopes.contains(id) && !exceptions.envelopes.iter().any(|e| &e.envelope_id == id))
+            .filter(|id| !asked.envelopes.contains(id) && !held.contains(id.as_str()))
             .chain(wanted.envelopes.iter().cloned())
             .collect();
         let found = fetch(&envelopes, |id| store.get(id)).await?;
@@ -199,11 +200,7 @@ impl Wanted {
 fn own_envelope(r: &AuditRecord) -> Option<String> {
     match r.kind {
         AuditKind::DeadLettered => Some(envelope_id(&r.sqs_message_id)),
-        AuditKind::Enriched | AuditKind::Quarantined => {
-            let (_, rest) = r.audit_id.split_once('#')?;
-            rest.split('#').next().filter(|id| !id.is_empty()).map(str::to_owned)
-        }
-        _ => None,
+        _ => r.envelope_named().filter(|id| !id.is_empty()).map(str::to_owned),
     }
 }
 

@@ -180,16 +180,21 @@ async fn load_audit(s: &TestStack, total: u64, seals: u64, t: Trail) -> Result<u
     Ok(in_first)
 }
 
+/// A table's header: the command, what it counts, the count per second, wall time, memory.
+fn header(command: &str, counted: &str, rate: &str) {
+    println!(
+        "\n{command:<44} {counted:>9} {:>9} {rate:>11} {:>10}",
+        "wall s", "peak MiB"
+    );
+}
+
 /// A `dlqctl` command line with the deployment's prefix, given the arguments after it.
 type Dlqctl<'a> = &'a dyn Fn(&[&str]) -> Command;
 
 /// `dlqctl audit verify` in full, then continued from the seal before the newest (one seal
 /// interval) and from the newest: records read, time, peak memory. Each must verify intact.
 fn verify_runs(dlq: Dlqctl<'_>, total: u64) -> Result<(), String> {
-    println!(
-        "\n{:<44} {:>9} {:>9} {:>11} {:>10}",
-        "command", "records", "wall s", "records/s", "peak MiB"
-    );
+    header("command", "records", "records/s");
     let run_with = |dlq: Dlqctl<'_>, name: &str, args: &[&str]| -> Result<serde_json::Value, String> {
         let (wall, peak, out) = measure(&mut dlq(&[&["--json", "audit", "verify"][..], args].concat()))?;
         let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("verify's JSON: {e}: {out}"))?;
@@ -345,10 +350,7 @@ async fn run() -> Result<(), String> {
         c
     };
     let dlq = |args: &[&str]| dlq_of(&dlqctl, args);
-    println!(
-        "\n{:<44} {:>9} {:>9} {:>11} {:>10}",
-        "command", "postings", "wall s", "postings/s", "peak MiB"
-    );
+    header("command", "postings", "postings/s");
     let runs: Vec<(String, Vec<String>, u64, bool)> = vec![
         (
             format!("reconcile --period {period}"),
@@ -423,10 +425,7 @@ async fn run() -> Result<(), String> {
         .into_iter()
         .chain([(&dlq as Dlqctl<'_>, "")])
         .collect();
-    println!(
-        "\n{:<44} {:>9} {:>9} {:>11} {:>10}",
-        "command (the trail loaded)", "outcomes", "wall s", "outcomes/s", "peak MiB"
-    );
+    header("command (the trail loaded)", "outcomes", "outcomes/s");
     for (build, suffix) in &builds {
         reconcile_run(
             *build,
@@ -435,10 +434,7 @@ async fn run() -> Result<(), String> {
             (in_period, duplicates),
         )?;
     }
-    println!(
-        "\n{:<44} {:>9} {:>9} {:>11} {:>10}",
-        "command (the trail loaded)", "records", "wall s", "records/s", "peak MiB"
-    );
+    header("command (the trail loaded)", "records", "records/s");
     for (build, suffix) in &builds {
         export_run(
             *build,
