@@ -491,6 +491,34 @@ async fn the_dynamodb_envelope_store_keeps_the_life_cycle() {
     s.cleanup().await;
 }
 
+/// Claims and settlements grouped into transactions (DynamoDB's 100 items and 4 MB each), with
+/// the envelopes a group is refused for answered on their own.
+#[tokio::test]
+async fn the_dynamodb_envelope_store_claims_and_settles_at_once() {
+    let s = TestStack::new("many").await;
+    let transactions = || {
+        let counts = s.clients.requests.snapshot();
+        counts
+            .iter()
+            .filter(|(k, _)| k.ends_with(":TransactWriteItems"))
+            .map(|(_, n)| *n)
+            .sum::<u64>()
+    };
+    let before = transactions();
+    recon_testkit::conformance::envelopes_are_claimed_and_settled_at_once(&s.envelope_store(), "many").await;
+    // Grouped, not one at a time: 130 creates and 8 writes setting the stage; the claims in a
+    // few transactions (sent again without the envelopes refused) and the five refused asked
+    // again alone (two requests each); a takeover (two); the settlements in a few (156 in all
+    // when written). One at a time it would be 130 + 8 + 131 + 5 + 2 + 126 = 402 or more.
+    let sent = transactions() - before;
+    println!("TransactWriteItems sent: {sent}");
+    assert!(
+        sent <= 180,
+        "{sent} transactions: the claims and settlements were not grouped"
+    );
+    s.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_dead_letter_with_an_empty_entity_label_still_becomes_an_envelope() {
     let s = TestStack::new("empty-label").await;

@@ -241,6 +241,12 @@ async fn the_memory_envelope_store_keeps_the_life_cycle() {
 }
 
 #[tokio::test]
+async fn the_memory_envelope_store_claims_and_settles_at_once() {
+    recon_testkit::conformance::envelopes_are_claimed_and_settled_at_once(&MemoryEnvelopeStore::default(), "many")
+        .await;
+}
+
+#[tokio::test]
 async fn a_dead_letter_with_an_empty_entity_label_still_becomes_an_envelope() {
     // Regression: an empty string in a field that feeds an index key (the ledger entity) made
     // the table refuse the envelope, and the DLQ message was retried until its retention ran out.

@@ -10,15 +10,18 @@ use recon_core::domain::{
     AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
 };
 use recon_core::ports::{
-    AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, FlowResult, StoreError, StoreResult, SweepCursors,
+    AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, Finish, FlowResult, StoreError, StoreResult,
+    SweepCursors,
 };
 use recon_core::resources::keys;
 
 use super::{decode_cursor, encode_cursor, item_error, n, s};
 
+mod many;
 mod period;
 use crate::error::{SdkError, store_error};
 use crate::item::{Item, from_item, get_s, to_item};
+use many::{FROM_PENDING, claim_update, finish_update, from_pending};
 
 /// The envelope table with its triage indexes and the PENDING counter.
 #[derive(Clone, Debug)]
@@ -83,7 +86,7 @@ pub(super) async fn transact(req: TransactRequest) -> TransactResult {
 }
 
 /// The cancellation reasons of a cancelled transaction, item by item.
-fn cancellation_codes<R>(
+pub(super) fn cancellation_codes<R>(
     err: &SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, R>,
 ) -> Vec<Option<String>> {
     use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -214,48 +217,13 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         change: &StatusChange,
         seen: Option<usize>,
     ) -> FlowResult<bool> {
-        use EnvelopeStatus::{Pending, Replaying};
-        check_transition(Pending, change.status)?;
-        // Unchanged since the caller read it: its status history is as long as it was then.
-        let unchanged = if seen.is_some() {
-            " AND size(status_history) = :seen"
-        } else {
-            ""
-        };
-        let claim_item = to_item(claim).map_err(|e| item_error("replay claim", e))?;
-        let entry = to_item(change).map_err(|e| item_error("status change", e))?;
-        let update = |condition: &str| {
-            let u = aws_sdk_dynamodb::types::Update::builder()
-                .table_name(&self.table)
-                .key(keys::ENVELOPE_PK, s(envelope_id))
-                .update_expression(
-                    "SET #status = :replaying, replay = :claim, #lease = :lease, status_history = list_append(status_history, :change)",
-                )
-                .condition_expression(format!("{condition}{unchanged}"))
-                .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
-                .expression_attribute_names("#lease", keys::ENVELOPE_LEASE)
-                .expression_attribute_values(":replaying", s(Replaying.as_str()))
-                .expression_attribute_values(":claim", AttributeValue::M(claim_item.clone()))
-                .expression_attribute_values(":lease", n(claim.lease_until.timestamp_millis()))
-                .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry.clone())]));
-            match seen {
-                Some(len) => u.expression_attribute_values(":seen", n(i64::try_from(len).unwrap_or(i64::MAX))),
-                None => u,
-            }
-        };
+        check_transition(EnvelopeStatus::Pending, change.status)?;
+        let update = |condition: &str| claim_update(&self.table, envelope_id, claim, change, seen, condition);
         // From PENDING: leaves the pending count, in the same transaction.
-        let from_pending = update("#status = :pending")
-            .expression_attribute_values(":pending", s(Pending.as_str()))
-            .build()
-            .map_err(|e| item_error("replay claim", e))?;
         let result = transact(
             self.client
                 .transact_write_items()
-                .transact_items(
-                    aws_sdk_dynamodb::types::TransactWriteItem::builder()
-                        .update(from_pending)
-                        .build(),
-                )
+                .transact_items(from_pending(update(FROM_PENDING)?)?)
                 .transact_items(pending_delta(&self.table, -1)?),
         )
         .await;
@@ -265,7 +233,7 @@ impl EnvelopeStore for DynamoEnvelopeStore {
             Err(e) => return Err(store_error("TransactWriteItems(replay claim)", e).into()),
         }
         // From an expired REPLAYING claim (a replay crashed): no count change.
-        let takeover = update("#status = :replaying AND #lease < :now")
+        let takeover = update("#status = :replaying AND #lease < :now")?
             .expression_attribute_values(":now", n(now.timestamp_millis()))
             .build()
             .map_err(|e| item_error("replay takeover", e))?;
@@ -292,35 +260,14 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         record: &ReplayRecord,
         audit: Option<&AuditRecord>,
     ) -> FlowResult<bool> {
-        use EnvelopeStatus::{Pending, Replaying};
-        check_transition(Replaying, change.status)?;
-        let entry = to_item(change).map_err(|e| item_error("status change", e))?;
-        let record = to_item(record).map_err(|e| item_error("replay record", e))?;
-        let update = aws_sdk_dynamodb::types::Update::builder()
-            .table_name(&self.table)
-            .key(keys::ENVELOPE_PK, s(envelope_id))
-            .update_expression(
-                "SET #status = :to, status_history = list_append(status_history, :change), \
-                 replays = list_append(if_not_exists(replays, :empty), :record)",
-            )
-            .condition_expression("#status = :replaying AND #replay.#rid = :rid")
-            .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
-            .expression_attribute_names("#replay", "replay")
-            .expression_attribute_names("#rid", "replay_id")
-            .expression_attribute_values(":to", s(change.status.as_str()))
-            .expression_attribute_values(":replaying", s(Replaying.as_str()))
-            .expression_attribute_values(":rid", s(replay_id))
-            .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry)]))
-            .expression_attribute_values(":record", AttributeValue::L(vec![AttributeValue::M(record)]))
-            .expression_attribute_values(":empty", AttributeValue::L(vec![]))
-            .build()
-            .map_err(|e| item_error("replay finish", e))?;
+        check_transition(EnvelopeStatus::Replaying, change.status)?;
+        let update = finish_update(&self.table, envelope_id, replay_id, change, record)?;
         let mut req = self.client.transact_write_items().transact_items(
             aws_sdk_dynamodb::types::TransactWriteItem::builder()
                 .update(update)
                 .build(),
         );
-        if change.status == Pending {
+        if change.status == EnvelopeStatus::Pending {
             req = req.transact_items(pending_delta(&self.table, 1)?);
         }
         if let Some(r) = audit {
@@ -331,6 +278,20 @@ impl EnvelopeStore for DynamoEnvelopeStore {
             Err(e) if first_condition_failed(&e) => Ok(false),
             Err(e) => Err(store_error("TransactWriteItems(replay finish)", e).into()),
         }
+    }
+
+    async fn claim_many(
+        &self,
+        envelopes: &[&DlqEnvelope],
+        claim: &ReplayClaim,
+        now: DateTime<Utc>,
+        change: &StatusChange,
+    ) -> Vec<FlowResult<bool>> {
+        self.claim_group(envelopes, claim, now, change).await
+    }
+
+    async fn finish_many(&self, replay_id: &str, settlements: &[Finish<'_>]) -> Vec<FlowResult<bool>> {
+        self.finish_group(replay_id, settlements).await
     }
 }
 

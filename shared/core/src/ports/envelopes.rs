@@ -67,6 +67,55 @@ pub trait EnvelopeStore: Send + Sync {
         record: &ReplayRecord,
         audit: Option<&AuditRecord>,
     ) -> impl Future<Output = FlowResult<bool>> + Send;
+    /// [`EnvelopeStore::claim`] of several envelopes under one claim, each only as it was read
+    /// (`seen`: the length of its status history): one answer per envelope, in order, each what
+    /// `claim` answers. DynamoDB: the claims from PENDING in as few transactions as its limits
+    /// allow (all or nothing each: one refused for an envelope is sent again without it, which
+    /// is then claimed on its own).
+    fn claim_many(
+        &self,
+        envelopes: &[&DlqEnvelope],
+        claim: &ReplayClaim,
+        now: DateTime<Utc>,
+        change: &StatusChange,
+    ) -> impl Future<Output = Vec<FlowResult<bool>>> + Send {
+        async move {
+            let mut answers = Vec::with_capacity(envelopes.len());
+            for e in envelopes {
+                let seen = Some(e.status_history.len());
+                answers.push(self.claim(&e.envelope_id, claim, now, change, seen).await);
+            }
+            answers
+        }
+    }
+    /// [`EnvelopeStore::finish`] of several envelopes claimed under `replay_id`: one answer per
+    /// settlement, in order, each what `finish` answers. DynamoDB: in as few transactions as its
+    /// limits allow, as [`EnvelopeStore::claim_many`].
+    fn finish_many(
+        &self,
+        replay_id: &str,
+        settlements: &[Finish<'_>],
+    ) -> impl Future<Output = Vec<FlowResult<bool>>> + Send {
+        async move {
+            let mut answers = Vec::with_capacity(settlements.len());
+            for f in settlements {
+                let id = &f.envelope.envelope_id;
+                answers.push(self.finish(id, replay_id, f.change, f.record, f.audit).await);
+            }
+            answers
+        }
+    }
+}
+
+/// One envelope's settlement in [`EnvelopeStore::finish_many`]: what [`EnvelopeStore::finish`]
+/// takes, and the envelope as read before its claim (its id, and its size for the store to group
+/// writes by).
+#[derive(Clone, Copy, Debug)]
+pub struct Finish<'a> {
+    pub envelope: &'a DlqEnvelope,
+    pub change: &'a StatusChange,
+    pub record: &'a ReplayRecord,
+    pub audit: Option<&'a AuditRecord>,
 }
 
 /// Audit records written with the state change they record, until they are in the trail.
@@ -170,6 +219,22 @@ impl<T: EnvelopeStore> EnvelopeStore for Arc<T> {
         audit: Option<&AuditRecord>,
     ) -> impl Future<Output = FlowResult<bool>> + Send {
         (**self).finish(envelope_id, replay_id, change, record, audit)
+    }
+    fn claim_many(
+        &self,
+        envelopes: &[&DlqEnvelope],
+        claim: &ReplayClaim,
+        now: DateTime<Utc>,
+        change: &StatusChange,
+    ) -> impl Future<Output = Vec<FlowResult<bool>>> + Send {
+        (**self).claim_many(envelopes, claim, now, change)
+    }
+    fn finish_many(
+        &self,
+        replay_id: &str,
+        settlements: &[Finish<'_>],
+    ) -> impl Future<Output = Vec<FlowResult<bool>>> + Send {
+        (**self).finish_many(replay_id, settlements)
     }
 }
 

@@ -21,7 +21,9 @@ mod worm;
 pub use approvals::{ApprovalRequests, RequestPage};
 pub use audit::{AuditLog, ChainPage};
 pub use clock::{Clock, Deadline, SystemClock, lambda_deadline};
-pub use envelopes::{AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, SweepCursors, all_envelopes};
+pub use envelopes::{
+    AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, Finish, SweepCursors, all_envelopes,
+};
 pub use ledger::{
     ClaimOutcome, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, READ_PAGE,
     each_page, read_postings, tally_postings,

@@ -10,7 +10,7 @@ use super::gates::{Gate, RESUMED_HAND_OFF, ReadAhead};
 use super::report::{ReplayItem, ReplayOutcome, ReplayReport, isolated, item};
 use super::settle::{NOT_CLAIMED, Settlement};
 use super::{Replayer, Run};
-use crate::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, TransientKind, attrs};
+use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, TransientKind, attrs};
 use crate::envelopes::original_body;
 use crate::ports::{
     AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, OutgoingMessage, ReplayQueue, StoreError,
@@ -135,15 +135,12 @@ where
             return Ok(false);
         }
         run.sent += chunk.len() as u64;
-        // Each envelope has a claim of its own, so the chunk's envelopes are claimed and then
-        // marked concurrently (bounded), in the chunk's order in the report.
+        // The chunk's envelopes are claimed together (in a few transactions), and later marked
+        // together; the report keeps the chunk's order.
         let at_once = self.config.concurrency.max(1);
+        let claims: Vec<(&DlqEnvelope, FlowResult<bool>)> =
+            chunk.iter().zip(self.claim_many(run, chunk).await).collect();
         let shared: &Run<'_> = run;
-        let claims: Vec<(&DlqEnvelope, FlowResult<bool>)> = futures::stream::iter(chunk)
-            .map(|e| async move { (e, self.claim(shared, e).await) })
-            .buffered(at_once)
-            .collect()
-            .await;
         // Gate 2 again, under the claims: the chunk's transactions in one read.
         let held = claims.iter().filter(|(_, c)| matches!(c, Ok(true))).map(|(e, _)| *e);
         let ahead = &ReadAhead::of(&self.ledger, held).await;
@@ -212,13 +209,7 @@ where
             .buffered(sends_at_once)
             .collect()
             .await;
-        let shared: &Run<'_> = run;
-        let recorded: Vec<(&DlqEnvelope, FlowResult<Recorded>)> =
-            futures::stream::iter(envelopes.into_iter().zip(sent.into_iter().flatten()))
-                .map(|(e, result)| async move { (e, self.record_send(shared, e, result).await) })
-                .buffered(at_once)
-                .collect()
-                .await;
+        let recorded = self.record_sends(run, envelopes, sent.into_iter().flatten()).await;
         // The REPLAYED records go to the trail together (each is in the outbox already, written
         // with its mark).
         let mut records = Vec::new();
@@ -242,8 +233,12 @@ where
     /// Release claimed envelopes that will not be sent (each failure to release leaves its claim
     /// to its lease).
     async fn release_all(&self, run: &Run<'_>, ready: &[(&DlqEnvelope, OutgoingMessage)], why: &str) {
-        for (e, _) in ready {
-            if let Err(release) = self.finish(run, e, Settlement::release(why.to_owned())).await {
+        let releases = ready
+            .iter()
+            .map(|(e, _)| (*e, Settlement::release(why.to_owned())))
+            .collect();
+        for ((e, _), released) in ready.iter().zip(self.finish_many(run, releases).await) {
+            if let Err(release) = released {
                 tracing::warn!(envelope_id = %e.envelope_id, error = %release, "claim left to its lease");
             }
         }
@@ -270,42 +265,76 @@ where
         }
     }
 
-    /// After the send: mark the envelope REPLAYED (with its audit record in the outbox, to be
-    /// published with the batch's), or release it.
-    async fn record_send(&self, run: &Run<'_>, e: &DlqEnvelope, sent: Result<String, String>) -> FlowResult<Recorded> {
-        let mut publish = None;
-        let it = match sent {
-            Ok(sqs_id) => {
-                let detail = format!("re-injected as SQS message {sqs_id}");
-                let record = self.audit_record(run, e, AuditKind::ReplayReinjected, None, detail.clone());
-                let settled = Settlement {
-                    copy: Some(sqs_id),
-                    ..Settlement::decided(EnvelopeStatus::Replayed, detail.clone(), &record)
-                };
-                if self.finish(run, e, settled).await? {
-                    publish = Some(record);
-                } else {
-                    // The lease ran out meanwhile and another replay holds the envelope; the copy
-                    // is out anyway (the consumer's conditional commit keeps the posting single),
-                    // and the re-injection is a fact: record it.
-                    self.audit.append(&record).await?;
+    /// After the sends: mark each envelope sent REPLAYED (with its audit record in the outbox, to
+    /// be published with the chunk's), release each whose send was refused; all in as few store
+    /// writes as it allows.
+    async fn record_sends<'e>(
+        &self,
+        run: &Run<'_>,
+        envelopes: Vec<&'e DlqEnvelope>,
+        sent: impl Iterator<Item = Result<String, String>>,
+    ) -> Vec<(&'e DlqEnvelope, FlowResult<Recorded>)> {
+        let outcomes: Vec<(&DlqEnvelope, String, Option<SentCopy>)> = envelopes
+            .into_iter()
+            .zip(sent)
+            .map(|(e, result)| match result {
+                Ok(sqs_id) => {
+                    let detail = format!("re-injected as SQS message {sqs_id}");
+                    let record = self.audit_record(run, e, AuditKind::ReplayReinjected, None, detail.clone());
+                    (e, detail, Some((sqs_id, record)))
                 }
-                item(e, ReplayOutcome::Reinjected, None, detail)
-            }
-            Err(why) => {
-                let detail = format!("send failed, released: {why}");
-                self.finish(run, e, Settlement::release(detail.clone())).await?;
-                item(e, ReplayOutcome::Skipped, None, detail)
-            }
-        };
-        Ok(Recorded { item: it, publish })
+                Err(why) => (e, format!("send failed, released: {why}"), None),
+            })
+            .collect();
+        let settlements = outcomes
+            .iter()
+            .map(|(e, detail, copy)| match copy {
+                Some((sqs_id, record)) => (
+                    *e,
+                    Settlement {
+                        copy: Some(sqs_id.clone()),
+                        ..Settlement::decided(EnvelopeStatus::Replayed, detail.clone(), record)
+                    },
+                ),
+                None => (*e, Settlement::release(detail.clone())),
+            })
+            .collect();
+        let marked = self.finish_many(run, settlements).await;
+        let mut recorded = Vec::with_capacity(marked.len());
+        for ((e, detail, copy), mark) in outcomes.into_iter().zip(marked) {
+            let r = match (copy, mark) {
+                (_, Err(err)) => Err(err),
+                (Some((_, record)), Ok(true)) => Ok(Recorded {
+                    item: item(e, ReplayOutcome::Reinjected, None, detail),
+                    publish: Some(record),
+                }),
+                // The lease ran out meanwhile and another replay holds the envelope; the copy is
+                // out anyway (the consumer's conditional commit keeps the posting single), and
+                // the re-injection is a fact: record it.
+                (Some((_, record)), Ok(false)) => {
+                    self.audit.append(&record).await.map_err(Into::into).map(|_| Recorded {
+                        item: item(e, ReplayOutcome::Reinjected, None, detail),
+                        publish: None,
+                    })
+                }
+                (None, Ok(_)) => Ok(Recorded {
+                    item: item(e, ReplayOutcome::Skipped, None, detail),
+                    publish: None,
+                }),
+            };
+            recorded.push((e, r));
+        }
+        recorded
     }
 }
+
+/// A copy sent: its SQS message id and the audit record of its re-injection.
+type SentCopy = (String, AuditRecord);
 
 /// A send recorded: its item, and the audit record to publish (its outbox entry is written).
 struct Recorded {
     item: ReplayItem,
-    publish: Option<crate::domain::AuditRecord>,
+    publish: Option<AuditRecord>,
 }
 
 /// What preparing (or sending) one envelope came to.

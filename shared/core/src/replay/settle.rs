@@ -16,7 +16,7 @@ use crate::domain::{
     ReplayClaim, ReplayRecord, StatusChange, TransientKind, decode,
 };
 use crate::envelopes::{envelope_audit, original_body, publish, publish_many};
-use crate::ports::{AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, StoreError, Worm};
+use crate::ports::{AuditLog, AuditOutbox, EnvelopeStore, Finish, FlowResult, Ledger, Metrics, StoreError, Worm};
 
 const CLAIM_LOST: &str = "claim lost before the outcome was recorded";
 pub(super) const NOT_CLAIMED: &str = "claimed by another replay, or no longer pending";
@@ -247,13 +247,7 @@ where
 
     /// Claim `e` for this run (from PENDING, or from an expired lease). `false`: not ours.
     pub(super) async fn claim(&self, run: &Run<'_>, e: &DlqEnvelope) -> FlowResult<bool> {
-        // An approved edit's claim is taken over only by that edit's own execution (resumed):
-        // the original may be handed off already, its edited copy on its way.
-        let held_by_edit = e
-            .replay
-            .as_ref()
-            .is_some_and(|c| c.replay_id.starts_with(EDIT_CLAIM_PREFIX) && c.replay_id != run.replay_id);
-        if e.status == EnvelopeStatus::Replaying && held_by_edit {
+        if self.held_by_edit(run, e) {
             return Ok(false);
         }
         let now = self.clock.now();
@@ -262,6 +256,31 @@ where
         self.store
             .claim(&e.envelope_id, &claim, now, &change, Some(e.status_history.len()))
             .await
+    }
+
+    /// [`Replayer::claim`] of several envelopes, in as few store writes as it allows: one answer
+    /// per envelope, in order.
+    pub(super) async fn claim_many(&self, run: &Run<'_>, envelopes: &[DlqEnvelope]) -> Vec<FlowResult<bool>> {
+        let now = self.clock.now();
+        let (claim, change) = self.claim_for(run, now);
+        let asked: Vec<&DlqEnvelope> = envelopes.iter().filter(|e| !self.held_by_edit(run, e)).collect();
+        let mut answers = self.store.claim_many(&asked, &claim, now, &change).await.into_iter();
+        envelopes
+            .iter()
+            .map(|e| match self.held_by_edit(run, e) {
+                true => Ok(false),
+                false => answers.next().unwrap_or(Ok(false)),
+            })
+            .collect()
+    }
+
+    /// An approved edit's claim is taken over only by that edit's own execution (resumed): the
+    /// original may be handed off already, its edited copy on its way.
+    fn held_by_edit(&self, run: &Run<'_>, e: &DlqEnvelope) -> bool {
+        e.status == EnvelopeStatus::Replaying
+            && e.replay
+                .as_ref()
+                .is_some_and(|c| c.replay_id.starts_with(EDIT_CLAIM_PREFIX) && c.replay_id != run.replay_id)
     }
 
     fn claim_for(&self, run: &Run<'_>, now: DateTime<Utc>) -> (ReplayClaim, StatusChange) {
@@ -285,6 +304,38 @@ where
     /// Finish a claimed envelope as `s` says, with its provenance record (and its audit record
     /// in the outbox). `false`: the claim was lost.
     pub(super) async fn finish(&self, run: &Run<'_>, e: &DlqEnvelope, s: Settlement<'_>) -> FlowResult<bool> {
+        let audit = s.audit;
+        let (change, record) = self.settled(run, s);
+        self.store
+            .finish(&e.envelope_id, &run.replay_id, &change, &record, audit)
+            .await
+    }
+
+    /// [`Replayer::finish`] of several claimed envelopes, in as few store writes as it allows: one
+    /// answer per settlement, in order.
+    pub(super) async fn finish_many(
+        &self,
+        run: &Run<'_>,
+        settlements: Vec<(&DlqEnvelope, Settlement<'_>)>,
+    ) -> Vec<FlowResult<bool>> {
+        let written: Vec<_> = settlements
+            .into_iter()
+            .map(|(e, s)| (e, s.audit, self.settled(run, s)))
+            .collect();
+        let asked: Vec<Finish<'_>> = written
+            .iter()
+            .map(|(e, audit, (change, record))| Finish {
+                envelope: e,
+                change,
+                record,
+                audit: *audit,
+            })
+            .collect();
+        self.store.finish_many(&run.replay_id, &asked).await
+    }
+
+    /// The status change and provenance record a settlement writes.
+    fn settled(&self, run: &Run<'_>, s: Settlement<'_>) -> (StatusChange, ReplayRecord) {
         let now = self.clock.now();
         let change = StatusChange {
             status: s.status,
@@ -302,9 +353,7 @@ where
             sqs_message_id: s.copy,
             copy_source_hash: s.copy_source_hash,
         };
-        self.store
-            .finish(&e.envelope_id, &run.replay_id, &change, &record, s.audit)
-            .await
+        (change, record)
     }
 
     pub(super) fn audit_record(

@@ -11,7 +11,7 @@ use recon_core::domain::{
 };
 use recon_core::ports::{
     AuditLog, AuditOutbox, Backlog, ChainPage, Clock, CreateOutcome, DeadLetterQueue, EnvelopePage, EnvelopeStore,
-    FlowResult, Ledger, ObjectVersion, OutgoingMessage, ReferenceData, ReplayQueue, StoreError, StoreResult,
+    Finish, FlowResult, Ledger, ObjectVersion, OutgoingMessage, ReferenceData, ReplayQueue, StoreError, StoreResult,
     SweepCursors, WorkQueue, Worm, Written,
 };
 use std::future::Future;
@@ -295,6 +295,33 @@ impl<P: EnvelopeStore> EnvelopeStore for Faulty<P> {
                 self.inner.finish(envelope_id, replay_id, change, record, audit),
             )
             .await
+    }
+    // One fault for the whole call, as for one transaction (before: nothing written; after: all
+    // of it written, the caller sees an error for each).
+    async fn claim_many(
+        &self,
+        envelopes: &[&DlqEnvelope],
+        claim: &ReplayClaim,
+        now: DateTime<Utc>,
+        change: &StatusChange,
+    ) -> Vec<FlowResult<bool>> {
+        let answers = async { Ok::<_, StoreError>(self.inner.claim_many(envelopes, claim, now, change).await) };
+        each(envelopes.len(), self.faults.call("Envelopes.claim_many", answers).await)
+    }
+    async fn finish_many(&self, replay_id: &str, settlements: &[Finish<'_>]) -> Vec<FlowResult<bool>> {
+        let answers = async { Ok::<_, StoreError>(self.inner.finish_many(replay_id, settlements).await) };
+        each(
+            settlements.len(),
+            self.faults.call("Envelopes.finish_many", answers).await,
+        )
+    }
+}
+
+/// The answers of a call about `n` items, or its fault as each one's answer.
+fn each<T>(n: usize, answers: Result<Vec<FlowResult<T>>, StoreError>) -> Vec<FlowResult<T>> {
+    match answers {
+        Ok(answers) => answers,
+        Err(fault) => (0..n).map(|_| Err(fault.clone().into())).collect(),
     }
 }
 

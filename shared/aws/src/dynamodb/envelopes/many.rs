@@ -1,0 +1,345 @@
+//! An envelope's claim and settlement as updates, and several envelopes' claims or settlements
+//! in as few transactions as DynamoDB's limits allow (100 items, 4 MB of items a transaction).
+//! Each transaction is all or nothing: one refused because an envelope's condition did not hold
+//! is sent again without that envelope, which is then answered on its own (a claim: from PENDING,
+//! then the takeover of an expired lease, as `claim` does; a settlement: its claim was lost).
+//! Anything else that fails a group leaves its envelopes to be asked one at a time.
+
+use std::ops::Range;
+
+use aws_sdk_dynamodb::types::builders::UpdateBuilder;
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use chrono::{DateTime, Utc};
+use recon_core::domain::status::check_transition;
+use recon_core::domain::{DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange};
+use recon_core::ports::{EnvelopeStore, Finish, FlowResult, StoreResult};
+use recon_core::resources::{DYNAMODB_MAX_ITEM_BYTES, keys};
+
+use super::{DynamoEnvelopeStore, cancellation_codes, outbox_put, pending_delta, transact};
+use crate::dynamodb::{item_error, n, s};
+use crate::item::to_item;
+
+/// Items one `TransactWriteItems` may carry (AWS's limit).
+const TRANSACT_ITEMS: usize = 100;
+/// The size of the items one transaction writes, kept well below AWS's 4 MB: each envelope's is
+/// estimated ([`estimated_size`]).
+const TRANSACT_BYTES: usize = 3_000_000;
+/// What a claim or a settlement adds to an envelope's item, and its index keys, at most.
+const MARGIN: usize = 4 * 1024;
+/// Times a group is sent again without the envelopes it was refused for.
+const ROUNDS: usize = 4;
+
+/// The condition of a claim from PENDING (the caller adds `:pending`: [`from_pending`]).
+pub(super) const FROM_PENDING: &str = "#status = :pending";
+
+/// A claim's update of the envelope, under `condition` (and, with `seen`, only if its status
+/// history is as long as the caller read it).
+pub(super) fn claim_update(
+    table: &str,
+    envelope_id: &str,
+    claim: &ReplayClaim,
+    change: &StatusChange,
+    seen: Option<usize>,
+    condition: &str,
+) -> StoreResult<UpdateBuilder> {
+    let claim_item = to_item(claim).map_err(|e| item_error("replay claim", e))?;
+    let entry = to_item(change).map_err(|e| item_error("status change", e))?;
+    // Unchanged since the caller read it: its status history is as long as it was then.
+    let unchanged = if seen.is_some() {
+        " AND size(status_history) = :seen"
+    } else {
+        ""
+    };
+    let u = Update::builder()
+        .table_name(table)
+        .key(keys::ENVELOPE_PK, s(envelope_id))
+        .update_expression(
+            "SET #status = :replaying, replay = :claim, #lease = :lease, status_history = list_append(status_history, :change)",
+        )
+        .condition_expression(format!("{condition}{unchanged}"))
+        .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
+        .expression_attribute_names("#lease", keys::ENVELOPE_LEASE)
+        .expression_attribute_values(":replaying", s(EnvelopeStatus::Replaying.as_str()))
+        .expression_attribute_values(":claim", AttributeValue::M(claim_item))
+        .expression_attribute_values(":lease", n(claim.lease_until.timestamp_millis()))
+        .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry)]));
+    Ok(match seen {
+        Some(len) => u.expression_attribute_values(":seen", n(i64::try_from(len).unwrap_or(i64::MAX))),
+        None => u,
+    })
+}
+
+/// A claim's update from PENDING.
+pub(super) fn from_pending(update: UpdateBuilder) -> StoreResult<TransactWriteItem> {
+    let update = update
+        .expression_attribute_values(":pending", s(EnvelopeStatus::Pending.as_str()))
+        .build()
+        .map_err(|e| item_error("replay claim", e))?;
+    Ok(TransactWriteItem::builder().update(update).build())
+}
+
+/// A settlement's update of the envelope: only if it is REPLAYING under `replay_id`.
+pub(super) fn finish_update(
+    table: &str,
+    envelope_id: &str,
+    replay_id: &str,
+    change: &StatusChange,
+    record: &ReplayRecord,
+) -> StoreResult<Update> {
+    let entry = to_item(change).map_err(|e| item_error("status change", e))?;
+    let record = to_item(record).map_err(|e| item_error("replay record", e))?;
+    Update::builder()
+        .table_name(table)
+        .key(keys::ENVELOPE_PK, s(envelope_id))
+        .update_expression(
+            "SET #status = :to, status_history = list_append(status_history, :change), \
+             replays = list_append(if_not_exists(replays, :empty), :record)",
+        )
+        .condition_expression("#status = :replaying AND #replay.#rid = :rid")
+        .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
+        .expression_attribute_names("#replay", "replay")
+        .expression_attribute_names("#rid", "replay_id")
+        .expression_attribute_values(":to", s(change.status.as_str()))
+        .expression_attribute_values(":replaying", s(EnvelopeStatus::Replaying.as_str()))
+        .expression_attribute_values(":rid", s(replay_id))
+        .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry)]))
+        .expression_attribute_values(":record", AttributeValue::L(vec![AttributeValue::M(record)]))
+        .expression_attribute_values(":empty", AttributeValue::L(vec![]))
+        .build()
+        .map_err(|e| item_error("replay finish", e))
+}
+
+/// An envelope's item size after a claim or a settlement, at most: its JSON text (DynamoDB counts
+/// names and values no larger, but for a one-digit number: the margin covers those) and a margin.
+fn estimated_size<T: serde::Serialize>(value: &T) -> usize {
+    serde_json::to_vec(value).map_or(DYNAMODB_MAX_ITEM_BYTES, |v| v.len()) + MARGIN
+}
+
+/// Consecutive groups of entries, each entry costing `(items, bytes)`, none with more than
+/// `max_items` items or `max_bytes` bytes (an entry over a limit on its own is a group of one).
+pub(super) fn groups(costs: &[(usize, usize)], max_items: usize, max_bytes: usize) -> Vec<Range<usize>> {
+    let mut groups = Vec::new();
+    let (mut start, mut items, mut bytes) = (0, 0usize, 0usize);
+    for (i, &(its, by)) in costs.iter().enumerate() {
+        if i > start && (items + its > max_items || bytes.saturating_add(by) > max_bytes) {
+            groups.push(start..i);
+            (start, items, bytes) = (i, 0, 0);
+        }
+        items += its;
+        bytes = bytes.saturating_add(by);
+    }
+    if start < costs.len() {
+        groups.push(start..costs.len());
+    }
+    groups
+}
+
+/// What sending a group came to.
+enum Sent {
+    Written,
+    /// Refused for these of its envelopes (positions in the group): their conditions did not hold.
+    Refused(Vec<usize>),
+    /// Anything else (throttled, unreachable, an item DynamoDB would not store).
+    Failed,
+}
+
+/// Send a group's transaction: `owners[k]` is the position in the group of the envelope item `k`
+/// is about (`None`: the PENDING counter).
+async fn send_group(store: &DynamoEnvelopeStore, items: Vec<TransactWriteItem>, owners: &[Option<usize>]) -> Sent {
+    match transact(store.client.transact_write_items().set_transact_items(Some(items))).await {
+        Ok(_) => Sent::Written,
+        Err(err) => {
+            let codes = cancellation_codes(&err);
+            let refused = |code: &Option<String>| code.as_deref() == Some("ConditionalCheckFailed");
+            let mut positions: Vec<usize> = codes
+                .iter()
+                .zip(owners)
+                .filter(|(code, _)| refused(code))
+                .filter_map(|(_, owner)| *owner)
+                .collect();
+            positions.dedup();
+            let only_conditions = codes
+                .iter()
+                .all(|c| refused(c) || matches!(c.as_deref(), None | Some("None")));
+            if positions.is_empty() || !only_conditions {
+                tracing::warn!(error = %crate::error::store_error("TransactWriteItems(envelope group)", err), "asking one at a time");
+                Sent::Failed
+            } else {
+                Sent::Refused(positions)
+            }
+        }
+    }
+}
+
+/// Send `group` (indexes into the caller's envelopes) as `build` makes its transaction, again
+/// without the envelopes it is refused for, a few rounds: `(written, refused, left)`, the last
+/// for the caller to ask about one at a time.
+async fn send_rounds<B>(
+    store: &DynamoEnvelopeStore,
+    group: Range<usize>,
+    build: B,
+) -> (Vec<usize>, Vec<usize>, Vec<usize>)
+where
+    B: Fn(&[usize]) -> StoreResult<(Vec<TransactWriteItem>, Vec<Option<usize>>)>,
+{
+    let mut left: Vec<usize> = group.collect();
+    let mut refused = Vec::new();
+    for _ in 0..ROUNDS {
+        if left.is_empty() {
+            break;
+        }
+        let Ok((items, owners)) = build(&left) else {
+            break;
+        };
+        match send_group(store, items, &owners).await {
+            Sent::Written => return (left, refused, Vec::new()),
+            Sent::Refused(positions) => {
+                refused.extend(positions.iter().map(|&p| left[p]));
+                left = left
+                    .iter()
+                    .enumerate()
+                    .filter(|(p, _)| !positions.contains(p))
+                    .map(|(_, &i)| i)
+                    .collect();
+            }
+            Sent::Failed => break,
+        }
+    }
+    (Vec::new(), refused, left)
+}
+
+impl DynamoEnvelopeStore {
+    /// [`EnvelopeStore::claim_many`]: from PENDING in groups, the PENDING counter moved once per
+    /// group; an envelope refused in its group is claimed on its own.
+    pub(super) async fn claim_group(
+        &self,
+        envelopes: &[&DlqEnvelope],
+        claim: &ReplayClaim,
+        now: DateTime<Utc>,
+        change: &StatusChange,
+    ) -> Vec<FlowResult<bool>> {
+        let mut answers: Vec<Option<FlowResult<bool>>> = vec![None; envelopes.len()];
+        if check_transition(EnvelopeStatus::Pending, change.status).is_ok() {
+            let costs: Vec<(usize, usize)> = envelopes.iter().map(|e| (1, estimated_size(e))).collect();
+            // One item of each transaction is the PENDING counter.
+            for group in groups(&costs, TRANSACT_ITEMS - 1, TRANSACT_BYTES) {
+                let build = |members: &[usize]| {
+                    let mut items = Vec::with_capacity(members.len() + 1);
+                    for &i in members {
+                        let e = envelopes[i];
+                        let seen = Some(e.status_history.len());
+                        let update = claim_update(&self.table, &e.envelope_id, claim, change, seen, FROM_PENDING)?;
+                        items.push(from_pending(update)?);
+                    }
+                    items.push(pending_delta(&self.table, -i64::try_from(members.len()).unwrap_or(0))?);
+                    let owners = (0..members.len()).map(Some).chain([None]).collect();
+                    Ok((items, owners))
+                };
+                let (written, _, _) = send_rounds(self, group, build).await;
+                for i in written {
+                    answers[i] = Some(Ok(true));
+                }
+            }
+        }
+        // Refused in a group (held, changed, or an expired lease to take over), or not sent.
+        for (i, answer) in answers.iter_mut().enumerate() {
+            if answer.is_none() {
+                let e = envelopes[i];
+                let seen = Some(e.status_history.len());
+                *answer = Some(self.claim(&e.envelope_id, claim, now, change, seen).await);
+            }
+        }
+        answers.into_iter().map(|a| a.unwrap_or(Ok(false))).collect()
+    }
+
+    /// [`EnvelopeStore::finish_many`]: in groups, each envelope's update with its outbox record,
+    /// the PENDING counter moved once per group for those released; refused in a group means
+    /// the claim was lost.
+    pub(super) async fn finish_group(&self, replay_id: &str, settlements: &[Finish<'_>]) -> Vec<FlowResult<bool>> {
+        let mut answers: Vec<Option<FlowResult<bool>>> = vec![None; settlements.len()];
+        let valid = settlements
+            .iter()
+            .all(|f| check_transition(EnvelopeStatus::Replaying, f.change.status).is_ok());
+        if valid {
+            let costs: Vec<(usize, usize)> = settlements
+                .iter()
+                .map(|f| {
+                    let audit = f.audit.map_or(0, estimated_size);
+                    (1 + usize::from(f.audit.is_some()), estimated_size(f.envelope) + audit)
+                })
+                .collect();
+            for group in groups(&costs, TRANSACT_ITEMS - 1, TRANSACT_BYTES) {
+                let build = |members: &[usize]| {
+                    let (mut items, mut owners) = (Vec::new(), Vec::new());
+                    let mut released = 0i64;
+                    for (p, &i) in members.iter().enumerate() {
+                        let f = &settlements[i];
+                        let update =
+                            finish_update(&self.table, &f.envelope.envelope_id, replay_id, f.change, f.record)?;
+                        items.push(TransactWriteItem::builder().update(update).build());
+                        owners.push(Some(p));
+                        if let Some(r) = f.audit {
+                            items.push(outbox_put(&self.table, r)?);
+                            owners.push(None);
+                        }
+                        released += i64::from(f.change.status == EnvelopeStatus::Pending);
+                    }
+                    if released > 0 {
+                        items.push(pending_delta(&self.table, released)?);
+                        owners.push(None);
+                    }
+                    Ok((items, owners))
+                };
+                let (written, refused, _) = send_rounds(self, group, build).await;
+                for i in written {
+                    answers[i] = Some(Ok(true));
+                }
+                for i in refused {
+                    answers[i] = Some(Ok(false));
+                }
+            }
+        }
+        for (i, answer) in answers.iter_mut().enumerate() {
+            if answer.is_none() {
+                let f = &settlements[i];
+                let id = &f.envelope.envelope_id;
+                *answer = Some(self.finish(id, replay_id, f.change, f.record, f.audit).await);
+            }
+        }
+        answers.into_iter().map(|a| a.unwrap_or(Ok(false))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_keep_to_both_limits_and_the_order() {
+        let small = vec![(1, 10); 250];
+        assert_eq!(groups(&small, 99, 1_000_000), vec![0..99, 99..198, 198..250]);
+        // Two items each (a settlement and its outbox record).
+        assert_eq!(groups(&[(2, 10); 100], 99, 1_000_000), vec![0..49, 49..98, 98..100]);
+        // 400 KB envelopes: seven to a group below 3 MB.
+        let large = vec![(1, 400 * 1024); 20];
+        let g = groups(&large, 99, TRANSACT_BYTES);
+        assert_eq!(g, vec![0..7, 7..14, 14..20]);
+        for r in &g {
+            assert!(large[r.clone()].iter().map(|c| c.1).sum::<usize>() <= TRANSACT_BYTES);
+        }
+        // An entry over a limit on its own is still a group (DynamoDB will answer for it).
+        assert_eq!(
+            groups(&[(1, 10), (1, 5_000_000), (1, 10)], 99, TRANSACT_BYTES),
+            vec![0..1, 1..2, 2..3]
+        );
+        assert!(groups(&[], 99, TRANSACT_BYTES).is_empty());
+    }
+
+    #[test]
+    fn an_estimate_is_never_below_what_dynamodb_counts() {
+        // Strings and names: their bytes; the JSON adds quotes and punctuation.
+        let e = serde_json::json!({"envelope_id": "e-1", "body": "x".repeat(1000), "n": 7, "ok": true});
+        let counted = "envelope_id".len() + 3 + "body".len() + 1000 + 1 + 2 + 2 + 1;
+        assert!(estimated_size(&e) >= counted);
+    }
+}

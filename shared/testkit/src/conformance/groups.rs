@@ -1,0 +1,196 @@
+//! Claims and settlements of several envelopes at once (`claim_many`, `finish_many`): each
+//! answer what the one-envelope call would have answered, whatever the store groups them into.
+
+use chrono::{DateTime, Duration, Utc};
+use recon_core::domain::{
+    AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange,
+};
+use recon_core::ports::{AuditOutbox, Backlog, EnvelopeStore, Finish};
+
+use crate::builders::{self, settle_by_hand};
+
+fn claim_by(replay_id: &str, now: DateTime<Utc>, lease: Duration) -> ReplayClaim {
+    ReplayClaim {
+        replay_id: replay_id.into(),
+        triggered_by: "test".into(),
+        reason: "conformance".into(),
+        claimed_at: now,
+        lease_until: now + lease,
+    }
+}
+
+fn change(status: EnvelopeStatus, at: DateTime<Utc>) -> StatusChange {
+    StatusChange {
+        status,
+        at,
+        actor: "test".into(),
+        reason: "conformance".into(),
+        manual_journal: false,
+    }
+}
+
+/// 130 envelopes of `run` (more than one transaction holds; a fifth of them with a 60 KB body,
+/// more than 4 MB in all), claimed at once: one another replay holds, one changed since it was
+/// read, one settled and one missing are refused; an expired lease is taken over; the
+/// PENDING count moves by those claimed from PENDING only. Then settled at once: REPLAYED with
+/// their records in the outbox, two released, one whose claim another replay took over refused,
+/// with no record.
+pub async fn envelopes_are_claimed_and_settled_at_once<S>(store: &S, run: &str)
+where
+    S: EnvelopeStore + Backlog + AuditOutbox,
+{
+    let pending = || async { store.pending_count().await.expect("pending count") };
+    let now = builders::now();
+    let before = pending().await;
+    let mut read: Vec<DlqEnvelope> = Vec::new();
+    for n in 0..130 {
+        let mut e = builders::envelope(&format!("{run}-g{n:03}"));
+        if n % 5 == 0 {
+            e.original.body = Some("x".repeat(60 * 1024));
+        }
+        store.create(&e).await.expect("create");
+        read.push(e);
+    }
+    assert_eq!(pending().await, before + 130);
+    let id = |n: usize| format!("{run}-g{n:03}");
+    // Held by another replay (live lease); held under a lease that ran out; changed since read.
+    let claiming = change(EnvelopeStatus::Replaying, now);
+    let other = |lease| claim_by("other", now, lease);
+    assert_eq!(
+        store
+            .claim(&id(5), &other(Duration::hours(1)), now, &claiming, None)
+            .await,
+        Ok(true)
+    );
+    assert_eq!(
+        store
+            .claim(&id(7), &other(Duration::seconds(-1)), now, &claiming, None)
+            .await,
+        Ok(true)
+    );
+    settle_by_hand(store, &id(9), EnvelopeStatus::Quarantined).await;
+    for n in [5, 7, 9] {
+        read[n] = store.get(&id(n)).await.expect("get").expect("stored");
+    }
+    // Claimed and released by another replay after it was read: PENDING, but not as read.
+    assert_eq!(
+        store
+            .claim(&id(11), &other(Duration::hours(1)), now, &claiming, None)
+            .await,
+        Ok(true)
+    );
+    let release = change(EnvelopeStatus::Pending, now);
+    let record = ReplayRecord {
+        replay_id: "other".into(),
+        triggered_by: "test".into(),
+        reason: "conformance".into(),
+        at: now,
+        outcome: EnvelopeStatus::Pending,
+        sqs_message_id: None,
+        copy_source_hash: None,
+    };
+    assert_eq!(store.finish(&id(11), "other", &release, &record, None).await, Ok(true));
+    assert_eq!(pending().await, before + 127);
+    read.push(builders::envelope(&format!("{run}-missing")));
+
+    let ours = claim_by("ours", now, Duration::minutes(5));
+    let asked: Vec<&DlqEnvelope> = read.iter().collect();
+    let answers = store.claim_many(&asked, &ours, now, &claiming).await;
+    let refused = [5, 9, 11, 130];
+    for (n, answer) in answers.iter().enumerate() {
+        assert_eq!(answer, &Ok(!refused.contains(&n)), "claim of envelope {n}");
+    }
+    assert_eq!(answers.len(), 131);
+    // 126 of the 127 PENDING are claimed; envelope 7, REPLAYING already, does not count.
+    assert_eq!(
+        pending().await,
+        before + 1,
+        "the count moves by the claims from PENDING"
+    );
+    for n in [0, 7, 64, 129] {
+        let e = store.get(&id(n)).await.expect("get").expect("stored");
+        assert_eq!(e.status, EnvelopeStatus::Replaying);
+        assert_eq!(e.replay.map(|c| c.replay_id).as_deref(), Some("ours"), "envelope {n}");
+    }
+
+    // Another replay takes envelope 30 over after our lease (its clock is past it).
+    let later = now + Duration::minutes(6);
+    let takeover = store
+        .claim(
+            &id(30),
+            &claim_by("other", later, Duration::hours(1)),
+            later,
+            &claiming,
+            None,
+        )
+        .await;
+    assert_eq!(takeover, Ok(true));
+
+    let claimed: Vec<usize> = (0..130).filter(|n| !refused.contains(n)).collect();
+    let settled_at = now + Duration::minutes(1);
+    let released = [20, 21];
+    let changes: Vec<StatusChange> = claimed
+        .iter()
+        .map(|n| {
+            let status = if released.contains(n) {
+                EnvelopeStatus::Pending
+            } else {
+                EnvelopeStatus::Replayed
+            };
+            change(status, settled_at)
+        })
+        .collect();
+    let records: Vec<ReplayRecord> = changes
+        .iter()
+        .map(|c| ReplayRecord {
+            replay_id: "ours".into(),
+            triggered_by: "test".into(),
+            reason: "conformance".into(),
+            at: settled_at,
+            outcome: c.status,
+            sqs_message_id: Some("copy".into()),
+            copy_source_hash: None,
+        })
+        .collect();
+    let audits: Vec<AuditRecord> = claimed
+        .iter()
+        .map(|&n| {
+            AuditRecord::system(
+                AuditKind::ReplayReinjected,
+                &id(n),
+                settled_at,
+                "test",
+                "conformance".into(),
+            )
+        })
+        .collect();
+    let settlements: Vec<Finish<'_>> = claimed
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| Finish {
+            envelope: &read[n],
+            change: &changes[k],
+            record: &records[k],
+            audit: (!released.contains(&n)).then_some(&audits[k]),
+        })
+        .collect();
+    let answers = store.finish_many("ours", &settlements).await;
+    assert_eq!(answers.len(), claimed.len());
+    for (k, &n) in claimed.iter().enumerate() {
+        assert_eq!(answers[k], Ok(n != 30), "settlement of envelope {n}");
+    }
+    assert_eq!(pending().await, before + 3, "two released back to PENDING");
+    for (n, status) in [
+        (0, EnvelopeStatus::Replayed),
+        (20, EnvelopeStatus::Pending),
+        (30, EnvelopeStatus::Replaying),
+    ] {
+        let e = store.get(&id(n)).await.expect("get").expect("stored");
+        assert_eq!(e.status, status, "envelope {n}");
+    }
+    let outbox = store.pending_records(1000).await.expect("outbox");
+    for (k, &n) in claimed.iter().enumerate() {
+        let held = outbox.iter().any(|r| r.audit_id == audits[k].audit_id);
+        assert_eq!(held, n != 30 && !released.contains(&n), "outbox record of envelope {n}");
+    }
+}
