@@ -9,14 +9,21 @@
 //! For comparison: SQS's own redrive (StartMessageMoveTask) moves at most 500 messages per second,
 //! with no gate and no deduplication.
 //!
-//!     replay-drain [--count N] [--invocations K]      (defaults 2000, 4)
+//! Then the same again with a delay line in front of DynamoDB Local for the sweep
+//! (`--latency-ms`, 0 for none): every request reaches it that much later, as DynamoDB is a
+//! network away, where what a sweep waits for is its round trips rather than the emulator.
+//!
+//!     replay-drain [--count N] [--invocations K] [--latency-ms MS]      (defaults 2000, 4, 5)
 
+use recon_aws::client::Target;
 use recon_core::domain::EnvelopeStatus;
 use recon_core::replay::Segment;
 use recon_harness::flags::value;
+use recon_harness::latency::delay_line;
 use recon_harness::stack::TestStack;
 use recon_testkit::builders::{body, manual_request, tx_in};
-use std::time::Instant;
+use std::net::ToSocketAddrs;
+use std::time::{Duration, Instant};
 
 /// A stack whose DLQ backlog holds `count` envelopes of the unmapped currency XAU, now mapped.
 async fn backlog(count: u32) -> TestStack {
@@ -41,8 +48,12 @@ async fn backlog(count: u32) -> TestStack {
 
 /// Sweep the backlog with `invocations` replays at once; print the rate. Each envelope must be
 /// re-injected exactly once: every envelope REPLAYED and as many messages on the main queue.
-async fn drain(count: u32, invocations: usize) -> Result<(), String> {
-    let s = backlog(count).await;
+async fn drain(count: u32, invocations: usize, latency_ms: u64) -> Result<(), String> {
+    let mut s = backlog(count).await;
+    let direct = s.clients.dynamodb.clone();
+    if latency_ms > 0 {
+        s.clients.dynamodb = delayed(&direct, latency_ms).await?;
+    }
     let replayers: Vec<_> = (0..invocations).map(|_| s.replayer()).collect();
     // One segment of the backlog each (one invocation: all of it).
     let requests: Vec<_> = (0..invocations)
@@ -73,9 +84,15 @@ async fn drain(count: u32, invocations: usize) -> Result<(), String> {
             eprintln!("  an invocation stopped early: {why}");
         }
     }
+    s.clients.dynamodb = direct;
     let per = |n: u64| n as f64 / reinjected.max(1) as f64;
+    let label = if latency_ms > 0 {
+        format!(", DynamoDB +{latency_ms} ms")
+    } else {
+        String::new()
+    };
     println!(
-        "{invocations} invocation(s)  {reinjected:>6} re-injected in {wall:>6.2} s  {:>6.0} envelopes/s   per envelope: {:.2} DynamoDB, {:.2} SQS, {:.2} S3 requests",
+        "{invocations} invocation(s){label}  {reinjected:>6} re-injected in {wall:>6.2} s  {:>6.0} envelopes/s   per envelope: {:.2} DynamoDB, {:.2} SQS, {:.2} S3 requests",
         reinjected as f64 / wall.max(1e-9),
         per(s.clients.requests.total("dynamodb") - dynamodb),
         per(s.clients.requests.total("sqs") - sqs),
@@ -100,15 +117,42 @@ async fn drain(count: u32, invocations: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// `client` again, its requests through a delay line of `latency_ms` in front of its endpoint.
+async fn delayed(client: &aws_sdk_dynamodb::Client, latency_ms: u64) -> Result<aws_sdk_dynamodb::Client, String> {
+    let Target::Local { dynamodb_url: url, .. } = Target::local_from_env() else {
+        return Err("the local stack has no DynamoDB Local address".into());
+    };
+    let local = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| format!("DynamoDB Local's address {url} is not host:port"))?;
+    let line = delay_line(local, Duration::from_millis(latency_ms))
+        .await
+        .map_err(|e| format!("a loopback port for the delay line: {e}"))?;
+    let config = client
+        .config()
+        .to_builder()
+        .endpoint_url(format!("http://{line}"))
+        .build();
+    Ok(aws_sdk_dynamodb::Client::from_conf(config))
+}
+
 #[tokio::main]
 async fn main() {
     let count: u32 = value("--count", 2000);
     let invocations: usize = value("--invocations", 4usize).max(1);
+    let latency_ms: u64 = value("--latency-ms", 5);
     println!("a backlog of {count} envelopes, every gate on, no rate limit, on the local stack");
-    for k in [1, invocations] {
-        if let Err(e) = drain(count, k).await {
-            eprintln!("{e}");
-            std::process::exit(1);
+    let latencies = if latency_ms > 0 { vec![0, latency_ms] } else { vec![0] };
+    for latency in latencies {
+        for k in [1, invocations] {
+            if let Err(e) = drain(count, k, latency).await {
+                eprintln!("{e}");
+                std::process::exit(1);
+            }
         }
     }
 }
