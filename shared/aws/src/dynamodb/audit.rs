@@ -9,6 +9,7 @@ use recon_core::domain::audit::{ChainedRecord, GENESIS, chain_of};
 use recon_core::ports::{AuditLog, ChainPage, StoreError, StoreResult};
 use recon_core::resources::keys;
 
+use super::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups};
 use super::{item_error, n, query_index, query_index_from, s, scan_all};
 use crate::error::store_error;
 use crate::item::{Item, from_item, get_s, to_item};
@@ -248,8 +249,8 @@ impl DynamoAuditLog {
     }
 }
 
-/// Records linked in one transaction at most (with their heads, well within its 100 items).
-const LINK_AT_ONCE: usize = 25;
+/// Records linked in one transaction at most: with a head for each chain, its 100 items.
+const LINK_AT_ONCE: usize = TRANSACT_ITEMS - recon_core::domain::audit::AUDIT_CHAINS as usize;
 
 /// A head item's `(seq, hash)`; a chain without one starts at genesis.
 fn head_of(item: Option<&Item>) -> (u64, String) {
@@ -428,7 +429,16 @@ impl AuditLog for DynamoAuditLog {
             .collect();
         let mut attempt = 0u32;
         while !todo.is_empty() && attempt < 3 {
-            let slice: Vec<usize> = todo.iter().copied().take(LINK_AT_ONCE).collect();
+            // As many as one transaction holds, by count and by size.
+            let costs: Vec<(usize, usize)> = todo
+                .iter()
+                .take(LINK_AT_ONCE)
+                .map(|&i| (1, estimated_size(&records[i])))
+                .collect();
+            let first = groups(&costs, LINK_AT_ONCE, TRANSACT_BYTES)
+                .first()
+                .map_or(0, |g| g.end);
+            let slice: Vec<usize> = todo.iter().copied().take(first.max(1)).collect();
             let these: Vec<&AuditRecord> = slice.iter().map(|&i| &records[i]).collect();
             let linked_at_once = match self.link_at_once(&these).await {
                 Ok(outcome) => outcome,

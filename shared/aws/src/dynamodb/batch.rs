@@ -1,13 +1,16 @@
 //! Several items in one request: `BatchGetItem` (strongly consistent, 100 keys a request) and
-//! `BatchWriteItem` deletes (25 a request), each following what DynamoDB left unprocessed.
+//! `BatchWriteItem` deletes (25 a request), each following what DynamoDB left unprocessed; and
+//! how many items one transaction may carry (`groups`).
 
 use std::collections::BTreeSet;
+use std::ops::Range;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{DeleteRequest, KeysAndAttributes, WriteRequest};
 use recon_core::domain::TransientKind;
 use recon_core::ports::{StoreError, StoreResult};
+use recon_core::resources::DYNAMODB_MAX_ITEM_BYTES;
 
 use super::{item_error, s};
 use crate::error::store_error;
@@ -19,6 +22,38 @@ const GET_BATCH: usize = 100;
 const WRITE_BATCH: usize = 25;
 /// Rounds of unprocessed keys (or items) followed before the call fails transiently.
 const ROUNDS: u32 = 8;
+
+/// Items one `TransactWriteItems` may carry (AWS's limit).
+pub const TRANSACT_ITEMS: usize = 100;
+/// The size of the items one transaction writes, kept well below AWS's 4 MB: each item's is
+/// estimated ([`estimated_size`]).
+pub const TRANSACT_BYTES: usize = 3_000_000;
+/// What a write adds to an item (a claim, a settlement, a chain link) and its index keys, at most.
+const MARGIN: usize = 4 * 1024;
+/// An item's size after a write, at most: its JSON text (DynamoDB counts names and values no
+/// larger, but for a one-digit number: the margin covers those) and [`MARGIN`].
+pub fn estimated_size<T: serde::Serialize>(value: &T) -> usize {
+    serde_json::to_vec(value).map_or(DYNAMODB_MAX_ITEM_BYTES, |v| v.len()) + MARGIN
+}
+
+/// Consecutive groups of entries, each entry costing `(items, bytes)`, none with more than
+/// `max_items` items or `max_bytes` bytes (an entry over a limit on its own is a group of one).
+pub fn groups(costs: &[(usize, usize)], max_items: usize, max_bytes: usize) -> Vec<Range<usize>> {
+    let mut groups = Vec::new();
+    let (mut start, mut items, mut bytes) = (0, 0usize, 0usize);
+    for (i, &(its, by)) in costs.iter().enumerate() {
+        if i > start && (items + its > max_items || bytes.saturating_add(by) > max_bytes) {
+            groups.push(start..i);
+            (start, items, bytes) = (i, 0, 0);
+        }
+        items += its;
+        bytes = bytes.saturating_add(by);
+    }
+    if start < costs.len() {
+        groups.push(start..costs.len());
+    }
+    groups
+}
 
 fn key(pk: &str, value: &str) -> Item {
     Item::from([(pk.to_owned(), s(value))])
@@ -121,4 +156,38 @@ pub async fn delete_many(client: &Client, table: &str, pk: &str, values: &[Strin
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_keep_to_both_limits_and_the_order() {
+        let small = vec![(1, 10); 250];
+        assert_eq!(groups(&small, 99, 1_000_000), vec![0..99, 99..198, 198..250]);
+        // Two items each (a settlement and its outbox record).
+        assert_eq!(groups(&[(2, 10); 100], 99, 1_000_000), vec![0..49, 49..98, 98..100]);
+        // 400 KB envelopes: seven to a group below 3 MB.
+        let large = vec![(1, 400 * 1024); 20];
+        let g = groups(&large, 99, TRANSACT_BYTES);
+        assert_eq!(g, vec![0..7, 7..14, 14..20]);
+        for r in &g {
+            assert!(large[r.clone()].iter().map(|c| c.1).sum::<usize>() <= TRANSACT_BYTES);
+        }
+        // An entry over a limit on its own is still a group (DynamoDB will answer for it).
+        assert_eq!(
+            groups(&[(1, 10), (1, 5_000_000), (1, 10)], 99, TRANSACT_BYTES),
+            vec![0..1, 1..2, 2..3]
+        );
+        assert!(groups(&[], 99, TRANSACT_BYTES).is_empty());
+    }
+
+    #[test]
+    fn an_estimate_is_never_below_what_dynamodb_counts() {
+        // Strings and names: their bytes; the JSON adds quotes and punctuation.
+        let e = serde_json::json!({"envelope_id": "e-1", "body": "x".repeat(1000), "n": 7, "ok": true});
+        let counted = "envelope_id".len() + 3 + "body".len() + 1000 + 1 + 2 + 2 + 1;
+        assert!(estimated_size(&e) >= counted);
+    }
 }
