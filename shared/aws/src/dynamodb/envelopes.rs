@@ -117,7 +117,7 @@ pub(super) fn cancellation_codes<R>(
 
 /// Cancelled for a conflict with another transaction, and for nothing else (a condition that
 /// failed is an answer, not a conflict).
-fn conflicted(codes: &[Option<String>]) -> bool {
+pub(super) fn conflicted(codes: &[Option<String>]) -> bool {
     let is = |code: &str| codes.iter().any(|c| c.as_deref() == Some(code));
     is("TransactionConflict") && !is("ConditionalCheckFailed")
 }

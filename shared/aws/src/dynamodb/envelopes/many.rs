@@ -3,7 +3,9 @@
 //! Each transaction is all or nothing: one refused because an envelope's condition did not hold
 //! is sent again without that envelope, which is then answered on its own (a claim: from PENDING,
 //! then the takeover of an expired lease, as `claim` does; a settlement: its claim was lost).
-//! Anything else that fails a group leaves its envelopes to be asked one at a time.
+//! A group still cancelled for conflicts with other transactions (the PENDING counter, which
+//! every status change moves) is sent again in the next round; anything else that fails a group
+//! leaves its envelopes to be asked one at a time.
 
 use std::ops::Range;
 
@@ -20,7 +22,7 @@ use crate::dynamodb::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, gro
 use crate::dynamodb::{item_error, n, s};
 use crate::item::to_item;
 
-/// Times a group is sent again without the envelopes it was refused for.
+/// Times a group is sent (again without the envelopes it was refused for, or after conflicts).
 const ROUNDS: usize = 4;
 
 /// The condition of a claim from PENDING (the caller adds `:pending`: [`from_pending`]).
@@ -108,6 +110,8 @@ enum Sent {
     Written,
     /// Refused for these of its envelopes (positions in the group): their conditions did not hold.
     Refused(Vec<usize>),
+    /// Cancelled for conflicts with other transactions still, after `transact`'s retries.
+    Conflicted,
     /// Anything else (throttled, unreachable, an item DynamoDB would not store).
     Failed,
 }
@@ -130,6 +134,9 @@ async fn send_group(store: &DynamoEnvelopeStore, items: Vec<TransactWriteItem>, 
             let only_conditions = codes
                 .iter()
                 .all(|c| refused(c) || matches!(c.as_deref(), None | Some("None")));
+            if super::conflicted(&codes) {
+                return Sent::Conflicted;
+            }
             if positions.is_empty() || !only_conditions {
                 tracing::warn!(error = %crate::error::store_error("TransactWriteItems(envelope group)", err), "asking one at a time");
                 Sent::Failed
@@ -171,6 +178,8 @@ where
                     .map(|(_, &i)| i)
                     .collect();
             }
+            // Another round: the transactions it met are likely done by now.
+            Sent::Conflicted => {}
             Sent::Failed => break,
         }
     }
