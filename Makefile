@@ -154,9 +154,10 @@ bench-e2e: local-stack $(BENCH_VENV)
 	$(CARGO) run --release --quiet -p recon-harness --bin e2e -- $(E2E) --count $(or $(COUNT_E2E),2000)
 
 ## bench-replay: how fast the replay drains a DLQ backlog (COUNT_REPLAY envelopes, every gate on, no
-## rate limit), as one invocation and as INVOCATIONS concurrent ones
+## rate limit), as one invocation and as INVOCATIONS concurrent ones, then again with DynamoDB
+## LATENCY_MS away (default 5; 0: not again)
 bench-replay: local-stack
-	$(CARGO) run --release --quiet -p recon-harness --bin replay-drain -- --count $(or $(COUNT_REPLAY),2000) --invocations $(or $(INVOCATIONS),4)
+	$(CARGO) run --release --quiet -p recon-harness --bin replay-drain -- --count $(or $(COUNT_REPLAY),2000) --invocations $(or $(INVOCATIONS),4) --latency-ms $(or $(LATENCY_MS),5)
 
 ## bench-cold-start: each function's init time and first invocation against a mock Lambda runtime
 ## API (release builds for this machine, the local stack behind it), peak memory, binary sizes
