@@ -433,3 +433,63 @@ async fn through_dlqctl_a_replay_above_the_policy_waits_for_another_identity() {
     assert_eq!(posted[0].currency, "USD");
     s.cleanup().await;
 }
+
+/// A period is read through the period indexes only when the deployment says they hold what was
+/// written before them: setup says so when it created the tables, `index-periods` when it is done;
+/// without it (a deployment from before the indexes) `reconcile --period` refuses.
+#[tokio::test]
+async fn a_period_is_read_only_once_the_deployment_says_its_indexes_are_complete() {
+    let s = TestStack::new("dp-periods").await;
+    let prefix = s.stack.names.prefix.clone();
+    let store = s.envelope_store();
+    assert!(
+        store.periods_indexed().await.unwrap(),
+        "setup created the tables: marked"
+    );
+    let reconcile = || dlqctl(&["--prefix", &prefix, "reconcile", "--period", "2026-11"]);
+    let out = reconcile();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // A deployment from before the indexes: no marker.
+    s.clients
+        .dynamodb
+        .delete_item()
+        .table_name(&s.stack.names.envelope_table)
+        .key(
+            recon_core::resources::keys::ENVELOPE_PK,
+            aws_sdk_dynamodb::types::AttributeValue::S(recon_core::resources::keys::ENVELOPE_PERIODS_MARKER.into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let out = reconcile();
+    assert_eq!(out.status.code(), Some(2), "refused as an operational error");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("run `dlqctl index-periods` once"), "{said}");
+    let export = dlqctl(&[
+        "--prefix",
+        &prefix,
+        "evidence",
+        "export",
+        "--period",
+        "2026-11",
+        "--out",
+        "/dev/null",
+    ]);
+    assert_eq!(
+        export.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&export.stderr)
+    );
+    // Without a period everything is read: nothing to refuse.
+    let out = dlqctl(&["--prefix", &prefix, "reconcile"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let out = dlqctl(&["--prefix", &prefix, "index-periods"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(store.periods_indexed().await.unwrap());
+    let out = reconcile();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    s.cleanup().await;
+}

@@ -111,6 +111,11 @@ pub async fn gather(
     let stack = resolve_stack(clients, names).await?;
     let audit_log = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
     let store = crate::triage::store(clients, names);
+    if period.is_some() && !store.periods_indexed().await? {
+        bail!(
+            "a period is read through the period indexes, and this deployment does not say that what was written before them has its entries there (a deployment from before them, or one its template created): run `dlqctl index-periods` once, then this again"
+        );
+    }
     let mut exceptions = match period {
         Some(p) => exceptions_of_period(&store, &audit_log, p).await?,
         None => Exceptions {

@@ -286,7 +286,8 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
 }
 
 /// `dlqctl index-periods`: what was written before the period indexes — the DynamoDB ledger's
-/// postings, the envelopes, and the audit records a reconciliation reads — given its entry.
+/// postings, the envelopes, and the audit records a reconciliation reads — given its entry; then
+/// the deployment says so, and reads by period are no longer refused.
 pub async fn index_periods(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
     let stack = resolve_stack(clients, names).await?;
     let json = crate::output::json();
@@ -302,11 +303,14 @@ pub async fn index_periods(clients: &AwsClients, names: &ResourceNames) -> Resul
         // Another ledger reads by period through its own index.
         _ => 0,
     };
-    let envelopes = crate::triage::store(clients, names)
-        .index_periods(progress("envelopes"))
-        .await?;
+    let store = crate::triage::store(clients, names);
+    let envelopes = store.index_periods(progress("envelopes")).await?;
     let records = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
         .index_periods(progress("audit records"))
+        .await?;
+    // All three done: reads by period may now be trusted (and are no longer refused).
+    store
+        .mark_periods_indexed("dlqctl index-periods", chrono::Utc::now())
         .await?;
     let out = serde_json::json!({"postings": postings, "envelopes": envelopes, "audit_records": records});
     crate::output::emit(&out, || {

@@ -65,6 +65,10 @@ pub mod keys {
     pub const ENVELOPE_ENTITY: &str = "entity_key";
     /// Key of the item that counts PENDING envelopes and holds the overflow flag.
     pub const ENVELOPE_META_ID: &str = "#meta#pending";
+    /// Key of the item that says every item of the deployment written before the period indexes
+    /// has its entry there (`dlqctl index-periods` puts it when done; setup, when it created the
+    /// tables with their indexes): until it exists, reads by period are refused.
+    pub const ENVELOPE_PERIODS_MARKER: &str = "#meta#periods";
     /// Prefix of the audit outbox's items (records written with the decision they record).
     pub const ENVELOPE_OUTBOX_PREFIX: &str = "#outbox#";
     /// The `status` of outbox items: their partition of the status index, oldest first.

@@ -223,7 +223,9 @@ async fn wait_index_active(clients: &AwsClients, table: &str, index: &str) -> St
     )))
 }
 
-async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> StoreResult<()> {
+/// Create the table unless it exists (then add the indexes it lacks). `true`: created here, with
+/// every index from the start.
+async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> StoreResult<bool> {
     match clients.dynamodb.describe_table().table_name(name).send().await {
         Ok(out) => {
             let existing: Vec<String> = out
@@ -235,7 +237,8 @@ async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> Sto
                         .collect()
                 })
                 .unwrap_or_default();
-            return add_missing_indexes(clients, name, spec, &existing).await;
+            add_missing_indexes(clients, name, spec, &existing).await?;
+            return Ok(false);
         }
         Err(e)
             if e.as_service_error()
@@ -283,7 +286,7 @@ async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> Sto
     match req.send().await {
         Ok(_) => {}
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {
-            return Ok(());
+            return Ok(false);
         }
         Err(e) => return Err(store_error("CreateTable", e)),
     }
@@ -302,7 +305,29 @@ async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> Sto
             .await
             .map_err(|e| store_error("UpdateTimeToLive", e))?;
     }
-    Ok(())
+    Ok(true)
+}
+
+/// Every table of `names` created here (a new deployment): nothing was written before the period
+/// indexes, so say so once the envelope table is ACTIVE.
+async fn mark_new_tables_indexed(clients: &AwsClients, names: &ResourceNames) -> StoreResult<()> {
+    let table = names.table(resources::TableKind::Envelopes);
+    for _ in 0..300 {
+        let out = clients
+            .dynamodb
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .map_err(|e| store_error("DescribeTable", e))?;
+        if out.table().and_then(|t| t.table_status()) == Some(&aws_sdk_dynamodb::types::TableStatus::Active) {
+            return crate::dynamodb::DynamoEnvelopeStore::new(clients.dynamodb.clone(), table)
+                .mark_periods_indexed("setup created the tables with their period indexes", chrono::Utc::now())
+                .await;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    Err(infra(format!("table {table} did not become ACTIVE in five minutes")))
 }
 
 /// Create (or bring up to date) every resource of a deployment. Safe to run again.
@@ -350,8 +375,12 @@ pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings:
     )
     .await?;
     let main_queue_arn = queue_arn(clients, &main_queue_url).await?;
+    let mut created = true;
     for spec in &TABLES {
-        ensure_table(clients, names.table(spec.kind), spec).await?;
+        created &= ensure_table(clients, names.table(spec.kind), spec).await?;
+    }
+    if created {
+        mark_new_tables_indexed(clients, names).await?;
     }
     ensure_worm_bucket(clients, &names.bucket(), settings.worm_retention_days).await?;
     Ok(Stack {
@@ -433,7 +462,7 @@ pub async fn reset_data(clients: &AwsClients, stack: &Stack) -> StoreResult<()> 
         }
         ensure_table(clients, name, spec).await?;
     }
-    Ok(())
+    mark_new_tables_indexed(clients, &stack.names).await
 }
 
 /// Delete the queues and tables of a deployment (test clean-up).

@@ -2,6 +2,7 @@
 //! period's shard (keys only, so a status change costs the index nothing); a period's envelopes
 //! are its keys, then the envelopes themselves, read strongly consistent.
 
+use chrono::{DateTime, Utc};
 use recon_core::domain::DlqEnvelope;
 use recon_core::ports::{EnvelopesOfPeriod, StoreResult};
 use recon_core::resources::{exception_period_shard, indexes, keys};
@@ -10,6 +11,7 @@ use super::{DynamoEnvelopeStore, envelopes_of};
 use crate::dynamodb::backfill::{Unindexed, index_unindexed};
 use crate::dynamodb::batch::get_many;
 use crate::dynamodb::{query_period, s};
+use crate::error::store_error;
 use crate::item::{Item, get_s};
 
 /// The index entry of an envelope.
@@ -35,6 +37,36 @@ impl EnvelopesOfPeriod for DynamoEnvelopeStore {
 }
 
 impl DynamoEnvelopeStore {
+    /// Does every item written before the period indexes have its entry there (the marker
+    /// [`keys::ENVELOPE_PERIODS_MARKER`], read strongly consistent)?
+    pub async fn periods_indexed(&self) -> StoreResult<bool> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_PERIODS_MARKER))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(periods marker)", e))?;
+        Ok(out.item().is_some())
+    }
+
+    /// Say that every item written before the period indexes has its entry there: `how` (the
+    /// backfill done, or tables created with their indexes), at `at`.
+    pub async fn mark_periods_indexed(&self, how: &str, at: DateTime<Utc>) -> StoreResult<()> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item(keys::ENVELOPE_PK, s(keys::ENVELOPE_PERIODS_MARKER))
+            .item("how", s(how))
+            .item("at", s(at.to_rfc3339()))
+            .send()
+            .await
+            .map_err(|e| store_error("PutItem(periods marker)", e))?;
+        Ok(())
+    }
+
     /// Give each envelope written before the period index its entry there. Returns how many it
     /// indexed.
     pub async fn index_periods(&self, progress: impl FnMut(u64)) -> StoreResult<u64> {
