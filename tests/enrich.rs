@@ -516,6 +516,7 @@ async fn the_dynamodb_envelope_store_claims_and_settles_at_once() {
         sent <= 180,
         "{sent} transactions: the claims and settlements were not grouped"
     );
+    recon_testkit::conformance::an_envelope_named_twice_is_claimed_once(&s.envelope_store(), "twice").await;
     s.cleanup().await;
 }
 

@@ -247,6 +247,11 @@ async fn the_memory_envelope_store_claims_and_settles_at_once() {
 }
 
 #[tokio::test]
+async fn the_memory_envelope_store_claims_an_envelope_named_twice_once() {
+    recon_testkit::conformance::an_envelope_named_twice_is_claimed_once(&MemoryEnvelopeStore::default(), "twice").await;
+}
+
+#[tokio::test]
 async fn a_dead_letter_with_an_empty_entity_label_still_becomes_an_envelope() {
     // Regression: an empty string in a field that feeds an index key (the ledger entity) made
     // the table refuse the envelope, and the DLQ message was retried until its retention ran out.

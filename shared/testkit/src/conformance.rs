@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::builders::{self, settle_by_hand};
 
 mod groups;
-pub use groups::envelopes_are_claimed_and_settled_at_once;
+pub use groups::{an_envelope_named_twice_is_claimed_once, envelopes_are_claimed_and_settled_at_once};
 
 /// The envelope life cycle (`domain::status`), whatever the store: an envelope is born PENDING
 /// or QUARANTINED, changes only under a claim, and a settled one never changes again; a refused

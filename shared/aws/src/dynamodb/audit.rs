@@ -429,15 +429,15 @@ impl AuditLog for DynamoAuditLog {
             .collect();
         let mut attempt = 0u32;
         while !todo.is_empty() && attempt < 3 {
-            // As many as one transaction holds, by count and by size.
+            // As many as one transaction holds, by count and by size; after a head moved under
+            // a group (another writer), half as many each time: a smaller group meets fewer.
+            let at_once = (LINK_AT_ONCE >> attempt).max(1);
             let costs: Vec<(usize, usize)> = todo
                 .iter()
-                .take(LINK_AT_ONCE)
+                .take(at_once)
                 .map(|&i| (1, estimated_size(&records[i])))
                 .collect();
-            let first = groups(&costs, LINK_AT_ONCE, TRANSACT_BYTES)
-                .first()
-                .map_or(0, |g| g.end);
+            let first = groups(&costs, at_once, TRANSACT_BYTES).first().map_or(0, |g| g.end);
             let slice: Vec<usize> = todo.iter().copied().take(first.max(1)).collect();
             let these: Vec<&AuditRecord> = slice.iter().map(|&i| &records[i]).collect();
             let linked_at_once = match self.link_at_once(&these).await {

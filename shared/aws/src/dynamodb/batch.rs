@@ -33,7 +33,13 @@ const MARGIN: usize = 4 * 1024;
 /// An item's size after a write, at most: its JSON text (DynamoDB counts names and values no
 /// larger, but for a one-digit number: the margin covers those) and [`MARGIN`].
 pub fn estimated_size<T: serde::Serialize>(value: &T) -> usize {
-    serde_json::to_vec(value).map_or(DYNAMODB_MAX_ITEM_BYTES, |v| v.len()) + MARGIN
+    json_size(value) + MARGIN
+}
+
+/// The length of a value's JSON text (what it adds to an item, at most; an item's largest when it
+/// does not serialise).
+pub fn json_size<T: serde::Serialize>(value: &T) -> usize {
+    serde_json::to_vec(value).map_or(DYNAMODB_MAX_ITEM_BYTES, |v| v.len())
 }
 
 /// Consecutive groups of entries, each entry costing `(items, bytes)`, none with more than

@@ -21,7 +21,7 @@ mod many;
 mod period;
 use crate::error::{SdkError, store_error};
 use crate::item::{Item, from_item, get_s, to_item};
-use many::{FROM_PENDING, claim_update, finish_update, from_pending};
+use many::{FROM_PENDING, TAKEOVER, claim_update, finish_update, from_pending, takeover};
 
 /// The envelope table with its triage indexes and the PENDING counter.
 #[derive(Clone, Debug)]
@@ -248,16 +248,10 @@ impl EnvelopeStore for DynamoEnvelopeStore {
             Err(e) => return Err(store_error("TransactWriteItems(replay claim)", e).into()),
         }
         // From an expired REPLAYING claim (a replay crashed): no count change.
-        let takeover = update("#status = :replaying AND #lease < :now")?
-            .expression_attribute_values(":now", n(now.timestamp_millis()))
-            .build()
-            .map_err(|e| item_error("replay takeover", e))?;
         let result = transact(
-            self.client.transact_write_items().transact_items(
-                aws_sdk_dynamodb::types::TransactWriteItem::builder()
-                    .update(takeover)
-                    .build(),
-            ),
+            self.client
+                .transact_write_items()
+                .transact_items(takeover(update(TAKEOVER)?, now)?),
         )
         .await;
         match result {

@@ -200,7 +200,30 @@ async fn add_missing_indexes(
 
 /// DynamoDB builds one index at a time: wait until `index` is ACTIVE (up to ten minutes).
 async fn wait_index_active(clients: &AwsClients, table: &str, index: &str) -> StoreResult<()> {
-    for _ in 0..600 {
+    let active = |t: &aws_sdk_dynamodb::types::TableDescription| {
+        t.global_secondary_indexes().iter().any(|g| {
+            g.index_name() == Some(index) && g.index_status() == Some(&aws_sdk_dynamodb::types::IndexStatus::Active)
+        })
+    };
+    wait_table(
+        clients,
+        table,
+        active,
+        600,
+        &format!("index {index} of {table} did not become ACTIVE in ten minutes"),
+    )
+    .await
+}
+
+/// Describe `table` once a second until `ready` says so, at most `secs` times; then `timeout`.
+async fn wait_table(
+    clients: &AwsClients,
+    table: &str,
+    ready: impl Fn(&aws_sdk_dynamodb::types::TableDescription) -> bool,
+    secs: u32,
+    timeout: &str,
+) -> StoreResult<()> {
+    for _ in 0..secs {
         let out = clients
             .dynamodb
             .describe_table()
@@ -208,19 +231,12 @@ async fn wait_index_active(clients: &AwsClients, table: &str, index: &str) -> St
             .send()
             .await
             .map_err(|e| store_error("DescribeTable", e))?;
-        let active = out.table().is_some_and(|t| {
-            t.global_secondary_indexes().iter().any(|g| {
-                g.index_name() == Some(index) && g.index_status() == Some(&aws_sdk_dynamodb::types::IndexStatus::Active)
-            })
-        });
-        if active {
+        if out.table().is_some_and(&ready) {
             return Ok(());
         }
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
-    Err(infra(format!(
-        "index {index} of {table} did not become ACTIVE in ten minutes"
-    )))
+    Err(infra(timeout.to_owned()))
 }
 
 /// Create the table unless it exists (then add the indexes it lacks). `true`: created here, with
@@ -312,22 +328,20 @@ async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> Sto
 /// indexes, so say so once the envelope table is ACTIVE.
 async fn mark_new_tables_indexed(clients: &AwsClients, names: &ResourceNames) -> StoreResult<()> {
     let table = names.table(resources::TableKind::Envelopes);
-    for _ in 0..300 {
-        let out = clients
-            .dynamodb
-            .describe_table()
-            .table_name(table)
-            .send()
-            .await
-            .map_err(|e| store_error("DescribeTable", e))?;
-        if out.table().and_then(|t| t.table_status()) == Some(&aws_sdk_dynamodb::types::TableStatus::Active) {
-            return crate::dynamodb::DynamoEnvelopeStore::new(clients.dynamodb.clone(), table)
-                .mark_periods_indexed("setup created the tables with their period indexes", chrono::Utc::now())
-                .await;
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    }
-    Err(infra(format!("table {table} did not become ACTIVE in five minutes")))
+    let active = |t: &aws_sdk_dynamodb::types::TableDescription| {
+        t.table_status() == Some(&aws_sdk_dynamodb::types::TableStatus::Active)
+    };
+    wait_table(
+        clients,
+        table,
+        active,
+        300,
+        &format!("table {table} did not become ACTIVE in five minutes"),
+    )
+    .await?;
+    crate::dynamodb::DynamoEnvelopeStore::new(clients.dynamodb.clone(), table)
+        .mark_periods_indexed("setup created the tables with their period indexes", chrono::Utc::now())
+        .await
 }
 
 /// Create (or bring up to date) every resource of a deployment. Safe to run again.

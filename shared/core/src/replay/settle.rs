@@ -331,7 +331,17 @@ where
                 audit: *audit,
             })
             .collect();
-        self.store.finish_many(&run.replay_id, &asked).await
+        let mut answers = self.store.finish_many(&run.replay_id, &asked).await;
+        // One answer per settlement, whatever the store answered: a missing one is unknown.
+        let answered = answers.len();
+        answers.resize_with(asked.len(), || {
+            Err(StoreError::new(
+                TransientKind::Infrastructure,
+                format!("the envelope store answered {answered} of {} settlements", asked.len()),
+            )
+            .into())
+        });
+        answers
     }
 
     /// The status change and provenance record a settlement writes.

@@ -34,7 +34,9 @@ where
     /// The envelopes named by id (those that exist and match the selector).
     pub(super) async fn by_ids(&self, run: &mut Run<'_>, report: &mut ReplayReport) -> FlowResult<()> {
         let mut page = Vec::new();
-        for id in &run.req.selector.envelope_ids {
+        let mut named = std::collections::BTreeSet::new();
+        // An id named twice is one envelope (and one item of a transaction).
+        for id in run.req.selector.envelope_ids.iter().filter(|id| named.insert(*id)) {
             match self.store.get(id).await? {
                 // A pinned set (an approved request's, or what a policy check assessed): each
                 // envelope only while it is as it was then.

@@ -29,8 +29,8 @@ fn change(status: EnvelopeStatus, at: DateTime<Utc>) -> StatusChange {
     }
 }
 
-/// 130 envelopes of `run` (more than one transaction holds; a fifth of them with a 60 KB body,
-/// more than 4 MB in all), claimed at once: one another replay holds, one changed since it was
+/// 130 envelopes of `run` (more than one transaction holds; every other one with a 60 KB body,
+/// about 4 MB in all, so DynamoDB's groups are cut by size too), claimed at once: one another replay holds, one changed since it was
 /// read, one settled and one missing are refused; an expired lease is taken over; the
 /// PENDING count moves by those claimed from PENDING only. Then settled at once: REPLAYED with
 /// their records in the outbox, two released, one whose claim another replay took over refused,
@@ -45,7 +45,7 @@ where
     let mut read: Vec<DlqEnvelope> = Vec::new();
     for n in 0..130 {
         let mut e = builders::envelope(&format!("{run}-g{n:03}"));
-        if n % 5 == 0 {
+        if n % 2 == 0 {
             e.original.body = Some("x".repeat(60 * 1024));
         }
         store.create(&e).await.expect("create");
@@ -112,6 +112,20 @@ where
         assert_eq!(e.status, EnvelopeStatus::Replaying);
         assert_eq!(e.replay.map(|c| c.replay_id).as_deref(), Some("ours"), "envelope {n}");
     }
+
+    // The refused are as they were: held by the other replay, settled, PENDING as released.
+    let as_stored = |n: usize| async move { store.get(&id(n)).await.expect("get").expect("stored") };
+    let held = as_stored(5).await;
+    assert_eq!(
+        (held.status, held.replay.map(|c| c.replay_id)),
+        (EnvelopeStatus::Replaying, Some("other".into()))
+    );
+    assert_eq!(as_stored(9).await.status, EnvelopeStatus::Quarantined);
+    let released = as_stored(11).await;
+    assert_eq!(
+        (released.status, released.status_history.len()),
+        (EnvelopeStatus::Pending, read[11].status_history.len() + 2)
+    );
 
     // Another replay takes envelope 30 over after our lease (its clock is past it).
     let later = now + Duration::minutes(6);
@@ -193,4 +207,29 @@ where
         let held = outbox.iter().any(|r| r.audit_id == audits[k].audit_id);
         assert_eq!(held, n != 30 && !released.contains(&n), "outbox record of envelope {n}");
     }
+}
+
+/// An envelope named twice in one call is claimed once (DynamoDB refuses a transaction that writes
+/// an item twice: its group is asked one envelope at a time), the others all the same.
+pub async fn an_envelope_named_twice_is_claimed_once<S>(store: &S, run: &str)
+where
+    S: EnvelopeStore + Backlog,
+{
+    let now = builders::now();
+    let read: Vec<DlqEnvelope> = (0..3).map(|n| builders::envelope(&format!("{run}-twice{n}"))).collect();
+    for e in &read {
+        store.create(e).await.expect("create");
+    }
+    let before = store.pending_count().await.expect("pending count");
+    let asked = [&read[0], &read[1], &read[0], &read[2]];
+    let ours = claim_by("ours", now, Duration::minutes(5));
+    let answers = store
+        .claim_many(&asked, &ours, now, &change(EnvelopeStatus::Replaying, now))
+        .await;
+    assert_eq!(answers.len(), 4);
+    assert_eq!((&answers[1], &answers[3]), (&Ok(true), &Ok(true)));
+    let first = [&answers[0], &answers[2]];
+    assert_eq!(first.iter().filter(|a| ***a == Ok(true)).count(), 1, "{first:?}");
+    assert_eq!(first.iter().filter(|a| ***a == Ok(false)).count(), 1, "{first:?}");
+    assert_eq!(store.pending_count().await.expect("pending count"), before - 3);
 }

@@ -7,8 +7,6 @@
 //! every status change moves) is sent again in the next round; anything else that fails a group
 //! leaves its envelopes to be asked one at a time.
 
-use std::ops::Range;
-
 use aws_sdk_dynamodb::types::builders::UpdateBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
@@ -18,15 +16,20 @@ use recon_core::ports::{EnvelopeStore, Finish, FlowResult, StoreResult};
 use recon_core::resources::keys;
 
 use super::{DynamoEnvelopeStore, cancellation_codes, outbox_put, pending_delta, transact};
-use crate::dynamodb::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups};
+use crate::dynamodb::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups, json_size};
 use crate::dynamodb::{item_error, n, s};
 use crate::item::to_item;
+use futures::StreamExt;
 
 /// Times a group is sent (again without the envelopes it was refused for, or after conflicts).
 const ROUNDS: usize = 4;
 
 /// The condition of a claim from PENDING (the caller adds `:pending`: [`from_pending`]).
 pub(super) const FROM_PENDING: &str = "#status = :pending";
+/// The condition of a claim taking over an expired lease (the caller adds `:now`: [`takeover`]).
+pub(super) const TAKEOVER: &str = "#status = :replaying AND #lease < :now";
+/// Envelopes asked about one at a time, at once.
+const ALONE_AT_ONCE: usize = 8;
 
 /// A claim's update of the envelope, under `condition` (and, with `seen`, only if its status
 /// history is as long as the caller read it).
@@ -71,6 +74,15 @@ pub(super) fn from_pending(update: UpdateBuilder) -> StoreResult<TransactWriteIt
         .expression_attribute_values(":pending", s(EnvelopeStatus::Pending.as_str()))
         .build()
         .map_err(|e| item_error("replay claim", e))?;
+    Ok(TransactWriteItem::builder().update(update).build())
+}
+
+/// A claim's update taking over a lease that ended before `now`.
+pub(super) fn takeover(update: UpdateBuilder, now: DateTime<Utc>) -> StoreResult<TransactWriteItem> {
+    let update = update
+        .expression_attribute_values(":now", n(now.timestamp_millis()))
+        .build()
+        .map_err(|e| item_error("replay takeover", e))?;
     Ok(TransactWriteItem::builder().update(update).build())
 }
 
@@ -152,13 +164,13 @@ async fn send_group(store: &DynamoEnvelopeStore, items: Vec<TransactWriteItem>, 
 /// for the caller to ask about one at a time.
 async fn send_rounds<B>(
     store: &DynamoEnvelopeStore,
-    group: Range<usize>,
+    group: Vec<usize>,
     build: B,
 ) -> (Vec<usize>, Vec<usize>, Vec<usize>)
 where
     B: Fn(&[usize]) -> StoreResult<(Vec<TransactWriteItem>, Vec<Option<usize>>)>,
 {
-    let mut left: Vec<usize> = group.collect();
+    let mut left = group;
     let mut refused = Vec::new();
     for _ in 0..ROUNDS {
         if left.is_empty() {
@@ -187,8 +199,10 @@ where
 }
 
 impl DynamoEnvelopeStore {
-    /// [`EnvelopeStore::claim_many`]: from PENDING in groups, the PENDING counter moved once per
-    /// group; an envelope refused in its group is claimed on its own.
+    /// [`EnvelopeStore::claim_many`] in groups: those read PENDING claimed from PENDING (the
+    /// counter moved once per group), those read REPLAYING by taking over their expired lease (no
+    /// count change); an envelope refused in its group, or of a group that failed, is claimed on
+    /// its own (several at once).
     pub(super) async fn claim_group(
         &self,
         envelopes: &[&DlqEnvelope],
@@ -198,34 +212,65 @@ impl DynamoEnvelopeStore {
     ) -> Vec<FlowResult<bool>> {
         let mut answers: Vec<Option<FlowResult<bool>>> = vec![None; envelopes.len()];
         if check_transition(EnvelopeStatus::Pending, change.status).is_ok() {
-            let costs: Vec<(usize, usize)> = envelopes.iter().map(|e| (1, estimated_size(e))).collect();
-            // One item of each transaction is the PENDING counter.
-            for group in groups(&costs, TRANSACT_ITEMS - 1, TRANSACT_BYTES) {
-                let build = |members: &[usize]| {
-                    let mut items = Vec::with_capacity(members.len() + 1);
-                    for &i in members {
-                        let e = envelopes[i];
-                        let seen = Some(e.status_history.len());
-                        let update = claim_update(&self.table, &e.envelope_id, claim, change, seen, FROM_PENDING)?;
-                        items.push(from_pending(update)?);
+            // What each claim adds to its envelope.
+            let adds = json_size(claim) + json_size(change);
+            for from in [EnvelopeStatus::Pending, EnvelopeStatus::Replaying] {
+                let counted = from == EnvelopeStatus::Pending;
+                let members: Vec<usize> = (0..envelopes.len()).filter(|&i| envelopes[i].status == from).collect();
+                let costs: Vec<(usize, usize)> = members
+                    .iter()
+                    .map(|&i| (1, estimated_size(envelopes[i]) + adds))
+                    .collect();
+                // With the PENDING counter, one item of each transaction is the counter.
+                for group in groups(&costs, TRANSACT_ITEMS - usize::from(counted), TRANSACT_BYTES) {
+                    let build = |left: &[usize]| {
+                        let mut items = Vec::with_capacity(left.len() + 1);
+                        for &i in left {
+                            let e = envelopes[i];
+                            let seen = Some(e.status_history.len());
+                            items.push(if counted {
+                                from_pending(claim_update(
+                                    &self.table,
+                                    &e.envelope_id,
+                                    claim,
+                                    change,
+                                    seen,
+                                    FROM_PENDING,
+                                )?)?
+                            } else {
+                                takeover(
+                                    claim_update(&self.table, &e.envelope_id, claim, change, seen, TAKEOVER)?,
+                                    now,
+                                )?
+                            });
+                        }
+                        let mut owners: Vec<Option<usize>> = (0..left.len()).map(Some).collect();
+                        if counted {
+                            items.push(pending_delta(&self.table, -i64::try_from(left.len()).unwrap_or(0))?);
+                            owners.push(None);
+                        }
+                        Ok((items, owners))
+                    };
+                    let (written, _, _) = send_rounds(self, members[group].to_vec(), build).await;
+                    for i in written {
+                        answers[i] = Some(Ok(true));
                     }
-                    items.push(pending_delta(&self.table, -i64::try_from(members.len()).unwrap_or(0))?);
-                    let owners = (0..members.len()).map(Some).chain([None]).collect();
-                    Ok((items, owners))
-                };
-                let (written, _, _) = send_rounds(self, group, build).await;
-                for i in written {
-                    answers[i] = Some(Ok(true));
                 }
             }
         }
-        // Refused in a group (held, changed, or an expired lease to take over), or not sent.
-        for (i, answer) in answers.iter_mut().enumerate() {
-            if answer.is_none() {
+        // Refused in a group (held, changed, settled), or not sent.
+        let alone: Vec<usize> = (0..envelopes.len()).filter(|&i| answers[i].is_none()).collect();
+        let asked: Vec<(usize, FlowResult<bool>)> = futures::stream::iter(alone)
+            .map(|i| async move {
                 let e = envelopes[i];
                 let seen = Some(e.status_history.len());
-                *answer = Some(self.claim(&e.envelope_id, claim, now, change, seen).await);
-            }
+                (i, self.claim(&e.envelope_id, claim, now, change, seen).await)
+            })
+            .buffered(ALONE_AT_ONCE)
+            .collect()
+            .await;
+        for (i, answer) in asked {
+            answers[i] = Some(answer);
         }
         answers.into_iter().map(|a| a.unwrap_or(Ok(false))).collect()
     }
@@ -243,7 +288,11 @@ impl DynamoEnvelopeStore {
                 .iter()
                 .map(|f| {
                     let audit = f.audit.map_or(0, estimated_size);
-                    (1 + usize::from(f.audit.is_some()), estimated_size(f.envelope) + audit)
+                    let adds = json_size(f.change) + json_size(f.record);
+                    (
+                        1 + usize::from(f.audit.is_some()),
+                        estimated_size(f.envelope) + adds + audit,
+                    )
                 })
                 .collect();
             for group in groups(&costs, TRANSACT_ITEMS - 1, TRANSACT_BYTES) {
@@ -268,7 +317,7 @@ impl DynamoEnvelopeStore {
                     }
                     Ok((items, owners))
                 };
-                let (written, refused, _) = send_rounds(self, group, build).await;
+                let (written, refused, _) = send_rounds(self, group.collect(), build).await;
                 for i in written {
                     answers[i] = Some(Ok(true));
                 }
@@ -277,12 +326,18 @@ impl DynamoEnvelopeStore {
                 }
             }
         }
-        for (i, answer) in answers.iter_mut().enumerate() {
-            if answer.is_none() {
+        let alone: Vec<usize> = (0..settlements.len()).filter(|&i| answers[i].is_none()).collect();
+        let asked: Vec<(usize, FlowResult<bool>)> = futures::stream::iter(alone)
+            .map(|i| async move {
                 let f = &settlements[i];
                 let id = &f.envelope.envelope_id;
-                *answer = Some(self.finish(id, replay_id, f.change, f.record, f.audit).await);
-            }
+                (i, self.finish(id, replay_id, f.change, f.record, f.audit).await)
+            })
+            .buffered(ALONE_AT_ONCE)
+            .collect()
+            .await;
+        for (i, answer) in asked {
+            answers[i] = Some(answer);
         }
         answers.into_iter().map(|a| a.unwrap_or(Ok(false))).collect()
     }
