@@ -69,9 +69,9 @@ pub trait EnvelopeStore: Send + Sync {
     ) -> impl Future<Output = FlowResult<bool>> + Send;
     /// [`EnvelopeStore::claim`] of several envelopes under one claim, each only as it was read
     /// (`seen`: the length of its status history): one answer per envelope, in order, each what
-    /// `claim` answers. DynamoDB: the claims from PENDING in as few transactions as its limits
-    /// allow (all or nothing each: one refused for an envelope is sent again without it, which
-    /// is then claimed on its own).
+    /// `claim` answers. DynamoDB: the claims (from PENDING, or taking over an expired lease) in
+    /// as few transactions as its limits allow (all or nothing each: one refused for an envelope
+    /// is sent again without it, which is then claimed on its own).
     fn claim_many(
         &self,
         envelopes: &[&DlqEnvelope],
