@@ -159,6 +159,27 @@ async fn send_group(store: &DynamoEnvelopeStore, items: Vec<TransactWriteItem>, 
     }
 }
 
+/// `answers` with each one no group gave asked for on its own (`ask(i)`), eight at once.
+async fn answered_alone<F, A>(mut answers: Vec<Option<FlowResult<bool>>>, ask: F) -> Vec<FlowResult<bool>>
+where
+    F: Fn(usize) -> A,
+    A: std::future::Future<Output = FlowResult<bool>>,
+{
+    let alone: Vec<usize> = (0..answers.len()).filter(|&i| answers[i].is_none()).collect();
+    let asked: Vec<(usize, FlowResult<bool>)> = futures::stream::iter(alone)
+        .map(|i| {
+            let answer = ask(i);
+            async move { (i, answer.await) }
+        })
+        .buffered(ALONE_AT_ONCE)
+        .collect()
+        .await;
+    for (i, answer) in asked {
+        answers[i] = Some(answer);
+    }
+    answers.into_iter().map(|a| a.unwrap_or(Ok(false))).collect()
+}
+
 /// Send `group` (indexes into the caller's envelopes) as `build` makes its transaction, again
 /// without the envelopes it is refused for, a few rounds: `(written, refused, left)`, the last
 /// for the caller to ask about one at a time.
@@ -259,20 +280,11 @@ impl DynamoEnvelopeStore {
             }
         }
         // Refused in a group (held, changed, settled), or not sent.
-        let alone: Vec<usize> = (0..envelopes.len()).filter(|&i| answers[i].is_none()).collect();
-        let asked: Vec<(usize, FlowResult<bool>)> = futures::stream::iter(alone)
-            .map(|i| async move {
-                let e = envelopes[i];
-                let seen = Some(e.status_history.len());
-                (i, self.claim(&e.envelope_id, claim, now, change, seen).await)
-            })
-            .buffered(ALONE_AT_ONCE)
-            .collect()
-            .await;
-        for (i, answer) in asked {
-            answers[i] = Some(answer);
-        }
-        answers.into_iter().map(|a| a.unwrap_or(Ok(false))).collect()
+        answered_alone(answers, |i| {
+            let e = envelopes[i];
+            self.claim(&e.envelope_id, claim, now, change, Some(e.status_history.len()))
+        })
+        .await
     }
 
     /// [`EnvelopeStore::finish_many`]: in groups, each envelope's update with its outbox record,
@@ -326,19 +338,10 @@ impl DynamoEnvelopeStore {
                 }
             }
         }
-        let alone: Vec<usize> = (0..settlements.len()).filter(|&i| answers[i].is_none()).collect();
-        let asked: Vec<(usize, FlowResult<bool>)> = futures::stream::iter(alone)
-            .map(|i| async move {
-                let f = &settlements[i];
-                let id = &f.envelope.envelope_id;
-                (i, self.finish(id, replay_id, f.change, f.record, f.audit).await)
-            })
-            .buffered(ALONE_AT_ONCE)
-            .collect()
-            .await;
-        for (i, answer) in asked {
-            answers[i] = Some(answer);
-        }
-        answers.into_iter().map(|a| a.unwrap_or(Ok(false))).collect()
+        answered_alone(answers, |i| {
+            let f = &settlements[i];
+            self.finish(&f.envelope.envelope_id, replay_id, f.change, f.record, f.audit)
+        })
+        .await
     }
 }
