@@ -21,7 +21,7 @@ mod many;
 mod period;
 use crate::error::{SdkError, store_error};
 use crate::item::{Item, from_item, get_s, to_item};
-use many::{FROM_PENDING, TAKEOVER, claim_update, finish_update, from_pending, takeover};
+use many::{ClaimValues, FROM_PENDING, TAKEOVER, claim_update, finish_update, from_pending, takeover};
 
 /// The envelope table with its triage indexes and the PENDING counter.
 #[derive(Clone, Debug)]
@@ -138,6 +138,21 @@ pub(super) fn first_condition_failed<R>(
 }
 
 impl DynamoEnvelopeStore {
+    /// The item of the envelope table under `key`, read strongly consistent (`op` names it in an
+    /// error).
+    pub(super) async fn item(&self, key: &str, op: &str) -> StoreResult<Option<Item>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error(&format!("GetItem({op})"), e))?;
+        Ok(out.item)
+    }
+
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         DynamoEnvelopeStore {
             client,
@@ -174,16 +189,9 @@ impl EnvelopeStore for DynamoEnvelopeStore {
     }
 
     async fn get(&self, envelope_id: &str) -> StoreResult<Option<DlqEnvelope>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::ENVELOPE_PK, s(envelope_id))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem(envelope)", e))?;
-        out.item()
+        self.item(envelope_id, "envelope")
+            .await?
+            .as_ref()
             .map(|i| from_item(i).map_err(|e| item_error("envelope", e)))
             .transpose()
     }
@@ -233,12 +241,13 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         seen: Option<usize>,
     ) -> FlowResult<bool> {
         check_transition(EnvelopeStatus::Pending, change.status)?;
-        let update = |condition: &str| claim_update(&self.table, envelope_id, claim, change, seen, condition);
+        let values = ClaimValues::of(claim, change)?;
+        let update = |condition: &str| claim_update(&self.table, envelope_id, &values, seen, condition);
         // From PENDING: leaves the pending count, in the same transaction.
         let result = transact(
             self.client
                 .transact_write_items()
-                .transact_items(from_pending(update(FROM_PENDING)?)?)
+                .transact_items(from_pending(update(FROM_PENDING))?)
                 .transact_items(pending_delta(&self.table, -1)?),
         )
         .await;
@@ -251,7 +260,7 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         let result = transact(
             self.client
                 .transact_write_items()
-                .transact_items(takeover(update(TAKEOVER)?, now)?),
+                .transact_items(takeover(update(TAKEOVER), now)?),
         )
         .await;
         match result {
@@ -327,16 +336,9 @@ pub(super) fn outbox_put(table: &str, r: &AuditRecord) -> StoreResult<aws_sdk_dy
 
 impl SweepCursors for DynamoEnvelopeStore {
     async fn load_cursor(&self, name: &str) -> StoreResult<Option<String>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::ENVELOPE_PK, s(format!("{}{name}", keys::ENVELOPE_CURSOR_PREFIX)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem(sweep cursor)", e))?;
-        Ok(out.item().and_then(|i| get_s(i, "cursor")).map(str::to_owned))
+        let key = format!("{}{name}", keys::ENVELOPE_CURSOR_PREFIX);
+        let item = self.item(&key, "sweep cursor").await?;
+        Ok(item.as_ref().and_then(|i| get_s(i, "cursor")).map(str::to_owned))
     }
 
     async fn save_cursor(&self, name: &str, cursor: Option<&str>) -> StoreResult<()> {
@@ -396,17 +398,10 @@ impl SweepCursors for DynamoEnvelopeStore {
 
 impl Backlog for DynamoEnvelopeStore {
     async fn pending_count(&self) -> StoreResult<i64> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem(pending counter)", e))?;
-        Ok(out
-            .item()
+        Ok(self
+            .item(keys::ENVELOPE_META_ID, "pending counter")
+            .await?
+            .as_ref()
             .and_then(|i| i.get("pending"))
             .and_then(|v| v.as_n().ok())
             .and_then(|v| v.parse().ok())
@@ -414,16 +409,8 @@ impl Backlog for DynamoEnvelopeStore {
     }
 
     async fn raise_overflow(&self, record: &(dyn Fn(u64) -> AuditRecord + Sync)) -> StoreResult<Option<u64>> {
-        let meta = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem(overflow flag)", e))?;
-        let item = meta.item();
+        let meta = self.item(keys::ENVELOPE_META_ID, "overflow flag").await?;
+        let item = meta.as_ref();
         if item.and_then(|i| i.get("overflow")).and_then(|v| v.as_bool().ok()) == Some(&true) {
             return Ok(None);
         }

@@ -31,18 +31,35 @@ pub(super) const TAKEOVER: &str = "#status = :replaying AND #lease < :now";
 /// Envelopes asked about one at a time, at once.
 const ALONE_AT_ONCE: usize = 8;
 
+/// A claim and its status-history entry as attribute values: made once for every envelope the
+/// claim is asked for.
+pub(super) struct ClaimValues {
+    claim: AttributeValue,
+    change: AttributeValue,
+    lease: AttributeValue,
+}
+
+impl ClaimValues {
+    pub(super) fn of(claim: &ReplayClaim, change: &StatusChange) -> StoreResult<Self> {
+        let claim_item = to_item(claim).map_err(|e| item_error("replay claim", e))?;
+        let entry = to_item(change).map_err(|e| item_error("status change", e))?;
+        Ok(ClaimValues {
+            claim: AttributeValue::M(claim_item),
+            change: AttributeValue::L(vec![AttributeValue::M(entry)]),
+            lease: n(claim.lease_until.timestamp_millis()),
+        })
+    }
+}
+
 /// A claim's update of the envelope, under `condition` (and, with `seen`, only if its status
 /// history is as long as the caller read it).
 pub(super) fn claim_update(
     table: &str,
     envelope_id: &str,
-    claim: &ReplayClaim,
-    change: &StatusChange,
+    values: &ClaimValues,
     seen: Option<usize>,
     condition: &str,
-) -> StoreResult<UpdateBuilder> {
-    let claim_item = to_item(claim).map_err(|e| item_error("replay claim", e))?;
-    let entry = to_item(change).map_err(|e| item_error("status change", e))?;
+) -> UpdateBuilder {
     // Unchanged since the caller read it: its status history is as long as it was then.
     let unchanged = if seen.is_some() {
         " AND size(status_history) = :seen"
@@ -59,13 +76,13 @@ pub(super) fn claim_update(
         .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
         .expression_attribute_names("#lease", keys::ENVELOPE_LEASE)
         .expression_attribute_values(":replaying", s(EnvelopeStatus::Replaying.as_str()))
-        .expression_attribute_values(":claim", AttributeValue::M(claim_item))
-        .expression_attribute_values(":lease", n(claim.lease_until.timestamp_millis()))
-        .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry)]));
-    Ok(match seen {
+        .expression_attribute_values(":claim", values.claim.clone())
+        .expression_attribute_values(":lease", values.lease.clone())
+        .expression_attribute_values(":change", values.change.clone());
+    match seen {
         Some(len) => u.expression_attribute_values(":seen", n(i64::try_from(len).unwrap_or(i64::MAX))),
         None => u,
-    })
+    }
 }
 
 /// A claim's update from PENDING.
@@ -232,7 +249,12 @@ impl DynamoEnvelopeStore {
         change: &StatusChange,
     ) -> Vec<FlowResult<bool>> {
         let mut answers: Vec<Option<FlowResult<bool>>> = vec![None; envelopes.len()];
-        if check_transition(EnvelopeStatus::Pending, change.status).is_ok() {
+        let values = check_transition(EnvelopeStatus::Pending, change.status)
+            .ok()
+            .and_then(|()| ClaimValues::of(claim, change).ok());
+        // Without them (an illegal change, a claim that does not serialise) each envelope is asked
+        // on its own, and answered with the error.
+        if let Some(values) = &values {
             // What each claim adds to its envelope.
             let adds = json_size(claim) + json_size(change);
             for from in [EnvelopeStatus::Pending, EnvelopeStatus::Replaying] {
@@ -250,19 +272,9 @@ impl DynamoEnvelopeStore {
                             let e = envelopes[i];
                             let seen = Some(e.status_history.len());
                             items.push(if counted {
-                                from_pending(claim_update(
-                                    &self.table,
-                                    &e.envelope_id,
-                                    claim,
-                                    change,
-                                    seen,
-                                    FROM_PENDING,
-                                )?)?
+                                from_pending(claim_update(&self.table, &e.envelope_id, values, seen, FROM_PENDING))?
                             } else {
-                                takeover(
-                                    claim_update(&self.table, &e.envelope_id, claim, change, seen, TAKEOVER)?,
-                                    now,
-                                )?
+                                takeover(claim_update(&self.table, &e.envelope_id, values, seen, TAKEOVER), now)?
                             });
                         }
                         let mut owners: Vec<Option<usize>> = (0..left.len()).map(Some).collect();

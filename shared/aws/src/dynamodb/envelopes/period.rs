@@ -40,16 +40,10 @@ impl DynamoEnvelopeStore {
     /// Does every item written before the period indexes have its entry there (the marker
     /// [`keys::ENVELOPE_PERIODS_MARKER`], read strongly consistent)?
     pub async fn periods_indexed(&self) -> StoreResult<bool> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_PERIODS_MARKER))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem(periods marker)", e))?;
-        Ok(out.item().is_some())
+        Ok(self
+            .item(keys::ENVELOPE_PERIODS_MARKER, "periods marker")
+            .await?
+            .is_some())
     }
 
     /// Say that every item written before the period indexes has its entry there: `how` (the
