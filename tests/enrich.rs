@@ -6,7 +6,7 @@ use recon_aws::s3::S3Worm;
 use recon_core::decisions::triage;
 use recon_core::domain::{AuditKind, EnvelopeStatus, FailureCode};
 use recon_core::envelopes::{check_overflow, original_body};
-use recon_core::ports::{Backlog, EnvelopeStore, Worm};
+use recon_core::ports::{AuditLog, Backlog, EnvelopeStore, Worm};
 use recon_harness::stack::{MAX_ATTEMPTS, TestStack};
 use recon_testkit::builders::{settle_by_hand, tx};
 use rust_decimal::Decimal;
@@ -505,7 +505,8 @@ async fn the_dynamodb_envelope_store_claims_and_settles_at_once() {
             .sum::<u64>()
     };
     let before = transactions();
-    recon_testkit::conformance::envelopes_are_claimed_and_settled_at_once(&s.envelope_store(), "many").await;
+    let no_trail: Option<&recon_aws::dynamodb::DynamoAuditLog> = None;
+    recon_testkit::conformance::envelopes_are_claimed_and_settled_at_once(&s.envelope_store(), no_trail, "many").await;
     // Grouped, not one at a time: 130 creates and 8 writes setting the stage; the claims in a
     // few transactions (sent again without the envelopes refused) and the five refused asked
     // again alone (two requests each); a takeover (two); the settlements in a few (156 in all
@@ -517,6 +518,26 @@ async fn the_dynamodb_envelope_store_claims_and_settles_at_once() {
         "{sent} transactions: the claims and settlements were not grouped"
     );
     recon_testkit::conformance::an_envelope_named_twice_is_claimed_once(&s.envelope_store(), "twice").await;
+    s.cleanup().await;
+}
+
+/// Given the trail, the store links the settlements' records into it in the transactions that
+/// settle their envelopes: each record once, the chains unbroken, nothing in the outbox.
+#[tokio::test]
+async fn the_dynamodb_envelope_store_links_the_records_of_settlements_into_the_trail() {
+    let s = TestStack::new("linked").await;
+    let trail = s.audit_log();
+    // A record already in a chain: the links start from the heads as they are.
+    let earlier = recon_core::domain::AuditRecord::system(
+        AuditKind::DlqOverflow,
+        "linked-earlier",
+        chrono::Utc::now(),
+        "test",
+        "before the settlements".into(),
+    );
+    assert_eq!(trail.append(&earlier).await.map(|seq| seq.is_some()), Ok(true));
+    let store = s.envelope_store().with_trail(trail.clone());
+    recon_testkit::conformance::envelopes_are_claimed_and_settled_at_once(&store, Some(&trail), "linked").await;
     s.cleanup().await;
 }
 

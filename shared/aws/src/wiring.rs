@@ -94,7 +94,9 @@ pub type AwsReplayer<M = EmfMetrics> =
 pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &str, metrics: M) -> AwsReplayer<M> {
     Replayer {
         progress: None,
-        store: DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table),
+        // The re-injections' records linked into the trail with their marks.
+        store: DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table)
+            .with_trail(DynamoAuditLog::new(clients.dynamodb.clone(), &s.audit_table)),
         ledger: crate::ledger::open(clients, &s.ledger, &s.ledger_table, REPLAY_CONCURRENCY),
         // Gate 1 must see today's reference data: no cache.
         reference: DynamoReferenceData::new(clients.dynamodb.clone(), &s.reference_table, Duration::ZERO),

@@ -242,8 +242,13 @@ async fn the_memory_envelope_store_keeps_the_life_cycle() {
 
 #[tokio::test]
 async fn the_memory_envelope_store_claims_and_settles_at_once() {
-    recon_testkit::conformance::envelopes_are_claimed_and_settled_at_once(&MemoryEnvelopeStore::default(), "many")
-        .await;
+    let no_trail: Option<&recon_testkit::memory::MemoryAuditLog> = None;
+    recon_testkit::conformance::envelopes_are_claimed_and_settled_at_once(
+        &MemoryEnvelopeStore::default(),
+        no_trail,
+        "many",
+    )
+    .await;
 }
 
 #[tokio::test]

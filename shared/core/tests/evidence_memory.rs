@@ -399,3 +399,26 @@ async fn a_seal_forged_far_ahead_is_named_and_sealing_goes_on_from_the_genuine_r
     let report = verify(&audit, &worm).await;
     assert!(named(&report, "seal 3 is missing"), "{report:?}");
 }
+
+/// Records another writer linked (the envelope store, with the marks that settle their
+/// envelopes) seal the trail as the wrapper's own appends do: at a multiple of `every_records`.
+#[tokio::test]
+async fn records_linked_by_another_writer_seal_on_the_append_path() {
+    use recon_core::evidence::SealingAuditLog;
+    let log = SealingAuditLog {
+        log: MemoryAuditLog::default(),
+        worm: MemoryWorm::default(),
+        clock: std::sync::Arc::new(recon_core::ports::SystemClock),
+        every_records: 5,
+    };
+    // Linked straight into the store underneath, not through the wrapper.
+    for i in 0..12 {
+        log.log.append(&rec(i)).await.unwrap();
+    }
+    log.linked_elsewhere(&[3, 4]).await;
+    assert_eq!(verify(&log.log, &log.worm).await.seals, 0, "no multiple of 5: no seal");
+    log.linked_elsewhere(&[4, 5]).await;
+    let report = verify(&log.log, &log.worm).await;
+    assert_eq!(report.seals, 1, "{report:?}");
+    assert!(report.intact() && report.unsealed.is_empty(), "{report:?}");
+}

@@ -168,33 +168,46 @@ impl DynamoAuditLog {
             .collect())
     }
 
-    /// Link `records` (distinct ids, at most [`LINK_AT_ONCE`]) in one transaction: each record
-    /// only if its id is new, each head moved only if it has not moved since read. `Ok(Ok(seqs))`
-    /// when linked; `Ok(Err(None))` when a head moved (read them again); `Ok(Err(Some(recorded)))`
-    /// names those already recorded, when any were (nothing was written: link the others again).
-    async fn link_at_once(&self, records: &[&AuditRecord]) -> StoreResult<Result<Vec<u64>, Option<BTreeSet<usize>>>> {
+    /// `records` (distinct ids) linked onto their chains' heads as read now: each record's put
+    /// (only if its id is new) with its `seq`, in order, then each chain's head move (only if the
+    /// head has not moved since read), for one transaction to write together, with other items
+    /// if the caller has any (the envelope store settles envelopes in the same one).
+    pub(crate) async fn links(&self, records: &[&AuditRecord]) -> StoreResult<Links> {
         use aws_sdk_dynamodb::types::TransactWriteItem;
         let chains: BTreeSet<String> = records.iter().map(|r| chain_of(&r.audit_id)).collect();
         let read = self.heads_of(&chains).await?;
         let mut now = read.clone();
-        let mut items = Vec::with_capacity(records.len() + chains.len());
-        let mut seqs = Vec::with_capacity(records.len());
+        let mut puts = Vec::with_capacity(records.len());
         for r in records {
             let chain = chain_of(&r.audit_id);
             let (seq, hash) = now.get(&chain).cloned().unwrap_or((0, GENESIS.to_owned()));
             let linked = recon_core::domain::audit::link((*r).clone(), &chain, seq, &hash);
-            seqs.push(linked.seq);
-            items.push(TransactWriteItem::builder().put(self.record_put(&linked)?).build());
+            puts.push((
+                TransactWriteItem::builder().put(self.record_put(&linked)?).build(),
+                linked.seq,
+            ));
             now.insert(chain, (linked.seq, linked.hash));
         }
+        let mut heads = Vec::with_capacity(now.len());
         for (chain, (seq, hash)) in &now {
             let prev = read.get(chain).map_or(0, |(s, _)| *s);
-            items.push(
+            heads.push(
                 TransactWriteItem::builder()
                     .update(self.head_move(chain, *seq, hash, prev)?)
                     .build(),
             );
         }
+        Ok(Links { puts, heads })
+    }
+
+    /// Link `records` (distinct ids, at most [`LINK_AT_ONCE`]) in one transaction: each record
+    /// only if its id is new, each head moved only if it has not moved since read. `Ok(Ok(seqs))`
+    /// when linked; `Ok(Err(None))` when a head moved (read them again); `Ok(Err(Some(recorded)))`
+    /// names those already recorded, when any were (nothing was written: link the others again).
+    async fn link_at_once(&self, records: &[&AuditRecord]) -> StoreResult<Result<Vec<u64>, Option<BTreeSet<usize>>>> {
+        let Links { puts, heads } = self.links(records).await?;
+        let (mut items, seqs): (Vec<_>, Vec<u64>) = puts.into_iter().unzip();
+        items.extend(heads);
         let err = match self
             .client
             .transact_write_items()
@@ -251,6 +264,14 @@ impl DynamoAuditLog {
 
 /// Records linked in one transaction at most: with a head for each chain, its 100 items.
 const LINK_AT_ONCE: usize = TRANSACT_ITEMS - recon_core::domain::audit::AUDIT_CHAINS as usize;
+
+/// Records linked onto their chains' heads ([`DynamoAuditLog::links`]): each record's put and the
+/// `seq` it takes, in order, then a move of each chain's head; written in one transaction, or
+/// not at all.
+pub(crate) struct Links {
+    pub(crate) puts: Vec<(aws_sdk_dynamodb::types::TransactWriteItem, u64)>,
+    pub(crate) heads: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+}
 
 /// A head item's `(seq, hash)`; a chain without one starts at genesis.
 fn head_of(item: Option<&Item>) -> (u64, String) {

@@ -44,6 +44,11 @@ impl<A: AuditLog, W: Worm> AuditLog for SealingAuditLog<A, W> {
         self.seal_at(&linked).await;
         Ok(linked)
     }
+    async fn linked_elsewhere(&self, seqs: &[u64]) {
+        self.log.linked_elsewhere(seqs).await;
+        let linked: Vec<Option<u64>> = seqs.iter().copied().map(Some).collect();
+        self.seal_at(&linked).await;
+    }
     async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {
         self.log.chain(chain).await
     }

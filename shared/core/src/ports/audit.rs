@@ -29,6 +29,13 @@ pub trait AuditLog: Send + Sync {
             Ok(linked)
         }
     }
+    /// Records were linked into the trail at these `seq`s by another writer of the same store
+    /// (the envelope store, in the write that settled their envelopes): a wrapper that acts on
+    /// its own appends (sealing) acts as after them. The default does nothing.
+    fn linked_elsewhere(&self, seqs: &[u64]) -> impl Future<Output = ()> + Send {
+        let _ = seqs;
+        async {}
+    }
     /// Every record of one chain, in `seq` order.
     fn chain(&self, chain: &str) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send;
     /// The records of one chain from `from_seq` on (`seq >= from_seq`), in `seq` order: reads
@@ -68,6 +75,9 @@ impl<T: AuditLog> AuditLog for Arc<T> {
     }
     fn append_many(&self, records: &[AuditRecord]) -> impl Future<Output = StoreResult<Vec<Option<u64>>>> + Send {
         (**self).append_many(records)
+    }
+    fn linked_elsewhere(&self, seqs: &[u64]) -> impl Future<Output = ()> + Send {
+        (**self).linked_elsewhere(seqs)
     }
     fn chain(&self, chain: &str) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send {
         (**self).chain(chain)

@@ -89,21 +89,48 @@ pub trait EnvelopeStore: Send + Sync {
         }
     }
     /// [`EnvelopeStore::finish`] of several envelopes claimed under `replay_id`: one answer per
-    /// settlement, in order, each what `finish` answers. DynamoDB: in as few transactions as its
-    /// limits allow, as [`EnvelopeStore::claim_many`].
+    /// settlement, in order, each what `finish` answers, and where its audit record went. The
+    /// default puts each record in the outbox. DynamoDB: in as few transactions as its limits
+    /// allow, as [`EnvelopeStore::claim_many`]; a store given the trail links the records into it
+    /// in the transaction that settles their envelopes ([`Settled::InTrail`]), and uses the
+    /// outbox when the chains' heads keep moving under it.
     fn finish_many(
         &self,
         replay_id: &str,
         settlements: &[Finish<'_>],
-    ) -> impl Future<Output = Vec<FlowResult<bool>>> + Send {
+    ) -> impl Future<Output = Vec<FlowResult<Settled>>> + Send {
         async move {
             let mut answers = Vec::with_capacity(settlements.len());
             for f in settlements {
                 let id = &f.envelope.envelope_id;
-                answers.push(self.finish(id, replay_id, f.change, f.record, f.audit).await);
+                let settled = self.finish(id, replay_id, f.change, f.record, f.audit).await;
+                answers.push(settled.map(Settled::in_outbox));
             }
             answers
         }
+    }
+}
+
+/// What one settlement of [`EnvelopeStore::finish_many`] came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Not settled: the claim was lost (the lease ran out and another replay took it over).
+    ClaimLost,
+    /// Settled; its audit record (if it has one) is in the outbox, for the caller to publish.
+    InOutbox,
+    /// Settled, and its audit record linked into the trail at this `seq` in the same write:
+    /// nothing to publish.
+    InTrail(u64),
+}
+
+impl Settled {
+    /// What `finish`'s answer means: settled with the record in the outbox, or the claim lost.
+    pub fn in_outbox(settled: bool) -> Self {
+        if settled { Settled::InOutbox } else { Settled::ClaimLost }
+    }
+
+    pub fn settled(self) -> bool {
+        self != Settled::ClaimLost
     }
 }
 
@@ -233,7 +260,7 @@ impl<T: EnvelopeStore> EnvelopeStore for Arc<T> {
         &self,
         replay_id: &str,
         settlements: &[Finish<'_>],
-    ) -> impl Future<Output = Vec<FlowResult<bool>>> + Send {
+    ) -> impl Future<Output = Vec<FlowResult<Settled>>> + Send {
         (**self).finish_many(replay_id, settlements)
     }
 }

@@ -22,7 +22,7 @@ pub use approvals::{ApprovalRequests, RequestPage};
 pub use audit::{AuditLog, ChainPage};
 pub use clock::{Clock, Deadline, SystemClock, lambda_deadline};
 pub use envelopes::{
-    AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, Finish, SweepCursors, all_envelopes,
+    AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, Finish, Settled, SweepCursors, all_envelopes,
 };
 pub use ledger::{
     ClaimOutcome, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, READ_PAGE,

@@ -13,8 +13,8 @@ use super::{Replayer, Run};
 use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, TransientKind, attrs};
 use crate::envelopes::original_body;
 use crate::ports::{
-    AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, OutgoingMessage, ReplayQueue, StoreError,
-    StoreResult, SweepCursors, Worm, batches,
+    AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, OutgoingMessage, ReplayQueue, Settled,
+    StoreError, StoreResult, SweepCursors, Worm, batches,
 };
 
 /// Envelopes re-injected together when no rate limit paces them (a page at most).
@@ -266,8 +266,8 @@ where
     }
 
     /// After the sends: mark each envelope sent REPLAYED (with its audit record in the outbox, to
-    /// be published with the chunk's), release each whose send was refused; all in as few store
-    /// writes as it allows.
+    /// be published with the chunk's, or linked into the trail by the store in the same write),
+    /// release each whose send was refused; all in as few store writes as it allows.
     async fn record_sends<'e>(
         &self,
         run: &Run<'_>,
@@ -304,14 +304,19 @@ where
         for ((e, detail, copy), mark) in outcomes.into_iter().zip(marked) {
             let r = match (copy, mark) {
                 (_, Err(err)) => Err(err),
-                (Some((_, record)), Ok(true)) => Ok(Recorded {
+                (Some((_, record)), Ok(Settled::InOutbox)) => Ok(Recorded {
                     item: item(e, ReplayOutcome::Reinjected, None, detail),
                     publish: Some(record),
+                }),
+                // Linked into the trail with the mark: nothing to publish.
+                (Some(_), Ok(Settled::InTrail(_))) => Ok(Recorded {
+                    item: item(e, ReplayOutcome::Reinjected, None, detail),
+                    publish: None,
                 }),
                 // The lease ran out meanwhile and another replay holds the envelope; the copy is
                 // out anyway (the consumer's conditional commit keeps the posting single), and
                 // the re-injection is a fact: record it.
-                (Some((_, record)), Ok(false)) => {
+                (Some((_, record)), Ok(Settled::ClaimLost)) => {
                     self.audit.append(&record).await.map_err(Into::into).map(|_| Recorded {
                         item: item(e, ReplayOutcome::Reinjected, None, detail),
                         publish: None,

@@ -16,7 +16,9 @@ use crate::domain::{
     ReplayClaim, ReplayRecord, StatusChange, TransientKind, decode,
 };
 use crate::envelopes::{envelope_audit, original_body, publish, publish_many};
-use crate::ports::{AuditLog, AuditOutbox, EnvelopeStore, Finish, FlowResult, Ledger, Metrics, StoreError, Worm};
+use crate::ports::{
+    AuditLog, AuditOutbox, EnvelopeStore, Finish, FlowResult, Ledger, Metrics, Settled, StoreError, Worm,
+};
 
 const CLAIM_LOST: &str = "claim lost before the outcome was recorded";
 pub(super) const NOT_CLAIMED: &str = "claimed by another replay, or no longer pending";
@@ -312,12 +314,13 @@ where
     }
 
     /// [`Replayer::finish`] of several claimed envelopes, in as few store writes as it allows: one
-    /// answer per settlement, in order.
+    /// answer per settlement, in order, with where its audit record went. Records the store
+    /// linked into the trail are reported to the audit log (which seals as after its own).
     pub(super) async fn finish_many(
         &self,
         run: &Run<'_>,
         settlements: Vec<(&DlqEnvelope, Settlement<'_>)>,
-    ) -> Vec<FlowResult<bool>> {
+    ) -> Vec<FlowResult<Settled>> {
         let written: Vec<_> = settlements
             .into_iter()
             .map(|(e, s)| (e, s.audit, self.settled(run, s)))
@@ -341,6 +344,16 @@ where
             )
             .into())
         });
+        let linked: Vec<u64> = answers
+            .iter()
+            .filter_map(|a| match a {
+                Ok(Settled::InTrail(seq)) => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        if !linked.is_empty() {
+            self.audit.linked_elsewhere(&linked).await;
+        }
         answers
     }
 

@@ -2,10 +2,12 @@
 //! answer what the one-envelope call would have answered, whatever the store groups them into.
 
 use chrono::{DateTime, Duration, Utc};
+use recon_core::domain::audit::{chain_of, verify_chain};
 use recon_core::domain::{
     AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange,
 };
-use recon_core::ports::{AuditOutbox, Backlog, EnvelopeStore, Finish};
+use recon_core::ports::{AuditLog, AuditOutbox, Backlog, EnvelopeStore, Finish, FlowResult, Settled};
+use std::collections::BTreeSet;
 
 use crate::builders::{self, settle_by_hand};
 
@@ -33,11 +35,13 @@ fn change(status: EnvelopeStatus, at: DateTime<Utc>) -> StatusChange {
 /// about 4 MB in all, so DynamoDB's groups are cut by size too), claimed at once: one another replay holds, one changed since it was
 /// read, one settled and one missing are refused; an expired lease is taken over; the
 /// PENDING count moves by those claimed from PENDING only. Then settled at once: REPLAYED with
-/// their records in the outbox, two released, one whose claim another replay took over refused,
-/// with no record.
-pub async fn envelopes_are_claimed_and_settled_at_once<S>(store: &S, run: &str)
+/// their records in the outbox (or, for a store given `trail`, linked into it, each once, the
+/// chains unbroken), two released, one whose claim another replay took over refused, with no
+/// record.
+pub async fn envelopes_are_claimed_and_settled_at_once<S, A>(store: &S, trail: Option<&A>, run: &str)
 where
     S: EnvelopeStore + Backlog + AuditOutbox,
+    A: AuditLog,
 {
     let pending = || async { store.pending_count().await.expect("pending count") };
     let now = builders::now();
@@ -191,7 +195,14 @@ where
     let answers = store.finish_many("ours", &settlements).await;
     assert_eq!(answers.len(), claimed.len());
     for (k, &n) in claimed.iter().enumerate() {
-        assert_eq!(answers[k], Ok(n != 30), "settlement of envelope {n}");
+        let answer = &answers[k];
+        // Released envelopes have no record: the outbox's answer, with or without a trail.
+        let as_expected = match (n, released.contains(&n), trail) {
+            (30, _, _) => answer == &Ok(Settled::ClaimLost),
+            (_, true, _) | (_, false, None) => answer == &Ok(Settled::InOutbox),
+            (_, false, Some(_)) => matches!(answer, Ok(Settled::InTrail(_))),
+        };
+        assert!(as_expected, "settlement of envelope {n}: {answer:?}");
     }
     assert_eq!(pending().await, before + 3, "two released back to PENDING");
     for (n, status) in [
@@ -205,7 +216,34 @@ where
     let outbox = store.pending_records(1000).await.expect("outbox");
     for (k, &n) in claimed.iter().enumerate() {
         let held = outbox.iter().any(|r| r.audit_id == audits[k].audit_id);
-        assert_eq!(held, n != 30 && !released.contains(&n), "outbox record of envelope {n}");
+        let expected = n != 30 && !released.contains(&n) && trail.is_none();
+        assert_eq!(held, expected, "outbox record of envelope {n}");
+    }
+    if let Some(trail) = trail {
+        records_are_linked_once(trail, &audits, &answers).await;
+    }
+}
+
+/// Each record answered [`Settled::InTrail`] is in its chain once, at the `seq` answered, and
+/// every chain it is in verifies; no other record is.
+async fn records_are_linked_once<A: AuditLog>(trail: &A, audits: &[AuditRecord], answers: &[FlowResult<Settled>]) {
+    let chains: BTreeSet<String> = audits.iter().map(|r| chain_of(&r.audit_id)).collect();
+    let mut stored = Vec::new();
+    for chain in &chains {
+        let records = trail.chain(chain).await.expect("chain");
+        assert_eq!(verify_chain(chain, &records, None).map(|_| ()), Ok(()), "chain {chain}");
+        stored.extend(records);
+    }
+    for (r, answer) in audits.iter().zip(answers) {
+        let found: Vec<u64> = stored
+            .iter()
+            .filter(|c| c.record.audit_id == r.audit_id)
+            .map(|c| c.seq)
+            .collect();
+        match answer {
+            Ok(Settled::InTrail(seq)) => assert_eq!(found, [*seq], "record {} in the trail", r.audit_id),
+            _ => assert_eq!(found, Vec::<u64>::new(), "record {} not in the trail", r.audit_id),
+        }
     }
 }
 

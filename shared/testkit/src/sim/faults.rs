@@ -11,8 +11,8 @@ use recon_core::domain::{
 };
 use recon_core::ports::{
     AuditLog, AuditOutbox, Backlog, ChainPage, Clock, CreateOutcome, DeadLetterQueue, EnvelopePage, EnvelopeStore,
-    Finish, FlowResult, Ledger, ObjectVersion, OutgoingMessage, ReferenceData, ReplayQueue, StoreError, StoreResult,
-    SweepCursors, WorkQueue, Worm, Written,
+    Finish, FlowResult, Ledger, ObjectVersion, OutgoingMessage, ReferenceData, ReplayQueue, Settled, StoreError,
+    StoreResult, SweepCursors, WorkQueue, Worm, Written,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -204,6 +204,9 @@ impl<P: AuditLog> AuditLog for Faulty<P> {
     async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
         self.faults.call("Audit.append", self.inner.append(record)).await
     }
+    async fn linked_elsewhere(&self, seqs: &[u64]) {
+        self.inner.linked_elsewhere(seqs).await;
+    }
     async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {
         self.faults.call("Audit.chain", self.inner.chain(chain)).await
     }
@@ -308,7 +311,7 @@ impl<P: EnvelopeStore> EnvelopeStore for Faulty<P> {
         let answers = async { Ok::<_, StoreError>(self.inner.claim_many(envelopes, claim, now, change).await) };
         each(envelopes.len(), self.faults.call("Envelopes.claim_many", answers).await)
     }
-    async fn finish_many(&self, replay_id: &str, settlements: &[Finish<'_>]) -> Vec<FlowResult<bool>> {
+    async fn finish_many(&self, replay_id: &str, settlements: &[Finish<'_>]) -> Vec<FlowResult<Settled>> {
         let answers = async { Ok::<_, StoreError>(self.inner.finish_many(replay_id, settlements).await) };
         each(
             settlements.len(),

@@ -10,12 +10,14 @@
 use aws_sdk_dynamodb::types::builders::UpdateBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
+use recon_core::domain::audit::AUDIT_CHAINS;
 use recon_core::domain::status::check_transition;
-use recon_core::domain::{DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange};
-use recon_core::ports::{EnvelopeStore, Finish, FlowResult, StoreResult};
+use recon_core::domain::{AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange};
+use recon_core::ports::{EnvelopeStore, Finish, FlowResult, Settled, StoreError, StoreResult};
 use recon_core::resources::keys;
 
 use super::{DynamoEnvelopeStore, cancellation_codes, outbox_put, pending_delta, transact};
+use crate::dynamodb::audit::Links;
 use crate::dynamodb::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups, json_size};
 use crate::dynamodb::{item_error, n, s};
 use crate::item::to_item;
@@ -139,25 +141,45 @@ enum Sent {
     Written,
     /// Refused for these of its envelopes (positions in the group): their conditions did not hold.
     Refused(Vec<usize>),
+    /// A chain's head moved since it was read (or a record was in the trail already), and these
+    /// of its envelopes were refused as well: link again from the heads as they are now.
+    Moved(Vec<usize>),
     /// Cancelled for conflicts with other transactions still, after `transact`'s retries.
     Conflicted,
     /// Anything else (throttled, unreachable, an item DynamoDB would not store).
     Failed,
 }
 
-/// Send a group's transaction: `owners[k]` is the position in the group of the envelope item `k`
-/// is about (`None`: the PENDING counter).
-async fn send_group(store: &DynamoEnvelopeStore, items: Vec<TransactWriteItem>, owners: &[Option<usize>]) -> Sent {
+/// What an item of a group's transaction is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// The envelope at this position in the group.
+    Envelope(usize),
+    /// The PENDING counter, or an outbox record: items without a condition of their own.
+    Other,
+    /// A record linked into the trail, or a chain's head.
+    Link,
+}
+
+/// Send a group's transaction: `owners[k]` is what item `k` is about.
+async fn send_group(store: &DynamoEnvelopeStore, items: Vec<TransactWriteItem>, owners: &[Owner]) -> Sent {
     match transact(store.client.transact_write_items().set_transact_items(Some(items))).await {
         Ok(_) => Sent::Written,
         Err(err) => {
             let codes = cancellation_codes(&err);
             let refused = |code: &Option<String>| code.as_deref() == Some("ConditionalCheckFailed");
-            let mut positions: Vec<usize> = codes
+            let failed: Vec<Owner> = codes
                 .iter()
                 .zip(owners)
                 .filter(|(code, _)| refused(code))
-                .filter_map(|(_, owner)| *owner)
+                .map(|(_, owner)| *owner)
+                .collect();
+            let mut positions: Vec<usize> = failed
+                .iter()
+                .filter_map(|o| match o {
+                    Owner::Envelope(p) => Some(*p),
+                    _ => None,
+                })
                 .collect();
             positions.dedup();
             let only_conditions = codes
@@ -165,6 +187,9 @@ async fn send_group(store: &DynamoEnvelopeStore, items: Vec<TransactWriteItem>, 
                 .all(|c| refused(c) || matches!(c.as_deref(), None | Some("None")));
             if super::conflicted(&codes) {
                 return Sent::Conflicted;
+            }
+            if failed.contains(&Owner::Link) && only_conditions {
+                return Sent::Moved(positions);
             }
             if positions.is_empty() || !only_conditions {
                 tracing::warn!(error = %crate::error::store_error("TransactWriteItems(envelope group)", err), "asking one at a time");
@@ -177,13 +202,13 @@ async fn send_group(store: &DynamoEnvelopeStore, items: Vec<TransactWriteItem>, 
 }
 
 /// `answers` with each one no group gave asked for on its own (`ask(i)`), eight at once.
-async fn answered_alone<F, A>(mut answers: Vec<Option<FlowResult<bool>>>, ask: F) -> Vec<FlowResult<bool>>
+async fn answered_alone<T, F, A>(mut answers: Vec<Option<FlowResult<T>>>, ask: F) -> Vec<FlowResult<T>>
 where
     F: Fn(usize) -> A,
-    A: std::future::Future<Output = FlowResult<bool>>,
+    A: std::future::Future<Output = FlowResult<T>>,
 {
     let alone: Vec<usize> = (0..answers.len()).filter(|&i| answers[i].is_none()).collect();
-    let asked: Vec<(usize, FlowResult<bool>)> = futures::stream::iter(alone)
+    let asked: Vec<(usize, FlowResult<T>)> = futures::stream::iter(alone)
         .map(|i| {
             let answer = ask(i);
             async move { (i, answer.await) }
@@ -194,7 +219,15 @@ where
     for (i, answer) in asked {
         answers[i] = Some(answer);
     }
-    answers.into_iter().map(|a| a.unwrap_or(Ok(false))).collect()
+    // Every one unanswered was asked: none is left without an answer.
+    answers
+        .into_iter()
+        .map(|a| {
+            a.unwrap_or_else(|| {
+                Err(StoreError::new(recon_core::domain::TransientKind::Infrastructure, "not answered").into())
+            })
+        })
+        .collect()
 }
 
 /// Send `group` (indexes into the caller's envelopes) as `build` makes its transaction, again
@@ -206,7 +239,7 @@ async fn send_rounds<B>(
     build: B,
 ) -> (Vec<usize>, Vec<usize>, Vec<usize>)
 where
-    B: Fn(&[usize]) -> StoreResult<(Vec<TransactWriteItem>, Vec<Option<usize>>)>,
+    B: Fn(&[usize]) -> StoreResult<(Vec<TransactWriteItem>, Vec<Owner>)>,
 {
     let mut left = group;
     let mut refused = Vec::new();
@@ -219,14 +252,9 @@ where
         };
         match send_group(store, items, &owners).await {
             Sent::Written => return (left, refused, Vec::new()),
-            Sent::Refused(positions) => {
+            Sent::Refused(positions) | Sent::Moved(positions) => {
                 refused.extend(positions.iter().map(|&p| left[p]));
-                left = left
-                    .iter()
-                    .enumerate()
-                    .filter(|(p, _)| !positions.contains(p))
-                    .map(|(_, &i)| i)
-                    .collect();
+                left = without(&left, &positions);
             }
             // Another round: the transactions it met are likely done by now.
             Sent::Conflicted => {}
@@ -234,6 +262,16 @@ where
         }
     }
     (Vec::new(), refused, left)
+}
+
+/// `members` without those at `positions`.
+fn without(members: &[usize], positions: &[usize]) -> Vec<usize> {
+    members
+        .iter()
+        .enumerate()
+        .filter(|(p, _)| !positions.contains(p))
+        .map(|(_, &i)| i)
+        .collect()
 }
 
 impl DynamoEnvelopeStore {
@@ -277,10 +315,10 @@ impl DynamoEnvelopeStore {
                                 takeover(claim_update(&self.table, &e.envelope_id, values, seen, TAKEOVER), now)?
                             });
                         }
-                        let mut owners: Vec<Option<usize>> = (0..left.len()).map(Some).collect();
+                        let mut owners: Vec<Owner> = (0..left.len()).map(Owner::Envelope).collect();
                         if counted {
                             items.push(pending_delta(&self.table, -i64::try_from(left.len()).unwrap_or(0))?);
-                            owners.push(None);
+                            owners.push(Owner::Other);
                         }
                         Ok((items, owners))
                     };
@@ -299,61 +337,159 @@ impl DynamoEnvelopeStore {
         .await
     }
 
-    /// [`EnvelopeStore::finish_many`]: in groups, each envelope's update with its outbox record,
-    /// the PENDING counter moved once per group for those released; refused in a group means
-    /// the claim was lost.
-    pub(super) async fn finish_group(&self, replay_id: &str, settlements: &[Finish<'_>]) -> Vec<FlowResult<bool>> {
-        let mut answers: Vec<Option<FlowResult<bool>>> = vec![None; settlements.len()];
+    /// [`EnvelopeStore::finish_many`]: in groups. With a trail, those with an audit record first
+    /// linked straight into it ([`DynamoEnvelopeStore::finish_linked`]); then the others, each
+    /// envelope's update with its outbox record, the PENDING counter moved once per group for
+    /// those released. Refused in a group means the claim was lost.
+    pub(super) async fn finish_group(&self, replay_id: &str, settlements: &[Finish<'_>]) -> Vec<FlowResult<Settled>> {
+        let mut answers: Vec<Option<FlowResult<Settled>>> = vec![None; settlements.len()];
         let valid = settlements
             .iter()
             .all(|f| check_transition(EnvelopeStatus::Replaying, f.change.status).is_ok());
         if valid {
-            let costs: Vec<(usize, usize)> = settlements
+            if let Some(trail) = &self.trail {
+                self.finish_linked(trail, replay_id, settlements, &mut answers).await;
+            }
+            let rest: Vec<usize> = (0..settlements.len()).filter(|&i| answers[i].is_none()).collect();
+            let costs: Vec<(usize, usize)> = rest
                 .iter()
-                .map(|f| {
+                .map(|&i| {
+                    let f = &settlements[i];
                     let audit = f.audit.map_or(0, estimated_size);
-                    let adds = json_size(f.change) + json_size(f.record);
                     (
                         1 + usize::from(f.audit.is_some()),
-                        estimated_size(f.envelope) + adds + audit,
+                        estimated_size(f.envelope) + settles(f) + audit,
                     )
                 })
                 .collect();
             for group in groups(&costs, TRANSACT_ITEMS - 1, TRANSACT_BYTES) {
                 let build = |members: &[usize]| {
                     let (mut items, mut owners) = (Vec::new(), Vec::new());
-                    let mut released = 0i64;
                     for (p, &i) in members.iter().enumerate() {
                         let f = &settlements[i];
-                        let update =
-                            finish_update(&self.table, &f.envelope.envelope_id, replay_id, f.change, f.record)?;
-                        items.push(TransactWriteItem::builder().update(update).build());
-                        owners.push(Some(p));
+                        items.push(self.settle_item(replay_id, f)?);
+                        owners.push(Owner::Envelope(p));
                         if let Some(r) = f.audit {
                             items.push(outbox_put(&self.table, r)?);
-                            owners.push(None);
+                            owners.push(Owner::Other);
                         }
-                        released += i64::from(f.change.status == EnvelopeStatus::Pending);
                     }
-                    if released > 0 {
-                        items.push(pending_delta(&self.table, released)?);
-                        owners.push(None);
-                    }
+                    self.released_delta(members.iter().map(|&i| &settlements[i]), &mut items, &mut owners)?;
                     Ok((items, owners))
                 };
-                let (written, refused, _) = send_rounds(self, group.collect(), build).await;
+                let (written, refused, _) = send_rounds(self, rest[group].to_vec(), build).await;
                 for i in written {
-                    answers[i] = Some(Ok(true));
+                    answers[i] = Some(Ok(Settled::InOutbox));
                 }
                 for i in refused {
-                    answers[i] = Some(Ok(false));
+                    answers[i] = Some(Ok(Settled::ClaimLost));
                 }
             }
         }
         answered_alone(answers, |i| {
             let f = &settlements[i];
-            self.finish(&f.envelope.envelope_id, replay_id, f.change, f.record, f.audit)
+            let settled = self.finish(&f.envelope.envelope_id, replay_id, f.change, f.record, f.audit);
+            async move { settled.await.map(Settled::in_outbox) }
         })
         .await
     }
+
+    /// The settlements with an audit record, each envelope's update with its record linked into
+    /// `trail` (onto the chains' heads as read just before; the heads moved in the same
+    /// transaction), in groups. A group whose transaction is refused because a head moved is
+    /// linked again from the heads as they are then, a few rounds; what no round wrote is left
+    /// unanswered, for the outbox.
+    async fn finish_linked(
+        &self,
+        trail: &crate::dynamodb::DynamoAuditLog,
+        replay_id: &str,
+        settlements: &[Finish<'_>],
+        answers: &mut [Option<FlowResult<Settled>>],
+    ) {
+        let linked: Vec<(usize, &AuditRecord)> = settlements
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.audit.map(|r| (i, r)))
+            .collect();
+        let costs: Vec<(usize, usize)> = linked
+            .iter()
+            .map(|&(i, r)| {
+                let f = &settlements[i];
+                (2, estimated_size(f.envelope) + settles(f) + estimated_size(r))
+            })
+            .collect();
+        // Each group leaves room for the chains' heads and the PENDING counter.
+        let room = TRANSACT_ITEMS - AUDIT_CHAINS as usize - 1;
+        for group in groups(&costs, room, TRANSACT_BYTES) {
+            let mut left: Vec<usize> = group.collect();
+            for _ in 0..ROUNDS {
+                if left.is_empty() {
+                    break;
+                }
+                let records: Vec<&AuditRecord> = left.iter().map(|&k| linked[k].1).collect();
+                let Ok(Links { puts, heads }) = trail.links(&records).await else {
+                    break;
+                };
+                let built = (|| {
+                    let (mut items, mut owners) = (Vec::new(), Vec::new());
+                    for (p, (&k, (put, _))) in left.iter().zip(&puts).enumerate() {
+                        items.push(self.settle_item(replay_id, &settlements[linked[k].0])?);
+                        owners.push(Owner::Envelope(p));
+                        items.push(put.clone());
+                        owners.push(Owner::Link);
+                    }
+                    owners.extend(heads.iter().map(|_| Owner::Link));
+                    items.extend(heads);
+                    let members = left.iter().map(|&k| &settlements[linked[k].0]);
+                    self.released_delta(members, &mut items, &mut owners)?;
+                    Ok::<_, StoreError>((items, owners))
+                })();
+                let Ok((items, owners)) = built else {
+                    break;
+                };
+                match send_group(self, items, &owners).await {
+                    Sent::Written => {
+                        for (&k, (_, seq)) in left.iter().zip(&puts) {
+                            answers[linked[k].0] = Some(Ok(Settled::InTrail(*seq)));
+                        }
+                        left.clear();
+                    }
+                    Sent::Refused(positions) | Sent::Moved(positions) => {
+                        for &p in &positions {
+                            answers[linked[left[p]].0] = Some(Ok(Settled::ClaimLost));
+                        }
+                        left = without(&left, &positions);
+                    }
+                    Sent::Conflicted => {}
+                    Sent::Failed => break,
+                }
+            }
+        }
+    }
+
+    /// A settlement's update of its envelope, as a transaction item.
+    fn settle_item(&self, replay_id: &str, f: &Finish<'_>) -> StoreResult<TransactWriteItem> {
+        let update = finish_update(&self.table, &f.envelope.envelope_id, replay_id, f.change, f.record)?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// The PENDING counter moved for those of `settled` released back to PENDING, if any.
+    fn released_delta<'f>(
+        &self,
+        settled: impl Iterator<Item = &'f Finish<'f>>,
+        items: &mut Vec<TransactWriteItem>,
+        owners: &mut Vec<Owner>,
+    ) -> StoreResult<()> {
+        let released = settled.filter(|f| f.change.status == EnvelopeStatus::Pending).count();
+        if released > 0 {
+            items.push(pending_delta(&self.table, i64::try_from(released).unwrap_or(i64::MAX))?);
+            owners.push(Owner::Other);
+        }
+        Ok(())
+    }
+}
+
+/// What a settlement adds to its envelope.
+fn settles(f: &Finish<'_>) -> usize {
+    json_size(f.change) + json_size(f.record)
 }
