@@ -1,6 +1,8 @@
 //! Re-injection: claim each envelope, ask gate 2 again under the claim, send the originals in one
 //! batch (verbatim bytes and attributes plus `replay.*` provenance) at no more than the rate
-//! limit, then mark each one REPLAYED, or release it when its send was refused.
+//! limit, then mark each one REPLAYED, or release it when its send was refused. A chunk's marks
+//! are written while the next chunk is claimed and sent (the run marks the last one before it
+//! ends): each envelope still goes claim, send, mark, in that order.
 
 use std::time::Duration;
 
@@ -117,10 +119,13 @@ where
     }
 
     /// The chunk's share of the rate limit, then: claim, re-check gate 2 under the claim, send
-    /// the originals in batches SQS accepts (ten entries, 1 MiB in all), mark them. A store
-    /// failing on one envelope skips that envelope (its lease, if it was claimed, lets the next
-    /// sweep take it over); it does not stop the rest. `Ok(false)`: the rate limit could not be
-    /// had (nothing of the chunk claimed); the sweep stops.
+    /// the originals in batches SQS accepts (ten entries, 1 MiB in all); meanwhile the copies the
+    /// chunk before sent are marked (the queue and the envelope store are different services, so
+    /// a chunk's sends cost no wall time of their own); this chunk's copies are marked with the
+    /// next chunk's sends, or by [`Replayer::mark_unmarked`] when the run ends. A store failing
+    /// on one envelope skips that envelope (its lease, if it was claimed, lets the next sweep
+    /// take it over); it does not stop the rest. `Ok(false)`: the rate limit could not be had
+    /// (nothing of the chunk claimed); the sweep stops.
     pub(super) async fn reinject(
         &self,
         run: &mut Run<'_>,
@@ -135,19 +140,45 @@ where
             return Ok(false);
         }
         run.sent += chunk.len() as u64;
+        let unmarked = std::mem::take(&mut run.unmarked);
+        let shared: &Run<'_> = run;
+        let (sending, marked) = futures::join!(self.claim_and_send(shared, chunk), self.mark(shared, unmarked));
+        // The chunk before first: the report keeps the chunks' order.
+        let marked = report_all(report, marked);
+        let sent = report_all(report, sending.settled);
+        run.unmarked = sending.sent.into_iter().map(|(e, r)| (e.clone(), r)).collect();
+        if let Some(stopped) = sending.stopped {
+            report.stopped = Some(stopped);
+        }
+        marked.and(sent).map(|()| true)
+    }
+
+    /// Mark what the last chunk sent (see [`Replayer::reinject`]): every run ends with this.
+    pub(super) async fn mark_unmarked(&self, run: &mut Run<'_>, report: &mut ReplayReport) -> FlowResult<()> {
+        let unmarked = std::mem::take(&mut run.unmarked);
+        report_all(report, self.mark(run, unmarked).await)
+    }
+
+    /// Claim the chunk, re-check gate 2 under the claims, send the originals: the items of those
+    /// settled without a send, and the sends to mark.
+    async fn claim_and_send<'c>(&self, run: &Run<'_>, chunk: &'c [DlqEnvelope]) -> Sending<'c> {
+        let mut sending = Sending {
+            settled: (Vec::new(), Ok(())),
+            sent: Vec::new(),
+            stopped: None,
+        };
         // The chunk's envelopes are claimed together (in a few transactions), and later marked
         // together; the report keeps the chunk's order.
         let at_once = self.config.concurrency.max(1);
         let claims: Vec<(&DlqEnvelope, FlowResult<bool>)> =
             chunk.iter().zip(self.claim_many(run, chunk).await).collect();
-        let shared: &Run<'_> = run;
         // Gate 2 again, under the claims: the chunk's transactions in one read.
         let held = claims.iter().filter(|(_, c)| matches!(c, Ok(true))).map(|(e, _)| *e);
         let ahead = &ReadAhead::of(&self.ledger, held).await;
         let prepared: Vec<(&DlqEnvelope, FlowResult<Prepared>)> = futures::stream::iter(claims)
             .map(|(e, claimed)| async move {
                 let p = match claimed {
-                    Ok(true) => self.prepare(shared, e, ahead).await,
+                    Ok(true) => self.prepare(run, e, ahead).await,
                     Ok(false) => Ok(Prepared::Settled(item(e, ReplayOutcome::Skipped, None, NOT_CLAIMED))),
                     Err(err) => Err(err),
                 };
@@ -157,22 +188,23 @@ where
             .collect()
             .await;
         let mut ready: Vec<(&DlqEnvelope, OutgoingMessage)> = Vec::new();
-        let mut failed = None;
         for (e, p) in prepared {
             match isolated(e, p) {
                 Ok(Prepared::Send(m)) => ready.push((e, m)),
-                Ok(Prepared::Settled(it)) => report.push(it),
+                Ok(Prepared::Settled(it)) => sending.settled.0.push(it),
                 Err(err) => {
-                    failed.get_or_insert(err);
+                    if sending.settled.1.is_ok() {
+                        sending.settled.1 = Err(err);
+                    }
                 }
             }
         }
-        if let Some(err) = failed {
+        if sending.settled.1.is_err() {
             // The others of the chunk were claimed concurrently: release them now rather than
             // leave them to their lease.
             self.release_all(run, &ready, "not sent: the replay stopped on another envelope's error")
                 .await;
-            return Err(err);
+            return sending;
         }
         // A slow ledger (a general ledger's answers) may have used the budget up: nothing is
         // sent that could not be marked before the invocation ends.
@@ -183,10 +215,10 @@ where
             let why = "not sent: time budget used up after the claims; released";
             self.release_all(run, &ready, why).await;
             for (e, _) in &ready {
-                report.push(item(e, ReplayOutcome::Skipped, None, why));
+                sending.settled.0.push(item(e, ReplayOutcome::Skipped, None, why));
             }
-            report.stopped = Some(super::sweep::OUT_OF_TIME.into());
-            return Ok(true);
+            sending.stopped = Some(super::sweep::OUT_OF_TIME.into());
+            return sending;
         }
         let (envelopes, messages): (Vec<&DlqEnvelope>, Vec<OutgoingMessage>) = ready.into_iter().unzip();
         let batches = batches(messages);
@@ -209,25 +241,34 @@ where
             .buffered(sends_at_once)
             .collect()
             .await;
-        let recorded = self.record_sends(run, envelopes, sent.into_iter().flatten()).await;
-        // The REPLAYED records go to the trail together (each is in the outbox already, written
-        // with its mark).
-        let mut records = Vec::new();
-        let mut outcome = Ok(true);
+        sending.sent = envelopes.into_iter().zip(sent.into_iter().flatten()).collect();
+        sending
+    }
+
+    /// Mark `sent` (REPLAYED, or released when the queue refused the copy), then publish the
+    /// records left in the outbox together: the items in order, and an error that stops the run.
+    async fn mark(&self, run: &Run<'_>, sent: Vec<(DlqEnvelope, Result<String, String>)>) -> Reported {
+        if sent.is_empty() {
+            return (Vec::new(), Ok(()));
+        }
+        let (envelopes, results): (Vec<&DlqEnvelope>, Vec<Result<String, String>>) =
+            sent.iter().map(|(e, r)| (e, r.clone())).unzip();
+        let recorded = self.record_sends(run, envelopes, results.into_iter()).await;
+        let (mut items, mut records, mut outcome) = (Vec::new(), Vec::new(), Ok(()));
         for (e, r) in recorded {
             match r {
                 Ok(Recorded { item, publish }) => {
-                    report.push(item);
+                    items.push(item);
                     records.extend(publish);
                 }
                 Err(err) => match isolated(e, Err::<ReplayItem, _>(err)) {
-                    Ok(it) => report.push(it),
+                    Ok(it) => items.push(it),
                     Err(stop) => outcome = outcome.and(Err(stop)),
                 },
             }
         }
         self.publish_all(&records).await;
-        outcome
+        (items, outcome)
     }
 
     /// Release claimed envelopes that will not be sent (each failure to release leaves its claim
@@ -331,6 +372,25 @@ where
         }
         recorded
     }
+}
+
+/// Report items in order, and an error that stops the run.
+type Reported = (Vec<ReplayItem>, FlowResult<()>);
+
+/// Push `items` into `report`; their error.
+fn report_all(report: &mut ReplayReport, (items, outcome): Reported) -> FlowResult<()> {
+    for it in items {
+        report.push(it);
+    }
+    outcome
+}
+
+/// A chunk claimed and sent: the items of those settled without a send (and an error that stops
+/// the run), and each copy sent (or refused by the queue), to mark.
+struct Sending<'c> {
+    settled: Reported,
+    sent: Vec<(&'c DlqEnvelope, Result<String, String>)>,
+    stopped: Option<String>,
 }
 
 /// A copy sent: its SQS message id and the audit record of its re-injection.
