@@ -456,3 +456,39 @@ async fn a_sweep_reads_an_eventually_consistent_index() {
     assert_eq!(w.queue.sent().len(), 1);
     assert_eq!(w.status(&e.envelope_id).await, EnvelopeStatus::Replayed);
 }
+
+/// Chunks of a page are marked while the next is sent, and a page marks its last before it ends:
+/// when each page is reported every copy sent so far is marked REPLAYED with its record, and the
+/// report keeps the envelopes' order.
+#[tokio::test]
+async fn every_chunk_sent_is_marked_before_its_page_is_reported() {
+    let w = world();
+    add_xau(&w).await;
+    let mut ids = Vec::new();
+    for n in 0..25u32 {
+        let age = ChronoDuration::minutes(i64::from(60 - n));
+        ids.push(w.envelope(&format!("p{n:02}"), &xau(n + 1), age).await.envelope_id);
+    }
+    let mut r = w.replayer(ReplayConfig {
+        page_size: 10,
+        ..ReplayConfig::default()
+    });
+    // Chunks of four: three in each page of ten (four, four, two).
+    r.config.rate_per_sec = 4;
+    let seen: Arc<std::sync::Mutex<Vec<(usize, u64)>>> = Arc::default();
+    let (queue, log) = (w.queue.clone(), seen.clone());
+    r.progress = Some(Arc::new(move |report: &recon_core::replay::ReplayReport| {
+        log.lock().unwrap().push((queue.sent().len(), report.reinjected));
+    }));
+    let report = r.run(&manual(Selector::default(), false), None).await.unwrap();
+    assert_eq!(report.reinjected, 25, "{report:#?}");
+    let pages = seen.lock().unwrap().clone();
+    assert_eq!(pages, [(10, 10), (20, 20), (25, 25)], "sent and marked at each page");
+    let reported: Vec<&str> = report.items.iter().map(|i| i.envelope_id.as_str()).collect();
+    assert_eq!(reported, ids.iter().map(String::as_str).collect::<Vec<_>>());
+    for id in &ids {
+        assert_eq!(w.status(id).await, EnvelopeStatus::Replayed, "{id}");
+    }
+    let records = w.audit.records();
+    assert_eq!(records.iter().filter(|r| r.kind == AuditKind::ReplayReinjected).count(), 25);
+}

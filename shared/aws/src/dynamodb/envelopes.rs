@@ -94,7 +94,7 @@ const CONFLICT_RETRIES: u32 = 8;
 
 /// The wait before retry `attempt` (from 0): half of 5 ms doubled each time (at most 160 ms), and a
 /// random part up to the other half.
-fn conflict_wait(attempt: u32) -> std::time::Duration {
+pub(super) fn conflict_wait(attempt: u32) -> std::time::Duration {
     let ceiling = 5u64 << attempt.min(5);
     // Jitter from the clock's nanoseconds: no two invocations read the same ones.
     let nanos = std::time::SystemTime::now()

@@ -145,8 +145,8 @@ struct Run<'a> {
     pinned: Option<(&'a str, &'a BTreeMap<String, String>)>,
     /// The scheduled sweep's canary, per group (`sweep_canary`).
     canaries: BTreeMap<String, sweep_canary::GroupGate>,
-    /// Copies the last chunk sent, not marked yet: the next chunk's sends overlap their marks,
-    /// and the run marks the last before anything else once its selection is done.
+    /// Copies the last chunk sent, not marked yet: the next chunk's sends overlap their marks;
+    /// the page marks its last before it ends (the run, if an error stopped the page).
     unmarked: Vec<(crate::domain::DlqEnvelope, Result<String, String>)>,
 }
 
@@ -261,7 +261,8 @@ where
         } else {
             self.by_ids(&mut run, &mut report).await
         };
-        // Whatever stopped the selection, what was sent is marked.
+        // Whatever stopped the selection (an error stops a page before it marks its last chunk),
+        // what was sent is marked.
         let marked = self.mark_unmarked(&mut run, &mut report).await;
         let selected = selected.and(marked);
         if let Err(e) = &selected {

@@ -1,8 +1,8 @@
 //! Re-injection: claim each envelope, ask gate 2 again under the claim, send the originals in one
 //! batch (verbatim bytes and attributes plus `replay.*` provenance) at no more than the rate
 //! limit, then mark each one REPLAYED, or release it when its send was refused. A chunk's marks
-//! are written while the next chunk is claimed and sent (the run marks the last one before it
-//! ends): each envelope still goes claim, send, mark, in that order.
+//! are written while the next chunk of the page is paced, claimed and sent (the page marks its
+//! last before it ends): each envelope still goes claim, send, mark, in that order.
 
 use std::time::Duration;
 
@@ -19,8 +19,9 @@ use crate::ports::{
     StoreError, StoreResult, SweepCursors, Worm, batches,
 };
 
-/// Envelopes re-injected together when no rate limit paces them (a page at most).
-const UNPACED_CHUNK: usize = 100;
+/// Envelopes re-injected together when no rate limit paces them: half a page of the default size,
+/// so that one half's marks are written while the other half is sent.
+const UNPACED_CHUNK: usize = 50;
 
 impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
 where
@@ -119,32 +120,40 @@ where
     }
 
     /// The chunk's share of the rate limit, then: claim, re-check gate 2 under the claim, send
-    /// the originals in batches SQS accepts (ten entries, 1 MiB in all); meanwhile the copies the
+    /// the originals in batches SQS accepts (ten entries, 1 MiB in all). Meanwhile the copies the
     /// chunk before sent are marked (the queue and the envelope store are different services, so
-    /// a chunk's sends cost no wall time of their own); this chunk's copies are marked with the
-    /// next chunk's sends, or by [`Replayer::mark_unmarked`] when the run ends. A store failing
-    /// on one envelope skips that envelope (its lease, if it was claimed, lets the next sweep
-    /// take it over); it does not stop the rest. `Ok(false)`: the rate limit could not be had
-    /// (nothing of the chunk claimed); the sweep stops.
+    /// a chunk's sends cost no wall time of their own, and no wait for the rate limit delays a
+    /// mark); this chunk's copies are marked with the next chunk of the page, or by
+    /// [`Replayer::mark_unmarked`] when the page ends. A store failing on one envelope skips that
+    /// envelope (its lease, if it was claimed, lets the next sweep take it over); it does not stop
+    /// the rest. `Ok(false)`: the rate limit could not be had (nothing of the chunk claimed); the
+    /// sweep stops.
     pub(super) async fn reinject(
         &self,
         run: &mut Run<'_>,
         chunk: &[DlqEnvelope],
         report: &mut ReplayReport,
     ) -> FlowResult<bool> {
-        // Before any claim: no lease runs out while waiting for the limit, and an envelope left
-        // out is left PENDING, untouched (a release would count towards its quarantine).
-        if let Err(err) = self.pace(run, chunk.len()).await {
-            report.skip_all(chunk, &format!("not claimed: {err}"));
-            report.stopped = Some(format!("the replay rate limit: {err}"));
-            return Ok(false);
-        }
-        run.sent += chunk.len() as u64;
         let unmarked = std::mem::take(&mut run.unmarked);
         let shared: &Run<'_> = run;
-        let (sending, marked) = futures::join!(self.claim_and_send(shared, chunk), self.mark(shared, unmarked));
+        let sending = async {
+            // Before any claim: no lease runs out while waiting for the limit, and an envelope
+            // left out is left PENDING, untouched (a release would count towards its quarantine).
+            self.pace(shared, chunk.len()).await?;
+            Ok::<_, StoreError>(self.claim_and_send(shared, chunk).await)
+        };
+        let (sending, marked) = futures::join!(sending, self.mark(shared, unmarked));
         // The chunk before first: the report keeps the chunks' order.
         let marked = report_all(report, marked);
+        let sending = match sending {
+            Ok(sending) => sending,
+            Err(err) => {
+                report.skip_all(chunk, &format!("not claimed: {err}"));
+                report.stopped = Some(format!("the replay rate limit: {err}"));
+                return marked.map(|()| false);
+            }
+        };
+        run.sent += chunk.len() as u64;
         let sent = report_all(report, sending.settled);
         run.unmarked = sending.sent.into_iter().map(|(e, r)| (e.clone(), r)).collect();
         if let Some(stopped) = sending.stopped {
@@ -153,7 +162,8 @@ where
         marked.and(sent).map(|()| true)
     }
 
-    /// Mark what the last chunk sent (see [`Replayer::reinject`]): every run ends with this.
+    /// Mark what the last chunk sent (see [`Replayer::reinject`]): every page ends with this (and
+    /// the run, after an error that stopped a page).
     pub(super) async fn mark_unmarked(&self, run: &mut Run<'_>, report: &mut ReplayReport) -> FlowResult<()> {
         let unmarked = std::mem::take(&mut run.unmarked);
         report_all(report, self.mark(run, unmarked).await)

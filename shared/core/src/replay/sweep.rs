@@ -221,6 +221,9 @@ where
             }
             halted = !self.reinject(run, chunk, report).await?;
         }
+        // What the page's last chunk sent is marked before anything else (the next page's read,
+        // its gates, its settlements).
+        self.mark_unmarked(run, report).await?;
         if let Some(progress) = &self.progress {
             progress(report);
         }

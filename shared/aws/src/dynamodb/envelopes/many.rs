@@ -30,6 +30,9 @@ const ROUNDS: usize = 4;
 pub(super) const FROM_PENDING: &str = "#status = :pending";
 /// The condition of a claim taking over an expired lease (the caller adds `:now`: [`takeover`]).
 pub(super) const TAKEOVER: &str = "#status = :replaying AND #lease < :now";
+/// Times a group of linked records is sent (linked again from the heads as they then are, after
+/// they moved or met another writer); then its envelopes are settled through the outbox.
+const LINK_ROUNDS: u32 = 6;
 /// Envelopes asked about one at a time, at once.
 const ALONE_AT_ONCE: usize = 8;
 
@@ -161,9 +164,17 @@ enum Owner {
     Link,
 }
 
-/// Send a group's transaction: `owners[k]` is what item `k` is about.
+/// Send a group's transaction: `owners[k]` is what item `k` is about. A group with links is
+/// not sent again as it is after a conflict (the heads it met have most likely moved by then: the
+/// caller links it again from them); any other is, a few times.
 async fn send_group(store: &DynamoEnvelopeStore, items: Vec<TransactWriteItem>, owners: &[Owner]) -> Sent {
-    match transact(store.client.transact_write_items().set_transact_items(Some(items))).await {
+    let request = store.client.transact_write_items().set_transact_items(Some(items));
+    let sent = if owners.contains(&Owner::Link) {
+        request.send().await
+    } else {
+        transact(request).await
+    };
+    match sent {
         Ok(_) => Sent::Written,
         Err(err) => {
             let codes = cancellation_codes(&err);
@@ -422,7 +433,7 @@ impl DynamoEnvelopeStore {
         let room = TRANSACT_ITEMS - AUDIT_CHAINS as usize - 1;
         for group in groups(&costs, room, TRANSACT_BYTES) {
             let mut left: Vec<usize> = group.collect();
-            for _ in 0..ROUNDS {
+            for round in 0..LINK_ROUNDS {
                 if left.is_empty() {
                     break;
                 }
@@ -460,7 +471,8 @@ impl DynamoEnvelopeStore {
                         }
                         left = without(&left, &positions);
                     }
-                    Sent::Conflicted => {}
+                    // Another writer of the chains: let it finish, then link from its heads.
+                    Sent::Conflicted => tokio::time::sleep(super::conflict_wait(round)).await,
                     Sent::Failed => break,
                 }
             }
