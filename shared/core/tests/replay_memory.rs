@@ -490,5 +490,8 @@ async fn every_chunk_sent_is_marked_before_its_page_is_reported() {
         assert_eq!(w.status(id).await, EnvelopeStatus::Replayed, "{id}");
     }
     let records = w.audit.records();
-    assert_eq!(records.iter().filter(|r| r.kind == AuditKind::ReplayReinjected).count(), 25);
+    assert_eq!(
+        records.iter().filter(|r| r.kind == AuditKind::ReplayReinjected).count(),
+        25
+    );
 }
