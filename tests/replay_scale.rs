@@ -144,3 +144,111 @@ async fn a_rate_below_a_batch_is_kept_too() {
     // 3 per second: chunks of three, never a batch of ten in one second.
     sweep_at_once("replay-slow", 9, 2, 3).await;
 }
+
+/// Marks whose records are linked into the trail while another writer keeps moving the chains'
+/// heads: each settles (in the trail, or through the outbox when its group kept meeting moved
+/// heads), and once the outbox is drained each record is in the trail exactly once, the chains
+/// unbroken.
+#[tokio::test]
+async fn records_linked_while_another_writer_moves_the_heads_are_each_in_the_trail_once() {
+    use futures::StreamExt;
+    use recon_core::domain::{AuditRecord, ReplayClaim, ReplayRecord, StatusChange};
+    use recon_core::ports::{AuditLog, Backlog, EnvelopeStore, Finish, Settled};
+    let s = TestStack::new("linked-busy").await;
+    let trail = s.audit_log();
+    let store = s.envelope_store().with_trail(trail.clone());
+    let now = chrono::Utc::now();
+    let change = |status| StatusChange {
+        status,
+        at: now,
+        actor: "test".into(),
+        reason: "busy trail".into(),
+        manual_journal: false,
+    };
+    let mut envelopes = Vec::new();
+    for n in 0..150 {
+        let e = recon_testkit::builders::envelope(&format!("busy{n:03}"));
+        store.create(&e).await.expect("create");
+        envelopes.push(e);
+    }
+    let claim = ReplayClaim {
+        replay_id: "ours".into(),
+        triggered_by: "test".into(),
+        reason: "busy trail".into(),
+        claimed_at: now,
+        lease_until: now + chrono::Duration::minutes(5),
+    };
+    let asked: Vec<_> = envelopes.iter().collect();
+    let claimed = store
+        .claim_many(&asked, &claim, now, &change(EnvelopeStatus::Replaying))
+        .await;
+    assert!(claimed.iter().all(|c| c == &Ok(true)), "{claimed:?}");
+    let replayed = change(EnvelopeStatus::Replayed);
+    let provenance = ReplayRecord {
+        replay_id: "ours".into(),
+        triggered_by: "test".into(),
+        reason: "busy trail".into(),
+        at: now,
+        outcome: EnvelopeStatus::Replayed,
+        sqs_message_id: Some("copy".into()),
+        copy_source_hash: None,
+    };
+    let records: Vec<AuditRecord> = envelopes
+        .iter()
+        .map(|e| AuditRecord::system(AuditKind::ReplayReinjected, &e.envelope_id, now, "test", String::new()))
+        .collect();
+    let settlements: Vec<Finish<'_>> = envelopes
+        .iter()
+        .zip(&records)
+        .map(|(e, r)| Finish {
+            envelope: e,
+            change: &replayed,
+            record: &provenance,
+            audit: Some(r),
+        })
+        .collect();
+    // Another writer appends all along, four at once.
+    let other = |n: u32| {
+        let trail = &trail;
+        async move {
+            let r = AuditRecord::system(
+                AuditKind::ReferenceChanged,
+                &format!("other{n}"),
+                now,
+                "it",
+                String::new(),
+            );
+            trail.append(&r).await.expect("the other writer's append")
+        }
+    };
+    let (answers, _) = tokio::join!(
+        store.finish_many("ours", &settlements),
+        futures::stream::iter(0..200)
+            .map(other)
+            .buffer_unordered(4)
+            .collect::<Vec<_>>()
+    );
+    let in_trail = answers.iter().filter(|a| matches!(a, Ok(Settled::InTrail(_)))).count();
+    let in_outbox = answers.iter().filter(|a| a == &&Ok(Settled::InOutbox)).count();
+    println!("linked with the marks: {in_trail}; through the outbox: {in_outbox}");
+    assert_eq!(in_trail + in_outbox, 150, "{answers:?}");
+    assert_eq!(store.pending_count().await.expect("pending"), 0);
+    recon_core::envelopes::drain_outbox(&store, &trail, &MemoryMetrics::default())
+        .await
+        .expect("drain the outbox");
+    assert_eq!(store.pending_records(10).await.expect("outbox"), []);
+    let chained = trail.scan_chained().await.expect("the trail");
+    for r in &records {
+        let found = chained.iter().filter(|c| c.record.audit_id == r.audit_id).count();
+        assert_eq!(found, 1, "record {} in the trail", r.audit_id);
+    }
+    let report = verify_trail(
+        &trail,
+        &S3Worm::new(s.clients.s3.clone(), &s.stack.names.bucket()),
+        &VerifyOptions::default(),
+    )
+    .await
+    .expect("verify");
+    assert!(report.intact(), "{report:?}");
+    s.cleanup().await;
+}

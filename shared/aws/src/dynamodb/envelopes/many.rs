@@ -421,6 +421,8 @@ impl DynamoEnvelopeStore {
             .iter()
             .enumerate()
             .filter_map(|(i, f)| f.audit.map(|r| (i, r)))
+            // The audit table's own items start with '#'; no record id does (`append` refuses one).
+            .filter(|(_, r)| !r.audit_id.starts_with('#'))
             .collect();
         let costs: Vec<(usize, usize)> = linked
             .iter()
