@@ -252,6 +252,14 @@ async fn the_memory_envelope_store_claims_and_settles_at_once() {
 }
 
 #[tokio::test]
+async fn the_memory_envelope_store_links_the_records_of_settlements_into_the_trail() {
+    let trail = std::sync::Arc::new(recon_testkit::memory::MemoryAuditLog::default());
+    let store = MemoryEnvelopeStore::default();
+    store.link_into(Some(trail.clone()));
+    recon_testkit::conformance::envelopes_are_claimed_and_settled_at_once(&store, Some(&trail), "linked").await;
+}
+
+#[tokio::test]
 async fn the_memory_envelope_store_claims_an_envelope_named_twice_once() {
     recon_testkit::conformance::an_envelope_named_twice_is_claimed_once(&MemoryEnvelopeStore::default(), "twice").await;
 }

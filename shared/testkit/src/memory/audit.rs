@@ -66,8 +66,9 @@ impl RecordsOfPeriod for MemoryAuditLog {
     }
 }
 
-impl AuditLog for MemoryAuditLog {
-    async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
+impl MemoryAuditLog {
+    /// [`AuditLog::append`], at once (another store links records in its own writes with it).
+    pub fn append_now(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
         let mut s = lock(&self.state);
         if s.failing == Some(record.kind) {
             return Err(StoreError::new(
@@ -85,6 +86,12 @@ impl AuditLog for MemoryAuditLog {
         let seq = linked.seq;
         s.records.push(linked);
         Ok(Some(seq))
+    }
+}
+
+impl AuditLog for MemoryAuditLog {
+    async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
+        self.append_now(record)
     }
 
     async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {

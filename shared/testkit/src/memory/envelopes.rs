@@ -9,12 +9,13 @@ use recon_core::domain::{
 };
 use recon_core::ports::{
     ApprovalRequests, AuditOutbox, Backlog, Clock, CreateOutcome, EnvelopePage, EnvelopeStore, EnvelopesOfPeriod,
-    FlowResult, RequestPage, StoreError, StoreResult, SweepCursors,
+    Finish, FlowResult, RequestPage, Settled, StoreError, StoreResult, SweepCursors,
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::MemoryAuditLog;
 use super::limits::{check_envelope_item, check_request_item};
 use super::lock;
 
@@ -37,6 +38,9 @@ struct EnvelopeState {
     /// write reaches `index` only `delay` after it was made (on the clock's monotonic scale).
     lag: Option<IndexLag>,
     index: BTreeMap<String, DlqEnvelope>,
+    /// The trail the records of settlements made together are linked into (`finish_many`), as
+    /// the DynamoDB store given the trail does; `None`: through the outbox.
+    trail: Option<Arc<MemoryAuditLog>>,
     unindexed: VecDeque<(Duration, DlqEnvelope)>,
 }
 
@@ -46,6 +50,15 @@ struct IndexLag {
 }
 
 impl EnvelopeState {
+    /// Store a settled envelope (and count it PENDING again when released).
+    fn settle(&mut self, settled: DlqEnvelope) {
+        if settled.status == EnvelopeStatus::Pending {
+            self.pending += 1;
+        }
+        self.indexed(&settled);
+        self.envelopes.insert(settled.envelope_id.clone(), settled);
+    }
+
     /// Record a write for the index.
     fn indexed(&mut self, e: &DlqEnvelope) {
         if let Some(lag) = &self.lag {
@@ -76,6 +89,13 @@ pub struct MemoryEnvelopeStore {
 }
 
 impl MemoryEnvelopeStore {
+    /// Link the audit records of settlements made together (`finish_many`) into `trail` in the
+    /// step that settles their envelopes, as the DynamoDB store given the trail does (`None`:
+    /// through the outbox, the default).
+    pub fn link_into(&self, trail: Option<Arc<MemoryAuditLog>>) {
+        lock(&self.state).trail = trail;
+    }
+
     /// Make every claim of `envelope_id` fail with a transaction conflict (`None`: no more).
     pub fn conflict_on_claims_of(&self, envelope_id: Option<&str>) {
         lock(&self.state).conflicted = envelope_id.map(str::to_owned);
@@ -207,30 +227,85 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         record: &ReplayRecord,
         audit: Option<&AuditRecord>,
     ) -> FlowResult<bool> {
-        use EnvelopeStatus::{Pending, Replaying};
-        check_transition(Replaying, change.status)?;
+        check_transition(EnvelopeStatus::Replaying, change.status)?;
         let mut s = lock(&self.state);
-        let Some(e) = s.envelopes.get_mut(envelope_id) else {
+        let Some(settled) = settled(&s, envelope_id, replay_id, change, record)? else {
             return Ok(false);
         };
-        if e.status != Replaying || e.replay.as_ref().is_none_or(|c| c.replay_id != replay_id) {
-            return Ok(false);
-        }
-        let mut settled = e.clone();
-        settled.status = change.status;
-        settled.status_history.push(change.clone());
-        settled.replays.push(record.clone());
-        check_envelope_item(&settled)?;
-        *e = settled.clone();
-        s.indexed(&settled);
-        if change.status == Pending {
-            s.pending += 1;
-        }
+        s.settle(settled);
         if let Some(r) = audit {
             put_in_outbox(&mut s.outbox, r);
         }
         Ok(true)
     }
+
+    async fn finish_many(&self, replay_id: &str, settlements: &[Finish<'_>]) -> Vec<FlowResult<Settled>> {
+        let trail = lock(&self.state).trail.clone();
+        let mut answers = Vec::with_capacity(settlements.len());
+        for f in settlements {
+            let id = &f.envelope.envelope_id;
+            answers.push(match (&trail, f.audit) {
+                (Some(trail), Some(r)) => self.finish_linked(id, replay_id, f.change, f.record, trail, r),
+                _ => self
+                    .finish(id, replay_id, f.change, f.record, f.audit)
+                    .await
+                    .map(Settled::in_outbox),
+            });
+        }
+        answers
+    }
+}
+
+impl MemoryEnvelopeStore {
+    /// [`EnvelopeStore::finish`] with the record linked into `trail` in the same step: both or
+    /// neither. A record already in the trail goes to the outbox (its publication finds it there).
+    fn finish_linked(
+        &self,
+        envelope_id: &str,
+        replay_id: &str,
+        change: &StatusChange,
+        record: &ReplayRecord,
+        trail: &MemoryAuditLog,
+        audit: &AuditRecord,
+    ) -> FlowResult<Settled> {
+        check_transition(EnvelopeStatus::Replaying, change.status)?;
+        let mut s = lock(&self.state);
+        let Some(settled) = settled(&s, envelope_id, replay_id, change, record)? else {
+            return Ok(Settled::ClaimLost);
+        };
+        let linked = trail.append_now(audit)?;
+        s.settle(settled);
+        Ok(match linked {
+            Some(seq) => Settled::InTrail(seq),
+            None => {
+                put_in_outbox(&mut s.outbox, audit);
+                Settled::InOutbox
+            }
+        })
+    }
+}
+
+/// The envelope as `change` settles it, if it is REPLAYING under `replay_id` (`None`: the claim
+/// was lost); nothing written.
+fn settled(
+    s: &EnvelopeState,
+    envelope_id: &str,
+    replay_id: &str,
+    change: &StatusChange,
+    record: &ReplayRecord,
+) -> FlowResult<Option<DlqEnvelope>> {
+    let Some(e) = s.envelopes.get(envelope_id) else {
+        return Ok(None);
+    };
+    if e.status != EnvelopeStatus::Replaying || e.replay.as_ref().is_none_or(|c| c.replay_id != replay_id) {
+        return Ok(None);
+    }
+    let mut settled = e.clone();
+    settled.status = change.status;
+    settled.status_history.push(change.clone());
+    settled.replays.push(record.clone());
+    check_envelope_item(&settled)?;
+    Ok(Some(settled))
 }
 
 impl EnvelopesOfPeriod for MemoryEnvelopeStore {

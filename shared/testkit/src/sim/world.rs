@@ -59,6 +59,9 @@ pub struct Settings {
     pub calm_at: Duration,
     /// How late the envelope table's status index shows a write (eventually consistent reads).
     pub index_lag: Option<Duration>,
+    /// The replay's marks written with their records linked into the trail (as the DynamoDB
+    /// store given the trail does), rather than through the outbox.
+    pub linked_trail: bool,
 }
 
 impl Settings {
@@ -93,6 +96,7 @@ impl Settings {
                 .collect(),
             calm_at: minutes(rng, 30, 120),
             index_lag: rng.chance(500_000).then(|| Duration::from_millis(rng.between(1, 3000))),
+            linked_trail: rng.chance(500_000),
         }
     }
 }
@@ -195,6 +199,9 @@ impl World {
         stores
             .envelopes
             .set_index_lag(settings.index_lag.map(|d| (d, lag_clock)));
+        if settings.linked_trail {
+            stores.envelopes.link_into(Some(stores.audit.clone()));
+        }
         let q = |name: &str| {
             Faulty::new(
                 SimQueue {
