@@ -141,8 +141,9 @@ async fn concurrent_replays_over_segments_reinject_each_envelope_once_within_one
 
 #[tokio::test]
 async fn a_rate_below_a_batch_is_kept_too() {
-    // 3 per second: chunks of three, never a batch of ten in one second.
-    sweep_at_once("replay-slow", 9, 2, 3).await;
+    // 3 per second: chunks of three, never a batch of ten in one second. Sixteen envelopes, so
+    // that both segments hold some but once in 30,000 runs (nine: once in 256).
+    sweep_at_once("replay-slow", 16, 2, 3).await;
 }
 
 /// Marks whose records are linked into the trail while another writer keeps moving the chains'
