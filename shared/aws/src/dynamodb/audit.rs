@@ -85,16 +85,10 @@ impl DynamoAuditLog {
 
     /// The configuration last recorded for `function`.
     pub async fn config_state(&self, function: &str) -> StoreResult<Option<recon_core::evidence::ConfigState>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::AUDIT_PK, s(config_key(function)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem(config state)", e))?;
-        let Some(item) = out.item() else { return Ok(None) };
+        let Some(item) = self.item(&config_key(function), "config state").await? else {
+            return Ok(None);
+        };
+        let item = &item;
         // A state that does not read (edited) is a lost state, not no state: the next record
         // still differs from every earlier one.
         Ok(Some(
@@ -141,17 +135,14 @@ impl DynamoAuditLog {
         }
     }
 
+    /// The item of the audit table under `key`, read strongly consistent (`op` names it in an
+    /// error).
+    pub(super) async fn item(&self, key: &str, op: &str) -> StoreResult<Option<Item>> {
+        super::get_consistent(&self.client, &self.table, keys::AUDIT_PK, key, op).await
+    }
+
     async fn head(&self, chain: &str) -> StoreResult<(u64, String)> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::AUDIT_PK, s(head_id(chain)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem(audit head)", e))?;
-        Ok(head_of(out.item()))
+        Ok(head_of(self.item(&head_id(chain), "audit head").await?.as_ref()))
     }
 
     /// The heads of these chains in one strongly consistent read.
@@ -517,16 +508,8 @@ impl AuditLog for DynamoAuditLog {
     }
 
     async fn current_trail(&self) -> StoreResult<Option<String>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::AUDIT_PK, s(trail_key()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem(audit trail id)", e))?;
-        Ok(out.item().and_then(|i| get_s(i, "trail")).map(str::to_owned))
+        let item = self.item(&trail_key(), "audit trail id").await?;
+        Ok(item.as_ref().and_then(|i| get_s(i, "trail")).map(str::to_owned))
     }
 
     async fn start_trail(&self, candidate: &str) -> StoreResult<String> {

@@ -170,17 +170,9 @@ impl DedupTable for DynamoDedupTable {
     }
 
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::DEDUP_PK, s(source_hash))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem(dedup)", e))?;
-        Ok(out
-            .item()
+        let item = super::get_consistent(&self.client, &self.table, keys::DEDUP_PK, source_hash, "dedup").await?;
+        Ok(item
+            .as_ref()
             .filter(|i| get_s(i, "state") == Some(COMMITTED))
             .map(committed_ref))
     }

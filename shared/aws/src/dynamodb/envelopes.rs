@@ -144,16 +144,7 @@ impl DynamoEnvelopeStore {
     /// The item of the envelope table under `key`, read strongly consistent (`op` names it in an
     /// error).
     pub(super) async fn item(&self, key: &str, op: &str) -> StoreResult<Option<Item>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::ENVELOPE_PK, s(key))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error(&format!("GetItem({op})"), e))?;
-        Ok(out.item)
+        super::get_consistent(&self.client, &self.table, keys::ENVELOPE_PK, key, op).await
     }
 
     pub fn new(client: Client, table: impl Into<String>) -> Self {

@@ -3,7 +3,7 @@
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting};
 use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, StoreResult};
 use recon_core::resources::{indexes, keys, ledger_period_shard, ledger_period_shards};
@@ -53,16 +53,7 @@ impl DynamoLedger {
 
     /// The item of one transaction (a strongly consistent read).
     async fn item(&self, source_hash: &str) -> StoreResult<Option<Item>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::LEDGER_PK, AttributeValue::S(source_hash.to_owned()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem(ledger)", e))?;
-        Ok(out.item)
+        super::get_consistent(&self.client, &self.table, keys::LEDGER_PK, source_hash, "ledger").await
     }
 
     /// Every posting in the table (a scan: for `dlqctl stats`, tests and reconciliation).

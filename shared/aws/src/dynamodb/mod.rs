@@ -53,6 +53,26 @@ pub(crate) fn committed_ref(item: &Item) -> CommittedRef {
 /// envelope that handed it off.
 pub(crate) const HAND_OFF_BY: &str = "manual_journal";
 
+/// The item of `table` whose partition key `pk` is `value`, read strongly consistent (`op` names
+/// it in an error: `GetItem(op)`).
+pub(crate) async fn get_consistent(
+    client: &Client,
+    table: &str,
+    pk: &str,
+    value: &str,
+    op: &str,
+) -> StoreResult<Option<Item>> {
+    let out = client
+        .get_item()
+        .table_name(table)
+        .key(pk, s(value))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| store_error(&format!("GetItem({op})"), e))?;
+    Ok(out.item)
+}
+
 /// All items of a table, following pagination; `pk` filters on the partition key when given.
 pub async fn scan_all(client: &Client, table: &str, pk: Option<(&str, &str)>) -> StoreResult<Vec<Item>> {
     let mut items = Vec::new();

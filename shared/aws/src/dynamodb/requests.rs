@@ -78,16 +78,11 @@ impl ApprovalRequests for DynamoEnvelopeStore {
     }
 
     async fn get_request(&self, id: &str) -> StoreResult<Option<ApprovalRequest>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::ENVELOPE_PK, s(key(id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem(approval request)", e))?;
-        out.item().map(request_of).transpose()
+        self.item(&key(id), "approval request")
+            .await?
+            .as_ref()
+            .map(request_of)
+            .transpose()
     }
 
     async fn list_requests(&self, cursor: Option<String>, limit: usize) -> StoreResult<RequestPage> {

@@ -11,7 +11,6 @@ use recon_core::resources::{exception_period_shard, indexes, keys};
 use super::{DynamoAuditLog, chained_from};
 use crate::dynamodb::backfill::{Unindexed, index_unindexed};
 use crate::dynamodb::{query_period, s};
-use crate::error::store_error;
 use crate::item::{Item, get_s};
 
 /// The index entry of a record a reconciliation reads (none for the others).
@@ -37,17 +36,9 @@ impl RecordsOfPeriod for DynamoAuditLog {
     }
 
     async fn record(&self, audit_id: &str) -> StoreResult<Option<AuditRecord>> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(keys::AUDIT_PK, s(audit_id))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_error("GetItem(audit record)", e))?;
-        Ok(out
-            .item
+        Ok(self
+            .item(audit_id, "audit record")
+            .await?
             .as_ref()
             .map(chained_from)
             .filter(|c| is_chain(&c.chain))
