@@ -93,7 +93,6 @@ where
             sent: 0,
             pinned: None,
             canaries: std::collections::BTreeMap::new(),
-            unmarked: Vec::new(),
         };
         if let Err(why) = self.reinjection(&preview, &e, edit.body.clone()) {
             return Err(Refused(format!("the edited message could never be sent: {why}")).into());
@@ -171,7 +170,6 @@ where
             sent: 0,
             pinned: None,
             canaries: std::collections::BTreeMap::new(),
-            unmarked: Vec::new(),
         };
         let mut report = ReplayReport {
             replay_id: run.replay_id.clone(),

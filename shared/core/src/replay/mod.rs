@@ -145,9 +145,6 @@ struct Run<'a> {
     pinned: Option<(&'a str, &'a BTreeMap<String, String>)>,
     /// The scheduled sweep's canary, per group (`sweep_canary`).
     canaries: BTreeMap<String, sweep_canary::GroupGate>,
-    /// Copies the last chunk sent, not marked yet: the next chunk's sends overlap their marks;
-    /// the page marks its last before it ends (the run, if an error stopped the page).
-    unmarked: Vec<(crate::domain::DlqEnvelope, Result<String, String>)>,
 }
 
 /// A replay id unique to this run: the wall-clock instant and the monotonic reading, to the
@@ -239,7 +236,6 @@ where
             sent: 0,
             pinned,
             canaries: BTreeMap::new(),
-            unmarked: Vec::new(),
         };
         let mut report = ReplayReport {
             replay_id: run.replay_id.clone(),
@@ -261,10 +257,6 @@ where
         } else {
             self.by_ids(&mut run, &mut report).await
         };
-        // Whatever stopped the selection (an error stops a page before it marks its last chunk),
-        // what was sent is marked.
-        let marked = self.mark_unmarked(&mut run, &mut report).await;
-        let selected = selected.and(marked);
         if let Err(e) = &selected {
             tracing::error!(replay_id = %run.replay_id, error = %e, "replay stopped early");
         }

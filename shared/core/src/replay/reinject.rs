@@ -123,18 +123,18 @@ where
     /// the originals in batches SQS accepts (ten entries, 1 MiB in all). Meanwhile the copies the
     /// chunk before sent are marked (the queue and the envelope store are different services, so
     /// a chunk's sends cost no wall time of their own, and no wait for the rate limit delays a
-    /// mark); this chunk's copies are marked with the next chunk of the page, or by
-    /// [`Replayer::mark_unmarked`] when the page ends. A store failing on one envelope skips that
-    /// envelope (its lease, if it was claimed, lets the next sweep take it over); it does not stop
-    /// the rest. `Ok(false)`: the rate limit could not be had (nothing of the chunk claimed); the
-    /// sweep stops.
-    pub(super) async fn reinject(
+    /// mark). Returns this chunk's copies, for the page to mark with its next chunk, or by
+    /// [`Replayer::mark_sent`] when it ends (even after an error). A store failing on one envelope
+    /// skips that envelope (its lease, if it was claimed, lets the next sweep take it over); it
+    /// does not stop the rest. `Ok(false)`: the rate limit could not be had (nothing of the chunk
+    /// claimed); the sweep stops.
+    pub(super) async fn reinject<'c>(
         &self,
         run: &mut Run<'_>,
-        chunk: &[DlqEnvelope],
+        chunk: &'c [DlqEnvelope],
+        unmarked: Unmarked<'c>,
         report: &mut ReplayReport,
-    ) -> FlowResult<bool> {
-        let unmarked = std::mem::take(&mut run.unmarked);
+    ) -> (Unmarked<'c>, FlowResult<bool>) {
         let shared: &Run<'_> = run;
         let sending = async {
             // Before any claim: no lease runs out while waiting for the limit, and an envelope
@@ -150,23 +150,25 @@ where
             Err(err) => {
                 report.skip_all(chunk, &format!("not claimed: {err}"));
                 report.stopped = Some(format!("the replay rate limit: {err}"));
-                return marked.map(|()| false);
+                return (Vec::new(), marked.map(|()| false));
             }
         };
         run.sent += chunk.len() as u64;
         let sent = report_all(report, sending.settled);
-        run.unmarked = sending.sent.into_iter().map(|(e, r)| (e.clone(), r)).collect();
         if let Some(stopped) = sending.stopped {
             report.stopped = Some(stopped);
         }
-        marked.and(sent).map(|()| true)
+        (sending.sent, marked.and(sent).map(|()| true))
     }
 
-    /// Mark what the last chunk sent (see [`Replayer::reinject`]): every page ends with this (and
-    /// the run, after an error that stopped a page).
-    pub(super) async fn mark_unmarked(&self, run: &mut Run<'_>, report: &mut ReplayReport) -> FlowResult<()> {
-        let unmarked = std::mem::take(&mut run.unmarked);
-        report_all(report, self.mark(run, unmarked).await)
+    /// Mark what a page's last chunk sent (see [`Replayer::reinject`]).
+    pub(super) async fn mark_sent(
+        &self,
+        run: &Run<'_>,
+        sent: Unmarked<'_>,
+        report: &mut ReplayReport,
+    ) -> FlowResult<()> {
+        report_all(report, self.mark(run, sent).await)
     }
 
     /// Claim the chunk, re-check gate 2 under the claims, send the originals: the items of those
@@ -257,12 +259,11 @@ where
 
     /// Mark `sent` (REPLAYED, or released when the queue refused the copy), then publish the
     /// records left in the outbox together: the items in order, and an error that stops the run.
-    async fn mark(&self, run: &Run<'_>, sent: Vec<(DlqEnvelope, Result<String, String>)>) -> Reported {
+    async fn mark(&self, run: &Run<'_>, sent: Unmarked<'_>) -> Reported {
         if sent.is_empty() {
             return (Vec::new(), Ok(()));
         }
-        let (envelopes, results): (Vec<&DlqEnvelope>, Vec<Result<String, String>>) =
-            sent.iter().map(|(e, r)| (e, r.clone())).unzip();
+        let (envelopes, results): (Vec<&DlqEnvelope>, Vec<Result<String, String>>) = sent.into_iter().unzip();
         let recorded = self.record_sends(run, envelopes, results.into_iter()).await;
         let (mut items, mut records, mut outcome) = (Vec::new(), Vec::new(), Ok(()));
         for (e, r) in recorded {
@@ -399,9 +400,13 @@ fn report_all(report: &mut ReplayReport, (items, outcome): Reported) -> FlowResu
 /// the run), and each copy sent (or refused by the queue), to mark.
 struct Sending<'c> {
     settled: Reported,
-    sent: Vec<(&'c DlqEnvelope, Result<String, String>)>,
+    sent: Unmarked<'c>,
     stopped: Option<String>,
 }
+
+/// Copies sent, not marked yet: each envelope with the queue's answer (its SQS message id, or why
+/// the send failed).
+pub(super) type Unmarked<'c> = Vec<(&'c DlqEnvelope, Result<String, String>)>;
 
 /// A copy sent: its SQS message id and the audit record of its re-injection.
 type SentCopy = (String, AuditRecord);

@@ -200,6 +200,8 @@ where
             to_send
         };
         let mut halted = false;
+        // What the chunk before sent, marked while the next is sent; an error stops the page.
+        let (mut unmarked, mut stop) = (Vec::new(), Ok(()));
         for chunk in to_send.chunks(self.chunk_size()) {
             if halted {
                 report.skip_all(chunk, "not claimed: the replay rate limit");
@@ -210,7 +212,13 @@ where
                 report.stopped = Some(OUT_OF_TIME.into());
                 continue;
             }
-            let depth = self.queue.visible_depth().await?;
+            let depth = match self.queue.visible_depth().await {
+                Ok(depth) => depth,
+                Err(err) => {
+                    stop = Err(err.into());
+                    break;
+                }
+            };
             if depth > self.config.main_queue_high_water {
                 report.skip_all(chunk, &format!("back-pressure: main queue holds {depth} messages"));
                 report.stopped = Some(format!(
@@ -219,11 +227,20 @@ where
                 ));
                 continue;
             }
-            halted = !self.reinject(run, chunk, report).await?;
+            let (sent, go) = self.reinject(run, chunk, std::mem::take(&mut unmarked), report).await;
+            unmarked = sent;
+            match go {
+                Ok(go) => halted = !go,
+                Err(err) => {
+                    stop = Err(err);
+                    break;
+                }
+            }
         }
         // What the page's last chunk sent is marked before anything else (the next page's read,
-        // its gates, its settlements).
-        self.mark_unmarked(run, report).await?;
+        // its gates, its settlements), whatever stopped the page.
+        let marked = self.mark_sent(run, unmarked, report).await;
+        stop.and(marked)?;
         if let Some(progress) = &self.progress {
             progress(report);
         }
