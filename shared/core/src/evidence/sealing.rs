@@ -20,8 +20,8 @@ pub struct SealingAuditLog<A, W> {
 impl<A: AuditLog, W: Worm> SealingAuditLog<A, W> {
     /// Seal when one of the records was linked at a multiple of `every_records` (one seal
     /// covers every chain, so one is enough for several such records).
-    async fn seal_at(&self, linked: &[Option<u64>]) {
-        let due = self.every_records > 0 && linked.iter().flatten().any(|seq| seq % self.every_records == 0);
+    async fn seal_at(&self, linked: impl IntoIterator<Item = u64>) {
+        let due = self.every_records > 0 && linked.into_iter().any(|seq| seq % self.every_records == 0);
         if due {
             // The records are in the trail either way: a seal that fails here is the seal
             // schedule's to write, and verify reports the tail until one is.
@@ -36,18 +36,17 @@ impl<A: AuditLog, W: Worm> SealingAuditLog<A, W> {
 impl<A: AuditLog, W: Worm> AuditLog for SealingAuditLog<A, W> {
     async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
         let linked = self.log.append(record).await?;
-        self.seal_at(&[linked]).await;
+        self.seal_at(linked).await;
         Ok(linked)
     }
     async fn append_many(&self, records: &[AuditRecord]) -> StoreResult<Vec<Option<u64>>> {
         let linked = self.log.append_many(records).await?;
-        self.seal_at(&linked).await;
+        self.seal_at(linked.iter().flatten().copied()).await;
         Ok(linked)
     }
     async fn linked_elsewhere(&self, seqs: &[u64]) {
         self.log.linked_elsewhere(seqs).await;
-        let linked: Vec<Option<u64>> = seqs.iter().copied().map(Some).collect();
-        self.seal_at(&linked).await;
+        self.seal_at(seqs.iter().copied()).await;
     }
     async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {
         self.log.chain(chain).await

@@ -128,10 +128,6 @@ impl Settled {
     pub fn in_outbox(settled: bool) -> Self {
         if settled { Settled::InOutbox } else { Settled::ClaimLost }
     }
-
-    pub fn settled(self) -> bool {
-        self != Settled::ClaimLost
-    }
 }
 
 /// One envelope's settlement in [`EnvelopeStore::finish_many`]: what [`EnvelopeStore::finish`]
