@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 
-.PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-cold-start local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
+.PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -23,6 +23,7 @@ test: local-stack tools
 	$(MAKE) --no-print-directory fuzz-ci
 	$(MAKE) --no-print-directory bench-e2e-ci
 	$(MAKE) --no-print-directory bench-evidence-ci
+	$(MAKE) --no-print-directory bench-memory-ci
 	$(MAKE) --no-print-directory infra-check
 	infra/smoke.sh
 
@@ -170,6 +171,29 @@ bench-cold-start: local-up
 	@mkdir -p .local-aws
 	$(DLQCTL) env > .local-aws/cold-start.env
 	python3 bench/cold_start.py --env-file .local-aws/cold-start.env --runs $(or $(RUNS),10) $(COLD_START)
+
+## bench-memory: each function under the CPU share Lambda gives each memory size (MEMORY, in MB; a
+## CPU cgroup, so root or a delegated cgroup): init, then WARM invocations per process (fresh
+## batches of ten for the consumer and the enricher), their p50 and p99, peak memory
+MEMORY ?= 128,256,512,1024,1769
+bench-memory: local-up
+	$(CARGO) build --release --quiet --bin consumer --bin enricher --bin replay --bin reference-audit
+	@mkdir -p .local-aws
+	$(DLQCTL) env > .local-aws/cold-start.env
+	python3 bench/cold_start.py --env-file .local-aws/cold-start.env --runs $(or $(RUNS),3) \
+	  --warm $(or $(WARM),50) --memory $(MEMORY) $(COLD_START)
+
+## bench-memory-ci: the harness of bench-cold-start and bench-memory runs (debug builds, a
+## deployment of its own, one cold start and three warm invocations of each function; under one
+## vCPU's share where this machine lets a process's CPU be limited). Figures, not checks.
+bench-memory-ci: local-stack
+	$(CARGO) build --quiet -p consumer -p enricher -p replay -p reference-audit
+	@mkdir -p .local-aws
+	$(DLQCTL) --prefix bench-memory-ci setup > /dev/null
+	$(DLQCTL) --prefix bench-memory-ci env > .local-aws/bench-memory-ci.env
+	limit=$$(python3 bench/cold_start.py --can-limit-cpu > /dev/null && echo "--memory 1769"); \
+	python3 bench/cold_start.py --env-file .local-aws/bench-memory-ci.env --runs 1 --warm 3 $$limit \
+	  $(subst target/release/,target/debug/,$(COLD_START))
 
 ## bench-evidence: reconcile (one period, the whole history; one segment, several) and evidence
 ## export as their own processes, timed with their peak memory, over POSTINGS postings (default
