@@ -231,9 +231,13 @@ def names_from_the_template(tpl, spec):
             actual = outputs.get(name, {}).get("Value")
             if actual != value:
                 errors.append(f"output {name} is {actual!r}; make deploy-code reads it as {value!r}")
-        timeout = res.get(f["logical_id"], {}).get("Properties", {}).get("Timeout")
+        props = res.get(f["logical_id"], {}).get("Properties", {})
+        timeout = props.get("Timeout")
         if timeout != f["timeout_secs"]:
             errors.append(f"{f['logical_id']} Timeout is {timeout!r}; the code (and make deploy-code) say {f['timeout_secs']}")
+        memory = props.get("MemorySize", tpl.get("Globals", {}).get("Function", {}).get("MemorySize"))
+        if memory != f["memory_mb"]:
+            errors.append(f"{f['logical_id']} MemorySize is {memory!r}; the code (and make deploy-code) say {f['memory_mb']}")
     for name, value in sorted(spec["outputs"].items()):
         actual = outputs.get(name, {}).get("Value")
         if actual != value:
@@ -421,6 +425,7 @@ def mutations(tpl):
         mutate(lambda t: t["Parameters"]["MaxReceiveCount"].__setitem__("Default", t["Parameters"]["MaxReceiveCount"]["Default"] + 1), "maxReceiveCount default"),
         mutate(lambda t: res(t)["MainQueue"]["Properties"].__setitem__("VisibilityTimeout", 60), "main queue visibility"),
         mutate(lambda t: res(t)["EnricherFunction"]["Properties"].__setitem__("Timeout", 120), "enricher timeout"),
+        mutate(lambda t: res(t)["ConsumerFunction"]["Properties"].pop("MemorySize"), "the consumer's memory size left to the default"),
         mutate(lambda t: res(t)["DeadLetterQueue"]["Properties"].__setitem__("MessageRetentionPeriod", 345600), "DLQ retention"),
         mutate(lambda t: res(t)["EnvelopeTable"]["Properties"]["GlobalSecondaryIndexes"].pop(), "an index dropped"),
         mutate(lambda t: res(t)["DedupTable"]["Properties"]["TimeToLiveSpecification"].__setitem__("AttributeName", "ttl"), "TTL attribute"),

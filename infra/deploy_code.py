@@ -36,7 +36,6 @@ def plan(template_path, spec, outputs, mode):
     tpl, matches = decode(template_path)
     if tpl is None:
         raise SystemExit(f"cannot read {template_path}: {matches}")
-    memory = tpl["Globals"]["Function"]["MemorySize"]
     tracing = str(tpl["Globals"]["Function"].get("Tracing", "PassThrough")).lower()
     commands, missing = [], []
     for f in spec["functions"]:
@@ -49,7 +48,7 @@ def plan(template_path, spec, outputs, mode):
             "--binary-name", f["binary"],
             "--role", role,
             "--timeout", str(f["timeout_secs"]),
-            "--memory", str(memory),
+            "--memory", str(f["memory_mb"]),
             "--tracing", tracing,
             "--runtime", "provided.al2023",
             # Keep the stack's environment: add nothing, replace nothing.
@@ -109,7 +108,11 @@ def self_test(template_path, spec, url):
     for c, f in zip(commands, spec["functions"]):
         if c[-1] != values[f["function_output"]] or c[c.index("--role") + 1] != values[f["role_output"]]:
             errors.append(f"{f['binary']}: {' '.join(c)}")
-        if c[c.index("--binary-name") + 1] != f["binary"] or c[c.index("--timeout") + 1] != str(f["timeout_secs"]):
+        if (
+            c[c.index("--binary-name") + 1] != f["binary"]
+            or c[c.index("--timeout") + 1] != str(f["timeout_secs"])
+            or c[c.index("--memory") + 1] != str(f["memory_mb"])
+        ):
             errors.append(f"{f['binary']}: {' '.join(c)}")
     if errors:
         print("deploy-code self-test failed:\n  - " + "\n  - ".join(errors))

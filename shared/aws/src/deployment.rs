@@ -233,35 +233,47 @@ fn outputs_spec() -> serde_json::Map<String, serde_json::Value> {
 }
 
 /// The four functions as `make deploy-code` updates them: the binary, the function's logical id,
-/// and the outputs naming the deployed function and its role (the stack is the source of truth).
+/// its timeout and memory size, and the outputs naming the deployed function and its role (the
+/// stack is the source of truth).
 fn functions_spec() -> Vec<serde_json::Value> {
+    use recon_core::resources as r;
     [
         (
             "consumer",
             template::CONSUMER_FUNCTION,
             "ConsumerRole",
             CONSUMER_TIMEOUT,
+            r::CONSUMER_MEMORY_MB,
         ),
         (
             "enricher",
             template::ENRICHER_FUNCTION,
             "EnricherRole",
             ENRICHER_TIMEOUT,
+            r::ENRICHER_MEMORY_MB,
         ),
-        ("replay", template::REPLAY_FUNCTION, "ReplayRole", REPLAY_TIMEOUT),
+        (
+            "replay",
+            template::REPLAY_FUNCTION,
+            "ReplayRole",
+            REPLAY_TIMEOUT,
+            r::REPLAY_MEMORY_MB,
+        ),
         (
             "reference-audit",
             template::REFERENCE_AUDIT_FUNCTION,
             "ReferenceAuditRole",
-            recon_core::resources::REFERENCE_AUDIT_TIMEOUT,
+            r::REFERENCE_AUDIT_TIMEOUT,
+            r::REFERENCE_AUDIT_MEMORY_MB,
         ),
     ]
     .into_iter()
-    .map(|(binary, function, role, timeout)| {
+    .map(|(binary, function, role, timeout, memory_mb)| {
         serde_json::json!({
             "binary": binary,
             "logical_id": function,
             "timeout_secs": timeout.as_secs(),
+            "memory_mb": memory_mb,
             "function_output": function,
             "role_output": role,
             "outputs": {

@@ -27,6 +27,16 @@ pub const DLQ_VISIBILITY: Duration = Duration::from_secs(6 * 60);
 pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(300);
 /// The reference-audit Lambda's timeout (a batch of stream records, one append each).
 pub const REFERENCE_AUDIT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Each function's memory size in MB (the template's `MemorySize`; `make deploy-code` keeps it).
+/// Lambda gives CPU in proportion to memory (1,769 MB is one vCPU), and these functions need far
+/// less memory than any size (peak 13-17 MiB), so the size is chosen for CPU: the smallest that
+/// keeps the p99 duration of back-to-back invocations within 1.5 times what one vCPU gives
+/// (`make bench-memory`; BENCHMARKS.md, "Memory size").
+pub const CONSUMER_MEMORY_MB: u32 = 768;
+pub const ENRICHER_MEMORY_MB: u32 = 512;
+pub const REPLAY_MEMORY_MB: u32 = 1024;
+pub const REFERENCE_AUDIT_MEMORY_MB: u32 = 768;
 /// Main queue keeps messages 4 days (the SQS default); the DLQ keeps them the maximum, 14 days,
 /// so a message can never expire in the DLQ before it expired in the main queue.
 pub const MAIN_QUEUE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
