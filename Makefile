@@ -172,16 +172,17 @@ bench-cold-start: local-up
 	$(DLQCTL) env > .local-aws/cold-start.env
 	python3 bench/cold_start.py --env-file .local-aws/cold-start.env --runs $(or $(RUNS),10) $(COLD_START)
 
-## bench-memory: each function under the CPU share Lambda gives each memory size (MEMORY, in MB; a
-## CPU cgroup, so root or a delegated cgroup): init, then WARM invocations per process (fresh
-## batches of ten for the consumer and the enricher), their p50 and p99, peak memory
-MEMORY ?= 128,256,512,1024,1769
+## bench-memory: each function, built as make build builds it (the lambda-small profile), under
+## the CPU share Lambda gives each memory size (MEMORY, in MB; a CPU cgroup, so a writable cgroup
+## filesystem: root, as a rule): init, then WARM invocations per process back to back (fresh
+## batches of ten for the consumer and the enricher), their p50 and p99, CPU, GB-ms, peak memory
+MEMORY ?= 128,256,512,768,1024,1769
 bench-memory: local-up
-	$(CARGO) build --release --quiet --bin consumer --bin enricher --bin replay --bin reference-audit
+	$(CARGO) build --profile lambda-small --quiet --bin consumer --bin enricher --bin replay --bin reference-audit
 	@mkdir -p .local-aws
 	$(DLQCTL) env > .local-aws/cold-start.env
 	python3 bench/cold_start.py --env-file .local-aws/cold-start.env --runs $(or $(RUNS),3) \
-	  --warm $(or $(WARM),50) --memory $(MEMORY) $(COLD_START)
+	  --warm $(or $(WARM),50) --memory $(MEMORY) $(subst target/release/,target/lambda-small/,$(COLD_START))
 
 ## bench-memory-ci: the harness of bench-cold-start and bench-memory runs (debug builds, a
 ## deployment of its own, one cold start and three warm invocations of each function; under one
@@ -191,8 +192,8 @@ bench-memory-ci: local-stack
 	@mkdir -p .local-aws
 	$(DLQCTL) --prefix bench-memory-ci setup > /dev/null
 	$(DLQCTL) --prefix bench-memory-ci env > .local-aws/bench-memory-ci.env
-	limit=$$(python3 bench/cold_start.py --can-limit-cpu > /dev/null && echo "--memory 1769"); \
-	python3 bench/cold_start.py --env-file .local-aws/bench-memory-ci.env --runs 1 --warm 3 $$limit \
+	limit=$$(python3 bench/cold_start.py --can-limit-cpu && echo "--memory 1769"); \
+	python3 bench/cold_start.py --env-file .local-aws/bench-memory-ci.env --runs 1 --warm 3 --no-sizes $$limit \
 	  $(subst target/release/,target/debug/,$(COLD_START))
 
 ## bench-evidence: reconcile (one period, the whole history; one segment, several) and evidence

@@ -15,12 +15,15 @@ local stack) and AWS_LAMBDA_RUNTIME_API pointing at a runtime API served here, t
 - the CPU time (user and system) the warm invocations used, each on average;
 - peak memory: the process's peak resident set (VmHWM) after its last invocation.
 With `--memory 128,256,...` each size runs in a CPU cgroup whose quota is the share of one CPU
-Lambda gives that size (1,769 MB is one vCPU; `cpu.cfs_quota_us`, or `cpu.max` on cgroup v2),
-and AWS_LAMBDA_FUNCTION_MEMORY_SIZE says it. `--can-limit-cpu` only says whether this machine
-lets it (exit 0) or not (exit 1, with the reason).
+Lambda gives that size (1,769 MB is one vCPU; `cpu.cfs_quota_us`, or `cpu.max` on cgroup v2; a
+shell joins the process to it before exec, so init counts that shell's start too), and
+AWS_LAMBDA_FUNCTION_MEMORY_SIZE says it. This needs a writable cgroup filesystem (root, as a
+rule): `--can-limit-cpu` says whether this machine lets it (exit 0) or not (exit 1, and why).
 Figures, not assertions; a function that reports an init error or an invocation error fails the run.
 
-    python3 bench/cold_start.py --env-file FILE [--runs N] [--warm K] [--memory MB,...] BINARY[=EVENT] ...
+    python3 bench/cold_start.py --env-file FILE [--runs N] [--warm K] [--memory MB,...] [--no-sizes] BINARY=EVENT ...
+    python3 bench/cold_start.py --can-limit-cpu
+(bench/cpu_share.sh runs any other command under a size's CPU share.)
 """
 
 import argparse
@@ -31,6 +34,7 @@ import math
 import os
 import statistics
 import subprocess
+import sys
 import threading
 import time
 import zipfile
@@ -126,19 +130,28 @@ def peak_rss_kib(pid: int) -> int:
     return 0
 
 
+def in_cgroup(procs_file, command: list) -> list:
+    """`command`, started so that it runs in the cgroup of `procs_file` from its first instruction
+    (a shell joins it, then execs the command: no Python runs between fork and exec)."""
+    if not procs_file:
+        return command
+    return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procs_file] + command
+
+
 def one_run(binary: str, events: list, env: dict, server_box: list, procs_file) -> dict:
     rt = Runtime(events)
     server_box[0] = rt
-    # Into the CPU cgroup before exec, so init runs under the share too.
-    join = (lambda: _write(procs_file, str(os.getpid()))) if procs_file else None
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [binary], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=join
+        in_cgroup(procs_file, [binary]), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     rt.pid = proc.pid
     try:
-        if not rt.done.wait(60 + 5 * len(events)):
-            raise SystemExit(f"{binary}: {len(rt.answered)} of {len(events)} events answered in time")
+        limit = time.monotonic() + 60 + 5 * len(events)
+        while not rt.done.wait(0.2):
+            if proc.poll() is not None or time.monotonic() > limit:
+                why = f"exited ({proc.returncode})" if proc.returncode is not None else "timed out"
+                raise SystemExit(f"{binary}: {why} after {len(rt.answered)} of {len(events)} events")
         if rt.error:
             raise SystemExit(f"{binary}: {rt.error}")
         for answer in rt.answers:
@@ -160,7 +173,9 @@ def one_run(binary: str, events: list, env: dict, server_box: list, procs_file) 
         "first_ms": took[0],
         "warm_ms": took[1:],
         # CPU the warm invocations used, each on average (the clock's ticks: 10 ms, so averaged).
-        "warm_cpu_ms": (cpu_end - rt.cpu_after_first) * 1000 / (len(took) - 1) if len(took) > 1 else None,
+        "warm_cpu_ms": (cpu_end - rt.cpu_after_first) * 1000 / (len(took) - 1)
+        if len(took) > 1 and rt.cpu_after_first is not None
+        else None,
         "peak_mib": peak / 1024,
     }
 
@@ -176,46 +191,63 @@ PERIOD_US = 100_000
 
 
 def cpu_cgroup(memory_mb: int):
-    """A CPU cgroup holding the share of one CPU that `memory_mb` gets on Lambda: its directory
-    and procs file. Raises OSError (with the reason) where this machine does not let us make one."""
+    """A CPU cgroup (named for this run) holding the share of one CPU that `memory_mb` gets on
+    Lambda: its directory and procs file. Raises OSError, with the reason, where this machine does
+    not let us make one (it needs a writable cgroup filesystem: root, as a rule)."""
     quota = max(1000, PERIOD_US * memory_mb // ONE_VCPU_MB)
+    name = f"recon-bench-{os.getpid()}-{memory_mb}"
     v1 = "/sys/fs/cgroup/cpu"
     if os.path.isfile(f"{v1}/cpu.cfs_quota_us"):
-        d = f"{v1}/recon-bench-{memory_mb}"
+        d = f"{v1}/{name}"
         limits = [("cpu.cfs_period_us", str(PERIOD_US)), ("cpu.cfs_quota_us", str(quota))]
-    else:
-        with open("/sys/fs/cgroup/cgroup.controllers") as f:
+    elif os.path.isfile("/sys/fs/cgroup/cgroup.subtree_control"):
+        with open("/sys/fs/cgroup/cgroup.subtree_control") as f:
             if "cpu" not in f.read().split():
-                raise OSError("cgroup v2 without its cpu controller")
-        d = f"/sys/fs/cgroup/recon-bench-{memory_mb}"
+                raise OSError("cgroup v2 with its cpu controller not enabled for children "
+                              "(echo +cpu > /sys/fs/cgroup/cgroup.subtree_control, as root)")
+        d = f"/sys/fs/cgroup/{name}"
         limits = [("cpu.max", f"{quota} {PERIOD_US}")]
-    os.makedirs(d, exist_ok=True)
+    else:
+        raise OSError("no cgroup cpu controller mounted")
+    os.makedirs(d)
     try:
-        for name, value in limits:
-            _write(f"{d}/{name}", value)
+        for file, value in limits:
+            _write(f"{d}/{file}", value)
     except OSError:
         os.rmdir(d)
         raise
     return d, f"{d}/cgroup.procs"
 
 
-def can_limit_cpu() -> int:
+def remove_cgroup(d: str):
     try:
-        d, _ = cpu_cgroup(ONE_VCPU_MB)
         os.rmdir(d)
-    except OSError as e:
-        print(f"cannot limit a process's CPU share here: {e}")
+    except OSError:
+        pass  # a process still in it, or gone already
+
+
+def can_limit_cpu() -> int:
+    """Exit status 0 when a process can be started under a CPU share here, 1 (and why) if not."""
+    try:
+        d, procs = cpu_cgroup(ONE_VCPU_MB)
+        try:
+            subprocess.run(in_cgroup(procs, ["true"]), check=True, stderr=subprocess.PIPE)
+        finally:
+            remove_cgroup(d)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"cannot limit a process's CPU share here: {e}", file=sys.stderr)
         return 1
-    print("a process's CPU share can be limited here")
+    print("a process's CPU share can be limited here", file=sys.stderr)
     return 0
 
 
 def canonical_hash(f: dict) -> str:
-    """The canonical source_hash (README) of ASCII fields already in canonical form."""
-    text = "recon-source-hash/v1;" + "".join(
-        f"{k}={len(f[k].encode())}:{f[k]};"
-        for k in ("ledger_entity", "external_ref", "counterparty", "value_date", "currency", "amount")
-    )
+    """The canonical source_hash (README) of ASCII fields whose amount is canonical already (the
+    entity and the currency are upper-cased, an absent counterparty is empty)."""
+    v = {k: str(f.get(k) or "") for k in ("ledger_entity", "external_ref", "counterparty", "value_date", "currency", "amount")}
+    v["ledger_entity"], v["currency"] = v["ledger_entity"].upper(), v["currency"].upper()
+    v["external_ref"], v["counterparty"] = v["external_ref"].strip(" "), v["counterparty"].strip(" ")
+    text = "recon-source-hash/v1;" + "".join(f"{k}={len(x.encode())}:{x};" for k, x in v.items())
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -261,8 +293,9 @@ def events_for(name: str, template: bytes, warm: int, tag: str) -> list:
 
 
 def quantile(xs: list, q: float) -> float:
+    """The nearest-rank quantile: the smallest value with at least q of them at or below it."""
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, int(round(q * len(xs))) - 1))] if xs else float("nan")
+    return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))] if xs else float("nan")
 
 
 def main():
@@ -272,12 +305,13 @@ def main():
     p.add_argument("--warm", type=int, default=0, help="invocations after the first, per process")
     p.add_argument("--memory", default="", help="Lambda memory sizes in MB, comma-separated")
     p.add_argument("--can-limit-cpu", action="store_true")
+    p.add_argument("--no-sizes", action="store_true", help="leave out the binary and zip sizes")
     p.add_argument("binaries", nargs="*", help="BINARY=EVENT_FILE")
     args = p.parse_args()
     if args.can_limit_cpu:
         raise SystemExit(can_limit_cpu())
-    if not args.env_file or not args.binaries:
-        p.error("--env-file and at least one BINARY=EVENT_FILE are needed")
+    if not args.env_file or not args.binaries or args.runs < 1:
+        p.error("--env-file, --runs of at least 1 and at least one BINARY=EVENT_FILE are needed")
     memories = [int(m) for m in args.memory.split(",") if m.strip()]
     env = dict(os.environ)
     with open(args.env_file) as f:
@@ -290,35 +324,37 @@ def main():
     server = serve(lambda: box[0])
     env["AWS_LAMBDA_RUNTIME_API"] = f"127.0.0.1:{server.server_address[1]}"
     env.setdefault("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-    limits = [(m, cpu_cgroup(m)) for m in memories] or [(None, None)]
     print(
         f"{args.runs} cold starts each, {args.warm} warm invocations after each, mock runtime API "
         "on loopback, the local stack behind it"
         + (f"; CPU share of one core as Lambda gives {args.memory} MB" if memories else "")
     )
     stamp = f"{int(time.time())}"
+    limits = []
     try:
+        for m in memories:
+            try:
+                limits.append((m, cpu_cgroup(m)))
+            except OSError as e:
+                raise SystemExit(f"cannot limit a process's CPU share here ({e}): run as root, or leave out --memory")
         for spec in args.binaries:
             binary, event_file = spec.split("=", 1)
             name = os.path.basename(binary)
             env["AWS_LAMBDA_FUNCTION_NAME"] = f"bench-{name}"
             with open(event_file, "rb") as f:
                 template = f.read()
-            for memory, cgroup in limits:
+            for memory, cgroup in limits or [(None, None)]:
                 env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = str(memory or 256)
                 runs = []
                 for r in range(args.runs):
                     events = events_for(name, template, args.warm, f"{stamp}-{memory}-{r}")
                     runs.append(one_run(binary, events, env, box, cgroup[1] if cgroup else None))
-                report(name, memory, binary, runs, sizes=memory is None or memory == memories[0])
+                first = memory is None or memory == memories[0]
+                report(name, memory, binary, runs, sizes=first and not args.no_sizes)
     finally:
         server.shutdown()
         for _, cgroup in limits:
-            if cgroup:
-                try:
-                    os.rmdir(cgroup[0])
-                except OSError:
-                    pass
+            remove_cgroup(cgroup[0])
 
 
 def report(name: str, memory, binary: str, runs: list, sizes: bool):
