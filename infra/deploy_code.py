@@ -1,8 +1,11 @@
 """The fast path: new code for the four functions of an existing stack, with cargo lambda deploy.
 
 The SAM stack owns every resource; this only replaces each function's code, keeping the role,
-environment, timeout, memory and tracing the stack gave it (read from the stack's outputs and the
-template, never guessed). Run `make build` first (cargo lambda build --arm64, optimised for size).
+environment, timeout, memory and tracing the stack gave it (names from the stack's outputs, the
+timeout and the memory size from the code's spec, which `make infra-check` holds equal to the
+template's, tracing from the template: never guessed). It refuses when a deployed function lacks
+a variable the new code requires, or has another memory size than the code's: those change with
+the template (make deploy), not with the code. Run `make build` first (cargo lambda build --arm64, optimised for size).
 
 Usage:
     python infra/deploy_code.py TEMPLATE SPEC_JSON STACK [--dry | --plan]
@@ -60,9 +63,10 @@ def plan(template_path, spec, outputs, mode):
     return commands, missing
 
 
-def environment_gaps(spec, outputs):
-    """The variables the new code requires that a deployed function does not have: deploying
-    would leave it unable to start (the stack, updated by make deploy, sets them)."""
+def configuration_gaps(spec, outputs):
+    """What the template gives the new code that a deployed function does not have: a variable
+    it requires (deploying would leave it unable to start) or its memory size (deploying would
+    change it behind CloudFormation's back). make deploy sets both."""
     import boto3
 
     lam = boto3.client("lambda")
@@ -71,10 +75,13 @@ def environment_gaps(spec, outputs):
         name = outputs.get(f["function_output"])
         if not name:
             continue
-        env = lam.get_function_configuration(FunctionName=name).get("Environment", {}).get("Variables", {})
+        config = lam.get_function_configuration(FunctionName=name)
+        env = config.get("Environment", {}).get("Variables", {})
         missing = sorted(v for v in spec["function_env"].get(f["logical_id"], {}) if v not in env)
         if missing:
             gaps.append(f"{name} lacks {', '.join(missing)}")
+        if config.get("MemorySize") != f["memory_mb"]:
+            gaps.append(f"{name} has {config.get('MemorySize')} MB, the template {f['memory_mb']}")
     return gaps
 
 
@@ -137,9 +144,9 @@ def main():
         print(f"stack {args[2]} lacks the outputs {', '.join(missing)}: deploy this version's template (make deploy) first",
               file=sys.stderr)
         return 1
-    gaps = environment_gaps(spec, outputs)
+    gaps = configuration_gaps(spec, outputs)
     if gaps:
-        print("this code needs variables the deployed functions lack (" + "; ".join(gaps)
+        print("this version's template configures the functions otherwise than the stack does (" + "; ".join(gaps)
               + "): deploy this version's template (make deploy), not just its code", file=sys.stderr)
         return 1
     for c in commands:
