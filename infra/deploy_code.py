@@ -5,7 +5,8 @@ environment, timeout, memory and tracing the stack gave it (names from the stack
 timeout and the memory size from the code's spec, which `make infra-check` holds equal to the
 template's, tracing from the template: never guessed). It refuses when a deployed function lacks
 a variable the new code requires, or has another memory size than the code's: those change with
-the template (make deploy), not with the code. Run `make build` first (cargo lambda build --arm64, optimised for size).
+the template (make deploy), not with the code. Run `make build` first (cargo lambda build
+--arm64, optimised for size).
 
 Usage:
     python infra/deploy_code.py TEMPLATE SPEC_JSON STACK [--dry | --plan]

@@ -30,7 +30,7 @@ pub const REFERENCE_AUDIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Each function's memory size in MB (the template's `MemorySize`; `make deploy-code` keeps it).
 /// Lambda gives CPU in proportion to memory (1,769 MB is one vCPU), and these functions need far
-/// less memory than any size (peak 9-11 MiB), so the size is chosen for CPU (`make bench-memory`;
+/// less memory than any size (peak 8.5-11.3 MiB), so the size is chosen for CPU (`make bench-memory`;
 /// BENCHMARKS.md, "Memory size"): the smallest whose p99 over invocations back to back stays
 /// within 1.5 times, or 5 ms of, what one vCPU gives.
 pub const CONSUMER_MEMORY_MB: u32 = 768;
@@ -39,6 +39,7 @@ pub const ENRICHER_MEMORY_MB: u32 = 512;
 /// bound by CPU: a period's read is as fast at 1024 MB as at one vCPU, 3.5 times slower at 256.
 pub const REPLAY_MEMORY_MB: u32 = 1024;
 pub const REFERENCE_AUDIT_MEMORY_MB: u32 = 768;
+
 /// Main queue keeps messages 4 days (the SQS default); the DLQ keeps them the maximum, 14 days,
 /// so a message can never expire in the DLQ before it expired in the main queue.
 pub const MAIN_QUEUE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
