@@ -153,7 +153,7 @@ async fn a_rate_below_a_batch_is_kept_too() {
 #[tokio::test]
 async fn records_linked_while_another_writer_moves_the_heads_are_each_in_the_trail_once() {
     use futures::StreamExt;
-    use recon_core::domain::{AuditRecord, ReplayClaim, ReplayRecord, StatusChange};
+    use recon_core::domain::{AuditRecord, ReplayRecord, StatusChange};
     use recon_core::ports::{AuditLog, Backlog, EnvelopeStore, Finish, Settled};
     let s = TestStack::new("linked-busy").await;
     let trail = s.audit_log();
@@ -172,13 +172,7 @@ async fn records_linked_while_another_writer_moves_the_heads_are_each_in_the_tra
         store.create(&e).await.expect("create");
         envelopes.push(e);
     }
-    let claim = ReplayClaim {
-        replay_id: "ours".into(),
-        triggered_by: "test".into(),
-        reason: "busy trail".into(),
-        claimed_at: now,
-        lease_until: now + chrono::Duration::minutes(5),
-    };
+    let claim = recon_testkit::builders::claim("ours", "busy trail", now, chrono::Duration::minutes(5));
     let asked: Vec<_> = envelopes.iter().collect();
     let claimed = store
         .claim_many(&asked, &claim, now, &change(EnvelopeStatus::Replaying))

@@ -164,6 +164,17 @@ pub fn envelope(id: &str) -> DlqEnvelope {
     e
 }
 
+/// A replay's claim on envelopes, by `replay_id` for `reason`, from `at` for `lease`.
+pub fn claim(replay_id: &str, reason: &str, at: DateTime<Utc>, lease: chrono::Duration) -> ReplayClaim {
+    ReplayClaim {
+        replay_id: replay_id.into(),
+        triggered_by: "test".into(),
+        reason: reason.into(),
+        claimed_at: at,
+        lease_until: at + lease,
+    }
+}
+
 /// Settle a PENDING envelope in `status` by hand, the only way the life cycle allows: claimed by
 /// a replay "by-hand", then finished. Panics when the store refuses.
 pub async fn settle_by_hand<S: EnvelopeStore>(store: &S, envelope_id: &str, status: EnvelopeStatus) {
@@ -175,13 +186,7 @@ pub async fn settle_by_hand<S: EnvelopeStore>(store: &S, envelope_id: &str, stat
         reason: "by hand".into(),
         manual_journal: false,
     };
-    let claim = ReplayClaim {
-        replay_id: "by-hand".into(),
-        triggered_by: "test".into(),
-        reason: "by hand".into(),
-        claimed_at: at,
-        lease_until: at + chrono::Duration::minutes(5),
-    };
+    let claim = claim("by-hand", "by hand", at, chrono::Duration::minutes(5));
     let record = ReplayRecord {
         replay_id: "by-hand".into(),
         triggered_by: "test".into(),

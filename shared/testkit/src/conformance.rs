@@ -3,7 +3,7 @@
 //! the behaviour, so the two cannot drift apart.
 
 use recon_core::domain::status::IllegalTransition;
-use recon_core::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, StatusChange};
+use recon_core::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, StatusChange};
 use recon_core::ports::{
     AuditLog, Backlog, CreateOutcome, EnvelopeStore, EnvelopesOfPeriod, FlowError, RecordsOfPeriod,
 };
@@ -39,13 +39,7 @@ pub async fn envelope_store_keeps_the_life_cycle<S: EnvelopeStore + Backlog>(sto
 
     // A claim whose history entry would say anything but REPLAYING is refused before writing.
     let now = builders::now();
-    let claim = ReplayClaim {
-        replay_id: "illegal".into(),
-        triggered_by: "test".into(),
-        reason: "conformance".into(),
-        claimed_at: now,
-        lease_until: now + chrono::Duration::minutes(5),
-    };
+    let claim = builders::claim("illegal", "conformance", now, chrono::Duration::minutes(5));
     let skip_the_claim = StatusChange {
         status: EnvelopeStatus::Quarantined,
         at: now,

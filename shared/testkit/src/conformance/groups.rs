@@ -12,13 +12,7 @@ use std::collections::BTreeSet;
 use crate::builders::{self, settle_by_hand};
 
 fn claim_by(replay_id: &str, now: DateTime<Utc>, lease: Duration) -> ReplayClaim {
-    ReplayClaim {
-        replay_id: replay_id.into(),
-        triggered_by: "test".into(),
-        reason: "conformance".into(),
-        claimed_at: now,
-        lease_until: now + lease,
-    }
+    builders::claim(replay_id, "conformance", now, lease)
 }
 
 fn change(status: EnvelopeStatus, at: DateTime<Utc>) -> StatusChange {
