@@ -2,6 +2,12 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
+# `make test`'s checks run debug binaries of one build: the workspace with its tests, the feature
+# set `cargo test --workspace` resolves. A build of one package (`cargo run -p dlqctl`) resolves
+# other features and compiles the AWS SDK again, a gigabyte of disk each time (what a CI machine
+# has runs out); so the checks below build with BUILD_TESTED and run what it left in TESTED.
+BUILD_TESTED := $(CARGO) build --quiet --workspace --bins --tests
+TESTED := $(or $(CARGO_TARGET_DIR),target)/debug
 
 .PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
 
@@ -17,6 +23,7 @@ BENCH_VENV := .local-aws/bench-venv/.ok-v2
 ## and the smoke test of the four functions under cargo lambda
 test: local-stack tools
 	$(CARGO) fmt --all -- --check
+	$(BUILD_TESTED)
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) --no-print-directory test-ledgers
 	$(MAKE) --no-print-directory simulate-ci
@@ -24,18 +31,20 @@ test: local-stack tools
 	$(MAKE) --no-print-directory bench-e2e-ci
 	$(MAKE) --no-print-directory bench-evidence-ci
 	$(MAKE) --no-print-directory bench-memory-ci
-	$(MAKE) --no-print-directory infra-check
+	$(MAKE) --no-print-directory infra-check DLQCTL=$(TESTED)/dlqctl
 	infra/smoke.sh
 
 ## test-ledgers: the suites about posting (consume, replay, reconcile and audit, a period's fan-out, least privilege;
 ## FIFO on PostgreSQL) again on your PostgreSQL and on an HTTP general ledger, and the demo's
 ## identity on PostgreSQL
-# --workspace (with the suites named): the workspace's own build, not a rebuild for one package.
-POSTING_SUITES := --test consume --test replay --test audit --test reconcile --test iam
+# --workspace (with the suite named): the workspace's own build, not a rebuild for one package;
+# the suites are modules of one test binary (tests/integration.rs), chosen by name.
+POSTING_SUITES := consume:: replay:: audit:: reconcile:: iam::
 test-ledgers: local-stack
-	DLQ_TEST_LEDGER=postgres $(CARGO) test --workspace --no-fail-fast $(POSTING_SUITES) --test fifo
-	DLQ_TEST_LEDGER=http $(CARGO) test --workspace --no-fail-fast $(POSTING_SUITES)
-	$(DLQCTL) --ledger postgres demo
+	DLQ_TEST_LEDGER=postgres $(CARGO) test --workspace --no-fail-fast --test integration -- $(POSTING_SUITES) fifo::
+	DLQ_TEST_LEDGER=http $(CARGO) test --workspace --no-fail-fast --test integration -- $(POSTING_SUITES)
+	$(BUILD_TESTED)
+	$(TESTED)/dlqctl --ledger postgres demo
 
 SIMULATE := $(CARGO) run --release --quiet -p recon-testkit --bin simulate --
 FROM ?= 0
@@ -188,13 +197,13 @@ bench-memory: local-up
 ## deployment of its own, one cold start and three warm invocations of each function; under one
 ## vCPU's share where this machine lets a process's CPU be limited). Figures, not checks.
 bench-memory-ci: local-stack
-	$(CARGO) build --quiet -p consumer -p enricher -p replay -p reference-audit
+	$(BUILD_TESTED)
 	@mkdir -p .local-aws
-	$(DLQCTL) --prefix bench-memory-ci setup > /dev/null
-	$(DLQCTL) --prefix bench-memory-ci env > .local-aws/bench-memory-ci.env
+	$(TESTED)/dlqctl --prefix bench-memory-ci setup > /dev/null
+	$(TESTED)/dlqctl --prefix bench-memory-ci env > .local-aws/bench-memory-ci.env
 	limit=$$(python3 bench/cold_start.py --can-limit-cpu && echo "--memory 1769"); \
 	python3 bench/cold_start.py --env-file .local-aws/bench-memory-ci.env --runs 1 --warm 3 --no-sizes $$limit \
-	  $(subst target/release/,target/debug/,$(COLD_START))
+	  $(subst target/release/,$(TESTED)/,$(COLD_START))
 
 ## bench-evidence: reconcile (one period, the whole history; one segment, several) and evidence
 ## export as their own processes, timed with their peak memory, over POSTINGS postings (default
@@ -210,12 +219,13 @@ bench-evidence: local-stack
 ## bench-evidence-ci: the same on 2,400 postings and 800 audit records (a check that it runs; the
 ## figures mean nothing)
 bench-evidence-ci: local-stack
-	$(CARGO) build --quiet -p dlqctl -p recon-harness --bin dlqctl --bin evidence
-	target/debug/evidence --dlqctl target/debug/dlqctl --postings 2400 --periods 12 --audit-records 800 --seals 4
+	$(BUILD_TESTED)
+	$(TESTED)/evidence --dlqctl $(TESTED)/dlqctl --postings 2400 --periods 12 --audit-records 800 --seals 4
 
 ## bench-e2e-ci: the same harness on 40 messages (a check that it runs; the figures mean nothing)
 bench-e2e-ci: local-stack $(BENCH_VENV)
-	$(CARGO) run --quiet -p recon-harness --bin e2e -- $(E2E) --count 40 --latency-ms 1
+	$(BUILD_TESTED)
+	$(TESTED)/e2e $(E2E) --count 40 --latency-ms 1
 
 $(BENCH_VENV):
 	python3 -m venv .local-aws/bench-venv

@@ -9,7 +9,11 @@ cd "$root"
 export PATH="$(infra/tools.sh bin):$PATH"
 invoke_port="${SMOKE_INVOKE_PORT:-9011}"
 prefix="smoke-$$"
-dlqctl=(cargo run --quiet -p dlqctl -- --prefix "$prefix")
+# dlqctl and the consumer from the build `make test` runs its checks on (Makefile, BUILD_TESTED):
+# a build of one package would compile the AWS SDK again for its own feature set.
+cargo build --quiet --workspace --bins --tests
+bin="${CARGO_TARGET_DIR:-target}/debug"
+dlqctl=("$bin/dlqctl" --prefix "$prefix")
 log=".local-aws/logs/smoke-watch.log"
 fail() { echo "smoke: FAILED: $*" >&2; echo "--- cargo lambda watch log ---" >&2; tail -n 40 "$log" >&2 || true; exit 1; }
 
@@ -25,8 +29,7 @@ echo "RUST_LOG=info" >> "$envfile"
 set -a; . "$envfile"; set +a
 
 echo "smoke: a bad setting stops a function at start-up with one JSON line naming it"
-cargo build --quiet -p consumer
-out=$(DLQ_REPLAY_MAX_PER_ENVELOPE=0 DLQ_MAX_ATTEMPTS=0 target/debug/consumer 2>&1) && fail "the consumer started with DLQ_MAX_ATTEMPTS=0"
+out=$(DLQ_REPLAY_MAX_PER_ENVELOPE=0 DLQ_MAX_ATTEMPTS=0 "$bin/consumer" 2>&1) && fail "the consumer started with DLQ_MAX_ATTEMPTS=0"
 echo "$out" | python3 -c '
 import json, sys
 lines = [l for l in sys.stdin.read().splitlines() if l.strip()]

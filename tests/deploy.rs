@@ -8,7 +8,9 @@ use recon_aws::deployment::{self, outputs};
 use recon_aws::provision::{StackSettings, ensure_stack};
 use recon_aws::{AwsClients, Target};
 use recon_harness::stack::TestStack;
+use std::path::PathBuf;
 use std::process::Command;
+use std::sync::OnceLock;
 
 /// A CloudFormation stack on LocalStack whose outputs are `values` (the resources themselves are
 /// the test stack's; LocalStack's CloudFormation here runs without DynamoDB, so the outputs are
@@ -82,13 +84,34 @@ fn dlqctl(args: &[&str]) -> std::process::Output {
 
 /// `dlqctl` with these environment variables (another identity's credentials).
 fn dlqctl_as(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    Command::new(env!("CARGO"))
-        .args(["run", "--quiet", "-p", "dlqctl", "--"])
+    Command::new(dlqctl_binary())
         .args(args)
         .envs(env.iter().copied())
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .output()
         .expect("run dlqctl")
+}
+
+/// The `dlqctl` of the build `make test` runs its checks on: the workspace with its tests, built
+/// once here (nothing to do after `cargo test --workspace`). `cargo run -p dlqctl` would resolve
+/// dlqctl's own feature set and compile the AWS SDK a second time (see the Makefile's BUILD_TESTED).
+fn dlqctl_binary() -> &'static PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "--workspace", "--bins", "--tests"])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .status()
+            .expect("cargo build runs");
+        assert!(status.success(), "the workspace's build failed");
+        // This test runs from <target>/debug/deps; the binaries are in <target>/debug.
+        let exe = std::env::current_exe().expect("the test knows its own path");
+        let debug = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("<target>/debug/deps/<test>");
+        debug.join("dlqctl")
+    })
 }
 
 #[tokio::test]

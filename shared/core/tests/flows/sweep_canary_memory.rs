@@ -2,9 +2,7 @@
 //! only once the slice's copies posted; a copy dead-lettered again holds the group (an operator's
 //! replay is not held), and after the hold the group is canaried again.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use recon_core::consume::Disposition;
 use recon_core::replay::ReplayOutcome;
 

@@ -1,9 +1,7 @@
 //! The replay's quarantines on in-memory adapters: an operator's decision, originals SQS cannot
 //! carry again, and manual journals, which exclude a posting of the same transaction.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[tokio::test]
 async fn an_operator_can_quarantine_a_group_that_cannot_be_fixed() {

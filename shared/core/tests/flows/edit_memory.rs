@@ -2,9 +2,7 @@
 //! person, posts once as a new message linked to its original (SUPERSEDED, its bytes untouched),
 //! hands the original transaction off so it never posts beside the edit, and reconciles once.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use recon_core::consume::Disposition;
 use recon_core::domain::approval::{Identity, RequestStatus};
 use recon_core::domain::edit::Proposal;

@@ -1,9 +1,7 @@
 //! Calibration of the retry budget on in-memory adapters: the recovery curve from the postings'
 //! attempt counts, the knee, and per transient kind what became of the exhausted messages.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use recon_core::calibrate::{calibrate, count_attempts};
 use recon_core::decisions::RetryPolicy;
 use recon_core::domain::{Posting, ReplayRecord, decode};

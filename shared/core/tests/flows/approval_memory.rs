@@ -2,9 +2,7 @@
 //! it; a request holds exactly what its dry run would change; a second identity approves; the
 //! execution touches exactly that set, each envelope only while it is as it was.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use recon_core::domain::approval::{ApprovalPolicy, Identity, RequestStatus};
 use recon_core::domain::canary::Canary;
 use recon_core::ports::{ApprovalRequests, AuditLog, FlowError};

@@ -1,9 +1,7 @@
 //! The replay flow on in-memory adapters: gates, claims, crash recovery, dry run, cursors,
 //! back-pressure, concurrent sweeps and the audit outbox.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[tokio::test]
 async fn a_fixed_group_replays_and_commits_exactly_once() {

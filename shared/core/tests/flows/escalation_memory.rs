@@ -2,9 +2,7 @@
 //! per failure code against the chain, one `ESCALATED` record per stage reached, and the read
 //! stopping where nothing younger could escalate; the PENDING envelopes of a period about to close.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use recon_core::decisions::escalation::EscalationChain;
 use recon_core::escalate::{closing, escalate};
 use recon_core::ports::AuditLog;
