@@ -4,7 +4,7 @@ CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 # `make test`'s checks run debug binaries of one build: the workspace with its tests, the feature
 # set `cargo test --workspace` resolves. A build of one package (`cargo run -p dlqctl`) resolves
-# other features and compiles the AWS SDK again, a gigabyte of disk each time (what a CI machine
+# other features and compiles the AWS SDK again, most of a gigabyte of disk each time (what a CI machine
 # has runs out); so the checks below build with BUILD_TESTED and run what it left in TESTED.
 BUILD_TESTED := $(CARGO) build --quiet --workspace --bins --tests
 TESTED := $(or $(CARGO_TARGET_DIR),target)/debug
