@@ -8,7 +8,8 @@ use recon_core::ports::lambda_deadline;
 use recon_core::resources::ENRICHER_TIMEOUT;
 use std::sync::Arc;
 
-#[tokio::main]
+// One thread, as the consumer's runtime (why, and what it measured: functions/consumer/src/main.rs).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     telemetry::init_json("enricher");
     let settings = telemetry::settings_or_exit(EnricherSettings::from_env());

@@ -12,7 +12,8 @@ use recon_core::resources::REFERENCE_AUDIT_TIMEOUT;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[tokio::main]
+// One thread, as the consumer's runtime (why, and what it measured: functions/consumer/src/main.rs).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     telemetry::init_json("reference-audit");
     let settings = telemetry::settings_or_exit(ReferenceAuditSettings::from_env());

@@ -18,7 +18,8 @@ use recon_core::replay::{Invocation, parse_function_invocation};
 use recon_core::resources::REPLAY_TIMEOUT;
 use std::sync::Arc;
 
-#[tokio::main]
+// One thread, as the consumer's runtime (why, and what it measured: functions/consumer/src/main.rs).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     telemetry::init_json("replay");
     let settings = telemetry::settings_or_exit(ReplaySettings::from_env());
