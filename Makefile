@@ -4,10 +4,14 @@ CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
 # `make test`'s checks run debug binaries of one build: the workspace with its tests, the feature
 # set `cargo test --workspace` resolves. A build of one package (`cargo run -p dlqctl`) resolves
-# other features and compiles the AWS SDK again, most of a gigabyte of disk each time (what a CI machine
-# has runs out); so the checks below build with BUILD_TESTED and run what it left in TESTED.
+# other features and compiles the AWS SDK again, most of a gigabyte of disk each time (what a CI
+# machine has runs out); so the checks below build with BUILD_TESTED and run what it left in
+# TESTED (cargo's target directory, however configured; asked once, when first used). The
+# function binaries among them carry the workspace's features (dlqctl's credential providers too):
+# the packages deployed are `make build`'s, and the smoke test's `cargo lambda watch` builds its own.
 BUILD_TESTED := $(CARGO) build --quiet --workspace --bins --tests
-TESTED := $(or $(CARGO_TARGET_DIR),target)/debug
+TARGET_DIR_OF = $(shell $(CARGO) metadata --no-deps --format-version 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+TESTED = $(eval TESTED := $(TARGET_DIR_OF)/debug)$(TESTED)
 
 .PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
 

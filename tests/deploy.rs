@@ -93,24 +93,42 @@ fn dlqctl_as(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
 }
 
 /// The `dlqctl` of the build `make test` runs its checks on: the workspace with its tests, built
-/// once here (nothing to do after `cargo test --workspace`). `cargo run -p dlqctl` would resolve
-/// dlqctl's own feature set and compile the AWS SDK a second time (see the Makefile's BUILD_TESTED).
+/// once here (nothing to do after `cargo test --workspace`); the path is the one that build
+/// reports, wherever cargo's target directory is. `cargo run -p dlqctl` would resolve dlqctl's own
+/// feature set and compile the AWS SDK a second time (see the Makefile's BUILD_TESTED).
 fn dlqctl_binary() -> &'static PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "--workspace", "--bins", "--tests"])
+        let out = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--quiet",
+                "--workspace",
+                "--bins",
+                "--tests",
+                "--message-format=json",
+            ])
             .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-            .status()
+            .output()
             .expect("cargo build runs");
-        assert!(status.success(), "the workspace's build failed");
-        // This test runs from <target>/debug/deps; the binaries are in <target>/debug.
-        let exe = std::env::current_exe().expect("the test knows its own path");
-        let debug = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .expect("<target>/debug/deps/<test>");
-        debug.join("dlqctl")
+        assert!(
+            out.status.success(),
+            "the workspace's build failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "dlqctl")
+            // Not the binary of dlqctl's own unit tests, built from the same target.
+            .filter(|m| m["profile"]["test"] == false)
+            .filter(|m| {
+                m["target"]["kind"]
+                    .as_array()
+                    .is_some_and(|k| k.iter().any(|k| k == "bin"))
+            })
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .expect("the build names dlqctl's executable")
     })
 }
 

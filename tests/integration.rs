@@ -1,7 +1,8 @@
 //! The suites against the local stack (LocalStack, DynamoDB Local, PostgreSQL), one module per
 //! file, in one test binary: each binary links the whole AWS SDK (some 75 MB in a debug build), so
 //! fifteen of them filled a CI machine's disk. Run one suite with its module's name as the filter:
-//! `cargo test -p integration-tests --test integration -- consume::`. Every test provisions a
+//! `cargo test --workspace --test integration -- consume::` (`--workspace`: the feature set the
+//! rest of `make test` is built with, so nothing is compiled twice). Every test provisions a
 //! deployment of its own (`TestStack`), so the suites run side by side as their tests always did.
 
 mod anchors;

@@ -11,7 +11,8 @@ use std::sync::Arc;
 // One thread: an instance serves one invocation at a time, and its work is one task (concurrent
 // requests are joined futures, not spawned tasks); at the memory sizes chosen Lambda gives less
 // than one vCPU, which a second worker only shares. Measured side by side (BENCHMARKS.md, "Runtime
-// flavor"): 18-41 % less CPU per invocation, shorter p50 and p99.
+// flavor"): 18-41 % less CPU per invocation, a shorter p50 and, almost
+// everywhere, p99.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     telemetry::init_json("consumer");
