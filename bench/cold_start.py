@@ -40,6 +40,8 @@ import time
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from source_hash import FIELDS, source_hash
+
 API = "/2018-06-01/runtime"
 
 
@@ -242,13 +244,9 @@ def can_limit_cpu() -> int:
 
 
 def canonical_hash(f: dict) -> str:
-    """The canonical source_hash (README) of ASCII fields whose amount is canonical already (the
-    entity and the currency are upper-cased, an absent counterparty is empty)."""
-    v = {k: str(f.get(k) or "") for k in ("ledger_entity", "external_ref", "counterparty", "value_date", "currency", "amount")}
-    v["ledger_entity"], v["currency"] = v["ledger_entity"].upper(), v["currency"].upper()
-    v["external_ref"], v["counterparty"] = v["external_ref"].strip(" "), v["counterparty"].strip(" ")
-    text = "recon-source-hash/v1;" + "".join(f"{k}={len(x.encode())}:{x};" for k, x in v.items())
-    return hashlib.sha256(text.encode()).hexdigest()
+    """The canonical source_hash of a body whose amount is canonical already (an absent
+    counterparty is empty)."""
+    return source_hash(*(str(f.get(k) or "") for k in FIELDS))
 
 
 def fresh_batches(template: bytes, count: int, tag: str, mixed: bool) -> list:

@@ -7,12 +7,12 @@ currency's minor units and the accounting period. Prints nanoseconds per message
 Run through `make bench` (it provides a virtualenv with pydantic), or: python3 bench/python_baseline.py
 """
 
-import hashlib
 import json
 import time
 from decimal import Decimal
 
 from pydantic import BaseModel
+from source_hash import source_hash
 
 MINOR_UNITS = {"USD": 2, "EUR": 2, "JPY": 0, "BHD": 3}
 CLOSED = {("ACME-US", "2026-10")}
@@ -35,16 +35,7 @@ class ReconMessage(BaseModel):  # as in the source document, plus the hashed bus
 def canonical_hash(m: ReconMessage) -> str:
     amount = m.amount.normalize()
     amount_text = format(amount, "f") if amount != 0 else "0"
-    fields = [
-        ("ledger_entity", m.ledger_entity),
-        ("external_ref", m.external_ref.strip()),
-        ("counterparty", m.counterparty.strip()),
-        ("value_date", m.value_date),
-        ("currency", m.currency.upper()),
-        ("amount", amount_text),
-    ]
-    text = "recon-source-hash/v1;" + "".join(f"{k}={len(v.encode())}:{v};" for k, v in fields)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return source_hash(m.ledger_entity, m.external_ref, m.counterparty, m.value_date, m.currency, amount_text)
 
 
 def decide(body: str) -> str:
