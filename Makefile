@@ -36,7 +36,7 @@ test: local-stack tools
 	$(MAKE) --no-print-directory bench-evidence-ci
 	$(MAKE) --no-print-directory bench-memory-ci
 	$(MAKE) --no-print-directory infra-check DLQCTL=$(TESTED)/dlqctl
-	infra/smoke.sh
+	infra/smoke.sh $(TESTED)
 
 ## test-ledgers: the suites about posting (consume, replay, reconcile and audit, a period's fan-out, least privilege;
 ## FIFO on PostgreSQL) again on your PostgreSQL and on an HTTP general ledger, and the demo's

@@ -9,10 +9,10 @@ cd "$root"
 export PATH="$(infra/tools.sh bin):$PATH"
 invoke_port="${SMOKE_INVOKE_PORT:-9011}"
 prefix="smoke-$$"
-# dlqctl and the consumer from the build `make test` runs its checks on (Makefile, BUILD_TESTED):
-# a build of one package would compile the AWS SDK again for its own feature set.
-cargo build --quiet --workspace --bins --tests
-bin="$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/debug"
+# dlqctl and the consumer from the build `make test` runs its checks on, in the directory it
+# passes (Makefile, BUILD_TESTED and TESTED): a build of one package would compile the AWS SDK
+# again for its own feature set.
+bin="${1:?usage: infra/smoke.sh DIR, the directory of the debug binaries make test built}"
 dlqctl=("$bin/dlqctl" --prefix "$prefix")
 log=".local-aws/logs/smoke-watch.log"
 fail() { echo "smoke: FAILED: $*" >&2; echo "--- cargo lambda watch log ---" >&2; tail -n 40 "$log" >&2 || true; exit 1; }
