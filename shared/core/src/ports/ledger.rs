@@ -247,3 +247,34 @@ pub trait DedupTable: Send + Sync {
     fn release(&self, source_hash: &str, owner: &str) -> impl Future<Output = StoreResult<()>> + Send;
     fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
 }
+
+impl<T: ExternalLedger> ExternalLedger for Arc<T> {
+    fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<Posted>> + Send {
+        (**self).post(posting)
+    }
+    fn posted(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send {
+        (**self).posted(source_hash)
+    }
+}
+
+impl<T: DedupTable> DedupTable for Arc<T> {
+    fn claim(
+        &self,
+        source_hash: &str,
+        owner: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send {
+        (**self).claim(source_hash, owner, now, lease_until, expires_at)
+    }
+    fn commit(&self, owner: &str, committed: &CommittedRef) -> impl Future<Output = StoreResult<bool>> + Send {
+        (**self).commit(owner, committed)
+    }
+    fn release(&self, source_hash: &str, owner: &str) -> impl Future<Output = StoreResult<()>> + Send {
+        (**self).release(source_hash, owner)
+    }
+    fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send {
+        (**self).lookup(source_hash)
+    }
+}

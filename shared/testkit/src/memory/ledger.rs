@@ -133,6 +133,19 @@ pub struct MemoryDedupTable {
     entries: Mutex<HashMap<String, DedupEntry>>,
 }
 
+impl MemoryDedupTable {
+    /// The transactions marked handed to a manual journal (by the envelope each names).
+    pub fn hand_offs(&self) -> Vec<CommittedRef> {
+        lock(&self.entries)
+            .values()
+            .filter_map(|e| match e {
+                DedupEntry::Committed(r) if r.manual_journal.is_some() => Some(r.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 impl DedupTable for MemoryDedupTable {
     async fn claim(
         &self,

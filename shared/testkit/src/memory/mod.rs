@@ -24,6 +24,6 @@ pub use worm::MemoryWorm;
 use std::sync::{Mutex, MutexGuard};
 
 /// Lock a mutex, recovering from poisoning: a panicking test thread must not hide the state.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

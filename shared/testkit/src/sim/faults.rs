@@ -10,9 +10,9 @@ use recon_core::domain::{
     PeriodRecord, Posting, ReferenceSnapshot, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
 };
 use recon_core::ports::{
-    AuditLog, AuditOutbox, Backlog, ChainPage, Clock, CreateOutcome, DeadLetterQueue, EnvelopePage, EnvelopeStore,
-    Finish, FlowResult, Ledger, ObjectVersion, OutgoingMessage, ReferenceData, ReplayQueue, Settled, StoreError,
-    StoreResult, SweepCursors, WorkQueue, Worm, Written,
+    AuditLog, AuditOutbox, Backlog, ChainPage, ClaimOutcome, Clock, CreateOutcome, DeadLetterQueue, DedupTable,
+    EnvelopePage, EnvelopeStore, ExternalLedger, Finish, FlowResult, Ledger, ObjectVersion, OutgoingMessage, Posted,
+    ReferenceData, ReplayQueue, Settled, StoreError, StoreResult, SweepCursors, WorkQueue, Worm, Written,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -45,6 +45,7 @@ enum Fault {
     Before(TransientKind),
     After(TransientKind),
     Latency(Duration),
+    Stall(Duration),
 }
 
 pub struct Injector {
@@ -53,6 +54,8 @@ pub struct Injector {
     trace: Trace,
     plan: FaultPlan,
     enabled: AtomicBool,
+    /// A stall (a laptop suspended mid-command): how often a call stalls, and for how long.
+    stall: Option<(u32, Duration)>,
 }
 
 impl Injector {
@@ -63,7 +66,15 @@ impl Injector {
             trace,
             plan,
             enabled: AtomicBool::new(true),
+            stall: None,
         }
+    }
+
+    /// The same faults, and now and then (`ppm` of calls) a stall of `for_` before the effect:
+    /// an operator's machine suspended in the middle of a command, whatever leases it holds.
+    pub fn stalling(mut self, ppm: u32, for_: Duration) -> Self {
+        self.stall = Some((ppm, for_));
+        self
     }
 
     /// Faults on or off (the run turns them off to let the system settle).
@@ -72,10 +83,16 @@ impl Injector {
     }
 
     fn decide(&self) -> Fault {
+        let mut g = self.rng.get();
+        // Stalls are not faults of the services: they go on in the calm too.
+        if let Some((ppm, d)) = self.stall
+            && g.chance(ppm)
+        {
+            return Fault::Stall(d);
+        }
         if !self.enabled.load(Ordering::SeqCst) {
             return Fault::None;
         }
-        let mut g = self.rng.get();
         let p = self.plan;
         if g.chance(p.before_ppm) {
             Fault::Before(*g.pick(&KINDS))
@@ -98,6 +115,14 @@ impl Injector {
         match self.decide() {
             Fault::None => effect.await,
             Fault::Latency(d) => {
+                self.clock.sleep(d).await;
+                effect.await
+            }
+            Fault::Stall(d) => {
+                self.trace.log(
+                    &self.clock,
+                    format!("stall: {op} waits {} s before its effect", d.as_secs()),
+                );
                 self.clock.sleep(d).await;
                 effect.await
             }
@@ -140,6 +165,46 @@ impl<P: Ledger> Ledger for Faulty<P> {
     }
     async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
         self.faults.call("Ledger.hand_off", self.inner.hand_off(hand_off)).await
+    }
+}
+
+impl<P: ExternalLedger> ExternalLedger for Faulty<P> {
+    async fn post(&self, posting: &Posting) -> StoreResult<Posted> {
+        self.faults.call("GL.post", self.inner.post(posting)).await
+    }
+    async fn posted(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        self.faults.call("GL.posted", self.inner.posted(source_hash)).await
+    }
+}
+
+impl<P: DedupTable> DedupTable for Faulty<P> {
+    async fn claim(
+        &self,
+        source_hash: &str,
+        owner: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> StoreResult<ClaimOutcome> {
+        self.faults
+            .call(
+                "Dedup.claim",
+                self.inner.claim(source_hash, owner, now, lease_until, expires_at),
+            )
+            .await
+    }
+    async fn commit(&self, owner: &str, committed: &CommittedRef) -> StoreResult<bool> {
+        self.faults
+            .call("Dedup.commit", self.inner.commit(owner, committed))
+            .await
+    }
+    async fn release(&self, source_hash: &str, owner: &str) -> StoreResult<()> {
+        self.faults
+            .call("Dedup.release", self.inner.release(source_hash, owner))
+            .await
+    }
+    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+        self.faults.call("Dedup.lookup", self.inner.lookup(source_hash)).await
     }
 }
 

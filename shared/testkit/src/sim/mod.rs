@@ -8,17 +8,23 @@
 //! | [`exec`]     | the executor (one task polled at a time, chosen at random) and virtual time |
 //! | [`sqs`]      | SQS with AWS's semantics and limits                                      |
 //! | [`faults`]   | faults at every port call                                                |
+//! | [`gl`]       | a general ledger behind an HTTP API: late applies, `409`s, lost answers  |
+//! | [`ledger`]   | the run's ledger: the reference one, or a GL behind the claim protocol  |
 //! | [`workload`] | what the producer sends                                                  |
 //! | [`world`]    | the deployment: flows, event-source mappings, schedule, operator         |
 //! | [`oracle`]   | what must hold after the run                                             |
+//! | [`truth`]    | the ground truth: each message's kind and transaction, judged field by field |
 //! | [`trace`]    | what happened, for a failing seed                                        |
 
 pub mod exec;
 pub mod faults;
+pub mod gl;
+pub mod ledger;
 pub mod oracle;
 pub mod rng;
 pub mod sqs;
 pub mod trace;
+pub mod truth;
 pub mod workload;
 pub mod world;
 

@@ -27,9 +27,11 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use super::workload::{CLOSED_ENTITY, CLOSED_PERIOD, Kind};
+use super::truth;
+use super::workload::{CLOSED_ENTITY, CLOSED_PERIOD};
 use super::world::{DLQ, MAIN, World};
 use crate::memory::{MemoryAuditLog, MemoryEnvelopeStore};
+use recon_core::ports::{Ledger, LedgerReader};
 
 /// Status changes one envelope may go through before it counts as stuck in a loop: a claim and
 /// a release per failed re-injection, up to the cap, and a few more (creation, takeovers, the
@@ -48,7 +50,7 @@ fn ready<F: Future>(f: F) -> Option<F::Output> {
 pub fn check(world: &World) -> Vec<String> {
     let s = &world.stores;
     let mut v = Vec::new();
-    let postings = s.ledger.postings();
+    let postings = s.books.postings();
     let Some(Ok(envelopes)) = ready(all_envelopes(&*s.envelopes, None)) else {
         return vec!["the envelope store did not answer".into()];
     };
@@ -64,31 +66,33 @@ pub fn check(world: &World) -> Vec<String> {
             committed.len()
         ));
     }
-    // A valid transaction posts, unless someone decided it is booked by hand (an operator's
-    // quarantine, or an original SQS cannot carry again): a manual journal.
-    let by_hand: BTreeSet<&str> = envelopes
-        .iter()
-        .filter(|e| e.left_for_manual_journal())
-        .map(|e| e.source_hash.as_str())
-        .collect();
-    for p in sent.iter().filter(|p| matches!(p.kind, Kind::Valid | Kind::LargeValid)) {
-        if let Ok(m) = decode(&p.body) {
-            let hash = m.source_hash.as_str();
-            if !committed.contains(hash) && !by_hand.contains(hash) {
-                v.push(format!(
-                    "valid transaction {} ({hash}) was neither committed nor left for a manual journal",
-                    m.message_id
-                ));
-            }
-        }
-    }
-
     // Completeness, by the production reconcile against the manifest.
     let main = s.sqs.depth(MAIN);
     let dlq = s.sqs.depth(DLQ);
     let manifest: Vec<_> = sent.iter().map(|p| manifest_entry(&p.body)).collect();
     let (out, problems) = outcomes(&postings, &envelopes, &audit, dlq.total() == 0);
     let r = reconcile(out, problems, Some(&manifest), main.total() + dlq.total());
+    // The ground truth judges the books, and production reconcile with them.
+    let findings = truth::judge(
+        &sent,
+        &world.transactions.borrow(),
+        &postings,
+        &envelopes,
+        &audit,
+        &s.books.hand_offs(),
+    );
+    if r.holds && !findings.books_wrong.is_empty() {
+        v.push(format!(
+            "false HOLDS: production reconcile holds, but {}",
+            findings.books_wrong.join("; ")
+        ));
+    }
+    v.extend(findings.all());
+    if let Some(gl) = s.books.general_ledger() {
+        for (key, n) in gl.applied_twice() {
+            v.push(format!("the general ledger applied {key} {n} times"));
+        }
+    }
     if !r.holds {
         let states: Vec<String> = r
             .by_state
@@ -106,7 +110,7 @@ pub fn check(world: &World) -> Vec<String> {
         ));
     }
     v.extend(bounded_read_agrees(
-        &s.ledger,
+        &s.books,
         (&s.envelopes, &s.audit),
         &postings,
         &envelopes,
@@ -149,7 +153,7 @@ pub fn check(world: &World) -> Vec<String> {
     // A manual journal is handed off in the ledger by its own envelope (so nothing posts it
     // after), and a hand-off belongs to an envelope left for a manual journal (else the
     // transaction would be neither posted nor booked by hand).
-    let hand_offs = s.ledger.hand_offs();
+    let hand_offs = s.books.hand_offs();
     let manual: BTreeSet<&str> = envelopes
         .iter()
         .filter(|e| e.left_for_manual_journal())
@@ -161,29 +165,13 @@ pub fn check(world: &World) -> Vec<String> {
             ready(original_body(e, &*s.worm)),
             Some(Ok(Some(body))) if decode(&body).is_ok()
         );
-        if identified && !hand_offs.iter().any(|h| h.envelope_id == e.envelope_id) {
+        if identified && !hand_offs.iter().any(|h| h.handed_off_by(&e.envelope_id)) {
             v.push(format!(
                 "envelope {} is left for a manual journal without a hand-off in the ledger",
                 e.envelope_id
             ));
         }
     }
-    // (An approved edit hands its original off too: its envelope is SUPERSEDED.)
-    let superseded: BTreeSet<&str> = envelopes
-        .iter()
-        .filter(|e| e.status == EnvelopeStatus::Superseded)
-        .map(|e| e.envelope_id.as_str())
-        .collect();
-    for h in hand_offs
-        .iter()
-        .filter(|h| !manual.contains(h.envelope_id.as_str()) && !superseded.contains(h.envelope_id.as_str()))
-    {
-        v.push(format!(
-            "transaction {} is handed off by envelope {}, which is neither left for a manual journal nor superseded by an edit",
-            h.source_hash, h.envelope_id
-        ));
-    }
-
     // Every decision has its record.
     let ids: BTreeSet<&str> = audit.iter().map(|r| r.audit_id.as_str()).collect();
     for e in &envelopes {
@@ -263,8 +251,8 @@ fn missing_records(e: &DlqEnvelope, ids: &BTreeSet<&str>) -> Vec<String> {
 }
 
 /// One segment of `period` read as `dlqctl reconcile --fan-out` has the replay function read it.
-async fn segment_as_invoked(
-    ledger: &crate::memory::MemoryLedger,
+async fn segment_as_invoked<L: LedgerReader>(
+    ledger: &L,
     period: &str,
     segment: Segment,
     links: &Links,
@@ -289,8 +277,8 @@ async fn segment_as_invoked(
 /// postings of no lineage only counted — must tell what the whole read tells: the same counts
 /// and amounts per state and per entity and period, the same problems (for a period, none the
 /// whole read does not name), whether it holds.
-pub fn bounded_read_agrees(
-    ledger: &crate::memory::MemoryLedger,
+pub fn bounded_read_agrees<L: Ledger + LedgerReader>(
+    ledger: &L,
     (envelope_store, audit_log): (&MemoryEnvelopeStore, &MemoryAuditLog),
     postings: &[Posting],
     envelopes: &[DlqEnvelope],

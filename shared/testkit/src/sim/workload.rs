@@ -31,16 +31,60 @@ pub enum Kind {
     LargeValid,
     /// An unmapped-currency transaction whose body is close to the limit.
     LargePoison,
+    /// A schema violation the producer corrects and sends again later: the same transaction,
+    /// valid now (under the same message id, or a new one).
+    Corrected,
+    /// A copy of a valid transaction whose amount was altered after hashing (under a new
+    /// message id): it must never post its own content.
+    Tampered,
+}
+
+impl Kind {
+    /// Whether a message of this kind is invalid whatever the reference data says: it must never
+    /// post, and must reach an envelope.
+    pub fn invalid_by_construction(self) -> bool {
+        matches!(
+            self,
+            Kind::ScaleExceeded
+                | Kind::InvalidDecimal
+                | Kind::SchemaViolation
+                | Kind::EmptyEntity
+                | Kind::NotJson
+                | Kind::MissingHash
+                | Kind::HashMismatch
+                | Kind::Tampered
+        )
+    }
+}
+
+/// A transaction as the generator made it: what every valid message carrying it must post, and
+/// nothing else (compared field by field, never by its hash alone).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transaction {
+    /// The generator's number for it: the oracle's identity of a transaction, independent of
+    /// the `source_hash` the ledger is keyed on.
+    pub id: usize,
+    /// The canonical spelling (upper-case entity and currency).
+    pub ledger_entity: String,
+    pub currency: String,
+    pub amount: rust_decimal::Decimal,
+    pub value_date: String,
+    /// Its correct `source_hash`, by the producer's own computation.
+    pub source_hash: Option<String>,
 }
 
 #[derive(Clone, Debug)]
 pub struct Produced {
     pub kind: Kind,
     pub body: String,
+    /// The transaction it carries, by construction (`None`: a body that names none).
+    pub txn: Option<usize>,
     /// Message attributes the producer sets: (name, data type, value; base64 for `Binary`).
     pub attributes: Vec<(String, String, String)>,
     /// When the producer sends it, from the start of the run.
     pub at: Duration,
+    /// The SQS message id the queue gave it (once sent).
+    pub sqs_id: String,
 }
 
 pub const CLOSED_ENTITY: &str = "ACME-US";
@@ -108,17 +152,45 @@ fn padded(m: &NewMessage, bytes: usize) -> String {
     v.to_string()
 }
 
-pub fn generate(rng: &mut Rng) -> Vec<Produced> {
+/// What the producer sends, and the transactions it means (the oracle's ground truth).
+#[derive(Clone, Debug, Default)]
+pub struct Workload {
+    pub messages: Vec<Produced>,
+    pub transactions: Vec<Transaction>,
+}
+
+/// The transaction `m` carries, as the generator means it.
+fn truth(id: usize, m: &NewMessage) -> Transaction {
+    Transaction {
+        id,
+        ledger_entity: m.ledger_entity.to_uppercase(),
+        currency: m.currency.to_uppercase(),
+        amount: recon_core::domain::message::parse_amount(&m.amount)
+            .map(|a| a.normalize())
+            .unwrap_or_default(),
+        value_date: m.value_date.clone(),
+        source_hash: m.compute_hash().ok(),
+    }
+}
+
+pub fn generate(rng: &mut Rng) -> Workload {
     let valid = rng.between(8, 30) as usize;
+    let mut transactions: Vec<Transaction> = Vec::new();
     let mut n = 0;
-    let mut next = |rng: &mut Rng| {
+    // A new transaction (its truth recorded as it will be sent, after `shape` changes it).
+    let mut next = |rng: &mut Rng, transactions: &mut Vec<Transaction>, shape: &dyn Fn(&mut NewMessage, &mut Rng)| {
         n += 1;
-        transaction(rng, n)
+        let mut m = transaction(rng, n);
+        shape(&mut m, rng);
+        transactions.push(truth(n, &m));
+        (m, n)
     };
-    let mut out: Vec<(Kind, String)> = Vec::new();
-    let originals: Vec<NewMessage> = (0..valid).map(|_| next(rng)).collect();
-    for m in &originals {
-        out.push((Kind::Valid, body(m)));
+    let plain = |_: &mut NewMessage, _: &mut Rng| {};
+    // (kind, body, transaction, extra delay after the ten minutes' spread).
+    let mut out: Vec<(Kind, String, Option<usize>, Option<Duration>)> = Vec::new();
+    let originals: Vec<(NewMessage, usize)> = (0..valid).map(|_| next(rng, &mut transactions, &plain)).collect();
+    for (m, t) in &originals {
+        out.push((Kind::Valid, body(m), Some(*t), None));
     }
     let extra = rng.between(6, 24);
     for _ in 0..extra {
@@ -131,17 +203,23 @@ pub fn generate(rng: &mut Rng) -> Vec<Produced> {
             Kind::ScaleExceeded,
             Kind::InvalidDecimal,
             Kind::SchemaViolation,
+            Kind::SchemaViolation,
             Kind::EmptyEntity,
             Kind::NotJson,
             Kind::MissingHash,
             Kind::HashMismatch,
+            Kind::Tampered,
             Kind::LargeValid,
             Kind::LargePoison,
         ]);
-        let body = match kind {
-            Kind::Resent => body(rng.pick(&originals)),
+        let (body, txn) = match kind {
+            Kind::Resent => {
+                let (m, t) = rng.pick(&originals);
+                (body(m), Some(*t))
+            }
             Kind::Reformatted => {
-                let mut m = rng.pick(&originals).clone();
+                let (m, t) = rng.pick(&originals);
+                let mut m = m.clone();
                 m.message_id = format!("{}-again-{}", m.message_id, rng.below(1000));
                 m.amount = if m.amount.contains('.') {
                     format!("{}0", m.amount)
@@ -153,99 +231,139 @@ pub fn generate(rng: &mut Rng) -> Vec<Produced> {
                 m.ledger_entity = m.ledger_entity.to_lowercase();
                 m.external_ref = format!("\u{a0}{} ", m.external_ref);
                 m.counterparty = m.counterparty.replace('é', "e\u{301}").replace('ö', "o\u{308}");
-                body(&m)
+                (body(&m), Some(*t))
+            }
+            Kind::Tampered => {
+                // Hashed as sent, then the amount changed on the way.
+                let (m, t) = rng.pick(&originals);
+                let mut m = m.clone();
+                m.message_id = format!("{}-tampered-{}", m.message_id, rng.below(1000));
+                let mut v = json(&m);
+                v["amount"] = "0.01".into();
+                (v.to_string(), Some(*t))
             }
             Kind::UnmappedCurrency => {
-                let mut m = next(rng);
-                m.currency = "XAU".into();
-                m.amount = format!("{}.{:04}", rng.between(1, 99), rng.below(10_000));
-                body(&m)
+                let (m, t) = next(rng, &mut transactions, &|m, rng| {
+                    m.currency = "XAU".into();
+                    m.amount = format!("{}.{:04}", rng.between(1, 99), rng.below(10_000));
+                });
+                (body(&m), Some(t))
             }
             Kind::ClosedPeriod => {
-                let mut m = next(rng);
-                // Half of them spell the entity in lower case: the same closed period.
-                m.ledger_entity = if rng.chance(500_000) {
-                    CLOSED_ENTITY.to_lowercase()
-                } else {
-                    CLOSED_ENTITY.into()
-                };
-                m.currency = "USD".into();
-                m.amount = format!("{}.{:02}", rng.between(1, 9999), rng.below(100));
-                m.value_date = format!("{CLOSED_PERIOD}-{:02}", rng.between(1, 28));
-                body(&m)
+                let (m, t) = next(rng, &mut transactions, &|m, rng| {
+                    // Half of them spell the entity in lower case: the same closed period.
+                    m.ledger_entity = if rng.chance(500_000) {
+                        CLOSED_ENTITY.to_lowercase()
+                    } else {
+                        CLOSED_ENTITY.into()
+                    };
+                    m.currency = "USD".into();
+                    m.amount = format!("{}.{:02}", rng.between(1, 9999), rng.below(100));
+                    m.value_date = format!("{CLOSED_PERIOD}-{:02}", rng.between(1, 28));
+                });
+                (body(&m), Some(t))
             }
             Kind::ScaleExceeded => {
-                let mut m = next(rng);
-                m.ledger_entity = "ACME-JP".into();
-                m.currency = "JPY".into();
-                m.amount = format!("{}.5", rng.between(1, 99_999));
-                body(&m)
+                let (m, t) = next(rng, &mut transactions, &|m, rng| {
+                    m.ledger_entity = "ACME-JP".into();
+                    m.currency = "JPY".into();
+                    m.amount = format!("{}.5", rng.between(1, 99_999));
+                });
+                (body(&m), Some(t))
             }
             Kind::InvalidDecimal => {
-                let mut v = json(&next(rng));
+                let (m, t) = next(rng, &mut transactions, &plain);
+                let mut v = json(&m);
                 v["amount"] = "1,250.00".into();
-                v.to_string()
+                (v.to_string(), Some(t))
             }
             Kind::SchemaViolation => {
-                let mut v = json(&next(rng));
+                // An unhashed field missing: the hashed ones parse and reproduce the hash.
+                let (m, t) = next(rng, &mut transactions, &plain);
+                let mut v = json(&m);
                 if let Some(o) = v.as_object_mut() {
                     o.remove("match_decision");
                 }
-                v.to_string()
+                // Half the time the producer finds out, corrects it and sends it again later.
+                if rng.chance(500_000) {
+                    let mut fixed = m.clone();
+                    if rng.chance(500_000) {
+                        fixed.message_id = format!("{}-corrected", m.message_id);
+                    }
+                    let later = Duration::from_secs(60 * rng.between(20, 100));
+                    out.push((Kind::Corrected, body(&fixed), Some(t), Some(later)));
+                }
+                (v.to_string(), Some(t))
             }
             Kind::EmptyEntity => {
-                let mut v = json(&next(rng));
+                let (m, t) = next(rng, &mut transactions, &plain);
+                let mut v = json(&m);
                 v["ledger_entity"] = "".into();
-                v.to_string()
+                (v.to_string(), Some(t))
             }
-            Kind::NotJson => format!("<ISO20022 truncated frame {}", rng.below(1000)),
+            Kind::NotJson => (format!("<ISO20022 truncated frame {}", rng.below(1000)), None),
             Kind::MissingHash => {
-                let mut v = json(&next(rng));
+                let (m, t) = next(rng, &mut transactions, &plain);
+                let mut v = json(&m);
                 if let Some(o) = v.as_object_mut() {
                     o.remove("source_hash");
                 }
-                v.to_string()
+                (v.to_string(), Some(t))
             }
             Kind::HashMismatch => {
-                let mut v = json(&next(rng));
+                let (m, t) = next(rng, &mut transactions, &plain);
+                let mut v = json(&m);
                 v["amount"] = "0.01".into();
-                v.to_string()
+                (v.to_string(), Some(t))
             }
-            Kind::LargeValid => padded(&next(rng), 1_048_576 - rng.between(200, 8000) as usize),
+            Kind::LargeValid => {
+                let (m, t) = next(rng, &mut transactions, &plain);
+                (padded(&m, 1_048_576 - rng.between(200, 8000) as usize), Some(t))
+            }
             Kind::LargePoison => {
-                let mut m = next(rng);
-                m.currency = "XAU".into();
-                m.amount = "1.5".into();
-                padded(&m, 1_048_576 - rng.between(200, 8000) as usize)
+                let (m, t) = next(rng, &mut transactions, &|m, _| {
+                    m.currency = "XAU".into();
+                    m.amount = "1.5".into();
+                });
+                (padded(&m, 1_048_576 - rng.between(200, 8000) as usize), Some(t))
             }
-            Kind::Valid => body(&next(rng)),
+            Kind::Valid | Kind::Corrected => {
+                let (m, t) = next(rng, &mut transactions, &plain);
+                (body(&m), Some(t))
+            }
         };
-        out.push((kind, body));
+        out.push((kind, body, txn, None));
     }
     // Some producers write a byte-order mark before the JSON.
-    for (kind, body) in out.iter_mut() {
+    for (kind, body, _, _) in out.iter_mut() {
         if *kind == Kind::Valid && rng.chance(50_000) {
             body.insert(0, '\u{feff}');
         }
     }
-    // Shuffle, then spread the sends over the first ten virtual minutes.
+    // Shuffle, then spread the sends over the first ten virtual minutes (a correction goes out
+    // later, after its malformed message).
     for i in (1..out.len()).rev() {
         let j = rng.below(i as u64 + 1) as usize;
         out.swap(i, j);
     }
     let mut at = Duration::ZERO;
-    out.into_iter()
-        .map(|(kind, body)| {
+    let mut messages: Vec<Produced> = out
+        .into_iter()
+        .map(|(kind, body, txn, later)| {
             at += Duration::from_millis(rng.below(20_000));
             let attributes = attributes(rng);
             Produced {
                 kind,
                 body,
+                txn,
                 attributes,
-                at,
+                at: at + later.unwrap_or_default(),
+                sqs_id: String::new(),
             }
         })
-        .collect()
+        .collect();
+    messages.sort_by_key(|p| p.at);
+    Workload { messages, transactions }
 }
 
 /// The producer's own message attributes: mostly none; now and then a few, strings and bytes;

@@ -20,15 +20,15 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use super::exec::{SimClock, Spawner};
+use super::exec::{JoinHandle, SimClock, Spawner};
 use super::faults::{FaultPlan, Faulty, Injector};
+use super::gl::{GlPlan, SimGl};
+use super::ledger::{Books, SimLedger};
 use super::rng::{Rng, SharedRng};
 use super::sqs::{QueueSpec, SimQueue, SqsModel};
 use super::trace::Trace;
-use super::workload::{CLOSED_ENTITY, CLOSED_PERIOD, Produced};
-use crate::memory::{
-    MemoryAuditLog, MemoryEnvelopeStore, MemoryLedger, MemoryMetrics, MemoryReferenceData, MemoryWorm,
-};
+use super::workload::{CLOSED_ENTITY, CLOSED_PERIOD, Produced, Transaction, Workload};
+use crate::memory::{MemoryAuditLog, MemoryEnvelopeStore, MemoryMetrics, MemoryReferenceData, MemoryWorm};
 
 pub const MAIN: &str = "main";
 pub const DLQ: &str = "dead-letter";
@@ -62,6 +62,11 @@ pub struct Settings {
     /// The replay's marks written with their records linked into the trail (as the DynamoDB
     /// store given the trail does), rather than through the outbox.
     pub linked_trail: bool,
+    /// A general ledger behind the claim protocol, slow as drawn (`None`: the reference ledger).
+    pub gl: Option<GlPlan>,
+    /// The operator's commands run in-process on their machine, which may be suspended in the
+    /// middle of one for this long (now and then), whatever it holds.
+    pub operator_stall: Option<Duration>,
 }
 
 impl Settings {
@@ -97,12 +102,14 @@ impl Settings {
             calm_at: minutes(rng, 30, 120),
             index_lag: rng.chance(500_000).then(|| Duration::from_millis(rng.between(1, 3000))),
             linked_trail: rng.chance(500_000),
+            gl: rng.chance(400_000).then(|| GlPlan::draw(rng)),
+            operator_stall: rng.chance(300_000).then(|| minutes(rng, 6, 40)),
         }
     }
 }
 
 pub type SimConsumer = Consumer<
-    Faulty<Arc<MemoryLedger>>,
+    Faulty<SimLedger>,
     Faulty<SimQueue>,
     Faulty<SimQueue>,
     Faulty<Arc<MemoryReferenceData>>,
@@ -116,7 +123,7 @@ pub type SimEnricher = Enricher<
 >;
 pub type SimReplayer = Replayer<
     Faulty<Arc<MemoryEnvelopeStore>>,
-    Faulty<Arc<MemoryLedger>>,
+    Faulty<SimLedger>,
     Faulty<Arc<MemoryReferenceData>>,
     Faulty<SimQueue>,
     Faulty<Arc<MemoryWorm>>,
@@ -126,7 +133,7 @@ pub type SimReplayer = Replayer<
 
 /// The stores, as the oracle reads them after the run.
 pub struct Stores {
-    pub ledger: Arc<MemoryLedger>,
+    pub books: Books,
     pub reference: Arc<MemoryReferenceData>,
     pub audit: Arc<MemoryAuditLog>,
     pub envelopes: Arc<MemoryEnvelopeStore>,
@@ -146,12 +153,18 @@ pub struct World {
     consumer: Rc<SimConsumer>,
     enricher: Rc<SimEnricher>,
     replayer: Rc<SimReplayer>,
-    /// The bodies SQS accepted from the producer (the manifest), and when sending ended.
+    /// The operator's replays: in-process, on a machine that may stall.
+    operator_replayer: Rc<SimReplayer>,
+    /// The bodies SQS accepted from the producer (the manifest, each with its SQS message id).
     pub sent: RefCell<Vec<Produced>>,
+    /// The transactions the workload means (the oracle's ground truth).
+    pub transactions: RefCell<Vec<Transaction>>,
     producing: Cell<bool>,
     /// The operator still has actions to take.
     operating: Cell<bool>,
     stopping: Cell<bool>,
+    /// The schedule still starts sweeps.
+    sweeping: Cell<bool>,
     invocations: Cell<u64>,
 }
 
@@ -163,9 +176,13 @@ impl World {
             trace.clone(),
             settings.faults,
         ));
+        let operator_faults = Arc::new(match settings.operator_stall {
+            Some(d) => Injector::new(rng.clone(), clock.clone(), trace.clone(), settings.faults).stalling(20_000, d),
+            None => Injector::new(rng.clone(), clock.clone(), trace.clone(), settings.faults),
+        });
         let sqs = Arc::new(SqsModel::new(
             clock.clone(),
-            rng,
+            rng.clone(),
             settings.duplicate_ppm,
             vec![
                 QueueSpec {
@@ -186,8 +203,15 @@ impl World {
                 },
             ],
         ));
+        let books = match settings.gl {
+            Some(plan) => Books::Claiming {
+                gl: Arc::new(SimGl::new(clock.clone(), rng.clone(), trace.clone(), plan)),
+                dedup: Arc::default(),
+            },
+            None => Books::Reference(Arc::default()),
+        };
         let stores = Stores {
-            ledger: Arc::default(),
+            books,
             reference: Arc::default(),
             audit: Arc::default(),
             envelopes: Arc::default(),
@@ -202,7 +226,7 @@ impl World {
         if settings.linked_trail {
             stores.envelopes.link_into(Some(stores.audit.clone()));
         }
-        let q = |name: &str| {
+        let q = |name: &str, faults: &Arc<Injector>| {
             Faulty::new(
                 SimQueue {
                     model: sqs.clone(),
@@ -212,10 +236,11 @@ impl World {
             )
         };
         let clock_port: Arc<dyn Clock> = Arc::new(clock.clone());
+        let ledger = stores.books.ledger(&faults, clock_port.clone());
         let consumer = Rc::new(Consumer {
-            ledger: Faulty::new(stores.ledger.clone(), faults.clone()),
-            queue: q(MAIN),
-            dlq: q(DLQ),
+            ledger: Faulty::new(ledger.clone(), faults.clone()),
+            queue: q(MAIN, &faults),
+            dlq: q(DLQ, &faults),
             reference: Faulty::new(stores.reference.clone(), faults.clone()),
             audit: Faulty::new(stores.audit.clone(), faults.clone()),
             clock: clock_port.clone(),
@@ -240,23 +265,29 @@ impl World {
                 ..EnricherConfig::default()
             },
         });
-        let replayer = Rc::new(Replayer {
-            progress: None,
-            store: Faulty::new(stores.envelopes.clone(), faults.clone()),
-            ledger: Faulty::new(stores.ledger.clone(), faults.clone()),
-            reference: Faulty::new(stores.reference.clone(), faults.clone()),
-            queue: q(MAIN),
-            worm: Faulty::new(stores.worm.clone(), faults.clone()),
-            audit: Faulty::new(stores.audit.clone(), faults.clone()),
-            metrics: stores.metrics.clone(),
-            clock: clock_port,
-            config: ReplayConfig {
-                actor: "replay".into(),
-                page_size: settings.page_size,
-                overflow_high_water: settings.overflow_high_water,
-                ..ReplayConfig::default()
-            },
-        });
+        // The replay function, and the operator's replays in-process: the same flow over the
+        // same stores, the operator's behind their own machine's stalls.
+        let replayer = |faults: &Arc<Injector>| {
+            Rc::new(Replayer {
+                progress: None,
+                store: Faulty::new(stores.envelopes.clone(), faults.clone()),
+                ledger: Faulty::new(ledger.clone(), faults.clone()),
+                reference: Faulty::new(stores.reference.clone(), faults.clone()),
+                queue: q(MAIN, faults),
+                worm: Faulty::new(stores.worm.clone(), faults.clone()),
+                audit: Faulty::new(stores.audit.clone(), faults.clone()),
+                metrics: stores.metrics.clone(),
+                clock: clock_port.clone(),
+                config: ReplayConfig {
+                    actor: "replay".into(),
+                    page_size: settings.page_size,
+                    overflow_high_water: settings.overflow_high_water,
+                    ..ReplayConfig::default()
+                },
+            })
+        };
+        let operator_replayer = replayer(&operator_faults);
+        let replayer = replayer(&faults);
         Rc::new(World {
             crash_ppm: Arc::new(AtomicU32::new(settings.crash_ppm)),
             settings,
@@ -268,10 +299,13 @@ impl World {
             consumer,
             enricher,
             replayer,
+            operator_replayer,
             sent: RefCell::new(Vec::new()),
+            transactions: RefCell::new(Vec::new()),
             producing: Cell::new(true),
             operating: Cell::new(true),
             stopping: Cell::new(false),
+            sweeping: Cell::new(true),
             invocations: Cell::new(0),
         })
     }
@@ -288,9 +322,11 @@ impl World {
 
     /// Start every driver: the producer, the pollers, the schedule, the operator, the clock
     /// jumps, and the settling that ends the run.
-    pub fn start(self: &Rc<Self>, workload: Vec<Produced>) {
+    pub fn start(self: &Rc<Self>, workload: Workload) {
+        *self.transactions.borrow_mut() = workload.transactions;
         let w = self.clone();
-        self.spawner.spawn("producer", async move { w.produce(workload).await });
+        let messages = workload.messages;
+        self.spawner.spawn("producer", async move { w.produce(messages).await });
         for i in 0..self.settings.consumer_pollers {
             let w = self.clone();
             let h = self.consumer.clone();
@@ -336,8 +372,14 @@ impl World {
             };
             match self.stores.sqs.send(MAIN, &m) {
                 Ok(id) => {
-                    self.log(format!("producer sent {id} ({:?}, {} bytes)", p.kind, p.body.len()));
-                    self.sent.borrow_mut().push(p);
+                    self.log(format!(
+                        "producer sent {id} ({:?} {}, transaction {:?}, {} bytes)",
+                        p.kind,
+                        labels(&p.body).message_id.unwrap_or_default(),
+                        p.txn,
+                        p.body.len()
+                    ));
+                    self.sent.borrow_mut().push(Produced { sqs_id: id, ..p });
                 }
                 Err(e) => self.log(format!("producer: SQS refused a {:?} message: {e}", p.kind)),
             }
@@ -406,7 +448,7 @@ impl World {
     async fn schedule(&self) {
         while !self.stopping.get() {
             self.clock.sleep(self.settings.sweep_every).await;
-            if self.stopping.get() {
+            if self.stopping.get() || !self.sweeping.get() {
                 return;
             }
             let payload = serde_json::json!({
@@ -422,14 +464,27 @@ impl World {
 
     /// Start a replay invocation (not awaited: it runs beside everything else).
     fn replay(&self, request: ReplayRequest, function: &str) {
+        drop(self.start_replay(request, function, false));
+    }
+
+    /// Start a replay: the replay function's (within its timeout), or the operator's own
+    /// in-process run (`by_hand`: on their machine, as `dlqctl` runs it, no Lambda deadline).
+    fn start_replay(&self, request: ReplayRequest, function: &str, by_hand: bool) -> JoinHandle<()> {
         let name = self.invocation_name(function);
-        let r = self.replayer.clone();
-        let deadline = self.clock.now() + REPLAY_TIMEOUT;
+        let (r, deadline, dies_at) = if by_hand {
+            (self.operator_replayer.clone(), None, None)
+        } else {
+            (
+                self.replayer.clone(),
+                Some(self.clock.now() + REPLAY_TIMEOUT),
+                Some(self.clock.elapsed() + REPLAY_TIMEOUT),
+            )
+        };
         let trace = self.trace.clone();
         let clock = self.clock.clone();
         let label = name.clone();
-        drop(self.spawner.invoke(name, Some(self.clock.elapsed() + REPLAY_TIMEOUT), async move {
-            match r.run(&request, Some(deadline)).await {
+        self.spawner.invoke(name, dies_at, async move {
+            match r.run(&request, deadline).await {
                 Ok(rep) => trace.log(
                     &clock,
                     format!(
@@ -445,7 +500,7 @@ impl World {
                 ),
                 Err(e) => trace.log(&clock, format!("{label} failed: {e}")),
             }
-        }));
+        })
     }
 
     /// The operator: the workload's closed period from the start; then, as drawn, XAU mapped
@@ -481,7 +536,7 @@ impl World {
                         description: "gold, troy ounce".into(),
                     };
                     let _ = reference.put_currency(&xau).await;
-                    self.replay(
+                    self.start_replay(
                         operator_request(
                             Selector {
                                 root_cause: Some("UNMAPPED_CURRENCY:*".into()),
@@ -491,7 +546,9 @@ impl World {
                             false,
                         ),
                         "replay-by-hand",
-                    );
+                        true,
+                    )
+                    .await;
                 }
                 "reopen period" => {
                     let _ = reference
@@ -502,10 +559,14 @@ impl World {
                         })
                         .await;
                 }
-                _ => self.replay(
-                    operator_request(Selector::default(), "cannot be fixed: book by hand", true),
-                    "quarantine-by-hand",
-                ),
+                _ => self
+                    .start_replay(
+                        operator_request(Selector::default(), "cannot be fixed: book by hand", true),
+                        "quarantine-by-hand",
+                        true,
+                    )
+                    .await
+                    .unwrap_or_default(),
             }
         }
         self.operating.set(false);
@@ -530,10 +591,20 @@ impl World {
             quiet_rounds = if quiet { quiet_rounds + 1 } else { 0 };
         }
         self.log(if quiet_rounds >= 3 {
-            "quiet: stopping"
+            "quiet: the schedule stops"
         } else {
-            "not quiet at the horizon: stopping"
+            "not quiet at the horizon: the schedule stops"
         });
+        // No new sweep; one still running ends within its timeout, and what it sent is consumed
+        // before the pollers stop.
+        self.sweeping.set(false);
+        self.clock.sleep(REPLAY_TIMEOUT + Duration::from_secs(60)).await;
+        while self.stores.sqs.depth(MAIN).total() + self.stores.sqs.depth(DLQ).total() > 0
+            && self.clock.elapsed() < horizon
+        {
+            self.clock.sleep(Duration::from_secs(60)).await;
+        }
+        self.log("stopping");
         self.stopping.set(true);
     }
 
