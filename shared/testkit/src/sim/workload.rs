@@ -221,11 +221,20 @@ pub fn generate(rng: &mut Rng) -> Workload {
                 let (m, t) = rng.pick(&originals);
                 let mut m = m.clone();
                 m.message_id = format!("{}-again-{}", m.message_id, rng.below(1000));
-                m.amount = if m.amount.contains('.') {
-                    format!("{}0", m.amount)
-                } else {
-                    format!("{}.0", m.amount)
-                };
+                // A trailing zero, where the amount has a digit to spare (28 at most).
+                let digits = m
+                    .amount
+                    .trim_start_matches('0')
+                    .chars()
+                    .filter(char::is_ascii_digit)
+                    .count();
+                if digits < 28 {
+                    m.amount = if m.amount.contains('.') {
+                        format!("{}0", m.amount)
+                    } else {
+                        format!("{}.0", m.amount)
+                    };
+                }
                 m.currency = m.currency.to_lowercase();
                 // The canonical form: another spelling of the same entity and references.
                 m.ledger_entity = m.ledger_entity.to_lowercase();
