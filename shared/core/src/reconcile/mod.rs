@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::domain::envelope::sha256_hex;
 use crate::domain::message::parse_amount;
-use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Tally, labels};
+use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, HashKind, Posting, Tally, labels};
 
 pub mod edits;
 pub mod period;
@@ -167,11 +167,14 @@ impl Fate<'_> {
         let any = |s: EnvelopeStatus| self.envelopes.iter().any(|e| e.status == s);
         if any(EnvelopeStatus::Pending) {
             State::Pending
-        } else if !self.duplicates.is_empty()
-            || any(EnvelopeStatus::SuppressedDuplicate)
-            || any(EnvelopeStatus::Superseded)
-        {
-            // (An edit whose transaction another message of the producer's posted.)
+        } else if !self.duplicates.is_empty() || any(EnvelopeStatus::SuppressedDuplicate) {
+            State::Duplicate
+        } else if any(EnvelopeStatus::Quarantined) {
+            // (Also an edited copy dead-lettered again and quarantined: its original was
+            // superseded, the copy is where the transaction waits.)
+            State::Quarantined
+        } else if any(EnvelopeStatus::Superseded) {
+            // An edit whose transaction another message of the producer's posted: nothing sent.
             State::Duplicate
         } else {
             State::Quarantined
@@ -251,6 +254,20 @@ pub fn outcomes(
                 .map(|e| e.source_hash.as_str()),
         )
         .collect();
+    // A transaction left for a manual journal (the hash its body decodes to, or only claims)
+    // that the ledger holds as a posting is booked twice: by the pipeline and by hand.
+    let posted: BTreeMap<&str, &Posting> = postings.iter().map(|p| (p.source_hash.as_str(), p)).collect();
+    for e in envelopes
+        .iter()
+        .filter(|e| e.left_for_manual_journal() && e.source_hash_kind != HashKind::RawDigest)
+    {
+        if let Some(p) = posted.get(e.source_hash.as_str()) {
+            problems.push(format!(
+                "envelope {} is left for a manual journal, but its transaction {} is posted (message {}, SQS {}): booked twice",
+                e.envelope_id, e.source_hash, p.message_id, p.sqs_message_id
+            ));
+        }
+    }
     let envelope_ids: BTreeSet<&str> = envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
     let dead_lettered: BTreeSet<&str> = envelopes
         .iter()

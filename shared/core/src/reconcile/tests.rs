@@ -177,6 +177,57 @@ mod lineage {
         assert_eq!(r.by_state.len(), 1);
     }
 
+    /// An envelope quarantined for a manual journal by `replay`.
+    fn left_for_manual_journal(mut e: DlqEnvelope) -> DlqEnvelope {
+        e.status = EnvelopeStatus::Quarantined;
+        e.status_history.push(crate::domain::StatusChange {
+            status: EnvelopeStatus::Quarantined,
+            at: Utc.with_ymd_and_hms(2026, 12, 1, 1, 0, 0).unwrap(),
+            actor: "operator".into(),
+            reason: "book by hand".into(),
+            manual_journal: true,
+        });
+        e
+    }
+
+    #[test]
+    fn a_manual_journal_beside_a_posting_of_its_transaction_never_holds() {
+        // S0 was left for a manual journal; S1, another message of the same transaction (or a
+        // late GL request of S0's), posted it: booked twice.
+        let e = left_for_manual_journal(envelope("S0", EnvelopeStatus::Pending, None));
+        let mut manifest_of_two = vec![manifest_entry(&body()), manifest_entry(&body())];
+        let (out, problems) = outcomes(&[posting("S1", None)], std::slice::from_ref(&e), &[], true);
+        let r = reconcile(out, problems, Some(&manifest_of_two), 0);
+        assert!(!r.holds, "{r:?}");
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.contains("manual journal") && p.contains("posted")),
+            "{r:?}"
+        );
+        // Only claimed by a body that does not decode: the same check on the hash it claims.
+        let mut claimed = e.clone();
+        claimed.source_hash_kind = crate::domain::HashKind::Claimed;
+        let (_, problems) = outcomes(&[posting("S1", None)], &[claimed], &[], true);
+        assert!(problems.iter().any(|p| p.contains("manual journal")), "{problems:?}");
+        // Alone, the manual journal holds.
+        manifest_of_two.pop();
+        let (out, problems) = outcomes(&[], &[e], &[], true);
+        assert!(reconcile(out, problems, Some(&manifest_of_two), 0).holds);
+    }
+
+    #[test]
+    fn an_edited_copy_dead_lettered_again_and_left_for_a_manual_journal_is_quarantined() {
+        // E0 superseded by an approved edit, its copy C1 sent; C1 dead-lettered again, and its
+        // envelope left for a manual journal: the transaction waits for the accountant.
+        let mut e0 = replayed_as(envelope("S0", EnvelopeStatus::Superseded, None), "C1");
+        e0.replays[0].outcome = EnvelopeStatus::Superseded;
+        let e1 = left_for_manual_journal(envelope("C1", EnvelopeStatus::Pending, Some(&e0.envelope_id)));
+        let r = states(&[], &[e0, e1], &[], 0);
+        assert!(r.holds, "{r:?}");
+        assert_eq!(r.by_state.keys().collect::<Vec<_>>(), [&State::Quarantined], "{r:?}");
+    }
+
     #[test]
     fn a_copy_lost_on_the_way_never_lets_reconcile_hold() {
         // Re-injected as C1, which never reached any state, and the queues are empty.
