@@ -11,8 +11,8 @@ use recon_aws::sqs::SqsQueue;
 use recon_core::evidence::{Bundle, VerifyReport, verify_bundle, write_bundle};
 use recon_core::ports::LedgerScope;
 use recon_core::reconcile::{
-    Counts, Entry, Exceptions, Links, Reconciliation, State, complete_exceptions, exceptions_of_period, look_up_unmet,
-    manifest_entry, of_period, outcomes, read_ledger, reconcile_counted,
+    Counts, Entry, Exceptions, Links, Reconciliation, State, Verdict, complete_exceptions, exceptions_of_period,
+    look_up_unmet, manifest_entry, of_period, outcomes, read_ledger, reconcile_counted,
 };
 use recon_core::resources::ResourceNames;
 use std::io::BufRead;
@@ -218,6 +218,9 @@ pub fn print(r: &Reconciliation) {
     for x in &r.edited {
         println!("EDITED   {}", printable(x));
     }
+    for x in &r.altered {
+        println!("ALTERED  {}: recorded with other amounts than were sent", printable(x));
+    }
     for p in &r.problems {
         println!("PROBLEM  {}", printable(p));
     }
@@ -256,19 +259,26 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
     } else {
         print(&ev.reconciliation);
     }
-    if !ev.reconciliation.holds {
-        return Err(crate::output::CheckFailed(
+    match ev.reconciliation.verdict {
+        Verdict::DoesNotHold => Err(crate::output::CheckFailed(
             "reconciliation does not hold: ingested ≠ committed + duplicates + pending + quarantined + in flight"
                 .into(),
         )
-        .into());
+        .into()),
+        Verdict::Undecided => Err(crate::output::Undecided(format!(
+            "reconciliation undecided ({} queued): nothing is wrong yet, but what the queued messages become decides; run it again once the queues are empty",
+            ev.reconciliation.queued
+        ))
+        .into()),
+        Verdict::Holds => {
+            if !crate::output::json() {
+                println!(
+                    "\nreconciliation holds: ingested = committed + duplicates + pending + quarantined + in flight, by count and amount, with nothing queued"
+                );
+            }
+            Ok(())
+        }
     }
-    if !crate::output::json() {
-        println!(
-            "\nreconciliation holds: ingested = committed + duplicates + pending + quarantined + in flight, by count and amount"
-        );
-    }
-    Ok(())
 }
 
 /// Write the evidence bundle of `period`: it lists every transaction of the period, so it holds

@@ -142,7 +142,8 @@ enum Command {
     /// The retry budget against history: recoveries per attempt, the knee, what became of each
     /// transient kind's exhausted messages, and a recommended budget and backoff.
     Calibrate(calibrate::CalibrateArgs),
-    /// Prove ingested = committed + duplicates + pending + quarantined + in flight (exit 1 if not).
+    /// Prove ingested = committed + duplicates + pending + quarantined + in flight (exit 1 if not,
+    /// 3 if undecided: messages still queued).
     Reconcile(bundle::ReconcileArgs),
     /// Evidence for auditors.
     Evidence {

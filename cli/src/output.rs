@@ -1,5 +1,5 @@
 //! How `dlqctl` talks back: text for a person or JSON for a program (`--json`, every command),
-//! exit codes (0 ok, 1 a check failed, 2 an operational error), colour and progress only on a
+//! exit codes (0 ok, 1 a check failed, 2 an operational error, 3 a check undecided yet), colour and progress only on a
 //! terminal (never with `NO_COLOR`), and columns that hold long values.
 
 use std::io::IsTerminal;
@@ -41,10 +41,25 @@ impl std::fmt::Display for CheckFailed {
 
 impl std::error::Error for CheckFailed {}
 
+/// A check that could not decide yet (a reconciliation while messages are still queued): exit
+/// status 3, so a script waits and asks again rather than reading it as a pass or a failure.
+#[derive(Debug)]
+pub struct Undecided(pub String);
+
+impl std::fmt::Display for Undecided {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Undecided {}
+
 /// The exit status for an error.
 pub fn exit_code(e: &anyhow::Error) -> i32 {
     if e.downcast_ref::<CheckFailed>().is_some() {
         1
+    } else if e.downcast_ref::<Undecided>().is_some() {
+        3
     } else {
         2
     }

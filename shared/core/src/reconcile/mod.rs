@@ -371,6 +371,21 @@ pub fn of_period(outcomes: Vec<(State, Entry)>, period: &str, manifest: Option<&
         .collect()
 }
 
+/// What a reconciliation concludes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Verdict {
+    /// Every message sent is in exactly one state, by count and by amount, and nothing is
+    /// queued.
+    Holds,
+    /// Something is wrong now, whatever the queues still hold: a problem, a record never sent,
+    /// an amount other than was sent, or (with nothing queued) a message missing.
+    #[default]
+    DoesNotHold,
+    /// Nothing is wrong yet, but messages are still queued: what they become decides.
+    Undecided,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reconciliation {
     /// What was sent (from the manifest), when one was given.
@@ -387,7 +402,14 @@ pub struct Reconciliation {
     /// reconciled by what the producer sent (counted once, its amount as sent).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub edited: Vec<String>,
+    /// Manifest keys whose records carry other amounts than were sent (per key, as a
+    /// multiset; an edited transaction by what was sent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub altered: Vec<String>,
     pub problems: Vec<String>,
+    #[serde(default)]
+    pub verdict: Verdict,
+    /// `verdict == Holds`.
     pub holds: bool,
 }
 
@@ -522,18 +544,82 @@ pub fn reconcile_counted(
                 r.extra.push(format!("{k} ({})", refs.join(", ")));
             }
         }
-        // Queued messages cannot be named; they may account for missing ones.
+        r.altered = altered(manifest, outcomes);
         let expected = expected.unwrap_or_default();
         let amounts_hold = total.amounts == expected.amounts && total.without_amount == expected.without_amount;
-        r.holds = r.problems.is_empty()
-            && r.extra.is_empty()
-            && r.missing.len() as u64 <= queued
-            && (queued > 0 || (r.missing.is_empty() && amounts_hold));
+        let wrong = !r.problems.is_empty() || !r.extra.is_empty() || !r.altered.is_empty();
+        // Queued messages cannot be named; they may account for missing ones, never for more.
+        r.verdict = if wrong || r.missing.len() as u64 > queued {
+            Verdict::DoesNotHold
+        } else if queued > 0 {
+            Verdict::Undecided
+        } else if r.missing.is_empty() && amounts_hold {
+            Verdict::Holds
+        } else {
+            Verdict::DoesNotHold
+        };
         r.sent = Some(sent);
     } else {
-        r.holds = r.problems.is_empty();
+        r.verdict = if !r.problems.is_empty() {
+            Verdict::DoesNotHold
+        } else if queued > 0 {
+            Verdict::Undecided
+        } else {
+            Verdict::Holds
+        };
     }
+    r.holds = r.verdict == Verdict::Holds;
     r
+}
+
+/// The manifest keys whose matched records carry other amounts than were sent. Per key, the
+/// amounts sent and recorded are compared as multisets (two sends under one key may end in either
+/// order); an edited transaction is compared by what was sent. Keys with more or fewer records
+/// than sends are named as missing or extra instead.
+fn altered(manifest: &[Entry], outcomes: &[(State, Entry)]) -> Vec<String> {
+    type Amounts = Vec<(Option<String>, Option<Decimal>)>;
+    let amount = |currency: Option<&String>, amount: Option<Decimal>| {
+        (currency.map(|c| c.to_ascii_uppercase()), amount.map(|a| a.normalize()))
+    };
+    let mut sent: BTreeMap<&str, Amounts> = BTreeMap::new();
+    for e in manifest {
+        sent.entry(&e.key)
+            .or_default()
+            .push(amount(e.currency.as_ref(), e.amount));
+    }
+    let mut recorded: BTreeMap<&str, Amounts> = BTreeMap::new();
+    for (_, e) in outcomes {
+        let as_sent = match &e.edited_from {
+            Some(from) => amount(from.currency.as_ref(), from.amount),
+            None => amount(e.currency.as_ref(), e.amount),
+        };
+        recorded.entry(&e.key).or_default().push(as_sent);
+    }
+    let show = |a: &Amounts| {
+        a.iter()
+            .map(|(c, x)| {
+                format!(
+                    "{} {}",
+                    x.map_or_else(|| "-".into(), |x| x.to_string()),
+                    c.as_deref().unwrap_or("-")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = Vec::new();
+    for (key, mut s) in sent {
+        let Some(r) = recorded.get_mut(key) else { continue };
+        if r.len() != s.len() {
+            continue;
+        }
+        s.sort();
+        r.sort();
+        if s != *r {
+            out.push(format!("{key}: sent {}, recorded {}", show(&s), show(r)));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
