@@ -40,7 +40,7 @@ async fn concurrent_claims_have_one_winner_and_only_the_owner_commits() {
     for task in tasks {
         let (i, r) = task.await.unwrap();
         match r.unwrap() {
-            ClaimOutcome::Claimed => winners.push(i),
+            ClaimOutcome::Claimed { .. } => winners.push(i),
             ClaimOutcome::HeldElsewhere { owner, lease_until } => {
                 assert!(owner.starts_with("worker-"));
                 assert_eq!(lease_until.timestamp_millis(), lease.timestamp_millis());
@@ -68,7 +68,7 @@ async fn concurrent_claims_have_one_winner_and_only_the_owner_commits() {
 }
 
 #[tokio::test]
-async fn an_expired_claim_is_taken_over_and_a_released_one_is_free() {
+async fn an_expired_claim_is_taken_over_in_doubt_and_a_released_one_is_free() {
     let s = TestStack::new("lease").await;
     let table = DynamoDedupTable::new(s.clients.dynamodb.clone(), &s.stack.names.dedup_table);
     let hash = "cd".repeat(32);
@@ -79,27 +79,40 @@ async fn an_expired_claim_is_taken_over_and_a_released_one_is_free() {
             .claim(&hash, "a", t0, t0 + chrono::Duration::seconds(30), ttl)
             .await
             .unwrap(),
-        ClaimOutcome::Claimed
+        ClaimOutcome::FRESH
     );
     let later = t0 + chrono::Duration::seconds(31);
+    // Taken over: in doubt since the key was first claimed (a's request may still be applied).
+    let first = chrono::DateTime::from_timestamp_millis(t0.timestamp_millis());
     assert_eq!(
         table
             .claim(&hash, "b", later, later + chrono::Duration::seconds(30), ttl)
             .await
             .unwrap(),
-        ClaimOutcome::Claimed
+        ClaimOutcome::Claimed { in_doubt_since: first }
     );
     assert!(
         !table.commit("a", &committed(&hash, "sa")).await.unwrap(),
         "the expired owner lost it"
     );
-    table.release(&hash, "b").await.unwrap();
+    // Left in doubt (b's post had no definite answer): the next claim takes over at once, still
+    // in doubt since the first claim.
+    table.leave_in_doubt(&hash, "b", later).await.unwrap();
     assert_eq!(
         table
             .claim(&hash, "c", later, later + chrono::Duration::seconds(30), ttl)
             .await
             .unwrap(),
-        ClaimOutcome::Claimed
+        ClaimOutcome::Claimed { in_doubt_since: first }
+    );
+    // Released (a definite answer: nothing applied), the key is free and in no doubt.
+    table.release(&hash, "c").await.unwrap();
+    assert_eq!(
+        table
+            .claim(&hash, "d", later, later + chrono::Duration::seconds(30), ttl)
+            .await
+            .unwrap(),
+        ClaimOutcome::FRESH
     );
     s.cleanup().await;
 }
@@ -118,7 +131,7 @@ async fn a_hand_off_to_a_manual_journal_round_trips_and_shuts_out_a_posting() {
             .claim(&hash, "mj", t0, until, t0 + chrono::Duration::days(400))
             .await
             .unwrap(),
-        ClaimOutcome::Claimed
+        ClaimOutcome::FRESH
     );
     let handed = CommittedRef {
         manual_journal: Some("env_1".into()),

@@ -1,24 +1,34 @@
 //! Exactly-once posting to an *external* ledger (the user's own GL): claim -> post -> commit on
 //! the dedup table, as a [`Ledger`] the consumer uses like the reference ledger.
 //!
-//! 1. **claim**: conditional put of `{source_hash, CLAIMED, owner, lease_until}` — succeeds only if
-//!    the hash is unknown or its claim's lease has expired; a committed hash answers
-//!    `AlreadyCommitted` (read from the failed condition, no extra request);
-//! 2. **post** to the GL, keyed on `source_hash` (the GL must treat a repeat as a no-op);
-//! 3. **commit**: conditional update to `COMMITTED`, only if this owner still holds the claim; if
-//!    the post failed, a conditional **release** instead.
+//! 1. **claim**: conditional write of `{source_hash, CLAIMED, owner, lease_until}` — succeeds only
+//!    if the hash is unknown or its claim's lease has ended; a committed hash answers
+//!    `AlreadyCommitted` (read from the failed condition, no extra request). A claim that takes
+//!    over an earlier one is **in doubt**: that owner may have sent a request the GL can still
+//!    apply;
+//! 2. in doubt, **ask** the GL first (`posted`): a posting there is marked committed under the
+//!    delivery the GL names; else **post**, keyed on `source_hash` (the GL answers a repeat from
+//!    its key). `201` applied; `200` posted before — by whom, the GL's posting says, read back;
+//! 3. **commit**: conditional update to `COMMITTED`, only if this owner still holds the claim.
+//!    A definite refusal **releases** the claim; a post with no definite answer (a timeout, a
+//!    dropped connection, a `5xx`, a `409` while another request under the key is being applied)
+//!    **leaves it in doubt**: never "not posted".
 //!
-//! Never "check, then post, then mark". A crash after the post and before the commit leaves a
-//! claim that expires; the next delivery re-claims and re-posts, which the GL's idempotency on
-//! `source_hash` absorbs. The dedup record carries a TTL that must outlive the longest possible
-//! replay (see [`ClaimSettings::validate`]).
+//! A **hand-off** to a manual journal (a transaction that must never post) first voids the key
+//! at the GL, which then refuses every request under it, a late one included; a GL without a void
+//! call is asked whether it posted, and a hash in doubt is handed off only once
+//! [`ClaimSettings::in_doubt_for`] has passed since the first request under it could be sent.
+//!
+//! Never "check, then post, then mark". The dedup record carries a TTL that must outlive the
+//! longest possible replay (see [`ClaimSettings::validate`]); the GL must keep a key at least
+//! [`ClaimSettings::in_doubt_for`] (after that, a delivery asks it before posting again).
 
 use chrono::{DateTime, Duration, Utc};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
-use crate::ports::{ClaimOutcome, Clock, DedupTable, ExternalLedger, Ledger, Posted, StoreError, StoreResult};
+use crate::ports::{ClaimOutcome, Clock, DedupTable, ExternalLedger, Ledger, Posted, StoreError, StoreResult, Voided};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClaimSettings {
@@ -26,6 +36,10 @@ pub struct ClaimSettings {
     pub lease: Duration,
     /// How long the dedup record lives (DynamoDB TTL). Must exceed the replay window.
     pub ttl: Duration,
+    /// How long after it was sent a request the GL did not answer definitely may still be
+    /// applied: the GL's contract. A hash in doubt is handed to a manual journal only after this,
+    /// unless the GL voids its key.
+    pub in_doubt_for: Duration,
 }
 
 impl Default for ClaimSettings {
@@ -33,9 +47,13 @@ impl Default for ClaimSettings {
         ClaimSettings {
             lease: Duration::seconds(60),
             ttl: Duration::days(400),
+            in_doubt_for: Duration::hours(IN_DOUBT_HOURS),
         }
     }
 }
+
+/// [`ClaimSettings::in_doubt_for`] by default: the HTTP ledger contract's longest request.
+pub const IN_DOUBT_HOURS: i64 = 4;
 
 impl ClaimSettings {
     /// Refuse a dedup TTL that a replay could outlive: a replay after the mark expired would
@@ -43,6 +61,9 @@ impl ClaimSettings {
     pub fn validate(&self, replay_window: Duration) -> Result<(), String> {
         if self.lease <= Duration::zero() {
             return Err("the claim lease must be positive".into());
+        }
+        if self.in_doubt_for < self.lease {
+            return Err("a request may be in doubt for at least a claim's lease".into());
         }
         if self.ttl <= replay_window + self.lease {
             return Err(format!(
@@ -88,80 +109,134 @@ impl<G, D> ClaimingLedger<G, D> {
     }
 }
 
-impl<G, D: DedupTable> ClaimingLedger<G, D> {
-    /// Claim `source_hash` for `owner`: `None` when claimed, else what the table already holds.
-    async fn claim_for(&self, source_hash: &str, owner: &str) -> StoreResult<Option<CommitOutcome>> {
+/// What a claim gave: the hash, and whether a request under it may still be applied.
+struct Held {
+    owner: String,
+    in_doubt_since: Option<DateTime<Utc>>,
+}
+
+impl<G: ExternalLedger, D: DedupTable> ClaimingLedger<G, D> {
+    /// Claim `source_hash` for `owner`: the claim, or what the table already holds.
+    async fn claim_for(&self, source_hash: &str, owner: String) -> StoreResult<Result<Held, CommitOutcome>> {
         let now: DateTime<Utc> = self.clock.now();
         match self
             .dedup
             .claim(
                 source_hash,
-                owner,
+                &owner,
                 now,
                 now + self.settings.lease,
                 now + self.settings.ttl,
             )
             .await?
         {
-            ClaimOutcome::AlreadyCommitted(r) => Ok(Some(CommitOutcome::AlreadyCommitted(r))),
+            ClaimOutcome::AlreadyCommitted(r) => Ok(Err(CommitOutcome::AlreadyCommitted(r))),
             ClaimOutcome::HeldElsewhere { owner, lease_until } => Err(StoreError::new(
                 TransientKind::Conflict,
                 format!("being posted by {owner} (claim until {lease_until})"),
             )),
-            ClaimOutcome::Claimed => Ok(None),
+            ClaimOutcome::Claimed { in_doubt_since } => Ok(Ok(Held { owner, in_doubt_since })),
         }
     }
-}
 
-impl<G, D: DedupTable> ClaimingLedger<G, D> {
-    /// Drop `owner`'s claim; a claim that cannot be dropped expires with its lease.
-    async fn release(&self, source_hash: &str, owner: &str) {
-        if let Err(e) = self.dedup.release(source_hash, owner).await {
-            tracing::warn!(source_hash, error = %e, "claim not released; it expires with its lease");
+    /// Give the claim back after `error`: released when nothing under the key can still be
+    /// applied, else left in doubt for the next claim. A claim that cannot be given back expires
+    /// with its lease (and is in doubt then).
+    async fn give_back(&self, source_hash: &str, held: &Held, in_doubt: bool) {
+        let result = if in_doubt || held.in_doubt_since.is_some() {
+            self.dedup
+                .leave_in_doubt(source_hash, &held.owner, self.clock.now())
+                .await
+        } else {
+            self.dedup.release(source_hash, &held.owner).await
+        };
+        if let Err(e) = result {
+            tracing::warn!(source_hash, error = %e, "claim not given back; it expires with its lease");
         }
+    }
+
+    /// Mark `committed` under the claim: `true` if this owner still held it.
+    async fn mark(&self, held: &Held, committed: &CommittedRef) -> StoreResult<()> {
+        if self.dedup.commit(&held.owner, committed).await? {
+            Ok(())
+        } else {
+            // The lease ran out and someone else took the claim over; they find out the same.
+            Err(StoreError::new(
+                TransientKind::Conflict,
+                "claim lost before the transaction was marked; the next attempt finds out",
+            ))
+        }
+    }
+
+    /// The GL's own posting under `source_hash`, marked committed under the claim: who holds it
+    /// is the GL's to say (a delivery whose answer was lost, maybe another than this one).
+    async fn mark_gl_posting(&self, held: &Held, found: CommittedRef) -> StoreResult<CommitOutcome> {
+        self.mark(held, &found).await?;
+        Ok(CommitOutcome::AlreadyCommitted(found))
+    }
+
+    /// The GL's posting under a key it says it posted before.
+    async fn posted_before(&self, source_hash: &str) -> StoreResult<CommittedRef> {
+        self.gl.posted(source_hash).await?.ok_or_else(|| {
+            StoreError::new(
+                TransientKind::Infrastructure,
+                "the GL answered a post as posted before, yet holds no posting under its key",
+            )
+        })
     }
 }
 
 impl<G: ExternalLedger, D: DedupTable> Ledger for ClaimingLedger<G, D> {
     async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
-        let owner = self.owner_token(posting);
-        if let Some(held) = self.claim_for(&posting.source_hash, &owner).await? {
-            return Ok(held);
+        let hash = &posting.source_hash;
+        let held = match self.claim_for(hash, self.owner_token(posting)).await? {
+            Ok(held) => held,
+            Err(outcome) => return Ok(outcome),
+        };
+        // In doubt: an earlier request may have been applied (its answer lost). Ask first.
+        if held.in_doubt_since.is_some() {
+            match self.gl.posted(hash).await {
+                Ok(Some(found)) => return self.mark_gl_posting(&held, found).await,
+                Ok(None) => {}
+                Err(e) => {
+                    self.give_back(hash, &held, true).await;
+                    return Err(e);
+                }
+            }
         }
-        // Not posted (or not known to be): the claim goes, and the next delivery claims and
-        // posts again under the same idempotency key.
-        match self.gl.post(posting).await {
-            Ok(Posted::Posted) => {}
+        let committed = match self.gl.post(posting).await {
+            Ok(Posted::Applied) => CommittedRef {
+                source_hash: hash.clone(),
+                sqs_message_id: posting.sqs_message_id.clone(),
+                message_id: posting.message_id.clone(),
+                committed_at: Some(self.clock.now()),
+                manual_journal: None,
+            },
+            Ok(Posted::Before) => {
+                return match self.posted_before(hash).await {
+                    Ok(found) => self.mark_gl_posting(&held, found).await,
+                    Err(e) => {
+                        self.give_back(hash, &held, true).await;
+                        Err(e)
+                    }
+                };
+            }
             Ok(Posted::Refused { rule, detail }) => {
-                self.release(&posting.source_hash, &owner).await;
+                self.give_back(hash, &held, false).await;
                 return Ok(CommitOutcome::Refused { rule, detail });
             }
             Err(e) => {
-                self.release(&posting.source_hash, &owner).await;
+                // No definite answer: it may still be applied. Never "not posted".
+                self.give_back(hash, &held, true).await;
                 return Err(e);
             }
-        }
-        let committed = CommittedRef {
-            source_hash: posting.source_hash.clone(),
-            sqs_message_id: posting.sqs_message_id.clone(),
-            message_id: posting.message_id.clone(),
-            committed_at: Some(self.clock.now()),
-            manual_journal: None,
         };
-        if self.dedup.commit(&owner, &committed).await? {
-            Ok(CommitOutcome::Committed)
-        } else {
-            // The lease ran out during the post and someone else took the claim. The GL holds
-            // one posting (idempotent on source_hash); retrying lets the next claim find out.
-            Err(StoreError::new(
-                TransientKind::Conflict,
-                "claim lost during the post; the GL's idempotency decides",
-            ))
-        }
+        self.mark(&held, &committed).await?;
+        Ok(CommitOutcome::Committed)
     }
 
     /// The dedup table's mark, else the GL itself: a post whose answer was lost (then its claim
-    /// released or expired) left a posting in the GL and nothing in the table.
+    /// left in doubt or expired) left a posting in the GL and nothing in the table.
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
         match self.dedup.lookup(source_hash).await? {
             Some(committed) => Ok(Some(committed)),
@@ -169,38 +244,49 @@ impl<G: ExternalLedger, D: DedupTable> Ledger for ClaimingLedger<G, D> {
         }
     }
 
-    /// Claim, then mark committed as a hand-off: nothing goes to the GL (an accountant books it).
-    /// Under the claim the GL is asked first: a posting it holds (its answer lost) is marked
-    /// committed instead, and no manual journal is booked beside it.
+    /// Claim, void the key at the GL (so nothing under it is ever applied, a late request
+    /// included), then mark committed as a hand-off: nothing goes to the GL (an accountant books
+    /// it). A posting the GL holds (its answer lost) is marked committed instead, and no manual
+    /// journal is booked beside it. A GL that cannot void is asked whether it posted; while a
+    /// request under the key may still be applied ([`ClaimSettings::in_doubt_for`]), the hand-off
+    /// waits (`InDoubt`, until when) and the hash stays in doubt.
     async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
+        let hash = &hand_off.source_hash;
         let owner = self.token(&format!("manual-journal/{}", hand_off.envelope_id));
-        if let Some(held) = self.claim_for(&hand_off.source_hash, &owner).await? {
-            return Ok(held);
-        }
-        let in_gl = match self.gl.posted(&hand_off.source_hash).await {
-            Ok(found) => found,
+        let held = match self.claim_for(hash, owner).await? {
+            Ok(held) => held,
+            Err(outcome) => return Ok(outcome),
+        };
+        let voided = match self.gl.void(hash).await {
+            Ok(v) => v,
             Err(e) => {
-                self.release(&hand_off.source_hash, &owner).await;
+                self.give_back(hash, &held, false).await;
                 return Err(e);
             }
         };
-        if let Some(posting) = in_gl {
-            return if self.dedup.commit(&owner, &posting).await? {
-                Ok(CommitOutcome::AlreadyCommitted(posting))
-            } else {
-                Err(StoreError::new(
-                    TransientKind::Conflict,
-                    "claim lost before the GL's posting was marked; try again",
-                ))
-            };
+        match voided {
+            Voided::Voided => {}
+            Voided::Posted(found) => return self.mark_gl_posting(&held, found).await,
+            Voided::Unsupported => {
+                match self.gl.posted(hash).await {
+                    Ok(Some(found)) => return self.mark_gl_posting(&held, found).await,
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.give_back(hash, &held, false).await;
+                        return Err(e);
+                    }
+                }
+                if let Some(since) = held.in_doubt_since
+                    && self.clock.now() < since + self.settings.in_doubt_for
+                {
+                    self.give_back(hash, &held, true).await;
+                    return Ok(CommitOutcome::InDoubt {
+                        until: since + self.settings.in_doubt_for,
+                    });
+                }
+            }
         }
-        if self.dedup.commit(&owner, &hand_off.committed_ref()).await? {
-            Ok(CommitOutcome::Committed)
-        } else {
-            Err(StoreError::new(
-                TransientKind::Conflict,
-                "claim lost before the hand-off was marked; try again",
-            ))
-        }
+        self.mark(&held, &hand_off.committed_ref()).await?;
+        Ok(CommitOutcome::Committed)
     }
 }

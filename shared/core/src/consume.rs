@@ -243,6 +243,13 @@ where
                     CommitOutcome::Refused { rule, detail } => {
                         return Err(ProcessError::poison(RootCause::LedgerRefused(rule), detail));
                     }
+                    // Only a hand-off waits so; a commit that did would be tried again.
+                    CommitOutcome::InDoubt { until } => {
+                        return Err(ProcessError::Transient {
+                            kind: TransientKind::Conflict,
+                            detail: format!("the transaction is in doubt until {until}"),
+                        });
+                    }
                 };
                 Ok::<_, ProcessError>((posting, held))
             }

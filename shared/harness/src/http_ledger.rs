@@ -1,9 +1,10 @@
 //! A small general ledger behind an HTTP posting API, on loopback, for the tests of the HTTP
 //! ledger (`recon-http`): it honours `Idempotency-Key` as a strict ERP would (the key stored with
 //! the posting and its body; a repeat with the same body answered `200` without applying it
-//! again, a repeat with another body refused `422`), refuses by a rule of its own (`422`), and
-//! fails on purpose — before applying a posting, or *after* applying it, with an error or a
-//! dropped connection, so the client never learns it was applied. It counts the repeats it
+//! again, a repeat with another body refused `422`), refuses by a rule of its own (`422`), voids
+//! keys (or has no void call), and fails on purpose — before applying a posting, *after* applying
+//! it (an error or a dropped connection, so the client never learns it was applied), or applying
+//! it only after the client gave up. It counts the repeats it
 //! answered from a key: the tests' proof that a post whose answer was lost was sent again.
 
 use std::collections::BTreeMap;
@@ -23,6 +24,9 @@ pub enum GlFault {
     ErrorAfterApply,
     /// Apply, then close the connection without an answer.
     DropAfterApply,
+    /// Take this long to apply it (the client gives up first): `409` to another request under
+    /// the key meanwhile, `404` to a read; not applied if the key is voided meanwhile.
+    ApplyLate(std::time::Duration),
 }
 
 #[derive(Default)]
@@ -34,6 +38,12 @@ struct State {
     replays: u64,
     applied: BTreeMap<String, u32>,
     faults: std::collections::VecDeque<GlFault>,
+    /// Keys with a request being applied.
+    in_progress: std::collections::BTreeSet<String>,
+    /// Keys voided: every request under them refused.
+    voided: std::collections::BTreeSet<String>,
+    /// The GL has no void call (answers `404`).
+    no_void: bool,
     refuse_counterparty: Option<String>,
     token: Option<String>,
     posts: u64,
@@ -76,9 +86,24 @@ impl LocalGl {
         lock(&self.state).faults.extend(faults.iter().copied());
     }
 
+    /// Have no void call (`POST /postings/<key>/void` answers `404`), as a GL without one.
+    pub fn without_void(&self) {
+        lock(&self.state).no_void = true;
+    }
+
+    /// Whether `key` was voided.
+    pub fn voided(&self, key: &str) -> bool {
+        lock(&self.state).voided.contains(key)
+    }
+
     /// Answer `401` to every request without `Authorization: Bearer <token>`.
     pub fn require_token(&self, token: &str) {
         lock(&self.state).token = Some(token.to_owned());
+    }
+
+    /// The bearer token it requires, if any.
+    pub fn token(&self) -> Option<String> {
+        lock(&self.state).token.clone()
     }
 
     /// Refuse (`422`, rule `blocked_counterparty`) every posting to this counterparty.
@@ -146,10 +171,26 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
     let answer = match (method.as_str(), path) {
         _ if wanted.is_some() && headers.get("authorization") != wanted.as_ref() => (401, "{}".into()),
         ("POST", "/postings") => match post(&state, &headers, &body) {
-            Some(answer) => answer,
+            PostAnswer::Answer(answer) => answer,
             // The fault that applies and then says nothing.
-            None => return,
+            PostAnswer::Silence => return,
+            PostAnswer::Late(key, posting, wire_body, after) => {
+                // Applied when due (unless voided meanwhile), answered then: the client is gone.
+                tokio::time::sleep(after).await;
+                let mut s = lock(&state);
+                s.in_progress.remove(&key);
+                if !s.voided.contains(&key) && !s.bodies.contains_key(&key) {
+                    s.postings.insert(key.clone(), posting);
+                    s.bodies.insert(key.clone(), wire_body);
+                    *s.applied.entry(key).or_default() += 1;
+                }
+                (201, r#"{"idempotent_replayed":false}"#.into())
+            }
         },
+        ("POST", p) if p.starts_with("/postings/") && p.ends_with("/void") => {
+            let key = &p["/postings/".len()..p.len() - "/void".len()];
+            void(&state, key)
+        }
         ("GET", "/postings") => page(&state, query),
         ("GET", p) if p.starts_with("/postings/") => {
             let hash = &p["/postings/".len()..];
@@ -167,6 +208,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         400 => "Bad Request",
         401 => "Unauthorized",
         404 => "Not Found",
+        409 => "Conflict",
         422 => "Unprocessable Entity",
         500 => "Internal Server Error",
         _ => "Service Unavailable",
@@ -179,25 +221,55 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
     let _ = stream.shutdown().await;
 }
 
-/// A post: `None` when the answer is to be lost (applied, connection dropped).
-fn post(state: &Mutex<State>, headers: &BTreeMap<String, String>, body: &[u8]) -> Option<(u16, String)> {
+/// What a post gets.
+enum PostAnswer {
+    Answer((u16, String)),
+    /// Applied, and the connection dropped without an answer.
+    Silence,
+    /// To be applied after this long (key, posting, body).
+    Late(String, Posting, wire::Body, std::time::Duration),
+}
+
+/// `POST /postings/<key>/void`.
+fn void(state: &Mutex<State>, key: &str) -> (u16, String) {
+    let mut s = lock(state);
+    if s.no_void {
+        return (404, "{}".into());
+    }
+    if let Some(p) = s.postings.get(key) {
+        return (409, serde_json::to_string(p).unwrap_or_default());
+    }
+    s.voided.insert(key.to_owned());
+    (200, r#"{"voided":true}"#.into())
+}
+
+/// A post.
+fn post(state: &Mutex<State>, headers: &BTreeMap<String, String>, body: &[u8]) -> PostAnswer {
+    let answer = |status: u16, body: &str| PostAnswer::Answer((status, body.into()));
     let mut s = lock(state);
     s.posts += 1;
     let Some(key) = headers.get("idempotency-key").cloned() else {
-        return Some((400, r#"{"message":"Idempotency-Key is required"}"#.into()));
+        return answer(400, r#"{"message":"Idempotency-Key is required"}"#);
     };
     let Ok(body) = serde_json::from_slice::<wire::Body>(body) else {
-        return Some((400, r#"{"message":"not a posting"}"#.into()));
+        return answer(400, r#"{"message":"not a posting"}"#);
     };
     let Some(posting) = wire::posting(&body, |k| headers.get(k).cloned()) else {
-        return Some((400, r#"{"message":"a delivery header is missing or malformed"}"#.into()));
+        return answer(400, r#"{"message":"a delivery header is missing or malformed"}"#);
     };
     if posting.source_hash != key {
-        return Some((400, r#"{"message":"the key is not the posting's source_hash"}"#.into()));
+        return answer(400, r#"{"message":"the key is not the posting's source_hash"}"#);
+    }
+    if s.voided.contains(&key) {
+        let refusal = serde_json::json!({"rule": "key_voided", "message": "this key was voided"});
+        return answer(422, &refusal.to_string());
+    }
+    if s.in_progress.contains(&key) {
+        return answer(409, r#"{"message":"a request with this key is in progress"}"#);
     }
     let fault = s.faults.pop_front();
     if fault == Some(GlFault::Unavailable) {
-        return Some((503, "{}".into()));
+        return answer(503, "{}");
     }
     if let Some(applied) = s.bodies.get(&key) {
         if *applied != body {
@@ -205,26 +277,30 @@ fn post(state: &Mutex<State>, headers: &BTreeMap<String, String>, body: &[u8]) -
                 "rule": "idempotency_key_reused",
                 "message": "this key was used with another body",
             });
-            return Some((422, refusal.to_string()));
+            return answer(422, &refusal.to_string());
         }
         // A repeat of a key already applied: the stored result, nothing applied again.
         s.replays += 1;
-        return Some((200, r#"{"idempotent_replayed":true}"#.into()));
+        return answer(200, r#"{"idempotent_replayed":true}"#);
     }
     if s.refuse_counterparty.as_deref() == Some(posting.counterparty.as_str()) {
         let refusal = serde_json::json!({
             "rule": "blocked_counterparty",
             "message": format!("counterparty {} is blocked", posting.counterparty),
         });
-        return Some((422, refusal.to_string()));
+        return answer(422, &refusal.to_string());
+    }
+    if let Some(GlFault::ApplyLate(after)) = fault {
+        s.in_progress.insert(key.clone());
+        return PostAnswer::Late(key, posting, body, after);
     }
     s.postings.insert(key.clone(), posting);
     s.bodies.insert(key.clone(), body);
     *s.applied.entry(key).or_default() += 1;
     match fault {
-        Some(GlFault::ErrorAfterApply) => Some((500, "{}".into())),
-        Some(GlFault::DropAfterApply) => None,
-        _ => Some((201, r#"{"idempotent_replayed":false}"#.into())),
+        Some(GlFault::ErrorAfterApply) => answer(500, "{}"),
+        Some(GlFault::DropAfterApply) => PostAnswer::Silence,
+        _ => answer(201, r#"{"idempotent_replayed":false}"#),
     }
 }
 

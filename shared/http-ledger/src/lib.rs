@@ -7,23 +7,31 @@
 //!   same bytes (a GL may refuse a key reused with another body). The delivery's particulars
 //!   (message and SQS ids, attempt, time, replay) go in `X-Recon-*` headers ([`wire::headers`]),
 //!   which the GL keeps with the posting it applies. `201` posted, `200` posted before under this
-//!   key (nothing applied again), `409` a request with this key is in progress, `422 {"rule",
-//!   "message"}` refused by a rule of the ledger's own; a redirect is an error, never followed
-//!   (a POST followed as a GET would read as posted);
+//!   key (nothing applied again; the posting says by which delivery), `409` a request with this
+//!   key is in progress, `422 {"rule", "message"}` refused by a rule of the ledger's own; a
+//!   redirect is an error, never followed (a POST followed as a GET would read as posted). The GL
+//!   keeps a key at least `ClaimSettings::in_doubt_for` (4 hours) after applying it, and applies
+//!   a request within that time of receiving it or never;
 //! - `GET /postings/<source_hash>`: `200` the posting, `404` none;
+//! - `POST /postings/<source_hash>/void`: `200` the key is void — every request under it, one
+//!   still in progress included, is refused from now on (`422`, rule `key_voided`); `409` with
+//!   the posting the key already holds; `404`/`405`/`501` the GL has no such call (a hand-off to
+//!   a manual journal then waits out `in_doubt_for` after a request with no definite answer);
 //! - `GET /postings?period=&entity=&after=&limit=`: `{"postings": [...], "next": <cursor or null>}`
 //!   in `source_hash` order.
 //!
 //! Exactly once rests on two things together: the claim in the dedup table (one delivery posts
-//! at a time) and the key (a post whose answer was lost, retried after its claim was released or
-//! expired, is recognised by the ledger and applied once).
+//! at a time) and the key (a post whose answer was lost is asked about before it is sent again,
+//! and a request still in progress under the key is recognised by the ledger and applied once).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use recon_core::domain::{CommittedRef, Posting, TransientKind};
-use recon_core::ports::{ExternalLedger, LedgerReader, LedgerScope, Posted, PostingPage, StoreError, StoreResult};
+use recon_core::ports::{
+    ExternalLedger, LedgerReader, LedgerScope, Posted, PostingPage, StoreError, StoreResult, Voided,
+};
 
 /// Where the API is and how long a call may take.
 #[derive(Clone)]
@@ -165,7 +173,8 @@ impl ExternalLedger for HttpLedger {
         }
         let response = request.send().await.map_err(|e| request_error(op, &e))?;
         match response.status().as_u16() {
-            200 | 201 => Ok(Posted::Posted),
+            201 => Ok(Posted::Applied),
+            200 => Ok(Posted::Before),
             422 => {
                 let why: Refusal = response.json().await.unwrap_or_default();
                 Ok(Posted::Refused {
@@ -179,6 +188,29 @@ impl ExternalLedger for HttpLedger {
 
     async fn posted(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
         Ok(LedgerReader::posting(self, source_hash).await?.map(|p| (&p).into()))
+    }
+
+    /// `POST /postings/<key>/void`: `200` voided, `409` with the posting the key holds, `404`,
+    /// `405` or `501` no such call (the GL cannot void).
+    async fn void(&self, source_hash: &str) -> StoreResult<Voided> {
+        let op = "POST /postings/<hash>/void";
+        if !source_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(infra(format!("{op}: not a source_hash")));
+        }
+        let response = self
+            .request(reqwest::Method::POST, &format!("/postings/{source_hash}/void"))
+            .send()
+            .await
+            .map_err(|e| request_error(op, &e))?;
+        match response.status().as_u16() {
+            200 => Ok(Voided::Voided),
+            409 => {
+                let held: Posting = Self::json(op, response).await?;
+                Ok(Voided::Posted((&held).into()))
+            }
+            404 | 405 | 501 => Ok(Voided::Unsupported),
+            _ => Err(status_error(op, response.status())),
+        }
     }
 }
 

@@ -195,6 +195,7 @@ pub async fn settle_by_hand<S: EnvelopeStore>(store: &S, envelope_id: &str, stat
         outcome: status,
         sqs_message_id: None,
         copy_source_hash: None,
+        in_doubt_until: None,
     };
     let claimed = store
         .claim(envelope_id, &claim, at, &change(EnvelopeStatus::Replaying), None)

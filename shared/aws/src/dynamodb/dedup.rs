@@ -1,8 +1,8 @@
 //! The dedup table of the claim -> post -> commit protocol (`recon_core::claim`).
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use chrono::{DateTime, Utc};
 use recon_core::domain::{CommittedRef, TransientKind};
 use recon_core::ports::{ClaimOutcome, DedupTable, StoreError, StoreResult};
@@ -21,6 +21,8 @@ pub struct DynamoDedupTable {
 
 const CLAIMED: &str = "CLAIMED";
 const COMMITTED: &str = "COMMITTED";
+/// When the key was first claimed (epoch ms), kept across takeovers.
+const FIRST_CLAIMED_AT: &str = "first_claimed_at";
 
 impl DynamoDedupTable {
     pub fn new(client: Client, table: impl Into<String>) -> Self {
@@ -42,16 +44,19 @@ impl DynamoDedupTable {
     }
 }
 
+/// A time stored as epoch milliseconds.
+fn millis(item: &Item, name: &str) -> Option<DateTime<Utc>> {
+    item.get(name)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse::<i64>().ok())
+        .and_then(DateTime::<Utc>::from_timestamp_millis)
+}
+
 fn claim_outcome_from(item: &Item) -> ClaimOutcome {
     if get_s(item, "state") == Some(COMMITTED) {
         return ClaimOutcome::AlreadyCommitted(committed_ref(item));
     }
-    let lease_until = item
-        .get("lease_until")
-        .and_then(|v| v.as_n().ok())
-        .and_then(|v| v.parse::<i64>().ok())
-        .and_then(DateTime::<Utc>::from_timestamp_millis)
-        .unwrap_or_default();
+    let lease_until = millis(item, "lease_until").unwrap_or_default();
     ClaimOutcome::HeldElsewhere {
         owner: get_s(item, "owner").unwrap_or_default().to_owned(),
         lease_until,
@@ -59,6 +64,8 @@ fn claim_outcome_from(item: &Item) -> ClaimOutcome {
 }
 
 impl DedupTable for DynamoDedupTable {
+    /// A conditional update (not a put): the key's first claim time stays across takeovers, and
+    /// the item it replaced comes back (`ALL_OLD`), so a takeover knows it is one.
     async fn claim(
         &self,
         source_hash: &str,
@@ -69,27 +76,42 @@ impl DedupTable for DynamoDedupTable {
     ) -> StoreResult<ClaimOutcome> {
         let result = self
             .client
-            .put_item()
+            .update_item()
             .table_name(&self.table)
-            .item(keys::DEDUP_PK, s(source_hash))
-            .item("state", s(CLAIMED))
-            .item("owner", s(owner))
-            .item("lease_until", n(lease_until.timestamp_millis()))
-            .item(keys::DEDUP_TTL, n(expires_at.timestamp()))
+            .key(keys::DEDUP_PK, s(source_hash))
+            .update_expression(
+                "SET #state = :claimed, #owner = :owner, #lease = :lease, #ttl = :ttl, #first = if_not_exists(#first, :now)",
+            )
             .condition_expression("attribute_not_exists(#pk) OR (#state = :claimed AND #lease < :now)")
             .expression_attribute_names("#pk", keys::DEDUP_PK)
             .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#owner", "owner")
             .expression_attribute_names("#lease", "lease_until")
+            .expression_attribute_names("#ttl", keys::DEDUP_TTL)
+            .expression_attribute_names("#first", FIRST_CLAIMED_AT)
             .expression_attribute_values(":claimed", s(CLAIMED))
+            .expression_attribute_values(":owner", s(owner))
+            .expression_attribute_values(":lease", n(lease_until.timestamp_millis()))
+            .expression_attribute_values(":ttl", n(expires_at.timestamp()))
             .expression_attribute_values(":now", n(now.timestamp_millis()))
+            .return_values(ReturnValue::AllOld)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         match result {
-            Ok(_) => Ok(ClaimOutcome::Claimed),
-            Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
+            Ok(out) => Ok(ClaimOutcome::Claimed {
+                // Taken over: in doubt since the key was first claimed (an item from before that
+                // was kept: since now, later than it can be, so never too early).
+                in_doubt_since: out
+                    .attributes()
+                    .filter(|old| !old.is_empty())
+                    .map(|old| millis(old, FIRST_CLAIMED_AT).unwrap_or(now)),
+            }),
+            Err(SdkError::ServiceError(e))
+                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
                 match e.err() {
-                    PutItemError::ConditionalCheckFailedException(c) => match c.item() {
+                    UpdateItemError::ConditionalCheckFailedException(c) => match c.item() {
                         Some(item) => Ok(claim_outcome_from(item)),
                         None => Err(StoreError::new(
                             TransientKind::Conflict,
@@ -99,7 +121,7 @@ impl DedupTable for DynamoDedupTable {
                     _ => Err(StoreError::new(TransientKind::Conflict, "claim refused")),
                 }
             }
-            Err(e) => Err(store_error("PutItem(dedup claim)", e)),
+            Err(e) => Err(store_error("UpdateItem(dedup claim)", e)),
         }
     }
 
@@ -166,6 +188,34 @@ impl DedupTable for DynamoDedupTable {
                 Ok(())
             }
             Err(e) => Err(store_error("DeleteItem(dedup release)", e)),
+        }
+    }
+
+    async fn leave_in_doubt(&self, source_hash: &str, owner: &str, now: DateTime<Utc>) -> StoreResult<()> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(keys::DEDUP_PK, s(source_hash))
+            .update_expression("SET #lease = :ended")
+            .condition_expression("#state = :claimed AND #owner = :owner")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_names("#lease", "lease_until")
+            .expression_attribute_values(":claimed", s(CLAIMED))
+            .expression_attribute_values(":owner", s(owner))
+            .expression_attribute_values(":ended", n(now.timestamp_millis() - 1))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(store_error("UpdateItem(dedup leave in doubt)", e)),
         }
     }
 

@@ -48,6 +48,11 @@ pub struct ReplayRecord {
     /// reconciliation looks the copy's posting up by, in whichever period the edit put it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy_source_hash: Option<String>,
+    /// Released because its hand-off must wait: a request to a general ledger that cannot void
+    /// keys may still be applied until then. No replay claims it before (and it is not a failed
+    /// re-injection).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_doubt_until: Option<DateTime<Utc>>,
 }
 
 /// How far the envelope's `source_hash` can be trusted.

@@ -143,4 +143,8 @@ pub enum CommitOutcome {
     /// ledger): it would refuse it again, so the message is poison, dead-lettered with
     /// `LEDGER_REFUSED:<rule>` for a fix and a replay. Nothing was written.
     Refused { rule: String, detail: String },
+    /// A hand-off that must wait: a request under the transaction's key may still be applied by
+    /// a general ledger that cannot void keys, until `until`. Nothing was written; only
+    /// [`crate::ports::Ledger::hand_off`] answers it.
+    InDoubt { until: DateTime<Utc> },
 }

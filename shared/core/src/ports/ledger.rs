@@ -200,39 +200,71 @@ impl<T: LedgerReader> LedgerReader for Arc<T> {
 }
 
 /// A user's own general ledger, behind [`crate::claim::ClaimingLedger`]. `post` must be
-/// idempotent on `posting.source_hash` (the GL's idempotency key): a claim whose lease expired
-/// mid-post can be taken over, and the GL is then the last line against a double posting.
+/// idempotent on `posting.source_hash` (the GL's idempotency key) for as long as a request under
+/// it may still be applied ([`crate::claim::ClaimSettings::in_doubt_for`]): a post whose answer was
+/// lost is asked about (`posted`) and, if not there, sent again under the same key.
 pub trait ExternalLedger: Send + Sync {
     fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<Posted>> + Send;
-    /// Whether the GL holds a posting under this key: asked when the dedup table knows nothing
-    /// (a post whose answer was lost leaves no mark there) before a transaction is called
-    /// uncommitted or handed to a manual journal.
+    /// The posting the GL holds under this key, if any (whichever delivery made it): asked when
+    /// the dedup table knows nothing (a post whose answer was lost leaves no mark there), before
+    /// a transaction is called uncommitted or handed to a manual journal, and to learn who holds
+    /// a key a post found posted before.
     fn posted(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+    /// Void the key: from now on the GL refuses every request under it, one still being applied
+    /// included, so a transaction handed to a manual journal can never post late. A GL without
+    /// such a call answers [`Voided::Unsupported`]: a request in doubt is then only settled by time
+    /// ([`crate::claim::ClaimSettings::in_doubt_for`]).
+    fn void(&self, _source_hash: &str) -> impl Future<Output = StoreResult<Voided>> + Send {
+        async { Ok(Voided::Unsupported) }
+    }
 }
 
 /// What a general ledger answered a post.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Posted {
-    /// Posted now, or before under the same idempotency key.
-    Posted,
+    /// Applied now (HTTP `201`).
+    Applied,
+    /// Held under this key before (HTTP `200`), by whichever delivery was first: nothing applied
+    /// again. Who holds it is the GL's posting to say ([`ExternalLedger::posted`]), not this call.
+    Before,
     /// Refused by a rule of the GL's own (it would refuse it again): poison, `LEDGER_REFUSED:<rule>`.
     Refused { rule: String, detail: String },
+}
+
+/// What a general ledger answered a void.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Voided {
+    /// The key is void: nothing under it will ever be applied.
+    Voided,
+    /// The key holds a posting already (it cannot be voided): the transaction is posted.
+    Posted(CommittedRef),
+    /// The GL has no void call.
+    Unsupported,
 }
 
 /// The state of a `source_hash` in the dedup table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClaimOutcome {
-    /// This owner holds the claim until its lease ends.
-    Claimed,
+    /// This owner holds the claim until its lease ends. `in_doubt_since`: the claim took over
+    /// from an earlier one (expired, or left in doubt after a post with no definite answer), so a
+    /// request under the key may have been sent since then and may still be applied.
+    Claimed { in_doubt_since: Option<DateTime<Utc>> },
     /// Already committed: nothing to post.
     AlreadyCommitted(CommittedRef),
     /// Another owner holds a live claim.
     HeldElsewhere { owner: String, lease_until: DateTime<Utc> },
 }
 
+impl ClaimOutcome {
+    /// Claimed, with no request under the key before it.
+    pub const FRESH: ClaimOutcome = ClaimOutcome::Claimed { in_doubt_since: None };
+}
+
 /// The dedup table of the claim -> post -> commit protocol. Every write is conditional.
 pub trait DedupTable: Send + Sync {
     /// Claim `source_hash` for `owner` until `lease_until`, if it is free or its claim expired.
+    /// The table keeps when the key was first claimed across takeovers: a takeover answers it as
+    /// `in_doubt_since`.
     fn claim(
         &self,
         source_hash: &str,
@@ -243,8 +275,17 @@ pub trait DedupTable: Send + Sync {
     ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send;
     /// Mark committed, only if `owner` still holds the claim. `Ok(false)` when it does not.
     fn commit(&self, owner: &str, committed: &CommittedRef) -> impl Future<Output = StoreResult<bool>> + Send;
-    /// Drop the claim, only if `owner` still holds it (after a failed post).
+    /// Drop the claim, only if `owner` still holds it: nothing under the key was ever sent, or
+    /// the GL answered definitely that nothing was applied.
     fn release(&self, source_hash: &str, owner: &str) -> impl Future<Output = StoreResult<()>> + Send;
+    /// End `owner`'s lease now but keep the claim, and with it the doubt: a request under the key
+    /// may still be applied. The next claim takes over at once and is told since when.
+    fn leave_in_doubt(
+        &self,
+        source_hash: &str,
+        owner: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
     fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
 }
 
@@ -254,6 +295,9 @@ impl<T: ExternalLedger> ExternalLedger for Arc<T> {
     }
     fn posted(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send {
         (**self).posted(source_hash)
+    }
+    fn void(&self, source_hash: &str) -> impl Future<Output = StoreResult<Voided>> + Send {
+        (**self).void(source_hash)
     }
 }
 
@@ -273,6 +317,14 @@ impl<T: DedupTable> DedupTable for Arc<T> {
     }
     fn release(&self, source_hash: &str, owner: &str) -> impl Future<Output = StoreResult<()>> + Send {
         (**self).release(source_hash, owner)
+    }
+    fn leave_in_doubt(
+        &self,
+        source_hash: &str,
+        owner: &str,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = StoreResult<()>> + Send {
+        (**self).leave_in_doubt(source_hash, owner, now)
     }
     fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send {
         (**self).lookup(source_hash)

@@ -26,7 +26,7 @@ pub use envelopes::{
 };
 pub use ledger::{
     ClaimOutcome, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, READ_PAGE,
-    each_page, read_postings, tally_postings,
+    Voided, each_page, read_postings, tally_postings,
 };
 pub use metrics::{Metric, Metrics};
 pub use periods::{EnvelopesOfPeriod, RecordsOfPeriod};

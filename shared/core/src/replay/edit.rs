@@ -274,6 +274,8 @@ where
             };
             match self.ledger.hand_off(&hand_off).await? {
                 CommitOutcome::Committed => {}
+                // Nothing sent yet: back to PENDING until the request in doubt is settled.
+                CommitOutcome::InDoubt { until } => return self.wait_in_doubt(run, e, Gate::Idempotency, until).await,
                 CommitOutcome::AlreadyCommitted(c) if c.handed_off_by(&e.envelope_id) => {}
                 CommitOutcome::AlreadyCommitted(c) => return self.settle_claimed_duplicate(run, e, &c.holder()).await,
                 CommitOutcome::Refused { rule, detail } => {

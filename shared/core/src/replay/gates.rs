@@ -123,6 +123,9 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
         now: DateTime<Utc>,
         ahead: &ReadAhead,
     ) -> StoreResult<Verdict> {
+        if let Some(waits) = waits_in_doubt(e, now) {
+            return Ok(waits);
+        }
         if req.quarantine {
             return Ok(Verdict::Quarantine {
                 gate: Gate::Operator,
@@ -150,6 +153,9 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
         now: DateTime<Utc>,
         ahead: &ReadAhead,
     ) -> StoreResult<Verdict> {
+        if let Some(waits) = waits_in_doubt(e, now) {
+            return Ok(waits);
+        }
         if e.status == EnvelopeStatus::Replaying && self.handed_off_by_itself(e, ahead).await? {
             // A replay handed it off and stopped before settling it: whatever the gates say
             // today, the transaction is the accountant's now.
@@ -217,10 +223,11 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
                 manual_journal: true,
             });
         }
+        // Failed re-injections (a release that waited for a request in doubt is not one).
         let releases = e
             .replays
             .iter()
-            .filter(|r| r.outcome == EnvelopeStatus::Pending)
+            .filter(|r| r.outcome == EnvelopeStatus::Pending && r.in_doubt_until.is_none())
             .count();
         if releases >= MAX_RELEASES {
             return Ok(Verdict::Quarantine {
@@ -256,4 +263,21 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
             .await?
             .is_some_and(|c| c.handed_off_by(&e.envelope_id)))
     }
+}
+
+/// A PENDING envelope whose last release waits for a request in doubt: still failing, unclaimed,
+/// until then.
+fn waits_in_doubt(e: &DlqEnvelope, now: DateTime<Utc>) -> Option<Verdict> {
+    let until = e
+        .replays
+        .iter()
+        .max_by_key(|r| r.at)
+        .and_then(|r| r.in_doubt_until)
+        .filter(|until| e.status == EnvelopeStatus::Pending && *until > now)?;
+    Some(Verdict::StillFailing {
+        gate: Gate::Idempotency,
+        detail: format!(
+            "its hand-off waits until {until}: a request to the general ledger may still be applied (it cannot void a key)"
+        ),
+    })
 }

@@ -34,6 +34,8 @@ pub(super) struct Settlement<'a> {
     pub copy_source_hash: Option<String>,
     /// The decision's audit record (none for a release back to PENDING).
     pub audit: Option<&'a AuditRecord>,
+    /// A release whose hand-off waits for a request in doubt ([`CommitOutcome::InDoubt`]).
+    pub in_doubt_until: Option<DateTime<Utc>>,
 }
 
 impl<'a> Settlement<'a> {
@@ -46,6 +48,18 @@ impl<'a> Settlement<'a> {
             copy: None,
             copy_source_hash: None,
             audit: None,
+            in_doubt_until: None,
+        }
+    }
+
+    /// Back to PENDING: its hand-off waits until `until` (nothing decided, no replay claims it
+    /// before).
+    pub fn in_doubt(until: DateTime<Utc>) -> Self {
+        Settlement {
+            in_doubt_until: Some(until),
+            ..Self::release(format!(
+                "the hand-off waits until {until}: a request to the general ledger may still be applied (it cannot void a key)"
+            ))
         }
     }
 
@@ -58,6 +72,7 @@ impl<'a> Settlement<'a> {
             copy: None,
             copy_source_hash: None,
             audit: Some(audit),
+            in_doubt_until: None,
         }
     }
 }
@@ -150,6 +165,7 @@ where
                     match self.ledger.hand_off(&hand_off).await? {
                         CommitOutcome::AlreadyCommitted(c) if !c.handed_off_by(&e.envelope_id) => Some(c),
                         CommitOutcome::AlreadyCommitted(_) | CommitOutcome::Committed => None,
+                        CommitOutcome::InDoubt { until } => return self.wait_in_doubt(run, e, gate, until).await,
                         // Without its hand-off in the ledger a manual journal could be booked
                         // beside a later posting: no quarantine for a manual journal then.
                         CommitOutcome::Refused { rule, detail } => {
@@ -199,6 +215,22 @@ where
         }
         self.publish(&record).await;
         Ok(item(e, ReplayOutcome::Quarantined, Some(gate), detail))
+    }
+
+    /// Its hand-off must wait until `until`: back to PENDING, no replay claims it before.
+    pub(super) async fn wait_in_doubt(
+        &self,
+        run: &Run<'_>,
+        e: &DlqEnvelope,
+        gate: Gate,
+        until: DateTime<Utc>,
+    ) -> FlowResult<ReplayItem> {
+        let settled = Settlement::in_doubt(until);
+        let detail = settled.reason.clone();
+        if !self.finish(run, e, settled).await? {
+            return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
+        }
+        Ok(item(e, ReplayOutcome::StillFailing, Some(gate), detail))
     }
 
     /// Is the envelope's transaction committed (or handed to a manual journal)?
@@ -375,6 +407,7 @@ where
             outcome: s.status,
             sqs_message_id: s.copy,
             copy_source_hash: s.copy_source_hash,
+            in_doubt_until: s.in_doubt_until,
         };
         (change, record)
     }

@@ -97,7 +97,79 @@ async fn a_transaction_posts_once_and_the_repeat_finds_it_committed() {
 }
 
 #[tokio::test]
-async fn a_failed_post_releases_the_claim_for_the_next_attempt() {
+async fn a_post_applied_after_its_client_gave_up_is_never_booked_beside_a_manual_journal() {
+    let hash = posting("s1").source_hash;
+    // The GL takes the post, the client times out, the GL applies it later. A hand-off (a closed
+    // period's, an operator's) meanwhile voids the key first: the late request is refused.
+    let l = ledger(clock());
+    l.gl.hold_next_post();
+    assert_eq!(l.commit(&posting("s1")).await.unwrap_err().kind, TransientKind::Timeout);
+    assert_eq!(l.hand_off(&hand_off("env_1")).await.unwrap(), CommitOutcome::Committed);
+    l.gl.apply_held();
+    assert_eq!(l.gl.posts(&hash), 0, "a voided key is never applied");
+    assert!(l.lookup(&hash).await.unwrap().unwrap().handed_off_by("env_1"));
+
+    // A GL that cannot void: while the request may still be applied, no hand-off.
+    let c = clock();
+    let l = ledger(c.clone());
+    l.gl.without_void();
+    l.gl.hold_next_post();
+    assert_eq!(l.commit(&posting("s1")).await.unwrap_err().kind, TransientKind::Timeout);
+    let until = c.now() + l.settings.in_doubt_for;
+    assert_eq!(
+        l.hand_off(&hand_off("env_1")).await.unwrap(),
+        CommitOutcome::InDoubt { until },
+        "no hand-off while the request may still be applied"
+    );
+    // The GL applies it (within its contract): the hand-off finds the posting, books nothing.
+    l.gl.apply_held();
+    match l.hand_off(&hand_off("env_1")).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, "s1"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(l.gl.posts(&hash), 1);
+
+    // Never applied: once the contract's time has passed, the hand-off goes through.
+    let c = clock();
+    let l = ledger(c.clone());
+    l.gl.without_void();
+    l.gl.hold_next_post();
+    assert!(l.commit(&posting("s1")).await.is_err());
+    assert!(matches!(
+        l.hand_off(&hand_off("env_1")).await.unwrap(),
+        CommitOutcome::InDoubt { .. }
+    ));
+    c.advance(l.settings.in_doubt_for + Duration::seconds(1));
+    assert_eq!(l.hand_off(&hand_off("env_1")).await.unwrap(), CommitOutcome::Committed);
+}
+
+#[tokio::test]
+async fn a_key_posted_before_is_marked_with_the_delivery_the_gl_names() {
+    let hash = posting("s1").source_hash;
+    // s1's post was applied and its answer lost; s2, another message of the same transaction,
+    // comes next: the GL's own posting says who holds it, not the delivery asking.
+    let l = ledger(clock());
+    l.gl.lose_next_answer();
+    assert_eq!(l.commit(&posting("s1")).await.unwrap_err().kind, TransientKind::Timeout);
+    match l.commit(&posting("s2")).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, "s1"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(l.lookup(&hash).await.unwrap().unwrap().sqs_message_id, "s1");
+    assert_eq!(l.gl.posts(&hash), 1);
+
+    // A posting the dedup table never heard of (its mark gone): the `200` is read back.
+    let l = ledger(clock());
+    l.gl.insert(&posting("s7"));
+    match l.commit(&posting("s8")).await.unwrap() {
+        CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, "s7"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(l.lookup(&hash).await.unwrap().unwrap().sqs_message_id, "s7");
+}
+
+#[tokio::test]
+async fn a_failed_post_leaves_the_hash_in_doubt_and_the_next_attempt_asks_first() {
     let l = ledger(clock());
     l.gl.set_failing(true);
     let err = l.commit(&posting("s1")).await.unwrap_err();
@@ -125,7 +197,7 @@ async fn a_live_claim_elsewhere_is_a_transient_conflict_and_an_expired_one_is_ta
             now + Duration::days(400),
         )
         .await;
-    assert_eq!(claimed.unwrap(), ClaimOutcome::Claimed);
+    assert_eq!(claimed.unwrap(), ClaimOutcome::FRESH);
     let err = l.commit(&posting("s2")).await.unwrap_err();
     assert_eq!(err.kind, TransientKind::Conflict);
     assert_eq!(l.gl.posts(&hash), 0);
@@ -184,4 +256,86 @@ async fn the_memory_ledger_and_the_claim_protocol_keep_each_transaction_once() {
     ledger_keeps_each_transaction_once(&recon_testkit::memory::MemoryLedger::default(), "memory").await;
     recon_testkit::conformance::ledger_reads_by_period(&recon_testkit::memory::MemoryLedger::default(), "memory").await;
     ledger_keeps_each_transaction_once(&ledger(clock()), "claiming").await;
+}
+
+/// A replay over the claim protocol (the world's other stores in memory).
+fn replay_over(
+    w: &crate::common::World,
+    ledger: Arc<ClaimingLedger<MemoryGeneralLedger, MemoryDedupTable>>,
+) -> recon_core::replay::Replayer<
+    Arc<recon_testkit::memory::MemoryEnvelopeStore>,
+    Arc<ClaimingLedger<MemoryGeneralLedger, MemoryDedupTable>>,
+    Arc<MemoryReferenceData>,
+    Arc<recon_testkit::memory::MemoryReplayQueue>,
+    Arc<recon_testkit::memory::MemoryWorm>,
+    Arc<MemoryAuditLog>,
+    recon_testkit::memory::MemoryMetrics,
+> {
+    recon_core::replay::Replayer {
+        progress: None,
+        store: w.store.clone(),
+        ledger,
+        reference: w.reference.clone(),
+        queue: w.queue.clone(),
+        worm: w.worm.clone(),
+        audit: w.audit.clone(),
+        metrics: Default::default(),
+        clock: w.clock.clone(),
+        config: recon_core::replay::ReplayConfig::default(),
+    }
+}
+
+#[tokio::test]
+async fn a_hand_off_in_doubt_waits_unclaimed_and_goes_through_once_the_doubt_is_over() {
+    use crate::common::{ChronoDuration, EnvelopeStatus, EnvelopeStore, outcomes, quarantine_of, world, xau};
+    let w = world();
+    let ledger = Arc::new(ClaimingLedger::new(
+        MemoryGeneralLedger::default(),
+        MemoryDedupTable::default(),
+        ClaimSettings::default(),
+        w.clock.clone(),
+    ));
+    ledger.gl.without_void();
+    let e = w.envelope("s1", &xau(1), ChronoDuration::minutes(5)).await;
+    // A post of its transaction whose client gave up: the GL may still apply it.
+    let msg = recon_core::domain::decode(e.original.body.as_deref().unwrap()).unwrap();
+    ledger.gl.hold_next_post();
+    let p = Posting::from_message(&msg, "s0", 1, w.clock.now(), None);
+    assert!(ledger.commit(&p).await.is_err());
+
+    let r = replay_over(&w, ledger.clone());
+    let report = r.run(&quarantine_of(&[&e.envelope_id]), None).await.unwrap();
+    assert_eq!(outcomes(&report), ["STILL_FAILING"], "{report:#?}");
+    assert!(report.items[0].detail.contains("waits until"), "{report:#?}");
+    let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
+    assert_eq!(stored.status, EnvelopeStatus::Pending);
+    let changes = stored.status_history.len();
+
+    // Asked again before then: not even claimed.
+    w.clock.advance(Duration::hours(1));
+    let report = r.run(&quarantine_of(&[&e.envelope_id]), None).await.unwrap();
+    assert_eq!(outcomes(&report), ["STILL_FAILING"]);
+    let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
+    assert_eq!(stored.status_history.len(), changes, "no claim while it waits");
+
+    // The contract's time over (the request never applied): handed off, left for a journal.
+    w.clock.advance(ledger.settings.in_doubt_for);
+    let report = r.run(&quarantine_of(&[&e.envelope_id]), None).await.unwrap();
+    assert_eq!(outcomes(&report), ["QUARANTINED"], "{report:#?}");
+    assert!(
+        w.store
+            .get(&e.envelope_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .left_for_manual_journal()
+    );
+    assert!(
+        ledger
+            .lookup(&msg.source_hash)
+            .await
+            .unwrap()
+            .unwrap()
+            .handed_off_by(&e.envelope_id)
+    );
 }

@@ -21,6 +21,7 @@ fn edited_as(e: &mut DlqEnvelope, copy: &str, hash: &str) {
         outcome: EnvelopeStatus::Superseded,
         sqs_message_id: Some(copy.into()),
         copy_source_hash: Some(hash.into()),
+        in_doubt_until: None,
     });
 }
 

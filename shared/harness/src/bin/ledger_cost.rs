@@ -41,6 +41,7 @@ async fn round<L: Ledger>(ledger: &L, run: &str, sqs: &str, count: u32, concurre
             Ok(CommitOutcome::Committed) => r.committed += 1,
             Ok(CommitOutcome::AlreadyCommitted(_)) => r.duplicates += 1,
             Ok(CommitOutcome::Refused { rule, detail }) => eprintln!("  a commit was refused ({rule}): {detail}"),
+            Ok(CommitOutcome::InDoubt { until }) => eprintln!("  a commit was in doubt until {until}"),
             Err(e) => eprintln!("  a commit failed: {e}"),
         }
     }

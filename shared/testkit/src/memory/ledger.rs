@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
 use recon_core::ports::{
     ClaimOutcome, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, StoreError,
-    StoreResult,
+    StoreResult, Voided,
 };
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -123,7 +123,13 @@ impl Ledger for MemoryLedger {
 
 #[derive(Clone, Debug)]
 enum DedupEntry {
-    Claimed { owner: String, lease_until: DateTime<Utc> },
+    Claimed {
+        owner: String,
+        lease_until: DateTime<Utc>,
+        /// When the key was first claimed (kept across takeovers): since then a request under it
+        /// may have been sent.
+        first_claimed_at: DateTime<Utc>,
+    },
     Committed(CommittedRef),
 }
 
@@ -156,27 +162,30 @@ impl DedupTable for MemoryDedupTable {
         _expires_at: DateTime<Utc>,
     ) -> StoreResult<ClaimOutcome> {
         let mut e = lock(&self.entries);
-        match e.get(source_hash) {
+        let in_doubt_since = match e.get(source_hash) {
             Some(DedupEntry::Committed(r)) => return Ok(ClaimOutcome::AlreadyCommitted(r.clone())),
             Some(DedupEntry::Claimed {
                 owner: other,
                 lease_until: until,
+                ..
             }) if *until >= now => {
                 return Ok(ClaimOutcome::HeldElsewhere {
                     owner: other.clone(),
                     lease_until: *until,
                 });
             }
-            _ => {}
-        }
+            Some(DedupEntry::Claimed { first_claimed_at, .. }) => Some(*first_claimed_at),
+            None => None,
+        };
         e.insert(
             source_hash.to_owned(),
             DedupEntry::Claimed {
                 owner: owner.to_owned(),
                 lease_until,
+                first_claimed_at: in_doubt_since.unwrap_or(now),
             },
         );
-        Ok(ClaimOutcome::Claimed)
+        Ok(ClaimOutcome::Claimed { in_doubt_since })
     }
 
     async fn commit(&self, owner: &str, committed: &CommittedRef) -> StoreResult<bool> {
@@ -198,6 +207,19 @@ impl DedupTable for MemoryDedupTable {
         Ok(())
     }
 
+    async fn leave_in_doubt(&self, source_hash: &str, owner: &str, now: DateTime<Utc>) -> StoreResult<()> {
+        let mut e = lock(&self.entries);
+        if let Some(DedupEntry::Claimed {
+            owner: o, lease_until, ..
+        }) = e.get_mut(source_hash)
+            && o == owner
+        {
+            // Ended: the next claim takes over at once, in doubt.
+            *lease_until = now - chrono::Duration::milliseconds(1);
+        }
+        Ok(())
+    }
+
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
         Ok(match lock(&self.entries).get(source_hash) {
             Some(DedupEntry::Committed(r)) => Some(r.clone()),
@@ -206,21 +228,74 @@ impl DedupTable for MemoryDedupTable {
     }
 }
 
-/// A general ledger in memory that counts every post per `source_hash` (how tests see a double
-/// posting), optionally failing.
+/// A general ledger in memory, idempotent on its key like the HTTP contract asks: it counts how
+/// often each key was applied (how tests see a double posting), and can fail before applying,
+/// lose the answer after applying, hold a request to apply it later (the client gave up), and
+/// void keys (or not support voiding).
 #[derive(Default)]
 pub struct MemoryGeneralLedger {
-    posts: Mutex<HashMap<String, u32>>,
+    state: Mutex<GlState>,
     failing: AtomicBool,
 }
 
+#[derive(Default)]
+struct GlState {
+    postings: HashMap<String, Posting>,
+    applied: HashMap<String, u32>,
+    /// Requests received and not applied yet: their client saw a timeout.
+    held: Vec<Posting>,
+    hold_next: bool,
+    lose_next_answer: bool,
+    voided: std::collections::HashSet<String>,
+    no_void: bool,
+}
+
 impl MemoryGeneralLedger {
+    /// How often a posting under `source_hash` was applied (1 at most, if all is well).
     pub fn posts(&self, source_hash: &str) -> u32 {
-        lock(&self.posts).get(source_hash).copied().unwrap_or(0)
+        lock(&self.state).applied.get(source_hash).copied().unwrap_or(0)
     }
     pub fn set_failing(&self, failing: bool) {
         self.failing.store(failing, Ordering::SeqCst);
     }
+    /// The next post is received and held: its client times out, and the GL applies it when
+    /// [`Self::apply_held`] is called.
+    pub fn hold_next_post(&self) {
+        lock(&self.state).hold_next = true;
+    }
+    /// Apply the held requests, unless their key was voided meanwhile (then refused).
+    pub fn apply_held(&self) {
+        let mut s = lock(&self.state);
+        for p in std::mem::take(&mut s.held) {
+            if !s.voided.contains(&p.source_hash) {
+                apply(&mut s, p);
+            }
+        }
+    }
+    /// The next post is applied and its answer lost (the client sees a timeout).
+    pub fn lose_next_answer(&self) {
+        lock(&self.state).lose_next_answer = true;
+    }
+    /// A GL without the void call.
+    pub fn without_void(&self) {
+        lock(&self.state).no_void = true;
+    }
+    /// A posting put behind the API's back (made by `p.sqs_message_id`), as another client would.
+    pub fn insert(&self, p: &Posting) {
+        apply(&mut lock(&self.state), p.clone());
+    }
+}
+
+fn apply(s: &mut GlState, p: Posting) {
+    if s.postings.contains_key(&p.source_hash) {
+        return;
+    }
+    *s.applied.entry(p.source_hash.clone()).or_default() += 1;
+    s.postings.insert(p.source_hash.clone(), p);
+}
+
+fn timeout() -> StoreError {
+    StoreError::new(TransientKind::Timeout, "GL: operation timed out (injected)")
 }
 
 impl ExternalLedger for MemoryGeneralLedger {
@@ -231,17 +306,47 @@ impl ExternalLedger for MemoryGeneralLedger {
                 "GL unavailable (injected)",
             ));
         }
-        *lock(&self.posts).entry(posting.source_hash.clone()).or_default() += 1;
-        Ok(Posted::Posted)
+        let mut s = lock(&self.state);
+        let key = &posting.source_hash;
+        if s.voided.contains(key) {
+            return Ok(Posted::Refused {
+                rule: "key_voided".into(),
+                detail: "this key was voided".into(),
+            });
+        }
+        if s.postings.contains_key(key) {
+            return Ok(Posted::Before);
+        }
+        if s.held.iter().any(|p| p.source_hash == *key) {
+            return Err(StoreError::new(
+                TransientKind::Conflict,
+                "GL: a request with this key is in progress",
+            ));
+        }
+        if std::mem::take(&mut s.hold_next) {
+            s.held.push(posting.clone());
+            return Err(timeout());
+        }
+        apply(&mut s, posting.clone());
+        if std::mem::take(&mut s.lose_next_answer) {
+            return Err(timeout());
+        }
+        Ok(Posted::Applied)
     }
 
     async fn posted(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        Ok((self.posts(source_hash) > 0).then(|| CommittedRef {
-            source_hash: source_hash.to_owned(),
-            sqs_message_id: String::new(),
-            message_id: String::new(),
-            committed_at: None,
-            manual_journal: None,
-        }))
+        Ok(lock(&self.state).postings.get(source_hash).map(CommittedRef::from))
+    }
+
+    async fn void(&self, source_hash: &str) -> StoreResult<Voided> {
+        let mut s = lock(&self.state);
+        if s.no_void {
+            return Ok(Voided::Unsupported);
+        }
+        if let Some(p) = s.postings.get(source_hash) {
+            return Ok(Voided::Posted(p.into()));
+        }
+        s.voided.insert(source_hash.to_owned());
+        Ok(Voided::Voided)
     }
 }

@@ -12,7 +12,7 @@ use recon_core::domain::{
 use recon_core::ports::{
     AuditLog, AuditOutbox, Backlog, ChainPage, ClaimOutcome, Clock, CreateOutcome, DeadLetterQueue, DedupTable,
     EnvelopePage, EnvelopeStore, ExternalLedger, Finish, FlowResult, Ledger, ObjectVersion, OutgoingMessage, Posted,
-    ReferenceData, ReplayQueue, Settled, StoreError, StoreResult, SweepCursors, WorkQueue, Worm, Written,
+    ReferenceData, ReplayQueue, Settled, StoreError, StoreResult, SweepCursors, Voided, WorkQueue, Worm, Written,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -175,6 +175,9 @@ impl<P: ExternalLedger> ExternalLedger for Faulty<P> {
     async fn posted(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
         self.faults.call("GL.posted", self.inner.posted(source_hash)).await
     }
+    async fn void(&self, source_hash: &str) -> StoreResult<Voided> {
+        self.faults.call("GL.void", self.inner.void(source_hash)).await
+    }
 }
 
 impl<P: DedupTable> DedupTable for Faulty<P> {
@@ -201,6 +204,14 @@ impl<P: DedupTable> DedupTable for Faulty<P> {
     async fn release(&self, source_hash: &str, owner: &str) -> StoreResult<()> {
         self.faults
             .call("Dedup.release", self.inner.release(source_hash, owner))
+            .await
+    }
+    async fn leave_in_doubt(&self, source_hash: &str, owner: &str, now: DateTime<Utc>) -> StoreResult<()> {
+        self.faults
+            .call(
+                "Dedup.leave_in_doubt",
+                self.inner.leave_in_doubt(source_hash, owner, now),
+            )
             .await
     }
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {

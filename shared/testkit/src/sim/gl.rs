@@ -2,17 +2,21 @@
 //! one: idempotent on its key, and slow in the ways that matter. A request may still be applied
 //! after its client gave up (a timeout, a dropped connection, a crashed invocation), up to
 //! `max_late` later; while it is being applied, a second request under its key gets `409` and a
-//! read gets `404`; a key the GL holds answers `200` with the posting it holds, made by whichever
-//! delivery got there first. Faults before and after the effect (a lost answer) come from the
-//! injector in front of it, as for every port.
+//! read gets `404`; a key the GL holds answers `200` (the posting it holds was made by whichever
+//! delivery got there first). It keeps a key for a retention of its own, at least as long as the
+//! contract asks; a post under a forgotten key is applied again. It may void keys, or not. Faults
+//! before and after the effect (a lost answer) come from the injector in front of it.
 //!
 //! Late applications are due at a virtual instant and applied when the GL is next asked anything
 //! (or read by the oracle): nothing can observe the difference.
 
+use recon_core::claim::IN_DOUBT_HOURS;
 use recon_core::domain::{CommittedRef, Posting, TransientKind};
 use recon_core::ports::Clock;
-use recon_core::ports::{ExternalLedger, LedgerReader, LedgerScope, Posted, PostingPage, StoreError, StoreResult};
-use std::collections::BTreeMap;
+use recon_core::ports::{
+    ExternalLedger, LedgerReader, LedgerScope, Posted, PostingPage, StoreError, StoreResult, Voided,
+};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -25,16 +29,25 @@ use crate::memory::lock;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GlPlan {
     /// Posts the GL takes longer over than the client waits (`CLIENT_TIMEOUT`): applied up to
-    /// `max_late` after they arrived, the client having given up.
+    /// `max_late` after they arrived, the client having given up. Within the contract:
+    /// `max_late` is at most the claim protocol's `in_doubt_for`.
     pub late_ppm: u32,
     pub max_late: Duration,
+    /// Whether the GL has the void call.
+    pub voids: bool,
+    /// How long it keeps an idempotency key after applying it (at least `in_doubt_for`, as the
+    /// contract asks): a post under an older key is applied again.
+    pub key_retention: Duration,
 }
 
 impl GlPlan {
     pub fn draw(rng: &mut Rng) -> Self {
+        let in_doubt = IN_DOUBT_HOURS as u64 * 3600;
         GlPlan {
             late_ppm: rng.between(0, 400_000) as u32,
-            max_late: Duration::from_secs(rng.between(1, 3 * 3600)),
+            max_late: Duration::from_secs(rng.between(1, in_doubt)),
+            voids: rng.chance(700_000),
+            key_retention: Duration::from_secs(rng.between(in_doubt, 10 * 24 * 3600)),
         }
     }
 }
@@ -44,12 +57,14 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Default)]
 struct GlState {
-    /// Applied postings, by idempotency key.
-    postings: BTreeMap<String, Posting>,
+    /// Applied postings, in order (a key applied again after its retention is a second one).
+    postings: Vec<Posting>,
+    /// Idempotency keys: key -> when applied (forgotten after the retention).
+    keys: BTreeMap<String, Duration>,
     /// Requests still being applied: key -> (due, the posting).
     in_progress: BTreeMap<String, (Duration, Posting)>,
-    /// How often each key was applied (1 at most: the GL's own idempotency).
-    applied: BTreeMap<String, u32>,
+    /// Keys voided: nothing under them is applied.
+    voided: BTreeSet<String>,
 }
 
 pub struct SimGl {
@@ -71,7 +86,7 @@ impl SimGl {
         }
     }
 
-    /// Apply every request due by now.
+    /// Apply every request due by now, and forget the keys past their retention.
     fn catch_up(&self, s: &mut GlState) {
         let now = self.clock.elapsed();
         let due: Vec<String> = s
@@ -82,13 +97,29 @@ impl SimGl {
             .collect();
         for key in due {
             if let Some((_, posting)) = s.in_progress.remove(&key) {
+                let what = if s.voided.contains(&key) {
+                    "refuses (voided)"
+                } else {
+                    "applies"
+                };
                 self.trace.log(
                     &self.clock,
-                    format!("GL applies the late post of {key} (SQS {})", posting.sqs_message_id),
+                    format!("GL {what} the late post of {key} (SQS {})", posting.sqs_message_id),
                 );
-                apply(s, posting);
+                self.apply(s, posting, now);
             }
         }
+        let retention = self.plan.key_retention;
+        s.keys.retain(|_, at| now.saturating_sub(*at) < retention);
+    }
+
+    fn apply(&self, s: &mut GlState, posting: Posting, now: Duration) {
+        let key = posting.source_hash.clone();
+        if s.voided.contains(&key) || s.keys.contains_key(&key) {
+            return;
+        }
+        s.keys.insert(key, now);
+        s.postings.push(posting);
     }
 
     /// Every posting applied, with every request still due applied first (the run is over).
@@ -98,30 +129,17 @@ impl SimGl {
             .into_values()
             .map(|(_, p)| p)
             .collect();
+        let now = self.clock.elapsed();
         for p in pending {
-            apply(&mut s, p);
+            self.apply(&mut s, p, now);
         }
-        s.postings.values().cloned().collect()
+        s.postings.clone()
     }
 
-    /// Keys applied more than once.
-    pub fn applied_twice(&self) -> Vec<(String, u32)> {
-        lock(&self.state)
-            .applied
-            .iter()
-            .filter(|(_, n)| **n > 1)
-            .map(|(k, n)| (k.clone(), *n))
-            .collect()
+    /// The postings applied so far (requests in progress left so).
+    pub fn postings_now(&self) -> Vec<Posting> {
+        lock(&self.state).postings.clone()
     }
-}
-
-fn apply(s: &mut GlState, posting: Posting) {
-    let key = posting.source_hash.clone();
-    if s.postings.contains_key(&key) {
-        return;
-    }
-    *s.applied.entry(key.clone()).or_default() += 1;
-    s.postings.insert(key, posting);
 }
 
 impl ExternalLedger for SimGl {
@@ -131,9 +149,15 @@ impl ExternalLedger for SimGl {
             let mut s = lock(&self.state);
             self.catch_up(&mut s);
             let key = &posting.source_hash;
-            if s.postings.contains_key(key) {
+            if s.voided.contains(key) {
+                return Ok(Posted::Refused {
+                    rule: "HTTP422:key_voided".into(),
+                    detail: "this key was voided".into(),
+                });
+            }
+            if s.keys.contains_key(key) {
                 // 200: posted before under this key (by whichever delivery was first).
-                return Ok(Posted::Posted);
+                return Ok(Posted::Before);
             }
             if s.in_progress.contains_key(key) {
                 return Err(StoreError::new(
@@ -152,7 +176,7 @@ impl ExternalLedger for SimGl {
                 Some(due) => {
                     s.in_progress.insert(key.clone(), (due, posting.clone()));
                 }
-                None => apply(&mut s, posting.clone()),
+                None => self.apply(&mut s, posting.clone(), self.clock.elapsed()),
             }
             late
         };
@@ -164,11 +188,25 @@ impl ExternalLedger for SimGl {
                 "POST /postings: operation timed out",
             ));
         }
-        Ok(Posted::Posted)
+        Ok(Posted::Applied)
     }
 
     async fn posted(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
         Ok(LedgerReader::posting(self, source_hash).await?.map(|p| (&p).into()))
+    }
+
+    async fn void(&self, source_hash: &str) -> StoreResult<Voided> {
+        yield_now().await;
+        if !self.plan.voids {
+            return Ok(Voided::Unsupported);
+        }
+        let mut s = lock(&self.state);
+        self.catch_up(&mut s);
+        if let Some(p) = s.postings.iter().find(|p| p.source_hash == source_hash) {
+            return Ok(Voided::Posted(p.into()));
+        }
+        s.voided.insert(source_hash.to_owned());
+        Ok(Voided::Voided)
     }
 }
 
@@ -176,7 +214,7 @@ impl LedgerReader for SimGl {
     async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
         let mut s = lock(&self.state);
         self.catch_up(&mut s);
-        Ok(s.postings.get(source_hash).cloned())
+        Ok(s.postings.iter().find(|p| p.source_hash == source_hash).cloned())
     }
 
     async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
@@ -187,17 +225,23 @@ impl LedgerReader for SimGl {
             return Ok(PostingPage::default());
         }
         let limit = limit.max(1);
-        let mut postings: Vec<Posting> = s
+        // In (source_hash, order applied) order; the cursor is `<hash>/<index>`.
+        let mut all: Vec<(String, &Posting)> = s
             .postings
-            .values()
-            .filter(|p| scope.covers(p) && cursor.is_none_or(|c| p.source_hash.as_str() > c))
-            .take(limit + 1)
-            .cloned()
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| scope.covers(p))
+            .map(|(i, p)| (format!("{}/{i:08}", p.source_hash), p))
+            .filter(|(k, _)| cursor.is_none_or(|c| k.as_str() > c))
             .collect();
-        let more = postings.len() > limit;
-        postings.truncate(limit);
-        let next = more.then(|| postings.last().map(|p| p.source_hash.clone())).flatten();
-        Ok(PostingPage { postings, next })
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        let more = all.len() > limit;
+        all.truncate(limit);
+        let next = more.then(|| all.last().map(|(k, _)| k.clone())).flatten();
+        Ok(PostingPage {
+            postings: all.into_iter().map(|(_, p)| p.clone()).collect(),
+            next,
+        })
     }
 
     /// A general ledger knows no hand-offs: they are in the dedup table.

@@ -84,13 +84,6 @@ impl Books {
             Books::Claiming { dedup, .. } => dedup.hand_offs(),
         }
     }
-
-    pub fn general_ledger(&self) -> Option<&SimGl> {
-        match self {
-            Books::Reference(_) => None,
-            Books::Claiming { gl, .. } => Some(gl),
-        }
-    }
 }
 
 impl LedgerReader for Books {

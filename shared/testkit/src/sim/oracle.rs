@@ -88,11 +88,6 @@ pub fn check(world: &World) -> Vec<String> {
         ));
     }
     v.extend(findings.all());
-    if let Some(gl) = s.books.general_ledger() {
-        for (key, n) in gl.applied_twice() {
-            v.push(format!("the general ledger applied {key} {n} times"));
-        }
-    }
     if !r.holds {
         let states: Vec<String> = r
             .by_state
@@ -177,8 +172,15 @@ pub fn check(world: &World) -> Vec<String> {
     for e in &envelopes {
         v.extend(missing_records(e, &ids));
         if e.status_history.len() > MAX_HISTORY {
+            let last: Vec<&str> = e
+                .status_history
+                .iter()
+                .rev()
+                .take(4)
+                .map(|c| c.reason.as_str())
+                .collect();
             v.push(format!(
-                "envelope {} went through {} status changes ({}): a loop",
+                "envelope {} went through {} status changes ({}): a loop; the last {last:?}",
                 e.envelope_id,
                 e.status_history.len(),
                 e.root_cause
