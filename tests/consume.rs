@@ -284,10 +284,10 @@ async fn the_happy_path_costs_one_ledger_write_per_message() {
             assert!((cost - 20.0).abs() < 1e-9, "{cost} {unit}");
         }
         _ => {
-            // The claim protocol: a conditional put to claim, an update to commit, one post.
+            // The claim protocol: a conditional update to claim, one to commit, one post.
             assert_eq!(
                 (delta("DynamoDB:PutItem"), delta("DynamoDB:UpdateItem")),
-                (20, 20),
+                (0, 40),
                 "{after:?}"
             );
             assert_eq!(dynamodb_total, 41, "{after:?}");

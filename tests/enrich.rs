@@ -488,6 +488,7 @@ async fn exceptions_from_before_the_period_indexes_are_indexed_once() {
 async fn the_dynamodb_envelope_store_keeps_the_life_cycle() {
     let s = TestStack::new("life").await;
     recon_testkit::conformance::envelope_store_keeps_the_life_cycle(&s.envelope_store(), "env_life").await;
+    recon_testkit::conformance::a_claim_is_renewed_only_by_its_live_holder(&s.envelope_store(), "env_renew").await;
     s.cleanup().await;
 }
 

@@ -295,7 +295,14 @@ pub async fn requests(clients: &AwsClients, names: &ResourceNames, cmd: &Request
             crate::output::emit(&q, || describe(&q))
         }
         RequestsCommand::Execute { request_id } => {
-            let (q, report) = r.execute(request_id, &format!("dlqctl:{me}"), Some(&me), None).await?;
+            let (q, report) = r
+                .execute(
+                    request_id,
+                    &format!("dlqctl:{me}"),
+                    Some(&me),
+                    crate::remediate::in_process_deadline(),
+                )
+                .await?;
             if !crate::output::json() {
                 println!("{}", describe(&q));
             }
@@ -346,7 +353,12 @@ pub async fn decide(clients: &AwsClients, names: &ResourceNames, a: &DecisionArg
         });
     }
     let (done, report) = r
-        .execute(&a.request_id, &format!("dlqctl:{me}"), Some(&me), None)
+        .execute(
+            &a.request_id,
+            &format!("dlqctl:{me}"),
+            Some(&me),
+            crate::remediate::in_process_deadline(),
+        )
         .await?;
     if !crate::output::json() {
         println!("{}", describe(&done));

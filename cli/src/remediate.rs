@@ -295,11 +295,19 @@ request {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another identity
     } else {
         req.selector.envelope_ids = preview.items.iter().map(|i| i.envelope_id.clone()).collect();
     }
-    let report = r.run_guarded(&req, canary.as_ref(), None).await?;
+    let report = r.run_guarded(&req, canary.as_ref(), in_process_deadline()).await?;
     if progress {
         eprintln!();
     }
     print_report(&report)
+}
+
+/// The deadline of a replay run in this process: the replay function's own timeout. A run stops
+/// starting new work near it (and says so: run it again to go on), so a command left running on
+/// a machine that was suspended stops soon after it wakes; its claims' leases fence what it had
+/// begun (a hand-off's intent is written under its claim, which a replay taking over finishes).
+pub fn in_process_deadline() -> Option<chrono::DateTime<chrono::Utc>> {
+    Some(chrono::Utc::now() + recon_core::resources::REPLAY_TIMEOUT)
 }
 
 /// One scheduled sweep, as the EventBridge schedule would trigger it (for `pump --sweep-every`).

@@ -90,6 +90,96 @@ pub async fn envelope_store_keeps_the_life_cycle<S: EnvelopeStore + Backlog>(sto
     assert_eq!(pending().await, before);
 }
 
+/// A claim is renewed (its lease extended, a REPLAYING change appended: a hand-off's intent) only
+/// by its own holder while its lease lasts: never after a takeover, never after its lease ended,
+/// and a takeover is refused while the renewed lease lasts. `id` must be unused in `store`.
+pub async fn a_claim_is_renewed_only_by_its_live_holder<S: EnvelopeStore>(store: &S, id: &str) {
+    assert_eq!(store.create(&builders::envelope(id)).await, Ok(CreateOutcome::Created));
+    let t0 = builders::now();
+    let minutes = chrono::Duration::minutes;
+    let change = |at, reason: &str, manual_journal| StatusChange {
+        status: EnvelopeStatus::Replaying,
+        at,
+        actor: "conformance".into(),
+        reason: reason.into(),
+        manual_journal,
+    };
+    let first = builders::claim("rpl_first", "conformance", t0, minutes(5));
+    assert_eq!(
+        store.claim(id, &first, t0, &change(t0, "claimed", false), None).await,
+        Ok(true)
+    );
+    let intent = change(t0 + minutes(1), "handing off", true);
+    assert_eq!(
+        store
+            .renew(id, "rpl_other", t0 + minutes(1), t0 + minutes(10), &intent)
+            .await,
+        Ok(false),
+        "only the claim's holder renews it"
+    );
+    assert_eq!(
+        store
+            .renew(id, "rpl_first", t0 + minutes(1), t0 + minutes(10), &intent)
+            .await,
+        Ok(true)
+    );
+    let renewed = store.get(id).await.ok().flatten().expect("the envelope");
+    assert_eq!(renewed.status_history.last(), Some(&intent));
+    assert_eq!(renewed.replay.as_ref().map(|c| c.lease_until), Some(t0 + minutes(10)));
+    let second = builders::claim("rpl_second", "conformance", t0 + minutes(6), minutes(5));
+    let seen = Some(renewed.status_history.len());
+    assert_eq!(
+        store
+            .claim(
+                id,
+                &second,
+                t0 + minutes(6),
+                &change(t0 + minutes(6), "taken over", false),
+                seen
+            )
+            .await,
+        Ok(false),
+        "no takeover while the renewed lease lasts"
+    );
+    assert_eq!(
+        store
+            .renew(id, "rpl_first", t0 + minutes(11), t0 + minutes(20), &intent)
+            .await,
+        Ok(false),
+        "no renewal once the lease ended"
+    );
+    let second = builders::claim("rpl_second", "conformance", t0 + minutes(11), minutes(5));
+    assert_eq!(
+        store
+            .claim(
+                id,
+                &second,
+                t0 + minutes(11),
+                &change(t0 + minutes(11), "taken over", false),
+                seen
+            )
+            .await,
+        Ok(true)
+    );
+    assert_eq!(
+        store
+            .renew(id, "rpl_first", t0 + minutes(12), t0 + minutes(20), &intent)
+            .await,
+        Ok(false),
+        "a claim taken over is not the old holder's to renew"
+    );
+    let quarantine = StatusChange {
+        status: EnvelopeStatus::Quarantined,
+        ..intent
+    };
+    assert!(matches!(
+        store
+            .renew(id, "rpl_second", t0 + minutes(12), t0 + minutes(20), &quarantine)
+            .await,
+        Err(FlowError::IllegalTransition(_))
+    ));
+}
+
 /// A posting of transaction `n` of `run` (its `source_hash` unique to the run), delivered as
 /// SQS message `sqs_message_id`.
 pub fn posting(run: &str, n: u32, sqs_message_id: &str) -> recon_core::domain::Posting {

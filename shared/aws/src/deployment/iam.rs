@@ -165,16 +165,8 @@ pub const CONSUMER: &[Grant] = &[
     on(When::UseDynamoLedger, g("LedgerTable", &["dynamodb:PutItem"], Code)),
     VPC[0],
     VPC[1],
-    // The claim protocol: claim (a conditional put), commit (a conditional update), release
-    // after a failed post (a conditional delete).
-    on(
-        When::UseClaimProtocol,
-        g(
-            "DedupTable",
-            &["dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"],
-            Code,
-        ),
-    ),
+    // The claim protocol: claim, commit, release or leave in doubt: conditional updates all.
+    on(When::UseClaimProtocol, g("DedupTable", &["dynamodb:UpdateItem"], Code)),
     HTTP_TOKEN,
     g("ReferenceTable", &["dynamodb:Scan"], Code),
     AUDIT[0],
@@ -250,15 +242,11 @@ pub const REPLAY: &[Grant] = &[
     ),
     VPC[0],
     VPC[1],
-    // Gate 2 reads the dedup table; a hand-off claims and commits there (it never posts, so
-    // never releases).
+    // Gate 2 reads the dedup table; a hand-off claims, commits, releases or leaves in doubt
+    // there: conditional updates all.
     on(
         When::UseClaimProtocol,
-        g(
-            "DedupTable",
-            &["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
-            Code,
-        ),
+        g("DedupTable", &["dynamodb:GetItem", "dynamodb:UpdateItem"], Code),
     ),
     HTTP_TOKEN,
     g("ReferenceTable", &["dynamodb:Scan"], Code),

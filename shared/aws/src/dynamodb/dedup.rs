@@ -21,6 +21,8 @@ pub struct DynamoDedupTable {
 
 const CLAIMED: &str = "CLAIMED";
 const COMMITTED: &str = "COMMITTED";
+/// Free again: its claim was released with a definite answer (nothing applied).
+const RELEASED: &str = "RELEASED";
 /// When the key was first claimed (epoch ms), kept across takeovers.
 const FIRST_CLAIMED_AT: &str = "first_claimed_at";
 
@@ -82,7 +84,9 @@ impl DedupTable for DynamoDedupTable {
             .update_expression(
                 "SET #state = :claimed, #owner = :owner, #lease = :lease, #ttl = :ttl, #first = if_not_exists(#first, :now)",
             )
-            .condition_expression("attribute_not_exists(#pk) OR (#state = :claimed AND #lease < :now)")
+            .condition_expression(
+                "attribute_not_exists(#pk) OR #state = :released OR (#state = :claimed AND #lease < :now)",
+            )
             .expression_attribute_names("#pk", keys::DEDUP_PK)
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#owner", "owner")
@@ -90,6 +94,7 @@ impl DedupTable for DynamoDedupTable {
             .expression_attribute_names("#ttl", keys::DEDUP_TTL)
             .expression_attribute_names("#first", FIRST_CLAIMED_AT)
             .expression_attribute_values(":claimed", s(CLAIMED))
+            .expression_attribute_values(":released", s(RELEASED))
             .expression_attribute_values(":owner", s(owner))
             .expression_attribute_values(":lease", n(lease_until.timestamp_millis()))
             .expression_attribute_values(":ttl", n(expires_at.timestamp()))
@@ -104,7 +109,7 @@ impl DedupTable for DynamoDedupTable {
                 // was kept: since now, later than it can be, so never too early).
                 in_doubt_since: out
                     .attributes()
-                    .filter(|old| !old.is_empty())
+                    .filter(|old| get_s(old, "state") == Some(CLAIMED))
                     .map(|old| millis(old, FIRST_CLAIMED_AT).unwrap_or(now)),
             }),
             Err(SdkError::ServiceError(e))
@@ -166,16 +171,22 @@ impl DedupTable for DynamoDedupTable {
         }
     }
 
+    /// Marks the key released (an update: the roles need no delete), its first claim forgotten:
+    /// the next claim is a fresh one, in no doubt.
     async fn release(&self, source_hash: &str, owner: &str) -> StoreResult<()> {
         let result = self
             .client
-            .delete_item()
+            .update_item()
             .table_name(&self.table)
             .key(keys::DEDUP_PK, s(source_hash))
+            .update_expression("SET #state = :released REMOVE #owner, #lease, #first")
             .condition_expression("#state = :claimed AND #owner = :owner")
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#owner", "owner")
+            .expression_attribute_names("#lease", "lease_until")
+            .expression_attribute_names("#first", FIRST_CLAIMED_AT)
             .expression_attribute_values(":claimed", s(CLAIMED))
+            .expression_attribute_values(":released", s(RELEASED))
             .expression_attribute_values(":owner", s(owner))
             .send()
             .await;
@@ -187,7 +198,7 @@ impl DedupTable for DynamoDedupTable {
             {
                 Ok(())
             }
-            Err(e) => Err(store_error("DeleteItem(dedup release)", e)),
+            Err(e) => Err(store_error("UpdateItem(dedup release)", e)),
         }
     }
 

@@ -276,6 +276,56 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         }
     }
 
+    async fn renew(
+        &self,
+        envelope_id: &str,
+        replay_id: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        change: &StatusChange,
+    ) -> FlowResult<bool> {
+        recon_core::domain::status::check_renewal(change.status)?;
+        let entry = crate::item::to_item(change).map_err(|e| super::item_error("status change", e))?;
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(keys::ENVELOPE_PK, s(envelope_id))
+            .update_expression(
+                "SET #lease = :lease, #replay.#until = :until, status_history = list_append(status_history, :change)",
+            )
+            .condition_expression("#status = :replaying AND #replay.#rid = :rid AND #lease >= :now")
+            .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
+            .expression_attribute_names("#lease", keys::ENVELOPE_LEASE)
+            .expression_attribute_names("#replay", "replay")
+            .expression_attribute_names("#rid", "replay_id")
+            .expression_attribute_names("#until", "lease_until")
+            .expression_attribute_values(":replaying", s(EnvelopeStatus::Replaying.as_str()))
+            .expression_attribute_values(":rid", s(replay_id))
+            .expression_attribute_values(":now", n(now.timestamp_millis()))
+            .expression_attribute_values(":lease", n(lease_until.timestamp_millis()))
+            .expression_attribute_values(
+                ":until",
+                s(lease_until.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+            )
+            .expression_attribute_values(
+                ":change",
+                aws_sdk_dynamodb::types::AttributeValue::L(vec![aws_sdk_dynamodb::types::AttributeValue::M(entry)]),
+            )
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(store_error("UpdateItem(replay renew)", e).into()),
+        }
+    }
+
     async fn finish(
         &self,
         envelope_id: &str,

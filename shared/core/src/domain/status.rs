@@ -142,6 +142,18 @@ pub fn check_transition(from: EnvelopeStatus, to: EnvelopeStatus) -> Result<(), 
     }
 }
 
+/// May a claim be renewed with a change to `to`? Only REPLAYING -> REPLAYING: a renewal records
+/// what the claim's holder is about to do, it settles nothing.
+pub fn check_renewal(to: EnvelopeStatus) -> Result<(), IllegalTransition> {
+    match to {
+        EnvelopeStatus::Replaying => Ok(()),
+        _ => Err(IllegalTransition::Change {
+            from: EnvelopeStatus::Replaying,
+            to,
+        }),
+    }
+}
+
 /// May an envelope be created in `status`?
 pub fn check_initial(status: EnvelopeStatus) -> Result<(), IllegalTransition> {
     if INITIAL.contains(&status) {

@@ -56,6 +56,20 @@ pub trait EnvelopeStore: Send + Sync {
         change: &StatusChange,
         seen: Option<usize>,
     ) -> impl Future<Output = FlowResult<bool>> + Send;
+    /// Under `replay_id`'s own claim (REPLAYING under it, its lease not ended at `now`): append
+    /// `change` (a REPLAYING change: what the replay is about to do that no other may undo, its
+    /// hand-off of the transaction to a manual journal) and extend the lease to `lease_until`.
+    /// `Ok(false)` when the claim is not ours any more (taken over, settled) or its lease ended.
+    /// The fence of a step another store takes: a replay that stalled past its lease finds out
+    /// here, and one that takes the claim over later reads the change and finishes that step.
+    fn renew(
+        &self,
+        envelope_id: &str,
+        replay_id: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        change: &StatusChange,
+    ) -> impl Future<Output = FlowResult<bool>> + Send;
     /// Settle a claimed envelope in `change.status`: only if it is REPLAYING under `replay_id`.
     /// Appends `change` and `record`, and puts `audit` (the decision's record) in the outbox, in
     /// the same write. `Ok(false)` when the claim was lost (lease expired and taken over).
@@ -232,6 +246,16 @@ impl<T: EnvelopeStore> EnvelopeStore for Arc<T> {
         seen: Option<usize>,
     ) -> impl Future<Output = FlowResult<bool>> + Send {
         (**self).claim(envelope_id, claim, now, change, seen)
+    }
+    fn renew(
+        &self,
+        envelope_id: &str,
+        replay_id: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        change: &StatusChange,
+    ) -> impl Future<Output = FlowResult<bool>> + Send {
+        (**self).renew(envelope_id, replay_id, now, lease_until, change)
     }
     fn finish(
         &self,

@@ -156,24 +156,10 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
         if let Some(waits) = waits_in_doubt(e, now) {
             return Ok(waits);
         }
-        if e.status == EnvelopeStatus::Replaying && self.handed_off_by_itself(e, ahead).await? {
-            // A replay handed it off and stopped before settling it: whatever the gates say
-            // today, the transaction is the accountant's now.
-            return Ok(Verdict::Quarantine {
-                gate: Gate::Idempotency,
-                detail: RESUMED_HAND_OFF.into(),
-                manual_journal: true,
-            });
-        }
-        if e.replay_generation >= self.config.max_replays {
-            return Ok(Verdict::Quarantine {
-                gate: Gate::ReplayCap,
-                detail: format!(
-                    "already replayed {} times: a repeat offender, review by hand",
-                    e.replay_generation
-                ),
-                manual_journal: false,
-            });
+        if handing_off(e) {
+            // A replay was handing it off (its intent written under its claim) and stopped:
+            // whatever the gates say today, the transaction is the accountant's now.
+            return Ok(resumed_hand_off());
         }
         let Some(body) = original_body(e, &self.worm).await? else {
             return Ok(Verdict::Quarantine {
@@ -198,22 +184,30 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
                 });
             }
         };
+        // Gate 2 before the others: a transaction committed (or handed off — by this envelope
+        // itself, an earlier replay's hand-off it must finish) is settled whatever the rest say.
+        if let Some(committed) = ahead.lookup(&self.ledger, &msg.source_hash).await? {
+            if committed.handed_off_by(&e.envelope_id) {
+                return Ok(resumed_hand_off());
+            }
+            return Ok(Verdict::Duplicate {
+                committed_by: committed.holder(),
+            });
+        }
+        if e.replay_generation >= self.config.max_replays {
+            return Ok(Verdict::Quarantine {
+                gate: Gate::ReplayCap,
+                detail: format!(
+                    "already replayed {} times: a repeat offender, review by hand",
+                    e.replay_generation
+                ),
+                manual_journal: false,
+            });
+        }
         if let Err(err) = check_currency(&msg, snapshot) {
             return Ok(Verdict::StillFailing {
                 gate: Gate::Integrity,
                 detail: err.to_string(),
-            });
-        }
-        if let Some(committed) = ahead.lookup(&self.ledger, &msg.source_hash).await? {
-            if committed.handed_off_by(&e.envelope_id) {
-                return Ok(Verdict::Quarantine {
-                    gate: Gate::Idempotency,
-                    detail: RESUMED_HAND_OFF.into(),
-                    manual_journal: true,
-                });
-            }
-            return Ok(Verdict::Duplicate {
-                committed_by: committed.holder(),
             });
         }
         if let Err(err) = check_period(&msg, snapshot) {
@@ -249,20 +243,6 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
         }
         Ok(Verdict::Reinject)
     }
-
-    /// Does the ledger hold this envelope's own hand-off to a manual journal?
-    async fn handed_off_by_itself(&self, e: &DlqEnvelope, ahead: &ReadAhead) -> StoreResult<bool> {
-        let Some(body) = original_body(e, &self.worm).await? else {
-            return Ok(false);
-        };
-        let Ok(msg) = decode(&body) else {
-            return Ok(false);
-        };
-        Ok(ahead
-            .lookup(&self.ledger, &msg.source_hash)
-            .await?
-            .is_some_and(|c| c.handed_off_by(&e.envelope_id)))
-    }
 }
 
 /// A PENDING envelope whose last release waits for a request in doubt: still failing, unclaimed,
@@ -280,4 +260,24 @@ fn waits_in_doubt(e: &DlqEnvelope, now: DateTime<Utc>) -> Option<Verdict> {
             "its hand-off waits until {until}: a request to the general ledger may still be applied (it cannot void a key)"
         ),
     })
+}
+
+/// Was a replay handing the envelope's transaction off when it stopped? Its intent is a REPLAYING
+/// change flagged for a manual journal, written under its claim (`EnvelopeStore::renew`) before
+/// the hand-off; a takeover since keeps it in the history's REPLAYING stretch.
+pub(super) fn handing_off(e: &DlqEnvelope) -> bool {
+    e.status == EnvelopeStatus::Replaying
+        && e.status_history
+            .iter()
+            .rev()
+            .take_while(|c| c.status == EnvelopeStatus::Replaying)
+            .any(|c| c.manual_journal)
+}
+
+fn resumed_hand_off() -> Verdict {
+    Verdict::Quarantine {
+        gate: Gate::Idempotency,
+        detail: RESUMED_HAND_OFF.into(),
+        manual_journal: true,
+    }
 }

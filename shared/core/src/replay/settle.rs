@@ -154,6 +154,12 @@ where
         manual_journal: bool,
     ) -> FlowResult<ReplayItem> {
         if manual_journal {
+            // The intent first, under the claim: from here on no other replay undoes this
+            // hand-off (one that takes the claim over finishes it), and a replay that stalled
+            // past its lease (an operator's suspended laptop) stops here, before the ledger.
+            if !self.intend_hand_off(run, e).await? {
+                return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
+            }
             let held = match self.identified_transaction(e).await? {
                 Some(source_hash) => {
                     let hand_off = HandOff {
@@ -215,6 +221,22 @@ where
         }
         self.publish(&record).await;
         Ok(item(e, ReplayOutcome::Quarantined, Some(gate), detail))
+    }
+
+    /// Record under this run's live claim that it hands the transaction off (and extend the
+    /// lease for it): `false` when the claim is gone or its lease ended.
+    async fn intend_hand_off(&self, run: &Run<'_>, e: &DlqEnvelope) -> FlowResult<bool> {
+        let now = self.clock.now();
+        let change = StatusChange {
+            status: EnvelopeStatus::Replaying,
+            at: now,
+            actor: run.req.triggered_by.clone(),
+            reason: format!("handing the transaction to a manual journal (replay {})", run.replay_id),
+            manual_journal: true,
+        };
+        self.store
+            .renew(&e.envelope_id, &run.replay_id, now, now + self.config.lease, &change)
+            .await
     }
 
     /// Its hand-off must wait until `until`: back to PENDING, no replay claims it before.

@@ -238,6 +238,11 @@ async fn the_sample_dlq_event_in_events_enriches_as_documented() {
 #[tokio::test]
 async fn the_memory_envelope_store_keeps_the_life_cycle() {
     recon_testkit::conformance::envelope_store_keeps_the_life_cycle(&MemoryEnvelopeStore::default(), "env_life").await;
+    recon_testkit::conformance::a_claim_is_renewed_only_by_its_live_holder(
+        &MemoryEnvelopeStore::default(),
+        "env_renew",
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -49,7 +49,11 @@ async fn an_original_sqs_can_never_take_is_quarantined_not_retried_forever() {
     assert_eq!(report.items[0].gate, Some(Gate::Transport));
     let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
     assert!(stored.status_history.last().unwrap().manual_journal);
-    assert_eq!(stored.status_history.len(), 3, "enriched, claimed, quarantined");
+    assert_eq!(
+        stored.status_history.len(),
+        4,
+        "enriched, claimed, handing off (under the claim), quarantined"
+    );
     assert!(w.queue.sent().is_empty());
 }
 
@@ -73,7 +77,8 @@ async fn a_quarantine_never_flags_a_committed_transaction_for_a_manual_journal()
     assert_eq!(outcomes(&report), ["SUPPRESSED_DUPLICATE"]);
     let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
     assert_eq!(stored.status, EnvelopeStatus::SuppressedDuplicate);
-    assert!(stored.status_history.iter().all(|c| !c.manual_journal));
+    assert!(!stored.left_for_manual_journal());
+    assert!(!stored.status_history.last().unwrap().manual_journal);
 }
 
 #[tokio::test]
@@ -186,4 +191,90 @@ async fn a_body_that_does_not_decode_is_not_handed_off_but_never_booked_twice() 
     let report = w.replayer(ReplayConfig::default()).run(&req, None).await.unwrap();
     assert_eq!(outcomes(&report), ["SUPPRESSED_DUPLICATE"], "{report:#?}");
     assert!(w.ledger.hand_offs().is_empty());
+}
+
+/// The memory ledger, its next hand-off held back until released: an operator's laptop
+/// suspended in the middle of a quarantine.
+struct StallingLedger {
+    inner: Arc<MemoryLedger>,
+    reached: tokio::sync::Notify,
+    release: tokio::sync::Semaphore,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl Ledger for StallingLedger {
+    async fn commit(
+        &self,
+        p: &recon_core::domain::Posting,
+    ) -> recon_core::ports::StoreResult<recon_core::domain::CommitOutcome> {
+        self.inner.commit(p).await
+    }
+    async fn lookup(&self, h: &str) -> recon_core::ports::StoreResult<Option<recon_core::domain::CommittedRef>> {
+        self.inner.lookup(h).await
+    }
+    async fn hand_off(
+        &self,
+        h: &recon_core::domain::HandOff,
+    ) -> recon_core::ports::StoreResult<recon_core::domain::CommitOutcome> {
+        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.reached.notify_one();
+            let _ = self.release.acquire().await;
+        }
+        self.inner.hand_off(h).await
+    }
+}
+
+/// Regression (issue 29, defect 3): an operator's quarantine stalled past its lease just before
+/// its hand-off; the sweep took the claim over, found nothing posted, re-injected a copy and
+/// marked the envelope REPLAYED; the stalled hand-off then landed, unfenced, and the copy was
+/// suppressed as its duplicate: nothing posted, nothing left for a manual journal. Now the
+/// hand-off's intent is written under the claim first: the sweep that takes it over finishes the
+/// hand-off instead of re-injecting, and the late one finds its own.
+#[tokio::test]
+async fn a_hand_off_that_lands_after_its_claim_was_taken_over_loses_nothing() {
+    let w = world();
+    let e = w
+        .envelope("s1", &tx_in(5, "USD", "12.50"), ChronoDuration::minutes(10))
+        .await;
+    let stalling = Arc::new(StallingLedger {
+        inner: w.ledger.clone(),
+        reached: tokio::sync::Notify::new(),
+        release: tokio::sync::Semaphore::new(0),
+        armed: std::sync::atomic::AtomicBool::new(true),
+    });
+    let operator = Replayer {
+        progress: None,
+        store: w.store.clone(),
+        ledger: stalling.clone(),
+        reference: w.reference.clone(),
+        queue: w.queue.clone(),
+        worm: w.worm.clone(),
+        audit: w.audit.clone(),
+        metrics: MemoryMetrics::default(),
+        clock: w.clock.clone(),
+        config: ReplayConfig::default(),
+    };
+    let request = quarantine_of(&[&e.envelope_id]);
+    let stalled = operator.run(&request, None);
+    let meanwhile = async {
+        stalling.reached.notified().await;
+        // The laptop sleeps past the lease; the scheduled sweep comes by.
+        w.clock
+            .advance(ReplayConfig::default().lease + ChronoDuration::seconds(1));
+        let report = w.replayer(ReplayConfig::default()).run(&sweep(), None).await.unwrap();
+        // The laptop wakes: its hand-off lands, its claim is gone.
+        stalling.release.add_permits(1);
+        report
+    };
+    let (late, report) = futures::join!(stalled, meanwhile);
+    assert!(w.queue.sent().is_empty(), "nothing re-injected: {report:#?}");
+    let late = late.unwrap();
+    assert_eq!(outcomes(&late), ["SKIPPED"], "{late:#?}");
+
+    let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
+    assert!(stored.left_for_manual_journal(), "{:?}", stored.status_history);
+    let msg = recon_core::domain::decode(e.original.body.as_deref().unwrap()).unwrap();
+    let held = w.ledger.lookup(&msg.source_hash).await.unwrap().unwrap();
+    assert!(held.handed_off_by(&e.envelope_id), "{held:?}");
+    assert!(w.ledger.postings().is_empty());
 }

@@ -219,6 +219,37 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         Ok(true)
     }
 
+    async fn renew(
+        &self,
+        envelope_id: &str,
+        replay_id: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        change: &StatusChange,
+    ) -> FlowResult<bool> {
+        recon_core::domain::status::check_renewal(change.status)?;
+        let mut s = lock(&self.state);
+        let Some(e) = s.envelopes.get_mut(envelope_id) else {
+            return Ok(false);
+        };
+        let ours = e.status == EnvelopeStatus::Replaying
+            && e.replay
+                .as_ref()
+                .is_some_and(|c| c.replay_id == replay_id && c.lease_until >= now);
+        if !ours {
+            return Ok(false);
+        }
+        let mut renewed = e.clone();
+        renewed.status_history.push(change.clone());
+        if let Some(c) = renewed.replay.as_mut() {
+            c.lease_until = lease_until;
+        }
+        check_envelope_item(&renewed)?;
+        *e = renewed.clone();
+        s.indexed(&renewed);
+        Ok(true)
+    }
+
     async fn finish(
         &self,
         envelope_id: &str,

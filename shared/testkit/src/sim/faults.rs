@@ -360,6 +360,21 @@ impl<P: EnvelopeStore> EnvelopeStore for Faulty<P> {
             )
             .await
     }
+    async fn renew(
+        &self,
+        envelope_id: &str,
+        replay_id: &str,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+        change: &StatusChange,
+    ) -> FlowResult<bool> {
+        self.faults
+            .call(
+                "Envelopes.renew",
+                self.inner.renew(envelope_id, replay_id, now, lease_until, change),
+            )
+            .await
+    }
     async fn finish(
         &self,
         envelope_id: &str,

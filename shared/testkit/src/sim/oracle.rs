@@ -137,7 +137,7 @@ pub fn check(world: &World) -> Vec<String> {
 
     // Manual journals only for what did not post.
     for e in &envelopes {
-        if e.status_history.iter().any(|c| c.manual_journal) && committed.contains(e.source_hash.as_str()) {
+        if e.left_for_manual_journal() && committed.contains(e.source_hash.as_str()) {
             v.push(format!(
                 "envelope {} (of {}) is flagged for a manual journal, but its transaction {} is committed; history {:?}",
                 e.envelope_id, e.original.source_message_id, e.source_hash, e.status_history
