@@ -30,7 +30,9 @@ pub use envelope::{
 };
 pub use failure::{FailureCode, ProcessError, RootCause, TransientKind, bounded_detail};
 pub use hash::{HashInput, source_hash};
-pub use message::{MatchDecision, MessageLabels, NewMessage, ReconMessage, decode, labels, validate};
+pub use message::{
+    MatchDecision, MessageLabels, NewMessage, ReconMessage, decode, identified_by_content, labels, validate,
+};
 pub use posting::{CommitOutcome, CommittedRef, HandOff, Posting};
 pub use reference::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};
 pub use segment::Segment;

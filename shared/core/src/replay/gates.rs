@@ -22,7 +22,7 @@ use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 
 use super::{ReplayRequest, Replayer};
-use crate::domain::message::{check_currency, check_period, decode};
+use crate::domain::message::{check_currency, check_period, decode, identified_by_content};
 use crate::domain::{CommittedRef, DlqEnvelope, EnvelopeStatus, ProcessError, ReferenceSnapshot};
 use crate::envelopes::original_body;
 use crate::ports::{Ledger, StoreResult, Worm};
@@ -177,10 +177,23 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
                     manual_journal: false,
                 });
             }
-            Err(e) => {
+            Err(err) => {
+                // Still failing, unless the transaction its hashed fields name is committed (or
+                // handed off) already: settled whatever the rest of the body says.
+                if let Some(hash) = identified_by_content(&body)
+                    && let Some(committed) = ahead.lookup(&self.ledger, &hash).await?
+                {
+                    return Ok(if committed.handed_off_by(&e.envelope_id) {
+                        resumed_hand_off()
+                    } else {
+                        Verdict::Duplicate {
+                            committed_by: committed.holder(),
+                        }
+                    });
+                }
                 return Ok(Verdict::StillFailing {
                     gate: Gate::Integrity,
-                    detail: e.to_string(),
+                    detail: err.to_string(),
                 });
             }
         };

@@ -13,7 +13,7 @@ use crate::domain::edit::EDIT_CLAIM_PREFIX;
 use crate::domain::envelope::sha256_hex;
 use crate::domain::{
     AuditKind, AuditRecord, CommitOutcome, CommittedRef, DlqEnvelope, EnvelopeStatus, FailureCode, HandOff, HashKind,
-    ReplayClaim, ReplayRecord, StatusChange, TransientKind, decode,
+    ReplayClaim, ReplayRecord, StatusChange, TransientKind, decode, identified_by_content,
 };
 use crate::envelopes::{envelope_audit, original_body, publish, publish_many};
 use crate::ports::{
@@ -278,12 +278,18 @@ where
         })
     }
 
-    /// The hash of the transaction the envelope's body decodes to. Only such a transaction is
-    /// handed off: a body that does not decode is not identified by the hash it claims (it may
-    /// be another transaction's), and its manual journal rests on the accountant reading it.
+    /// The hash of the transaction the envelope's body identifies: the one it decodes to, or, for
+    /// a body that does not decode, the one it claims when every hashed field parses and
+    /// reproduces it (`identified_by_content`: an unhashed field missing does not change the
+    /// transaction). Only such a transaction is handed off: a claimed hash its content does not
+    /// reproduce may be another transaction's, and its manual journal rests on the accountant
+    /// reading it (reconcile names it if that transaction is ever posted).
     pub(super) async fn identified_transaction(&self, e: &DlqEnvelope) -> FlowResult<Option<String>> {
         let body = original_body(e, &self.worm).await?;
-        Ok(body.as_deref().and_then(|b| decode(b).ok()).map(|m| m.source_hash))
+        Ok(body.as_deref().and_then(|b| match decode(b) {
+            Ok(m) => Some(m.source_hash),
+            Err(_) => identified_by_content(b),
+        }))
     }
 
     /// Append a decision's record to the trail and drop it from the outbox. The decision is made

@@ -278,3 +278,63 @@ async fn a_hand_off_that_lands_after_its_claim_was_taken_over_loses_nothing() {
     assert!(held.handed_off_by(&e.envelope_id), "{held:?}");
     assert!(w.ledger.postings().is_empty());
 }
+
+/// The body as a producer sent it, but for one unhashed field: `match_decision` missing.
+fn without_match_decision(m: &NewMessage) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(&body(m)).unwrap();
+    v.as_object_mut().unwrap().remove("match_decision");
+    v.to_string()
+}
+
+/// Regression (issue 29, defect 4): a malformed send (an unhashed field missing; every hashed
+/// field right) quarantined for a manual journal wrote no hand-off, and the producer's corrected
+/// resend then posted: booked twice. Its hashed fields identify the transaction: it is handed
+/// off under the hash it claims, and the corrected resend is a duplicate.
+#[tokio::test]
+async fn a_malformed_send_left_for_a_manual_journal_keeps_its_corrected_resend_from_posting() {
+    let w = world();
+    let sent = tx_in(8, "USD", "40.00");
+    let mut delivered = delivery("s1", &without_match_decision(&sent), 1);
+    delivered = with_attribute(delivered, attrs::FAILURE_CODE, "POISON_MESSAGE");
+    delivered = with_attribute(delivered, attrs::ROOT_CAUSE, "SCHEMA_VIOLATION:match_decision");
+    let e = envelope_from_dlq_message(&delivered, w.clock_now(), "enricher");
+    assert_eq!(e.source_hash, sent.compute_hash().unwrap());
+    w.store.create(&e).await.unwrap();
+
+    let report = w
+        .replayer(ReplayConfig::default())
+        .run(&quarantine_of(&[&e.envelope_id]), None)
+        .await
+        .unwrap();
+    assert_eq!(outcomes(&report), ["QUARANTINED"], "{report:#?}");
+    let held = w.ledger.lookup(&e.source_hash).await.unwrap();
+    assert!(
+        held.as_ref().is_some_and(|c| c.handed_off_by(&e.envelope_id)),
+        "handed off under the hash its content reproduces: {held:?}"
+    );
+    // The producer corrects it and sends it again: never posted beside the manual journal.
+    let again = w.consumer().handle_message(&delivery("s2", &body(&sent), 1)).await;
+    assert!(matches!(again, Disposition::DuplicateSuppressed { .. }), "{again:?}");
+    assert!(w.ledger.postings().is_empty());
+}
+
+#[tokio::test]
+async fn a_malformed_send_whose_transaction_posted_is_suppressed_not_left_for_a_manual_journal() {
+    let w = world();
+    let sent = tx_in(9, "USD", "41.00");
+    let mut delivered = delivery("s1", &without_match_decision(&sent), 1);
+    delivered = with_attribute(delivered, attrs::FAILURE_CODE, "POISON_MESSAGE");
+    let malformed = envelope_from_dlq_message(&delivered, w.clock_now(), "enricher");
+    w.store.create(&malformed).await.unwrap();
+    // The corrected resend posted first.
+    assert_eq!(
+        w.consumer().handle_message(&delivery("s2", &body(&sent), 1)).await,
+        Disposition::Committed
+    );
+    // The sweep settles the malformed one as a duplicate (its hashed fields name a committed
+    // transaction), whatever its missing field says.
+    let report = w.replayer(ReplayConfig::default()).run(&sweep(), None).await.unwrap();
+    let stored = w.store.get(&malformed.envelope_id).await.unwrap().unwrap();
+    assert_eq!(stored.status, EnvelopeStatus::SuppressedDuplicate, "{report:#?}");
+    assert!(!stored.left_for_manual_journal());
+}

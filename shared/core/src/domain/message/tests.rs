@@ -299,3 +299,48 @@ mod canonical_form {
         }
     }
 }
+
+#[test]
+fn a_body_failing_an_unhashed_field_is_identified_by_the_hash_its_content_reproduces() {
+    let m = NewMessage {
+        message_id: "m-1".into(),
+        ledger_entity: "acme-us".into(),
+        currency: "usd".into(),
+        amount: "10.50".into(),
+        match_decision: MatchDecision::Matched,
+        trace_id: "t".into(),
+        value_date: "2026-11-30".into(),
+        external_ref: " R-1 ".into(),
+        counterparty: "Cafe\u{301}".into(),
+    };
+    let hash = m.compute_hash().unwrap();
+    let with = |f: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+        let mut v: serde_json::Value = serde_json::from_str(&m.to_body().unwrap()).unwrap();
+        f(v.as_object_mut().unwrap());
+        v.to_string()
+    };
+    // Unhashed fields wrong: still that transaction.
+    let no_decision = with(&|o| {
+        o.remove("match_decision");
+    });
+    assert!(decode(&no_decision).is_err());
+    assert_eq!(identified_by_content(&no_decision).as_deref(), Some(hash.as_str()));
+    let bad_version = with(&|o| {
+        o.insert("schema_version".into(), 99.into());
+    });
+    assert_eq!(identified_by_content(&bad_version).as_deref(), Some(hash.as_str()));
+    // A hashed field altered or unreadable: not identified.
+    let altered = with(&|o| {
+        o.insert("amount".into(), "10.51".into());
+    });
+    assert_eq!(identified_by_content(&altered), None);
+    let unreadable = with(&|o| {
+        o.insert("amount".into(), "1,050.00".into());
+    });
+    assert_eq!(identified_by_content(&unreadable), None);
+    let no_hash = with(&|o| {
+        o.remove("source_hash");
+    });
+    assert_eq!(identified_by_content(&no_hash), None);
+    assert_eq!(identified_by_content("not json"), None);
+}
