@@ -18,6 +18,10 @@ pub struct AsSent {
     pub amount: Option<Decimal>,
     /// The envelope the edit superseded.
     pub envelope_id: String,
+    /// The accounting period as sent (an edit may move the value date): where a manifest, which
+    /// says what was sent, has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<String>,
 }
 
 /// The original's labels when one of a lineage's envelopes was superseded by an edit (the
@@ -31,6 +35,7 @@ pub(super) fn as_sent(envelopes: &[&DlqEnvelope]) -> Option<AsSent> {
             currency: e.currency.clone(),
             amount: e.amount.as_deref().and_then(|a| parse_amount(a).ok()),
             envelope_id: e.envelope_id.clone(),
+            period: e.accounting_period.clone(),
         })
 }
 

@@ -354,17 +354,23 @@ pub fn outcomes(
 /// The outcomes of the transactions of `period`: those of that period, and those of no known
 /// period (a duplicate's record carries no value date of its own) whose message has a record of
 /// that period or is named by the (period's) manifest. A message id reused in another period
-/// does not bring that period's transactions along.
+/// does not bring that period's transactions along. Against a manifest (what was sent in the
+/// period) a transaction an approved edit moved to another period is the period's it was sent
+/// in; without one, the period it is posted in.
 pub fn of_period(outcomes: Vec<(State, Entry)>, period: &str, manifest: Option<&[Entry]>) -> Vec<(State, Entry)> {
+    let its_period = |e: &Entry| match (&e.edited_from, manifest) {
+        (Some(from), Some(_)) => from.period.clone().or_else(|| e.period.clone()),
+        _ => e.period.clone(),
+    };
     let in_period: BTreeSet<String> = outcomes
         .iter()
-        .filter(|(_, e)| e.period.as_deref() == Some(period))
+        .filter(|(_, e)| its_period(e).as_deref() == Some(period))
         .map(|(_, e)| e.key.clone())
         .chain(manifest.unwrap_or_default().iter().map(|e| e.key.clone()))
         .collect();
     outcomes
         .into_iter()
-        .filter(|(_, e)| match e.period.as_deref() {
+        .filter(|(_, e)| match its_period(e).as_deref() {
             Some(p) => p == period,
             None => in_period.contains(&e.key),
         })

@@ -318,4 +318,45 @@ async fn an_edit_into_another_period_reconciles_each_period_as_the_whole_history
         true,
     );
     assert!(violations.is_empty(), "{violations:#?}");
+
+    // Regression (issue 29, defect 8): each period against the producer's manifest, cut by the
+    // period as sent, as `dlqctl reconcile --period P --manifest M` reads it: the edited
+    // transaction is October's (it was sent in October), though November's ledger holds it.
+    for period in ["2026-10", "2026-11"] {
+        let manifest: Vec<_> = [manifest_entry(e.original.body.as_deref().unwrap())]
+            .into_iter()
+            .filter(|m| m.period.as_deref() == Some(period))
+            .collect();
+        let r = reconcile_period_against(&w, &trail, period, &manifest).await;
+        assert!(r.holds, "{period}: {r:#?}");
+        assert_eq!(
+            r.by_state.values().map(|t| t.count).sum::<u64>(),
+            manifest.len() as u64,
+            "{period}: {r:#?}"
+        );
+    }
+}
+
+/// One period reconciled against `manifest` as `dlqctl reconcile --period --manifest` does: the
+/// period's exceptions through their indexes, every posting of the period kept, what they name
+/// in other periods fetched, the outcomes cut to the period.
+async fn reconcile_period_against(
+    w: &World,
+    trail: &recon_testkit::memory::MemoryAuditLog,
+    period: &str,
+    manifest: &[recon_core::reconcile::Entry],
+) -> recon_core::reconcile::Reconciliation {
+    use recon_core::reconcile::{
+        Links, complete_exceptions, exceptions_of_period, of_period, read_ledger, reconcile_counted,
+    };
+    let mut exceptions = exceptions_of_period(&*w.store, trail, period).await.unwrap();
+    let links = Links::of(&exceptions.envelopes, &exceptions.audit).keeping_everything();
+    let scope = recon_core::ports::LedgerScope::period(period);
+    let mut read = read_ledger(&*w.ledger, &scope, 2, &links).await.unwrap();
+    complete_exceptions(&*w.store, trail, &*w.ledger, period, &mut read, &mut exceptions)
+        .await
+        .unwrap();
+    let (outcomes, problems) = fates(&read.linked, &exceptions.envelopes, &exceptions.audit, true);
+    let outcomes = of_period(outcomes, period, Some(manifest));
+    reconcile_counted(read.counted, &outcomes, problems, Some(manifest), 0)
 }
