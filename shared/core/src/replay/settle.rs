@@ -353,12 +353,15 @@ where
             claimed_at: now,
             lease_until: now + self.config.lease,
         };
+        // An operator's quarantine (by hand, or an approved request's) claims with its decision:
+        // a replay that takes the claim over (this one crashed, or stalled past the lease)
+        // finishes the quarantine, it never re-injects what was decided for a manual journal.
         let change = StatusChange {
             status: EnvelopeStatus::Replaying,
             at: now,
             actor: run.req.triggered_by.clone(),
             reason: format!("claimed by replay {} ({})", run.replay_id, run.req.reason),
-            manual_journal: false,
+            manual_journal: run.req.quarantine,
         };
         (claim, change)
     }

@@ -338,3 +338,49 @@ async fn a_malformed_send_whose_transaction_posted_is_suppressed_not_left_for_a_
     assert_eq!(stored.status, EnvelopeStatus::SuppressedDuplicate, "{report:#?}");
     assert!(!stored.left_for_manual_journal());
 }
+
+/// Regression (issue 29): an approved quarantine's execution claimed an envelope and died; its
+/// resumption skips it (changed since the request), and the sweep taking the claim over
+/// re-injected it: the copy posted what was approved for a manual journal. A quarantine's claim
+/// now carries its decision, and whoever takes it over finishes the quarantine.
+#[tokio::test]
+async fn a_quarantine_claim_taken_over_is_quarantined_never_reinjected() {
+    let w = world();
+    // What a quarantine run's claim writes.
+    let done = w
+        .envelope("s0", &tx_in(3, "USD", "3.00"), ChronoDuration::minutes(10))
+        .await;
+    let report = w
+        .replayer(ReplayConfig::default())
+        .run(&quarantine_of(&[&done.envelope_id]), None)
+        .await
+        .unwrap();
+    assert_eq!(outcomes(&report), ["QUARANTINED"]);
+    let stored = w.store.get(&done.envelope_id).await.unwrap().unwrap();
+    let claim = &stored.status_history[1];
+    assert_eq!(claim.status, EnvelopeStatus::Replaying);
+    assert!(claim.manual_journal, "the claim carries the decision: {claim:?}");
+
+    // Such a claim, left by a run that died, taken over by the sweep once its lease ended.
+    let e = w
+        .envelope("s1", &tx_in(4, "USD", "4.00"), ChronoDuration::minutes(10))
+        .await;
+    let t0 = w.clock_now();
+    let died = ReplayClaim {
+        replay_id: "rpl_died".into(),
+        triggered_by: "dlqctl:approver".into(),
+        reason: "book by hand (approved request apr_1)".into(),
+        claimed_at: t0,
+        lease_until: t0 + ChronoDuration::minutes(5),
+    };
+    let change = StatusChange {
+        manual_journal: true,
+        ..claim.clone()
+    };
+    assert!(w.store.claim(&e.envelope_id, &died, t0, &change, None).await.unwrap());
+    w.clock.advance(ChronoDuration::minutes(6));
+    let swept = w.replayer(ReplayConfig::default()).run(&sweep(), None).await.unwrap();
+    assert!(w.queue.sent().is_empty(), "never re-injected: {swept:#?}");
+    let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
+    assert!(stored.left_for_manual_journal(), "{:?}", stored.status_history);
+}
