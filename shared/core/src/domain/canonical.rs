@@ -7,7 +7,11 @@
 //! - `external_ref` and `counterparty` lose their surrounding white space — exactly the Unicode
 //!   `White_Space` characters, [`is_trimmed`] (the control ones among them are refused before) —
 //!   and are then put in Unicode Normalization Form C, so `Café` typed as `e` + U+0301 is the same
-//!   counterparty as `Café` with U+00E9; white space inside is kept as sent;
+//!   counterparty as `Café` with U+00E9; white space inside is kept as sent, and must be plain
+//!   spaces (U+0020): any other `White_Space` character inside ([`look_alike_space`]: U+00A0,
+//!   U+2007, U+3000, …) is refused, because `Globex\u{a0}Supplies` looks like `Globex Supplies`
+//!   and would hash apart (one transaction posted twice) — refused, not mapped to U+0020, so no
+//!   hash a producer computed by the rules so far changes;
 //! - invisible format characters ([`INVISIBLE`]: zero-width spaces and joiners, bidirectional
 //!   controls, the soft hyphen, the byte-order mark) are refused in them: they would make two
 //!   look-alike references, i.e. one transaction posted twice.
@@ -43,6 +47,15 @@ pub fn invisible(s: &str) -> Option<char> {
     }
     s.chars()
         .find(|c| INVISIBLE.iter().any(|(lo, hi)| (*lo..=*hi).contains(c)))
+}
+
+/// The first white-space character other than a plain space inside `s` (after trimming), if any:
+/// it would make a reference that looks like one with a plain space and hashes apart.
+pub fn look_alike_space(s: &str) -> Option<char> {
+    if s.is_ascii() {
+        return None;
+    }
+    s.trim_matches(is_trimmed).chars().find(|c| *c != ' ' && is_trimmed(*c))
 }
 
 /// A hashed text field in canonical form: trimmed, then NFC. Borrows when nothing changes (always
@@ -103,6 +116,14 @@ mod tests {
         assert_eq!(text("Cafe\u{0301}"), "Caf\u{00E9}");
         assert_eq!(text("\u{2003}Cafe\u{0301} "), "Caf\u{00E9}");
         assert_eq!(text_cow(Cow::Owned(" x ".into())), "x");
+    }
+
+    #[test]
+    fn look_alike_spaces_inside_are_found_and_at_the_ends_trimmed() {
+        assert_eq!(look_alike_space("Globex Supplies"), None);
+        assert_eq!(look_alike_space("Globex\u{00A0}Supplies"), Some('\u{00A0}'));
+        assert_eq!(look_alike_space("BANK\u{2007}1"), Some('\u{2007}'));
+        assert_eq!(look_alike_space("\u{3000}Globex\u{00A0}"), None, "at the ends: trimmed");
     }
 
     #[test]

@@ -157,6 +157,11 @@ pub fn cases() -> Vec<Case> {
         "dead-letter POISON_MESSAGE SCHEMA_VIOLATION:external_ref",
     );
     body(
+        "no-break space inside counterparty",
+        tx_with(|m| m.counterparty = "Globex\u{00A0}Supplies".into()),
+        "dead-letter POISON_MESSAGE SCHEMA_VIOLATION:counterparty",
+    );
+    body(
         "right-to-left override in counterparty",
         tx_with(|m| m.counterparty = "\u{202E}xebolG".into()),
         "dead-letter POISON_MESSAGE SCHEMA_VIOLATION:counterparty",

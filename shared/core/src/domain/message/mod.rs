@@ -289,6 +289,15 @@ pub(crate) fn canonical_text<'a>(name: &str, s: Cow<'a, str>) -> Result<Cow<'a, 
             format!("`{name}` contains the invisible character U+{:04X}", u32::from(c)),
         ));
     }
+    if let Some(c) = canonical::look_alike_space(&s) {
+        return Err(schema(
+            name,
+            format!(
+                "`{name}` contains the space U+{:04X} inside: use a plain space (U+0020), which it looks like",
+                u32::from(c)
+            ),
+        ));
+    }
     Ok(canonical::text_cow(s))
 }
 
