@@ -15,10 +15,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::batch::{BatchHandler, BatchReport, Outcome};
-use crate::domain::{AuditKind, EnvelopeStatus, WormRef, envelope::sha256_hex, envelope_from_dlq_message};
+use crate::domain::{
+    AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, WormRef,
+    envelope::{SQS_REDRIVE, sha256_hex},
+    envelope_from_dlq_message,
+};
 use crate::envelopes::{check_overflow, envelope_audit};
 use crate::ports::{
-    AuditLog, AuditOutbox, Backlog, Clock, CreateOutcome, Deadline, EnvelopeStore, FlowError, Metric, Metrics, Worm,
+    AuditLog, AuditOutbox, Backlog, Clock, CreateOutcome, Deadline, EnvelopeStore, FlowError, FlowResult, Metric,
+    Metrics, RecordsOfPeriod, Worm,
 };
 use crate::resources::{DEFAULT_BATCH_CONCURRENCY, DEFAULT_OVERFLOW_HIGH_WATER, INLINE_BODY_LIMIT};
 
@@ -84,7 +89,9 @@ pub struct Enricher<S, W, A, M> {
     pub config: EnricherConfig,
 }
 
-impl<S: EnvelopeStore + Backlog + AuditOutbox, W: Worm, A: AuditLog, M: Metrics> Enricher<S, W, A, M> {
+impl<S: EnvelopeStore + Backlog + AuditOutbox, W: Worm, A: AuditLog + RecordsOfPeriod, M: Metrics>
+    Enricher<S, W, A, M>
+{
     pub async fn handle_batch(&self, event: &SqsEvent, deadline: Option<DateTime<Utc>>) -> BatchReport<EnrichOutcome> {
         let deadline = deadline.map(|d| Deadline::at(&*self.clock, d));
         let outcomes: Vec<EnrichOutcome> = futures::stream::iter(&event.records)
@@ -151,6 +158,9 @@ impl<S: EnvelopeStore + Backlog + AuditOutbox, W: Worm, A: AuditLog, M: Metrics>
         let (key, bytes) = stored.worm_document(body);
         self.worm.put(&key, &bytes).await?;
 
+        if stored.dead_lettered_by != SQS_REDRIVE {
+            self.record_dead_letter(&stored).await?;
+        }
         let kind = if stored.status == EnvelopeStatus::Quarantined {
             AuditKind::Quarantined
         } else {
@@ -207,7 +217,42 @@ impl<S: EnvelopeStore + Backlog + AuditOutbox, W: Worm, A: AuditLog, M: Metrics>
     }
 }
 
-impl<S: EnvelopeStore + Backlog + AuditOutbox, W: Worm, A: AuditLog, M: Metrics> BatchHandler for Enricher<S, W, A, M> {
+impl<S: EnvelopeStore + Backlog + AuditOutbox, W: Worm, A: AuditLog + RecordsOfPeriod, M: Metrics>
+    Enricher<S, W, A, M>
+{
+    /// The consumer's `DEAD_LETTERED` record of a dead letter it sent, when the trail lacks it:
+    /// its own write did not land (an error after the DLQ send, then a crash or SQS's redrive
+    /// before another delivery wrote it), or has not landed yet. Rebuilt from the envelope under
+    /// the consumer's own id and actor, so the trail holds every dead-lettering decision: one
+    /// read per delivery of a dead letter, a write only when missing (the detail says who wrote
+    /// it; appends are idempotent on the id, so the consumer's write landing later changes
+    /// nothing).
+    async fn record_dead_letter(&self, e: &DlqEnvelope) -> FlowResult<()> {
+        let audit_id = AuditRecord::id_for(AuditKind::DeadLettered, &e.original.source_message_id);
+        if self.audit.record(&audit_id).await?.is_some() {
+            return Ok(());
+        }
+        let mut r = envelope_audit(
+            e,
+            AuditKind::DeadLettered,
+            &e.dead_lettered_by,
+            format!(
+                "{} (recorded by {}, which found the consumer's own record missing)",
+                e.error_detail, self.config.actor
+            ),
+        );
+        r.audit_id = audit_id;
+        r.at = e.dead_lettered_at;
+        r.replay_of = e.replay_of().map(str::to_owned);
+        self.audit.append(&r).await?;
+        tracing::warn!(audit_id = %r.audit_id, envelope_id = %e.envelope_id, "the consumer's DEAD_LETTERED record was missing: written from the envelope");
+        Ok(())
+    }
+}
+
+impl<S: EnvelopeStore + Backlog + AuditOutbox, W: Worm, A: AuditLog + RecordsOfPeriod, M: Metrics> BatchHandler
+    for Enricher<S, W, A, M>
+{
     type Outcome = EnrichOutcome;
     async fn handle(&self, event: &SqsEvent, deadline: Option<DateTime<Utc>>) -> BatchReport<EnrichOutcome> {
         self.handle_batch(event, deadline).await

@@ -32,6 +32,9 @@ pub struct ReplayClaim {
     pub lease_until: DateTime<Utc>,
 }
 
+/// Who dead-lettered a message SQS's redrive policy moved to the DLQ (no consumer decided it).
+pub const SQS_REDRIVE: &str = "sqs-redrive";
+
 /// Provenance of one replay decision on an envelope.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplayRecord {
@@ -212,7 +215,7 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
             ),
             // SQS keeps no move time; the first receive is the closest stable instant.
             sqs::epoch_millis_attr(m, "ApproximateFirstReceiveTimestamp").unwrap_or(now),
-            "sqs-redrive".to_owned(),
+            SQS_REDRIVE.to_owned(),
         ),
     };
     // The message id on the main queue: kept in the context, or the same id (SQS keeps the

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::anchors::seal;
 use crate::domain::AuditRecord;
 use crate::domain::audit::{ChainHead, ChainedRecord};
-use crate::ports::{AuditLog, ChainPage, Clock, StoreResult, Worm};
+use crate::ports::{AuditLog, ChainPage, Clock, RecordsOfPeriod, StoreResult, Worm};
 
 pub struct SealingAuditLog<A, W> {
     pub log: A,
@@ -30,6 +30,15 @@ impl<A: AuditLog, W: Worm> SealingAuditLog<A, W> {
                 Err(e) => tracing::warn!(error = %e, "append-path seal not written; the seal schedule writes the next"),
             }
         }
+    }
+}
+
+impl<A: RecordsOfPeriod, W: Send + Sync> RecordsOfPeriod for SealingAuditLog<A, W> {
+    async fn records_of_period(&self, period: Option<&str>) -> StoreResult<Vec<AuditRecord>> {
+        self.log.records_of_period(period).await
+    }
+    async fn record(&self, audit_id: &str) -> StoreResult<Option<AuditRecord>> {
+        self.log.record(audit_id).await
     }
 }
 

@@ -22,3 +22,12 @@ pub trait RecordsOfPeriod: Send + Sync {
     /// The record `audit_id`, if the trail holds it (on a chain).
     fn record(&self, audit_id: &str) -> impl Future<Output = StoreResult<Option<AuditRecord>>> + Send;
 }
+
+impl<T: RecordsOfPeriod> RecordsOfPeriod for std::sync::Arc<T> {
+    fn records_of_period(&self, period: Option<&str>) -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send {
+        (**self).records_of_period(period)
+    }
+    fn record(&self, audit_id: &str) -> impl Future<Output = StoreResult<Option<AuditRecord>>> + Send {
+        (**self).record(audit_id)
+    }
+}

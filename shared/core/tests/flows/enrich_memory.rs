@@ -35,8 +35,9 @@ fn body(n: u32, currency: &str) -> String {
     builders::body(&tx_in(n, currency, &format!("{n}.5")))
 }
 
-/// Run `body` through a consumer and return the DLQ delivery its dead letter becomes.
-async fn dead_lettered(sqs_id: &str, body: &str) -> SqsMessage {
+/// Run `body` through a consumer (its records in the trail `into` the enricher's) and return
+/// the DLQ delivery its dead letter becomes.
+async fn dead_lettered(into: &TestEnricher, sqs_id: &str, body: &str) -> SqsMessage {
     let consumer = Consumer {
         ledger: MemoryLedger::default(),
         queue: MemoryWorkQueue::default(),
@@ -47,6 +48,9 @@ async fn dead_lettered(sqs_id: &str, body: &str) -> SqsMessage {
         config: ConsumerConfig::default(),
     };
     consumer.handle_message(&delivery(sqs_id, body, 1)).await;
+    for r in consumer.audit.records() {
+        recon_core::ports::AuditLog::append(&into.audit, &r).await.unwrap();
+    }
     let letter = consumer.dlq.letters().pop().expect("dead-lettered");
     delivered(&format!("dlq-{sqs_id}"), &dead_letter_message(&letter).unwrap())
 }
@@ -55,7 +59,7 @@ async fn dead_lettered(sqs_id: &str, body: &str) -> SqsMessage {
 async fn a_dead_letter_becomes_one_envelope_with_a_worm_copy() {
     let e = enricher(100);
     let body = body(1, "XAU");
-    let m = dead_lettered("s1", &body).await;
+    let m = dead_lettered(&e, "s1", &body).await;
     let outcome = e.handle_message(&m).await;
     let EnrichOutcome::Enriched {
         envelope_id,
@@ -77,7 +81,12 @@ async fn a_dead_letter_becomes_one_envelope_with_a_worm_copy() {
     let doc: serde_json::Value = serde_json::from_slice(&e.worm.get(&worm.key).await.unwrap().unwrap()).unwrap();
     assert_eq!(doc["body"], body);
     assert_eq!(doc["envelope_id"], envelope_id);
-    assert_eq!(e.audit.records()[0].kind, AuditKind::Enriched);
+    let kinds: Vec<AuditKind> = e.audit.records().iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds,
+        [AuditKind::DeadLettered, AuditKind::Enriched],
+        "the consumer's, then the enricher's"
+    );
     assert_eq!(e.store.pending_count().await.unwrap(), 1);
     assert!(
         e.metrics
@@ -90,7 +99,7 @@ async fn a_dead_letter_becomes_one_envelope_with_a_worm_copy() {
 #[tokio::test]
 async fn the_same_dlq_message_delivered_twice_yields_one_envelope() {
     let e = enricher(100);
-    let m = dead_lettered("s2", &body(2, "XAU")).await;
+    let m = dead_lettered(&e, "s2", &body(2, "XAU")).await;
     let mut again = m.clone();
     again.attributes.insert("ApproximateReceiveCount".into(), "2".into());
     assert!(matches!(e.handle_message(&m).await, EnrichOutcome::Enriched { .. }));
@@ -101,7 +110,7 @@ async fn the_same_dlq_message_delivered_twice_yields_one_envelope() {
     let (all, _) = e.store.list_all(None, 100).await.unwrap();
     assert_eq!(all.len(), 1);
     assert_eq!(e.worm.keys().len(), 1, "one WORM object");
-    assert_eq!(e.audit.records().len(), 1, "one audit record");
+    assert_eq!(e.audit.records().len(), 2, "the consumer's record and one ENRICHED");
     assert_eq!(e.store.pending_count().await.unwrap(), 1);
 }
 
@@ -130,7 +139,7 @@ async fn a_bare_redrive_is_enveloped_as_redriven_by_sqs() {
 async fn an_unidentifiable_payload_is_quarantined_with_its_bytes() {
     let e = enricher(100);
     let raw = "<Document>\u{1F4B8} not a message";
-    let m = dead_lettered("s3", raw).await;
+    let m = dead_lettered(&e, "s3", raw).await;
     let EnrichOutcome::Enriched {
         envelope_id,
         status: EnvelopeStatus::Quarantined,
@@ -144,7 +153,44 @@ async fn an_unidentifiable_payload_is_quarantined_with_its_bytes() {
     let key = env.original.body_key.clone().unwrap();
     assert_eq!(e.worm.get(&key).await.unwrap().unwrap(), raw.as_bytes());
     assert_eq!(e.store.pending_count().await.unwrap(), 0, "quarantine is not pending");
-    assert_eq!(e.audit.records()[0].kind, AuditKind::Quarantined);
+    assert_eq!(e.audit.records().last().map(|r| r.kind), Some(AuditKind::Quarantined));
+}
+
+/// The consumer's `DEAD_LETTERED` record missing from the trail (its write failed after the DLQ
+/// send, and SQS's redrive moved the message on): the enricher writes it from the envelope, under
+/// the consumer's id and actor, and only when it is missing.
+#[tokio::test]
+async fn a_dead_letter_whose_consumer_record_is_missing_gets_it_from_the_enricher() {
+    let e = enricher(100);
+    let m = dead_lettered(&e, "s5", &body(5, "XAU")).await;
+    e.audit.tamper(|records| records.clear());
+    assert!(matches!(e.handle_message(&m).await, EnrichOutcome::Enriched { .. }));
+    let records = e.audit.records();
+    let dl = records
+        .iter()
+        .find(|r| r.kind == AuditKind::DeadLettered)
+        .expect("written by the enricher");
+    assert_eq!(dl.audit_id, "DEAD_LETTERED#s5");
+    assert_eq!(dl.actor, "consumer");
+    assert_eq!(dl.sqs_message_id, "s5");
+    assert_eq!(dl.root_cause.as_deref(), Some("UNMAPPED_CURRENCY:XAU"));
+    assert!(
+        dl.detail.contains("found the consumer's own record missing"),
+        "{}",
+        dl.detail
+    );
+    // Delivered again: nothing written twice.
+    let mut again = m.clone();
+    again.attributes.insert("ApproximateReceiveCount".into(), "2".into());
+    e.handle_message(&again).await;
+    assert_eq!(
+        e.audit
+            .records()
+            .iter()
+            .filter(|r| r.kind == AuditKind::DeadLettered)
+            .count(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -156,7 +202,7 @@ async fn a_body_too_large_for_an_item_lives_in_the_bucket() {
     v["statement_narrative"] = "Ü".repeat(250_000).into();
     let body = v.to_string();
     assert!(body.len() > 400_000);
-    let dl = dead_lettered("s4", &body).await;
+    let dl = dead_lettered(&e, "s4", &body).await;
     let EnrichOutcome::Enriched { envelope_id, .. } = e.handle_message(&dl).await else {
         panic!()
     };
@@ -181,7 +227,7 @@ async fn dlq_overflow_is_raised_once_per_crossing() {
     };
     let mut ids = Vec::new();
     for n in 0..5 {
-        let m = dead_lettered(&format!("o{n}"), &body(10 + n, "XAU")).await;
+        let m = dead_lettered(&e, &format!("o{n}"), &body(10 + n, "XAU")).await;
         if let EnrichOutcome::Enriched { envelope_id, .. } = e.handle_message(&m).await {
             ids.push(envelope_id);
         }
@@ -196,7 +242,7 @@ async fn dlq_overflow_is_raised_once_per_crossing() {
         .await
         .unwrap();
     for n in 5..7 {
-        let m = dead_lettered(&format!("o{n}"), &body(10 + n, "XAU")).await;
+        let m = dead_lettered(&e, &format!("o{n}"), &body(10 + n, "XAU")).await;
         e.handle_message(&m).await;
     }
     assert_eq!(e.store.pending_count().await.unwrap(), 4);
@@ -210,7 +256,7 @@ async fn dlq_overflow_is_raised_once_per_crossing() {
 #[tokio::test]
 async fn a_batch_reports_only_what_could_not_be_enriched() {
     let e = enricher(100);
-    let ok = dead_lettered("s9", &body(9, "XAU")).await;
+    let ok = dead_lettered(&e, "s9", &body(9, "XAU")).await;
     let event = event(vec![ok]);
     // No time left: handed back, nothing written.
     let late = e.handle_batch(&event, Some(builders::now())).await;
@@ -276,7 +322,7 @@ async fn a_dead_letter_with_an_empty_entity_label_still_becomes_an_envelope() {
     let e = enricher(100);
     let mut v: serde_json::Value = serde_json::from_str(&body(21, "USD")).unwrap();
     v["ledger_entity"] = "".into();
-    let m = dead_lettered("s21", &v.to_string()).await;
+    let m = dead_lettered(&e, "s21", &v.to_string()).await;
     let outcome = e.handle_message(&m).await;
     let EnrichOutcome::Enriched { envelope_id, .. } = outcome else {
         panic!("{outcome:?}")
@@ -292,7 +338,7 @@ async fn an_overflow_whose_record_fails_is_not_lost() {
     // reported (the flag stays raised, so no later call reports it).
     let e = enricher(0);
     e.audit.fail_appends_of(Some(AuditKind::DlqOverflow));
-    let m = dead_lettered("o1", &body(40, "XAU")).await;
+    let m = dead_lettered(&e, "o1", &body(40, "XAU")).await;
     assert!(matches!(e.handle_message(&m).await, EnrichOutcome::Failed { .. }));
     assert_eq!(e.store.overflow_episodes(), 1);
     e.audit.fail_appends_of(None);
