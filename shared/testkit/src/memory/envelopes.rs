@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::MemoryAuditLog;
+use super::journal::{self, ClaimEvent};
 use super::limits::{check_envelope_item, check_request_item};
 use super::lock;
 
@@ -42,6 +43,10 @@ struct EnvelopeState {
     /// the DynamoDB store given the trail does; `None`: through the outbox.
     trail: Option<Arc<MemoryAuditLog>>,
     unindexed: VecDeque<(Duration, DlqEnvelope)>,
+    /// Every claim and renewal, in order (`journal`).
+    claims: Vec<ClaimEvent>,
+    /// Each envelope's claim as its last event left it.
+    live: HashMap<String, ClaimEvent>,
 }
 
 struct IndexLag {
@@ -111,6 +116,11 @@ impl MemoryEnvelopeStore {
     }
 
     /// How many times the overflow flag was switched on (each crossing of the high-water mark).
+    /// Every claim and renewal written, in order.
+    pub fn claim_log(&self) -> Vec<ClaimEvent> {
+        lock(&self.state).claims.clone()
+    }
+
     pub fn overflow_episodes(&self) -> u64 {
         lock(&self.state).episodes
     }
@@ -216,6 +226,21 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         if from_pending {
             s.pending -= 1;
         }
+        let event = ClaimEvent {
+            at: journal::tick(),
+            envelope_id: envelope_id.to_owned(),
+            replay_id: claim.replay_id.clone(),
+            now,
+            lease_until: claim.lease_until,
+            renewal: false,
+            took_over: if expired {
+                s.live.get(envelope_id).cloned().map(Box::new)
+            } else {
+                None
+            },
+        };
+        s.claims.push(event.clone());
+        s.live.insert(envelope_id.to_owned(), event);
         Ok(true)
     }
 
@@ -247,6 +272,17 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         check_envelope_item(&renewed)?;
         *e = renewed.clone();
         s.indexed(&renewed);
+        let event = ClaimEvent {
+            at: journal::tick(),
+            envelope_id: envelope_id.to_owned(),
+            replay_id: replay_id.to_owned(),
+            now,
+            lease_until,
+            renewal: true,
+            took_over: None,
+        };
+        s.claims.push(event.clone());
+        s.live.insert(envelope_id.to_owned(), event);
         Ok(true)
     }
 

@@ -32,9 +32,16 @@ impl Entry {
 #[derive(Default)]
 pub struct MemoryLedger {
     entries: Mutex<HashMap<String, Entry>>,
+    /// Every transaction committed (posted or handed off), in order (`journal`).
+    commits: Mutex<Vec<(u64, String)>>,
 }
 
 impl MemoryLedger {
+    /// When each transaction was committed (its first posting or hand-off), in order.
+    pub fn commit_log(&self) -> Vec<(u64, String)> {
+        lock(&self.commits).clone()
+    }
+
     pub fn postings(&self) -> Vec<Posting> {
         lock(&self.entries)
             .values()
@@ -68,6 +75,7 @@ impl MemoryLedger {
             return CommitOutcome::AlreadyCommitted(existing.committed_ref());
         }
         map.insert(source_hash.to_owned(), entry);
+        lock(&self.commits).push((super::journal::tick(), source_hash.to_owned()));
         CommitOutcome::Committed
     }
 }
@@ -137,9 +145,16 @@ enum DedupEntry {
 #[derive(Default)]
 pub struct MemoryDedupTable {
     entries: Mutex<HashMap<String, DedupEntry>>,
+    /// Every mark of a transaction committed, in order (`journal`).
+    commits: Mutex<Vec<(u64, String)>>,
 }
 
 impl MemoryDedupTable {
+    /// When each transaction was marked committed (posted or handed off), in order.
+    pub fn commit_log(&self) -> Vec<(u64, String)> {
+        lock(&self.commits).clone()
+    }
+
     /// The transactions marked handed to a manual journal (by the envelope each names).
     pub fn hand_offs(&self) -> Vec<CommittedRef> {
         lock(&self.entries)
@@ -193,6 +208,7 @@ impl DedupTable for MemoryDedupTable {
         match e.get(&committed.source_hash) {
             Some(DedupEntry::Claimed { owner: o, .. }) if o == owner => {
                 e.insert(committed.source_hash.clone(), DedupEntry::Committed(committed.clone()));
+                lock(&self.commits).push((super::journal::tick(), committed.source_hash.clone()));
                 Ok(true)
             }
             _ => Ok(false),

@@ -5,6 +5,7 @@
 mod audit;
 mod clock;
 mod envelopes;
+pub mod journal;
 mod ledger;
 pub mod limits;
 mod metrics;

@@ -266,6 +266,8 @@ pub struct Executor {
     tasks: BTreeMap<u64, Task>,
     ready: Arc<Mutex<BTreeSet<u64>>>,
     pub polls: u64,
+    /// Invocations that crashed or were killed at their timeout.
+    pub deaths: u64,
 }
 
 impl Executor {
@@ -276,6 +278,7 @@ impl Executor {
             tasks: BTreeMap::new(),
             ready: Arc::default(),
             polls: 0,
+            deaths: 0,
         }
     }
 
@@ -321,6 +324,7 @@ impl Executor {
                 .collect();
             for id in expired {
                 if let Some(t) = self.tasks.remove(&id) {
+                    self.deaths += 1;
                     trace.log(&self.clock, format!("{} killed at its timeout", t.name));
                 }
             }
@@ -356,6 +360,7 @@ impl Executor {
                 .extend(ready.iter().copied().filter(|id| *id != pick));
             if crash {
                 if let Some(t) = self.tasks.remove(&pick) {
+                    self.deaths += 1;
                     trace.log(&self.clock, format!("{} crashed", t.name));
                 }
                 continue;

@@ -12,7 +12,8 @@ use recon_core::domain::{
 use recon_core::ports::{
     AuditLog, AuditOutbox, Backlog, ChainPage, ClaimOutcome, Clock, CreateOutcome, DeadLetterQueue, DedupTable,
     EnvelopePage, EnvelopeStore, ExternalLedger, Finish, FlowResult, Ledger, ObjectVersion, OutgoingMessage, Posted,
-    ReferenceData, ReplayQueue, Settled, StoreError, StoreResult, SweepCursors, Voided, WorkQueue, Worm, Written,
+    RecordsOfPeriod, ReferenceData, ReplayQueue, Settled, StoreError, StoreResult, SweepCursors, Voided, WorkQueue,
+    Worm, Written,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -56,6 +57,10 @@ pub struct Injector {
     enabled: AtomicBool,
     /// A stall (a laptop suspended mid-command): how often a call stalls, and for how long.
     stall: Option<(u32, Duration)>,
+    /// Faults fired, by operation: what explains a gap a later layer repaired.
+    fired: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// Audit records each flow that says so attempted to append (`Faulty::used_by`).
+    pub attempts: std::sync::Mutex<std::collections::BTreeSet<(&'static str, String)>>,
 }
 
 impl Injector {
@@ -67,7 +72,28 @@ impl Injector {
             plan,
             enabled: AtomicBool::new(true),
             stall: None,
+            fired: Default::default(),
+            attempts: Default::default(),
         }
+    }
+
+    /// How many faults (before or after the effect) struck `op`.
+    pub fn fired(&self, op: &str) -> u64 {
+        self.fired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(op)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn count(&self, op: &'static str) {
+        *self
+            .fired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(op)
+            .or_default() += 1;
     }
 
     /// The same faults, and now and then (`ppm` of calls) a stall of `for_` before the effect:
@@ -127,6 +153,7 @@ impl Injector {
                 effect.await
             }
             Fault::Before(kind) => {
+                self.count(op);
                 self.trace
                     .log(&self.clock, format!("fault: {op} fails before its effect ({kind})"));
                 Err(StoreError::new(kind, format!("{op}: injected fault before the effect")).into())
@@ -134,6 +161,7 @@ impl Injector {
             Fault::After(kind) => {
                 let result = effect.await;
                 if result.is_ok() {
+                    self.count(op);
                     self.trace
                         .log(&self.clock, format!("fault: {op} took effect, caller sees {kind}"));
                     return Err(StoreError::new(kind, format!("{op}: injected fault after the effect")).into());
@@ -148,11 +176,26 @@ impl Injector {
 pub struct Faulty<P> {
     pub inner: P,
     pub faults: Arc<Injector>,
+    /// Which flow uses it, when its audit appends are to be told apart (the oracle checks that
+    /// a flow itself attempted the records its protocol owes, whoever else repaired them).
+    pub used_by: Option<&'static str>,
 }
 
 impl<P> Faulty<P> {
     pub fn new(inner: P, faults: Arc<Injector>) -> Self {
-        Faulty { inner, faults }
+        Faulty {
+            inner,
+            faults,
+            used_by: None,
+        }
+    }
+
+    /// The same port, its audit appends attempted by `flow` noted in the injector.
+    pub fn used_by(self, flow: &'static str) -> Self {
+        Faulty {
+            used_by: Some(flow),
+            ..self
+        }
     }
 }
 
@@ -278,6 +321,13 @@ impl<P: ReferenceData> ReferenceData for Faulty<P> {
 
 impl<P: AuditLog> AuditLog for Faulty<P> {
     async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
+        if let Some(flow) = self.used_by {
+            self.faults
+                .attempts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((flow, record.audit_id.clone()));
+        }
         self.faults.call("Audit.append", self.inner.append(record)).await
     }
     async fn linked_elsewhere(&self, seqs: &[u64]) {
@@ -317,6 +367,17 @@ impl<P: AuditLog> AuditLog for Faulty<P> {
         self.faults
             .call("Audit.start_trail", self.inner.start_trail(candidate))
             .await
+    }
+}
+
+impl<P: RecordsOfPeriod> RecordsOfPeriod for Faulty<P> {
+    async fn records_of_period(&self, period: Option<&str>) -> StoreResult<Vec<AuditRecord>> {
+        self.faults
+            .call("Audit.records_of_period", self.inner.records_of_period(period))
+            .await
+    }
+    async fn record(&self, audit_id: &str) -> StoreResult<Option<AuditRecord>> {
+        self.faults.call("Audit.record", self.inner.record(audit_id)).await
     }
 }
 

@@ -65,6 +65,8 @@ struct GlState {
     in_progress: BTreeMap<String, (Duration, Posting)>,
     /// Keys voided: nothing under them is applied.
     voided: BTreeSet<String>,
+    /// Every key applied, in order (`journal`).
+    applied: Vec<(u64, String)>,
 }
 
 pub struct SimGl {
@@ -118,8 +120,14 @@ impl SimGl {
         if s.voided.contains(&key) || s.keys.contains_key(&key) {
             return;
         }
+        s.applied.push((crate::memory::journal::tick(), key.clone()));
         s.keys.insert(key, now);
         s.postings.push(posting);
+    }
+
+    /// When each key was applied, in order (requests still due not applied).
+    pub fn commit_log(&self) -> Vec<(u64, String)> {
+        lock(&self.state).applied.clone()
     }
 
     /// Every posting applied, with every request still due applied first (the run is over).

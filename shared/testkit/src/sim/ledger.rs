@@ -77,6 +77,17 @@ impl Books {
         }
     }
 
+    /// When each transaction was first committed — posted, or handed off — in the journal's
+    /// order (a general ledger: applied by the GL, or marked in the dedup table).
+    pub fn commit_log(&self) -> Vec<(u64, String)> {
+        let mut log = match self {
+            Books::Reference(l) => l.commit_log(),
+            Books::Claiming { gl, dedup } => gl.commit_log().into_iter().chain(dedup.commit_log()).collect(),
+        };
+        log.sort();
+        log
+    }
+
     /// Every transaction handed to a manual journal (`manual_journal` names the envelope).
     pub fn hand_offs(&self) -> Vec<CommittedRef> {
         match self {

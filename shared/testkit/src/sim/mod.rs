@@ -13,6 +13,7 @@
 //! | [`workload`] | what the producer sends                                                  |
 //! | [`world`]    | the deployment: flows, event-source mappings, schedule, operator         |
 //! | [`oracle`]   | what must hold after the run                                             |
+//! | [`protocol`] | each layer's own protocol, from the stores' journal                      |
 //! | [`truth`]    | the ground truth: each message's kind and transaction, judged field by field |
 //! | [`trace`]    | what happened, for a failing seed                                        |
 
@@ -21,6 +22,7 @@ pub mod faults;
 pub mod gl;
 pub mod ledger;
 pub mod oracle;
+pub mod protocol;
 pub mod rng;
 pub mod sqs;
 pub mod trace;
@@ -95,6 +97,7 @@ pub fn run_seed_keeping(seed: u64, trace_lines: usize) -> RunResult {
         world.start(workload);
         let ended = executor.run(&rng, &world.crash_ppm, MAX_POLLS, &trace);
         result.polls = executor.polls;
+        world.deaths.set(executor.deaths);
         result.messages = world.sent.borrow().len();
         if let Err(e) = ended {
             result.violations.push(e);

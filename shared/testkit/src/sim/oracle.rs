@@ -39,7 +39,7 @@ use recon_core::ports::{Ledger, LedgerReader};
 pub const MAX_HISTORY: usize = 2 * MAX_RELEASES + 8;
 
 /// Run a future of the memory stores (ready at the first poll).
-fn ready<F: Future>(f: F) -> Option<F::Output> {
+pub(super) fn ready<F: Future>(f: F) -> Option<F::Output> {
     let mut f = pin!(f);
     match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(v) => Some(v),
@@ -167,6 +167,30 @@ pub fn check(world: &World) -> Vec<String> {
             ));
         }
     }
+    // Each layer's own protocol.
+    // What explains a record another layer wrote for the consumer: a fault on its DLQ send or
+    // audit append, or an invocation that died.
+    let explained = world.faults.fired("DLQ.send") + world.faults.fired("Audit.append") + world.deaths.get() > 0;
+    let attempted: BTreeSet<String> = world
+        .faults
+        .attempts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|(flow, _)| *flow == super::world::CONSUMER)
+        .map(|(_, id)| id.clone())
+        .collect();
+    v.extend(super::protocol::check(
+        explained,
+        &attempted,
+        &s.books,
+        &s.envelopes,
+        &s.worm,
+        &s.sqs.reinjections(),
+        &envelopes,
+        &audit,
+    ));
+
     // Every decision has its record.
     let ids: BTreeSet<&str> = audit.iter().map(|r| r.audit_id.as_str()).collect();
     for e in &envelopes {

@@ -69,6 +69,20 @@ struct State {
     again: Vec<(String, u64)>,
     /// Messages dropped at the end of their retention: (queue, message id, body).
     expired: Vec<(String, String, String)>,
+    /// Every copy a replay sent (`replay.of` set), in the journal's order.
+    reinjections: Vec<Reinjection>,
+}
+
+/// A copy a replay sent, as the queue took it.
+#[derive(Clone, Debug)]
+pub struct Reinjection {
+    pub at: u64,
+    pub message_id: String,
+    /// `replay.of`: the envelope it was re-injected from.
+    pub envelope_id: String,
+    /// `replay.id`: the replay (its claim) that sent it.
+    pub replay_id: String,
+    pub body: String,
 }
 
 /// Counts of one queue.
@@ -203,6 +217,21 @@ impl SqsModel {
             ));
         }
         let id = format!("{}-{seq:06}", &q.spec.name[..1]);
+        let attr = |name: &str| {
+            m.attributes
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .map(|(_, _, v)| v.clone())
+        };
+        if let Some(envelope_id) = attr(recon_core::domain::attrs::REPLAY_OF) {
+            s.reinjections.push(Reinjection {
+                at: crate::memory::journal::tick(),
+                message_id: id.clone(),
+                envelope_id,
+                replay_id: attr(recon_core::domain::attrs::REPLAY_ID).unwrap_or_default(),
+                body: m.body.clone(),
+            });
+        }
         q.messages.insert(
             seq,
             Msg {
@@ -268,6 +297,7 @@ impl SqsModel {
             again,
             expired,
             seq,
+            ..
         } = &mut *s;
         let Some(q) = queues.get_mut(queue) else {
             return Vec::new();
@@ -419,6 +449,11 @@ impl SqsModel {
             visible: q.messages.len() as u64 - in_flight,
             in_flight,
         }
+    }
+
+    /// Every copy a replay sent, in order.
+    pub fn reinjections(&self) -> Vec<Reinjection> {
+        self.state().reinjections.clone()
     }
 
     /// Messages dropped at the end of their retention so far.

@@ -31,6 +31,8 @@ use super::workload::{CLOSED_ENTITY, CLOSED_PERIOD, Produced, Transaction, Workl
 use crate::memory::{MemoryAuditLog, MemoryEnvelopeStore, MemoryMetrics, MemoryReferenceData, MemoryWorm};
 
 pub const MAIN: &str = "main";
+/// The consumer's name (its actor in the records).
+pub const CONSUMER: &str = "consumer";
 pub const DLQ: &str = "dead-letter";
 
 /// What one run varies, drawn from its seed.
@@ -165,6 +167,8 @@ pub struct World {
     stopping: Cell<bool>,
     /// The schedule still starts sweeps.
     sweeping: Cell<bool>,
+    /// Invocations that crashed or timed out (set once the run is over).
+    pub deaths: Cell<u64>,
     invocations: Cell<u64>,
 }
 
@@ -242,14 +246,14 @@ impl World {
             queue: q(MAIN, &faults),
             dlq: q(DLQ, &faults),
             reference: Faulty::new(stores.reference.clone(), faults.clone()),
-            audit: Faulty::new(stores.audit.clone(), faults.clone()),
+            audit: Faulty::new(stores.audit.clone(), faults.clone()).used_by(CONSUMER),
             clock: clock_port.clone(),
             config: ConsumerConfig {
                 retry: RetryPolicy {
                     max_attempts: settings.max_attempts,
                     ..RetryPolicy::default()
                 },
-                actor: "consumer".into(),
+                actor: CONSUMER.into(),
                 ..ConsumerConfig::default()
             },
         });
@@ -306,6 +310,7 @@ impl World {
             operating: Cell::new(true),
             stopping: Cell::new(false),
             sweeping: Cell::new(true),
+            deaths: Cell::new(0),
             invocations: Cell::new(0),
         })
     }
