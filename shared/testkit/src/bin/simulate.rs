@@ -1,11 +1,12 @@
 //! `simulate`: run the deterministic simulator over a range of seeds (see `make simulate`).
 //!
 //! ```text
-//! simulate [--from N] [--count N] [--budget SECS] [--seed N] [--verbose]
+//! simulate [--from N] [--count N] [--budget SECS] [--seed N] [--verbose] [--until-violated]
 //! ```
 //! `--seed N` runs one seed and prints its whole trace; otherwise seeds `from..from+count` run until
-//! done or the time budget is spent. Exit 1 when any seed breaks an invariant (it is printed with
-//! the command that reproduces it), 2 on bad arguments.
+//! done or the time budget is spent (`--until-violated`: or until the first seed that breaks an
+//! invariant, how many seeds it took printed: a mutant's measure). Exit 1 when any seed breaks an
+//! invariant (it is printed with the command that reproduces it), 2 on bad arguments.
 
 use recon_testkit::sim::{RunResult, run_seed, run_seed_keeping};
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ struct Args {
     budget: Option<Duration>,
     seed: Option<u64>,
     verbose: bool,
+    until_violated: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -25,6 +27,7 @@ fn parse() -> Result<Args, String> {
         budget: None,
         seed: None,
         verbose: false,
+        until_violated: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -38,8 +41,12 @@ fn parse() -> Result<Args, String> {
             "--budget" => a.budget = Some(Duration::from_secs(value("--budget")?)),
             "--seed" => a.seed = Some(value("--seed")?),
             "--verbose" => a.verbose = true,
+            "--until-violated" => a.until_violated = true,
             "-h" | "--help" => {
-                return Err("usage: simulate [--from N] [--count N] [--budget SECS] [--seed N] [--verbose]".into());
+                return Err(
+                    "usage: simulate [--from N] [--count N] [--budget SECS] [--seed N] [--verbose] [--until-violated]"
+                        .into(),
+                );
             }
             other => return Err(format!("unknown argument {other:?} (see --help)")),
         }
@@ -101,6 +108,10 @@ fn main() {
         if !r.held() {
             failed += 1;
             report(&r, false);
+            if args.until_violated {
+                println!("simulate: found at seed {seed}, after {ran} seeds");
+                break;
+            }
         } else if args.verbose {
             report(&r, false);
         }
