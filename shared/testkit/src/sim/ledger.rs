@@ -69,6 +69,14 @@ impl Books {
         }
     }
 
+    /// The postings so far (a general ledger's requests in progress left so).
+    pub fn postings_now(&self) -> Vec<Posting> {
+        match self {
+            Books::Reference(l) => l.postings(),
+            Books::Claiming { gl, .. } => gl.postings_now(),
+        }
+    }
+
     /// Every posting (a general ledger's requests still due applied first).
     pub fn postings(&self) -> Vec<Posting> {
         match self {

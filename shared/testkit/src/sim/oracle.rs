@@ -84,8 +84,35 @@ pub fn check(world: &World) -> Vec<String> {
     if r.holds && !findings.books_wrong.is_empty() {
         v.push(format!(
             "false HOLDS: production reconcile holds, but {}",
-            findings.books_wrong.join("; ")
+            findings.books_wrong_in(None).join("; ")
         ));
+    }
+    // Each period against the manifest's lines of it, as `reconcile --period P --manifest M`:
+    // HOLDS only when nothing of that period is wrong, and it holds when nothing is.
+    let whole_clean = findings.books_wrong.is_empty() && r.holds;
+    let mut periods: BTreeSet<String> = manifest.iter().filter_map(|m| m.period.clone()).collect();
+    periods.extend(postings.iter().map(|p| p.period.clone()));
+    for p in &periods {
+        let lines: Vec<_> = manifest
+            .iter()
+            .filter(|m| m.period.as_deref() == Some(p.as_str()))
+            .cloned()
+            .collect();
+        let (out, problems) = outcomes(&postings, &envelopes, &audit, dlq.total() == 0);
+        let rp = reconcile(of_period(out, p, Some(&lines)), problems, Some(&lines), 0);
+        let wrong = findings.books_wrong_in(Some(p.as_str()));
+        if rp.holds && !wrong.is_empty() {
+            v.push(format!("false HOLDS for period {p}: {}", wrong.join("; ")));
+        }
+        if !rp.holds && whole_clean {
+            v.push(format!(
+                "period {p} does not hold against its manifest lines though nothing is wrong: missing {:?}, extra {:?}, altered {:?}, problems {:?}",
+                rp.missing, rp.extra, rp.altered, rp.problems
+            ));
+        }
+    }
+    for (at, finding) in world.audits.borrow().iter() {
+        v.push(format!("at {at:?}: {finding}"));
     }
     v.extend(findings.all());
     if !r.holds {

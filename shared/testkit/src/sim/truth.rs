@@ -18,15 +18,25 @@ use super::workload::{Produced, Transaction};
 /// What the ground truth found.
 #[derive(Debug, Default)]
 pub struct Findings {
-    /// The books are wrong: a transaction lost, booked twice, or with other amounts.
-    pub books_wrong: Vec<String>,
-    /// Something else broke (a message that never reached the envelope it must).
+    /// The books are wrong: a transaction lost, booked twice, or with other amounts; with the
+    /// accounting period of the transaction as sent, when one is known.
+    pub books_wrong: Vec<(Option<String>, String)>,
+    /// Something else broke.
     pub other: Vec<String>,
 }
 
 impl Findings {
     pub fn all(self) -> Vec<String> {
-        self.books_wrong.into_iter().chain(self.other).collect()
+        self.books_wrong.into_iter().map(|(_, w)| w).chain(self.other).collect()
+    }
+
+    /// What is wrong with the books, in `period` (`None`: anywhere).
+    pub fn books_wrong_in(&self, period: Option<&str>) -> Vec<&str> {
+        self.books_wrong
+            .iter()
+            .filter(|(p, _)| period.is_none() || p.is_none() || p.as_deref() == period)
+            .map(|(_, w)| w.as_str())
+            .collect()
     }
 }
 
@@ -66,6 +76,15 @@ pub fn judge(
     let mut f = Findings::default();
     let txn_of = transaction_of_message(sent);
     let truth: BTreeMap<usize, &Transaction> = transactions.iter().map(|t| (t.id, t)).collect();
+    let period = |t: Option<usize>| {
+        t.and_then(|t| truth.get(&t))
+            .and_then(|tx| tx.value_date.get(..7))
+            .map(str::to_owned)
+    };
+    let by_hash: BTreeMap<&str, usize> = transactions
+        .iter()
+        .filter_map(|t| Some((t.source_hash.as_deref()?, t.id)))
+        .collect();
     let may_post: BTreeSet<usize> = sent
         .iter()
         .filter(|p| !p.kind.invalid_by_construction())
@@ -77,31 +96,43 @@ pub fn judge(
     let mut posted: BTreeMap<usize, Vec<&Posting>> = BTreeMap::new();
     for p in postings {
         let Some(t) = txn_of.get(&p.message_id) else {
-            f.books_wrong.push(format!(
-                "posting {} names message {}, which no producer sent",
-                p.source_hash, p.message_id
+            f.books_wrong.push((
+                Some(p.period.clone()),
+                format!(
+                    "posting {} names message {}, which no producer sent",
+                    p.source_hash, p.message_id
+                ),
             ));
             continue;
         };
         posted.entry(*t).or_default().push(p);
         if !may_post.contains(t) {
-            f.books_wrong.push(format!(
-                "transaction {t} is posted ({}, by SQS {}), but no message sent for it was valid",
-                p.source_hash, p.sqs_message_id
+            f.books_wrong.push((
+                period(Some(*t)),
+                format!(
+                    "transaction {t} is posted ({}, by SQS {}), but no message sent for it was valid",
+                    p.source_hash, p.sqs_message_id
+                ),
             ));
         }
         if let Some(why) = truth.get(t).and_then(|tx| differs(p, tx)) {
-            f.books_wrong.push(format!(
-                "transaction {t} is posted with other fields than were sent ({}): {why}",
-                p.source_hash
+            f.books_wrong.push((
+                period(Some(*t)),
+                format!(
+                    "transaction {t} is posted with other fields than were sent ({}): {why}",
+                    p.source_hash
+                ),
             ));
         }
         if let Some(hash) = truth.get(t).and_then(|tx| tx.source_hash.as_ref())
             && *hash != p.source_hash
         {
-            f.books_wrong.push(format!(
-                "transaction {t} is posted under {}, not the hash its producer computed ({hash})",
-                p.source_hash
+            f.books_wrong.push((
+                period(Some(*t)),
+                format!(
+                    "transaction {t} is posted under {}, not the hash its producer computed ({hash})",
+                    p.source_hash
+                ),
             ));
         }
     }
@@ -110,10 +141,9 @@ pub fn judge(
             .iter()
             .map(|p| format!("{} by SQS {}", p.source_hash, p.sqs_message_id))
             .collect();
-        f.books_wrong.push(format!(
-            "transaction {t} is posted {} times: {}",
-            ps.len(),
-            by.join(", ")
+        f.books_wrong.push((
+            period(Some(*t)),
+            format!("transaction {t} is posted {} times: {}", ps.len(), by.join(", ")),
         ));
     }
 
@@ -127,15 +157,21 @@ pub fn judge(
     for (t, es) in &by_hand {
         let ids: Vec<&str> = es.iter().map(|e| e.envelope_id.as_str()).collect();
         if es.len() > 1 {
-            f.books_wrong.push(format!(
-                "transaction {t} is left for {} manual journals: envelopes {ids:?}",
-                es.len()
+            f.books_wrong.push((
+                period(Some(*t)),
+                format!(
+                    "transaction {t} is left for {} manual journals: envelopes {ids:?}",
+                    es.len()
+                ),
             ));
         }
         if let Some(ps) = posted.get(t) {
-            f.books_wrong.push(format!(
-                "transaction {t} is posted ({}) and left for a manual journal (envelopes {ids:?})",
-                ps[0].source_hash
+            f.books_wrong.push((
+                period(Some(*t)),
+                format!(
+                    "transaction {t} is posted ({}) and left for a manual journal (envelopes {ids:?})",
+                    ps[0].source_hash
+                ),
             ));
         }
     }
@@ -147,12 +183,14 @@ pub fn judge(
         let by = h.manual_journal.as_deref().unwrap_or_default();
         let e = envelopes.iter().find(|e| e.envelope_id == by);
         if !e.is_some_and(|e| e.left_for_manual_journal() || e.status == EnvelopeStatus::Superseded) {
-            f.books_wrong.push(format!(
+            f.books_wrong.push((
+                period(by_hash.get(h.source_hash.as_str()).copied()),
+                format!(
                 "transaction {} is handed off by envelope {by} (of {:?}, {:?}), which is neither left for a manual journal nor superseded by an edit: nobody books it",
                 h.source_hash,
                 e.and_then(|e| e.message_id.as_deref()),
                 e.map(|e| e.status)
-            ));
+            )));
         }
     }
 
@@ -183,9 +221,11 @@ pub fn judge(
                         .map(|r| format!("{}: {}", r.audit_id, r.detail)),
                 )
                 .collect();
-            f.books_wrong.push(format!(
+            f.books_wrong.push((
+                period(Some(t)),
+                format!(
                 "transaction {t} is lost: not posted, no envelope of it pending or in quarantine; sent as {messages:?}; the stores hold {records:?}"
-            ));
+            )));
         }
     }
 
@@ -196,9 +236,12 @@ pub fn judge(
         .collect();
     for p in sent.iter().filter(|p| p.kind.invalid_by_construction()) {
         if !enveloped.contains(p.sqs_id.as_str()) {
-            f.books_wrong.push(format!(
-                "SQS {} ({:?}, transaction {:?}) is invalid, yet no envelope holds it",
-                p.sqs_id, p.kind, p.txn
+            f.books_wrong.push((
+                period(p.txn),
+                format!(
+                    "SQS {} ({:?}, transaction {:?}) is invalid, yet no envelope holds it",
+                    p.sqs_id, p.kind, p.txn
+                ),
             ));
         }
     }

@@ -69,13 +69,20 @@ pub struct Settings {
     /// The operator's commands run in-process on their machine, which may be suspended in the
     /// middle of one for this long (now and then), whatever it holds.
     pub operator_stall: Option<Duration>,
+    /// How long each queue keeps a message (the DLQ counting from its first enqueue on the main
+    /// queue, as SQS does for a standard queue): the deployment's days, or, in some runs, short
+    /// enough that a message nothing settles in time really expires.
+    pub main_retention: Duration,
+    pub dlq_retention: Duration,
+    /// When an auditor reconciles during the run, messages still queued.
+    pub audit_at: Vec<Duration>,
 }
 
 impl Settings {
     pub fn draw(rng: &mut Rng) -> Self {
         let faulty = rng.chance(850_000);
         let minutes = |rng: &mut Rng, lo, hi| Duration::from_secs(60 * rng.between(lo, hi));
-        Settings {
+        let mut s = Settings {
             fifo: rng.chance(200_000),
             consumer_pollers: rng.between(1, 3) as usize,
             enricher_pollers: rng.between(1, 2) as usize,
@@ -106,7 +113,16 @@ impl Settings {
             linked_trail: rng.chance(500_000),
             gl: rng.chance(400_000).then(|| GlPlan::draw(rng)),
             operator_stall: rng.chance(300_000).then(|| minutes(rng, 6, 40)),
+            main_retention: MAIN_QUEUE_RETENTION,
+            dlq_retention: DLQ_RETENTION,
+            audit_at: Vec::new(),
+        };
+        s.audit_at = (0..rng.between(1, 3)).map(|_| minutes(rng, 2, 90)).collect();
+        if rng.chance(250_000) {
+            s.main_retention = minutes(rng, 45, 180);
+            s.dlq_retention = s.main_retention + minutes(rng, 30, 180);
         }
+        s
     }
 }
 
@@ -169,6 +185,8 @@ pub struct World {
     sweeping: Cell<bool>,
     /// Invocations that crashed or timed out (set once the run is over).
     pub deaths: Cell<u64>,
+    /// What the auditor's reconciliations during the run found wrong, and when.
+    pub audits: RefCell<Vec<(Duration, String)>>,
     invocations: Cell<u64>,
 }
 
@@ -194,7 +212,7 @@ impl World {
                     arn: "arn:aws:sqs:us-east-1:000000000000:sim-main".into(),
                     fifo: settings.fifo,
                     visibility: MAIN_QUEUE_VISIBILITY,
-                    retention: MAIN_QUEUE_RETENTION,
+                    retention: settings.main_retention,
                     redrive: Some((DLQ.into(), settings.max_attempts)),
                 },
                 QueueSpec {
@@ -202,7 +220,7 @@ impl World {
                     arn: "arn:aws:sqs:us-east-1:000000000000:sim-dead-letter".into(),
                     fifo: settings.fifo,
                     visibility: ENRICHER_TIMEOUT * 6,
-                    retention: DLQ_RETENTION,
+                    retention: settings.dlq_retention,
                     redrive: None,
                 },
             ],
@@ -311,6 +329,7 @@ impl World {
             stopping: Cell::new(false),
             sweeping: Cell::new(true),
             deaths: Cell::new(0),
+            audits: RefCell::new(Vec::new()),
             invocations: Cell::new(0),
         })
     }
@@ -356,6 +375,13 @@ impl World {
                 w.clock.sleep(at).await;
                 w.clock.jump(chrono::Duration::seconds(by));
                 w.log(format!("wall clock jumps by {by} s"));
+            });
+        }
+        for at in self.settings.audit_at.clone() {
+            let w = self.clone();
+            self.spawner.spawn("auditor", async move {
+                w.clock.sleep(at).await;
+                w.audit_now();
             });
         }
         let w = self.clone();
@@ -611,6 +637,51 @@ impl World {
         }
         self.log("stopping");
         self.stopping.set(true);
+    }
+
+    /// An auditor reconciles now, against the manifest of what was sent so far, whatever is
+    /// queued: production reconcile must never say HOLDS while anything is queued, nor while the
+    /// ground truth finds the books wrong.
+    fn audit_now(&self) {
+        let s = &self.stores;
+        let queued = s.sqs.depth(MAIN).total() + s.sqs.depth(DLQ).total();
+        let Some(Ok(envelopes)) = super::oracle::ready(recon_core::ports::all_envelopes(&*s.envelopes, None)) else {
+            return;
+        };
+        let postings = s.books.postings_now();
+        let audit = s.audit.records();
+        let sent = self.sent.borrow().clone();
+        let manifest: Vec<_> = sent
+            .iter()
+            .map(|p| recon_core::reconcile::manifest_entry(&p.body))
+            .collect();
+        let (out, problems) =
+            recon_core::reconcile::outcomes(&postings, &envelopes, &audit, s.sqs.depth(DLQ).total() == 0);
+        let r = recon_core::reconcile::reconcile(out, problems, Some(&manifest), queued);
+        let at = self.clock.elapsed();
+        self.log(format!("auditor: reconcile says {:?} with {queued} queued", r.verdict));
+        if !r.holds {
+            return;
+        }
+        if queued > 0 {
+            self.audits
+                .borrow_mut()
+                .push((at, format!("reconcile says HOLDS with {queued} messages queued")));
+        }
+        let findings = super::truth::judge(
+            &sent,
+            &self.transactions.borrow(),
+            &postings,
+            &envelopes,
+            &audit,
+            &s.books.hand_offs(),
+        );
+        let wrong = findings.books_wrong_in(None);
+        if !wrong.is_empty() {
+            self.audits
+                .borrow_mut()
+                .push((at, format!("false HOLDS during the run: {}", wrong.join("; "))));
+        }
     }
 
     async fn replaying(&self) -> bool {
