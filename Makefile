@@ -13,7 +13,7 @@ BUILD_TESTED := $(CARGO) build --quiet --workspace --bins --tests
 TARGET_DIR_OF = $(shell $(CARGO) metadata --no-deps --format-version 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 TESTED = $(eval TESTED := $(TARGET_DIR_OF)/debug)$(TESTED)
 
-.PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci fuzz fuzz-ci
+.PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci mutants fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -67,6 +67,11 @@ endif
 ## simulate-ci: a time-boxed batch (150 s) of seeds new to each commit (derived from its hash)
 simulate-ci:
 	$(SIMULATE) --from $$(( 0x$$(git rev-parse --short=7 HEAD 2>/dev/null || echo 0) * 1000 )) --count 100000 --budget 150
+
+## mutants: each bug of the mutant catalogue (shared/testkit/mutants) applied to a clean copy of
+## HEAD, the simulator run until it finds it (SEEDS per mutant, default 1000; MUTANT=name for one)
+mutants:
+	SEEDS=$(or $(SEEDS),1000) FROM=$(FROM) MUTANT=$(MUTANT) tools/mutants.sh
 
 FUZZ := $(CARGO) run --release --quiet -p recon-testkit --bin fuzz --
 FUZZ_COUNT ?= 1000000
