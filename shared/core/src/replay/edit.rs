@@ -369,8 +369,12 @@ where
             self.worm.bucket()
         );
         let record = self.audit_record(run, e, AuditKind::Edited, None, detail.clone());
+        // The edited transaction, whether this edit sent its copy now or found it posted (by its
+        // own earlier copy, whose send answered an error): a reconciliation of the original's
+        // period looks it up by this key, in whichever period the edit put it.
+        let economic = edit.source_hash != edit.source_hash_before;
         let settled = Settlement {
-            copy_source_hash: copy.as_ref().map(|_| edit.source_hash.clone()),
+            copy_source_hash: (copy.is_some() || economic).then(|| edit.source_hash.clone()),
             copy,
             ..Settlement::decided(EnvelopeStatus::Superseded, detail.clone(), &record)
         };

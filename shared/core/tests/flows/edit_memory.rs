@@ -360,3 +360,60 @@ async fn reconcile_period_against(
     let outcomes = of_period(outcomes, period, Some(manifest));
     reconcile_counted(read.counted, &outcomes, problems, Some(manifest), 0)
 }
+
+/// Regression (found by the simulator): an approved edit into another period whose copy's send
+/// answered an error after landing, the copy posted, and the resumed execution found the edited
+/// transaction posted already: SUPERSEDED without a copy of its own. Its record now names the
+/// edited transaction all the same, so the original's period reads its posting (in the other
+/// period) as the whole history does, instead of counting the original a duplicate.
+#[tokio::test]
+async fn an_edit_found_posted_by_its_own_earlier_copy_reconciles_each_period_as_the_whole_history() {
+    let w = world();
+    let sent = NewMessage {
+        value_date: "2026-10-31".into(),
+        ..tx_in(2, "USX", "100.00")
+    };
+    let e = w.envelope("s1", &sent, ChronoDuration::hours(1)).await;
+    let r = w.replayer(ReplayConfig::default());
+    let moved = Proposal::Set(vec![
+        ("currency".to_owned(), "USD".to_owned()),
+        ("value_date".to_owned(), "2026-11-02".to_owned()),
+    ]);
+    let q = r
+        .request_edit(&e.envelope_id, &moved, "booked a day late", &who("maker"))
+        .await
+        .unwrap();
+    r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
+    // The first execution's copy landed (its send answered an error) and posted.
+    let edited = q.edit.clone().unwrap();
+    let mut copy = builders::delivery("copy-1", &edited.body, 1);
+    copy = builders::with_attribute(copy, attrs::REPLAY_OF, &e.envelope_id);
+    let consumer = w.consumer();
+    assert_eq!(consumer.handle_message(&copy).await, Disposition::Committed);
+    // Resumed: the edited transaction is there already; nothing sent, the original superseded.
+    let (done, report) = r.execute(&q.request_id, "ops", None, None).await.unwrap();
+    assert_eq!(done.status, RequestStatus::Executed, "{}", report.summary());
+    assert!(w.queue.sent().is_empty());
+    let after = w.store.get(&e.envelope_id).await.unwrap().unwrap();
+    assert_eq!(after.status, EnvelopeStatus::Superseded);
+    assert_eq!(
+        after.replays.last().and_then(|x| x.copy_source_hash.clone()),
+        Some(edited.source_hash.clone())
+    );
+
+    let trail = recon_testkit::memory::MemoryAuditLog::default();
+    let audit: Vec<AuditRecord> = w.audit.records().into_iter().chain(consumer.audit.records()).collect();
+    for a in &audit {
+        recon_core::ports::AuditLog::append(&trail, a).await.unwrap();
+    }
+    let envelopes = recon_core::ports::all_envelopes(&*w.store, None).await.unwrap();
+    let violations = recon_testkit::sim::oracle::bounded_read_agrees(
+        &w.ledger,
+        (&w.store, &trail),
+        &w.ledger.postings(),
+        &envelopes,
+        &audit,
+        true,
+    );
+    assert!(violations.is_empty(), "{violations:#?}");
+}
