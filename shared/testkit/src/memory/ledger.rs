@@ -34,9 +34,16 @@ pub struct MemoryLedger {
     entries: Mutex<HashMap<String, Entry>>,
     /// Every transaction committed (posted or handed off), in order (`journal`).
     commits: Mutex<Vec<(u64, String)>>,
+    /// Every hand-off written: (its place in the journal, the envelope, the replay).
+    hand_off_log: Mutex<Vec<(u64, String, String)>>,
 }
 
 impl MemoryLedger {
+    /// Every hand-off written, in order: (journal position, envelope, replay).
+    pub fn hand_off_log(&self) -> Vec<(u64, String, String)> {
+        lock(&self.hand_off_log).clone()
+    }
+
     /// When each transaction was committed (its first posting or hand-off), in order.
     pub fn commit_log(&self) -> Vec<(u64, String)> {
         lock(&self.commits).clone()
@@ -125,7 +132,15 @@ impl Ledger for MemoryLedger {
     }
 
     async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
-        Ok(self.insert(&hand_off.source_hash, Entry::HandedOff(hand_off.clone())))
+        let outcome = self.insert(&hand_off.source_hash, Entry::HandedOff(hand_off.clone()));
+        if outcome == CommitOutcome::Committed {
+            lock(&self.hand_off_log).push((
+                super::journal::tick(),
+                hand_off.envelope_id.clone(),
+                hand_off.replay_id.clone(),
+            ));
+        }
+        Ok(outcome)
     }
 }
 

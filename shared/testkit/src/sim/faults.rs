@@ -370,6 +370,35 @@ impl<P: AuditLog> AuditLog for Faulty<P> {
     }
 }
 
+impl<P: recon_core::ports::ApprovalRequests> recon_core::ports::ApprovalRequests for Faulty<P> {
+    async fn create_request(
+        &self,
+        r: &recon_core::domain::approval::ApprovalRequest,
+        record: &AuditRecord,
+    ) -> StoreResult<bool> {
+        self.faults
+            .call("Requests.create", self.inner.create_request(r, record))
+            .await
+    }
+    async fn get_request(&self, id: &str) -> StoreResult<Option<recon_core::domain::approval::ApprovalRequest>> {
+        self.faults.call("Requests.get", self.inner.get_request(id)).await
+    }
+    async fn list_requests(&self, cursor: Option<String>, limit: usize) -> StoreResult<recon_core::ports::RequestPage> {
+        self.faults
+            .call("Requests.list", self.inner.list_requests(cursor, limit))
+            .await
+    }
+    async fn update_request(
+        &self,
+        r: &recon_core::domain::approval::ApprovalRequest,
+        record: Option<&AuditRecord>,
+    ) -> StoreResult<bool> {
+        self.faults
+            .call("Requests.update", self.inner.update_request(r, record))
+            .await
+    }
+}
+
 impl<P: RecordsOfPeriod> RecordsOfPeriod for Faulty<P> {
     async fn records_of_period(&self, period: Option<&str>) -> StoreResult<Vec<AuditRecord>> {
         self.faults

@@ -80,6 +80,7 @@ pub fn check(world: &World) -> Vec<String> {
         &envelopes,
         &audit,
         &s.books.hand_offs(),
+        &world.edits.borrow(),
     );
     if r.holds && !findings.books_wrong.is_empty() {
         v.push(format!(

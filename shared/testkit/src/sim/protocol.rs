@@ -6,6 +6,8 @@
 //!   holder's wall clock plus the configured lease, whatever the claim itself says);
 //! - **gate 2 under the claim**: no copy is re-injected of an envelope whose transaction was
 //!   committed (posted or handed off) before the claim it was sent under;
+//! - **a hand-off fenced by its claim**: written while its replay still held the envelope (the
+//!   reference ledger's journal says which replay wrote it);
 //! - **the WORM copy**: every envelope's WORM document, and its body when the bucket holds it,
 //!   are there with the digest the envelope names;
 //! - **the consumer's record**: every dead letter the consumer sent has its `DEAD_LETTERED`
@@ -81,6 +83,27 @@ pub fn gate_2_under_the_claim(
         }
     }
     v
+}
+
+/// Every hand-off written under its replay's own claim: the envelope's last claim (or renewal)
+/// before it is that replay's. One that lands after another replay took the claim over (which may
+/// have re-injected a copy meanwhile) is unfenced.
+pub fn hand_offs_fenced(claims: &[ClaimEvent], hand_offs: &[(u64, String, String)]) -> Vec<String> {
+    hand_offs
+        .iter()
+        .filter_map(|(at, envelope_id, replay_id)| {
+            let last = claims
+                .iter()
+                .filter(|c| c.envelope_id == *envelope_id && c.at < *at)
+                .max_by_key(|c| c.at)?;
+            (last.replay_id != *replay_id).then(|| {
+                format!(
+                    "envelope {envelope_id}: {replay_id} wrote its hand-off after {} had taken its claim over (a hand-off not fenced by its claim)",
+                    last.replay_id
+                )
+            })
+        })
+        .collect()
 }
 
 /// Every envelope's WORM document (and body, when the bucket holds it) is there, as named.
@@ -160,6 +183,9 @@ pub fn check(
 ) -> Vec<String> {
     let claims = store.claim_log();
     let mut v = leases_honoured(&claims);
+    if let Books::Reference(ledger) = books {
+        v.extend(hand_offs_fenced(&claims, &ledger.hand_off_log()));
+    }
     v.extend(gate_2_under_the_claim(&claims, reinjections, &books.commit_log()));
     v.extend(worm_copies(envelopes, worm));
     v.extend(dead_letters_recorded(envelopes, audit, attempted, CONSUMER, explained));

@@ -72,6 +72,7 @@ pub fn judge(
     envelopes: &[DlqEnvelope],
     audit: &[AuditRecord],
     hand_offs: &[CommittedRef],
+    edits: &BTreeMap<usize, Transaction>,
 ) -> Findings {
     let mut f = Findings::default();
     let txn_of = transaction_of_message(sent);
@@ -115,7 +116,13 @@ pub fn judge(
                 ),
             ));
         }
-        if let Some(why) = truth.get(t).and_then(|tx| differs(p, tx)) {
+        // As sent, or as an approved edit made it.
+        let edited = edits.get(t);
+        if let Some(why) = truth
+            .get(t)
+            .and_then(|tx| differs(p, tx))
+            .filter(|_| edited.and_then(|e| differs(p, e)).is_some() || edited.is_none())
+        {
             f.books_wrong.push((
                 period(Some(*t)),
                 format!(
@@ -126,6 +133,7 @@ pub fn judge(
         }
         if let Some(hash) = truth.get(t).and_then(|tx| tx.source_hash.as_ref())
             && *hash != p.source_hash
+            && edited.and_then(|e| e.source_hash.as_ref()) != Some(&p.source_hash)
         {
             f.books_wrong.push((
                 period(Some(*t)),

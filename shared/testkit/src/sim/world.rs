@@ -15,6 +15,7 @@ use recon_core::resources::{
     CONSUMER_TIMEOUT, DLQ_RETENTION, ENRICHER_TIMEOUT, MAIN_QUEUE_RETENTION, MAIN_QUEUE_VISIBILITY, REPLAY_TIMEOUT,
 };
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
@@ -55,6 +56,10 @@ pub struct Settings {
     pub reopen_period_at: Option<Duration>,
     /// When the operator quarantines the still-failing groups by hand (never, if `None`).
     pub operator_quarantine_at: Option<Duration>,
+    /// When the operator edits a gold transaction that was dollars, moving its value date into
+    /// the next period: a maker requests it, a checker approves, the maker executes (never, if
+    /// `None`).
+    pub edit_at: Option<Duration>,
     /// Wall-clock jumps (at, by seconds), the monotonic clock unmoved.
     pub clock_jumps: Vec<(Duration, i64)>,
     /// Faults and crashes stop here; the run then settles.
@@ -104,7 +109,8 @@ impl Settings {
             page_size: rng.between(1, 8) as usize,
             fix_currency_at: rng.chance(800_000).then(|| minutes(rng, 1, 60)),
             reopen_period_at: rng.chance(300_000).then(|| minutes(rng, 1, 60)),
-            operator_quarantine_at: rng.chance(300_000).then(|| minutes(rng, 20, 90)),
+            operator_quarantine_at: rng.chance(500_000).then(|| minutes(rng, 20, 90)),
+            edit_at: rng.chance(400_000).then(|| minutes(rng, 5, 60)),
             clock_jumps: (0..rng.below(3))
                 .map(|_| (minutes(rng, 1, 60), rng.between(0, 7200) as i64 - 3600))
                 .collect(),
@@ -112,7 +118,7 @@ impl Settings {
             index_lag: rng.chance(500_000).then(|| Duration::from_millis(rng.between(1, 3000))),
             linked_trail: rng.chance(500_000),
             gl: rng.chance(400_000).then(|| GlPlan::draw(rng)),
-            operator_stall: rng.chance(300_000).then(|| minutes(rng, 6, 40)),
+            operator_stall: rng.chance(500_000).then(|| minutes(rng, 6, 40)),
             main_retention: MAIN_QUEUE_RETENTION,
             dlq_retention: DLQ_RETENTION,
             audit_at: Vec::new(),
@@ -187,6 +193,8 @@ pub struct World {
     pub deaths: Cell<u64>,
     /// What the auditor's reconciliations during the run found wrong, and when.
     pub audits: RefCell<Vec<(Duration, String)>>,
+    /// Transactions an approved edit changed: what they must post as now.
+    pub edits: RefCell<BTreeMap<usize, Transaction>>,
     invocations: Cell<u64>,
 }
 
@@ -199,7 +207,7 @@ impl World {
             settings.faults,
         ));
         let operator_faults = Arc::new(match settings.operator_stall {
-            Some(d) => Injector::new(rng.clone(), clock.clone(), trace.clone(), settings.faults).stalling(20_000, d),
+            Some(d) => Injector::new(rng.clone(), clock.clone(), trace.clone(), settings.faults).stalling(50_000, d),
             None => Injector::new(rng.clone(), clock.clone(), trace.clone(), settings.faults),
         });
         let sqs = Arc::new(SqsModel::new(
@@ -330,6 +338,7 @@ impl World {
             sweeping: Cell::new(true),
             deaths: Cell::new(0),
             audits: RefCell::new(Vec::new()),
+            edits: RefCell::new(BTreeMap::new()),
             invocations: Cell::new(0),
         })
     }
@@ -555,6 +564,9 @@ impl World {
         if let Some(t) = self.settings.operator_quarantine_at {
             actions.push((t, "quarantine the rest"));
         }
+        if let Some(t) = self.settings.edit_at {
+            actions.push((t, "edit"));
+        }
         actions.sort();
         for (at, action) in actions {
             self.clock.sleep(at.saturating_sub(self.clock.elapsed())).await;
@@ -581,6 +593,7 @@ impl World {
                     )
                     .await;
                 }
+                "edit" => self.edit_one().await,
                 "reopen period" => {
                     let _ = reference
                         .put_period(&PeriodRecord {
@@ -601,6 +614,115 @@ impl World {
             }
         }
         self.operating.set(false);
+    }
+
+    /// An approved edit of one PENDING gold transaction that was dollars: the currency, the amount
+    /// at the cents it was, and the value date moved into the next period. What it posts is the
+    /// edited transaction (the ground truth learns it here).
+    async fn edit_one(&self) {
+        use recon_core::domain::approval::{Identity, RequestStatus};
+        use recon_core::domain::edit::Proposal;
+        let Ok((page, _)) = self
+            .stores
+            .envelopes
+            .list_by_status(EnvelopeStatus::Pending, None, 200)
+            .await
+        else {
+            return;
+        };
+        let Some((e, m)) = page.iter().find_map(|e| {
+            let body = e.original.body.as_deref()?;
+            let m = recon_core::domain::decode(body).ok()?;
+            (m.currency == "XAU").then(|| (e.clone(), m.message_id.to_string()))
+        }) else {
+            return;
+        };
+        let Some(amount) = e
+            .amount
+            .as_deref()
+            .and_then(|a| a.split_once('.').map(|(i, f)| format!("{i}.{:.2}", f)))
+        else {
+            return;
+        };
+        let day = 1 + (e.envelope_id.len() % 9);
+        let fields = [
+            ("currency", "USD".to_owned()),
+            ("amount", amount.clone()),
+            ("value_date", format!("2026-12-0{day}")),
+        ];
+        let proposal = Proposal::Set(fields.iter().map(|(f, v)| ((*f).to_owned(), v.clone())).collect());
+        let who = |name: &str| Identity {
+            arn: format!("arn:aws:iam::000000000000:user/{name}"),
+            name: None,
+        };
+        let r = &self.operator_replayer;
+        let q = match r
+            .request_edit(&e.envelope_id, &proposal, "booked as gold, was dollars", &who("maker"))
+            .await
+        {
+            Ok(q) => q,
+            Err(err) => return self.log(format!("operator: edit of {} refused: {err}", e.envelope_id)),
+        };
+        if let Some(edit) = &q.edit
+            && let Some(t) = self.transaction_of(&m)
+        {
+            self.edits.borrow_mut().insert(
+                t,
+                Transaction {
+                    currency: "USD".into(),
+                    amount: recon_core::domain::message::parse_amount(&amount)
+                        .map(|a| a.normalize())
+                        .unwrap_or_default(),
+                    value_date: format!("2026-12-0{day}"),
+                    source_hash: Some(edit.source_hash.clone()),
+                    ..self
+                        .transactions
+                        .borrow()
+                        .iter()
+                        .find(|x| x.id == t)
+                        .cloned()
+                        .unwrap_or_else(|| Transaction {
+                            id: t,
+                            ledger_entity: String::new(),
+                            currency: String::new(),
+                            amount: Default::default(),
+                            value_date: String::new(),
+                            source_hash: None,
+                        })
+                },
+            );
+        }
+        if let Err(err) = r.decide(&q.request_id, &who("checker"), true, "checked").await {
+            return self.log(format!("operator: decision on {} failed: {err}", q.request_id));
+        }
+        // The maker executes it, and resumes it until it is done (an execution that failed or
+        // died keeps its claim: only the request's own resumption finishes it, once that
+        // execution's lease has ended), for a day if need be.
+        for _ in 0..150 {
+            let deadline = Some(self.clock.now() + REPLAY_TIMEOUT);
+            let who = who("maker");
+            match r.execute(&q.request_id, "operator", Some(&who), deadline).await {
+                Ok((done, report)) if done.status != RequestStatus::Paused => {
+                    return self.log(format!(
+                        "operator: edit {} executed: {}",
+                        q.request_id,
+                        report.summary()
+                    ));
+                }
+                Ok((_, report)) => self.log(format!("operator: edit {} paused: {}", q.request_id, report.summary())),
+                Err(err) => self.log(format!("operator: edit {} failed, resumed later: {err}", q.request_id)),
+            }
+            self.clock.sleep(Duration::from_secs(600)).await;
+        }
+    }
+
+    /// The transaction a message id carries, by construction.
+    fn transaction_of(&self, message_id: &str) -> Option<usize> {
+        self.sent
+            .borrow()
+            .iter()
+            .find(|p| labels(&p.body).message_id.as_deref() == Some(message_id))
+            .and_then(|p| p.txn)
     }
 
     /// After `calm_at`, no more faults or crashes; once everything sent is settled (queues empty,
@@ -675,6 +797,7 @@ impl World {
             &envelopes,
             &audit,
             &s.books.hand_offs(),
+            &self.edits.borrow(),
         );
         let wrong = findings.books_wrong_in(None);
         if !wrong.is_empty() {
