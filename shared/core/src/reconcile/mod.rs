@@ -268,6 +268,19 @@ pub fn outcomes(
             ));
         }
     }
+    // An envelope suppressed as a duplicate names a transaction the ledger holds (posted, or
+    // handed to a manual journal): else it was counted as settled by something that is gone.
+    for e in envelopes
+        .iter()
+        .filter(|e| e.status == EnvelopeStatus::SuppressedDuplicate && e.source_hash_kind != HashKind::RawDigest)
+    {
+        if !committed.contains(e.source_hash.as_str()) {
+            problems.push(format!(
+                "envelope {} was suppressed as a duplicate of {}, whose posting (or manual journal) is missing",
+                e.envelope_id, e.source_hash
+            ));
+        }
+    }
     let envelope_ids: BTreeSet<&str> = envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
     let dead_lettered: BTreeSet<&str> = envelopes
         .iter()

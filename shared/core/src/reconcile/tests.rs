@@ -209,6 +209,20 @@ mod lineage {
     }
 
     #[test]
+    fn an_envelope_suppressed_as_a_duplicate_of_a_posting_that_is_gone_never_holds() {
+        // Committed by S0 (its caller saw a timeout, then it was dead-lettered and suppressed);
+        // someone deletes the posting: the envelope alone must not count as settled.
+        let suppressed = envelope("S0", EnvelopeStatus::SuppressedDuplicate, None);
+        assert!(states(&[posting("S0", None)], std::slice::from_ref(&suppressed), &[], 0).holds);
+        let r = states(&[], &[suppressed], &[], 0);
+        assert!(!r.holds, "{r:?}");
+        assert!(
+            r.problems.iter().any(|p| p.contains("suppressed as a duplicate")),
+            "{r:?}"
+        );
+    }
+
+    #[test]
     fn a_copy_dead_lettered_again_counts_where_it_is_now() {
         let e0 = replayed_as(envelope("S0", EnvelopeStatus::Replayed, None), "C1");
         let e1 = envelope("C1", EnvelopeStatus::Pending, Some(&e0.envelope_id));
