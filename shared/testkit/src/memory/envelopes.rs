@@ -233,6 +233,7 @@ impl EnvelopeStore for MemoryEnvelopeStore {
             now,
             lease_until: claim.lease_until,
             renewal: false,
+            intent: change.manual_journal,
             took_over: if expired {
                 s.live.get(envelope_id).cloned().map(Box::new)
             } else {
@@ -279,6 +280,7 @@ impl EnvelopeStore for MemoryEnvelopeStore {
             now,
             lease_until,
             renewal: true,
+            intent: change.manual_journal,
             took_over: None,
         };
         s.claims.push(event.clone());

@@ -33,6 +33,9 @@ pub struct ClaimEvent {
     pub lease_until: DateTime<Utc>,
     /// A renewal of the claim by its holder (not a new claim).
     pub renewal: bool,
+    /// Its status change is flagged for a manual journal: the holder's intent to hand the
+    /// transaction off, which a replay taking the claim over must finish.
+    pub intent: bool,
     /// The claim it took over (an expired lease), with that claim's last event.
     pub took_over: Option<Box<ClaimEvent>>,
 }

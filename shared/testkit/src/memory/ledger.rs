@@ -39,6 +39,20 @@ pub struct MemoryLedger {
 }
 
 impl MemoryLedger {
+    /// Put `p` under its key behind the ledger's back, whatever the key held (someone with write
+    /// access to the table); `None` removes what the key holds.
+    pub fn overwrite(&self, key: &str, p: Option<Posting>) {
+        let mut map = lock(&self.entries);
+        match p {
+            Some(p) => {
+                map.insert(key.to_owned(), Entry::Posted(p));
+            }
+            None => {
+                map.remove(key);
+            }
+        }
+    }
+
     /// Every hand-off written, in order: (journal position, envelope, replay).
     pub fn hand_off_log(&self) -> Vec<(u64, String, String)> {
         lock(&self.hand_off_log).clone()

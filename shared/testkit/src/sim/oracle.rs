@@ -271,7 +271,94 @@ pub fn check(world: &World) -> Vec<String> {
         Some(Ok(report)) => v.push(format!("the audit trail does not verify: {:?}", report.breaks)),
         _ => v.push("the audit trail could not be read".into()),
     }
+    // Last, as it changes the stores: an outsider with write access to the ledger.
+    if let Some(tamper) = world.settings.tamper {
+        v.extend(tampered(world, tamper, &manifest, &envelopes, &audit));
+    }
     v
+}
+
+/// What an outsider with write access to the ledger does behind the pipeline's back, once the run
+/// is over: reconcile must never hold after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tamper {
+    /// Posts a transaction left for a manual journal (booked twice: by hand and in the ledger).
+    PostsAManualJournal,
+    /// Deletes a posting (a transaction lost).
+    DeletesAPosting,
+    /// Alters a posting's amount.
+    AltersAnAmount,
+}
+
+fn tampered(
+    world: &World,
+    tamper: Tamper,
+    manifest: &[recon_core::reconcile::Entry],
+    envelopes: &[DlqEnvelope],
+    audit: &[AuditRecord],
+) -> Vec<String> {
+    use super::ledger::Books;
+    let books = &world.stores.books;
+    let put = |p: Posting| match books {
+        Books::Reference(l) => l.overwrite(&p.source_hash.clone(), Some(p)),
+        Books::Claiming { gl, .. } => gl.insert(p),
+    };
+    let remove = |key: &str| match books {
+        Books::Reference(l) => l.overwrite(key, None),
+        Books::Claiming { gl, .. } => {
+            gl.remove(key);
+        }
+    };
+    // A posting of a message no envelope names: its loss or change leaves the message with no
+    // other documented state to stand in for it.
+    let mut postings: Vec<Posting> = books
+        .postings()
+        .into_iter()
+        .filter(|p| {
+            !envelopes
+                .iter()
+                .any(|e| e.message_id.as_deref() == Some(p.message_id.as_str()))
+        })
+        .collect();
+    postings.sort_by(|a, b| a.source_hash.cmp(&b.source_hash));
+    let what = match tamper {
+        Tamper::PostsAManualJournal => {
+            let Some((e, m)) = envelopes.iter().filter(|e| e.left_for_manual_journal()).find_map(|e| {
+                let m = decode(e.original.body.as_deref()?).ok()?;
+                Some((e, m))
+            }) else {
+                return Vec::new();
+            };
+            let at = e.dead_lettered_at;
+            put(Posting::from_message(&m, "outsider", 1, at, None));
+            format!(
+                "posted {}, left for a manual journal by {}",
+                m.source_hash, e.envelope_id
+            )
+        }
+        Tamper::DeletesAPosting => {
+            let Some(p) = postings.first() else { return Vec::new() };
+            remove(&p.source_hash);
+            format!("deleted the posting {}", p.source_hash)
+        }
+        Tamper::AltersAnAmount => {
+            let Some(p) = postings.first() else { return Vec::new() };
+            let Some(amount) = p.amount.checked_add(rust_decimal::Decimal::ONE) else {
+                return Vec::new();
+            };
+            remove(&p.source_hash);
+            put(Posting { amount, ..p.clone() });
+            format!("added 1 to the amount of {}", p.source_hash)
+        }
+    };
+    let after = books.postings();
+    let (out, problems) = outcomes(&after, envelopes, audit, true);
+    let r = reconcile(out, problems, Some(manifest), 0);
+    if r.holds {
+        vec![format!("false HOLDS: reconcile holds after an outsider {what}")]
+    } else {
+        Vec::new()
+    }
 }
 
 /// The audit records an envelope's history calls for and the trail lacks.

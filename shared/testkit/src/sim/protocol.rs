@@ -85,18 +85,22 @@ pub fn gate_2_under_the_claim(
     v
 }
 
-/// Every hand-off written under its replay's own claim: the envelope's last claim (or renewal)
-/// before it is that replay's. One that lands after another replay took the claim over (which may
-/// have re-injected a copy meanwhile) is unfenced.
+/// Every hand-off fenced by its replay's claim: written while the envelope's last claim (or
+/// renewal) was that replay's, or after that replay recorded its intent to hand off under its
+/// claim (which any replay taking the claim over finishes, so a late hand-off of the same envelope
+/// changes nothing). One that lands after another replay took the claim over with no such intent
+/// (that replay may have re-injected a copy meanwhile) is unfenced.
 pub fn hand_offs_fenced(claims: &[ClaimEvent], hand_offs: &[(u64, String, String)]) -> Vec<String> {
     hand_offs
         .iter()
         .filter_map(|(at, envelope_id, replay_id)| {
-            let last = claims
+            let before: Vec<&ClaimEvent> = claims
                 .iter()
                 .filter(|c| c.envelope_id == *envelope_id && c.at < *at)
-                .max_by_key(|c| c.at)?;
-            (last.replay_id != *replay_id).then(|| {
+                .collect();
+            let last = before.iter().max_by_key(|c| c.at)?;
+            let intended = before.iter().any(|c| c.replay_id == *replay_id && c.intent);
+            (last.replay_id != *replay_id && !intended).then(|| {
                 format!(
                     "envelope {envelope_id}: {replay_id} wrote its hand-off after {} had taken its claim over (a hand-off not fenced by its claim)",
                     last.replay_id

@@ -81,6 +81,8 @@ pub struct Settings {
     pub dlq_retention: Duration,
     /// When an auditor reconciles during the run, messages still queued.
     pub audit_at: Vec<Duration>,
+    /// What an outsider does to the ledger once the run is over (the oracle's adversary).
+    pub tamper: Option<super::oracle::Tamper>,
 }
 
 impl Settings {
@@ -122,7 +124,16 @@ impl Settings {
             main_retention: MAIN_QUEUE_RETENTION,
             dlq_retention: DLQ_RETENTION,
             audit_at: Vec::new(),
+            tamper: None,
         };
+        if rng.chance(300_000) {
+            use super::oracle::Tamper;
+            s.tamper = Some(*rng.pick(&[
+                Tamper::PostsAManualJournal,
+                Tamper::DeletesAPosting,
+                Tamper::AltersAnAmount,
+            ]));
+        }
         s.audit_at = (0..rng.between(1, 3)).map(|_| minutes(rng, 2, 90)).collect();
         if rng.chance(250_000) {
             s.main_retention = minutes(rng, 45, 180);
