@@ -77,6 +77,20 @@ impl Injector {
         }
     }
 
+    /// Whether a call of `op` the run does not make through a port (the event source's delete)
+    /// fails now: as often as a fault before the effect.
+    pub fn strikes(&self, op: &'static str) -> bool {
+        if !self.enabled.load(Ordering::SeqCst) {
+            return false;
+        }
+        let hit = self.rng.get().chance(self.plan.before_ppm);
+        if hit {
+            self.count(op);
+            self.trace.log(&self.clock, format!("fault: {op} fails"));
+        }
+        hit
+    }
+
     /// How many faults (before or after the effect) struck `op`.
     pub fn fired(&self, op: &str) -> u64 {
         self.fired

@@ -32,6 +32,8 @@ use super::workload::{CLOSED_ENTITY, CLOSED_PERIOD, Produced, Transaction, Workl
 use crate::memory::{MemoryAuditLog, MemoryEnvelopeStore, MemoryMetrics, MemoryReferenceData, MemoryWorm};
 
 pub const MAIN: &str = "main";
+/// Lambda's limit on an invocation's payload: an SQS batch above it is cut.
+pub const LAMBDA_EVENT_BYTES: usize = 6 * 1024 * 1024;
 /// The consumer's name (its actor in the records).
 pub const CONSUMER: &str = "consumer";
 pub const DLQ: &str = "dead-letter";
@@ -446,10 +448,27 @@ impl World {
         H::Outcome: std::fmt::Debug,
     {
         while !self.stopping.get() {
-            let records = self.stores.sqs.receive(queue, 10);
+            let mut records = self.stores.sqs.receive(queue, 10);
             if records.is_empty() {
                 self.clock.sleep(Duration::from_secs(1)).await;
                 continue;
+            }
+            // Lambda invokes with at most 6 MB of event: the messages past it go back to the
+            // queue at once, for the next batch.
+            let mut bytes = 0usize;
+            let fits = records
+                .iter()
+                .take_while(|r| {
+                    bytes += r.body.as_deref().map_or(0, str::len) + 1024;
+                    bytes <= LAMBDA_EVENT_BYTES
+                })
+                .count()
+                .max(1);
+            for back in records.split_off(fits) {
+                let _ = self
+                    .stores
+                    .sqs
+                    .change_visibility(queue, back.receipt_handle.as_deref().unwrap_or_default(), 0);
             }
             let receipts: Vec<(String, String)> = records
                 .iter()
@@ -478,9 +497,14 @@ impl World {
                 .iter()
                 .map(|f| f.item_identifier.as_str())
                 .collect();
+            // The event source's deletes fail now and then (the message comes back after its
+            // visibility timeout, acknowledged or not).
             let mut deleted = 0;
             for (id, receipt) in &receipts {
-                if !failed.contains(&id.as_str()) && self.stores.sqs.delete(queue, receipt) {
+                if !failed.contains(&id.as_str())
+                    && !self.faults.strikes("SQS.DeleteMessage")
+                    && self.stores.sqs.delete(queue, receipt)
+                {
                     deleted += 1;
                 }
             }
