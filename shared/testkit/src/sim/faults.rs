@@ -494,8 +494,9 @@ impl<P: EnvelopeStore> EnvelopeStore for Faulty<P> {
             )
             .await
     }
-    // One fault for the whole call, as for one transaction (before: nothing written; after: all
-    // of it written, the caller sees an error for each).
+    // As DynamoDB does it: the envelopes in transactions of at most 100 items and 4 MB each, one
+    // fault per transaction (before: nothing of it written; after: all of it written, the caller
+    // sees an error for each), so a call of several transactions may be partly applied.
     async fn claim_many(
         &self,
         envelopes: &[&DlqEnvelope],
@@ -503,16 +504,57 @@ impl<P: EnvelopeStore> EnvelopeStore for Faulty<P> {
         now: DateTime<Utc>,
         change: &StatusChange,
     ) -> Vec<FlowResult<bool>> {
-        let answers = async { Ok::<_, StoreError>(self.inner.claim_many(envelopes, claim, now, change).await) };
-        each(envelopes.len(), self.faults.call("Envelopes.claim_many", answers).await)
+        let mut out = Vec::with_capacity(envelopes.len());
+        for group in transactions(envelopes.iter().map(|e| crate::memory::limits::envelope_item_size(e))) {
+            let part = &envelopes[group];
+            let answers = async { Ok::<_, StoreError>(self.inner.claim_many(part, claim, now, change).await) };
+            out.extend(each(
+                part.len(),
+                self.faults.call("Envelopes.claim_many", answers).await,
+            ));
+        }
+        out
     }
     async fn finish_many(&self, replay_id: &str, settlements: &[Finish<'_>]) -> Vec<FlowResult<Settled>> {
-        let answers = async { Ok::<_, StoreError>(self.inner.finish_many(replay_id, settlements).await) };
-        each(
-            settlements.len(),
-            self.faults.call("Envelopes.finish_many", answers).await,
-        )
+        let mut out = Vec::with_capacity(settlements.len());
+        // Each settlement writes its envelope and its audit record (and moves a counter).
+        let sizes = settlements
+            .iter()
+            .map(|f| crate::memory::limits::envelope_item_size(f.envelope) + 2048);
+        for group in transactions(sizes) {
+            let part = &settlements[group];
+            let answers = async { Ok::<_, StoreError>(self.inner.finish_many(replay_id, part).await) };
+            out.extend(each(
+                part.len(),
+                self.faults.call("Envelopes.finish_many", answers).await,
+            ));
+        }
+        out
     }
+}
+
+/// DynamoDB's limits on one transaction: items, and bytes of all its items.
+const TRANSACT_ITEMS: usize = 100;
+const TRANSACT_BYTES: usize = 4 * 1024 * 1024;
+
+/// Consecutive ranges of items (their sizes given) that fit one transaction each; an item past
+/// the limit on its own is a transaction of its own (DynamoDB refuses it there).
+fn transactions(sizes: impl Iterator<Item = usize>) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes, mut n) = (0, 0, 0);
+    for (i, size) in sizes.enumerate() {
+        // Two items an envelope: its update and its record or counter.
+        if n > 0 && (bytes + size > TRANSACT_BYTES || (n + 1) * 2 > TRANSACT_ITEMS) {
+            out.push(start..i);
+            (start, bytes, n) = (i, 0, 0);
+        }
+        bytes += size;
+        n += 1;
+    }
+    if n > 0 {
+        out.push(start..start + n);
+    }
+    out
 }
 
 /// The answers of a call about `n` items, or its fault as each one's answer.
