@@ -294,10 +294,36 @@ impl<P: WorkQueue> WorkQueue for Faulty<P> {
 }
 
 impl<P: ReplayQueue> ReplayQueue for Faulty<P> {
+    /// The call may fail as a whole, and each entry of it on its own (SQS answers a batch entry
+    /// by entry: `InternalError` for one, the others sent).
     async fn send_batch(&self, messages: &[OutgoingMessage]) -> StoreResult<Vec<Result<String, String>>> {
-        self.faults
-            .call("Queue.send_batch", self.inner.send_batch(messages))
-            .await
+        let failing: Vec<bool> = messages
+            .iter()
+            .map(|_| self.faults.strikes("Queue.send_batch entry"))
+            .collect();
+        let sent: Vec<OutgoingMessage> = messages
+            .iter()
+            .zip(&failing)
+            .filter(|(_, f)| !**f)
+            .map(|(m, _)| m.clone())
+            .collect();
+        let mut answers = if sent.is_empty() {
+            Vec::new()
+        } else {
+            self.faults
+                .call("Queue.send_batch", self.inner.send_batch(&sent))
+                .await?
+        }
+        .into_iter();
+        Ok(failing
+            .iter()
+            .map(|f| match f {
+                true => Err("InternalError: the entry was not sent (injected)".to_owned()),
+                false => answers
+                    .next()
+                    .unwrap_or_else(|| Err("the queue answered no entry".to_owned())),
+            })
+            .collect())
     }
     async fn visible_depth(&self) -> StoreResult<u64> {
         self.faults
