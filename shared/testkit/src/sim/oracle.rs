@@ -329,8 +329,11 @@ fn tampered(
             }) else {
                 return Vec::new();
             };
+            // As if the original delivery's write had landed after all: the posting names the
+            // message the envelope holds, so only the cross-check of manual journals against
+            // postings can tell.
             let at = e.dead_lettered_at;
-            put(Posting::from_message(&m, "outsider", 1, at, None));
+            put(Posting::from_message(&m, &e.original.source_message_id, 1, at, None));
             format!(
                 "posted {}, left for a manual journal by {}",
                 m.source_hash, e.envelope_id
