@@ -174,7 +174,8 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             PostAnswer::Answer(answer) => answer,
             // The fault that applies and then says nothing.
             PostAnswer::Silence => return,
-            PostAnswer::Late(key, posting, wire_body, after) => {
+            PostAnswer::Late(key, late, after) => {
+                let (posting, wire_body) = *late;
                 // Applied when due (unless voided meanwhile), answered then: the client is gone.
                 tokio::time::sleep(after).await;
                 let mut s = lock(&state);
@@ -227,7 +228,7 @@ enum PostAnswer {
     /// Applied, and the connection dropped without an answer.
     Silence,
     /// To be applied after this long (key, posting, body).
-    Late(String, Posting, wire::Body, std::time::Duration),
+    Late(String, Box<(Posting, wire::Body)>, std::time::Duration),
 }
 
 /// `POST /postings/<key>/void`.
@@ -292,7 +293,7 @@ fn post(state: &Mutex<State>, headers: &BTreeMap<String, String>, body: &[u8]) -
     }
     if let Some(GlFault::ApplyLate(after)) = fault {
         s.in_progress.insert(key.clone());
-        return PostAnswer::Late(key, posting, body, after);
+        return PostAnswer::Late(key, Box::new((posting, body)), after);
     }
     s.postings.insert(key.clone(), posting);
     s.bodies.insert(key.clone(), body);

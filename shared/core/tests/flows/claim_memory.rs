@@ -258,19 +258,21 @@ async fn the_memory_ledger_and_the_claim_protocol_keep_each_transaction_once() {
     ledger_keeps_each_transaction_once(&ledger(clock()), "claiming").await;
 }
 
+/// The claim protocol over the memory general ledger and dedup table.
+type MemoryClaiming = Arc<ClaimingLedger<MemoryGeneralLedger, MemoryDedupTable>>;
+
 /// A replay over the claim protocol (the world's other stores in memory).
-fn replay_over(
-    w: &crate::common::World,
-    ledger: Arc<ClaimingLedger<MemoryGeneralLedger, MemoryDedupTable>>,
-) -> recon_core::replay::Replayer<
+type ClaimingReplayer = recon_core::replay::Replayer<
     Arc<recon_testkit::memory::MemoryEnvelopeStore>,
-    Arc<ClaimingLedger<MemoryGeneralLedger, MemoryDedupTable>>,
+    MemoryClaiming,
     Arc<MemoryReferenceData>,
     Arc<recon_testkit::memory::MemoryReplayQueue>,
     Arc<recon_testkit::memory::MemoryWorm>,
     Arc<MemoryAuditLog>,
     recon_testkit::memory::MemoryMetrics,
-> {
+>;
+
+fn replay_over(w: &crate::common::World, ledger: MemoryClaiming) -> ClaimingReplayer {
     recon_core::replay::Replayer {
         progress: None,
         store: w.store.clone(),

@@ -196,28 +196,7 @@ pub fn check(world: &World) -> Vec<String> {
         }
     }
     // Each layer's own protocol.
-    // What explains a record another layer wrote for the consumer: a fault on its DLQ send or
-    // audit append, or an invocation that died.
-    let explained = world.faults.fired("DLQ.send") + world.faults.fired("Audit.append") + world.deaths.get() > 0;
-    let attempted: BTreeSet<String> = world
-        .faults
-        .attempts
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .filter(|(flow, _)| *flow == super::world::CONSUMER)
-        .map(|(_, id)| id.clone())
-        .collect();
-    v.extend(super::protocol::check(
-        explained,
-        &attempted,
-        &s.books,
-        &s.envelopes,
-        &s.worm,
-        &s.sqs.reinjections(),
-        &envelopes,
-        &audit,
-    ));
+    v.extend(super::protocol::check(world, &envelopes, &audit));
 
     // Every decision has its record.
     let ids: BTreeSet<&str> = audit.iter().map(|r| r.audit_id.as_str()).collect();

@@ -22,8 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::ledger::Books;
 use super::sqs::Reinjection;
 use super::world::CONSUMER;
+use crate::memory::MemoryWorm;
 use crate::memory::journal::ClaimEvent;
-use crate::memory::{MemoryEnvelopeStore, MemoryWorm};
 
 /// A claim's lease, as the deployment configures it (the simulated replays use the default).
 fn lease() -> chrono::Duration {
@@ -175,23 +175,31 @@ pub fn dead_letters_recorded(
 }
 
 /// Every protocol check of a finished run.
-pub fn check(
-    explained: bool,
-    attempted: &BTreeSet<String>,
-    books: &Books,
-    store: &MemoryEnvelopeStore,
-    worm: &MemoryWorm,
-    reinjections: &[Reinjection],
-    envelopes: &[DlqEnvelope],
-    audit: &[AuditRecord],
-) -> Vec<String> {
-    let claims = store.claim_log();
+pub fn check(world: &super::world::World, envelopes: &[DlqEnvelope], audit: &[AuditRecord]) -> Vec<String> {
+    let s = &world.stores;
+    let claims = s.envelopes.claim_log();
     let mut v = leases_honoured(&claims);
-    if let Books::Reference(ledger) = books {
+    if let Books::Reference(ledger) = &s.books {
         v.extend(hand_offs_fenced(&claims, &ledger.hand_off_log()));
     }
-    v.extend(gate_2_under_the_claim(&claims, reinjections, &books.commit_log()));
-    v.extend(worm_copies(envelopes, worm));
-    v.extend(dead_letters_recorded(envelopes, audit, attempted, CONSUMER, explained));
+    v.extend(gate_2_under_the_claim(
+        &claims,
+        &s.sqs.reinjections(),
+        &s.books.commit_log(),
+    ));
+    v.extend(worm_copies(envelopes, &s.worm));
+    // What explains a record another layer wrote for the consumer: a fault on its DLQ send or
+    // audit append, or an invocation that died.
+    let f = &world.faults;
+    let explained = f.fired("DLQ.send") + f.fired("Audit.append") + world.deaths.get() > 0;
+    let attempted: BTreeSet<String> = f
+        .attempts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|(flow, _)| *flow == CONSUMER)
+        .map(|(_, id)| id.clone())
+        .collect();
+    v.extend(dead_letters_recorded(envelopes, audit, &attempted, CONSUMER, explained));
     v
 }
