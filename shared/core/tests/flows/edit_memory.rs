@@ -28,12 +28,30 @@ async fn approved_edit(
     value: &str,
     reason: &str,
 ) -> recon_core::domain::approval::ApprovalRequest {
+    approved(r, e, &set(field, value), reason).await
+}
+
+/// `proposal` for `e`, requested by the maker and approved by the checker.
+async fn approved(
+    r: &TestReplayer,
+    e: &DlqEnvelope,
+    proposal: &Proposal,
+    reason: &str,
+) -> recon_core::domain::approval::ApprovalRequest {
     let q = r
-        .request_edit(&e.envelope_id, &set(field, value), reason, &who("maker"))
+        .request_edit(&e.envelope_id, proposal, reason, &who("maker"))
         .await
         .unwrap();
     r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
     q
+}
+
+/// An edit that corrects the currency to USD and moves the value date into November.
+fn moved_into_november() -> Proposal {
+    Proposal::Set(vec![
+        ("currency".to_owned(), "USD".to_owned()),
+        ("value_date".to_owned(), "2026-11-02".to_owned()),
+    ])
 }
 
 fn attribute<'a>(m: &'a recon_core::ports::OutgoingMessage, name: &str) -> Option<&'a str> {
@@ -286,15 +304,7 @@ async fn an_edit_into_another_period_reconciles_each_period_as_the_whole_history
     let e = w.envelope("s1", &sent, ChronoDuration::hours(1)).await;
     assert_eq!(e.accounting_period.as_deref(), Some("2026-10"));
     let r = w.replayer(ReplayConfig::default());
-    let moved = Proposal::Set(vec![
-        ("currency".to_owned(), "USD".to_owned()),
-        ("value_date".to_owned(), "2026-11-02".to_owned()),
-    ]);
-    let q = r
-        .request_edit(&e.envelope_id, &moved, "booked a day late", &who("maker"))
-        .await
-        .unwrap();
-    r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
+    let q = approved(&r, &e, &moved_into_november(), "booked a day late").await;
     let (done, report) = r.execute(&q.request_id, "ops", None, None).await.unwrap();
     assert_eq!(done.status, RequestStatus::Executed, "{}", report.summary());
     let copy = &w.queue.sent()[0];
@@ -375,15 +385,7 @@ async fn an_edit_found_posted_by_its_own_earlier_copy_reconciles_each_period_as_
     };
     let e = w.envelope("s1", &sent, ChronoDuration::hours(1)).await;
     let r = w.replayer(ReplayConfig::default());
-    let moved = Proposal::Set(vec![
-        ("currency".to_owned(), "USD".to_owned()),
-        ("value_date".to_owned(), "2026-11-02".to_owned()),
-    ]);
-    let q = r
-        .request_edit(&e.envelope_id, &moved, "booked a day late", &who("maker"))
-        .await
-        .unwrap();
-    r.decide(&q.request_id, &who("checker"), true, "ok").await.unwrap();
+    let q = approved(&r, &e, &moved_into_november(), "booked a day late").await;
     // The first execution's copy landed (its send answered an error) and posted.
     let edited = q.edit.clone().unwrap();
     let mut copy = builders::delivery("copy-1", &edited.body, 1);

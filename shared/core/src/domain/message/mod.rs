@@ -368,7 +368,7 @@ fn decode_content(body: &str) -> Result<(ReconMessage<'_>, [u8; 32]), ProcessErr
             Err(e) => ProcessError::unrecoverable(RootCause::NotJson, format!("body is not JSON: {e}")),
         });
     }
-    let wire: Wire<'_> = serde_json::from_str(body).map_err(|e| match e.classify() {
+    let mut wire: Wire<'_> = serde_json::from_str(body).map_err(|e| match e.classify() {
         serde_json::error::Category::Data => ProcessError::unrecoverable(
             RootCause::NotAnObject,
             format!("body is JSON but not a message object with unique keys: {e}"),
@@ -377,7 +377,7 @@ fn decode_content(body: &str) -> Result<(ReconMessage<'_>, [u8; 32]), ProcessErr
     })?;
 
     // Stage 2: the idempotency anchor must be there before anything else is worth checking.
-    let claimed_hash = match wire.source_hash {
+    let claimed_hash = match wire.source_hash.take() {
         None => {
             return Err(ProcessError::unrecoverable(
                 RootCause::MissingSourceHash,
@@ -395,7 +395,7 @@ fn decode_content(body: &str) -> Result<(ReconMessage<'_>, [u8; 32]), ProcessErr
     };
 
     // Stage 3: schema.
-    let schema_version = match wire.schema_version {
+    let schema_version = match wire.schema_version.take() {
         Some(Scalar::UInt(SCHEMA_VERSION)) => SCHEMA_VERSION,
         None => return Err(schema("schema_version", "`schema_version` is missing")),
         Some(_) => {
@@ -405,15 +405,8 @@ fn decode_content(body: &str) -> Result<(ReconMessage<'_>, [u8; 32]), ProcessErr
             ));
         }
     };
-    let message_id = required("message_id", wire.message_id, MAX_ID_LEN)?;
-    let h = Hashed::parse(
-        wire.ledger_entity,
-        wire.currency,
-        wire.amount,
-        wire.value_date,
-        wire.external_ref,
-        wire.counterparty,
-    )?;
+    let message_id = required("message_id", wire.message_id.take(), MAX_ID_LEN)?;
+    let h = wire.hashed()?;
     let match_decision = required("match_decision", wire.match_decision, 16)?;
     let match_decision = MatchDecision::from_str(&match_decision).map_err(|()| {
         schema(
@@ -448,6 +441,20 @@ fn decode_content(body: &str) -> Result<(ReconMessage<'_>, [u8; 32]), ProcessErr
         counterparty,
     };
     Ok((msg, actual))
+}
+
+impl<'a> Wire<'a> {
+    /// Its hashed fields, parsed (taken out of it).
+    fn hashed(&mut self) -> Result<Hashed<'a>, ProcessError> {
+        Hashed::parse(
+            self.ledger_entity.take(),
+            self.currency.take(),
+            self.amount.take(),
+            self.value_date.take(),
+            self.external_ref.take(),
+            self.counterparty.take(),
+        )
+    }
 }
 
 /// The hashed fields of a body, parsed and in canonical form: what identifies its transaction.
@@ -541,20 +548,12 @@ impl<'a> Hashed<'a> {
 /// it. `None` when the body is not a JSON object, claims no well-formed hash, a hashed field is
 /// missing or malformed, or its content hashes to another transaction than it claims.
 pub fn identified_by_content(body: &str) -> Option<String> {
-    let wire: Wire<'_> = serde_json::from_str(without_bom(body)).ok()?;
-    let claimed = match wire.source_hash {
+    let mut wire: Wire<'_> = serde_json::from_str(without_bom(body)).ok()?;
+    let claimed = match wire.source_hash.take() {
         Some(Scalar::Str(s)) if is_hash_hex(&s) => s.to_ascii_lowercase(),
         _ => return None,
     };
-    let h = Hashed::parse(
-        wire.ledger_entity,
-        wire.currency,
-        wire.amount,
-        wire.value_date,
-        wire.external_ref,
-        wire.counterparty,
-    )
-    .ok()?;
+    let h = wire.hashed().ok()?;
     (hex::encode(h.hash()) == claimed).then_some(claimed)
 }
 
