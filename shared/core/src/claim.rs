@@ -139,9 +139,9 @@ impl<G: ExternalLedger, D: DedupTable> ClaimingLedger<G, D> {
         }
     }
 
-    /// Give the claim back after `error`: released when nothing under the key can still be
-    /// applied, else left in doubt for the next claim. A claim that cannot be given back expires
-    /// with its lease (and is in doubt then).
+    /// Give the claim back: released when nothing under the key can still be applied (no request
+    /// of this claim's is `in_doubt`, and none was before it), else left in doubt for the next
+    /// claim. A claim that cannot be given back expires with its lease (and is in doubt then).
     async fn give_back(&self, source_hash: &str, held: &Held, in_doubt: bool) {
         let result = if in_doubt || held.in_doubt_since.is_some() {
             self.dedup
@@ -155,7 +155,7 @@ impl<G: ExternalLedger, D: DedupTable> ClaimingLedger<G, D> {
         }
     }
 
-    /// Mark `committed` under the claim: `true` if this owner still held it.
+    /// Mark `committed` under the claim; a transient conflict if this owner no longer holds it.
     async fn mark(&self, held: &Held, committed: &CommittedRef) -> StoreResult<()> {
         if self.dedup.commit(&held.owner, committed).await? {
             Ok(())
