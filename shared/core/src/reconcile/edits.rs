@@ -26,11 +26,11 @@ pub struct AsSent {
 
 /// The original's labels when one of a lineage's envelopes was superseded by an edit (the
 /// first dead-lettered: an edited copy dead-lettered and edited again is not what was sent).
-pub(super) fn as_sent(envelopes: &[&DlqEnvelope]) -> Option<AsSent> {
-    envelopes
-        .iter()
-        .filter(|e| e.status == EnvelopeStatus::Superseded)
-        .min_by_key(|e| e.dead_lettered_at)
+pub(super) fn as_sent(envelopes: &[&DlqEnvelope], root: &str) -> Option<AsSent> {
+    let superseded = || envelopes.iter().filter(|e| e.status == EnvelopeStatus::Superseded);
+    superseded()
+        .find(|e| e.original.source_message_id == root)
+        .or_else(|| superseded().min_by_key(|e| e.dead_lettered_at))
         .map(|e| AsSent {
             currency: e.currency.clone(),
             amount: e.amount.as_deref().and_then(|a| parse_amount(a).ok()),

@@ -182,7 +182,8 @@ impl Fate<'_> {
     }
 
     /// The message's labels, from its best record: a posting, else an envelope, else a record.
-    fn entry(&self) -> Entry {
+    /// `root` is the SQS message the producer sent (the lineage's first).
+    fn entry(&self, root: &str) -> Entry {
         let references: Vec<String> = self
             .postings
             .iter()
@@ -199,15 +200,22 @@ impl Fate<'_> {
                 entity: Some(p.ledger_entity.clone()),
                 period: Some(p.period.clone()),
                 reference,
-                edited_from: edits::as_sent(&self.envelopes),
+                edited_from: edits::as_sent(&self.envelopes, root),
             };
         }
         // The first dead letter of the lineage: the message as the producer sent it (a copy an
-        // edit moved to another period is not), whichever order the envelopes were read in.
+        // edit moved to another period, or changed, is not), whichever order the envelopes were
+        // read in — the envelope of the root message itself, else the earliest (a wall clock
+        // that jumped back may date a copy's dead letter before its original's).
         if let Some(e) = self
             .envelopes
             .iter()
-            .min_by(|a, b| (a.dead_lettered_at, &a.envelope_id).cmp(&(b.dead_lettered_at, &b.envelope_id)))
+            .find(|e| e.original.source_message_id == root)
+            .or_else(|| {
+                self.envelopes
+                    .iter()
+                    .min_by(|a, b| (a.dead_lettered_at, &a.envelope_id).cmp(&(b.dead_lettered_at, &b.envelope_id)))
+            })
         {
             return Entry {
                 key: key_of(e.message_id.as_deref(), &e.original.body_sha256),
@@ -360,7 +368,7 @@ pub fn outcomes(
             ));
         }
     }
-    let out = fates.values().map(|f| (f.state(&fated), f.entry())).collect();
+    let out = fates.iter().map(|(root, f)| (f.state(&fated), f.entry(root))).collect();
     (out, problems)
 }
 

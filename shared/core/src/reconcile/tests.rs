@@ -284,6 +284,21 @@ mod lineage {
     }
 
     #[test]
+    fn a_lineage_is_labelled_by_the_message_sent_even_when_a_copy_is_dated_before_it() {
+        // E0 superseded by an edit into another currency; its copy C1 dead-lettered again and
+        // quarantined, its dead letter dated an hour before E0's (the wall clock went back).
+        let mut e0 = replayed_as(envelope("S0", EnvelopeStatus::Superseded, None), "C1");
+        e0.replays[0].outcome = EnvelopeStatus::Superseded;
+        let mut e1 = envelope("C1", EnvelopeStatus::Quarantined, Some(&e0.envelope_id));
+        e1.currency = Some("EUR".into());
+        e1.amount = Some("9.99".into());
+        e1.dead_lettered_at = e0.dead_lettered_at - chrono::Duration::hours(1);
+        let r = states(&[], &[e0, e1], &[], 0);
+        assert!(r.holds, "{r:?}");
+        assert!(r.by_state[&State::Quarantined].amounts.contains_key("USD"), "{r:?}");
+    }
+
+    #[test]
     fn a_copy_lost_on_the_way_never_lets_reconcile_hold() {
         // Re-injected as C1, which never reached any state, and the queues are empty.
         let e0 = replayed_as(envelope("S0", EnvelopeStatus::Replayed, None), "C1");
