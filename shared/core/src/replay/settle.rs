@@ -95,7 +95,15 @@ where
             }
             return Ok(item(e, ReplayOutcome::StillFailing, Some(*gate), detail.clone()));
         }
-        if !self.claim(run, e).await? {
+        // A quarantine for a manual journal claims with its intent: one write, the fence.
+        let intent = matches!(
+            verdict,
+            Verdict::Quarantine {
+                manual_journal: true,
+                ..
+            }
+        );
+        if !self.claim_with(run, e, intent).await? {
             return Ok(item(e, ReplayOutcome::Skipped, None, NOT_CLAIMED));
         }
         match verdict {
@@ -104,7 +112,10 @@ where
                 gate,
                 detail,
                 manual_journal,
-            } => self.quarantine(run, e, gate, &detail, manual_journal).await,
+            } => {
+                self.quarantine_claimed(run, e, (gate, &detail), manual_journal, intent)
+                    .await
+            }
             Verdict::Reinject | Verdict::StillFailing { .. } => {
                 // Not reached: re-injection is batched, still-failing returned above.
                 self.finish(run, e, Settlement::release("released".into())).await?;
@@ -153,13 +164,29 @@ where
         detail: &str,
         manual_journal: bool,
     ) -> FlowResult<ReplayItem> {
-        if manual_journal {
+        self.quarantine_claimed(run, e, (gate, detail), manual_journal, false)
+            .await
+    }
+
+    /// [`Self::quarantine`] of an envelope claimed with the intent to hand it off already
+    /// (`intent_written`: its claim's change says so), or not.
+    pub(super) async fn quarantine_claimed(
+        &self,
+        run: &Run<'_>,
+        e: &DlqEnvelope,
+        (gate, detail): (Gate, &str),
+        manual_journal: bool,
+        intent_written: bool,
+    ) -> FlowResult<ReplayItem> {
+        if manual_journal && !intent_written {
             // The intent first, under the claim: from here on no other replay undoes this
             // hand-off (one that takes the claim over finishes it), and a replay that stalled
             // past its lease (an operator's suspended laptop) stops here, before the ledger.
             if !self.intend_hand_off(run, e).await? {
                 return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
             }
+        }
+        if manual_journal {
             let held = match self.identified_transaction(e).await? {
                 Some(source_hash) => {
                     let hand_off = HandOff {
@@ -309,11 +336,18 @@ where
 
     /// Claim `e` for this run (from PENDING, or from an expired lease). `false`: not ours.
     pub(super) async fn claim(&self, run: &Run<'_>, e: &DlqEnvelope) -> FlowResult<bool> {
+        self.claim_with(run, e, false).await
+    }
+
+    /// [`Self::claim`], its change flagged for a manual journal when `intent`: the claim is then
+    /// the hand-off's intent too (one write), which a replay taking it over finishes.
+    pub(super) async fn claim_with(&self, run: &Run<'_>, e: &DlqEnvelope, intent: bool) -> FlowResult<bool> {
         if self.held_by_edit(run, e) {
             return Ok(false);
         }
         let now = self.clock.now();
-        let (claim, change) = self.claim_for(run, now);
+        let (claim, mut change) = self.claim_for(run, now);
+        change.manual_journal |= intent;
         // Only as `e` was read: the verdict (and a pinned set's fingerprint) is about that state.
         self.store
             .claim(&e.envelope_id, &claim, now, &change, Some(e.status_history.len()))

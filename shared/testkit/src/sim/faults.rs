@@ -1,7 +1,7 @@
 //! Faults at every port call of the flows under simulation. Each call first gives way (another
 //! task may run, or this invocation may crash there), then the run's generator decides: no fault,
 //! an error before the effect, an error *after* it (the write landed, the caller saw a timeout),
-//! or latency. `Faulty<P>` puts this in front of any port.
+//! a write that lands with no answer before the invocation dies at its timeout, or latency. `Faulty<P>` puts this in front of any port.
 
 use chrono::{DateTime, Utc};
 use recon_core::domain::audit::{ChainHead, ChainedRecord};
@@ -47,6 +47,9 @@ enum Fault {
     After(TransientKind),
     Latency(Duration),
     Stall(Duration),
+    /// The write lands, and its answer does not come back before the caller's invocation dies
+    /// at its timeout (a caller with no timeout gets an error long after).
+    LandsUnanswered,
 }
 
 pub struct Injector {
@@ -137,7 +140,11 @@ impl Injector {
         if g.chance(p.before_ppm) {
             Fault::Before(*g.pick(&KINDS))
         } else if g.chance(p.after_ppm) {
-            Fault::After(*g.pick(&KINDS))
+            if g.chance(250_000) {
+                Fault::LandsUnanswered
+            } else {
+                Fault::After(*g.pick(&KINDS))
+            }
         } else if g.chance(p.latency_ppm) {
             Fault::Latency(Duration::from_millis(g.between(1, p.max_latency_ms.max(1))))
         } else {
@@ -157,6 +164,18 @@ impl Injector {
             Fault::Latency(d) => {
                 self.clock.sleep(d).await;
                 effect.await
+            }
+            Fault::LandsUnanswered => {
+                let result = effect.await;
+                if result.is_ok() {
+                    self.count(op);
+                    self.trace
+                        .log(&self.clock, format!("fault: {op} took effect, its answer never comes"));
+                    // Longer than any function's timeout: the invocation dies waiting.
+                    self.clock.sleep(Duration::from_secs(20 * 60)).await;
+                    return Err(StoreError::new(TransientKind::Timeout, format!("{op}: no answer")).into());
+                }
+                result
             }
             Fault::Stall(d) => {
                 self.trace.log(
