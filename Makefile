@@ -31,6 +31,7 @@ test: local-stack tools
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) --no-print-directory test-ledgers
 	$(MAKE) --no-print-directory simulate-ci
+	tools/mutants.sh --check
 	$(MAKE) --no-print-directory fuzz-ci
 	$(MAKE) --no-print-directory bench-e2e-ci
 	$(MAKE) --no-print-directory bench-evidence-ci

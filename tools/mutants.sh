@@ -9,8 +9,17 @@
 #   tools/mutants.sh                 every mutant, 1000 seeds each
 #   MUTANT=lease-never-honoured tools/mutants.sh
 #   SEEDS=2000 FROM=50000 tools/mutants.sh
+#   tools/mutants.sh --check         only that every patch still applies to the working tree
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ ${1:-} == --check ]]; then
+  stale=0
+  for patch in shared/testkit/mutants/*.patch; do
+    git apply --check "$patch" 2>/dev/null || { echo "mutant $(basename "$patch" .patch) no longer applies: regenerate it" >&2; stale=1; }
+  done
+  [[ $stale == 0 ]] && echo "mutants: $(ls shared/testkit/mutants/*.patch | wc -l) patches apply"
+  exit $stale
+fi
 SEEDS=${SEEDS:-1000}
 FROM=${FROM:-0}
 ONLY=${MUTANT:-}
