@@ -1,12 +1,17 @@
-//! The three gates (and the replay cap), evaluated for one envelope with reads only:
+//! The three gates (and the replay cap), evaluated for one envelope with reads only, after two
+//! things that decide before any gate: a hand-off waiting for a request in doubt (PENDING until
+//! then, unclaimed), and a hand-off a replay began under its claim and did not finish (finished
+//! now, whatever the gates say):
 //!
+//! - **gate 2, idempotency**, asked first once the body decodes (or its hashed fields name its
+//!   transaction): its `source_hash` is not committed in the ledger the consumer writes (else
+//!   `REPLAY_DUPLICATE`: `SUPPRESSED_DUPLICATE`, never re-injected; its own hand-off found there
+//!   is finished);
 //! - **replay cap**: an envelope whose message was already replayed `max_replays` times goes to
 //!   quarantine for review;
 //! - **gate 1, integrity**: the verbatim original decodes and its currency/scale validate with
 //!   today's code and reference data (the consumer's own functions); still poison -> stays
 //!   PENDING; unrecoverable -> quarantine;
-//! - **gate 2, idempotency**: its `source_hash` is not committed in the ledger the consumer writes
-//!   (else `REPLAY_DUPLICATE`: `SUPPRESSED_DUPLICATE`, never re-injected);
 //! - **gate 3, temporal**: its accounting period is open and it is inside the replay window (else
 //!   quarantine, flagged for a manual journal);
 //! - **manual journal**: every quarantine flagged for a manual journal first hands the transaction
