@@ -11,6 +11,7 @@ mod envelopes;
 mod ledger;
 mod reference;
 mod requests;
+mod transact;
 
 pub use audit::DynamoAuditLog;
 pub use dedup::DynamoDedupTable;

@@ -8,7 +8,8 @@ use recon_core::domain::approval::ApprovalRequest;
 use recon_core::ports::{ApprovalRequests, RequestPage, StoreResult};
 use recon_core::resources::{indexes, keys};
 
-use super::envelopes::{DynamoEnvelopeStore, first_condition_failed, outbox_put, transact};
+use super::envelopes::{DynamoEnvelopeStore, outbox_put};
+use super::transact::{first_condition_failed, transact};
 use super::{decode_cursor, encode_cursor, item_error, n, s};
 use crate::error::store_error;
 use crate::item::{Item, from_item, to_item};

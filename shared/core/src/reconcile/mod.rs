@@ -23,8 +23,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::domain::envelope::sha256_hex;
 use crate::domain::message::parse_amount;
-use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, HashKind, Posting, Tally, labels};
+use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Tally, labels};
 
+mod checks;
 pub mod edits;
 pub mod period;
 pub mod read;
@@ -250,45 +251,8 @@ pub fn outcomes(
     dlq_empty: bool,
 ) -> (Vec<(State, Entry)>, Vec<String>) {
     let mut problems = Vec::new();
-    // Transactions the ledger holds: posted, handed to a manual journal, or handed off by an
-    // edit that posted another in their place.
-    let committed: BTreeSet<&str> = postings
-        .iter()
-        .map(|p| p.source_hash.as_str())
-        .chain(
-            envelopes
-                .iter()
-                .filter(|e| e.left_for_manual_journal() || e.status == EnvelopeStatus::Superseded)
-                .map(|e| e.source_hash.as_str()),
-        )
-        .collect();
-    // A transaction left for a manual journal (the hash its body decodes to, or only claims)
-    // that the ledger holds as a posting is booked twice: by the pipeline and by hand.
-    let posted: BTreeMap<&str, &Posting> = postings.iter().map(|p| (p.source_hash.as_str(), p)).collect();
-    for e in envelopes
-        .iter()
-        .filter(|e| e.left_for_manual_journal() && e.source_hash_kind != HashKind::RawDigest)
-    {
-        if let Some(p) = posted.get(e.source_hash.as_str()) {
-            problems.push(format!(
-                "envelope {} is left for a manual journal, but its transaction {} is posted (message {}, SQS {}): booked twice",
-                e.envelope_id, e.source_hash, p.message_id, p.sqs_message_id
-            ));
-        }
-    }
-    // An envelope suppressed as a duplicate names a transaction the ledger holds (posted, or
-    // handed to a manual journal): else it was counted as settled by something that is gone.
-    for e in envelopes
-        .iter()
-        .filter(|e| e.status == EnvelopeStatus::SuppressedDuplicate && e.source_hash_kind != HashKind::RawDigest)
-    {
-        if !committed.contains(e.source_hash.as_str()) {
-            problems.push(format!(
-                "envelope {} was suppressed as a duplicate of {}, whose posting (or manual journal) is missing",
-                e.envelope_id, e.source_hash
-            ));
-        }
-    }
+    let committed = checks::committed(postings, envelopes);
+    checks::envelopes_against_ledger(postings, envelopes, &committed, &mut problems);
     let envelope_ids: BTreeSet<&str> = envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
     let dead_lettered: BTreeSet<&str> = envelopes
         .iter()
@@ -571,7 +535,7 @@ pub fn reconcile_counted(
                 r.extra.push(format!("{k} ({})", refs.join(", ")));
             }
         }
-        r.altered = altered(manifest, outcomes);
+        r.altered = checks::altered(manifest, outcomes);
         let expected = expected.unwrap_or_default();
         let amounts_hold = total.amounts == expected.amounts && total.without_amount == expected.without_amount;
         let wrong = !r.problems.is_empty() || !r.extra.is_empty() || !r.altered.is_empty();
@@ -597,56 +561,6 @@ pub fn reconcile_counted(
     }
     r.holds = r.verdict == Verdict::Holds;
     r
-}
-
-/// The manifest keys whose matched records carry other amounts than were sent. Per key, the
-/// amounts sent and recorded are compared as multisets (two sends under one key may end in either
-/// order); an edited transaction is compared by what was sent. Keys with more or fewer records
-/// than sends are named as missing or extra instead.
-fn altered(manifest: &[Entry], outcomes: &[(State, Entry)]) -> Vec<String> {
-    type Amounts = Vec<(Option<String>, Option<Decimal>)>;
-    let amount = |currency: Option<&String>, amount: Option<Decimal>| {
-        (currency.map(|c| c.to_ascii_uppercase()), amount.map(|a| a.normalize()))
-    };
-    let mut sent: BTreeMap<&str, Amounts> = BTreeMap::new();
-    for e in manifest {
-        sent.entry(&e.key)
-            .or_default()
-            .push(amount(e.currency.as_ref(), e.amount));
-    }
-    let mut recorded: BTreeMap<&str, Amounts> = BTreeMap::new();
-    for (_, e) in outcomes {
-        let as_sent = match &e.edited_from {
-            Some(from) => amount(from.currency.as_ref(), from.amount),
-            None => amount(e.currency.as_ref(), e.amount),
-        };
-        recorded.entry(&e.key).or_default().push(as_sent);
-    }
-    let show = |a: &Amounts| {
-        a.iter()
-            .map(|(c, x)| {
-                format!(
-                    "{} {}",
-                    x.map_or_else(|| "-".into(), |x| x.to_string()),
-                    c.as_deref().unwrap_or("-")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let mut out = Vec::new();
-    for (key, mut s) in sent {
-        let Some(r) = recorded.get_mut(key) else { continue };
-        if r.len() != s.len() {
-            continue;
-        }
-        s.sort();
-        r.sort();
-        if s != *r {
-            out.push(format!("{key}: sent {}, recorded {}", show(&s), show(r)));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

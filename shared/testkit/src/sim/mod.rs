@@ -19,6 +19,7 @@
 
 pub mod exec;
 pub mod faults;
+mod faulty;
 pub mod gl;
 pub mod ledger;
 pub mod oracle;

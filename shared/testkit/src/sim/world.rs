@@ -7,13 +7,11 @@ use aws_lambda_events::event::sqs::SqsEvent;
 use recon_core::batch::BatchHandler;
 use recon_core::consume::{Consumer, ConsumerConfig};
 use recon_core::decisions::RetryPolicy;
-use recon_core::domain::{CurrencyMapping, EnvelopeStatus, PeriodRecord, PeriodStatus, labels};
+use recon_core::domain::{EnvelopeStatus, labels};
 use recon_core::enrich::{Enricher, EnricherConfig};
-use recon_core::ports::{Clock, EnvelopeStore, OutgoingMessage, ReferenceData};
-use recon_core::replay::{ReplayConfig, ReplayRequest, Replayer, Selector, parse_invocation};
-use recon_core::resources::{
-    CONSUMER_TIMEOUT, DLQ_RETENTION, ENRICHER_TIMEOUT, MAIN_QUEUE_RETENTION, MAIN_QUEUE_VISIBILITY, REPLAY_TIMEOUT,
-};
+use recon_core::ports::{Clock, EnvelopeStore, OutgoingMessage};
+use recon_core::replay::{ReplayConfig, ReplayRequest, Replayer, parse_invocation};
+use recon_core::resources::{CONSUMER_TIMEOUT, ENRICHER_TIMEOUT, MAIN_QUEUE_VISIBILITY, REPLAY_TIMEOUT};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -22,14 +20,20 @@ use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use super::exec::{JoinHandle, SimClock, Spawner};
-use super::faults::{FaultPlan, Faulty, Injector};
-use super::gl::{GlPlan, SimGl};
+use super::faults::{Faulty, Injector};
+use super::gl::SimGl;
 use super::ledger::{Books, SimLedger};
-use super::rng::{Rng, SharedRng};
+use super::rng::SharedRng;
 use super::sqs::{QueueSpec, SimQueue, SqsModel};
 use super::trace::Trace;
-use super::workload::{CLOSED_ENTITY, CLOSED_PERIOD, Produced, Transaction, Workload};
+use super::workload::{Produced, Transaction, Workload};
 use crate::memory::{MemoryAuditLog, MemoryEnvelopeStore, MemoryMetrics, MemoryReferenceData, MemoryWorm};
+
+mod auditor;
+mod operator;
+mod settings;
+
+pub use settings::Settings;
 
 pub const MAIN: &str = "main";
 /// Lambda's limit on an invocation's payload: an SQS batch above it is cut.
@@ -37,113 +41,6 @@ pub const LAMBDA_EVENT_BYTES: usize = 6 * 1024 * 1024;
 /// The consumer's name (its actor in the records).
 pub const CONSUMER: &str = "consumer";
 pub const DLQ: &str = "dead-letter";
-
-/// What one run varies, drawn from its seed.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// FIFO queues (main and DLQ), groups by ledger entity.
-    pub fifo: bool,
-    pub consumer_pollers: usize,
-    pub enricher_pollers: usize,
-    pub max_attempts: u32,
-    pub faults: FaultPlan,
-    pub crash_ppm: u32,
-    pub duplicate_ppm: u32,
-    pub sweep_every: Duration,
-    pub overflow_high_water: i64,
-    pub page_size: usize,
-    /// When the operator maps XAU (never, if `None`).
-    pub fix_currency_at: Option<Duration>,
-    /// When the operator reopens the closed period (never, if `None`).
-    pub reopen_period_at: Option<Duration>,
-    /// When the operator quarantines the still-failing groups by hand (never, if `None`).
-    pub operator_quarantine_at: Option<Duration>,
-    /// When the operator edits a gold transaction that was dollars, moving its value date into
-    /// the next period: a maker requests it, a checker approves, the maker executes (never, if
-    /// `None`).
-    pub edit_at: Option<Duration>,
-    /// Wall-clock jumps (at, by seconds), the monotonic clock unmoved.
-    pub clock_jumps: Vec<(Duration, i64)>,
-    /// Faults and crashes stop here; the run then settles.
-    pub calm_at: Duration,
-    /// How late the envelope table's status index shows a write (eventually consistent reads).
-    pub index_lag: Option<Duration>,
-    /// The replay's marks written with their records linked into the trail (as the DynamoDB
-    /// store given the trail does), rather than through the outbox.
-    pub linked_trail: bool,
-    /// A general ledger behind the claim protocol, slow as drawn (`None`: the reference ledger).
-    pub gl: Option<GlPlan>,
-    /// The operator's commands run in-process on their machine, which may be suspended in the
-    /// middle of one for this long (now and then), whatever it holds.
-    pub operator_stall: Option<Duration>,
-    /// How long each queue keeps a message (the DLQ counting from its first enqueue on the main
-    /// queue, as SQS does for a standard queue): the deployment's days, or, in some runs, short
-    /// enough that a message nothing settles in time really expires.
-    pub main_retention: Duration,
-    pub dlq_retention: Duration,
-    /// When an auditor reconciles during the run, messages still queued.
-    pub audit_at: Vec<Duration>,
-    /// What an outsider does to the ledger once the run is over (the oracle's adversary).
-    pub tamper: Option<super::oracle::Tamper>,
-}
-
-impl Settings {
-    pub fn draw(rng: &mut Rng) -> Self {
-        let faulty = rng.chance(850_000);
-        let minutes = |rng: &mut Rng, lo, hi| Duration::from_secs(60 * rng.between(lo, hi));
-        let mut s = Settings {
-            fifo: rng.chance(200_000),
-            consumer_pollers: rng.between(1, 3) as usize,
-            enricher_pollers: rng.between(1, 2) as usize,
-            max_attempts: rng.between(2, 5) as u32,
-            faults: if faulty {
-                FaultPlan {
-                    before_ppm: rng.between(0, 60_000) as u32,
-                    after_ppm: rng.between(0, 40_000) as u32,
-                    latency_ppm: rng.between(0, 100_000) as u32,
-                    max_latency_ms: rng.between(10, 40_000),
-                }
-            } else {
-                FaultPlan::default()
-            },
-            crash_ppm: if faulty { rng.between(0, 4_000) as u32 } else { 0 },
-            duplicate_ppm: rng.between(0, 50_000) as u32,
-            sweep_every: minutes(rng, 2, 15),
-            overflow_high_water: rng.between(0, 12) as i64,
-            page_size: rng.between(1, 8) as usize,
-            fix_currency_at: rng.chance(800_000).then(|| minutes(rng, 1, 60)),
-            reopen_period_at: rng.chance(300_000).then(|| minutes(rng, 1, 60)),
-            operator_quarantine_at: rng.chance(500_000).then(|| minutes(rng, 20, 90)),
-            edit_at: rng.chance(400_000).then(|| minutes(rng, 5, 60)),
-            clock_jumps: (0..rng.below(3))
-                .map(|_| (minutes(rng, 1, 60), rng.between(0, 7200) as i64 - 3600))
-                .collect(),
-            calm_at: minutes(rng, 30, 120),
-            index_lag: rng.chance(500_000).then(|| Duration::from_millis(rng.between(1, 3000))),
-            linked_trail: rng.chance(500_000),
-            gl: rng.chance(400_000).then(|| GlPlan::draw(rng)),
-            operator_stall: rng.chance(500_000).then(|| minutes(rng, 6, 40)),
-            main_retention: MAIN_QUEUE_RETENTION,
-            dlq_retention: DLQ_RETENTION,
-            audit_at: Vec::new(),
-            tamper: None,
-        };
-        if rng.chance(300_000) {
-            use super::oracle::Tamper;
-            s.tamper = Some(*rng.pick(&[
-                Tamper::PostsAManualJournal,
-                Tamper::DeletesAPosting,
-                Tamper::AltersAnAmount,
-            ]));
-        }
-        s.audit_at = (0..rng.between(1, 3)).map(|_| minutes(rng, 2, 90)).collect();
-        if rng.chance(250_000) {
-            s.main_retention = minutes(rng, 45, 180);
-            s.dlq_retention = s.main_retention + minutes(rng, 30, 180);
-        }
-        s
-    }
-}
 
 pub type SimConsumer = Consumer<
     Faulty<SimLedger>,
@@ -578,188 +475,6 @@ impl World {
         })
     }
 
-    /// The operator: the workload's closed period from the start; then, as drawn, XAU mapped
-    /// (and a replay of that group by hand), the period reopened, the rest quarantined by hand.
-    async fn operate(&self) {
-        let reference = &self.stores.reference;
-        let closed = PeriodRecord {
-            entity: CLOSED_ENTITY.into(),
-            period: CLOSED_PERIOD.into(),
-            status: PeriodStatus::Closed,
-            closes_on: None,
-        };
-        let _ = reference.put_period(&closed).await;
-        let mut actions: Vec<(Duration, &str)> = Vec::new();
-        if let Some(t) = self.settings.fix_currency_at {
-            actions.push((t, "map XAU"));
-        }
-        if let Some(t) = self.settings.reopen_period_at {
-            actions.push((t, "reopen period"));
-        }
-        if let Some(t) = self.settings.operator_quarantine_at {
-            actions.push((t, "quarantine the rest"));
-        }
-        if let Some(t) = self.settings.edit_at {
-            actions.push((t, "edit"));
-        }
-        actions.sort();
-        for (at, action) in actions {
-            self.clock.sleep(at.saturating_sub(self.clock.elapsed())).await;
-            self.log(format!("operator: {action}"));
-            match action {
-                "map XAU" => {
-                    let xau = CurrencyMapping {
-                        code: "XAU".into(),
-                        minor_units: 4,
-                        description: "gold, troy ounce".into(),
-                    };
-                    let _ = reference.put_currency(&xau).await;
-                    self.start_replay(
-                        operator_request(
-                            Selector {
-                                root_cause: Some("UNMAPPED_CURRENCY:*".into()),
-                                ..Selector::default()
-                            },
-                            "XAU mapped",
-                            false,
-                        ),
-                        "replay-by-hand",
-                        true,
-                    )
-                    .await;
-                }
-                "edit" => self.edit_one().await,
-                "reopen period" => {
-                    let _ = reference
-                        .put_period(&PeriodRecord {
-                            status: PeriodStatus::Open,
-                            closes_on: None,
-                            ..closed.clone()
-                        })
-                        .await;
-                }
-                _ => self
-                    .start_replay(
-                        operator_request(Selector::default(), "cannot be fixed: book by hand", true),
-                        "quarantine-by-hand",
-                        true,
-                    )
-                    .await
-                    .unwrap_or_default(),
-            }
-        }
-        self.operating.set(false);
-    }
-
-    /// An approved edit of one PENDING gold transaction that was dollars: the currency, the amount
-    /// at the cents it was, and the value date moved into the next period. What it posts is the
-    /// edited transaction (the ground truth learns it here).
-    async fn edit_one(&self) {
-        use recon_core::domain::approval::{Identity, RequestStatus};
-        use recon_core::domain::edit::Proposal;
-        let Ok((page, _)) = self
-            .stores
-            .envelopes
-            .list_by_status(EnvelopeStatus::Pending, None, 200)
-            .await
-        else {
-            return;
-        };
-        let Some((e, m)) = page.iter().find_map(|e| {
-            let body = e.original.body.as_deref()?;
-            let m = recon_core::domain::decode(body).ok()?;
-            (m.currency == "XAU").then(|| (e.clone(), m.message_id.to_string()))
-        }) else {
-            return;
-        };
-        let Some(amount) = e
-            .amount
-            .as_deref()
-            .and_then(|a| a.split_once('.').map(|(i, f)| format!("{i}.{:.2}", f)))
-        else {
-            return;
-        };
-        let day = 1 + (e.envelope_id.len() % 9);
-        let fields = [
-            ("currency", "USD".to_owned()),
-            ("amount", amount.clone()),
-            ("value_date", format!("2026-12-0{day}")),
-        ];
-        let proposal = Proposal::Set(fields.iter().map(|(f, v)| ((*f).to_owned(), v.clone())).collect());
-        let who = |name: &str| Identity {
-            arn: format!("arn:aws:iam::000000000000:user/{name}"),
-            name: None,
-        };
-        let r = &self.operator_replayer;
-        let q = match r
-            .request_edit(&e.envelope_id, &proposal, "booked as gold, was dollars", &who("maker"))
-            .await
-        {
-            Ok(q) => q,
-            Err(err) => return self.log(format!("operator: edit of {} refused: {err}", e.envelope_id)),
-        };
-        if let Some(edit) = &q.edit
-            && let Some(t) = self.transaction_of(&m)
-        {
-            self.edits.borrow_mut().insert(
-                t,
-                Transaction {
-                    currency: "USD".into(),
-                    amount: recon_core::domain::message::parse_amount(&amount)
-                        .map(|a| a.normalize())
-                        .unwrap_or_default(),
-                    value_date: format!("2026-12-0{day}"),
-                    source_hash: Some(edit.source_hash.clone()),
-                    ..self
-                        .transactions
-                        .borrow()
-                        .iter()
-                        .find(|x| x.id == t)
-                        .cloned()
-                        .unwrap_or_else(|| Transaction {
-                            id: t,
-                            ledger_entity: String::new(),
-                            currency: String::new(),
-                            amount: Default::default(),
-                            value_date: String::new(),
-                            source_hash: None,
-                        })
-                },
-            );
-        }
-        if let Err(err) = r.decide(&q.request_id, &who("checker"), true, "checked").await {
-            return self.log(format!("operator: decision on {} failed: {err}", q.request_id));
-        }
-        // The maker executes it, and resumes it until it is done (an execution that failed or
-        // died keeps its claim: only the request's own resumption finishes it, once that
-        // execution's lease has ended), for a day if need be.
-        for _ in 0..150 {
-            let deadline = Some(self.clock.now() + REPLAY_TIMEOUT);
-            let who = who("maker");
-            match r.execute(&q.request_id, "operator", Some(&who), deadline).await {
-                Ok((done, report)) if done.status != RequestStatus::Paused => {
-                    return self.log(format!(
-                        "operator: edit {} executed: {}",
-                        q.request_id,
-                        report.summary()
-                    ));
-                }
-                Ok((_, report)) => self.log(format!("operator: edit {} paused: {}", q.request_id, report.summary())),
-                Err(err) => self.log(format!("operator: edit {} failed, resumed later: {err}", q.request_id)),
-            }
-            self.clock.sleep(Duration::from_secs(600)).await;
-        }
-    }
-
-    /// The transaction a message id carries, by construction.
-    fn transaction_of(&self, message_id: &str) -> Option<usize> {
-        self.sent
-            .borrow()
-            .iter()
-            .find(|p| labels(&p.body).message_id.as_deref() == Some(message_id))
-            .and_then(|p| p.txn)
-    }
-
     /// After `calm_at`, no more faults or crashes; once everything sent is settled (queues empty,
     /// no replay holding a claim) and a few more sweeps changed nothing, the run ends.
     async fn settle(&self) {
@@ -796,52 +511,6 @@ impl World {
         self.stopping.set(true);
     }
 
-    /// An auditor reconciles now, against the manifest of what was sent so far, whatever is
-    /// queued: production reconcile must never say HOLDS while anything is queued, nor while the
-    /// ground truth finds the books wrong.
-    fn audit_now(&self) {
-        let s = &self.stores;
-        let queued = s.sqs.depth(MAIN).total() + s.sqs.depth(DLQ).total();
-        let Some(Ok(envelopes)) = super::oracle::ready(recon_core::ports::all_envelopes(&*s.envelopes, None)) else {
-            return;
-        };
-        let postings = s.books.postings_now();
-        let audit = s.audit.records();
-        let sent = self.sent.borrow().clone();
-        let manifest: Vec<_> = sent
-            .iter()
-            .map(|p| recon_core::reconcile::manifest_entry(&p.body))
-            .collect();
-        let (out, problems) =
-            recon_core::reconcile::outcomes(&postings, &envelopes, &audit, s.sqs.depth(DLQ).total() == 0);
-        let r = recon_core::reconcile::reconcile(out, problems, Some(&manifest), queued);
-        let at = self.clock.elapsed();
-        self.log(format!("auditor: reconcile says {:?} with {queued} queued", r.verdict));
-        if !r.holds {
-            return;
-        }
-        if queued > 0 {
-            self.audits
-                .borrow_mut()
-                .push((at, format!("reconcile says HOLDS with {queued} messages queued")));
-        }
-        let findings = super::truth::judge(
-            &sent,
-            &self.transactions.borrow(),
-            &postings,
-            &envelopes,
-            &audit,
-            &s.books.hand_offs(),
-            &self.edits.borrow(),
-        );
-        let wrong = findings.books_wrong_in(None);
-        if !wrong.is_empty() {
-            self.audits
-                .borrow_mut()
-                .push((at, format!("false HOLDS during the run: {}", wrong.join("; "))));
-        }
-    }
-
     async fn replaying(&self) -> bool {
         match self
             .stores
@@ -852,16 +521,5 @@ impl World {
             Ok((page, _)) => !page.is_empty(),
             Err(_) => true,
         }
-    }
-}
-
-fn operator_request(selector: Selector, reason: &str, quarantine: bool) -> ReplayRequest {
-    ReplayRequest {
-        selector,
-        dry_run: false,
-        reason: reason.into(),
-        triggered_by: "operator".into(),
-        scheduled: false,
-        quarantine,
     }
 }

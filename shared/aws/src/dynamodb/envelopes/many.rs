@@ -16,7 +16,8 @@ use recon_core::domain::{AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, 
 use recon_core::ports::{EnvelopeStore, Finish, FlowResult, Settled, StoreError, StoreResult};
 use recon_core::resources::keys;
 
-use super::{DynamoEnvelopeStore, cancellation_codes, outbox_put, pending_delta, transact};
+use super::super::transact::{cancellation_codes, conflict_wait, conflicted, transact};
+use super::{DynamoEnvelopeStore, outbox_put, pending_delta};
 use crate::dynamodb::audit::Links;
 use crate::dynamodb::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups, json_size};
 use crate::dynamodb::{item_error, n, s};
@@ -196,7 +197,7 @@ async fn send_group(store: &DynamoEnvelopeStore, items: Vec<TransactWriteItem>, 
             let only_conditions = codes
                 .iter()
                 .all(|c| refused(c) || matches!(c.as_deref(), None | Some("None")));
-            if super::conflicted(&codes) {
+            if conflicted(&codes) {
                 return Sent::Conflicted;
             }
             if failed.contains(&Owner::Link) && only_conditions {
@@ -474,7 +475,7 @@ impl DynamoEnvelopeStore {
                         left = without(&left, &positions);
                     }
                     // Another writer of the chains: let it finish, then link from its heads.
-                    Sent::Conflicted => tokio::time::sleep(super::conflict_wait(round)).await,
+                    Sent::Conflicted => tokio::time::sleep(conflict_wait(round)).await,
                     Sent::Failed => break,
                 }
             }
