@@ -23,7 +23,8 @@ pub(super) fn committed<'a>(postings: &'a [Posting], envelopes: &'a [DlqEnvelope
 }
 
 /// An envelope's claim on the ledger, checked against the postings: a transaction left for a
-/// manual journal must not also be posted, and one suppressed as a duplicate must be held.
+/// manual journal must not also be posted nor left for another, and one suppressed as a duplicate
+/// must be held.
 pub(super) fn envelopes_against_ledger(
     postings: &[Posting],
     envelopes: &[DlqEnvelope],
@@ -32,17 +33,31 @@ pub(super) fn envelopes_against_ledger(
 ) {
     // A transaction left for a manual journal (the hash its body decodes to, or only claims)
     // that the ledger holds as a posting is booked twice: by the pipeline and by hand.
+    // Two envelopes left for manual journals under one hash are one transaction booked twice
+    // by hand.
     let posted: BTreeMap<&str, &Posting> = postings.iter().map(|p| (p.source_hash.as_str(), p)).collect();
+    let mut by_hand: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for e in envelopes
         .iter()
         .filter(|e| e.left_for_manual_journal() && e.source_hash_kind != HashKind::RawDigest)
     {
+        by_hand
+            .entry(e.source_hash.as_str())
+            .or_default()
+            .push(e.envelope_id.as_str());
         if let Some(p) = posted.get(e.source_hash.as_str()) {
             problems.push(format!(
                 "envelope {} is left for a manual journal, but its transaction {} is posted (message {}, SQS {}): booked twice",
                 e.envelope_id, e.source_hash, p.message_id, p.sqs_message_id
             ));
         }
+    }
+    for (hash, ids) in by_hand.iter().filter(|(_, ids)| ids.len() > 1) {
+        problems.push(format!(
+            "transaction {hash} is left for {} manual journals (envelopes {}): booked twice by hand",
+            ids.len(),
+            ids.join(", ")
+        ));
     }
     // An envelope suppressed as a duplicate names a transaction the ledger holds (posted, or
     // handed to a manual journal): else it was counted as settled by something that is gone.

@@ -272,6 +272,23 @@ mod lineage {
     }
 
     #[test]
+    fn one_transaction_left_for_two_manual_journals_never_holds() {
+        // S0 and S1 name one transaction (S1 only claims it: its content was altered); both were
+        // quarantined for a manual journal: booked twice by hand, with nothing posted.
+        let e0 = left_for_manual_journal(envelope("S0", EnvelopeStatus::Pending, None));
+        let mut e1 = left_for_manual_journal(envelope("S1", EnvelopeStatus::Pending, None));
+        e1.source_hash_kind = crate::domain::HashKind::Claimed;
+        assert_eq!(e0.source_hash, e1.source_hash);
+        let (out, problems) = outcomes(&[], &[e0, e1], &[], true);
+        let r = reconcile(out, problems, None, 0);
+        assert!(!r.holds, "{r:?}");
+        assert!(
+            r.problems.iter().any(|p| p.contains("left for 2 manual journals")),
+            "{r:?}"
+        );
+    }
+
+    #[test]
     fn an_edited_copy_dead_lettered_again_and_left_for_a_manual_journal_is_quarantined() {
         // E0 superseded by an approved edit, its copy C1 sent; C1 dead-lettered again, and its
         // envelope left for a manual journal: the transaction waits for the accountant.
