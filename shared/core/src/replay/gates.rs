@@ -28,7 +28,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::{ReplayRequest, Replayer};
 use crate::domain::message::{check_currency, check_period, decode, identified_by_content};
-use crate::domain::{CommittedRef, DlqEnvelope, EnvelopeStatus, ProcessError, ReferenceSnapshot};
+use crate::domain::{CommittedRef, DlqEnvelope, EnvelopeStatus, HashKind, ProcessError, ReferenceSnapshot};
 use crate::envelopes::original_body;
 use crate::ports::{Ledger, StoreResult, Worm};
 
@@ -85,6 +85,22 @@ pub const MAX_RELEASES: usize = 12;
 pub(super) const RESUMED_HAND_OFF: &str =
     "handed to a manual journal by an earlier replay, which stopped before settling the envelope";
 
+/// Why an operator's quarantine of a body that does not identify its transaction is not flagged
+/// for a manual journal.
+pub(super) const NOT_IDENTIFIED: &str = "its content does not reproduce the hash it claims, so no hand-off can keep that transaction from being booked again: quarantined for review, not for a manual journal (the producer's corrected resend books it)";
+
+/// The hash of the transaction a body identifies: the one it decodes to, or, for a body that does
+/// not decode, the one it claims when every hashed field parses and reproduces it
+/// (`identified_by_content`: an unhashed field missing does not change the transaction). Only
+/// such a transaction is handed off to a manual journal: a claimed hash the content does not
+/// reproduce may be another transaction's.
+pub(super) fn identifies(body: &str) -> Option<String> {
+    match decode(body) {
+        Ok(m) => Some(m.source_hash),
+        Err(_) => identified_by_content(body),
+    }
+}
+
 /// Which gate decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -132,6 +148,25 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
             return Ok(waits);
         }
         if req.quarantine {
+            if !handing_off(e) && self.identified_transaction(e).await?.is_none() {
+                // A manual journal is fenced by its hand-off under the transaction's hash; one
+                // whose content does not reproduce the hash it claims (altered, or a hashed field
+                // unreadable) cannot be, and the message that does carry that transaction may be
+                // handed off or posted later: booked twice. It is quarantined for review instead,
+                // unless the transaction it claims is committed already.
+                if e.source_hash_kind != HashKind::RawDigest
+                    && let Some(committed) = ahead.lookup(&self.ledger, &e.source_hash).await?
+                {
+                    return Ok(Verdict::Duplicate {
+                        committed_by: committed.holder(),
+                    });
+                }
+                return Ok(Verdict::Quarantine {
+                    gate: Gate::Operator,
+                    detail: format!("{}; {NOT_IDENTIFIED}", req.reason),
+                    manual_journal: false,
+                });
+            }
             return Ok(Verdict::Quarantine {
                 gate: Gate::Operator,
                 detail: req.reason.clone(),
@@ -139,6 +174,11 @@ impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
             });
         }
         self.verdict_ahead(e, snapshot, now, ahead).await
+    }
+
+    /// The transaction the envelope's original identifies ([`identifies`]).
+    pub(super) async fn identified_transaction(&self, e: &DlqEnvelope) -> StoreResult<Option<String>> {
+        Ok(original_body(e, &self.worm).await?.as_deref().and_then(identifies))
     }
 
     /// Evaluate the gates for one envelope (reads only).

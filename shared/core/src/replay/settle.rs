@@ -13,9 +13,9 @@ use crate::domain::edit::EDIT_CLAIM_PREFIX;
 use crate::domain::envelope::sha256_hex;
 use crate::domain::{
     AuditKind, AuditRecord, CommitOutcome, CommittedRef, DlqEnvelope, EnvelopeStatus, FailureCode, HandOff, HashKind,
-    ReplayClaim, ReplayRecord, StatusChange, TransientKind, decode, identified_by_content,
+    ReplayClaim, ReplayRecord, StatusChange, TransientKind,
 };
-use crate::envelopes::{envelope_audit, original_body, publish, publish_many};
+use crate::envelopes::{envelope_audit, publish, publish_many};
 use crate::ports::{
     AuditLog, AuditOutbox, EnvelopeStore, Finish, FlowResult, Ledger, Metrics, Settled, StoreError, Worm,
 };
@@ -305,20 +305,6 @@ where
         })
     }
 
-    /// The hash of the transaction the envelope's body identifies: the one it decodes to, or, for
-    /// a body that does not decode, the one it claims when every hashed field parses and
-    /// reproduces it (`identified_by_content`: an unhashed field missing does not change the
-    /// transaction). Only such a transaction is handed off: a claimed hash its content does not
-    /// reproduce may be another transaction's, and its manual journal rests on the accountant
-    /// reading it (reconcile names it if that transaction is ever posted).
-    pub(super) async fn identified_transaction(&self, e: &DlqEnvelope) -> FlowResult<Option<String>> {
-        let body = original_body(e, &self.worm).await?;
-        Ok(body.as_deref().and_then(|b| match decode(b) {
-            Ok(m) => Some(m.source_hash),
-            Err(_) => identified_by_content(b),
-        }))
-    }
-
     /// Append a decision's record to the trail and drop it from the outbox. The decision is made
     /// and its record is safe in the outbox: if this fails, the next replay's drain publishes it.
     pub(super) async fn publish(&self, record: &AuditRecord) {
@@ -387,15 +373,16 @@ where
             claimed_at: now,
             lease_until: now + self.config.lease,
         };
-        // An operator's quarantine (by hand, or an approved request's) claims with its decision:
-        // a replay that takes the claim over (this one crashed, or stalled past the lease)
-        // finishes the quarantine, it never re-injects what was decided for a manual journal.
+        // A quarantine for a manual journal (an operator's, by hand or an approved request's)
+        // claims with its decision (`claim_with`): a replay that takes the claim over (this one
+        // crashed, or stalled past the lease) finishes it, never re-injects what was decided
+        // for a manual journal.
         let change = StatusChange {
             status: EnvelopeStatus::Replaying,
             at: now,
             actor: run.req.triggered_by.clone(),
             reason: format!("claimed by replay {} ({})", run.replay_id, run.req.reason),
-            manual_journal: run.req.quarantine,
+            manual_journal: false,
         };
         (claim, change)
     }

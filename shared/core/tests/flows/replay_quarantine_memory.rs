@@ -384,3 +384,37 @@ async fn a_quarantine_claim_taken_over_is_quarantined_never_reinjected() {
     let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
     assert!(stored.left_for_manual_journal(), "{:?}", stored.status_history);
 }
+
+/// Regression (found by the simulator, seed 62576490921): an operator quarantined a copy whose
+/// amount was altered after hashing (it claims the transaction's hash; its content does not
+/// reproduce it), then the valid original. The copy could not be handed off, so it was flagged
+/// for a manual journal with nothing in the ledger; the original was then handed off too: one
+/// transaction left for two manual journals, and reconcile held. A body that does not identify
+/// its transaction is quarantined for review, never for a manual journal.
+#[tokio::test]
+async fn a_tampered_copy_quarantined_by_hand_is_never_a_second_manual_journal() {
+    let w = world();
+    let m = xau(14);
+    let mut tampered: serde_json::Value = serde_json::from_str(&body(&m)).unwrap();
+    tampered["amount"] = "0.01".into();
+    let copy = w.large_envelope("s1", &tampered.to_string()).await;
+    let original = w.envelope("s2", &m, ChronoDuration::hours(1)).await;
+    assert_eq!(copy.source_hash, original.source_hash);
+    let replayer = w.replayer(ReplayConfig::default());
+    for id in [&copy.envelope_id, &original.envelope_id] {
+        let report = replayer.run(&quarantine_of(&[id]), None).await.unwrap();
+        assert_eq!(outcomes(&report), ["QUARANTINED"], "{report:#?}");
+    }
+    let copy = w.store.get(&copy.envelope_id).await.unwrap().unwrap();
+    assert!(!copy.left_for_manual_journal(), "{:#?}", copy.status_history);
+    let last = copy
+        .status_history
+        .last()
+        .map(|c| c.reason.as_str())
+        .unwrap_or_default();
+    assert!(last.contains("not for a manual journal"), "{last}");
+    let original = w.store.get(&original.envelope_id).await.unwrap().unwrap();
+    assert!(original.left_for_manual_journal());
+    let held = w.ledger.lookup(&original.source_hash).await.unwrap();
+    assert!(held.is_some_and(|c| c.handed_off_by(&original.envelope_id)));
+}
