@@ -192,6 +192,7 @@ pub fn generate(rng: &mut Rng) -> Workload {
     for (m, t) in &originals {
         out.push((Kind::Valid, body(m), Some(*t), None));
     }
+    let mut unmapped: Vec<(NewMessage, usize)> = Vec::new();
     let extra = rng.between(6, 24);
     for _ in 0..extra {
         let kind = *rng.pick(&[
@@ -243,8 +244,14 @@ pub fn generate(rng: &mut Rng) -> Workload {
                 (body(&m), Some(*t))
             }
             Kind::Tampered => {
-                // Hashed as sent, then the amount changed on the way.
-                let (m, t) = rng.pick(&originals);
+                // Hashed as sent, then the amount changed on the way: a copy of a valid
+                // transaction, or of one dead-lettered for its currency (both then wait in the
+                // DLQ, where an operator may quarantine them together).
+                let (m, t) = if !unmapped.is_empty() && rng.chance(500_000) {
+                    rng.pick(&unmapped)
+                } else {
+                    rng.pick(&originals)
+                };
                 let mut m = m.clone();
                 m.message_id = format!("{}-tampered-{}", m.message_id, rng.below(1000));
                 let mut v = json(&m);
@@ -256,6 +263,7 @@ pub fn generate(rng: &mut Rng) -> Workload {
                     m.currency = "XAU".into();
                     m.amount = format!("{}.{:04}", rng.between(1, 99), rng.below(10_000));
                 });
+                unmapped.push((m.clone(), t));
                 (body(&m), Some(t))
             }
             Kind::ClosedPeriod => {
