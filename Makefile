@@ -2,6 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 DLQCTL := $(CARGO) run --quiet -p dlqctl --
+XTASK := $(CARGO) run --quiet -p xtask --
 # `make test`'s checks run debug binaries of one build: the workspace with its tests, the feature
 # set `cargo test --workspace` resolves. A build of one package (`cargo run -p dlqctl`) resolves
 # other features and compiles the AWS SDK again, most of a gigabyte of disk each time (what a CI
@@ -17,7 +18,7 @@ TESTED = $(eval TESTED := $(TARGET_DIR_OF)/debug)$(TESTED)
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
-	$(DLQCTL) demo
+	$(XTASK) demo
 
 TOOLS = .local-aws/tools-venv/bin
 # The benchmarks' Python (pydantic, Powertools, boto3), installed on first use.
@@ -49,7 +50,7 @@ test-ledgers: local-stack
 	DLQ_TEST_LEDGER=postgres $(CARGO) test --workspace --no-fail-fast --test integration -- $(POSTING_SUITES) fifo::
 	DLQ_TEST_LEDGER=http $(CARGO) test --workspace --no-fail-fast --test integration -- $(POSTING_SUITES)
 	$(BUILD_TESTED)
-	$(TESTED)/dlqctl --ledger postgres demo
+	$(TESTED)/xtask --ledger postgres demo
 
 SIMULATE := $(CARGO) run --release --quiet -p recon-testkit --bin simulate --
 FROM ?= 0

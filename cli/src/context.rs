@@ -1,19 +1,16 @@
 //! What the commands share: settings read by the functions' own parsers (the environment's
 //! `DLQ_*` variables over the resolved stack's names), the flows wired as `dlqctl` runs them
-//! (metrics as debug events), and the local pump over the stack's queues.
+//! (metrics as debug events).
 
 use anyhow::Result;
 use recon_aws::AwsClients;
 use recon_aws::ledger::AnyLedger;
 use recon_aws::provision::Stack;
-use recon_aws::sqs::SqsQueue;
 use recon_aws::telemetry::TracingMetrics;
 use recon_aws::wiring::{self, AwsEnricher, AwsReplayer};
-use recon_core::batch::BatchHandler;
 use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings};
 use recon_core::domain::approval::Identity;
 use recon_core::resources::ResourceNames;
-use recon_harness::pump::{PumpOptions, PumpStats, pump};
 
 /// The region the clients use (for event records).
 pub fn region(clients: &AwsClients) -> String {
@@ -126,35 +123,4 @@ pub fn replayer(clients: &AwsClients, stack: &Stack, actor: &str) -> Result<AwsR
         actor,
         TracingMetrics,
     ))
-}
-
-/// Pump the main queue through `consumer`, as Lambda's SQS trigger would.
-pub async fn pump_main<H: BatchHandler>(
-    clients: &AwsClients,
-    stack: &Stack,
-    consumer: &H,
-    opts: &PumpOptions,
-) -> Result<PumpStats> {
-    pump_queue(clients, &stack.main_queue_url, &stack.main_queue_arn, consumer, opts).await
-}
-
-/// Pump the DLQ through `enricher`.
-pub async fn pump_dlq<H: BatchHandler>(
-    clients: &AwsClients,
-    stack: &Stack,
-    enricher: &H,
-    opts: &PumpOptions,
-) -> Result<PumpStats> {
-    pump_queue(clients, &stack.dlq_url, &stack.dlq_arn, enricher, opts).await
-}
-
-async fn pump_queue<H: BatchHandler>(
-    clients: &AwsClients,
-    url: &str,
-    arn: &str,
-    handler: &H,
-    opts: &PumpOptions,
-) -> Result<PumpStats> {
-    let queue = SqsQueue::new(clients.sqs.clone(), url);
-    Ok(pump(&queue, arn, &region(clients), opts, handler).await?)
 }

@@ -1,7 +1,6 @@
-//! `send`, `pump` and `stats`.
+//! `send` and `stats`.
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::DynamoAuditLog;
 use recon_aws::provision::resolve_stack;
@@ -9,46 +8,11 @@ use recon_aws::sqs::{MAX_BATCH, OutgoingMessage, QueueDepth, SqsQueue};
 use recon_core::domain::{NewMessage, Tally};
 use recon_core::ports::{Backlog, LedgerReader, LedgerScope, tally_postings};
 use recon_core::resources::ResourceNames;
-use recon_harness::pump::{PumpOptions, PumpStats};
 use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use crate::context;
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Queues {
-    Main,
-    Dlq,
-    All,
-}
-
-#[derive(Args, Clone, Debug)]
-pub struct PumpArgs {
-    /// Which queues to drain: the main queue (consumer), the DLQ (enricher), or both in turn.
-    #[arg(long, value_enum, default_value_t = Queues::All)]
-    pub queue: Queues,
-    /// Process one batch and stop, instead of running until the queue is idle.
-    #[arg(long)]
-    pub once: bool,
-    /// Messages per batch (1-10), like the event source mapping's BatchSize.
-    #[arg(long, default_value_t = 10)]
-    pub batch_size: i32,
-    /// The emulated function timeout, seconds.
-    #[arg(long, default_value_t = 30)]
-    pub function_timeout_secs: u64,
-    /// Give up when the queue is not idle after this many seconds.
-    #[arg(long, default_value_t = 600)]
-    pub max_secs: u64,
-    /// Also run the scheduled replay sweep, every this many seconds, pumping in between (as the
-    /// EventBridge schedule would on AWS). Runs until interrupted, or for --rounds.
-    #[arg(long)]
-    pub sweep_every: Option<u64>,
-    /// With --sweep-every: stop after this many sweeps.
-    #[arg(long)]
-    pub rounds: Option<u64>,
-}
 
 /// Read message bodies from a file or stdin, one per non-empty line.
 fn read_lines(file: Option<PathBuf>) -> Result<Vec<String>> {
@@ -132,69 +96,6 @@ pub async fn send(clients: &AwsClients, names: &ResourceNames, file: Option<Path
     crate::output::emit(&value, || {
         format!("sent {} messages to {}", ids.len(), names.main_queue)
     })
-}
-
-/// One pump round of one queue: a line of JSON each under `--json` (a stream a program can read
-/// as it comes), else text.
-fn print_stats(label: &str, stats: &PumpStats) {
-    if crate::output::json() {
-        let value = serde_json::json!({
-            "queue": label, "batches": stats.batches, "received": stats.received,
-            "acknowledged": stats.deleted, "handed_back": stats.reported_failed, "outcomes": stats.outcomes,
-        });
-        println!("{value}");
-        return;
-    }
-    println!(
-        "{label}: {} batches, {} messages received, {} acknowledged, {} handed back to SQS",
-        stats.batches, stats.received, stats.deleted, stats.reported_failed
-    );
-    for (outcome, n) in &stats.outcomes {
-        println!("  {outcome:<24} {n}");
-    }
-}
-
-pub async fn pump_cmd(clients: &AwsClients, names: &ResourceNames, args: &PumpArgs) -> Result<()> {
-    let stack = resolve_stack(clients, names).await?;
-    let opts = PumpOptions {
-        batch_size: args.batch_size,
-        function_timeout: Duration::from_secs(args.function_timeout_secs),
-        until_idle: !args.once,
-        max_duration: Duration::from_secs(args.max_secs),
-        progress_every: if crate::output::progress() { 10 } else { 0 },
-        ..PumpOptions::default()
-    };
-    let settings = context::consumer_settings(&stack)?;
-    let ledger = recon_aws::wiring::consumer_ledger(clients, &settings);
-    let consumer = recon_aws::wiring::consumer(clients, &settings, ledger, "dlqctl-pump");
-    let enricher = context::enricher(clients, &stack, "dlqctl-pump")?;
-    let mut round = 0;
-    loop {
-        if args.queue != Queues::Dlq {
-            print_stats(
-                &names.main_queue,
-                &context::pump_main(clients, &stack, &consumer, &opts).await?,
-            );
-        }
-        if args.queue != Queues::Main {
-            print_stats(
-                &names.dead_letter_queue,
-                &context::pump_dlq(clients, &stack, &enricher, &opts).await?,
-            );
-        }
-        let Some(every) = args.sweep_every else { return Ok(()) };
-        let report = crate::remediate::sweep(clients, &stack).await?;
-        if crate::output::json() {
-            println!("{}", serde_json::to_string(&report)?);
-        } else {
-            crate::remediate::print_report(&report)?;
-        }
-        round += 1;
-        if args.rounds.is_some_and(|r| round >= r) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_secs(every)).await;
-    }
 }
 
 /// A currency's total as text, or why there is none.

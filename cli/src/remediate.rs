@@ -5,7 +5,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
-use recon_aws::provision::{Stack, resolve_stack};
+use recon_aws::provision::resolve_stack;
 use recon_core::domain::canary::{Canary, CanarySlice};
 use recon_core::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus, input};
 use recon_core::ports::{AuditLog, ReferenceData};
@@ -49,7 +49,7 @@ pub struct SelectorArgs {
     pub triggered_by: Option<String>,
     /// Re-inject a first slice (a count, or a share: 5%), wait for its copies to be committed or
     /// dead-lettered again, and go on only if few enough failed (a request keeps it for its
-    /// execution). The consumer must be running (on AWS it is; locally, `dlqctl pump`).
+    /// execution). The consumer must be running (on AWS it is; locally, `cargo xtask pump`).
     #[arg(long, value_name = "N|P%")]
     pub canary: Option<CanarySlice>,
     /// The canary's failures tolerated, in percent of its slice (copies with no outcome by the
@@ -308,16 +308,6 @@ request {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another identity
 /// begun (a hand-off's intent is written under its claim, which a replay taking over finishes).
 pub fn in_process_deadline() -> Option<chrono::DateTime<chrono::Utc>> {
     Some(chrono::Utc::now() + recon_core::resources::REPLAY_TIMEOUT)
-}
-
-/// One scheduled sweep, as the EventBridge schedule would trigger it (for `pump --sweep-every`).
-pub async fn sweep(clients: &AwsClients, stack: &Stack) -> Result<ReplayReport> {
-    let r = replayer(clients, stack, "dlqctl-sweep")?;
-    let req = ReplayRequest {
-        triggered_by: "dlqctl pump --sweep-every".into(),
-        ..ReplayRequest::scheduled(&stack.names.sweep_schedule)
-    };
-    Ok(r.run(&req, Some(chrono::Utc::now() + Duration::from_secs(600))).await?)
 }
 
 pub async fn audit_change(

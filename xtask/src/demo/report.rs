@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::bundle::Evidence;
+use dlqctl::bundle::Evidence;
 
 fn tally(r: &Reconciliation, state: State) -> Tally {
     r.by_state.get(&state).cloned().unwrap_or_default()
@@ -31,20 +31,20 @@ fn sum3(a: Total, b: Total, c: Total) -> Option<Total> {
 pub async fn prove(clients: &AwsClients, stack: &Stack, bodies: &[&str], started: Instant) -> Result<()> {
     let manifest_path = Path::new(".local-aws").join("demo-manifest.jsonl");
     std::fs::write(&manifest_path, bodies.join("\n") + "\n")?;
-    let manifest = crate::bundle::read_manifest(&manifest_path)?;
-    let evidence = crate::bundle::gather(
+    let manifest = dlqctl::bundle::read_manifest(&manifest_path)?;
+    let evidence = dlqctl::bundle::gather(
         clients,
         &stack.names,
         Some(&manifest),
         None,
-        crate::bundle::Keep::Every,
-        crate::bundle::DEFAULT_SEGMENTS,
+        dlqctl::bundle::Keep::Every,
+        dlqctl::bundle::DEFAULT_SEGMENTS,
         None,
     )
     .await?;
     let holds = print_result(clients, stack, &evidence, started).await?;
     if !holds {
-        crate::bundle::print(&evidence.reconciliation);
+        dlqctl::bundle::print(&evidence.reconciliation);
         bail!("the completeness identity does not hold (see above)");
     }
     print_evidence(clients, stack, &manifest_path, &evidence.reconciliation).await
@@ -74,7 +74,7 @@ async fn print_result(clients: &AwsClients, stack: &Stack, evidence: &Evidence, 
         .map(|(_, e)| e.reference.as_str())
         .collect::<BTreeSet<_>>()
         .len() as u64;
-    let via_replay = read_postings(&crate::context::ledger(clients, stack)?, &LedgerScope::default())
+    let via_replay = read_postings(&dlqctl::context::ledger(clients, stack)?, &LedgerScope::default())
         .await?
         .iter()
         .filter(|p| p.replay_of.is_some())
@@ -151,7 +151,7 @@ async fn print_evidence(clients: &AwsClients, stack: &Stack, manifest: &Path, r:
         .await
         .map_err(anyhow::Error::msg)?;
     println!("   reference-audit: {changes} changes on the reference table's stream, each a REFERENCE_CHANGED record");
-    let c = crate::calibrate::measure(clients, &stack.names, &LedgerScope::default(), None).await?;
+    let c = dlqctl::calibrate::measure(clients, &stack.names, &LedgerScope::default(), None).await?;
     println!(
         "   dlqctl calibrate: {} exhausted, knee at attempt {}; budget {} receives spanning {} s, recommended {} spanning {} s",
         c.exhausted,
@@ -174,7 +174,7 @@ async fn print_evidence(clients: &AwsClients, stack: &Stack, manifest: &Path, r:
         .map(|(id, _)| id)
         .collect();
     let opts = recon_core::evidence::VerifyOptions {
-        window: Some(crate::audit::seal_window()?),
+        window: Some(dlqctl::audit::seal_window()?),
         accept_retired,
     };
     let verified = verify_trail(&audit, &worm, &opts).await?;
@@ -194,7 +194,7 @@ async fn print_evidence(clients: &AwsClients, stack: &Stack, manifest: &Path, r:
     }
     let bundle = Path::new(".local-aws").join(format!("demo-bundle-{DEMO_PERIOD}.json"));
     print!("   dlqctl evidence export --period {DEMO_PERIOD}: ");
-    crate::bundle::export(clients, &stack.names, DEMO_PERIOD, &bundle).await?;
+    dlqctl::bundle::export(clients, &stack.names, DEMO_PERIOD, &bundle).await?;
     verify_with_standalone_script(&bundle)
 }
 

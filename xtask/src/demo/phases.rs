@@ -21,7 +21,7 @@ use recon_testkit::faults::FaultyLedger;
 use std::collections::BTreeMap;
 
 use super::workload::{CLOSED, Expect, Workload, count};
-use crate::context;
+use dlqctl::context;
 
 const ACTOR: &str = "dlqctl-demo";
 
@@ -74,9 +74,9 @@ impl<'a> Pipeline<'a> {
     /// Phase 1: the happy path only, to measure what a committed message costs.
     pub async fn happy_path(&self, happy: &Workload) -> Result<()> {
         println!("== phase 1: {} valid transactions", happy.bodies.len());
-        crate::ops::send_bodies(&self.main, &happy.bodies, true).await?;
+        dlqctl::ops::send_bodies(&self.main, &happy.bodies, true).await?;
         let before = self.clients.requests.total("dynamodb");
-        let p1 = context::pump_main(self.clients, self.stack, &self.consumer, &self.opts).await?;
+        let p1 = crate::pump::pump_main(self.clients, self.stack, &self.consumer, &self.opts).await?;
         let ddb_requests = self.clients.requests.total("dynamodb") - before;
         let committed = p1.outcomes.get("COMMITTED").copied().unwrap_or(0);
         let ledger = self.consumer.ledger.inner();
@@ -96,8 +96,8 @@ impl<'a> Pipeline<'a> {
             "== phase 2: {} more messages: duplicates, poison, unrecoverable, transient ledger faults (backoff 1-4 s)",
             mess.bodies.len()
         );
-        crate::ops::send_bodies(&self.main, &mess.bodies, true).await?;
-        let p2 = context::pump_main(self.clients, self.stack, &self.consumer, &self.opts).await?;
+        dlqctl::ops::send_bodies(&self.main, &mess.bodies, true).await?;
+        let p2 = crate::pump::pump_main(self.clients, self.stack, &self.consumer, &self.opts).await?;
         let retries = p2.outcomes.get("RETRY_SCHEDULED").copied().unwrap_or(0);
         println!(
             "   pumped {} deliveries ({retries} transient retries with growing visibility timeouts)",
@@ -108,7 +108,7 @@ impl<'a> Pipeline<'a> {
 
     /// The DLQ through the enricher.
     pub async fn enrich(&self) -> Result<()> {
-        let p3 = context::pump_dlq(self.clients, self.stack, &self.enricher, &self.opts).await?;
+        let p3 = crate::pump::pump_dlq(self.clients, self.stack, &self.enricher, &self.opts).await?;
         let quarantined = p3.outcomes.get("QUARANTINED").copied().unwrap_or(0);
         println!(
             "== enrichment: {} dead letters wrapped in envelopes (WORM copies in {}), {quarantined} quarantined at once",
@@ -125,7 +125,7 @@ impl<'a> Pipeline<'a> {
         let audit = DynamoAuditLog::new(self.clients.dynamodb.clone(), &names.audit_table)
             .scan()
             .await?;
-        let envelopes = crate::triage::envelopes(&self.enricher.store, None).await?;
+        let envelopes = dlqctl::triage::envelopes(&self.enricher.store, None).await?;
         let duplicates = audit
             .iter()
             .filter(|r| r.kind == AuditKind::DuplicateSuppressed)
@@ -174,7 +174,7 @@ impl<'a> Pipeline<'a> {
             .into_iter()
             .filter(|e| e.status == EnvelopeStatus::Pending)
             .collect();
-        crate::triage::print_table(&triage(&pending), None, chrono::Utc::now());
+        dlqctl::triage::print_table(&triage(&pending), None, chrono::Utc::now());
         Ok(())
     }
 
@@ -231,7 +231,7 @@ impl<'a> Pipeline<'a> {
             "   replay UNMAPPED_CURRENCY:*       -> {} re-injected, {} still failing",
             xau.reinjected, xau.still_failing
         );
-        let sweep = crate::remediate::sweep(self.clients, self.stack).await?;
+        let sweep = crate::pump::sweep(self.clients, self.stack).await?;
         println!(
             "   scheduled sweep                  -> {} re-injected, {} quarantined (closed period: manual journal), {} still failing",
             sweep.reinjected, sweep.quarantined, sweep.still_failing
@@ -251,8 +251,8 @@ impl<'a> Pipeline<'a> {
             "   operator quarantines the rest    -> {} quarantined for a manual journal",
             rest.quarantined
         );
-        context::pump_main(self.clients, self.stack, &self.consumer, &self.opts).await?;
-        context::pump_dlq(self.clients, self.stack, &self.enricher, &self.opts).await?;
+        crate::pump::pump_main(self.clients, self.stack, &self.consumer, &self.opts).await?;
+        crate::pump::pump_dlq(self.clients, self.stack, &self.enricher, &self.opts).await?;
         Ok(())
     }
 
@@ -319,8 +319,8 @@ impl<'a> Pipeline<'a> {
             ..self.opts.clone()
         };
         while !finished.load(std::sync::atomic::Ordering::SeqCst) {
-            context::pump_main(self.clients, self.stack, &self.consumer, &quiet).await?;
-            context::pump_dlq(self.clients, self.stack, &self.enricher, &quiet).await?;
+            crate::pump::pump_main(self.clients, self.stack, &self.consumer, &quiet).await?;
+            crate::pump::pump_dlq(self.clients, self.stack, &self.enricher, &quiet).await?;
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
         Ok(())

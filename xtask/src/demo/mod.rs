@@ -1,4 +1,4 @@
-//! `dlqctl demo`: the local pipeline end to end on a generated workload — valid transactions,
+//! `cargo xtask demo` (`make demo`): the local pipeline end to end on a generated workload — valid transactions,
 //! duplicates, poison, unrecoverable payloads and transient ledger faults — then the proof, from
 //! the stores themselves, that every message sent is committed, suppressed as a duplicate, or
 //! quarantined, and that nothing posted twice.
@@ -44,13 +44,13 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
     let stack = ensure_stack(clients, names, &settings).await?;
     refuse_unaccounted_evidence(clients, &stack).await?;
     reset_data(clients, &stack).await?;
-    if crate::context::given(recon_core::config::vars::LEDGER).as_deref() == Some("postgres") {
+    if dlqctl::context::given(recon_core::config::vars::LEDGER).as_deref() == Some("postgres") {
         // A database of the demo's own, new each run, like the tables reset above.
         let db = recon_harness::postgres::ScratchDatabase::renew(DEMO_DATABASE)
             .await
             .map_err(anyhow::Error::msg)?;
         println!("   ledger: PostgreSQL, database {} (new)", db.name);
-        crate::context::set(recon_core::config::vars::POSTGRES_URL, &db.url);
+        dlqctl::context::set(recon_core::config::vars::POSTGRES_URL, &db.url);
     }
 
     let (happy, mess) = workload::generate(args)?;

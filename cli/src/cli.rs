@@ -1,0 +1,217 @@
+//! `dlqctl`'s command line: its commands, flags and their help (the reference the docs print,
+//! and what the documented commands are checked against).
+
+use clap::{Parser, Subcommand};
+use recon_core::resources;
+use std::path::PathBuf;
+
+use crate::{approvals, audit, bundle, calibrate, edit, remediate};
+
+#[derive(Parser)]
+#[command(
+    name = "dlqctl",
+    version,
+    about = "Dead-letter remediation for a reconciliation pipeline"
+)]
+pub struct Cli {
+    /// Use real AWS (the standard AWS environment) instead of the local stack.
+    #[arg(long, global = true, env = "DLQ_AWS")]
+    pub aws: bool,
+    /// Print the result as JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The deployed CloudFormation stack whose outputs name every resource (the source of truth
+    /// for a deployment made from the template); without it names derive from --prefix.
+    #[arg(long, global = true, env = "DLQ_STACK")]
+    pub stack: Option<String>,
+    /// Prefix of every resource name, when no --stack names them.
+    #[arg(long, global = true, env = "DLQ_STACK_PREFIX", default_value = resources::DEFAULT_PREFIX)]
+    pub prefix: String,
+    /// The ledger the deployment commits to: dynamodb (ours), postgres (yours, at
+    /// DLQ_POSTGRES_URL) or http (your GL's API at DLQ_HTTP_LEDGER_URL). Under --stack the stack
+    /// says. The demo's postgres ledger is a database of its own on the local server.
+    #[arg(long, global = true, env = "DLQ_LEDGER", value_parser = recon_core::config::LedgerSettings::KINDS)]
+    pub ledger: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Create (or update) the queues, tables and WORM bucket. Idempotent.
+    Setup {
+        /// Retry budget: the redrive policy's maxReceiveCount.
+        #[arg(long, default_value_t = recon_core::decisions::DEFAULT_MAX_ATTEMPTS)]
+        max_receive_count: u32,
+        /// Default COMPLIANCE retention of the quarantine bucket, days.
+        #[arg(long, default_value_t = resources::LOCAL_WORM_RETENTION_DAYS)]
+        worm_retention_days: i32,
+        /// FIFO queues (names ending in .fifo): producers set MessageGroupId to the ledger entity.
+        #[arg(long)]
+        fifo: bool,
+    },
+    /// Send JSON lines (one message body per line) to the main queue, in batches of ten.
+    Send {
+        /// File of JSON lines; `-` or nothing for standard input.
+        file: Option<PathBuf>,
+        /// Compute `source_hash` for lines that have none.
+        #[arg(long)]
+        fill_hash: bool,
+    },
+    /// Dead letters grouped by failure code and root cause: counts, age, amounts, entities.
+    Triage {
+        /// Every envelope, not only PENDING ones.
+        #[arg(long, conflicts_with = "status")]
+        all: bool,
+        /// Only envelopes in this status (PENDING, REPLAYING, REPLAYED, QUARANTINED, …).
+        #[arg(long)]
+        status: Option<recon_core::domain::EnvelopeStatus>,
+    },
+    /// One envelope in full, with its status history.
+    Show {
+        /// The envelope's id (env_<32 hex>), as triage lists samples.
+        envelope_id: String,
+        /// Also print the original body (from the bucket when it is not inline).
+        #[arg(long)]
+        body: bool,
+    },
+    /// Queue depths, ledger postings and audit counts.
+    Stats,
+    /// Give the postings committed before the DynamoDB ledger had its period index their entry
+    /// in it (once, after upgrading; a second run finds none). Other ledgers index by period
+    /// themselves.
+    IndexPeriods,
+    /// Re-inject fixed envelopes through the three gates (integrity, idempotency, temporal).
+    Replay(remediate::SelectorArgs),
+    /// Quarantine envelopes whose root cause cannot be fixed (flagged for a manual journal).
+    Quarantine(remediate::SelectorArgs),
+    /// Propose an edited body for a PENDING dead letter (`--set FIELD=VALUE` or `--body-file`):
+    /// an approval request; once another identity approves it, the edit is posted as a new
+    /// message and the original becomes SUPERSEDED.
+    Edit(edit::EditArgs),
+    /// Approve a pending approval request (as an identity other than its requester's), then
+    /// run exactly its envelopes.
+    Approve(approvals::DecisionArgs),
+    /// Reject a pending approval request (its requester may, to withdraw it).
+    Reject(approvals::DecisionArgs),
+    /// Approval requests: remediations above the approval policy, waiting for a second person.
+    Requests {
+        #[command(subcommand)]
+        command: approvals::RequestsCommand,
+    },
+    /// The approval policy: which replays and quarantines need a second person.
+    Policy {
+        #[command(subcommand)]
+        command: approvals::PolicyCommand,
+    },
+    /// Reference data: currency mappings.
+    Ref {
+        #[command(subcommand)]
+        what: RefWhat,
+    },
+    /// Accounting periods per entity.
+    Period {
+        #[command(subcommand)]
+        command: remediate::PeriodCommand,
+    },
+    /// The hash-chained audit trail: verify, seal, show one transaction's life.
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+    },
+    /// The retry budget against history: recoveries per attempt, the knee, what became of each
+    /// transient kind's exhausted messages, and a recommended budget and backoff.
+    Calibrate(calibrate::CalibrateArgs),
+    /// Prove ingested = committed + duplicates + pending + quarantined + in flight (exit 1 if not,
+    /// 3 if undecided: messages still queued).
+    Reconcile(bundle::ReconcileArgs),
+    /// Evidence for auditors.
+    Evidence {
+        #[command(subcommand)]
+        command: EvidenceCommand,
+    },
+    /// Print the functions' environment for this deployment as KEY=VALUE lines: every name the
+    /// template would set (and, for the local stack, its endpoints), for `cargo lambda watch
+    /// --env-file` (see `make watch`).
+    Env,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to standard output.
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the resource settings the infrastructure template must agree with (JSON).
+    #[command(hide = true)]
+    InfraSpec,
+}
+
+#[derive(Subcommand)]
+pub enum EvidenceCommand {
+    /// Write a bundle (reconciliation of one period, audit chains with heads and seals) that
+    /// `dlqctl audit verify --bundle` checks offline.
+    Export {
+        /// The accounting period, YYYY-MM.
+        #[arg(long)]
+        period: String,
+        /// Where to write the bundle.
+        #[arg(long, default_value = "evidence.json")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum RefWhat {
+    /// Currency mappings (ISO 4217 is built in; add metals, stablecoins, internal units).
+    Currency {
+        #[command(subcommand)]
+        command: remediate::RefCommand,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::Parser;
+
+    /// Every flag and argument of every command says what it is for (`--help`), and clap finds
+    /// the definition consistent (no flag defined twice, e.g. a command's own `--json` beside the
+    /// global one).
+    #[test]
+    fn every_flag_has_help_and_the_cli_is_consistent() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        cli.clone().debug_assert();
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(format!("{path} {} (the command)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&cli, "dlqctl", &mut missing);
+        assert!(missing.is_empty(), "without help: {missing:#?}");
+    }
+
+    #[test]
+    fn verify_continues_from_a_numbered_seal_and_not_with_a_bundle() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["dlqctl", "--aws", "audit", "verify"], args].concat());
+        assert!(parse(&["--from-seal", "41"]).is_ok());
+        for bad in [
+            &["--from-seal", "x"][..],
+            &["--from-seal", "-1"],
+            &["--from-seal", "3", "--bundle", "b.json"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! `cargo xtask`: the developer's commands, on the local stack. The operator's are `dlqctl`'s,
+//! which links no test code; this tool does (the demo's faulty ledger, the harness's pump).
+//!
+//! - `demo`: the whole pipeline on a generated workload, and the proof that nothing was lost or
+//!   posted twice (`make demo`);
+//! - `pump`: the consumer and the enricher in this process, polling the local stack's queues as
+//!   Lambda's SQS triggers would (and the scheduled sweep, with `--sweep-every`).
+
+mod demo;
+mod pump;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use dlqctl::{context, output};
+use recon_aws::{AwsClients, Target};
+use recon_core::resources;
+
+#[derive(Parser)]
+#[command(
+    name = "xtask",
+    about = "The developer's commands on the local stack: the demo and the local pump"
+)]
+struct Cli {
+    /// Prefix of every resource name on the local stack.
+    #[arg(long, global = true, env = "DLQ_STACK_PREFIX", default_value = resources::DEFAULT_PREFIX)]
+    prefix: String,
+    /// The ledger the pipeline commits to: dynamodb (ours), postgres (the demo's database of its
+    /// own on the local server; else DLQ_POSTGRES_URL) or http (DLQ_HTTP_LEDGER_URL).
+    #[arg(long, global = true, env = "DLQ_LEDGER", value_parser = recon_core::config::LedgerSettings::KINDS)]
+    ledger: Option<String>,
+    /// Print the pump's rounds as JSON lines (the demo tells its story as text).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the whole pipeline on a generated workload and prove nothing was lost or doubled.
+    Demo(demo::DemoArgs),
+    /// Poll the queues and run the consumer (main queue) and the enricher (DLQ) in-process, as
+    /// Lambda's SQS triggers would.
+    Pump(pump::PumpArgs),
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    output::set_json(cli.json);
+    // The demo prints its own story; per-message decision events would drown it.
+    let level = if matches!(cli.command, Command::Demo(_)) {
+        "error"
+    } else {
+        "warn"
+    };
+    output::init_logs(level, output::colour_on_stderr());
+    if let Err(e) = run(cli).await {
+        eprintln!("error: {e:#}");
+        std::process::exit(output::exit_code(&e));
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    if let Some(kind) = &cli.ledger {
+        context::set(recon_core::config::vars::LEDGER, kind);
+    }
+    let clients = AwsClients::connect(Target::local_from_env()).await;
+    let names = context::names(&clients, None, &cli.prefix).await?;
+    match cli.command {
+        Command::Demo(_) if cli.json => {
+            anyhow::bail!("the demo tells its story as text; --json applies to the pump")
+        }
+        Command::Demo(args) => demo::run(&clients, &names, &args).await,
+        Command::Pump(args) => pump::run(&clients, &names, &args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    /// Words of a shell command line: quotes group; after a space, `#` starts a comment and `|` or
+    /// `>` ends the command.
+    fn words(line: &str) -> Vec<String> {
+        let (mut out, mut word, mut quote, mut started) = (Vec::new(), String::new(), None, false);
+        let mut previous = ' ';
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), c) => word.push(c),
+                (None, '\'' | '"') => {
+                    quote = Some(c);
+                    started = true;
+                }
+                (None, '#' | '>' | '|') if previous == ' ' => break,
+                (None, ' ') => {
+                    if started {
+                        out.push(std::mem::take(&mut word));
+                        started = false;
+                    }
+                }
+                (None, c) => {
+                    word.push(c);
+                    started = true;
+                }
+            }
+            previous = c;
+        }
+        if started {
+            out.push(word);
+        }
+        out
+    }
+
+    /// Every flag says what it is for, and clap finds the definition consistent.
+    #[test]
+    fn the_cli_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+
+    /// Every `dlqctl` and `cargo xtask` command the runbook and the README tell someone to type
+    /// parses: a renamed flag cannot leave the documents wrong.
+    #[test]
+    fn every_documented_command_parses() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let (mut operators, mut developers) = (0, 0);
+        for doc in ["docs/RUNBOOK.md", "README.md"] {
+            let text = std::fs::read_to_string(format!("{root}/{doc}")).unwrap_or_default();
+            assert!(!text.is_empty(), "{doc} unreadable");
+            // Commands are in ```sh blocks (other blocks show output).
+            let mut in_code = false;
+            for line in text.lines() {
+                if let Some(fence) = line.trim_start().strip_prefix("```") {
+                    in_code = !in_code && fence.trim() == "sh";
+                    continue;
+                }
+                let command = line.trim_start();
+                let developer = command.starts_with("cargo xtask ");
+                if !in_code || !(developer || command.starts_with("dlqctl ")) {
+                    continue;
+                }
+                let mut args = words(command);
+                // Placeholders (`[--flag]`, `FILE`, `a|b`) are the README's synopsis, not a command.
+                if args
+                    .iter()
+                    .any(|a| a.starts_with('[') || a.contains("...") || a.contains('|'))
+                {
+                    continue;
+                }
+                let parsed = if developer {
+                    developers += 1;
+                    super::Cli::try_parse_from(&args[1..]).map(|_| ())
+                } else {
+                    operators += 1;
+                    args.insert(1, "--aws".into());
+                    dlqctl::cli::Cli::try_parse_from(&args).map(|_| ())
+                };
+                if let Err(e) = parsed
+                    && !matches!(e.kind(), clap::error::ErrorKind::DisplayHelp)
+                {
+                    panic!("{doc}: `{command}` does not parse: {e}");
+                }
+            }
+        }
+        assert!(operators >= 20, "only {operators} dlqctl commands found");
+        assert!(developers >= 1, "only {developers} cargo xtask commands found");
+    }
+}
