@@ -12,8 +12,9 @@
 //! - no envelope's history grows without bound.
 
 use recon_core::domain::{
-    AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Segment, TransientKind, decode,
+    AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Segment, TransientKind, decode, identified_by_content,
 };
+use recon_core::envelopes::original_body;
 use recon_core::evidence::verify_trail;
 use recon_core::ports::{AuditOutbox, LedgerScope, StoreError, all_envelopes};
 use recon_core::reconcile::{
@@ -187,6 +188,25 @@ pub fn check(world: &World) -> Vec<String> {
         if !hand_offs.iter().any(|h| h.handed_off_by(&e.envelope_id)) {
             v.push(format!(
                 "envelope {} is left for a manual journal without a hand-off in the ledger",
+                e.envelope_id
+            ));
+        }
+    }
+    // An operator's quarantine of a transaction its body identifies (it decodes, or its hashed
+    // fields reproduce the hash it claims) is a manual journal, as the operator decided; only a
+    // body that identifies none is held for review instead.
+    for e in envelopes.iter().filter(|e| {
+        e.status == EnvelopeStatus::Quarantined
+            && !manual.contains(e.envelope_id.as_str())
+            && e.status_history
+                .last()
+                .is_some_and(|c| c.reason.starts_with("quarantined by the Operator gate"))
+    }) {
+        if let Some(Ok(Some(body))) = ready(original_body(e, &*s.worm))
+            && (decode(&body).is_ok() || identified_by_content(&body).is_some())
+        {
+            v.push(format!(
+                "envelope {} identifies its transaction, and an operator quarantined it for a manual journal, but it is held for review only",
                 e.envelope_id
             ));
         }
