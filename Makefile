@@ -165,20 +165,20 @@ bench: $(BENCH_VENV)
 ## (DynamoDB Local, an HTTP GL with its dedup table, PostgreSQL): messages/s, ms and requests or
 ## statements per message
 bench-ledgers: local-stack
-	$(CARGO) run --release --quiet -p recon-harness --bin ledger-cost -- --count $(or $(COUNT_LEDGER),2000)
+	$(CARGO) run --release --quiet -p xtask -- bench ledger-cost --count $(or $(COUNT_LEDGER),2000)
 
 ## bench-e2e: the same messages (valid, duplicates, poison) through our consumer and through a
 ## Powertools for Python consumer (BatchProcessor, idempotency on DynamoDB, pydantic), pumped the
 ## same way on the local stack; then again with DynamoDB 5 ms further away. COUNT_E2E=n messages
 E2E = --python .local-aws/bench-venv/bin/python
 bench-e2e: local-stack $(BENCH_VENV)
-	$(CARGO) run --release --quiet -p recon-harness --bin e2e -- $(E2E) --count $(or $(COUNT_E2E),2000)
+	$(CARGO) run --release --quiet -p xtask -- bench e2e $(E2E) --count $(or $(COUNT_E2E),2000)
 
 ## bench-replay: how fast the replay drains a DLQ backlog (COUNT_REPLAY envelopes, every gate on, no
 ## rate limit), as one invocation and as INVOCATIONS concurrent ones, then again with DynamoDB
 ## LATENCY_MS away (default 5; 0: not again)
 bench-replay: local-stack
-	$(CARGO) run --release --quiet -p recon-harness --bin replay-drain -- --count $(or $(COUNT_REPLAY),2000) --invocations $(or $(INVOCATIONS),4) --latency-ms $(or $(LATENCY_MS),5)
+	$(CARGO) run --release --quiet -p xtask -- bench replay-drain --count $(or $(COUNT_REPLAY),2000) --invocations $(or $(INVOCATIONS),4) --latency-ms $(or $(LATENCY_MS),5)
 
 ## bench-cold-start: each function's init time and first invocation against a mock Lambda runtime
 ## API (release builds for this machine, the local stack behind it), peak memory, binary sizes
@@ -222,8 +222,8 @@ bench-memory-ci: local-stack
 ## from a seal, over AUDIT_RECORDS records (default 100,000) under SEALS seals (default 10);
 ## BASELINE_DLQCTL=path verifies the whole trail with another build's dlqctl too, beside this one
 bench-evidence: local-stack
-	$(CARGO) build --release --quiet -p dlqctl -p recon-harness --bin dlqctl --bin evidence
-	target/release/evidence --dlqctl target/release/dlqctl --postings $(or $(POSTINGS),1000000) --periods $(or $(PERIODS),12) \
+	$(CARGO) build --release --quiet -p dlqctl -p xtask --bin dlqctl --bin xtask
+	target/release/xtask bench evidence --dlqctl target/release/dlqctl --postings $(or $(POSTINGS),1000000) --periods $(or $(PERIODS),12) \
 	  --audit-records $(or $(AUDIT_RECORDS),100000) --seals $(or $(SEALS),10) \
 	  $(if $(BASELINE_DLQCTL),--baseline-dlqctl $(BASELINE_DLQCTL))
 
@@ -231,12 +231,12 @@ bench-evidence: local-stack
 ## figures mean nothing)
 bench-evidence-ci: local-stack
 	$(BUILD_TESTED)
-	$(TESTED)/evidence --dlqctl $(TESTED)/dlqctl --postings 2400 --periods 12 --audit-records 800 --seals 4
+	$(TESTED)/xtask bench evidence --dlqctl $(TESTED)/dlqctl --postings 2400 --periods 12 --audit-records 800 --seals 4
 
 ## bench-e2e-ci: the same harness on 40 messages (a check that it runs; the figures mean nothing)
 bench-e2e-ci: local-stack $(BENCH_VENV)
 	$(BUILD_TESTED)
-	$(TESTED)/e2e $(E2E) --count 40 --latency-ms 1
+	$(TESTED)/xtask bench e2e $(E2E) --count 40 --latency-ms 1
 
 $(BENCH_VENV):
 	python3 -m venv .local-aws/bench-venv

@@ -4,8 +4,10 @@
 //! - `demo`: the whole pipeline on a generated workload, and the proof that nothing was lost or
 //!   posted twice (`make demo`);
 //! - `pump`: the consumer and the enricher in this process, polling the local stack's queues as
-//!   Lambda's SQS triggers would (and the scheduled sweep, with `--sweep-every`).
+//!   Lambda's SQS triggers would (and the scheduled sweep, with `--sweep-every`);
+//! - `bench`: the benchmark drivers (`make bench-*`).
 
+mod bench;
 mod demo;
 mod pump;
 
@@ -42,6 +44,11 @@ enum Command {
     /// Poll the queues and run the consumer (main queue) and the enricher (DLQ) in-process, as
     /// Lambda's SQS triggers would.
     Pump(pump::PumpArgs),
+    /// A benchmark driver: figures printed side by side, never assertions.
+    Bench {
+        #[command(subcommand)]
+        bench: bench::Bench,
+    },
 }
 
 #[tokio::main]
@@ -62,6 +69,11 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    if let Command::Bench { bench } = cli.command {
+        // Each driver sets up a deployment of its own (the harness's TestStack).
+        bench::run(bench).await;
+        return Ok(());
+    }
     if let Some(kind) = &cli.ledger {
         context::set(recon_core::config::vars::LEDGER, kind);
     }
@@ -73,6 +85,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Demo(args) => demo::run(&clients, &names, &args).await,
         Command::Pump(args) => pump::run(&clients, &names, &args).await,
+        Command::Bench { .. } => Ok(()),
     }
 }
 

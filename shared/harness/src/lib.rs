@@ -5,7 +5,6 @@
 //! simulator in `recon-testkit` do not. No Lambda function links either (a test checks it).
 
 pub mod capacity;
-pub mod flags;
 pub mod http_ledger;
 pub mod latency;
 pub mod ledgers;

@@ -13,13 +13,12 @@
 //! (`--latency-ms`, 0 for none): every request reaches it that much later, as DynamoDB is a
 //! network away, where what a sweep waits for is its round trips rather than the emulator.
 //!
-//!     replay-drain [--count N] [--invocations K] [--latency-ms MS]      (defaults 2000, 4, 5)
+//!     cargo xtask bench replay-drain [--count N] [--invocations K] [--latency-ms MS]      (defaults 2000, 4, 5)
 
 use recon_aws::client::Target;
 use recon_core::domain::EnvelopeStatus;
 use recon_core::replay::Segment;
 use recon_core::resources::keys;
-use recon_harness::flags::value;
 use recon_harness::latency::delay_line;
 use recon_harness::stack::TestStack;
 use recon_testkit::builders::{body, manual_request, tx_in};
@@ -181,11 +180,10 @@ async fn delayed(client: &aws_sdk_dynamodb::Client, latency_ms: u64) -> Result<a
     Ok(aws_sdk_dynamodb::Client::from_conf(config))
 }
 
-#[tokio::main]
-async fn main() {
-    let count: u32 = value("--count", 2000);
-    let invocations: usize = value("--invocations", 4usize).max(1);
-    let latency_ms: u64 = value("--latency-ms", 5);
+pub async fn run(args: ReplayDrainArgs) {
+    let count = args.count;
+    let invocations = args.invocations.max(1);
+    let latency_ms = args.latency_ms;
     println!("a backlog of {count} envelopes, every gate on, no rate limit, on the local stack");
     let latencies = if latency_ms > 0 { vec![0, latency_ms] } else { vec![0] };
     for latency in latencies {
@@ -196,4 +194,18 @@ async fn main() {
             }
         }
     }
+}
+
+/// The flags of `cargo xtask bench replay-drain`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ReplayDrainArgs {
+    /// Envelopes in the backlog.
+    #[arg(long, default_value_t = 2000)]
+    pub count: u32,
+    /// Concurrent replay invocations in the second run.
+    #[arg(long, default_value_t = 4)]
+    pub invocations: usize,
+    /// Delay in front of DynamoDB Local for the second round, milliseconds (0: none).
+    #[arg(long, default_value_t = 5)]
+    pub latency_ms: u64,
 }

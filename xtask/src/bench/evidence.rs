@@ -16,8 +16,8 @@
 //! Figures, not assertions: the run fails only when a command fails or reconciles a number of
 //! postings other than the number loaded into its scope.
 //!
-//!     evidence --dlqctl PATH [--postings N] [--periods P] [--writers W]
-//!              [--audit-records A] [--seals S] [--baseline-dlqctl PATH]
+//!     cargo xtask bench evidence --dlqctl PATH [--postings N] [--periods P] [--writers W]
+//!                                [--audit-records A] [--seals S] [--baseline-dlqctl PATH]
 //!              (defaults 1000000, 12, 8, 100000, 10, none)
 
 use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
@@ -26,7 +26,6 @@ use recon_aws::s3::S3Worm;
 use recon_core::domain::audit::{AUDIT_CHAINS, chain_of};
 use recon_core::domain::{AuditKind, AuditRecord, Posting};
 use recon_core::ports::AuditLog;
-use recon_harness::flags::value;
 use recon_harness::stack::TestStack;
 use recon_testkit::conformance::posting;
 use std::path::PathBuf;
@@ -306,25 +305,21 @@ fn committed(json: &str) -> Result<u64, String> {
     Ok(v["by_state"]["COMMITTED"]["count"].as_u64().unwrap_or(0))
 }
 
-#[tokio::main]
-async fn main() {
-    if let Err(e) = run().await {
+pub async fn run(args: EvidenceArgs) {
+    if let Err(e) = bench(args).await {
         eprintln!("bench-evidence: FAILED: {e}");
         std::process::exit(1);
     }
 }
 
-async fn run() -> Result<(), String> {
-    let dlqctl: PathBuf = value("--dlqctl", PathBuf::from("target/release/dlqctl"));
-    let count: u32 = value("--postings", 1_000_000);
-    let periods: u32 = value("--periods", 12).clamp(1, 24);
-    let writers: u32 = value("--writers", 8).max(1);
-    let audit_records: u64 = value("--audit-records", 100_000);
-    let seals: u64 = value("--seals", 10).max(2);
-    let baseline: Option<PathBuf> = value("--baseline-dlqctl", String::new())
-        .parse::<PathBuf>()
-        .ok()
-        .filter(|p| !p.as_os_str().is_empty());
+async fn bench(args: EvidenceArgs) -> Result<(), String> {
+    let dlqctl = args.dlqctl;
+    let count = args.postings;
+    let periods = args.periods.clamp(1, 24);
+    let writers = args.writers.max(1);
+    let audit_records = args.audit_records;
+    let seals = args.seals.max(2);
+    let baseline = args.baseline_dlqctl;
     let s = TestStack::new("bench-evidence").await;
     let prefix = s.stack.names.prefix.clone();
 
@@ -446,4 +441,30 @@ async fn run() -> Result<(), String> {
     }
     s.cleanup().await;
     Ok(())
+}
+
+/// The flags of `cargo xtask bench evidence`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct EvidenceArgs {
+    /// The dlqctl binary whose commands are timed.
+    #[arg(long, default_value = "target/release/dlqctl")]
+    pub dlqctl: PathBuf,
+    /// Postings loaded.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub postings: u32,
+    /// Accounting periods they are spread over (1-24).
+    #[arg(long, default_value_t = 12)]
+    pub periods: u32,
+    /// Concurrent loaders.
+    #[arg(long, default_value_t = 8)]
+    pub writers: u32,
+    /// Audit records appended.
+    #[arg(long, default_value_t = 100_000)]
+    pub audit_records: u64,
+    /// Seals written over them (at least 2).
+    #[arg(long, default_value_t = 10)]
+    pub seals: u64,
+    /// Another build's dlqctl, to verify the whole trail with beside this one.
+    #[arg(long)]
+    pub baseline_dlqctl: Option<PathBuf>,
 }

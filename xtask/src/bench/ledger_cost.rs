@@ -5,12 +5,11 @@
 //! requests (DynamoDB) or statements (PostgreSQL; each one round trip, as statements are prepared
 //! once per pooled connection) per message. Figures, not assertions.
 //!
-//!     ledger-cost [--count N] [--concurrency C]      (defaults 2000, 10)
+//!     cargo xtask bench ledger-cost [--count N] [--concurrency C]      (defaults 2000, 10)
 
 use futures::StreamExt;
 use recon_core::domain::CommitOutcome;
 use recon_core::ports::Ledger;
-use recon_harness::flags::value;
 use recon_harness::postgres::ScratchDatabase;
 use recon_harness::stack::TestStack;
 use recon_postgres::{PostgresLedger, PostgresSettings};
@@ -60,10 +59,9 @@ fn line(ledger: &str, what: &str, r: &Round, count: u32, calls: u64, unit: &str)
     );
 }
 
-#[tokio::main]
-async fn main() {
-    let count: u32 = value("--count", 2000);
-    let concurrency: usize = value("--concurrency", 10usize).max(1);
+pub async fn run(args: LedgerCostArgs) {
+    let count = args.count;
+    let concurrency = args.concurrency.max(1);
     println!(
         "{count} messages, {concurrency} at a time (as a 10-message batch commits), then the same {count} again as duplicates"
     );
@@ -132,4 +130,15 @@ async fn main() {
         Err(e) => eprintln!("PostgreSQL ledger: {e}"),
     }
     db.drop().await;
+}
+
+/// The flags of `cargo xtask bench ledger-cost`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct LedgerCostArgs {
+    /// Messages committed, then sent again as duplicates.
+    #[arg(long, default_value_t = 2000)]
+    pub count: u32,
+    /// Commits at a time (a 10-message batch commits 10 at once).
+    #[arg(long, default_value_t = 10)]
+    pub concurrency: usize,
 }

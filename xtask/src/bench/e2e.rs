@@ -13,13 +13,12 @@
 //! emulator answers in about a millisecond and serves few requests at once on two cores, AWS
 //! in several milliseconds and many at once, which is where committing a batch concurrently pays.
 //!
-//!     e2e [--count N] [--python PATH] [--visibility SECS] [--latency-ms MS]
-//!         [--duplicate-every K] [--poison-every K]     (defaults 2000, python3, 2, 5, 10, 20)
+//!     cargo xtask bench e2e [--count N] [--python PATH] [--visibility SECS] [--latency-ms MS]
+//!                           [--duplicate-every K] [--poison-every K]     (defaults 2000, python3, 2, 5, 10, 20)
 
 use recon_aws::{Target, wiring};
 use recon_core::domain::NewMessage;
 use recon_harness::capacity::{WriteUnits, metered};
-use recon_harness::flags::value;
 use recon_harness::latency::delay_line;
 use recon_harness::pump::{PumpOptions, PumpStats, pump};
 use recon_harness::stack::{MAX_ATTEMPTS, TestStack};
@@ -216,14 +215,15 @@ fn powertools(run: &Run<'_>, python: &str) -> Result<Side, String> {
     })
 }
 
-#[tokio::main]
-async fn main() {
-    let count: u32 = value("--count", 2000);
-    let python: String = value("--python", "python3".to_owned());
-    let visibility: i32 = value("--visibility", 2);
-    let dup_every: u32 = value("--duplicate-every", 10);
-    let poison_every: u32 = value("--poison-every", 20);
-    let latency_ms: u64 = value("--latency-ms", 5);
+pub async fn run(args: E2eArgs) {
+    let E2eArgs {
+        count,
+        python,
+        visibility,
+        duplicate_every: dup_every,
+        poison_every,
+        latency_ms,
+    } = args;
     let bodies = workload(count, dup_every, poison_every);
     let size = bodies.iter().map(String::len).sum::<usize>() / bodies.len().max(1);
     let one_in = |every: u32| {
@@ -299,4 +299,27 @@ async fn main() {
     if wrong > 0 {
         std::process::exit(1);
     }
+}
+
+/// The flags of `cargo xtask bench e2e`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct E2eArgs {
+    /// Messages in the workload.
+    #[arg(long, default_value_t = 2000)]
+    pub count: u32,
+    /// The Python that runs the Powertools consumer (with its packages).
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+    /// The queues' visibility timeout, seconds.
+    #[arg(long, default_value_t = 2)]
+    pub visibility: i32,
+    /// One message in this many is a duplicate (0: none).
+    #[arg(long, default_value_t = 10)]
+    pub duplicate_every: u32,
+    /// One message in this many is poison (0: none).
+    #[arg(long, default_value_t = 20)]
+    pub poison_every: u32,
+    /// Delay in front of DynamoDB Local for the second run, milliseconds (0: none).
+    #[arg(long, default_value_t = 5)]
+    pub latency_ms: u64,
 }

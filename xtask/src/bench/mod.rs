@@ -1,0 +1,30 @@
+//! The benchmark drivers (`make bench-*`): figures printed side by side in one run on the local
+//! stack, never assertions (BENCHMARKS.md says how to reproduce each).
+
+mod e2e;
+mod evidence;
+mod ledger_cost;
+mod replay_drain;
+
+use clap::Subcommand;
+
+#[derive(Subcommand)]
+pub enum Bench {
+    /// The same messages through our consumer and through a Powertools consumer (`make bench-e2e`).
+    E2e(e2e::E2eArgs),
+    /// What the evidence commands cost when the ledger is large (`make bench-evidence`).
+    Evidence(evidence::EvidenceArgs),
+    /// What one committed message costs on each ledger (`make bench-ledgers`).
+    LedgerCost(ledger_cost::LedgerCostArgs),
+    /// A backlog drained by one replay invocation and by several at once (`make bench-replay`).
+    ReplayDrain(replay_drain::ReplayDrainArgs),
+}
+
+pub async fn run(bench: Bench) {
+    match bench {
+        Bench::E2e(args) => e2e::run(args).await,
+        Bench::Evidence(args) => evidence::run(args).await,
+        Bench::LedgerCost(args) => ledger_cost::run(args).await,
+        Bench::ReplayDrain(args) => replay_drain::run(args).await,
+    }
+}
