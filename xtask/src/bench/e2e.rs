@@ -178,7 +178,7 @@ fn powertools(run: &Run<'_>, python: &str) -> Result<Side, String> {
         writeln!(f, "{b}").map_err(|e| e.to_string())?;
     }
     drop(f);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/e2e_powertools.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/e2e_powertools.py");
     let out = Command::new(python)
         .args([script, "--bodies"])
         .arg(&path)
