@@ -72,7 +72,7 @@ async fn a_poison_message_becomes_one_envelope_with_a_locked_worm_copy() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(recon_core::domain::envelope::sha256_hex(&bytes), worm.sha256);
+    assert_eq!(recon_core::domain::hash::sha256_hex(&bytes), worm.sha256);
     let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(doc["body"], body);
     let audit = s.audit().await;

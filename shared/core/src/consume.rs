@@ -384,7 +384,7 @@ where
             source_hash: l.source_hash.clone().or_else(|| {
                 Some(format!(
                     "raw:{}",
-                    crate::domain::envelope::sha256_hex(letter.body.as_bytes())
+                    crate::domain::hash::sha256_hex(letter.body.as_bytes())
                 ))
             }),
             match_decision: l.match_decision.clone(),

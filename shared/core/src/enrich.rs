@@ -16,9 +16,8 @@ use std::time::Duration;
 
 use crate::batch::{BatchHandler, BatchReport, Outcome};
 use crate::domain::{
-    AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, WormRef,
-    envelope::{SQS_REDRIVE, sha256_hex},
-    envelope_from_dlq_message,
+    AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, WormRef, envelope::SQS_REDRIVE, envelope_from_dlq_message,
+    hash::sha256_hex,
 };
 use crate::envelopes::{check_overflow, envelope_audit};
 use crate::ports::{

@@ -185,7 +185,7 @@ pub async fn a_claim_is_renewed_only_by_its_live_holder<S: EnvelopeStore>(store:
 pub fn posting(run: &str, n: u32, sqs_message_id: &str) -> recon_core::domain::Posting {
     use recon_core::domain::MatchDecision;
     recon_core::domain::Posting {
-        source_hash: recon_core::domain::envelope::sha256_hex(format!("{run}#{n}").as_bytes()),
+        source_hash: recon_core::domain::hash::sha256_hex(format!("{run}#{n}").as_bytes()),
         sqs_message_id: sqs_message_id.to_owned(),
         message_id: format!("m-{n}"),
         trace_id: format!("trace-{n}"),

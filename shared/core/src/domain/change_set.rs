@@ -7,18 +7,10 @@ use std::collections::BTreeMap;
 
 use super::canary::Canary;
 use super::edit::Edit;
-use super::envelope::{DlqEnvelope, sha256_hex};
-use super::message::parse_amount;
-use super::total::Tally;
-
-/// What a remediation would move: how many envelopes, their absolute amounts per currency (a
-/// credit moves money as much as a debit), and how many belong to a closed period.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Exposure {
-    pub count: u64,
-    pub gross: Tally,
-    pub closed_period: u64,
-}
+use super::envelope::DlqEnvelope;
+use super::hash::sha256_hex;
+use super::money::parse_amount;
+use super::policy::Exposure;
 
 impl Exposure {
     pub fn add(&mut self, c: &Change) {

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::envelope::sha256_hex;
+use super::hash::sha256_hex;
 use super::message::{content_hash, decode};
 
 /// The fields an edit may change. Not `message_id` (the producer's identity of the message:

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use super::attrs;
 use super::dead_letter::{DeadLetterContext, OriginalAttribute};
 use super::failure::{FailureCode, RootCause, bounded_detail};
+use super::hash::sha256_hex;
 use super::message::{decode, labels};
 use super::sqs;
 use super::status::{EnvelopeStatus, StatusChange};
@@ -161,10 +162,6 @@ pub struct DlqEnvelope {
 pub fn envelope_id(source_message_id: &str) -> String {
     let digest = Sha256::digest(format!("recon-envelope/v1;{source_message_id}").as_bytes());
     format!("env_{}", &hex::encode(digest)[..32])
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// Build the envelope of a DLQ delivery. `now` is the enrichment time; `actor` the enricher.

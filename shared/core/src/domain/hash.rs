@@ -122,6 +122,11 @@ pub fn canonical_text(input: &HashInput<'_>) -> String {
     s
 }
 
+/// The SHA-256 of `bytes`, lower-case hex: bodies' digests, content addresses, record hashes.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,8 @@ pub mod failure;
 pub mod hash;
 pub mod input;
 pub mod message;
+pub mod money;
+pub mod policy;
 pub mod posting;
 pub mod reference;
 pub mod seal;

@@ -261,7 +261,7 @@ pub struct ReferenceSnapshot {
     /// (entity, period) -> planned close, of open periods.
     closes: BTreeMap<(String, String), NaiveDate>,
     /// Which remediation needs a second person (kept in the reference table too).
-    approval: super::approval::ApprovalPolicy,
+    approval: super::policy::ApprovalPolicy,
 }
 
 impl ReferenceSnapshot {
@@ -316,12 +316,12 @@ impl ReferenceSnapshot {
     }
 
     /// The same data with this approval policy.
-    pub fn with_approval(mut self, policy: super::approval::ApprovalPolicy) -> Self {
+    pub fn with_approval(mut self, policy: super::policy::ApprovalPolicy) -> Self {
         self.approval = policy;
         self
     }
 
-    pub fn approval(&self) -> &super::approval::ApprovalPolicy {
+    pub fn approval(&self) -> &super::policy::ApprovalPolicy {
         &self.approval
     }
 

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
-use super::message::parse_amount;
+use super::money::parse_amount;
 
 /// A sum too large to be kept exactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

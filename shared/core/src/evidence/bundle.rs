@@ -11,13 +11,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::anchors::StoredSeal;
-use super::export::ExportError;
 use super::summary::{Needs, SealPlan};
 use super::verify::{VerifyReport, check_seals, unsealed_tail, verify_chains};
-use crate::domain::TransientKind;
 use crate::domain::audit::{ChainHead, ChainedRecord};
 use crate::domain::seal::{AuditSeal, ProofStep, merkle_proof, proof_root};
-use crate::ports::{AuditLog, StoreError, StoreResult, Worm};
 
 pub const BUNDLE_SCHEMA: &str = "recon-dlq/evidence-bundle/v2";
 
@@ -78,27 +75,6 @@ pub struct Bundle {
     /// markers): verification names each.
     #[serde(default)]
     pub worm_findings: Vec<String>,
-}
-
-/// Seal the trail now, then gather the bundle: every record the new seal covers, every seal of
-/// the trail as stored, with proofs. The bundle [`super::write_bundle`] writes, read back: one
-/// implementation, the one `dlqctl evidence export` runs.
-pub async fn export_bundle<A: AuditLog, W: Worm>(
-    audit: &A,
-    worm: &W,
-    now: DateTime<Utc>,
-    period: &str,
-    outcomes: Vec<(crate::reconcile::State, crate::reconcile::Entry)>,
-    reconciliation: crate::reconcile::Reconciliation,
-) -> StoreResult<Bundle> {
-    let mut bytes = Vec::new();
-    let unwritable = |e: String| StoreError::new(TransientKind::Infrastructure, format!("the bundle: {e}"));
-    match super::write_bundle(audit, worm, now, period, &outcomes, &reconciliation, &mut bytes).await {
-        Ok(_) => {}
-        Err(ExportError::Store(e)) => return Err(e),
-        Err(e) => return Err(unwritable(e.to_string())),
-    }
-    serde_json::from_slice(&bytes).map_err(|e| unwritable(e.to_string()))
 }
 
 /// Verify a bundle offline.

@@ -9,11 +9,12 @@ use serde::Serialize;
 use std::io::Write;
 
 use super::anchors::{read_worm, seal};
-use super::bundle::{BUNDLE_SCHEMA, BundleSeal};
+use super::bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal};
 use super::stream::{ChainPages, VERIFY_PAGE};
+use crate::domain::TransientKind;
 use crate::domain::audit::AUDIT_CHAINS;
 use crate::domain::seal::AuditSeal;
-use crate::ports::{AuditLog, StoreError, Worm};
+use crate::ports::{AuditLog, StoreError, StoreResult, Worm};
 use crate::reconcile::{Entry, Reconciliation, State};
 
 /// What a written bundle holds, for the operator's summary.
@@ -113,4 +114,25 @@ pub async fn write_bundle<A: AuditLog, W: Worm, O: Write>(
         chains: heads.len(),
         seals,
     })
+}
+
+/// Seal the trail now, then gather the bundle: every record the new seal covers, every seal of
+/// the trail as stored, with proofs. The bundle [`write_bundle`] writes, read back: one
+/// implementation, the one `dlqctl evidence export` runs.
+pub async fn export_bundle<A: AuditLog, W: Worm>(
+    audit: &A,
+    worm: &W,
+    now: DateTime<Utc>,
+    period: &str,
+    outcomes: Vec<(crate::reconcile::State, crate::reconcile::Entry)>,
+    reconciliation: crate::reconcile::Reconciliation,
+) -> StoreResult<Bundle> {
+    let mut bytes = Vec::new();
+    let unwritable = |e: String| StoreError::new(TransientKind::Infrastructure, format!("the bundle: {e}"));
+    match write_bundle(audit, worm, now, period, &outcomes, &reconciliation, &mut bytes).await {
+        Ok(_) => {}
+        Err(ExportError::Store(e)) => return Err(e),
+        Err(e) => return Err(unwritable(e.to_string())),
+    }
+    serde_json::from_slice(&bytes).map_err(|e| unwritable(e.to_string()))
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::{Entry, State};
-use crate::domain::message::parse_amount;
+use crate::domain::money::parse_amount;
 use crate::domain::{DlqEnvelope, EnvelopeStatus, Tally};
 
 /// An edited transaction as the producer sent it.

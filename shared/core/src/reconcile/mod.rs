@@ -21,8 +21,8 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::domain::envelope::sha256_hex;
-use crate::domain::message::parse_amount;
+use crate::domain::hash::sha256_hex;
+use crate::domain::money::parse_amount;
 use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Tally, labels};
 
 mod checks;

@@ -18,7 +18,7 @@ use super::settle::Settlement;
 use super::{Gate, ReplayRequest, Replayer, Run, Selector};
 use crate::domain::approval::{Action, ApprovalRequest, Change, Identity, NewRequest, Refused};
 use crate::domain::edit::{Edit, EditRefused, Proposal, edit_claim, propose};
-use crate::domain::envelope::sha256_hex;
+use crate::domain::hash::sha256_hex;
 use crate::domain::{AuditKind, CommitOutcome, DlqEnvelope, EnvelopeStatus, HandOff, TransientKind, validate};
 use crate::envelopes::{original_body, publish};
 use crate::ports::{

@@ -57,7 +57,7 @@ use std::time::Duration;
 use crate::domain::ReferenceSnapshot;
 use crate::domain::approval::{MAX_REQUEST_ENVELOPES, Refused};
 use crate::domain::canary::Canary;
-use crate::domain::envelope::sha256_hex;
+use crate::domain::hash::sha256_hex;
 use crate::envelopes::{check_overflow, drain_outbox};
 use crate::ports::{
     AuditLog, AuditOutbox, Backlog, Clock, Deadline, EnvelopeStore, FlowResult, Ledger, Metric, Metrics, ReferenceData,

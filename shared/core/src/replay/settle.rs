@@ -10,7 +10,7 @@ use super::gates::{Gate, ReadAhead, Verdict};
 use super::report::{ReplayItem, ReplayOutcome, item};
 use super::{Replayer, Run};
 use crate::domain::edit::EDIT_CLAIM_PREFIX;
-use crate::domain::envelope::sha256_hex;
+use crate::domain::hash::sha256_hex;
 use crate::domain::{
     AuditKind, AuditRecord, CommitOutcome, CommittedRef, DlqEnvelope, EnvelopeStatus, FailureCode, HandOff, HashKind,
     ReplayClaim, ReplayRecord, StatusChange, TransientKind,

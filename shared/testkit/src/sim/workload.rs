@@ -165,7 +165,7 @@ fn truth(id: usize, m: &NewMessage) -> Transaction {
         id,
         ledger_entity: m.ledger_entity.to_uppercase(),
         currency: m.currency.to_uppercase(),
-        amount: recon_core::domain::message::parse_amount(&m.amount)
+        amount: recon_core::domain::money::parse_amount(&m.amount)
             .map(|a| a.normalize())
             .unwrap_or_default(),
         value_date: m.value_date.clone(),

@@ -6,12 +6,13 @@ use rust_decimal::Decimal;
 use std::borrow::Cow;
 
 use super::{
-    MAX_COUNTERPARTY_LEN, MAX_ENTITY_LEN, MAX_REF_LEN, Scalar, Wire, canonical_text, is_hash_hex, parse_amount,
-    parse_date, required, schema, string_field, without_bom,
+    MAX_COUNTERPARTY_LEN, MAX_ENTITY_LEN, MAX_REF_LEN, Scalar, Wire, canonical_text, is_hash_hex, parse_date, required,
+    schema, string_field, without_bom,
 };
 use crate::domain::canonical;
 use crate::domain::failure::ProcessError;
 use crate::domain::hash::{HashInput, source_hash_bytes};
+use crate::domain::money::parse_amount;
 
 impl<'a> Wire<'a> {
     /// Its hashed fields, parsed (taken out of it).

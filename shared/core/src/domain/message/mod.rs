@@ -24,6 +24,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::canonical;
+
 use super::failure::{ProcessError, RootCause};
 use super::reference::{PeriodStatus, ReferenceSnapshot};
 
@@ -41,8 +42,6 @@ pub const MAX_ID_LEN: usize = 128;
 pub const MAX_ENTITY_LEN: usize = 64;
 pub const MAX_REF_LEN: usize = 128;
 pub const MAX_COUNTERPARTY_LEN: usize = 256;
-/// 28 significant digits is what a `Decimal` holds exactly.
-pub const MAX_AMOUNT_DIGITS: usize = 28;
 
 /// The upstream matcher's verdict, carried through for audit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -306,35 +305,6 @@ pub(crate) fn canonical_text<'a>(name: &str, s: Cow<'a, str>) -> Result<Cow<'a, 
 /// Is `s` 64 hex digits? (Either case is accepted; it is stored lower-case.)
 fn is_hash_hex(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// Parse a plain decimal: `-?digits(.digits)?`, at most 28 significant digits. No `+`, no
-/// exponent, no spaces, no thousands separators: anything else is `INVALID_DECIMAL`.
-pub fn parse_amount(s: &str) -> Result<Decimal, ProcessError> {
-    let invalid = |why: &str| {
-        ProcessError::poison(
-            RootCause::InvalidDecimal,
-            format!("amount `{}` {why}", crate::domain::failure::bounded_detail(s)),
-        )
-    };
-    let digits = s.strip_prefix('-').unwrap_or(s);
-    let (int, frac) = match digits.split_once('.') {
-        Some((i, f)) => (i, Some(f)),
-        None => (digits, None),
-    };
-    if int.is_empty() || !int.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(invalid("is not a plain decimal number"));
-    }
-    if let Some(f) = frac
-        && (f.is_empty() || !f.bytes().all(|b| b.is_ascii_digit()))
-    {
-        return Err(invalid("is not a plain decimal number"));
-    }
-    let significant = int.trim_start_matches('0').len() + frac.map_or(0, str::len);
-    if significant > MAX_AMOUNT_DIGITS {
-        return Err(invalid("has more than 28 significant digits"));
-    }
-    Decimal::from_str_exact(s).map_err(|e| invalid(&format!("does not parse: {e}")))
 }
 
 /// Decode and verify a body, without reference data (stages 1-4).

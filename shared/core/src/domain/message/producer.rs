@@ -5,10 +5,11 @@ use serde::{Deserialize, Serialize};
 
 use std::borrow::Cow;
 
-use super::{MatchDecision, SCHEMA_VERSION, canonical_text, parse_amount};
+use super::{MatchDecision, SCHEMA_VERSION, canonical_text};
 use crate::domain::canonical;
 use crate::domain::failure::ProcessError;
 use crate::domain::hash::{HashInput, source_hash};
+use crate::domain::money::parse_amount;
 
 /// The fields of a new message, for producers (`dlqctl send`, the demo, tests): builds the JSON
 /// body with a correct `source_hash`.

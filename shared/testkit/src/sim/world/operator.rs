@@ -139,7 +139,7 @@ impl World {
                 t,
                 Transaction {
                     currency: "USD".into(),
-                    amount: recon_core::domain::message::parse_amount(&amount)
+                    amount: recon_core::domain::money::parse_amount(&amount)
                         .map(|a| a.normalize())
                         .unwrap_or_default(),
                     value_date: format!("2026-12-0{day}"),
