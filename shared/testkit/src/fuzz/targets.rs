@@ -13,6 +13,8 @@ use recon_core::replay::parse_invocation;
 use serde_json::Value;
 use std::path::Path;
 
+use crate::sim::exec::ready;
+
 use crate::builders::attribute;
 use crate::memory::limits::check_envelope_item;
 
@@ -239,18 +241,6 @@ pub fn sample_bundle() -> String {
         return String::new();
     };
     serde_json::to_string_pretty(&bundle).unwrap_or_default()
-}
-
-/// A future of the memory adapters, which is ready at its first poll.
-fn ready<F: std::future::Future>(f: F) -> Option<F::Output> {
-    let mut f = std::pin::pin!(f);
-    match f
-        .as_mut()
-        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-    {
-        std::task::Poll::Ready(v) => Some(v),
-        std::task::Poll::Pending => None,
-    }
 }
 
 #[cfg(test)]

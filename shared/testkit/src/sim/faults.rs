@@ -10,7 +10,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::exec::{SimClock, yield_now};
+use super::clock::SimClock;
+use super::exec::yield_now;
 use super::rng::SharedRng;
 use super::trace::Trace;
 

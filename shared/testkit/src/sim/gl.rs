@@ -20,7 +20,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::exec::{SimClock, yield_now};
+use super::clock::SimClock;
+use super::exec::yield_now;
 use super::rng::{Rng, SharedRng};
 use super::trace::Trace;
 use crate::memory::lock;

@@ -17,6 +17,7 @@
 //! | [`truth`]    | the ground truth: each message's kind and transaction, judged field by field |
 //! | [`trace`]    | what happened, for a failing seed                                        |
 
+pub mod clock;
 pub mod exec;
 pub mod faults;
 mod faulty;
@@ -34,7 +35,8 @@ pub mod world;
 use chrono::{TimeZone, Utc};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use exec::{Executor, SimClock};
+use clock::SimClock;
+use exec::Executor;
 use rng::SharedRng;
 use trace::Trace;
 use world::{Settings, World};

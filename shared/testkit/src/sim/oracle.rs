@@ -23,10 +23,8 @@ use recon_core::reconcile::{
 };
 use recon_core::replay::MAX_RELEASES;
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
+use super::exec::ready;
 use super::truth;
 use super::workload::{CLOSED_ENTITY, CLOSED_PERIOD};
 use super::world::{DLQ, MAIN, World};
@@ -37,15 +35,6 @@ use recon_core::ports::{Ledger, LedgerReader};
 /// a release per failed re-injection, up to the cap, and a few more (creation, takeovers, the
 /// final decision).
 pub const MAX_HISTORY: usize = 2 * MAX_RELEASES + 8;
-
-/// Run a future of the memory stores (ready at the first poll).
-pub(super) fn ready<F: Future>(f: F) -> Option<F::Output> {
-    let mut f = pin!(f);
-    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(v) => Some(v),
-        Poll::Pending => None,
-    }
-}
 
 pub fn check(world: &World) -> Vec<String> {
     let s = &world.stores;

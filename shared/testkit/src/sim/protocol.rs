@@ -13,7 +13,7 @@
 //! - **the consumer's record**: every dead letter the consumer sent has its `DEAD_LETTERED`
 //!   record in the trail.
 
-use recon_core::domain::envelope::sha256_hex;
+use recon_core::domain::hash::sha256_hex;
 use recon_core::domain::{AuditKind, AuditRecord, DlqEnvelope, decode};
 use recon_core::ports::Worm;
 use recon_core::replay::ReplayConfig;
@@ -112,7 +112,7 @@ pub fn hand_offs_fenced(claims: &[ClaimEvent], hand_offs: &[(u64, String, String
 
 /// Every envelope's WORM document (and body, when the bucket holds it) is there, as named.
 pub fn worm_copies(envelopes: &[DlqEnvelope], worm: &MemoryWorm) -> Vec<String> {
-    let get = |key: &str| super::oracle::ready(worm.get(key)).and_then(Result::ok).flatten();
+    let get = |key: &str| super::exec::ready(worm.get(key)).and_then(Result::ok).flatten();
     let mut v = Vec::new();
     for e in envelopes {
         match &e.worm {

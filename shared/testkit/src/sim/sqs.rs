@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::exec::SimClock;
+use super::clock::SimClock;
 use super::rng::SharedRng;
 use crate::builders::attribute;
 

@@ -4,7 +4,7 @@ use recon_core::ports::Clock;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use super::exec::SimClock;
+use super::clock::SimClock;
 
 #[derive(Clone)]
 pub struct Trace {

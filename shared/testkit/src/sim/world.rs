@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use super::exec::{JoinHandle, SimClock, Spawner};
+use super::clock::SimClock;
+use super::exec::{JoinHandle, Spawner};
 use super::faults::{Faulty, Injector};
 use super::gl::SimGl;
 use super::ledger::{Books, SimLedger};

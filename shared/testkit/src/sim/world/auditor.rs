@@ -9,8 +9,7 @@ impl World {
     pub(super) fn audit_now(&self) {
         let s = &self.stores;
         let queued = s.sqs.depth(MAIN).total() + s.sqs.depth(DLQ).total();
-        let Some(Ok(envelopes)) = crate::sim::oracle::ready(recon_core::ports::all_envelopes(&*s.envelopes, None))
-        else {
+        let Some(Ok(envelopes)) = crate::sim::exec::ready(recon_core::ports::all_envelopes(&*s.envelopes, None)) else {
             return;
         };
         let postings = s.books.postings_now();
