@@ -8,6 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "architecture/file_graph.rs"]
+mod file_graph;
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -333,12 +336,13 @@ fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     graph.keys().find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
 }
 
-const CRATE_SOURCES: [&str; 5] = [
+const CRATE_SOURCES: [&str; 6] = [
     "shared/core/src",
     "shared/aws/src",
     "shared/testkit/src",
     "shared/harness/src",
     "cli/src",
+    "xtask/src",
 ];
 
 #[test]
@@ -348,6 +352,22 @@ fn no_crate_has_a_module_cycle() {
         assert!(graph.len() >= 2, "{src}: the modules were found");
         if let Some(c) = cycle(&graph) {
             panic!("{src}: module cycle {}", c.join(" -> "));
+        }
+    }
+}
+
+/// Files, not only top-level modules: no file of a crate reaches itself through the files it
+/// takes names from.
+#[test]
+fn no_crate_has_a_file_cycle() {
+    for src in CRATE_SOURCES {
+        let graph = file_graph::file_graph(&workspace().join(src));
+        assert!(
+            graph.values().filter(|to| !to.is_empty()).count() >= 2,
+            "{src}: the files' imports were read"
+        );
+        if let Some(c) = file_graph::file_cycle(&workspace().join(src)) {
+            panic!("{src}: file cycle {}", c.join(" -> "));
         }
     }
 }
@@ -401,7 +421,7 @@ fn all_time_in_core_goes_through_the_clock() {
 fn no_hand_written_module_is_above_600_lines() {
     let root = workspace();
     let mut long = Vec::new();
-    for dir in ["shared", "functions", "cli", "tests"] {
+    for dir in ["shared", "functions", "cli", "xtask", "tests"] {
         for file in rust_files(&root.join(dir)) {
             let lines = std::fs::read_to_string(&file).map(|t| t.lines().count()).unwrap_or(0);
             if lines > 600 {

@@ -195,5 +195,3 @@ impl Injector {
         }
     }
 }
-
-pub use super::faulty::Faulty;

@@ -11,7 +11,7 @@ use recon_core::ports::{
 };
 use std::sync::Arc;
 
-use super::faults::Faulty;
+use super::faulty::Faulty;
 use super::gl::SimGl;
 use crate::memory::{MemoryDedupTable, MemoryLedger};
 

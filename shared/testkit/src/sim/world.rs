@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use super::clock::SimClock;
 use super::exec::{JoinHandle, Spawner};
-use super::faults::{Faulty, Injector};
+use super::faults::Injector;
+use super::faulty::Faulty;
 use super::gl::SimGl;
 use super::ledger::{Books, SimLedger};
 use super::rng::SharedRng;
