@@ -1,4 +1,4 @@
-"""The canonical source_hash (README, "source_hash"), in plain Python for the benchmarks' messages:
+"""The canonical source_hash (docs/contract.md, "source_hash"), in plain Python for the benchmarks' messages:
 the hashed text built from field values already valid (the amount in its canonical text)."""
 
 import hashlib

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Verify an evidence bundle (`dlqctl evidence export`) without this project's code.
 
-Python 3.9+, standard library only. It re-implements the formats the README specifies under
+Python 3.9+, standard library only. It re-implements the formats docs/evidence.md specifies under
 "Audit evidence: formats" from that text alone: the canonical record form, the record hash, the
 seal's canonical form and digest, the Merkle tree over chain heads and its inclusion proofs. It
 checks that every record hashes and links, every chain ends at the head its last seal commits
@@ -155,7 +155,7 @@ PLAIN_DECIMAL = re.compile(r"-?([0-9]+)(?:\.([0-9]+))?\Z", re.ASCII)
 
 
 def plain_decimal(text):
-    """An amount as the README's message contract reads it: a plain decimal, at most 28
+    """An amount as the message contract (docs/contract.md) reads it: a plain decimal, at most 28
     significant digits; anything else counts as "without amount"."""
     m = PLAIN_DECIMAL.match(text or "")
     if not m or len(m.group(1).lstrip("0")) + len(m.group(2) or "") > 28:

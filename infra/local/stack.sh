@@ -33,7 +33,7 @@ install_localstack() {
   log "installing LocalStack $localstack_version into .local-aws/venv (about a minute)"
   mkdir -p "$dir"
   python3 -m venv "$venv"
-  # Newer releases of these break LocalStack 4.13.1 at start-up (see the README's troubleshooting).
+  # Newer releases of these break LocalStack 4.13.1 at start-up (LocalStack's own notes on 4.13.1).
   printf '%s\n' 'pyopenssl<24.3' 'cryptography<44' 'cbor2<6' 'joserfc<1.1' > "$dir/constraints.txt"
   "$venv/bin/pip" install --quiet --disable-pip-version-check --upgrade pip >/dev/null
   "$venv/bin/pip" install --quiet --disable-pip-version-check \

@@ -126,6 +126,114 @@ mod tests {
         out
     }
 
+    const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+    /// The README, ARCHITECTURE.md, BENCHMARKS.md and every page of docs/: (path, text).
+    fn documents() -> Vec<(String, String)> {
+        let mut paths: Vec<String> = std::fs::read_dir(format!("{ROOT}/docs"))
+            .expect("docs/ unreadable")
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name.ends_with(".md"))
+            .map(|name| format!("docs/{name}"))
+            .collect();
+        paths.sort();
+        paths.splice(
+            0..0,
+            ["README.md", "ARCHITECTURE.md", "BENCHMARKS.md"].map(String::from),
+        );
+        paths
+            .into_iter()
+            .map(|p| {
+                let text = std::fs::read_to_string(format!("{ROOT}/{p}")).unwrap_or_default();
+                assert!(!text.is_empty(), "{p} unreadable");
+                (p, text)
+            })
+            .collect()
+    }
+
+    /// A heading's anchor as GitHub and mdBook make it: lower case, spaces to `-`, punctuation
+    /// other than `-` and `_` dropped.
+    fn anchor(heading: &str) -> String {
+        heading
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter_map(|c| match c {
+                ' ' => Some('-'),
+                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every relative link of the documents leads to a file that exists, and an anchor to one of
+    /// its headings; every page the book's summary lists exists and every page of docs/ is
+    /// listed: moving a section cannot leave a link behind.
+    #[test]
+    fn every_link_between_the_documents_resolves() {
+        let docs = documents();
+        let anchors = |path: &std::path::Path| -> Vec<String> {
+            std::fs::read_to_string(path)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.strip_prefix('#'))
+                .map(|h| anchor(h.trim_start_matches('#')))
+                .collect()
+        };
+        let mut broken = Vec::new();
+        let mut checked = 0;
+        for (doc, text) in &docs {
+            let dir = std::path::Path::new(ROOT)
+                .join(doc)
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_default();
+            let mut in_code = false;
+            for line in text.lines() {
+                if line.trim_start().starts_with("```") {
+                    in_code = !in_code;
+                    continue;
+                }
+                if in_code {
+                    continue;
+                }
+                for target in line.split("](").skip(1).filter_map(|rest| rest.split(')').next()) {
+                    if target.contains("://") || target.starts_with("mailto:") || target.is_empty() {
+                        continue;
+                    }
+                    let (file, fragment) = target.split_once('#').unwrap_or((target, ""));
+                    let path = if file.is_empty() {
+                        std::path::Path::new(ROOT).join(doc)
+                    } else {
+                        dir.join(file)
+                    };
+                    checked += 1;
+                    if !path.exists() {
+                        broken.push(format!("{doc}: {target} (no such file)"));
+                    } else if !fragment.is_empty()
+                        && path.extension().is_some_and(|e| e == "md")
+                        && !anchors(&path).contains(&fragment.to_owned())
+                    {
+                        broken.push(format!("{doc}: {target} (no such heading)"));
+                    }
+                }
+            }
+        }
+        assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+        assert!(checked >= 20, "only {checked} links found");
+        let summary = std::fs::read_to_string(format!("{ROOT}/docs/SUMMARY.md")).expect("docs/SUMMARY.md");
+        for (doc, _) in docs
+            .iter()
+            .filter(|(d, _)| d.starts_with("docs/") && !d.ends_with("SUMMARY.md"))
+        {
+            let page = doc.trim_start_matches("docs/");
+            assert!(
+                summary.contains(&format!("]({page})")),
+                "docs/SUMMARY.md does not list {page}"
+            );
+        }
+    }
+
     /// Every flag says what it is for, and clap finds the definition consistent.
     #[test]
     fn the_cli_is_consistent() {
@@ -133,15 +241,17 @@ mod tests {
         super::Cli::command().debug_assert();
     }
 
-    /// Every `dlqctl` and `cargo xtask` command the runbook and the README tell someone to type
-    /// parses: a renamed flag cannot leave the documents wrong.
+    /// Every `dlqctl` and `cargo xtask` command the README and the pages of docs/ (the runbook
+    /// among them) tell someone to type parses: a renamed flag cannot leave the documents wrong.
     #[test]
     fn every_documented_command_parses() {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
         let (mut operators, mut developers) = (0, 0);
-        for doc in ["docs/RUNBOOK.md", "README.md"] {
-            let text = std::fs::read_to_string(format!("{root}/{doc}")).unwrap_or_default();
-            assert!(!text.is_empty(), "{doc} unreadable");
+        let docs = documents();
+        assert!(
+            docs.iter().any(|(d, _)| d == "docs/RUNBOOK.md"),
+            "docs/RUNBOOK.md missing"
+        );
+        for (doc, text) in &docs {
             // Commands are in ```sh blocks (other blocks show output).
             let mut in_code = false;
             for line in text.lines() {
@@ -155,7 +265,7 @@ mod tests {
                     continue;
                 }
                 let mut args = words(command);
-                // Placeholders (`[--flag]`, `FILE`, `a|b`) are the README's synopsis, not a command.
+                // Placeholders (`[--flag]`, `FILE`, `a|b`) are the docs' synopsis, not a command.
                 if args
                     .iter()
                     .any(|a| a.starts_with('[') || a.contains("...") || a.contains('|'))

@@ -1,7 +1,7 @@
 //! The catalogue of named bad inputs: message bodies, dead letters as the enricher reads them,
-//! operator input and configuration values, each with what the system does with it. The README
-//! ("Bad input") shows the same table; this test checks both the behaviour and that the README
-//! lists every case as it stands here (`CATALOGUE=print` prints the table).
+//! operator input and configuration values, each with what the system does with it.
+//! docs/contract.md ("Bad input") shows the same table; this test checks both the behaviour and
+//! that the page lists every case as it stands here (`CATALOGUE=print` prints the table).
 
 mod catalogue;
 
@@ -25,9 +25,10 @@ fn every_bad_input_in_the_catalogue_gets_its_documented_outcome() {
         .map(|c| format!("{} / {}: expected {:?}, got {:?}", c.kind, c.name, c.expect, c.got))
         .collect();
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap_or_default();
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/contract.md")).unwrap_or_default();
     assert!(
-        readme.contains(&table(&cases)),
-        "the README's bad-input table differs from the catalogue; print it with CATALOGUE=print"
+        doc.contains(&table(&cases)),
+        "docs/contract.md's bad-input table differs from the catalogue; print it with CATALOGUE=print"
     );
 }

@@ -203,8 +203,8 @@ pub fn posting(run: &str, n: u32, sqs_message_id: &str) -> recon_core::domain::P
     }
 }
 
-/// The exactly-once obligations every [`recon_core::ports::Ledger`] carries (the README's "Plug
-/// in your own ledger"), for any implementation to run; `run` must be new to the ledger.
+/// The exactly-once obligations every [`recon_core::ports::Ledger`] carries (docs/own-ledger.md,
+/// "Plug in your own ledger"), for any implementation to run; `run` must be new to the ledger.
 /// - Many concurrent commits of one transaction: exactly one writes; every other answers
 ///   `AlreadyCommitted` naming the one that did (or a transient `Conflict` while it is still
 ///   being posted, and `AlreadyCommitted` when retried); `lookup` names it too.

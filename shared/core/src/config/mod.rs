@@ -4,7 +4,7 @@
 //! what it means. A value outside its rule stops start-up with an error naming the variable, the
 //! value and what is allowed; nothing is clamped. Every resource a function talks to is named by
 //! its environment (the template sets each one; nothing is derived from the prefix, whose rule
-//! a deployed stack need not follow). The README's configuration table is this table.
+//! a deployed stack need not follow). docs/configuration.md's table is this table.
 
 use std::time::Duration;
 

@@ -43,7 +43,7 @@ pub const UNSET: &str = "unset";
 pub const MAX_PREFIX_LEN: usize = 63 - "-quarantine-".len() - 12 - 1 - 14;
 
 impl Rule {
-    /// What the rule allows, as the error and the README say it.
+    /// What the rule allows, as the error and docs/configuration.md say it.
     pub fn allowed(&self) -> String {
         match self {
             Rule::Whole { min, max, unit } => format!("{min}-{max} {unit}"),
@@ -230,7 +230,7 @@ const fn whole(
     }
 }
 
-/// Every variable the functions read, in the README's order.
+/// Every variable the functions read, in docs/configuration.md's order.
 pub const VARIABLES: &[Variable] = &[
     required(
         vars::STACK_PREFIX,
@@ -496,7 +496,8 @@ pub mod needs {
     pub const REFERENCE_AUDIT: &[&str] = &[REFERENCE_TABLE, AUDIT_TABLE, QUARANTINE_BUCKET, QUARANTINE_BUCKET_OWNER];
 }
 
-/// The README's configuration table, rows in [`VARIABLES`]' order (the README test compares).
+/// The configuration table of docs/configuration.md, rows in [`VARIABLES`]' order (a test
+/// compares).
 pub fn readme_table() -> String {
     let mut out = String::from("| variable | default | allowed | meaning |\n|---|---|---|---|\n");
     for v in VARIABLES {

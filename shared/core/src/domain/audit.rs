@@ -231,7 +231,7 @@ pub fn chain_of(audit_id: &str) -> String {
     format!("c{}", d[0] % AUDIT_CHAINS)
 }
 
-/// The record's canonical form (specified in the README, "Audit evidence: formats"): a JSON
+/// The record's canonical form (specified in docs/evidence.md, "Audit evidence: formats"): a JSON
 /// object written field by field in this fixed order, never through a serializer's defaults.
 /// Every field is always present but `period`, written last and only when the record has one (so
 /// records from before it hash as they did); an absent optional is `null`; `at` is UTC with nine

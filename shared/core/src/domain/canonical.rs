@@ -1,5 +1,6 @@
-//! The canonical form of the hashed text fields, decided once for every producer (README, "The
-//! canonical `source_hash`", has the rules and test vectors for another language):
+//! The canonical form of the hashed text fields, decided once for every producer
+//! (docs/contract.md, "The canonical `source_hash`", has the rules and test vectors for another
+//! language):
 //!
 //! - `ledger_entity` is an identifier of ASCII letters, digits, `-`, `_`, `.`, compared without
 //!   regard to case: it is upper-cased (`acme-us` is `ACME-US`, so it cannot escape a period

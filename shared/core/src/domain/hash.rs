@@ -2,7 +2,7 @@
 //!
 //! The same economic transaction always yields the same hash, whatever the field order in the
 //! JSON, the formatting of the amount (`10.50` = `10.5` = `010.50`) or the case of the currency
-//! (`usd` = `USD`). The canonical form is specified in the README ("The canonical source_hash")
+//! (`usd` = `USD`). The canonical form is specified in docs/contract.md ("The canonical source_hash")
 //! precisely enough for a producer in another language to compute it; this module is the
 //! reference implementation and its tests pin a known vector.
 //!
@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 pub const CANONICAL_PREFIX: &str = "recon-source-hash/v1;";
 
 /// The business fields that identify a transaction, already normalised (see [`canonical_amount`]
-/// and the README). Metadata (`message_id`, `trace_id`, `match_decision`, `schema_version`) is
+/// and docs/contract.md). Metadata (`message_id`, `trace_id`, `match_decision`, `schema_version`) is
 /// deliberately not part of it: a re-sent transaction under a new message id is the same
 /// transaction.
 #[derive(Clone, Copy, Debug)]
@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn known_vector() {
-        // Pinned so that a change to the canonical form can never go unnoticed: the README
+        // Pinned so that a change to the canonical form can never go unnoticed: docs/contract.md
         // quotes this vector for producers in other languages (sha256 of the text above).
         let text = canonical_text(&input("10.50"));
         let expected = hex::encode(Sha256::digest(text.as_bytes()));

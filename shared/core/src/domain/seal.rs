@@ -1,7 +1,7 @@
 //! What the WORM bucket holds about the audit trail: the trail's anchor (its identity, written
 //! once), its seals (the head of every chain at one instant and their Merkle root, each naming the
 //! digest of the seal before it), and the retirement of a trail. Every object is stored in its
-//! canonical form (README, "Audit evidence: formats"), so its digest is over the stored bytes.
+//! canonical form (docs/evidence.md, "Audit evidence: formats"), so its digest is over the stored bytes.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -321,7 +321,7 @@ mod tests {
         }
     }
 
-    /// The README's test vectors ("Audit evidence: formats"), pinned: an independent verifier is
+    /// The test vectors of docs/evidence.md ("Audit evidence: formats"), pinned: an independent verifier is
     /// written against them, so a change here is a change of format.
     #[test]
     fn readme_vectors() {

@@ -9,7 +9,7 @@ use crate::domain::approval::ApprovalPolicy;
 use crate::domain::{CurrencyMapping, PeriodRecord, ReferenceSnapshot};
 
 pub trait ReferenceData: Send + Sync {
-    /// A recent view of all reference data (adapters may cache it briefly; see the README).
+    /// A recent view of all reference data (adapters may cache it briefly; see docs/contract.md, "Reference data").
     fn snapshot(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send;
     /// A snapshot at most a moment old: after a validation failed on reference data, so that a
     /// fix (a currency mapped, a period reopened) is seen at once rather than after the cache.

@@ -237,7 +237,8 @@ pub fn parse_invocation(payload: &serde_json::Value, schedule: &str) -> Result<R
     }
     if !payload.is_object() {
         return Err(RequestError(
-            "a replay request must be a JSON object (see the README: `reason`, `triggered_by`, a selector)".into(),
+            "a replay request must be a JSON object (see docs/how-it-works.md: `reason`, `triggered_by`, a selector)"
+                .into(),
         ));
     }
     let manual: ManualReplay = serde_json::from_value(payload.clone()).map_err(|e| RequestError(e.to_string()))?;

@@ -1,5 +1,5 @@
 //! The bad-input catalogue's helpers: what each part of the system does with an input, and how
-//! the README shows it.
+//! docs/contract.md shows it.
 #![allow(unused_imports)]
 
 mod bodies;
@@ -20,7 +20,7 @@ pub use std::collections::HashMap;
 pub struct Case {
     pub kind: &'static str,
     pub name: &'static str,
-    /// How the input is shown in the README.
+    /// How the input is shown in docs/contract.md.
     pub shown: String,
     /// The text the outcome must contain.
     pub expect: &'static str,
@@ -233,7 +233,7 @@ pub fn table(cases: &[Case]) -> String {
     t
 }
 
-/// Every case, in the README's order.
+/// Every case, in the order of docs/contract.md.
 pub fn catalogue() -> Vec<Case> {
     let mut cases = bodies::cases();
     cases.extend(others::dead_letters());

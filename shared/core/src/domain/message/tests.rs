@@ -187,7 +187,7 @@ fn a_byte_order_mark_before_a_valid_body_is_not_a_failure() {
     assert!(matches!(decode("{\u{feff}}"), Err(ProcessError::Unrecoverable { .. })));
 }
 
-/// The canonical-form decisions (README, "The canonical `source_hash`"), as vectors another
+/// The canonical-form decisions (docs/contract.md, "The canonical `source_hash`"), as vectors another
 /// language can check.
 mod canonical_form {
     use super::*;
