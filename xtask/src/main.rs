@@ -55,11 +55,12 @@ enum Command {
 async fn main() {
     let cli = Cli::parse();
     output::set_json(cli.json);
-    // The demo prints its own story; per-message decision events would drown it.
-    let level = if matches!(cli.command, Command::Demo(_)) {
-        "error"
-    } else {
+    // The demo and the benchmarks print their own story; per-message decision events would
+    // drown it.
+    let level = if matches!(cli.command, Command::Pump(_)) {
         "warn"
+    } else {
+        "error"
     };
     output::init_logs(level, output::colour_on_stderr());
     if let Err(e) = run(cli).await {
