@@ -161,7 +161,7 @@ def check(tpl, spec):
     conditions = tpl.get("Conditions", {})
     for name, kind in sorted(spec["ledger_conditions"].items()):
         expect(f"condition {name}", conditions.get(name), {"Fn::Equals": [{"Ref": "LedgerKind"}, kind]})
-    for name, kind_condition, param in [("HasPostgresSecret", "UsePostgres", "PostgresSecretArn"), ("HasHttpSecret", "UseClaimProtocol", "HttpLedgerSecretArn")]:
+    for name, kind_condition, param in [("HasPostgresSecret", "UsePostgres", "PostgresSecretArn"), ("HasHttpSecret", "UseReservationProtocol", "HttpLedgerSecretArn")]:
         expect(f"condition {name}", conditions.get(name),
                {"Fn::And": [{"Condition": kind_condition}, {"Fn::Not": [{"Fn::Equals": [{"Ref": param}, ""]}]}]})
 

@@ -284,7 +284,7 @@ async fn the_happy_path_costs_one_ledger_write_per_message() {
             assert!((cost - 20.0).abs() < 1e-9, "{cost} {unit}");
         }
         _ => {
-            // The claim protocol: a conditional update to claim, one to commit, one post.
+            // The reservation protocol: a conditional update to claim, one to commit, one post.
             assert_eq!(
                 (delta("DynamoDB:PutItem"), delta("DynamoDB:UpdateItem")),
                 (0, 40),

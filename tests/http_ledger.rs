@@ -9,9 +9,9 @@
 //! it.
 
 use recon_aws::dynamodb::DynamoDedupTable;
-use recon_core::claim::{ClaimSettings, ClaimingLedger};
 use recon_core::domain::{CommitOutcome, HandOff, TransientKind};
 use recon_core::ports::{ExternalLedger, Ledger, SystemClock};
+use recon_core::reservation::{ReservationSettings, ReservingLedger};
 use recon_harness::http_ledger::{GlFault, LocalGl};
 use recon_harness::stack::TestStack;
 use recon_http::{HttpLedger, HttpSettings};
@@ -195,9 +195,9 @@ async fn a_posting_whose_answer_was_lost_is_seen_by_gate_2_and_never_handed_off(
     s.cleanup().await;
 }
 
-/// The claim protocol over an HTTP ledger whose client gives up after a second, on the stack's
+/// The reservation protocol over an HTTP ledger whose client gives up after a second, on the stack's
 /// dedup table.
-fn impatient(s: &TestStack, gl: &LocalGl) -> ClaimingLedger<HttpLedger, DynamoDedupTable> {
+fn impatient(s: &TestStack, gl: &LocalGl) -> ReservingLedger<HttpLedger, DynamoDedupTable> {
     let http = HttpLedger::new(&HttpSettings {
         base_url: gl.url.clone(),
         token: gl.token(),
@@ -206,7 +206,7 @@ fn impatient(s: &TestStack, gl: &LocalGl) -> ClaimingLedger<HttpLedger, DynamoDe
     })
     .unwrap();
     let dedup = DynamoDedupTable::new(s.clients.dynamodb.clone(), &s.stack.names.dedup_table);
-    ClaimingLedger::new(http, dedup, ClaimSettings::default(), Arc::new(SystemClock))
+    ReservingLedger::new(http, dedup, ReservationSettings::default(), Arc::new(SystemClock))
 }
 
 fn hand_off_of(p: &recon_core::domain::Posting, envelope: &str) -> HandOff {

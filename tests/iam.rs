@@ -76,7 +76,7 @@ async fn the_consumer_calls_exactly_what_its_role_grants() {
     let flaky = tx(2);
     let ledger = FaultyLedger::new(wiring::consumer_ledger(&own, &s.settings), TransientKind::Throttled);
     ledger.inject(&flaky.compute_hash().unwrap(), Fault::Times(1));
-    // A general ledger that fails a post: the claim protocol releases its claim.
+    // A general ledger that fails a post: the reservation protocol releases its claim.
     if let Some(gl) = s.gl() {
         gl.inject(&[recon_harness::http_ledger::GlFault::Unavailable]);
     }

@@ -8,7 +8,6 @@
 mod anchors;
 mod approvals;
 mod audit;
-mod claim;
 mod consume;
 mod deploy;
 mod enrich;
@@ -19,3 +18,4 @@ mod postgres;
 mod reconcile;
 mod replay;
 mod replay_scale;
+mod reservation;

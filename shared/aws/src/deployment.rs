@@ -95,7 +95,7 @@ pub fn from_outputs(output: impl Fn(&str) -> Option<String>) -> Result<Deployed,
         envelope_table: get(outputs::ENVELOPE_TABLE, Rule::TableName)?,
         reference_table: get(outputs::REFERENCE_TABLE, Rule::TableName)?,
         audit_table: get(outputs::AUDIT_TABLE, Rule::TableName)?,
-        // Only a deployment with the claim protocol (an HTTP ledger) has a dedup table; otherwise
+        // Only a deployment with the reservation protocol (an HTTP ledger) has a dedup table; otherwise
         // the name it would have, which nothing uses.
         dedup_table: match output(outputs::DEDUP_TABLE) {
             Some(_) => get(outputs::DEDUP_TABLE, Rule::TableName)?,
@@ -318,12 +318,12 @@ fn ledger_env_spec() -> serde_json::Map<String, serde_json::Value> {
             vars::POSTGRES_SECRET_ARN,
             when("HasPostgresSecret", "PostgresSecretArn"),
         ),
-        (vars::HTTP_LEDGER_URL, when("UseClaimProtocol", "HttpLedgerUrl")),
+        (vars::HTTP_LEDGER_URL, when("UseReservationProtocol", "HttpLedgerUrl")),
         (
             vars::HTTP_LEDGER_SECRET_ARN,
             when("HasHttpSecret", "HttpLedgerSecretArn"),
         ),
-        (vars::DEDUP_TABLE, when("UseClaimProtocol", "DedupTable")),
+        (vars::DEDUP_TABLE, when("UseReservationProtocol", "DedupTable")),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -399,7 +399,7 @@ pub fn spec_json() -> serde_json::Value {
         "ledger_kinds": recon_core::config::LedgerSettings::KINDS,
         // The condition each ledger kind's grants stand under (deployment/iam.rs), and the kind
         // it must mean.
-        "ledger_conditions": {"UseDynamoLedger": "dynamodb", "UsePostgres": "postgres", "UseClaimProtocol": "http"},
+        "ledger_conditions": {"UseDynamoLedger": "dynamodb", "UsePostgres": "postgres", "UseReservationProtocol": "http"},
         "max_prefix_len": recon_core::config::MAX_PREFIX_LEN,
         "variables": recon_core::config::VARIABLES.iter().map(|v| v.name).collect::<Vec<_>>(),
         "whole_ranges": recon_core::config::VARIABLES
@@ -415,7 +415,7 @@ pub fn spec_json() -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    /// A stack without the claim protocol has no dedup table and no such output: its names
+    /// A stack without the reservation protocol has no dedup table and no such output: its names
     /// still read (the dedup table's is the one it would have, which nothing uses).
     #[test]
     fn a_stack_without_a_dedup_table_reads() {

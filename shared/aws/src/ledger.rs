@@ -1,13 +1,13 @@
 //! The ledger a deployment chose (`DLQ_LEDGER`): the DynamoDB reference ledger, your own
-//! PostgreSQL, or your general ledger's HTTP API through the claim → post → commit protocol.
+//! PostgreSQL, or your general ledger's HTTP API through the reserve → post → commit protocol.
 //! One value serves the consumer's commits, the replay's gate 2 and every read (`dlqctl`
 //! reconcile, stats, `audit show`, evidence export), so they always ask the same store.
 
 use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueError;
-use recon_core::claim::{ClaimSettings, ClaimingLedger};
 use recon_core::config::{HttpLocation, LedgerSettings, PostgresLocation};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
 use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult, SystemClock};
+use recon_core::reservation::{ReservationSettings, ReservingLedger};
 use recon_http::{HttpLedger, HttpSettings};
 use recon_postgres::{Credentials, PostgresLedger, PostgresSettings};
 use std::sync::Arc;
@@ -26,19 +26,19 @@ pub enum AnyLedger {
     Http(Box<LazyHttp>),
 }
 
-/// Your general ledger's HTTP API behind the claim → post → commit protocol on the dedup table;
+/// Your general ledger's HTTP API behind the reserve → post → commit protocol on the dedup table;
 /// its client made on first use (the bearer token read from its secret then).
 #[derive(Clone)]
 pub struct LazyHttp {
     location: HttpLocation,
     clients: AwsClients,
     dedup: DynamoDedupTable,
-    ledger: Arc<OnceCell<Arc<ClaimingLedger<HttpLedger, DynamoDedupTable>>>>,
+    ledger: Arc<OnceCell<Arc<ReservingLedger<HttpLedger, DynamoDedupTable>>>>,
 }
 
 impl LazyHttp {
-    /// The claim protocol over the HTTP ledger.
-    pub async fn get(&self) -> StoreResult<&ClaimingLedger<HttpLedger, DynamoDedupTable>> {
+    /// The reservation protocol over the HTTP ledger.
+    pub async fn get(&self) -> StoreResult<&ReservingLedger<HttpLedger, DynamoDedupTable>> {
         let ledger = self
             .ledger
             .get_or_try_init(|| async {
@@ -58,14 +58,14 @@ impl LazyHttp {
                 })?;
                 // The dedup marks outlive the longest replay window any deployment may set: a
                 // replay never finds a transaction's mark expired.
-                let claims = ClaimSettings {
+                let claims = ReservationSettings {
                     ttl: chrono::Duration::days(longest_replay_window_days() + 35),
-                    ..ClaimSettings::default()
+                    ..ReservationSettings::default()
                 };
                 claims
                     .validate(chrono::Duration::days(longest_replay_window_days()))
                     .map_err(|e| StoreError::new(TransientKind::Infrastructure, e))?;
-                Ok::<_, StoreError>(Arc::new(ClaimingLedger::new(
+                Ok::<_, StoreError>(Arc::new(ReservingLedger::new(
                     gl,
                     self.dedup.clone(),
                     claims,

@@ -13,13 +13,12 @@
 //! - the flows, generic over the ports:
 //!   [`batch`] (the shape of an SQS-triggered handler), [`consume`] (the `consumer` Lambda),
 //!   [`enrich`] (the `enricher` Lambda), [`envelopes`] (steps enrich and replay share),
-//!   [`replay`] (the `replay` Lambda), [`claim`] (claim -> post -> commit for an external
+//!   [`replay`] (the `replay` Lambda), [`reservation`] (reserve -> post -> commit for an external
 //!   ledger), [`reconcile`] (completeness), [`evidence`] (seals, verification, bundles),
 //!   [`calibrate`] (the retry budget from history).
 
 pub mod batch;
 pub mod calibrate;
-pub mod claim;
 pub mod config;
 pub mod consume;
 pub mod decisions;
@@ -32,4 +31,5 @@ pub mod ports;
 pub mod reconcile;
 pub mod reference_audit;
 pub mod replay;
+pub mod reservation;
 pub mod resources;

@@ -108,7 +108,7 @@ pub mod keys {
     /// envelopes and on the audit records a reconciliation reads ([`super::exception_period_shard`]):
     /// the partition of their tables' period indexes.
     pub const EXCEPTION_PERIOD_SHARD: &str = "period_shard";
-    /// Dedup/claim table used when the ledger is external (claim -> post -> commit).
+    /// Dedup/claim table used when the ledger is external (reserve -> post -> commit).
     pub const DEDUP_PK: &str = "source_hash";
     /// TTL attribute of the dedup table (epoch seconds).
     pub const DEDUP_TTL: &str = "expires_at";

@@ -1,7 +1,7 @@
 //! The ledger behind a test stack, of the kind `DLQ_TEST_LEDGER` names: the stack's DynamoDB
 //! ledger table; a PostgreSQL database of its own on the local server, its credentials in a
 //! secret on LocalStack as on AWS; or a local HTTP general ledger (`http_ledger::LocalGl`) behind
-//! the claim protocol on the stack's dedup table. What a test does to "the ledger" behind the
+//! the reservation protocol on the stack's dedup table. What a test does to "the ledger" behind the
 //! functions' back (delete a posting, put it back) it does here, whatever the kind.
 
 use aws_sdk_dynamodb::types::AttributeValue;

@@ -1,5 +1,5 @@
 //! Your general ledger behind an HTTP posting API (an ERP's, say), as the [`ExternalLedger`] of
-//! the claim → post → commit protocol (`recon_core::claim`), and read through [`LedgerReader`].
+//! the reserve → post → commit protocol (`recon_core::claim`), and read through [`LedgerReader`].
 //!
 //! The API this adapter speaks (the local test server in `recon-harness` implements it):
 //! - `POST /postings` with `Idempotency-Key: <source_hash>`. The body ([`wire::Body`]) is what the
@@ -10,7 +10,7 @@
 //!   key (nothing applied again; the posting says by which delivery), `409` a request with this
 //!   key is in progress, `422 {"rule", "message"}` refused by a rule of the ledger's own; a
 //!   redirect is an error, never followed (a POST followed as a GET would read as posted). The GL
-//!   keeps a key at least `ClaimSettings::in_doubt_for` (4 hours) after applying it, and applies
+//!   keeps a key at least `ReservationSettings::in_doubt_for` (4 hours) after applying it, and applies
 //!   a request within that time of receiving it or never;
 //! - `GET /postings/<source_hash>`: `200` the posting, `404` none;
 //! - `POST /postings/<source_hash>/void`: `200` the key is void — every request under it, one

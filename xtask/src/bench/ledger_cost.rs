@@ -83,7 +83,7 @@ pub async fn run(args: LedgerCostArgs) {
     );
     s.cleanup().await;
 
-    // Your GL's HTTP API (the local one, on loopback) behind the claim protocol on DynamoDB
+    // Your GL's HTTP API (the local one, on loopback) behind the reservation protocol on DynamoDB
     // Local: per new posting a claim, a post and a commit.
     let s = TestStack::new_http("bench-http").await;
     let http = s.ledger();

@@ -39,8 +39,8 @@ pub enum When {
     UsePostgres,
     /// `LedgerKind` postgres with a credentials secret.
     HasPostgresSecret,
-    /// `LedgerKind` http: the claim protocol on the dedup table.
-    UseClaimProtocol,
+    /// `LedgerKind` http: the reservation protocol on the dedup table.
+    UseReservationProtocol,
     /// `LedgerKind` http with a token secret.
     HasHttpSecret,
 }
@@ -54,7 +54,7 @@ impl When {
             (When::UseDynamoLedger, LedgerSettings::DynamoDb) => true,
             (When::UsePostgres, LedgerSettings::Postgres(_)) => true,
             (When::HasPostgresSecret, LedgerSettings::Postgres(p)) => p.secret_arn.is_some(),
-            (When::UseClaimProtocol, LedgerSettings::Http(_)) => true,
+            (When::UseReservationProtocol, LedgerSettings::Http(_)) => true,
             (When::HasHttpSecret, LedgerSettings::Http(h)) => h.secret_arn.is_some(),
             _ => false,
         }
@@ -165,8 +165,11 @@ pub const CONSUMER: &[Grant] = &[
     on(When::UseDynamoLedger, g("LedgerTable", &["dynamodb:PutItem"], Code)),
     VPC[0],
     VPC[1],
-    // The claim protocol: claim, commit, release or leave in doubt: conditional updates all.
-    on(When::UseClaimProtocol, g("DedupTable", &["dynamodb:UpdateItem"], Code)),
+    // The reservation protocol: claim, commit, release or leave in doubt: conditional updates all.
+    on(
+        When::UseReservationProtocol,
+        g("DedupTable", &["dynamodb:UpdateItem"], Code),
+    ),
     HTTP_TOKEN,
     g("ReferenceTable", &["dynamodb:Scan"], Code),
     AUDIT[0],
@@ -245,7 +248,7 @@ pub const REPLAY: &[Grant] = &[
     // Gate 2 reads the dedup table; a hand-off claims, commits, releases or leaves in doubt
     // there: conditional updates all.
     on(
-        When::UseClaimProtocol,
+        When::UseReservationProtocol,
         g("DedupTable", &["dynamodb:GetItem", "dynamodb:UpdateItem"], Code),
     ),
     HTTP_TOKEN,

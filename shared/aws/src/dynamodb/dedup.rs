@@ -1,18 +1,18 @@
-//! The dedup table of the claim -> post -> commit protocol (`recon_core::claim`).
+//! The dedup table of the reserve -> post -> commit protocol (`recon_core::reservation`).
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use chrono::{DateTime, Utc};
 use recon_core::domain::{CommittedRef, TransientKind};
-use recon_core::ports::{ClaimOutcome, DedupTable, StoreError, StoreResult};
+use recon_core::ports::{DedupTable, ReserveOutcome, StoreError, StoreResult};
 use recon_core::resources::keys;
 
 use super::{HAND_OFF_BY, committed_ref, n, s};
 use crate::error::{SdkError, store_error};
 use crate::item::{Item, get_s};
 
-/// The dedup table of the claim -> post -> commit protocol (see [`crate::claim`]).
+/// The dedup table of the reserve -> post -> commit protocol (see [`crate::reservation`]).
 #[derive(Clone, Debug)]
 pub struct DynamoDedupTable {
     client: Client,
@@ -21,9 +21,9 @@ pub struct DynamoDedupTable {
 
 const CLAIMED: &str = "CLAIMED";
 const COMMITTED: &str = "COMMITTED";
-/// Free again: its claim was released with a definite answer (nothing applied).
+/// Free again: its reservation was released with a definite answer (nothing applied).
 const RELEASED: &str = "RELEASED";
-/// When the key was first claimed (epoch ms), kept across takeovers.
+/// When the key was first reserved (epoch ms), kept across takeovers.
 const FIRST_CLAIMED_AT: &str = "first_claimed_at";
 
 impl DynamoDedupTable {
@@ -54,28 +54,29 @@ fn millis(item: &Item, name: &str) -> Option<DateTime<Utc>> {
         .and_then(DateTime::<Utc>::from_timestamp_millis)
 }
 
-fn claim_outcome_from(item: &Item) -> ClaimOutcome {
+fn claim_outcome_from(item: &Item) -> ReserveOutcome {
     if get_s(item, "state") == Some(COMMITTED) {
-        return ClaimOutcome::AlreadyCommitted(committed_ref(item));
+        return ReserveOutcome::AlreadyCommitted(committed_ref(item));
     }
     let lease_until = millis(item, "lease_until").unwrap_or_default();
-    ClaimOutcome::HeldElsewhere {
+    ReserveOutcome::HeldElsewhere {
         owner: get_s(item, "owner").unwrap_or_default().to_owned(),
         lease_until,
     }
 }
 
 impl DedupTable for DynamoDedupTable {
-    /// A conditional update (not a put): the key's first claim time stays across takeovers, and
+    /// A conditional update (not a put): the key's first reservation time stays across takeovers,
+    /// and
     /// the item it replaced comes back (`ALL_OLD`), so a takeover knows it is one.
-    async fn claim(
+    async fn reserve(
         &self,
         source_hash: &str,
         owner: &str,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         expires_at: DateTime<Utc>,
-    ) -> StoreResult<ClaimOutcome> {
+    ) -> StoreResult<ReserveOutcome> {
         let result = self
             .client
             .update_item()
@@ -104,8 +105,8 @@ impl DedupTable for DynamoDedupTable {
             .send()
             .await;
         match result {
-            Ok(out) => Ok(ClaimOutcome::Claimed {
-                // Taken over: in doubt since the key was first claimed (an item from before that
+            Ok(out) => Ok(ReserveOutcome::Reserved {
+                // Taken over: in doubt since the key was first reserved (an item from before that
                 // was kept: since now, later than it can be, so never too early).
                 in_doubt_since: out
                     .attributes()
@@ -120,13 +121,13 @@ impl DedupTable for DynamoDedupTable {
                         Some(item) => Ok(claim_outcome_from(item)),
                         None => Err(StoreError::new(
                             TransientKind::Conflict,
-                            "claim refused without the current item",
+                            "reservation refused without the current item",
                         )),
                     },
-                    _ => Err(StoreError::new(TransientKind::Conflict, "claim refused")),
+                    _ => Err(StoreError::new(TransientKind::Conflict, "reservation refused")),
                 }
             }
-            Err(e) => Err(store_error("UpdateItem(dedup claim)", e)),
+            Err(e) => Err(store_error("UpdateItem(dedup reservation)", e)),
         }
     }
 
@@ -171,8 +172,9 @@ impl DedupTable for DynamoDedupTable {
         }
     }
 
-    /// Marks the key released (an update: the roles need no delete), its first claim forgotten:
-    /// the next claim is a fresh one, in no doubt.
+    /// Marks the key released (an update: the roles need no delete), its first reservation
+    /// forgotten:
+    /// the next reservation is a fresh one, in no doubt.
     async fn release(&self, source_hash: &str, owner: &str) -> StoreResult<()> {
         let result = self
             .client

@@ -1,6 +1,6 @@
 //! DynamoDB adapters, one module per table: the reference ledger (posting = dedup mark, one
 //! conditional put), reference data (cached snapshot), the audit trail (hash chains), the dedup
-//! table of the claim protocol, and the envelope table (triage indexes, PENDING counter). Here:
+//! table of the reservation protocol, and the envelope table (triage indexes, PENDING counter). Here:
 //! what they share.
 
 mod audit;

@@ -10,11 +10,11 @@ pub enum LedgerSettings {
     DynamoDb,
     /// Your own PostgreSQL ledger.
     Postgres(PostgresLocation),
-    /// Your general ledger's HTTP posting API, through the claim → post → commit protocol.
+    /// Your general ledger's HTTP posting API, through the reserve → post → commit protocol.
     Http(HttpLocation),
 }
 
-/// Where the HTTP ledger is, its credentials, and the dedup table of the claim protocol.
+/// Where the HTTP ledger is, its credentials, and the dedup table of the reservation protocol.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpLocation {
     pub url: String,

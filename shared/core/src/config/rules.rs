@@ -457,7 +457,7 @@ pub const VARIABLES: &[Variable] = &[
         name: vars::DEDUP_TABLE,
         rule: Rule::TableName,
         default: Some(UNSET),
-        meaning: "the dedup table of the claim protocol (required when DLQ_LEDGER is http)",
+        meaning: "the dedup table of the reservation protocol (required when DLQ_LEDGER is http)",
     },
 ];
 

@@ -1,6 +1,6 @@
 //! Where committed transactions live: the ledger the consumer commits to and the replay's
 //! idempotency gate asks, and, for a user's own general ledger, the dedup table of the
-//! claim -> post -> commit protocol (`crate::claim`).
+//! reserve -> post -> commit protocol (`crate::claim`).
 
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
@@ -199,9 +199,9 @@ impl<T: LedgerReader> LedgerReader for Arc<T> {
     }
 }
 
-/// A user's own general ledger, behind [`crate::claim::ClaimingLedger`]. `post` must be
+/// A user's own general ledger, behind [`crate::reservation::ReservingLedger`]. `post` must be
 /// idempotent on `posting.source_hash` (the GL's idempotency key) for as long as a request under
-/// it may still be applied ([`crate::claim::ClaimSettings::in_doubt_for`]): a post whose answer was
+/// it may still be applied ([`crate::reservation::ReservationSettings::in_doubt_for`]): a post whose answer was
 /// lost is asked about (`posted`) and, if not there, sent again under the same key.
 pub trait ExternalLedger: Send + Sync {
     fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<Posted>> + Send;
@@ -213,7 +213,7 @@ pub trait ExternalLedger: Send + Sync {
     /// Void the key: from now on the GL refuses every request under it, one still being applied
     /// included, so a transaction handed to a manual journal can never post late. A GL without
     /// such a call answers [`Voided::Unsupported`]: a request in doubt is then only settled by time
-    /// ([`crate::claim::ClaimSettings::in_doubt_for`]).
+    /// ([`crate::reservation::ReservationSettings::in_doubt_for`]).
     fn void(&self, _source_hash: &str) -> impl Future<Output = StoreResult<Voided>> + Send {
         async { Ok(Voided::Unsupported) }
     }
@@ -244,35 +244,36 @@ pub enum Voided {
 
 /// The state of a `source_hash` in the dedup table.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClaimOutcome {
-    /// This owner holds the claim until its lease ends. `in_doubt_since`: the claim took over
+pub enum ReserveOutcome {
+    /// This owner holds the reservation until its lease ends. `in_doubt_since`: it took over
     /// from an earlier one (expired, or left in doubt after a post with no definite answer), so a
     /// request under the key may have been sent since then and may still be applied.
-    Claimed { in_doubt_since: Option<DateTime<Utc>> },
+    Reserved { in_doubt_since: Option<DateTime<Utc>> },
     /// Already committed: nothing to post.
     AlreadyCommitted(CommittedRef),
-    /// Another owner holds a live claim.
+    /// Another owner holds a live reservation.
     HeldElsewhere { owner: String, lease_until: DateTime<Utc> },
 }
 
-impl ClaimOutcome {
-    /// Claimed, with no request under the key before it.
-    pub const FRESH: ClaimOutcome = ClaimOutcome::Claimed { in_doubt_since: None };
+impl ReserveOutcome {
+    /// Reserved, with no request under the key before it.
+    pub const FRESH: ReserveOutcome = ReserveOutcome::Reserved { in_doubt_since: None };
 }
 
-/// The dedup table of the claim -> post -> commit protocol. Every write is conditional.
+/// The dedup table of the reserve -> post -> commit protocol. Every write is conditional.
 pub trait DedupTable: Send + Sync {
-    /// Claim `source_hash` for `owner` until `lease_until`, if it is free or its claim expired.
+    /// Reserve `source_hash` for `owner` until `lease_until`, if it is free or its reservation
+    /// expired.
     /// The table keeps when the key was first claimed across takeovers: a takeover answers it as
     /// `in_doubt_since`.
-    fn claim(
+    fn reserve(
         &self,
         source_hash: &str,
         owner: &str,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         expires_at: DateTime<Utc>,
-    ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send;
+    ) -> impl Future<Output = StoreResult<ReserveOutcome>> + Send;
     /// Mark committed, only if `owner` still holds the claim. `Ok(false)` when it does not.
     fn commit(&self, owner: &str, committed: &CommittedRef) -> impl Future<Output = StoreResult<bool>> + Send;
     /// Drop the claim, only if `owner` still holds it: nothing under the key was ever sent, or
@@ -302,15 +303,15 @@ impl<T: ExternalLedger> ExternalLedger for Arc<T> {
 }
 
 impl<T: DedupTable> DedupTable for Arc<T> {
-    fn claim(
+    fn reserve(
         &self,
         source_hash: &str,
         owner: &str,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         expires_at: DateTime<Utc>,
-    ) -> impl Future<Output = StoreResult<ClaimOutcome>> + Send {
-        (**self).claim(source_hash, owner, now, lease_until, expires_at)
+    ) -> impl Future<Output = StoreResult<ReserveOutcome>> + Send {
+        (**self).reserve(source_hash, owner, now, lease_until, expires_at)
     }
     fn commit(&self, owner: &str, committed: &CommittedRef) -> impl Future<Output = StoreResult<bool>> + Send {
         (**self).commit(owner, committed)

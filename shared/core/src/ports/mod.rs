@@ -25,7 +25,7 @@ pub use envelopes::{
     AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, Finish, Settled, SweepCursors, all_envelopes,
 };
 pub use ledger::{
-    ClaimOutcome, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, READ_PAGE,
+    DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, READ_PAGE, ReserveOutcome,
     Voided, each_page, read_postings, tally_postings,
 };
 pub use metrics::{Metric, Metrics};

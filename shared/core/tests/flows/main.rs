@@ -1,4 +1,4 @@
-//! The flows on the in-memory adapters (consume, enrich, claim, replay and its gates, approvals,
+//! The flows on the in-memory adapters (consume, enrich, reservation, replay and its gates, approvals,
 //! edits, reconcile, evidence, audit verify), one module per file, in one test binary: each test
 //! binary links the core and its dependencies again, and fifteen of them cost a CI machine's disk
 //! for nothing. One file's tests: `cargo test -p recon-core --test flows -- replay_memory::`.
@@ -7,7 +7,6 @@ mod common;
 
 mod approval_memory;
 mod calibrate_memory;
-mod claim_memory;
 mod consume_memory;
 mod edit_memory;
 mod enrich_memory;
@@ -17,6 +16,7 @@ mod export_stream;
 mod reconcile_period;
 mod replay_memory;
 mod replay_quarantine_memory;
+mod reservation_memory;
 mod sweep_canary_memory;
 mod verify_from_seal;
 mod verify_streaming;

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
 use recon_core::ports::{
-    ClaimOutcome, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, StoreError,
+    DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, ReserveOutcome, StoreError,
     StoreResult, Voided,
 };
 use std::collections::HashMap;
@@ -170,7 +170,7 @@ enum DedupEntry {
     Committed(CommittedRef),
 }
 
-/// The dedup table of the claim protocol, in memory (same conditions as the DynamoDB one).
+/// The dedup table of the reservation protocol, in memory (same conditions as the DynamoDB one).
 #[derive(Default)]
 pub struct MemoryDedupTable {
     entries: Mutex<HashMap<String, DedupEntry>>,
@@ -197,23 +197,23 @@ impl MemoryDedupTable {
 }
 
 impl DedupTable for MemoryDedupTable {
-    async fn claim(
+    async fn reserve(
         &self,
         source_hash: &str,
         owner: &str,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         _expires_at: DateTime<Utc>,
-    ) -> StoreResult<ClaimOutcome> {
+    ) -> StoreResult<ReserveOutcome> {
         let mut e = lock(&self.entries);
         let in_doubt_since = match e.get(source_hash) {
-            Some(DedupEntry::Committed(r)) => return Ok(ClaimOutcome::AlreadyCommitted(r.clone())),
+            Some(DedupEntry::Committed(r)) => return Ok(ReserveOutcome::AlreadyCommitted(r.clone())),
             Some(DedupEntry::Claimed {
                 owner: other,
                 lease_until: until,
                 ..
             }) if *until >= now => {
-                return Ok(ClaimOutcome::HeldElsewhere {
+                return Ok(ReserveOutcome::HeldElsewhere {
                     owner: other.clone(),
                     lease_until: *until,
                 });
@@ -229,7 +229,7 @@ impl DedupTable for MemoryDedupTable {
                 first_claimed_at: in_doubt_since.unwrap_or(now),
             },
         );
-        Ok(ClaimOutcome::Claimed { in_doubt_since })
+        Ok(ReserveOutcome::Reserved { in_doubt_since })
     }
 
     async fn commit(&self, owner: &str, committed: &CommittedRef) -> StoreResult<bool> {

@@ -9,9 +9,9 @@ use recon_core::domain::{
     PeriodRecord, Posting, ReferenceSnapshot, ReplayClaim, ReplayRecord, StatusChange,
 };
 use recon_core::ports::{
-    AuditLog, AuditOutbox, Backlog, ChainPage, ClaimOutcome, CreateOutcome, DeadLetterQueue, DedupTable, EnvelopePage,
-    EnvelopeStore, ExternalLedger, Finish, FlowResult, Ledger, ObjectVersion, OutgoingMessage, Posted, RecordsOfPeriod,
-    ReferenceData, ReplayQueue, Settled, StoreError, StoreResult, SweepCursors, Voided, WorkQueue, Worm, Written,
+    AuditLog, AuditOutbox, Backlog, ChainPage, CreateOutcome, DeadLetterQueue, DedupTable, EnvelopePage, EnvelopeStore,
+    ExternalLedger, Finish, FlowResult, Ledger, ObjectVersion, OutgoingMessage, Posted, RecordsOfPeriod, ReferenceData,
+    ReplayQueue, ReserveOutcome, Settled, StoreError, StoreResult, SweepCursors, Voided, WorkQueue, Worm, Written,
 };
 use std::sync::Arc;
 
@@ -69,18 +69,18 @@ impl<P: ExternalLedger> ExternalLedger for Faulty<P> {
 }
 
 impl<P: DedupTable> DedupTable for Faulty<P> {
-    async fn claim(
+    async fn reserve(
         &self,
         source_hash: &str,
         owner: &str,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
         expires_at: DateTime<Utc>,
-    ) -> StoreResult<ClaimOutcome> {
+    ) -> StoreResult<ReserveOutcome> {
         self.faults
             .call(
                 "Dedup.claim",
-                self.inner.claim(source_hash, owner, now, lease_until, expires_at),
+                self.inner.reserve(source_hash, owner, now, lease_until, expires_at),
             )
             .await
     }

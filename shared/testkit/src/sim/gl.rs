@@ -1,4 +1,4 @@
-//! A general ledger behind an HTTP posting API, as the claim protocol (`recon_core::claim`) meets
+//! A general ledger behind an HTTP posting API, as the reservation protocol (`recon_core::claim`) meets
 //! one: idempotent on its key, and slow in the ways that matter. A request may still be applied
 //! after its client gave up (a timeout, a dropped connection, a crashed invocation), up to
 //! `max_late` later; while it is being applied, a second request under its key gets `409` and a
@@ -10,12 +10,12 @@
 //! Late applications are due at a virtual instant and applied when the GL is next asked anything
 //! (or read by the oracle): nothing can observe the difference.
 
-use recon_core::claim::IN_DOUBT_HOURS;
 use recon_core::domain::{CommittedRef, Posting, TransientKind};
 use recon_core::ports::Clock;
 use recon_core::ports::{
     ExternalLedger, LedgerReader, LedgerScope, Posted, PostingPage, StoreError, StoreResult, Voided,
 };
+use recon_core::reservation::IN_DOUBT_HOURS;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -31,7 +31,7 @@ use crate::memory::lock;
 pub struct GlPlan {
     /// Posts the GL takes longer over than the client waits (`CLIENT_TIMEOUT`): applied up to
     /// `max_late` after they arrived, the client having given up. Within the contract:
-    /// `max_late` is at most the claim protocol's `in_doubt_for`.
+    /// `max_late` is at most the reservation protocol's `in_doubt_for`.
     pub late_ppm: u32,
     pub max_late: Duration,
     /// Whether the GL has the void call.

@@ -1,21 +1,21 @@
 //! The ledger a run posts to, drawn from its seed: the reference ledger (one conditional write per
-//! transaction), or a general ledger behind the claim -> post -> commit protocol
+//! transaction), or a general ledger behind the reserve -> post -> commit protocol
 //! (`recon_core::claim`), its GL ([`super::gl::SimGl`]) and its dedup table each behind the fault
 //! injector. [`SimLedger`] is what the flows are given; [`Books`] is what the oracle reads, with
 //! no fault between it and the stores.
 
-use recon_core::claim::{ClaimSettings, ClaimingLedger};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
 use recon_core::ports::{
     Clock, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult,
 };
+use recon_core::reservation::{ReservationSettings, ReservingLedger};
 use std::sync::Arc;
 
 use super::faulty::Faulty;
 use super::gl::SimGl;
 use crate::memory::{MemoryDedupTable, MemoryLedger};
 
-pub type ClaimingGl = ClaimingLedger<Faulty<Arc<SimGl>>, Faulty<Arc<MemoryDedupTable>>>;
+pub type ClaimingGl = ReservingLedger<Faulty<Arc<SimGl>>, Faulty<Arc<MemoryDedupTable>>>;
 
 /// The ledger as the flows use it.
 #[derive(Clone)]
@@ -60,10 +60,10 @@ impl Books {
     pub fn ledger(&self, faults: &Arc<super::faults::Injector>, clock: Arc<dyn Clock>) -> SimLedger {
         match self {
             Books::Reference(l) => SimLedger::Reference(l.clone()),
-            Books::Claiming { gl, dedup } => SimLedger::Claiming(Arc::new(ClaimingLedger::new(
+            Books::Claiming { gl, dedup } => SimLedger::Claiming(Arc::new(ReservingLedger::new(
                 Faulty::new(gl.clone(), faults.clone()),
                 Faulty::new(dedup.clone(), faults.clone()),
-                ClaimSettings::default(),
+                ReservationSettings::default(),
                 clock,
             ))),
         }

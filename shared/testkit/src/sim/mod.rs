@@ -9,7 +9,7 @@
 //! | [`sqs`]      | SQS with AWS's semantics and limits                                      |
 //! | [`faults`]   | faults at every port call                                                |
 //! | [`gl`]       | a general ledger behind an HTTP API: late applies, `409`s, lost answers  |
-//! | [`ledger`]   | the run's ledger: the reference one, or a GL behind the claim protocol  |
+//! | [`ledger`]   | the run's ledger: the reference one, or a GL behind the reservation protocol  |
 //! | [`workload`] | what the producer sends                                                  |
 //! | [`world`]    | the deployment: flows, event-source mappings, schedule, operator         |
 //! | [`oracle`]   | what must hold after the run                                             |

@@ -40,7 +40,7 @@ pub struct Settings {
     /// The replay's marks written with their records linked into the trail (as the DynamoDB
     /// store given the trail does), rather than through the outbox.
     pub linked_trail: bool,
-    /// A general ledger behind the claim protocol, slow as drawn (`None`: the reference ledger).
+    /// A general ledger behind the reservation protocol, slow as drawn (`None`: the reference ledger).
     pub gl: Option<GlPlan>,
     /// The operator's commands run in-process on their machine, which may be suspended in the
     /// middle of one for this long (now and then), whatever it holds.

@@ -1,10 +1,10 @@
-//! The claim -> post -> commit protocol for an external ledger, on the in-memory dedup table.
+//! The reserve -> post -> commit protocol for an external ledger, on the in-memory dedup table.
 
 use chrono::{Duration, TimeZone, Utc};
-use recon_core::claim::{ClaimSettings, ClaimingLedger};
 use recon_core::consume::{Consumer, ConsumerConfig, Disposition};
 use recon_core::domain::{CommitOutcome, HandOff, MatchDecision, Posting, TransientKind};
-use recon_core::ports::{ClaimOutcome, Clock, DedupTable, Ledger};
+use recon_core::ports::{Clock, DedupTable, Ledger, ReserveOutcome};
+use recon_core::reservation::{ReservationSettings, ReservingLedger};
 use recon_testkit::builders;
 use recon_testkit::memory::{
     FixedClock, MemoryAuditLog, MemoryDeadLetterQueue, MemoryDedupTable, MemoryGeneralLedger, MemoryReferenceData,
@@ -37,11 +37,11 @@ fn posting(sqs_id: &str) -> Posting {
     }
 }
 
-fn ledger(c: Arc<FixedClock>) -> ClaimingLedger<MemoryGeneralLedger, MemoryDedupTable> {
-    ClaimingLedger::new(
+fn ledger(c: Arc<FixedClock>) -> ReservingLedger<MemoryGeneralLedger, MemoryDedupTable> {
+    ReservingLedger::new(
         MemoryGeneralLedger::default(),
         MemoryDedupTable::default(),
-        ClaimSettings::default(),
+        ReservationSettings::default(),
         c,
     )
 }
@@ -181,15 +181,16 @@ async fn a_failed_post_leaves_the_hash_in_doubt_and_the_next_attempt_asks_first(
 }
 
 #[tokio::test]
-async fn a_live_claim_elsewhere_is_a_transient_conflict_and_an_expired_one_is_taken_over() {
+async fn a_live_reservation_elsewhere_is_a_transient_conflict_and_an_expired_one_is_taken_over() {
     let c = clock();
     let l = ledger(c.clone());
     let hash = posting("s1").source_hash;
-    // Another worker claimed and crashed mid-post (its claim is never committed nor released).
+    // Another worker reserved and crashed mid-post (its reservation is never committed nor
+    // released).
     let now = c.now();
-    let claimed = l
+    let reserved = l
         .dedup
-        .claim(
+        .reserve(
             &hash,
             "crashed-worker",
             now,
@@ -197,11 +198,11 @@ async fn a_live_claim_elsewhere_is_a_transient_conflict_and_an_expired_one_is_ta
             now + Duration::days(400),
         )
         .await;
-    assert_eq!(claimed.unwrap(), ClaimOutcome::FRESH);
+    assert_eq!(reserved.unwrap(), ReserveOutcome::FRESH);
     let err = l.commit(&posting("s2")).await.unwrap_err();
     assert_eq!(err.kind, TransientKind::Conflict);
     assert_eq!(l.gl.posts(&hash), 0);
-    // After the lease, the claim is taken over and the transaction posts.
+    // After the lease, the reservation is taken over and the transaction posts.
     c.advance(Duration::seconds(61));
     assert_eq!(l.commit(&posting("s2")).await.unwrap(), CommitOutcome::Committed);
     // The crashed worker coming back cannot commit over it.
@@ -239,32 +240,32 @@ async fn the_consumer_runs_unchanged_on_an_external_ledger() {
 
 #[test]
 fn a_dedup_ttl_shorter_than_the_replay_window_is_refused() {
-    let week = ClaimSettings {
+    let week = ReservationSettings {
         ttl: Duration::days(7),
-        ..ClaimSettings::default()
+        ..ReservationSettings::default()
     };
     let err = week.validate(Duration::days(14)).unwrap_err();
     assert!(err.contains("7 days") && err.contains("14 days"), "{err}");
-    assert!(ClaimSettings::default().validate(Duration::days(90)).is_ok());
+    assert!(ReservationSettings::default().validate(Duration::days(90)).is_ok());
 }
 
-/// The ledger conformance suite on the memory ledger and on the claim protocol over a general
+/// The ledger conformance suite on the memory ledger and on the reservation protocol over a general
 /// ledger (the same suite runs on DynamoDB and PostgreSQL on the local stack).
 #[tokio::test]
-async fn the_memory_ledger_and_the_claim_protocol_keep_each_transaction_once() {
+async fn the_memory_ledger_and_the_reservation_protocol_keep_each_transaction_once() {
     use recon_testkit::conformance::ledger_keeps_each_transaction_once;
     ledger_keeps_each_transaction_once(&recon_testkit::memory::MemoryLedger::default(), "memory").await;
     recon_testkit::conformance::ledger_reads_by_period(&recon_testkit::memory::MemoryLedger::default(), "memory").await;
     ledger_keeps_each_transaction_once(&ledger(clock()), "claiming").await;
 }
 
-/// The claim protocol over the memory general ledger and dedup table.
-type MemoryClaiming = Arc<ClaimingLedger<MemoryGeneralLedger, MemoryDedupTable>>;
+/// The reservation protocol over the memory general ledger and dedup table.
+type MemoryReserving = Arc<ReservingLedger<MemoryGeneralLedger, MemoryDedupTable>>;
 
-/// A replay over the claim protocol (the world's other stores in memory).
-type ClaimingReplayer = recon_core::replay::Replayer<
+/// A replay over the reservation protocol (the world's other stores in memory).
+type ReservingReplayer = recon_core::replay::Replayer<
     Arc<recon_testkit::memory::MemoryEnvelopeStore>,
-    MemoryClaiming,
+    MemoryReserving,
     Arc<MemoryReferenceData>,
     Arc<recon_testkit::memory::MemoryReplayQueue>,
     Arc<recon_testkit::memory::MemoryWorm>,
@@ -272,7 +273,7 @@ type ClaimingReplayer = recon_core::replay::Replayer<
     recon_testkit::memory::MemoryMetrics,
 >;
 
-fn replay_over(w: &crate::common::World, ledger: MemoryClaiming) -> ClaimingReplayer {
+fn replay_over(w: &crate::common::World, ledger: MemoryReserving) -> ReservingReplayer {
     recon_core::replay::Replayer {
         progress: None,
         store: w.store.clone(),
@@ -291,10 +292,10 @@ fn replay_over(w: &crate::common::World, ledger: MemoryClaiming) -> ClaimingRepl
 async fn a_hand_off_in_doubt_waits_unclaimed_and_goes_through_once_the_doubt_is_over() {
     use crate::common::{ChronoDuration, EnvelopeStatus, EnvelopeStore, outcomes, quarantine_of, world, xau};
     let w = world();
-    let ledger = Arc::new(ClaimingLedger::new(
+    let ledger = Arc::new(ReservingLedger::new(
         MemoryGeneralLedger::default(),
         MemoryDedupTable::default(),
-        ClaimSettings::default(),
+        ReservationSettings::default(),
         w.clock.clone(),
     ));
     ledger.gl.without_void();

@@ -1,9 +1,9 @@
-//! The dedup table of the claim -> post -> commit protocol on DynamoDB Local: the conditions
+//! The dedup table of the reserve -> post -> commit protocol on DynamoDB Local: the conditions
 //! hold under concurrency.
 
 use recon_aws::dynamodb::DynamoDedupTable;
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff};
-use recon_core::ports::{ClaimOutcome, DedupTable, Ledger};
+use recon_core::ports::{DedupTable, Ledger, ReserveOutcome};
 use recon_harness::stack::TestStack;
 use std::sync::Arc;
 
@@ -18,8 +18,8 @@ fn committed(hash: &str, sqs: &str) -> CommittedRef {
 }
 
 #[tokio::test]
-async fn concurrent_claims_have_one_winner_and_only_the_owner_commits() {
-    let s = TestStack::new("claim").await;
+async fn concurrent_reservations_have_one_winner_and_only_the_owner_commits() {
+    let s = TestStack::new("reservation").await;
     let table = Arc::new(DynamoDedupTable::new(
         s.clients.dynamodb.clone(),
         &s.stack.names.dedup_table,
@@ -33,26 +33,29 @@ async fn concurrent_claims_have_one_winner_and_only_the_owner_commits() {
     for i in 0..8 {
         let (t, h) = (table.clone(), hash.clone());
         tasks.push(tokio::spawn(async move {
-            (i, t.claim(&h, &format!("worker-{i}"), now, lease, ttl).await)
+            (i, t.reserve(&h, &format!("worker-{i}"), now, lease, ttl).await)
         }));
     }
     let mut winners = Vec::new();
     for task in tasks {
         let (i, r) = task.await.unwrap();
         match r.unwrap() {
-            ClaimOutcome::Claimed { .. } => winners.push(i),
-            ClaimOutcome::HeldElsewhere { owner, lease_until } => {
+            ReserveOutcome::Reserved { .. } => winners.push(i),
+            ReserveOutcome::HeldElsewhere { owner, lease_until } => {
                 assert!(owner.starts_with("worker-"));
                 assert_eq!(lease_until.timestamp_millis(), lease.timestamp_millis());
             }
             other => panic!("{other:?}"),
         }
     }
-    assert_eq!(winners.len(), 1, "exactly one claim wins: {winners:?}");
+    assert_eq!(winners.len(), 1, "exactly one reservation wins: {winners:?}");
     let winner = format!("worker-{}", winners[0]);
     let loser = format!("worker-{}", (winners[0] + 1) % 8);
 
-    assert!(table.lookup(&hash).await.unwrap().is_none(), "a claim is not a commit");
+    assert!(
+        table.lookup(&hash).await.unwrap().is_none(),
+        "a reservation is not a commit"
+    );
     assert!(
         !table.commit(&loser, &committed(&hash, "x")).await.unwrap(),
         "only the owner commits"
@@ -60,15 +63,15 @@ async fn concurrent_claims_have_one_winner_and_only_the_owner_commits() {
     table.release(&hash, &loser).await.unwrap();
     assert!(table.commit(&winner, &committed(&hash, "s1")).await.unwrap());
     assert_eq!(table.lookup(&hash).await.unwrap().unwrap().sqs_message_id, "s1");
-    match table.claim(&hash, "late", now, lease, ttl).await.unwrap() {
-        ClaimOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, "s1"),
+    match table.reserve(&hash, "late", now, lease, ttl).await.unwrap() {
+        ReserveOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, "s1"),
         other => panic!("{other:?}"),
     }
     s.cleanup().await;
 }
 
 #[tokio::test]
-async fn an_expired_claim_is_taken_over_in_doubt_and_a_released_one_is_free() {
+async fn an_expired_reservation_is_taken_over_in_doubt_and_a_released_one_is_free() {
     let s = TestStack::new("lease").await;
     let table = DynamoDedupTable::new(s.clients.dynamodb.clone(), &s.stack.names.dedup_table);
     let hash = "cd".repeat(32);
@@ -76,43 +79,44 @@ async fn an_expired_claim_is_taken_over_in_doubt_and_a_released_one_is_free() {
     let ttl = t0 + chrono::Duration::days(400);
     assert_eq!(
         table
-            .claim(&hash, "a", t0, t0 + chrono::Duration::seconds(30), ttl)
+            .reserve(&hash, "a", t0, t0 + chrono::Duration::seconds(30), ttl)
             .await
             .unwrap(),
-        ClaimOutcome::FRESH
+        ReserveOutcome::FRESH
     );
     let later = t0 + chrono::Duration::seconds(31);
-    // Taken over: in doubt since the key was first claimed (a's request may still be applied).
+    // Taken over: in doubt since the key was first reserved (a's request may still be applied).
     let first = chrono::DateTime::from_timestamp_millis(t0.timestamp_millis());
     assert_eq!(
         table
-            .claim(&hash, "b", later, later + chrono::Duration::seconds(30), ttl)
+            .reserve(&hash, "b", later, later + chrono::Duration::seconds(30), ttl)
             .await
             .unwrap(),
-        ClaimOutcome::Claimed { in_doubt_since: first }
+        ReserveOutcome::Reserved { in_doubt_since: first }
     );
     assert!(
         !table.commit("a", &committed(&hash, "sa")).await.unwrap(),
         "the expired owner lost it"
     );
-    // Left in doubt (b's post had no definite answer): the next claim takes over at once, still
-    // in doubt since the first claim.
+    // Left in doubt (b's post had no definite answer): the next reservation takes over at once,
+    // still
+    // in doubt since the first reservation.
     table.leave_in_doubt(&hash, "b", later).await.unwrap();
     assert_eq!(
         table
-            .claim(&hash, "c", later, later + chrono::Duration::seconds(30), ttl)
+            .reserve(&hash, "c", later, later + chrono::Duration::seconds(30), ttl)
             .await
             .unwrap(),
-        ClaimOutcome::Claimed { in_doubt_since: first }
+        ReserveOutcome::Reserved { in_doubt_since: first }
     );
     // Released (a definite answer: nothing applied), the key is free and in no doubt.
     table.release(&hash, "c").await.unwrap();
     assert_eq!(
         table
-            .claim(&hash, "d", later, later + chrono::Duration::seconds(30), ttl)
+            .reserve(&hash, "d", later, later + chrono::Duration::seconds(30), ttl)
             .await
             .unwrap(),
-        ClaimOutcome::FRESH
+        ReserveOutcome::FRESH
     );
     s.cleanup().await;
 }
@@ -128,10 +132,10 @@ async fn a_hand_off_to_a_manual_journal_round_trips_and_shuts_out_a_posting() {
     let until = t0 + chrono::Duration::seconds(30);
     assert_eq!(
         table
-            .claim(&hash, "mj", t0, until, t0 + chrono::Duration::days(400))
+            .reserve(&hash, "mj", t0, until, t0 + chrono::Duration::days(400))
             .await
             .unwrap(),
-        ClaimOutcome::FRESH
+        ReserveOutcome::FRESH
     );
     let handed = CommittedRef {
         manual_journal: Some("env_1".into()),
@@ -140,8 +144,8 @@ async fn a_hand_off_to_a_manual_journal_round_trips_and_shuts_out_a_posting() {
     assert!(table.commit("mj", &handed).await.unwrap());
     let found = table.lookup(&hash).await.unwrap().unwrap();
     assert!(found.handed_off_by("env_1"), "{found:?}");
-    match table.claim(&hash, "later", t0, until, t0).await.unwrap() {
-        ClaimOutcome::AlreadyCommitted(r) => assert!(r.handed_off_by("env_1"), "{r:?}"),
+    match table.reserve(&hash, "later", t0, until, t0).await.unwrap() {
+        ReserveOutcome::AlreadyCommitted(r) => assert!(r.handed_off_by("env_1"), "{r:?}"),
         other => panic!("{other:?}"),
     }
 
@@ -190,17 +194,17 @@ async fn a_hand_off_to_a_manual_journal_round_trips_and_shuts_out_a_posting() {
 }
 
 /// The ledger conformance suite on DynamoDB Local: the reference ledger the consumer commits to,
-/// and the claim protocol over a general ledger with the DynamoDB dedup table.
+/// and the reservation protocol over a general ledger with the DynamoDB dedup table.
 #[tokio::test]
-async fn the_dynamodb_ledger_and_the_claim_protocol_keep_each_transaction_once() {
+async fn the_dynamodb_ledger_and_the_reservation_protocol_keep_each_transaction_once() {
     use recon_testkit::conformance::ledger_keeps_each_transaction_once;
     let s = TestStack::new("cf-ledger").await;
     ledger_keeps_each_transaction_once(&s.dynamo_ledger(), "dynamodb").await;
     recon_testkit::conformance::ledger_reads_by_period(&s.dynamo_ledger(), "dynamodb").await;
-    let claiming = recon_core::claim::ClaimingLedger::new(
+    let claiming = recon_core::reservation::ReservingLedger::new(
         recon_testkit::memory::MemoryGeneralLedger::default(),
         DynamoDedupTable::new(s.clients.dynamodb.clone(), &s.stack.names.dedup_table),
-        recon_core::claim::ClaimSettings::default(),
+        recon_core::reservation::ReservationSettings::default(),
         Arc::new(recon_core::ports::SystemClock),
     );
     ledger_keeps_each_transaction_once(&claiming, "claiming").await;
