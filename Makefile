@@ -14,7 +14,7 @@ BUILD_TESTED := $(CARGO) build --quiet --workspace --bins --tests
 TARGET_DIR_OF = $(shell $(CARGO) metadata --no-deps --format-version 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 TESTED = $(eval TESTED := $(TARGET_DIR_OF)/debug)$(TESTED)
 
-.PHONY: demo test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci mutants fuzz fuzz-ci
+.PHONY: demo book test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci mutants fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -23,6 +23,15 @@ demo: local-up
 TOOLS = .local-aws/tools-venv/bin
 # The benchmarks' Python (pydantic, Powertools, boto3), installed on first use.
 BENCH_VENV := .local-aws/bench-venv/.ok-v2
+
+## book: the documentation (docs/) rendered with mdBook into target/book; mdBook is installed
+## under .local-aws/ on first use (a few minutes of compiling)
+MDBOOK := .local-aws/mdbook/bin/mdbook
+book: $(MDBOOK)
+	$(MDBOOK) build docs
+
+$(MDBOOK):
+	$(CARGO) install --locked --quiet --root .local-aws/mdbook mdbook --version 0.5.4
 
 ## test: format check, unit and integration tests against the local stack, template checks,
 ## and the smoke test of the four functions under cargo lambda

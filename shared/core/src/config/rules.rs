@@ -497,16 +497,17 @@ pub mod needs {
 }
 
 /// The configuration table of docs/configuration.md, rows in [`VARIABLES`]' order (a test
-/// compares).
-pub fn readme_table() -> String {
+/// compares); `<` and `>` escaped, so a placeholder such as `<region>` is text, not an HTML tag.
+pub fn configuration_table() -> String {
+    let cell = |s: String| s.replace('<', "&lt;").replace('>', "&gt;");
     let mut out = String::from("| variable | default | allowed | meaning |\n|---|---|---|---|\n");
     for v in VARIABLES {
         let default = v.default.map_or_else(|| "required".to_owned(), |d| format!("`{d}`"));
         out.push_str(&format!(
             "| `{}` | {default} | {} | {} |\n",
             v.name,
-            v.rule.allowed(),
-            v.meaning
+            cell(v.rule.allowed().to_string()),
+            cell(v.meaning.to_string())
         ));
     }
     out

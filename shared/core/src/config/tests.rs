@@ -216,10 +216,10 @@ fn each_function_needs_exactly_the_variables_it_is_said_to_need() {
 }
 
 #[test]
-fn the_readme_lists_every_variable_as_this_table_does() {
+fn the_configuration_page_lists_every_variable_as_this_table_does() {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md"))
         .unwrap_or_default();
-    let table = readme_table();
+    let table = configuration_table();
     if !doc.contains(&table) {
         println!("{table}");
         panic!("docs/configuration.md's table differs from config::VARIABLES (printed above)");

@@ -219,15 +219,18 @@ pub fn shown_body(b: &str) -> String {
     short(&format!("{bom}{}", diffs.join(", ")))
 }
 
+/// The bad-input table of docs/contract.md; `<` and `>` outside the code spans escaped, so a
+/// placeholder such as `<region>` is text, not an HTML tag.
 pub fn table(cases: &[Case]) -> String {
+    let text = |s: &str| s.replace('|', "\\|").replace('<', "&lt;").replace('>', "&gt;");
     let mut t = String::from("| kind | bad input | example | what happens |\n|---|---|---|---|\n");
     for c in cases {
         t.push_str(&format!(
             "| {} | {} | `{}` | {} |\n",
             c.kind,
-            c.name,
+            text(c.name),
             c.shown.replace('|', "\\|").replace('`', "'"),
-            c.expect.replace('|', "\\|")
+            text(c.expect)
         ));
     }
     t
