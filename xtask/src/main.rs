@@ -5,11 +5,13 @@
 //!   posted twice (`make demo`);
 //! - `pump`: the consumer and the enricher in this process, polling the local stack's queues as
 //!   Lambda's SQS triggers would (and the scheduled sweep, with `--sweep-every`);
-//! - `bench`: the benchmark drivers (`make bench-*`).
+//! - `bench`: the benchmark drivers (`make bench-*`);
+//! - `reference`: write docs/dlqctl-reference.md from `dlqctl`'s command line.
 
 mod bench;
 mod demo;
 mod pump;
+mod reference;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -44,6 +46,8 @@ enum Command {
     /// Poll the queues and run the consumer (main queue) and the enricher (DLQ) in-process, as
     /// Lambda's SQS triggers would.
     Pump(pump::PumpArgs),
+    /// Write docs/dlqctl-reference.md from dlqctl's command line (a test keeps it equal).
+    Reference,
     /// A benchmark driver: figures printed side by side, never assertions.
     Bench {
         #[command(subcommand)]
@@ -70,6 +74,12 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    if let Command::Reference = cli.command {
+        let page = reference::render(<dlqctl::cli::Cli as clap::CommandFactory>::command());
+        std::fs::write(reference::PAGE, page)?;
+        println!("wrote {}", reference::PAGE);
+        return Ok(());
+    }
     if let Command::Bench { bench } = cli.command {
         // Each driver sets up a deployment of its own (the harness's TestStack).
         bench::run(bench).await;
@@ -86,7 +96,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Demo(args) => demo::run(&clients, &names, &args).await,
         Command::Pump(args) => pump::run(&clients, &names, &args).await,
-        Command::Bench { .. } => Ok(()),
+        Command::Bench { .. } | Command::Reference => Ok(()),
     }
 }
 
@@ -233,6 +243,22 @@ mod tests {
                 "docs/SUMMARY.md does not list {page}"
             );
         }
+    }
+
+    /// The dlqctl reference page is what `cargo xtask reference` writes from the command line.
+    #[test]
+    fn the_dlqctl_reference_is_generated_from_its_command_line() {
+        let page = super::reference::render(<dlqctl::cli::Cli as clap::CommandFactory>::command());
+        let stored = std::fs::read_to_string(format!("{ROOT}/{}", super::reference::PAGE)).unwrap_or_default();
+        assert!(
+            page.contains("### `dlqctl replay`") && page.contains("`--dry-run`"),
+            "{page}"
+        );
+        assert!(
+            stored == page,
+            "{} is stale: run `cargo xtask reference`",
+            super::reference::PAGE
+        );
     }
 
     /// Every flag says what it is for, and clap finds the definition consistent.
