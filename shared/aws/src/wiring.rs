@@ -87,12 +87,19 @@ pub fn enricher<M: Metrics>(clients: &AwsClients, s: &EnricherSettings, actor: &
 }
 
 /// The replay; metrics in EMF unless said otherwise.
-pub type AwsReplayer<M = EmfMetrics> =
-    Replayer<DynamoEnvelopeStore, AnyLedger, DynamoReferenceData, SqsQueue, S3Worm, AwsAuditLog, M>;
+pub type AwsReplayer<M = EmfMetrics> = Replayer<(
+    DynamoEnvelopeStore,
+    AnyLedger,
+    DynamoReferenceData,
+    SqsQueue,
+    S3Worm,
+    AwsAuditLog,
+    M,
+)>;
 
 /// The replay, its gate 2 asking the ledger the settings choose (the one the consumer commits to).
 pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &str, metrics: M) -> AwsReplayer<M> {
-    Replayer {
+    AwsReplayer::<M> {
         progress: None,
         // The re-injections' records linked into the trail with their marks.
         store: DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table)

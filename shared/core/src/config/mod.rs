@@ -54,7 +54,7 @@ pub mod vars {
 mod ledger;
 pub use ledger::{HttpLocation, LedgerSettings, PostgresLocation};
 mod rules;
-pub use rules::{MAX_PREFIX_LEN, Rule, UNSET, VARIABLES, Variable, needs, configuration_table};
+pub use rules::{MAX_PREFIX_LEN, Rule, UNSET, VARIABLES, Variable, configuration_table, needs};
 
 /// The name-valued variables of a deployment with these names and queue URLs: what the template
 /// sets, and what the local stack gives the functions.

@@ -6,15 +6,13 @@
 
 use std::collections::BTreeMap;
 
+use super::ReplayPorts;
 use super::{ReplayReport, ReplayRequest, Replayer, Selector};
 use crate::domain::approval::{Action, ApprovalRequest, Identity, NewRequest, Refused, RequestStatus};
 use crate::domain::canary::Canary;
 use crate::domain::{AuditKind, AuditRecord};
 use crate::envelopes::publish;
-use crate::ports::{
-    ApprovalRequests, AuditLog, AuditOutbox, Backlog, EnvelopeStore, FlowResult, Ledger, Metrics, ReferenceData,
-    ReplayQueue, SweepCursors, Worm,
-};
+use crate::ports::{ApprovalRequests, FlowResult, ReferenceData};
 
 /// A manual remediation's dry run and what the policy says of it.
 #[derive(Clone, Debug)]
@@ -57,16 +55,7 @@ pub(super) fn record(kind: AuditKind, r: &ApprovalRequest, actor: &str, detail: 
     rec
 }
 
-impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
-where
-    S: EnvelopeStore + SweepCursors + Backlog + AuditOutbox,
-    L: Ledger,
-    R: ReferenceData,
-    Q: ReplayQueue,
-    W: Worm,
-    A: AuditLog,
-    M: Metrics,
-{
+impl<P: ReplayPorts> Replayer<P> {
     /// Dry-run `req` and measure what it would change against the approval policy.
     pub async fn assess(
         &self,
@@ -91,16 +80,7 @@ where
     }
 }
 
-impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
-where
-    S: EnvelopeStore + SweepCursors + Backlog + AuditOutbox + ApprovalRequests,
-    L: Ledger,
-    R: ReferenceData,
-    Q: ReplayQueue,
-    W: Worm,
-    A: AuditLog,
-    M: Metrics,
-{
+impl<P: ReplayPorts> Replayer<P> {
     /// Make `assessed` (a dry run of `req` the policy holds above it) a request waiting for a
     /// second person: exactly the envelopes it would change, each with its state.
     pub async fn request_approval(

@@ -7,15 +7,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::ReplayPorts;
 use super::approval::pinned;
 use super::{ReplayReport, ReplayRequest, Replayer};
 use crate::domain::approval::ChangeSet;
 use crate::domain::canary::{Canary, CanaryReport, Fate};
 use crate::domain::envelope::envelope_id;
-use crate::ports::{
-    AuditLog, AuditOutbox, Backlog, EnvelopeStore, FlowResult, Ledger, Metrics, ReferenceData, ReplayQueue,
-    StoreResult, SweepCursors, Worm,
-};
+use crate::ports::{EnvelopeStore, FlowResult, Ledger, StoreResult};
 
 /// What a dry run calls a re-injection.
 const WOULD_REINJECT: &str = "WOULD_REINJECT";
@@ -23,16 +21,7 @@ const WOULD_REINJECT: &str = "WOULD_REINJECT";
 /// How often the canary looks at its copies.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
-impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
-where
-    S: EnvelopeStore + SweepCursors + Backlog + AuditOutbox,
-    L: Ledger,
-    R: ReferenceData,
-    Q: ReplayQueue,
-    W: Worm,
-    A: AuditLog,
-    M: Metrics,
-{
+impl<P: ReplayPorts> Replayer<P> {
     /// Run `req` over `set` (each envelope only while its fingerprint holds; `what` names what
     /// pinned it), behind `canary` when there is one and its slice is not the whole of the
     /// re-injections.
@@ -117,7 +106,7 @@ where
     }
 }
 
-impl<S: EnvelopeStore, L: Ledger, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M> {
+impl<P: ReplayPorts> Replayer<P> {
     /// The copies replay `replay_id` re-injected of `ids`: each one's SQS message id and
     /// transaction.
     pub(super) async fn copies(

@@ -13,6 +13,7 @@
 //! execution, resumed, finds its own claim and sends the same copy again (the ledger keeps the
 //! edited transaction single).
 
+use super::ReplayPorts;
 use super::report::{ReplayItem, ReplayOutcome, ReplayReport, item};
 use super::settle::Settlement;
 use super::{Gate, ReplayRequest, Replayer, Run, Selector};
@@ -22,8 +23,8 @@ use crate::domain::hash::sha256_hex;
 use crate::domain::{AuditKind, CommitOutcome, DlqEnvelope, EnvelopeStatus, HandOff, TransientKind, validate};
 use crate::envelopes::{original_body, publish};
 use crate::ports::{
-    ApprovalRequests, AuditLog, AuditOutbox, Backlog, Deadline, EnvelopeStore, FlowResult, Ledger, Metrics,
-    ReferenceData, ReplayQueue, StoreError, SweepCursors, Worm,
+    ApprovalRequests, AuditLog, Deadline, EnvelopeStore, FlowResult, Ledger, ReferenceData, ReplayQueue, StoreError,
+    Worm,
 };
 
 /// What the dry run of an edit calls it.
@@ -35,16 +36,7 @@ impl From<EditRefused> for Refused {
     }
 }
 
-impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
-where
-    S: EnvelopeStore + SweepCursors + Backlog + AuditOutbox + ApprovalRequests,
-    L: Ledger,
-    R: ReferenceData,
-    Q: ReplayQueue,
-    W: Worm,
-    A: AuditLog,
-    M: Metrics,
-{
+impl<P: ReplayPorts> Replayer<P> {
     /// Propose an edit of PENDING envelope `envelope_id`: the edited body must pass gate 1 with
     /// today's reference data, and its transaction must not be in the ledger yet. Every edit
     /// waits for a second person's approval.

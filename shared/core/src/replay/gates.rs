@@ -26,11 +26,12 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 
+use super::ReplayPorts;
 use super::{ReplayRequest, Replayer};
 use crate::domain::message::{check_currency, check_period, decode, identified_by_content};
 use crate::domain::{CommittedRef, DlqEnvelope, EnvelopeStatus, HashKind, ProcessError, ReferenceSnapshot};
 use crate::envelopes::original_body;
-use crate::ports::{Ledger, StoreResult, Worm};
+use crate::ports::{Ledger, StoreResult};
 
 /// Gate 2's answers for several envelopes, read ahead in one request
 /// ([`Ledger::lookup_many`]): a page's before the gates, a chunk's again once it is claimed. A
@@ -134,7 +135,7 @@ pub enum Verdict {
     },
 }
 
-impl<S, L: Ledger, R, Q, W: Worm, A, M> Replayer<S, L, R, Q, W, A, M> {
+impl<P: ReplayPorts> Replayer<P> {
     /// The verdict for `e` under `req`: an operator's quarantine decides at once.
     pub(super) async fn verdict_for(
         &self,

@@ -60,8 +60,8 @@ use crate::domain::canary::Canary;
 use crate::domain::hash::sha256_hex;
 use crate::envelopes::{check_overflow, drain_outbox};
 use crate::ports::{
-    AuditLog, AuditOutbox, Backlog, Clock, Deadline, EnvelopeStore, FlowResult, Ledger, Metric, Metrics, ReferenceData,
-    ReplayQueue, SweepCursors, Worm,
+    ApprovalRequests, AuditLog, AuditOutbox, Backlog, Clock, Deadline, EnvelopeStore, FlowResult, Ledger, Metric,
+    Metrics, ReferenceData, ReplayQueue, SweepCursors, Worm,
 };
 
 /// PENDING envelopes a sweep reads, oldest first, to measure escalation.
@@ -118,15 +118,47 @@ impl Default for ReplayConfig {
     }
 }
 
-pub struct Replayer<S, L, R, Q, W, A, M> {
+/// The adapters a replay runs on, named once: `(store, ledger, reference data, queue, WORM,
+/// audit log, metrics)` as a tuple of types implements it, so `Replayer<(S, L, R, Q, W, A, M)>`
+/// is a replay over those adapters and every part of the engine is `impl<P: ReplayPorts>`.
+pub trait ReplayPorts {
+    type Store: EnvelopeStore + SweepCursors + Backlog + AuditOutbox + ApprovalRequests;
+    type Ledger: Ledger;
+    type Reference: ReferenceData;
+    type Queue: ReplayQueue;
+    type Worm: Worm;
+    type Audit: AuditLog;
+    type Metrics: Metrics;
+}
+
+impl<S, L, R, Q, W, A, M> ReplayPorts for (S, L, R, Q, W, A, M)
+where
+    S: EnvelopeStore + SweepCursors + Backlog + AuditOutbox + ApprovalRequests,
+    L: Ledger,
+    R: ReferenceData,
+    Q: ReplayQueue,
+    W: Worm,
+    A: AuditLog,
+    M: Metrics,
+{
+    type Store = S;
+    type Ledger = L;
+    type Reference = R;
+    type Queue = Q;
+    type Worm = W;
+    type Audit = A;
+    type Metrics = M;
+}
+
+pub struct Replayer<P: ReplayPorts> {
     pub progress: Option<Progress>,
-    pub store: S,
-    pub ledger: L,
-    pub reference: R,
-    pub queue: Q,
-    pub worm: W,
-    pub audit: A,
-    pub metrics: M,
+    pub store: P::Store,
+    pub ledger: P::Ledger,
+    pub reference: P::Reference,
+    pub queue: P::Queue,
+    pub worm: P::Worm,
+    pub audit: P::Audit,
+    pub metrics: P::Metrics,
     pub clock: Arc<dyn Clock>,
     pub config: ReplayConfig,
 }
@@ -155,16 +187,7 @@ fn replay_id(clock: &dyn Clock) -> String {
     format!("rpl_{}", &sha256_hex(seed.as_bytes())[..20])
 }
 
-impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
-where
-    S: EnvelopeStore + SweepCursors + Backlog + AuditOutbox,
-    L: Ledger,
-    R: ReferenceData,
-    Q: ReplayQueue,
-    W: Worm,
-    A: AuditLog,
-    M: Metrics,
-{
+impl<P: ReplayPorts> Replayer<P> {
     /// Seal the audit trail (the seal schedule's invocation). Returns the seal's key and the seal.
     pub async fn seal(&self) -> FlowResult<(String, crate::domain::seal::AuditSeal)> {
         let (key, seal) = crate::evidence::seal(&self.audit, &self.worm, self.clock.now()).await?;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use super::ReplayPorts;
 use super::gates::{Gate, RESUMED_HAND_OFF, ReadAhead};
 use super::report::{ReplayItem, ReplayOutcome, ReplayReport, isolated, item};
 use super::settle::{NOT_CLAIMED, Settlement};
@@ -15,23 +16,14 @@ use super::{Replayer, Run};
 use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, TransientKind, attrs};
 use crate::envelopes::original_body;
 use crate::ports::{
-    AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, OutgoingMessage, ReplayQueue, Settled,
-    StoreError, StoreResult, SweepCursors, Worm, batches,
+    AuditLog, FlowResult, OutgoingMessage, ReplayQueue, Settled, StoreError, StoreResult, SweepCursors, batches,
 };
 
 /// Envelopes re-injected together when no rate limit paces them: half a page of the default size,
 /// so that one half's marks are written while the other half is sent.
 const UNPACED_CHUNK: usize = 50;
 
-impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
-where
-    S: EnvelopeStore + SweepCursors + AuditOutbox,
-    L: Ledger,
-    Q: ReplayQueue,
-    W: Worm,
-    A: AuditLog,
-    M: Metrics,
-{
+impl<P: ReplayPorts> Replayer<P> {
     /// The message that re-injects `e`: its original bytes and attributes, plus provenance; or
     /// why SQS would never accept it as it is.
     pub(super) fn reinjection(&self, run: &Run<'_>, e: &DlqEnvelope, body: String) -> Result<OutgoingMessage, String> {

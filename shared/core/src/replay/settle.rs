@@ -6,6 +6,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::ReplayPorts;
 use super::gates::{Gate, ReadAhead, Verdict};
 use super::report::{ReplayItem, ReplayOutcome, item};
 use super::{Replayer, Run};
@@ -16,9 +17,7 @@ use crate::domain::{
     ReplayClaim, ReplayRecord, StatusChange, TransientKind,
 };
 use crate::envelopes::{envelope_audit, publish, publish_many};
-use crate::ports::{
-    AuditLog, AuditOutbox, EnvelopeStore, Finish, FlowResult, Ledger, Metrics, Settled, StoreError, Worm,
-};
+use crate::ports::{AuditLog, EnvelopeStore, Finish, FlowResult, Ledger, Settled, StoreError, Worm};
 
 const CLAIM_LOST: &str = "claim lost before the outcome was recorded";
 pub(super) const NOT_CLAIMED: &str = "claimed by another replay, or no longer pending";
@@ -77,14 +76,7 @@ impl<'a> Settlement<'a> {
     }
 }
 
-impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
-where
-    S: EnvelopeStore + AuditOutbox,
-    L: Ledger,
-    W: Worm,
-    A: AuditLog,
-    M: Metrics,
-{
+impl<P: ReplayPorts> Replayer<P> {
     /// Apply a verdict other than re-injection.
     pub(super) async fn settle(&self, run: &Run<'_>, e: &DlqEnvelope, verdict: Verdict) -> FlowResult<ReplayItem> {
         if let Verdict::StillFailing { gate, detail } = &verdict {

@@ -5,27 +5,18 @@
 
 use futures::StreamExt;
 
+use super::ReplayPorts;
 use super::gates::{ReadAhead, Verdict};
 use super::report::{ReplayItem, ReplayOutcome, ReplayReport, dry_item, isolated};
 use super::{Replayer, Run, SCHEDULE_CURSOR};
 use crate::domain::approval::{Change, fingerprint};
 use crate::domain::edit::EDIT_CLAIM_PREFIX;
 use crate::domain::{DlqEnvelope, EnvelopeStatus, PeriodStatus};
-use crate::ports::{
-    AuditLog, AuditOutbox, EnvelopeStore, FlowResult, Ledger, Metrics, ReplayQueue, StoreResult, SweepCursors, Worm,
-};
+use crate::ports::{EnvelopeStore, FlowResult, ReplayQueue, StoreResult, SweepCursors};
 
 pub(super) const OUT_OF_TIME: &str = "time budget used up; the next sweep resumes from the saved cursor";
 
-impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
-where
-    S: EnvelopeStore + SweepCursors + AuditOutbox,
-    L: Ledger,
-    Q: ReplayQueue,
-    W: Worm,
-    A: AuditLog,
-    M: Metrics,
-{
+impl<P: ReplayPorts> Replayer<P> {
     fn out_of_time(&self, run: &Run<'_>) -> bool {
         run.deadline
             .is_some_and(|d| d.within(&*self.clock, self.config.deadline_margin))

@@ -18,11 +18,12 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+use super::ReplayPorts;
 use super::report::{ReplayOutcome, ReplayReport, item};
 use super::{Replayer, Run};
 use crate::domain::canary::{Canary, CanaryReport, CanarySlice, Fate};
 use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus};
-use crate::ports::{AuditLog, EnvelopeStore, FlowResult, Ledger, StoreResult, SweepCursors};
+use crate::ports::{AuditLog, FlowResult, StoreResult, SweepCursors};
 
 /// How long a canary waits for its copies to post before it no longer says anything about its
 /// group (a new slice then).
@@ -67,12 +68,7 @@ fn cursor_name(key: &str) -> String {
     format!("canary#{key}")
 }
 
-impl<S, L, R, Q, W, A, M> Replayer<S, L, R, Q, W, A, M>
-where
-    S: EnvelopeStore + SweepCursors,
-    L: Ledger,
-    A: AuditLog,
-{
+impl<P: ReplayPorts> Replayer<P> {
     /// Of `list` (a page's re-injections, in order), those the groups' canaries let through; the
     /// others are reported skipped and stay PENDING, untouched.
     pub(super) async fn canary_gate(

@@ -254,7 +254,7 @@ async fn a_sweep_with_a_small_time_budget_resumes_from_its_cursor() {
         deadline_margin: Duration::from_secs(5),
         ..ReplayConfig::default()
     };
-    let r = Replayer {
+    let r = TestReplayer {
         config: ReplayConfig {
             rate_per_sec: 20,
             ..config

@@ -242,7 +242,17 @@ async fn a_hand_off_that_lands_after_its_claim_was_taken_over_loses_nothing() {
         release: tokio::sync::Semaphore::new(0),
         armed: std::sync::atomic::AtomicBool::new(true),
     });
-    let operator = Replayer {
+    // The world's replay with the stalling ledger in its place.
+    type Stalling = Replayer<(
+        Arc<MemoryEnvelopeStore>,
+        Arc<StallingLedger>,
+        Arc<MemoryReferenceData>,
+        Arc<MemoryReplayQueue>,
+        Arc<MemoryWorm>,
+        Arc<MemoryAuditLog>,
+        MemoryMetrics,
+    )>;
+    let operator = Stalling {
         progress: None,
         store: w.store.clone(),
         ledger: stalling.clone(),

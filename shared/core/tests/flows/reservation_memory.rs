@@ -263,7 +263,7 @@ async fn the_memory_ledger_and_the_reservation_protocol_keep_each_transaction_on
 type MemoryReserving = Arc<ReservingLedger<MemoryGeneralLedger, MemoryDedupTable>>;
 
 /// A replay over the reservation protocol (the world's other stores in memory).
-type ReservingReplayer = recon_core::replay::Replayer<
+type ReservingReplayer = recon_core::replay::Replayer<(
     Arc<recon_testkit::memory::MemoryEnvelopeStore>,
     MemoryReserving,
     Arc<MemoryReferenceData>,
@@ -271,10 +271,10 @@ type ReservingReplayer = recon_core::replay::Replayer<
     Arc<recon_testkit::memory::MemoryWorm>,
     Arc<MemoryAuditLog>,
     recon_testkit::memory::MemoryMetrics,
->;
+)>;
 
 fn replay_over(w: &crate::common::World, ledger: MemoryReserving) -> ReservingReplayer {
-    recon_core::replay::Replayer {
+    ReservingReplayer {
         progress: None,
         store: w.store.clone(),
         ledger,

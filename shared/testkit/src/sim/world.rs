@@ -57,7 +57,7 @@ pub type SimEnricher = Enricher<
     Faulty<Arc<MemoryAuditLog>>,
     Arc<MemoryMetrics>,
 >;
-pub type SimReplayer = Replayer<
+pub type SimReplayer = Replayer<(
     Faulty<Arc<MemoryEnvelopeStore>>,
     Faulty<SimLedger>,
     Faulty<Arc<MemoryReferenceData>>,
@@ -65,7 +65,7 @@ pub type SimReplayer = Replayer<
     Faulty<Arc<MemoryWorm>>,
     Faulty<Arc<MemoryAuditLog>>,
     Arc<MemoryMetrics>,
->;
+)>;
 
 /// The stores, as the oracle reads them after the run.
 pub struct Stores {
@@ -210,7 +210,7 @@ impl World {
         // The replay function, and the operator's replays in-process: the same flow over the
         // same stores, the operator's behind their own machine's stalls.
         let replayer = |faults: &Arc<Injector>| {
-            Rc::new(Replayer {
+            Rc::new(SimReplayer {
                 progress: None,
                 store: Faulty::new(stores.envelopes.clone(), faults.clone()),
                 ledger: Faulty::new(ledger.clone(), faults.clone()),

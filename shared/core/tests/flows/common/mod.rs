@@ -20,7 +20,7 @@ pub use recon_testkit::memory::{
 pub use std::sync::Arc;
 pub use std::time::Duration;
 
-pub type TestReplayer = Replayer<
+pub type TestReplayer = Replayer<(
     Arc<MemoryEnvelopeStore>,
     Arc<MemoryLedger>,
     Arc<MemoryReferenceData>,
@@ -28,7 +28,7 @@ pub type TestReplayer = Replayer<
     Arc<MemoryWorm>,
     Arc<MemoryAuditLog>,
     MemoryMetrics,
->;
+)>;
 
 pub struct World {
     pub store: Arc<MemoryEnvelopeStore>,
@@ -54,7 +54,7 @@ pub fn world() -> World {
 
 impl World {
     pub fn replayer(&self, config: ReplayConfig) -> TestReplayer {
-        Replayer {
+        TestReplayer {
             progress: None,
             store: self.store.clone(),
             ledger: self.ledger.clone(),
