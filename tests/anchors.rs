@@ -62,7 +62,7 @@ async fn rewrite_longest_chain(s: &TestStack) -> String {
     let log = s.audit_log();
     let mut chains: Vec<Vec<ChainedRecord>> = Vec::new();
     for i in 0..recon_core::domain::audit::AUDIT_CHAINS {
-        chains.push(log.chain(&format!("c{i}")).await.unwrap());
+        chains.push(recon_core::ports::read_chain(&log, &format!("c{i}"), 0).await.unwrap());
     }
     let chain = chains.into_iter().max_by_key(Vec::len).unwrap();
     let name = chain[0].chain.clone();

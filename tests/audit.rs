@@ -130,7 +130,7 @@ async fn modifying_deleting_or_reordering_one_record_is_detected_and_named() {
     // The longest chain, to tamper in its middle.
     let mut chains: Vec<Vec<ChainedRecord>> = Vec::new();
     for i in 0..AUDIT_CHAINS {
-        chains.push(log.chain(&format!("c{i}")).await.unwrap());
+        chains.push(recon_core::ports::read_chain(&log, &format!("c{i}"), 0).await.unwrap());
     }
     let chain = chains.into_iter().max_by_key(Vec::len).unwrap();
     assert!(chain.len() >= 3, "need three records in one chain, got {}", chain.len());
@@ -465,7 +465,7 @@ async fn a_continuation_from_a_seal_reads_only_what_came_after_it_and_names_a_re
         .max_by_key(|h| h.seq)
         .expect("12 records after seal 2 move some chain sealed past its first record")
         .clone();
-    let tail = log.chain_from(&h.chain, h.seq).await.unwrap();
+    let tail = recon_core::ports::read_chain(&log, &h.chain, h.seq).await.unwrap();
     let head = heads.iter().find(|x| x.chain == h.chain).unwrap();
     assert_eq!(
         tail.iter().map(|r| r.seq).collect::<Vec<_>>(),
@@ -473,7 +473,10 @@ async fn a_continuation_from_a_seal_reads_only_what_came_after_it_and_names_a_re
     );
     // The same in pages of 2 (a Query with a Limit, each from the key the one before ended on);
     // from 0, the whole chain.
-    for (from, expected) in [(h.seq, tail.clone()), (0, log.chain(&h.chain).await.unwrap())] {
+    for (from, expected) in [
+        (h.seq, tail.clone()),
+        (0, recon_core::ports::read_chain(&log, &h.chain, 0).await.unwrap()),
+    ] {
         let (mut paged, mut cursor) = (Vec::new(), None);
         loop {
             let (page, next) = log.chain_page(&h.chain, from, cursor, 2).await.unwrap();
@@ -514,8 +517,7 @@ async fn a_continuation_from_a_seal_reads_only_what_came_after_it_and_names_a_re
     assert!(!report.unsealed.is_empty(), "the records after seal 2: {report:?}");
 
     // A record after seal 2 edited: named.
-    let victim = log
-        .chain_from(&h.chain, h.seq + 1)
+    let victim = recon_core::ports::read_chain(&log, &h.chain, h.seq + 1)
         .await
         .unwrap()
         .into_iter()

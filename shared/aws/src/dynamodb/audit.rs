@@ -10,7 +10,7 @@ use recon_core::ports::{AuditLog, ChainPage, StoreError, StoreResult};
 use recon_core::resources::keys;
 
 use super::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups};
-use super::{item_error, n, query_index, query_index_from, s, scan_all};
+use super::{item_error, n, query_index, s, scan_all};
 use crate::error::store_error;
 use crate::item::{Item, from_item, get_s, to_item};
 
@@ -296,44 +296,6 @@ fn cancellation_reasons<R>(
     }
 }
 
-impl DynamoAuditLog {
-    /// The records of `chain` with `seq >= from_seq` (a key condition on the chain index's
-    /// zero-padded `seq_key`: the records before are not read), in `seq` order.
-    async fn read_chain(
-        &self,
-        chain: &str,
-        from_seq: u64,
-    ) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
-        let from_key = (from_seq > 0).then(|| format!("{from_seq:012}"));
-        // The chain index is eventually consistent, the head is read consistently: read the index
-        // again (a bounded number of times) until it holds the records up to the head.
-        let mut attempt = 0;
-        loop {
-            let mut records = query_index_from(
-                &self.client,
-                &self.table,
-                &recon_core::resources::indexes::AUDIT_BY_CHAIN,
-                chain,
-                from_key.as_deref(),
-            )
-            .await
-            .and_then(|items| audit_records(&items))?;
-            // The index's sort key is an attribute of its own: what it says is not trusted.
-            records.retain(|r| r.seq >= from_seq);
-            records.sort_by_key(|r| r.seq);
-            let (head, _) = self.head(chain).await?;
-            let present = records.iter().filter(|r| r.seq <= head).count() as u64;
-            let first = from_seq.max(1);
-            let expected = if head >= first { head - first + 1 } else { 0 };
-            attempt += 1;
-            if present >= expected || attempt >= 20 {
-                return Ok(records);
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-    }
-}
-
 fn audit_records(items: &[Item]) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
     Ok(items.iter().map(chained_from).collect())
 }
@@ -483,18 +445,6 @@ impl AuditLog for DynamoAuditLog {
             linked[i] = self.append(&records[i]).await?;
         }
         Ok(linked)
-    }
-
-    async fn chain(&self, chain: &str) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
-        self.read_chain(chain, 0).await
-    }
-
-    async fn chain_from(
-        &self,
-        chain: &str,
-        from_seq: u64,
-    ) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
-        self.read_chain(chain, from_seq).await
     }
 
     async fn chain_page(

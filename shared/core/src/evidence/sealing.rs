@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::anchors::seal;
 use crate::domain::AuditRecord;
-use crate::domain::audit::{ChainHead, ChainedRecord};
+use crate::domain::audit::ChainHead;
 use crate::ports::{AuditLog, ChainPage, Clock, RecordsOfPeriod, StoreResult, Worm};
 
 pub struct SealingAuditLog<A, W> {
@@ -56,12 +56,6 @@ impl<A: AuditLog, W: Worm> AuditLog for SealingAuditLog<A, W> {
     async fn linked_elsewhere(&self, seqs: &[u64]) {
         self.log.linked_elsewhere(seqs).await;
         self.seal_at(seqs.iter().copied()).await;
-    }
-    async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {
-        self.log.chain(chain).await
-    }
-    async fn chain_from(&self, chain: &str, from_seq: u64) -> StoreResult<Vec<ChainedRecord>> {
-        self.log.chain_from(chain, from_seq).await
     }
     async fn chain_page(
         &self,

@@ -36,11 +36,6 @@ pub trait AuditLog: Send + Sync {
         let _ = seqs;
         async {}
     }
-    /// Every record of one chain, in `seq` order.
-    fn chain(&self, chain: &str) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send;
-    /// The records of one chain from `from_seq` on (`seq >= from_seq`), in `seq` order: reads
-    /// nothing before it (continuing a verification from a seal).
-    fn chain_from(&self, chain: &str, from_seq: u64) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send;
     /// The records of one chain from `from_seq` on (`seq >= from_seq`), a page at a time, so that a
     /// reader holds one page, not the chain: at most `limit` records (a `limit` of 0 is taken as
     /// 1), in `seq` order, from where `cursor` left off (`None`: the first page; otherwise the
@@ -50,8 +45,8 @@ pub trait AuditLog: Send + Sync {
     /// records, even none, and still name a next one (a store's own limits on a response). Every
     /// record is on exactly one page, two records at the same `seq` (a forged one) included: the
     /// cursor marks a record, not a `seq`, so the next page starts with the record after it.
-    /// Records appended while the pages are read may be on a later page. No default: one over
-    /// [`AuditLog::chain_from`] would read the whole chain for every page.
+    /// Records appended while the pages are read may be on a later page. The one read of a
+    /// chain: [`read_chain`] reads one whole, page by page.
     fn chain_page(
         &self,
         chain: &str,
@@ -79,12 +74,6 @@ impl<T: AuditLog> AuditLog for Arc<T> {
     fn linked_elsewhere(&self, seqs: &[u64]) -> impl Future<Output = ()> + Send {
         (**self).linked_elsewhere(seqs)
     }
-    fn chain(&self, chain: &str) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send {
-        (**self).chain(chain)
-    }
-    fn chain_from(&self, chain: &str, from_seq: u64) -> impl Future<Output = StoreResult<Vec<ChainedRecord>>> + Send {
-        (**self).chain_from(chain, from_seq)
-    }
     fn chain_page(
         &self,
         chain: &str,
@@ -102,5 +91,24 @@ impl<T: AuditLog> AuditLog for Arc<T> {
     }
     fn start_trail(&self, candidate: &str) -> impl Future<Output = StoreResult<String>> + Send {
         (**self).start_trail(candidate)
+    }
+}
+
+/// Records a [`read_chain`] page holds.
+const READ_PAGE: usize = 1000;
+
+/// The records of one chain from `from_seq` on (`seq >= from_seq`), in `seq` order, read a page at
+/// a time ([`AuditLog::chain_page`]) into one list: for a caller that wants the chain whole (the
+/// evidence streams pages instead).
+pub async fn read_chain<A: AuditLog + ?Sized>(log: &A, chain: &str, from_seq: u64) -> StoreResult<Vec<ChainedRecord>> {
+    let mut out = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (page, next) = log.chain_page(chain, from_seq, cursor, READ_PAGE).await?;
+        out.extend(page);
+        match next {
+            Some(c) => cursor = Some(c),
+            None => return Ok(out),
+        }
     }
 }

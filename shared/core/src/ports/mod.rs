@@ -19,7 +19,7 @@ mod reference;
 mod worm;
 
 pub use approvals::{ApprovalRequests, RequestPage};
-pub use audit::{AuditLog, ChainPage};
+pub use audit::{AuditLog, ChainPage, read_chain};
 pub use clock::{Clock, Deadline, SystemClock, lambda_deadline};
 pub use envelopes::{
     AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, Finish, Settled, SweepCursors, all_envelopes,

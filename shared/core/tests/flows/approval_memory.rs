@@ -5,7 +5,7 @@
 use crate::common::*;
 use recon_core::domain::approval::{ApprovalPolicy, Identity, RequestStatus};
 use recon_core::domain::canary::Canary;
-use recon_core::ports::{ApprovalRequests, AuditLog, FlowError};
+use recon_core::ports::{ApprovalRequests, FlowError};
 
 fn who(name: &str) -> Identity {
     Identity {
@@ -27,7 +27,10 @@ async fn policy(w: &World, max_count: u64) {
 async fn kinds(w: &World) -> Vec<AuditKind> {
     let mut out = Vec::new();
     for c in 0..recon_core::domain::audit::AUDIT_CHAINS {
-        for r in w.audit.chain(&format!("c{c}")).await.unwrap() {
+        for r in recon_core::ports::read_chain(&w.audit, &format!("c{c}"), 0)
+            .await
+            .unwrap()
+        {
             out.push(r.record.kind);
         }
     }

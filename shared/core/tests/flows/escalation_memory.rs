@@ -5,12 +5,14 @@
 use crate::common::*;
 use recon_core::decisions::escalation::EscalationChain;
 use recon_core::escalate::{closing, escalate};
-use recon_core::ports::AuditLog;
 
 async fn escalated(w: &World) -> Vec<String> {
     let mut out = Vec::new();
     for c in 0..recon_core::domain::audit::AUDIT_CHAINS {
-        for r in w.audit.chain(&format!("c{c}")).await.unwrap() {
+        for r in recon_core::ports::read_chain(&w.audit, &format!("c{c}"), 0)
+            .await
+            .unwrap()
+        {
             if r.record.kind == AuditKind::Escalated {
                 out.push(r.record.audit_id.clone());
             }

@@ -355,7 +355,11 @@ async fn edited_hashes_with_multibyte_characters_are_reported_not_a_panic() {
     heads[0].hash = format!("77c046d1ad8\u{202e}{}", &heads[0].hash[12..]);
     let mut records = Vec::new();
     for c in 0..AUDIT_CHAINS {
-        records.extend(audit.chain(&format!("c{c}")).await.unwrap());
+        records.extend(
+            recon_core::ports::read_chain(&audit, &format!("c{c}"), 0)
+                .await
+                .unwrap(),
+        );
     }
     let ev = read_worm(&worm, Some(&sealed.trail)).await.unwrap();
     let t = Some(sealed.trail.as_str());

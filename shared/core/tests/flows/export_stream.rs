@@ -32,16 +32,6 @@ impl AuditLog for Paged {
     async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
         self.inner.append(record).await
     }
-    async fn chain(&self, _chain: &str) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
-        panic!("a streamed export reads no chain whole")
-    }
-    async fn chain_from(
-        &self,
-        chain: &str,
-        from_seq: u64,
-    ) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
-        self.inner.chain_from(chain, from_seq).await
-    }
     async fn chain_page(
         &self,
         chain: &str,

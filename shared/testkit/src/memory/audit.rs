@@ -94,28 +94,6 @@ impl AuditLog for MemoryAuditLog {
         self.append_now(record)
     }
 
-    async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {
-        let mut out: Vec<_> = lock(&self.state)
-            .records
-            .iter()
-            .filter(|r| r.chain == chain)
-            .cloned()
-            .collect();
-        out.sort_by_key(|r| r.seq);
-        Ok(out)
-    }
-
-    async fn chain_from(&self, chain: &str, from_seq: u64) -> StoreResult<Vec<ChainedRecord>> {
-        let mut out: Vec<_> = lock(&self.state)
-            .records
-            .iter()
-            .filter(|r| r.chain == chain && r.seq >= from_seq)
-            .cloned()
-            .collect();
-        out.sort_by_key(|r| r.seq);
-        Ok(out)
-    }
-
     /// The cursor is how many of the chain's records from `from_seq` on (in `seq` order, records at
     /// one `seq` in append order) the pages before returned: an append lands after them all.
     async fn chain_page(

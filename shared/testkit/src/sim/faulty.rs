@@ -3,7 +3,7 @@
 //! memory stores do not keep (a DynamoDB transaction's 100 items and 4 MB) applied on the way.
 
 use chrono::{DateTime, Utc};
-use recon_core::domain::audit::{ChainHead, ChainedRecord};
+use recon_core::domain::audit::ChainHead;
 use recon_core::domain::{
     AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, DlqEnvelope, EnvelopeStatus, HandOff,
     PeriodRecord, Posting, ReferenceSnapshot, ReplayClaim, ReplayRecord, StatusChange,
@@ -203,14 +203,6 @@ impl<P: AuditLog> AuditLog for Faulty<P> {
     }
     async fn linked_elsewhere(&self, seqs: &[u64]) {
         self.inner.linked_elsewhere(seqs).await;
-    }
-    async fn chain(&self, chain: &str) -> StoreResult<Vec<ChainedRecord>> {
-        self.faults.call("Audit.chain", self.inner.chain(chain)).await
-    }
-    async fn chain_from(&self, chain: &str, from_seq: u64) -> StoreResult<Vec<ChainedRecord>> {
-        self.faults
-            .call("Audit.chain_from", self.inner.chain_from(chain, from_seq))
-            .await
     }
     async fn chain_page(
         &self,
