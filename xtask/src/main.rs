@@ -139,13 +139,18 @@ mod tests {
 
     const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
-    /// The README, ARCHITECTURE.md, BENCHMARKS.md and every page of docs/: (path, text).
+    /// The README, ARCHITECTURE.md, BENCHMARKS.md and every page of docs/ (and docs/benchmarks/):
+    /// (path, text).
     fn documents() -> Vec<(String, String)> {
-        let mut paths: Vec<String> = std::fs::read_dir(format!("{ROOT}/docs"))
-            .expect("docs/ unreadable")
-            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-            .filter(|name| name.ends_with(".md"))
-            .map(|name| format!("docs/{name}"))
+        let mut paths: Vec<String> = ["docs", "docs/benchmarks"]
+            .iter()
+            .flat_map(|dir| {
+                std::fs::read_dir(format!("{ROOT}/{dir}"))
+                    .unwrap_or_else(|e| panic!("{dir}/ unreadable: {e}"))
+                    .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+                    .filter(|name| name.ends_with(".md"))
+                    .map(move |name| format!("{dir}/{name}"))
+            })
             .collect();
         paths.sort();
         paths.splice(
