@@ -6,10 +6,12 @@
 //! - `pump`: the consumer and the enricher in this process, polling the local stack's queues as
 //!   Lambda's SQS triggers would (and the scheduled sweep, with `--sweep-every`);
 //! - `bench`: the benchmark drivers (`make bench-*`);
-//! - `reference`: write docs/dlqctl-reference.md from `dlqctl`'s command line.
+//! - `reference`: write docs/dlqctl-reference.md from `dlqctl`'s command line;
+//! - `loc`: the lines of production Rust per crate (against another revision, side by side).
 
 mod bench;
 mod demo;
+mod loc;
 mod pump;
 mod reference;
 
@@ -48,6 +50,12 @@ enum Command {
     Pump(pump::PumpArgs),
     /// Write docs/dlqctl-reference.md from dlqctl's command line (a test keeps it equal).
     Reference,
+    /// The lines of production Rust per crate at HEAD (tests excluded), beside another revision.
+    Loc {
+        /// The revision to compare with (a commit, a tag).
+        #[arg(long)]
+        against: Option<String>,
+    },
     /// A benchmark driver: figures printed side by side, never assertions.
     Bench {
         #[command(subcommand)]
@@ -74,6 +82,9 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    if let Command::Loc { against } = &cli.command {
+        return loc::run(against.as_deref());
+    }
     if let Command::Reference = cli.command {
         let page = reference::render(<dlqctl::cli::Cli as clap::CommandFactory>::command());
         std::fs::write(reference::PAGE, page)?;
@@ -96,7 +107,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Demo(args) => demo::run(&clients, &names, &args).await,
         Command::Pump(args) => pump::run(&clients, &names, &args).await,
-        Command::Bench { .. } | Command::Reference => Ok(()),
+        Command::Bench { .. } | Command::Reference | Command::Loc { .. } => Ok(()),
     }
 }
 
