@@ -17,12 +17,12 @@ use recon_core::resources::keys;
 
 use super::{decode_cursor, encode_cursor, item_error, n, s};
 
-mod many;
+mod transitions;
 mod period;
 use super::transact::{first_condition_failed, transact};
 use crate::error::{SdkError, store_error};
 use crate::item::{Item, from_item, get_s, to_item};
-use many::{ClaimValues, FROM_PENDING, TAKEOVER, claim_update, finish_update, from_pending, takeover};
+use transitions::{ClaimValues, FROM_PENDING, TAKEOVER, claim_update, finish_update, from_pending, takeover};
 
 /// The envelope table with its triage indexes and the PENDING counter.
 #[derive(Clone, Debug)]

@@ -1,5 +1,6 @@
-//! An envelope's claim and settlement as updates, and several envelopes' claims or settlements
-//! in as few transactions as DynamoDB's limits allow (100 items, 4 MB of items a transaction).
+//! Envelopes' status transitions as conditional updates: one envelope's claim and settlement, and
+//! several envelopes' claims or settlements in as few transactions as DynamoDB's limits allow (100
+//! items, 4 MB of items a transaction).
 //! Each transaction is all or nothing: one refused because an envelope's condition did not hold
 //! is sent again without that envelope, which is then answered on its own (a claim: from PENDING,
 //! then the takeover of an expired lease, as `claim` does; a settlement: its claim was lost).
