@@ -17,8 +17,8 @@ use recon_core::resources::keys;
 
 use super::{decode_cursor, encode_cursor, item_error, n, s};
 
-mod transitions;
 mod period;
+mod transitions;
 use super::transact::{first_condition_failed, transact};
 use crate::error::{SdkError, store_error};
 use crate::item::{Item, from_item, get_s, to_item};
