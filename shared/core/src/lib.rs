@@ -25,7 +25,6 @@ pub mod decisions;
 pub mod domain;
 pub mod enrich;
 pub mod envelopes;
-pub mod escalate;
 pub mod evidence;
 pub mod ports;
 pub mod reconcile;

@@ -1,5 +1,5 @@
 //! Your general ledger behind an HTTP posting API (an ERP's, say), as the [`ExternalLedger`] of
-//! the reserve → post → commit protocol (`recon_core::claim`), and read through [`LedgerReader`].
+//! the reserve → post → commit protocol (`recon_core::reservation`), and read through [`LedgerReader`].
 //!
 //! The API this adapter speaks (the local test server in `recon-harness` implements it):
 //! - `POST /postings` with `Idempotency-Key: <source_hash>`. The body ([`wire::Body`]) is what the

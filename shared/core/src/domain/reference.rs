@@ -247,7 +247,7 @@ pub struct PeriodRecord {
     pub period: String,
     pub status: PeriodStatus,
     /// When an open period is planned to close (at the start of that day, UTC): every PENDING
-    /// dead letter of it must be decided before (`crate::escalate`).
+    /// dead letter of it must be decided before (`crate::replay::escalate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closes_on: Option<NaiveDate>,
 }

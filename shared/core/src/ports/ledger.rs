@@ -1,6 +1,6 @@
 //! Where committed transactions live: the ledger the consumer commits to and the replay's
 //! idempotency gate asks, and, for a user's own general ledger, the dedup table of the
-//! reserve -> post -> commit protocol (`crate::claim`).
+//! reserve -> post -> commit protocol (`crate::reservation`).
 
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;

@@ -24,7 +24,7 @@
 //! | [`edit`]    | edit-and-retry: an edit requested, then posted under the request's claim |
 //! | [`gates`]   | the verdict for one envelope (reads only)                              |
 //! | [`sweep`]   | selection by ids or by status pages, the cursor, budget, back-pressure |
-//! | [`sweep_canary`] | the scheduled sweep's canary: a large group's slice first, then the rest |
+//! | [`canary::sweep`] | the scheduled sweep's canary: a large group's slice first, then the rest |
 //! | [`settle`]  | claim, then suppress / quarantine / release, with provenance and audit |
 //! | [`reinject`]| batched re-injection under the claim, rate limit, REPLAYED             |
 //! | [`report`]  | outcomes (enum, stable names) and the report                           |
@@ -32,13 +32,13 @@
 mod approval;
 mod canary;
 mod edit;
+pub mod escalate;
 mod gates;
 mod reinject;
 mod report;
 mod request;
 mod settle;
 mod sweep;
-mod sweep_canary;
 
 pub use approval::Assessment;
 pub use edit::WOULD_EDIT;
@@ -89,7 +89,7 @@ pub struct ReplayConfig {
     pub overflow_high_water: i64,
     /// Stop starting new work when less than this is left of the time budget.
     pub deadline_margin: Duration,
-    /// What a scheduled sweep measures the PENDING backlog's age against (`crate::escalate`).
+    /// What a scheduled sweep measures the PENDING backlog's age against (`crate::replay::escalate`).
     pub escalation: crate::decisions::escalation::EscalationChain,
     /// Re-injections of one group a scheduled sweep makes before it has seen such copies post
     /// (`sweep_canary`; 0: none).
@@ -176,7 +176,7 @@ struct Run<'a> {
     /// request, or the policy check's own dry run).
     pinned: Option<(&'a str, &'a BTreeMap<String, String>)>,
     /// The scheduled sweep's canary, per group (`sweep_canary`).
-    canaries: BTreeMap<String, sweep_canary::GroupGate>,
+    canaries: BTreeMap<String, canary::sweep::GroupGate>,
 }
 
 /// A replay id unique to this run: the wall-clock instant and the monotonic reading, to the
@@ -296,12 +296,12 @@ impl<P: ReplayPorts> Replayer<P> {
             // What is still PENDING after the sweep, against the escalation chain (before the
             // seal, so that its records are sealed with the sweep's).
             let now = self.clock.now();
-            let escalated = crate::escalate::escalate(
+            let escalated = escalate::escalate(
                 &self.store,
                 &self.audit,
                 &self.metrics,
                 &self.config.escalation,
-                crate::escalate::closing(&run.snapshot, now, self.config.period_close_warning),
+                escalate::closing(&run.snapshot, now, self.config.period_close_warning),
                 now,
                 &self.config.actor,
                 ESCALATION_READ,

@@ -4,7 +4,7 @@
 
 use crate::common::*;
 use recon_core::decisions::escalation::EscalationChain;
-use recon_core::escalate::{closing, escalate};
+use recon_core::replay::escalate::{closing, escalate};
 
 async fn escalated(w: &World) -> Vec<String> {
     let mut out = Vec::new();

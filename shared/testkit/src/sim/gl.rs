@@ -1,11 +1,12 @@
-//! A general ledger behind an HTTP posting API, as the reservation protocol (`recon_core::claim`) meets
-//! one: idempotent on its key, and slow in the ways that matter. A request may still be applied
-//! after its client gave up (a timeout, a dropped connection, a crashed invocation), up to
-//! `max_late` later; while it is being applied, a second request under its key gets `409` and a
-//! read gets `404`; a key the GL holds answers `200` (the posting it holds was made by whichever
-//! delivery got there first). It keeps a key for a retention of its own, at least as long as the
-//! contract asks; a post under a forgotten key is applied again. It may void keys, or not. Faults
-//! before and after the effect (a lost answer) come from the injector in front of it.
+//! A general ledger behind an HTTP posting API, as the reservation protocol
+//! (`recon_core::reservation`) meets one: idempotent on its key, and slow in the ways that matter.
+//! A request may still be applied after its client gave up (a timeout, a dropped connection, a
+//! crashed invocation), up to `max_late` later; while it is being applied, a second request under
+//! its key gets `409` and a read gets `404`; a key the GL holds answers `200` (the posting it holds
+//! was made by whichever delivery got there first). It keeps a key for a retention of its own, at
+//! least as long as the contract asks; a post under a forgotten key is applied again. It may void
+//! keys, or not. Faults before and after the effect (a lost answer) come from the injector in front
+//! of it.
 //!
 //! Late applications are due at a virtual instant and applied when the GL is next asked anything
 //! (or read by the oracle): nothing can observe the difference.

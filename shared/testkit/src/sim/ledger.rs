@@ -1,6 +1,6 @@
 //! The ledger a run posts to, drawn from its seed: the reference ledger (one conditional write per
 //! transaction), or a general ledger behind the reserve -> post -> commit protocol
-//! (`recon_core::claim`), its GL ([`super::gl::SimGl`]) and its dedup table each behind the fault
+//! (`recon_core::reservation`), its GL ([`super::gl::SimGl`]) and its dedup table each behind the fault
 //! injector. [`SimLedger`] is what the flows are given; [`Books`] is what the oracle reads, with
 //! no fault between it and the stores.
 

@@ -4,6 +4,8 @@
 //! within the canary's threshold. Otherwise the run stops with the canary's report; nothing of
 //! the rest is touched.
 
+pub(super) mod sweep;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -18,9 +18,9 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use super::ReplayPorts;
-use super::report::{ReplayOutcome, ReplayReport, item};
-use super::{Replayer, Run};
+use super::super::ReplayPorts;
+use super::super::report::{ReplayOutcome, ReplayReport, item};
+use super::super::{Replayer, Run};
 use crate::domain::canary::{Canary, CanaryReport, CanarySlice, Fate};
 use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus};
 use crate::ports::{AuditLog, FlowResult, StoreResult, SweepCursors};
@@ -47,7 +47,7 @@ struct State {
 
 /// What a sweep does with a group's re-injections.
 #[derive(Clone, Debug)]
-pub(super) enum GroupGate {
+pub(in crate::replay) enum GroupGate {
     /// All of them.
     Open,
     /// The first `left` (a new canary), the rest deferred.
@@ -71,7 +71,7 @@ fn cursor_name(key: &str) -> String {
 impl<P: ReplayPorts> Replayer<P> {
     /// Of `list` (a page's re-injections, in order), those the groups' canaries let through; the
     /// others are reported skipped and stay PENDING, untouched.
-    pub(super) async fn canary_gate(
+    pub(in crate::replay) async fn canary_gate(
         &self,
         run: &mut Run<'_>,
         list: Vec<DlqEnvelope>,
@@ -207,7 +207,7 @@ impl<P: ReplayPorts> Replayer<P> {
     }
 
     /// After a sweep: each group that deferred envelopes behind a new slice records that canary.
-    pub(super) async fn record_canaries(&self, run: &Run<'_>) -> StoreResult<()> {
+    pub(in crate::replay) async fn record_canaries(&self, run: &Run<'_>) -> StoreResult<()> {
         let now = self.clock.now();
         let started: BTreeMap<&String, &Vec<String>> = run
             .canaries

@@ -1,9 +1,9 @@
-//! Escalation of long-lived exceptions (`decisions::escalation`): the age of the oldest PENDING
-//! envelope, overall and per failure code, as metrics (`OldestPendingAgeSeconds`), how many
-//! failure codes reached each stage (`PendingEscalated` by `Stage`: the template's alarms route
-//! each stage to its topic), and one `ESCALATED` audit record per stage a failure code's oldest
-//! envelope has reached (once per stage and oldest envelope: a new one when the oldest is
-//! decided and the next still breaches).
+//! Escalation of long-lived exceptions, a step of every sweep (the chain it measures against:
+//! `decisions::escalation`): the age of the oldest PENDING envelope, overall and per failure code,
+//! as metrics (`OldestPendingAgeSeconds`), how many failure codes reached each stage
+//! (`PendingEscalated` by `Stage`: the template's alarms route each stage to its topic), and one
+//! `ESCALATED` audit record per stage a failure code's oldest envelope has reached (once per stage
+//! and oldest envelope: a new one when the oldest is decided and the next still breaches).
 //!
 //! Period-close deadlines: before an open period's planned close (`PeriodRecord::closes_on`),
 //! every PENDING dead letter of it must be decided. Within the warning window before that day
