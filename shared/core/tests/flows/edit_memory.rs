@@ -62,6 +62,29 @@ fn attribute<'a>(m: &'a recon_core::ports::OutgoingMessage, name: &str) -> Optio
 }
 
 /// The consumer given the edited copy twice: it posts once, the second delivery is a duplicate.
+/// One trail as the stores hold it (the consumer's records beside the replay's), and where
+/// reconcile's bounded read (by period, through the indexes) tells other than the whole read.
+async fn bounded_read_disagreements(
+    w: &World,
+    consumer: &TestConsumer,
+) -> (recon_testkit::memory::MemoryAuditLog, Vec<String>) {
+    let trail = recon_testkit::memory::MemoryAuditLog::default();
+    let audit: Vec<AuditRecord> = w.audit.records().into_iter().chain(consumer.audit.records()).collect();
+    for a in &audit {
+        recon_core::ports::AuditLog::append(&trail, a).await.unwrap();
+    }
+    let envelopes = recon_core::ports::all_envelopes(&*w.store, None).await.unwrap();
+    let violations = recon_testkit::sim::oracle::bounded_read_agrees(
+        &w.ledger,
+        (&w.store, &trail),
+        &w.ledger.postings(),
+        &envelopes,
+        &audit,
+        true,
+    );
+    (trail, violations)
+}
+
 async fn posted_twice(w: &World, copy: &recon_core::ports::OutgoingMessage) -> TestConsumer {
     let consumer = w.consumer();
     assert_eq!(
@@ -312,21 +335,7 @@ async fn an_edit_into_another_period_reconciles_each_period_as_the_whole_history
     let postings = w.ledger.postings();
     assert_eq!(postings[0].period, "2026-11");
 
-    // One trail, as the stores hold it (the consumer's records beside the replay's).
-    let trail = recon_testkit::memory::MemoryAuditLog::default();
-    let audit: Vec<AuditRecord> = w.audit.records().into_iter().chain(consumer.audit.records()).collect();
-    for a in &audit {
-        recon_core::ports::AuditLog::append(&trail, a).await.unwrap();
-    }
-    let envelopes = recon_core::ports::all_envelopes(&*w.store, None).await.unwrap();
-    let violations = recon_testkit::sim::oracle::bounded_read_agrees(
-        &w.ledger,
-        (&w.store, &trail),
-        &postings,
-        &envelopes,
-        &audit,
-        true,
-    );
+    let (trail, violations) = bounded_read_disagreements(&w, &consumer).await;
     assert!(violations.is_empty(), "{violations:#?}");
 
     // Regression (issue 29, defect 8): each period against the producer's manifest, cut by the
@@ -403,19 +412,6 @@ async fn an_edit_found_posted_by_its_own_earlier_copy_reconciles_each_period_as_
         Some(edited.source_hash.clone())
     );
 
-    let trail = recon_testkit::memory::MemoryAuditLog::default();
-    let audit: Vec<AuditRecord> = w.audit.records().into_iter().chain(consumer.audit.records()).collect();
-    for a in &audit {
-        recon_core::ports::AuditLog::append(&trail, a).await.unwrap();
-    }
-    let envelopes = recon_core::ports::all_envelopes(&*w.store, None).await.unwrap();
-    let violations = recon_testkit::sim::oracle::bounded_read_agrees(
-        &w.ledger,
-        (&w.store, &trail),
-        &w.ledger.postings(),
-        &envelopes,
-        &audit,
-        true,
-    );
+    let (_, violations) = bounded_read_disagreements(&w, &consumer).await;
     assert!(violations.is_empty(), "{violations:#?}");
 }
