@@ -28,7 +28,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::ReplayPorts;
 use super::{ReplayRequest, Replayer};
-use crate::domain::message::{check_currency, check_period, decode, identified_by_content};
+use crate::domain::message::{check_currency, check_period, decode, identified_by_content, identifies};
 use crate::domain::{CommittedRef, DlqEnvelope, EnvelopeStatus, HashKind, ProcessError, ReferenceSnapshot};
 use crate::envelopes::original_body;
 use crate::ports::{Ledger, StoreResult};
@@ -89,18 +89,6 @@ pub(super) const RESUMED_HAND_OFF: &str =
 /// Why an operator's quarantine of a body that does not identify its transaction is not flagged
 /// for a manual journal.
 pub(super) const NOT_IDENTIFIED: &str = "its content does not reproduce the hash it claims, so no hand-off can keep that transaction from being booked again: quarantined for review, not for a manual journal (the producer's corrected resend books it)";
-
-/// The hash of the transaction a body identifies: the one it decodes to, or, for a body that does
-/// not decode, the one it claims when every hashed field parses and reproduces it
-/// (`identified_by_content`: an unhashed field missing does not change the transaction). Only
-/// such a transaction is handed off to a manual journal: a claimed hash the content does not
-/// reproduce may be another transaction's.
-pub(super) fn identifies(body: &str) -> Option<String> {
-    match decode(body) {
-        Ok(m) => Some(m.source_hash),
-        Err(_) => identified_by_content(body),
-    }
-}
 
 /// Which gate decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -192,6 +192,8 @@ pub fn check(world: &World) -> Vec<String> {
                 .is_some_and(|c| c.reason.starts_with("quarantined by the Operator gate"))
     }) {
         if let Some(Ok(Some(body))) = ready(original_body(e, &*s.worm))
+            // Composed here, not through the replay's own `identifies`: a bug there must not
+            // blind the check on it.
             && (decode(&body).is_ok() || identified_by_content(&body).is_some())
         {
             v.push(format!(

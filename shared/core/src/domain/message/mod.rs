@@ -307,6 +307,18 @@ fn is_hash_hex(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// The hash of the transaction a body identifies: the one it decodes to, or, for a body that does
+/// not decode, the one it claims when every hashed field parses and reproduces it
+/// ([`identified_by_content`]: an unhashed field missing does not change the transaction). Only
+/// such a transaction may be handed off to a manual journal: a claimed hash the content does not
+/// reproduce may be another transaction's.
+pub fn identifies(body: &str) -> Option<String> {
+    match decode(body) {
+        Ok(m) => Some(m.source_hash),
+        Err(_) => identified_by_content(body),
+    }
+}
+
 /// Decode and verify a body, without reference data (stages 1-4).
 pub fn decode(body: &str) -> Result<ReconMessage<'_>, ProcessError> {
     let (msg, actual) = decode_content(body)?;
