@@ -355,6 +355,12 @@ impl DlqEnvelope {
             .and_then(|a| a.string_value.as_deref())
     }
 
+    /// The transaction hash the message claims, as the ledger would be keyed on it: none for a
+    /// raw digest (a body that names no hash is never in the ledger).
+    pub fn claimed_hash(&self) -> Option<&str> {
+        (self.source_hash_kind != HashKind::RawDigest).then_some(self.source_hash.as_str())
+    }
+
     /// Quarantined and flagged for a manual journal: an accountant books it by hand.
     pub fn left_for_manual_journal(&self) -> bool {
         self.status == EnvelopeStatus::Quarantined && self.status_history.iter().any(|c| c.manual_journal)

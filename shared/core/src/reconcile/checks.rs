@@ -5,7 +5,7 @@ use rust_decimal::Decimal;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Entry, State};
-use crate::domain::{DlqEnvelope, EnvelopeStatus, HashKind, Posting};
+use crate::domain::{DlqEnvelope, EnvelopeStatus, Posting};
 
 /// Transactions the ledger holds: posted, handed to a manual journal, or handed off by an edit
 /// that posted another in their place.
@@ -37,15 +37,13 @@ pub(super) fn envelopes_against_ledger(
     // by hand.
     let posted: BTreeMap<&str, &Posting> = postings.iter().map(|p| (p.source_hash.as_str(), p)).collect();
     let mut by_hand: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for e in envelopes
+    for (e, hash) in envelopes
         .iter()
-        .filter(|e| e.left_for_manual_journal() && e.source_hash_kind != HashKind::RawDigest)
+        .filter(|e| e.left_for_manual_journal())
+        .filter_map(|e| Some((e, e.claimed_hash()?)))
     {
-        by_hand
-            .entry(e.source_hash.as_str())
-            .or_default()
-            .push(e.envelope_id.as_str());
-        if let Some(p) = posted.get(e.source_hash.as_str()) {
+        by_hand.entry(hash).or_default().push(e.envelope_id.as_str());
+        if let Some(p) = posted.get(hash) {
             problems.push(format!(
                 "envelope {} is left for a manual journal, but its transaction {} is posted (message {}, SQS {}): booked twice",
                 e.envelope_id, e.source_hash, p.message_id, p.sqs_message_id
@@ -61,11 +59,12 @@ pub(super) fn envelopes_against_ledger(
     }
     // An envelope suppressed as a duplicate names a transaction the ledger holds (posted, or
     // handed to a manual journal): else it was counted as settled by something that is gone.
-    for e in envelopes
+    for (e, hash) in envelopes
         .iter()
-        .filter(|e| e.status == EnvelopeStatus::SuppressedDuplicate && e.source_hash_kind != HashKind::RawDigest)
+        .filter(|e| e.status == EnvelopeStatus::SuppressedDuplicate)
+        .filter_map(|e| Some((e, e.claimed_hash()?)))
     {
-        if !committed.contains(e.source_hash.as_str()) {
+        if !committed.contains(hash) {
             problems.push(format!(
                 "envelope {} was suppressed as a duplicate of {}, whose posting (or manual journal) is missing",
                 e.envelope_id, e.source_hash

@@ -29,7 +29,7 @@ use std::collections::{HashMap, HashSet};
 use super::ReplayPorts;
 use super::{ReplayRequest, Replayer};
 use crate::domain::message::{check_currency, check_period, decode, identified_by_content, identifies};
-use crate::domain::{CommittedRef, DlqEnvelope, EnvelopeStatus, HashKind, ProcessError, ReferenceSnapshot};
+use crate::domain::{CommittedRef, DlqEnvelope, EnvelopeStatus, ProcessError, ReferenceSnapshot};
 use crate::envelopes::original_body;
 use crate::ports::{Ledger, StoreResult};
 
@@ -143,8 +143,8 @@ impl<P: ReplayPorts> Replayer<P> {
                 // unreadable) cannot be, and the message that does carry that transaction may be
                 // handed off or posted later: booked twice. It is quarantined for review instead,
                 // unless the transaction it claims is committed already.
-                if e.source_hash_kind != HashKind::RawDigest
-                    && let Some(committed) = ahead.lookup(&self.ledger, &e.source_hash).await?
+                if let Some(claimed) = e.claimed_hash()
+                    && let Some(committed) = ahead.lookup(&self.ledger, claimed).await?
                 {
                     return Ok(Verdict::Duplicate {
                         committed_by: committed.holder(),

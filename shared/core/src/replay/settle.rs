@@ -13,7 +13,7 @@ use super::{Replayer, Run};
 use crate::domain::edit::EDIT_CLAIM_PREFIX;
 use crate::domain::hash::sha256_hex;
 use crate::domain::{
-    AuditKind, AuditRecord, CommitOutcome, CommittedRef, DlqEnvelope, EnvelopeStatus, FailureCode, HandOff, HashKind,
+    AuditKind, AuditRecord, CommitOutcome, CommittedRef, DlqEnvelope, EnvelopeStatus, FailureCode, HandOff,
     ReplayClaim, ReplayRecord, StatusChange, TransientKind,
 };
 use crate::envelopes::{envelope_audit, publish, publish_many};
@@ -290,11 +290,10 @@ impl<P: ReplayPorts> Replayer<P> {
     /// The ledger key of the envelope's transaction: the hash its body decodes to, else the hash
     /// it claims; none for a raw digest (an unidentified message is never in the ledger).
     async fn transaction_hash(&self, e: &DlqEnvelope) -> FlowResult<Option<String>> {
-        Ok(match self.identified_transaction(e).await? {
-            Some(hash) => Some(hash),
-            None if e.source_hash_kind == HashKind::RawDigest => None,
-            None => Some(e.source_hash.clone()),
-        })
+        Ok(self
+            .identified_transaction(e)
+            .await?
+            .or_else(|| e.claimed_hash().map(str::to_owned)))
     }
 
     /// Append a decision's record to the trail and drop it from the outbox. The decision is made
