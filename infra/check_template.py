@@ -95,33 +95,14 @@ def check(tpl, spec):
     errors.extend(every_alarm_on_the_dashboard(tpl))
     errors.extend(own_metrics_per_stack(tpl, spec["metrics_namespace"]))
 
-    for t in spec["tables"]:
-        props = res.get(t["logical_id"], {}).get("Properties")
-        if props is None:
-            errors.append(f"table {t['logical_id']} is missing")
+    # The tables' keys and indexes are the code's by use: the local stack is built from this
+    # template (recon_aws::provision), so a key or an index the code needs and the template lacks
+    # fails the integration tests. What the local stack cannot build is checked here.
+    for name, r in sorted(res.items()):
+        if r.get("Type") != "AWS::DynamoDB::Table":
             continue
-        name = t["logical_id"]
-        expect(f"{name} TableName", sub_text(props.get("TableName")), t["name"])
-        keys = {k["KeyType"]: k["AttributeName"] for k in props.get("KeySchema", [])}
-        expect(f"{name} partition key", keys.get("HASH"), t["partition_key"])
-        expect(f"{name} sort key", keys.get("RANGE"), t["sort_key"])
-        ttl = props.get("TimeToLiveSpecification")
-        expect(f"{name} TTL attribute", ttl.get("AttributeName") if ttl and ttl.get("Enabled") else None, t["ttl_attribute"])
-        expect(f"{name} stream", (props.get("StreamSpecification") or {}).get("StreamViewType"), t["stream_view_type"])
-        gsis = {
-            g["IndexName"]: {k["KeyType"]: k["AttributeName"] for k in g.get("KeySchema", [])}
-            for g in props.get("GlobalSecondaryIndexes", [])
-        }
-        wanted = {i["name"]: {"HASH": i["partition_key"], "RANGE": i["sort_key"]} for i in t["indexes"]}
-        expect(f"{name} indexes", gsis, wanted)
-        projections = {
-            g["IndexName"]: (g.get("Projection") or {}).get("ProjectionType")
-            for g in props.get("GlobalSecondaryIndexes", [])
-        }
-        expect(f"{name} index projections", projections, {i["name"]: i["projection"] for i in t["indexes"]})
-        types = {a["AttributeName"]: a["AttributeType"] for a in props.get("AttributeDefinitions", [])}
-        for attr in {t["partition_key"], t["sort_key"], *[v for i in wanted.values() for v in i.values()]} - {None}:
-            expect(f"{name} attribute {attr} type", types.get(attr), "S")
+        props = r.get("Properties", {})
+        expect(f"{name} kept on replacement and deletion", (r.get("DeletionPolicy"), r.get("UpdateReplacePolicy")), ("Retain", "Retain"))
         expect(f"{name} billing", props.get("BillingMode"), "PAY_PER_REQUEST")
         expect(f"{name} point-in-time recovery", props.get("PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled"), True)
         expect(f"{name} deletion protection", props.get("DeletionProtectionEnabled"), True)
@@ -427,9 +408,9 @@ def mutations(tpl):
         mutate(lambda t: res(t)["EnricherFunction"]["Properties"].__setitem__("Timeout", 120), "enricher timeout"),
         mutate(lambda t: res(t)["ConsumerFunction"]["Properties"].pop("MemorySize"), "the consumer's memory size left to the default"),
         mutate(lambda t: res(t)["DeadLetterQueue"]["Properties"].__setitem__("MessageRetentionPeriod", 345600), "DLQ retention"),
-        mutate(lambda t: res(t)["EnvelopeTable"]["Properties"]["GlobalSecondaryIndexes"].pop(), "an index dropped"),
-        mutate(lambda t: res(t)["DedupTable"]["Properties"]["TimeToLiveSpecification"].__setitem__("AttributeName", "ttl"), "TTL attribute"),
-        mutate(lambda t: res(t)["LedgerTable"]["Properties"]["KeySchema"][0].__setitem__("AttributeName", "id"), "ledger key"),
+        # A table key, an index, the dedup TTL or the reference stream changed fails the integration
+        # tests instead: the local stack is built from this template (tests/deploy.rs names what no
+        # request shows).
         mutate(lambda t: res(t)["QuarantineBucket"]["Properties"]["ObjectLockConfiguration"]["Rule"]["DefaultRetention"].__setitem__("Mode", "GOVERNANCE"), "Object Lock mode"),
         mutate(lambda t: res(t)["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].append("sqs:PurgeQueue"), "an extra IAM action"),
         mutate(lambda t: res(t)["ReplayRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].pop(), "a missing IAM action"),
@@ -453,7 +434,6 @@ def mutations(tpl):
         mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-sweep"]}'}), "the schedule's event names another schedule"),
         mutate(lambda t: res(t)["AuditSealSchedule"]["Properties"]["Target"].__setitem__("Input", {"Fn::Sub": '{"detail-type": "Scheduled Event", "resources": ["${StackPrefix}-replay-sweep"]}'}), "the seal schedule's event names the sweep"),
         mutate(lambda t: t["Parameters"]["SealEveryMinutes"].__setitem__("Default", 60), "the seal interval"),
-        mutate(lambda t: res(t)["ReferenceTable"]["Properties"].pop("StreamSpecification"), "the reference table's stream dropped"),
         mutate(lambda t: res(t)["DeadLetterQueue"]["Properties"].pop("VisibilityTimeout"), "the DLQ left at SQS's 30 s visibility"),
         mutate(lambda t: res(t)["MainQueueAgeAlarm"]["Properties"].__setitem__("Threshold", 400000), "the main queue's age alarm after its retention"),
         mutate(lambda t: res(t).pop("MainQueueAgeAlarm"), "no age alarm on the main queue"),

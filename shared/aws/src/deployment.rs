@@ -7,34 +7,9 @@ use recon_core::decisions::DEFAULT_MAX_ATTEMPTS;
 use recon_core::resources::{
     CONSUMER_TIMEOUT, DEFAULT_OVERFLOW_HIGH_WATER, DEFAULT_WORM_RETENTION_DAYS, DLQ_RETENTION, DLQ_VISIBILITY,
     ENRICHER_TIMEOUT, MAIN_QUEUE_RETENTION, MAIN_QUEUE_VISIBILITY, MAX_MESSAGE_BYTES, REPLAY_TIMEOUT, ResourceNames,
-    TABLES,
 };
 
-/// How the infrastructure template names the resources (its logical ids), for the check that
-/// keeps `infra/template.yaml` and this module in agreement.
-pub mod template {
-    use recon_core::resources::TableKind;
-
-    pub const MAIN_QUEUE: &str = "MainQueue";
-    pub const DEAD_LETTER_QUEUE: &str = "DeadLetterQueue";
-    pub const QUARANTINE_BUCKET: &str = "QuarantineBucket";
-    pub const CONSUMER_FUNCTION: &str = "ConsumerFunction";
-    pub const ENRICHER_FUNCTION: &str = "EnricherFunction";
-    pub const REPLAY_FUNCTION: &str = "ReplayFunction";
-    pub const REFERENCE_AUDIT_FUNCTION: &str = "ReferenceAuditFunction";
-    pub const REPLAY_SCHEDULE: &str = "ReplaySchedule";
-    pub const SEAL_SCHEDULE: &str = "AuditSealSchedule";
-
-    pub fn table(kind: TableKind) -> &'static str {
-        match kind {
-            TableKind::Ledger => "LedgerTable",
-            TableKind::Envelopes => "EnvelopeTable",
-            TableKind::Reference => "ReferenceTable",
-            TableKind::Audit => "AuditTable",
-            TableKind::Dedup => "DedupTable",
-        }
-    }
-}
+use crate::template::ids as template;
 
 /// The stack's outputs `dlqctl --stack` reads: every name of the deployment. A deployed stack is
 /// the source of truth for its names (no rule has to be recomputed, nor agree, outside it).
@@ -335,23 +310,6 @@ pub mod iam;
 /// Everything the template check compares, as JSON (`dlqctl infra-spec`).
 pub fn spec_json() -> serde_json::Value {
     let names = ResourceNames::as_template_spells_them();
-    let tables: Vec<serde_json::Value> = TABLES
-        .iter()
-        .map(|t| {
-            serde_json::json!({
-                "logical_id": template::table(t.kind),
-                "name": names.table(t.kind),
-                "partition_key": t.partition_key,
-                "sort_key": t.sort_key,
-                "ttl_attribute": t.ttl_attribute,
-                "stream_view_type": if t.stream { Some("NEW_AND_OLD_IMAGES") } else { None },
-                "indexes": t.indexes.iter().map(|i| serde_json::json!({
-                    "name": i.name, "partition_key": i.partition_key, "sort_key": i.sort_key,
-                    "projection": if i.keys_only { "KEYS_ONLY" } else { "ALL" },
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
     serde_json::json!({
         "max_receive_count": DEFAULT_MAX_ATTEMPTS,
         "consumer_timeout_secs": CONSUMER_TIMEOUT.as_secs(),
@@ -393,7 +351,6 @@ pub fn spec_json() -> serde_json::Value {
             "every_minutes_default": SealPolicy::default().every_minutes,
             "every_records_default": SealPolicy::default().every_records,
         },
-        "tables": tables,
         "outputs": outputs_spec(),
         "function_env": function_env_spec(),
         "ledger_kinds": recon_core::config::LedgerSettings::KINDS,

@@ -74,11 +74,20 @@ pub async fn assume_role(clients: &AwsClients, role_arn: &str, session: &str) ->
     Ok(clients.with_credentials(assume_role_credentials(clients, role_arn, session).await?))
 }
 
-/// The names a deployment with `prefix` has in the caller's account and the clients' region (the
-/// template's rule, [`ResourceNames::derive`]).
+/// The names the template gives a deployment with `prefix` in the caller's account and the
+/// clients' region.
 pub async fn derived_names(clients: &AwsClients, prefix: &str) -> StoreResult<ResourceNames> {
     let account = caller(clients).await?.account;
-    Ok(ResourceNames::derive(prefix, &account, &region(clients)))
+    let template = |e: crate::template::TemplateError| StoreError::new(TransientKind::Infrastructure, e.to_string());
+    crate::template::Template::ours()
+        .map_err(template)?
+        .deploy(
+            &account,
+            &region(clients),
+            &[("StackPrefix", serde_json::json!(prefix))],
+        )
+        .and_then(|d| d.names())
+        .map_err(template)
 }
 
 /// The region the clients use.

@@ -1,7 +1,7 @@
 //! `recon-aws`: everything that talks to AWS. The SQS, DynamoDB (one module per table) and S3
 //! Object Lock adapters of the `recon-core` ports, the ledger a deployment chose (ours or your
 //! PostgreSQL), client setup for AWS or the local emulators,
-//! provisioning of a deployment, the deployment's template ids and IAM grants, telemetry (JSON
+//! the template reader, the local stack built from it, the IAM grants, telemetry (JSON
 //! logs, EMF metrics), and the wiring the three Lambda functions and `dlqctl` use.
 
 pub mod client;
@@ -16,6 +16,7 @@ pub mod provision;
 pub mod s3;
 pub mod sqs;
 pub mod telemetry;
+pub mod template;
 pub mod wiring;
 
 pub use client::{AwsClients, ClientTimeouts, Target};

@@ -213,15 +213,12 @@ pub enum TableKind {
     Dedup,
 }
 
-/// A global secondary index (all attributes projected; key attributes are strings).
+/// A global secondary index the code queries (declared in `infra/template.yaml`; key attributes are strings).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndexSpec {
     pub name: &'static str,
     pub partition_key: &'static str,
     pub sort_key: &'static str,
-    /// Only the keys projected (an index of items updated often: their updates then cost the
-    /// index nothing); otherwise every attribute.
-    pub keys_only: bool,
 }
 
 /// How many index partitions one period's postings are spread over.
@@ -276,35 +273,30 @@ pub mod indexes {
         name: "by_period",
         partition_key: keys::LEDGER_PERIOD_SHARD,
         sort_key: keys::LEDGER_PK,
-        keys_only: false,
     };
     /// By status, oldest first: the replay sweep and triage of PENDING envelopes.
     pub const BY_STATUS_AGE: IndexSpec = IndexSpec {
         name: "by_status_age",
         partition_key: keys::ENVELOPE_STATUS,
         sort_key: keys::ENVELOPE_AGE,
-        keys_only: false,
     };
     /// By failure code, then root cause: bulk triage of one cause.
     pub const BY_FAILURE_CAUSE: IndexSpec = IndexSpec {
         name: "by_failure_cause",
         partition_key: keys::ENVELOPE_CODE,
         sort_key: keys::ENVELOPE_CAUSE,
-        keys_only: false,
     };
     /// Audit records of one chain in order (verification).
     pub const AUDIT_BY_CHAIN: IndexSpec = IndexSpec {
         name: "by_chain",
         partition_key: keys::AUDIT_CHAIN,
         sort_key: keys::AUDIT_SEQ_KEY,
-        keys_only: false,
     };
     /// Audit records about one transaction in time order (`audit show`).
     pub const AUDIT_BY_SOURCE_HASH: IndexSpec = IndexSpec {
         name: "by_source_hash",
         partition_key: keys::AUDIT_SOURCE_HASH,
         sort_key: keys::AUDIT_AT_KEY,
-        keys_only: false,
     };
     /// Envelopes by accounting period, sharded ([`keys::EXCEPTION_PERIOD_SHARD`]): a period's
     /// reconciliation reads its envelopes, not every one. Keys only: an envelope changes status
@@ -313,7 +305,6 @@ pub mod indexes {
         name: "by_period",
         partition_key: keys::EXCEPTION_PERIOD_SHARD,
         sort_key: keys::ENVELOPE_PK,
-        keys_only: true,
     };
     /// The audit records a reconciliation reads (`AuditKind::reconciled`), by accounting period,
     /// sharded; other records stay out of it.
@@ -321,81 +312,14 @@ pub mod indexes {
         name: "by_period",
         partition_key: keys::EXCEPTION_PERIOD_SHARD,
         sort_key: keys::AUDIT_PK,
-        keys_only: false,
     };
     /// By ledger entity, oldest first: per-entity order for replay.
     pub const BY_ENTITY: IndexSpec = IndexSpec {
         name: "by_entity",
         partition_key: keys::ENVELOPE_ENTITY,
         sort_key: keys::ENVELOPE_AGE,
-        keys_only: false,
     };
 }
-
-/// Key schema, TTL and indexes of one table (all attributes of keys are strings).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TableSpec {
-    pub kind: TableKind,
-    pub partition_key: &'static str,
-    pub sort_key: Option<&'static str>,
-    pub ttl_attribute: Option<&'static str>,
-    pub indexes: &'static [IndexSpec],
-    /// A stream of every change with both images (the reference table's: audited however it is
-    /// changed).
-    pub stream: bool,
-}
-
-pub const TABLES: [TableSpec; 5] = [
-    TableSpec {
-        kind: TableKind::Ledger,
-        partition_key: keys::LEDGER_PK,
-        sort_key: None,
-        ttl_attribute: None,
-        stream: false,
-        indexes: &[indexes::LEDGER_BY_PERIOD],
-    },
-    TableSpec {
-        kind: TableKind::Envelopes,
-        partition_key: keys::ENVELOPE_PK,
-        sort_key: None,
-        ttl_attribute: None,
-        stream: false,
-        indexes: &[
-            indexes::BY_STATUS_AGE,
-            indexes::BY_FAILURE_CAUSE,
-            indexes::BY_ENTITY,
-            indexes::ENVELOPES_BY_PERIOD,
-        ],
-    },
-    TableSpec {
-        kind: TableKind::Reference,
-        partition_key: keys::REFERENCE_PK,
-        sort_key: Some(keys::REFERENCE_SK),
-        ttl_attribute: None,
-        stream: true,
-        indexes: &[],
-    },
-    TableSpec {
-        kind: TableKind::Audit,
-        partition_key: keys::AUDIT_PK,
-        sort_key: None,
-        ttl_attribute: None,
-        stream: false,
-        indexes: &[
-            indexes::AUDIT_BY_CHAIN,
-            indexes::AUDIT_BY_SOURCE_HASH,
-            indexes::AUDIT_BY_PERIOD,
-        ],
-    },
-    TableSpec {
-        kind: TableKind::Dedup,
-        partition_key: keys::DEDUP_PK,
-        sort_key: None,
-        ttl_attribute: Some(keys::DEDUP_TTL),
-        stream: false,
-        indexes: &[],
-    },
-];
 
 /// SQS's largest message (1 MiB): both queues accept it, so a large original always fits the DLQ.
 pub const MAX_MESSAGE_BYTES: u32 = 1_048_576;

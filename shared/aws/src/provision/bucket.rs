@@ -1,23 +1,83 @@
-//! The Object Lock bucket: created tagged (in the clients' region), its default COMPLIANCE
-//! retention raised but never lowered, public access blocked; every request names its owner.
+//! The Object Lock bucket as the template declares it: created tagged (in the clients' region),
+//! its default COMPLIANCE retention raised but never lowered, its public access block applied;
+//! every request names its owner.
 
 use aws_sdk_s3::types::{
     DefaultRetention, ObjectLockConfiguration, ObjectLockEnabled, ObjectLockRetentionMode, ObjectLockRule,
     PublicAccessBlockConfiguration,
 };
 
-use super::infra;
+use serde_json::{Map, Value};
+
 use super::ownership::{CREATED_BY_TAG, Ownership, bucket_ownership};
+use super::{infra, template_error};
 use crate::client::AwsClients;
 use crate::error::store_error;
 use recon_core::ports::StoreResult;
 use recon_core::resources;
 
+/// Bucket properties the local stack does not build: versioning (Object Lock turns it on),
+/// default encryption and object ownership (LocalStack's S3 does not enforce them). AWS builds
+/// them from the template.
+const LEFT_TO_AWS: [&str; 4] = [
+    "VersioningConfiguration",
+    "BucketEncryption",
+    "OwnershipControls",
+    "Tags",
+];
+const BUILT: [&str; 4] = [
+    "BucketName",
+    "ObjectLockEnabled",
+    "ObjectLockConfiguration",
+    "PublicAccessBlockConfiguration",
+];
+
+/// The declaration's default COMPLIANCE retention in days, and its public access block.
+fn declaration(id: &str, p: &Map<String, Value>) -> StoreResult<(i32, PublicAccessBlockConfiguration)> {
+    if let Some(unknown) = p
+        .keys()
+        .find(|k| !BUILT.contains(&k.as_str()) && !LEFT_TO_AWS.contains(&k.as_str()))
+    {
+        return Err(template_error(format!(
+            "{id}: the local stack does not build bucket property {unknown} (build it in provision/bucket.rs, or name it among those left to AWS)"
+        )));
+    }
+    if p.get("ObjectLockEnabled") != Some(&Value::Bool(true)) {
+        return Err(template_error(format!(
+            "{id}: the quarantine bucket must have ObjectLockEnabled: true"
+        )));
+    }
+    let retention = p
+        .get("ObjectLockConfiguration")
+        .and_then(|c| c.pointer("/Rule/DefaultRetention"));
+    let mode = retention.and_then(|r| r.get("Mode")).and_then(Value::as_str);
+    let days = retention
+        .and_then(|r| r.get("Days"))
+        .and_then(|d| d.as_i64().or_else(|| d.as_str().and_then(|s| s.parse().ok())))
+        .and_then(|d| i32::try_from(d).ok());
+    let (Some("COMPLIANCE"), Some(days)) = (mode, days) else {
+        return Err(template_error(format!(
+            "{id}: the quarantine bucket's default retention must be COMPLIANCE, in Days (has {mode:?}, {days:?})"
+        )));
+    };
+    let block = p.get("PublicAccessBlockConfiguration");
+    let flag = |key: &str| block.and_then(|b| b.get(key)).and_then(Value::as_bool).unwrap_or(false);
+    let public_access = PublicAccessBlockConfiguration::builder()
+        .block_public_acls(flag("BlockPublicAcls"))
+        .block_public_policy(flag("BlockPublicPolicy"))
+        .ignore_public_acls(flag("IgnorePublicAcls"))
+        .restrict_public_buckets(flag("RestrictPublicBuckets"))
+        .build();
+    Ok((days, public_access))
+}
+
 pub(super) async fn ensure_worm_bucket(
     clients: &AwsClients,
+    id: &str,
     bucket: &resources::Bucket,
-    retention_days: i32,
+    properties: &Map<String, Value>,
 ) -> StoreResult<()> {
+    let (retention_days, public_access) = declaration(id, properties)?;
     let name = bucket.name.as_str();
     let exists = bucket_ownership(clients, bucket).await? != Ownership::Absent;
     if !exists {
@@ -75,7 +135,7 @@ pub(super) async fn ensure_worm_bucket(
         let current = worm_retention(clients, bucket).await?;
         if let Some((mode, days)) = &current {
             if *mode == ObjectLockRetentionMode::Compliance && *days >= retention_days {
-                return block_public_access(clients, bucket).await;
+                return block_public_access(clients, bucket, public_access).await;
             }
             if *mode == ObjectLockRetentionMode::Compliance && *days < retention_days {
                 tracing::info!(
@@ -109,7 +169,7 @@ pub(super) async fn ensure_worm_bucket(
         .send()
         .await
         .map_err(|e| store_error("PutObjectLockConfiguration", e))?;
-    block_public_access(clients, bucket).await
+    block_public_access(clients, bucket, public_access).await
 }
 
 /// The bucket's default retention: its mode and its length in days (years counted as 365 days).
@@ -139,20 +199,17 @@ pub async fn worm_retention(
     }))
 }
 
-async fn block_public_access(clients: &AwsClients, bucket: &resources::Bucket) -> StoreResult<()> {
+async fn block_public_access(
+    clients: &AwsClients,
+    bucket: &resources::Bucket,
+    configuration: PublicAccessBlockConfiguration,
+) -> StoreResult<()> {
     clients
         .s3
         .put_public_access_block()
         .bucket(&bucket.name)
         .expected_bucket_owner(&bucket.owner)
-        .public_access_block_configuration(
-            PublicAccessBlockConfiguration::builder()
-                .block_public_acls(true)
-                .block_public_policy(true)
-                .ignore_public_acls(true)
-                .restrict_public_buckets(true)
-                .build(),
-        )
+        .public_access_block_configuration(configuration)
         .send()
         .await
         .map_err(|e| store_error("PutPublicAccessBlock", e))?;

@@ -1,36 +1,35 @@
-//! Idempotent creation of a deployment's resources from [`recon_core::resources`]: used by
-//! `dlqctl setup` against the local stack and by the integration tests (each test run gets its
-//! own prefix). On AWS the same settings come from the infrastructure template instead.
+//! The local stack built from the infrastructure template ([`crate::template`]): its queues,
+//! tables and Object Lock bucket, with the template's names and settings, for `dlqctl setup`, the
+//! demo and the integration tests (each test run gets its own prefix). The template is the one
+//! definition of a deployment; on AWS, CloudFormation builds the same resources from it.
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
-    GlobalSecondaryIndexUpdate, KeySchemaElement, KeyType, Projection, ProjectionType, ScalarAttributeType,
-    TimeToLiveSpecification,
-};
-use aws_sdk_sqs::types::QueueAttributeName;
-use std::collections::HashMap;
+use serde_json::json;
 
 mod bucket;
 mod ownership;
+mod queue;
+mod table;
 
 use bucket::ensure_worm_bucket;
 pub use bucket::worm_retention;
 pub use ownership::CREATED_BY_TAG;
 use ownership::refuse_foreign_resources;
+use queue::{queue_arn, queue_url};
+pub use table::LEFT_TO_AWS;
 
 use crate::client::AwsClients;
 use crate::error::store_error;
-use crate::sqs::SqsQueue;
+use crate::template::{BUCKET, Created, Deployment, QUEUE, TABLE, Template, TemplateError};
 use recon_core::domain::TransientKind;
 use recon_core::ports::{StoreError, StoreResult};
-use recon_core::resources::{self, ResourceNames, TABLES, TableSpec};
+use recon_core::resources::{self, ResourceNames};
 
-/// Settings that differ between deployments.
+/// Settings that differ between deployments: the template parameters a local stack sets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StackSettings {
-    /// `maxReceiveCount` of the redrive policy = the consumer's retry budget.
+    /// `MaxReceiveCount`: the redrive policy's `maxReceiveCount` = the consumer's retry budget.
     pub max_receive_count: u32,
-    /// Default COMPLIANCE retention of the quarantine bucket, days.
+    /// `WormRetentionDays`: the quarantine bucket's default COMPLIANCE retention.
     pub worm_retention_days: i32,
 }
 
@@ -79,331 +78,175 @@ fn infra(detail: impl Into<String>) -> StoreError {
     StoreError::new(TransientKind::Infrastructure, detail)
 }
 
-async fn queue_url(clients: &AwsClients, name: &str) -> StoreResult<Option<String>> {
-    match clients.sqs.get_queue_url().queue_name(name).send().await {
-        Ok(out) => Ok(out.queue_url().map(str::to_owned)),
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) => Ok(None),
-        Err(e) => Err(store_error("GetQueueUrl", e)),
+fn template_error(detail: impl Into<String>) -> StoreError {
+    infra(TemplateError(detail.into()).to_string())
+}
+
+fn from_template(e: TemplateError) -> StoreError {
+    infra(e.to_string())
+}
+
+/// What the local stack builds of a template resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Queue,
+    Table,
+    Bucket(resources::Bucket),
+}
+
+impl Kind {
+    fn noun(&self) -> &'static str {
+        match self {
+            Kind::Queue => "queue",
+            Kind::Table => "table",
+            Kind::Bucket(_) => "bucket",
+        }
     }
 }
 
-async fn ensure_queue(
-    clients: &AwsClients,
-    name: &str,
-    attributes: HashMap<QueueAttributeName, String>,
-) -> StoreResult<String> {
-    let mut attributes = attributes;
-    if let Some(url) = queue_url(clients, name).await? {
-        clients
-            .sqs
-            .set_queue_attributes()
-            .queue_url(&url)
-            .set_attributes(Some(attributes))
-            .send()
-            .await
-            .map_err(|e| store_error("SetQueueAttributes", e))?;
-        return Ok(url);
-    }
-    // A queue is made FIFO when it is created (SQS changes that never after). Producers that
-    // set no deduplication id get content-based deduplication; the consumer and the replay set
-    // their own.
-    if name.ends_with(resources::FIFO_SUFFIX) {
-        attributes.insert(QueueAttributeName::FifoQueue, "true".into());
-        attributes.insert(QueueAttributeName::ContentBasedDeduplication, "true".into());
-    }
-    let out = clients
-        .sqs
-        .create_queue()
-        .queue_name(name)
-        .set_attributes(Some(attributes))
-        .tags(CREATED_BY_TAG.0, CREATED_BY_TAG.1)
-        .send()
-        .await
-        .map_err(|e| store_error("CreateQueue", e))?;
-    out.queue_url()
-        .map(str::to_owned)
-        .ok_or_else(|| infra(format!("CreateQueue {name}: no URL returned")))
+/// One resource to build: its logical id, its kind and name, and the deployment (of the ledger
+/// kinds the template knows) whose properties it is built with.
+#[derive(Clone, Debug)]
+pub(crate) struct Planned {
+    id: String,
+    kind: Kind,
+    name: String,
+    deployment: usize,
 }
 
-async fn queue_arn(clients: &AwsClients, url: &str) -> StoreResult<String> {
-    SqsQueue::new(clients.sqs.clone(), url)
-        .attribute(QueueAttributeName::QueueArn)
-        .await?
-        .ok_or_else(|| infra(format!("queue {url} has no ARN")))
-}
-
-fn key_element(name: &str, t: KeyType) -> StoreResult<KeySchemaElement> {
-    KeySchemaElement::builder()
-        .attribute_name(name)
-        .key_type(t)
-        .build()
-        .map_err(|e| infra(e.to_string()))
-}
-
-fn string_attribute(name: &str) -> StoreResult<AttributeDefinition> {
-    AttributeDefinition::builder()
-        .attribute_name(name)
-        .attribute_type(ScalarAttributeType::S)
-        .build()
-        .map_err(|e| infra(e.to_string()))
-}
-
-fn projection(index: &resources::IndexSpec) -> Projection {
-    let kind = if index.keys_only {
-        ProjectionType::KeysOnly
-    } else {
-        ProjectionType::All
-    };
-    Projection::builder().projection_type(kind).build()
-}
-
-fn index_definition(index: &resources::IndexSpec) -> StoreResult<GlobalSecondaryIndex> {
-    GlobalSecondaryIndex::builder()
-        .index_name(index.name)
-        .key_schema(key_element(index.partition_key, KeyType::Hash)?)
-        .key_schema(key_element(index.sort_key, KeyType::Range)?)
-        .projection(projection(index))
-        .build()
-        .map_err(|e| infra(e.to_string()))
-}
-
-/// A table created by an older version lacks newer indexes: add them (one per call, as
-/// DynamoDB requires).
-async fn add_missing_indexes(
-    clients: &AwsClients,
-    name: &str,
-    spec: &TableSpec,
-    existing: &[String],
-) -> StoreResult<()> {
-    for index in spec.indexes.iter().filter(|i| !existing.iter().any(|e| e == i.name)) {
-        let create = CreateGlobalSecondaryIndexAction::builder()
-            .index_name(index.name)
-            .key_schema(key_element(index.partition_key, KeyType::Hash)?)
-            .key_schema(key_element(index.sort_key, KeyType::Range)?)
-            .projection(projection(index))
-            .build()
-            .map_err(|e| infra(e.to_string()))?;
-        clients
-            .dynamodb
-            .update_table()
-            .table_name(name)
-            .attribute_definitions(string_attribute(index.partition_key)?)
-            .attribute_definitions(string_attribute(index.sort_key)?)
-            .global_secondary_index_updates(GlobalSecondaryIndexUpdate::builder().create(create).build())
-            .send()
-            .await
-            .map_err(|e| store_error("UpdateTable(add index)", e))?;
-        wait_index_active(clients, name, index.name).await?;
-    }
-    Ok(())
-}
-
-/// DynamoDB builds one index at a time: wait until `index` is ACTIVE (up to ten minutes).
-async fn wait_index_active(clients: &AwsClients, table: &str, index: &str) -> StoreResult<()> {
-    let active = |t: &aws_sdk_dynamodb::types::TableDescription| {
-        t.global_secondary_indexes().iter().any(|g| {
-            g.index_name() == Some(index) && g.index_status() == Some(&aws_sdk_dynamodb::types::IndexStatus::Active)
+/// The deployments a local stack is built from: one per ledger kind the template allows (a local
+/// stack serves the tests of every ledger at once, so it has what each kind's deployment has:
+/// the HTTP ledger's dedup table too). The first is the template's default kind.
+fn local_deployments<'t>(
+    template: &'t Template,
+    names: &ResourceNames,
+    region: &str,
+    settings: &StackSettings,
+) -> Result<Vec<Deployment<'t>>, TemplateError> {
+    let kinds = recon_core::config::LedgerSettings::KINDS;
+    kinds
+        .iter()
+        .map(|kind| {
+            template.deploy(
+                &names.account,
+                region,
+                &[
+                    ("StackPrefix", json!(names.prefix)),
+                    ("FifoQueues", json!(names.fifo().to_string())),
+                    ("MaxReceiveCount", json!(settings.max_receive_count)),
+                    ("WormRetentionDays", json!(settings.worm_retention_days)),
+                    ("LedgerKind", json!(kind)),
+                ],
+            )
         })
-    };
-    wait_table(
-        clients,
-        table,
-        active,
-        600,
-        &format!("index {index} of {table} did not become ACTIVE in ten minutes"),
-    )
-    .await
+        .collect()
 }
 
-/// Describe `table` once a second until `ready` says so, at most `secs` times; then `timeout`.
-async fn wait_table(
-    clients: &AwsClients,
-    table: &str,
-    ready: impl Fn(&aws_sdk_dynamodb::types::TableDescription) -> bool,
-    secs: u32,
-    timeout: &str,
-) -> StoreResult<()> {
-    for _ in 0..secs {
-        let out = clients
-            .dynamodb
-            .describe_table()
-            .table_name(table)
-            .send()
-            .await
-            .map_err(|e| store_error("DescribeTable", e))?;
-        if out.table().is_some_and(&ready) {
-            return Ok(());
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    }
-    Err(infra(timeout.to_owned()))
-}
-
-/// Create the table unless it exists (then add the indexes it lacks). `true`: created here, with
-/// every index from the start.
-async fn ensure_table(clients: &AwsClients, name: &str, spec: &TableSpec) -> StoreResult<bool> {
-    match clients.dynamodb.describe_table().table_name(name).send().await {
-        Ok(out) => {
-            let existing: Vec<String> = out
-                .table()
-                .map(|t| {
-                    t.global_secondary_indexes()
-                        .iter()
-                        .filter_map(|g| g.index_name().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default();
-            add_missing_indexes(clients, name, spec, &existing).await?;
-            return Ok(false);
-        }
-        Err(e)
-            if e.as_service_error()
-                .is_some_and(|s| s.is_resource_not_found_exception()) => {}
-        Err(e) => return Err(store_error("DescribeTable", e)),
-    }
-    let mut req = clients
-        .dynamodb
-        .create_table()
-        .table_name(name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .tags(
-            aws_sdk_dynamodb::types::Tag::builder()
-                .key(CREATED_BY_TAG.0)
-                .value(CREATED_BY_TAG.1)
-                .build()
-                .map_err(|e| infra(e.to_string()))?,
-        )
-        .key_schema(key_element(spec.partition_key, KeyType::Hash)?);
-    let mut defined = vec![spec.partition_key];
-    if let Some(sk) = spec.sort_key {
-        req = req.key_schema(key_element(sk, KeyType::Range)?);
-        defined.push(sk);
-    }
-    for index in spec.indexes {
-        for attr in [index.partition_key, index.sort_key] {
-            if !defined.contains(&attr) {
-                defined.push(attr);
+/// Every queue, table and bucket of the deployments, each after what it refers to.
+fn plan(deployments: &[Deployment<'_>]) -> Result<Vec<Planned>, TemplateError> {
+    let mut planned: Vec<Planned> = Vec::new();
+    for (n, d) in deployments.iter().enumerate() {
+        let names = d.names()?;
+        for id in d.resources_of(&[QUEUE, TABLE, BUCKET])? {
+            if planned.iter().any(|p| p.id == id) {
+                continue;
             }
+            let (kind, name) = match d.template().resource_type(&id)? {
+                QUEUE => (Kind::Queue, d.text(&id, "QueueName")?),
+                TABLE => (Kind::Table, d.text(&id, "TableName")?),
+                _ => {
+                    let name = d.text(&id, "BucketName")?;
+                    let bucket = resources::Bucket {
+                        name: name.clone(),
+                        owner: names.account.clone(),
+                    };
+                    (Kind::Bucket(bucket), name)
+                }
+            };
+            planned.push(Planned {
+                id,
+                kind,
+                name,
+                deployment: n,
+            });
         }
-        req = req.global_secondary_indexes(index_definition(index)?);
     }
-    for attr in defined {
-        req = req.attribute_definitions(string_attribute(attr)?);
-    }
-    if spec.stream {
-        req = req.stream_specification(
-            aws_sdk_dynamodb::types::StreamSpecification::builder()
-                .stream_enabled(true)
-                .stream_view_type(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages)
-                .build()
-                .map_err(|e| infra(e.to_string()))?,
-        );
-    }
-    match req.send().await {
-        Ok(_) => {}
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {
-            return Ok(false);
+    Ok(planned)
+}
+
+/// Build one planned resource from its resolved properties; what it gives the ones after it.
+async fn build(clients: &AwsClients, p: &Planned, d: &Deployment<'_>) -> StoreResult<(Created, bool)> {
+    let properties = d.properties(&p.id).map_err(from_template)?;
+    match &p.kind {
+        Kind::Queue => Ok((queue::ensure_queue(clients, &p.id, &properties).await?, false)),
+        Kind::Table => {
+            let (name, created) = table::ensure_table(clients, &p.id, &properties).await?;
+            let reference = Created {
+                reference: name,
+                attributes: Default::default(),
+            };
+            Ok((reference, created))
         }
-        Err(e) => return Err(store_error("CreateTable", e)),
+        Kind::Bucket(bucket) => {
+            ensure_worm_bucket(clients, &p.id, bucket, &properties).await?;
+            let reference = Created {
+                reference: bucket.name.clone(),
+                attributes: [("Arn".to_owned(), format!("arn:aws:s3:::{}", bucket.name))].into(),
+            };
+            Ok((reference, false))
+        }
     }
-    if let Some(ttl) = spec.ttl_attribute {
-        let spec = TimeToLiveSpecification::builder()
-            .attribute_name(ttl)
-            .enabled(true)
-            .build()
-            .map_err(|e| infra(e.to_string()))?;
-        clients
-            .dynamodb
-            .update_time_to_live()
-            .table_name(name)
-            .time_to_live_specification(spec)
-            .send()
-            .await
-            .map_err(|e| store_error("UpdateTimeToLive", e))?;
-    }
-    Ok(true)
 }
 
 /// Every table of `names` created here (a new deployment): nothing was written before the period
 /// indexes, so say so once the envelope table is ACTIVE.
 async fn mark_new_tables_indexed(clients: &AwsClients, names: &ResourceNames) -> StoreResult<()> {
-    let table = names.table(resources::TableKind::Envelopes);
-    let active = |t: &aws_sdk_dynamodb::types::TableDescription| {
-        t.table_status() == Some(&aws_sdk_dynamodb::types::TableStatus::Active)
-    };
-    wait_table(
-        clients,
-        table,
-        active,
-        300,
-        &format!("table {table} did not become ACTIVE in five minutes"),
-    )
-    .await?;
-    crate::dynamodb::DynamoEnvelopeStore::new(clients.dynamodb.clone(), table)
+    table::wait_active(clients, &names.envelope_table).await?;
+    crate::dynamodb::DynamoEnvelopeStore::new(clients.dynamodb.clone(), &names.envelope_table)
         .mark_periods_indexed("setup created the tables with their period indexes", chrono::Utc::now())
         .await
 }
 
-/// Create (or bring up to date) every resource of a deployment. Safe to run again.
+/// Create (or bring up to date) every queue, table and bucket the template declares for a
+/// deployment named `names` (its prefix, account and queue kind). Safe to run again. The
+/// stack's names are the template's.
 pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings: &StackSettings) -> StoreResult<Stack> {
-    refuse_foreign_resources(clients, names).await?;
-    let secs = |d: std::time::Duration| d.as_secs().to_string();
-    let dlq_url = ensure_queue(
-        clients,
-        &names.dead_letter_queue,
-        HashMap::from([
-            (
-                QueueAttributeName::MessageRetentionPeriod,
-                secs(resources::DLQ_RETENTION),
-            ),
-            (QueueAttributeName::VisibilityTimeout, secs(resources::DLQ_VISIBILITY)),
-            (
-                QueueAttributeName::MaximumMessageSize,
-                resources::MAX_MESSAGE_BYTES.to_string(),
-            ),
-        ]),
-    )
-    .await?;
-    let dlq_arn = queue_arn(clients, &dlq_url).await?;
-    let main_queue_url = ensure_queue(
-        clients,
-        &names.main_queue,
-        HashMap::from([
-            (
-                QueueAttributeName::MessageRetentionPeriod,
-                secs(resources::MAIN_QUEUE_RETENTION),
-            ),
-            (
-                QueueAttributeName::VisibilityTimeout,
-                secs(resources::MAIN_QUEUE_VISIBILITY),
-            ),
-            (
-                QueueAttributeName::RedrivePolicy,
-                redrive_policy(&dlq_arn, settings.max_receive_count),
-            ),
-            (
-                QueueAttributeName::MaximumMessageSize,
-                resources::MAX_MESSAGE_BYTES.to_string(),
-            ),
-        ]),
-    )
-    .await?;
-    let main_queue_arn = queue_arn(clients, &main_queue_url).await?;
-    let mut created = true;
-    for spec in &TABLES {
-        created &= ensure_table(clients, names.table(spec.kind), spec).await?;
+    let template = Template::ours().map_err(from_template)?;
+    let region = crate::identity::region(clients);
+    let mut deployments = local_deployments(template, names, &region, settings).map_err(from_template)?;
+    let planned = plan(&deployments).map_err(from_template)?;
+    refuse_foreign_resources(clients, &planned).await?;
+    let mut tables_created = true;
+    for p in &planned {
+        let (created, new_table) = build(clients, p, &deployments[p.deployment]).await?;
+        if p.kind == Kind::Table {
+            tables_created &= new_table;
+        }
+        for d in &mut deployments {
+            d.created(&p.id, created.clone());
+        }
     }
-    if created {
-        mark_new_tables_indexed(clients, names).await?;
+    let names = deployments[0].names().map_err(from_template)?;
+    if tables_created {
+        mark_new_tables_indexed(clients, &names).await?;
     }
-    ensure_worm_bucket(clients, &names.bucket(), settings.worm_retention_days).await?;
-    Ok(Stack {
-        names: names.clone(),
-        main_queue_url,
-        main_queue_arn,
-        dlq_url,
-        dlq_arn,
-    })
+    resolve_stack(clients, &names).await
+}
+
+/// The tables the template declares for the deployment named `names`, by name.
+fn planned_tables(clients: &AwsClients, names: &ResourceNames) -> StoreResult<Vec<(Planned, Deployment<'static>)>> {
+    let template = Template::ours().map_err(from_template)?;
+    let region = crate::identity::region(clients);
+    let deployments = local_deployments(template, names, &region, &StackSettings::default()).map_err(from_template)?;
+    let planned = plan(&deployments).map_err(from_template)?;
+    Ok(planned
+        .into_iter()
+        .filter(|p| p.kind == Kind::Table)
+        .map(|p| {
+            let d = deployments[p.deployment].clone();
+            (p, d)
+        })
+        .collect())
 }
 
 /// Find an existing deployment's queues (fails with a hint when they do not exist).
@@ -465,16 +308,9 @@ pub async fn reset_data(clients: &AwsClients, stack: &Stack) -> StoreResult<()> 
             .await
             .map_err(|e| store_error("PurgeQueue", e))?;
     }
-    for spec in &TABLES {
-        let name = stack.names.table(spec.kind);
-        match clients.dynamodb.delete_table().table_name(name).send().await {
-            Ok(_) => {}
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_resource_not_found_exception()) => {}
-            Err(e) => return Err(store_error("DeleteTable", e)),
-        }
-        ensure_table(clients, name, spec).await?;
+    for (p, d) in planned_tables(clients, &stack.names)? {
+        table::delete_table(clients, &p.name).await?;
+        build(clients, &p, &d).await?;
     }
     mark_new_tables_indexed(clients, &stack.names).await
 }
@@ -484,20 +320,10 @@ pub async fn delete_stack(clients: &AwsClients, stack: &Stack) -> StoreResult<()
     for url in [&stack.main_queue_url, &stack.dlq_url] {
         let _ = clients.sqs.delete_queue().queue_url(url).send().await;
     }
-    for spec in &TABLES {
-        let _ = clients
-            .dynamodb
-            .delete_table()
-            .table_name(stack.names.table(spec.kind))
-            .send()
-            .await;
+    for (p, _) in planned_tables(clients, &stack.names)? {
+        let _ = table::delete_table(clients, &p.name).await;
     }
     Ok(())
-}
-
-/// The redrive policy JSON for the main queue.
-pub fn redrive_policy(dlq_arn: &str, max_receive_count: u32) -> String {
-    serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count }).to_string()
 }
 
 #[cfg(test)]

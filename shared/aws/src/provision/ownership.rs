@@ -3,11 +3,12 @@
 
 use std::collections::HashMap;
 
-use super::{infra, queue_url};
+use super::queue::queue_url;
+use super::{Kind, Planned, infra};
 use crate::client::AwsClients;
 use crate::error::store_error;
 use recon_core::ports::StoreResult;
-use recon_core::resources::{self, ResourceNames, TABLES};
+use recon_core::resources;
 
 /// The tag `dlqctl setup` puts on every resource it creates. It changes nothing that lacks it: a
 /// resource of the same name made by CloudFormation (or by hand) is the deployer's, not setup's.
@@ -117,21 +118,17 @@ pub(super) async fn bucket_ownership(clients: &AwsClients, bucket: &resources::B
 
 /// Refuse, before changing anything, when any resource of the deployment exists and is not
 /// setup's own.
-pub(super) async fn refuse_foreign_resources(clients: &AwsClients, names: &ResourceNames) -> StoreResult<()> {
+pub(super) async fn refuse_foreign_resources(clients: &AwsClients, plan: &[Planned]) -> StoreResult<()> {
     let mut foreign = Vec::new();
-    for queue in [&names.dead_letter_queue, &names.main_queue] {
-        if let Ownership::Foreign(why) = queue_ownership(clients, queue).await? {
-            foreign.push(format!("queue {queue} {why}"));
+    for p in plan {
+        let ownership = match &p.kind {
+            Kind::Queue => queue_ownership(clients, &p.name).await?,
+            Kind::Table => table_ownership(clients, &p.name).await?,
+            Kind::Bucket(bucket) => bucket_ownership(clients, bucket).await?,
+        };
+        if let Ownership::Foreign(why) = ownership {
+            foreign.push(format!("{} {} {why}", p.kind.noun(), p.name));
         }
-    }
-    for spec in &TABLES {
-        let table = names.table(spec.kind);
-        if let Ownership::Foreign(why) = table_ownership(clients, table).await? {
-            foreign.push(format!("table {table} {why}"));
-        }
-    }
-    if let Ownership::Foreign(why) = bucket_ownership(clients, &names.bucket()).await? {
-        foreign.push(format!("bucket {} {why}", names.quarantine_bucket));
     }
     if foreign.is_empty() {
         return Ok(());

@@ -1,0 +1,555 @@
+//! The infrastructure template, `infra/template.yaml`, read by the code: the one definition of a
+//! deployment's queues, tables and bucket. AWS builds them from it (CloudFormation); the local
+//! stack and every integration test build them from it too ([`crate::provision`]), so a table,
+//! an index or a queue setting the code relies on and the template lacks fails a test by use.
+//!
+//! The reader resolves the intrinsic functions the template's resources use (`Ref`, `Fn::Sub`,
+//! `Fn::If`, `Fn::GetAtt`, `Fn::Join`, and the conditions' `Fn::Equals`, `Fn::Not`, `Fn::And`,
+//! `Fn::Or`); any other is an error naming it, never a guess.
+
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use recon_core::resources::ResourceNames;
+
+/// The template, as built into this binary.
+pub const TEMPLATE_YAML: &str = include_str!("../../../infra/template.yaml");
+
+/// Where errors say the template is.
+pub const TEMPLATE_PATH: &str = "infra/template.yaml";
+
+/// The template's logical ids of the resources the code names.
+pub mod ids {
+    use recon_core::resources::TableKind;
+
+    pub const MAIN_QUEUE: &str = "MainQueue";
+    pub const DEAD_LETTER_QUEUE: &str = "DeadLetterQueue";
+    pub const QUARANTINE_BUCKET: &str = "QuarantineBucket";
+    pub const CONSUMER_FUNCTION: &str = "ConsumerFunction";
+    pub const ENRICHER_FUNCTION: &str = "EnricherFunction";
+    pub const REPLAY_FUNCTION: &str = "ReplayFunction";
+    pub const REFERENCE_AUDIT_FUNCTION: &str = "ReferenceAuditFunction";
+    pub const REPLAY_SCHEDULE: &str = "ReplaySchedule";
+    pub const SEAL_SCHEDULE: &str = "AuditSealSchedule";
+
+    pub fn table(kind: TableKind) -> &'static str {
+        match kind {
+            TableKind::Ledger => "LedgerTable",
+            TableKind::Envelopes => "EnvelopeTable",
+            TableKind::Reference => "ReferenceTable",
+            TableKind::Audit => "AuditTable",
+            TableKind::Dedup => "DedupTable",
+        }
+    }
+}
+
+/// The resource types the local stack builds from the template.
+pub const QUEUE: &str = "AWS::SQS::Queue";
+pub const TABLE: &str = "AWS::DynamoDB::Table";
+pub const BUCKET: &str = "AWS::S3::Bucket";
+
+/// What is wrong with the template (or with a value given for one of its parameters).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{TEMPLATE_PATH}: {0}")]
+pub struct TemplateError(pub String);
+
+fn err<T>(detail: impl Into<String>) -> Result<T, TemplateError> {
+    Err(TemplateError(detail.into()))
+}
+
+/// A parsed template: its sections as JSON, the short-form tags (`!Ref`, `!Sub`...) in their
+/// long form, as CloudFormation reads them.
+#[derive(Debug, Clone)]
+pub struct Template {
+    doc: Value,
+}
+
+impl Template {
+    /// The template built into this binary (parsed once).
+    pub fn ours() -> Result<&'static Template, TemplateError> {
+        static OURS: OnceLock<Result<Template, TemplateError>> = OnceLock::new();
+        OURS.get_or_init(|| Template::parse(TEMPLATE_YAML))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    pub fn parse(yaml: &str) -> Result<Template, TemplateError> {
+        let raw: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(yaml).map_err(|e| TemplateError(format!("not YAML: {e}")))?;
+        let doc = long_form(raw)?;
+        if !doc.get("Resources").is_some_and(Value::is_object) {
+            return err("no Resources");
+        }
+        Ok(Template { doc })
+    }
+
+    fn section(&self, name: &str) -> &Map<String, Value> {
+        static EMPTY: OnceLock<Map<String, Value>> = OnceLock::new();
+        self.doc
+            .get(name)
+            .and_then(Value::as_object)
+            .unwrap_or_else(|| EMPTY.get_or_init(Map::new))
+    }
+
+    fn resource(&self, id: &str) -> Result<&Value, TemplateError> {
+        self.section("Resources")
+            .get(id)
+            .map_or_else(|| err(format!("no resource {id}")), Ok)
+    }
+
+    /// The type of resource `id`.
+    pub fn resource_type(&self, id: &str) -> Result<&str, TemplateError> {
+        self.resource(id)?
+            .get("Type")
+            .and_then(Value::as_str)
+            .map_or_else(|| err(format!("resource {id} has no Type")), Ok)
+    }
+
+    /// A deployment of this template with these parameter values (the others keep their
+    /// defaults). Each value is checked against its parameter's declaration.
+    pub fn deploy(
+        &self,
+        account: &str,
+        region: &str,
+        given: &[(&str, Value)],
+    ) -> Result<Deployment<'_>, TemplateError> {
+        let declared = self.section("Parameters");
+        let mut parameters = BTreeMap::new();
+        for (name, declaration) in declared {
+            if let Some(default) = declaration.get("Default") {
+                parameters.insert(name.clone(), default.clone());
+            }
+        }
+        for (name, value) in given {
+            let Some(declaration) = declared.get(*name) else {
+                return err(format!("no parameter {name}"));
+            };
+            admissible(name, declaration, value)?;
+            parameters.insert((*name).to_owned(), value.clone());
+        }
+        Ok(Deployment {
+            template: self,
+            parameters,
+            account: account.to_owned(),
+            region: region.to_owned(),
+            created: BTreeMap::new(),
+        })
+    }
+}
+
+/// A parameter value must be one its declaration allows (`AllowedValues`, `MinValue`/`MaxValue`).
+fn admissible(name: &str, declaration: &Value, value: &Value) -> Result<(), TemplateError> {
+    let text = scalar_text(value).ok_or_else(|| TemplateError(format!("parameter {name}: not a scalar")))?;
+    if let Some(allowed) = declaration.get("AllowedValues").and_then(Value::as_array)
+        && !allowed.iter().any(|a| scalar_text(a).as_deref() == Some(text.as_str()))
+    {
+        return err(format!("parameter {name}={text} is not one of {allowed:?}"));
+    }
+    if declaration.get("Type").and_then(Value::as_str) == Some("Number") {
+        let n: f64 = text
+            .parse()
+            .map_err(|_| TemplateError(format!("parameter {name}={text} is not a number")))?;
+        let bound = |key: &str| declaration.get(key).and_then(Value::as_f64);
+        if bound("MinValue").is_some_and(|min| n < min) || bound("MaxValue").is_some_and(|max| n > max) {
+            return err(format!(
+                "parameter {name}={text} is outside {:?}..={:?}",
+                bound("MinValue"),
+                bound("MaxValue")
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// YAML with CloudFormation's short-form tags → JSON in the long form.
+fn long_form(v: serde_yaml_ng::Value) -> Result<Value, TemplateError> {
+    use serde_yaml_ng::Value as Y;
+    Ok(match v {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(b),
+        Y::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Value::from(i)
+            } else if let Some(u) = n.as_u64() {
+                Value::from(u)
+            } else {
+                Value::from(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        Y::String(s) => Value::String(s),
+        Y::Sequence(items) => Value::Array(items.into_iter().map(long_form).collect::<Result<_, _>>()?),
+        Y::Mapping(map) => {
+            let mut out = Map::new();
+            for (k, v) in map {
+                let key = match k {
+                    Y::String(s) => s,
+                    other => scalar_text(&long_form(other)?)
+                        .ok_or_else(|| TemplateError("a key that is not a scalar".into()))?,
+                };
+                out.insert(key, long_form(v)?);
+            }
+            Value::Object(out)
+        }
+        Y::Tagged(tagged) => {
+            let tag = tagged.tag.to_string();
+            let name = tag.trim_start_matches('!');
+            let inner = long_form(tagged.value)?;
+            let (key, inner) = match (name, inner) {
+                ("Ref" | "Condition", inner) => (name.to_owned(), inner),
+                ("GetAtt", Value::String(dotted)) => {
+                    let (id, attr) = dotted
+                        .split_once('.')
+                        .ok_or_else(|| TemplateError(format!("!GetAtt {dotted}: no attribute")))?;
+                    ("Fn::GetAtt".to_owned(), serde_json::json!([id, attr]))
+                }
+                (other, inner) => (format!("Fn::{other}"), inner),
+            };
+            Value::Object(Map::from_iter([(key, inner)]))
+        }
+    })
+}
+
+/// What a created resource gives the resources after it: its `Ref` and its attributes.
+#[derive(Debug, Clone, Default)]
+pub struct Created {
+    pub reference: String,
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// The template with a deployment's parameter values, account and region, and the resources
+/// created so far (for `Ref` and `Fn::GetAtt` on them).
+#[derive(Debug, Clone)]
+pub struct Deployment<'t> {
+    template: &'t Template,
+    parameters: BTreeMap<String, Value>,
+    account: String,
+    region: String,
+    created: BTreeMap<String, Created>,
+}
+
+/// The intrinsic function a JSON object spells, if it is one.
+fn intrinsic(v: &Value) -> Option<(&str, &Value)> {
+    let map = v.as_object()?;
+    if map.len() != 1 {
+        return None;
+    }
+    let (k, arg) = map.iter().next()?;
+    (k == "Ref" || k == "Condition" || k.starts_with("Fn::")).then_some((k.as_str(), arg))
+}
+
+impl<'t> Deployment<'t> {
+    pub fn template(&self) -> &'t Template {
+        self.template
+    }
+
+    /// Record what a created resource gives the ones after it.
+    pub fn created(&mut self, id: &str, created: Created) {
+        self.created.insert(id.to_owned(), created);
+    }
+
+    /// Whether the condition of this name holds.
+    pub fn condition(&self, name: &str) -> Result<bool, TemplateError> {
+        let Some(definition) = self.template.section("Conditions").get(name) else {
+            return err(format!("no condition {name}"));
+        };
+        self.truth(definition, &format!("condition {name}"))
+    }
+
+    fn truth(&self, v: &Value, at: &str) -> Result<bool, TemplateError> {
+        match self.eval(v, at)? {
+            Some(Value::Bool(b)) => Ok(b),
+            other => err(format!("{at}: {other:?} is not a condition")),
+        }
+    }
+
+    /// Whether resource `id` is part of this deployment (its `Condition`, if any, holds).
+    pub fn has(&self, id: &str) -> Result<bool, TemplateError> {
+        match self.template.resource(id)?.get("Condition").and_then(Value::as_str) {
+            Some(condition) => self.condition(condition),
+            None => Ok(true),
+        }
+    }
+
+    /// The resources of these types in this deployment, each after those it refers to.
+    pub fn resources_of(&self, types: &[&str]) -> Result<Vec<String>, TemplateError> {
+        let mut chosen = Vec::new();
+        for (id, resource) in self.template.section("Resources") {
+            let kind = resource.get("Type").and_then(Value::as_str).unwrap_or_default();
+            if types.contains(&kind) && self.has(id)? {
+                chosen.push(id.clone());
+            }
+        }
+        let mut ordered: Vec<String> = Vec::new();
+        while ordered.len() < chosen.len() {
+            let before = ordered.len();
+            for id in &chosen {
+                let mut refers = Vec::new();
+                references(self.template.resource(id)?, &mut refers);
+                let ready = refers
+                    .iter()
+                    .all(|r| r == id || !chosen.contains(r) || ordered.contains(r));
+                if !ordered.contains(id) && ready {
+                    ordered.push(id.clone());
+                }
+            }
+            if ordered.len() == before {
+                return err(format!("a cycle of references among {chosen:?}"));
+            }
+        }
+        Ok(ordered)
+    }
+
+    /// Resource `id`'s properties with every intrinsic function resolved (a property that resolves
+    /// to `AWS::NoValue` is left out).
+    pub fn properties(&self, id: &str) -> Result<Map<String, Value>, TemplateError> {
+        let at = format!("{id}.Properties");
+        match self.template.resource(id)?.get("Properties") {
+            None => Ok(Map::new()),
+            Some(p) => match self.eval(p, &at)? {
+                Some(Value::Object(map)) => Ok(map),
+                other => err(format!("{at}: {other:?} is not a map")),
+            },
+        }
+    }
+
+    /// One resolved property of resource `id`, as text (a name).
+    pub fn text(&self, id: &str, property: &str) -> Result<String, TemplateError> {
+        let at = format!("{id}.Properties.{property}");
+        let raw = self
+            .template
+            .resource(id)?
+            .get("Properties")
+            .and_then(|p| p.get(property))
+            .ok_or_else(|| TemplateError(format!("no {at}")))?;
+        self.eval(raw, &at)?
+            .as_ref()
+            .and_then(scalar_text)
+            .ok_or_else(|| TemplateError(format!("{at} is not text")))
+    }
+
+    /// The names this deployment gives its resources.
+    pub fn names(&self) -> Result<ResourceNames, TemplateError> {
+        use recon_core::resources::TableKind;
+        let table = |kind| self.text(ids::table(kind), "TableName");
+        Ok(ResourceNames {
+            prefix: self.parameter("StackPrefix")?,
+            main_queue: self.text(ids::MAIN_QUEUE, "QueueName")?,
+            dead_letter_queue: self.text(ids::DEAD_LETTER_QUEUE, "QueueName")?,
+            ledger_table: table(TableKind::Ledger)?,
+            envelope_table: table(TableKind::Envelopes)?,
+            reference_table: table(TableKind::Reference)?,
+            audit_table: table(TableKind::Audit)?,
+            dedup_table: table(TableKind::Dedup)?,
+            quarantine_bucket: self.text(ids::QUARANTINE_BUCKET, "BucketName")?,
+            account: self.account.clone(),
+            sweep_schedule: self.text(ids::REPLAY_SCHEDULE, "Name")?,
+            seal_schedule: self.text(ids::SEAL_SCHEDULE, "Name")?,
+        })
+    }
+
+    fn parameter(&self, name: &str) -> Result<String, TemplateError> {
+        self.parameters
+            .get(name)
+            .and_then(scalar_text)
+            .ok_or_else(|| TemplateError(format!("parameter {name} has no value")))
+    }
+
+    /// The value `Ref name` has here (`None`: `AWS::NoValue`).
+    fn reference(&self, name: &str, at: &str) -> Result<Option<Value>, TemplateError> {
+        let text = |s: &str| Ok(Some(Value::String(s.to_owned())));
+        match name {
+            "AWS::NoValue" => Ok(None),
+            "AWS::AccountId" => text(&self.account),
+            "AWS::Region" => text(&self.region),
+            "AWS::Partition" => text("aws"),
+            "AWS::URLSuffix" => text("amazonaws.com"),
+            _ => {
+                if let Some(v) = self.parameters.get(name) {
+                    return Ok(Some(v.clone()));
+                }
+                if let Some(c) = self.created.get(name) {
+                    return text(&c.reference);
+                }
+                err(format!("{at}: Ref {name}: no such parameter, or not created yet"))
+            }
+        }
+    }
+
+    fn attribute(&self, id: &str, attr: &str, at: &str) -> Result<Value, TemplateError> {
+        self.created
+            .get(id)
+            .and_then(|c| c.attributes.get(attr))
+            .map(|v| Value::String(v.clone()))
+            .ok_or_else(|| TemplateError(format!("{at}: Fn::GetAtt {id}.{attr}: not created yet")))
+    }
+
+    fn eval(&self, v: &Value, at: &str) -> Result<Option<Value>, TemplateError> {
+        if let Some((function, arg)) = intrinsic(v) {
+            return self.call(function, arg, at);
+        }
+        Ok(Some(match v {
+            Value::Array(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for item in items {
+                    out.extend(self.eval(item, at)?);
+                }
+                Value::Array(out)
+            }
+            Value::Object(map) => {
+                let mut out = Map::new();
+                for (k, item) in map {
+                    if let Some(resolved) = self.eval(item, &format!("{at}.{k}"))? {
+                        out.insert(k.clone(), resolved);
+                    }
+                }
+                Value::Object(out)
+            }
+            scalar => scalar.clone(),
+        }))
+    }
+
+    fn args<'a>(&self, function: &str, arg: &'a Value, n: usize, at: &str) -> Result<&'a [Value], TemplateError> {
+        match arg.as_array() {
+            Some(items) if items.len() == n || n == 0 => Ok(items),
+            _ => err(format!("{at}: {function} wants {n} arguments, has {arg}")),
+        }
+    }
+
+    fn call(&self, function: &str, arg: &Value, at: &str) -> Result<Option<Value>, TemplateError> {
+        let text_of = |v: &Value| -> Result<String, TemplateError> {
+            match self.eval(v, at)? {
+                Some(resolved) => {
+                    scalar_text(&resolved).ok_or_else(|| TemplateError(format!("{at}: {resolved} is not text")))
+                }
+                None => err(format!("{at}: AWS::NoValue where text is needed")),
+            }
+        };
+        match function {
+            "Ref" => self.reference(arg.as_str().unwrap_or_default(), at),
+            "Condition" => Ok(Some(Value::Bool(self.condition(arg.as_str().unwrap_or_default())?))),
+            "Fn::If" => {
+                let a = self.args(function, arg, 3, at)?;
+                let holds = self.condition(a[0].as_str().unwrap_or_default())?;
+                self.eval(&a[if holds { 1 } else { 2 }], at)
+            }
+            "Fn::Equals" => {
+                let a = self.args(function, arg, 2, at)?;
+                Ok(Some(Value::Bool(text_of(&a[0])? == text_of(&a[1])?)))
+            }
+            "Fn::Not" => {
+                let a = self.args(function, arg, 1, at)?;
+                Ok(Some(Value::Bool(!self.truth(&a[0], at)?)))
+            }
+            "Fn::And" | "Fn::Or" => {
+                let mut values = Vec::new();
+                for c in self.args(function, arg, 0, at)? {
+                    values.push(self.truth(c, at)?);
+                }
+                let all = function == "Fn::And";
+                Ok(Some(Value::Bool(if all {
+                    values.iter().all(|b| *b)
+                } else {
+                    values.iter().any(|b| *b)
+                })))
+            }
+            "Fn::GetAtt" => {
+                let a = self.args(function, arg, 2, at)?;
+                let (id, attr) = (a[0].as_str().unwrap_or_default(), a[1].as_str().unwrap_or_default());
+                Ok(Some(self.attribute(id, attr, at)?))
+            }
+            "Fn::Join" => {
+                let a = self.args(function, arg, 2, at)?;
+                let separator = a[0].as_str().unwrap_or_default();
+                let parts = match self.eval(&a[1], at)? {
+                    Some(Value::Array(parts)) => parts,
+                    Some(Value::String(s)) if s.is_empty() => Vec::new(),
+                    Some(Value::String(s)) => s.split(',').map(|p| Value::String(p.to_owned())).collect(),
+                    other => return err(format!("{at}: Fn::Join of {other:?}")),
+                };
+                let texts: Option<Vec<String>> = parts.iter().map(scalar_text).collect();
+                let texts = texts.ok_or_else(|| TemplateError(format!("{at}: Fn::Join of a non-scalar")))?;
+                Ok(Some(Value::String(texts.join(separator))))
+            }
+            "Fn::Sub" => {
+                let (text, vars) = match arg {
+                    Value::String(s) => (s.as_str(), None),
+                    Value::Array(a) if a.len() == 2 => (a[0].as_str().unwrap_or_default(), a[1].as_object()),
+                    _ => return err(format!("{at}: Fn::Sub of {arg}")),
+                };
+                Ok(Some(Value::String(self.substitute(text, vars, at)?)))
+            }
+            other => err(format!("{at}: {other} is not resolved by the local stack")),
+        }
+    }
+
+    /// `Fn::Sub`: `${Name}` (a variable, parameter, pseudo parameter or resource), `${Id.Attr}`,
+    /// and `${!Literal}`.
+    fn substitute(&self, text: &str, vars: Option<&Map<String, Value>>, at: &str) -> Result<String, TemplateError> {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 2..];
+            let Some(end) = after.find('}') else {
+                return err(format!("{at}: an unclosed ${{ in {text:?}"));
+            };
+            let name = &after[..end];
+            if let Some(literal) = name.strip_prefix('!') {
+                out.push_str("${");
+                out.push_str(literal);
+                out.push('}');
+            } else {
+                let value = match (vars.and_then(|m| m.get(name)), name.split_once('.')) {
+                    (Some(v), _) => self.eval(v, at)?,
+                    (None, Some((id, attr))) if !name.starts_with("AWS::") => Some(self.attribute(id, attr, at)?),
+                    (None, _) => self.reference(name, at)?,
+                };
+                let value = value.as_ref().and_then(scalar_text);
+                out.push_str(&value.ok_or_else(|| TemplateError(format!("{at}: ${{{name}}} is not text")))?);
+            }
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+}
+
+/// The resources `v` refers to (`Ref`, `Fn::GetAtt`, and `${...}` in `Fn::Sub`), parameters and
+/// pseudo parameters included (the caller keeps the resources it knows).
+fn references(v: &Value, out: &mut Vec<String>) {
+    match intrinsic(v) {
+        Some(("Ref", Value::String(name))) => out.push(name.clone()),
+        Some(("Fn::GetAtt", Value::Array(a))) => out.extend(a.first().and_then(Value::as_str).map(str::to_owned)),
+        Some(("Fn::Sub", arg)) => {
+            let text = arg
+                .as_str()
+                .or_else(|| arg.get(0).and_then(Value::as_str))
+                .unwrap_or_default();
+            for piece in text.split("${").skip(1) {
+                let name = piece.split('}').next().unwrap_or_default();
+                out.push(name.split('.').next().unwrap_or_default().to_owned());
+            }
+            if let Some(vars) = arg.get(1) {
+                references(vars, out);
+            }
+        }
+        _ => match v {
+            Value::Array(items) => items.iter().for_each(|i| references(i, out)),
+            Value::Object(map) => map.values().for_each(|i| references(i, out)),
+            _ => {}
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;
