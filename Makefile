@@ -99,7 +99,7 @@ fuzz-ci:
 tools:
 	infra/tools.sh install
 
-## infra-check: cfn-lint, checkov, the template <-> resources.rs agreement (with its self-test), and
+## infra-check: cfn-lint, checkov, the template check (rules between resources, IAM grants; with its self-test), and
 ## the deploy rehearsal (SAM translated offline; what LocalStack runs created through its CloudFormation)
 infra-check: tools local-stack
 	$(DLQCTL) infra-spec > .local-aws/infra-spec.json

@@ -1,9 +1,8 @@
 """The fast path: new code for the four functions of an existing stack, with cargo lambda deploy.
 
 The SAM stack owns every resource; this only replaces each function's code, keeping the role,
-environment, timeout, memory and tracing the stack gave it (names from the stack's outputs, the
-timeout and the memory size from the code's spec, which `make infra-check` holds equal to the
-template's, tracing from the template: never guessed). It refuses when a deployed function lacks
+environment, timeout, memory and tracing the stack gave it (names from the stack's outputs; the
+timeout, the memory size and tracing from the template: never guessed). It refuses when a deployed function lacks
 a variable the new code requires, or has another memory size than the code's: those change with
 the template (make deploy), not with the code. Run `make build` first (cargo lambda build
 --arm64, optimised for size).
@@ -35,11 +34,23 @@ def stack_outputs(stack, endpoint=None):
     return {o["OutputKey"]: o["OutputValue"] for o in out.get("Outputs", [])}
 
 
-def plan(template_path, spec, outputs, mode):
-    """The cargo lambda deploy command of each function, or the outputs the stack lacks."""
+def read_template(template_path):
     tpl, matches = decode(template_path)
     if tpl is None:
         raise SystemExit(f"cannot read {template_path}: {matches}")
+    return tpl
+
+
+def sizing(tpl, f):
+    """A function's timeout and memory size, as the template sets them (Globals as the fallback)."""
+    props = tpl["Resources"][f["logical_id"]]["Properties"]
+    shared = tpl.get("Globals", {}).get("Function", {})
+    return props.get("Timeout", shared.get("Timeout")), props.get("MemorySize", shared.get("MemorySize"))
+
+
+def plan(template_path, spec, outputs, mode):
+    """The cargo lambda deploy command of each function, or the outputs the stack lacks."""
+    tpl = read_template(template_path)
     tracing = str(tpl["Globals"]["Function"].get("Tracing", "PassThrough")).lower()
     commands, missing = [], []
     for f in spec["functions"]:
@@ -47,12 +58,13 @@ def plan(template_path, spec, outputs, mode):
         if not name or not role:
             missing += [o for o in (f["function_output"], f["role_output"]) if not outputs.get(o)]
             continue
+        timeout, memory = sizing(tpl, f)
         command = [
             "cargo", "lambda", "deploy",
             "--binary-name", f["binary"],
             "--role", role,
-            "--timeout", str(f["timeout_secs"]),
-            "--memory", str(f["memory_mb"]),
+            "--timeout", str(timeout),
+            "--memory", str(memory),
             "--tracing", tracing,
             "--runtime", "provided.al2023",
             # Keep the stack's environment: add nothing, replace nothing.
@@ -64,7 +76,7 @@ def plan(template_path, spec, outputs, mode):
     return commands, missing
 
 
-def configuration_gaps(spec, outputs):
+def configuration_gaps(tpl, spec, outputs):
     """What the template gives the new code that a deployed function does not have: a variable
     it requires (deploying would leave it unable to start) or its memory size (deploying would
     change it behind CloudFormation's back). make deploy sets both."""
@@ -81,8 +93,9 @@ def configuration_gaps(spec, outputs):
         missing = sorted(v for v in spec["function_env"].get(f["logical_id"], {}) if v not in env)
         if missing:
             gaps.append(f"{name} lacks {', '.join(missing)}")
-        if config.get("MemorySize") != f["memory_mb"]:
-            gaps.append(f"{name} has {config.get('MemorySize')} MB, the template {f['memory_mb']}")
+        memory = sizing(tpl, f)[1]
+        if config.get("MemorySize") != memory:
+            gaps.append(f"{name} has {config.get('MemorySize')} MB, the template {memory}")
     return gaps
 
 
@@ -118,8 +131,7 @@ def self_test(template_path, spec, url):
             errors.append(f"{f['binary']}: {' '.join(c)}")
         if (
             c[c.index("--binary-name") + 1] != f["binary"]
-            or c[c.index("--timeout") + 1] != str(f["timeout_secs"])
-            or c[c.index("--memory") + 1] != str(f["memory_mb"])
+            or [c[c.index("--timeout") + 1], c[c.index("--memory") + 1]] != [str(v) for v in sizing(read_template(template_path), f)]
         ):
             errors.append(f"{f['binary']}: {' '.join(c)}")
     if errors:
@@ -145,7 +157,7 @@ def main():
         print(f"stack {args[2]} lacks the outputs {', '.join(missing)}: deploy this version's template (make deploy) first",
               file=sys.stderr)
         return 1
-    gaps = configuration_gaps(spec, outputs)
+    gaps = configuration_gaps(read_template(args[0]), spec, outputs)
     if gaps:
         print("this version's template configures the functions otherwise than the stack does (" + "; ".join(gaps)
               + "): deploy this version's template (make deploy), not just its code", file=sys.stderr)

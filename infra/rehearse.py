@@ -11,7 +11,7 @@ Usage:
 2. With --localstack: create through LocalStack's CloudFormation every resource of the generated
    template whose type LocalStack runs here (queues, the Object Lock bucket and its policy, log
    groups), with everything they depend on; then compare the stack's outputs and the created
-   resources with the code's names and settings. What cannot be created here (DynamoDB through
+   resources with the template's names and settings (what recon_aws::provision builds locally). What cannot be created here (DynamoDB through
    CloudFormation, Lambda, KMS, SNS, Scheduler targets, alarms on them) is listed, not faked.
 
 SPEC_JSON is what `dlqctl infra-spec` prints. Exit 1 with every difference.
@@ -104,9 +104,9 @@ def check_generated(cfn, spec):
     for name, f in sorted(functions.items()):
         props = f["Properties"]
         env = props.get("Environment", {}).get("Variables", {})
-        for var, value in sorted(spec["function_env"].get(name, {}).items()):
-            if env.get(var) != value:
-                errors.append(f"generated {name}: {var} is {env.get(var)!r}, the code needs {value!r}")
+        for var in sorted(spec["function_env"].get(name, [])):
+            if var not in env:
+                errors.append(f"generated {name} lacks {var}, which its code needs")
         for var in sorted(v for v in env if v.startswith("DLQ_") and v not in known):
             errors.append(f"generated {name} sets {var}, which no function reads")
         if props.get("Runtime") != "provided.al2023" or props.get("Handler") != "bootstrap" or props.get("Architectures") != ["arm64"]:
@@ -193,44 +193,52 @@ def rehearse_on_localstack(cfn, spec, url, fifo=False):
         return [f"LocalStack could not create the rehearsal stack ({status}): {reasons}"], part, left, outputs_left
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
 
-    def named(text):
-        return text.replace("${StackPrefix}", prefix).replace("${AWS::AccountId}", account).replace("${AWS::Region}", "us-east-1")
+    def resolved(value):
+        """A name or number as the template gives it here (FifoQueues chosen, defaults otherwise)."""
+        if isinstance(value, dict) and "Fn::If" in value:
+            condition, yes, no = value["Fn::If"]
+            if condition != "UseFifo":
+                raise SystemExit(f"the rehearsal resolves only UseFifo, not {condition}")
+            return resolved(yes if fifo else no)
+        if isinstance(value, dict) and "Fn::Sub" in value:
+            return value["Fn::Sub"].replace("${StackPrefix}", prefix).replace("${AWS::AccountId}", account).replace("${AWS::Region}", "us-east-1")
+        if isinstance(value, dict) and "Ref" in value:
+            return cfn["Parameters"][value["Ref"]].get("Default")
+        return value
 
-    expect = {
-        "StackPrefix": prefix,
-        "QuarantineBucket": named(spec["worm"]["name"]),
-        "QuarantineBucketOwner": account,
-        "SweepSchedule": named(spec["sweep_schedule"]["name"]),
-        "SealSchedule": named(spec["seal_schedule"]["name"]),
-    }
-    for key, value in expect.items():
-        if outputs.get(key) != value:
-            errors.append(f"output {key} is {outputs.get(key)!r}; the code derives {value!r}")
-    for key, queue in (("MainQueueUrl", "main_queue"), ("DeadLetterQueueUrl", "dead_letter_queue")):
+    res = cfn["Resources"]
+    if outputs.get("StackPrefix") != prefix or outputs.get("QuarantineBucketOwner") != account:
+        errors.append(f"outputs StackPrefix {outputs.get('StackPrefix')!r}, QuarantineBucketOwner {outputs.get('QuarantineBucketOwner')!r}")
+    # The created resources are the template's, as recon_aws::provision builds them locally.
+    for key, logical in (("MainQueueUrl", "MainQueue"), ("DeadLetterQueueUrl", "DeadLetterQueue")):
+        props = res[logical]["Properties"]
         url_out = outputs.get(key, "")
-        want = named(spec[queue]["fifo_name" if fifo else "name"])
+        want = resolved(props["QueueName"])
         if not url_out.endswith("/" + want):
-            errors.append(f"output {key} is {url_out!r}; the code names the queue {want!r}")
+            errors.append(f"output {key} is {url_out!r}; the template names the queue {want!r}")
             continue
         attrs = sqs.get_queue_attributes(QueueUrl=url_out, AttributeNames=["All"])["Attributes"]
         if (attrs.get("FifoQueue") == "true") != fifo:
             errors.append(f"created {want}: FifoQueue {attrs.get('FifoQueue')}, the parameter says {fifo}")
-        for attr, field in (("VisibilityTimeout", "visibility_timeout_secs"), ("MessageRetentionPeriod", "retention_secs"),
-                            ("MaximumMessageSize", "max_message_bytes")):
-            if int(attrs.get(attr, -1)) != spec[queue][field]:
-                errors.append(f"created {want}: {attr} {attrs.get(attr)}, the code says {spec[queue][field]}")
-        if queue == "main_queue":
+        for attr in ("VisibilityTimeout", "MessageRetentionPeriod", "MaximumMessageSize"):
+            if int(attrs.get(attr, -1)) != resolved(props[attr]):
+                errors.append(f"created {want}: {attr} {attrs.get(attr)}, the template says {props[attr]}")
+        if "RedrivePolicy" in props:
             redrive = json.loads(attrs.get("RedrivePolicy", "{}"))
-            if int(redrive.get("maxReceiveCount", -1)) != spec["max_receive_count"]:
-                errors.append(f"created {want}: maxReceiveCount {redrive.get('maxReceiveCount')}, the code says {spec['max_receive_count']}")
-            if not str(redrive.get("deadLetterTargetArn", "")).endswith(":" + named(spec["dead_letter_queue"]["fifo_name" if fifo else "name"])):
+            if int(redrive.get("maxReceiveCount", -1)) != resolved(props["RedrivePolicy"]["maxReceiveCount"]):
+                errors.append(f"created {want}: maxReceiveCount {redrive.get('maxReceiveCount')}")
+            if not str(redrive.get("deadLetterTargetArn", "")).endswith(":" + resolved(res["DeadLetterQueue"]["Properties"]["QueueName"])):
                 errors.append(f"created {want} redrives to {redrive.get('deadLetterTargetArn')}")
     bucket = outputs.get("QuarantineBucket")
+    declared = res["QuarantineBucket"]["Properties"]
+    if bucket != resolved(declared["BucketName"]):
+        errors.append(f"output QuarantineBucket is {bucket!r}; the template names it {resolved(declared['BucketName'])!r}")
     if bucket:
         lock = s3.get_object_lock_configuration(Bucket=bucket, ExpectedBucketOwner=account)["ObjectLockConfiguration"]
         retention = lock.get("Rule", {}).get("DefaultRetention", {})
-        if retention.get("Mode") != spec["worm"]["mode"] or retention.get("Days") != spec["worm"]["default_retention_days"]:
-            errors.append(f"created bucket {bucket}: Object Lock {retention}, the code says {spec['worm']['mode']} {spec['worm']['default_retention_days']} days")
+        wanted = declared["ObjectLockConfiguration"]["Rule"]["DefaultRetention"]
+        if retention.get("Mode") != wanted["Mode"] or retention.get("Days") != int(resolved(wanted["Days"])):
+            errors.append(f"created bucket {bucket}: Object Lock {retention}, the template says {wanted}")
         if s3.get_bucket_versioning(Bucket=bucket).get("Status") != "Enabled":
             errors.append(f"created bucket {bucket} is not versioned")
     cf.delete_stack(StackName=name)
@@ -264,7 +272,7 @@ def main():
         for e in errors:
             print(f"  - {e}")
         return 1
-    print("rehearsal: the generated template and the created resources agree with the code")
+    print("rehearsal: the generated template agrees with the code, the created resources with the template")
     return 0
 
 

@@ -506,3 +506,31 @@ fn the_stated_minimum_rust_version_is_at_least_every_locked_dependencys() {
         "the README states another minimum Rust version than Cargo.toml ({a}.{b}.{c})"
     );
 }
+
+/// The simulator models the queues the template declares: a redelivery after the main queue's
+/// visibility timeout, and the retentions after which each queue drops a message.
+#[test]
+fn the_simulator_models_the_queues_the_template_declares() {
+    use recon_aws::template::{Created, Template, ids};
+    use recon_testkit::sim::world::{DLQ_RETENTION, MAIN_QUEUE_RETENTION, MAIN_QUEUE_VISIBILITY};
+    let mut d = Template::ours()
+        .unwrap()
+        .deploy("000000000000", "us-east-1", &[])
+        .unwrap();
+    let dlq = d.properties(ids::DEAD_LETTER_QUEUE).unwrap();
+    d.created(
+        ids::DEAD_LETTER_QUEUE,
+        Created {
+            reference: "dlq".into(),
+            attributes: [("Arn".to_owned(), "arn:dlq".to_owned())].into(),
+        },
+    );
+    let main = d.properties(ids::MAIN_QUEUE).unwrap();
+    let secs = |p: &serde_json::Map<String, Value>, k: &str| p.get(k).and_then(Value::as_u64);
+    assert_eq!(secs(&main, "VisibilityTimeout"), Some(MAIN_QUEUE_VISIBILITY.as_secs()));
+    assert_eq!(
+        secs(&main, "MessageRetentionPeriod"),
+        Some(MAIN_QUEUE_RETENTION.as_secs())
+    );
+    assert_eq!(secs(&dlq, "MessageRetentionPeriod"), Some(DLQ_RETENTION.as_secs()));
+}

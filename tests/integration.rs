@@ -15,6 +15,7 @@ mod fifo;
 mod http_ledger;
 mod iam;
 mod postgres;
+mod provision;
 mod reconcile;
 mod replay;
 mod replay_scale;

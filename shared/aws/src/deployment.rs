@@ -1,13 +1,8 @@
-//! The deployment as the infrastructure template describes it: logical ids, the IAM grants of
-//! each function's role, and the JSON the template check compares (`dlqctl infra-spec`). The
-//! names and settings themselves come from [`recon_core::resources`].
+//! A deployed stack as `dlqctl --stack` reads it (its outputs), the IAM grants of each function's
+//! role, and what the code needs of the template as JSON for the Python tools (`dlqctl
+//! infra-spec`). The resources themselves are the template's ([`crate::template`]).
 
-use recon_core::config::SealPolicy;
-use recon_core::decisions::DEFAULT_MAX_ATTEMPTS;
-use recon_core::resources::{
-    CONSUMER_TIMEOUT, DEFAULT_OVERFLOW_HIGH_WATER, DEFAULT_WORM_RETENTION_DAYS, DLQ_RETENTION, DLQ_VISIBILITY,
-    ENRICHER_TIMEOUT, MAIN_QUEUE_RETENTION, MAIN_QUEUE_VISIBILITY, MAX_MESSAGE_BYTES, REPLAY_TIMEOUT, ResourceNames,
-};
+use recon_core::resources::ResourceNames;
 
 use crate::template::ids as template;
 
@@ -75,7 +70,12 @@ pub fn from_outputs(output: impl Fn(&str) -> Option<String>) -> Result<Deployed,
         dedup_table: match output(outputs::DEDUP_TABLE) {
             Some(_) => get(outputs::DEDUP_TABLE, Rule::TableName)?,
             None => {
-                ResourceNames::derive(&get(outputs::STACK_PREFIX, Rule::Prefix)?, "000000000000", "none").dedup_table
+                let prefix = get(outputs::STACK_PREFIX, Rule::Prefix)?;
+                crate::template::Template::ours()
+                    .and_then(|t| t.deploy("000000000000", "none", &[("StackPrefix", serde_json::json!(prefix))]))
+                    .and_then(|d| d.names())
+                    .map_err(|e| e.to_string())?
+                    .dedup_table
             }
         },
         quarantine_bucket: get(outputs::QUARANTINE_BUCKET, Rule::BucketName)?,
@@ -148,107 +148,25 @@ pub async fn read_stack(clients: &crate::AwsClients, stack: &str) -> Result<Depl
     from_outputs(|k| outputs.get(k).map(|v| (*v).to_owned())).map_err(|e| format!("stack {stack}: {e}"))
 }
 
-/// How the template must spell each name-valued variable and output: a reference to the
-/// resource (or pseudo parameter), or the `!Sub` text of a name it cannot reference (a schedule
-/// targets the replay function, so the function cannot reference the schedule).
-fn template_value(var: &str) -> serde_json::Value {
-    use recon_core::config::vars;
-    use recon_core::resources::TableKind;
-    let spelled = ResourceNames::as_template_spells_them();
-    let r = |logical: &str| serde_json::json!({ "Ref": logical });
-    match var {
-        vars::STACK_PREFIX => r("StackPrefix"),
-        vars::MAIN_QUEUE_URL => r(template::MAIN_QUEUE),
-        vars::DEAD_LETTER_QUEUE_URL => r(template::DEAD_LETTER_QUEUE),
-        vars::LEDGER_TABLE => r(template::table(TableKind::Ledger)),
-        vars::ENVELOPE_TABLE => r(template::table(TableKind::Envelopes)),
-        vars::REFERENCE_TABLE => r(template::table(TableKind::Reference)),
-        vars::AUDIT_TABLE => r(template::table(TableKind::Audit)),
-        vars::QUARANTINE_BUCKET => r(template::QUARANTINE_BUCKET),
-        vars::QUARANTINE_BUCKET_OWNER => r("AWS::AccountId"),
-        vars::SWEEP_SCHEDULE => serde_json::json!({ "Fn::Sub": spelled.sweep_schedule }),
-        vars::SEAL_SCHEDULE => serde_json::json!({ "Fn::Sub": spelled.seal_schedule }),
-        other => serde_json::json!({ "unknown": other }),
-    }
-}
-
-/// Every output the CLI reads, with the value the template must give it.
-fn outputs_spec() -> serde_json::Map<String, serde_json::Value> {
-    use recon_core::config::vars;
-    use recon_core::resources::TableKind;
-    let r = |logical: &str| serde_json::json!({ "Ref": logical });
-    [
-        (outputs::STACK_PREFIX, template_value(vars::STACK_PREFIX)),
-        (outputs::MAIN_QUEUE_URL, template_value(vars::MAIN_QUEUE_URL)),
-        (
-            outputs::DEAD_LETTER_QUEUE_URL,
-            template_value(vars::DEAD_LETTER_QUEUE_URL),
-        ),
-        (outputs::LEDGER_TABLE, template_value(vars::LEDGER_TABLE)),
-        (outputs::ENVELOPE_TABLE, template_value(vars::ENVELOPE_TABLE)),
-        (outputs::REFERENCE_TABLE, template_value(vars::REFERENCE_TABLE)),
-        (outputs::AUDIT_TABLE, template_value(vars::AUDIT_TABLE)),
-        (outputs::DEDUP_TABLE, r(template::table(TableKind::Dedup))),
-        (outputs::QUARANTINE_BUCKET, template_value(vars::QUARANTINE_BUCKET)),
-        (
-            outputs::QUARANTINE_BUCKET_OWNER,
-            template_value(vars::QUARANTINE_BUCKET_OWNER),
-        ),
-        (outputs::SWEEP_SCHEDULE, template_value(vars::SWEEP_SCHEDULE)),
-        (outputs::SEAL_SCHEDULE, template_value(vars::SEAL_SCHEDULE)),
-        (outputs::LEDGER_KIND, r("LedgerKind")),
-        (outputs::POSTGRES_URL, r("PostgresUrl")),
-        (outputs::POSTGRES_SECRET_ARN, r("PostgresSecretArn")),
-        (outputs::HTTP_LEDGER_URL, r("HttpLedgerUrl")),
-        (outputs::HTTP_LEDGER_SECRET_ARN, r("HttpLedgerSecretArn")),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect()
-}
-
 /// The four functions as `make deploy-code` updates them: the binary, the function's logical id,
-/// its timeout and memory size, and the outputs naming the deployed function and its role (the
-/// stack is the source of truth).
+/// and the outputs naming the deployed function and its role (the stack is the source of truth;
+/// the timeout and memory size are the template's).
 fn functions_spec() -> Vec<serde_json::Value> {
-    use recon_core::resources as r;
     [
-        (
-            "consumer",
-            template::CONSUMER_FUNCTION,
-            "ConsumerRole",
-            CONSUMER_TIMEOUT,
-            r::CONSUMER_MEMORY_MB,
-        ),
-        (
-            "enricher",
-            template::ENRICHER_FUNCTION,
-            "EnricherRole",
-            ENRICHER_TIMEOUT,
-            r::ENRICHER_MEMORY_MB,
-        ),
-        (
-            "replay",
-            template::REPLAY_FUNCTION,
-            "ReplayRole",
-            REPLAY_TIMEOUT,
-            r::REPLAY_MEMORY_MB,
-        ),
+        ("consumer", template::CONSUMER_FUNCTION, "ConsumerRole"),
+        ("enricher", template::ENRICHER_FUNCTION, "EnricherRole"),
+        ("replay", template::REPLAY_FUNCTION, "ReplayRole"),
         (
             "reference-audit",
             template::REFERENCE_AUDIT_FUNCTION,
             "ReferenceAuditRole",
-            r::REFERENCE_AUDIT_TIMEOUT,
-            r::REFERENCE_AUDIT_MEMORY_MB,
         ),
     ]
     .into_iter()
-    .map(|(binary, function, role, timeout, memory_mb)| {
+    .map(|(binary, function, role)| {
         serde_json::json!({
             "binary": binary,
             "logical_id": function,
-            "timeout_secs": timeout.as_secs(),
-            "memory_mb": memory_mb,
             "function_output": function,
             "role_output": role,
             "outputs": {
@@ -260,112 +178,43 @@ fn functions_spec() -> Vec<serde_json::Value> {
     .collect()
 }
 
-/// Each function's name-valued variables, as the template must set them.
+/// The variables each function's code needs (the ledger's too, for those that commit).
 fn function_env_spec() -> serde_json::Map<String, serde_json::Value> {
-    use recon_core::config::needs;
+    use recon_core::config::{needs, vars};
     [
-        (template::CONSUMER_FUNCTION, needs::CONSUMER),
-        (template::ENRICHER_FUNCTION, needs::ENRICHER),
-        (template::REPLAY_FUNCTION, needs::REPLAY),
-        (template::REFERENCE_AUDIT_FUNCTION, needs::REFERENCE_AUDIT),
+        (template::CONSUMER_FUNCTION, needs::CONSUMER, true),
+        (template::ENRICHER_FUNCTION, needs::ENRICHER, false),
+        (template::REPLAY_FUNCTION, needs::REPLAY, true),
+        (template::REFERENCE_AUDIT_FUNCTION, needs::REFERENCE_AUDIT, false),
     ]
     .into_iter()
-    .map(|(function, vars)| {
-        let mut env: serde_json::Map<String, serde_json::Value> =
-            vars.iter().map(|v| ((*v).to_owned(), template_value(v))).collect();
-        if function == template::CONSUMER_FUNCTION || function == template::REPLAY_FUNCTION {
-            env.extend(ledger_env_spec());
+    .map(|(function, needed, commits)| {
+        let mut list: Vec<&str> = needed.to_vec();
+        if commits {
+            list.push(vars::LEDGER);
         }
-        (function.to_owned(), serde_json::Value::Object(env))
+        (function.to_owned(), serde_json::json!(list))
     })
-    .collect()
-}
-
-/// The ledger's variables, as the template gives them to the consumer and the replay (one choice
-/// for both): the kind always, the PostgreSQL settings only on a PostgreSQL deployment.
-fn ledger_env_spec() -> serde_json::Map<String, serde_json::Value> {
-    use recon_core::config::vars;
-    let when = |condition: &str, parameter: &str| serde_json::json!({"Fn::If": [condition, {"Ref": parameter}, {"Ref": "AWS::NoValue"}]});
-    [
-        (vars::LEDGER, serde_json::json!({"Ref": "LedgerKind"})),
-        (vars::POSTGRES_URL, when("UsePostgres", "PostgresUrl")),
-        (
-            vars::POSTGRES_SECRET_ARN,
-            when("HasPostgresSecret", "PostgresSecretArn"),
-        ),
-        (vars::HTTP_LEDGER_URL, when("UseReservationProtocol", "HttpLedgerUrl")),
-        (
-            vars::HTTP_LEDGER_SECRET_ARN,
-            when("HasHttpSecret", "HttpLedgerSecretArn"),
-        ),
-        (vars::DEDUP_TABLE, when("UseReservationProtocol", "DedupTable")),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
     .collect()
 }
 
 pub mod iam;
 
-/// Everything the template check compares, as JSON (`dlqctl infra-spec`).
+#[cfg(test)]
+mod contract;
+
+/// What the code needs of the template that the template alone cannot say, as JSON for the
+/// template check, the deploy rehearsal and `make deploy-code` (`dlqctl infra-spec`): the
+/// functions' binaries, the variables each one's code reads, and the IAM grants.
 pub fn spec_json() -> serde_json::Value {
-    let names = ResourceNames::as_template_spells_them();
     serde_json::json!({
-        "max_receive_count": DEFAULT_MAX_ATTEMPTS,
-        "consumer_timeout_secs": CONSUMER_TIMEOUT.as_secs(),
-        "enricher_timeout_secs": ENRICHER_TIMEOUT.as_secs(),
-        "replay_timeout_secs": REPLAY_TIMEOUT.as_secs(),
-        "reference_audit_timeout_secs": recon_core::resources::REFERENCE_AUDIT_TIMEOUT.as_secs(),
         "functions": functions_spec(),
-        "main_queue": {
-            "logical_id": template::MAIN_QUEUE,
-            "name": names.main_queue,
-            "fifo_name": names.clone().with_fifo_queues().main_queue,
-            "visibility_timeout_secs": MAIN_QUEUE_VISIBILITY.as_secs(),
-            "retention_secs": MAIN_QUEUE_RETENTION.as_secs(),
-            "max_message_bytes": MAX_MESSAGE_BYTES,
-        },
-        "dead_letter_queue": {
-            "logical_id": template::DEAD_LETTER_QUEUE,
-            "name": names.dead_letter_queue,
-            "fifo_name": names.clone().with_fifo_queues().dead_letter_queue,
-            "visibility_timeout_secs": DLQ_VISIBILITY.as_secs(),
-            "retention_secs": DLQ_RETENTION.as_secs(),
-            "max_message_bytes": MAX_MESSAGE_BYTES,
-        },
-        "worm": {
-            "logical_id": template::QUARANTINE_BUCKET,
-            "name": names.quarantine_bucket,
-            "mode": "COMPLIANCE",
-            "default_retention_days": DEFAULT_WORM_RETENTION_DAYS,
-        },
-        "overflow_high_water": DEFAULT_OVERFLOW_HIGH_WATER,
         "metrics_namespace": recon_core::resources::DEFAULT_METRICS_NAMESPACE,
-        "sweep_schedule": {
-            "logical_id": template::REPLAY_SCHEDULE,
-            "name": names.sweep_schedule,
-        },
-        "seal_schedule": {
-            "logical_id": template::SEAL_SCHEDULE,
-            "name": names.seal_schedule,
-            "every_minutes_default": SealPolicy::default().every_minutes,
-            "every_records_default": SealPolicy::default().every_records,
-        },
-        "outputs": outputs_spec(),
         "function_env": function_env_spec(),
-        "ledger_kinds": recon_core::config::LedgerSettings::KINDS,
         // The condition each ledger kind's grants stand under (deployment/iam.rs), and the kind
         // it must mean.
         "ledger_conditions": {"UseDynamoLedger": "dynamodb", "UsePostgres": "postgres", "UseReservationProtocol": "http"},
-        "max_prefix_len": recon_core::config::MAX_PREFIX_LEN,
         "variables": recon_core::config::VARIABLES.iter().map(|v| v.name).collect::<Vec<_>>(),
-        "whole_ranges": recon_core::config::VARIABLES
-            .iter()
-            .filter_map(|v| match v.rule {
-                recon_core::config::Rule::Whole { min, max, .. } => Some((v.name.to_owned(), serde_json::json!([min, max]))),
-                _ => None,
-            })
-            .collect::<serde_json::Map<_, _>>(),
         "iam": iam::ROLES.iter().map(|(role, grants)| (role.to_string(), serde_json::json!(grants))).collect::<serde_json::Map<_, _>>(),
     })
 }

@@ -14,36 +14,13 @@ pub const FIFO_SUFFIX: &str = ".fifo";
 /// Default prefix for every resource name; a deployment may choose another (`DLQ_STACK_PREFIX`).
 pub const DEFAULT_PREFIX: &str = "recon-dlq";
 
-/// Consumer Lambda timeout. The main queue's visibility timeout must be at least six times this
-/// (AWS's guidance for SQS event sources), so a batch still being processed is never redelivered.
+/// Each function's timeout, as the template sets it (`Timeout`; a test compares): the budget
+/// the function plans its work within.
 pub const CONSUMER_TIMEOUT: Duration = Duration::from_secs(30);
-pub const MAIN_QUEUE_VISIBILITY: Duration = Duration::from_secs(6 * 30);
-/// Enricher and replay Lambda timeouts.
 pub const ENRICHER_TIMEOUT: Duration = Duration::from_secs(60);
-/// The DLQ's visibility timeout: six enricher timeouts, as for the main queue. Lambda refuses an
-/// SQS event source whose visibility timeout is shorter than the function's timeout (SQS's
-/// default of 30 s is), and AWS recommends six times it.
-pub const DLQ_VISIBILITY: Duration = Duration::from_secs(6 * 60);
 pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(300);
 /// The reference-audit Lambda's timeout (a batch of stream records, one append each).
 pub const REFERENCE_AUDIT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Each function's memory size in MB (the template's `MemorySize`; `make deploy-code` keeps it).
-/// Lambda gives CPU in proportion to memory (1,769 MB is one vCPU), and these functions need far
-/// less memory than any size (peak 8.5-11.3 MiB), so the size is chosen for CPU (`make bench-memory`;
-/// BENCHMARKS.md, "Memory size"): the smallest whose p99 over invocations back to back stays
-/// within 1.5 times, or 5 ms of, what one vCPU gives.
-pub const CONSUMER_MEMORY_MB: u32 = 768;
-pub const ENRICHER_MEMORY_MB: u32 = 512;
-/// 768 MB by that rule; more because the ledger reads it serves to `reconcile --fan-out` are
-/// bound by CPU: a period's read is as fast at 1024 MB as at one vCPU, 3.5 times slower at 256.
-pub const REPLAY_MEMORY_MB: u32 = 1024;
-pub const REFERENCE_AUDIT_MEMORY_MB: u32 = 768;
-
-/// Main queue keeps messages 4 days (the SQS default); the DLQ keeps them the maximum, 14 days,
-/// so a message can never expire in the DLQ before it expired in the main queue.
-pub const MAIN_QUEUE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
-pub const DLQ_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
 
 /// Key attributes of the tables.
 pub mod keys {
@@ -147,10 +124,9 @@ pub struct ResourceNames {
 }
 
 impl ResourceNames {
-    /// The names the template gives a deployment with `prefix` in `account` and `region` (one
-    /// rule: [`ResourceNames::as_template_spells_them`] is the same rule in the template's terms,
-    /// and the template check compares the two). A deployed stack's outputs are the source of
-    /// truth for its names; this is how `dlqctl setup` names what it creates.
+    /// The names the template gives a deployment with `prefix` in `account` and `region`, for
+    /// tests and the simulator (a test compares it with the template; deployments are named by
+    /// the template itself, `recon_aws::template`, and a deployed stack by its outputs).
     pub fn derive(prefix: &str, account: &str, region: &str) -> Self {
         Self {
             prefix: prefix.to_owned(),
@@ -191,16 +167,9 @@ impl ResourceNames {
     pub fn fifo(&self) -> bool {
         self.main_queue.ends_with(FIFO_SUFFIX)
     }
-
-    /// The rule of [`ResourceNames::derive`] as the template's `!Sub` texts spell it.
-    pub fn as_template_spells_them() -> Self {
-        Self::derive("${StackPrefix}", "${AWS::AccountId}", "${AWS::Region}")
-    }
 }
 
-/// Default Object Lock retention (COMPLIANCE mode) of the quarantine bucket in production:
-/// seven years, the usual retention of accounting records. Local stacks use one day.
-pub const DEFAULT_WORM_RETENTION_DAYS: i32 = 2555;
+/// The local stack's Object Lock retention, days (a deployment's is the template's `WormRetentionDays`).
 pub const LOCAL_WORM_RETENTION_DAYS: i32 = 1;
 
 /// The tables of a deployment.
@@ -359,17 +328,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn main_queue_visibility_is_at_least_six_consumer_timeouts() {
-        assert!(MAIN_QUEUE_VISIBILITY >= CONSUMER_TIMEOUT * 6);
-        assert!(DLQ_VISIBILITY >= ENRICHER_TIMEOUT * 6);
-    }
-
-    #[test]
-    fn dlq_outlives_the_main_queue() {
-        assert!(DLQ_RETENTION > MAIN_QUEUE_RETENTION);
-    }
-
-    #[test]
     fn names_share_the_prefix_and_the_bucket_carries_account_and_region() {
         let n = ResourceNames::derive("acme", "123456789012", "eu-west-1");
         assert_eq!(n.main_queue, "acme-main");
@@ -377,9 +335,5 @@ mod tests {
         assert_eq!(n.ledger_table, "acme-ledger");
         assert_eq!(n.quarantine_bucket, "acme-quarantine-123456789012-eu-west-1");
         assert_eq!(n.account, "123456789012");
-        assert_eq!(
-            ResourceNames::as_template_spells_them().quarantine_bucket,
-            "${StackPrefix}-quarantine-${AWS::AccountId}-${AWS::Region}"
-        );
     }
 }

@@ -9,7 +9,8 @@ use aws_sdk_s3::types::{
 
 use serde_json::{Map, Value};
 
-use super::ownership::{CREATED_BY_TAG, Ownership, bucket_ownership};
+use super::CREATED_BY_TAG;
+use super::ownership::{Ownership, bucket_ownership};
 use super::{infra, template_error};
 use crate::client::AwsClients;
 use crate::error::store_error;

@@ -12,7 +12,6 @@ mod table;
 
 use bucket::ensure_worm_bucket;
 pub use bucket::worm_retention;
-pub use ownership::CREATED_BY_TAG;
 use ownership::refuse_foreign_resources;
 use queue::{queue_arn, queue_url};
 pub use table::LEFT_TO_AWS;
@@ -23,6 +22,10 @@ use crate::template::{BUCKET, Created, Deployment, QUEUE, TABLE, Template, Templ
 use recon_core::domain::TransientKind;
 use recon_core::ports::{StoreError, StoreResult};
 use recon_core::resources::{self, ResourceNames};
+
+/// The tag `dlqctl setup` puts on every resource it creates. It changes nothing that lacks it: a
+/// resource of the same name made by CloudFormation (or by hand) is the deployer's, not setup's.
+pub const CREATED_BY_TAG: (&str, &str) = ("recon-dlq:created-by", "dlqctl setup");
 
 /// Settings that differ between deployments: the template parameters a local stack sets.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,15 +4,11 @@
 use std::collections::HashMap;
 
 use super::queue::queue_url;
-use super::{Kind, Planned, infra};
+use super::{CREATED_BY_TAG, Kind, Planned, infra};
 use crate::client::AwsClients;
 use crate::error::store_error;
 use recon_core::ports::StoreResult;
 use recon_core::resources;
-
-/// The tag `dlqctl setup` puts on every resource it creates. It changes nothing that lacks it: a
-/// resource of the same name made by CloudFormation (or by hand) is the deployer's, not setup's.
-pub const CREATED_BY_TAG: (&str, &str) = ("recon-dlq:created-by", "dlqctl setup");
 
 /// Whether setup may change an existing resource.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,8 +5,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
-use super::ownership::CREATED_BY_TAG;
-use super::{infra, template_error};
+use super::{CREATED_BY_TAG, infra, template_error};
 use crate::client::AwsClients;
 use crate::error::store_error;
 use crate::sqs::SqsQueue;

@@ -9,8 +9,7 @@ use aws_sdk_dynamodb::types::{
 };
 use serde_json::{Map, Value};
 
-use super::ownership::CREATED_BY_TAG;
-use super::{infra, template_error};
+use super::{CREATED_BY_TAG, infra, template_error};
 use crate::client::AwsClients;
 use crate::error::store_error;
 use recon_core::ports::StoreResult;

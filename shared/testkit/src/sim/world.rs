@@ -11,7 +11,7 @@ use recon_core::domain::{EnvelopeStatus, labels};
 use recon_core::enrich::{Enricher, EnricherConfig};
 use recon_core::ports::{Clock, EnvelopeStore, OutgoingMessage};
 use recon_core::replay::{ReplayConfig, ReplayRequest, Replayer, parse_invocation};
-use recon_core::resources::{CONSUMER_TIMEOUT, ENRICHER_TIMEOUT, MAIN_QUEUE_VISIBILITY, REPLAY_TIMEOUT};
+use recon_core::resources::{CONSUMER_TIMEOUT, ENRICHER_TIMEOUT, REPLAY_TIMEOUT};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -35,7 +35,7 @@ mod auditor;
 mod operator;
 mod settings;
 
-pub use settings::Settings;
+pub use settings::{DLQ_RETENTION, MAIN_QUEUE_RETENTION, MAIN_QUEUE_VISIBILITY, Settings};
 
 pub const MAIN: &str = "main";
 /// Lambda's limit on an invocation's payload: an SQS batch above it is cut.
@@ -131,7 +131,7 @@ impl World {
                     name: MAIN.into(),
                     arn: "arn:aws:sqs:us-east-1:000000000000:sim-main".into(),
                     fifo: settings.fifo,
-                    visibility: MAIN_QUEUE_VISIBILITY,
+                    visibility: settings::MAIN_QUEUE_VISIBILITY,
                     retention: settings.main_retention,
                     redrive: Some((DLQ.into(), settings.max_attempts)),
                 },

@@ -5,7 +5,13 @@ use std::time::Duration;
 use crate::sim::faults::FaultPlan;
 use crate::sim::gl::GlPlan;
 use crate::sim::rng::Rng;
-use recon_core::resources::{DLQ_RETENTION, MAIN_QUEUE_RETENTION};
+
+/// The queues the simulator models, as `infra/template.yaml` declares them (a test compares):
+/// the main queue hides a received message for six consumer timeouts and keeps messages four
+/// days; the DLQ keeps them fourteen. A run may draw shorter retentions.
+pub const MAIN_QUEUE_VISIBILITY: Duration = Duration::from_secs(180);
+pub const MAIN_QUEUE_RETENTION: Duration = Duration::from_secs(4 * 24 * 3600);
+pub const DLQ_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
 
 /// What one run varies, drawn from its seed.
 #[derive(Clone, Debug)]

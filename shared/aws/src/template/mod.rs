@@ -3,9 +3,9 @@
 //! stack and every integration test build them from it too ([`crate::provision`]), so a table,
 //! an index or a queue setting the code relies on and the template lacks fails a test by use.
 //!
-//! The reader resolves the intrinsic functions the template's resources use (`Ref`, `Fn::Sub`,
-//! `Fn::If`, `Fn::GetAtt`, `Fn::Join`, and the conditions' `Fn::Equals`, `Fn::Not`, `Fn::And`,
-//! `Fn::Or`); any other is an error naming it, never a guess.
+//! The reader resolves the intrinsic functions the template's resources use ([`resolve`]); any
+//! other is an error naming it, never a guess. The code's side of the template (the variables
+//! each function reads, the outputs `dlqctl --stack` reads) is checked in `deployment`'s tests.
 
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use recon_core::resources::ResourceNames;
 
 /// The template, as built into this binary.
-pub const TEMPLATE_YAML: &str = include_str!("../../../infra/template.yaml");
+pub const TEMPLATE_YAML: &str = include_str!("../../../../infra/template.yaml");
 
 /// Where errors say the template is.
 pub const TEMPLATE_PATH: &str = "infra/template.yaml";
@@ -96,6 +96,21 @@ impl Template {
         self.section("Resources")
             .get(id)
             .map_or_else(|| err(format!("no resource {id}")), Ok)
+    }
+
+    /// Resource `id`'s declaration as written (intrinsic functions unresolved).
+    pub fn declaration(&self, id: &str) -> Result<&Value, TemplateError> {
+        self.resource(id)
+    }
+
+    /// The part of the template at this JSON pointer, as written (`/Globals/Function`).
+    pub fn raw(&self, pointer: &str) -> Option<&Value> {
+        self.doc.pointer(pointer)
+    }
+
+    /// A parameter's declaration.
+    pub fn parameter_declaration(&self, name: &str) -> Option<&Value> {
+        self.section("Parameters").get(name)
     }
 
     /// The type of resource `id`.
@@ -237,16 +252,6 @@ pub struct Deployment<'t> {
     created: BTreeMap<String, Created>,
 }
 
-/// The intrinsic function a JSON object spells, if it is one.
-fn intrinsic(v: &Value) -> Option<(&str, &Value)> {
-    let map = v.as_object()?;
-    if map.len() != 1 {
-        return None;
-    }
-    let (k, arg) = map.iter().next()?;
-    (k == "Ref" || k == "Condition" || k.starts_with("Fn::")).then_some((k.as_str(), arg))
-}
-
 impl<'t> Deployment<'t> {
     pub fn template(&self) -> &'t Template {
         self.template
@@ -357,7 +362,45 @@ impl<'t> Deployment<'t> {
         })
     }
 
-    fn parameter(&self, name: &str) -> Result<String, TemplateError> {
+    /// The environment function `id` is given: `Globals.Function`'s variables, then its own (as
+    /// SAM merges them), each resolved.
+    pub fn function_environment(&self, id: &str) -> Result<BTreeMap<String, String>, TemplateError> {
+        let shared = self.template.doc.pointer("/Globals/Function/Environment/Variables");
+        let own = self.template.resource(id)?.pointer("/Properties/Environment/Variables");
+        let mut env = BTreeMap::new();
+        for variables in [shared, own].into_iter().flatten() {
+            let at = format!("{id} environment");
+            let Some(Value::Object(resolved)) = self.eval(variables, &at)? else {
+                return err(format!("{at} is not a map"));
+            };
+            for (k, v) in resolved {
+                let text = scalar_text(&v).ok_or_else(|| TemplateError(format!("{at}: {k} is not text")))?;
+                env.insert(k, text);
+            }
+        }
+        Ok(env)
+    }
+
+    /// Output `key` of this deployment (`None`: the template has no such output, or its condition
+    /// does not hold here).
+    pub fn output(&self, key: &str) -> Result<Option<String>, TemplateError> {
+        let Some(output) = self.template.section("Outputs").get(key) else {
+            return Ok(None);
+        };
+        if let Some(condition) = output.get("Condition").and_then(Value::as_str)
+            && !self.condition(condition)?
+        {
+            return Ok(None);
+        }
+        let at = format!("output {key}");
+        let value = output
+            .get("Value")
+            .ok_or_else(|| TemplateError(format!("{at} has no Value")))?;
+        Ok(self.eval(value, &at)?.as_ref().and_then(scalar_text))
+    }
+
+    /// The value parameter `name` has in this deployment.
+    pub fn parameter(&self, name: &str) -> Result<String, TemplateError> {
         self.parameters
             .get(name)
             .and_then(scalar_text)
@@ -393,163 +436,15 @@ impl<'t> Deployment<'t> {
             .ok_or_else(|| TemplateError(format!("{at}: Fn::GetAtt {id}.{attr}: not created yet")))
     }
 
-    fn eval(&self, v: &Value, at: &str) -> Result<Option<Value>, TemplateError> {
-        if let Some((function, arg)) = intrinsic(v) {
-            return self.call(function, arg, at);
-        }
-        Ok(Some(match v {
-            Value::Array(items) => {
-                let mut out = Vec::with_capacity(items.len());
-                for item in items {
-                    out.extend(self.eval(item, at)?);
-                }
-                Value::Array(out)
-            }
-            Value::Object(map) => {
-                let mut out = Map::new();
-                for (k, item) in map {
-                    if let Some(resolved) = self.eval(item, &format!("{at}.{k}"))? {
-                        out.insert(k.clone(), resolved);
-                    }
-                }
-                Value::Object(out)
-            }
-            scalar => scalar.clone(),
-        }))
-    }
-
-    fn args<'a>(&self, function: &str, arg: &'a Value, n: usize, at: &str) -> Result<&'a [Value], TemplateError> {
-        match arg.as_array() {
-            Some(items) if items.len() == n || n == 0 => Ok(items),
-            _ => err(format!("{at}: {function} wants {n} arguments, has {arg}")),
-        }
-    }
-
-    fn call(&self, function: &str, arg: &Value, at: &str) -> Result<Option<Value>, TemplateError> {
-        let text_of = |v: &Value| -> Result<String, TemplateError> {
-            match self.eval(v, at)? {
-                Some(resolved) => {
-                    scalar_text(&resolved).ok_or_else(|| TemplateError(format!("{at}: {resolved} is not text")))
-                }
-                None => err(format!("{at}: AWS::NoValue where text is needed")),
-            }
-        };
-        match function {
-            "Ref" => self.reference(arg.as_str().unwrap_or_default(), at),
-            "Condition" => Ok(Some(Value::Bool(self.condition(arg.as_str().unwrap_or_default())?))),
-            "Fn::If" => {
-                let a = self.args(function, arg, 3, at)?;
-                let holds = self.condition(a[0].as_str().unwrap_or_default())?;
-                self.eval(&a[if holds { 1 } else { 2 }], at)
-            }
-            "Fn::Equals" => {
-                let a = self.args(function, arg, 2, at)?;
-                Ok(Some(Value::Bool(text_of(&a[0])? == text_of(&a[1])?)))
-            }
-            "Fn::Not" => {
-                let a = self.args(function, arg, 1, at)?;
-                Ok(Some(Value::Bool(!self.truth(&a[0], at)?)))
-            }
-            "Fn::And" | "Fn::Or" => {
-                let mut values = Vec::new();
-                for c in self.args(function, arg, 0, at)? {
-                    values.push(self.truth(c, at)?);
-                }
-                let all = function == "Fn::And";
-                Ok(Some(Value::Bool(if all {
-                    values.iter().all(|b| *b)
-                } else {
-                    values.iter().any(|b| *b)
-                })))
-            }
-            "Fn::GetAtt" => {
-                let a = self.args(function, arg, 2, at)?;
-                let (id, attr) = (a[0].as_str().unwrap_or_default(), a[1].as_str().unwrap_or_default());
-                Ok(Some(self.attribute(id, attr, at)?))
-            }
-            "Fn::Join" => {
-                let a = self.args(function, arg, 2, at)?;
-                let separator = a[0].as_str().unwrap_or_default();
-                let parts = match self.eval(&a[1], at)? {
-                    Some(Value::Array(parts)) => parts,
-                    Some(Value::String(s)) if s.is_empty() => Vec::new(),
-                    Some(Value::String(s)) => s.split(',').map(|p| Value::String(p.to_owned())).collect(),
-                    other => return err(format!("{at}: Fn::Join of {other:?}")),
-                };
-                let texts: Option<Vec<String>> = parts.iter().map(scalar_text).collect();
-                let texts = texts.ok_or_else(|| TemplateError(format!("{at}: Fn::Join of a non-scalar")))?;
-                Ok(Some(Value::String(texts.join(separator))))
-            }
-            "Fn::Sub" => {
-                let (text, vars) = match arg {
-                    Value::String(s) => (s.as_str(), None),
-                    Value::Array(a) if a.len() == 2 => (a[0].as_str().unwrap_or_default(), a[1].as_object()),
-                    _ => return err(format!("{at}: Fn::Sub of {arg}")),
-                };
-                Ok(Some(Value::String(self.substitute(text, vars, at)?)))
-            }
-            other => err(format!("{at}: {other} is not resolved by the local stack")),
-        }
-    }
-
-    /// `Fn::Sub`: `${Name}` (a variable, parameter, pseudo parameter or resource), `${Id.Attr}`,
-    /// and `${!Literal}`.
-    fn substitute(&self, text: &str, vars: Option<&Map<String, Value>>, at: &str) -> Result<String, TemplateError> {
-        let mut out = String::with_capacity(text.len());
-        let mut rest = text;
-        while let Some(start) = rest.find("${") {
-            out.push_str(&rest[..start]);
-            let after = &rest[start + 2..];
-            let Some(end) = after.find('}') else {
-                return err(format!("{at}: an unclosed ${{ in {text:?}"));
-            };
-            let name = &after[..end];
-            if let Some(literal) = name.strip_prefix('!') {
-                out.push_str("${");
-                out.push_str(literal);
-                out.push('}');
-            } else {
-                let value = match (vars.and_then(|m| m.get(name)), name.split_once('.')) {
-                    (Some(v), _) => self.eval(v, at)?,
-                    (None, Some((id, attr))) if !name.starts_with("AWS::") => Some(self.attribute(id, attr, at)?),
-                    (None, _) => self.reference(name, at)?,
-                };
-                let value = value.as_ref().and_then(scalar_text);
-                out.push_str(&value.ok_or_else(|| TemplateError(format!("{at}: ${{{name}}} is not text")))?);
-            }
-            rest = &after[end + 1..];
-        }
-        out.push_str(rest);
-        Ok(out)
+    /// What created resource `id` gives as its `Ref` (a queue's URL, a table's name).
+    pub fn reference_of(&self, id: &str) -> Option<&str> {
+        self.created.get(id).map(|c| c.reference.as_str())
     }
 }
 
-/// The resources `v` refers to (`Ref`, `Fn::GetAtt`, and `${...}` in `Fn::Sub`), parameters and
-/// pseudo parameters included (the caller keeps the resources it knows).
-fn references(v: &Value, out: &mut Vec<String>) {
-    match intrinsic(v) {
-        Some(("Ref", Value::String(name))) => out.push(name.clone()),
-        Some(("Fn::GetAtt", Value::Array(a))) => out.extend(a.first().and_then(Value::as_str).map(str::to_owned)),
-        Some(("Fn::Sub", arg)) => {
-            let text = arg
-                .as_str()
-                .or_else(|| arg.get(0).and_then(Value::as_str))
-                .unwrap_or_default();
-            for piece in text.split("${").skip(1) {
-                let name = piece.split('}').next().unwrap_or_default();
-                out.push(name.split('.').next().unwrap_or_default().to_owned());
-            }
-            if let Some(vars) = arg.get(1) {
-                references(vars, out);
-            }
-        }
-        _ => match v {
-            Value::Array(items) => items.iter().for_each(|i| references(i, out)),
-            Value::Object(map) => map.values().for_each(|i| references(i, out)),
-            _ => {}
-        },
-    }
-}
+mod resolve;
+
+use resolve::references;
 
 #[cfg(test)]
 mod tests;

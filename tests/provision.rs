@@ -1,0 +1,75 @@
+//! The local stack as `recon_aws::provision` builds it from `infra/template.yaml`: what the code
+//! relies on and no request of the other suites would show.
+
+use aws_sdk_sqs::types::QueueAttributeName;
+use recon_harness::stack::TestStack;
+
+/// What the code relies on but no request shows: the reservations expire by the attribute the
+/// code writes, the reference table streams both images, a dead letter outlives the main queue's
+/// retention and the largest message fits both queues, the bucket locks objects by default (all
+/// built from the template).
+/// The keys and indexes the code queries need no such test: a wrong one fails every test by use.
+#[tokio::test]
+async fn the_local_stack_is_built_as_the_template_declares_it() {
+    use recon_core::resources::keys;
+    let s = TestStack::new("dp-built").await;
+    let n = &s.stack.names;
+    let ttl = s
+        .clients
+        .dynamodb
+        .describe_time_to_live()
+        .table_name(&n.dedup_table)
+        .send()
+        .await
+        .unwrap();
+    let ttl = ttl.time_to_live_description().unwrap();
+    assert_eq!(ttl.attribute_name(), Some(keys::DEDUP_TTL));
+    let reference = s
+        .clients
+        .dynamodb
+        .describe_table()
+        .table_name(&n.reference_table)
+        .send()
+        .await
+        .unwrap();
+    let stream = reference.table().and_then(|t| t.stream_specification()).unwrap();
+    assert_eq!(
+        stream.stream_view_type(),
+        Some(&aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages)
+    );
+    let attributes = |url: String| {
+        let sqs = s.clients.sqs.clone();
+        async move {
+            let out = sqs
+                .get_queue_attributes()
+                .queue_url(url)
+                .attribute_names(QueueAttributeName::All)
+                .send()
+                .await
+                .unwrap();
+            let get = |a: QueueAttributeName| -> u64 {
+                out.attributes()
+                    .and_then(|m| m.get(&a))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap()
+            };
+            (
+                get(QueueAttributeName::MessageRetentionPeriod),
+                get(QueueAttributeName::MaximumMessageSize),
+            )
+        }
+    };
+    let (main_retention, main_size) = attributes(s.stack.main_queue_url.clone()).await;
+    let (dlq_retention, dlq_size) = attributes(s.stack.dlq_url.clone()).await;
+    // A dead letter outlives its time on the main queue, and the largest message fits both.
+    assert!(dlq_retention > main_retention, "{dlq_retention} <= {main_retention}");
+    let largest = u64::from(recon_core::resources::MAX_MESSAGE_BYTES);
+    assert_eq!((main_size, dlq_size), (largest, largest));
+    let retention = recon_aws::provision::worm_retention(&s.clients, &n.bucket())
+        .await
+        .unwrap();
+    assert_eq!(
+        retention,
+        Some((aws_sdk_s3::types::ObjectLockRetentionMode::Compliance, 1))
+    );
+}
