@@ -98,6 +98,20 @@ def check(tpl, spec):
     expect("Object Lock mode", retention.get("Mode"), "COMPLIANCE")
     expect("bucket versioning", bucket.get("VersioningConfiguration", {}).get("Status"), "Enabled")
 
+    # Seven years after the end of the fiscal year a record was made in (up to eight from the
+    # record), never less than seven; every put held to it by the bucket policy.
+    worm = tpl.get("Parameters", {}).get("WormRetentionDays", {})
+    if worm.get("Default", 0) < 2922 or worm.get("MinValue", 0) < 2557:
+        errors.append(f"WormRetentionDays default {worm.get('Default')} / minimum {worm.get('MinValue')}: at least 2922 / 2557 days")
+    policy = res.get("QuarantineBucketPolicy", {}).get("Properties", {}).get("PolicyDocument", {}).get("Statement", [])
+    denied_puts = [st.get("Condition") for st in policy if st.get("Effect") == "Deny" and st.get("Action") == "s3:PutObject" and st.get("Principal") == "*"]
+    for wanted, what in [
+        ({"StringNotEquals": {"s3:object-lock-mode": "COMPLIANCE"}}, "a put without its own COMPLIANCE retention"),
+        ({"NumericLessThan": {"s3:object-lock-remaining-retention-days": {"Ref": "WormRetentionDays"}}}, "a put retained less than WormRetentionDays"),
+    ]:
+        if wanted not in denied_puts:
+            errors.append(f"the bucket policy does not refuse {what}")
+
     outputs = tpl.get("Outputs", {})
     for f in spec["functions"]:
         props = res.get(f["logical_id"], {}).get("Properties", {})
@@ -339,6 +353,10 @@ def mutations(tpl):
         # defaults by shared/aws/src/deployment/tests/contract.rs on the resolved template.
         mutate(lambda t: res(t)["QuarantineBucket"]["Properties"]["ObjectLockConfiguration"]["Rule"]["DefaultRetention"].__setitem__("Mode", "GOVERNANCE"), "Object Lock mode"),
         mutate(lambda t: res(t)["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].append("sqs:PurgeQueue"), "an extra IAM action"),
+        mutate(lambda t: t["Parameters"]["WormRetentionDays"].__setitem__("Default", 2555), "a retention short of a fiscal year's end"),
+        mutate(lambda t: t["Parameters"]["WormRetentionDays"].__setitem__("MinValue", 1), "a retention floor of one day"),
+        mutate(lambda t: res(t)["QuarantineBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"].pop(2), "puts without their own retention allowed"),
+        mutate(lambda t: res(t)["QuarantineBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"][3]["Condition"]["NumericLessThan"].__setitem__("s3:object-lock-remaining-retention-days", 1), "puts retained a day allowed"),
         mutate(lambda t: res(t)["ReplayRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].pop(), "a missing IAM action"),
         mutate(lambda t: res(t)["DeadLetterQueue"]["Properties"].pop("FifoQueue"), "a standard DLQ behind a FIFO main queue"),
         mutate(lambda t: res(t)["MainQueue"].pop("UpdateReplacePolicy"), "the main queue deleted when replaced"),

@@ -73,3 +73,40 @@ async fn the_local_stack_is_built_as_the_template_declares_it() {
         Some((aws_sdk_s3::types::ObjectLockRetentionMode::Compliance, 1))
     );
 }
+
+/// Every object the WORM adapter writes carries its own COMPLIANCE retain-until date, the bucket's
+/// default retention away (on AWS the bucket policy refuses any other put; LocalStack enforces no
+/// bucket policy, so the adapter's side is what this proves).
+#[tokio::test]
+async fn every_object_written_carries_its_own_compliance_retention() {
+    use recon_core::ports::Worm;
+    let s = TestStack::new("pv-lock").await;
+    let bucket = s.stack.names.bucket();
+    let worm = recon_aws::s3::S3Worm::new(s.clients.s3.clone(), &bucket);
+    let before = chrono::Utc::now();
+    worm.put("probe/retention.json", b"{}").await.unwrap();
+    let got = s
+        .clients
+        .s3
+        .get_object_retention()
+        .bucket(&bucket.name)
+        .expected_bucket_owner(&bucket.owner)
+        .key("probe/retention.json")
+        .send()
+        .await
+        .unwrap();
+    let retention = got.retention().unwrap();
+    assert_eq!(
+        retention.mode(),
+        Some(&aws_sdk_s3::types::ObjectLockRetentionMode::Compliance)
+    );
+    let until = retention.retain_until_date().unwrap().secs();
+    let (_, days) = recon_aws::provision::worm_retention(&s.clients, &bucket)
+        .await
+        .unwrap()
+        .unwrap();
+    // Its own date, not the bucket's default applied at the put (which would end `days` after it
+    // to the second): the start of a day at least `days` whole days away.
+    let own = recon_aws::s3::retain_until(before, i64::from(days));
+    assert!(until >= own.timestamp(), "{until} < {own}");
+}

@@ -1,6 +1,9 @@
-//! The Object Lock (WORM) bucket. Objects inherit the bucket's default COMPLIANCE retention; keys
-//! are content-addressed, and every put is conditional (`If-None-Match: *`) and checksummed
-//! (SHA-256 verified by S3), so a retry never writes a second version of the same record.
+//! The Object Lock (WORM) bucket. Every object carries its own COMPLIANCE retain-until date, the
+//! bucket's default retention from the day it is written (read once per process): the bucket
+//! policy refuses a put without one, or with less than the deployment's floor, so lowering the
+//! bucket's default later shortens nothing already written. Keys are content-addressed, and every
+//! put is conditional (`If-None-Match: *`) and checksummed (SHA-256 verified by S3), so a retry
+//! never writes a second version of the same record.
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
@@ -18,6 +21,8 @@ pub struct S3Worm {
     /// The account every request expects to own the bucket (`ExpectedBucketOwner`): S3 refuses
     /// the request if a bucket of this name belongs to anyone else.
     owner: String,
+    /// The bucket's default COMPLIANCE retention in days, once read.
+    retention_days: std::sync::Arc<tokio::sync::OnceCell<i64>>,
 }
 
 impl S3Worm {
@@ -26,8 +31,48 @@ impl S3Worm {
             client,
             bucket: bucket.name.clone(),
             owner: bucket.owner.clone(),
+            retention_days: Default::default(),
         }
     }
+
+    /// The bucket's default COMPLIANCE retention, in days. A bucket without one is refused:
+    /// evidence is never written unlocked.
+    async fn retention_days(&self) -> StoreResult<i64> {
+        let read = || async {
+            let out = self
+                .client
+                .get_object_lock_configuration()
+                .bucket(&self.bucket)
+                .expected_bucket_owner(&self.owner)
+                .send()
+                .await
+                .map_err(|e| store_error("GetObjectLockConfiguration(worm)", e))?;
+            let retention = out
+                .object_lock_configuration()
+                .and_then(|c| c.rule())
+                .and_then(|r| r.default_retention())
+                .filter(|d| d.mode() == Some(&aws_sdk_s3::types::ObjectLockRetentionMode::Compliance));
+            let days = retention.and_then(|d| d.days().or_else(|| d.years().map(|y| y.saturating_mul(365))));
+            days.map(i64::from).filter(|d| *d > 0).ok_or_else(|| {
+                StoreError::new(
+                    TransientKind::Infrastructure,
+                    format!(
+                        "bucket {} has no default COMPLIANCE retention: evidence is never written unlocked",
+                        self.bucket
+                    ),
+                )
+            })
+        };
+        self.retention_days.get_or_try_init(read).await.copied()
+    }
+}
+
+/// The retain-until date of an object written at `now` into a bucket keeping objects `days`:
+/// the start of the day after `days` whole days, so that at least `days` remain (S3 counts the
+/// remaining retention in whole days).
+pub fn retain_until(now: chrono::DateTime<chrono::Utc>, days: i64) -> chrono::DateTime<chrono::Utc> {
+    let later = now + chrono::Duration::days(days.saturating_add(1));
+    later.date_naive().and_time(chrono::NaiveTime::MIN).and_utc()
 }
 
 impl S3Worm {
@@ -70,6 +115,7 @@ impl Worm for S3Worm {
 
     async fn put(&self, key: &str, bytes: &[u8]) -> StoreResult<Written> {
         let checksum = aws_smithy_types::base64::encode(Sha256::digest(bytes));
+        let until = retain_until(chrono::Utc::now(), self.retention_days().await?);
         let result = self
             .client
             .put_object()
@@ -78,6 +124,8 @@ impl Worm for S3Worm {
             .key(key)
             .body(ByteStream::from(bytes.to_vec()))
             .checksum_sha256(checksum)
+            .object_lock_mode(aws_sdk_s3::types::ObjectLockMode::Compliance)
+            .object_lock_retain_until_date(aws_smithy_types::DateTime::from_secs(until.timestamp()))
             .if_none_match("*")
             .send()
             .await;
@@ -195,5 +243,22 @@ impl S3Worm {
             }
         }
         Ok(list)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retain_until;
+    use chrono::{TimeZone, Utc};
+
+    #[test]
+    fn an_object_is_retained_at_least_its_days_whatever_the_hour_it_is_written() {
+        for (h, m) in [(0, 0), (0, 1), (12, 30), (23, 59)] {
+            let now = Utc.with_ymd_and_hms(2026, 12, 31, h, m, 0).unwrap();
+            let until = retain_until(now, 2922);
+            assert!(until - now >= chrono::Duration::days(2922), "{now}: {until}");
+            assert!(until - now < chrono::Duration::days(2924), "{now}: {until}");
+            assert_eq!(until.time(), chrono::NaiveTime::MIN);
+        }
     }
 }

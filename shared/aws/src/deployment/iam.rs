@@ -177,7 +177,11 @@ pub const CONSUMER: &[Grant] = &[
     AUDIT[2],
     // Seals on the append path.
     g("QuarantineBucket/*", &["s3:GetObjectVersion", "s3:PutObject"], Code),
-    g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
+    g(
+        "QuarantineBucket",
+        &["s3:ListBucketVersions", "s3:GetBucketObjectLockConfiguration"],
+        Code,
+    ),
     g("ConsumerLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
     TRACING,
 ];
@@ -203,7 +207,11 @@ pub const ENRICHER: &[Grant] = &[
     AUDIT[1],
     AUDIT[2],
     g("QuarantineBucket/*", &["s3:GetObjectVersion", "s3:PutObject"], Code),
-    g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
+    g(
+        "QuarantineBucket",
+        &["s3:ListBucketVersions", "s3:GetBucketObjectLockConfiguration"],
+        Code,
+    ),
     g("EnricherLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
     TRACING,
 ];
@@ -259,7 +267,11 @@ pub const REPLAY: &[Grant] = &[
     // A chunk's records linked together: the heads of their chains read at once.
     g("AuditTable", &["dynamodb:BatchGetItem"], Code),
     // Seals: the bucket read by version, the latest seal read, the next one written.
-    g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
+    g(
+        "QuarantineBucket",
+        &["s3:ListBucketVersions", "s3:GetBucketObjectLockConfiguration"],
+        Code,
+    ),
     g(
         "QuarantineBucket/*",
         &["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject"],
@@ -284,7 +296,11 @@ pub const REFERENCE_AUDIT: &[Grant] = &[
     AUDIT[1],
     AUDIT[2],
     g("QuarantineBucket/*", &["s3:GetObjectVersion", "s3:PutObject"], Code),
-    g("QuarantineBucket", &["s3:ListBucketVersions"], Code),
+    g(
+        "QuarantineBucket",
+        &["s3:ListBucketVersions", "s3:GetBucketObjectLockConfiguration"],
+        Code,
+    ),
     g(
         "ReferenceAuditLogs",
         &["logs:CreateLogStream", "logs:PutLogEvents"],
@@ -324,6 +340,7 @@ pub fn actions_for(operation: &str) -> &'static [&'static str] {
         "S3:GetObject" | "S3:HeadObject" => &["s3:GetObject"],
         "S3:GetObjectVersion" => &["s3:GetObjectVersion"],
         "S3:ListObjectVersions" => &["s3:ListBucketVersions"],
+        "S3:GetObjectLockConfiguration" => &["s3:GetBucketObjectLockConfiguration"],
         "Secrets Manager:GetSecretValue" => &["secretsmanager:GetSecretValue"],
         _ => &[],
     }

@@ -33,8 +33,8 @@ const BUILT: [&str; 4] = [
     "PublicAccessBlockConfiguration",
 ];
 
-/// The declaration's default COMPLIANCE retention in days, and its public access block.
-fn declaration(id: &str, p: &Map<String, Value>) -> StoreResult<(i32, PublicAccessBlockConfiguration)> {
+/// The declaration's public access block (its default retention must be COMPLIANCE, in days).
+fn declaration(id: &str, p: &Map<String, Value>) -> StoreResult<PublicAccessBlockConfiguration> {
     if let Some(unknown) = p
         .keys()
         .find(|k| !BUILT.contains(&k.as_str()) && !LEFT_TO_AWS.contains(&k.as_str()))
@@ -52,11 +52,8 @@ fn declaration(id: &str, p: &Map<String, Value>) -> StoreResult<(i32, PublicAcce
         .get("ObjectLockConfiguration")
         .and_then(|c| c.pointer("/Rule/DefaultRetention"));
     let mode = retention.and_then(|r| r.get("Mode")).and_then(Value::as_str);
-    let days = retention
-        .and_then(|r| r.get("Days"))
-        .and_then(|d| d.as_i64().or_else(|| d.as_str().and_then(|s| s.parse().ok())))
-        .and_then(|d| i32::try_from(d).ok());
-    let (Some("COMPLIANCE"), Some(days)) = (mode, days) else {
+    let days = retention.and_then(|r| r.get("Days"));
+    let (Some("COMPLIANCE"), Some(_)) = (mode, days) else {
         return Err(template_error(format!(
             "{id}: the quarantine bucket's default retention must be COMPLIANCE, in Days (has {mode:?}, {days:?})"
         )));
@@ -69,7 +66,7 @@ fn declaration(id: &str, p: &Map<String, Value>) -> StoreResult<(i32, PublicAcce
         .ignore_public_acls(flag("IgnorePublicAcls"))
         .restrict_public_buckets(flag("RestrictPublicBuckets"))
         .build();
-    Ok((days, public_access))
+    Ok(public_access)
 }
 
 pub(super) async fn ensure_worm_bucket(
@@ -77,8 +74,9 @@ pub(super) async fn ensure_worm_bucket(
     id: &str,
     bucket: &resources::Bucket,
     properties: &Map<String, Value>,
+    retention_days: i32,
 ) -> StoreResult<()> {
-    let (retention_days, public_access) = declaration(id, properties)?;
+    let public_access = declaration(id, properties)?;
     let name = bucket.name.as_str();
     let exists = bucket_ownership(clients, bucket).await? != Ownership::Absent;
     if !exists {

@@ -32,7 +32,9 @@ pub const CREATED_BY_TAG: (&str, &str) = ("recon-dlq:created-by", "dlqctl setup"
 pub struct StackSettings {
     /// `MaxReceiveCount`: the redrive policy's `maxReceiveCount` = the consumer's retry budget.
     pub max_receive_count: u32,
-    /// `WormRetentionDays`: the quarantine bucket's default COMPLIANCE retention.
+    /// The quarantine bucket's default COMPLIANCE retention, days: the local stack's one departure
+    /// from the template (whose `WormRetentionDays` is at least seven years), so that a
+    /// developer's machine does not hold objects for years.
     pub worm_retention_days: i32,
 }
 
@@ -137,7 +139,6 @@ fn local_deployments<'t>(
                     ("StackPrefix", json!(names.prefix)),
                     ("FifoQueues", json!(names.fifo().to_string())),
                     ("MaxReceiveCount", json!(settings.max_receive_count)),
-                    ("WormRetentionDays", json!(settings.worm_retention_days)),
                     ("LedgerKind", json!(kind)),
                 ],
             )
@@ -178,7 +179,12 @@ fn plan(deployments: &[Deployment<'_>]) -> Result<Vec<Planned>, TemplateError> {
 }
 
 /// Build one planned resource from its resolved properties; what it gives the ones after it.
-async fn build(clients: &AwsClients, p: &Planned, d: &Deployment<'_>) -> StoreResult<(Created, bool)> {
+async fn build(
+    clients: &AwsClients,
+    p: &Planned,
+    d: &Deployment<'_>,
+    retention_days: i32,
+) -> StoreResult<(Created, bool)> {
     let properties = d.properties(&p.id).map_err(from_template)?;
     match &p.kind {
         Kind::Queue => Ok((queue::ensure_queue(clients, &p.id, &properties).await?, false)),
@@ -191,7 +197,7 @@ async fn build(clients: &AwsClients, p: &Planned, d: &Deployment<'_>) -> StoreRe
             Ok((reference, created))
         }
         Kind::Bucket(bucket) => {
-            ensure_worm_bucket(clients, &p.id, bucket, &properties).await?;
+            ensure_worm_bucket(clients, &p.id, bucket, &properties, retention_days).await?;
             let reference = Created {
                 reference: bucket.name.clone(),
                 attributes: [("Arn".to_owned(), format!("arn:aws:s3:::{}", bucket.name))].into(),
@@ -221,7 +227,7 @@ pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings:
     refuse_foreign_resources(clients, &planned).await?;
     let mut tables_created = true;
     for p in &planned {
-        let (created, new_table) = build(clients, p, &deployments[p.deployment]).await?;
+        let (created, new_table) = build(clients, p, &deployments[p.deployment], settings.worm_retention_days).await?;
         if p.kind == Kind::Table {
             tables_created &= new_table;
         }
@@ -313,7 +319,7 @@ pub async fn reset_data(clients: &AwsClients, stack: &Stack) -> StoreResult<()> 
     }
     for (p, d) in planned_tables(clients, &stack.names)? {
         table::delete_table(clients, &p.name).await?;
-        build(clients, &p, &d).await?;
+        build(clients, &p, &d, resources::LOCAL_WORM_RETENTION_DAYS).await?;
     }
     mark_new_tables_indexed(clients, &stack.names).await
 }
