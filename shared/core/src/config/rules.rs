@@ -42,6 +42,38 @@ pub const UNSET: &str = "unset";
 /// at most 63 characters) must fit in every region, the longest of which have 14 characters.
 pub const MAX_PREFIX_LEN: usize = 63 - "-quarantine-".len() - 12 - 1 - 14;
 
+/// The options a PostgreSQL URL may carry: none of them a secret (a password comes from a secret).
+pub const POSTGRES_OPTIONS: [&str; 9] = [
+    "sslmode",
+    "sslrootcert",
+    "channel_binding",
+    "application_name",
+    "connect_timeout",
+    "target_session_attrs",
+    "load_balance_hosts",
+    "keepalives",
+    "keepalives_idle",
+];
+
+/// `text` with its `%XX` escapes decoded, as the driver reads it (`None`: a broken escape, or not
+/// UTF-8).
+fn percent_decoded(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 impl Rule {
     /// What the rule allows, as the error and docs/configuration.md say it.
     pub fn allowed(&self) -> String {
@@ -57,7 +89,10 @@ impl Rule {
             Rule::Prefix => format!("a prefix of 3-{MAX_PREFIX_LEN} of a-z 0-9 -, starting with a letter"),
             Rule::Namespace => "a CloudWatch namespace (1-255 of A-Z a-z 0-9 . - _ / # :, not AWS/…)".into(),
             Rule::OneOf(words) => format!("one of {}", words.join(", ")),
-            Rule::PostgresUrl => "postgres://<user>@<host>[:<port>]/<database>[?<options>], without a password".into(),
+            Rule::PostgresUrl => format!(
+                "postgres://<user>@<host>[:<port>]/<database>[?<options>], without a password (options: {})",
+                POSTGRES_OPTIONS.join(", ")
+            ),
             Rule::SecretArn => {
                 "a Secrets Manager secret ARN (arn:<partition>:secretsmanager:<region>:<account>:secret:<name>)".into()
             }
@@ -172,17 +207,21 @@ impl Rule {
         let Some((user, host)) = authority.rsplit_once('@') else {
             return false;
         };
-        // Nor a password among the options (`?password=…`), in any case or encoding of the name.
-        let options = path.split_once('?').map_or("", |(_, o)| o).to_ascii_lowercase();
-        let password_option = options
-            .split('&')
-            .any(|kv| kv.split('=').next().is_some_and(|k| k.contains("pass")));
-        !user.is_empty()
-            && !user.contains(':')
+        // Nor a password anywhere the driver would find one: it decodes percent-encoding, so the
+        // checks read the decoded text (`user%3Apw@`, `?%70assword=`), and an option must be one
+        // of those listed, none of which carries a secret.
+        let decoded_user = percent_decoded(user);
+        let options = path.split_once('?').map_or("", |(_, o)| o);
+        let options_listed = options.is_empty()
+            || options.split('&').all(|kv| {
+                let name = percent_decoded(kv.split('=').next().unwrap_or_default());
+                name.is_some_and(|n| POSTGRES_OPTIONS.contains(&n.as_str()))
+            });
+        decoded_user.is_some_and(|u| !u.is_empty() && !u.contains(':'))
             && !host.is_empty()
             && !host.starts_with(':')
             && !database.is_empty()
-            && !password_option
+            && options_listed
     }
 
     /// An SQS queue name: 1-80 of `A-Z a-z 0-9 _ -`, `.fifo` allowed at the end.

@@ -307,5 +307,21 @@ fn postgres_urls_name_user_host_and_database_and_never_a_password() {
     ] {
         assert!(Rule::PostgresUrl.admits(good), "{good}");
     }
-    assert!(!Rule::PostgresUrl.admits("postgres://recon:hunter2@db/gl"));
+    assert!(
+        Rule::PostgresUrl.admits("postgres://recon@db/gl?sslmode=verify-full&application_name=recon&connect_timeout=5")
+    );
+    for bad in [
+        "postgres://recon:hunter2@db/gl",
+        // The driver decodes percent-encoding: a password in disguise is still one.
+        "postgres://recon%3Ahunter2@db/gl",
+        "postgres://recon@db/gl?%70assword=hunter2",
+        "postgres://recon@db/gl?PASSWORD=hunter2",
+        "postgres://recon@db/gl?sslmode=require&pass%77ord=hunter2",
+        // Only listed options (none of them a secret), and no broken escape.
+        "postgres://recon@db/gl?passfile=/tmp/x",
+        "postgres://recon@db/gl?sslmode=require&unknown=1",
+        "postgres://recon%zz@db/gl",
+    ] {
+        assert!(!Rule::PostgresUrl.admits(bad), "{bad}");
+    }
 }
