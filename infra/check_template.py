@@ -75,6 +75,7 @@ def check(tpl, spec):
     env = res.get("ConsumerFunction", {}).get("Properties", {}).get("Environment", {}).get("Variables", {})
     expect("consumer DLQ_MAX_ATTEMPTS is the redrive parameter", env.get("DLQ_MAX_ATTEMPTS"), redrive.get("maxReceiveCount"))
     errors.extend(cross_resource_rules(tpl))
+    errors.extend(failures_page_a_human(tpl))
     errors.extend(alarms_can_publish(tpl))
     errors.extend(every_alarm_on_the_dashboard(tpl))
     errors.extend(own_metrics_per_stack(tpl, spec["metrics_namespace"]))
@@ -186,6 +187,40 @@ def own_metrics_per_stack(tpl, namespace):
                 for line in w.get("properties", {}).get("metrics", []):
                     if line and line[0] == namespace and "Stack" not in line:
                         errors.append(f"{logical}: {line[1]} is drawn without this stack's Stack dimension")
+    return errors
+
+
+def failures_page_a_human(tpl):
+    """Every function has an alarm on its errors and one on its throttles; the heartbeat alarms
+    (missing data breaching) wait at least two sweep and two seal intervals before they page; the
+    schedules' own failures page."""
+    errors = []
+    res = tpl.get("Resources", {})
+    params = tpl.get("Parameters", {})
+    alarms = [r.get("Properties", {}) for r in res.values() if r.get("Type") == "AWS::CloudWatch::Alarm"]
+    for name, r in sorted(res.items()):
+        if r.get("Type") != "AWS::Serverless::Function":
+            continue
+        for metric in ("Errors", "Throttles"):
+            if not any(a.get("Namespace") == "AWS/Lambda" and a.get("MetricName") == metric
+                       and {"Name": "FunctionName", "Value": {"Ref": name}} in a.get("Dimensions", []) for a in alarms):
+                errors.append(f"no alarm on {name}'s {metric}")
+    rate = str(params.get("SweepSchedule", {}).get("Default", ""))
+    minutes = {"minute": 1, "minutes": 1, "hour": 60, "hours": 60}
+    parts = rate.removeprefix("rate(").removesuffix(")").split()
+    sweep_secs = int(parts[0]) * minutes.get(parts[1], 0) * 60 if len(parts) == 2 and parts[0].isdigit() else None
+    seal_secs = params.get("SealEveryMinutes", {}).get("Default", 0) * 60
+    heartbeat = params.get("HeartbeatSeconds", {}).get("Default", 0)
+    beats = [a for a in alarms if a.get("TreatMissingData") == "breaching"]
+    if len(beats) < 2:
+        errors.append(f"{len(beats)} heartbeat alarms (missing data breaching): the sweep's and the seal's are needed")
+    for a in beats:
+        if a.get("Period") != {"Ref": "HeartbeatSeconds"}:
+            errors.append(f"heartbeat alarm {a.get('MetricName')} does not wait HeartbeatSeconds")
+    if sweep_secs is None or heartbeat < 2 * max(sweep_secs, seal_secs):
+        errors.append(f"HeartbeatSeconds {heartbeat} is less than two sweep intervals ({rate}) or two seals ({seal_secs} s)")
+    if not any(m.get("MetricStat", {}).get("Metric", {}).get("Namespace") == "AWS/Scheduler" for a in alarms for m in a.get("Metrics", [])):
+        errors.append("no alarm on the schedules' failures (AWS/Scheduler)")
     return errors
 
 
@@ -354,6 +389,10 @@ def mutations(tpl):
         mutate(lambda t: res(t)["QuarantineBucket"]["Properties"]["ObjectLockConfiguration"]["Rule"]["DefaultRetention"].__setitem__("Mode", "GOVERNANCE"), "Object Lock mode"),
         mutate(lambda t: res(t)["ConsumerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].append("sqs:PurgeQueue"), "an extra IAM action"),
         mutate(lambda t: t["Parameters"]["WormRetentionDays"].__setitem__("Default", 2555), "a retention short of a fiscal year's end"),
+        mutate(lambda t: res(t).pop("ReplayThrottlesAlarm"), "no alarm on the replay's throttles"),
+        mutate(lambda t: res(t)["SealHeartbeatAlarm"]["Properties"].__setitem__("TreatMissingData", "notBreaching"), "a heartbeat silent when its schedule stops"),
+        mutate(lambda t: t["Parameters"]["SealEveryMinutes"].__setitem__("Default", 60), "a heartbeat shorter than two seal intervals"),
+        mutate(lambda t: res(t).pop("SchedulerTargetErrorsAlarm"), "no alarm on the schedules' failures"),
         mutate(lambda t: t["Parameters"]["WormRetentionDays"].__setitem__("MinValue", 1), "a retention floor of one day"),
         mutate(lambda t: res(t)["QuarantineBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"].pop(2), "puts without their own retention allowed"),
         mutate(lambda t: res(t)["QuarantineBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"][3]["Condition"]["NumericLessThan"].__setitem__("s3:object-lock-remaining-retention-days", 1), "puts retained a day allowed"),

@@ -64,6 +64,10 @@ use crate::ports::{
     Metrics, ReferenceData, ReplayQueue, SweepCursors, Worm,
 };
 
+/// Heartbeat metrics (one per completed scheduled sweep, one per seal written): the template's
+/// heartbeat alarms fire when they stop.
+pub const SWEEP_COMPLETED: &str = "SweepCompleted";
+pub const SEAL_WRITTEN: &str = "SealWritten";
 /// PENDING envelopes a sweep reads, oldest first, to measure escalation.
 const ESCALATION_READ: u64 = 5000;
 
@@ -192,7 +196,19 @@ impl<P: ReplayPorts> Replayer<P> {
     pub async fn seal(&self) -> FlowResult<(String, crate::domain::seal::AuditSeal)> {
         let (key, seal) = crate::evidence::seal(&self.audit, &self.worm, self.clock.now()).await?;
         tracing::info!(seal = %key, root = %seal.root, chains = seal.heads.len(), "audit chains sealed by the seal schedule");
+        self.heartbeat(SEAL_WRITTEN);
         Ok((key, seal))
+    }
+
+    /// One beat of a heartbeat metric: an alarm that treats its absence as breaching pages when
+    /// the schedule behind it stopped (disabled, deleted, or failing before it got here).
+    fn heartbeat(&self, name: &'static str) {
+        self.metrics.emit(&Metric {
+            name,
+            value: 1,
+            unit: "Count",
+            dimensions: vec![],
+        });
     }
 
     /// Run a replay. `deadline` is the end of the time budget (the Lambda deadline).
@@ -312,6 +328,8 @@ impl<P: ReplayPorts> Replayer<P> {
             }
             let (key, seal) = crate::evidence::seal(&self.audit, &self.worm, self.clock.now()).await?;
             tracing::info!(seal = %key, root = %seal.root, chains = seal.heads.len(), "audit chains sealed");
+            self.heartbeat(SEAL_WRITTEN);
+            self.heartbeat(SWEEP_COMPLETED);
         }
         if !req.dry_run {
             check_overflow(

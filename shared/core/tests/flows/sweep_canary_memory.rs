@@ -123,3 +123,24 @@ async fn a_crashed_replays_claims_taken_over_are_not_held_behind_the_canary() {
     let report = r.run(&sweep(), None).await.unwrap();
     assert_eq!(report.reinjected, 3, "{}", report.summary());
 }
+
+/// The heartbeats the template's alarms watch: a completed scheduled sweep and each seal beat
+/// once; a dry run, which changes and seals nothing, does not.
+#[tokio::test]
+async fn a_completed_sweep_and_a_seal_beat_their_heartbeats() {
+    use recon_core::replay::{SEAL_WRITTEN, SWEEP_COMPLETED};
+    let w = world();
+    backlog(&w, 1).await;
+    let beats = |r: &TestReplayer, name: &str| r.metrics.emitted().iter().filter(|m| m.name == name).count();
+    let r = w.replayer(ReplayConfig::default());
+    let dry = ReplayRequest {
+        dry_run: true,
+        ..sweep()
+    };
+    r.run(&dry, None).await.unwrap();
+    assert_eq!((beats(&r, SWEEP_COMPLETED), beats(&r, SEAL_WRITTEN)), (0, 0));
+    r.run(&sweep(), None).await.unwrap();
+    assert_eq!((beats(&r, SWEEP_COMPLETED), beats(&r, SEAL_WRITTEN)), (1, 1));
+    r.seal().await.unwrap();
+    assert_eq!((beats(&r, SWEEP_COMPLETED), beats(&r, SEAL_WRITTEN)), (1, 2));
+}

@@ -248,3 +248,53 @@ fn the_template_s_defaults_are_the_code_s() {
     let bucket = longest.names().unwrap().quarantine_bucket;
     assert!(bucket.len() <= 63, "{bucket}");
 }
+
+const ALARM: &str = "AWS::CloudWatch::Alarm";
+
+/// Every alarm the template has, by its name without the stack's prefix (on every ledger kind).
+fn alarm_names() -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for kind in LedgerSettings::KINDS {
+        let d = deployed(&ledger_parameters(kind));
+        let prefix = format!("{}-", d.parameter("StackPrefix").unwrap());
+        for id in d.resources_of(&[ALARM]).unwrap() {
+            let name = d.text(&id, "AlarmName").unwrap();
+            names.insert(name.strip_prefix(&prefix).unwrap_or(&name).to_owned());
+        }
+    }
+    names
+}
+
+#[test]
+fn every_alarm_has_its_runbook_entry_and_every_entry_its_alarm() {
+    let runbook = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/RUNBOOK.md")).unwrap();
+    let table = runbook
+        .split("\n## Every alarm\n")
+        .nth(1)
+        .expect("docs/RUNBOOK.md has an \"Every alarm\" section");
+    let entries: std::collections::BTreeSet<String> = table
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(entries, alarm_names());
+}
+
+#[test]
+fn the_heartbeat_alarms_watch_the_code_s_heartbeats_and_page_when_they_stop() {
+    use recon_core::replay::{SEAL_WRITTEN, SWEEP_COMPLETED};
+    let d = deployed(&[]);
+    let mut watched = std::collections::BTreeSet::new();
+    for id in d.resources_of(&[ALARM]).unwrap() {
+        if d.text(&id, "TreatMissingData").ok().as_deref() == Some("breaching") {
+            assert_eq!(d.text(&id, "Namespace").unwrap(), r::DEFAULT_METRICS_NAMESPACE, "{id}");
+            watched.insert(d.text(&id, "MetricName").unwrap());
+        }
+    }
+    let heartbeats: std::collections::BTreeSet<String> = [SWEEP_COMPLETED, SEAL_WRITTEN]
+        .iter()
+        .map(|m| (*m).to_owned())
+        .collect();
+    assert_eq!(watched, heartbeats);
+}
