@@ -76,6 +76,7 @@ def check(tpl, spec):
     expect("consumer DLQ_MAX_ATTEMPTS is the redrive parameter", env.get("DLQ_MAX_ATTEMPTS"), redrive.get("maxReceiveCount"))
     errors.extend(cross_resource_rules(tpl))
     errors.extend(failures_page_a_human(tpl))
+    errors.extend(nothing_expires_silently(tpl))
     errors.extend(alarms_can_publish(tpl))
     errors.extend(every_alarm_on_the_dashboard(tpl))
     errors.extend(own_metrics_per_stack(tpl, spec["metrics_namespace"]))
@@ -187,6 +188,40 @@ def own_metrics_per_stack(tpl, namespace):
                 for line in w.get("properties", {}).get("metrics", []):
                     if line and line[0] == namespace and "Stack" not in line:
                         errors.append(f"{logical}: {line[1]} is drawn without this stack's Stack dimension")
+    return errors
+
+
+def nothing_expires_silently(tpl):
+    """What an asynchronous path cannot deliver is kept in a queue, never retried for hours nor
+    dropped: the replay's asynchronous invocations (no retry, a short maximum age, failures to a
+    queue), the schedules (a dead-letter queue), the stream mapping (bisect, a finite number of
+    retries, an on-failure destination)."""
+    errors = []
+    res = tpl.get("Resources", {})
+
+    def a_queue(ref):
+        name = resource_ref(ref) if ref is not None else None
+        return isinstance(name, str) and res.get(name, {}).get("Type") == "AWS::SQS::Queue"
+
+    for name, r in sorted(res.items()):
+        props = r.get("Properties", {})
+        if r.get("Type") == "AWS::Scheduler::Schedule":
+            if not a_queue(props.get("Target", {}).get("DeadLetterConfig", {}).get("Arn")):
+                errors.append(f"{name} has no dead-letter queue: an event it cannot deliver is dropped")
+        if r.get("Type") == "AWS::Serverless::Function" and any(
+            s.get("Properties", {}).get("Target", {}).get("Arn") == {"Fn::GetAtt": [name, "Arn"]}
+            for s in res.values() if s.get("Type") == "AWS::Scheduler::Schedule"
+        ):
+            config = props.get("EventInvokeConfig", {})
+            if config.get("MaximumRetryAttempts") != 0 or not 60 <= config.get("MaximumEventAgeInSeconds", 21600) <= 3600:
+                errors.append(f"{name} is invoked by a schedule: its EventInvokeConfig must retry nothing and drop an event within an hour")
+            if not a_queue(config.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")):
+                errors.append(f"{name}'s failed scheduled invocations go nowhere (EventInvokeConfig OnFailure)")
+        if r.get("Type") == "AWS::Lambda::EventSourceMapping" and "StartingPosition" in props:
+            if props.get("BisectBatchOnFunctionError") is not True or not 0 <= props.get("MaximumRetryAttempts", -1) <= 100:
+                errors.append(f"{name}: a stream record the function keeps failing on must be split out and retried a bounded number of times")
+            if not a_queue(props.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")):
+                errors.append(f"{name}: a stream record given up on goes nowhere (DestinationConfig OnFailure)")
     return errors
 
 
@@ -393,6 +428,11 @@ def mutations(tpl):
         mutate(lambda t: res(t)["SealHeartbeatAlarm"]["Properties"].__setitem__("TreatMissingData", "notBreaching"), "a heartbeat silent when its schedule stops"),
         mutate(lambda t: t["Parameters"]["SealEveryMinutes"].__setitem__("Default", 60), "a heartbeat shorter than two seal intervals"),
         mutate(lambda t: res(t).pop("SchedulerTargetErrorsAlarm"), "no alarm on the schedules' failures"),
+        mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].pop("DeadLetterConfig"), "a schedule without a dead-letter queue"),
+        mutate(lambda t: res(t)["ReplayFunction"]["Properties"]["EventInvokeConfig"].__setitem__("MaximumRetryAttempts", 2), "a failed sweep retried by Lambda"),
+        mutate(lambda t: res(t)["ReplayFunction"]["Properties"].pop("EventInvokeConfig"), "scheduled invocations held for hours"),
+        mutate(lambda t: res(t)["ReferenceAuditEvents"]["Properties"].__setitem__("MaximumRetryAttempts", -1), "a bad stream record retried forever"),
+        mutate(lambda t: res(t)["ReferenceAuditEvents"]["Properties"].pop("DestinationConfig"), "a stream record given up on without a trace"),
         mutate(lambda t: t["Parameters"]["WormRetentionDays"].__setitem__("MinValue", 1), "a retention floor of one day"),
         mutate(lambda t: res(t)["QuarantineBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"].pop(2), "puts without their own retention allowed"),
         mutate(lambda t: res(t)["QuarantineBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"][3]["Condition"]["NumericLessThan"].__setitem__("s3:object-lock-remaining-retention-days", 1), "puts retained a day allowed"),

@@ -277,6 +277,8 @@ pub const REPLAY: &[Grant] = &[
         &["s3:GetObject", "s3:GetObjectVersion", "s3:PutObject"],
         Code,
     ),
+    // Lambda delivers the function's failed asynchronous events or stream batches there.
+    g("UndeliveredQueue", &["sqs:SendMessage"], Runtime),
     g("ReplayLogs", &["logs:CreateLogStream", "logs:PutLogEvents"], Runtime),
     TRACING,
 ];
@@ -301,6 +303,8 @@ pub const REFERENCE_AUDIT: &[Grant] = &[
         &["s3:ListBucketVersions", "s3:GetBucketObjectLockConfiguration"],
         Code,
     ),
+    // Lambda delivers the function's failed asynchronous events or stream batches there.
+    g("UndeliveredQueue", &["sqs:SendMessage"], Runtime),
     g(
         "ReferenceAuditLogs",
         &["logs:CreateLogStream", "logs:PutLogEvents"],
