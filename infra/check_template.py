@@ -59,7 +59,8 @@ def check(tpl, spec):
     mq = res.get("MainQueue", {}).get("Properties", {})
     dq = res.get("DeadLetterQueue", {}).get("Properties", {})
     fifo = {"Fn::If": ["UseFifo", True, {"Ref": "AWS::NoValue"}]}
-    for logical, q in (("MainQueue", mq), ("DeadLetterQueue", dq)):
+    pq = res.get("ParkingQueue", {}).get("Properties", {})
+    for logical, q in (("MainQueue", mq), ("DeadLetterQueue", dq), ("ParkingQueue", pq)):
         r = res.get(logical, {})
         expect(f"{logical} kept on replacement and deletion (it may hold transactions)",
                (r.get("DeletionPolicy"), r.get("UpdateReplacePolicy")), ("Retain", "Retain"))
@@ -72,6 +73,8 @@ def check(tpl, spec):
             errors.append(f"{logical} QueueName {name!r}: a queue's name ends in .fifo exactly when it is FIFO")
     redrive = mq.get("RedrivePolicy", {})
     expect("redrive target", resource_ref(redrive.get("deadLetterTargetArn")), "DeadLetterQueue")
+    # A dead letter the enricher keeps failing on is parked, never left to expire in the DLQ.
+    expect("the DLQ's redrive target", resource_ref(dq.get("RedrivePolicy", {}).get("deadLetterTargetArn")), "ParkingQueue")
     env = res.get("ConsumerFunction", {}).get("Properties", {}).get("Environment", {}).get("Variables", {})
     expect("consumer DLQ_MAX_ATTEMPTS is the redrive parameter", env.get("DLQ_MAX_ATTEMPTS"), redrive.get("maxReceiveCount"))
     errors.extend(cross_resource_rules(tpl))
@@ -300,6 +303,7 @@ def alarms_can_publish(tpl):
 
 SQS_DEFAULT_VISIBILITY = 30
 SQS_DEFAULT_RETENTION = 345600
+SQS_MAX_RETENTION = 1209600
 LAMBDA_DEFAULT_TIMEOUT = 3
 
 
@@ -340,7 +344,8 @@ def cross_resource_rules(tpl):
             if dlq is not None:
                 mine = props.get("MessageRetentionPeriod", SQS_DEFAULT_RETENTION)
                 theirs = dlq.get("MessageRetentionPeriod", SQS_DEFAULT_RETENTION)
-                if theirs <= mine:
+                # Equal is the best SQS allows when both keep messages its longest (14 days).
+                if theirs < mine or (theirs == mine and mine < SQS_MAX_RETENTION):
                     errors.append(f"{logical} redrives into {dname}, which keeps messages {theirs} s, not longer than its own {mine} s")
         if r.get("Type") == "AWS::CloudWatch::Alarm" and props.get("MetricName") == "ApproximateAgeOfOldestMessage":
             for d in props.get("Dimensions", []):
@@ -429,6 +434,10 @@ def mutations(tpl):
         mutate(lambda t: t["Parameters"]["SealEveryMinutes"].__setitem__("Default", 60), "a heartbeat shorter than two seal intervals"),
         mutate(lambda t: res(t).pop("SchedulerTargetErrorsAlarm"), "no alarm on the schedules' failures"),
         mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].pop("DeadLetterConfig"), "a schedule without a dead-letter queue"),
+        mutate(lambda t: res(t)["DeadLetterQueue"]["Properties"].pop("RedrivePolicy"), "dead letters left to expire in the DLQ"),
+        mutate(lambda t: res(t)["ParkingQueue"]["Properties"].pop("FifoQueue"), "a standard parking queue behind a FIFO DLQ"),
+        mutate(lambda t: res(t)["ParkingQueue"]["Properties"].__setitem__("MessageRetentionPeriod", 345600), "a parking queue that keeps less than the DLQ"),
+        mutate(lambda t: res(t).pop("ParkedAlarm"), "parked dead letters unseen"),
         mutate(lambda t: res(t)["ReplayFunction"]["Properties"]["EventInvokeConfig"].__setitem__("MaximumRetryAttempts", 2), "a failed sweep retried by Lambda"),
         mutate(lambda t: res(t)["ReplayFunction"]["Properties"].pop("EventInvokeConfig"), "scheduled invocations held for hours"),
         mutate(lambda t: res(t)["ReferenceAuditEvents"]["Properties"].__setitem__("MaximumRetryAttempts", -1), "a bad stream record retried forever"),

@@ -210,8 +210,8 @@ def rehearse_on_localstack(cfn, spec, url, fifo=False):
     if outputs.get("StackPrefix") != prefix or outputs.get("QuarantineBucketOwner") != account:
         errors.append(f"outputs StackPrefix {outputs.get('StackPrefix')!r}, QuarantineBucketOwner {outputs.get('QuarantineBucketOwner')!r}")
     # The created resources are the template's, as recon_aws::provision builds them locally.
-    for key, logical in (("MainQueueUrl", "MainQueue"), ("DeadLetterQueueUrl", "DeadLetterQueue")):
-        props = res[logical]["Properties"]
+    for key, queue_id in (("MainQueueUrl", "MainQueue"), ("DeadLetterQueueUrl", "DeadLetterQueue")):
+        props = res[queue_id]["Properties"]
         url_out = outputs.get(key, "")
         want = resolved(props["QueueName"])
         if not url_out.endswith("/" + want):
@@ -227,7 +227,8 @@ def rehearse_on_localstack(cfn, spec, url, fifo=False):
             redrive = json.loads(attrs.get("RedrivePolicy", "{}"))
             if int(redrive.get("maxReceiveCount", -1)) != resolved(props["RedrivePolicy"]["maxReceiveCount"]):
                 errors.append(f"created {want}: maxReceiveCount {redrive.get('maxReceiveCount')}")
-            if not str(redrive.get("deadLetterTargetArn", "")).endswith(":" + resolved(res["DeadLetterQueue"]["Properties"]["QueueName"])):
+            target = res[logical(props["RedrivePolicy"]["deadLetterTargetArn"])]["Properties"]["QueueName"]
+            if not str(redrive.get("deadLetterTargetArn", "")).endswith(":" + resolved(target)):
                 errors.append(f"created {want} redrives to {redrive.get('deadLetterTargetArn')}")
     bucket = outputs.get("QuarantineBucket")
     declared = res["QuarantineBucket"]["Properties"]

@@ -517,6 +517,14 @@ fn the_simulator_models_the_queues_the_template_declares() {
         .unwrap()
         .deploy("000000000000", "us-east-1", &[])
         .unwrap();
+    // The queues each refers to first: the DLQ redrives to the parking queue.
+    d.created(
+        "ParkingQueue",
+        Created {
+            reference: "parked".into(),
+            attributes: [("Arn".to_owned(), "arn:parked".to_owned())].into(),
+        },
+    );
     let dlq = d.properties(ids::DEAD_LETTER_QUEUE).unwrap();
     d.created(
         ids::DEAD_LETTER_QUEUE,

@@ -110,3 +110,60 @@ async fn every_object_written_carries_its_own_compliance_retention() {
     let own = recon_aws::s3::retain_until(before, i64::from(days));
     assert!(until >= own.timestamp(), "{until} < {own}");
 }
+
+/// A dead letter the enricher keeps failing on is parked behind the DLQ after the template's
+/// `EnricherMaxReceiveCount` receives, never left there to expire (the redrive is the template's,
+/// the local stack built from it).
+#[tokio::test]
+async fn a_dead_letter_the_enricher_keeps_failing_on_is_parked() {
+    use recon_aws::template::Template;
+    let s = TestStack::new("pv-park").await;
+    let names = &s.stack.names;
+    let deployment = Template::ours()
+        .unwrap()
+        .deploy(
+            &names.account,
+            "us-east-1",
+            &[("StackPrefix", serde_json::json!(names.prefix))],
+        )
+        .unwrap();
+    let budget: u32 = deployment
+        .parameter("EnricherMaxReceiveCount")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let parked_name = deployment.text("ParkingQueue", "QueueName").unwrap();
+    let sqs = &s.clients.sqs;
+    sqs.send_message()
+        .queue_url(&s.stack.dlq_url)
+        .message_body("{\"not\": \"enveloped\"}")
+        .send()
+        .await
+        .unwrap();
+    // The enricher fails it: received, never deleted, visible again at once.
+    for attempt in 1..=budget {
+        let got = s.dlq().receive(1, 1, Some(0)).await.unwrap();
+        assert_eq!(got.len(), 1, "receive {attempt} of {budget}");
+    }
+    assert!(
+        s.dlq().receive(1, 1, Some(0)).await.unwrap().is_empty(),
+        "still in the DLQ after {budget} receives"
+    );
+    let parked_url = sqs
+        .get_queue_url()
+        .queue_name(&parked_name)
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_owned();
+    let parked = sqs
+        .receive_message()
+        .queue_url(&parked_url)
+        .wait_time_seconds(2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(parked.messages().len(), 1);
+}

@@ -35,6 +35,13 @@ fn the_dead_letter_queue_comes_before_the_queue_that_redrives_to_it() {
 #[test]
 fn properties_resolve_parameters_conditions_and_attributes() {
     let mut d = ours(&[("StackPrefix", json!("acme")), ("MaxReceiveCount", json!(3))]);
+    d.created(
+        "ParkingQueue",
+        Created {
+            reference: "url".into(),
+            attributes: [("Arn".to_owned(), "arn:parked".to_owned())].into(),
+        },
+    );
     let dlq = d.properties(ids::DEAD_LETTER_QUEUE).unwrap();
     // !If [UseFifo, true, !Ref AWS::NoValue] on a standard queue: no property at all.
     assert!(!dlq.contains_key("FifoQueue"), "{dlq:?}");
