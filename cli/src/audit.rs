@@ -93,7 +93,7 @@ pub fn seal_window() -> Result<SealWindow> {
 pub fn print_verify(report: &recon_core::evidence::VerifyReport, live: bool) -> Result<()> {
     let json = crate::output::json();
     if json {
-        println!("{}", serde_json::to_string_pretty(report)?);
+        crate::output::print_json(report)?;
     } else {
         println!(
             "audit trail: {} records in {} chains, {} seals checked",

@@ -255,7 +255,7 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
     )
     .await?;
     if crate::output::json() {
-        println!("{}", serde_json::to_string_pretty(&ev.reconciliation)?);
+        crate::output::print_json(&ev.reconciliation)?;
     } else {
         print(&ev.reconciliation);
     }

@@ -40,7 +40,7 @@ async fn run(cli: Cli) -> Result<()> {
         return Ok(());
     }
     if let Command::InfraSpec = cli.command {
-        println!("{}", serde_json::to_string_pretty(&recon_aws::deployment::spec_json())?);
+        output::print_json(&recon_aws::deployment::spec_json())?;
         return Ok(());
     }
     if let Some(kind) = &cli.ledger {

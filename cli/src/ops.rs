@@ -157,7 +157,7 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
             "pending_counter": pending_counter,
             "audit": audit_counts,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::output::print_json(&v)?;
         return Ok(());
     }
     for (name, d) in [("main queue", &main), ("DLQ", &dlq)] {

@@ -18,10 +18,16 @@ pub fn json() -> bool {
     JSON.get().copied().unwrap_or(false)
 }
 
+/// Print `value` as JSON, every character a terminal would act on escaped (`text::json_safe`).
+pub fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    println!("{}", crate::text::json_safe(serde_json::to_string_pretty(value)?));
+    Ok(())
+}
+
 /// Print `value` as JSON under `--json`, else the text `text` renders.
 pub fn emit(value: &impl serde::Serialize, text: impl FnOnce() -> String) -> Result<()> {
     if json() {
-        println!("{}", serde_json::to_string_pretty(value)?);
+        print_json(value)?;
     } else {
         println!("{}", text());
     }

@@ -160,7 +160,7 @@ fn request(a: &SelectorArgs, actor: &str, dry_run: bool, quarantine: bool) -> Re
 
 pub fn print_report(r: &ReplayReport) -> Result<()> {
     if crate::output::json() {
-        println!("{}", serde_json::to_string_pretty(r)?);
+        crate::output::print_json(r)?;
         return Ok(());
     }
     let verb = if r.dry_run { "would" } else { "did" };

@@ -27,6 +27,28 @@ pub fn printable(s: &str) -> Cow<'_, str> {
     )
 }
 
+/// JSON text with every character a terminal would act on as a `\uXXXX` escape. serde_json
+/// escapes only the C0 controls; a C1 control (U+009B starts a CSI sequence on many terminals),
+/// DEL or a bidirectional override in a producer's field would reach the terminal raw. The JSON
+/// means the same: the escape decodes to the same character.
+pub fn json_safe(json: String) -> String {
+    // A raw line break is the JSON's own layout (serde_json escapes every one inside a string).
+    let unsafe_here = |c: char| unsafe_char(c) && c != '\n';
+    if !json.chars().any(unsafe_here) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if unsafe_here(c) {
+            // Every unsafe character is in the Basic Multilingual Plane: one \u escape.
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Like [`printable`], keeping line breaks and tabs (a body shown whole).
 pub fn printable_lines(s: &str) -> String {
     s.split('\n')
@@ -51,5 +73,24 @@ mod tests {
         assert_eq!(printable("evil\u{202e}gpj.exe"), "evil\\u{202e}gpj.exe");
         assert_eq!(printable("a\rb"), "a\\u{d}b");
         assert_eq!(printable_lines("line 1\n\tline\u{7} 2"), "line 1\n\tline\\u{7} 2");
+    }
+
+    #[test]
+    fn json_output_carries_no_character_a_terminal_acts_on_and_means_the_same() {
+        let entity = "ACME\u{9b}2J\u{7f}evil\u{202e}gpj.exe\u{1b}[31m";
+        let value = serde_json::json!({ "entity": entity, "n": 1 });
+        let out = json_safe(serde_json::to_string_pretty(&value).unwrap());
+        assert!(!out.chars().any(unsafe_char_but_layout), "{out:?}");
+        assert!(
+            out.contains("\\u009b") && out.contains("\\u007f") && out.contains("\\u202e"),
+            "{out}"
+        );
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap(), value);
+    }
+
+    /// What JSON output may carry: its own line breaks and indentation, nothing else a terminal
+    /// acts on.
+    fn unsafe_char_but_layout(c: char) -> bool {
+        unsafe_char(c) && c != '\n'
     }
 }

@@ -199,7 +199,7 @@ pub async fn show(clients: &AwsClients, names: &ResourceNames, envelope_id: &str
         let value = serde_json::json!({"envelope": envelope, "body": original.clone().flatten()});
         return crate::output::emit(&value, String::new);
     }
-    println!("{}", serde_json::to_string_pretty(&envelope)?);
+    crate::output::print_json(&envelope)?;
     match original {
         Some(Some(b)) => println!("--- original body ({} bytes) ---\n{}", b.len(), printable_lines(&b)),
         Some(None) => println!("--- original body not found ---"),
