@@ -144,11 +144,30 @@ impl HttpLedger {
     }
 
     async fn json<T: serde::de::DeserializeOwned>(op: &str, response: reqwest::Response) -> StoreResult<T> {
-        response
-            .json::<T>()
-            .await
-            .map_err(|e| infra(format!("{op}: the answer does not parse: {e}")))
+        let body = capped_body(op, response).await?;
+        serde_json::from_slice(&body).map_err(|e| infra(format!("{op}: the answer does not parse: {e}")))
     }
+}
+
+/// The most of one answer the ledger reads into memory: a posting's answer is a few hundred
+/// bytes, a page of postings its page size times that. A larger answer is refused, never buffered
+/// whole (a broken or hostile ledger could otherwise exhaust the function's memory).
+pub const MAX_ANSWER_BYTES: usize = 8 << 20;
+
+/// The answer's body, read chunk by chunk up to [`MAX_ANSWER_BYTES`].
+async fn capped_body(op: &str, mut response: reqwest::Response) -> StoreResult<Vec<u8>> {
+    let too_large = || infra(format!("{op}: the answer is larger than {MAX_ANSWER_BYTES} bytes"));
+    if response.content_length().is_some_and(|n| n > MAX_ANSWER_BYTES as u64) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| request_error(op, &e))? {
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// A rule name in the characters a root cause carries.
@@ -176,7 +195,10 @@ impl ExternalLedger for HttpLedger {
             201 => Ok(Posted::Applied),
             200 => Ok(Posted::Before),
             422 => {
-                let why: Refusal = response.json().await.unwrap_or_default();
+                let why: Refusal = match capped_body(op, response).await {
+                    Ok(body) => serde_json::from_slice(&body).unwrap_or_default(),
+                    Err(_) => Refusal::default(),
+                };
                 Ok(Posted::Refused {
                     rule: format!("HTTP422:{}", rule_name(&why.rule)),
                     detail: why.message,
@@ -441,6 +463,50 @@ mod tests {
         );
         let rebuilt = wire::posting(&body, |k| headers.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()));
         assert_eq!(rebuilt, Some(first));
+    }
+
+    /// A ledger that answers `body` to any request, `content_length` said or not, then closes.
+    async fn answering(body: Vec<u8>, content_length: bool) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut request = [0u8; 4096];
+                let _ = socket.read(&mut request).await;
+                let length = if content_length {
+                    format!("Content-Length: {}\r\n", body.len())
+                } else {
+                    String::new()
+                };
+                let head =
+                    format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{length}Connection: close\r\n\r\n");
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+                let _ = socket.shutdown().await;
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn an_answer_larger_than_the_cap_is_refused_not_buffered() {
+        let hash = "a".repeat(64);
+        for content_length in [true, false] {
+            let huge = format!("{{\"padding\": \"{}\"}}", "x".repeat(MAX_ANSWER_BYTES)).into_bytes();
+            let ledger = HttpLedger::new(&HttpSettings {
+                base_url: answering(huge, content_length).await,
+                token: None,
+                connect_timeout: Duration::from_secs(2),
+                timeout: Duration::from_secs(20),
+            })
+            .unwrap();
+            let e = LedgerReader::posting(&ledger, &hash).await.unwrap_err();
+            assert!(
+                e.detail.contains("larger than"),
+                "content length said: {content_length}: {e}"
+            );
+        }
     }
 
     #[test]
