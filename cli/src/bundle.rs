@@ -15,7 +15,6 @@ use recon_core::reconcile::{
     look_up_unmet, manifest_entry, of_period, outcomes, read_ledger, reconcile_counted,
 };
 use recon_core::resources::ResourceNames;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 use crate::fanout::FanOut;
@@ -76,14 +75,9 @@ pub struct Evidence {
 
 pub fn read_manifest(path: &Path) -> Result<Vec<Entry>> {
     let file = std::fs::File::open(path).with_context(|| format!("cannot open manifest {}", path.display()))?;
-    let mut out = Vec::new();
-    for line in std::io::BufReader::new(file).lines() {
-        let line = line?;
-        if !line.trim().is_empty() {
-            out.push(manifest_entry(&line));
-        }
-    }
-    Ok(out)
+    let what = format!("manifest {}", path.display());
+    let lines = crate::input::bounded_lines(std::io::BufReader::new(file), crate::input::MAX_BODY_BYTES, &what)?;
+    Ok(lines.iter().map(|line| manifest_entry(line)).collect())
 }
 
 /// Which messages `gather` keeps as outcomes.

@@ -2,7 +2,7 @@
 //! body), checked against gate 1 now; it becomes an approval request that another identity
 //! approves (`dlqctl approve`), which posts it as a new message linked to the original.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Args;
 use recon_aws::AwsClients;
 use recon_aws::provision::resolve_stack;
@@ -33,7 +33,7 @@ pub struct EditArgs {
 
 fn proposal(a: &EditArgs) -> Result<Proposal> {
     if let Some(path) = &a.body_file {
-        let body = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let body = crate::input::bounded_file(path, crate::input::MAX_BODY_BYTES)?;
         return Ok(Proposal::Body(body));
     }
     let mut pairs = Vec::new();

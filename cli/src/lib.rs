@@ -10,6 +10,7 @@ pub mod cli;
 pub mod context;
 pub mod edit;
 pub mod fanout;
+pub mod input;
 pub mod ops;
 pub mod output;
 pub mod remediate;

@@ -22,14 +22,7 @@ fn read_lines(file: Option<PathBuf>) -> Result<Vec<String>> {
         )),
         _ => Box::new(std::io::stdin().lock()),
     };
-    let mut lines = Vec::new();
-    for (n, line) in reader.lines().enumerate() {
-        let line = line.with_context(|| format!("reading line {}", n + 1))?;
-        if !line.trim().is_empty() {
-            lines.push(line);
-        }
-    }
-    Ok(lines)
+    crate::input::bounded_lines(reader, crate::input::MAX_BODY_BYTES, "the messages")
 }
 
 /// Add `source_hash` to a body that lacks one (bodies that are not message objects pass as they are).
