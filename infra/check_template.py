@@ -80,6 +80,12 @@ def check(tpl, spec):
     errors.extend(cross_resource_rules(tpl))
     errors.extend(failures_page_a_human(tpl))
     errors.extend(nothing_expires_silently(tpl))
+    # No deployment whose alarms page no one, unless its deployer says so.
+    expect("the rule that refuses a deployment without AlarmEmail",
+           tpl.get("Rules", {}).get("AlarmsReachSomeone"),
+           {"RuleCondition": {"Fn::Equals": [{"Ref": "AlarmEmail"}, ""]},
+            "Assertions": [{"Assert": {"Fn::Equals": [{"Ref": "AlarmsUnattended"}, "true"]},
+                            "AssertDescription": (tpl.get("Rules", {}).get("AlarmsReachSomeone", {}).get("Assertions") or [{}])[0].get("AssertDescription")}]})
     errors.extend(alarms_can_publish(tpl))
     errors.extend(every_alarm_on_the_dashboard(tpl))
     errors.extend(own_metrics_per_stack(tpl, spec["metrics_namespace"]))
@@ -434,6 +440,7 @@ def mutations(tpl):
         mutate(lambda t: t["Parameters"]["SealEveryMinutes"].__setitem__("Default", 60), "a heartbeat shorter than two seal intervals"),
         mutate(lambda t: res(t).pop("SchedulerTargetErrorsAlarm"), "no alarm on the schedules' failures"),
         mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].pop("DeadLetterConfig"), "a schedule without a dead-letter queue"),
+        mutate(lambda t: t["Rules"].pop("AlarmsReachSomeone"), "a deployment whose alarms page no one"),
         mutate(lambda t: res(t)["DeadLetterQueue"]["Properties"].pop("RedrivePolicy"), "dead letters left to expire in the DLQ"),
         mutate(lambda t: res(t)["ParkingQueue"]["Properties"].pop("FifoQueue"), "a standard parking queue behind a FIFO DLQ"),
         mutate(lambda t: res(t)["ParkingQueue"]["Properties"].__setitem__("MessageRetentionPeriod", 345600), "a parking queue that keeps less than the DLQ"),
