@@ -80,6 +80,14 @@ def check(tpl, spec):
     errors.extend(cross_resource_rules(tpl))
     errors.extend(failures_page_a_human(tpl))
     errors.extend(nothing_expires_silently(tpl))
+    # Reserved concurrency fits what runs at once: the consumer as many as its event source may
+    # start, the replay the sweep, the seal, a manual run and one reconcile --fan-out invocation.
+    params = tpl.get("Parameters", {})
+    default = lambda name: params.get(name, {}).get("Default", 0)
+    if default("ConsumerReservedConcurrency") < default("ConsumerMaxConcurrency"):
+        errors.append("ConsumerReservedConcurrency is below ConsumerMaxConcurrency: the event source would be throttled")
+    if default("ReplayReservedConcurrency") < 4:
+        errors.append("ReplayReservedConcurrency below 4: the sweep, the seal, a manual run and a fan-out invocation would throttle each other")
     # No deployment whose alarms page no one, unless its deployer says so.
     expect("the rule that refuses a deployment without AlarmEmail",
            tpl.get("Rules", {}).get("AlarmsReachSomeone"),
@@ -441,6 +449,8 @@ def mutations(tpl):
         mutate(lambda t: res(t).pop("SchedulerTargetErrorsAlarm"), "no alarm on the schedules' failures"),
         mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].pop("DeadLetterConfig"), "a schedule without a dead-letter queue"),
         mutate(lambda t: t["Rules"].pop("AlarmsReachSomeone"), "a deployment whose alarms page no one"),
+        mutate(lambda t: t["Parameters"]["ConsumerMaxConcurrency"].__setitem__("Default", 20), "a consumer event source wider than its reservation"),
+        mutate(lambda t: t["Parameters"]["ReplayReservedConcurrency"].__setitem__("Default", 2), "a replay reservation the schedules share with manual runs"),
         mutate(lambda t: res(t)["DeadLetterQueue"]["Properties"].pop("RedrivePolicy"), "dead letters left to expire in the DLQ"),
         mutate(lambda t: res(t)["ParkingQueue"]["Properties"].pop("FifoQueue"), "a standard parking queue behind a FIFO DLQ"),
         mutate(lambda t: res(t)["ParkingQueue"]["Properties"].__setitem__("MessageRetentionPeriod", 345600), "a parking queue that keeps less than the DLQ"),

@@ -39,7 +39,7 @@ pub struct ReconcileArgs {
     #[arg(long, requires = "period", conflicts_with = "manifest", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub fan_out: Option<u32>,
     /// How many of the --fan-out invocations run at once (default 1: the template reserves the
-    /// replay function 2, and the sweep needs one; raise the template's ReplayReservedConcurrency
+    /// replay function 4, for the sweep, the seal and a manual run beside it; raise the template's ReplayReservedConcurrency
     /// with it).
     #[arg(long, requires = "fan_out", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub at_once: u32,
