@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::CREATED_BY_TAG;
 use super::ownership::{Ownership, bucket_ownership};
-use super::{infra, template_error};
+use super::{infra, refuse_unknown_properties, template_error};
 use crate::client::AwsClients;
 use crate::error::store_error;
 use recon_core::ports::StoreResult;
@@ -35,14 +35,7 @@ const BUILT: [&str; 4] = [
 
 /// The declaration's public access block (its default retention must be COMPLIANCE, in days).
 fn declaration(id: &str, p: &Map<String, Value>) -> StoreResult<PublicAccessBlockConfiguration> {
-    if let Some(unknown) = p
-        .keys()
-        .find(|k| !BUILT.contains(&k.as_str()) && !LEFT_TO_AWS.contains(&k.as_str()))
-    {
-        return Err(template_error(format!(
-            "{id}: the local stack does not build bucket property {unknown} (build it in provision/bucket.rs, or name it among those left to AWS)"
-        )));
-    }
+    refuse_unknown_properties(id, p, &BUILT, &LEFT_TO_AWS, "bucket.rs")?;
     if p.get("ObjectLockEnabled") != Some(&Value::Bool(true)) {
         return Err(template_error(format!(
             "{id}: the quarantine bucket must have ObjectLockEnabled: true"

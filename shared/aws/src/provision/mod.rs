@@ -87,6 +87,26 @@ fn template_error(detail: impl Into<String>) -> StoreError {
     infra(TemplateError(detail.into()).to_string())
 }
 
+/// A property the local stack neither builds nor knowingly leaves to AWS is an error: a setting
+/// added to the template is never silently missing from the local stack.
+fn refuse_unknown_properties(
+    id: &str,
+    properties: &serde_json::Map<String, serde_json::Value>,
+    built: &[&str],
+    left_to_aws: &[&str],
+    builder: &str,
+) -> StoreResult<()> {
+    match properties
+        .keys()
+        .find(|k| !built.contains(&k.as_str()) && !left_to_aws.contains(&k.as_str()))
+    {
+        Some(unknown) => Err(template_error(format!(
+            "{id}: the local stack does not build property {unknown} (build it in provision/{builder}, or name it among those left to AWS there)"
+        ))),
+        None => Ok(()),
+    }
+}
+
 fn from_template(e: TemplateError) -> StoreError {
     infra(e.to_string())
 }
@@ -339,6 +359,24 @@ pub async fn delete_stack(clients: &AwsClients, stack: &Stack) -> StoreResult<()
 mod tests {
     use super::*;
     use recon_core::config::vars;
+
+    #[test]
+    fn a_template_property_the_local_stack_does_not_know_is_an_error_naming_it() {
+        let properties = serde_json::json!({"TableName": "t", "ContributorInsightsSpecification": {}});
+        let properties = properties.as_object().unwrap();
+        let e = refuse_unknown_properties("LedgerTable", properties, &["TableName"], &[], "table.rs").unwrap_err();
+        assert!(e.detail.contains("ContributorInsightsSpecification"), "{e}");
+        assert!(
+            refuse_unknown_properties(
+                "LedgerTable",
+                properties,
+                &["TableName"],
+                &["ContributorInsightsSpecification"],
+                "table.rs"
+            )
+            .is_ok()
+        );
+    }
 
     #[test]
     fn a_stale_shell_variable_never_redirects_a_stacks_names() {

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{
 };
 use serde_json::{Map, Value};
 
-use super::{CREATED_BY_TAG, infra, template_error};
+use super::{CREATED_BY_TAG, infra, refuse_unknown_properties, template_error};
 use crate::client::AwsClients;
 use crate::error::store_error;
 use recon_core::ports::StoreResult;
@@ -73,14 +73,7 @@ fn key_schema(keys: &[Value], at: &str) -> StoreResult<Vec<KeySchemaElement>> {
 }
 
 fn declaration(id: &str, p: &Map<String, Value>) -> StoreResult<TableDeclaration> {
-    if let Some(unknown) = p
-        .keys()
-        .find(|k| !BUILT.contains(&k.as_str()) && !LEFT_TO_AWS.contains(&k.as_str()))
-    {
-        return Err(template_error(format!(
-            "{id}: the local stack does not build table property {unknown} (build it in provision/table.rs, or name it in LEFT_TO_AWS)"
-        )));
-    }
+    refuse_unknown_properties(id, p, &BUILT, &LEFT_TO_AWS, "table.rs")?;
     let props = Value::Object(p.clone());
     if let Some(mode) = p.get("BillingMode").and_then(Value::as_str)
         && mode != "PAY_PER_REQUEST"
