@@ -145,6 +145,7 @@ async fn credentials_refused_and_a_gl_that_is_not_there_are_transient() {
     let settings = |url: &str, token: &str| HttpSettings {
         base_url: url.to_owned(),
         token: Some(token.to_owned()),
+        refresh: None,
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_secs(2),
     };
@@ -201,6 +202,7 @@ fn impatient(s: &TestStack, gl: &LocalGl) -> ReservingLedger<HttpLedger, DynamoD
     let http = HttpLedger::new(&HttpSettings {
         base_url: gl.url.clone(),
         token: gl.token(),
+        refresh: None,
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_secs(1),
     })
@@ -289,5 +291,38 @@ async fn a_key_posted_before_is_marked_with_the_delivery_the_gl_names() {
         "sqs-1"
     );
     assert_eq!(gl.applied(&p.source_hash), 1);
+    s.cleanup().await;
+}
+
+/// The GL's token rotated mid-run (a new value in the secret, the GL accepting only it) costs one
+/// refused request: the commits go on, nothing is left to the retry budget and dead-lettered.
+#[tokio::test]
+async fn a_token_rotated_mid_run_dead_letters_nothing() {
+    let s = TestStack::new_http("http-rotate").await;
+    let gl = s.gl().unwrap();
+    let ledger = s.ledger();
+    let recon_core::config::LedgerSettings::Http(location) = &s.settings.ledger else {
+        panic!("an HTTP stack");
+    };
+    let arn = location.secret_arn.clone().expect("the token comes from a secret");
+    let first = posting("http-rotate", 1, "sqs-1");
+    assert!(matches!(ledger.commit(&first).await.unwrap(), CommitOutcome::Committed));
+    let rotated = format!("rotated-{}", std::process::id());
+    s.clients
+        .secrets_manager()
+        .put_secret_value()
+        .secret_id(&arn)
+        .secret_string(serde_json::json!({ "token": rotated }).to_string())
+        .send()
+        .await
+        .unwrap();
+    gl.require_token(&rotated);
+    for n in 2..=4 {
+        let p = posting("http-rotate", n, &format!("sqs-{n}"));
+        match ledger.commit(&p).await {
+            Ok(CommitOutcome::Committed) => {}
+            other => panic!("commit {n} after the rotation: {other:?}"),
+        }
+    }
     s.cleanup().await;
 }

@@ -8,7 +8,7 @@ use recon_core::config::{HttpLocation, LedgerSettings, PostgresLocation};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
 use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult, SystemClock};
 use recon_core::reservation::{ReservationSettings, ReservingLedger};
-use recon_http::{HttpLedger, HttpSettings};
+use recon_http::{HttpLedger, HttpSettings, TokenFetch, TokenRefresh};
 use recon_postgres::{Credentials, PostgresLedger, PostgresSettings};
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,17 +42,32 @@ impl LazyHttp {
         let ledger = self
             .ledger
             .get_or_try_init(|| async {
-                let token = match &self.location.secret_arn {
+                // The token is read from its secret again once it is TOKEN_MAX_AGE old, and at
+                // once when the GL refuses it: a rotation costs one refused request.
+                let (token, refresh) = match &self.location.secret_arn {
                     Some(arn) => {
                         let [token] = secret_fields(&self.clients, arn, ["token"]).await?;
-                        Some(token)
+                        let (clients, arn) = (self.clients.clone(), arn.clone());
+                        let fetch: TokenFetch = Arc::new(move || {
+                            let (clients, arn) = (clients.clone(), arn.clone());
+                            Box::pin(async move {
+                                let [token] = secret_fields(&clients, &arn, ["token"]).await?;
+                                Ok(token)
+                            })
+                        });
+                        let refresh = TokenRefresh {
+                            fetch,
+                            max_age: TOKEN_MAX_AGE,
+                        };
+                        (Some(token), Some(refresh))
                     }
-                    None => None,
+                    None => (None, None),
                 };
                 let t = self.clients.timeouts;
                 let gl = HttpLedger::new(&HttpSettings {
                     base_url: self.location.url.clone(),
                     token,
+                    refresh,
                     connect_timeout: t.connect,
                     timeout: t.attempt,
                 })?;
@@ -115,6 +130,10 @@ impl LazyPostgres {
             .await
     }
 }
+
+/// How long a ledger credential read from its secret is used before it is read again (a rotation
+/// the ledger has not refused yet is picked up within this).
+pub const TOKEN_MAX_AGE: Duration = Duration::from_secs(15 * 60);
 
 /// The longest replay window the configuration allows (`DLQ_REPLAY_WINDOW_DAYS`'s rule).
 fn longest_replay_window_days() -> i64 {

@@ -33,6 +33,19 @@ use recon_core::ports::{
     ExternalLedger, LedgerReader, LedgerScope, Posted, PostingPage, StoreError, StoreResult, Voided,
 };
 
+/// Fetches the bearer token (on AWS: reads its Secrets Manager secret).
+pub type TokenFetch =
+    Arc<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = StoreResult<String>> + Send>> + Send + Sync>;
+
+/// A token that rotates: fetched again once it is `max_age` old, and at once when the API
+/// refuses it (401 or 403), so a rotated secret costs one refused request, not a wave of
+/// transient failures until the retry budget dead-letters valid transactions.
+#[derive(Clone)]
+pub struct TokenRefresh {
+    pub fetch: TokenFetch,
+    pub max_age: Duration,
+}
+
 /// Where the API is and how long a call may take.
 #[derive(Clone)]
 pub struct HttpSettings {
@@ -40,6 +53,8 @@ pub struct HttpSettings {
     pub base_url: String,
     /// A bearer token, when the API wants one (on AWS from a Secrets Manager secret).
     pub token: Option<String>,
+    /// How `token` is fetched again (none: it never changes).
+    pub refresh: Option<TokenRefresh>,
     pub connect_timeout: Duration,
     /// One request, start to end.
     pub timeout: Duration,
@@ -50,6 +65,7 @@ impl std::fmt::Debug for HttpSettings {
         f.debug_struct("HttpSettings")
             .field("base_url", &self.base_url)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("refreshed", &self.refresh.as_ref().map(|r| r.max_age))
             .field("timeout", &self.timeout)
             .finish()
     }
@@ -60,7 +76,9 @@ impl std::fmt::Debug for HttpSettings {
 pub struct HttpLedger {
     client: reqwest::Client,
     base: String,
-    token: Option<String>,
+    /// The token in use and when it was fetched (shared by every clone).
+    token: Arc<std::sync::Mutex<(Option<String>, std::time::Instant)>>,
+    refresh: Option<TokenRefresh>,
     /// Requests sent (the cost per committed message).
     requests: Arc<AtomicU64>,
 }
@@ -124,7 +142,11 @@ impl HttpLedger {
         Ok(HttpLedger {
             client,
             base: settings.base_url.trim_end_matches('/').to_owned(),
-            token: settings.token.clone(),
+            token: Arc::new(std::sync::Mutex::new((
+                settings.token.clone(),
+                std::time::Instant::now(),
+            ))),
+            refresh: settings.refresh.clone(),
             requests: Arc::default(),
         })
     }
@@ -135,12 +157,50 @@ impl HttpLedger {
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        let req = self.client.request(method, format!("{}{path}", self.base));
-        match &self.token {
-            Some(t) => req.bearer_auth(t),
-            None => req,
+        self.client.request(method, format!("{}{path}", self.base))
+    }
+
+    fn current_token(&self) -> (Option<String>, std::time::Instant) {
+        self.token.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The token to send: fetched again when it is older than its `max_age`, or when it is still
+    /// `refused` (another request may have fetched the new one already).
+    async fn bearer(&self, refused: Option<&Option<String>>) -> StoreResult<Option<String>> {
+        let (token, fetched_at) = self.current_token();
+        let Some(refresh) = &self.refresh else {
+            return Ok(token);
+        };
+        let stale = fetched_at.elapsed() >= refresh.max_age || token.is_none();
+        if !stale && refused != Some(&token) {
+            return Ok(token);
         }
+        let fresh = Some((refresh.fetch)().await?);
+        *self.token.lock().unwrap_or_else(|p| p.into_inner()) = (fresh.clone(), std::time::Instant::now());
+        Ok(fresh)
+    }
+
+    /// Send the request `make` builds, with the bearer token; refused as unauthorised (401, 403)
+    /// with a token that can be fetched again, once more with the fetched one.
+    async fn send(&self, op: &str, make: impl Fn() -> reqwest::RequestBuilder) -> StoreResult<reqwest::Response> {
+        let attempt = |token: &Option<String>| {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            let request = make();
+            match token {
+                Some(t) => request.bearer_auth(t),
+                None => request,
+            }
+        };
+        let token = self.bearer(None).await?;
+        let response = attempt(&token).send().await.map_err(|e| request_error(op, &e))?;
+        if !matches!(response.status().as_u16(), 401 | 403) || self.refresh.is_none() {
+            return Ok(response);
+        }
+        let fresh = self.bearer(Some(&token)).await?;
+        if fresh == token {
+            return Ok(response);
+        }
+        attempt(&fresh).send().await.map_err(|e| request_error(op, &e))
     }
 
     async fn json<T: serde::de::DeserializeOwned>(op: &str, response: reqwest::Response) -> StoreResult<T> {
@@ -183,14 +243,17 @@ fn rule_name(rule: &str) -> String {
 impl ExternalLedger for HttpLedger {
     async fn post(&self, posting: &Posting) -> StoreResult<Posted> {
         let op = "POST /postings";
-        let mut request = self
-            .request(reqwest::Method::POST, "/postings")
-            .header("Idempotency-Key", &posting.source_hash)
-            .json(&wire::Body::of(posting));
-        for (name, value) in wire::headers(posting) {
-            request = request.header(name, value);
-        }
-        let response = request.send().await.map_err(|e| request_error(op, &e))?;
+        let make = || {
+            let mut request = self
+                .request(reqwest::Method::POST, "/postings")
+                .header("Idempotency-Key", &posting.source_hash)
+                .json(&wire::Body::of(posting));
+            for (name, value) in wire::headers(posting) {
+                request = request.header(name, value);
+            }
+            request
+        };
+        let response = self.send(op, make).await?;
         match response.status().as_u16() {
             201 => Ok(Posted::Applied),
             200 => Ok(Posted::Before),
@@ -219,11 +282,8 @@ impl ExternalLedger for HttpLedger {
         if !source_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(infra(format!("{op}: not a source_hash")));
         }
-        let response = self
-            .request(reqwest::Method::POST, &format!("/postings/{source_hash}/void"))
-            .send()
-            .await
-            .map_err(|e| request_error(op, &e))?;
+        let path = format!("/postings/{source_hash}/void");
+        let response = self.send(op, || self.request(reqwest::Method::POST, &path)).await?;
         match response.status().as_u16() {
             200 => Ok(Voided::Voided),
             409 => {
@@ -359,11 +419,8 @@ impl LedgerReader for HttpLedger {
         if !source_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Ok(None);
         }
-        let response = self
-            .request(reqwest::Method::GET, &format!("/postings/{source_hash}"))
-            .send()
-            .await
-            .map_err(|e| request_error(op, &e))?;
+        let path = format!("/postings/{source_hash}");
+        let response = self.send(op, || self.request(reqwest::Method::GET, &path)).await?;
         match response.status().as_u16() {
             200 => Ok(Some(Self::json(op, response).await?)),
             404 => Ok(None),
@@ -382,11 +439,8 @@ impl LedgerReader for HttpLedger {
         query.extend(scope.entity.clone().map(|e| ("entity", e)));
         query.extend(cursor.map(|c| ("after", c.to_owned())));
         let response = self
-            .request(reqwest::Method::GET, "/postings")
-            .query(&query)
-            .send()
-            .await
-            .map_err(|e| request_error(op, &e))?;
+            .send(op, || self.request(reqwest::Method::GET, "/postings").query(&query))
+            .await?;
         if response.status().as_u16() != 200 {
             return Err(status_error(op, response.status()));
         }
@@ -489,6 +543,69 @@ mod tests {
         format!("http://{addr}")
     }
 
+    /// A ledger that knows no posting (404) and refuses (401) a request without `Bearer <token>`.
+    async fn requiring(token: &'static str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut request = vec![0u8; 8192];
+                let n = socket.read(&mut request).await.unwrap_or(0);
+                let text = String::from_utf8_lossy(&request[..n]).to_ascii_lowercase();
+                let status = if text.contains(&format!("authorization: bearer {token}\r\n")) {
+                    "404 Not Found"
+                } else {
+                    "401 Unauthorized"
+                };
+                let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                let _ = socket.write_all(answer.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    /// A token source that answers `token` and counts its fetches.
+    fn fetching(token: &'static str, fetches: Arc<AtomicU64>, max_age: Duration) -> Option<TokenRefresh> {
+        let fetch: TokenFetch = Arc::new(move || {
+            fetches.fetch_add(1, Ordering::Relaxed);
+            Box::pin(async move { Ok(token.to_owned()) })
+        });
+        Some(TokenRefresh { fetch, max_age })
+    }
+
+    #[tokio::test]
+    async fn a_rotated_token_is_fetched_again_once_refused_and_once_old() {
+        let url = requiring("new").await;
+        let hash = "b".repeat(64);
+        let settings = |refresh| HttpSettings {
+            base_url: url.clone(),
+            token: Some("old".into()),
+            refresh,
+            connect_timeout: Duration::from_secs(2),
+            timeout: Duration::from_secs(5),
+        };
+        // A token that never changes stays refused: transient, until the retry budget is spent.
+        let fixed = HttpLedger::new(&settings(None)).unwrap();
+        assert_eq!(
+            LedgerReader::posting(&fixed, &hash).await.unwrap_err().kind,
+            TransientKind::Infrastructure
+        );
+        // One that rotates: refused once, fetched, sent again; then kept while young.
+        let fetches = Arc::new(AtomicU64::new(0));
+        let rotating = HttpLedger::new(&settings(fetching("new", fetches.clone(), Duration::from_secs(3600)))).unwrap();
+        assert_eq!(LedgerReader::posting(&rotating, &hash).await.unwrap(), None);
+        assert_eq!((fetches.load(Ordering::Relaxed), rotating.requests()), (1, 2));
+        assert_eq!(LedgerReader::posting(&rotating, &hash).await.unwrap(), None);
+        assert_eq!((fetches.load(Ordering::Relaxed), rotating.requests()), (1, 3));
+        // Once old, fetched before it is sent (a rotation the API has not refused yet).
+        let fetches = Arc::new(AtomicU64::new(0));
+        let aging = HttpLedger::new(&settings(fetching("new", fetches.clone(), Duration::ZERO))).unwrap();
+        assert_eq!(LedgerReader::posting(&aging, &hash).await.unwrap(), None);
+        assert_eq!((fetches.load(Ordering::Relaxed), aging.requests()), (1, 1));
+    }
+
     #[tokio::test]
     async fn an_answer_larger_than_the_cap_is_refused_not_buffered() {
         let hash = "a".repeat(64);
@@ -497,6 +614,7 @@ mod tests {
             let ledger = HttpLedger::new(&HttpSettings {
                 base_url: answering(huge, content_length).await,
                 token: None,
+                refresh: None,
                 connect_timeout: Duration::from_secs(2),
                 timeout: Duration::from_secs(20),
             })
@@ -514,6 +632,7 @@ mod tests {
         let s = HttpSettings {
             base_url: "https://gl.example.com".into(),
             token: Some("s3cr3t".into()),
+            refresh: None,
             connect_timeout: Duration::from_secs(1),
             timeout: Duration::from_secs(1),
         };
