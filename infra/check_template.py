@@ -89,11 +89,10 @@ def check(tpl, spec):
     if default("ReplayReservedConcurrency") < 4:
         errors.append("ReplayReservedConcurrency below 4: the sweep, the seal, a manual run and a fan-out invocation would throttle each other")
     # No deployment whose alarms page no one, unless its deployer says so.
+    rule = tpl.get("Rules", {}).get("AlarmsReachSomeone", {})
     expect("the rule that refuses a deployment without AlarmEmail",
-           tpl.get("Rules", {}).get("AlarmsReachSomeone"),
-           {"RuleCondition": {"Fn::Equals": [{"Ref": "AlarmEmail"}, ""]},
-            "Assertions": [{"Assert": {"Fn::Equals": [{"Ref": "AlarmsUnattended"}, "true"]},
-                            "AssertDescription": (tpl.get("Rules", {}).get("AlarmsReachSomeone", {}).get("Assertions") or [{}])[0].get("AssertDescription")}]})
+           (rule.get("RuleCondition"), [a.get("Assert") for a in rule.get("Assertions", [])]),
+           ({"Fn::Equals": [{"Ref": "AlarmEmail"}, ""]}, [{"Fn::Equals": [{"Ref": "AlarmsUnattended"}, "true"]}]))
     errors.extend(alarms_can_publish(tpl))
     errors.extend(every_alarm_on_the_dashboard(tpl))
     errors.extend(own_metrics_per_stack(tpl, spec["metrics_namespace"]))

@@ -72,8 +72,7 @@ pub fn from_outputs(output: impl Fn(&str) -> Option<String>) -> Result<Deployed,
             None => {
                 let prefix = get(outputs::STACK_PREFIX, Rule::Prefix)?;
                 crate::template::Template::ours()
-                    .and_then(|t| t.deploy("000000000000", "none", &[("StackPrefix", serde_json::json!(prefix))]))
-                    .and_then(|d| d.names())
+                    .and_then(|t| t.names_of(&prefix, "000000000000", "none"))
                     .map_err(|e| e.to_string())?
                     .dedup_table
             }

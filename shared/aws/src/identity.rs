@@ -80,13 +80,7 @@ pub async fn derived_names(clients: &AwsClients, prefix: &str) -> StoreResult<Re
     let account = caller(clients).await?.account;
     let template = |e: crate::template::TemplateError| StoreError::new(TransientKind::Infrastructure, e.to_string());
     crate::template::Template::ours()
-        .map_err(template)?
-        .deploy(
-            &account,
-            &region(clients),
-            &[("StackPrefix", serde_json::json!(prefix))],
-        )
-        .and_then(|d| d.names())
+        .and_then(|t| t.names_of(prefix, &account, &region(clients)))
         .map_err(template)
 }
 

@@ -18,7 +18,7 @@ pub use table::LEFT_TO_AWS;
 
 use crate::client::AwsClients;
 use crate::error::store_error;
-use crate::template::{BUCKET, Created, Deployment, QUEUE, TABLE, Template, TemplateError};
+use crate::template::{BUCKET, Created, Deployment, QUEUE, TABLE, Template, TemplateError, ids};
 use recon_core::domain::TransientKind;
 use recon_core::ports::{StoreError, StoreResult};
 use recon_core::resources::{self, ResourceNames};
@@ -255,11 +255,27 @@ pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings:
             d.created(&p.id, created.clone());
         }
     }
-    let names = deployments[0].names().map_err(from_template)?;
+    let built = &deployments[0];
+    let names = built.names().map_err(from_template)?;
     if tables_created {
         mark_new_tables_indexed(clients, &names).await?;
     }
-    resolve_stack(clients, &names).await
+    // The queues' addresses as they were built (no second round of lookups).
+    let queue = |id: &str| -> StoreResult<(String, String)> {
+        match (built.reference_of(id), built.attribute_of(id, "Arn")) {
+            (Some(url), Some(arn)) => Ok((url.to_owned(), arn.to_owned())),
+            _ => Err(template_error(format!("{id} was not built"))),
+        }
+    };
+    let (main_queue_url, main_queue_arn) = queue(ids::MAIN_QUEUE)?;
+    let (dlq_url, dlq_arn) = queue(ids::DEAD_LETTER_QUEUE)?;
+    Ok(Stack {
+        names,
+        main_queue_url,
+        main_queue_arn,
+        dlq_url,
+        dlq_arn,
+    })
 }
 
 /// The tables the template declares for the deployment named `names`, by name.

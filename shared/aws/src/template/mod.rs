@@ -92,15 +92,11 @@ impl Template {
             .unwrap_or_else(|| EMPTY.get_or_init(Map::new))
     }
 
-    fn resource(&self, id: &str) -> Result<&Value, TemplateError> {
+    /// Resource `id`'s declaration as written (intrinsic functions unresolved).
+    pub fn declaration(&self, id: &str) -> Result<&Value, TemplateError> {
         self.section("Resources")
             .get(id)
             .map_or_else(|| err(format!("no resource {id}")), Ok)
-    }
-
-    /// Resource `id`'s declaration as written (intrinsic functions unresolved).
-    pub fn declaration(&self, id: &str) -> Result<&Value, TemplateError> {
-        self.resource(id)
     }
 
     /// The part of the template at this JSON pointer, as written (`/Globals/Function`).
@@ -115,10 +111,16 @@ impl Template {
 
     /// The type of resource `id`.
     pub fn resource_type(&self, id: &str) -> Result<&str, TemplateError> {
-        self.resource(id)?
+        self.declaration(id)?
             .get("Type")
             .and_then(Value::as_str)
             .map_or_else(|| err(format!("resource {id} has no Type")), Ok)
+    }
+
+    /// The names this template gives a deployment with `prefix` in `account` and `region`.
+    pub fn names_of(&self, prefix: &str, account: &str, region: &str) -> Result<ResourceNames, TemplateError> {
+        self.deploy(account, region, &[("StackPrefix", Value::String(prefix.to_owned()))])?
+            .names()
     }
 
     /// A deployment of this template with these parameter values (the others keep their
@@ -279,7 +281,7 @@ impl<'t> Deployment<'t> {
 
     /// Whether resource `id` is part of this deployment (its `Condition`, if any, holds).
     pub fn has(&self, id: &str) -> Result<bool, TemplateError> {
-        match self.template.resource(id)?.get("Condition").and_then(Value::as_str) {
+        match self.template.declaration(id)?.get("Condition").and_then(Value::as_str) {
             Some(condition) => self.condition(condition),
             None => Ok(true),
         }
@@ -299,7 +301,7 @@ impl<'t> Deployment<'t> {
             let before = ordered.len();
             for id in &chosen {
                 let mut refers = Vec::new();
-                references(self.template.resource(id)?, &mut refers);
+                references(self.template.declaration(id)?, &mut refers);
                 let ready = refers
                     .iter()
                     .all(|r| r == id || !chosen.contains(r) || ordered.contains(r));
@@ -318,7 +320,7 @@ impl<'t> Deployment<'t> {
     /// to `AWS::NoValue` is left out).
     pub fn properties(&self, id: &str) -> Result<Map<String, Value>, TemplateError> {
         let at = format!("{id}.Properties");
-        match self.template.resource(id)?.get("Properties") {
+        match self.template.declaration(id)?.get("Properties") {
             None => Ok(Map::new()),
             Some(p) => match self.eval(p, &at)? {
                 Some(Value::Object(map)) => Ok(map),
@@ -332,7 +334,7 @@ impl<'t> Deployment<'t> {
         let at = format!("{id}.Properties.{property}");
         let raw = self
             .template
-            .resource(id)?
+            .declaration(id)?
             .get("Properties")
             .and_then(|p| p.get(property))
             .ok_or_else(|| TemplateError(format!("no {at}")))?;
@@ -366,7 +368,10 @@ impl<'t> Deployment<'t> {
     /// SAM merges them), each resolved.
     pub fn function_environment(&self, id: &str) -> Result<BTreeMap<String, String>, TemplateError> {
         let shared = self.template.doc.pointer("/Globals/Function/Environment/Variables");
-        let own = self.template.resource(id)?.pointer("/Properties/Environment/Variables");
+        let own = self
+            .template
+            .declaration(id)?
+            .pointer("/Properties/Environment/Variables");
         let mut env = BTreeMap::new();
         for variables in [shared, own].into_iter().flatten() {
             let at = format!("{id} environment");
@@ -439,6 +444,11 @@ impl<'t> Deployment<'t> {
     /// What created resource `id` gives as its `Ref` (a queue's URL, a table's name).
     pub fn reference_of(&self, id: &str) -> Option<&str> {
         self.created.get(id).map(|c| c.reference.as_str())
+    }
+
+    /// Attribute `attr` of created resource `id` (a queue's `Arn`).
+    pub fn attribute_of(&self, id: &str, attr: &str) -> Option<&str> {
+        self.created.get(id)?.attributes.get(attr).map(String::as_str)
     }
 }
 
