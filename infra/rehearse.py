@@ -121,8 +121,9 @@ def check_generated(cfn, spec):
         if role is None or res.get(role, {}).get("Type") != "AWS::IAM::Role":
             errors.append(f"generated {name} runs with {props.get('Role')!r}, not a role of the template")
     roles = {k for k, r in res.items() if r["Type"] == "AWS::IAM::Role"}
-    if roles - set(spec["iam"]) - {"SchedulerRole"} or set(spec["iam"]) - roles:
-        errors.append(f"roles generated: {sorted(roles)}; the code lists {sorted(spec['iam'])} and the scheduler's")
+    runs = {logical(f["Properties"].get("Role")) for f in res.values() if f["Type"] == "AWS::Lambda::Function"}
+    if roles - runs - {"SchedulerRole"}:
+        errors.append(f"roles generated: {sorted(roles)}; the functions run with {sorted(runs)}, and the scheduler with its own")
     for name, m in sorted(res.items()):
         if m["Type"] != "AWS::Lambda::EventSourceMapping":
             continue

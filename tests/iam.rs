@@ -1,42 +1,282 @@
 //! Least privilege, proven by use: each function runs its code paths on the local stack with its
-//! own AWS clients, and the IAM actions of the requests it sent must be exactly the actions its
-//! role grants for its code (`recon_aws::deployment::iam`, which the template must match: `make infra-check`).
+//! own AWS clients, and the IAM actions of the requests it sent must be exactly the actions the
+//! template's role grants its code (the template is the one statement of what each role may do).
 
-use recon_aws::deployment::iam::{self, Caller, Grant};
+use recon_aws::dynamodb::HAND_OFF_ATTRIBUTES;
+use recon_aws::template::{self, Deployment, Template, references};
 use recon_aws::wiring;
 use recon_aws::{AwsClients, Target};
 use recon_core::config::LedgerSettings;
 use recon_core::domain::{PeriodRecord, PeriodStatus, TransientKind};
 use recon_core::ports::ReferenceData;
+use recon_core::resources::{ResourceNames, TableKind, keys};
 use recon_harness::stack::TestStack;
 use recon_testkit::builders::tx;
 use recon_testkit::faults::{Fault, FaultyLedger};
 use recon_testkit::memory::MemoryMetrics;
-use std::collections::BTreeSet;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// The actions a role grants its code on a deployment of `ledger` (grants under a template
-/// condition belong to the deployments it holds for).
-fn declared(grants: &[Grant], ledger: &LedgerSettings) -> BTreeSet<&'static str> {
-    grants
+/// Statements Lambda exercises with the role on the function's behalf, never its code: its logs,
+/// its traces, its network interfaces in your subnets, its failed events' delivery.
+const RUNTIME: [&str; 4] = ["Logs", "Tracing", "LedgerNetwork", "Undelivered"];
+
+/// What an event-source mapping calls with the function's role, by the type of its source.
+fn mapping_actions(source_type: &str) -> &'static [&'static str] {
+    match source_type {
+        "AWS::SQS::Queue" => &["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"],
+        _ => &[
+            "dynamodb:DescribeStream",
+            "dynamodb:GetRecords",
+            "dynamodb:GetShardIterator",
+            "dynamodb:ListStreams",
+        ],
+    }
+}
+
+fn refs(v: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    references(v, &mut out);
+    out
+}
+
+fn list(v: &Value) -> Vec<String> {
+    match v {
+        Value::Array(items) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+        Value::String(s) => vec![s.clone()],
+        _ => vec![],
+    }
+}
+
+fn resources() -> &'static serde_json::Map<String, Value> {
+    Template::ours()
+        .unwrap()
+        .raw("/Resources")
+        .and_then(Value::as_object)
+        .unwrap()
+}
+
+/// The resources of type `kind` (those a deployment `d` has, if given): (logical id, properties).
+fn of_type(kind: &str, d: Option<&Deployment>) -> Vec<(&'static str, &'static Value)> {
+    resources()
         .iter()
-        .filter(|g| g.caller == Caller::Code && g.when.holds_for(ledger))
-        .flat_map(|g| g.actions.iter().copied())
+        .filter(|(id, r)| r["Type"] == kind && d.is_none_or(|d| d.has(id).unwrap()))
+        .map(|(id, r)| (id.as_str(), &r["Properties"]))
         .collect()
 }
 
-fn observed(clients: &AwsClients) -> BTreeSet<&'static str> {
-    clients
-        .requests
-        .snapshot()
-        .keys()
-        .flat_map(|op| iam::actions_for(op).iter().copied())
+/// The role `function` runs with.
+fn role_of(function: &str) -> String {
+    refs(&resources()[function]["Properties"]["Role"])[0].clone()
+}
+
+/// The statements of `role`'s policies: its own and those attached to it (of deployment `d`).
+fn statements(role: &str, d: Option<&Deployment>) -> Vec<&'static Value> {
+    let own = resources()[role]["Properties"]["Policies"].as_array().unwrap().iter();
+    let attached = of_type("AWS::IAM::Policy", d)
+        .into_iter()
+        .filter(|(_, p)| refs(&p["Roles"]).iter().any(|r| r == role))
+        .map(|(_, p)| p);
+    own.map(|p| &p["PolicyDocument"])
+        .chain(attached.map(|p| &p["PolicyDocument"]))
+        .flat_map(|doc| doc["Statement"].as_array().unwrap())
+        .inspect(|st| assert_eq!(st["Effect"], "Allow", "{role}: {st}"))
         .collect()
 }
 
-/// Every request `own` sent maps to an IAM action, and those actions are exactly the role's grants
-/// for its code.
-fn assert_calls_exactly_its_grants(own: &AwsClients, grants: &[Grant], ledger: &LedgerSettings) {
+/// The sources of `function`'s event-source mappings (logical ids).
+fn mapped_sources(function: &str) -> Vec<String> {
+    of_type("AWS::Lambda::EventSourceMapping", None)
+        .into_iter()
+        .filter(|(_, p)| refs(&p["FunctionName"]) == [function])
+        .map(|(_, p)| refs(&p["EventSourceArn"])[0].clone())
+        .collect()
+}
+
+/// What the template grants `function`'s code on a deployment of `ledger`, as (IAM action, the
+/// logical id of the resource or the parameter it is granted on): the statements of its role's
+/// policies (a policy under a condition only where it holds), less the runtime's statements and
+/// what its event-source mapping calls on its source.
+fn granted_to_code(function: &str, ledger: &LedgerSettings) -> BTreeSet<(String, String)> {
+    let mut given = vec![("LedgerKind", json!(ledger.kind()))];
+    match ledger {
+        LedgerSettings::DynamoDb => {}
+        LedgerSettings::Postgres(p) => given.extend([
+            ("PostgresUrl", json!(p.url)),
+            ("PostgresSecretArn", json!(p.secret_arn.clone().unwrap_or_default())),
+        ]),
+        LedgerSettings::Http(h) => given.extend([
+            ("HttpLedgerUrl", json!(h.url)),
+            ("HttpLedgerSecretArn", json!(h.secret_arn.clone().unwrap_or_default())),
+        ]),
+    }
+    let d = Template::ours()
+        .unwrap()
+        .deploy("000000000000", "us-east-1", &given)
+        .unwrap();
+    let mappings = mapped_sources(function);
+    let mut granted = BTreeSet::new();
+    for st in statements(&role_of(function), Some(&d)) {
+        if RUNTIME.contains(&st["Sid"].as_str().unwrap_or_default()) {
+            continue;
+        }
+        for on in refs(&st["Resource"]).into_iter().filter(|r| !r.starts_with("AWS::")) {
+            let by_mapping = match mappings.contains(&on) {
+                true => mapping_actions(resources()[&on]["Type"].as_str().unwrap_or_default()),
+                false => &[],
+            };
+            for action in list(&st["Action"])
+                .into_iter()
+                .filter(|a| !by_mapping.contains(&a.as_str()))
+            {
+                granted.insert((action, on.clone()));
+            }
+        }
+    }
+    granted
+}
+
+const FUNCTIONS: [&str; 4] = [
+    "ConsumerFunction",
+    "EnricherFunction",
+    "ReplayFunction",
+    "ReferenceAuditFunction",
+];
+
+/// What IAM enforces and the local stack cannot show, stated in the template as the code needs
+/// it: a chain's head is never put and is moved only by its `seq` and `hash`; a hand-off writes
+/// only its own attributes; each event-source mapping may read its source; only the functions in
+/// your subnets may make network interfaces.
+#[test]
+fn the_template_limits_what_the_local_stack_cannot_show() {
+    let heads = json!([format!("{}*", keys::AUDIT_HEAD_PREFIX)]);
+    let grants = |st: &Value, action: &str, on: &str| {
+        list(&st["Action"]).iter().any(|a| a == action) && refs(&st["Resource"]) == [on]
+    };
+    for function in FUNCTIONS {
+        let role = role_of(function);
+        for st in statements(&role, None) {
+            if grants(st, "dynamodb:PutItem", "AuditTable") {
+                assert_eq!(
+                    st["Condition"],
+                    json!({"ForAllValues:StringNotLike": {"dynamodb:LeadingKeys": heads}}),
+                    "{role} puts heads"
+                );
+            }
+            if grants(st, "dynamodb:UpdateItem", "AuditTable") {
+                let only = json!({
+                    "ForAllValues:StringLike": {"dynamodb:LeadingKeys": heads},
+                    "ForAllValues:StringEquals": {"dynamodb:Attributes": [keys::AUDIT_PK, "hash", "seq"]},
+                });
+                assert_eq!(
+                    st["Condition"], only,
+                    "{role} updates more than the heads' seq and hash"
+                );
+            }
+            if role == "ReplayRole" && grants(st, "dynamodb:PutItem", "LedgerTable") {
+                let only = json!({"ForAllValues:StringEquals": {"dynamodb:Attributes": HAND_OFF_ATTRIBUTES}});
+                assert_eq!(
+                    st["Condition"], only,
+                    "the replay's hand-off writes more than its attributes"
+                );
+            }
+        }
+        for source in mapped_sources(function) {
+            let wanted = mapping_actions(resources()[&source]["Type"].as_str().unwrap_or_default());
+            let granted: BTreeSet<String> = statements(&role, None)
+                .into_iter()
+                .filter(|st| refs(&st["Resource"]).contains(&source))
+                .flat_map(|st| list(&st["Action"]))
+                .collect();
+            for action in wanted {
+                assert!(
+                    granted.contains(*action),
+                    "{role} may not {action} on {source}, which its mapping reads"
+                );
+            }
+        }
+        let in_subnets = resources()[function]["Properties"].get("VpcConfig").is_some();
+        let makes_interfaces = statements(&role, None).iter().any(|st| st["Sid"] == "LedgerNetwork");
+        assert_eq!(
+            in_subnets, makes_interfaces,
+            "{function}: in subnets {in_subnets}, network grant {makes_interfaces}"
+        );
+    }
+}
+
+/// The template's logical id of each resource name the stack's code may send a request to (a
+/// secret: the parameter that names it).
+fn logical_ids(names: &ResourceNames, ledger: &LedgerSettings) -> BTreeMap<String, String> {
+    let mut ids: BTreeMap<String, String> = [
+        (names.main_queue.as_str(), template::ids::MAIN_QUEUE),
+        (&names.dead_letter_queue, template::ids::DEAD_LETTER_QUEUE),
+        (&names.quarantine_bucket, template::ids::QUARANTINE_BUCKET),
+    ]
+    .into_iter()
+    .chain(
+        [
+            TableKind::Ledger,
+            TableKind::Envelopes,
+            TableKind::Reference,
+            TableKind::Audit,
+            TableKind::Dedup,
+        ]
+        .map(|k| (names.table(k), template::ids::table(k))),
+    )
+    .map(|(name, id)| (name.to_string(), id.to_owned()))
+    .collect();
+    match ledger {
+        LedgerSettings::Postgres(p) => ids.extend(p.secret_arn.clone().map(|s| (s, "PostgresSecretArn".to_owned()))),
+        LedgerSettings::Http(h) => ids.extend(h.secret_arn.clone().map(|s| (s, "HttpLedgerSecretArn".to_owned()))),
+        LedgerSettings::DynamoDb => {}
+    }
+    ids
+}
+
+/// The IAM actions an SDK operation (`Service:Operation`, as the request counter names it)
+/// needs. A transaction needs the actions of its items: PutItem and UpdateItem here, the only
+/// kinds our transactions contain.
+fn actions_for(operation: &str) -> &'static [&'static str] {
+    match operation {
+        "SQS:SendMessage" | "SQS:SendMessageBatch" => &["sqs:SendMessage"],
+        "SQS:ChangeMessageVisibility" => &["sqs:ChangeMessageVisibility"],
+        "SQS:GetQueueAttributes" => &["sqs:GetQueueAttributes"],
+        "SQS:ReceiveMessage" => &["sqs:ReceiveMessage"],
+        "SQS:DeleteMessage" | "SQS:DeleteMessageBatch" => &["sqs:DeleteMessage"],
+        "DynamoDB:PutItem" => &["dynamodb:PutItem"],
+        "DynamoDB:GetItem" => &["dynamodb:GetItem"],
+        "DynamoDB:UpdateItem" => &["dynamodb:UpdateItem"],
+        "DynamoDB:DeleteItem" => &["dynamodb:DeleteItem"],
+        "DynamoDB:Query" => &["dynamodb:Query"],
+        "DynamoDB:Scan" => &["dynamodb:Scan"],
+        "DynamoDB:TransactWriteItems" => &["dynamodb:PutItem", "dynamodb:UpdateItem"],
+        "DynamoDB:BatchGetItem" => &["dynamodb:BatchGetItem"],
+        "DynamoDB:BatchWriteItem" => &["dynamodb:BatchWriteItem"],
+        "S3:PutObject" => &["s3:PutObject"],
+        "S3:GetObject" | "S3:HeadObject" => &["s3:GetObject"],
+        "S3:GetObjectVersion" => &["s3:GetObjectVersion"],
+        "S3:ListObjectVersions" => &["s3:ListBucketVersions"],
+        "S3:GetObjectLockConfiguration" => &["s3:GetBucketObjectLockConfiguration"],
+        "Secrets Manager:GetSecretValue" => &["secretsmanager:GetSecretValue"],
+        _ => &[],
+    }
+}
+
+/// What `clients` sent, as (IAM action, logical id of what it named; the name if it is none of
+/// the stack's).
+fn observed(clients: &AwsClients, ids: &BTreeMap<String, String>) -> BTreeSet<(String, String)> {
+    let mut seen = BTreeSet::new();
+    for (op, name) in clients.requests.targets() {
+        let on = ids.get(&name).cloned().unwrap_or(name);
+        seen.extend(actions_for(&op).iter().map(|a| (a.to_string(), on.clone())));
+    }
+    seen
+}
+
+/// Every request `own` sent maps to an IAM action, and those actions on those resources are
+/// exactly the ones the template's role grants `function`'s code.
+fn assert_calls_exactly_its_grants(own: &AwsClients, names: &ResourceNames, function: &str, ledger: &LedgerSettings) {
     // Every request to the bucket names the account that must own it: S3 refuses it if a bucket
     // of that name is anyone else's (LocalStack does not check; the header is what AWS checks).
     assert!(own.requests.total("s3") > 0, "the function made no S3 request to check");
@@ -51,8 +291,8 @@ fn assert_calls_exactly_its_grants(own: &AwsClients, grants: &[Grant], ledger: &
         unmapped(own)
     );
     assert_eq!(
-        observed(own),
-        declared(grants, ledger),
+        observed(own, &logical_ids(names, ledger)),
+        granted_to_code(function, ledger),
         "requests seen: {:?}",
         own.requests.snapshot()
     );
@@ -63,7 +303,7 @@ fn unmapped(clients: &AwsClients) -> Vec<String> {
         .requests
         .snapshot()
         .keys()
-        .filter(|op| iam::actions_for(op).is_empty())
+        .filter(|op| actions_for(op).is_empty())
         .cloned()
         .collect()
 }
@@ -99,7 +339,7 @@ async fn the_consumer_calls_exactly_what_its_role_grants() {
     ])
     .await;
     s.pump(&consumer).await;
-    assert_calls_exactly_its_grants(&own, iam::CONSUMER, &s.settings.ledger);
+    assert_calls_exactly_its_grants(&own, &s.stack.names, FUNCTIONS[0], &s.settings.ledger);
     s.cleanup().await;
 }
 
@@ -124,7 +364,7 @@ async fn the_enricher_calls_exactly_what_its_role_grants() {
     enricher.handle_batch(&event, None).await;
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     s.pump_dlq(&enricher).await;
-    assert_calls_exactly_its_grants(&own, iam::ENRICHER, &LedgerSettings::DynamoDb);
+    assert_calls_exactly_its_grants(&own, &s.stack.names, FUNCTIONS[1], &LedgerSettings::DynamoDb);
     s.cleanup().await;
 }
 
@@ -193,7 +433,7 @@ async fn the_replay_calls_exactly_what_its_role_grants() {
         .await
         .unwrap();
     wiring::segment_response(&read).unwrap();
-    assert_calls_exactly_its_grants(&own, iam::REPLAY, &settings.ledger);
+    assert_calls_exactly_its_grants(&own, &s.stack.names, FUNCTIONS[2], &settings.ledger);
     s.cleanup().await;
 }
 
@@ -224,6 +464,11 @@ async fn the_reference_audit_calls_exactly_what_its_role_grants() {
         .await
         .unwrap();
     assert!(n >= 2, "{n} stream records");
-    assert_calls_exactly_its_grants(&own, iam::REFERENCE_AUDIT, &LedgerSettings::DynamoDb);
+    assert_calls_exactly_its_grants(
+        &own,
+        &s.stack.names,
+        "ReferenceAuditFunction",
+        &LedgerSettings::DynamoDb,
+    );
     s.cleanup().await;
 }

@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_types::timeout::TimeoutConfig;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,12 +51,21 @@ pub struct RequestCounter {
     counts: Mutex<BTreeMap<String, u64>>,
     /// S3 requests sent without `ExpectedBucketOwner` (the tests check there are none).
     unowned: Mutex<BTreeMap<String, u64>>,
+    /// Each operation with each resource it named (what the least-privilege test holds to the
+    /// template's grants).
+    targets: Mutex<BTreeSet<(String, String)>>,
 }
 
 impl RequestCounter {
     /// S3 operations sent without an expected bucket owner, with their counts.
     pub fn s3_without_expected_owner(&self) -> BTreeMap<String, u64> {
         self.unowned.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Every `(service:operation, resource name)` sent: a table, a queue, a bucket (path-style
+    /// addressing, as the local stack's clients use), a secret.
+    pub fn targets(&self) -> BTreeSet<(String, String)> {
+        self.targets.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn snapshot(&self) -> BTreeMap<String, u64> {
@@ -107,6 +116,12 @@ impl Intercept for CountRequests {
                 .entry(key.clone())
                 .or_default() += 1;
         }
+        let named = named_resources(&key, ctx.request());
+        self.0
+            .targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(named.into_iter().map(|r| (key.clone(), r)));
         *self
             .0
             .counts
@@ -116,6 +131,40 @@ impl Intercept for CountRequests {
             .or_default() += 1;
         Ok(())
     }
+}
+
+/// The resources a request names: an S3 bucket (the path's first segment), or from a JSON body
+/// the tables (`TableName`, `RequestItems`), the queue (`QueueUrl`'s last segment) or the secret.
+fn named_resources(key: &str, request: &aws_smithy_runtime_api::http::Request) -> Vec<String> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    match (k.as_str(), v) {
+                        ("TableName" | "SecretId", serde_json::Value::String(s)) => out.push(s.clone()),
+                        ("QueueUrl", serde_json::Value::String(s)) => {
+                            out.extend(s.rsplit('/').next().map(str::to_owned))
+                        }
+                        ("RequestItems", serde_json::Value::Object(tables)) => out.extend(tables.keys().cloned()),
+                        _ => walk(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    if key.starts_with("S3:") {
+        let path = request.uri().split("://").nth(1).and_then(|rest| rest.split_once('/'));
+        let bucket = path.map(|(_, p)| p.split(['/', '?']).next().unwrap_or_default());
+        out.extend(bucket.filter(|b| !b.is_empty()).map(str::to_owned));
+    } else if let Some(body) = request.body().bytes()
+        && let Ok(json) = serde_json::from_slice::<serde_json::Value>(body)
+    {
+        walk(&json, &mut out);
+    }
+    out
 }
 
 /// The three clients, configured for one target.

@@ -1,6 +1,5 @@
-//! A deployed stack as `dlqctl --stack` reads it (its outputs), the IAM grants of each function's
-//! role, and what the code needs of the template as JSON for the Python tools (`dlqctl
-//! infra-spec`). The resources themselves are the template's ([`crate::template`]).
+//! A deployed stack as `dlqctl --stack` reads it (its outputs), and what the code needs of the
+//! template as JSON for the Python tools (`dlqctl infra-spec`). The resources themselves are the template's ([`crate::template`]).
 
 use recon_core::resources::ResourceNames;
 
@@ -197,21 +196,18 @@ fn function_env_spec() -> serde_json::Map<String, serde_json::Value> {
     .collect()
 }
 
-pub mod iam;
-
 /// What the code needs of the template that the template alone cannot say, as JSON for the
 /// template check, the deploy rehearsal and `make deploy-code` (`dlqctl infra-spec`): the
-/// functions' binaries, the variables each one's code reads, and the IAM grants.
+/// functions' binaries and the variables each one's code reads. What each role may do is the
+/// template's alone: `tests/iam.rs` holds each function's calls on the local stack to its role.
 pub fn spec_json() -> serde_json::Value {
     serde_json::json!({
         "functions": functions_spec(),
         "metrics_namespace": recon_core::resources::DEFAULT_METRICS_NAMESPACE,
         "function_env": function_env_spec(),
-        // The condition each ledger kind's grants stand under (deployment/iam.rs), and the kind
-        // it must mean.
+        // The condition each ledger kind's grants stand under, and the kind it must mean.
         "ledger_conditions": {"UseDynamoLedger": "dynamodb", "UsePostgres": "postgres", "UseReservationProtocol": "http"},
         "variables": recon_core::config::VARIABLES.iter().map(|v| v.name).collect::<Vec<_>>(),
-        "iam": iam::ROLES.iter().map(|(role, grants)| (role.to_string(), serde_json::json!(grants))).collect::<serde_json::Map<_, _>>(),
     })
 }
 

@@ -454,7 +454,7 @@ impl<'t> Deployment<'t> {
 
 mod resolve;
 
-use resolve::references;
+pub use resolve::references;
 
 #[cfg(test)]
 mod tests;

@@ -154,7 +154,7 @@ impl Deployment<'_> {
 
 /// The resources `v` refers to (`Ref`, `Fn::GetAtt`, and `${...}` in `Fn::Sub`), parameters and
 /// pseudo parameters included (the caller keeps the resources it knows).
-pub(super) fn references(v: &Value, out: &mut Vec<String>) {
+pub fn references(v: &Value, out: &mut Vec<String>) {
     match intrinsic(v) {
         Some(("Ref", Value::String(name))) => out.push(name.clone()),
         Some(("Fn::GetAtt", Value::Array(a))) => out.extend(a.first().and_then(Value::as_str).map(str::to_owned)),

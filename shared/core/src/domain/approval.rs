@@ -425,5 +425,4 @@ impl ApprovalRequest {
 }
 
 #[cfg(test)]
-#[path = "approval_tests.rs"]
 mod tests;
