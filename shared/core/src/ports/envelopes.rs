@@ -13,7 +13,6 @@
 
 use chrono::{DateTime, Utc};
 use std::future::Future;
-use std::sync::Arc;
 
 use super::{FlowResult, StoreResult};
 use crate::domain::{AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange};
@@ -29,98 +28,100 @@ pub enum CreateOutcome {
 /// A page of envelopes and the opaque cursor of the next one.
 pub type EnvelopePage = (Vec<DlqEnvelope>, Option<String>);
 
-pub trait EnvelopeStore: Send + Sync {
-    /// Store a new envelope unless one with its id exists. Its status must be an initial one.
-    fn create(&self, envelope: &DlqEnvelope) -> impl Future<Output = FlowResult<CreateOutcome>> + Send;
-    fn get(&self, envelope_id: &str) -> impl Future<Output = StoreResult<Option<DlqEnvelope>>> + Send;
-    /// Envelopes in `status`, oldest first, a page at a time.
-    fn list_by_status(
-        &self,
-        status: EnvelopeStatus,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> impl Future<Output = StoreResult<EnvelopePage>> + Send;
-    /// Every envelope, a page at a time (no order).
-    fn list_all(&self, cursor: Option<String>, limit: usize) -> impl Future<Output = StoreResult<EnvelopePage>> + Send;
-    /// Claim an envelope for a replay: from PENDING, or from REPLAYING whose lease ended before
-    /// `now` (a replay that crashed). Sets status REPLAYING and `claim`, appends `change`.
-    /// `Ok(false)` when it is neither (another replay holds it, or it is settled).
-    /// `seen`: the length of the status history the caller read, when the claim must fail if
-    /// the envelope changed since (another replay claimed and released it: the caller's verdict,
-    /// or an approval's fingerprint, is about a state that is gone).
-    fn claim(
-        &self,
-        envelope_id: &str,
-        claim: &ReplayClaim,
-        now: DateTime<Utc>,
-        change: &StatusChange,
-        seen: Option<usize>,
-    ) -> impl Future<Output = FlowResult<bool>> + Send;
-    /// Under `replay_id`'s own claim (REPLAYING under it, its lease not ended at `now`): append
-    /// `change` (a REPLAYING change: what the replay is about to do that no other may undo, its
-    /// hand-off of the transaction to a manual journal) and extend the lease to `lease_until`.
-    /// `Ok(false)` when the claim is not ours any more (taken over, settled) or its lease ended.
-    /// The fence of a step another store takes: a replay that stalled past its lease finds out
-    /// here, and one that takes the claim over later reads the change and finishes that step.
-    fn renew(
-        &self,
-        envelope_id: &str,
-        replay_id: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        change: &StatusChange,
-    ) -> impl Future<Output = FlowResult<bool>> + Send;
-    /// Settle a claimed envelope in `change.status`: only if it is REPLAYING under `replay_id`.
-    /// Appends `change` and `record`, and puts `audit` (the decision's record) in the outbox, in
-    /// the same write. `Ok(false)` when the claim was lost (lease expired and taken over).
-    fn finish(
-        &self,
-        envelope_id: &str,
-        replay_id: &str,
-        change: &StatusChange,
-        record: &ReplayRecord,
-        audit: Option<&AuditRecord>,
-    ) -> impl Future<Output = FlowResult<bool>> + Send;
-    /// [`EnvelopeStore::claim`] of several envelopes under one claim, each only as it was read
-    /// (`seen`: the length of its status history): one answer per envelope, in order, each what
-    /// `claim` answers. DynamoDB: the claims (from PENDING, or taking over an expired lease) in
-    /// as few transactions as its limits allow (all or nothing each: one refused for an envelope
-    /// is sent again without it, which is then claimed on its own).
-    fn claim_many(
-        &self,
-        envelopes: &[&DlqEnvelope],
-        claim: &ReplayClaim,
-        now: DateTime<Utc>,
-        change: &StatusChange,
-    ) -> impl Future<Output = Vec<FlowResult<bool>>> + Send {
-        async move {
-            let mut answers = Vec::with_capacity(envelopes.len());
-            for e in envelopes {
-                let seen = Some(e.status_history.len());
-                answers.push(self.claim(&e.envelope_id, claim, now, change, seen).await);
+port! {
+    pub trait EnvelopeStore {
+        /// Store a new envelope unless one with its id exists. Its status must be an initial one.
+        fn create(&self, envelope: &DlqEnvelope) -> impl Future<Output = FlowResult<CreateOutcome>> + Send;
+        fn get(&self, envelope_id: &str) -> impl Future<Output = StoreResult<Option<DlqEnvelope>>> + Send;
+        /// Envelopes in `status`, oldest first, a page at a time.
+        fn list_by_status(
+            &self,
+            status: EnvelopeStatus,
+            cursor: Option<String>,
+            limit: usize,
+        ) -> impl Future<Output = StoreResult<EnvelopePage>> + Send;
+        /// Every envelope, a page at a time (no order).
+        fn list_all(&self, cursor: Option<String>, limit: usize) -> impl Future<Output = StoreResult<EnvelopePage>> + Send;
+        /// Claim an envelope for a replay: from PENDING, or from REPLAYING whose lease ended before
+        /// `now` (a replay that crashed). Sets status REPLAYING and `claim`, appends `change`.
+        /// `Ok(false)` when it is neither (another replay holds it, or it is settled).
+        /// `seen`: the length of the status history the caller read, when the claim must fail if
+        /// the envelope changed since (another replay claimed and released it: the caller's verdict,
+        /// or an approval's fingerprint, is about a state that is gone).
+        fn claim(
+            &self,
+            envelope_id: &str,
+            claim: &ReplayClaim,
+            now: DateTime<Utc>,
+            change: &StatusChange,
+            seen: Option<usize>,
+        ) -> impl Future<Output = FlowResult<bool>> + Send;
+        /// Under `replay_id`'s own claim (REPLAYING under it, its lease not ended at `now`): append
+        /// `change` (a REPLAYING change: what the replay is about to do that no other may undo, its
+        /// hand-off of the transaction to a manual journal) and extend the lease to `lease_until`.
+        /// `Ok(false)` when the claim is not ours any more (taken over, settled) or its lease ended.
+        /// The fence of a step another store takes: a replay that stalled past its lease finds out
+        /// here, and one that takes the claim over later reads the change and finishes that step.
+        fn renew(
+            &self,
+            envelope_id: &str,
+            replay_id: &str,
+            now: DateTime<Utc>,
+            lease_until: DateTime<Utc>,
+            change: &StatusChange,
+        ) -> impl Future<Output = FlowResult<bool>> + Send;
+        /// Settle a claimed envelope in `change.status`: only if it is REPLAYING under `replay_id`.
+        /// Appends `change` and `record`, and puts `audit` (the decision's record) in the outbox, in
+        /// the same write. `Ok(false)` when the claim was lost (lease expired and taken over).
+        fn finish(
+            &self,
+            envelope_id: &str,
+            replay_id: &str,
+            change: &StatusChange,
+            record: &ReplayRecord,
+            audit: Option<&AuditRecord>,
+        ) -> impl Future<Output = FlowResult<bool>> + Send;
+        /// [`EnvelopeStore::claim`] of several envelopes under one claim, each only as it was read
+        /// (`seen`: the length of its status history): one answer per envelope, in order, each what
+        /// `claim` answers. DynamoDB: the claims (from PENDING, or taking over an expired lease) in
+        /// as few transactions as its limits allow (all or nothing each: one refused for an envelope
+        /// is sent again without it, which is then claimed on its own).
+        fn claim_many(
+            &self,
+            envelopes: &[&DlqEnvelope],
+            claim: &ReplayClaim,
+            now: DateTime<Utc>,
+            change: &StatusChange,
+        ) -> impl Future<Output = Vec<FlowResult<bool>>> + Send {
+            async move {
+                let mut answers = Vec::with_capacity(envelopes.len());
+                for e in envelopes {
+                    let seen = Some(e.status_history.len());
+                    answers.push(self.claim(&e.envelope_id, claim, now, change, seen).await);
+                }
+                answers
             }
-            answers
         }
-    }
-    /// [`EnvelopeStore::finish`] of several envelopes claimed under `replay_id`: one answer per
-    /// settlement, in order, each what `finish` answers, and where its audit record went. The
-    /// default puts each record in the outbox. DynamoDB: in as few transactions as its limits
-    /// allow, as [`EnvelopeStore::claim_many`]; a store given the trail links the records into it
-    /// in the transaction that settles their envelopes ([`Settled::InTrail`]), and uses the
-    /// outbox when the chains' heads keep moving under it.
-    fn finish_many(
-        &self,
-        replay_id: &str,
-        settlements: &[Finish<'_>],
-    ) -> impl Future<Output = Vec<FlowResult<Settled>>> + Send {
-        async move {
-            let mut answers = Vec::with_capacity(settlements.len());
-            for f in settlements {
-                let id = &f.envelope.envelope_id;
-                let settled = self.finish(id, replay_id, f.change, f.record, f.audit).await;
-                answers.push(settled.map(Settled::in_outbox));
+        /// [`EnvelopeStore::finish`] of several envelopes claimed under `replay_id`: one answer per
+        /// settlement, in order, each what `finish` answers, and where its audit record went. The
+        /// default puts each record in the outbox. DynamoDB: in as few transactions as its limits
+        /// allow, as [`EnvelopeStore::claim_many`]; a store given the trail links the records into it
+        /// in the transaction that settles their envelopes ([`Settled::InTrail`]), and uses the
+        /// outbox when the chains' heads keep moving under it.
+        fn finish_many(
+            &self,
+            replay_id: &str,
+            settlements: &[Finish<'_>],
+        ) -> impl Future<Output = Vec<FlowResult<Settled>>> + Send {
+            async move {
+                let mut answers = Vec::with_capacity(settlements.len());
+                for f in settlements {
+                    let id = &f.envelope.envelope_id;
+                    let settled = self.finish(id, replay_id, f.change, f.record, f.audit).await;
+                    answers.push(settled.map(Settled::in_outbox));
+                }
+                answers
             }
-            answers
         }
     }
 }
@@ -155,48 +156,54 @@ pub struct Finish<'a> {
     pub audit: Option<&'a AuditRecord>,
 }
 
-/// Audit records written with the state change they record, until they are in the trail.
-pub trait AuditOutbox: Send + Sync {
-    /// Records not yet known to be in the trail, oldest first.
-    fn pending_records(&self, limit: usize) -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send;
-    /// The record is in the trail: drop it from the outbox.
-    fn record_written(&self, audit_id: &str) -> impl Future<Output = StoreResult<()>> + Send;
-    /// [`AuditOutbox::record_written`] of several records (DynamoDB: `BatchWriteItem`).
-    fn records_written(&self, audit_ids: &[String]) -> impl Future<Output = StoreResult<()>> + Send {
-        async move {
-            for id in audit_ids {
-                self.record_written(id).await?;
+port! {
+    /// Audit records written with the state change they record, until they are in the trail.
+    pub trait AuditOutbox {
+        /// Records not yet known to be in the trail, oldest first.
+        fn pending_records(&self, limit: usize) -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send;
+        /// The record is in the trail: drop it from the outbox.
+        fn record_written(&self, audit_id: &str) -> impl Future<Output = StoreResult<()>> + Send;
+        /// [`AuditOutbox::record_written`] of several records (DynamoDB: `BatchWriteItem`).
+        fn records_written(&self, audit_ids: &[String]) -> impl Future<Output = StoreResult<()>> + Send {
+            async move {
+                for id in audit_ids {
+                    self.record_written(id).await?;
+                }
+                Ok(())
             }
-            Ok(())
         }
     }
 }
 
-/// Where a sweep left off, by name.
-pub trait SweepCursors: Send + Sync {
-    /// A sweep's saved position (`None`: start from the oldest).
-    fn load_cursor(&self, name: &str) -> impl Future<Output = StoreResult<Option<String>>> + Send;
-    fn save_cursor(&self, name: &str, cursor: Option<&str>) -> impl Future<Output = StoreResult<()>> + Send;
-    /// Take `n` of the `limit` re-injections the whole deployment may send in the wall-clock
-    /// second `second` (Unix time): true when taken, false when that second is used up. Every
-    /// replay invocation counts in the same windows, so concurrent sweeps share one rate limit.
-    /// The first take of a second always succeeds, even above `limit` (a batch is not split).
-    fn take_sends(&self, second: i64, n: u32, limit: u32) -> impl Future<Output = StoreResult<bool>> + Send;
+port! {
+    /// Where a sweep left off, by name.
+    pub trait SweepCursors {
+        /// A sweep's saved position (`None`: start from the oldest).
+        fn load_cursor(&self, name: &str) -> impl Future<Output = StoreResult<Option<String>>> + Send;
+        fn save_cursor(&self, name: &str, cursor: Option<&str>) -> impl Future<Output = StoreResult<()>> + Send;
+        /// Take `n` of the `limit` re-injections the whole deployment may send in the wall-clock
+        /// second `second` (Unix time): true when taken, false when that second is used up. Every
+        /// replay invocation counts in the same windows, so concurrent sweeps share one rate limit.
+        /// The first take of a second always succeeds, even above `limit` (a batch is not split).
+        fn take_sends(&self, second: i64, n: u32, limit: u32) -> impl Future<Output = StoreResult<bool>> + Send;
+    }
 }
 
-/// The backlog of envelopes awaiting remediation.
-pub trait Backlog: Send + Sync {
-    /// PENDING envelopes, exactly (kept in the same transaction as every status change).
-    fn pending_count(&self) -> impl Future<Output = StoreResult<i64>> + Send;
-    /// Switch the overflow flag on, unless it is on: then returns the new episode number and,
-    /// in the same write, puts `record(episode)` (its `DLQ_OVERFLOW` record) in the audit
-    /// outbox, so that exactly one caller reports each crossing and the report cannot be lost.
-    fn raise_overflow(
-        &self,
-        record: &(dyn Fn(u64) -> AuditRecord + Sync),
-    ) -> impl Future<Output = StoreResult<Option<u64>>> + Send;
-    /// Switch the overflow flag off (the backlog is below the mark again).
-    fn clear_overflow(&self) -> impl Future<Output = StoreResult<()>> + Send;
+port! {
+    /// The backlog of envelopes awaiting remediation.
+    pub trait Backlog {
+        /// PENDING envelopes, exactly (kept in the same transaction as every status change).
+        fn pending_count(&self) -> impl Future<Output = StoreResult<i64>> + Send;
+        /// Switch the overflow flag on, unless it is on: then returns the new episode number and,
+        /// in the same write, puts `record(episode)` (its `DLQ_OVERFLOW` record) in the audit
+        /// outbox, so that exactly one caller reports each crossing and the report cannot be lost.
+        fn raise_overflow(
+            &self,
+            record: &(dyn Fn(u64) -> AuditRecord + Sync),
+        ) -> impl Future<Output = StoreResult<Option<u64>>> + Send;
+        /// Switch the overflow flag off (the backlog is below the mark again).
+        fn clear_overflow(&self) -> impl Future<Output = StoreResult<()>> + Send;
+    }
 }
 
 /// Every envelope in `status` (or every envelope), following the pages.
@@ -216,110 +223,5 @@ pub async fn all_envelopes<S: EnvelopeStore>(
             Some(c) => cursor = Some(c),
             None => return Ok(all),
         }
-    }
-}
-
-impl<T: EnvelopeStore> EnvelopeStore for Arc<T> {
-    fn create(&self, envelope: &DlqEnvelope) -> impl Future<Output = FlowResult<CreateOutcome>> + Send {
-        (**self).create(envelope)
-    }
-    fn get(&self, envelope_id: &str) -> impl Future<Output = StoreResult<Option<DlqEnvelope>>> + Send {
-        (**self).get(envelope_id)
-    }
-    fn list_by_status(
-        &self,
-        status: EnvelopeStatus,
-        cursor: Option<String>,
-        limit: usize,
-    ) -> impl Future<Output = StoreResult<EnvelopePage>> + Send {
-        (**self).list_by_status(status, cursor, limit)
-    }
-    fn list_all(&self, cursor: Option<String>, limit: usize) -> impl Future<Output = StoreResult<EnvelopePage>> + Send {
-        (**self).list_all(cursor, limit)
-    }
-    fn claim(
-        &self,
-        envelope_id: &str,
-        claim: &ReplayClaim,
-        now: DateTime<Utc>,
-        change: &StatusChange,
-        seen: Option<usize>,
-    ) -> impl Future<Output = FlowResult<bool>> + Send {
-        (**self).claim(envelope_id, claim, now, change, seen)
-    }
-    fn renew(
-        &self,
-        envelope_id: &str,
-        replay_id: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        change: &StatusChange,
-    ) -> impl Future<Output = FlowResult<bool>> + Send {
-        (**self).renew(envelope_id, replay_id, now, lease_until, change)
-    }
-    fn finish(
-        &self,
-        envelope_id: &str,
-        replay_id: &str,
-        change: &StatusChange,
-        record: &ReplayRecord,
-        audit: Option<&AuditRecord>,
-    ) -> impl Future<Output = FlowResult<bool>> + Send {
-        (**self).finish(envelope_id, replay_id, change, record, audit)
-    }
-    fn claim_many(
-        &self,
-        envelopes: &[&DlqEnvelope],
-        claim: &ReplayClaim,
-        now: DateTime<Utc>,
-        change: &StatusChange,
-    ) -> impl Future<Output = Vec<FlowResult<bool>>> + Send {
-        (**self).claim_many(envelopes, claim, now, change)
-    }
-    fn finish_many(
-        &self,
-        replay_id: &str,
-        settlements: &[Finish<'_>],
-    ) -> impl Future<Output = Vec<FlowResult<Settled>>> + Send {
-        (**self).finish_many(replay_id, settlements)
-    }
-}
-
-impl<T: AuditOutbox> AuditOutbox for Arc<T> {
-    fn pending_records(&self, limit: usize) -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send {
-        (**self).pending_records(limit)
-    }
-    fn record_written(&self, audit_id: &str) -> impl Future<Output = StoreResult<()>> + Send {
-        (**self).record_written(audit_id)
-    }
-    fn records_written(&self, audit_ids: &[String]) -> impl Future<Output = StoreResult<()>> + Send {
-        (**self).records_written(audit_ids)
-    }
-}
-
-impl<T: SweepCursors> SweepCursors for Arc<T> {
-    fn load_cursor(&self, name: &str) -> impl Future<Output = StoreResult<Option<String>>> + Send {
-        (**self).load_cursor(name)
-    }
-    fn save_cursor(&self, name: &str, cursor: Option<&str>) -> impl Future<Output = StoreResult<()>> + Send {
-        (**self).save_cursor(name, cursor)
-    }
-    fn take_sends(&self, second: i64, n: u32, limit: u32) -> impl Future<Output = StoreResult<bool>> + Send {
-        (**self).take_sends(second, n, limit)
-    }
-}
-
-impl<T: Backlog> Backlog for Arc<T> {
-    fn pending_count(&self) -> impl Future<Output = StoreResult<i64>> + Send {
-        (**self).pending_count()
-    }
-    fn raise_overflow(
-        &self,
-        record: &(dyn Fn(u64) -> AuditRecord + Sync),
-    ) -> impl Future<Output = StoreResult<Option<u64>>> + Send {
-        (**self).raise_overflow(record)
-    }
-    fn clear_overflow(&self) -> impl Future<Output = StoreResult<()>> + Send {
-        (**self).clear_overflow()
     }
 }

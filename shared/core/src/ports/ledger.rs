@@ -5,66 +5,49 @@
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
 
 use super::StoreResult;
 use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting, Segment};
 
-/// `commit` must be atomic with the dedup mark: after it returns `Committed`, no later call for
-/// the same `source_hash` can commit again, and a crash at any point either committed (and the
-/// next call says `AlreadyCommitted`) or did not.
-pub trait Ledger: Send + Sync {
-    fn commit(&self, posting: &Posting) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
-    /// Is this transaction committed? (The replay gate asks the same store the consumer writes.)
-    fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
-    /// Hand the transaction to a manual journal, under the same condition as `commit`:
-    /// `Committed` when this call wrote the hand-off, `AlreadyCommitted` when a posting or a
-    /// hand-off was there first (then `lookup` and every later `commit` answer it too).
-    fn hand_off(&self, hand_off: &HandOff) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
-    /// [`Ledger::lookup`] of several transactions: the committed ones (or handed off), by
-    /// `source_hash`; a hash absent from the answer is not committed. A ledger that can read
-    /// several keys in one request (DynamoDB's `BatchGetItem`) answers in one; the default asks
-    /// each on its own, [`LOOKUPS_AT_ONCE`] at a time (a general ledger's answers take a round
-    /// trip each).
-    fn lookup_many(
-        &self,
-        source_hashes: &[String],
-    ) -> impl Future<Output = StoreResult<HashMap<String, CommittedRef>>> + Send {
-        async move {
-            let mut found = HashMap::new();
-            for chunk in source_hashes.chunks(LOOKUPS_AT_ONCE) {
-                let answers = futures::future::join_all(chunk.iter().map(|hash| self.lookup(hash))).await;
-                for (hash, answer) in chunk.iter().zip(answers) {
-                    if let Some(c) = answer? {
-                        found.insert(hash.clone(), c);
+port! {
+    /// `commit` must be atomic with the dedup mark: after it returns `Committed`, no later call for
+    /// the same `source_hash` can commit again, and a crash at any point either committed (and the
+    /// next call says `AlreadyCommitted`) or did not.
+    pub trait Ledger {
+        fn commit(&self, posting: &Posting) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
+        /// Is this transaction committed? (The replay gate asks the same store the consumer writes.)
+        fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+        /// Hand the transaction to a manual journal, under the same condition as `commit`:
+        /// `Committed` when this call wrote the hand-off, `AlreadyCommitted` when a posting or a
+        /// hand-off was there first (then `lookup` and every later `commit` answer it too).
+        fn hand_off(&self, hand_off: &HandOff) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
+        /// [`Ledger::lookup`] of several transactions: the committed ones (or handed off), by
+        /// `source_hash`; a hash absent from the answer is not committed. A ledger that can read
+        /// several keys in one request (DynamoDB's `BatchGetItem`) answers in one; the default asks
+        /// each on its own, [`LOOKUPS_AT_ONCE`] at a time (a general ledger's answers take a round
+        /// trip each).
+        fn lookup_many(
+            &self,
+            source_hashes: &[String],
+        ) -> impl Future<Output = StoreResult<HashMap<String, CommittedRef>>> + Send {
+            async move {
+                let mut found = HashMap::new();
+                for chunk in source_hashes.chunks(LOOKUPS_AT_ONCE) {
+                    let answers = futures::future::join_all(chunk.iter().map(|hash| self.lookup(hash))).await;
+                    for (hash, answer) in chunk.iter().zip(answers) {
+                        if let Some(c) = answer? {
+                            found.insert(hash.clone(), c);
+                        }
                     }
                 }
+                Ok(found)
             }
-            Ok(found)
         }
     }
 }
 
 /// Lookups the default [`Ledger::lookup_many`] has in flight at once.
 pub const LOOKUPS_AT_ONCE: usize = 8;
-
-impl<T: Ledger> Ledger for Arc<T> {
-    fn commit(&self, posting: &Posting) -> impl Future<Output = StoreResult<CommitOutcome>> + Send {
-        (**self).commit(posting)
-    }
-    fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send {
-        (**self).lookup(source_hash)
-    }
-    fn hand_off(&self, hand_off: &HandOff) -> impl Future<Output = StoreResult<CommitOutcome>> + Send {
-        (**self).hand_off(hand_off)
-    }
-    fn lookup_many(
-        &self,
-        source_hashes: &[String],
-    ) -> impl Future<Output = StoreResult<HashMap<String, CommittedRef>>> + Send {
-        (**self).lookup_many(source_hashes)
-    }
-}
 
 /// Which postings a read covers: one accounting period, one ledger entity, both, or all; and
 /// optionally one segment of them.
@@ -111,23 +94,25 @@ pub struct PostingPage {
     pub next: Option<String>,
 }
 
-/// Reading a ledger: what reconcile, stats, `audit show` and evidence export need from any
-/// ledger, so that they work on yours as on ours.
-pub trait LedgerReader: Send + Sync {
-    /// The posting of one transaction (`None` when nothing, or a hand-off, holds its key; a
-    /// hand-off is answered by [`Ledger::lookup`]).
-    fn posting(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<Posting>>> + Send;
-    /// One page of the postings in `scope` (at most `limit`, maybe fewer on a page that is not the
-    /// last), from `cursor` (`None`: the first page). Every posting in scope is on exactly one
-    /// page of a full read, whatever is committed meanwhile.
-    fn postings_page(
-        &self,
-        scope: &LedgerScope,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> impl Future<Output = StoreResult<PostingPage>> + Send;
-    /// Every transaction handed to a manual journal (hand-offs carry no period).
-    fn hand_offs(&self) -> impl Future<Output = StoreResult<Vec<CommittedRef>>> + Send;
+port! {
+    /// Reading a ledger: what reconcile, stats, `audit show` and evidence export need from any
+    /// ledger, so that they work on yours as on ours.
+    pub trait LedgerReader {
+        /// The posting of one transaction (`None` when nothing, or a hand-off, holds its key; a
+        /// hand-off is answered by [`Ledger::lookup`]).
+        fn posting(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<Posting>>> + Send;
+        /// One page of the postings in `scope` (at most `limit`, maybe fewer on a page that is not the
+        /// last), from `cursor` (`None`: the first page). Every posting in scope is on exactly one
+        /// page of a full read, whatever is committed meanwhile.
+        fn postings_page(
+            &self,
+            scope: &LedgerScope,
+            cursor: Option<&str>,
+            limit: usize,
+        ) -> impl Future<Output = StoreResult<PostingPage>> + Send;
+        /// Every transaction handed to a manual journal (hand-offs carry no period).
+        fn hand_offs(&self) -> impl Future<Output = StoreResult<Vec<CommittedRef>>> + Send;
+    }
 }
 
 /// How many postings one page read asks for.
@@ -182,40 +167,25 @@ pub async fn each_page<R: LedgerReader + ?Sized>(
     }
 }
 
-impl<T: LedgerReader> LedgerReader for Arc<T> {
-    fn posting(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<Posting>>> + Send {
-        (**self).posting(source_hash)
-    }
-    fn postings_page(
-        &self,
-        scope: &LedgerScope,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> impl Future<Output = StoreResult<PostingPage>> + Send {
-        (**self).postings_page(scope, cursor, limit)
-    }
-    fn hand_offs(&self) -> impl Future<Output = StoreResult<Vec<CommittedRef>>> + Send {
-        (**self).hand_offs()
-    }
-}
-
-/// A user's own general ledger, behind [`crate::reservation::ReservingLedger`]. `post` must be
-/// idempotent on `posting.source_hash` (the GL's idempotency key) for as long as a request under
-/// it may still be applied ([`crate::reservation::ReservationSettings::in_doubt_for`]): a post whose answer was
-/// lost is asked about (`posted`) and, if not there, sent again under the same key.
-pub trait ExternalLedger: Send + Sync {
-    fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<Posted>> + Send;
-    /// The posting the GL holds under this key, if any (whichever delivery made it): asked when
-    /// the dedup table knows nothing (a post whose answer was lost leaves no mark there), before
-    /// a transaction is called uncommitted or handed to a manual journal, and to learn who holds
-    /// a key a post found posted before.
-    fn posted(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
-    /// Void the key: from now on the GL refuses every request under it, one still being applied
-    /// included, so a transaction handed to a manual journal can never post late. A GL without
-    /// such a call answers [`Voided::Unsupported`]: a request in doubt is then only settled by time
-    /// ([`crate::reservation::ReservationSettings::in_doubt_for`]).
-    fn void(&self, _source_hash: &str) -> impl Future<Output = StoreResult<Voided>> + Send {
-        async { Ok(Voided::Unsupported) }
+port! {
+    /// A user's own general ledger, behind [`crate::reservation::ReservingLedger`]. `post` must be
+    /// idempotent on `posting.source_hash` (the GL's idempotency key) for as long as a request under
+    /// it may still be applied ([`crate::reservation::ReservationSettings::in_doubt_for`]): a post whose answer was
+    /// lost is asked about (`posted`) and, if not there, sent again under the same key.
+    pub trait ExternalLedger {
+        fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<Posted>> + Send;
+        /// The posting the GL holds under this key, if any (whichever delivery made it): asked when
+        /// the dedup table knows nothing (a post whose answer was lost leaves no mark there), before
+        /// a transaction is called uncommitted or handed to a manual journal, and to learn who holds
+        /// a key a post found posted before.
+        fn posted(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+        /// Void the key: from now on the GL refuses every request under it, one still being applied
+        /// included, so a transaction handed to a manual journal can never post late. A GL without
+        /// such a call answers [`Voided::Unsupported`]: a request in doubt is then only settled by time
+        /// ([`crate::reservation::ReservationSettings::in_doubt_for`]).
+        fn void(&self, _source_hash: &str) -> impl Future<Output = StoreResult<Voided>> + Send {
+            async { Ok(Voided::Unsupported) }
+        }
     }
 }
 
@@ -260,74 +230,34 @@ impl ReserveOutcome {
     pub const FRESH: ReserveOutcome = ReserveOutcome::Reserved { in_doubt_since: None };
 }
 
-/// The dedup table of the reserve -> post -> commit protocol. Every write is conditional.
-pub trait DedupTable: Send + Sync {
-    /// Reserve `source_hash` for `owner` until `lease_until`, if it is free or its reservation
-    /// expired.
-    /// The table keeps when the key was first claimed across takeovers: a takeover answers it as
-    /// `in_doubt_since`.
-    fn reserve(
-        &self,
-        source_hash: &str,
-        owner: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> impl Future<Output = StoreResult<ReserveOutcome>> + Send;
-    /// Mark committed, only if `owner` still holds the claim. `Ok(false)` when it does not.
-    fn commit(&self, owner: &str, committed: &CommittedRef) -> impl Future<Output = StoreResult<bool>> + Send;
-    /// Drop the claim, only if `owner` still holds it: nothing under the key was ever sent, or
-    /// the GL answered definitely that nothing was applied.
-    fn release(&self, source_hash: &str, owner: &str) -> impl Future<Output = StoreResult<()>> + Send;
-    /// End `owner`'s lease now but keep the claim, and with it the doubt: a request under the key
-    /// may still be applied. The next claim takes over at once and is told since when.
-    fn leave_in_doubt(
-        &self,
-        source_hash: &str,
-        owner: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
-    fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
-}
-
-impl<T: ExternalLedger> ExternalLedger for Arc<T> {
-    fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<Posted>> + Send {
-        (**self).post(posting)
-    }
-    fn posted(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send {
-        (**self).posted(source_hash)
-    }
-    fn void(&self, source_hash: &str) -> impl Future<Output = StoreResult<Voided>> + Send {
-        (**self).void(source_hash)
-    }
-}
-
-impl<T: DedupTable> DedupTable for Arc<T> {
-    fn reserve(
-        &self,
-        source_hash: &str,
-        owner: &str,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-    ) -> impl Future<Output = StoreResult<ReserveOutcome>> + Send {
-        (**self).reserve(source_hash, owner, now, lease_until, expires_at)
-    }
-    fn commit(&self, owner: &str, committed: &CommittedRef) -> impl Future<Output = StoreResult<bool>> + Send {
-        (**self).commit(owner, committed)
-    }
-    fn release(&self, source_hash: &str, owner: &str) -> impl Future<Output = StoreResult<()>> + Send {
-        (**self).release(source_hash, owner)
-    }
-    fn leave_in_doubt(
-        &self,
-        source_hash: &str,
-        owner: &str,
-        now: DateTime<Utc>,
-    ) -> impl Future<Output = StoreResult<()>> + Send {
-        (**self).leave_in_doubt(source_hash, owner, now)
-    }
-    fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send {
-        (**self).lookup(source_hash)
+port! {
+    /// The dedup table of the reserve -> post -> commit protocol. Every write is conditional.
+    pub trait DedupTable {
+        /// Reserve `source_hash` for `owner` until `lease_until`, if it is free or its reservation
+        /// expired.
+        /// The table keeps when the key was first claimed across takeovers: a takeover answers it as
+        /// `in_doubt_since`.
+        fn reserve(
+            &self,
+            source_hash: &str,
+            owner: &str,
+            now: DateTime<Utc>,
+            lease_until: DateTime<Utc>,
+            expires_at: DateTime<Utc>,
+        ) -> impl Future<Output = StoreResult<ReserveOutcome>> + Send;
+        /// Mark committed, only if `owner` still holds the claim. `Ok(false)` when it does not.
+        fn commit(&self, owner: &str, committed: &CommittedRef) -> impl Future<Output = StoreResult<bool>> + Send;
+        /// Drop the claim, only if `owner` still holds it: nothing under the key was ever sent, or
+        /// the GL answered definitely that nothing was applied.
+        fn release(&self, source_hash: &str, owner: &str) -> impl Future<Output = StoreResult<()>> + Send;
+        /// End `owner`'s lease now but keep the claim, and with it the doubt: a request under the key
+        /// may still be applied. The next claim takes over at once and is told since when.
+        fn leave_in_doubt(
+            &self,
+            source_hash: &str,
+            owner: &str,
+            now: DateTime<Utc>,
+        ) -> impl Future<Output = StoreResult<()>> + Send;
+        fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
     }
 }

@@ -7,6 +7,36 @@
 //! The envelope store may also refuse a status change the life cycle forbids
 //! ([`FlowError::IllegalTransition`]): a defect, never retried into success.
 
+/// A port: its trait as written (`Send + Sync`), and the same trait for an `Arc` of any
+/// implementation, forwarding every method (default ones too, so an adapter's own answer is
+/// kept): a shared adapter is the adapter. The methods are listed once, here.
+macro_rules! port {
+    ($(#[$attr:meta])* pub trait $name:ident { $($methods:tt)* }) => {
+        port!(@method [$(#[$attr])* $name] [] [] $($methods)*);
+    };
+    // A method each port must write.
+    (@method $head:tt [$($decl:tt)*] [$($arc:tt)*]
+        $(#[$m:meta])* fn $f:ident(&$s:tt $(, $arg:ident: $ty:ty)* $(,)?) $(-> $ret:ty)?; $($rest:tt)*) => {
+        port!(@method $head
+            [$($decl)* $(#[$m])* fn $f(&$s $(, $arg: $ty)*) $(-> $ret)?;]
+            [$($arc)* fn $f(&$s $(, $arg: $ty)*) $(-> $ret)? { (**$s).$f($($arg),*) }]
+            $($rest)*);
+    };
+    // A method with a default.
+    (@method $head:tt [$($decl:tt)*] [$($arc:tt)*]
+        $(#[$m:meta])* fn $f:ident(&$s:tt $(, $arg:ident: $ty:ty)* $(,)?) $(-> $ret:ty)? $body:block $($rest:tt)*) => {
+        port!(@method $head
+            [$($decl)* $(#[$m])* fn $f(&$s $(, $arg: $ty)*) $(-> $ret)? $body]
+            [$($arc)* fn $f(&$s $(, $arg: $ty)*) $(-> $ret)? { (**$s).$f($($arg),*) }]
+            $($rest)*);
+    };
+    (@method [$(#[$attr:meta])* $name:ident] [$($decl:tt)*] [$($arc:tt)*]) => {
+        $(#[$attr])*
+        pub trait $name: Send + Sync { $($decl)* }
+        impl<T: $name> $name for std::sync::Arc<T> { $($arc)* }
+    };
+}
+
 mod approvals;
 mod audit;
 mod clock;

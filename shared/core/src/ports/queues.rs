@@ -2,36 +2,41 @@
 //! writes dead letters; the replay re-injects originals into the main queue.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use super::StoreResult;
 use crate::domain::{DeadLetter, attrs};
 use crate::resources::MAX_MESSAGE_BYTES;
 
-/// The DLQ, as the consumer writes to it.
-pub trait DeadLetterQueue: Send + Sync {
-    fn send(&self, letter: &DeadLetter) -> impl Future<Output = StoreResult<()>> + Send;
+port! {
+    /// The DLQ, as the consumer writes to it.
+    pub trait DeadLetterQueue {
+        fn send(&self, letter: &DeadLetter) -> impl Future<Output = StoreResult<()>> + Send;
+    }
 }
 
-/// The queue a message was received from, as the consumer acts on it.
-pub trait WorkQueue: Send + Sync {
-    /// Hide a received message for `secs` seconds (the retry backoff).
-    fn change_visibility(&self, receipt_handle: &str, secs: u32) -> impl Future<Output = StoreResult<()>> + Send;
+port! {
+    /// The queue a message was received from, as the consumer acts on it.
+    pub trait WorkQueue {
+        /// Hide a received message for `secs` seconds (the retry backoff).
+        fn change_visibility(&self, receipt_handle: &str, secs: u32) -> impl Future<Output = StoreResult<()>> + Send;
+    }
 }
 
-/// The main queue, as the replay re-injects into it.
-pub trait ReplayQueue: Send + Sync {
-    /// Send up to ten messages; per message, its SQS message id or why it was refused.
-    fn send_batch(
-        &self,
-        messages: &[OutgoingMessage],
-    ) -> impl Future<Output = StoreResult<Vec<Result<String, String>>>> + Send;
-    /// Messages waiting to be received (back-pressure).
-    fn visible_depth(&self) -> impl Future<Output = StoreResult<u64>> + Send;
-    /// Whether the queue keeps an order (a FIFO queue): its batches are then sent one after
-    /// another, never at once.
-    fn ordered(&self) -> bool {
-        false
+port! {
+    /// The main queue, as the replay re-injects into it.
+    pub trait ReplayQueue {
+        /// Send up to ten messages; per message, its SQS message id or why it was refused.
+        fn send_batch(
+            &self,
+            messages: &[OutgoingMessage],
+        ) -> impl Future<Output = StoreResult<Vec<Result<String, String>>>> + Send;
+        /// Messages waiting to be received (back-pressure).
+        fn visible_depth(&self) -> impl Future<Output = StoreResult<u64>> + Send;
+        /// Whether the queue keeps an order (a FIFO queue): its batches are then sent one after
+        /// another, never at once.
+        fn ordered(&self) -> bool {
+            false
+        }
     }
 }
 
@@ -133,33 +138,6 @@ pub fn dead_letter_message(letter: &DeadLetter) -> Result<OutgoingMessage, serde
                 .collect(),
         ),
     })
-}
-
-impl<T: DeadLetterQueue> DeadLetterQueue for Arc<T> {
-    fn send(&self, letter: &DeadLetter) -> impl Future<Output = StoreResult<()>> + Send {
-        (**self).send(letter)
-    }
-}
-
-impl<T: WorkQueue> WorkQueue for Arc<T> {
-    fn change_visibility(&self, receipt_handle: &str, secs: u32) -> impl Future<Output = StoreResult<()>> + Send {
-        (**self).change_visibility(receipt_handle, secs)
-    }
-}
-
-impl<T: ReplayQueue> ReplayQueue for Arc<T> {
-    fn send_batch(
-        &self,
-        messages: &[OutgoingMessage],
-    ) -> impl Future<Output = StoreResult<Vec<Result<String, String>>>> + Send {
-        (**self).send_batch(messages)
-    }
-    fn visible_depth(&self) -> impl Future<Output = StoreResult<u64>> + Send {
-        (**self).visible_depth()
-    }
-    fn ordered(&self) -> bool {
-        (**self).ordered()
-    }
 }
 
 #[cfg(test)]

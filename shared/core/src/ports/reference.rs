@@ -8,34 +8,18 @@ use super::StoreResult;
 use crate::domain::approval::ApprovalPolicy;
 use crate::domain::{CurrencyMapping, PeriodRecord, ReferenceSnapshot};
 
-pub trait ReferenceData: Send + Sync {
-    /// A recent view of all reference data (adapters may cache it briefly; see docs/contract.md, "Reference data").
-    fn snapshot(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send;
-    /// A snapshot at most a moment old: after a validation failed on reference data, so that a
-    /// fix (a currency mapped, a period reopened) is seen at once rather than after the cache.
-    fn refresh(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send;
-    fn put_currency(&self, mapping: &CurrencyMapping) -> impl Future<Output = StoreResult<()>> + Send;
-    /// Write a period's status. A record with a planned close (`closes_on`) is written only
-    /// over an open or unrecorded period: a conflict if it is closed (never reopened by a plan).
-    fn put_period(&self, record: &PeriodRecord) -> impl Future<Output = StoreResult<()>> + Send;
-    /// Replace the approval policy (the reference table's stream audits the change).
-    fn put_approval_policy(&self, policy: &ApprovalPolicy) -> impl Future<Output = StoreResult<()>> + Send;
-}
-
-impl<T: ReferenceData> ReferenceData for Arc<T> {
-    fn snapshot(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send {
-        (**self).snapshot()
-    }
-    fn refresh(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send {
-        (**self).refresh()
-    }
-    fn put_currency(&self, mapping: &CurrencyMapping) -> impl Future<Output = StoreResult<()>> + Send {
-        (**self).put_currency(mapping)
-    }
-    fn put_period(&self, record: &PeriodRecord) -> impl Future<Output = StoreResult<()>> + Send {
-        (**self).put_period(record)
-    }
-    fn put_approval_policy(&self, policy: &ApprovalPolicy) -> impl Future<Output = StoreResult<()>> + Send {
-        (**self).put_approval_policy(policy)
+port! {
+    pub trait ReferenceData {
+        /// A recent view of all reference data (adapters may cache it briefly; see docs/contract.md, "Reference data").
+        fn snapshot(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send;
+        /// A snapshot at most a moment old: after a validation failed on reference data, so that a
+        /// fix (a currency mapped, a period reopened) is seen at once rather than after the cache.
+        fn refresh(&self) -> impl Future<Output = StoreResult<Arc<ReferenceSnapshot>>> + Send;
+        fn put_currency(&self, mapping: &CurrencyMapping) -> impl Future<Output = StoreResult<()>> + Send;
+        /// Write a period's status. A record with a planned close (`closes_on`) is written only
+        /// over an open or unrecorded period: a conflict if it is closed (never reopened by a plan).
+        fn put_period(&self, record: &PeriodRecord) -> impl Future<Output = StoreResult<()>> + Send;
+        /// Replace the approval policy (the reference table's stream audits the change).
+        fn put_approval_policy(&self, policy: &ApprovalPolicy) -> impl Future<Output = StoreResult<()>> + Send;
     }
 }

@@ -6,7 +6,6 @@
 //! reads the one first written.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use super::StoreResult;
 
@@ -27,53 +26,27 @@ pub struct ObjectVersion {
     pub delete_marker: bool,
 }
 
-pub trait Worm: Send + Sync {
-    fn bucket(&self) -> &str;
-    /// Write `bytes` under `key` unless an object is already there (`If-None-Match: *`). The store
-    /// verifies the SHA-256 checksum.
-    fn put(&self, key: &str, bytes: &[u8]) -> impl Future<Output = StoreResult<Written>> + Send;
-    /// The current version of `key` (what a plain GET returns).
-    fn get(&self, key: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
-    /// One version of `key`.
-    fn get_version(&self, key: &str, version_id: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
-    /// Current keys under `prefix`, sorted (delete markers hide keys here).
-    fn list(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
-    /// Every version and delete marker under `prefix`: keys sorted, and for each key its object
-    /// versions oldest first (delete markers after them).
-    fn versions(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<ObjectVersion>>> + Send;
-    /// [`Worm::versions`] of the keys under `prefix` that sort after `start_after` only (S3's key
-    /// marker): the tail of a long run of keys, without listing the rest.
-    fn versions_after(
-        &self,
-        prefix: &str,
-        start_after: &str,
-    ) -> impl Future<Output = StoreResult<Vec<ObjectVersion>>> + Send;
-}
-
-impl<T: Worm> Worm for Arc<T> {
-    fn bucket(&self) -> &str {
-        (**self).bucket()
-    }
-    fn put(&self, key: &str, bytes: &[u8]) -> impl Future<Output = StoreResult<Written>> + Send {
-        (**self).put(key, bytes)
-    }
-    fn get(&self, key: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send {
-        (**self).get(key)
-    }
-    fn get_version(&self, key: &str, version_id: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send {
-        (**self).get_version(key, version_id)
-    }
-    fn list(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send {
-        (**self).list(prefix)
-    }
-    fn versions(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<ObjectVersion>>> + Send {
-        (**self).versions(prefix)
-    }
-    fn versions_after(
-        &self,
-        prefix: &str,
-        start_after: &str,
-    ) -> impl Future<Output = StoreResult<Vec<ObjectVersion>>> + Send {
-        (**self).versions_after(prefix, start_after)
+port! {
+    pub trait Worm {
+        fn bucket(&self) -> &str;
+        /// Write `bytes` under `key` unless an object is already there (`If-None-Match: *`). The store
+        /// verifies the SHA-256 checksum.
+        fn put(&self, key: &str, bytes: &[u8]) -> impl Future<Output = StoreResult<Written>> + Send;
+        /// The current version of `key` (what a plain GET returns).
+        fn get(&self, key: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
+        /// One version of `key`.
+        fn get_version(&self, key: &str, version_id: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
+        /// Current keys under `prefix`, sorted (delete markers hide keys here).
+        fn list(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
+        /// Every version and delete marker under `prefix`: keys sorted, and for each key its object
+        /// versions oldest first (delete markers after them).
+        fn versions(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<ObjectVersion>>> + Send;
+        /// [`Worm::versions`] of the keys under `prefix` that sort after `start_after` only (S3's key
+        /// marker): the tail of a long run of keys, without listing the rest.
+        fn versions_after(
+            &self,
+            prefix: &str,
+            start_after: &str,
+        ) -> impl Future<Output = StoreResult<Vec<ObjectVersion>>> + Send;
     }
 }
