@@ -6,7 +6,8 @@ use recon_core::domain::{AuditKind, DeadLetterContext, FailureCode, TransientKin
 use recon_core::ports::{StoreResult, WorkQueue};
 use recon_harness::stack::{MAX_ATTEMPTS, TestStack, attribute};
 use recon_testkit::builders::tx;
-use recon_testkit::faults::{Fault, FaultyLedger};
+use recon_testkit::sim::faults::Fault;
+use recon_testkit::sim::faulty::Faulty;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -117,8 +118,8 @@ async fn unidentifiable_payloads_are_dead_lettered_and_never_retried() {
 async fn two_transient_failures_then_commit_on_attempt_three_with_growing_backoff() {
     let s = TestStack::new("transient").await;
     let m = tx(4);
-    let ledger = FaultyLedger::new(s.ledger(), TransientKind::Throttled);
-    ledger.inject(&m.compute_hash().unwrap(), Fault::Times(2));
+    let ledger = Faulty::with_outages(s.ledger(), TransientKind::Throttled);
+    ledger.faults.inject(&m.compute_hash().unwrap(), Fault::Times(2));
     let queue = RecordingQueue {
         inner: s.main_queue(),
         delays: Mutex::new(Vec::new()),
@@ -148,8 +149,8 @@ async fn two_transient_failures_then_commit_on_attempt_three_with_growing_backof
 async fn always_transient_is_dead_lettered_at_the_last_attempt() {
     let s = TestStack::new("exhaust").await;
     let m = tx(5);
-    let ledger = FaultyLedger::new(s.ledger(), TransientKind::Throttled);
-    ledger.inject(&m.compute_hash().unwrap(), Fault::Always);
+    let ledger = Faulty::with_outages(s.ledger(), TransientKind::Throttled);
+    ledger.faults.inject(&m.compute_hash().unwrap(), Fault::Always);
     let consumer = s.consumer_with(ledger, s.main_queue());
     let body = m.to_body().unwrap();
     s.send(std::slice::from_ref(&body)).await;

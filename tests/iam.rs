@@ -12,8 +12,9 @@ use recon_core::ports::ReferenceData;
 use recon_core::resources::{ResourceNames, TableKind, keys};
 use recon_harness::stack::TestStack;
 use recon_testkit::builders::tx;
-use recon_testkit::faults::{Fault, FaultyLedger};
 use recon_testkit::memory::MemoryMetrics;
+use recon_testkit::sim::faults::Fault;
+use recon_testkit::sim::faulty::Faulty;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -314,8 +315,8 @@ async fn the_consumer_calls_exactly_what_its_role_grants() {
     let own = AwsClients::connect(Target::local_from_env()).await;
     let m = tx(1);
     let flaky = tx(2);
-    let ledger = FaultyLedger::new(wiring::consumer_ledger(&own, &s.settings), TransientKind::Throttled);
-    ledger.inject(&flaky.compute_hash().unwrap(), Fault::Times(1));
+    let ledger = Faulty::with_outages(wiring::consumer_ledger(&own, &s.settings), TransientKind::Throttled);
+    ledger.faults.inject(&flaky.compute_hash().unwrap(), Fault::Times(1));
     // A general ledger that fails a post: the reservation protocol releases its claim.
     if let Some(gl) = s.gl() {
         gl.inject(&[recon_harness::http_ledger::GlFault::Unavailable]);

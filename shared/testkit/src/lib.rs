@@ -5,7 +5,6 @@
 
 pub mod builders;
 pub mod conformance;
-pub mod faults;
 pub mod fuzz;
 pub mod memory;
 pub mod sim;

@@ -17,7 +17,7 @@ use recon_core::domain::{AuditKind, CurrencyMapping, EnvelopeStatus, PeriodRecor
 use recon_core::ports::{LedgerScope, ReferenceData, read_postings};
 use recon_core::replay::{ReplayReport, ReplayRequest, Selector};
 use recon_harness::pump::PumpOptions;
-use recon_testkit::faults::FaultyLedger;
+use recon_testkit::sim::faulty::Faulty;
 use std::collections::BTreeMap;
 
 use super::workload::{CLOSED, Expect, Workload, count};
@@ -28,7 +28,7 @@ const ACTOR: &str = "dlqctl-demo";
 pub struct Pipeline<'a> {
     clients: &'a AwsClients,
     stack: &'a Stack,
-    consumer: AwsConsumer<FaultyLedger<AnyLedger>>,
+    consumer: AwsConsumer<Faulty<AnyLedger>>,
     enricher: AwsEnricher<TracingMetrics>,
     main: SqsQueue,
     opts: PumpOptions,
@@ -44,9 +44,9 @@ impl<'a> Pipeline<'a> {
             backoff_base_secs: 1,
             backoff_cap_secs: 4,
         };
-        let ledger = FaultyLedger::new(context::ledger(clients, stack)?, TransientKind::Throttled);
+        let ledger = Faulty::with_outages(context::ledger(clients, stack)?, TransientKind::Throttled);
         for (hash, fault) in &mess.faults {
-            ledger.inject(hash, *fault);
+            ledger.faults.inject(hash, *fault);
         }
         let consumer = recon_aws::wiring::consumer(clients, &settings, ledger, ACTOR);
         consumer
@@ -79,7 +79,7 @@ impl<'a> Pipeline<'a> {
         let p1 = crate::pump::pump_main(self.clients, self.stack, &self.consumer, &self.opts).await?;
         let ddb_requests = self.clients.requests.total("dynamodb") - before;
         let committed = p1.outcomes.get("COMMITTED").copied().unwrap_or(0);
-        let ledger = self.consumer.ledger.inner();
+        let ledger = &self.consumer.ledger.inner;
         let (cost, unit) = ledger.cost();
         println!(
             "   {committed} committed; DynamoDB: {ddb_requests} requests ({:.3} per committed message, reference-data loads included); ledger ({}): {cost:.1} {unit} ({:.3} per committed message)",
@@ -191,7 +191,7 @@ impl<'a> Pipeline<'a> {
                 description: "gold, troy ounce".into(),
             })
             .await?;
-        self.consumer.ledger.heal();
+        self.consumer.ledger.faults.heal();
         println!("   fixed: XAU mapped in the reference table (4 minor units); the ledger's outage is over");
         let policy = ApprovalPolicy {
             max_count: Some(5),

@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use recon_core::domain::{MatchDecision, NewMessage};
-use recon_testkit::faults::Fault;
+use recon_testkit::sim::faults::Fault;
 use rust_decimal::Decimal;
 
 use super::DemoArgs;

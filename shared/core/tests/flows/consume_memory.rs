@@ -8,15 +8,16 @@ use recon_core::consume::{Consumer, ConsumerConfig, DeferReason, Disposition};
 use recon_core::decisions::RetryPolicy;
 use recon_core::domain::{AuditKind, FailureCode, RootCause, TransientKind, attrs};
 use recon_testkit::builders::{self, body, delivery as sqs, event, tx, with_attribute};
-use recon_testkit::faults::{Fault, FaultyLedger};
 use recon_testkit::memory::{
     MemoryAuditLog, MemoryDeadLetterQueue, MemoryLedger, MemoryReferenceData, MemoryWorkQueue,
 };
+use recon_testkit::sim::faults::Fault;
+use recon_testkit::sim::faulty::Faulty;
 use std::sync::Arc;
 use std::time::Duration;
 
 type TestConsumer = Consumer<
-    FaultyLedger<MemoryLedger>,
+    Faulty<MemoryLedger>,
     Arc<MemoryWorkQueue>,
     Arc<MemoryDeadLetterQueue>,
     MemoryReferenceData,
@@ -35,7 +36,7 @@ fn world() -> World {
     let dlq = Arc::new(MemoryDeadLetterQueue::default());
     let audit = Arc::new(MemoryAuditLog::default());
     let consumer = Consumer {
-        ledger: FaultyLedger::new(MemoryLedger::default(), TransientKind::Throttled),
+        ledger: Faulty::with_outages(MemoryLedger::default(), TransientKind::Throttled),
         queue: queue.clone(),
         dlq: dlq.clone(),
         reference: MemoryReferenceData::default(),
@@ -92,7 +93,7 @@ async fn valid_message_commits_and_repeats_are_suppressed_or_acknowledged() {
         Disposition::DuplicateSuppressed { .. }
     ));
 
-    let postings = w.consumer.ledger.inner().postings();
+    let postings = w.consumer.ledger.inner.postings();
     assert_eq!(postings.len(), 1);
     assert_eq!(postings[0].sqs_message_id, "s1");
     let audit = w.audit.records();
@@ -165,7 +166,10 @@ async fn unidentifiable_payloads_are_unrecoverable() {
 async fn transient_failures_back_off_then_exhaust_the_budget() {
     let w = world();
     let m = tx(4);
-    w.consumer.ledger.inject(&m.compute_hash().unwrap(), Fault::Always);
+    w.consumer
+        .ledger
+        .faults
+        .inject(&m.compute_hash().unwrap(), Fault::Always);
     let body = body(&m);
     let mut delays = Vec::new();
     for attempt in 1..=2 {
@@ -214,7 +218,7 @@ async fn one_bad_body_never_fails_the_batch() {
     records.insert(4, sqs("bad", "\u{0}\u{1} not a message", 1));
     let report = w.consumer.handle_batch(&event(records), later()).await;
     assert!(report.response.batch_item_failures.is_empty());
-    assert_eq!(w.consumer.ledger.inner().len(), 9);
+    assert_eq!(w.consumer.ledger.inner.len(), 9);
     assert_eq!(w.dlq.letters().len(), 1);
     assert_eq!(report.items[4].0, "bad");
     assert!(matches!(report.items[4].1, Disposition::DeadLettered { .. }));
@@ -226,6 +230,7 @@ async fn batch_response_lists_only_real_failures_in_lambdas_shape() {
     let flaky = tx(7);
     w.consumer
         .ledger
+        .faults
         .inject(&flaky.compute_hash().unwrap(), Fault::Times(1));
     let records = vec![
         sqs("ok", &body(&tx(6)), 1),
@@ -246,6 +251,7 @@ async fn fifo_group_stops_after_a_failure_other_groups_go_on() {
     let blocked = tx(8);
     w.consumer
         .ledger
+        .faults
         .inject(&blocked.compute_hash().unwrap(), Fault::Times(1));
     let with_group = |mut m: SqsMessage, g: &str| {
         m.attributes.insert("MessageGroupId".into(), g.into());
@@ -270,7 +276,7 @@ async fn fifo_group_stops_after_a_failure_other_groups_go_on() {
         .map(|f| f.item_identifier.as_str())
         .collect();
     assert_eq!(failed, ["a1", "a2"]);
-    assert_eq!(w.consumer.ledger.inner().len(), 2, "a2 must not overtake a1");
+    assert_eq!(w.consumer.ledger.inner.len(), 2, "a2 must not overtake a1");
 }
 
 #[tokio::test]
@@ -287,7 +293,7 @@ async fn near_the_deadline_messages_are_handed_back_unprocessed() {
             .all(|(_, d)| *d == Disposition::Deferred(DeferReason::Deadline))
     );
     assert_eq!(report.response.batch_item_failures.len(), 2);
-    assert!(w.consumer.ledger.inner().is_empty());
+    assert!(w.consumer.ledger.inner.is_empty());
 }
 
 #[tokio::test]
@@ -296,7 +302,7 @@ async fn a_replayed_message_records_its_provenance() {
     let m = with_attribute(sqs("s1", &body(&tx(14)), 1), attrs::REPLAY_OF, "env-123");
     assert_eq!(w.consumer.handle_message(&m).await, Disposition::Committed);
     assert_eq!(
-        w.consumer.ledger.inner().postings()[0].replay_of.as_deref(),
+        w.consumer.ledger.inner.postings()[0].replay_of.as_deref(),
         Some("env-123")
     );
 }

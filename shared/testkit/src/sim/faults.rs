@@ -3,6 +3,10 @@
 //! an error before the effect, an error *after* it (the write landed, the caller saw a timeout),
 //! a write that lands with no answer before the invocation dies at its timeout, or latency.
 //! [`Faulty`](super::faulty::Faulty) puts this in front of any port.
+//!
+//! The same injector, built [`Injector::outages`], is the tests' and the demo's on the local
+//! stack: no random faults, only the outages a test names — a transaction's ledger writes failing
+//! a number of times, or for good, before they reach the store.
 
 use recon_core::domain::TransientKind;
 use recon_core::ports::{Clock, StoreError};
@@ -32,7 +36,16 @@ const KINDS: [TransientKind; 5] = [
     TransientKind::Network,
 ];
 
-enum Fault {
+/// An outage a test names for one transaction's ledger writes (its `source_hash`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Fail the next `n` writes, then let them through.
+    Times(u32),
+    /// Fail every write.
+    Always,
+}
+
+enum Strike {
     None,
     Before(TransientKind),
     After(TransientKind),
@@ -55,6 +68,9 @@ pub struct Injector {
     fired: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
     /// Audit records each flow that says so attempted to append (`Faulty::used_by`).
     pub attempts: std::sync::Mutex<std::collections::BTreeSet<(&'static str, String)>>,
+    /// The outages named for transactions, and the error they fail with.
+    outages: std::sync::Mutex<std::collections::HashMap<String, Fault>>,
+    outage_kind: TransientKind,
 }
 
 impl Injector {
@@ -68,7 +84,60 @@ impl Injector {
             stall: None,
             fired: Default::default(),
             attempts: Default::default(),
+            outages: Default::default(),
+            outage_kind: TransientKind::Throttled,
         }
+    }
+
+    /// An injector of named outages only, each failing with `kind`, for ports on real time.
+    pub fn outages(kind: TransientKind) -> Self {
+        let clock = SimClock::new(chrono::Utc::now());
+        Injector {
+            outage_kind: kind,
+            ..Injector::new(SharedRng::new(0), clock, Trace::keeping(1), FaultPlan::default())
+        }
+    }
+
+    /// The writes of the transaction `source_hash` fail as `fault` says.
+    pub fn inject(&self, source_hash: &str, fault: Fault) {
+        self.outages
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(source_hash.to_owned(), fault);
+    }
+
+    /// End every named outage.
+    pub fn heal(&self) {
+        self.outages.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Whether a named outage fails this write of `source_hash` (and counts it down).
+    fn out(&self, source_hash: &str) -> bool {
+        let mut outages = self.outages.lock().unwrap_or_else(|p| p.into_inner());
+        match outages.get_mut(source_hash) {
+            Some(Fault::Always) => true,
+            Some(Fault::Times(n)) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// [`Injector::call`] of a write of transaction `source_hash`: failed before its effect while
+    /// an outage is named for it.
+    pub async fn write<T, E: From<StoreError>>(
+        &self,
+        op: &'static str,
+        source_hash: &str,
+        effect: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        if self.out(source_hash) {
+            self.count(op);
+            let detail = format!("{op}: ledger unavailable (injected outage)");
+            return Err(StoreError::new(self.outage_kind, detail).into());
+        }
+        self.call(op, effect).await
     }
 
     /// Whether a call of `op` the run does not make through a port (the event source's delete)
@@ -116,30 +185,30 @@ impl Injector {
         self.enabled.store(on, Ordering::SeqCst);
     }
 
-    fn decide(&self) -> Fault {
+    fn decide(&self) -> Strike {
         let mut g = self.rng.get();
         // Stalls are not faults of the services: they go on in the calm too.
         if let Some((ppm, d)) = self.stall
             && g.chance(ppm)
         {
-            return Fault::Stall(d);
+            return Strike::Stall(d);
         }
         if !self.enabled.load(Ordering::SeqCst) {
-            return Fault::None;
+            return Strike::None;
         }
         let p = self.plan;
         if g.chance(p.before_ppm) {
-            Fault::Before(*g.pick(&KINDS))
+            Strike::Before(*g.pick(&KINDS))
         } else if g.chance(p.after_ppm) {
             if g.chance(250_000) {
-                Fault::LandsUnanswered
+                Strike::LandsUnanswered
             } else {
-                Fault::After(*g.pick(&KINDS))
+                Strike::After(*g.pick(&KINDS))
             }
         } else if g.chance(p.latency_ppm) {
-            Fault::Latency(Duration::from_millis(g.between(1, p.max_latency_ms.max(1))))
+            Strike::Latency(Duration::from_millis(g.between(1, p.max_latency_ms.max(1))))
         } else {
-            Fault::None
+            Strike::None
         }
     }
 
@@ -151,12 +220,12 @@ impl Injector {
     ) -> Result<T, E> {
         yield_now().await;
         match self.decide() {
-            Fault::None => effect.await,
-            Fault::Latency(d) => {
+            Strike::None => effect.await,
+            Strike::Latency(d) => {
                 self.clock.sleep(d).await;
                 effect.await
             }
-            Fault::LandsUnanswered => {
+            Strike::LandsUnanswered => {
                 let result = effect.await;
                 if result.is_ok() {
                     self.count(op);
@@ -168,7 +237,7 @@ impl Injector {
                 }
                 result
             }
-            Fault::Stall(d) => {
+            Strike::Stall(d) => {
                 self.trace.log(
                     &self.clock,
                     format!("stall: {op} waits {} s before its effect", d.as_secs()),
@@ -176,13 +245,13 @@ impl Injector {
                 self.clock.sleep(d).await;
                 effect.await
             }
-            Fault::Before(kind) => {
+            Strike::Before(kind) => {
                 self.count(op);
                 self.trace
                     .log(&self.clock, format!("fault: {op} fails before its effect ({kind})"));
                 Err(StoreError::new(kind, format!("{op}: injected fault before the effect")).into())
             }
-            Fault::After(kind) => {
+            Strike::After(kind) => {
                 let result = effect.await;
                 if result.is_ok() {
                     self.count(op);

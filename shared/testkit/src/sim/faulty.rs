@@ -35,6 +35,12 @@ impl<P> Faulty<P> {
         }
     }
 
+    /// `inner` behind named outages only ([`Injector::outages`]): the tests' and the demo's
+    /// ledger on the local stack.
+    pub fn with_outages(inner: P, kind: recon_core::domain::TransientKind) -> Self {
+        Faulty::new(inner, Arc::new(Injector::outages(kind)))
+    }
+
     /// The same port, its audit appends attempted by `flow` noted in the injector.
     pub fn used_by(self, flow: &'static str) -> Self {
         Faulty {
@@ -46,13 +52,19 @@ impl<P> Faulty<P> {
 
 impl<P: Ledger> Ledger for Faulty<P> {
     async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
-        self.faults.call("Ledger.commit", self.inner.commit(posting)).await
+        let hash = &posting.source_hash;
+        self.faults
+            .write("Ledger.commit", hash, self.inner.commit(posting))
+            .await
     }
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
         self.faults.call("Ledger.lookup", self.inner.lookup(source_hash)).await
     }
     async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
-        self.faults.call("Ledger.hand_off", self.inner.hand_off(hand_off)).await
+        let hash = &hand_off.source_hash;
+        self.faults
+            .write("Ledger.hand_off", hash, self.inner.hand_off(hand_off))
+            .await
     }
 }
 

@@ -20,7 +20,7 @@
 pub mod clock;
 pub mod exec;
 pub mod faults;
-mod faulty;
+pub mod faulty;
 pub mod gl;
 pub mod ledger;
 pub mod oracle;
