@@ -53,37 +53,18 @@ impl fmt::Display for Identity {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum RequestStatus {
-    PendingApproval,
-    Approved,
-    Rejected,
-    Executing,
-    /// Its canary failed, or its run stopped early (time, back-pressure, the rate limit): the
-    /// rest waits for a second person to look and go on (or not) before it expires.
-    Paused,
-    Executed,
-    Expired,
-}
-
-impl RequestStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RequestStatus::PendingApproval => "PENDING_APPROVAL",
-            RequestStatus::Approved => "APPROVED",
-            RequestStatus::Rejected => "REJECTED",
-            RequestStatus::Executing => "EXECUTING",
-            RequestStatus::Paused => "PAUSED",
-            RequestStatus::Executed => "EXECUTED",
-            RequestStatus::Expired => "EXPIRED",
-        }
-    }
-}
-
-impl fmt::Display for RequestStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.as_str())
+named! {
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+    pub enum RequestStatus {
+        PendingApproval = "PENDING_APPROVAL",
+        Approved = "APPROVED",
+        Rejected = "REJECTED",
+        Executing = "EXECUTING",
+        /// Its canary failed, or its run stopped early (time, back-pressure, the rate limit): the
+        /// rest waits for a second person to look and go on (or not) before it expires.
+        Paused = "PAUSED",
+        Executed = "EXECUTED",
+        Expired = "EXPIRED",
     }
 }
 

@@ -6,76 +6,53 @@ use serde::{Deserialize, Serialize};
 
 use super::failure::FailureCode;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum AuditKind {
-    /// The consumer saw a transaction that is already committed and acknowledged it unposted.
-    DuplicateSuppressed,
-    /// The consumer sent a message to the DLQ.
-    DeadLettered,
-    /// The enricher wrapped a dead letter in an envelope (and its WORM copy).
-    Enriched,
-    /// An envelope went to quarantine (terminal, WORM).
-    Quarantined,
-    /// PENDING envelopes crossed the high-water mark (one record per crossing).
-    DlqOverflow,
-    /// A replay re-injected an envelope's original into the main queue.
-    ReplayReinjected,
-    /// A replay found the envelope's transaction already committed and did not re-inject it.
-    ReplaySuppressed,
-    /// Reference data changed: a currency mapping, or an accounting period opened or closed.
-    ReferenceChanged,
-    /// A function started with a configuration other than the last one recorded for it.
-    ConfigChanged,
-    /// A remediation above the approval policy became a request waiting for a second person.
-    ApprovalRequested,
-    /// A second identity approved a request.
-    ApprovalGranted,
-    /// A request was rejected (or withdrawn by its requester).
-    ApprovalRejected,
-    /// An approved request ran: exactly its set, less what changed since.
-    ApprovalExecuted,
-    /// An approved request's run stopped (its canary failed, or time ran out): the rest waits.
-    ApprovalPaused,
-    /// A PENDING dead letter's age reached a stage of the escalation chain.
-    Escalated,
-    /// A request waited past its expiry, undecided or unexecuted.
-    ApprovalExpired,
-    /// An approved edit of a dead letter's body was posted as a new message (the envelope is
-    /// SUPERSEDED): who proposed it, who approved it, why, and the field diff.
-    Edited,
-    /// The scheduled sweep's canary of a large group failed: the rest of the group is held.
-    SweepCanaryHeld,
-    /// Never written: a stored record that could not be read back (a field edited into a value
-    /// no version of the code writes). Verification names it; nothing else counts it.
-    Unreadable,
+named! {
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum AuditKind {
+        /// The consumer saw a transaction that is already committed and acknowledged it unposted.
+        DuplicateSuppressed = "DUPLICATE_SUPPRESSED",
+        /// The consumer sent a message to the DLQ.
+        DeadLettered = "DEAD_LETTERED",
+        /// The enricher wrapped a dead letter in an envelope (and its WORM copy).
+        Enriched = "ENRICHED",
+        /// An envelope went to quarantine (terminal, WORM).
+        Quarantined = "QUARANTINED",
+        /// PENDING envelopes crossed the high-water mark (one record per crossing).
+        DlqOverflow = "DLQ_OVERFLOW",
+        /// A replay re-injected an envelope's original into the main queue.
+        ReplayReinjected = "REPLAY_REINJECTED",
+        /// A replay found the envelope's transaction already committed and did not re-inject it.
+        ReplaySuppressed = "REPLAY_SUPPRESSED",
+        /// Reference data changed: a currency mapping, or an accounting period opened or closed.
+        ReferenceChanged = "REFERENCE_CHANGED",
+        /// A function started with a configuration other than the last one recorded for it.
+        ConfigChanged = "CONFIG_CHANGED",
+        /// A remediation above the approval policy became a request waiting for a second person.
+        ApprovalRequested = "APPROVAL_REQUESTED",
+        /// A second identity approved a request.
+        ApprovalGranted = "APPROVAL_GRANTED",
+        /// A request was rejected (or withdrawn by its requester).
+        ApprovalRejected = "APPROVAL_REJECTED",
+        /// An approved request ran: exactly its set, less what changed since.
+        ApprovalExecuted = "APPROVAL_EXECUTED",
+        /// An approved request's run stopped (its canary failed, or time ran out): the rest waits.
+        ApprovalPaused = "APPROVAL_PAUSED",
+        /// A PENDING dead letter's age reached a stage of the escalation chain.
+        Escalated = "ESCALATED",
+        /// A request waited past its expiry, undecided or unexecuted.
+        ApprovalExpired = "APPROVAL_EXPIRED",
+        /// An approved edit of a dead letter's body was posted as a new message (the envelope is
+        /// SUPERSEDED): who proposed it, who approved it, why, and the field diff.
+        Edited = "EDITED",
+        /// The scheduled sweep's canary of a large group failed: the rest of the group is held.
+        SweepCanaryHeld = "SWEEP_CANARY_HELD",
+        /// Never written: a stored record that could not be read back (a field edited into a value
+        /// no version of the code writes). Verification names it; nothing else counts it.
+        Unreadable = "UNREADABLE",
+    }
 }
 
 impl AuditKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuditKind::DuplicateSuppressed => "DUPLICATE_SUPPRESSED",
-            AuditKind::DeadLettered => "DEAD_LETTERED",
-            AuditKind::Enriched => "ENRICHED",
-            AuditKind::Quarantined => "QUARANTINED",
-            AuditKind::DlqOverflow => "DLQ_OVERFLOW",
-            AuditKind::ReplayReinjected => "REPLAY_REINJECTED",
-            AuditKind::ReplaySuppressed => "REPLAY_SUPPRESSED",
-            AuditKind::ReferenceChanged => "REFERENCE_CHANGED",
-            AuditKind::ConfigChanged => "CONFIG_CHANGED",
-            AuditKind::ApprovalRequested => "APPROVAL_REQUESTED",
-            AuditKind::ApprovalGranted => "APPROVAL_GRANTED",
-            AuditKind::ApprovalRejected => "APPROVAL_REJECTED",
-            AuditKind::ApprovalExecuted => "APPROVAL_EXECUTED",
-            AuditKind::ApprovalPaused => "APPROVAL_PAUSED",
-            AuditKind::Escalated => "ESCALATED",
-            AuditKind::ApprovalExpired => "APPROVAL_EXPIRED",
-            AuditKind::Edited => "EDITED",
-            AuditKind::SweepCanaryHeld => "SWEEP_CANARY_HELD",
-            AuditKind::Unreadable => "UNREADABLE",
-        }
-    }
-
     /// The kinds a reconciliation reads (one message's fate, or a cross-check of the envelopes):
     /// the records the audit table indexes by period.
     pub const RECONCILED: [AuditKind; 4] = [

@@ -9,52 +9,19 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// The named, machine-readable classification of a DLQ decision.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum FailureCode {
-    /// Fails deterministically (bad data, unmapped reference data, closed period), or kept
-    /// failing transiently until the retry budget ran out.
-    PoisonMessage,
-    /// The transaction is already committed; the repeat was suppressed, never posted.
-    ReplayDuplicate,
-    /// The DLQ holds more pending envelopes than its high-water mark.
-    DlqOverflow,
-    /// The payload cannot even be identified (not JSON, no or bad `source_hash`, hash mismatch).
-    UnrecoverablePayload,
-}
-
-impl FailureCode {
-    pub const ALL: [FailureCode; 4] = [
-        FailureCode::PoisonMessage,
-        FailureCode::ReplayDuplicate,
-        FailureCode::DlqOverflow,
-        FailureCode::UnrecoverablePayload,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureCode::PoisonMessage => "POISON_MESSAGE",
-            FailureCode::ReplayDuplicate => "REPLAY_DUPLICATE",
-            FailureCode::DlqOverflow => "DLQ_OVERFLOW",
-            FailureCode::UnrecoverablePayload => "UNRECOVERABLE_PAYLOAD",
-        }
-    }
-}
-
-impl fmt::Display for FailureCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for FailureCode {
-    type Err = UnknownName;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        FailureCode::ALL
-            .into_iter()
-            .find(|c| c.as_str() == s)
-            .ok_or_else(|| UnknownName(s.to_owned()))
+named! {
+    /// The named, machine-readable classification of a DLQ decision.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    pub enum FailureCode {
+        /// Fails deterministically (bad data, unmapped reference data, closed period), or kept
+        /// failing transiently until the retry budget ran out.
+        PoisonMessage = "POISON_MESSAGE",
+        /// The transaction is already committed; the repeat was suppressed, never posted.
+        ReplayDuplicate = "REPLAY_DUPLICATE",
+        /// The DLQ holds more pending envelopes than its high-water mark.
+        DlqOverflow = "DLQ_OVERFLOW",
+        /// The payload cannot even be identified (not JSON, no or bad `source_hash`, hash mismatch).
+        UnrecoverablePayload = "UNRECOVERABLE_PAYLOAD",
     }
 }
 
@@ -63,60 +30,23 @@ impl FromStr for FailureCode {
 #[error("unknown name `{0}`")]
 pub struct UnknownName(pub String);
 
-/// What kind of transient fault a store or queue reported.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum TransientKind {
-    /// Throttling or provisioned-throughput errors.
-    Throttled,
-    /// A request or the whole operation timed out.
-    Timeout,
-    /// The service answered 5xx / unavailable.
-    ServiceUnavailable,
-    /// A write conflicted with a concurrent one (transaction conflict, lease held elsewhere).
-    Conflict,
-    /// The request never reached the service (connection refused, DNS, TLS).
-    Network,
-    /// Anything else the infrastructure reported (misconfiguration included): retried, never
-    /// blamed on the message.
-    Infrastructure,
-}
-
-impl TransientKind {
-    const ALL: [TransientKind; 6] = [
-        TransientKind::Throttled,
-        TransientKind::Timeout,
-        TransientKind::ServiceUnavailable,
-        TransientKind::Conflict,
-        TransientKind::Network,
-        TransientKind::Infrastructure,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TransientKind::Throttled => "THROTTLED",
-            TransientKind::Timeout => "TIMEOUT",
-            TransientKind::ServiceUnavailable => "SERVICE_UNAVAILABLE",
-            TransientKind::Conflict => "CONFLICT",
-            TransientKind::Network => "NETWORK",
-            TransientKind::Infrastructure => "INFRASTRUCTURE",
-        }
-    }
-}
-
-impl fmt::Display for TransientKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for TransientKind {
-    type Err = UnknownName;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        TransientKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| UnknownName(s.to_owned()))
+named! {
+    /// What kind of transient fault a store or queue reported.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum TransientKind {
+        /// Throttling or provisioned-throughput errors.
+        Throttled = "THROTTLED",
+        /// A request or the whole operation timed out.
+        Timeout = "TIMEOUT",
+        /// The service answered 5xx / unavailable.
+        ServiceUnavailable = "SERVICE_UNAVAILABLE",
+        /// A write conflicted with a concurrent one (transaction conflict, lease held elsewhere).
+        Conflict = "CONFLICT",
+        /// The request never reached the service (connection refused, DNS, TLS).
+        Network = "NETWORK",
+        /// Anything else the infrastructure reported (misconfiguration included): retried, never
+        /// blamed on the message.
+        Infrastructure = "INFRASTRUCTURE",
     }
 }
 

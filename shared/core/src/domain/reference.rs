@@ -8,10 +8,6 @@
 use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
-use std::str::FromStr;
-
-use super::failure::UnknownName;
 
 /// Largest scale a `rust_decimal::Decimal` can carry; no currency may claim more minor units.
 pub const MAX_MINOR_UNITS: u32 = 28;
@@ -196,37 +192,12 @@ pub fn iso_minor_units(code: &str) -> Option<u32> {
         .map(|i| u32::from(ISO_4217[i].1))
 }
 
-/// Status of an accounting period for one ledger entity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum PeriodStatus {
-    Open,
-    Closed,
-}
-
-impl PeriodStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PeriodStatus::Open => "OPEN",
-            PeriodStatus::Closed => "CLOSED",
-        }
-    }
-}
-
-impl fmt::Display for PeriodStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for PeriodStatus {
-    type Err = UnknownName;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "OPEN" => Ok(PeriodStatus::Open),
-            "CLOSED" => Ok(PeriodStatus::Closed),
-            _ => Err(UnknownName(s.to_owned())),
-        }
+named! {
+    /// Status of an accounting period for one ledger entity.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum PeriodStatus {
+        Open = "OPEN",
+        Closed = "CLOSED",
     }
 }
 

@@ -18,65 +18,24 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
 
-use super::failure::UnknownName;
-
-/// Where an envelope is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum EnvelopeStatus {
-    /// Waiting for its root cause to be fixed and a replay.
-    Pending,
-    /// Claimed by a replay (lease).
-    Replaying,
-    /// Re-injected into the main queue.
-    Replayed,
-    /// Its transaction was already committed: never re-injected.
-    SuppressedDuplicate,
-    /// Terminal: kept in the WORM bucket for audit and manual handling.
-    Quarantined,
-    /// Terminal: an approved edit of its body was posted as a new message that names it; the
-    /// original stays as it came (its WORM copy untouched).
-    Superseded,
-}
-
-impl EnvelopeStatus {
-    pub const ALL: [EnvelopeStatus; 6] = [
-        EnvelopeStatus::Pending,
-        EnvelopeStatus::Replaying,
-        EnvelopeStatus::Replayed,
-        EnvelopeStatus::SuppressedDuplicate,
-        EnvelopeStatus::Quarantined,
-        EnvelopeStatus::Superseded,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EnvelopeStatus::Pending => "PENDING",
-            EnvelopeStatus::Replaying => "REPLAYING",
-            EnvelopeStatus::Replayed => "REPLAYED",
-            EnvelopeStatus::SuppressedDuplicate => "SUPPRESSED_DUPLICATE",
-            EnvelopeStatus::Quarantined => "QUARANTINED",
-            EnvelopeStatus::Superseded => "SUPERSEDED",
-        }
-    }
-}
-
-impl fmt::Display for EnvelopeStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for EnvelopeStatus {
-    type Err = UnknownName;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EnvelopeStatus::ALL
-            .into_iter()
-            .find(|x| x.as_str() == s)
-            .ok_or_else(|| UnknownName(s.to_owned()))
+named! {
+    /// Where an envelope is in its life.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    pub enum EnvelopeStatus {
+        /// Waiting for its root cause to be fixed and a replay.
+        Pending = "PENDING",
+        /// Claimed by a replay (lease).
+        Replaying = "REPLAYING",
+        /// Re-injected into the main queue.
+        Replayed = "REPLAYED",
+        /// Its transaction was already committed: never re-injected.
+        SuppressedDuplicate = "SUPPRESSED_DUPLICATE",
+        /// Terminal: kept in the WORM bucket for audit and manual handling.
+        Quarantined = "QUARANTINED",
+        /// Terminal: an approved edit of its body was posted as a new message that names it; the
+        /// original stays as it came (its WORM copy untouched).
+        Superseded = "SUPERSEDED",
     }
 }
 

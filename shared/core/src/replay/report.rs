@@ -2,56 +2,36 @@
 //! in reports and `--json`), counts that always add up, and a bounded list of items.
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::sync::Arc;
 
 use super::gates::{Gate, Verdict};
 use crate::domain::DlqEnvelope;
 use crate::domain::approval::{Change, ChangeSet, Exposure, MAX_REQUEST_ENVELOPES};
 use crate::domain::canary::CanaryReport;
+use crate::domain::named;
 use crate::ports::{FlowError, FlowResult};
 
 /// Report at most this many per-envelope lines (the counts are always complete).
 pub const MAX_REPORT_ITEMS: usize = 200;
 
-/// What happened to one envelope.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum ReplayOutcome {
-    /// Its original was sent to the main queue again.
-    Reinjected,
-    /// Its transaction is committed: never re-injected (`REPLAY_DUPLICATE`).
-    SuppressedDuplicate,
-    /// Gate 1 still fails: it stays PENDING.
-    StillFailing,
-    /// Settled in quarantine (a gate, the replay cap, or an operator).
-    Quarantined,
-    /// Not decided by this replay (claimed elsewhere, time budget, back-pressure, send refused).
-    Skipped,
-    /// Dry runs: what would have happened.
-    WouldReinject,
-    WouldSuppress,
-    WouldQuarantine,
-}
-
-impl ReplayOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReplayOutcome::Reinjected => "REINJECTED",
-            ReplayOutcome::SuppressedDuplicate => "SUPPRESSED_DUPLICATE",
-            ReplayOutcome::StillFailing => "STILL_FAILING",
-            ReplayOutcome::Quarantined => "QUARANTINED",
-            ReplayOutcome::Skipped => "SKIPPED",
-            ReplayOutcome::WouldReinject => "WOULD_REINJECT",
-            ReplayOutcome::WouldSuppress => "WOULD_SUPPRESS",
-            ReplayOutcome::WouldQuarantine => "WOULD_QUARANTINE",
-        }
-    }
-}
-
-impl fmt::Display for ReplayOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+named! {
+    /// What happened to one envelope.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum ReplayOutcome {
+        /// Its original was sent to the main queue again.
+        Reinjected = "REINJECTED",
+        /// Its transaction is committed: never re-injected (`REPLAY_DUPLICATE`).
+        SuppressedDuplicate = "SUPPRESSED_DUPLICATE",
+        /// Gate 1 still fails: it stays PENDING.
+        StillFailing = "STILL_FAILING",
+        /// Settled in quarantine (a gate, the replay cap, or an operator).
+        Quarantined = "QUARANTINED",
+        /// Not decided by this replay (claimed elsewhere, time budget, back-pressure, send refused).
+        Skipped = "SKIPPED",
+        /// Dry runs: what would have happened.
+        WouldReinject = "WOULD_REINJECT",
+        WouldSuppress = "WOULD_SUPPRESS",
+        WouldQuarantine = "WOULD_QUARANTINE",
     }
 }
 
@@ -241,16 +221,7 @@ mod tests {
 
     #[test]
     fn outcomes_serialise_with_the_names_operators_see() {
-        for o in [
-            ReplayOutcome::Reinjected,
-            ReplayOutcome::SuppressedDuplicate,
-            ReplayOutcome::StillFailing,
-            ReplayOutcome::Quarantined,
-            ReplayOutcome::Skipped,
-            ReplayOutcome::WouldReinject,
-            ReplayOutcome::WouldSuppress,
-            ReplayOutcome::WouldQuarantine,
-        ] {
+        for o in ReplayOutcome::ALL {
             assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
             assert_eq!(serde_json::from_value::<ReplayOutcome>(o.as_str().into()).unwrap(), o);
         }

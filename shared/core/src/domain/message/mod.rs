@@ -43,40 +43,13 @@ pub const MAX_ENTITY_LEN: usize = 64;
 pub const MAX_REF_LEN: usize = 128;
 pub const MAX_COUNTERPARTY_LEN: usize = 256;
 
-/// The upstream matcher's verdict, carried through for audit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum MatchDecision {
-    Matched,
-    Partial,
-    Unmatched,
-}
-
-impl MatchDecision {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MatchDecision::Matched => "MATCHED",
-            MatchDecision::Partial => "PARTIAL",
-            MatchDecision::Unmatched => "UNMATCHED",
-        }
-    }
-}
-
-impl FromStr for MatchDecision {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        match s {
-            "MATCHED" => Ok(MatchDecision::Matched),
-            "PARTIAL" => Ok(MatchDecision::Partial),
-            "UNMATCHED" => Ok(MatchDecision::Unmatched),
-            _ => Err(()),
-        }
-    }
-}
-
-impl fmt::Display for MatchDecision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+named! {
+    /// The upstream matcher's verdict, carried through for audit.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum MatchDecision {
+        Matched = "MATCHED",
+        Partial = "PARTIAL",
+        Unmatched = "UNMATCHED",
     }
 }
 
@@ -392,7 +365,7 @@ fn decode_content(body: &str) -> Result<(ReconMessage<'_>, [u8; 32]), ProcessErr
     let message_id = required("message_id", wire.message_id.take(), MAX_ID_LEN)?;
     let h = wire.hashed()?;
     let match_decision = required("match_decision", wire.match_decision, 16)?;
-    let match_decision = MatchDecision::from_str(&match_decision).map_err(|()| {
+    let match_decision = MatchDecision::from_str(&match_decision).map_err(|_| {
         schema(
             "match_decision",
             "`match_decision` must be MATCHED, PARTIAL or UNMATCHED",
