@@ -10,7 +10,7 @@ use recon_core::ports::{AuditLog, ChainPage, StoreError, StoreResult};
 use recon_core::resources::keys;
 
 use super::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups};
-use super::{item_error, n, query_index, s, scan_all};
+use super::{applied, item_error, n, query_index, s, scan_all};
 use crate::error::store_error;
 use crate::item::{Item, from_item, get_s, to_item};
 
@@ -123,16 +123,7 @@ impl DynamoAuditLog {
             .expression_attribute_values(":prev", n(i64::try_from(state.version.saturating_sub(1)).unwrap_or(0)))
             .send()
             .await;
-        match put {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(store_error("PutItem(config state)", e)),
-        }
+        applied(put, "PutItem(config state)")
     }
 
     /// The item of the audit table under `key`, read strongly consistent (`op` names it in an
@@ -476,19 +467,13 @@ impl AuditLog for DynamoAuditLog {
             .expression_attribute_names("#id", keys::AUDIT_PK)
             .send()
             .await;
-        match put {
-            Ok(_) => Ok(candidate.to_owned()),
-            // Someone else started it first: theirs is the trail's id.
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
-            {
-                self.current_trail()
-                    .await?
-                    .ok_or_else(|| StoreError::new(TransientKind::Conflict, "audit trail id vanished"))
-            }
-            Err(e) => Err(store_error("PutItem(audit trail id)", e)),
+        if applied(put, "PutItem(audit trail id)")? {
+            return Ok(candidate.to_owned());
         }
+        // Someone else started it first: theirs is the trail's id.
+        self.current_trail()
+            .await?
+            .ok_or_else(|| StoreError::new(TransientKind::Conflict, "audit trail id vanished"))
     }
 
     async fn heads(&self) -> StoreResult<Vec<recon_core::domain::audit::ChainHead>> {

@@ -6,8 +6,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use recon_core::ports::StoreResult;
 
-use super::s;
-use crate::error::{SdkError, store_error};
+use super::{applied, s};
+use crate::error::store_error;
 use crate::item::Item;
 
 /// Which items of a table lack their period index entry.
@@ -70,7 +70,7 @@ pub(crate) async fn index_unindexed(
             let (Some(key), Some(shard)) = (item.get(u.pk), shard_of(&item)) else {
                 continue;
             };
-            let result = client
+            let update = client
                 .update_item()
                 .table_name(u.table)
                 .key(u.pk, key.clone())
@@ -81,11 +81,7 @@ pub(crate) async fn index_unindexed(
                 .expression_attribute_values(":shard", s(shard))
                 .send()
                 .await;
-            match result {
-                Ok(_) => indexed += 1,
-                Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {}
-                Err(e) => return Err(store_error(&format!("UpdateItem({}, period index)", u.table), e)),
-            }
+            indexed += u64::from(applied(update, &format!("UpdateItem({}, period index)", u.table))?);
         }
         progress(indexed);
         match out.last_evaluated_key {

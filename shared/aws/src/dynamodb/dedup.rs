@@ -8,7 +8,7 @@ use recon_core::domain::{CommittedRef, TransientKind};
 use recon_core::ports::{DedupTable, ReserveOutcome, StoreError, StoreResult};
 use recon_core::resources::keys;
 
-use super::{HAND_OFF_BY, committed_ref, n, s};
+use super::{HAND_OFF_BY, applied, committed_ref, n, s};
 use crate::error::{SdkError, store_error};
 use crate::item::{Item, get_s};
 
@@ -160,16 +160,7 @@ impl DedupTable for DynamoDedupTable {
             .expression_attribute_values(":at", s(at))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(store_error("UpdateItem(dedup commit)", e)),
-        }
+        applied(result, "UpdateItem(dedup commit)")
     }
 
     /// Marks the key released (an update: the roles need no delete), its first reservation
@@ -192,16 +183,8 @@ impl DedupTable for DynamoDedupTable {
             .expression_attribute_values(":owner", s(owner))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(store_error("UpdateItem(dedup release)", e)),
-        }
+        applied(result, "UpdateItem(dedup release)")?;
+        Ok(())
     }
 
     async fn leave_in_doubt(&self, source_hash: &str, owner: &str, now: DateTime<Utc>) -> StoreResult<()> {
@@ -220,16 +203,8 @@ impl DedupTable for DynamoDedupTable {
             .expression_attribute_values(":ended", n(now.timestamp_millis() - 1))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(store_error("UpdateItem(dedup leave in doubt)", e)),
-        }
+        applied(result, "UpdateItem(dedup leave in doubt)")?;
+        Ok(())
     }
 
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {

@@ -15,12 +15,12 @@ use recon_core::ports::{
 };
 use recon_core::resources::keys;
 
-use super::{decode_cursor, encode_cursor, item_error, n, s};
+use super::{applied, decode_cursor, encode_cursor, item_error, n, s};
 
 mod period;
 mod transitions;
 use super::transact::{first_condition_failed, transact};
-use crate::error::{SdkError, store_error};
+use crate::error::store_error;
 use crate::item::{Item, from_item, get_s, to_item};
 use transitions::{ClaimValues, FROM_PENDING, TAKEOVER, claim_update, finish_update, from_pending, takeover};
 
@@ -239,16 +239,7 @@ impl EnvelopeStore for DynamoEnvelopeStore {
             )
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(store_error("UpdateItem(replay renew)", e).into()),
-        }
+        Ok(applied(result, "UpdateItem(replay renew)")?)
     }
 
     async fn finish(
@@ -349,7 +340,6 @@ impl SweepCursors for DynamoEnvelopeStore {
     }
 
     async fn take_sends(&self, second: i64, count: u32, limit: u32) -> StoreResult<bool> {
-        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
         // Room for all `count`: at most limit - count taken before (negative when count > limit:
         // the first take of the second only).
         let room = i64::from(limit) - i64::from(count);
@@ -365,15 +355,7 @@ impl SweepCursors for DynamoEnvelopeStore {
             .expression_attribute_values(":room", n(room))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(store_error("UpdateItem(replay rate window)", e)),
-        }
+        applied(result, "UpdateItem(replay rate window)")
     }
 }
 
@@ -448,16 +430,8 @@ impl Backlog for DynamoEnvelopeStore {
             .expression_attribute_values(":f", AttributeValue::Bool(false))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|x| x.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(store_error("UpdateItem(overflow flag)", e)),
-        }
+        applied(result, "UpdateItem(overflow flag)")?;
+        Ok(())
     }
 }
 

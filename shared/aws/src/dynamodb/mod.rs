@@ -25,11 +25,23 @@ use recon_core::domain::{CommittedRef, TransientKind};
 use recon_core::ports::{StoreError, StoreResult};
 use recon_core::resources::{IndexSpec, keys};
 
-use crate::error::store_error;
+use crate::error::{HttpResponse, SdkError, store_error};
 use crate::item::{Item, get_s};
 
 pub(crate) fn item_error(op: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::new(TransientKind::Infrastructure, format!("{op}: {e}"))
+}
+
+/// A conditional write's answer: `true` when written, `false` when its condition did not hold.
+pub(crate) fn applied<T, E>(result: Result<T, SdkError<E, HttpResponse>>, op: &str) -> StoreResult<bool>
+where
+    E: aws_smithy_types::error::metadata::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(SdkError::ServiceError(e)) if e.err().code() == Some("ConditionalCheckFailedException") => Ok(false),
+        Err(e) => Err(store_error(op, e)),
+    }
 }
 
 pub(crate) fn s(v: impl Into<String>) -> AttributeValue {

@@ -1,8 +1,6 @@
 //! Reference data in one small table: `CURRENCY`/code and `PERIOD#<entity>`/`YYYY-MM` items.
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use recon_core::domain::approval::ApprovalPolicy;
 use recon_core::domain::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};
@@ -11,7 +9,7 @@ use recon_core::resources::keys;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::scan_all;
+use super::{applied, scan_all};
 use crate::error::store_error;
 use crate::item::get_s;
 
@@ -173,12 +171,8 @@ impl ReferenceData for DynamoReferenceData {
                 .expression_attribute_values(":closed", AttributeValue::S(PeriodStatus::Closed.as_str().into())),
             None => put,
         };
-        match put.send().await {
-            Ok(_) => {}
-            Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
-                return Err(closed_meanwhile(p));
-            }
-            Err(e) => return Err(store_error("PutItem(reference period)", e)),
+        if !applied(put.send().await, "PutItem(reference period)")? {
+            return Err(closed_meanwhile(p));
         }
         self.invalidate().await;
         Ok(())
