@@ -2,6 +2,7 @@
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use chrono::{DateTime, Utc};
 use recon_core::domain::{CommittedRef, TransientKind};
@@ -12,7 +13,6 @@ use super::{HAND_OFF_BY, applied, committed_ref, n, s};
 use crate::error::{SdkError, store_error};
 use crate::item::{Item, get_s};
 
-/// The dedup table of the reserve -> post -> commit protocol (see [`crate::reservation`]).
 #[derive(Clone, Debug)]
 pub struct DynamoDedupTable {
     client: Client,
@@ -44,6 +44,21 @@ impl DynamoDedupTable {
             .map(committed_ref)
             .collect())
     }
+
+    /// An update of `source_hash`'s item, made only while `owner` holds its claim (it names
+    /// `#state`, `#owner`, `#lease`, `:claimed` and `:owner`).
+    fn owned(&self, source_hash: &str, owner: &str) -> UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(keys::DEDUP_PK, s(source_hash))
+            .condition_expression("#state = :claimed AND #owner = :owner")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_names("#lease", "lease_until")
+            .expression_attribute_values(":claimed", s(CLAIMED))
+            .expression_attribute_values(":owner", s(owner))
+    }
 }
 
 /// A time stored as epoch milliseconds.
@@ -67,8 +82,7 @@ fn claim_outcome_from(item: &Item) -> ReserveOutcome {
 
 impl DedupTable for DynamoDedupTable {
     /// A conditional update (not a put): the key's first reservation time stays across takeovers,
-    /// and
-    /// the item it replaced comes back (`ALL_OLD`), so a takeover knows it is one.
+    /// and the item it replaced comes back (`ALL_OLD`), so a takeover knows it is one.
     async fn reserve(
         &self,
         source_hash: &str,
@@ -113,19 +127,14 @@ impl DedupTable for DynamoDedupTable {
                     .filter(|old| get_s(old, "state") == Some(CLAIMED))
                     .map(|old| millis(old, FIRST_CLAIMED_AT).unwrap_or(now)),
             }),
-            Err(SdkError::ServiceError(e))
-                if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-            {
-                match e.err() {
-                    UpdateItemError::ConditionalCheckFailedException(c) => match c.item() {
-                        Some(item) => Ok(claim_outcome_from(item)),
-                        None => Err(StoreError::new(
-                            TransientKind::Conflict,
-                            "reservation refused without the current item",
-                        )),
-                    },
-                    _ => Err(StoreError::new(TransientKind::Conflict, "reservation refused")),
-                }
+            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                let held = match e.err() {
+                    UpdateItemError::ConditionalCheckFailedException(c) => c.item(),
+                    _ => None,
+                };
+                held.map(claim_outcome_from).ok_or_else(|| {
+                    StoreError::new(TransientKind::Conflict, "reservation refused without the current item")
+                })
             }
             Err(e) => Err(store_error("UpdateItem(dedup reservation)", e)),
         }
@@ -139,72 +148,39 @@ impl DedupTable for DynamoDedupTable {
             set.push_str(&format!(", {HAND_OFF_BY} = :mj"));
         }
         let mut request = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(keys::DEDUP_PK, s(&committed.source_hash))
-            .update_expression(format!("{set} REMOVE #lease"));
+            .owned(&committed.source_hash, owner)
+            .update_expression(format!("{set} REMOVE #lease"))
+            .expression_attribute_values(":committed", s(COMMITTED))
+            .expression_attribute_values(":sqs", s(&committed.sqs_message_id))
+            .expression_attribute_values(":mid", s(&committed.message_id))
+            .expression_attribute_values(":at", s(at));
         if let Some(envelope) = &committed.manual_journal {
             request = request.expression_attribute_values(":mj", s(envelope));
         }
-        let result = request
-            .condition_expression("#state = :claimed AND #owner = :owner")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#owner", "owner")
-            .expression_attribute_names("#lease", "lease_until")
-            .expression_attribute_values(":committed", s(COMMITTED))
-            .expression_attribute_values(":claimed", s(CLAIMED))
-            .expression_attribute_values(":owner", s(owner))
-            .expression_attribute_values(":sqs", s(&committed.sqs_message_id))
-            .expression_attribute_values(":mid", s(&committed.message_id))
-            .expression_attribute_values(":at", s(at))
-            .send()
-            .await;
-        applied(result, "UpdateItem(dedup commit)")
+        applied(request.send().await, "UpdateItem(dedup commit)")
     }
 
     /// Marks the key released (an update: the roles need no delete), its first reservation
-    /// forgotten:
-    /// the next reservation is a fresh one, in no doubt.
+    /// forgotten: the next reservation is a fresh one, in no doubt.
     async fn release(&self, source_hash: &str, owner: &str) -> StoreResult<()> {
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(keys::DEDUP_PK, s(source_hash))
+            .owned(source_hash, owner)
             .update_expression("SET #state = :released REMOVE #owner, #lease, #first")
-            .condition_expression("#state = :claimed AND #owner = :owner")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#owner", "owner")
-            .expression_attribute_names("#lease", "lease_until")
             .expression_attribute_names("#first", FIRST_CLAIMED_AT)
-            .expression_attribute_values(":claimed", s(CLAIMED))
             .expression_attribute_values(":released", s(RELEASED))
-            .expression_attribute_values(":owner", s(owner))
             .send()
             .await;
-        applied(result, "UpdateItem(dedup release)")?;
-        Ok(())
+        applied(result, "UpdateItem(dedup release)").map(drop)
     }
 
     async fn leave_in_doubt(&self, source_hash: &str, owner: &str, now: DateTime<Utc>) -> StoreResult<()> {
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key(keys::DEDUP_PK, s(source_hash))
+            .owned(source_hash, owner)
             .update_expression("SET #lease = :ended")
-            .condition_expression("#state = :claimed AND #owner = :owner")
-            .expression_attribute_names("#state", "state")
-            .expression_attribute_names("#owner", "owner")
-            .expression_attribute_names("#lease", "lease_until")
-            .expression_attribute_values(":claimed", s(CLAIMED))
-            .expression_attribute_values(":owner", s(owner))
             .expression_attribute_values(":ended", n(now.timestamp_millis() - 1))
             .send()
             .await;
-        applied(result, "UpdateItem(dedup leave in doubt)")?;
-        Ok(())
+        applied(result, "UpdateItem(dedup leave in doubt)").map(drop)
     }
 
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
