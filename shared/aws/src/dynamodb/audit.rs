@@ -10,6 +10,7 @@ use recon_core::ports::{AuditLog, ChainPage, StoreError, StoreResult};
 use recon_core::resources::keys;
 
 use super::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups};
+use super::transact::{TransactError, cancellation_codes};
 use super::{applied, item_error, n, query_index, s, scan_all};
 use crate::error::store_error;
 use crate::item::{Item, from_item, get_s, to_item};
@@ -190,29 +191,16 @@ impl DynamoAuditLog {
         let Links { puts, heads } = self.links(records).await?;
         let (mut items, seqs): (Vec<_>, Vec<u64>) = puts.into_iter().unzip();
         items.extend(heads);
-        let err = match self
+        match self
             .client
             .transact_write_items()
             .set_transact_items(Some(items))
             .send()
             .await
         {
-            Ok(_) => return Ok(Ok(seqs)),
-            Err(e) => e,
-        };
-        let Some(reasons) = cancellation_reasons(&err) else {
-            return Err(store_error("TransactWriteItems(audit append)", err));
-        };
-        let failed = |i: usize| reasons.get(i).and_then(|r| r.as_deref()) == Some("ConditionalCheckFailed");
-        let recorded: BTreeSet<usize> = (0..records.len()).filter(|&i| failed(i)).collect();
-        if !recorded.is_empty() {
-            return Ok(Err(Some(recorded)));
+            Ok(_) => Ok(Ok(seqs)),
+            Err(e) => not_linked(e, records.len()).map(Err),
         }
-        let moved = (records.len()..reasons.len()).any(failed);
-        if moved || reasons.iter().flatten().any(|r| r == "TransactionConflict") {
-            return Ok(Err(None));
-        }
-        Err(store_error("TransactWriteItems(audit append)", err))
     }
 
     fn record_put(&self, linked: &ChainedRecord) -> StoreResult<aws_sdk_dynamodb::types::Put> {
@@ -268,23 +256,20 @@ fn head_of(item: Option<&Item>) -> (u64, String) {
     (seq, get_s(item, "hash").unwrap_or(GENESIS).to_owned())
 }
 
-/// Why a transaction was cancelled, item by item; `None` when it failed otherwise.
-fn cancellation_reasons<R>(
-    err: &aws_sdk_dynamodb::error::SdkError<
-        aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError,
-        R,
-    >,
-) -> Option<Vec<Option<String>>> {
-    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-    match err.as_service_error() {
-        Some(TransactWriteItemsError::TransactionCanceledException(t)) => Some(
-            t.cancellation_reasons()
-                .iter()
-                .map(|r| r.code().map(str::to_owned))
-                .collect(),
-        ),
-        _ => None,
+/// Why a transaction linking `records` records (their puts first, then the heads' moves) was not
+/// written: `Some` of those already recorded, when any were (nothing was written); `None` when a
+/// head moved or another writer met it (read the heads again); any other failure is an error.
+fn not_linked(err: TransactError, records: usize) -> StoreResult<Option<BTreeSet<usize>>> {
+    let codes = cancellation_codes(&err);
+    let failed = |i: usize| codes.get(i).and_then(|c| c.as_deref()) == Some("ConditionalCheckFailed");
+    let recorded: BTreeSet<usize> = (0..records).filter(|&i| failed(i)).collect();
+    if !recorded.is_empty() {
+        return Ok(Some(recorded));
     }
+    if (records..codes.len()).any(failed) || codes.iter().flatten().any(|c| c == "TransactionConflict") {
+        return Ok(None);
+    }
+    Err(store_error("TransactWriteItems(audit append)", err))
 }
 
 fn audit_records(items: &[Item]) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
@@ -352,19 +337,11 @@ impl AuditLog for DynamoAuditLog {
                 )
                 .send()
                 .await;
-            let err = match result {
-                Ok(_) => return Ok(Some(linked.seq)),
-                Err(e) => e,
+            let Err(err) = result else {
+                return Ok(Some(linked.seq));
             };
-            let Some(reasons) = cancellation_reasons(&err) else {
-                return Err(store_error("TransactWriteItems(audit append)", err));
-            };
-            let failed = |i: usize| reasons.get(i).and_then(|r| r.as_deref()) == Some("ConditionalCheckFailed");
-            if failed(0) {
+            if not_linked(err, 1)?.is_some() {
                 return Ok(None); // this decision is already recorded
-            }
-            if !failed(1) && !reasons.iter().flatten().any(|r| r == "TransactionConflict") {
-                return Err(store_error("TransactWriteItems(audit append)", err));
             }
             // Another writer moved this chain's head: read it again and relink.
             tokio::time::sleep(std::time::Duration::from_millis(u64::from(attempt % 8) * 5 + 1)).await;

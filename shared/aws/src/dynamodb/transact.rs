@@ -4,10 +4,10 @@
 use crate::error::SdkError;
 
 type TransactRequest = aws_sdk_dynamodb::operation::transact_write_items::builders::TransactWriteItemsFluentBuilder;
-type TransactResult = Result<
-    aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput,
-    SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, crate::error::HttpResponse>,
->;
+pub(super) type TransactError =
+    SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, crate::error::HttpResponse>;
+type TransactResult =
+    Result<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput, TransactError>;
 
 /// Send a transaction; again, several times and apart, when DynamoDB cancelled it only because
 /// another transaction held one of its items at the same moment. Every status change also moves
