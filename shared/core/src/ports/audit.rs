@@ -72,14 +72,11 @@ const READ_PAGE: usize = 1000;
 /// a time ([`AuditLog::chain_page`]) into one list: for a caller that wants the chain whole (the
 /// evidence streams pages instead).
 pub async fn read_chain<A: AuditLog + ?Sized>(log: &A, chain: &str, from_seq: u64) -> StoreResult<Vec<ChainedRecord>> {
-    let mut out = Vec::new();
-    let mut cursor = None;
-    loop {
-        let (page, next) = log.chain_page(chain, from_seq, cursor, READ_PAGE).await?;
+    let (mut out, mut cursor) = (Vec::new(), super::ledger::Cursor::new("audit chain read"));
+    while let Some(at) = cursor.at() {
+        let (page, next) = log.chain_page(chain, from_seq, at, READ_PAGE).await?;
         out.extend(page);
-        match next {
-            Some(c) => cursor = Some(c),
-            None => return Ok(out),
-        }
+        cursor.follow(next)?;
     }
+    Ok(out)
 }

@@ -211,17 +211,14 @@ pub async fn all_envelopes<S: EnvelopeStore>(
     store: &S,
     status: Option<EnvelopeStatus>,
 ) -> StoreResult<Vec<DlqEnvelope>> {
-    let mut all = Vec::new();
-    let mut cursor = None;
-    loop {
+    let (mut all, mut cursor) = (Vec::new(), super::ledger::Cursor::new("envelope read"));
+    while let Some(at) = cursor.at() {
         let (page, next) = match status {
-            Some(s) => store.list_by_status(s, cursor, 500).await?,
-            None => store.list_all(cursor, 500).await?,
+            Some(s) => store.list_by_status(s, at, 500).await?,
+            None => store.list_all(at, 500).await?,
         };
         all.extend(page);
-        match next {
-            Some(c) => cursor = Some(c),
-            None => return Ok(all),
-        }
+        cursor.follow(next)?;
     }
+    Ok(all)
 }

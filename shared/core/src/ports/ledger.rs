@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::future::Future;
 
-use super::StoreResult;
-use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting, Segment};
+use super::{StoreError, StoreResult};
+use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting, Segment, TransientKind};
 
 port! {
     /// `commit` must be atomic with the dedup mark: after it returns `Committed`, no later call for
@@ -149,21 +149,45 @@ pub async fn each_page<R: LedgerReader + ?Sized>(
     scope: &LedgerScope,
     mut f: impl FnMut(Vec<Posting>),
 ) -> StoreResult<()> {
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = reader.postings_page(scope, cursor.as_deref(), READ_PAGE).await?;
+    let mut cursor = Cursor::new("ledger read");
+    while let Some(at) = cursor.at() {
+        let page = reader.postings_page(scope, at.as_deref(), READ_PAGE).await?;
         f(page.postings);
-        match page.next {
-            // A cursor that does not move would read forever: a store bug, reported.
-            Some(next) if Some(&next) == cursor.as_ref() => {
-                return Err(super::StoreError::new(
-                    crate::domain::TransientKind::Infrastructure,
-                    format!("ledger read: the cursor did not move past {next}"),
-                ));
-            }
-            Some(next) => cursor = Some(next),
-            None => return Ok(()),
+        cursor.follow(page.next)?;
+    }
+    Ok(())
+}
+
+/// A store's opaque page cursor, followed from the first page to the one that names no next:
+/// `while let Some(at) = cursor.at()`, read the page at `at`, then `cursor.follow(next)?`.
+pub struct Cursor {
+    /// What is read, for the error.
+    what: &'static str,
+    /// Where the next page starts (`Some(None)`: the first); `None` once the last was read.
+    at: Option<Option<String>>,
+}
+
+impl Cursor {
+    pub fn new(what: &'static str) -> Self {
+        Cursor { what, at: Some(None) }
+    }
+
+    pub fn at(&self) -> Option<Option<String>> {
+        self.at.clone()
+    }
+
+    /// Take the cursor the page just read returned. One that does not move would read forever: a
+    /// store's bug, reported.
+    pub fn follow(&mut self, next: Option<String>) -> StoreResult<()> {
+        if let Some(n) = next
+            .as_ref()
+            .filter(|n| self.at.as_ref().and_then(Option::as_ref) == Some(*n))
+        {
+            let detail = format!("{}: the cursor did not move past {n}", self.what);
+            return Err(StoreError::new(TransientKind::Infrastructure, detail));
         }
+        self.at = next.map(Some);
+        Ok(())
     }
 }
 
@@ -259,5 +283,23 @@ port! {
             now: DateTime<Utc>,
         ) -> impl Future<Output = StoreResult<()>> + Send;
         fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cursor;
+
+    #[test]
+    fn a_cursor_is_followed_to_the_end_and_one_that_does_not_move_is_refused() {
+        let mut c = Cursor::new("x read");
+        assert_eq!(c.at(), Some(None));
+        c.follow(Some("a".into())).unwrap();
+        assert_eq!(c.at(), Some(Some("a".into())));
+        let stuck = c.follow(Some("a".into())).unwrap_err();
+        assert_eq!(stuck.detail, "x read: the cursor did not move past a");
+        c.follow(Some("b".into())).unwrap();
+        c.follow(None).unwrap();
+        assert_eq!(c.at(), None);
     }
 }

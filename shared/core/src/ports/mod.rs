@@ -55,8 +55,8 @@ pub use envelopes::{
     AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, Finish, Settled, SweepCursors, all_envelopes,
 };
 pub use ledger::{
-    DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, READ_PAGE, ReserveOutcome,
-    Voided, each_page, read_postings, tally_postings,
+    Cursor, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, READ_PAGE,
+    ReserveOutcome, Voided, each_page, read_postings, tally_postings,
 };
 pub use metrics::{Metric, Metrics};
 pub use periods::{EnvelopesOfPeriod, RecordsOfPeriod};

@@ -163,20 +163,18 @@ impl<P: ReplayPorts> Replayer<P> {
     /// Expire every waiting request whose time is up; returns how many (the scheduled sweep and
     /// `dlqctl requests list` call it).
     pub async fn expire_requests(&self) -> FlowResult<u64> {
-        let (mut cursor, mut expired) = (None, 0);
-        loop {
-            let (page, next) = self.store.list_requests(cursor, 100).await?;
+        let (mut cursor, mut expired) = (crate::ports::Cursor::new("request read"), 0);
+        while let Some(at) = cursor.at() {
+            let (page, next) = self.store.list_requests(at, 100).await?;
             for r in page {
                 let waiting = matches!(r.status, RequestStatus::PendingApproval | RequestStatus::Approved);
                 if waiting && self.clock.now() >= r.expires_at {
                     expired += u64::from(self.request(&r.request_id).await?.status == RequestStatus::Expired);
                 }
             }
-            match next {
-                Some(n) => cursor = Some(n),
-                None => return Ok(expired),
-            }
+            cursor.follow(next)?;
         }
+        Ok(expired)
     }
 
     /// Approve or reject request `id` as `by`.

@@ -106,9 +106,9 @@ pub async fn escalate<S: EnvelopeStore, A: AuditLog, M: Metrics>(
         .map(|d| (d.entity.clone(), d.period.clone()))
         .collect();
     let mut oldest: BTreeMap<FailureCode, (String, u64, u64)> = BTreeMap::new();
-    let mut cursor = None;
-    'pages: loop {
-        let (page, next) = store.list_by_status(EnvelopeStatus::Pending, cursor, 100).await?;
+    let mut cursor = crate::ports::Cursor::new("pending envelope read");
+    'pages: while let Some(at) = cursor.at() {
+        let (page, next) = store.list_by_status(EnvelopeStatus::Pending, at, 100).await?;
         for e in page {
             let age = age_secs(now, e.dead_lettered_at);
             if out.read == 0 {
@@ -140,10 +140,7 @@ pub async fn escalate<S: EnvelopeStore, A: AuditLog, M: Metrics>(
                 break 'pages;
             }
         }
-        match next {
-            Some(n) => cursor = Some(n),
-            None => break,
-        }
+        cursor.follow(next)?;
     }
     metrics.emit(&Metric {
         name: "OldestPendingAgeSeconds",
