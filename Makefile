@@ -144,7 +144,7 @@ deploy-code: build
 
 ## local-up: start LocalStack + DynamoDB Local (installing them on first use) and create the resources
 local-up: local-stack
-	$(DLQCTL) setup
+	$(XTASK) setup
 
 local-stack:
 	infra/local/stack.sh up
@@ -219,7 +219,7 @@ bench-memory: local-up
 bench-memory-ci: local-stack
 	$(BUILD_TESTED)
 	@mkdir -p .local-aws
-	$(TESTED)/dlqctl --prefix bench-memory-ci setup > /dev/null
+	$(TESTED)/xtask --prefix bench-memory-ci setup > /dev/null
 	$(TESTED)/dlqctl --prefix bench-memory-ci env > .local-aws/bench-memory-ci.env
 	limit=$$(python3 bench/cold_start.py --can-limit-cpu && echo "--memory 1769"); \
 	python3 bench/cold_start.py --env-file .local-aws/bench-memory-ci.env --runs 1 --warm 3 --no-sizes $$limit \

@@ -6,7 +6,7 @@ Usage:
     python infra/check_template.py TEMPLATE SPEC_JSON --self-test  # prove the check can fail
 
 SPEC_JSON is what `dlqctl infra-spec` prints. The template is the one definition of a deployment:
-the local stack is built from it (recon_aws::provision), so a key, an index or a queue setting the
+the local stack is built from it (recon_harness::provision), so a key, an index or a queue setting the
 code needs fails the integration tests by use, and the code's side of it (each function's
 variables, the outputs dlqctl --stack reads, timeouts, defaults) is checked in Rust on the
 resolved template (shared/aws/src/deployment/tests/contract.rs). Checked here: the queues kept on
@@ -97,7 +97,7 @@ def check(tpl, spec):
     errors.extend(own_metrics_per_stack(tpl, spec["metrics_namespace"]))
 
     # The tables' keys and indexes are the code's by use: the local stack is built from this
-    # template (recon_aws::provision), so a key or an index the code needs and the template lacks
+    # template (recon_harness::provision), so a key or an index the code needs and the template lacks
     # fails the integration tests. What the local stack cannot build is checked here.
     for name, r in sorted(res.items()):
         if r.get("Type") != "AWS::DynamoDB::Table":

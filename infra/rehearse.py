@@ -11,7 +11,7 @@ Usage:
 2. With --localstack: create through LocalStack's CloudFormation every resource of the generated
    template whose type LocalStack runs here (queues, the Object Lock bucket and its policy, log
    groups), with everything they depend on; then compare the stack's outputs and the created
-   resources with the template's names and settings (what recon_aws::provision builds locally). What cannot be created here (DynamoDB through
+   resources with the template's names and settings (what recon_harness::provision builds locally). What cannot be created here (DynamoDB through
    CloudFormation, Lambda, KMS, SNS, Scheduler targets, alarms on them) is listed, not faked.
 
 SPEC_JSON is what `dlqctl infra-spec` prints. Exit 1 with every difference.
@@ -210,7 +210,7 @@ def rehearse_on_localstack(cfn, spec, url, fifo=False):
     res = cfn["Resources"]
     if outputs.get("StackPrefix") != prefix or outputs.get("QuarantineBucketOwner") != account:
         errors.append(f"outputs StackPrefix {outputs.get('StackPrefix')!r}, QuarantineBucketOwner {outputs.get('QuarantineBucketOwner')!r}")
-    # The created resources are the template's, as recon_aws::provision builds them locally.
+    # The created resources are the template's, as recon_harness::provision builds them locally.
     for key, queue_id in (("MainQueueUrl", "MainQueue"), ("DeadLetterQueueUrl", "DeadLetterQueue")):
         props = res[queue_id]["Properties"]
         url_out = outputs.get(key, "")

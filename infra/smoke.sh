@@ -17,7 +17,7 @@ dlqctl=("$bin/dlqctl" --prefix "$prefix")
 log=".local-aws/logs/smoke-watch.log"
 fail() { echo "smoke: FAILED: $*" >&2; echo "--- cargo lambda watch log ---" >&2; tail -n 40 "$log" >&2 || true; exit 1; }
 
-"${dlqctl[@]}" setup >/dev/null
+"$bin/xtask" --prefix "$prefix" setup >/dev/null
 # The functions' environment as the template would set it (every name), pointed at the local
 # stack: what `make watch` gives cargo lambda watch too.
 mkdir -p .local-aws/logs

@@ -374,21 +374,21 @@ async fn a_direct_write_to_the_reference_table_is_recorded_from_its_stream() {
 #[tokio::test]
 async fn setup_never_lowers_the_buckets_retention() {
     // Regression: `setup` put the local default (one day) over any existing configuration, so
-    // `dlqctl --aws setup` could cut a deployed bucket's seven years to one day.
+    // the local setup run against AWS could cut a deployed bucket's seven years to one day.
     let s = TestStack::new("an-retain").await;
-    let longer = recon_aws::provision::StackSettings {
+    let longer = recon_harness::provision::StackSettings {
         worm_retention_days: 30,
         ..Default::default()
     };
-    recon_aws::provision::ensure_stack(&s.clients, &s.stack.names, &longer)
+    recon_harness::provision::ensure_stack(&s.clients, &s.stack.names, &longer)
         .await
         .unwrap();
     let bucket = s.stack.names.bucket();
-    let retention = || recon_aws::provision::worm_retention(&s.clients, &bucket);
+    let retention = || recon_harness::provision::worm_retention(&s.clients, &bucket);
     let compliance = aws_sdk_s3::types::ObjectLockRetentionMode::Compliance;
     assert_eq!(retention().await.unwrap(), Some((compliance.clone(), 30)));
     // Setup again with the local default of one day: the 30 days stay.
-    recon_aws::provision::ensure_stack(&s.clients, &s.stack.names, &Default::default())
+    recon_harness::provision::ensure_stack(&s.clients, &s.stack.names, &Default::default())
         .await
         .unwrap();
     assert_eq!(retention().await.unwrap(), Some((compliance, 30)));

@@ -5,8 +5,8 @@
 use aws_sdk_cloudformation::types::StackStatus;
 use aws_sdk_sqs::types::QueueAttributeName;
 use recon_aws::deployment::{self, outputs};
-use recon_aws::provision::{StackSettings, ensure_stack};
 use recon_aws::{AwsClients, Target};
+use recon_harness::provision::{StackSettings, ensure_stack};
 use recon_harness::stack::TestStack;
 use std::path::PathBuf;
 use std::process::Command;
@@ -162,10 +162,6 @@ async fn dlqctl_reads_every_name_from_the_stacks_outputs() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("commits to the dynamodb ledger"), "{said}");
 
-    // A CloudFormation stack is updated with its template, never by setup.
-    let out = dlqctl(&["--stack", &cfn_stack, "setup"]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("is CloudFormation's"));
     delete_cfn_stack(&s.clients, &cfn_stack).await;
     s.cleanup().await;
 }
@@ -225,8 +221,10 @@ async fn setup_refuses_to_touch_a_queue_it_did_not_create_and_changes_nothing() 
         .await
         .unwrap_err();
     assert!(
-        e.detail
-            .contains(&format!("queue {} was not created by dlqctl setup", names.main_queue)),
+        e.detail.contains(&format!(
+            "queue {} was not created by the local setup",
+            names.main_queue
+        )),
         "{e}"
     );
     assert!(e.detail.contains("changed nothing"), "{e}");
@@ -288,14 +286,14 @@ async fn setup_refuses_a_bucket_it_did_not_create_and_leaves_its_retention() {
     .unwrap_err();
     assert!(
         e.detail.contains(&format!(
-            "bucket {} was not created by dlqctl setup",
+            "bucket {} was not created by the local setup",
             names.quarantine_bucket
         )),
         "{e}"
     );
     // Not even a raise: the bucket keeps no default retention, as its owner left it.
     assert_eq!(
-        recon_aws::provision::worm_retention(&clients, &names.bucket())
+        recon_harness::provision::worm_retention(&clients, &names.bucket())
             .await
             .unwrap(),
         None

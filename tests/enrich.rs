@@ -353,7 +353,7 @@ async fn pending_envelopes_page_through_the_status_index_oldest_first() {
 #[tokio::test]
 async fn setup_adds_the_triage_indexes_to_an_older_envelope_table() {
     use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
-    use recon_aws::provision::{StackSettings, ensure_stack};
+    use recon_harness::provision::{StackSettings, ensure_stack};
     let s = TestStack::new("upgrade").await;
     let table = s.stack.names.envelope_table.clone();
     let ddb = &s.clients.dynamodb;

@@ -1,4 +1,4 @@
-//! The local stack as `recon_aws::provision` builds it from `infra/template.yaml`: what the code
+//! The local stack as `recon_harness::provision` builds it from `infra/template.yaml`: what the code
 //! relies on and no request of the other suites would show.
 
 use aws_sdk_sqs::types::QueueAttributeName;
@@ -65,7 +65,7 @@ async fn the_local_stack_is_built_as_the_template_declares_it() {
     assert!(dlq_retention > main_retention, "{dlq_retention} <= {main_retention}");
     let largest = u64::from(recon_core::resources::MAX_MESSAGE_BYTES);
     assert_eq!((main_size, dlq_size), (largest, largest));
-    let retention = recon_aws::provision::worm_retention(&s.clients, &n.bucket())
+    let retention = recon_harness::provision::worm_retention(&s.clients, &n.bucket())
         .await
         .unwrap();
     assert_eq!(
@@ -101,7 +101,7 @@ async fn every_object_written_carries_its_own_compliance_retention() {
         Some(&aws_sdk_s3::types::ObjectLockRetentionMode::Compliance)
     );
     let until = retention.retain_until_date().unwrap().secs();
-    let (_, days) = recon_aws::provision::worm_retention(&s.clients, &bucket)
+    let (_, days) = recon_harness::provision::worm_retention(&s.clients, &bucket)
         .await
         .unwrap()
         .unwrap();

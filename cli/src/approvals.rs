@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::DynamoReferenceData;
-use recon_aws::provision::resolve_stack;
+use recon_aws::stack::resolve_stack;
 use recon_core::domain::approval::{ApprovalPolicy, ApprovalRequest, RequestStatus};
 use recon_core::domain::{Total, input};
 use recon_core::ports::{ApprovalRequests, ReferenceData};

@@ -179,7 +179,7 @@ async fn show(clients: &AwsClients, names: &ResourceNames, audit: &DynamoAuditLo
             ),
         ));
     }
-    let stack = recon_aws::provision::resolve_stack(clients, names).await?;
+    let stack = recon_aws::stack::resolve_stack(clients, names).await?;
     let ledger = crate::context::ledger(clients, &stack)?;
     if let Some(h) = ledger.lookup(source_hash).await?.filter(|c| c.manual_journal.is_some()) {
         lines.push((

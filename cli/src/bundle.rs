@@ -5,9 +5,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::DynamoAuditLog;
-use recon_aws::provision::resolve_stack;
 use recon_aws::s3::S3Worm;
 use recon_aws::sqs::SqsQueue;
+use recon_aws::stack::resolve_stack;
 use recon_core::evidence::{Bundle, VerifyReport, verify_bundle, write_bundle};
 use recon_core::ports::LedgerScope;
 use recon_core::reconcile::{

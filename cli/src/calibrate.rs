@@ -4,7 +4,7 @@ use anyhow::{Result, bail};
 use chrono::{DateTime, NaiveDate, Utc};
 use clap::Args;
 use recon_aws::AwsClients;
-use recon_aws::provision::resolve_stack;
+use recon_aws::stack::resolve_stack;
 use recon_core::calibrate::{Calibration, calibrate, count_attempts};
 use recon_core::domain::input;
 use recon_core::ports::LedgerScope;

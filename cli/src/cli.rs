@@ -38,18 +38,6 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Create (or update) the queues, tables and WORM bucket. Idempotent.
-    Setup {
-        /// Retry budget: the redrive policy's maxReceiveCount.
-        #[arg(long, default_value_t = recon_core::decisions::DEFAULT_MAX_ATTEMPTS)]
-        max_receive_count: u32,
-        /// Default COMPLIANCE retention of the quarantine bucket, days.
-        #[arg(long, default_value_t = resources::LOCAL_WORM_RETENTION_DAYS)]
-        worm_retention_days: i32,
-        /// FIFO queues (names ending in .fifo): producers set MessageGroupId to the ledger entity.
-        #[arg(long)]
-        fifo: bool,
-    },
     /// Send JSON lines (one message body per line) to the main queue, in batches of ten.
     Send {
         /// File of JSON lines; `-` or nothing for standard input.

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use recon_aws::AwsClients;
 use recon_aws::ledger::AnyLedger;
-use recon_aws::provision::Stack;
+use recon_aws::stack::Stack;
 use recon_aws::telemetry::TracingMetrics;
 use recon_aws::wiring::{self, AwsEnricher, AwsReplayer};
 use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings};
@@ -28,7 +28,7 @@ pub async fn caller(clients: &AwsClients) -> Result<String> {
 
 /// The names of the deployment this command addresses: read from the CloudFormation stack's
 /// outputs when `--stack` names one (the source of truth of a deployed stack), else derived from
-/// the prefix, the caller's account and the region (the rule `dlqctl setup` and the template
+/// the prefix, the caller's account and the region (the rule the local setup and the template
 /// share).
 pub async fn names(clients: &AwsClients, stack: Option<&str>, prefix: &str) -> Result<ResourceNames> {
     if let Some(stack) = stack {

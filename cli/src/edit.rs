@@ -5,7 +5,7 @@
 use anyhow::{Result, bail};
 use clap::Args;
 use recon_aws::AwsClients;
-use recon_aws::provision::resolve_stack;
+use recon_aws::stack::resolve_stack;
 use recon_core::domain::edit::{EDITABLE, Proposal};
 use recon_core::resources::ResourceNames;
 

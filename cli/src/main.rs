@@ -7,9 +7,8 @@
 use dlqctl::cli::{Cli, Command, EvidenceCommand, RefWhat};
 use dlqctl::{approvals, audit, bundle, calibrate, context, edit, ops, output, remediate, triage};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Parser;
-use recon_aws::provision::{StackSettings, ensure_stack};
 use recon_aws::{AwsClients, Target};
 
 #[tokio::main]
@@ -50,49 +49,8 @@ async fn run(cli: Cli) -> Result<()> {
     let clients = AwsClients::connect(target).await;
     let names = context::names(&clients, cli.stack.as_deref(), &cli.prefix).await?;
     match cli.command {
-        Command::Setup {
-            max_receive_count,
-            worm_retention_days,
-            fifo,
-        } => {
-            let names = if fifo { names.with_fifo_queues() } else { names };
-            if let Some(stack) = &cli.stack {
-                anyhow::bail!(
-                    "setup creates resources of its own; stack {stack} is CloudFormation's, updated with its template (make deploy)"
-                );
-            }
-            let settings = StackSettings {
-                max_receive_count,
-                worm_retention_days,
-            };
-            let stack = ensure_stack(&clients, &names, &settings)
-                .await
-                .context("creating resources (is the local stack up? `make local-up`)")?;
-            let value = serde_json::json!({
-                "main_queue_url": stack.main_queue_url,
-                "dead_letter_queue_url": stack.dlq_url,
-                "max_receive_count": max_receive_count,
-                "tables": [&names.ledger_table, &names.envelope_table, &names.reference_table, &names.audit_table, &names.dedup_table],
-                "bucket": names.quarantine_bucket,
-                "bucket_owner": names.account,
-                "retention": {"mode": "COMPLIANCE", "days": worm_retention_days},
-            });
-            output::emit(&value, || {
-                format!(
-                    "main queue   {}\nDLQ          {} (maxReceiveCount {max_receive_count})\ntables       {}, {}, {}, {}, {}\nWORM bucket  {} (COMPLIANCE, at least {worm_retention_days} days)",
-                    stack.main_queue_url,
-                    stack.dlq_url,
-                    names.ledger_table,
-                    names.envelope_table,
-                    names.reference_table,
-                    names.audit_table,
-                    names.dedup_table,
-                    names.quarantine_bucket
-                )
-            })
-        }
         Command::Env => {
-            let stack = recon_aws::provision::resolve_stack(&clients, &names).await?;
+            let stack = recon_aws::stack::resolve_stack(&clients, &names).await?;
             let mut env: Vec<(String, String)> = stack.env().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
             if let recon_aws::Target::Local { edge_url, dynamodb_url } = &clients.target {
                 env.extend(

@@ -3,8 +3,8 @@
 use anyhow::{Context, Result, bail};
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::DynamoAuditLog;
-use recon_aws::provision::resolve_stack;
 use recon_aws::sqs::{MAX_BATCH, OutgoingMessage, QueueDepth, SqsQueue};
+use recon_aws::stack::resolve_stack;
 use recon_core::domain::{NewMessage, Tally};
 use recon_core::ports::{Backlog, LedgerReader, LedgerScope, tally_postings};
 use recon_core::resources::ResourceNames;

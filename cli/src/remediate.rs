@@ -5,7 +5,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
-use recon_aws::provision::resolve_stack;
+use recon_aws::stack::resolve_stack;
 use recon_core::domain::canary::{Canary, CanarySlice};
 use recon_core::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus, input};
 use recon_core::ports::{AuditLog, ReferenceData};

@@ -146,7 +146,7 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, status: Option<Env
     let groups = triage(&list);
     // PENDING groups against the deployment's escalation chain and planned period closes.
     let (chain, deadlines) = if status == Some(EnvelopeStatus::Pending) {
-        let stack = recon_aws::provision::resolve_stack(clients, names).await?;
+        let stack = recon_aws::stack::resolve_stack(clients, names).await?;
         let settings = crate::context::replay_settings(&stack)?;
         let reference = DynamoReferenceData::new(
             clients.dynamodb.clone(),

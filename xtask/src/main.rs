@@ -1,6 +1,8 @@
 //! `cargo xtask`: the developer's commands, on the local stack. The operator's are `dlqctl`'s,
 //! which links no test code; this tool does (the demo's faulty ledger, the harness's pump).
 //!
+//! - `setup`: the local stack's queues, tables and WORM bucket, built from the template
+//!   (`make local-up`; on AWS the template itself is deployed: `make deploy`);
 //! - `demo`: the whole pipeline on a generated workload, and the proof that nothing was lost or
 //!   posted twice (`make demo`);
 //! - `pump`: the consumer and the enricher in this process, polling the local stack's queues as
@@ -15,7 +17,7 @@ mod loc;
 mod pump;
 mod reference;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use dlqctl::{context, output};
 use recon_aws::{AwsClients, Target};
@@ -43,6 +45,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Create (or update) the local stack's queues, tables and WORM bucket from the template.
+    /// Idempotent.
+    Setup {
+        /// Retry budget: the redrive policy's maxReceiveCount.
+        #[arg(long, default_value_t = recon_core::decisions::DEFAULT_MAX_ATTEMPTS)]
+        max_receive_count: u32,
+        /// Default COMPLIANCE retention of the quarantine bucket, days.
+        #[arg(long, default_value_t = resources::LOCAL_WORM_RETENTION_DAYS)]
+        worm_retention_days: i32,
+        /// FIFO queues (names ending in .fifo): producers set MessageGroupId to the ledger entity.
+        #[arg(long)]
+        fifo: bool,
+    },
     /// Run the whole pipeline on a generated workload and prove nothing was lost or doubled.
     Demo(demo::DemoArgs),
     /// Poll the queues and run the consumer (main queue) and the enricher (DLQ) in-process, as
@@ -105,10 +120,59 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Demo(_) if cli.json => {
             anyhow::bail!("the demo tells its story as text; --json applies to the pump")
         }
+        Command::Setup {
+            max_receive_count,
+            worm_retention_days,
+            fifo,
+        } => setup(&clients, names, max_receive_count, worm_retention_days, fifo).await,
         Command::Demo(args) => demo::run(&clients, &names, &args).await,
         Command::Pump(args) => pump::run(&clients, &names, &args).await,
         Command::Bench { .. } | Command::Reference | Command::Loc { .. } => Ok(()),
     }
+}
+
+/// `setup`: the local stack's resources, and where they are.
+async fn setup(
+    clients: &AwsClients,
+    names: resources::ResourceNames,
+    max_receive_count: u32,
+    worm_retention_days: i32,
+    fifo: bool,
+) -> Result<()> {
+    let names = if fifo { names.with_fifo_queues() } else { names };
+    let settings = recon_harness::provision::StackSettings {
+        max_receive_count,
+        worm_retention_days,
+    };
+    let stack = recon_harness::provision::ensure_stack(clients, &names, &settings)
+        .await
+        .context("creating resources (is the local stack up? `make local-stack`)")?;
+    let tables = [
+        &names.ledger_table,
+        &names.envelope_table,
+        &names.reference_table,
+        &names.audit_table,
+        &names.dedup_table,
+    ];
+    let value = serde_json::json!({
+        "main_queue_url": stack.main_queue_url,
+        "dead_letter_queue_url": stack.dlq_url,
+        "max_receive_count": max_receive_count,
+        "tables": tables,
+        "bucket": names.quarantine_bucket,
+        "bucket_owner": names.account,
+        "retention": {"mode": "COMPLIANCE", "days": worm_retention_days},
+    });
+    output::emit(&value, || {
+        let tables: Vec<&str> = tables.iter().map(|t| t.as_str()).collect();
+        format!(
+            "main queue   {}\nDLQ          {} (maxReceiveCount {max_receive_count})\ntables       {}\nWORM bucket  {} (COMPLIANCE, at least {worm_retention_days} days)",
+            stack.main_queue_url,
+            stack.dlq_url,
+            tables.join(", "),
+            names.quarantine_bucket
+        )
+    })
 }
 
 #[cfg(test)]

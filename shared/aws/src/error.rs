@@ -53,7 +53,7 @@ where
                 | "AWS.SimpleQueueService.NonExistentQueue"
                 | "QueueDoesNotExist"
                 | "NoSuchBucket" => {
-                    " (does the resource exist? `dlqctl setup`, or `make local-up` for the local stack)"
+                    " (does the resource exist? is the stack deployed, or for the local stack `make local-up`?)"
                 }
                 _ => "",
             };

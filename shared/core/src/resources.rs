@@ -56,8 +56,8 @@ pub mod keys {
     /// Key of the item that counts PENDING envelopes and holds the overflow flag.
     pub const ENVELOPE_META_ID: &str = "#meta#pending";
     /// Key of the item that says every item of the deployment written before the period indexes
-    /// has its entry there (`dlqctl index-periods` puts it when done; setup, when it created the
-    /// tables with their indexes): until it exists, reads by period are refused.
+    /// has its entry there (`dlqctl index-periods` puts it when done; the local setup, when it
+    /// created the tables with their indexes): until it exists, reads by period are refused.
     pub const ENVELOPE_PERIODS_MARKER: &str = "#meta#periods";
     /// Prefix of the audit outbox's items (records written with the decision they record).
     pub const ENVELOPE_OUTBOX_PREFIX: &str = "#outbox#";

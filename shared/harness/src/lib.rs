@@ -9,6 +9,7 @@ pub mod http_ledger;
 pub mod latency;
 pub mod ledgers;
 pub mod postgres;
+pub mod provision;
 pub mod pump;
 pub mod stack;
 pub mod streams;

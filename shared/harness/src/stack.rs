@@ -3,12 +3,12 @@
 //! with settings read by the production parsers, and removed again when the test ends — also
 //! when it fails (the guard's `Drop`).
 
+use crate::provision::{Stack, StackSettings, delete_stack, ensure_stack};
 use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::Message;
 use recon_aws::dynamodb::{DynamoAuditLog, DynamoEnvelopeStore, DynamoLedger, DynamoReferenceData};
 use recon_aws::ledger::AnyLedger;
-use recon_aws::provision::{Stack, StackSettings, delete_stack, ensure_stack};
 use recon_aws::sqs::SqsQueue;
 use recon_aws::wiring::{self, AwsEnricher, AwsReplayer};
 use recon_aws::{AwsClients, Target};

@@ -14,8 +14,8 @@ mod workload;
 use anyhow::{Result, bail};
 use clap::Args;
 use recon_aws::AwsClients;
-use recon_aws::provision::{StackSettings, ensure_stack, reset_data};
 use recon_core::resources::ResourceNames;
+use recon_harness::provision::{StackSettings, ensure_stack, reset_data};
 use std::time::Instant;
 
 #[derive(Args, Clone, Debug)]
@@ -74,7 +74,7 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
 /// the whole trail: evidence in the bucket that no earlier demo run accounts for (written by
 /// another version of this code, or by hand) would fail that verification for reasons the demo did
 /// not cause. Say so first, with the remedy: the local stack keeps nothing across a restart.
-async fn refuse_unaccounted_evidence(clients: &AwsClients, stack: &recon_aws::provision::Stack) -> Result<()> {
+async fn refuse_unaccounted_evidence(clients: &AwsClients, stack: &recon_harness::provision::Stack) -> Result<()> {
     use recon_core::ports::AuditLog;
     let audit = recon_aws::dynamodb::DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table);
     let worm = recon_aws::s3::S3Worm::new(clients.s3.clone(), &stack.names.bucket());
@@ -104,5 +104,5 @@ async fn refuse_unaccounted_evidence(clients: &AwsClients, stack: &recon_aws::pr
 fn retired_by_demo(t: &recon_core::evidence::KnownTrail) -> bool {
     t.retired
         .as_ref()
-        .is_some_and(|r| r.by == recon_aws::provision::DEMO_RETIRER)
+        .is_some_and(|r| r.by == recon_harness::provision::DEMO_RETIRER)
 }

@@ -6,13 +6,13 @@
 use anyhow::{Result, bail};
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::DynamoAuditLog;
-use recon_aws::provision::Stack;
 use recon_aws::s3::S3Worm;
 use recon_aws::sqs::SqsQueue;
 use recon_core::domain::{Tally, Total};
 use recon_core::evidence::{seal, verify_trail};
 use recon_core::ports::{LedgerScope, read_postings};
 use recon_core::reconcile::{Reconciliation, State};
+use recon_harness::provision::Stack;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Instant;

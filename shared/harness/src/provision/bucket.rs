@@ -12,8 +12,8 @@ use serde_json::{Map, Value};
 use super::CREATED_BY_TAG;
 use super::ownership::{Ownership, bucket_ownership};
 use super::{infra, refuse_unknown_properties, template_error};
-use crate::client::AwsClients;
-use crate::error::store_error;
+use recon_aws::client::AwsClients;
+use recon_aws::error::store_error;
 use recon_core::ports::StoreResult;
 use recon_core::resources;
 

@@ -1,5 +1,5 @@
-//! The local stack built from the infrastructure template ([`crate::template`]): its queues,
-//! tables and Object Lock bucket, with the template's names and settings, for `dlqctl setup`, the
+//! The local stack built from the infrastructure template ([`recon_aws::template`]): its queues,
+//! tables and Object Lock bucket, with the template's names and settings, for `cargo xtask setup`, the
 //! demo and the integration tests (each test run gets its own prefix). The template is the one
 //! definition of a deployment; on AWS, CloudFormation builds the same resources from it.
 
@@ -13,19 +13,18 @@ mod table;
 use bucket::ensure_worm_bucket;
 pub use bucket::worm_retention;
 use ownership::refuse_foreign_resources;
-use queue::{queue_arn, queue_url};
 pub use table::LEFT_TO_AWS;
 
-use crate::client::AwsClients;
-use crate::error::store_error;
-use crate::template::{BUCKET, Created, Deployment, QUEUE, TABLE, Template, TemplateError, ids};
+use recon_aws::client::AwsClients;
+use recon_aws::error::store_error;
+use recon_aws::template::{BUCKET, Created, Deployment, QUEUE, TABLE, Template, TemplateError, ids};
 use recon_core::domain::TransientKind;
 use recon_core::ports::{StoreError, StoreResult};
 use recon_core::resources::{self, ResourceNames};
 
-/// The tag `dlqctl setup` puts on every resource it creates. It changes nothing that lacks it: a
+/// The tag the local setup puts on every resource it creates. It changes nothing that lacks it: a
 /// resource of the same name made by CloudFormation (or by hand) is the deployer's, not setup's.
-pub const CREATED_BY_TAG: (&str, &str) = ("recon-dlq:created-by", "dlqctl setup");
+pub const CREATED_BY_TAG: (&str, &str) = ("recon-dlq:created-by", "cargo xtask setup");
 
 /// Settings that differ between deployments: the template parameters a local stack sets.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,37 +46,7 @@ impl Default for StackSettings {
     }
 }
 
-/// The resolved addresses of a deployment.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Stack {
-    pub names: ResourceNames,
-    pub main_queue_url: String,
-    pub main_queue_arn: String,
-    pub dlq_url: String,
-    pub dlq_arn: String,
-}
-
-impl Stack {
-    /// The configuration variables the functions of this stack are given (as the template sets
-    /// them): queue URLs and resource names.
-    pub fn env(&self) -> Vec<(&'static str, String)> {
-        recon_core::config::environment(&self.names, &self.main_queue_url, &self.dlq_url)
-    }
-
-    /// A settings lookup for `recon_core::config`'s parsers: every name from this stack's
-    /// [`Stack::env`] (a stale `DLQ_*_TABLE` or queue URL in the shell must never redirect a
-    /// replay against `--stack prod`), every other setting from `other` (the process
-    /// environment, or a test's own values).
-    pub fn lookup(&self, other: impl Fn(&str) -> Option<String>) -> impl Fn(&str) -> Option<String> {
-        let env = self.env();
-        move |k| {
-            env.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.clone())
-                .or_else(|| other(k))
-        }
-    }
-}
+pub use recon_aws::stack::Stack;
 
 fn infra(detail: impl Into<String>) -> StoreError {
     StoreError::new(TransientKind::Infrastructure, detail)
@@ -231,7 +200,7 @@ async fn build(
 /// indexes, so say so once the envelope table is ACTIVE.
 async fn mark_new_tables_indexed(clients: &AwsClients, names: &ResourceNames) -> StoreResult<()> {
     table::wait_active(clients, &names.envelope_table).await?;
-    crate::dynamodb::DynamoEnvelopeStore::new(clients.dynamodb.clone(), &names.envelope_table)
+    recon_aws::dynamodb::DynamoEnvelopeStore::new(clients.dynamodb.clone(), &names.envelope_table)
         .mark_periods_indexed("setup created the tables with their period indexes", chrono::Utc::now())
         .await
 }
@@ -241,7 +210,7 @@ async fn mark_new_tables_indexed(clients: &AwsClients, names: &ResourceNames) ->
 /// stack's names are the template's.
 pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings: &StackSettings) -> StoreResult<Stack> {
     let template = Template::ours().map_err(from_template)?;
-    let region = crate::identity::region(clients);
+    let region = recon_aws::identity::region(clients);
     let mut deployments = local_deployments(template, names, &region, settings).map_err(from_template)?;
     let planned = plan(&deployments).map_err(from_template)?;
     refuse_foreign_resources(clients, &planned).await?;
@@ -281,7 +250,7 @@ pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings:
 /// The tables the template declares for the deployment named `names`, by name.
 fn planned_tables(clients: &AwsClients, names: &ResourceNames) -> StoreResult<Vec<(Planned, Deployment<'static>)>> {
     let template = Template::ours().map_err(from_template)?;
-    let region = crate::identity::region(clients);
+    let region = recon_aws::identity::region(clients);
     let deployments = local_deployments(template, names, &region, &StackSettings::default()).map_err(from_template)?;
     let planned = plan(&deployments).map_err(from_template)?;
     Ok(planned
@@ -294,36 +263,6 @@ fn planned_tables(clients: &AwsClients, names: &ResourceNames) -> StoreResult<Ve
         .collect())
 }
 
-/// Find an existing deployment's queues (fails with a hint when they do not exist).
-pub async fn resolve_stack(clients: &AwsClients, names: &ResourceNames) -> StoreResult<Stack> {
-    let missing = |q: &str| {
-        infra(format!(
-            "queue {q} does not exist: run `dlqctl setup` (or `make local-up`) first"
-        ))
-    };
-    // A deployment with FIFO queues is found by its prefix too.
-    let (names, main_queue_url) = match queue_url(clients, &names.main_queue).await? {
-        Some(url) => (names.clone(), url),
-        None => {
-            let fifo = names.clone().with_fifo_queues();
-            match queue_url(clients, &fifo.main_queue).await? {
-                Some(url) if !names.fifo() => (fifo, url),
-                _ => return Err(missing(&names.main_queue)),
-            }
-        }
-    };
-    let dlq_url = queue_url(clients, &names.dead_letter_queue)
-        .await?
-        .ok_or_else(|| missing(&names.dead_letter_queue))?;
-    Ok(Stack {
-        names,
-        main_queue_arn: queue_arn(clients, &main_queue_url).await?,
-        dlq_arn: queue_arn(clients, &dlq_url).await?,
-        main_queue_url,
-        dlq_url,
-    })
-}
-
 /// Who retires a trail when the local demo resets its tables.
 pub const DEMO_RETIRER: &str = "dlqctl demo (local reset)";
 
@@ -331,8 +270,8 @@ pub const DEMO_RETIRER: &str = "dlqctl demo (local reset)";
 /// cannot be emptied, by design). The audit trail the table held is retired first, in the bucket:
 /// verification lists it as retired instead of calling the new trail a replacement.
 pub async fn reset_data(clients: &AwsClients, stack: &Stack) -> StoreResult<()> {
-    let audit = crate::dynamodb::DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table);
-    let worm = crate::s3::S3Worm::new(clients.s3.clone(), &stack.names.bucket());
+    let audit = recon_aws::dynamodb::DynamoAuditLog::new(clients.dynamodb.clone(), &stack.names.audit_table);
+    let worm = recon_aws::s3::S3Worm::new(clients.s3.clone(), &stack.names.bucket());
     // A first run has no table, so no trail, yet.
     let audit_table = clients
         .dynamodb

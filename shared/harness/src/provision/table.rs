@@ -10,8 +10,8 @@ use aws_sdk_dynamodb::types::{
 use serde_json::{Map, Value};
 
 use super::{CREATED_BY_TAG, infra, refuse_unknown_properties, template_error};
-use crate::client::AwsClients;
-use crate::error::store_error;
+use recon_aws::client::AwsClients;
+use recon_aws::error::store_error;
 use recon_core::ports::StoreResult;
 
 /// Table properties the local stack does not build: deletion protection (tests and the demo

@@ -1,12 +1,12 @@
-//! What `dlqctl setup` may change: only what it created (tagged so), never a resource of the same
+//! What the local setup (`cargo xtask setup`) may change: only what it created (tagged so), never a resource of the same
 //! name that CloudFormation or someone else made.
 
 use std::collections::HashMap;
 
-use super::queue::queue_url;
 use super::{CREATED_BY_TAG, Kind, Planned, infra};
-use crate::client::AwsClients;
-use crate::error::store_error;
+use recon_aws::client::AwsClients;
+use recon_aws::error::store_error;
+use recon_aws::stack::queue_url;
 use recon_core::ports::StoreResult;
 use recon_core::resources;
 
@@ -28,7 +28,10 @@ fn ownership_of(tags: &HashMap<String, String>) -> Ownership {
     } else if let Some(stack) = tags.get("aws:cloudformation:stack-name") {
         Ownership::Foreign(format!("belongs to CloudFormation stack {stack}"))
     } else {
-        Ownership::Foreign(format!("was not created by dlqctl setup (no {} tag)", CREATED_BY_TAG.0))
+        Ownership::Foreign(format!(
+            "was not created by the local setup (no {} tag)",
+            CREATED_BY_TAG.0
+        ))
     }
 }
 

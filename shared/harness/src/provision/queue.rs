@@ -6,31 +6,16 @@ use serde_json::{Map, Value};
 use std::collections::HashMap;
 
 use super::{CREATED_BY_TAG, infra, template_error};
-use crate::client::AwsClients;
-use crate::error::store_error;
-use crate::sqs::SqsQueue;
-use crate::template::Created;
+use recon_aws::client::AwsClients;
+use recon_aws::error::store_error;
+use recon_aws::stack::{queue_arn, queue_url};
+use recon_aws::template::Created;
 use recon_core::ports::StoreResult;
 
 /// Properties that are not queue attributes.
 const NOT_ATTRIBUTES: [&str; 2] = ["QueueName", "Tags"];
 /// Attributes SQS takes only when it creates the queue.
 const ON_CREATE_ONLY: [&str; 1] = ["FifoQueue"];
-
-pub(super) async fn queue_url(clients: &AwsClients, name: &str) -> StoreResult<Option<String>> {
-    match clients.sqs.get_queue_url().queue_name(name).send().await {
-        Ok(out) => Ok(out.queue_url().map(str::to_owned)),
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_queue_does_not_exist()) => Ok(None),
-        Err(e) => Err(store_error("GetQueueUrl", e)),
-    }
-}
-
-pub(super) async fn queue_arn(clients: &AwsClients, url: &str) -> StoreResult<String> {
-    SqsQueue::new(clients.sqs.clone(), url)
-        .attribute(QueueAttributeName::QueueArn)
-        .await?
-        .ok_or_else(|| infra(format!("queue {url} has no ARN")))
-}
 
 /// A property's value as SQS wants it: text (a policy as its JSON).
 fn attribute_text(v: &Value) -> String {
