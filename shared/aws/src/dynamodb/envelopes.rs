@@ -19,7 +19,7 @@ use super::{applied, decode_cursor, encode_cursor, item_error, n, s};
 
 mod period;
 mod transitions;
-use super::transact::{first_condition_failed, transact};
+use super::transact::transact_applied;
 use crate::error::store_error;
 use crate::item::{Item, from_item, get_s, to_item};
 use transitions::{ClaimValues, FROM_PENDING, TAKEOVER, claim_update, finish_update, from_pending, takeover};
@@ -109,13 +109,12 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         if envelope.status == EnvelopeStatus::Pending {
             req = req.transact_items(pending_delta(&self.table, 1)?);
         }
-        match transact(req).await {
-            Ok(_) => Ok(CreateOutcome::Created),
-            Err(e) if first_condition_failed(&e) => match self.get(&envelope.envelope_id).await? {
-                Some(existing) => Ok(CreateOutcome::Exists(Box::new(existing))),
-                None => Err(StoreError::new(TransientKind::Conflict, "envelope create refused but not found").into()),
-            },
-            Err(e) => Err(store_error("TransactWriteItems(envelope create)", e).into()),
+        if transact_applied(req, "TransactWriteItems(envelope create)").await? {
+            return Ok(CreateOutcome::Created);
+        }
+        match self.get(&envelope.envelope_id).await? {
+            Some(existing) => Ok(CreateOutcome::Exists(Box::new(existing))),
+            None => Err(StoreError::new(TransientKind::Conflict, "envelope create refused but not found").into()),
         }
     }
 
@@ -175,30 +174,20 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         let values = ClaimValues::of(claim, change)?;
         let update = |condition: &str| claim_update(&self.table, envelope_id, &values, seen, condition);
         // From PENDING: leaves the pending count, in the same transaction.
-        let result = transact(
-            self.client
-                .transact_write_items()
-                .transact_items(from_pending(update(FROM_PENDING))?)
-                .transact_items(pending_delta(&self.table, -1)?),
-        )
-        .await;
-        match result {
-            Ok(_) => return Ok(true),
-            Err(e) if first_condition_failed(&e) => {}
-            Err(e) => return Err(store_error("TransactWriteItems(replay claim)", e).into()),
+        let req = self
+            .client
+            .transact_write_items()
+            .transact_items(from_pending(update(FROM_PENDING))?)
+            .transact_items(pending_delta(&self.table, -1)?);
+        if transact_applied(req, "TransactWriteItems(replay claim)").await? {
+            return Ok(true);
         }
         // From an expired REPLAYING claim (a replay crashed): no count change.
-        let result = transact(
-            self.client
-                .transact_write_items()
-                .transact_items(takeover(update(TAKEOVER), now)?),
-        )
-        .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e) if first_condition_failed(&e) => Ok(false),
-            Err(e) => Err(store_error("TransactWriteItems(replay takeover)", e).into()),
-        }
+        let req = self
+            .client
+            .transact_write_items()
+            .transact_items(takeover(update(TAKEOVER), now)?);
+        Ok(transact_applied(req, "TransactWriteItems(replay takeover)").await?)
     }
 
     async fn renew(
@@ -263,11 +252,7 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         if let Some(r) = audit {
             req = req.transact_items(outbox_put(&self.table, r)?);
         }
-        match transact(req).await {
-            Ok(_) => Ok(true),
-            Err(e) if first_condition_failed(&e) => Ok(false),
-            Err(e) => Err(store_error("TransactWriteItems(replay finish)", e).into()),
-        }
+        Ok(transact_applied(req, "TransactWriteItems(replay finish)").await?)
     }
 
     async fn claim_many(
@@ -399,23 +384,19 @@ impl Backlog for DynamoEnvelopeStore {
             .expression_attribute_values(":zero", n(0))
             .build()
             .map_err(|e| item_error("overflow flag", e))?;
-        let result = transact(
-            self.client
-                .transact_write_items()
-                .transact_items(
-                    aws_sdk_dynamodb::types::TransactWriteItem::builder()
-                        .update(raise)
-                        .build(),
-                )
-                .transact_items(outbox_put(&self.table, &record(episode))?),
-        )
-        .await;
-        match result {
-            Ok(_) => Ok(Some(episode)),
-            // Another writer raised it (or moved the episode) first: theirs to report.
-            Err(e) if first_condition_failed(&e) => Ok(None),
-            Err(e) => Err(store_error("TransactWriteItems(overflow raise)", e)),
-        }
+        let req = self
+            .client
+            .transact_write_items()
+            .transact_items(
+                aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                    .update(raise)
+                    .build(),
+            )
+            .transact_items(outbox_put(&self.table, &record(episode))?);
+        // Not written: another writer raised it (or moved the episode) first, theirs to report.
+        Ok(transact_applied(req, "TransactWriteItems(overflow raise)")
+            .await?
+            .then_some(episode))
     }
 
     async fn clear_overflow(&self) -> StoreResult<()> {

@@ -9,7 +9,7 @@ use recon_core::ports::{ApprovalRequests, RequestPage, StoreResult};
 use recon_core::resources::{indexes, keys};
 
 use super::envelopes::{DynamoEnvelopeStore, outbox_put};
-use super::transact::{first_condition_failed, transact};
+use super::transact::transact_applied;
 use super::{decode_cursor, encode_cursor, item_error, n, s};
 use crate::error::store_error;
 use crate::item::{Item, from_item, to_item};
@@ -64,11 +64,7 @@ impl DynamoEnvelopeStore {
         if let Some(record) = record {
             req = req.transact_items(outbox_put(&self.table, record)?);
         }
-        match transact(req).await {
-            Ok(_) => Ok(true),
-            Err(e) if first_condition_failed(&e) => Ok(false),
-            Err(e) => Err(store_error("TransactWriteItems(approval request)", e)),
-        }
+        transact_applied(req, "TransactWriteItems(approval request)").await
     }
 }
 

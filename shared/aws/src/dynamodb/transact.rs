@@ -1,7 +1,9 @@
 //! DynamoDB transactions (TransactWriteItems): sent again, apart, when cancelled only by a
 //! conflict with another transaction, and read for their cancellation reasons.
 
-use crate::error::SdkError;
+use recon_core::ports::StoreResult;
+
+use crate::error::{SdkError, store_error};
 
 type TransactRequest = aws_sdk_dynamodb::operation::transact_write_items::builders::TransactWriteItemsFluentBuilder;
 pub(super) type TransactError =
@@ -25,6 +27,16 @@ pub(super) async fn transact(req: TransactRequest) -> TransactResult {
             }
             _ => return result,
         }
+    }
+}
+
+/// A transaction sent ([`transact`]): `true` when written, `false` when its first item's condition
+/// (the envelope's) did not hold.
+pub(super) async fn transact_applied(req: TransactRequest, op: &str) -> StoreResult<bool> {
+    match transact(req).await {
+        Ok(_) => Ok(true),
+        Err(e) if first_condition_failed(&e) => Ok(false),
+        Err(e) => Err(store_error(op, e)),
     }
 }
 
@@ -65,7 +77,7 @@ pub(super) fn conflicted(codes: &[Option<String>]) -> bool {
 }
 
 /// Did a transaction fail because its first condition (the envelope's) did not hold?
-pub(super) fn first_condition_failed<R>(
+fn first_condition_failed<R>(
     err: &SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, R>,
 ) -> bool {
     use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
