@@ -16,7 +16,7 @@ use super::canary::Canary;
 pub use super::change_set::{Action, Change, ChangeSet, fingerprint, request_digest};
 use super::edit::Edit;
 use super::hash::sha256_hex;
-pub use super::policy::{ApprovalPolicy, DEFAULT_EXPIRE_HOURS, Exposure};
+pub use super::policy::{ApprovalPolicy, DEFAULT_EXPIRE_HOURS, Exposure, Refused};
 
 /// At most this many envelopes in one request: the request is one item of the envelope table
 /// (400 KB); a larger remediation is several requests (`--max-items`).
@@ -141,11 +141,6 @@ pub struct ApprovalRequest {
     #[serde(default)]
     pub execution: Option<Execution>,
 }
-
-/// Why a request cannot take a step.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Refused(pub String);
 
 /// What a new request is made of.
 pub struct NewRequest {

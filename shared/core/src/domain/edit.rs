@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use super::hash::sha256_hex;
 use super::message::{content_hash, decode};
+use super::policy::Refused;
 
 /// The fields an edit may change. Not `message_id` (the producer's identity of the message:
 /// reconciliation matches by it), `source_hash` (computed from the edited content) or
@@ -80,10 +81,10 @@ impl Edit {
 
     /// The body decodes to the transaction the edit names, and its digest is the body's (a
     /// stored edit whose fields were changed apart from its body is refused).
-    pub fn check(&self) -> Result<(), EditRefused> {
-        let decoded = decode(&self.body).map_err(|e| EditRefused(format!("the edited body does not decode: {e}")))?;
+    pub fn check(&self) -> Result<(), Refused> {
+        let decoded = decode(&self.body).map_err(|e| Refused(format!("the edited body does not decode: {e}")))?;
         if decoded.source_hash != self.source_hash || sha256_hex(self.body.as_bytes()) != self.body_sha256 {
-            return Err(EditRefused("the edit's hashes are not those of its body".into()));
+            return Err(Refused("the edit's hashes are not those of its body".into()));
         }
         Ok(())
     }
@@ -129,16 +130,11 @@ pub enum Proposal {
     Body(String),
 }
 
-/// Why an edit cannot be proposed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct EditRefused(pub String);
-
-fn object(body: &str, what: &str) -> Result<Map<String, Value>, EditRefused> {
+fn object(body: &str, what: &str) -> Result<Map<String, Value>, Refused> {
     match serde_json::from_str::<Value>(body.strip_prefix('\u{feff}').unwrap_or(body)) {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(EditRefused(format!("{what} is JSON but not an object"))),
-        Err(e) => Err(EditRefused(format!("{what} is not JSON ({e})"))),
+        Ok(_) => Err(Refused(format!("{what} is JSON but not an object"))),
+        Err(e) => Err(Refused(format!("{what} is not JSON ({e})"))),
     }
 }
 
@@ -157,20 +153,20 @@ pub fn propose(
     source_hash_before: &str,
     original: &str,
     proposal: &Proposal,
-) -> Result<Edit, EditRefused> {
+) -> Result<Edit, Refused> {
     let before = object(original, "the original body")?;
     let mut after = match proposal {
         Proposal::Body(b) => object(b, "the proposed body")?,
         Proposal::Set(pairs) => {
             if pairs.is_empty() {
-                return Err(EditRefused(
+                return Err(Refused(
                     "nothing to change: give --set FIELD=VALUE or --body-file".into(),
                 ));
             }
             let mut m = before.clone();
             for (field, value) in pairs {
                 if !EDITABLE.contains(&field.as_str()) {
-                    return Err(EditRefused(format!(
+                    return Err(Refused(format!(
                         "`{field}` cannot be edited; the fields an edit may change: {}",
                         EDITABLE.join(", ")
                     )));
@@ -185,13 +181,13 @@ pub fn propose(
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty());
     let Some(message_id) = id_before else {
-        return Err(EditRefused(
+        return Err(Refused(
             "the original has no message_id: an edit could not be matched to what the producer sent (quarantine it instead)"
                 .into(),
         ));
     };
     if after.get("message_id").and_then(Value::as_str) != Some(message_id) {
-        return Err(EditRefused(format!(
+        return Err(Refused(format!(
             "an edit keeps the producer's message_id ({message_id}): reconciliation matches the message by it"
         )));
     }
@@ -199,16 +195,16 @@ pub fn propose(
     after.insert("source_hash".into(), Value::String("0".repeat(64)));
     let placeholder = Value::Object(after.clone()).to_string();
     let source_hash =
-        content_hash(&placeholder).map_err(|e| EditRefused(format!("the edited body would not decode: {e}")))?;
+        content_hash(&placeholder).map_err(|e| Refused(format!("the edited body would not decode: {e}")))?;
     after.insert("source_hash".into(), Value::String(source_hash.clone()));
     let body = Value::Object(after.clone()).to_string();
     if body.len() > MAX_EDITED_BODY_BYTES {
-        return Err(EditRefused(format!(
+        return Err(Refused(format!(
             "the edited body has {} bytes; at most {MAX_EDITED_BODY_BYTES}",
             body.len()
         )));
     }
-    decode(&body).map_err(|e| EditRefused(format!("the edited body would not decode: {e}")))?;
+    decode(&body).map_err(|e| Refused(format!("the edited body would not decode: {e}")))?;
     let mut fields: Vec<&String> = before.keys().chain(after.keys()).collect();
     fields.sort();
     fields.dedup();
@@ -225,14 +221,14 @@ pub fn propose(
         .iter()
         .find(|d| d.field != "source_hash" && !EDITABLE.contains(&d.field.as_str()))
     {
-        return Err(EditRefused(format!(
+        return Err(Refused(format!(
             "`{}` cannot be edited; the fields an edit may change: {}",
             d.field,
             EDITABLE.join(", ")
         )));
     }
     if diff.iter().all(|d| d.field == "source_hash") {
-        return Err(EditRefused(
+        return Err(Refused(
             "the edit changes nothing but the hash: replay the envelope instead".into(),
         ));
     }

@@ -8,6 +8,11 @@ use std::fmt;
 
 use super::total::{Tally, Total};
 
+/// Why a request cannot take a step, or an edit cannot be proposed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
 /// Hours a request waits for a decision, unless the policy says otherwise.
 pub const DEFAULT_EXPIRE_HOURS: u32 = 72;
 

@@ -18,7 +18,7 @@ use super::report::{ReplayItem, ReplayOutcome, ReplayReport, item};
 use super::settle::Settlement;
 use super::{Gate, ReplayRequest, Replayer, Run, Selector};
 use crate::domain::approval::{Action, ApprovalRequest, Change, Identity, NewRequest, Refused};
-use crate::domain::edit::{Edit, EditRefused, Proposal, edit_claim, propose};
+use crate::domain::edit::{Edit, Proposal, edit_claim, propose};
 use crate::domain::hash::sha256_hex;
 use crate::domain::{AuditKind, CommitOutcome, DlqEnvelope, EnvelopeStatus, HandOff, TransientKind, validate};
 use crate::envelopes::{original_body, publish};
@@ -29,12 +29,6 @@ use crate::ports::{
 
 /// What the dry run of an edit calls it.
 pub const WOULD_EDIT: &str = "WOULD_EDIT";
-
-impl From<EditRefused> for Refused {
-    fn from(e: EditRefused) -> Self {
-        Refused(e.0)
-    }
-}
 
 impl<P: ReplayPorts> Replayer<P> {
     /// Propose an edit of PENDING envelope `envelope_id`: the edited body must pass gate 1 with
@@ -62,7 +56,7 @@ impl<P: ReplayPorts> Replayer<P> {
         let original = original_body(&e, &self.worm)
             .await?
             .ok_or_else(|| Refused(format!("the original body of {envelope_id} is not available")))?;
-        let edit = propose(envelope_id, &e.source_hash, &original, proposal).map_err(Refused::from)?;
+        let edit = propose(envelope_id, &e.source_hash, &original, proposal)?;
         let snapshot = self.reference.snapshot().await?;
         if let Err(err) = validate(&edit.body, &snapshot) {
             return Err(Refused(format!("the edited body does not pass gate 1: {err}")).into());
