@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
 use recon_core::domain::AuditRecord;
 use recon_core::domain::TransientKind;
 use recon_core::domain::audit::{ChainedRecord, GENESIS, chain_of};
@@ -10,7 +11,7 @@ use recon_core::ports::{AuditLog, ChainPage, StoreError, StoreResult};
 use recon_core::resources::keys;
 
 use super::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups};
-use super::transact::{TransactError, cancellation_codes};
+use super::transact::{TransactError, cancellation_codes, tx_put, tx_update};
 use super::{applied, item_error, n, query_index, s, scan_all};
 use crate::error::store_error;
 use crate::item::{Item, from_item, get_s, to_item};
@@ -156,7 +157,6 @@ impl DynamoAuditLog {
     /// head has not moved since read), for one transaction to write together, with other items
     /// if the caller has any (the envelope store settles envelopes in the same one).
     pub(crate) async fn links(&self, records: &[&AuditRecord]) -> StoreResult<Links> {
-        use aws_sdk_dynamodb::types::TransactWriteItem;
         let chains: BTreeSet<String> = records.iter().map(|r| chain_of(&r.audit_id)).collect();
         let read = self.heads_of(&chains).await?;
         let mut now = read.clone();
@@ -165,20 +165,13 @@ impl DynamoAuditLog {
             let chain = chain_of(&r.audit_id);
             let (seq, hash) = now.get(&chain).cloned().unwrap_or((0, GENESIS.to_owned()));
             let linked = recon_core::domain::audit::link((*r).clone(), &chain, seq, &hash);
-            puts.push((
-                TransactWriteItem::builder().put(self.record_put(&linked)?).build(),
-                linked.seq,
-            ));
+            puts.push((self.record_put(&linked)?, linked.seq));
             now.insert(chain, (linked.seq, linked.hash));
         }
         let mut heads = Vec::with_capacity(now.len());
         for (chain, (seq, hash)) in &now {
             let prev = read.get(chain).map_or(0, |(s, _)| *s);
-            heads.push(
-                TransactWriteItem::builder()
-                    .update(self.head_move(chain, *seq, hash, prev)?)
-                    .build(),
-            );
+            heads.push(self.head_move(chain, *seq, hash, prev)?);
         }
         Ok(Links { puts, heads })
     }
@@ -203,19 +196,18 @@ impl DynamoAuditLog {
         }
     }
 
-    fn record_put(&self, linked: &ChainedRecord) -> StoreResult<aws_sdk_dynamodb::types::Put> {
-        aws_sdk_dynamodb::types::Put::builder()
+    fn record_put(&self, linked: &ChainedRecord) -> StoreResult<TransactWriteItem> {
+        let put = Put::builder()
             .table_name(&self.table)
             .set_item(Some(audit_item(linked)?))
             .condition_expression("attribute_not_exists(#id)")
-            .expression_attribute_names("#id", keys::AUDIT_PK)
-            .build()
-            .map_err(|e| item_error("audit put", e))
+            .expression_attribute_names("#id", keys::AUDIT_PK);
+        tx_put(put, "audit put")
     }
 
     /// Move `chain`'s head to `(seq, hash)`, only from `prev` (0: no head yet).
-    fn head_move(&self, chain: &str, seq: u64, hash: &str, prev: u64) -> StoreResult<aws_sdk_dynamodb::types::Update> {
-        aws_sdk_dynamodb::types::Update::builder()
+    fn head_move(&self, chain: &str, seq: u64, hash: &str, prev: u64) -> StoreResult<TransactWriteItem> {
+        let update = Update::builder()
             .table_name(&self.table)
             .key(keys::AUDIT_PK, s(head_id(chain)))
             .update_expression("SET #seq = :seq, #hash = :hash")
@@ -226,9 +218,8 @@ impl DynamoAuditLog {
             .expression_attribute_values(":seq", n(i64::try_from(seq).unwrap_or(i64::MAX)))
             .expression_attribute_values(":hash", s(hash))
             .expression_attribute_values(":prev", n(i64::try_from(prev).unwrap_or(i64::MAX)))
-            .expression_attribute_values(":zero", n(0))
-            .build()
-            .map_err(|e| item_error("audit head", e))
+            .expression_attribute_values(":zero", n(0));
+        tx_update(update, "audit head")
     }
 }
 
@@ -239,8 +230,8 @@ const LINK_AT_ONCE: usize = TRANSACT_ITEMS - recon_core::domain::audit::AUDIT_CH
 /// `seq` it takes, in order, then a move of each chain's head; written in one transaction, or
 /// not at all.
 pub(crate) struct Links {
-    pub(crate) puts: Vec<(aws_sdk_dynamodb::types::TransactWriteItem, u64)>,
-    pub(crate) heads: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+    pub(crate) puts: Vec<(TransactWriteItem, u64)>,
+    pub(crate) heads: Vec<TransactWriteItem>,
 }
 
 /// A head item's `(seq, hash)`; a chain without one starts at genesis.
@@ -323,18 +314,13 @@ impl AuditLog for DynamoAuditLog {
         }
         let chain = chain_of(&record.audit_id);
         for attempt in 0..50u32 {
-            use aws_sdk_dynamodb::types::TransactWriteItem;
             let (seq, hash) = self.head(&chain).await?;
             let linked = recon_core::domain::audit::link(record.clone(), &chain, seq, &hash);
             let result = self
                 .client
                 .transact_write_items()
-                .transact_items(TransactWriteItem::builder().put(self.record_put(&linked)?).build())
-                .transact_items(
-                    TransactWriteItem::builder()
-                        .update(self.head_move(&chain, linked.seq, &linked.hash, seq)?)
-                        .build(),
-                )
+                .transact_items(self.record_put(&linked)?)
+                .transact_items(self.head_move(&chain, linked.seq, &linked.hash, seq)?)
                 .send()
                 .await;
             let Err(err) = result else {

@@ -3,7 +3,7 @@
 //! counter, and is checked against the envelope life cycle (`domain::status`) before it is sent.
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
 use recon_core::domain::status::{check_initial, check_transition};
 use recon_core::domain::{
@@ -19,7 +19,7 @@ use super::{applied, decode_cursor, encode_cursor, item_error, n, s};
 
 mod period;
 mod transitions;
-use super::transact::transact_applied;
+use super::transact::{transact_applied, tx_put, tx_update};
 use crate::error::store_error;
 use crate::item::{Item, from_item, get_s, to_item};
 use transitions::{ClaimValues, FROM_PENDING, TAKEOVER, claim_update, finish_update, from_pending, takeover};
@@ -52,17 +52,13 @@ fn envelopes_of(items: &[Item]) -> StoreResult<Vec<DlqEnvelope>> {
         .collect()
 }
 
-fn pending_delta(table: &str, delta: i64) -> StoreResult<aws_sdk_dynamodb::types::TransactWriteItem> {
-    let update = aws_sdk_dynamodb::types::Update::builder()
+fn pending_delta(table: &str, delta: i64) -> StoreResult<TransactWriteItem> {
+    let update = Update::builder()
         .table_name(table)
         .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
         .update_expression("ADD pending :d")
-        .expression_attribute_values(":d", n(delta))
-        .build()
-        .map_err(|e| item_error("pending counter", e))?;
-    Ok(aws_sdk_dynamodb::types::TransactWriteItem::builder()
-        .update(update)
-        .build())
+        .expression_attribute_values(":d", n(delta));
+    tx_update(update, "pending counter")
 }
 
 impl DynamoEnvelopeStore {
@@ -95,17 +91,15 @@ impl DynamoEnvelopeStore {
 impl EnvelopeStore for DynamoEnvelopeStore {
     async fn create(&self, envelope: &DlqEnvelope) -> FlowResult<CreateOutcome> {
         check_initial(envelope.status)?;
-        let put = aws_sdk_dynamodb::types::Put::builder()
+        let put = Put::builder()
             .table_name(&self.table)
             .set_item(Some(envelope_item(envelope)?))
             .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", keys::ENVELOPE_PK)
-            .build()
-            .map_err(|e| item_error("envelope put", e))?;
+            .expression_attribute_names("#pk", keys::ENVELOPE_PK);
         let mut req = self
             .client
             .transact_write_items()
-            .transact_items(aws_sdk_dynamodb::types::TransactWriteItem::builder().put(put).build());
+            .transact_items(tx_put(put, "envelope put")?);
         if envelope.status == EnvelopeStatus::Pending {
             req = req.transact_items(pending_delta(&self.table, 1)?);
         }
@@ -222,10 +216,7 @@ impl EnvelopeStore for DynamoEnvelopeStore {
                 ":until",
                 s(lease_until.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
             )
-            .expression_attribute_values(
-                ":change",
-                aws_sdk_dynamodb::types::AttributeValue::L(vec![aws_sdk_dynamodb::types::AttributeValue::M(entry)]),
-            )
+            .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry)]))
             .send()
             .await;
         Ok(applied(result, "UpdateItem(replay renew)")?)
@@ -240,12 +231,13 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         audit: Option<&AuditRecord>,
     ) -> FlowResult<bool> {
         check_transition(EnvelopeStatus::Replaying, change.status)?;
-        let update = finish_update(&self.table, envelope_id, replay_id, change, record)?;
-        let mut req = self.client.transact_write_items().transact_items(
-            aws_sdk_dynamodb::types::TransactWriteItem::builder()
-                .update(update)
-                .build(),
-        );
+        let mut req = self.client.transact_write_items().transact_items(finish_update(
+            &self.table,
+            envelope_id,
+            replay_id,
+            change,
+            record,
+        )?);
         if change.status == EnvelopeStatus::Pending {
             req = req.transact_items(pending_delta(&self.table, 1)?);
         }
@@ -272,9 +264,9 @@ impl EnvelopeStore for DynamoEnvelopeStore {
 
 /// The outbox item of an audit record, in the envelope table (the same transaction as the state
 /// change it records): listed oldest first through the status index.
-pub(super) fn outbox_put(table: &str, r: &AuditRecord) -> StoreResult<aws_sdk_dynamodb::types::TransactWriteItem> {
+pub(super) fn outbox_put(table: &str, r: &AuditRecord) -> StoreResult<TransactWriteItem> {
     let record = to_item(r).map_err(|e| item_error("outbox record", e))?;
-    let put = aws_sdk_dynamodb::types::Put::builder()
+    let put = Put::builder()
         .table_name(table)
         .item(
             keys::ENVELOPE_PK,
@@ -285,10 +277,8 @@ pub(super) fn outbox_put(table: &str, r: &AuditRecord) -> StoreResult<aws_sdk_dy
             keys::ENVELOPE_AGE,
             s(format!("{}#{}", r.at.format("%Y-%m-%dT%H:%M:%S%.9fZ"), r.audit_id)),
         )
-        .item("record", AttributeValue::M(record))
-        .build()
-        .map_err(|e| item_error("outbox put", e))?;
-    Ok(aws_sdk_dynamodb::types::TransactWriteItem::builder().put(put).build())
+        .item("record", AttributeValue::M(record));
+    tx_put(put, "outbox put")
 }
 
 impl SweepCursors for DynamoEnvelopeStore {
@@ -369,7 +359,7 @@ impl Backlog for DynamoEnvelopeStore {
             .unwrap_or(0);
         let episode = episodes + 1;
         // The flag and the episode move only from what was read; the record goes in with them.
-        let raise = aws_sdk_dynamodb::types::Update::builder()
+        let raise = Update::builder()
             .table_name(&self.table)
             .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
             .update_expression("SET overflow = :t, episodes = :next")
@@ -381,17 +371,11 @@ impl Backlog for DynamoEnvelopeStore {
             .expression_attribute_values(":f", AttributeValue::Bool(false))
             .expression_attribute_values(":next", n(i64::try_from(episode).unwrap_or(i64::MAX)))
             .expression_attribute_values(":seen", n(i64::try_from(episodes).unwrap_or(i64::MAX)))
-            .expression_attribute_values(":zero", n(0))
-            .build()
-            .map_err(|e| item_error("overflow flag", e))?;
+            .expression_attribute_values(":zero", n(0));
         let req = self
             .client
             .transact_write_items()
-            .transact_items(
-                aws_sdk_dynamodb::types::TransactWriteItem::builder()
-                    .update(raise)
-                    .build(),
-            )
+            .transact_items(tx_update(raise, "overflow flag")?)
             .transact_items(outbox_put(&self.table, &record(episode))?);
         // Not written: another writer raised it (or moved the episode) first, theirs to report.
         Ok(transact_applied(req, "TransactWriteItems(overflow raise)")

@@ -2,14 +2,14 @@
 //! the status index under their own status value (never among envelopes: every envelope read
 //! skips `#` keys). Each change is a put conditional on the version it was made from.
 
-use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::Put;
 use recon_core::domain::AuditRecord;
 use recon_core::domain::approval::ApprovalRequest;
 use recon_core::ports::{ApprovalRequests, RequestPage, StoreResult};
 use recon_core::resources::{indexes, keys};
 
 use super::envelopes::{DynamoEnvelopeStore, outbox_put};
-use super::transact::transact_applied;
+use super::transact::{transact_applied, tx_put};
 use super::{decode_cursor, encode_cursor, item_error, n, s};
 use crate::error::store_error;
 use crate::item::{Item, from_item, to_item};
@@ -56,11 +56,10 @@ impl DynamoEnvelopeStore {
                 .expression_attribute_names("#v", "version")
                 .expression_attribute_values(":prev", n(i64::try_from(prev).unwrap_or(i64::MAX)));
         }
-        let put = put.build().map_err(|e| item_error("approval request put", e))?;
         let mut req = self
             .client
             .transact_write_items()
-            .transact_items(TransactWriteItem::builder().put(put).build());
+            .transact_items(tx_put(put, "approval request put")?);
         if let Some(record) = record {
             req = req.transact_items(outbox_put(&self.table, record)?);
         }

@@ -1,8 +1,11 @@
 //! DynamoDB transactions (TransactWriteItems): sent again, apart, when cancelled only by a
 //! conflict with another transaction, and read for their cancellation reasons.
 
+use aws_sdk_dynamodb::types::TransactWriteItem;
+use aws_sdk_dynamodb::types::builders::{PutBuilder, UpdateBuilder};
 use recon_core::ports::StoreResult;
 
+use super::item_error;
 use crate::error::{SdkError, store_error};
 
 type TransactRequest = aws_sdk_dynamodb::operation::transact_write_items::builders::TransactWriteItemsFluentBuilder;
@@ -38,6 +41,18 @@ pub(super) async fn transact_applied(req: TransactRequest, op: &str) -> StoreRes
         Err(e) if first_condition_failed(&e) => Ok(false),
         Err(e) => Err(store_error(op, e)),
     }
+}
+
+/// An update as an item of a transaction (`what` names it in an error).
+pub(super) fn tx_update(update: UpdateBuilder, what: &str) -> StoreResult<TransactWriteItem> {
+    let update = update.build().map_err(|e| item_error(what, e))?;
+    Ok(TransactWriteItem::builder().update(update).build())
+}
+
+/// A put as an item of a transaction (`what` names it in an error).
+pub(super) fn tx_put(put: PutBuilder, what: &str) -> StoreResult<TransactWriteItem> {
+    let put = put.build().map_err(|e| item_error(what, e))?;
+    Ok(TransactWriteItem::builder().put(put).build())
 }
 
 /// Times a transaction is sent again after a conflict.

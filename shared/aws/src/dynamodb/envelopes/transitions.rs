@@ -17,7 +17,7 @@ use recon_core::domain::{AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, 
 use recon_core::ports::{EnvelopeStore, Finish, FlowResult, Settled, StoreError, StoreResult};
 use recon_core::resources::keys;
 
-use super::super::transact::{cancellation_codes, conflict_wait, conflicted, transact};
+use super::super::transact::{cancellation_codes, conflict_wait, conflicted, transact, tx_update};
 use super::{DynamoEnvelopeStore, outbox_put, pending_delta};
 use crate::dynamodb::audit::Links;
 use crate::dynamodb::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups, json_size};
@@ -94,20 +94,18 @@ pub(super) fn claim_update(
 
 /// A claim's update from PENDING.
 pub(super) fn from_pending(update: UpdateBuilder) -> StoreResult<TransactWriteItem> {
-    let update = update
-        .expression_attribute_values(":pending", s(EnvelopeStatus::Pending.as_str()))
-        .build()
-        .map_err(|e| item_error("replay claim", e))?;
-    Ok(TransactWriteItem::builder().update(update).build())
+    tx_update(
+        update.expression_attribute_values(":pending", s(EnvelopeStatus::Pending.as_str())),
+        "replay claim",
+    )
 }
 
 /// A claim's update taking over a lease that ended before `now`.
 pub(super) fn takeover(update: UpdateBuilder, now: DateTime<Utc>) -> StoreResult<TransactWriteItem> {
-    let update = update
-        .expression_attribute_values(":now", n(now.timestamp_millis()))
-        .build()
-        .map_err(|e| item_error("replay takeover", e))?;
-    Ok(TransactWriteItem::builder().update(update).build())
+    tx_update(
+        update.expression_attribute_values(":now", n(now.timestamp_millis())),
+        "replay takeover",
+    )
 }
 
 /// A settlement's update of the envelope: only if it is REPLAYING under `replay_id`.
@@ -117,10 +115,10 @@ pub(super) fn finish_update(
     replay_id: &str,
     change: &StatusChange,
     record: &ReplayRecord,
-) -> StoreResult<Update> {
+) -> StoreResult<TransactWriteItem> {
     let entry = to_item(change).map_err(|e| item_error("status change", e))?;
     let record = to_item(record).map_err(|e| item_error("replay record", e))?;
-    Update::builder()
+    let update = Update::builder()
         .table_name(table)
         .key(keys::ENVELOPE_PK, s(envelope_id))
         .update_expression(
@@ -136,9 +134,8 @@ pub(super) fn finish_update(
         .expression_attribute_values(":rid", s(replay_id))
         .expression_attribute_values(":change", AttributeValue::L(vec![AttributeValue::M(entry)]))
         .expression_attribute_values(":record", AttributeValue::L(vec![AttributeValue::M(record)]))
-        .expression_attribute_values(":empty", AttributeValue::L(vec![]))
-        .build()
-        .map_err(|e| item_error("replay finish", e))
+        .expression_attribute_values(":empty", AttributeValue::L(vec![]));
+    tx_update(update, "replay finish")
 }
 
 /// What sending a group came to.
@@ -485,8 +482,7 @@ impl DynamoEnvelopeStore {
 
     /// A settlement's update of its envelope, as a transaction item.
     fn settle_item(&self, replay_id: &str, f: &Finish<'_>) -> StoreResult<TransactWriteItem> {
-        let update = finish_update(&self.table, &f.envelope.envelope_id, replay_id, f.change, f.record)?;
-        Ok(TransactWriteItem::builder().update(update).build())
+        finish_update(&self.table, &f.envelope.envelope_id, replay_id, f.change, f.record)
     }
 
     /// The PENDING counter moved for those of `settled` released back to PENDING, if any.
