@@ -104,7 +104,6 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    /// The variable at fault.
     pub fn variable(&self) -> &'static str {
         match self {
             ConfigError::Missing { var, .. } | ConfigError::Invalid { var, .. } | ConfigError::Undocumented(var) => var,
@@ -241,12 +240,11 @@ pub struct ConsumerSettings {
 }
 
 impl ConsumerSettings {
-    /// Read the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
-    /// Read settings through `get` (the environment, or a map in tests).
+    /// `get`: the process environment, or a test's map.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let env = Env(get);
         let d = RetryPolicy::default();
