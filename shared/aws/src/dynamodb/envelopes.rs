@@ -68,6 +68,33 @@ impl DynamoEnvelopeStore {
         super::get_consistent(&self.client, &self.table, keys::ENVELOPE_PK, key, op).await
     }
 
+    /// A page of the status index's items under `status` (oldest first, or newest when not
+    /// `forward`), at most `limit`, from `cursor`; and the cursor of the next page.
+    pub(super) async fn query_status(
+        &self,
+        status: &str,
+        forward: bool,
+        limit: usize,
+        cursor: Option<String>,
+        op: &str,
+    ) -> StoreResult<(Vec<Item>, Option<String>)> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(recon_core::resources::indexes::BY_STATUS_AGE.name)
+            .key_condition_expression("#status = :s")
+            .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
+            .expression_attribute_values(":s", s(status))
+            .scan_index_forward(forward)
+            .limit(i32::try_from(limit).unwrap_or(i32::MAX))
+            .set_exclusive_start_key(decode_cursor(cursor)?)
+            .send()
+            .await
+            .map_err(|e| store_error(op, e))?;
+        Ok((out.items.unwrap_or_default(), encode_cursor(out.last_evaluated_key)))
+    }
+
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         DynamoEnvelopeStore {
             client,
@@ -126,21 +153,11 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         cursor: Option<String>,
         limit: usize,
     ) -> StoreResult<EnvelopePage> {
-        let out = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(recon_core::resources::indexes::BY_STATUS_AGE.name)
-            .key_condition_expression("#status = :s")
-            .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
-            .expression_attribute_values(":s", s(status.as_str()))
-            .scan_index_forward(true)
-            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
-            .set_exclusive_start_key(decode_cursor(cursor)?)
-            .send()
-            .await
-            .map_err(|e| store_error("Query(envelopes by status)", e))?;
-        Ok((envelopes_of(out.items())?, encode_cursor(out.last_evaluated_key)))
+        let limit = limit.clamp(1, 1000);
+        let (items, next) = self
+            .query_status(status.as_str(), true, limit, cursor, "Query(envelopes by status)")
+            .await?;
+        Ok((envelopes_of(&items)?, next))
     }
 
     async fn list_all(&self, cursor: Option<String>, limit: usize) -> StoreResult<EnvelopePage> {
@@ -402,20 +419,11 @@ impl Backlog for DynamoEnvelopeStore {
 
 impl AuditOutbox for DynamoEnvelopeStore {
     async fn pending_records(&self, limit: usize) -> StoreResult<Vec<AuditRecord>> {
-        let out = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(recon_core::resources::indexes::BY_STATUS_AGE.name)
-            .key_condition_expression("#status = :s")
-            .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
-            .expression_attribute_values(":s", s(keys::ENVELOPE_OUTBOX_STATUS))
-            .scan_index_forward(true)
-            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
-            .send()
-            .await
-            .map_err(|e| store_error("Query(audit outbox)", e))?;
-        out.items()
+        let limit = limit.clamp(1, 1000);
+        let (items, _) = self
+            .query_status(keys::ENVELOPE_OUTBOX_STATUS, true, limit, None, "Query(audit outbox)")
+            .await?;
+        items
             .iter()
             .filter_map(|i| i.get("record").and_then(|r| r.as_m().ok()))
             .map(|m| from_item(m).map_err(|e| item_error("outbox record", e)))

@@ -6,12 +6,11 @@ use aws_sdk_dynamodb::types::Put;
 use recon_core::domain::AuditRecord;
 use recon_core::domain::approval::ApprovalRequest;
 use recon_core::ports::{ApprovalRequests, RequestPage, StoreResult};
-use recon_core::resources::{indexes, keys};
+use recon_core::resources::keys;
 
 use super::envelopes::{DynamoEnvelopeStore, outbox_put};
 use super::transact::{transact_applied, tx_put};
-use super::{decode_cursor, encode_cursor, item_error, n, s};
-use crate::error::store_error;
+use super::{item_error, n, s};
 use crate::item::{Item, from_item, to_item};
 
 fn key(id: &str) -> String {
@@ -82,24 +81,19 @@ impl ApprovalRequests for DynamoEnvelopeStore {
     }
 
     async fn list_requests(&self, cursor: Option<String>, limit: usize) -> StoreResult<RequestPage> {
-        let out = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(indexes::BY_STATUS_AGE.name)
-            .key_condition_expression("#status = :s")
-            .expression_attribute_names("#status", keys::ENVELOPE_STATUS)
-            .expression_attribute_values(":s", s(keys::ENVELOPE_REQUEST_STATUS))
-            .scan_index_forward(false)
-            .limit(i32::try_from(limit.clamp(1, 100)).unwrap_or(100))
-            .set_exclusive_start_key(decode_cursor(cursor)?)
-            .send()
-            .await
-            .map_err(|e| store_error("Query(approval requests)", e))?;
+        let limit = limit.clamp(1, 100);
+        let (items, next) = self
+            .query_status(
+                keys::ENVELOPE_REQUEST_STATUS,
+                false,
+                limit,
+                cursor,
+                "Query(approval requests)",
+            )
+            .await?;
         // An item that does not read back as a request is named in the log and left out: one
         // bad item must not hide every other request.
-        let requests = out
-            .items()
+        let requests = items
             .iter()
             .filter_map(|i| {
                 request_of(i)
@@ -109,7 +103,7 @@ impl ApprovalRequests for DynamoEnvelopeStore {
                     .ok()
             })
             .collect();
-        Ok((requests, encode_cursor(out.last_evaluated_key)))
+        Ok((requests, next))
     }
 
     async fn update_request(&self, r: &ApprovalRequest, record: Option<&AuditRecord>) -> StoreResult<bool> {
