@@ -78,6 +78,11 @@ pub fn get_s<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
     item.get(name).and_then(|v| v.as_s().ok()).map(String::as_str)
 }
 
+/// A number attribute of an item, when it reads as a `T`.
+pub fn get_n<T: std::str::FromStr>(item: &Item, name: &str) -> Option<T> {
+    item.get(name).and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

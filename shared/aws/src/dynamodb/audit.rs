@@ -14,7 +14,7 @@ use super::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups};
 use super::transact::{TransactError, cancellation_codes, tx_put, tx_update};
 use super::{applied, item_error, n, query_index, s, scan_all};
 use crate::error::store_error;
-use crate::item::{Item, from_item, get_s, to_item};
+use crate::item::{Item, from_item, get_n, get_s, to_item};
 
 mod page;
 mod period;
@@ -239,12 +239,10 @@ fn head_of(item: Option<&Item>) -> (u64, String) {
     let Some(item) = item else {
         return (0, GENESIS.to_owned());
     };
-    let seq = item
-        .get("seq")
-        .and_then(|v| v.as_n().ok())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    (seq, get_s(item, "hash").unwrap_or(GENESIS).to_owned())
+    (
+        get_n(item, "seq").unwrap_or(0),
+        get_s(item, "hash").unwrap_or(GENESIS).to_owned(),
+    )
 }
 
 /// Why a transaction linking `records` records (their puts first, then the heads' moves) was not
@@ -271,15 +269,10 @@ fn audit_records(items: &[Item]) -> StoreResult<Vec<recon_core::domain::audit::C
 /// why, so that verification names that record instead of failing as a whole.
 fn chained_from(item: &Item) -> recon_core::domain::audit::ChainedRecord {
     from_item(item).unwrap_or_else(|e| {
-        let seq = item
-            .get("seq")
-            .and_then(|v| v.as_n().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
         recon_core::domain::audit::ChainedRecord::unreadable(
             get_s(item, keys::AUDIT_PK).unwrap_or_default(),
             get_s(item, "chain").unwrap_or_default(),
-            seq,
+            get_n(item, "seq").unwrap_or(0),
             get_s(item, "prev_hash").unwrap_or_default(),
             get_s(item, "hash").unwrap_or_default(),
             e.to_string().chars().flat_map(char::escape_default).take(200).collect(),

@@ -11,7 +11,7 @@ use recon_core::resources::keys;
 
 use super::{HAND_OFF_BY, applied, committed_ref, n, s};
 use crate::error::{SdkError, store_error};
-use crate::item::{Item, get_s};
+use crate::item::{Item, get_n, get_s};
 
 #[derive(Clone, Debug)]
 pub struct DynamoDedupTable {
@@ -63,10 +63,7 @@ impl DynamoDedupTable {
 
 /// A time stored as epoch milliseconds.
 fn millis(item: &Item, name: &str) -> Option<DateTime<Utc>> {
-    item.get(name)
-        .and_then(|v| v.as_n().ok())
-        .and_then(|v| v.parse::<i64>().ok())
-        .and_then(DateTime::<Utc>::from_timestamp_millis)
+    get_n(item, name).and_then(DateTime::<Utc>::from_timestamp_millis)
 }
 
 fn claim_outcome_from(item: &Item) -> ReserveOutcome {

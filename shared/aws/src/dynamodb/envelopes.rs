@@ -21,7 +21,7 @@ mod period;
 mod transitions;
 use super::transact::{transact_applied, tx_put, tx_update};
 use crate::error::store_error;
-use crate::item::{Item, from_item, get_s, to_item};
+use crate::item::{Item, from_item, get_n, get_s, to_item};
 use transitions::{ClaimValues, FROM_PENDING, TAKEOVER, claim_update, finish_update, from_pending, takeover};
 
 /// The envelope table with its triage indexes and the PENDING counter.
@@ -356,10 +356,7 @@ impl Backlog for DynamoEnvelopeStore {
         Ok(self
             .item(keys::ENVELOPE_META_ID, "pending counter")
             .await?
-            .as_ref()
-            .and_then(|i| i.get("pending"))
-            .and_then(|v| v.as_n().ok())
-            .and_then(|v| v.parse().ok())
+            .and_then(|i| get_n(&i, "pending"))
             .unwrap_or(0))
     }
 
@@ -369,11 +366,7 @@ impl Backlog for DynamoEnvelopeStore {
         if item.and_then(|i| i.get("overflow")).and_then(|v| v.as_bool().ok()) == Some(&true) {
             return Ok(None);
         }
-        let episodes: u64 = item
-            .and_then(|i| i.get("episodes"))
-            .and_then(|v| v.as_n().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        let episodes: u64 = item.and_then(|i| get_n(i, "episodes")).unwrap_or(0);
         let episode = episodes + 1;
         // The flag and the episode move only from what was read; the record goes in with them.
         let raise = Update::builder()

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::{applied, scan_all};
 use crate::error::store_error;
-use crate::item::get_s;
+use crate::item::{get_n, get_s};
 
 const CURRENCY_PK: &str = keys::REFERENCE_CURRENCY_PK;
 const PERIOD_PK_PREFIX: &str = keys::REFERENCE_PERIOD_PK_PREFIX;
@@ -59,11 +59,7 @@ impl DynamoReferenceData {
             if pk == keys::REFERENCE_POLICY_PK && sk == keys::REFERENCE_APPROVAL_SK {
                 policy = read_policy(get_s(&item, keys::REFERENCE_POLICY_ATTR));
             } else if pk == CURRENCY_PK {
-                let minor_units = item
-                    .get("minor_units")
-                    .and_then(|v| v.as_n().ok())
-                    .and_then(|n| n.parse::<u32>().ok());
-                if let Some(minor_units) = minor_units {
+                if let Some(minor_units) = get_n(&item, "minor_units") {
                     currencies.push(CurrencyMapping {
                         code: sk.to_owned(),
                         minor_units,
