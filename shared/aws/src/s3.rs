@@ -154,25 +154,22 @@ impl Worm for S3Worm {
     }
 
     async fn list(&self, prefix: &str) -> StoreResult<Vec<String>> {
-        let mut keys = Vec::new();
-        let mut token = None;
-        loop {
-            let out = self
-                .client
-                .list_objects_v2()
-                .bucket(&self.bucket)
-                .expected_bucket_owner(&self.owner)
-                .prefix(prefix)
-                .set_continuation_token(token)
-                .send()
-                .await
-                .map_err(|e| store_error("ListObjectsV2(worm)", e))?;
-            keys.extend(out.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
-            match out.next_continuation_token() {
-                Some(t) => token = Some(t.to_owned()),
-                None => break,
-            }
-        }
+        let pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .expected_bucket_owner(&self.owner)
+            .prefix(prefix)
+            .into_paginator()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| store_error("ListObjectsV2(worm)", e))?;
+        let mut keys: Vec<String> = pages
+            .iter()
+            .flat_map(|p| p.contents())
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect();
         keys.sort();
         Ok(keys)
     }

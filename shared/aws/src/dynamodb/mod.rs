@@ -88,27 +88,15 @@ pub(crate) async fn get_consistent(
 
 /// All items of a table, following pagination; `pk` filters on the partition key when given.
 pub async fn scan_all(client: &Client, table: &str, pk: Option<(&str, &str)>) -> StoreResult<Vec<Item>> {
-    let mut items = Vec::new();
-    let mut start: Option<Item> = None;
-    loop {
-        let mut req = client
-            .scan()
-            .table_name(table)
-            .consistent_read(true)
-            .set_exclusive_start_key(start.take());
-        if let Some((name, value)) = pk {
-            req = req
-                .filter_expression("#k = :v")
-                .expression_attribute_names("#k", name)
-                .expression_attribute_values(":v", AttributeValue::S(value.to_owned()));
-        }
-        let out = req.send().await.map_err(|e| store_error("Scan", e))?;
-        items.extend(out.items.unwrap_or_default());
-        match out.last_evaluated_key {
-            Some(k) if !k.is_empty() => start = Some(k),
-            _ => return Ok(items),
-        }
+    let mut req = client.scan().table_name(table).consistent_read(true);
+    if let Some((name, value)) = pk {
+        req = req
+            .filter_expression("#k = :v")
+            .expression_attribute_names("#k", name)
+            .expression_attribute_values(":v", s(value));
     }
+    let items = req.into_paginator().items().send().try_collect().await;
+    items.map_err(|e| store_error("Scan", e))
 }
 
 /// A page cursor: the last evaluated key's string attributes as JSON (opaque to callers).
@@ -165,32 +153,20 @@ pub async fn query_index_from(
     value: &str,
     sort_from: Option<&str>,
 ) -> StoreResult<Vec<Item>> {
-    let mut items = Vec::new();
-    let mut start = None;
-    loop {
-        let mut req = client
-            .query()
-            .table_name(table)
-            .index_name(index.name)
-            .key_condition_expression("#k = :v")
-            .expression_attribute_names("#k", index.partition_key)
-            .expression_attribute_values(":v", AttributeValue::S(value.to_owned()))
-            .scan_index_forward(true)
-            .set_exclusive_start_key(start);
-        if let Some(from) = sort_from {
-            req = req
-                .key_condition_expression("#k = :v AND #s >= :from")
-                .expression_attribute_names("#s", index.sort_key)
-                .expression_attribute_values(":from", AttributeValue::S(from.to_owned()));
-        }
-        let page = req
-            .send()
-            .await
-            .map_err(|e| store_error(&format!("Query({})", index.name), e))?;
-        items.extend(page.items().iter().cloned());
-        match page.last_evaluated_key {
-            Some(k) if !k.is_empty() => start = Some(k),
-            _ => return Ok(items),
-        }
+    let mut req = client
+        .query()
+        .table_name(table)
+        .index_name(index.name)
+        .key_condition_expression("#k = :v")
+        .expression_attribute_names("#k", index.partition_key)
+        .expression_attribute_values(":v", s(value))
+        .scan_index_forward(true);
+    if let Some(from) = sort_from {
+        req = req
+            .key_condition_expression("#k = :v AND #s >= :from")
+            .expression_attribute_names("#s", index.sort_key)
+            .expression_attribute_values(":from", s(from));
     }
+    let items = req.into_paginator().items().send().try_collect().await;
+    items.map_err(|e| store_error(&format!("Query({})", index.name), e))
 }
