@@ -5,7 +5,7 @@
 
 use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueError;
 use recon_core::config::{HttpLocation, LedgerSettings, PostgresLocation};
-use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
+use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting};
 use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult, SystemClock};
 use recon_core::reservation::{ReservationSettings, ReservingLedger};
 use recon_http::{HttpLedger, HttpSettings, TokenFetch, TokenRefresh};
@@ -79,7 +79,7 @@ impl LazyHttp {
                 };
                 claims
                     .validate(chrono::Duration::days(longest_replay_window_days()))
-                    .map_err(|e| StoreError::new(TransientKind::Infrastructure, e))?;
+                    .map_err(StoreError::infra)?;
                 Ok::<_, StoreError>(Arc::new(ReservingLedger::new(
                     gl,
                     self.dedup.clone(),
@@ -176,19 +176,11 @@ async fn secret_fields<const N: usize>(clients: &AwsClients, arn: &str, fields: 
         .await
         .map_err(|e| match &e {
             SdkError::ServiceError(s) if matches!(s.err(), GetSecretValueError::ResourceNotFoundException(_)) => {
-                StoreError::new(
-                    TransientKind::Infrastructure,
-                    format!("the ledger's secret {arn} does not exist"),
-                )
+                StoreError::infra(format!("the ledger's secret {arn} does not exist"))
             }
             _ => store_error("GetSecretValue", e),
         })?;
-    let unreadable = |what: &str| {
-        StoreError::new(
-            TransientKind::Infrastructure,
-            format!("the ledger's secret {arn} {what}"),
-        )
-    };
+    let unreadable = |what: &str| StoreError::infra(format!("the ledger's secret {arn} {what}"));
     let text = out.secret_string().ok_or_else(|| unreadable("holds no text"))?;
     let json: serde_json::Value = serde_json::from_str(text).map_err(|_| unreadable("is not a JSON object"))?;
     let field = |k: &str| {

@@ -54,13 +54,10 @@ impl S3Worm {
                 .filter(|d| d.mode() == Some(&aws_sdk_s3::types::ObjectLockRetentionMode::Compliance));
             let days = retention.and_then(|d| d.days().or_else(|| d.years().map(|y| y.saturating_mul(365))));
             days.map(i64::from).filter(|d| *d > 0).ok_or_else(|| {
-                StoreError::new(
-                    TransientKind::Infrastructure,
-                    format!(
-                        "bucket {} has no default COMPLIANCE retention: evidence is never written unlocked",
-                        self.bucket
-                    ),
-                )
+                StoreError::infra(format!(
+                    "bucket {} has no default COMPLIANCE retention: evidence is never written unlocked",
+                    self.bucket
+                ))
             })
         };
         self.retention_days.get_or_try_init(read).await.copied()

@@ -9,7 +9,7 @@ use aws_sdk_sqs::types::{
 use std::collections::HashMap;
 
 use crate::error::store_error;
-use recon_core::domain::{DeadLetter, TransientKind};
+use recon_core::domain::DeadLetter;
 use recon_core::ports::{DeadLetterQueue, StoreError, StoreResult, WorkQueue, dead_letter_message, is_binary};
 
 /// SQS allows at most 10 entries per batch call.
@@ -36,14 +36,14 @@ fn attr(data_type: &str, value: &str) -> StoreResult<MessageAttributeValue> {
     let builder = MessageAttributeValue::builder().data_type(data_type);
     let builder = if is_binary(data_type) {
         let bytes = aws_smithy_types::base64::decode(value)
-            .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("binary message attribute: {e}")))?;
+            .map_err(|e| StoreError::infra(format!("binary message attribute: {e}")))?;
         builder.binary_value(aws_smithy_types::Blob::new(bytes))
     } else {
         builder.string_value(value)
     };
     builder
         .build()
-        .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("message attribute: {e}")))
+        .map_err(|e| StoreError::infra(format!("message attribute: {e}")))
 }
 
 /// One SQS queue, by URL.
@@ -88,10 +88,7 @@ impl SqsQueue {
                     .message_group_id(m.group_id.clone().unwrap_or_else(|| "default".into()))
                     .set_message_deduplication_id(m.dedup_id.clone());
             }
-            entries.push(
-                e.build()
-                    .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("batch entry: {e}")))?,
-            );
+            entries.push(e.build().map_err(|e| StoreError::infra(format!("batch entry: {e}")))?);
         }
         let out = self
             .client
@@ -150,7 +147,7 @@ impl SqsQueue {
                         .build()
                 })
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("delete entry: {e}")))?;
+                .map_err(|e| StoreError::infra(format!("delete entry: {e}")))?;
             let out = self
                 .client
                 .delete_message_batch()
@@ -219,13 +216,12 @@ fn trace(header: &str) -> StoreResult<MessageSystemAttributeValue> {
         .data_type("String")
         .string_value(header)
         .build()
-        .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("trace header: {e}")))
+        .map_err(|e| StoreError::infra(format!("trace header: {e}")))
 }
 
 impl DeadLetterQueue for SqsQueue {
     async fn send(&self, letter: &DeadLetter) -> StoreResult<()> {
-        let m = dead_letter_message(letter)
-            .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("dead-letter context: {e}")))?;
+        let m = dead_letter_message(letter).map_err(|e| StoreError::infra(format!("dead-letter context: {e}")))?;
         let mut req = self.client.send_message().queue_url(&self.url).message_body(&m.body);
         for (name, data_type, value) in &m.attributes {
             req = req.message_attributes(name, attr(data_type, value)?);

@@ -99,10 +99,6 @@ struct Refusal {
     message: String,
 }
 
-fn infra(detail: impl Into<String>) -> StoreError {
-    StoreError::new(TransientKind::Infrastructure, detail)
-}
-
 /// What a failed request means for the retry budget.
 fn request_error(op: &str, e: &reqwest::Error) -> StoreError {
     let kind = if e.is_timeout() {
@@ -138,7 +134,7 @@ impl HttpLedger {
             .connect_timeout(settings.connect_timeout)
             .timeout(settings.timeout)
             .build()
-            .map_err(|e| infra(format!("HTTP client: {e}")))?;
+            .map_err(|e| StoreError::infra(format!("HTTP client: {e}")))?;
         Ok(HttpLedger {
             client,
             base: settings.base_url.trim_end_matches('/').to_owned(),
@@ -205,7 +201,7 @@ impl HttpLedger {
 
     async fn json<T: serde::de::DeserializeOwned>(op: &str, response: reqwest::Response) -> StoreResult<T> {
         let body = capped_body(op, response).await?;
-        serde_json::from_slice(&body).map_err(|e| infra(format!("{op}: the answer does not parse: {e}")))
+        serde_json::from_slice(&body).map_err(|e| StoreError::infra(format!("{op}: the answer does not parse: {e}")))
     }
 }
 
@@ -216,7 +212,7 @@ pub const MAX_ANSWER_BYTES: usize = 8 << 20;
 
 /// The answer's body, read chunk by chunk up to [`MAX_ANSWER_BYTES`].
 async fn capped_body(op: &str, mut response: reqwest::Response) -> StoreResult<Vec<u8>> {
-    let too_large = || infra(format!("{op}: the answer is larger than {MAX_ANSWER_BYTES} bytes"));
+    let too_large = || StoreError::infra(format!("{op}: the answer is larger than {MAX_ANSWER_BYTES} bytes"));
     if response.content_length().is_some_and(|n| n > MAX_ANSWER_BYTES as u64) {
         return Err(too_large());
     }
@@ -280,7 +276,7 @@ impl ExternalLedger for HttpLedger {
     async fn void(&self, source_hash: &str) -> StoreResult<Voided> {
         let op = "POST /postings/<hash>/void";
         if !source_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(infra(format!("{op}: not a source_hash")));
+            return Err(StoreError::infra(format!("{op}: not a source_hash")));
         }
         let path = format!("/postings/{source_hash}/void");
         let response = self.send(op, || self.request(reqwest::Method::POST, &path)).await?;

@@ -145,7 +145,7 @@ fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
         deadpool_postgres::PoolError::Backend(e) => classify("connect", &e),
         deadpool_postgres::PoolError::Timeout(_) => StoreError::new(TransientKind::Timeout, format!("connect: {e}")),
-        other => StoreError::new(TransientKind::Infrastructure, format!("connect: {other}")),
+        other => StoreError::infra(format!("connect: {other}")),
     }
 }
 
@@ -154,12 +154,8 @@ const ENTRY_COLUMNS: &str = "source_hash, sqs_message_id, message_id, committed_
 /// A column of a row the store returned, or an error naming it (a row is network data: it is
 /// read without panicking, whatever the table holds).
 fn column<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, i: usize) -> StoreResult<T> {
-    row.try_get(i).map_err(|e| {
-        StoreError::new(
-            TransientKind::Infrastructure,
-            format!("ledger_entries column {i} unreadable: {e}"),
-        )
-    })
+    row.try_get(i)
+        .map_err(|e| StoreError::infra(format!("ledger_entries column {i} unreadable: {e}")))
 }
 
 fn committed_ref(row: &Row) -> StoreResult<CommittedRef> {
@@ -175,12 +171,10 @@ fn committed_ref(row: &Row) -> StoreResult<CommittedRef> {
 impl PostgresLedger {
     /// Connect (a pool, opened lazily) and bring the schema up to date.
     pub async fn connect(settings: &PostgresSettings) -> StoreResult<Self> {
-        let mut config: tokio_postgres::Config = settings.url.parse().map_err(|e| {
-            StoreError::new(
-                TransientKind::Infrastructure,
-                format!("the PostgreSQL URL does not parse: {e}"),
-            )
-        })?;
+        let mut config: tokio_postgres::Config = settings
+            .url
+            .parse()
+            .map_err(|e| StoreError::infra(format!("the PostgreSQL URL does not parse: {e}")))?;
         config.connect_timeout(settings.connect_timeout);
         if let Some(c) = &settings.credentials {
             config.user(&c.user).password(&c.password);
@@ -205,7 +199,7 @@ impl PostgresLedger {
             .create_timeout(Some(settings.connect_timeout))
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
-            .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("pool: {e}")))?;
+            .map_err(|e| StoreError::infra(format!("pool: {e}")))?;
         let ledger = PostgresLedger {
             pool,
             statements: Arc::default(),
@@ -240,7 +234,7 @@ impl PostgresLedger {
             // handed to the next caller, and the lock goes with it.
             drop(deadpool_postgres::Object::take(object));
         }
-        ran.map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("migrations: {e}")))?;
+        ran.map_err(|e| StoreError::infra(format!("migrations: {e}")))?;
         unlocked.map_err(|e| classify("migration unlock", &e))?;
         Ok(())
     }
@@ -293,10 +287,7 @@ impl PostgresLedger {
     ) -> StoreResult<Vec<Row>> {
         self.run(op, sql, params).await.map_err(|f| match f {
             Failed::Store(e) => e,
-            Failed::Refused { rule, detail } => StoreError::new(
-                TransientKind::Infrastructure,
-                format!("{op}: refused ({rule}): {detail}"),
-            ),
+            Failed::Refused { rule, detail } => StoreError::infra(format!("{op}: refused ({rule}): {detail}")),
         })
     }
 
@@ -361,12 +352,7 @@ impl PostgresLedger {
         self.existing(source_hash)
             .await?
             .map(CommitOutcome::AlreadyCommitted)
-            .ok_or_else(|| {
-                StoreError::new(
-                    TransientKind::Infrastructure,
-                    format!("{op} of {source_hash} conflicted with a row that is gone"),
-                )
-            })
+            .ok_or_else(|| StoreError::infra(format!("{op} of {source_hash} conflicted with a row that is gone")))
     }
 
     /// The posting of `source_hash`, if there is one (not a hand-off).
@@ -400,20 +386,12 @@ fn posting(r: &Row) -> StoreResult<Posting> {
         amount: column::<Decimal>(r, 6)?,
         value_date: column::<NaiveDate>(r, 7)?,
         period: column(r, 8)?,
-        match_decision: serde_json::from_value(serde_json::Value::String(decision.clone())).map_err(|_| {
-            StoreError::new(
-                TransientKind::Infrastructure,
-                format!("unknown match decision {decision:?}"),
-            )
-        })?,
+        match_decision: serde_json::from_value(serde_json::Value::String(decision.clone()))
+            .map_err(|_| StoreError::infra(format!("unknown match decision {decision:?}")))?,
         external_ref: column(r, 10)?,
         counterparty: column(r, 11)?,
-        attempt_count: u32::try_from(attempt).map_err(|_| {
-            StoreError::new(
-                TransientKind::Infrastructure,
-                format!("attempt count {attempt} out of range"),
-            )
-        })?,
+        attempt_count: u32::try_from(attempt)
+            .map_err(|_| StoreError::infra(format!("attempt count {attempt} out of range")))?,
         committed_at: column(r, 13)?,
         replay_of: column(r, 14)?,
     })

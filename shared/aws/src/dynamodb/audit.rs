@@ -300,10 +300,10 @@ impl AuditLog for DynamoAuditLog {
     async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
         if record.audit_id.starts_with('#') {
             // The table's own items (heads, pointers) start with '#'; no record id does.
-            return Err(StoreError::new(
-                TransientKind::Infrastructure,
-                format!("audit id {:?} is not a record id", record.audit_id),
-            ));
+            return Err(StoreError::infra(format!(
+                "audit id {:?} is not a record id",
+                record.audit_id
+            )));
         }
         let chain = chain_of(&record.audit_id);
         for attempt in 0..50u32 {
@@ -337,10 +337,10 @@ impl AuditLog for DynamoAuditLog {
     /// appended on its own.
     async fn append_many(&self, records: &[AuditRecord]) -> StoreResult<Vec<Option<u64>>> {
         if let Some(r) = records.iter().find(|r| r.audit_id.starts_with('#')) {
-            return Err(StoreError::new(
-                TransientKind::Infrastructure,
-                format!("audit id {:?} is not a record id", r.audit_id),
-            ));
+            return Err(StoreError::infra(format!(
+                "audit id {:?} is not a record id",
+                r.audit_id
+            )));
         }
         let mut linked = vec![None; records.len()];
         let mut seen = BTreeSet::new();

@@ -21,7 +21,7 @@ pub use reference::DynamoReferenceData;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use recon_core::domain::{CommittedRef, TransientKind};
+use recon_core::domain::CommittedRef;
 use recon_core::ports::{StoreError, StoreResult};
 use recon_core::resources::{IndexSpec, keys};
 
@@ -29,7 +29,7 @@ use crate::error::{HttpResponse, SdkError, store_error};
 use crate::item::{Item, get_s};
 
 pub(crate) fn item_error(op: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::new(TransientKind::Infrastructure, format!("{op}: {e}"))
+    StoreError::infra(format!("{op}: {e}"))
 }
 
 /// A conditional write's answer: `true` when written, `false` when its condition did not hold.
@@ -111,8 +111,8 @@ pub(crate) fn encode_cursor(key: Option<Item>) -> Option<String> {
 
 pub(crate) fn decode_cursor(cursor: Option<String>) -> StoreResult<Option<Item>> {
     let Some(c) = cursor else { return Ok(None) };
-    let map: std::collections::BTreeMap<String, String> = serde_json::from_str(&c)
-        .map_err(|e| StoreError::new(TransientKind::Infrastructure, format!("bad page cursor: {e}")))?;
+    let map: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&c).map_err(|e| StoreError::infra(format!("bad page cursor: {e}")))?;
     Ok(Some(map.into_iter().map(|(k, v)| (k, s(v))).collect()))
 }
 

@@ -82,6 +82,11 @@ impl StoreError {
             detail: bounded_detail(&detail).to_owned(),
         }
     }
+
+    /// A failure of the deployment or of this code (a kind of its own for the retry budget).
+    pub fn infra(detail: impl Into<String>) -> Self {
+        StoreError::new(TransientKind::Infrastructure, detail)
+    }
 }
 
 impl From<StoreError> for ProcessError {

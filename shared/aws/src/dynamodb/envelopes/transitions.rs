@@ -232,11 +232,7 @@ where
     // Every one unanswered was asked: none is left without an answer.
     answers
         .into_iter()
-        .map(|a| {
-            a.unwrap_or_else(|| {
-                Err(StoreError::new(recon_core::domain::TransientKind::Infrastructure, "not answered").into())
-            })
-        })
+        .map(|a| a.unwrap_or_else(|| Err(StoreError::infra("not answered").into())))
         .collect()
 }
 
