@@ -18,7 +18,6 @@ use crate::client::AwsClients;
 use crate::dynamodb::{DynamoDedupTable, DynamoLedger};
 use crate::error::{SdkError, store_error};
 
-/// The chosen ledger.
 #[derive(Clone)]
 pub enum AnyLedger {
     DynamoDb(DynamoLedger),

@@ -99,18 +99,17 @@ impl SqsQueue {
             .await
             .map_err(|e| store_error("SendMessageBatch", e))?;
         let mut results: Vec<Result<String, String>> = vec![Err("no result".into()); messages.len()];
-        for ok in out.successful() {
-            if let Ok(i) = ok.id().parse::<usize>()
-                && let Some(slot) = results.get_mut(i)
-            {
-                *slot = Ok(ok.message_id().to_owned());
-            }
-        }
-        for failed in out.failed() {
-            if let Ok(i) = failed.id().parse::<usize>()
-                && let Some(slot) = results.get_mut(i)
-            {
-                *slot = Err(format!("{}: {}", failed.code(), failed.message().unwrap_or("")));
+        let answers = out
+            .successful()
+            .iter()
+            .map(|ok| (ok.id(), Ok(ok.message_id().to_owned())));
+        let refusals = out.failed().iter().map(|f| {
+            let why = format!("{}: {}", f.code(), f.message().unwrap_or(""));
+            (f.id(), Err(why))
+        });
+        for (id, result) in answers.chain(refusals) {
+            if let Some(slot) = id.parse::<usize>().ok().and_then(|i| results.get_mut(i)) {
+                *slot = result;
             }
         }
         Ok(results)

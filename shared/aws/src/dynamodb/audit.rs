@@ -128,8 +128,6 @@ impl DynamoAuditLog {
         applied(put, "PutItem(config state)")
     }
 
-    /// The item of the audit table under `key`, read strongly consistent (`op` names it in an
-    /// error).
     pub(super) async fn item(&self, key: &str, op: &str) -> StoreResult<Option<Item>> {
         super::get_consistent(&self.client, &self.table, keys::AUDIT_PK, key, op).await
     }

@@ -24,7 +24,6 @@ use crate::error::store_error;
 use crate::item::{Item, from_item, get_n, get_s, to_item};
 use transitions::{ClaimValues, FROM_PENDING, TAKEOVER, claim_update, finish_update, from_pending, takeover};
 
-/// The envelope table with its triage indexes and the PENDING counter.
 #[derive(Clone, Debug)]
 pub struct DynamoEnvelopeStore {
     pub(super) client: Client,
@@ -62,8 +61,6 @@ fn pending_delta(table: &str, delta: i64) -> StoreResult<TransactWriteItem> {
 }
 
 impl DynamoEnvelopeStore {
-    /// The item of the envelope table under `key`, read strongly consistent (`op` names it in an
-    /// error).
     pub(super) async fn item(&self, key: &str, op: &str) -> StoreResult<Option<Item>> {
         super::get_consistent(&self.client, &self.table, keys::ENVELOPE_PK, key, op).await
     }

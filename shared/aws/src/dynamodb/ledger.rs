@@ -51,7 +51,6 @@ impl DynamoLedger {
             .transpose()
     }
 
-    /// The item of one transaction (a strongly consistent read).
     async fn item(&self, source_hash: &str) -> StoreResult<Option<Item>> {
         super::get_consistent(&self.client, &self.table, keys::LEDGER_PK, source_hash, "ledger").await
     }
