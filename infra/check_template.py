@@ -9,7 +9,7 @@ SPEC_JSON is what `dlqctl infra-spec` prints. The template is the one definition
 the local stack is built from it (recon_harness::provision), so a key, an index or a queue setting the
 code needs fails the integration tests by use, and the code's side of it (each function's
 variables, the outputs dlqctl --stack reads, timeouts, defaults) is checked in Rust on the
-resolved template (shared/aws/src/deployment/tests/contract.rs). Checked here: the queues kept on
+resolved template (shared/harness/src/template/contract.rs). Checked here: the queues kept on
 deletion and FIFO together, the rules between resources (visibility against timeouts, retention
 of a DLQ against its source, age alarms before expiry), alarms, the dashboard and metrics, the
 tables' and the bucket's protection, the outputs make deploy-code reads, the ledger conditions,
@@ -362,7 +362,7 @@ def mutations(tpl):
         # Caught elsewhere, each tried: a table key, an index, the dedup TTL or the reference stream
         # by the integration tests (the local stack is built from this template; tests/provision.rs
         # names what no request shows); names, variables, outputs, timeouts, parameter ranges and
-        # defaults by shared/aws/src/deployment/tests/contract.rs on the resolved template.
+        # defaults by shared/harness/src/template/contract.rs on the resolved template.
         mutate(lambda t: res(t)["QuarantineBucket"]["Properties"]["ObjectLockConfiguration"]["Rule"]["DefaultRetention"].__setitem__("Mode", "GOVERNANCE"), "Object Lock mode"),
         mutate(lambda t: t["Parameters"]["WormRetentionDays"].__setitem__("Default", 2555), "a retention short of a fiscal year's end"),
         mutate(lambda t: res(t).pop("ReplayThrottlesAlarm"), "no alarm on the replay's throttles"),

@@ -511,7 +511,7 @@ fn the_stated_minimum_rust_version_is_at_least_every_locked_dependencys() {
 /// visibility timeout, and the retentions after which each queue drops a message.
 #[test]
 fn the_simulator_models_the_queues_the_template_declares() {
-    use recon_aws::template::{Created, Template, ids};
+    use recon_harness::template::{Created, Template, ids};
     use recon_testkit::sim::world::{DLQ_RETENTION, MAIN_QUEUE_RETENTION, MAIN_QUEUE_VISIBILITY};
     let mut d = Template::ours()
         .unwrap()

@@ -3,7 +3,6 @@
 //! template's role grants its code (the template is the one statement of what each role may do).
 
 use recon_aws::dynamodb::HAND_OFF_ATTRIBUTES;
-use recon_aws::template::{self, Deployment, Template, references};
 use recon_aws::wiring;
 use recon_aws::{AwsClients, Target};
 use recon_core::config::LedgerSettings;
@@ -11,6 +10,7 @@ use recon_core::domain::{PeriodRecord, PeriodStatus, TransientKind};
 use recon_core::ports::ReferenceData;
 use recon_core::resources::{ResourceNames, TableKind, keys};
 use recon_harness::stack::TestStack;
+use recon_harness::template::{self, Deployment, Template, references};
 use recon_testkit::builders::tx;
 use recon_testkit::memory::MemoryMetrics;
 use recon_testkit::sim::faults::Fault;

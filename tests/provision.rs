@@ -116,7 +116,7 @@ async fn every_object_written_carries_its_own_compliance_retention() {
 /// the local stack built from it).
 #[tokio::test]
 async fn a_dead_letter_the_enricher_keeps_failing_on_is_parked() {
-    use recon_aws::template::Template;
+    use recon_harness::template::Template;
     let s = TestStack::new("pv-park").await;
     let names = &s.stack.names;
     let deployment = Template::ours()

@@ -1,9 +1,32 @@
 //! A deployed stack as `dlqctl --stack` reads it (its outputs), and what the code needs of the
-//! template as JSON for the Python tools (`dlqctl infra-spec`). The resources themselves are the template's ([`crate::template`]).
+//! template as JSON for the Python tools (`dlqctl infra-spec`). The resources themselves are the template's.
 
 use recon_core::resources::ResourceNames;
 
-use crate::template::ids as template;
+/// The template's logical ids of the resources the code names.
+pub mod ids {
+    use recon_core::resources::TableKind;
+
+    pub const MAIN_QUEUE: &str = "MainQueue";
+    pub const DEAD_LETTER_QUEUE: &str = "DeadLetterQueue";
+    pub const QUARANTINE_BUCKET: &str = "QuarantineBucket";
+    pub const CONSUMER_FUNCTION: &str = "ConsumerFunction";
+    pub const ENRICHER_FUNCTION: &str = "EnricherFunction";
+    pub const REPLAY_FUNCTION: &str = "ReplayFunction";
+    pub const REFERENCE_AUDIT_FUNCTION: &str = "ReferenceAuditFunction";
+    pub const REPLAY_SCHEDULE: &str = "ReplaySchedule";
+    pub const SEAL_SCHEDULE: &str = "AuditSealSchedule";
+
+    pub fn table(kind: TableKind) -> &'static str {
+        match kind {
+            TableKind::Ledger => "LedgerTable",
+            TableKind::Envelopes => "EnvelopeTable",
+            TableKind::Reference => "ReferenceTable",
+            TableKind::Audit => "AuditTable",
+            TableKind::Dedup => "DedupTable",
+        }
+    }
+}
 
 /// The stack's outputs `dlqctl --stack` reads: every name of the deployment. A deployed stack is
 /// the source of truth for its names (no rule has to be recomputed, nor agree, outside it).
@@ -70,10 +93,7 @@ pub fn from_outputs(output: impl Fn(&str) -> Option<String>) -> Result<Deployed,
             Some(_) => get(outputs::DEDUP_TABLE, Rule::TableName)?,
             None => {
                 let prefix = get(outputs::STACK_PREFIX, Rule::Prefix)?;
-                crate::template::Template::ours()
-                    .and_then(|t| t.names_of(&prefix, "000000000000", "none"))
-                    .map_err(|e| e.to_string())?
-                    .dedup_table
+                ResourceNames::derive(&prefix, "000000000000", "none").dedup_table
             }
         },
         quarantine_bucket: get(outputs::QUARANTINE_BUCKET, Rule::BucketName)?,
@@ -151,14 +171,10 @@ pub async fn read_stack(clients: &crate::AwsClients, stack: &str) -> Result<Depl
 /// the timeout and memory size are the template's).
 fn functions_spec() -> Vec<serde_json::Value> {
     [
-        ("consumer", template::CONSUMER_FUNCTION, "ConsumerRole"),
-        ("enricher", template::ENRICHER_FUNCTION, "EnricherRole"),
-        ("replay", template::REPLAY_FUNCTION, "ReplayRole"),
-        (
-            "reference-audit",
-            template::REFERENCE_AUDIT_FUNCTION,
-            "ReferenceAuditRole",
-        ),
+        ("consumer", ids::CONSUMER_FUNCTION, "ConsumerRole"),
+        ("enricher", ids::ENRICHER_FUNCTION, "EnricherRole"),
+        ("replay", ids::REPLAY_FUNCTION, "ReplayRole"),
+        ("reference-audit", ids::REFERENCE_AUDIT_FUNCTION, "ReferenceAuditRole"),
     ]
     .into_iter()
     .map(|(binary, function, role)| {
@@ -180,10 +196,10 @@ fn functions_spec() -> Vec<serde_json::Value> {
 fn function_env_spec() -> serde_json::Map<String, serde_json::Value> {
     use recon_core::config::{needs, vars};
     [
-        (template::CONSUMER_FUNCTION, needs::CONSUMER, true),
-        (template::ENRICHER_FUNCTION, needs::ENRICHER, false),
-        (template::REPLAY_FUNCTION, needs::REPLAY, true),
-        (template::REFERENCE_AUDIT_FUNCTION, needs::REFERENCE_AUDIT, false),
+        (ids::CONSUMER_FUNCTION, needs::CONSUMER, true),
+        (ids::ENRICHER_FUNCTION, needs::ENRICHER, false),
+        (ids::REPLAY_FUNCTION, needs::REPLAY, true),
+        (ids::REFERENCE_AUDIT_FUNCTION, needs::REFERENCE_AUDIT, false),
     ]
     .into_iter()
     .map(|(function, needed, commits)| {

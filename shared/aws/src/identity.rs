@@ -75,13 +75,10 @@ pub async fn assume_role(clients: &AwsClients, role_arn: &str, session: &str) ->
 }
 
 /// The names the template gives a deployment with `prefix` in the caller's account and the
-/// clients' region.
+/// clients' region ([`ResourceNames::derive`], which a test holds to the template).
 pub async fn derived_names(clients: &AwsClients, prefix: &str) -> StoreResult<ResourceNames> {
     let account = caller(clients).await?.account;
-    let template = |e: crate::template::TemplateError| StoreError::new(TransientKind::Infrastructure, e.to_string());
-    crate::template::Template::ours()
-        .and_then(|t| t.names_of(prefix, &account, &region(clients)))
-        .map_err(template)
+    Ok(ResourceNames::derive(prefix, &account, &region(clients)))
 }
 
 /// The region the clients use.

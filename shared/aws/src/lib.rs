@@ -16,7 +16,6 @@ pub mod s3;
 pub mod sqs;
 pub mod stack;
 pub mod telemetry;
-pub mod template;
 pub mod wiring;
 
 pub use client::{AwsClients, ClientTimeouts, Target};

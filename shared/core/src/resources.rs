@@ -124,9 +124,9 @@ pub struct ResourceNames {
 }
 
 impl ResourceNames {
-    /// The names the template gives a deployment with `prefix` in `account` and `region`, for
-    /// tests and the simulator (a test compares it with the template; deployments are named by
-    /// the template itself, `recon_aws::template`, and a deployed stack by its outputs).
+    /// The names the template gives a deployment with `prefix` in `account` and `region` (a test
+    /// holds the two equal): what `dlqctl --prefix` finds a deployment by (`--stack` reads its
+    /// outputs instead), and the tests' and the simulator's names.
     pub fn derive(prefix: &str, account: &str, region: &str) -> Self {
         Self {
             prefix: prefix.to_owned(),

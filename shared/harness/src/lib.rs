@@ -13,3 +13,4 @@ pub mod provision;
 pub mod pump;
 pub mod stack;
 pub mod streams;
+pub mod template;

@@ -1,4 +1,4 @@
-//! The local stack built from the infrastructure template ([`recon_aws::template`]): its queues,
+//! The local stack built from the infrastructure template ([`crate::template`]): its queues,
 //! tables and Object Lock bucket, with the template's names and settings, for `cargo xtask setup`, the
 //! demo and the integration tests (each test run gets its own prefix). The template is the one
 //! definition of a deployment; on AWS, CloudFormation builds the same resources from it.
@@ -15,9 +15,9 @@ pub use bucket::worm_retention;
 use ownership::refuse_foreign_resources;
 pub use table::LEFT_TO_AWS;
 
+use crate::template::{BUCKET, Created, Deployment, QUEUE, TABLE, Template, TemplateError, ids};
 use recon_aws::client::AwsClients;
 use recon_aws::error::store_error;
-use recon_aws::template::{BUCKET, Created, Deployment, QUEUE, TABLE, Template, TemplateError, ids};
 use recon_core::domain::TransientKind;
 use recon_core::ports::{StoreError, StoreResult};
 use recon_core::resources::{self, ResourceNames};

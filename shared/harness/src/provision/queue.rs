@@ -6,10 +6,10 @@ use serde_json::{Map, Value};
 use std::collections::HashMap;
 
 use super::{CREATED_BY_TAG, infra, template_error};
+use crate::template::Created;
 use recon_aws::client::AwsClients;
 use recon_aws::error::store_error;
 use recon_aws::stack::{queue_arn, queue_url};
-use recon_aws::template::Created;
 use recon_core::ports::StoreResult;
 
 /// Properties that are not queue attributes.

@@ -1,5 +1,3 @@
-mod contract;
-
 /// A stack without the reservation protocol has no dedup table and no such output: its names
 /// still read (the dedup table's is the one it would have, which nothing uses).
 #[test]

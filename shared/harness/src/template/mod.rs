@@ -19,30 +19,7 @@ pub const TEMPLATE_YAML: &str = include_str!("../../../../infra/template.yaml");
 /// Where errors say the template is.
 pub const TEMPLATE_PATH: &str = "infra/template.yaml";
 
-/// The template's logical ids of the resources the code names.
-pub mod ids {
-    use recon_core::resources::TableKind;
-
-    pub const MAIN_QUEUE: &str = "MainQueue";
-    pub const DEAD_LETTER_QUEUE: &str = "DeadLetterQueue";
-    pub const QUARANTINE_BUCKET: &str = "QuarantineBucket";
-    pub const CONSUMER_FUNCTION: &str = "ConsumerFunction";
-    pub const ENRICHER_FUNCTION: &str = "EnricherFunction";
-    pub const REPLAY_FUNCTION: &str = "ReplayFunction";
-    pub const REFERENCE_AUDIT_FUNCTION: &str = "ReferenceAuditFunction";
-    pub const REPLAY_SCHEDULE: &str = "ReplaySchedule";
-    pub const SEAL_SCHEDULE: &str = "AuditSealSchedule";
-
-    pub fn table(kind: TableKind) -> &'static str {
-        match kind {
-            TableKind::Ledger => "LedgerTable",
-            TableKind::Envelopes => "EnvelopeTable",
-            TableKind::Reference => "ReferenceTable",
-            TableKind::Audit => "AuditTable",
-            TableKind::Dedup => "DedupTable",
-        }
-    }
-}
+pub use recon_aws::deployment::ids;
 
 /// The resource types the local stack builds from the template.
 pub const QUEUE: &str = "AWS::SQS::Queue";
@@ -456,5 +433,7 @@ mod resolve;
 
 pub use resolve::references;
 
+#[cfg(test)]
+mod contract;
 #[cfg(test)]
 mod tests;

@@ -5,8 +5,8 @@
 //! the functions budget for. The resources themselves need no such check: the local stack is
 //! built from the template.
 
-use crate::deployment::from_outputs;
 use crate::template::{BUCKET, Created, Deployment, QUEUE, TABLE, Template, ids};
+use recon_aws::deployment::from_outputs;
 use recon_core::config::{
     self, ConsumerSettings, EnricherSettings, LedgerSettings, MAX_PREFIX_LEN, ReferenceAuditSettings, ReplaySettings,
     Rule, needs, vars,
