@@ -259,6 +259,17 @@ fn not_linked(err: TransactError, records: usize) -> StoreResult<Option<BTreeSet
     Err(store_error("TransactWriteItems(audit append)", err))
 }
 
+/// Refuses an id of the table's own items (heads, pointers start with '#'; no record id does).
+fn record_id(record: &AuditRecord) -> StoreResult<()> {
+    if record.audit_id.starts_with('#') {
+        return Err(StoreError::infra(format!(
+            "audit id {:?} is not a record id",
+            record.audit_id
+        )));
+    }
+    Ok(())
+}
+
 fn audit_records(items: &[Item]) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
     Ok(items.iter().map(chained_from).collect())
 }
@@ -296,13 +307,7 @@ fn audit_item(c: &recon_core::domain::audit::ChainedRecord) -> StoreResult<Item>
 
 impl AuditLog for DynamoAuditLog {
     async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
-        if record.audit_id.starts_with('#') {
-            // The table's own items (heads, pointers) start with '#'; no record id does.
-            return Err(StoreError::infra(format!(
-                "audit id {:?} is not a record id",
-                record.audit_id
-            )));
-        }
+        record_id(record)?;
         let chain = chain_of(&record.audit_id);
         for attempt in 0..50u32 {
             let (seq, hash) = self.head(&chain).await?;
@@ -334,12 +339,7 @@ impl AuditLog for DynamoAuditLog {
     /// again; after three conflicts in a row, or an error that is not one, each record left is
     /// appended on its own.
     async fn append_many(&self, records: &[AuditRecord]) -> StoreResult<Vec<Option<u64>>> {
-        if let Some(r) = records.iter().find(|r| r.audit_id.starts_with('#')) {
-            return Err(StoreError::infra(format!(
-                "audit id {:?} is not a record id",
-                r.audit_id
-            )));
-        }
+        records.iter().try_for_each(record_id)?;
         let mut linked = vec![None; records.len()];
         let mut seen = BTreeSet::new();
         // A record twice in the call is appended once (the second is "already recorded").

@@ -65,6 +65,12 @@ fn key(pk: &str, value: &str) -> Item {
     Item::from([(pk.to_owned(), s(value))])
 }
 
+/// These keys read strongly consistent.
+fn consistent(keys: Vec<Item>) -> StoreResult<KeysAndAttributes> {
+    let keys = KeysAndAttributes::builder().set_keys(Some(keys)).consistent_read(true);
+    keys.build().map_err(|e| item_error("BatchGetItem keys", e))
+}
+
 /// Back off before asking again for what DynamoDB left unprocessed (throttling).
 async fn pause(round: u32) {
     tokio::time::sleep(Duration::from_millis(10u64 << round.min(6))).await;
@@ -84,13 +90,7 @@ pub async fn get_many(client: &Client, table: &str, pk: &str, values: &[String])
     let unique: Vec<&String> = values.iter().collect::<BTreeSet<_>>().into_iter().collect();
     let mut found = Vec::new();
     for chunk in unique.chunks(GET_BATCH) {
-        let mut wanted = Some(
-            KeysAndAttributes::builder()
-                .set_keys(Some(chunk.iter().map(|v| key(pk, v)).collect()))
-                .consistent_read(true)
-                .build()
-                .map_err(|e| item_error("BatchGetItem keys", e))?,
-        );
+        let mut wanted = Some(consistent(chunk.iter().map(|v| key(pk, v)).collect())?);
         let mut round = 0;
         while let Some(keys) = wanted.take() {
             let out = client
@@ -104,13 +104,7 @@ pub async fn get_many(client: &Client, table: &str, pk: &str, values: &[String])
             }
             // What is left is asked again as strongly consistent reads, whatever the answer echoes.
             wanted = match out.unprocessed_keys().and_then(|u| u.get(table)) {
-                Some(left) if !left.keys().is_empty() => Some(
-                    KeysAndAttributes::builder()
-                        .set_keys(Some(left.keys().to_vec()))
-                        .consistent_read(true)
-                        .build()
-                        .map_err(|e| item_error("BatchGetItem keys", e))?,
-                ),
+                Some(left) if !left.keys().is_empty() => Some(consistent(left.keys().to_vec())?),
                 _ => None,
             };
             if let Some(left) = &wanted {

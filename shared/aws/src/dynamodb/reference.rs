@@ -48,6 +48,20 @@ impl DynamoReferenceData {
         Ok(self.load_all().await?.2)
     }
 
+    /// The cached snapshot when younger than `age`, else the table read again (and cached).
+    async fn younger_than(&self, age: Duration) -> StoreResult<Arc<ReferenceSnapshot>> {
+        let mut cache = self.cache.lock().await;
+        if let Some((at, snap)) = cache.as_ref()
+            && at.elapsed() < age
+        {
+            return Ok(snap.clone());
+        }
+        let (currencies, periods, policy) = self.load_all().await?;
+        let snap = Arc::new(ReferenceSnapshot::new(currencies, periods).with_approval(policy));
+        *cache = Some((Instant::now(), snap.clone()));
+        Ok(snap)
+    }
+
     async fn load_all(&self) -> StoreResult<(Vec<CurrencyMapping>, Vec<PeriodRecord>, ApprovalPolicy)> {
         let mut currencies = Vec::new();
         let mut periods = Vec::new();
@@ -104,31 +118,12 @@ fn read_policy(text: Option<&str>) -> ApprovalPolicy {
 
 impl ReferenceData for DynamoReferenceData {
     async fn snapshot(&self) -> StoreResult<Arc<ReferenceSnapshot>> {
-        let mut cache = self.cache.lock().await;
-        if let Some((at, snap)) = cache.as_ref()
-            && at.elapsed() < self.ttl
-        {
-            return Ok(snap.clone());
-        }
-        let (currencies, periods, policy) = self.load_all().await?;
-        let snap = Arc::new(ReferenceSnapshot::new(currencies, periods).with_approval(policy));
-        *cache = Some((Instant::now(), snap.clone()));
-        Ok(snap)
+        self.younger_than(self.ttl).await
     }
 
     async fn refresh(&self) -> StoreResult<Arc<ReferenceSnapshot>> {
         // At most one reload a second, however many messages fail on reference data at once.
-        const MIN_AGE: Duration = Duration::from_secs(1);
-        let mut cache = self.cache.lock().await;
-        if let Some((at, snap)) = cache.as_ref()
-            && at.elapsed() < MIN_AGE
-        {
-            return Ok(snap.clone());
-        }
-        let (currencies, periods, policy) = self.load_all().await?;
-        let snap = Arc::new(ReferenceSnapshot::new(currencies, periods).with_approval(policy));
-        *cache = Some((Instant::now(), snap.clone()));
-        Ok(snap)
+        self.younger_than(Duration::from_secs(1)).await
     }
 
     async fn put_currency(&self, m: &CurrencyMapping) -> StoreResult<()> {
