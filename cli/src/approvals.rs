@@ -5,16 +5,15 @@
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use recon_aws::AwsClients;
-use recon_aws::dynamodb::DynamoReferenceData;
-use recon_aws::stack::resolve_stack;
-use recon_core::domain::approval::{ApprovalPolicy, ApprovalRequest, RequestStatus};
+use recon_aws::telemetry::TracingMetrics;
+use recon_aws::wiring::AwsReplayer;
+use recon_core::domain::approval::{ApprovalPolicy, ApprovalRequest, Identity, RequestStatus};
 use recon_core::domain::{Total, input};
 use recon_core::ports::{ApprovalRequests, ReferenceData};
 use recon_core::resources::ResourceNames;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use crate::context::{identity, replayer};
+use crate::context::{identity, replay_session};
 use crate::output::fit;
 use crate::remediate::{audit_change, confirm, print_report};
 use crate::text::printable;
@@ -113,7 +112,7 @@ fn parse_amounts(given: &[String]) -> Result<BTreeMap<String, Total>> {
 }
 
 pub async fn policy(clients: &AwsClients, names: &ResourceNames, cmd: &PolicyCommand) -> Result<()> {
-    let store = DynamoReferenceData::new(clients.dynamodb.clone(), &names.reference_table, Duration::ZERO);
+    let store = crate::context::reference(clients, names);
     let current = store.approval_policy().await?;
     let PolicyCommand::Set {
         max_count,
@@ -245,9 +244,7 @@ pub fn describe(r: &ApprovalRequest) -> String {
 }
 
 pub async fn requests(clients: &AwsClients, names: &ResourceNames, cmd: &RequestsCommand) -> Result<()> {
-    let stack = resolve_stack(clients, names).await?;
-    let me = identity(clients, None).await?;
-    let r = replayer(clients, &stack, &format!("dlqctl:{me}"))?;
+    let (me, r) = replay_session(clients, names, None).await?;
     match cmd {
         RequestsCommand::List { status, limit } => {
             let status = status.as_deref().map(str::to_ascii_uppercase);
@@ -294,28 +291,28 @@ pub async fn requests(clients: &AwsClients, names: &ResourceNames, cmd: &Request
             let q = r.request(request_id).await?;
             crate::output::emit(&q, || describe(&q))
         }
-        RequestsCommand::Execute { request_id } => {
-            let (q, report) = r
-                .execute(
-                    request_id,
-                    &format!("dlqctl:{me}"),
-                    Some(&me),
-                    crate::remediate::in_process_deadline(),
-                )
-                .await?;
-            if !crate::output::json() {
-                println!("{}", describe(&q));
-            }
-            print_report(&report)
-        }
+        RequestsCommand::Execute { request_id } => execute(&r, request_id, &me).await,
     }
+}
+
+/// Run an approved request and print it, then what its run did.
+async fn execute(r: &AwsReplayer<TracingMetrics>, request_id: &str, me: &Identity) -> Result<()> {
+    let deadline = crate::remediate::in_process_deadline();
+    let (q, report) = r
+        .execute(request_id, &format!("dlqctl:{me}"), Some(me), deadline)
+        .await?;
+    if !crate::output::json() {
+        println!("{}", describe(&q));
+    }
+    print_report(&report)
 }
 
 /// `approve` (then run it, unless `--later`) and `reject`.
 pub async fn decide(clients: &AwsClients, names: &ResourceNames, a: &DecisionArgs, approve: bool) -> Result<()> {
-    let stack = resolve_stack(clients, names).await?;
-    let me = identity(clients, a.triggered_by.as_deref()).await?;
-    let r = replayer(clients, &stack, &format!("dlqctl:{me}"))?;
+    if !approve && a.reason.trim().is_empty() {
+        bail!("a rejection must say why: --reason");
+    }
+    let (me, r) = replay_session(clients, names, a.triggered_by.as_deref()).await?;
     let q = r.request(&a.request_id).await?;
     if q.status != RequestStatus::PendingApproval {
         bail!("request {} is {}: nothing to decide", q.request_id, q.status);
@@ -329,9 +326,7 @@ pub async fn decide(clients: &AwsClients, names: &ResourceNames, a: &DecisionArg
         } else {
             "reject"
         };
-        if !confirm(&format!("{verb} request {}?", q.request_id))? {
-            bail!("cancelled; nothing changed");
-        }
+        confirm(&format!("{verb} request {}?", q.request_id))?;
     }
     let decided = r.decide(&a.request_id, &me, approve, &a.reason).await?;
     if !approve || a.later {
@@ -352,16 +347,5 @@ pub async fn decide(clients: &AwsClients, names: &ResourceNames, a: &DecisionArg
             )
         });
     }
-    let (done, report) = r
-        .execute(
-            &a.request_id,
-            &format!("dlqctl:{me}"),
-            Some(&me),
-            crate::remediate::in_process_deadline(),
-        )
-        .await?;
-    if !crate::output::json() {
-        println!("{}", describe(&done));
-    }
-    print_report(&report)
+    execute(&r, &a.request_id, &me).await
 }

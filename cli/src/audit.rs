@@ -4,7 +4,6 @@ use anyhow::{Result, bail};
 use clap::Subcommand;
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::DynamoAuditLog;
-use recon_aws::s3::S3Worm;
 use recon_core::evidence::{SealWindow, VerifyOptions, seal, verify_from_seal, verify_trail};
 use recon_core::ports::{Ledger, LedgerReader};
 use recon_core::resources::ResourceNames;
@@ -39,13 +38,11 @@ pub enum AuditCommand {
 }
 
 pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand) -> Result<()> {
-    let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
-    let worm = S3Worm::new(clients.s3.clone(), &names.bucket());
+    let audit = crate::context::audit_log(clients, names);
+    let worm = crate::context::worm(clients, names);
     match cmd {
-        AuditCommand::Verify { bundle: Some(path), .. } => {
-            let report = crate::bundle::verify_file(path)?;
-            print_verify(&report, false)
-        }
+        // A bundle is verified offline: `dlqctl` does that before it connects to anything.
+        AuditCommand::Verify { bundle: Some(path), .. } => print_verify(&crate::bundle::verify_file(path)?, false),
         AuditCommand::Verify {
             bundle: None,
             from_seal,
@@ -137,11 +134,8 @@ pub fn print_verify(report: &recon_core::evidence::VerifyReport, live: bool) -> 
         }
     }
     if !report.intact() {
-        return Err(crate::output::CheckFailed(format!(
-            "the audit trail does not verify ({} breaks)",
-            report.breaks.len()
-        ))
-        .into());
+        let breaks = report.breaks.len();
+        return Err(crate::output::Exit(1, format!("the audit trail does not verify ({breaks} breaks)")).into());
     }
     if json {
         return Ok(());

@@ -4,8 +4,6 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use recon_aws::AwsClients;
-use recon_aws::dynamodb::DynamoAuditLog;
-use recon_aws::s3::S3Worm;
 use recon_aws::sqs::SqsQueue;
 use recon_aws::stack::resolve_stack;
 use recon_core::evidence::{Bundle, VerifyReport, verify_bundle, write_bundle};
@@ -103,7 +101,7 @@ pub async fn gather(
     fan_out: Option<&FanOut>,
 ) -> Result<Evidence> {
     let stack = resolve_stack(clients, names).await?;
-    let audit_log = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
+    let audit_log = crate::context::audit_log(clients, names);
     let store = crate::triage::store(clients, names);
     if period.is_some() && !store.periods_indexed().await? {
         bail!(
@@ -254,12 +252,13 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
         print(&ev.reconciliation);
     }
     match ev.reconciliation.verdict {
-        Verdict::DoesNotHold => Err(crate::output::CheckFailed(
+        Verdict::DoesNotHold => Err(crate::output::Exit(
+            1,
             "reconciliation does not hold: ingested ≠ committed + duplicates + pending + quarantined + in flight"
                 .into(),
         )
         .into()),
-        Verdict::Undecided => Err(crate::output::Undecided(format!(
+        Verdict::Undecided => Err(crate::output::Exit(3, format!(
             "reconciliation undecided ({} queued): nothing is wrong yet, but what the queued messages become decides; run it again once the queues are empty",
             ev.reconciliation.queued
         ))
@@ -285,8 +284,8 @@ pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, o
     let ev = gather(clients, names, None, Some(period), Keep::Every, DEFAULT_SEGMENTS, None).await?;
     // A bundle is verified offline against its own outcomes: every one is listed, none queued.
     let reconciliation = reconcile_counted(Counts::default(), &ev.outcomes, ev.problems, None, 0);
-    let audit = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table);
-    let worm = S3Worm::new(clients.s3.clone(), &names.bucket());
+    let audit = crate::context::audit_log(clients, names);
+    let worm = crate::context::worm(clients, names);
     // A device or pipe (`--out /dev/stdout`) is written as it is; a file, beside it first.
     let direct = std::fs::metadata(out).is_ok_and(|m| !m.is_file());
     let partial = if direct {
@@ -309,15 +308,12 @@ pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, o
     )
     .await;
     drop(writer);
-    let written = match result {
-        Ok(w) => w,
-        Err(e) => {
-            if !direct {
-                let _ = std::fs::remove_file(&partial);
-            }
-            return Err(anyhow::Error::new(e).context(format!("writing {}", out.display())));
+    let written = result.map_err(|e| {
+        if !direct {
+            let _ = std::fs::remove_file(&partial);
         }
-    };
+        anyhow::Error::new(e).context(format!("writing {}", out.display()))
+    })?;
     if !direct {
         std::fs::rename(&partial, out).with_context(|| format!("moving {} to {}", partial.display(), out.display()))?;
     }

@@ -4,26 +4,20 @@
 
 use anyhow::Result;
 use recon_aws::AwsClients;
+use recon_aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
 use recon_aws::ledger::AnyLedger;
+use recon_aws::s3::S3Worm;
 use recon_aws::stack::Stack;
 use recon_aws::telemetry::TracingMetrics;
 use recon_aws::wiring::{self, AwsEnricher, AwsReplayer};
 use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings};
 use recon_core::domain::approval::Identity;
 use recon_core::resources::ResourceNames;
+use std::time::Duration;
 
 /// The region the clients use (for event records).
 pub fn region(clients: &AwsClients) -> String {
     recon_aws::identity::region(clients)
-}
-
-/// Who runs this command, as AWS knows them (`sts:GetCallerIdentity`): the identity recorded as
-/// the actor of every change `dlqctl` makes, never a name the local machine supplies.
-pub async fn caller(clients: &AwsClients) -> Result<String> {
-    recon_aws::identity::caller(clients)
-        .await
-        .map(|c| c.arn)
-        .map_err(|e| anyhow::anyhow!("cannot establish who you are (sts:GetCallerIdentity): {e}"))
 }
 
 /// The names of the deployment this command addresses: read from the CloudFormation stack's
@@ -52,21 +46,45 @@ pub async fn names(clients: &AwsClients, stack: Option<&str>, prefix: &str) -> R
         .map_err(|e| anyhow::anyhow!("cannot establish the account (sts:GetCallerIdentity): {e}"))
 }
 
-/// The actor of an operator's change: the caller's AWS identity, and the name they gave (only as
-/// their own statement, after the identity AWS vouches for).
-pub async fn operator(clients: &AwsClients, claimed: Option<&str>) -> Result<String> {
-    Ok(identity(clients, claimed).await?.to_string())
-}
-
-/// [`operator`] as an identity: what an approval compares (the ARN) apart from the name given.
+/// Who runs this command, as AWS knows them (`sts:GetCallerIdentity`): the actor of every change
+/// `dlqctl` makes, never a name the local machine supplies; the name they gave is recorded beside
+/// it only as their own statement. An approval compares the ARN, not the name.
 pub async fn identity(clients: &AwsClients, claimed: Option<&str>) -> Result<Identity> {
+    let caller = recon_aws::identity::caller(clients)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot establish who you are (sts:GetCallerIdentity): {e}"))?;
     Ok(Identity {
-        arn: caller(clients).await?,
+        arn: caller.arn,
         name: claimed
             .map(str::trim)
             .filter(|c| !c.is_empty())
             .map(|c| crate::text::printable(c).into_owned()),
     })
+}
+
+/// The caller's identity and a replayer acting as them (`dlqctl:IDENTITY`), on the resolved stack.
+pub async fn replay_session(
+    clients: &AwsClients,
+    names: &ResourceNames,
+    claimed: Option<&str>,
+) -> Result<(Identity, AwsReplayer<TracingMetrics>)> {
+    let stack = recon_aws::stack::resolve_stack(clients, names).await?;
+    let me = identity(clients, claimed).await?;
+    let r = replayer(clients, &stack, &format!("dlqctl:{me}"))?;
+    Ok((me, r))
+}
+
+/// The reference data as written now (no cache: a command reads what it just changed).
+pub fn reference(clients: &AwsClients, names: &ResourceNames) -> DynamoReferenceData {
+    DynamoReferenceData::new(clients.dynamodb.clone(), &names.reference_table, Duration::ZERO)
+}
+
+pub fn audit_log(clients: &AwsClients, names: &ResourceNames) -> DynamoAuditLog {
+    DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
+}
+
+pub fn worm(clients: &AwsClients, names: &ResourceNames) -> S3Worm {
+    S3Worm::new(clients.s3.clone(), &names.bucket())
 }
 
 /// Settings this run gives in place of the environment's (`--ledger`, the demo's own database).
@@ -99,10 +117,6 @@ pub fn consumer_settings(stack: &Stack) -> Result<ConsumerSettings> {
     Ok(ConsumerSettings::from_lookup(stack.lookup(given))?)
 }
 
-pub fn enricher_settings(stack: &Stack) -> Result<EnricherSettings> {
-    Ok(EnricherSettings::from_lookup(stack.lookup(given))?)
-}
-
 pub fn replay_settings(stack: &Stack) -> Result<ReplaySettings> {
     Ok(ReplaySettings::from_lookup(stack.lookup(given))?)
 }
@@ -110,7 +124,7 @@ pub fn replay_settings(stack: &Stack) -> Result<ReplaySettings> {
 pub fn enricher(clients: &AwsClients, stack: &Stack, actor: &str) -> Result<AwsEnricher<TracingMetrics>> {
     Ok(wiring::enricher(
         clients,
-        &enricher_settings(stack)?,
+        &EnricherSettings::from_lookup(stack.lookup(given))?,
         actor,
         TracingMetrics,
     ))

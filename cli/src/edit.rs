@@ -5,11 +5,8 @@
 use anyhow::{Result, bail};
 use clap::Args;
 use recon_aws::AwsClients;
-use recon_aws::stack::resolve_stack;
 use recon_core::domain::edit::{EDITABLE, Proposal};
 use recon_core::resources::ResourceNames;
-
-use crate::context::{identity, replayer};
 
 #[derive(Args, Clone, Debug)]
 pub struct EditArgs {
@@ -51,9 +48,7 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &EditArgs) -> R
         bail!("an edit must say why: --reason");
     }
     let proposal = proposal(a)?;
-    let stack = resolve_stack(clients, names).await?;
-    let me = identity(clients, a.triggered_by.as_deref()).await?;
-    let r = replayer(clients, &stack, &format!("dlqctl:{me}"))?;
+    let (me, r) = crate::context::replay_session(clients, names, a.triggered_by.as_deref()).await?;
     let q = r.request_edit(&a.envelope_id, &proposal, &a.reason, &me).await?;
     crate::output::emit(&q, || {
         format!(

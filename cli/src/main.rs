@@ -79,11 +79,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Stats => ops::stats(&clients, &names).await,
         Command::IndexPeriods => ops::index_periods(&clients, &names).await,
         Command::Triage { all, status } => {
-            let status = if all {
-                None
-            } else {
-                Some(status.unwrap_or(recon_core::domain::EnvelopeStatus::Pending))
-            };
+            let status = (!all).then(|| status.unwrap_or(recon_core::domain::EnvelopeStatus::Pending));
             triage::run(&clients, &names, status).await
         }
         Command::Show { envelope_id, body } => triage::show(&clients, &names, &envelope_id, body).await,
@@ -91,9 +87,6 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Quarantine(args) => remediate::run(&clients, &names, &args, true).await,
         Command::Edit(args) => edit::run(&clients, &names, &args).await,
         Command::Approve(args) => approvals::decide(&clients, &names, &args, true).await,
-        Command::Reject(args) if args.reason.trim().is_empty() => {
-            anyhow::bail!("a rejection must say why: --reason")
-        }
         Command::Reject(args) => approvals::decide(&clients, &names, &args, false).await,
         Command::Requests { command } => approvals::requests(&clients, &names, &command).await,
         Command::Policy { command } => approvals::policy(&clients, &names, &command).await,

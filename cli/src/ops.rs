@@ -2,7 +2,6 @@
 
 use anyhow::{Context, Result, bail};
 use recon_aws::AwsClients;
-use recon_aws::dynamodb::DynamoAuditLog;
 use recon_aws::sqs::{MAX_BATCH, OutgoingMessage, QueueDepth, SqsQueue};
 use recon_aws::stack::resolve_stack;
 use recon_core::domain::{NewMessage, Tally};
@@ -111,10 +110,7 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
     let postings: u64 = totals.values().map(|t| t.count).sum();
     let hand_offs = ledger.hand_offs().await?;
     let mut audit_counts: BTreeMap<&'static str, u64> = BTreeMap::new();
-    for r in DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
-        .scan()
-        .await?
-    {
+    for r in context::audit_log(clients, names).scan().await? {
         *audit_counts.entry(r.kind.as_str()).or_default() += 1;
     }
     let store = crate::triage::store(clients, names);
@@ -199,7 +195,7 @@ pub async fn index_periods(clients: &AwsClients, names: &ResourceNames) -> Resul
     };
     let store = crate::triage::store(clients, names);
     let envelopes = store.index_periods(progress("envelopes")).await?;
-    let records = DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
+    let records = context::audit_log(clients, names)
         .index_periods(progress("audit records"))
         .await?;
     // All three done: reads by period may now be trusted (and are no longer refused).

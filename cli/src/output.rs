@@ -34,41 +34,22 @@ pub fn emit(value: &impl serde::Serialize, text: impl FnOnce() -> String) -> Res
     Ok(())
 }
 
-/// A check that ran and failed (reconciliation, verification): exit status 1. Every other error
-/// is operational: exit status 2.
+/// A check that ran and did not pass: its exit status (1 failed; 3 undecided yet, so a script
+/// waits and asks again rather than reading it as a pass or a failure) and what to say. Every
+/// other error is operational: exit status 2.
 #[derive(Debug)]
-pub struct CheckFailed(pub String);
+pub struct Exit(pub i32, pub String);
 
-impl std::fmt::Display for CheckFailed {
+impl std::fmt::Display for Exit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.1)
     }
 }
 
-impl std::error::Error for CheckFailed {}
+impl std::error::Error for Exit {}
 
-/// A check that could not decide yet (a reconciliation while messages are still queued): exit
-/// status 3, so a script waits and asks again rather than reading it as a pass or a failure.
-#[derive(Debug)]
-pub struct Undecided(pub String);
-
-impl std::fmt::Display for Undecided {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Undecided {}
-
-/// The exit status for an error.
 pub fn exit_code(e: &anyhow::Error) -> i32 {
-    if e.downcast_ref::<CheckFailed>().is_some() {
-        1
-    } else if e.downcast_ref::<Undecided>().is_some() {
-        3
-    } else {
-        2
-    }
+    e.downcast_ref::<Exit>().map_or(2, |x| x.0)
 }
 
 /// Colour on standard error: only on a terminal, and never when `NO_COLOR` is set (non-empty).
@@ -134,7 +115,8 @@ mod tests {
 
     #[test]
     fn a_failed_check_exits_1_and_anything_else_2() {
-        assert_eq!(exit_code(&anyhow::Error::new(CheckFailed("does not hold".into()))), 1);
+        assert_eq!(exit_code(&anyhow::Error::new(Exit(1, "does not hold".into()))), 1);
+        assert_eq!(exit_code(&anyhow::Error::new(Exit(3, "undecided".into()))), 3);
         assert_eq!(exit_code(&anyhow::anyhow!("the stack is unreachable")), 2);
     }
 }

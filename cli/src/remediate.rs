@@ -4,8 +4,6 @@
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use recon_aws::AwsClients;
-use recon_aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
-use recon_aws::stack::resolve_stack;
 use recon_core::domain::canary::{Canary, CanarySlice};
 use recon_core::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus, input};
 use recon_core::ports::{AuditLog, ReferenceData};
@@ -13,9 +11,8 @@ use recon_core::replay::{ReplayReport, ReplayRequest, Segment, Selector};
 use recon_core::resources::ResourceNames;
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::context::{identity, operator, replayer};
+use crate::context::{identity, replay_session};
 use crate::output::fit;
 use crate::text::printable;
 
@@ -137,7 +134,7 @@ pub enum PeriodCommand {
     List,
 }
 
-fn request(a: &SelectorArgs, actor: &str, dry_run: bool, quarantine: bool) -> Result<ReplayRequest> {
+fn request(a: &SelectorArgs, actor: &str, quarantine: bool) -> Result<ReplayRequest> {
     if a.reason.trim().is_empty() {
         bail!("--reason must say why (it is recorded in the audit trail)");
     }
@@ -150,7 +147,7 @@ fn request(a: &SelectorArgs, actor: &str, dry_run: bool, quarantine: bool) -> Re
             max_items: a.max_items,
             segment: a.segment,
         },
-        dry_run,
+        dry_run: false,
         reason: a.reason.clone(),
         triggered_by: actor.to_owned(),
         scheduled: false,
@@ -203,7 +200,8 @@ pub fn print_report(r: &ReplayReport) -> Result<()> {
     Ok(())
 }
 
-pub fn confirm(question: &str) -> Result<bool> {
+/// Ask `question` on the terminal: an error unless the answer is yes.
+pub fn confirm(question: &str) -> Result<()> {
     if !std::io::stdin().is_terminal() {
         bail!("{question} — refusing without a terminal to confirm; pass --yes");
     }
@@ -211,16 +209,16 @@ pub fn confirm(question: &str) -> Result<bool> {
     std::io::stderr().flush()?;
     let mut line = String::new();
     std::io::stdin().lock().read_line(&mut line)?;
-    Ok(matches!(line.trim(), "y" | "Y" | "yes"))
+    if !matches!(line.trim(), "y" | "Y" | "yes") {
+        bail!("cancelled; nothing changed");
+    }
+    Ok(())
 }
 
 /// `replay` and `quarantine`: a dry run first (to count and to confirm), then the real thing.
 pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, quarantine: bool) -> Result<()> {
-    let stack = resolve_stack(clients, names).await?;
-    let me = identity(clients, a.triggered_by.as_deref()).await?;
-    let actor = me.to_string();
-    let mut r = replayer(clients, &stack, &format!("dlqctl:{actor}"))?;
-    let wanted = request(a, &actor, false, quarantine)?;
+    let (me, mut r) = replay_session(clients, names, a.triggered_by.as_deref()).await?;
+    let wanted = request(a, &me.to_string(), quarantine)?;
     let canary = a
         .canary
         .map(|slice| Canary {
@@ -272,9 +270,7 @@ request {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another identity
         } else {
             "change (re-inject, suppress or quarantine)"
         };
-        if !confirm(&format!("{what} {changes} envelopes?"))? {
-            bail!("cancelled; nothing changed");
-        }
+        confirm(&format!("{what} {changes} envelopes?"))?;
     }
     let total = preview.selected;
     let progress = crate::output::progress();
@@ -289,7 +285,7 @@ request {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another identity
     // What was confirmed is what runs: exactly the envelopes the preview selected (by id when the
     // preview listed them all, else no more than it counted), not whatever the selector matches
     // by now — a flood landing in between is not quarantined on a confirmation given for three.
-    let mut req = request(a, &actor, false, quarantine)?;
+    let mut req = wanted.clone();
     if preview.items_truncated {
         req.selector.max_items = Some(usize::try_from(preview.selected).unwrap_or(usize::MAX));
     } else {
@@ -320,18 +316,12 @@ pub async fn audit_change(
     let now = chrono::Utc::now();
     let subject = format!("{subject}#{}", now.timestamp_nanos_opt().unwrap_or_default());
     let record = AuditRecord::system(AuditKind::ReferenceChanged, &subject, now, actor, detail);
-    DynamoAuditLog::new(clients.dynamodb.clone(), &names.audit_table)
-        .append(&record)
-        .await?;
+    crate::context::audit_log(clients, names).append(&record).await?;
     Ok(())
 }
 
-fn reference(clients: &AwsClients, names: &ResourceNames) -> DynamoReferenceData {
-    DynamoReferenceData::new(clients.dynamodb.clone(), &names.reference_table, Duration::ZERO)
-}
-
 pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefCommand) -> Result<()> {
-    let store = reference(clients, names);
+    let store = crate::context::reference(clients, names);
     match cmd {
         RefCommand::Add {
             code,
@@ -343,14 +333,13 @@ pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefComm
             let code = input::currency_code(code).map_err(anyhow::Error::msg)?;
             let minor_units = &input::minor_units(*minor_units).map_err(anyhow::Error::msg)?;
             // Who changes it is established first: a command that cannot say who changes nothing.
-            let actor = operator(clients, actor.as_deref()).await?;
+            let actor = identity(clients, actor.as_deref()).await?.to_string();
             if let Some(iso) = recon_core::domain::reference::iso_minor_units(&code)
                 && !yes
-                && !confirm(&format!(
-                    "override the built-in ISO 4217 {code} ({iso} minor units) with {minor_units}?"
-                ))?
             {
-                bail!("cancelled; nothing changed");
+                confirm(&format!(
+                    "override the built-in ISO 4217 {code} ({iso} minor units) with {minor_units}?"
+                ))?;
             }
             let mapping = CurrencyMapping {
                 code: code.clone(),
@@ -395,7 +384,7 @@ pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefComm
 }
 
 pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCommand) -> Result<()> {
-    let store = reference(clients, names);
+    let store = crate::context::reference(clients, names);
     let (entity, period, status, closes_on, actor, yes) = match cmd {
         PeriodCommand::Close {
             entity,
@@ -445,13 +434,11 @@ pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCom
             );
         }
     }
-    let actor = operator(clients, actor.as_deref()).await?;
-    if !yes
-        && !confirm(&format!(
+    let actor = identity(clients, actor.as_deref()).await?.to_string();
+    if !yes {
+        confirm(&format!(
             "close {period} of {entity}? Nothing more posts into it; its dead letters wait for a decision or a manual journal"
-        ))?
-    {
-        bail!("cancelled; nothing changed");
+        ))?;
     }
     store
         .put_period(&PeriodRecord {

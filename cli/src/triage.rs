@@ -3,8 +3,7 @@
 use anyhow::{Result, bail};
 use chrono::{DateTime, NaiveDate, Utc};
 use recon_aws::AwsClients;
-use recon_aws::dynamodb::{DynamoEnvelopeStore, DynamoReferenceData};
-use recon_aws::s3::S3Worm;
+use recon_aws::dynamodb::DynamoEnvelopeStore;
 use recon_core::decisions::escalation::EscalationChain;
 use recon_core::decisions::{TriageGroup, triage};
 use recon_core::domain::{DlqEnvelope, EnvelopeStatus, FailureCode, ReferenceSnapshot};
@@ -148,11 +147,7 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, status: Option<Env
     let (chain, deadlines) = if status == Some(EnvelopeStatus::Pending) {
         let stack = recon_aws::stack::resolve_stack(clients, names).await?;
         let settings = crate::context::replay_settings(&stack)?;
-        let reference = DynamoReferenceData::new(
-            clients.dynamodb.clone(),
-            &names.reference_table,
-            std::time::Duration::ZERO,
-        );
+        let reference = crate::context::reference(clients, names);
         let warning = chrono::Duration::hours(i64::from(settings.period_close_warning_hours));
         let deadlines = Deadlines::of(&list, &*reference.snapshot().await?, warning);
         (Some(settings.escalation), deadlines)
@@ -190,8 +185,7 @@ pub async fn show(clients: &AwsClients, names: &ResourceNames, envelope_id: &str
         );
     };
     let original = if body {
-        let worm = S3Worm::new(clients.s3.clone(), &names.bucket());
-        Some(original_body(&envelope, &worm).await?)
+        Some(original_body(&envelope, &crate::context::worm(clients, names)).await?)
     } else {
         None
     };
