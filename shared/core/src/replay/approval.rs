@@ -222,12 +222,8 @@ impl<P: ReplayPorts> Replayer<P> {
             return Err(Refused(format!("request {id} changed as it was to start (another execution?)")).into());
         }
         let req = ReplayRequest {
-            reason: format!("{} (approved request {id})", r.reason),
-            triggered_by: by.to_owned(),
-            dry_run: false,
-            scheduled: false,
             quarantine: r.action == Action::Quarantine,
-            selector: Selector::default(),
+            ..ReplayRequest::by_hand(format!("{} (approved request {id})", r.reason), by.to_owned())
         };
         if r.set.is_empty() {
             return Err(Refused(format!("request {id} names no envelope")).into());

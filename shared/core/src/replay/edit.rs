@@ -20,11 +20,10 @@ use super::{Gate, ReplayRequest, Replayer, Run, Selector};
 use crate::domain::approval::{Action, ApprovalRequest, Change, Identity, NewRequest, Refused};
 use crate::domain::edit::{Edit, Proposal, edit_claim, propose};
 use crate::domain::hash::sha256_hex;
-use crate::domain::{AuditKind, CommitOutcome, DlqEnvelope, EnvelopeStatus, HandOff, TransientKind, validate};
+use crate::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, TransientKind, validate};
 use crate::envelopes::{original_body, publish};
 use crate::ports::{
-    ApprovalRequests, AuditLog, Deadline, EnvelopeStore, FlowResult, Ledger, ReferenceData, ReplayQueue, StoreError,
-    Worm,
+    ApprovalRequests, AuditLog, EnvelopeStore, FlowResult, Ledger, ReferenceData, ReplayQueue, StoreError, Worm,
 };
 
 /// What the dry run of an edit calls it.
@@ -63,23 +62,11 @@ impl<P: ReplayPorts> Replayer<P> {
         }
         // The edited message must be one SQS accepts, with the replay's attributes.
         let preview_req = ReplayRequest {
-            reason: reason.to_owned(),
-            triggered_by: requester.to_string(),
             dry_run: true,
-            scheduled: false,
-            quarantine: false,
-            selector: Selector::default(),
+            ..ReplayRequest::by_hand(reason.to_owned(), requester.to_string())
         };
-        let preview = Run {
-            req: &preview_req,
-            replay_id: edit_claim("apr_00000000000000000000"),
-            snapshot: snapshot.clone(),
-            started: self.clock.monotonic(),
-            deadline: None,
-            sent: 0,
-            pinned: None,
-            canaries: std::collections::BTreeMap::new(),
-        };
+        let claim = edit_claim("apr_00000000000000000000");
+        let preview = Run::new(&preview_req, claim, snapshot.clone(), &*self.clock, None);
         if let Err(why) = self.reinjection(&preview, &e, edit.body.clone()) {
             return Err(Refused(format!("the edited message could never be sent: {why}")).into());
         }
@@ -138,32 +125,13 @@ impl<P: ReplayPorts> Replayer<P> {
             .as_ref()
             .ok_or_else(|| Refused(format!("request {} holds no edit", r.request_id)))?;
         let expected = r.set.expected();
-        let req = ReplayRequest {
-            reason: format!("{} (approved edit {})", r.reason, r.request_id),
-            triggered_by: by.to_owned(),
-            dry_run: false,
-            scheduled: false,
-            quarantine: false,
-            selector: Selector::default(),
-        };
-        let clock = &*self.clock;
-        let run = Run {
-            req: &req,
-            replay_id: edit_claim(&r.request_id),
-            snapshot: self.reference.snapshot().await?,
-            started: clock.monotonic(),
-            deadline: deadline.map(|d| Deadline::at(clock, d)),
-            sent: 0,
-            pinned: None,
-            canaries: std::collections::BTreeMap::new(),
-        };
+        let req = ReplayRequest::by_hand(format!("{} (approved edit {})", r.reason, r.request_id), by.to_owned());
+        let snapshot = self.reference.snapshot().await?;
+        let run = Run::new(&req, edit_claim(&r.request_id), snapshot, &*self.clock, deadline);
         let mut report = ReplayReport {
-            replay_id: run.replay_id.clone(),
-            triggered_by: req.triggered_by.clone(),
-            reason: req.reason.clone(),
             selected: 1,
             completed: true,
-            ..ReplayReport::default()
+            ..run.report()
         };
         let e = self.store.get(&edit.envelope_id).await?;
         let ours = e.as_ref().is_some_and(|e| {
@@ -177,7 +145,7 @@ impl<P: ReplayPorts> Replayer<P> {
             report.skipped = 1;
             return Ok(report);
         };
-        if !self.claim(&run, &e).await? {
+        if !self.claim(&run, &e, false).await? {
             if ours {
                 // Its own earlier run's claim, still leased: the request stays EXECUTING.
                 return Err(StoreError::new(
@@ -246,32 +214,18 @@ impl<P: ReplayPorts> Replayer<P> {
                     "the edited message cannot be sent ({why}); book the edited transaction by hand: {}",
                     edit.diff_line()
                 );
-                return self.quarantine(run, e, Gate::Transport, &detail, true).await;
+                return self.quarantine(run, e, Gate::Transport, &detail, true, false).await;
             }
         };
+        // Nothing sent yet: a request in doubt takes it back to PENDING until it is settled; the
+        // original committed meanwhile suppresses the edit.
         if let Some(hash) = original
             && !handed_off
+            && let Some(instead) = self
+                .hand_off(run, e, hash, Gate::Idempotency, " of the original")
+                .await?
         {
-            let hand_off = HandOff {
-                source_hash: hash,
-                envelope_id: e.envelope_id.clone(),
-                replay_id: run.replay_id.clone(),
-                handed_off_at: self.clock.now(),
-            };
-            match self.ledger.hand_off(&hand_off).await? {
-                CommitOutcome::Committed => {}
-                // Nothing sent yet: back to PENDING until the request in doubt is settled.
-                CommitOutcome::InDoubt { until } => return self.wait_in_doubt(run, e, Gate::Idempotency, until).await,
-                CommitOutcome::AlreadyCommitted(c) if c.handed_off_by(&e.envelope_id) => {}
-                CommitOutcome::AlreadyCommitted(c) => return self.settle_claimed_duplicate(run, e, &c.holder()).await,
-                CommitOutcome::Refused { rule, detail } => {
-                    return Err(StoreError::new(
-                        TransientKind::Infrastructure,
-                        format!("the ledger refused the hand-off of the original ({rule}): {detail}"),
-                    )
-                    .into());
-                }
-            }
+            return Ok(instead);
         }
         // The edited transaction in the ledger already: posted by this edit's copy (a crashed
         // execution resumed; the copy's posting names the envelope) or by a message of the
@@ -290,19 +244,10 @@ impl<P: ReplayPorts> Replayer<P> {
         let copy = match sent.into_iter().next() {
             Some(Ok(id)) => id,
             Some(Err(why)) => {
-                return Err(StoreError::new(
-                    TransientKind::Infrastructure,
-                    format!("the edited copy was not sent ({why}); resume the request to send it"),
-                )
-                .into());
+                let why = format!("the edited copy was not sent ({why}); resume the request to send it");
+                return Err(StoreError::infra(why).into());
             }
-            None => {
-                return Err(StoreError::new(
-                    TransientKind::Infrastructure,
-                    "the queue answered nothing for the edited copy",
-                )
-                .into());
-            }
+            None => return Err(StoreError::infra("the queue answered nothing for the edited copy").into()),
         };
         self.supersede(
             run,

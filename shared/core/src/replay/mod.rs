@@ -54,10 +54,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::domain::ReferenceSnapshot;
 use crate::domain::approval::{MAX_REQUEST_ENVELOPES, Refused};
 use crate::domain::canary::Canary;
 use crate::domain::hash::sha256_hex;
+use crate::domain::{EnvelopeStatus, ReferenceSnapshot, StatusChange};
 use crate::envelopes::{check_overflow, drain_outbox};
 use crate::ports::{
     ApprovalRequests, AuditLog, AuditOutbox, Backlog, Clock, Deadline, EnvelopeStore, FlowResult, Ledger, Metric,
@@ -183,6 +183,49 @@ struct Run<'a> {
     canaries: BTreeMap<String, canary::sweep::GroupGate>,
 }
 
+impl<'a> Run<'a> {
+    fn new(
+        req: &'a ReplayRequest,
+        replay_id: String,
+        snapshot: Arc<ReferenceSnapshot>,
+        clock: &dyn Clock,
+        deadline: Option<DateTime<Utc>>,
+    ) -> Self {
+        Run {
+            req,
+            replay_id,
+            snapshot,
+            started: clock.monotonic(),
+            deadline: deadline.map(|d| Deadline::at(clock, d)),
+            sent: 0,
+            pinned: None,
+            canaries: BTreeMap::new(),
+        }
+    }
+
+    /// A change of an envelope's status by this run.
+    fn change(&self, status: EnvelopeStatus, at: DateTime<Utc>, reason: String, manual_journal: bool) -> StatusChange {
+        StatusChange {
+            status,
+            at,
+            actor: self.req.triggered_by.clone(),
+            reason,
+            manual_journal,
+        }
+    }
+
+    /// This run's report, before anything is done.
+    fn report(&self) -> ReplayReport {
+        ReplayReport {
+            replay_id: self.replay_id.clone(),
+            triggered_by: self.req.triggered_by.clone(),
+            reason: self.req.reason.clone(),
+            dry_run: self.req.dry_run,
+            ..ReplayReport::default()
+        }
+    }
+}
+
 /// A replay id unique to this run: the wall-clock instant and the monotonic reading, to the
 /// nanosecond (a clock's monotonic readings never repeat: see `ports::Clock`). Derived from the
 /// clock alone, so a simulated run reproduces its ids.
@@ -266,23 +309,13 @@ impl<P: ReplayPorts> Replayer<P> {
         deadline: Option<DateTime<Utc>>,
     ) -> FlowResult<ReplayReport> {
         let clock = &*self.clock;
+        let id = replay_id(clock);
+        let snapshot = self.reference.snapshot().await?;
         let mut run = Run {
-            req,
-            replay_id: replay_id(clock),
-            snapshot: self.reference.snapshot().await?,
-            started: clock.monotonic(),
-            deadline: deadline.map(|d| Deadline::at(clock, d)),
-            sent: 0,
             pinned,
-            canaries: BTreeMap::new(),
+            ..Run::new(req, id, snapshot, clock, deadline)
         };
-        let mut report = ReplayReport {
-            replay_id: run.replay_id.clone(),
-            triggered_by: req.triggered_by.clone(),
-            reason: req.reason.clone(),
-            dry_run: req.dry_run,
-            ..ReplayReport::default()
-        };
+        let mut report = run.report();
         tracing::info!(replay_id = %run.replay_id, triggered_by = %req.triggered_by, reason = %req.reason, dry_run = req.dry_run, selector = ?req.selector, "replay started");
         if !req.dry_run {
             // Records of earlier decisions whose publication failed or never ran.

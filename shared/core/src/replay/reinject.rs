@@ -96,10 +96,7 @@ impl<P: ReplayPorts> Replayer<P> {
             if self.store.take_sends(now.timestamp(), n, rate).await? {
                 return Ok(());
             }
-            if run
-                .deadline
-                .is_some_and(|d| d.within(&*self.clock, self.config.deadline_margin))
-            {
+            if self.out_of_time(run) {
                 return Err(StoreError::new(
                     TransientKind::Timeout,
                     "time budget used up waiting for the shared replay rate limit",
@@ -116,7 +113,7 @@ impl<P: ReplayPorts> Replayer<P> {
     /// chunk before sent are marked (the queue and the envelope store are different services, so
     /// a chunk's sends cost no wall time of their own, and no wait for the rate limit delays a
     /// mark). Returns this chunk's copies, for the page to mark with its next chunk, or by
-    /// [`Replayer::mark_sent`] when it ends (even after an error). A store failing on one envelope
+    /// [`Replayer::mark`] when it ends (even after an error). A store failing on one envelope
     /// skips that envelope (its lease, if it was claimed, lets the next sweep take it over); it
     /// does not stop the rest. `Ok(false)`: the rate limit could not be had (nothing of the chunk
     /// claimed); the sweep stops.
@@ -151,16 +148,6 @@ impl<P: ReplayPorts> Replayer<P> {
             report.stopped = Some(stopped);
         }
         (sending.sent, marked.and(sent).map(|()| true))
-    }
-
-    /// Mark what a page's last chunk sent (see [`Replayer::reinject`]).
-    pub(super) async fn mark_sent(
-        &self,
-        run: &Run<'_>,
-        sent: Unmarked<'_>,
-        report: &mut ReplayReport,
-    ) -> FlowResult<()> {
-        report_all(report, self.mark(run, sent).await)
     }
 
     /// Claim the chunk, re-check gate 2 under the claims, send the originals: the items of those
@@ -212,10 +199,7 @@ impl<P: ReplayPorts> Replayer<P> {
         }
         // A slow ledger (a general ledger's answers) may have used the budget up: nothing is
         // sent that could not be marked before the invocation ends.
-        if run
-            .deadline
-            .is_some_and(|d| d.within(&*self.clock, self.config.deadline_margin))
-        {
+        if self.out_of_time(run) {
             let why = "not sent: time budget used up after the claims; released";
             self.release_all(run, &ready, why).await;
             for (e, _) in &ready {
@@ -249,78 +233,18 @@ impl<P: ReplayPorts> Replayer<P> {
         sending
     }
 
-    /// Mark `sent` (REPLAYED, or released when the queue refused the copy), then publish the
-    /// records left in the outbox together: the items in order, and an error that stops the run.
-    async fn mark(&self, run: &Run<'_>, sent: Unmarked<'_>) -> Reported {
+    /// Mark `sent` REPLAYED (with its audit record in the outbox, or linked into the trail by the
+    /// store in the same write), release each whose send was refused, all in as few store writes
+    /// as it allows; then publish the records left in the outbox together: the items in order,
+    /// and an error that stops the run.
+    pub(super) async fn mark(&self, run: &Run<'_>, sent: Unmarked<'_>) -> Reported {
         if sent.is_empty() {
             return (Vec::new(), Ok(()));
         }
-        let (envelopes, results): (Vec<&DlqEnvelope>, Vec<Result<String, String>>) = sent.into_iter().unzip();
-        let recorded = self.record_sends(run, envelopes, results.into_iter()).await;
-        let (mut items, mut records, mut outcome) = (Vec::new(), Vec::new(), Ok(()));
-        for (e, r) in recorded {
-            match r {
-                Ok(Recorded { item, publish }) => {
-                    items.push(item);
-                    records.extend(publish);
-                }
-                Err(err) => match isolated(e, Err::<ReplayItem, _>(err)) {
-                    Ok(it) => items.push(it),
-                    Err(stop) => outcome = outcome.and(Err(stop)),
-                },
-            }
-        }
-        self.publish_all(&records).await;
-        (items, outcome)
-    }
-
-    /// Release claimed envelopes that will not be sent (each failure to release leaves its claim
-    /// to its lease).
-    async fn release_all(&self, run: &Run<'_>, ready: &[(&DlqEnvelope, OutgoingMessage)], why: &str) {
-        let releases = ready
-            .iter()
-            .map(|(e, _)| (*e, Settlement::release(why.to_owned())))
-            .collect();
-        for ((e, _), released) in ready.iter().zip(self.finish_many(run, releases).await) {
-            if let Err(release) = released {
-                tracing::warn!(envelope_id = %e.envelope_id, error = %release, "claim left to its lease");
-            }
-        }
-    }
-
-    /// Under its claim: gate 2 again (from `ahead`, read after the claim), then the message to
-    /// send (or a settlement instead).
-    async fn prepare(&self, run: &Run<'_>, e: &DlqEnvelope, ahead: &ReadAhead) -> FlowResult<Prepared> {
-        if let Some(c) = self.committed_in(e, ahead).await? {
-            let settled = if c.handed_off_by(&e.envelope_id) {
-                self.quarantine(run, e, Gate::Idempotency, RESUMED_HAND_OFF, true)
-                    .await?
-            } else {
-                self.settle_claimed_duplicate(run, e, &c.holder()).await?
-            };
-            return Ok(Prepared::Settled(settled));
-        }
-        let body = original_body(e, &self.worm).await?.unwrap_or_default();
-        match self.reinjection(run, e, body) {
-            Ok(m) => Ok(Prepared::Send(m)),
-            Err(why) => Ok(Prepared::Settled(
-                self.quarantine(run, e, Gate::Transport, &why, true).await?,
-            )),
-        }
-    }
-
-    /// After the sends: mark each envelope sent REPLAYED (with its audit record in the outbox, to
-    /// be published with the chunk's, or linked into the trail by the store in the same write),
-    /// release each whose send was refused; all in as few store writes as it allows.
-    async fn record_sends<'e>(
-        &self,
-        run: &Run<'_>,
-        envelopes: Vec<&'e DlqEnvelope>,
-        sent: impl Iterator<Item = Result<String, String>>,
-    ) -> Vec<(&'e DlqEnvelope, FlowResult<Recorded>)> {
-        let outcomes: Vec<(&DlqEnvelope, String, Option<SentCopy>)> = envelopes
+        // Each envelope with its detail and, when its copy went out, the copy's SQS message id
+        // and the audit record of its re-injection.
+        let outcomes: Vec<(&DlqEnvelope, String, Option<(String, AuditRecord)>)> = sent
             .into_iter()
-            .zip(sent)
             .map(|(e, result)| match result {
                 Ok(sqs_id) => {
                     let detail = format!("re-injected as SQS message {sqs_id}");
@@ -344,44 +268,77 @@ impl<P: ReplayPorts> Replayer<P> {
             })
             .collect();
         let marked = self.finish_many(run, settlements).await;
-        let mut recorded = Vec::with_capacity(marked.len());
+        let (mut items, mut records, mut outcome) = (Vec::new(), Vec::new(), Ok(()));
         for ((e, detail, copy), mark) in outcomes.into_iter().zip(marked) {
-            let r = match (copy, mark) {
+            let done = match (copy, mark) {
                 (_, Err(err)) => Err(err),
-                (Some((_, record)), Ok(Settled::InOutbox)) => Ok(Recorded {
-                    item: item(e, ReplayOutcome::Reinjected, None, detail),
-                    publish: Some(record),
-                }),
-                // Linked into the trail with the mark: nothing to publish.
-                (Some(_), Ok(Settled::InTrail(_))) => Ok(Recorded {
-                    item: item(e, ReplayOutcome::Reinjected, None, detail),
-                    publish: None,
-                }),
-                // The lease ran out meanwhile and another replay holds the envelope; the copy is
-                // out anyway (the consumer's conditional commit keeps the posting single), and
-                // the re-injection is a fact: record it.
-                (Some((_, record)), Ok(Settled::ClaimLost)) => {
-                    self.audit.append(&record).await.map_err(Into::into).map(|_| Recorded {
-                        item: item(e, ReplayOutcome::Reinjected, None, detail),
-                        publish: None,
-                    })
+                (None, Ok(_)) => Ok(item(e, ReplayOutcome::Skipped, None, detail)),
+                (Some((_, record)), Ok(settled)) => {
+                    let recorded = match settled {
+                        Settled::InOutbox => {
+                            records.push(record);
+                            Ok(())
+                        }
+                        // Linked into the trail with the mark: nothing to publish.
+                        Settled::InTrail(_) => Ok(()),
+                        // The lease ran out meanwhile and another replay holds the envelope; the
+                        // copy is out anyway (the consumer's conditional commit keeps the posting
+                        // single), and the re-injection is a fact: record it.
+                        Settled::ClaimLost => self.audit.append(&record).await.map(|_| ()).map_err(Into::into),
+                    };
+                    recorded.map(|()| item(e, ReplayOutcome::Reinjected, None, detail))
                 }
-                (None, Ok(_)) => Ok(Recorded {
-                    item: item(e, ReplayOutcome::Skipped, None, detail),
-                    publish: None,
-                }),
             };
-            recorded.push((e, r));
+            match isolated(e, done) {
+                Ok(it) => items.push(it),
+                Err(stop) => outcome = outcome.and(Err(stop)),
+            }
         }
-        recorded
+        self.publish_all(&records).await;
+        (items, outcome)
+    }
+
+    /// Release claimed envelopes that will not be sent (each failure to release leaves its claim
+    /// to its lease).
+    async fn release_all(&self, run: &Run<'_>, ready: &[(&DlqEnvelope, OutgoingMessage)], why: &str) {
+        let releases = ready
+            .iter()
+            .map(|(e, _)| (*e, Settlement::release(why.to_owned())))
+            .collect();
+        for ((e, _), released) in ready.iter().zip(self.finish_many(run, releases).await) {
+            if let Err(release) = released {
+                tracing::warn!(envelope_id = %e.envelope_id, error = %release, "claim left to its lease");
+            }
+        }
+    }
+
+    /// Under its claim: gate 2 again (from `ahead`, read after the claim), then the message to
+    /// send (or a settlement instead).
+    async fn prepare(&self, run: &Run<'_>, e: &DlqEnvelope, ahead: &ReadAhead) -> FlowResult<Prepared> {
+        if let Some(c) = self.committed(e, ahead).await? {
+            let settled = if c.handed_off_by(&e.envelope_id) {
+                self.quarantine(run, e, Gate::Idempotency, RESUMED_HAND_OFF, true, false)
+                    .await?
+            } else {
+                self.settle_claimed_duplicate(run, e, &c.holder()).await?
+            };
+            return Ok(Prepared::Settled(settled));
+        }
+        let body = original_body(e, &self.worm).await?.unwrap_or_default();
+        match self.reinjection(run, e, body) {
+            Ok(m) => Ok(Prepared::Send(m)),
+            Err(why) => Ok(Prepared::Settled(
+                self.quarantine(run, e, Gate::Transport, &why, true, false).await?,
+            )),
+        }
     }
 }
 
 /// Report items in order, and an error that stops the run.
-type Reported = (Vec<ReplayItem>, FlowResult<()>);
+pub(super) type Reported = (Vec<ReplayItem>, FlowResult<()>);
 
 /// Push `items` into `report`; their error.
-fn report_all(report: &mut ReplayReport, (items, outcome): Reported) -> FlowResult<()> {
+pub(super) fn report_all(report: &mut ReplayReport, (items, outcome): Reported) -> FlowResult<()> {
     for it in items {
         report.push(it);
     }
@@ -399,15 +356,6 @@ struct Sending<'c> {
 /// Copies sent, not marked yet: each envelope with the queue's answer (its SQS message id, or why
 /// the send failed).
 pub(super) type Unmarked<'c> = Vec<(&'c DlqEnvelope, Result<String, String>)>;
-
-/// A copy sent: its SQS message id and the audit record of its re-injection.
-type SentCopy = (String, AuditRecord);
-
-/// A send recorded: its item, and the audit record to publish (its outbox entry is written).
-struct Recorded {
-    item: ReplayItem,
-    publish: Option<AuditRecord>,
-}
 
 /// What preparing (or sending) one envelope came to.
 enum Prepared {

@@ -109,25 +109,30 @@ impl ManualReplay {
                 segment,
             },
             dry_run: self.dry_run,
-            reason: self.reason,
-            triggered_by: self.triggered_by,
-            scheduled: false,
-            quarantine: false,
+            ..ReplayRequest::by_hand(self.reason, self.triggered_by)
         })
     }
 }
 
 impl ReplayRequest {
+    /// A replay by `triggered_by` for `reason`: nothing selected, no dry run, no quarantine.
+    pub(super) fn by_hand(reason: String, triggered_by: String) -> Self {
+        ReplayRequest {
+            selector: Selector::default(),
+            dry_run: false,
+            reason,
+            triggered_by,
+            scheduled: false,
+            quarantine: false,
+        }
+    }
+
     /// A scheduled sweep: every PENDING envelope from the saved cursor. Its actor is the schedule
     /// itself, never a name taken from the payload.
     pub fn scheduled(schedule: &str) -> Self {
         ReplayRequest {
-            selector: Selector::default(),
-            dry_run: false,
-            reason: "scheduled sweep".into(),
-            triggered_by: format!("schedule:{schedule}"),
             scheduled: true,
-            quarantine: false,
+            ..ReplayRequest::by_hand("scheduled sweep".into(), format!("schedule:{schedule}"))
         }
     }
 }

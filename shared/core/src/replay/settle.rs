@@ -14,7 +14,7 @@ use crate::domain::edit::EDIT_CLAIM_PREFIX;
 use crate::domain::hash::sha256_hex;
 use crate::domain::{
     AuditKind, AuditRecord, CommitOutcome, CommittedRef, DlqEnvelope, EnvelopeStatus, FailureCode, HandOff,
-    ReplayClaim, ReplayRecord, StatusChange, TransientKind,
+    ReplayClaim, ReplayRecord, StatusChange,
 };
 use crate::envelopes::{envelope_audit, publish, publish_many};
 use crate::ports::{AuditLog, EnvelopeStore, Finish, FlowResult, Ledger, Settled, StoreError, Worm};
@@ -66,12 +66,8 @@ impl<'a> Settlement<'a> {
     pub fn decided(status: EnvelopeStatus, reason: String, audit: &'a AuditRecord) -> Self {
         Settlement {
             status,
-            reason,
-            manual_journal: false,
-            copy: None,
-            copy_source_hash: None,
             audit: Some(audit),
-            in_doubt_until: None,
+            ..Self::release(reason)
         }
     }
 }
@@ -81,7 +77,7 @@ impl<P: ReplayPorts> Replayer<P> {
     pub(super) async fn settle(&self, run: &Run<'_>, e: &DlqEnvelope, verdict: Verdict) -> FlowResult<ReplayItem> {
         if let Verdict::StillFailing { gate, detail } = &verdict {
             // Nothing changes, unless a crashed replay left it REPLAYING: take it back to PENDING.
-            if e.status == EnvelopeStatus::Replaying && self.claim(run, e).await? {
+            if e.status == EnvelopeStatus::Replaying && self.claim(run, e, false).await? {
                 self.finish(run, e, Settlement::release(format!("still failing: {detail}")))
                     .await?;
             }
@@ -95,7 +91,7 @@ impl<P: ReplayPorts> Replayer<P> {
                 ..
             }
         );
-        if !self.claim_with(run, e, intent).await? {
+        if !self.claim(run, e, intent).await? {
             return Ok(item(e, ReplayOutcome::Skipped, None, NOT_CLAIMED));
         }
         match verdict {
@@ -104,10 +100,7 @@ impl<P: ReplayPorts> Replayer<P> {
                 gate,
                 detail,
                 manual_journal,
-            } => {
-                self.quarantine_claimed(run, e, (gate, &detail), manual_journal, intent)
-                    .await
-            }
+            } => self.quarantine(run, e, gate, &detail, manual_journal, intent).await,
             Verdict::Reinject | Verdict::StillFailing { .. } => {
                 // Not reached: re-injection is batched, still-failing returned above.
                 self.finish(run, e, Settlement::release("released".into())).await?;
@@ -148,25 +141,13 @@ impl<P: ReplayPorts> Replayer<P> {
     /// Quarantine a claimed envelope. Before flagging it for a manual journal, the ledger is asked
     /// again, under the claim: a transaction committed meanwhile (by another message, a copy, an
     /// earlier write whose caller saw an error) is suppressed instead, never booked twice by hand.
+    /// `intent_written`: it was claimed with the intent to hand it off (its claim's change says so).
     pub(super) async fn quarantine(
         &self,
         run: &Run<'_>,
         e: &DlqEnvelope,
         gate: Gate,
         detail: &str,
-        manual_journal: bool,
-    ) -> FlowResult<ReplayItem> {
-        self.quarantine_claimed(run, e, (gate, detail), manual_journal, false)
-            .await
-    }
-
-    /// [`Self::quarantine`] of an envelope claimed with the intent to hand it off already
-    /// (`intent_written`: its claim's change says so), or not.
-    pub(super) async fn quarantine_claimed(
-        &self,
-        run: &Run<'_>,
-        e: &DlqEnvelope,
-        (gate, detail): (Gate, &str),
         manual_journal: bool,
         intent_written: bool,
     ) -> FlowResult<ReplayItem> {
@@ -179,35 +160,17 @@ impl<P: ReplayPorts> Replayer<P> {
             }
         }
         if manual_journal {
-            let held = match self.identified_transaction(e).await? {
-                Some(source_hash) => {
-                    let hand_off = HandOff {
-                        source_hash,
-                        envelope_id: e.envelope_id.clone(),
-                        replay_id: run.replay_id.clone(),
-                        handed_off_at: self.clock.now(),
-                    };
-                    match self.ledger.hand_off(&hand_off).await? {
-                        CommitOutcome::AlreadyCommitted(c) if !c.handed_off_by(&e.envelope_id) => Some(c),
-                        CommitOutcome::AlreadyCommitted(_) | CommitOutcome::Committed => None,
-                        CommitOutcome::InDoubt { until } => return self.wait_in_doubt(run, e, gate, until).await,
-                        // Without its hand-off in the ledger a manual journal could be booked
-                        // beside a later posting: no quarantine for a manual journal then.
-                        CommitOutcome::Refused { rule, detail } => {
-                            return Err(StoreError::new(
-                                TransientKind::Infrastructure,
-                                format!("the ledger refused the hand-off ({rule}): {detail}"),
-                            )
-                            .into());
-                        }
-                    }
-                }
+            let instead = match self.identified_transaction(e).await? {
+                Some(source_hash) => self.hand_off(run, e, source_hash, gate, "").await?,
                 // Not identified by its body: no hand-off, but a transaction committed under
                 // the hash it claims is not booked again by hand.
-                None => self.committed(e).await?,
+                None => match self.committed(e, &ReadAhead::default()).await? {
+                    Some(c) => Some(self.settle_claimed_duplicate(run, e, &c.holder()).await?),
+                    None => None,
+                },
             };
-            if let Some(c) = held {
-                return self.settle_claimed_duplicate(run, e, &c.holder()).await;
+            if let Some(it) = instead {
+                return Ok(it);
             }
         }
         // The quarantine decision itself goes to the WORM bucket next to the envelope's copy.
@@ -242,17 +205,43 @@ impl<P: ReplayPorts> Replayer<P> {
         Ok(item(e, ReplayOutcome::Quarantined, Some(gate), detail))
     }
 
+    /// Hand `source_hash` off to a manual journal in the ledger, under the claim on `e`
+    /// (`what`: which transaction, for an error). `None`: handed off (by `e`, now or before);
+    /// else what `e` settled as instead: a duplicate when a posting holds the transaction, back
+    /// to PENDING when a request in doubt may still be applied.
+    pub(super) async fn hand_off(
+        &self,
+        run: &Run<'_>,
+        e: &DlqEnvelope,
+        source_hash: String,
+        gate: Gate,
+        what: &str,
+    ) -> FlowResult<Option<ReplayItem>> {
+        let hand_off = HandOff {
+            source_hash,
+            envelope_id: e.envelope_id.clone(),
+            replay_id: run.replay_id.clone(),
+            handed_off_at: self.clock.now(),
+        };
+        match self.ledger.hand_off(&hand_off).await? {
+            CommitOutcome::Committed => Ok(None),
+            CommitOutcome::AlreadyCommitted(c) if c.handed_off_by(&e.envelope_id) => Ok(None),
+            CommitOutcome::AlreadyCommitted(c) => Ok(Some(self.settle_claimed_duplicate(run, e, &c.holder()).await?)),
+            CommitOutcome::InDoubt { until } => Ok(Some(self.wait_in_doubt(run, e, gate, until).await?)),
+            // Without its hand-off in the ledger a manual journal could be booked beside a later
+            // posting: no quarantine for a manual journal then.
+            CommitOutcome::Refused { rule, detail } => {
+                Err(StoreError::infra(format!("the ledger refused the hand-off{what} ({rule}): {detail}")).into())
+            }
+        }
+    }
+
     /// Record under this run's live claim that it hands the transaction off (and extend the
     /// lease for it): `false` when the claim is gone or its lease ended.
     async fn intend_hand_off(&self, run: &Run<'_>, e: &DlqEnvelope) -> FlowResult<bool> {
         let now = self.clock.now();
-        let change = StatusChange {
-            status: EnvelopeStatus::Replaying,
-            at: now,
-            actor: run.req.triggered_by.clone(),
-            reason: format!("handing the transaction to a manual journal (replay {})", run.replay_id),
-            manual_journal: true,
-        };
+        let reason = format!("handing the transaction to a manual journal (replay {})", run.replay_id);
+        let change = run.change(EnvelopeStatus::Replaying, now, reason, true);
         self.store
             .renew(&e.envelope_id, &run.replay_id, now, now + self.config.lease, &change)
             .await
@@ -274,26 +263,15 @@ impl<P: ReplayPorts> Replayer<P> {
         Ok(item(e, ReplayOutcome::StillFailing, Some(gate), detail))
     }
 
-    /// Is the envelope's transaction committed (or handed to a manual journal)?
-    pub(super) async fn committed(&self, e: &DlqEnvelope) -> FlowResult<Option<CommittedRef>> {
-        self.committed_in(e, &ReadAhead::default()).await
-    }
-
-    /// [`Self::committed`], answered from `ahead` when it read this transaction.
-    pub(super) async fn committed_in(&self, e: &DlqEnvelope, ahead: &ReadAhead) -> FlowResult<Option<CommittedRef>> {
-        match self.transaction_hash(e).await? {
+    /// Is the envelope's transaction committed (or handed to a manual journal)? Answered from
+    /// `ahead` when it read this transaction. Its ledger key: the hash its body decodes to, else
+    /// the hash it claims; none for a raw digest (an unidentified message is never in the ledger).
+    pub(super) async fn committed(&self, e: &DlqEnvelope, ahead: &ReadAhead) -> FlowResult<Option<CommittedRef>> {
+        let hash = self.identified_transaction(e).await?;
+        match hash.or_else(|| e.claimed_hash().map(str::to_owned)) {
             Some(hash) => Ok(ahead.lookup(&self.ledger, &hash).await?),
             None => Ok(None),
         }
-    }
-
-    /// The ledger key of the envelope's transaction: the hash its body decodes to, else the hash
-    /// it claims; none for a raw digest (an unidentified message is never in the ledger).
-    async fn transaction_hash(&self, e: &DlqEnvelope) -> FlowResult<Option<String>> {
-        Ok(self
-            .identified_transaction(e)
-            .await?
-            .or_else(|| e.claimed_hash().map(str::to_owned)))
     }
 
     /// Append a decision's record to the trail and drop it from the outbox. The decision is made
@@ -311,20 +289,15 @@ impl<P: ReplayPorts> Replayer<P> {
         }
     }
 
-    /// Claim `e` for this run (from PENDING, or from an expired lease). `false`: not ours.
-    pub(super) async fn claim(&self, run: &Run<'_>, e: &DlqEnvelope) -> FlowResult<bool> {
-        self.claim_with(run, e, false).await
-    }
-
-    /// [`Self::claim`], its change flagged for a manual journal when `intent`: the claim is then
-    /// the hand-off's intent too (one write), which a replay taking it over finishes.
-    pub(super) async fn claim_with(&self, run: &Run<'_>, e: &DlqEnvelope, intent: bool) -> FlowResult<bool> {
+    /// Claim `e` for this run (from PENDING, or from an expired lease). `false`: not ours. Its
+    /// change is flagged for a manual journal when `intent`: the claim is then the hand-off's
+    /// intent too (one write), which a replay taking it over finishes.
+    pub(super) async fn claim(&self, run: &Run<'_>, e: &DlqEnvelope, intent: bool) -> FlowResult<bool> {
         if self.held_by_edit(run, e) {
             return Ok(false);
         }
         let now = self.clock.now();
-        let (claim, mut change) = self.claim_for(run, now);
-        change.manual_journal |= intent;
+        let (claim, change) = self.claim_for(run, now, intent);
         // Only as `e` was read: the verdict (and a pinned set's fingerprint) is about that state.
         self.store
             .claim(&e.envelope_id, &claim, now, &change, Some(e.status_history.len()))
@@ -335,7 +308,7 @@ impl<P: ReplayPorts> Replayer<P> {
     /// per envelope, in order.
     pub(super) async fn claim_many(&self, run: &Run<'_>, envelopes: &[DlqEnvelope]) -> Vec<FlowResult<bool>> {
         let now = self.clock.now();
-        let (claim, change) = self.claim_for(run, now);
+        let (claim, change) = self.claim_for(run, now, false);
         let asked: Vec<&DlqEnvelope> = envelopes.iter().filter(|e| !self.held_by_edit(run, e)).collect();
         let mut answers = self.store.claim_many(&asked, &claim, now, &change).await.into_iter();
         envelopes
@@ -356,7 +329,7 @@ impl<P: ReplayPorts> Replayer<P> {
                 .is_some_and(|c| c.replay_id.starts_with(EDIT_CLAIM_PREFIX) && c.replay_id != run.replay_id)
     }
 
-    fn claim_for(&self, run: &Run<'_>, now: DateTime<Utc>) -> (ReplayClaim, StatusChange) {
+    fn claim_for(&self, run: &Run<'_>, now: DateTime<Utc>, intent: bool) -> (ReplayClaim, StatusChange) {
         let claim = ReplayClaim {
             replay_id: run.replay_id.clone(),
             triggered_by: run.req.triggered_by.clone(),
@@ -365,17 +338,11 @@ impl<P: ReplayPorts> Replayer<P> {
             lease_until: now + self.config.lease,
         };
         // A quarantine for a manual journal (an operator's, by hand or an approved request's)
-        // claims with its decision (`claim_with`): a replay that takes the claim over (this one
+        // claims with its decision (`intent`): a replay that takes the claim over (this one
         // crashed, or stalled past the lease) finishes it, never re-injects what was decided
         // for a manual journal.
-        let change = StatusChange {
-            status: EnvelopeStatus::Replaying,
-            at: now,
-            actor: run.req.triggered_by.clone(),
-            reason: format!("claimed by replay {} ({})", run.replay_id, run.req.reason),
-            manual_journal: false,
-        };
-        (claim, change)
+        let reason = format!("claimed by replay {} ({})", run.replay_id, run.req.reason);
+        (claim, run.change(EnvelopeStatus::Replaying, now, reason, intent))
     }
 
     /// Finish a claimed envelope as `s` says, with its provenance record (and its audit record
@@ -413,10 +380,10 @@ impl<P: ReplayPorts> Replayer<P> {
         // One answer per settlement, whatever the store answered: a missing one is unknown.
         let answered = answers.len();
         answers.resize_with(asked.len(), || {
-            Err(StoreError::new(
-                TransientKind::Infrastructure,
-                format!("the envelope store answered {answered} of {} settlements", asked.len()),
-            )
+            Err(StoreError::infra(format!(
+                "the envelope store answered {answered} of {} settlements",
+                asked.len()
+            ))
             .into())
         });
         let linked: Vec<u64> = answers
@@ -435,13 +402,7 @@ impl<P: ReplayPorts> Replayer<P> {
     /// The status change and provenance record a settlement writes.
     fn settled(&self, run: &Run<'_>, s: Settlement<'_>) -> (StatusChange, ReplayRecord) {
         let now = self.clock.now();
-        let change = StatusChange {
-            status: s.status,
-            at: now,
-            actor: run.req.triggered_by.clone(),
-            reason: s.reason,
-            manual_journal: s.manual_journal,
-        };
+        let change = run.change(s.status, now, s.reason, s.manual_journal);
         let record = ReplayRecord {
             replay_id: run.replay_id.clone(),
             triggered_by: run.req.triggered_by.clone(),

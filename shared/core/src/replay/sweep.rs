@@ -17,7 +17,7 @@ use crate::ports::{EnvelopeStore, FlowResult, ReplayQueue, StoreResult, SweepCur
 pub(super) const OUT_OF_TIME: &str = "time budget used up; the next sweep resumes from the saved cursor";
 
 impl<P: ReplayPorts> Replayer<P> {
-    fn out_of_time(&self, run: &Run<'_>) -> bool {
+    pub(super) fn out_of_time(&self, run: &Run<'_>) -> bool {
         run.deadline
             .is_some_and(|d| d.within(&*self.clock, self.config.deadline_margin))
     }
@@ -230,7 +230,7 @@ impl<P: ReplayPorts> Replayer<P> {
         }
         // What the page's last chunk sent is marked before anything else (the next page's read,
         // its gates, its settlements), whatever stopped the page.
-        let marked = self.mark_sent(run, unmarked, report).await;
+        let marked = super::reinject::report_all(report, self.mark(run, unmarked).await);
         stop.and(marked)?;
         if let Some(progress) = &self.progress {
             progress(report);
