@@ -83,7 +83,7 @@ impl StoreError {
         }
     }
 
-    /// A failure of the deployment or of this code (a kind of its own for the retry budget).
+    /// A [`TransientKind::Infrastructure`] failure: none of the other kinds (a misconfiguration, say).
     pub fn infra(detail: impl Into<String>) -> Self {
         StoreError::new(TransientKind::Infrastructure, detail)
     }
