@@ -16,10 +16,9 @@ use crate::ports::{AuditLog, ObjectVersion, StoreError, StoreResult, Worm, Writt
 pub async fn ensure_trail<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>) -> StoreResult<String> {
     let trail = audit.start_trail(&new_trail_id(worm.bucket(), now)).await?;
     if !is_trail_id(&trail) {
-        return Err(StoreError::new(
-            TransientKind::Infrastructure,
-            format!("the audit table names trail {trail:?}, which is not a trail id: refusing to anchor it"),
-        ));
+        return Err(StoreError::infra(format!(
+            "the audit table names trail {trail:?}, which is not a trail id: refusing to anchor it"
+        )));
     }
     let key = anchor_key(&trail);
     if worm.versions(&key).await?.is_empty() {
@@ -41,7 +40,7 @@ pub async fn seal<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>)
         };
         let next = seq
             .checked_add(1)
-            .ok_or_else(|| StoreError::new(TransientKind::Infrastructure, "the seal numbers are exhausted"))?;
+            .ok_or_else(|| StoreError::infra("the seal numbers are exhausted"))?;
         let seal = AuditSeal::new(&trail, next, &prev, now, audit.heads().await?);
         let key = seal_key(&trail, seal.seq);
         match worm.put(&key, seal.canonical().as_bytes()).await {
@@ -68,18 +67,16 @@ async fn latest_seal<W: Worm>(worm: &W, trail: &str) -> StoreResult<Option<(u64,
             first.entry(seq).or_insert(v);
         }
     }
-    let mut run = None;
-    for (n, (seq, v)) in first.iter().enumerate() {
-        if u64::try_from(n + 1).ok() != Some(*seq) {
-            break;
-        }
-        run = Some((*seq, *v));
-    }
-    let Some((seq, v)) = run else { return Ok(None) };
+    let run = first
+        .into_iter()
+        .zip(1u64..)
+        .take_while(|((seq, _), n)| seq == n)
+        .last();
+    let Some(((seq, v), _)) = run else { return Ok(None) };
     let bytes = worm
         .get_version(&v.key, &v.version_id)
         .await?
-        .ok_or_else(|| StoreError::new(TransientKind::Infrastructure, format!("seal {} unreadable", v.key)))?;
+        .ok_or_else(|| StoreError::infra(format!("seal {} unreadable", v.key)))?;
     Ok(Some((seq, bytes)))
 }
 

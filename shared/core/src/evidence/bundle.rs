@@ -81,7 +81,6 @@ pub struct Bundle {
 pub fn verify_bundle(bundle: &Bundle) -> VerifyReport {
     let mut report = VerifyReport {
         trail: Some(bundle.trail.clone()),
-        records: bundle.audit_records.len() as u64,
         ..VerifyReport::default()
     };
     if bundle.schema != BUNDLE_SCHEMA {

@@ -19,7 +19,7 @@ pub struct ConfigState {
 }
 
 /// `sha256` over `name=value\n` per setting, in name order.
-pub fn fingerprint(settings: &BTreeMap<String, String>) -> String {
+fn fingerprint(settings: &BTreeMap<String, String>) -> String {
     let mut h = Sha256::new();
     for (k, v) in settings {
         h.update(format!("{k}={v}\n").as_bytes());
@@ -72,7 +72,7 @@ pub fn config_change(
 }
 
 /// Every setting that differs: changed (`K: old -> new`), added (`K=new`, added) or removed.
-pub fn difference(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<String> {
+fn difference(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<String> {
     let mut out = Vec::new();
     for (k, v) in new {
         match old.get(k) {

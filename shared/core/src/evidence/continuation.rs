@@ -86,19 +86,26 @@ pub async fn verify_from_seal<A: AuditLog, W: Worm>(
         .collect();
     let plan = SealPlan::new(t, &seals);
     let needs = Needs::of(Some(&plan));
-    let mut report = started(Some(t), from_seal);
-    report.read_from = continued.read_from.clone();
+    let mut report = VerifyReport {
+        trail: Some(t.to_owned()),
+        from_seal: Some(from_seal),
+        read_from: continued.read_from.clone(),
+        ..VerifyReport::default()
+    };
     let chains = read_chains(audit, &continued.read_from, &needs, VERIFY_PAGE, &mut report).await?;
     conclude(&chains, Some(&plan), &ev, opts, Some(&continued), &mut report);
     Ok(report)
 }
 
-fn started(trail: Option<&str>, from_seal: u64) -> VerifyReport {
-    VerifyReport {
+/// A continuation that does not start: the bucket's findings and the trail checks only.
+fn not_continued(trail: Option<&str>, worm: &WormEvidence, from_seal: u64, opts: &VerifyOptions) -> VerifyReport {
+    let mut report = VerifyReport {
         trail: trail.map(str::to_owned),
         from_seal: Some(from_seal),
         ..VerifyReport::default()
-    }
+    };
+    check_trails(worm, &opts.accept_retired, &mut report);
+    report
 }
 
 /// No seal `from_seal` to start from. When the trail checks find something (the table's trail
@@ -111,9 +118,7 @@ fn not_started(
     present: bool,
     opts: &VerifyOptions,
 ) -> Result<VerifyReport, FromSealError> {
-    let mut report = started(trail, from_seal);
-    report.breaks.extend(worm.findings.iter().cloned());
-    check_trails(trail, worm, &opts.accept_retired, &mut report);
+    let mut report = not_continued(trail, worm, from_seal, opts);
     let why = match trail {
         None => format!(
             "the audit table names no trail, so there is no seal {from_seal} to continue from: run a full verify"
@@ -142,9 +147,7 @@ fn unusable_start(
     from_seal: u64,
     opts: &VerifyOptions,
 ) -> VerifyReport {
-    let mut report = started(Some(trail), from_seal);
-    report.breaks.extend(worm.findings.iter().cloned());
-    check_trails(Some(trail), worm, &opts.accept_retired, &mut report);
+    let mut report = not_continued(Some(trail), worm, from_seal, opts);
     let continued = ContinuedFrom {
         seal: from_seal,
         read_from: BTreeMap::new(),

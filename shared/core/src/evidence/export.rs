@@ -10,11 +10,10 @@ use std::io::Write;
 
 use super::anchors::{read_worm, seal};
 use super::bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal};
-use super::stream::{ChainPages, VERIFY_PAGE};
-use crate::domain::TransientKind;
+use super::stream::VERIFY_PAGE;
 use crate::domain::audit::AUDIT_CHAINS;
 use crate::domain::seal::AuditSeal;
-use crate::ports::{AuditLog, StoreError, StoreResult, Worm};
+use crate::ports::{AuditLog, Cursor, StoreError, StoreResult, Worm};
 use crate::reconcile::{Entry, Reconciliation, State};
 
 /// What a written bundle holds, for the operator's summary.
@@ -26,7 +25,6 @@ pub struct BundleWritten {
     pub seals: usize,
 }
 
-/// Why a bundle could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     #[error(transparent)]
@@ -84,13 +82,15 @@ pub async fn write_bundle<A: AuditLog, W: Worm, O: Write>(
         let Some(head) = heads.iter().find(|h| h.chain == chain) else {
             continue;
         };
-        let mut pages = ChainPages::new(audit, &chain, 0, VERIFY_PAGE);
-        while let Some(records) = pages.next().await? {
+        let mut cursor = Cursor::new("audit chain read");
+        while let Some(at) = cursor.at() {
+            let (records, next) = audit.chain_page(&chain, 0, at, VERIFY_PAGE).await?;
             for r in records.iter().filter(|r| r.seq <= head.seq) {
                 out.write_all(if written == 0 { b"\n" } else { b",\n" })?;
                 serde_json::to_writer(&mut *out, r)?;
                 written += 1;
             }
+            cursor.follow(next)?;
         }
     }
     out.write_all(b"]")?;
@@ -124,15 +124,16 @@ pub async fn export_bundle<A: AuditLog, W: Worm>(
     worm: &W,
     now: DateTime<Utc>,
     period: &str,
-    outcomes: Vec<(crate::reconcile::State, crate::reconcile::Entry)>,
-    reconciliation: crate::reconcile::Reconciliation,
+    outcomes: Vec<(State, Entry)>,
+    reconciliation: Reconciliation,
 ) -> StoreResult<Bundle> {
     let mut bytes = Vec::new();
-    let unwritable = |e: String| StoreError::new(TransientKind::Infrastructure, format!("the bundle: {e}"));
-    match write_bundle(audit, worm, now, period, &outcomes, &reconciliation, &mut bytes).await {
-        Ok(_) => {}
-        Err(ExportError::Store(e)) => return Err(e),
-        Err(e) => return Err(unwritable(e.to_string())),
-    }
+    let unwritable = |e: String| StoreError::infra(format!("the bundle: {e}"));
+    write_bundle(audit, worm, now, period, &outcomes, &reconciliation, &mut bytes)
+        .await
+        .map_err(|e| match e {
+            ExportError::Store(e) => e,
+            e => unwritable(e.to_string()),
+        })?;
     serde_json::from_slice(&bytes).map_err(|e| unwritable(e.to_string()))
 }

@@ -32,7 +32,7 @@ pub use anchors::{
     KnownTrail, StoredSeal, WormEvidence, ensure_trail, read_worm, read_worm_from_seal, retire_trail, seal,
 };
 pub use bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal, HeadProof, verify_bundle};
-pub use configuration::{ConfigState, config_change, difference, fingerprint};
+pub use configuration::{ConfigState, config_change};
 pub use continuation::{FromSealError, verify_from_seal};
 pub use export::{BundleWritten, ExportError, export_bundle, write_bundle};
 pub use sealing::SealingAuditLog;

@@ -13,11 +13,9 @@ use std::collections::BTreeMap;
 
 use super::summary::{ChainNeeds, ChainSummary, Digest, Needs};
 use super::verify::{VerifyReport, finish_chain};
-use crate::domain::TransientKind;
 use crate::domain::audit::{ChainHead, ChainVerifier, ChainedRecord, RecordLink};
-use crate::ports::{AuditLog, StoreError, StoreResult};
+use crate::ports::{AuditLog, Cursor, StoreResult};
 
-/// Records per page a verification reads.
 pub const VERIFY_PAGE: usize = 1000;
 
 /// A record held until the second heads are read.
@@ -26,7 +24,6 @@ struct Held {
     at: Option<DateTime<Utc>>,
 }
 
-/// One chain being read.
 struct ChainRead<'a> {
     chain: String,
     needs: ChainNeeds<'a>,
@@ -80,7 +77,6 @@ impl<'a> ChainRead<'a> {
         if self.head.is_none() && self.summary.records == 0 {
             return None;
         }
-        report.records += self.summary.records;
         let records = self.summary.records;
         finish_chain(
             &self.chain,
@@ -91,56 +87,6 @@ impl<'a> ChainRead<'a> {
             report,
         );
         Some(self.summary)
-    }
-}
-
-/// One chain's records from `from` on, a page of at most `limit` at a time
-/// (`AuditLog::chain_page`): what every reader of a whole chain goes through.
-pub(super) struct ChainPages<'a, A> {
-    audit: &'a A,
-    chain: &'a str,
-    from: u64,
-    limit: usize,
-    cursor: Option<String>,
-    done: bool,
-}
-
-impl<'a, A: AuditLog> ChainPages<'a, A> {
-    pub fn new(audit: &'a A, chain: &'a str, from: u64, limit: usize) -> Self {
-        ChainPages {
-            audit,
-            chain,
-            from,
-            limit: limit.max(1),
-            cursor: None,
-            done: false,
-        }
-    }
-
-    /// The next page; `None` once the chain has ended.
-    pub async fn next(&mut self) -> StoreResult<Option<Vec<ChainedRecord>>> {
-        if self.done {
-            return Ok(None);
-        }
-        let (records, next) = self
-            .audit
-            .chain_page(self.chain, self.from, self.cursor.clone(), self.limit)
-            .await?;
-        match next {
-            // A store answering the same cursor again would never end the chain.
-            Some(c) if self.cursor.as_ref() == Some(&c) => {
-                return Err(StoreError::new(
-                    TransientKind::Infrastructure,
-                    format!(
-                        "chain {}: the audit store answered the same page cursor twice",
-                        self.chain
-                    ),
-                ));
-            }
-            Some(c) => self.cursor = Some(c),
-            None => self.done = true,
-        }
-        Ok(Some(records))
     }
 }
 
@@ -161,11 +107,13 @@ pub(super) async fn read_chains<A: AuditLog>(
     let mut reads = BTreeMap::new();
     for (chain, &start) in starts {
         let mut read = ChainRead::new(chain, start, head_of(&before, chain), needs.chain(chain));
-        let mut pages = ChainPages::new(audit, chain, start, page);
-        while let Some(records) = pages.next().await? {
+        let mut cursor = Cursor::new("audit chain read");
+        while let Some(at) = cursor.at() {
+            let (records, next) = audit.chain_page(chain, start, at, page.max(1)).await?;
             for r in records.iter().filter(|r| r.seq >= start) {
                 read.take(r);
             }
+            cursor.follow(next)?;
         }
         reads.insert(chain.clone(), read);
     }

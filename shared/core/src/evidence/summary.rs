@@ -157,10 +157,7 @@ impl ChainSummary {
             });
             t.from_seq = t.from_seq.min(r.seq);
             t.to_seq = t.to_seq.max(r.seq);
-            t.oldest_at = match (t.oldest_at, r.at) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            t.oldest_at = t.oldest_at.into_iter().chain(r.at).min();
         }
     }
 }

@@ -87,7 +87,6 @@ pub fn verify_all(
 ) -> VerifyReport {
     let mut report = VerifyReport {
         trail: trail.map(str::to_owned),
-        records: records.len() as u64,
         ..VerifyReport::default()
     };
     let plan = trail.map(|t| SealPlan::new(t, &worm.seals));
@@ -130,7 +129,8 @@ pub(super) fn verify_chains(
     summaries
 }
 
-/// A chain's verdict once all its records were seen (`records` of them, the first at `from`).
+/// A chain's verdict once all its records were seen (`records` of them, the first at `from`),
+/// which `report.records` counts.
 pub(super) fn finish_chain(
     chain: &str,
     verifier: ChainVerifier,
@@ -139,6 +139,7 @@ pub(super) fn finish_chain(
     records: u64,
     report: &mut VerifyReport,
 ) {
+    report.records += records;
     if head.is_none() && records > 0 {
         report.breaks.push(format!(
             "chain {chain}: {records} records but no head (the head was deleted)"
@@ -163,18 +164,19 @@ pub(super) fn conclude(
     from: Option<&ContinuedFrom>,
     report: &mut VerifyReport,
 ) {
-    report.breaks.extend(worm.findings.iter().cloned());
-    let trail = report.trail.clone();
-    check_trails(trail.as_deref(), worm, &opts.accept_retired, report);
+    check_trails(worm, &opts.accept_retired, report);
     if let Some(plan) = plan {
         check_seals(plan, chains, from, report);
     }
     unsealed_tail(chains, plan.and_then(SealPlan::last), opts.window, report);
 }
 
-/// The trail the table names is the one the bucket anchors, and every other trail the bucket
-/// knows was retired explicitly.
-pub(super) fn check_trails(trail: Option<&str>, worm: &WormEvidence, accepted: &[String], report: &mut VerifyReport) {
+/// What the bucket shows that no honest writer leaves; the trail the report names (the table's) is
+/// the one the bucket anchors, and every other trail the bucket knows was retired explicitly.
+pub(super) fn check_trails(worm: &WormEvidence, accepted: &[String], report: &mut VerifyReport) {
+    report.breaks.extend(worm.findings.iter().cloned());
+    let trail = report.trail.clone();
+    let trail = trail.as_deref();
     // A continuation reads no other trail's seals: their number is not known.
     let seals = |n: u64| match worm.seals_from {
         Some(_) => "seals not read".to_owned(),

@@ -4,6 +4,7 @@
 use rust_decimal::Decimal;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::edits::show;
 use super::{Entry, State};
 use crate::domain::{DlqEnvelope, EnvelopeStatus, Posting};
 
@@ -98,13 +99,7 @@ pub(super) fn altered(manifest: &[Entry], outcomes: &[(State, Entry)]) -> Vec<St
     }
     let show = |a: &Amounts| {
         a.iter()
-            .map(|(c, x)| {
-                format!(
-                    "{} {}",
-                    x.map_or_else(|| "-".into(), |x| x.to_string()),
-                    c.as_deref().unwrap_or("-")
-                )
-            })
+            .map(|(c, x)| show(c.as_deref(), *x))
             .collect::<Vec<_>>()
             .join(", ")
     };

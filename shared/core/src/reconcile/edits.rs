@@ -39,7 +39,8 @@ pub(super) fn as_sent(envelopes: &[&DlqEnvelope], root: &str) -> Option<AsSent> 
         })
 }
 
-fn show(currency: Option<&str>, amount: Option<Decimal>) -> String {
+/// `amount currency`, `-` for what is not known.
+pub(super) fn show(currency: Option<&str>, amount: Option<Decimal>) -> String {
     format!(
         "{} {}",
         amount.map_or_else(|| "-".to_owned(), |a| a.to_string()),

@@ -90,6 +90,22 @@ struct Fate<'a> {
     envelopes: Vec<&'a DlqEnvelope>,
 }
 
+/// Every SQS message with a fate of its own (a posting, a duplicate record, an envelope): a
+/// re-injected copy without one is still on its way.
+fn fated<'a>(postings: &'a [Posting], envelopes: &'a [DlqEnvelope], audit: &'a [AuditRecord]) -> BTreeSet<&'a str> {
+    postings
+        .iter()
+        .map(|p| p.sqs_message_id.as_str())
+        .chain(
+            audit
+                .iter()
+                .filter(|r| r.kind == AuditKind::DuplicateSuppressed)
+                .map(|r| r.sqs_message_id.as_str()),
+        )
+        .chain(envelopes.iter().map(|e| e.original.source_message_id.as_str()))
+        .collect()
+}
+
 /// SQS message ids linked to the message they were re-injected from: each copy's id (from the
 /// envelope's replay records, or from the `replay.of` a posting, a duplicate record or a later
 /// envelope carries) to the id of the message whose dead letter was replayed.
@@ -260,16 +276,10 @@ pub fn outcomes(
         .collect();
 
     let lineage = Lineage::new(postings, envelopes, audit);
+    let root = |id| lineage.root(id);
     let mut fates: BTreeMap<&str, Fate<'_>> = BTreeMap::new();
-    // Every SQS message with a fate of its own: a copy without one is still on its way.
-    let mut fated: BTreeSet<&str> = BTreeSet::new();
     for p in postings {
-        fated.insert(&p.sqs_message_id);
-        fates
-            .entry(lineage.root(&p.sqs_message_id))
-            .or_default()
-            .postings
-            .push(p);
+        fates.entry(root(&p.sqs_message_id)).or_default().postings.push(p);
         if let Some(e) = &p.replay_of
             && !envelope_ids.contains(e.as_str())
         {
@@ -282,12 +292,7 @@ pub fn outcomes(
     for r in audit {
         match r.kind {
             AuditKind::DuplicateSuppressed => {
-                fated.insert(&r.sqs_message_id);
-                fates
-                    .entry(lineage.root(&r.sqs_message_id))
-                    .or_default()
-                    .duplicates
-                    .push(r);
+                fates.entry(root(&r.sqs_message_id)).or_default().duplicates.push(r);
                 if let Some(h) = &r.source_hash
                     && !committed.contains(h.as_str())
                 {
@@ -313,13 +318,11 @@ pub fn outcomes(
         }
     }
     for e in envelopes {
-        fated.insert(&e.original.source_message_id);
-        fates
-            .entry(lineage.root(&e.original.source_message_id))
-            .or_default()
-            .envelopes
-            .push(e);
+        let fate = fates.entry(root(&e.original.source_message_id)).or_default();
+        fate.envelopes.push(e);
     }
+    let fated = fated(postings, envelopes, audit);
+    let mut out = Vec::with_capacity(fates.len());
     for (root, f) in &fates {
         // One message, one transaction: copies carry the same one, and an edit's original is
         // handed off before its edited copy is sent.
@@ -331,8 +334,8 @@ pub fn outcomes(
                 hashes.into_iter().collect::<Vec<_>>().join(", ")
             ));
         }
+        out.push((f.state(&fated), f.entry(root)));
     }
-    let out = fates.iter().map(|(root, f)| (f.state(&fated), f.entry(root))).collect();
     (out, problems)
 }
 
@@ -498,8 +501,6 @@ pub fn reconcile_counted(
         }
         t
     });
-    // What was sent, with each edited transaction as it was posted: what the states must total.
-    let expected = manifest.map(|m| edits::sent_as_posted(m, outcomes));
     for c in total
         .overflowed
         .iter()
@@ -509,58 +510,55 @@ pub fn reconcile_counted(
             "the amounts in {c} are too large to total exactly: not reconciled by amount"
         ));
     }
-    if let (Some(manifest), Some(sent)) = (manifest, sent) {
-        let mut want: BTreeMap<&str, i64> = BTreeMap::new();
-        for e in manifest {
-            *want.entry(&e.key).or_default() += 1;
-        }
-        let mut have: BTreeMap<&str, i64> = BTreeMap::new();
-        for (_, e) in outcomes {
-            *have.entry(&e.key).or_default() += 1;
-        }
+    r.sent = sent;
+    let mut amounts_hold = true;
+    if let Some(manifest) = manifest {
+        let want = multiset(manifest.iter().map(|e| e.key.as_str()));
+        let have = multiset(outcomes.iter().map(|(_, e)| e.key.as_str()));
         for (k, n) in &want {
-            let h = have.get(k).copied().unwrap_or(0);
-            for _ in h..*n {
-                r.missing.push((*k).to_owned());
-            }
+            let missing = n.saturating_sub(have.get(k).copied().unwrap_or(0));
+            r.missing.extend(std::iter::repeat_n((*k).to_owned(), missing));
         }
         for (k, n) in &have {
-            let w = want.get(k).copied().unwrap_or(0);
-            for _ in w..*n {
+            let extra = n.saturating_sub(want.get(k).copied().unwrap_or(0));
+            if extra > 0 {
                 let refs: Vec<&str> = outcomes
                     .iter()
                     .filter(|(_, e)| e.key == *k)
                     .map(|(_, e)| e.reference.as_str())
                     .collect();
-                r.extra.push(format!("{k} ({})", refs.join(", ")));
+                r.extra
+                    .extend(std::iter::repeat_n(format!("{k} ({})", refs.join(", ")), extra));
             }
         }
         r.altered = checks::altered(manifest, outcomes);
-        let expected = expected.unwrap_or_default();
-        let amounts_hold = total.amounts == expected.amounts && total.without_amount == expected.without_amount;
-        let wrong = !r.problems.is_empty() || !r.extra.is_empty() || !r.altered.is_empty();
-        // Queued messages cannot be named; they may account for missing ones, never for more.
-        r.verdict = if wrong || r.missing.len() as u64 > queued {
-            Verdict::DoesNotHold
-        } else if queued > 0 {
-            Verdict::Undecided
-        } else if r.missing.is_empty() && amounts_hold {
-            Verdict::Holds
-        } else {
-            Verdict::DoesNotHold
-        };
-        r.sent = Some(sent);
-    } else {
-        r.verdict = if !r.problems.is_empty() {
-            Verdict::DoesNotHold
-        } else if queued > 0 {
-            Verdict::Undecided
-        } else {
-            Verdict::Holds
-        };
+        // What was sent, with each edited transaction as it was posted: what the states must total.
+        let expected = edits::sent_as_posted(manifest, outcomes);
+        amounts_hold = total.amounts == expected.amounts && total.without_amount == expected.without_amount;
     }
+    // Without a manifest nothing is missing, extra or altered, and no amount is compared.
+    let wrong = !r.problems.is_empty() || !r.extra.is_empty() || !r.altered.is_empty();
+    // Queued messages cannot be named; they may account for missing ones, never for more.
+    r.verdict = if wrong || r.missing.len() as u64 > queued {
+        Verdict::DoesNotHold
+    } else if queued > 0 {
+        Verdict::Undecided
+    } else if r.missing.is_empty() && amounts_hold {
+        Verdict::Holds
+    } else {
+        Verdict::DoesNotHold
+    };
     r.holds = r.verdict == Verdict::Holds;
     r
+}
+
+/// How many times each key occurs.
+fn multiset<'a>(keys: impl Iterator<Item = &'a str>) -> BTreeMap<&'a str, usize> {
+    let mut counts = BTreeMap::new();
+    for k in keys {
+        *counts.entry(k).or_default() += 1;
+    }
+    counts
 }
 
 #[cfg(test)]

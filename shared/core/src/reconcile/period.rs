@@ -7,11 +7,10 @@
 //! records carried their period under none: what the read names and does not hold is then
 //! fetched by key ([`complete_exceptions`]).
 
-use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
-use super::read::{LedgerRead, Links, read_ledger};
+use super::read::{LedgerRead, Links, fetch, read_ledger};
 use crate::domain::envelope::envelope_id;
 use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, Posting, Segment, message::parse_date};
 use crate::ports::{EnvelopeStore, EnvelopesOfPeriod, Ledger, LedgerReader, LedgerScope, RecordsOfPeriod, StoreResult};
@@ -23,27 +22,21 @@ pub struct Exceptions {
     pub audit: Vec<AuditRecord>,
 }
 
-/// How many envelopes named across periods are fetched at once.
-const FETCHES_AT_ONCE: usize = 16;
-
 /// The exceptions of `period` and those of no known period.
 pub async fn exceptions_of_period<E, A>(envelopes: &E, audit: &A, period: &str) -> StoreResult<Exceptions>
 where
     E: EnvelopesOfPeriod + ?Sized,
     A: RecordsOfPeriod + ?Sized,
 {
-    let (mut of_period, of_none, mut records, records_of_none) = futures::try_join!(
+    let (mut envelopes, envelopes_of_none, mut audit, audit_of_none) = futures::try_join!(
         envelopes.envelopes_of_period(Some(period)),
         envelopes.envelopes_of_period(None),
         audit.records_of_period(Some(period)),
         audit.records_of_period(None),
     )?;
-    of_period.extend(of_none);
-    records.extend(records_of_none);
-    Ok(Exceptions {
-        envelopes: of_period,
-        audit: records,
-    })
+    envelopes.extend(envelopes_of_none);
+    audit.extend(audit_of_none);
+    Ok(Exceptions { envelopes, audit })
 }
 
 /// What the read names but does not hold: every envelope a record of it names by `replay.of`
@@ -69,10 +62,10 @@ where
     A: RecordsOfPeriod + ?Sized,
     L: Ledger + LedgerReader + ?Sized,
 {
-    let mut asked = Asked::default();
+    let mut asked = Keys::default();
     // A lineage is as long as the replays of one message; the bound guards against a cycle.
     for _ in 0..64 {
-        let wanted = Wanted::of(&read.linked, exceptions, &asked);
+        let mut wanted = Keys::wanted(&read.linked, exceptions, &asked);
         if wanted.is_empty() {
             return Ok(());
         }
@@ -81,50 +74,31 @@ where
         })
         .await?;
         let held: BTreeSet<&str> = exceptions.envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
-        let envelopes: BTreeSet<String> = handed
-            .into_iter()
-            .filter(|id| !asked.envelopes.contains(id) && !held.contains(id.as_str()))
-            .chain(wanted.envelopes.iter().cloned())
-            .collect();
-        let found = fetch(&envelopes, |id| store.get(id)).await?;
-        let records = fetch(&wanted.records, |id| audit.record(id)).await?;
+        wanted.envelopes.extend(
+            handed
+                .into_iter()
+                .filter(|id| !asked.envelopes.contains(id) && !held.contains(id.as_str())),
+        );
+        exceptions
+            .envelopes
+            .extend(fetch(&wanted.envelopes, |id| store.get(id)).await?);
+        exceptions
+            .audit
+            .extend(fetch(&wanted.records, |id| audit.record(id)).await?);
         let postings = fetch(&wanted.postings, |h| ledger.posting(h)).await?;
-        asked.hand_offs.extend(wanted.hand_offs);
-        asked.envelopes.extend(envelopes);
-        asked.records.extend(wanted.records);
-        asked.postings.extend(wanted.postings);
-        exceptions.envelopes.extend(found);
-        exceptions.audit.extend(records);
         read.linked.extend(postings.into_iter().filter(|p| p.period != period));
+        asked.envelopes.extend(wanted.envelopes);
+        asked.records.extend(wanted.records);
+        asked.hand_offs.extend(wanted.hand_offs);
+        asked.postings.extend(wanted.postings);
     }
     Ok(())
 }
 
-/// Each key's answer, [`FETCHES_AT_ONCE`] at a time; those found.
-async fn fetch<'k, T, F, Fut>(keys: &'k BTreeSet<String>, get: F) -> StoreResult<Vec<T>>
-where
-    F: Fn(&'k str) -> Fut,
-    Fut: std::future::Future<Output = StoreResult<Option<T>>>,
-{
-    futures::stream::iter(keys.iter())
-        .map(|k| get(k))
-        .buffer_unordered(FETCHES_AT_ONCE)
-        .try_filter_map(|found| async move { Ok(found) })
-        .try_collect()
-        .await
-}
-
-/// What [`complete_exceptions`] has asked for already, by kind of key.
+/// Keys by kind: what one round of [`complete_exceptions`] asks for, or what it has asked for
+/// already.
 #[derive(Default)]
-struct Asked {
-    envelopes: BTreeSet<String>,
-    records: BTreeSet<String>,
-    hand_offs: BTreeSet<String>,
-    postings: BTreeSet<String>,
-}
-
-/// What one round of [`complete_exceptions`] asks for.
-struct Wanted {
+struct Keys {
     envelopes: BTreeSet<String>,
     records: BTreeSet<String>,
     /// Transactions of duplicates the read holds no posting or hand-off of.
@@ -133,26 +107,15 @@ struct Wanted {
     postings: BTreeSet<String>,
 }
 
-impl Wanted {
+impl Keys {
     fn is_empty(&self) -> bool {
         self.envelopes.is_empty() && self.records.is_empty() && self.hand_offs.is_empty() && self.postings.is_empty()
     }
 
-    fn of(postings: &[Posting], ex: &Exceptions, asked: &Asked) -> Wanted {
+    fn wanted(postings: &[Posting], ex: &Exceptions, asked: &Keys) -> Keys {
         let held: BTreeSet<&str> = ex.envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
         let records: BTreeSet<&str> = ex.audit.iter().map(|r| r.audit_id.as_str()).collect();
-        // Every SQS message with a fate in the read (a posting, a duplicate record, an envelope).
-        let fated: BTreeSet<&str> = postings
-            .iter()
-            .map(|p| p.sqs_message_id.as_str())
-            .chain(
-                ex.audit
-                    .iter()
-                    .filter(|r| r.kind == AuditKind::DuplicateSuppressed)
-                    .map(|r| r.sqs_message_id.as_str()),
-            )
-            .chain(ex.envelopes.iter().map(|e| e.original.source_message_id.as_str()))
-            .collect();
+        let fated = super::fated(postings, &ex.envelopes, &ex.audit);
         let unfated: Vec<&crate::domain::ReplayRecord> = ex
             .envelopes
             .iter()
@@ -172,7 +135,7 @@ impl Wanted {
             .map(|p| p.source_hash.as_str())
             .chain(ex.envelopes.iter().map(|e| e.source_hash.as_str()))
             .collect();
-        Wanted {
+        Keys {
             envelopes: named
                 .filter(|id| !held.contains(id.as_str()) && !asked.envelopes.contains(id))
                 .collect(),

@@ -50,13 +50,10 @@ impl Links {
             links.ids.insert(r.sqs_message_id.clone());
             links.message_ids.extend(r.message_id.clone());
             if let Some(h) = &r.source_hash {
-                match &r.period {
-                    Some(p) => {
-                        links.named.entry(h.clone()).or_insert_with(|| Some(p.clone()));
-                    }
-                    None => {
-                        links.named.insert(h.clone(), None);
-                    }
+                // A record of no period makes its transaction's period unknown.
+                let period = links.named.entry(h.clone()).or_insert_with(|| r.period.clone());
+                if r.period.is_none() {
+                    *period = None;
                 }
             }
         }
@@ -120,9 +117,6 @@ impl LedgerRead {
     }
 }
 
-/// How many lookups of duplicates' transactions run at once.
-const LOOKUPS_AT_ONCE: usize = 16;
-
 /// Read `scope` (split into `segments` read at once, when it is not one segment already),
 /// keeping the postings `links` names and counting the rest; then, unless `scope` is one segment
 /// (whose reads a fan-out merges first), [`look_up_unmet`].
@@ -133,12 +127,11 @@ pub async fn read_ledger<R: LedgerReader + ?Sized>(
     links: &Links,
 ) -> StoreResult<LedgerRead> {
     let parts: Vec<LedgerScope> = match scope.segment {
-        Some(_) => vec![scope.clone()],
         None if segments > 1 => Segment::all_of(segments.min(Segment::MAX))
             .into_iter()
             .map(|s| scope.segment(s))
             .collect(),
-        None => vec![scope.clone()],
+        _ => vec![scope.clone()],
     };
     let reads = futures::future::try_join_all(parts.iter().map(|part| async move {
         let mut read = LedgerRead::default();
@@ -178,20 +171,31 @@ pub async fn look_up_unmet<R: LedgerReader + ?Sized>(
         return Ok(());
     }
     let met: BTreeSet<&str> = read.linked.iter().map(|p| p.source_hash.as_str()).collect();
-    let unmet: Vec<&String> = links
+    let unmet = links
         .named
         .iter()
         .filter(|(h, period)| {
             !met.contains(h.as_str()) && (period.is_none() || scope.period.is_none() || *period == &scope.period)
         })
-        .map(|(h, _)| h)
-        .collect();
-    let found: Vec<Posting> = futures::stream::iter(unmet)
-        .map(|h| reader.posting(h))
+        .map(|(h, _)| h);
+    let found = fetch(unmet, |h| reader.posting(h)).await?;
+    read.linked.extend(found);
+    Ok(())
+}
+
+/// How many keys are looked up at once.
+const LOOKUPS_AT_ONCE: usize = 16;
+
+/// Each key's answer, [`LOOKUPS_AT_ONCE`] at a time; those found.
+pub(super) async fn fetch<'k, T, F, Fut>(keys: impl IntoIterator<Item = &'k String>, get: F) -> StoreResult<Vec<T>>
+where
+    F: Fn(&'k str) -> Fut,
+    Fut: std::future::Future<Output = StoreResult<Option<T>>>,
+{
+    futures::stream::iter(keys)
+        .map(|k| get(k))
         .buffer_unordered(LOOKUPS_AT_ONCE)
         .try_filter_map(|found| async move { Ok(found) })
         .try_collect()
-        .await?;
-    read.linked.extend(found);
-    Ok(())
+        .await
 }
