@@ -78,9 +78,31 @@ impl<P: ReplayPorts> Replayer<P> {
         let why = self.reference.snapshot().await?.approval().requires(&preview.exposure);
         Ok(Assessment { preview, why })
     }
-}
 
-impl<P: ReplayPorts> Replayer<P> {
+    /// Write new request `r` with its `APPROVAL_REQUESTED` record, then publish the record.
+    pub(super) async fn create_request(
+        &self,
+        r: &ApprovalRequest,
+        requester: &Identity,
+        detail: String,
+    ) -> FlowResult<()> {
+        let rec = record(AuditKind::ApprovalRequested, r, &requester.to_string(), detail);
+        if !self.store.create_request(r, &rec).await? {
+            return Err(Refused(format!("request {} exists already", r.request_id)).into());
+        }
+        Ok(publish(&self.store, &self.audit, &self.metrics, &rec).await?)
+    }
+
+    /// Write `r` with the record of its step, then publish the record. `false`: `r` changed
+    /// meanwhile, nothing written.
+    async fn write_request(&self, r: &ApprovalRequest, rec: &AuditRecord) -> FlowResult<bool> {
+        let written = self.store.update_request(r, Some(rec)).await?;
+        if written {
+            publish(&self.store, &self.audit, &self.metrics, rec).await?;
+        }
+        Ok(written)
+    }
+
     /// Make `assessed` (a dry run of `req` the policy holds above it) a request waiting for a
     /// second person: exactly the envelopes it would change, each with its state.
     pub async fn request_approval(
@@ -129,33 +151,20 @@ impl<P: ReplayPorts> Replayer<P> {
             r.reason,
             r.why.join("; ")
         );
-        let rec = record(AuditKind::ApprovalRequested, &r, &requester.to_string(), detail);
-        if !self.store.create_request(&r, &rec).await? {
-            return Err(Refused(format!("request {} exists already", r.request_id)).into());
-        }
-        publish(&self.store, &self.audit, &self.metrics, &rec).await?;
+        self.create_request(&r, requester, detail).await?;
         tracing::info!(request_id = %r.request_id, count = r.exposure.count, digest = %r.digest, requested_by = %requester, "approval requested");
         Ok(r)
     }
 
     /// The request, expired first if its time is up (refused when there is none).
     pub async fn request(&self, id: &str) -> FlowResult<ApprovalRequest> {
-        let mut r = self
-            .store
-            .get_request(id)
-            .await?
-            .ok_or_else(|| Refused(format!("no approval request {id}")))?;
+        let missing = || Refused(format!("no approval request {id}"));
+        let mut r = self.store.get_request(id).await?.ok_or_else(missing)?;
         if r.expire_if_due(self.clock.now()) {
             let detail = format!("expired at {} undecided or unexecuted", r.expires_at);
             let rec = record(AuditKind::ApprovalExpired, &r, &self.config.actor, detail);
-            if self.store.update_request(&r, Some(&rec)).await? {
-                publish(&self.store, &self.audit, &self.metrics, &rec).await?;
-            }
-            return self
-                .store
-                .get_request(id)
-                .await?
-                .ok_or_else(|| Refused(format!("no approval request {id}")).into());
+            self.write_request(&r, &rec).await?;
+            r = self.store.get_request(id).await?.ok_or_else(missing)?;
         }
         Ok(r)
     }
@@ -193,13 +202,12 @@ impl<P: ReplayPorts> Replayer<P> {
             r.request_id, r.status, r.requested_by, r.digest, r.exposure.count
         );
         let rec = record(kind, &r, &by.to_string(), detail);
-        if !self.store.update_request(&r, Some(&rec)).await? {
+        if !self.write_request(&r, &rec).await? {
             return Err(Refused(format!(
                 "request {id} changed while it was being decided; look at it again"
             ))
             .into());
         }
-        publish(&self.store, &self.audit, &self.metrics, &rec).await?;
         Ok(r)
     }
 
@@ -261,9 +269,7 @@ impl<P: ReplayPorts> Replayer<P> {
             AuditKind::ApprovalExecuted
         };
         let rec = record(kind, &r, by, detail);
-        if self.store.update_request(&r, Some(&rec)).await? {
-            publish(&self.store, &self.audit, &self.metrics, &rec).await?;
-        } else {
+        if !self.write_request(&r, &rec).await? {
             tracing::error!(request_id = %id, replay_id = %report.replay_id, "approved request ran, but its record could not be written: it changed meanwhile");
         }
         Ok((r, report))

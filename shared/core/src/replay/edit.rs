@@ -21,10 +21,8 @@ use crate::domain::approval::{Action, ApprovalRequest, Change, Identity, NewRequ
 use crate::domain::edit::{Edit, Proposal, edit_claim, propose};
 use crate::domain::hash::sha256_hex;
 use crate::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, TransientKind, validate};
-use crate::envelopes::{original_body, publish};
-use crate::ports::{
-    ApprovalRequests, AuditLog, EnvelopeStore, FlowResult, Ledger, ReferenceData, ReplayQueue, StoreError, Worm,
-};
+use crate::envelopes::original_body;
+use crate::ports::{AuditLog, EnvelopeStore, FlowResult, Ledger, ReferenceData, ReplayQueue, StoreError, Worm};
 
 /// What the dry run of an edit calls it.
 pub const WOULD_EDIT: &str = "WOULD_EDIT";
@@ -103,11 +101,7 @@ impl<P: ReplayPorts> Replayer<P> {
             "edit of envelope {envelope_id} requested by {requester}: {}; diff: {diff}",
             r.reason
         );
-        let rec = super::approval::record(AuditKind::ApprovalRequested, &r, &requester.to_string(), detail);
-        if !self.store.create_request(&r, &rec).await? {
-            return Err(Refused(format!("request {} exists already", r.request_id)).into());
-        }
-        publish(&self.store, &self.audit, &self.metrics, &rec).await?;
+        self.create_request(&r, requester, detail).await?;
         tracing::info!(request_id = %r.request_id, envelope_id, diff = %diff, requested_by = %requester, "edit requested");
         Ok(r)
     }

@@ -83,6 +83,21 @@ fn age_secs(now: DateTime<Utc>, at: DateTime<Utc>) -> u64 {
     u64::try_from((now - at).num_seconds()).unwrap_or(0)
 }
 
+fn emit<M: Metrics>(
+    metrics: &M,
+    name: &'static str,
+    value: u64,
+    unit: &'static str,
+    dimension: Option<(&'static str, String)>,
+) {
+    metrics.emit(&Metric {
+        name,
+        value: i64::try_from(value).unwrap_or(i64::MAX),
+        unit,
+        dimensions: dimension.into_iter().collect(),
+    });
+}
+
 /// Measure the PENDING backlog's age against `chain`, and the PENDING envelopes of `closing`
 /// periods (see [`closing`]); record and emit what breaches.
 #[allow(clippy::too_many_arguments)]
@@ -142,19 +157,10 @@ pub async fn escalate<S: EnvelopeStore, A: AuditLog, M: Metrics>(
         }
         cursor.follow(next)?;
     }
-    metrics.emit(&Metric {
-        name: "OldestPendingAgeSeconds",
-        value: i64::try_from(out.oldest_age_secs).unwrap_or(i64::MAX),
-        unit: "Seconds",
-        dimensions: vec![],
-    });
+    emit(metrics, "OldestPendingAgeSeconds", out.oldest_age_secs, "Seconds", None);
     for (code, (envelope, age, count)) in oldest {
-        metrics.emit(&Metric {
-            name: "OldestPendingAgeSeconds",
-            value: i64::try_from(age).unwrap_or(i64::MAX),
-            unit: "Seconds",
-            dimensions: vec![("FailureCode", code.as_str().to_owned())],
-        });
+        let dimension = ("FailureCode", code.as_str().to_owned());
+        emit(metrics, "OldestPendingAgeSeconds", age, "Seconds", Some(dimension));
         let stages: Vec<String> = chain.reached(age).map(|s| s.name.clone()).collect();
         for stage in chain.reached(age) {
             let detail = format!(
@@ -189,12 +195,8 @@ pub async fn escalate<S: EnvelopeStore, A: AuditLog, M: Metrics>(
     // to its topic watches this.
     for stage in &chain.stages {
         let reached = out.groups.iter().filter(|g| g.stages.contains(&stage.name)).count();
-        metrics.emit(&Metric {
-            name: "PendingEscalated",
-            value: i64::try_from(reached).unwrap_or(i64::MAX),
-            unit: "Count",
-            dimensions: vec![("Stage", stage.name.clone())],
-        });
+        let dimension = ("Stage", stage.name.clone());
+        emit(metrics, "PendingEscalated", reached as u64, "Count", Some(dimension));
     }
     Ok(out)
 }
@@ -213,37 +215,33 @@ async fn period_close<A: AuditLog, M: Metrics>(
     let incomplete = out.incomplete;
     let counted = |d: &PeriodDeadline| if incomplete { d.pending.max(1) } else { d.pending };
     let total: u64 = out.deadlines.iter().map(counted).sum();
-    metrics.emit(&Metric {
-        name: "PendingBeforePeriodClose",
-        value: i64::try_from(total).unwrap_or(i64::MAX),
-        unit: "Count",
-        dimensions: vec![],
-    });
+    emit(metrics, "PendingBeforePeriodClose", total, "Count", None);
     let mut by_entity: BTreeMap<&str, u64> = BTreeMap::new();
     for d in &out.deadlines {
         *by_entity.entry(d.entity.as_str()).or_default() += counted(d);
     }
     for (entity, n) in by_entity {
-        metrics.emit(&Metric {
-            name: "PendingBeforePeriodClose",
-            value: i64::try_from(n).unwrap_or(i64::MAX),
-            unit: "Count",
-            dimensions: vec![("Entity", entity.to_owned())],
-        });
+        emit(
+            metrics,
+            "PendingBeforePeriodClose",
+            n,
+            "Count",
+            Some(("Entity", entity.to_owned())),
+        );
     }
     let mut records = Vec::new();
     for d in out.deadlines.iter().filter(|d| counted(d) > 0) {
-        let detail = if incomplete {
-            format!(
-                "at least {} PENDING envelopes of {} {} must be decided before the period closes on {} (the read stopped at its cap: more may be among those not read)",
-                d.pending, d.entity, d.period, d.closes_on
-            )
-        } else {
-            format!(
-                "{} PENDING envelopes of {} {} must be decided before the period closes on {}",
-                d.pending, d.entity, d.period, d.closes_on
-            )
+        let (at_least, more) = match incomplete {
+            true => (
+                "at least ",
+                " (the read stopped at its cap: more may be among those not read)",
+            ),
+            false => ("", ""),
         };
+        let detail = format!(
+            "{at_least}{} PENDING envelopes of {} {} must be decided before the period closes on {}{more}",
+            d.pending, d.entity, d.period, d.closes_on
+        );
         let mut r = AuditRecord::system(
             AuditKind::Escalated,
             &format!("period-close#{}#{}#{}", d.entity, d.period, d.closes_on),

@@ -136,33 +136,26 @@ impl<P: ReplayPorts> Replayer<P> {
         if let Some(waits) = waits_in_doubt(e, now) {
             return Ok(waits);
         }
-        if req.quarantine {
-            if !handing_off(e) && self.identified_transaction(e).await?.is_none() {
-                // A manual journal is fenced by its hand-off under the transaction's hash; one
-                // whose content does not reproduce the hash it claims (altered, or a hashed field
-                // unreadable) cannot be, and the message that does carry that transaction may be
-                // handed off or posted later: booked twice. It is quarantined for review instead,
-                // unless the transaction it claims is committed already.
-                if let Some(claimed) = e.claimed_hash()
-                    && let Some(committed) = ahead.lookup(&self.ledger, claimed).await?
-                {
-                    return Ok(Verdict::Duplicate {
-                        committed_by: committed.holder(),
-                    });
-                }
-                return Ok(Verdict::Quarantine {
-                    gate: Gate::Operator,
-                    detail: format!("{}; {NOT_IDENTIFIED}", req.reason),
-                    manual_journal: false,
+        if !req.quarantine {
+            return self.verdict_ahead(e, snapshot, now, ahead).await;
+        }
+        if !handing_off(e) && self.identified_transaction(e).await?.is_none() {
+            // A manual journal is fenced by its hand-off under the transaction's hash; one whose
+            // content does not reproduce the hash it claims (altered, or a hashed field
+            // unreadable) cannot be, and the message that does carry that transaction may be
+            // handed off or posted later: booked twice. It is quarantined for review instead,
+            // unless the transaction it claims is committed already.
+            if let Some(claimed) = e.claimed_hash()
+                && let Some(committed) = ahead.lookup(&self.ledger, claimed).await?
+            {
+                return Ok(Verdict::Duplicate {
+                    committed_by: committed.holder(),
                 });
             }
-            return Ok(Verdict::Quarantine {
-                gate: Gate::Operator,
-                detail: req.reason.clone(),
-                manual_journal: true,
-            });
+            let detail = format!("{}; {NOT_IDENTIFIED}", req.reason);
+            return Ok(Verdict::quarantine(Gate::Operator, detail, false));
         }
-        self.verdict_ahead(e, snapshot, now, ahead).await
+        Ok(Verdict::quarantine(Gate::Operator, req.reason.clone(), true))
     }
 
     /// The transaction the envelope's original identifies ([`identifies`]).
@@ -171,15 +164,6 @@ impl<P: ReplayPorts> Replayer<P> {
     }
 
     /// Evaluate the gates for one envelope (reads only).
-    pub async fn verdict(
-        &self,
-        e: &DlqEnvelope,
-        snapshot: &ReferenceSnapshot,
-        now: DateTime<Utc>,
-    ) -> StoreResult<Verdict> {
-        self.verdict_ahead(e, snapshot, now, &ReadAhead::default()).await
-    }
-
     async fn verdict_ahead(
         &self,
         e: &DlqEnvelope,
@@ -196,20 +180,20 @@ impl<P: ReplayPorts> Replayer<P> {
             return Ok(resumed_hand_off());
         }
         let Some(body) = original_body(e, &self.worm).await? else {
-            return Ok(Verdict::Quarantine {
-                gate: Gate::Integrity,
-                detail: "the original body is missing".into(),
-                manual_journal: false,
-            });
+            return Ok(Verdict::quarantine(
+                Gate::Integrity,
+                "the original body is missing",
+                false,
+            ));
         };
         let msg = match decode(&body) {
             Ok(m) => m,
             Err(ProcessError::Unrecoverable { cause, detail }) => {
-                return Ok(Verdict::Quarantine {
-                    gate: Gate::Integrity,
-                    detail: format!("{cause}: {detail}"),
-                    manual_journal: false,
-                });
+                return Ok(Verdict::quarantine(
+                    Gate::Integrity,
+                    format!("{cause}: {detail}"),
+                    false,
+                ));
             }
             Err(err) => {
                 // Still failing, unless the transaction its hashed fields name is committed (or
@@ -217,52 +201,28 @@ impl<P: ReplayPorts> Replayer<P> {
                 if let Some(hash) = identified_by_content(&body)
                     && let Some(committed) = ahead.lookup(&self.ledger, &hash).await?
                 {
-                    return Ok(if committed.handed_off_by(&e.envelope_id) {
-                        resumed_hand_off()
-                    } else {
-                        Verdict::Duplicate {
-                            committed_by: committed.holder(),
-                        }
-                    });
+                    return Ok(Verdict::held(&committed, e));
                 }
-                return Ok(Verdict::StillFailing {
-                    gate: Gate::Integrity,
-                    detail: err.to_string(),
-                });
+                return Ok(Verdict::still_failing(Gate::Integrity, err));
             }
         };
         // Gate 2 before the others: a transaction committed (or handed off — by this envelope
         // itself, an earlier replay's hand-off it must finish) is settled whatever the rest say.
         if let Some(committed) = ahead.lookup(&self.ledger, &msg.source_hash).await? {
-            if committed.handed_off_by(&e.envelope_id) {
-                return Ok(resumed_hand_off());
-            }
-            return Ok(Verdict::Duplicate {
-                committed_by: committed.holder(),
-            });
+            return Ok(Verdict::held(&committed, e));
         }
         if e.replay_generation >= self.config.max_replays {
-            return Ok(Verdict::Quarantine {
-                gate: Gate::ReplayCap,
-                detail: format!(
-                    "already replayed {} times: a repeat offender, review by hand",
-                    e.replay_generation
-                ),
-                manual_journal: false,
-            });
+            let detail = format!(
+                "already replayed {} times: a repeat offender, review by hand",
+                e.replay_generation
+            );
+            return Ok(Verdict::quarantine(Gate::ReplayCap, detail, false));
         }
         if let Err(err) = check_currency(&msg, snapshot) {
-            return Ok(Verdict::StillFailing {
-                gate: Gate::Integrity,
-                detail: err.to_string(),
-            });
+            return Ok(Verdict::still_failing(Gate::Integrity, err));
         }
         if let Err(err) = check_period(&msg, snapshot) {
-            return Ok(Verdict::Quarantine {
-                gate: Gate::Temporal,
-                detail: err.to_string(),
-                manual_journal: true,
-            });
+            return Ok(Verdict::quarantine(Gate::Temporal, err.to_string(), true));
         }
         // Failed re-injections (a release that waited for a request in doubt is not one).
         let releases = e
@@ -271,22 +231,16 @@ impl<P: ReplayPorts> Replayer<P> {
             .filter(|r| r.outcome == EnvelopeStatus::Pending && r.in_doubt_until.is_none())
             .count();
         if releases >= MAX_RELEASES {
-            return Ok(Verdict::Quarantine {
-                gate: Gate::Transport,
-                detail: format!("re-injection attempted {releases} times without success: review by hand"),
-                manual_journal: true,
-            });
+            let detail = format!("re-injection attempted {releases} times without success: review by hand");
+            return Ok(Verdict::quarantine(Gate::Transport, detail, true));
         }
         if now - e.dead_lettered_at > self.config.replay_window {
-            return Ok(Verdict::Quarantine {
-                gate: Gate::Temporal,
-                detail: format!(
-                    "dead-lettered {} days ago, beyond the replay window of {} days",
-                    (now - e.dead_lettered_at).num_days(),
-                    self.config.replay_window.num_days()
-                ),
-                manual_journal: true,
-            });
+            let detail = format!(
+                "dead-lettered {} days ago, beyond the replay window of {} days",
+                (now - e.dead_lettered_at).num_days(),
+                self.config.replay_window.num_days()
+            );
+            return Ok(Verdict::quarantine(Gate::Temporal, detail, true));
         }
         Ok(Verdict::Reinject)
     }
@@ -301,12 +255,12 @@ fn waits_in_doubt(e: &DlqEnvelope, now: DateTime<Utc>) -> Option<Verdict> {
         .max_by_key(|r| r.at)
         .and_then(|r| r.in_doubt_until)
         .filter(|until| e.status == EnvelopeStatus::Pending && *until > now)?;
-    Some(Verdict::StillFailing {
-        gate: Gate::Idempotency,
-        detail: format!(
+    Some(Verdict::still_failing(
+        Gate::Idempotency,
+        format!(
             "its hand-off waits until {until}: a request to the general ledger may still be applied (it cannot void a key)"
         ),
-    })
+    ))
 }
 
 /// Was a replay handing the envelope's transaction off when it stopped? Its intent is a REPLAYING
@@ -322,9 +276,34 @@ pub(super) fn handing_off(e: &DlqEnvelope) -> bool {
 }
 
 fn resumed_hand_off() -> Verdict {
-    Verdict::Quarantine {
-        gate: Gate::Idempotency,
-        detail: RESUMED_HAND_OFF.into(),
-        manual_journal: true,
+    Verdict::quarantine(Gate::Idempotency, RESUMED_HAND_OFF, true)
+}
+
+impl Verdict {
+    fn quarantine(gate: Gate, detail: impl Into<String>, manual_journal: bool) -> Self {
+        Verdict::Quarantine {
+            gate,
+            detail: detail.into(),
+            manual_journal,
+        }
+    }
+
+    fn still_failing(gate: Gate, detail: impl ToString) -> Self {
+        Verdict::StillFailing {
+            gate,
+            detail: detail.to_string(),
+        }
+    }
+
+    /// `e`'s transaction is held in the ledger: by `e`'s own hand-off (an earlier replay's, to
+    /// finish), or committed by another (a duplicate).
+    fn held(committed: &CommittedRef, e: &DlqEnvelope) -> Self {
+        if committed.handed_off_by(&e.envelope_id) {
+            resumed_hand_off()
+        } else {
+            Verdict::Duplicate {
+                committed_by: committed.holder(),
+            }
+        }
     }
 }

@@ -239,16 +239,16 @@ impl<P: ReplayPorts> Replayer<P> {
     pub async fn seal(&self) -> FlowResult<(String, crate::domain::seal::AuditSeal)> {
         let (key, seal) = crate::evidence::seal(&self.audit, &self.worm, self.clock.now()).await?;
         tracing::info!(seal = %key, root = %seal.root, chains = seal.heads.len(), "audit chains sealed by the seal schedule");
-        self.heartbeat(SEAL_WRITTEN);
+        self.count(SEAL_WRITTEN, 1);
         Ok((key, seal))
     }
 
-    /// One beat of a heartbeat metric: an alarm that treats its absence as breaching pages when
-    /// the schedule behind it stopped (disabled, deleted, or failing before it got here).
-    fn heartbeat(&self, name: &'static str) {
+    /// A count metric. A heartbeat's is one beat: an alarm that treats its absence as breaching
+    /// pages when the schedule behind it stopped (disabled, deleted, or failing before it got here).
+    fn count(&self, name: &'static str, value: u64) {
         self.metrics.emit(&Metric {
             name,
-            value: 1,
+            value: i64::try_from(value).unwrap_or(i64::MAX),
             unit: "Count",
             dimensions: vec![],
         });
@@ -361,8 +361,8 @@ impl<P: ReplayPorts> Replayer<P> {
             }
             let (key, seal) = crate::evidence::seal(&self.audit, &self.worm, self.clock.now()).await?;
             tracing::info!(seal = %key, root = %seal.root, chains = seal.heads.len(), "audit chains sealed");
-            self.heartbeat(SEAL_WRITTEN);
-            self.heartbeat(SWEEP_COMPLETED);
+            self.count(SEAL_WRITTEN, 1);
+            self.count(SWEEP_COMPLETED, 1);
         }
         if !req.dry_run {
             check_overflow(
@@ -374,17 +374,8 @@ impl<P: ReplayPorts> Replayer<P> {
                 self.clock.now(),
             )
             .await?;
-            for (name, value) in [
-                ("ReplayReinjected", report.reinjected),
-                ("ReplayQuarantined", report.quarantined),
-            ] {
-                self.metrics.emit(&Metric {
-                    name,
-                    value: i64::try_from(value).unwrap_or(i64::MAX),
-                    unit: "Count",
-                    dimensions: vec![],
-                });
-            }
+            self.count("ReplayReinjected", report.reinjected);
+            self.count("ReplayQuarantined", report.quarantined);
         }
         selected?;
         tracing::info!(

@@ -241,9 +241,7 @@ impl<P: ReplayPorts> Replayer<P> {
         if sent.is_empty() {
             return (Vec::new(), Ok(()));
         }
-        // Each envelope with its detail and, when its copy went out, the copy's SQS message id
-        // and the audit record of its re-injection.
-        let outcomes: Vec<(&DlqEnvelope, String, Option<(String, AuditRecord)>)> = sent
+        let outcomes: Vec<(&DlqEnvelope, String, Option<SentCopy>)> = sent
             .into_iter()
             .map(|(e, result)| match result {
                 Ok(sqs_id) => {
@@ -352,6 +350,9 @@ struct Sending<'c> {
     sent: Unmarked<'c>,
     stopped: Option<String>,
 }
+
+/// A copy sent: its SQS message id and the audit record of its re-injection.
+type SentCopy = (String, AuditRecord);
 
 /// Copies sent, not marked yet: each envelope with the queue's answer (its SQS message id, or why
 /// the send failed).

@@ -113,13 +113,7 @@ impl ReplayReport {
         self.completed = other.completed;
         self.stopped = other.stopped;
         self.changed_since.extend(other.changed_since);
-        for i in other.items {
-            if self.items.len() < MAX_REPORT_ITEMS {
-                self.items.push(i);
-            } else {
-                self.items_truncated = true;
-            }
-        }
+        other.items.into_iter().for_each(|i| self.keep(i));
         self.items_truncated |= other.items_truncated;
     }
 
@@ -150,6 +144,11 @@ impl ReplayReport {
             ReplayOutcome::Skipped => &mut self.skipped,
         };
         *count += 1;
+        self.keep(item);
+    }
+
+    /// Into the bounded list of items.
+    fn keep(&mut self, item: ReplayItem) {
         if self.items.len() < MAX_REPORT_ITEMS {
             self.items.push(item);
         } else {

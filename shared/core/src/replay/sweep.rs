@@ -28,26 +28,22 @@ impl<P: ReplayPorts> Replayer<P> {
         let mut named = std::collections::BTreeSet::new();
         // An id named twice is one envelope (and one item of a transaction).
         for id in run.req.selector.envelope_ids.iter().filter(|id| named.insert(*id)) {
+            let skipped = |detail: String| ReplayItem {
+                envelope_id: id.clone(),
+                outcome: ReplayOutcome::Skipped,
+                gate: None,
+                detail,
+            };
             match self.store.get(id).await? {
                 // A pinned set (an approved request's, or what a policy check assessed): each
                 // envelope only while it is as it was then.
                 Some(e) if run.pinned.is_some_and(|(_, set)| set.get(id) != Some(&fingerprint(&e))) => {
                     let by = run.pinned.map_or("", |(what, _)| what);
                     report.changed_since.push(id.clone());
-                    report.push(super::ReplayItem {
-                        envelope_id: id.clone(),
-                        outcome: ReplayOutcome::Skipped,
-                        gate: None,
-                        detail: format!("changed since {by}: not touched"),
-                    });
+                    report.push(skipped(format!("changed since {by}: not touched")));
                 }
                 Some(e) => page.push(e),
-                None => report.push(super::ReplayItem {
-                    envelope_id: id.clone(),
-                    outcome: ReplayOutcome::Skipped,
-                    gate: None,
-                    detail: "no such envelope".into(),
-                }),
+                None => report.push(skipped("no such envelope".into())),
             }
         }
         let page: Vec<DlqEnvelope> = page.into_iter().filter(|e| run.req.selector.matches(e)).collect();
@@ -87,10 +83,8 @@ impl<P: ReplayPorts> Replayer<P> {
                 if report.stopped.is_some() {
                     return Ok(());
                 }
-                match next {
-                    Some(n) => c = Some(n),
-                    None => break,
-                }
+                let Some(n) = next else { break };
+                c = Some(n);
             }
         }
         loop {

@@ -11,14 +11,11 @@ use std::time::Duration;
 
 use super::ReplayPorts;
 use super::approval::pinned;
-use super::{ReplayReport, ReplayRequest, Replayer};
+use super::{ReplayOutcome, ReplayReport, ReplayRequest, Replayer};
 use crate::domain::approval::ChangeSet;
 use crate::domain::canary::{Canary, CanaryReport, Fate};
 use crate::domain::envelope::envelope_id;
 use crate::ports::{EnvelopeStore, FlowResult, Ledger, StoreResult};
-
-/// What a dry run calls a re-injection.
-const WOULD_REINJECT: &str = "WOULD_REINJECT";
 
 /// How often the canary looks at its copies.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
@@ -39,7 +36,7 @@ impl<P: ReplayPorts> Replayer<P> {
         let reinjections: Vec<&str> = set
             .changes
             .iter()
-            .filter(|c| c.outcome == WOULD_REINJECT)
+            .filter(|c| c.outcome == ReplayOutcome::WouldReinject.as_str())
             .map(|c| c.envelope_id.as_str())
             .collect();
         let size = canary.map_or(0, |c| c.slice.of(reinjections.len()));
@@ -106,9 +103,7 @@ impl<P: ReplayPorts> Replayer<P> {
             tokio::task::yield_now().await;
         }
     }
-}
 
-impl<P: ReplayPorts> Replayer<P> {
     /// The copies replay `replay_id` re-injected of `ids`: each one's SQS message id and
     /// transaction.
     pub(super) async fn copies(

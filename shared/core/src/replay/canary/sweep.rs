@@ -16,7 +16,6 @@
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 use super::super::ReplayPorts;
 use super::super::report::{ReplayOutcome, ReplayReport, item};
@@ -66,6 +65,12 @@ fn key(e: &DlqEnvelope) -> String {
 
 fn cursor_name(key: &str) -> String {
     format!("canary#{key}")
+}
+
+fn held(until: DateTime<Utc>) -> GroupGate {
+    GroupGate::Closed(format!(
+        "held until {until}: the sweep's canary of this group failed (an operator's replay is not held)"
+    ))
 }
 
 impl<P: ReplayPorts> Replayer<P> {
@@ -131,13 +136,7 @@ impl<P: ReplayPorts> Replayer<P> {
             return Ok(fresh);
         };
         if let Some(until) = state.held_until {
-            return Ok(if now < until {
-                GroupGate::Closed(format!(
-                    "held until {until}: the sweep's canary of this group failed (an operator's replay is not held)"
-                ))
-            } else {
-                fresh
-            });
+            return Ok(if now < until { held(until) } else { fresh });
         }
         if let Some(at) = state.passed_at {
             return Ok(if now - at < PASSED_FOR { GroupGate::Open } else { fresh });
@@ -196,9 +195,7 @@ impl<P: ReplayPorts> Replayer<P> {
         self.audit.append(&record).await?;
         self.save_state(k, &state).await?;
         tracing::warn!(group = k, canary = %verdict, "the sweep's canary failed: the group is held");
-        Ok(GroupGate::Closed(format!(
-            "held until {until}: the sweep's canary of this group failed (an operator's replay is not held)"
-        )))
+        Ok(held(until))
     }
 
     async fn save_state(&self, k: &str, state: &State) -> StoreResult<()> {
@@ -209,17 +206,13 @@ impl<P: ReplayPorts> Replayer<P> {
     /// After a sweep: each group that deferred envelopes behind a new slice records that canary.
     pub(in crate::replay) async fn record_canaries(&self, run: &Run<'_>) -> StoreResult<()> {
         let now = self.clock.now();
-        let started: BTreeMap<&String, &Vec<String>> = run
-            .canaries
-            .iter()
-            .filter_map(|(k, g)| match g {
+        for (k, g) in &run.canaries {
+            let ids = match g {
                 GroupGate::Slice {
                     ids, deferred: true, ..
-                } if !ids.is_empty() => Some((k, ids)),
-                _ => None,
-            })
-            .collect();
-        for (k, ids) in started {
+                } if !ids.is_empty() => ids,
+                _ => continue,
+            };
             let state = State {
                 replay_id: run.replay_id.clone(),
                 envelopes: ids.clone(),
