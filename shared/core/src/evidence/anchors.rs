@@ -13,7 +13,7 @@ use crate::domain::seal::{
 use crate::ports::{AuditLog, ObjectVersion, StoreError, StoreResult, Worm, Written};
 
 /// The trail the table names, anchored in the bucket (started, and anchored, when there is none).
-pub async fn ensure_trail<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>) -> StoreResult<String> {
+pub(super) async fn ensure_trail<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>) -> StoreResult<String> {
     let trail = audit.start_trail(&new_trail_id(worm.bucket(), now)).await?;
     if !is_trail_id(&trail) {
         return Err(StoreError::infra(format!(
@@ -139,7 +139,7 @@ pub async fn read_worm<W: Worm>(worm: &W, trail: Option<&str>) -> StoreResult<Wo
 /// seals of `trail` from seal `from_seal` on, listed after the key of the seal before it: a
 /// continuation's read, whose cost does not grow with the seals before `from_seal`. Also returns
 /// whether an object (not only a delete marker) was ever written at seal `from_seal`'s key.
-pub async fn read_worm_from_seal<W: Worm>(
+pub(super) async fn read_worm_from_seal<W: Worm>(
     worm: &W,
     trail: Option<&str>,
     from_seal: u64,

@@ -92,20 +92,14 @@ pub fn verify_bundle(bundle: &Bundle) -> VerifyReport {
     let stored: Vec<StoredSeal> = bundle.seals.iter().map(|s| s.stored.clone()).collect();
     let plan = SealPlan::new(&bundle.trail, &stored);
     let needs = Needs::of(Some(&plan));
-    let chains = verify_chains(
-        &bundle.audit_records,
-        &bundle.heads,
-        &Default::default(),
-        &needs,
-        &mut report,
-    );
+    let chains = verify_chains(&bundle.audit_records, &bundle.heads, &needs, &mut report);
     report.breaks.extend(bundle.worm_findings.iter().cloned());
     if bundle.seals.is_empty() {
         report
             .breaks
             .push("the bundle carries no seal: nothing anchors its records".into());
     }
-    check_seals(&plan, &chains, None, &mut report);
+    check_seals(&plan, &chains, &mut report);
     let last = plan.last();
     for s in &bundle.seals {
         check_proofs(s, &mut report);

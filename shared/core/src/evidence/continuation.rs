@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use super::anchors::{StoredSeal, WormEvidence, read_worm_from_seal};
 use super::stream::{VERIFY_PAGE, read_chains};
 use super::summary::{Needs, SealPlan};
-use super::verify::{ContinuedFrom, VerifyOptions, VerifyReport, check_seals, check_trails, conclude};
+use super::verify::{VerifyOptions, VerifyReport, check_seals, check_trails, conclude};
 use crate::domain::audit::AUDIT_CHAINS;
 use crate::domain::seal::{AuditSeal, parse_seal_key, seal_key};
 use crate::ports::{AuditLog, StoreError, Worm};
@@ -67,21 +67,18 @@ pub async fn verify_from_seal<A: AuditLog, W: Worm>(
     else {
         return Ok(unusable_start(t, &ev, start, from_seal, opts));
     };
-    let continued = ContinuedFrom {
-        seal: from_seal,
-        read_from: (0..AUDIT_CHAINS)
-            .map(|i| {
-                let chain = format!("c{i}");
-                let first = start_seal.heads.iter().find(|h| h.chain == chain).map_or(1, |h| h.seq);
-                (chain, first)
-            })
-            .collect(),
-    };
+    let read_from: BTreeMap<String, u64> = (0..AUDIT_CHAINS)
+        .map(|i| {
+            let chain = format!("c{i}");
+            let first = start_seal.heads.iter().find(|h| h.chain == chain).map_or(1, |h| h.seq);
+            (chain, first)
+        })
+        .collect();
     // The verification that printed N checked the seals before it.
     let seals: Vec<StoredSeal> = ev
         .seals
         .iter()
-        .filter(|s| parse_seal_key(&s.key).is_none_or(|(_, seq)| seq >= continued.seal))
+        .filter(|s| parse_seal_key(&s.key).is_none_or(|(_, seq)| seq >= from_seal))
         .cloned()
         .collect();
     let plan = SealPlan::new(t, &seals);
@@ -89,11 +86,11 @@ pub async fn verify_from_seal<A: AuditLog, W: Worm>(
     let mut report = VerifyReport {
         trail: Some(t.to_owned()),
         from_seal: Some(from_seal),
-        read_from: continued.read_from.clone(),
+        read_from: read_from.clone(),
         ..VerifyReport::default()
     };
-    let chains = read_chains(audit, &continued.read_from, &needs, VERIFY_PAGE, &mut report).await?;
-    conclude(&chains, Some(&plan), &ev, opts, Some(&continued), &mut report);
+    let chains = read_chains(audit, &read_from, &needs, VERIFY_PAGE, &mut report).await?;
+    conclude(&chains, Some(&plan), &ev, opts, &mut report);
     Ok(report)
 }
 
@@ -148,12 +145,8 @@ fn unusable_start(
     opts: &VerifyOptions,
 ) -> VerifyReport {
     let mut report = not_continued(Some(trail), worm, from_seal, opts);
-    let continued = ContinuedFrom {
-        seal: from_seal,
-        read_from: BTreeMap::new(),
-    };
     let plan = SealPlan::new(trail, std::slice::from_ref(start));
-    check_seals(&plan, &BTreeMap::new(), Some(&continued), &mut report);
+    check_seals(&plan, &BTreeMap::new(), &mut report);
     report.latest_seal = None;
     report.latest_seal_seq = None;
     report.breaks.push(format!(

@@ -98,10 +98,7 @@ pub async fn write_bundle<A: AuditLog, W: Worm, O: Write>(
     let seals = ev.seals.len();
     out.write_all(b",\n\"seals\":[")?;
     for (n, stored) in ev.seals.into_iter().enumerate() {
-        if n > 0 {
-            out.write_all(b",")?;
-        }
-        out.write_all(b"\n")?;
+        out.write_all(if n == 0 { b"\n" } else { b",\n" })?;
         serde_json::to_writer(&mut *out, &BundleSeal::new(stored))?;
     }
     out.write_all(b"]")?;

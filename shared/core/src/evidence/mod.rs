@@ -28,9 +28,7 @@ mod stream;
 mod summary;
 mod verify;
 
-pub use anchors::{
-    KnownTrail, StoredSeal, WormEvidence, ensure_trail, read_worm, read_worm_from_seal, retire_trail, seal,
-};
+pub use anchors::{KnownTrail, StoredSeal, WormEvidence, read_worm, retire_trail, seal};
 pub use bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal, HeadProof, verify_bundle};
 pub use configuration::{ConfigState, config_change};
 pub use continuation::{FromSealError, verify_from_seal};
@@ -76,6 +74,6 @@ pub async fn verify_trail_in_pages<A: AuditLog, W: Worm>(
     };
     let starts = (0..AUDIT_CHAINS).map(|i| (format!("c{i}"), 0)).collect();
     let chains = stream::read_chains(audit, &starts, &needs, page, &mut report).await?;
-    verify::conclude(&chains, plan.as_ref(), &worm_evidence, opts, None, &mut report);
+    verify::conclude(&chains, plan.as_ref(), &worm_evidence, opts, &mut report);
     Ok(report)
 }

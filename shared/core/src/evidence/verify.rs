@@ -91,17 +91,16 @@ pub fn verify_all(
     };
     let plan = trail.map(|t| SealPlan::new(t, &worm.seals));
     let needs = Needs::of(plan.as_ref());
-    let chains = verify_chains(records, heads, &BTreeMap::new(), &needs, &mut report);
-    conclude(&chains, plan.as_ref(), worm, opts, None, &mut report);
+    let chains = verify_chains(records, heads, &needs, &mut report);
+    conclude(&chains, plan.as_ref(), worm, opts, &mut report);
     report
 }
 
-/// Every chain against its head, each from its record in `read_from` (from its first record when
-/// not there), and what `needs` asks of its records. `report.chains` counts the records verified.
+/// Every chain against its head, from its first record, and what `needs` asks of its records.
+/// `report.chains` counts the records verified.
 pub(super) fn verify_chains(
     records: &[ChainedRecord],
     heads: &[ChainHead],
-    read_from: &BTreeMap<String, u64>,
     needs: &Needs,
     report: &mut VerifyReport,
 ) -> BTreeMap<String, ChainSummary> {
@@ -115,15 +114,14 @@ pub(super) fn verify_chains(
     let mut summaries = BTreeMap::new();
     for (chain, mut list) in by_chain {
         list.sort_by_key(|r| r.seq);
-        let from = read_from.get(chain).copied().unwrap_or(1).max(1);
-        let mut verifier = ChainVerifier::new(chain, from);
+        let mut verifier = ChainVerifier::new(chain, 1);
         let mut summary = ChainSummary::default();
         for r in list {
             verifier.push(r);
             summary.add(needs.chain(chain), &Digest::of(r));
         }
         let head = heads.iter().find(|h| h.chain == chain);
-        finish_chain(chain, verifier, head, from, summary.records, report);
+        finish_chain(chain, verifier, head, 1, summary.records, report);
         summaries.insert(chain.to_owned(), summary);
     }
     summaries
@@ -161,12 +159,11 @@ pub(super) fn conclude(
     plan: Option<&SealPlan<'_>>,
     worm: &WormEvidence,
     opts: &VerifyOptions,
-    from: Option<&ContinuedFrom>,
     report: &mut VerifyReport,
 ) {
     check_trails(worm, &opts.accept_retired, report);
     if let Some(plan) = plan {
-        check_seals(plan, chains, from, report);
+        check_seals(plan, chains, report);
     }
     unsealed_tail(chains, plan.and_then(SealPlan::last), opts.window, report);
 }
@@ -240,22 +237,10 @@ pub(super) fn check_trails(worm: &WormEvidence, accepted: &[String], report: &mu
     }
 }
 
-/// Where a continuation starts: the seal an earlier verification checked (its own `prev` was
-/// checked then: it is not read again here), and the first record read of each chain (the one
-/// that seal fixed; a chain it does not name is read from its first record).
-pub(super) struct ContinuedFrom {
-    pub seal: u64,
-    pub read_from: BTreeMap<String, u64>,
-}
-
-/// The seal chain of the plan's trail and every sealed head. With `from`, the chain starts at that
-/// seal instead of the first.
-pub(super) fn check_seals(
-    plan: &SealPlan<'_>,
-    chains: &BTreeMap<String, ChainSummary>,
-    from: Option<&ContinuedFrom>,
-    report: &mut VerifyReport,
-) {
+/// The seal chain of the plan's trail and every sealed head. A continuation (`report.from_seal`)
+/// starts the chain at that seal instead of the first: its own `prev` was checked by the
+/// verification that printed it, and is not read again.
+pub(super) fn check_seals(plan: &SealPlan<'_>, chains: &BTreeMap<String, ChainSummary>, report: &mut VerifyReport) {
     let trail = plan.trail;
     for key in &plan.foreign {
         report
@@ -263,8 +248,8 @@ pub(super) fn check_seals(
             .push(format!("seal {key}: not a seal key of trail {trail}"));
     }
     report.seals = plan.numbered.len() as u64;
-    let mut expected = match from {
-        Some(c) => (c.seal, None),
+    let mut expected = match report.from_seal {
+        Some(seal) => (seal, None),
         None => (1u64, Some(FIRST_PREV.to_owned())),
     };
     for (seq, stored, parsed) in &plan.numbered {
@@ -306,7 +291,7 @@ pub(super) fn check_seals(
                 "seal {key}: its Merkle root does not match its heads (the seal is not genuine)"
             ));
         } else {
-            check_sealed_heads(key, seal, chains, from, report);
+            check_sealed_heads(key, seal, chains, report);
         }
         report.latest_seal = Some(key.clone());
         report.latest_seal_seq = Some(seq);
@@ -314,16 +299,12 @@ pub(super) fn check_seals(
     }
 }
 
-fn check_sealed_heads(
-    key: &str,
-    seal: &AuditSeal,
-    chains: &BTreeMap<String, ChainSummary>,
-    from: Option<&ContinuedFrom>,
-    report: &mut VerifyReport,
-) {
+/// Each head of `seal` against the record now at its position; a continuation's
+/// (`report.read_from`) never before the record the seal it started from fixed.
+fn check_sealed_heads(key: &str, seal: &AuditSeal, chains: &BTreeMap<String, ChainSummary>, report: &mut VerifyReport) {
     for h in &seal.heads {
         let at = chains.get(&h.chain).and_then(|c| c.sealed.get(&h.seq));
-        let read_from = from.and_then(|c| c.read_from.get(&h.chain).map(|first| (c.seal, *first)));
+        let read_from = report.from_seal.zip(report.read_from.get(&h.chain).copied());
         let problem = match (at, read_from) {
             (_, Some((start, first))) if h.seq < first => format!(
                 "seal {key} commits to this record, before record {first} that seal {start} committed to: a chain's head never goes back"

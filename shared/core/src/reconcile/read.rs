@@ -70,7 +70,7 @@ impl Links {
     }
 
     /// Whether `p` takes part in a lineage (or a cross-check) and must be kept.
-    pub fn takes_part(&self, p: &Posting) -> bool {
+    fn takes_part(&self, p: &Posting) -> bool {
         self.everything
             || p.replay_of.is_some()
             || self.ids.contains(&p.sqs_message_id)
