@@ -23,28 +23,31 @@ pub enum PolicyCommand {
     /// The approval policy in force.
     Show,
     /// Replace the approval policy with the rules given (none: nothing needs approval). Audited.
-    Set {
-        /// A replay or quarantine that would change more envelopes than this needs approval.
-        #[arg(long)]
-        max_count: Option<u64>,
-        /// … or that moves more than AMOUNT in CURRENCY (absolute values added), CURRENCY=AMOUNT
-        /// (repeatable).
-        #[arg(long = "max-amount", value_name = "CURRENCY=AMOUNT")]
-        max_amount: Vec<String>,
-        /// … or that touches an envelope of a closed accounting period.
-        #[arg(long)]
-        closed_period: bool,
-        /// Hours a request waits for a decision (and an approved one for its execution).
-        #[arg(long, default_value_t = recon_core::domain::approval::DEFAULT_EXPIRE_HOURS)]
-        expire_hours: u32,
-        /// The approver must act in another role than the requester, whatever the session names
-        /// (where callers choose their own; with IAM Identity Center the session is the person).
-        #[arg(long)]
-        distinct_roles: bool,
-        /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
-        #[arg(long)]
-        actor: Option<String>,
-    },
+    Set(PolicyArgs),
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct PolicyArgs {
+    /// A replay or quarantine that would change more envelopes than this needs approval.
+    #[arg(long)]
+    pub max_count: Option<u64>,
+    /// … or that moves more than AMOUNT in CURRENCY (absolute values added), CURRENCY=AMOUNT
+    /// (repeatable).
+    #[arg(long = "max-amount", value_name = "CURRENCY=AMOUNT")]
+    pub max_amount: Vec<String>,
+    /// … or that touches an envelope of a closed accounting period.
+    #[arg(long)]
+    pub closed_period: bool,
+    /// Hours a request waits for a decision (and an approved one for its execution).
+    #[arg(long, default_value_t = recon_core::domain::approval::DEFAULT_EXPIRE_HOURS)]
+    pub expire_hours: u32,
+    /// The approver must act in another role than the requester, whatever the session names
+    /// (where callers choose their own; with IAM Identity Center the session is the person).
+    #[arg(long)]
+    pub distinct_roles: bool,
+    /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
+    #[arg(long)]
+    pub actor: Option<String>,
 }
 
 #[derive(Subcommand, Clone, Debug)]
@@ -114,26 +117,18 @@ fn parse_amounts(given: &[String]) -> Result<BTreeMap<String, Total>> {
 pub async fn policy(clients: &AwsClients, names: &ResourceNames, cmd: &PolicyCommand) -> Result<()> {
     let store = crate::context::reference(clients, names);
     let current = store.approval_policy().await?;
-    let PolicyCommand::Set {
-        max_count,
-        max_amount,
-        closed_period,
-        expire_hours,
-        distinct_roles,
-        actor,
-    } = cmd
-    else {
+    let PolicyCommand::Set(a) = cmd else {
         return crate::output::emit(&current, || current.to_string());
     };
     let policy = ApprovalPolicy {
-        max_count: *max_count,
-        max_amount: parse_amounts(max_amount)?,
-        closed_period: *closed_period,
-        expire_hours: *expire_hours,
-        distinct_roles: *distinct_roles,
+        max_count: a.max_count,
+        max_amount: parse_amounts(&a.max_amount)?,
+        closed_period: a.closed_period,
+        expire_hours: a.expire_hours,
+        distinct_roles: a.distinct_roles,
     };
     policy.check().map_err(anyhow::Error::msg)?;
-    let actor = identity(clients, actor.as_deref()).await?.to_string();
+    let actor = identity(clients, a.actor.as_deref()).await?.to_string();
     store.put_approval_policy(&policy).await?;
     audit_change(
         clients,

@@ -23,24 +23,18 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    if let Command::Audit {
-        command: audit::AuditCommand::Verify { bundle: Some(path), .. },
-    } = &cli.command
-    {
-        return audit::print_verify(&bundle::verify_file(path)?, false);
-    }
-    if let Command::Completions { shell } = cli.command {
-        clap_complete::generate(
-            shell,
-            &mut <Cli as clap::CommandFactory>::command(),
-            "dlqctl",
-            &mut std::io::stdout(),
-        );
-        return Ok(());
-    }
-    if let Command::InfraSpec = cli.command {
-        output::print_json(&recon_aws::deployment::spec_json())?;
-        return Ok(());
+    // What needs no deployment runs before anything is connected (a bundle is verified offline).
+    match &cli.command {
+        Command::Audit {
+            command: audit::AuditCommand::Verify { bundle: Some(path), .. },
+        } => return audit::print_verify(&bundle::verify_file(path)?, false),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut cmd, "dlqctl", &mut std::io::stdout());
+            return Ok(());
+        }
+        Command::InfraSpec => return output::print_json(&recon_aws::deployment::spec_json()),
+        _ => {}
     }
     if let Some(kind) = &cli.ledger {
         context::set(recon_core::config::vars::LEDGER, kind);
@@ -49,32 +43,7 @@ async fn run(cli: Cli) -> Result<()> {
     let clients = AwsClients::connect(target).await;
     let names = context::names(&clients, cli.stack.as_deref(), &cli.prefix).await?;
     match cli.command {
-        Command::Env => {
-            let stack = recon_aws::stack::resolve_stack(&clients, &names).await?;
-            let mut env: Vec<(String, String)> = stack.env().into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-            if let recon_aws::Target::Local { edge_url, dynamodb_url } = &clients.target {
-                env.extend(
-                    [
-                        ("AWS_ENDPOINT_URL", edge_url.clone()),
-                        ("AWS_ENDPOINT_URL_DYNAMODB", dynamodb_url.clone()),
-                        ("AWS_REGION", context::region(&clients)),
-                        // LocalStack and DynamoDB Local accept any keys; these are not credentials.
-                        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
-                        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
-                        ("DLQ_S3_FORCE_PATH_STYLE", "true".to_owned()),
-                    ]
-                    .map(|(k, v)| (k.to_owned(), v)),
-                );
-            }
-            let map: std::collections::BTreeMap<&str, &str> =
-                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            output::emit(&map, || {
-                env.iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
-        }
+        Command::Env => ops::env(&clients, &names).await,
         Command::Send { file, fill_hash } => ops::send(&clients, &names, file, fill_hash).await,
         Command::Stats => ops::stats(&clients, &names).await,
         Command::IndexPeriods => ops::index_periods(&clients, &names).await,

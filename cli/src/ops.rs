@@ -1,4 +1,4 @@
-//! `send` and `stats`.
+//! `send`, `stats`, `env` and `index-periods`.
 
 use anyhow::{Context, Result, bail};
 use recon_aws::AwsClients;
@@ -88,6 +88,30 @@ pub async fn send(clients: &AwsClients, names: &ResourceNames, file: Option<Path
     crate::output::emit(&value, || {
         format!("sent {} messages to {}", ids.len(), names.main_queue)
     })
+}
+
+/// The functions' environment for this deployment (and the local stack's endpoints), KEY=VALUE.
+pub async fn env(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
+    let mut env = resolve_stack(clients, names).await?.env();
+    if let recon_aws::Target::Local { edge_url, dynamodb_url } = &clients.target {
+        env.extend([
+            ("AWS_ENDPOINT_URL", edge_url.clone()),
+            ("AWS_ENDPOINT_URL_DYNAMODB", dynamodb_url.clone()),
+            ("AWS_REGION", context::region(clients)),
+            // LocalStack and DynamoDB Local accept any keys; these are not credentials.
+            ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+            ("DLQ_S3_FORCE_PATH_STYLE", "true".to_owned()),
+        ]);
+    }
+    let map: BTreeMap<&str, &str> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let lines = || {
+        env.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    crate::output::emit(&map, lines)
 }
 
 /// A currency's total as text, or why there is none.

@@ -71,34 +71,44 @@ pub struct SelectorArgs {
 #[derive(Subcommand, Clone, Debug)]
 pub enum RefCommand {
     /// Map a currency (or change a mapping): its minor units.
-    Add {
-        /// The currency code (ISO 4217 or your own: a metal, a stablecoin, an internal unit).
-        code: String,
-        /// Digits after the decimal point an amount in it may carry.
-        #[arg(long)]
-        minor_units: u32,
-        /// What the code stands for, for the next reader.
-        #[arg(long, default_value = "")]
-        description: String,
-        /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
-        #[arg(long)]
-        actor: Option<String>,
-        /// Do not ask before overriding a built-in ISO 4217 currency.
-        #[arg(long)]
-        yes: bool,
-    },
+    Add(CurrencyArgs),
     /// The currencies mapped in the reference table (ISO 4217 is built in).
     List,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct CurrencyArgs {
+    /// The currency code (ISO 4217 or your own: a metal, a stablecoin, an internal unit).
+    pub code: String,
+    /// Digits after the decimal point an amount in it may carry.
+    #[arg(long)]
+    pub minor_units: u32,
+    /// What the code stands for, for the next reader.
+    #[arg(long, default_value = "")]
+    pub description: String,
+    /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
+    #[arg(long)]
+    pub actor: Option<String>,
+    /// Do not ask before overriding a built-in ISO 4217 currency.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+// No doc comment here: a flattened struct's would replace its command's help.
+#[derive(Args, Clone, Debug)]
+pub struct PeriodKey {
+    /// The ledger entity (as messages carry it; compared without regard to case).
+    pub entity: String,
+    /// The period, YYYY-MM.
+    pub period: String,
 }
 
 #[derive(Subcommand, Clone, Debug)]
 pub enum PeriodCommand {
     /// Close an accounting period (YYYY-MM) for an entity: nothing more posts into it.
     Close {
-        /// The ledger entity (as messages carry it; compared without regard to case).
-        entity: String,
-        /// The period, YYYY-MM.
-        period: String,
+        #[command(flatten)]
+        key: PeriodKey,
         /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
         #[arg(long)]
         actor: Option<String>,
@@ -108,10 +118,8 @@ pub enum PeriodCommand {
     },
     /// Re-open an accounting period.
     Open {
-        /// The ledger entity (as messages carry it; compared without regard to case).
-        entity: String,
-        /// The period, YYYY-MM.
-        period: String,
+        #[command(flatten)]
+        key: PeriodKey,
         /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
         #[arg(long)]
         actor: Option<String>,
@@ -119,10 +127,8 @@ pub enum PeriodCommand {
     /// Plan an open period's close: from `DLQ_PERIOD_CLOSE_WARNING_HOURS` before that day, the
     /// scheduled sweep escalates its PENDING dead letters (they must be decided before).
     Schedule {
-        /// The ledger entity (as messages carry it; compared without regard to case).
-        entity: String,
-        /// The period, YYYY-MM.
-        period: String,
+        #[command(flatten)]
+        key: PeriodKey,
         /// The day it closes (YYYY-MM-DD, from the start of that day, UTC).
         #[arg(long)]
         closes_on: chrono::NaiveDate,
@@ -323,19 +329,13 @@ pub async fn audit_change(
 pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefCommand) -> Result<()> {
     let store = crate::context::reference(clients, names);
     match cmd {
-        RefCommand::Add {
-            code,
-            minor_units,
-            description,
-            actor,
-            yes,
-        } => {
-            let code = input::currency_code(code).map_err(anyhow::Error::msg)?;
-            let minor_units = &input::minor_units(*minor_units).map_err(anyhow::Error::msg)?;
+        RefCommand::Add(a) => {
+            let code = input::currency_code(&a.code).map_err(anyhow::Error::msg)?;
+            let minor_units = &input::minor_units(a.minor_units).map_err(anyhow::Error::msg)?;
             // Who changes it is established first: a command that cannot say who changes nothing.
-            let actor = identity(clients, actor.as_deref()).await?.to_string();
+            let actor = identity(clients, a.actor.as_deref()).await?.to_string();
             if let Some(iso) = recon_core::domain::reference::iso_minor_units(&code)
-                && !yes
+                && !a.yes
             {
                 confirm(&format!(
                     "override the built-in ISO 4217 {code} ({iso} minor units) with {minor_units}?"
@@ -344,7 +344,7 @@ pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefComm
             let mapping = CurrencyMapping {
                 code: code.clone(),
                 minor_units: *minor_units,
-                description: description.clone(),
+                description: a.description.clone(),
             };
             store
                 .put_currency(&mapping)
@@ -385,20 +385,10 @@ pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefComm
 
 pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCommand) -> Result<()> {
     let store = crate::context::reference(clients, names);
-    let (entity, period, status, closes_on, actor, yes) = match cmd {
-        PeriodCommand::Close {
-            entity,
-            period,
-            actor,
-            yes,
-        } => (entity, period, PeriodStatus::Closed, None, actor, *yes),
-        PeriodCommand::Open { entity, period, actor } => (entity, period, PeriodStatus::Open, None, actor, true),
-        PeriodCommand::Schedule {
-            entity,
-            period,
-            closes_on,
-            actor,
-        } => (entity, period, PeriodStatus::Open, Some(*closes_on), actor, true),
+    let (key, status, closes_on, actor, yes) = match cmd {
+        PeriodCommand::Close { key, actor, yes } => (key, PeriodStatus::Closed, None, actor, *yes),
+        PeriodCommand::Open { key, actor } => (key, PeriodStatus::Open, None, actor, true),
+        PeriodCommand::Schedule { key, closes_on, actor } => (key, PeriodStatus::Open, Some(*closes_on), actor, true),
         PeriodCommand::List => {
             let (_, periods) = store.load().await?;
             return crate::output::emit(&periods, || {
@@ -417,9 +407,9 @@ pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCom
             });
         }
     };
-    let period = &input::period(period).map_err(anyhow::Error::msg)?;
+    let period = &input::period(&key.period).map_err(anyhow::Error::msg)?;
     // Entities are compared without regard to case: stored as messages carry them.
-    let entity = &input::entity(entity).map_err(anyhow::Error::msg)?;
+    let entity = &input::entity(&key.entity).map_err(anyhow::Error::msg)?;
     if let Some(on) = closes_on {
         let (_, periods) = store.load().await?;
         let closed = periods
