@@ -290,7 +290,6 @@ pub async fn requests(clients: &AwsClients, names: &ResourceNames, cmd: &Request
     }
 }
 
-/// Run an approved request and print it, then what its run did.
 async fn execute(r: &AwsReplayer<TracingMetrics>, request_id: &str, me: &Identity) -> Result<()> {
     let deadline = crate::remediate::in_process_deadline();
     let (q, report) = r

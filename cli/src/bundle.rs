@@ -53,7 +53,6 @@ pub struct ReconcileArgs {
 /// How many segments of the ledger reconcile and export read at once.
 pub const DEFAULT_SEGMENTS: u32 = 4;
 
-/// `period` if it is YYYY-MM.
 fn check_period(period: &str) -> Result<()> {
     if recon_core::domain::message::parse_date(&format!("{period}-01")).is_none() {
         bail!("--period must be YYYY-MM");
@@ -337,7 +336,6 @@ pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, o
     })
 }
 
-/// Verify a bundle file offline.
 pub fn verify_file(path: &Path) -> Result<VerifyReport> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let bundle: Bundle =

@@ -15,7 +15,6 @@ use recon_core::domain::approval::Identity;
 use recon_core::resources::ResourceNames;
 use std::time::Duration;
 
-/// The region the clients use (for event records).
 pub fn region(clients: &AwsClients) -> String {
     recon_aws::identity::region(clients)
 }
@@ -90,7 +89,6 @@ pub fn worm(clients: &AwsClients, names: &ResourceNames) -> S3Worm {
 /// Settings this run gives in place of the environment's (`--ledger`, the demo's own database).
 static GIVEN: std::sync::Mutex<Vec<(&'static str, String)>> = std::sync::Mutex::new(Vec::new());
 
-/// Use `value` for `var` in every setting this run reads.
 pub fn set(var: &'static str, value: &str) {
     let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
     given.retain(|(k, _)| *k != var);

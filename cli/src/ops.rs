@@ -13,7 +13,6 @@ use std::path::PathBuf;
 
 use crate::context;
 
-/// Read message bodies from a file or stdin, one per non-empty line.
 fn read_lines(file: Option<PathBuf>) -> Result<Vec<String>> {
     let reader: Box<dyn BufRead> = match file {
         Some(p) if p.as_os_str() != "-" => Box::new(std::io::BufReader::new(
@@ -114,7 +113,6 @@ pub async fn env(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
     crate::output::emit(&map, lines)
 }
 
-/// A currency's total as text, or why there is none.
 fn total_text(currency: &str, t: &Tally) -> String {
     if t.overflowed.contains(currency) {
         "too large to total".to_owned()
@@ -170,8 +168,7 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
             "pending_counter": pending_counter,
             "audit": audit_counts,
         });
-        crate::output::print_json(&v)?;
-        return Ok(());
+        return crate::output::print_json(&v);
     }
     for (name, d) in [("main queue", &main), ("DLQ", &dlq)] {
         println!(

@@ -9,7 +9,6 @@ use anyhow::Result;
 
 static JSON: OnceLock<bool> = OnceLock::new();
 
-/// Set once, from `--json`.
 pub fn set_json(on: bool) {
     let _ = JSON.set(on);
 }
@@ -24,7 +23,6 @@ pub fn print_json(value: &impl serde::Serialize) -> Result<()> {
     Ok(())
 }
 
-/// Print `value` as JSON under `--json`, else the text `text` renders.
 pub fn emit(value: &impl serde::Serialize, text: impl FnOnce() -> String) -> Result<()> {
     if json() {
         print_json(value)?;

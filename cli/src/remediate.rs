@@ -163,8 +163,7 @@ fn request(a: &SelectorArgs, actor: &str, quarantine: bool) -> Result<ReplayRequ
 
 pub fn print_report(r: &ReplayReport) -> Result<()> {
     if crate::output::json() {
-        crate::output::print_json(r)?;
-        return Ok(());
+        return crate::output::print_json(r);
     }
     let verb = if r.dry_run { "would" } else { "did" };
     println!(

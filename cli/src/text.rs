@@ -18,9 +18,9 @@ pub fn printable(s: &str) -> Cow<'_, str> {
         s.chars()
             .map(|c| {
                 if unsafe_char(c) {
-                    format!("\\u{{{:x}}}", u32::from(c))
+                    c.escape_unicode().to_string()
                 } else {
-                    c.to_string()
+                    c.into()
                 }
             })
             .collect(),

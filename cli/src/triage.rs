@@ -10,6 +10,7 @@ use recon_core::domain::{DlqEnvelope, EnvelopeStatus, FailureCode, ReferenceSnap
 use recon_core::envelopes::original_body;
 use recon_core::ports::{EnvelopeStore, ReferenceData};
 use recon_core::resources::ResourceNames;
+use serde_json::json;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -20,7 +21,6 @@ pub fn store(clients: &AwsClients, names: &ResourceNames) -> DynamoEnvelopeStore
     DynamoEnvelopeStore::new(clients.dynamodb.clone(), &names.envelope_table)
 }
 
-/// Every envelope in `status` (or every envelope).
 pub async fn envelopes(store: &impl EnvelopeStore, status: Option<EnvelopeStatus>) -> Result<Vec<DlqEnvelope>> {
     Ok(recon_core::ports::all_envelopes(store, status).await?)
 }
@@ -77,7 +77,7 @@ impl Deadlines {
         Deadlines { by_group, warning }
     }
 
-    /// The group's deadline and whether it breaches by `now`.
+    /// The group's deadline and whether it is within the warning window by `now`.
     fn get(&self, g: &TriageGroup, now: DateTime<Utc>) -> Option<(NaiveDate, bool)> {
         let on = *self.by_group.get(&(g.failure_code, g.root_cause.clone()))?;
         Some((on, now + self.warning >= on.and_time(chrono::NaiveTime::MIN).and_utc()))
@@ -138,7 +138,6 @@ pub fn print_table(groups: &[TriageGroup], chain: Option<&EscalationChain>, now:
     println!("{}", table(groups, chain, &Deadlines::default(), now));
 }
 
-/// Envelopes in `status` (every envelope with `None`), grouped.
 pub async fn run(clients: &AwsClients, names: &ResourceNames, status: Option<EnvelopeStatus>) -> Result<()> {
     let store = store(clients, names);
     let list = envelopes(&store, status).await?;
@@ -158,18 +157,12 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, status: Option<Env
     let rows: Vec<serde_json::Value> = groups
         .iter()
         .map(|g| {
+            let d = deadlines.get(g, now);
             let mut v = serde_json::to_value(g).unwrap_or_default();
             if let Some(o) = v.as_object_mut() {
-                o.insert(
-                    "escalated_to".into(),
-                    serde_json::json!(reached(g, chain.as_ref(), now)),
-                );
-                let d = deadlines.get(g, now);
-                o.insert("decide_before".into(), serde_json::json!(d.map(|(on, _)| on)));
-                o.insert(
-                    "deadline_near".into(),
-                    serde_json::json!(d.is_some_and(|(_, near)| near)),
-                );
+                o.insert("escalated_to".into(), json!(reached(g, chain.as_ref(), now)));
+                o.insert("decide_before".into(), json!(d.map(|(on, _)| on)));
+                o.insert("deadline_near".into(), json!(d.is_some_and(|(_, near)| near)));
             }
             v
         })
