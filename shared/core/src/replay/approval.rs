@@ -186,7 +186,6 @@ impl<P: ReplayPorts> Replayer<P> {
         Ok(expired)
     }
 
-    /// Approve or reject request `id` as `by`.
     pub async fn decide(&self, id: &str, by: &Identity, approve: bool, reason: &str) -> FlowResult<ApprovalRequest> {
         let mut r = self.request(id).await?;
         let now = self.clock.now();

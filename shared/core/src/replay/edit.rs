@@ -24,7 +24,6 @@ use crate::domain::{AuditKind, DlqEnvelope, EnvelopeStatus, TransientKind, valid
 use crate::envelopes::original_body;
 use crate::ports::{AuditLog, EnvelopeStore, FlowResult, Ledger, ReferenceData, ReplayQueue, StoreError, Worm};
 
-/// What the dry run of an edit calls it.
 pub const WOULD_EDIT: &str = "WOULD_EDIT";
 
 impl<P: ReplayPorts> Replayer<P> {

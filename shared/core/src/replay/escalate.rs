@@ -18,7 +18,7 @@
 
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::decisions::escalation::EscalationChain;
 use crate::domain::{AuditKind, AuditRecord, EnvelopeStatus, FailureCode};
@@ -42,7 +42,6 @@ pub struct Escalation {
     pub groups: Vec<Breach>,
     /// `ESCALATED` records written now (not those written by an earlier run).
     pub recorded: u64,
-    /// Envelopes read.
     pub read: u64,
     /// Open periods whose planned close is near (or past), with their PENDING envelopes seen.
     pub deadlines: Vec<PeriodDeadline>,
@@ -57,7 +56,6 @@ pub struct PeriodDeadline {
     pub entity: String,
     pub period: String,
     pub closes_on: NaiveDate,
-    /// Its PENDING envelopes seen.
     pub pending: u64,
 }
 
@@ -115,11 +113,6 @@ pub async fn escalate<S: EnvelopeStore, A: AuditLog, M: Metrics>(
         deadlines: closing,
         ..Escalation::default()
     };
-    let near: BTreeSet<(String, String)> = out
-        .deadlines
-        .iter()
-        .map(|d| (d.entity.clone(), d.period.clone()))
-        .collect();
     let mut oldest: BTreeMap<FailureCode, (String, u64, u64)> = BTreeMap::new();
     let mut cursor = crate::ports::Cursor::new("pending envelope read");
     'pages: while let Some(at) = cursor.at() {
@@ -135,23 +128,22 @@ pub async fn escalate<S: EnvelopeStore, A: AuditLog, M: Metrics>(
                 .or_insert_with(|| (e.envelope_id.clone(), age, 0));
             entry.2 += 1;
             if let (Some(entity), Some(period)) = (&e.ledger_entity, &e.accounting_period) {
-                let key = (entity.to_ascii_uppercase(), period.clone());
-                if near.contains(&key)
-                    && let Some(d) = out
-                        .deadlines
-                        .iter_mut()
-                        .find(|d| d.entity == key.0 && d.period == key.1)
+                let entity = entity.to_ascii_uppercase();
+                if let Some(d) = out
+                    .deadlines
+                    .iter_mut()
+                    .find(|d| d.entity == entity && d.period == *period)
                 {
                     d.pending += 1;
                 }
             }
             if out.read >= max_read {
-                out.incomplete = !near.is_empty();
+                out.incomplete = !out.deadlines.is_empty();
                 break 'pages;
             }
             // Oldest first: past the youngest age that escalates, nothing younger can (unless a
             // period close is near: then every PENDING envelope may belong to it).
-            if near.is_empty() && chain.first_secs().is_none_or(|first| age < first) {
+            if out.deadlines.is_empty() && chain.first_secs().is_none_or(|first| age < first) {
                 break 'pages;
             }
         }
@@ -229,7 +221,7 @@ async fn period_close<A: AuditLog, M: Metrics>(
             Some(("Entity", entity.to_owned())),
         );
     }
-    let mut records = Vec::new();
+    let mut recorded = 0;
     for d in out.deadlines.iter().filter(|d| counted(d) > 0) {
         let (at_least, more) = match incomplete {
             true => (
@@ -250,13 +242,11 @@ async fn period_close<A: AuditLog, M: Metrics>(
             detail,
         );
         r.ledger_entity = Some(d.entity.clone());
-        records.push((r, d.clone()));
-    }
-    for (r, d) in records {
         if audit.append(&r).await?.is_some() {
-            out.recorded += 1;
+            recorded += 1;
             tracing::warn!(entity = %d.entity, period = %d.period, closes_on = %d.closes_on, pending = d.pending, incomplete, "period close escalated");
         }
     }
+    out.recorded += recorded;
     Ok(())
 }

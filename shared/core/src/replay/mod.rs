@@ -14,7 +14,6 @@
 //! marked `REPLAYED`. Two sweeps never both re-inject an envelope; a crash between the send and
 //! the mark leaves a lease that expires, and the next sweep's gate 2 (or the consumer's
 //! conditional commit) keeps the posting single.
-
 //!
 //! | module      | what it does                                                           |
 //! |-------------|------------------------------------------------------------------------|
@@ -71,7 +70,6 @@ pub const SEAL_WRITTEN: &str = "SealWritten";
 /// PENDING envelopes a sweep reads, oldest first, to measure escalation.
 const ESCALATION_READ: u64 = 5000;
 
-/// Name of the persisted cursor of the scheduled sweep.
 pub const SCHEDULE_CURSOR: &str = "schedule";
 
 #[derive(Clone, Debug)]
@@ -167,7 +165,6 @@ pub struct Replayer<P: ReplayPorts> {
     pub config: ReplayConfig,
 }
 
-/// Per-run context.
 struct Run<'a> {
     req: &'a ReplayRequest,
     replay_id: String,
@@ -203,7 +200,6 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// A change of an envelope's status by this run.
     fn change(&self, status: EnvelopeStatus, at: DateTime<Utc>, reason: String, manual_journal: bool) -> StatusChange {
         StatusChange {
             status,

@@ -38,20 +38,17 @@ impl<P: ReplayPorts> Replayer<P> {
                 Some((name.clone(), a.data_type.clone(), value))
             })
             .collect();
-        attributes.extend([
-            (attrs::REPLAY_OF.to_owned(), "String".to_owned(), e.envelope_id.clone()),
-            (attrs::REPLAY_ID.to_owned(), "String".to_owned(), run.replay_id.clone()),
+        let provenance = [
+            (attrs::REPLAY_OF, "String", e.envelope_id.clone()),
+            (attrs::REPLAY_ID, "String", run.replay_id.clone()),
+            (attrs::TRIGGERED_BY, "String", run.req.triggered_by.clone()),
             (
-                attrs::TRIGGERED_BY.to_owned(),
-                "String".to_owned(),
-                run.req.triggered_by.clone(),
-            ),
-            (
-                attrs::REPLAY_GENERATION.to_owned(),
-                "Number".to_owned(),
+                attrs::REPLAY_GENERATION,
+                "Number",
                 (e.replay_generation + 1).to_string(),
             ),
-        ]);
+        ];
+        attributes.extend(provenance.map(|(name, kind, value)| (name.to_owned(), kind.to_owned(), value)));
         let m = OutgoingMessage {
             body,
             attributes,

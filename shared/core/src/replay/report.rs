@@ -147,7 +147,6 @@ impl ReplayReport {
         self.keep(item);
     }
 
-    /// Into the bounded list of items.
     fn keep(&mut self, item: ReplayItem) {
         if self.items.len() < MAX_REPORT_ITEMS {
             self.items.push(item);

@@ -126,16 +126,26 @@ impl<P: ReplayPorts> Replayer<P> {
             detail.clone(),
         );
         let settled = Settlement::decided(EnvelopeStatus::SuppressedDuplicate, detail.clone(), &record);
-        if !self.finish(run, e, settled).await? {
+        let done = item(e, ReplayOutcome::SuppressedDuplicate, Some(Gate::Idempotency), detail);
+        self.conclude(run, e, settled, done).await
+    }
+
+    /// Finish `e` as `s` says and publish its record: `done`, or skipped when the claim was lost.
+    async fn conclude(
+        &self,
+        run: &Run<'_>,
+        e: &DlqEnvelope,
+        s: Settlement<'_>,
+        done: ReplayItem,
+    ) -> FlowResult<ReplayItem> {
+        let record = s.audit;
+        if !self.finish(run, e, s).await? {
             return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
         }
-        self.publish(&record).await;
-        Ok(item(
-            e,
-            ReplayOutcome::SuppressedDuplicate,
-            Some(Gate::Idempotency),
-            detail,
-        ))
+        if let Some(record) = record {
+            self.publish(record).await;
+        }
+        Ok(done)
     }
 
     /// Quarantine a claimed envelope. Before flagging it for a manual journal, the ledger is asked
@@ -151,15 +161,13 @@ impl<P: ReplayPorts> Replayer<P> {
         manual_journal: bool,
         intent_written: bool,
     ) -> FlowResult<ReplayItem> {
-        if manual_journal && !intent_written {
+        if manual_journal {
             // The intent first, under the claim: from here on no other replay undoes this
             // hand-off (one that takes the claim over finishes it), and a replay that stalled
             // past its lease (an operator's suspended laptop) stops here, before the ledger.
-            if !self.intend_hand_off(run, e).await? {
+            if !intent_written && !self.intend_hand_off(run, e).await? {
                 return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
             }
-        }
-        if manual_journal {
             let instead = match self.identified_transaction(e).await? {
                 Some(source_hash) => self.hand_off(run, e, source_hash, gate, "").await?,
                 // Not identified by its body: no hand-off, but a transaction committed under
@@ -198,11 +206,8 @@ impl<P: ReplayPorts> Replayer<P> {
             manual_journal,
             ..Settlement::decided(EnvelopeStatus::Quarantined, reason, &record)
         };
-        if !self.finish(run, e, settled).await? {
-            return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
-        }
-        self.publish(&record).await;
-        Ok(item(e, ReplayOutcome::Quarantined, Some(gate), detail))
+        let done = item(e, ReplayOutcome::Quarantined, Some(gate), detail);
+        self.conclude(run, e, settled, done).await
     }
 
     /// Hand `source_hash` off to a manual journal in the ledger, under the claim on `e`
@@ -227,7 +232,12 @@ impl<P: ReplayPorts> Replayer<P> {
             CommitOutcome::Committed => Ok(None),
             CommitOutcome::AlreadyCommitted(c) if c.handed_off_by(&e.envelope_id) => Ok(None),
             CommitOutcome::AlreadyCommitted(c) => Ok(Some(self.settle_claimed_duplicate(run, e, &c.holder()).await?)),
-            CommitOutcome::InDoubt { until } => Ok(Some(self.wait_in_doubt(run, e, gate, until).await?)),
+            // Its hand-off must wait until `until`: back to PENDING, no replay claims it before.
+            CommitOutcome::InDoubt { until } => {
+                let settled = Settlement::in_doubt(until);
+                let done = item(e, ReplayOutcome::StillFailing, Some(gate), settled.reason.clone());
+                Ok(Some(self.conclude(run, e, settled, done).await?))
+            }
             // Without its hand-off in the ledger a manual journal could be booked beside a later
             // posting: no quarantine for a manual journal then.
             CommitOutcome::Refused { rule, detail } => {
@@ -245,22 +255,6 @@ impl<P: ReplayPorts> Replayer<P> {
         self.store
             .renew(&e.envelope_id, &run.replay_id, now, now + self.config.lease, &change)
             .await
-    }
-
-    /// Its hand-off must wait until `until`: back to PENDING, no replay claims it before.
-    pub(super) async fn wait_in_doubt(
-        &self,
-        run: &Run<'_>,
-        e: &DlqEnvelope,
-        gate: Gate,
-        until: DateTime<Utc>,
-    ) -> FlowResult<ReplayItem> {
-        let settled = Settlement::in_doubt(until);
-        let detail = settled.reason.clone();
-        if !self.finish(run, e, settled).await? {
-            return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
-        }
-        Ok(item(e, ReplayOutcome::StillFailing, Some(gate), detail))
     }
 
     /// Is the envelope's transaction committed (or handed to a manual journal)? Answered from
