@@ -313,12 +313,10 @@ pub async fn decide(clients: &AwsClients, names: &ResourceNames, a: &DecisionArg
     }
     if !a.yes {
         eprintln!("{}", describe(&q));
-        let verb = if approve && !a.later {
-            "approve and run"
-        } else if approve {
-            "approve"
-        } else {
-            "reject"
+        let verb = match (approve, a.later) {
+            (true, false) => "approve and run",
+            (true, true) => "approve",
+            (false, _) => "reject",
         };
         confirm(&format!("{verb} request {}?", q.request_id))?;
     }
