@@ -11,8 +11,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::anchors::StoredSeal;
+use super::stream::verify_chains;
 use super::summary::{Needs, SealPlan};
-use super::verify::{VerifyReport, check_seals, unsealed_tail, verify_chains};
+use super::verify::{VerifyReport, check_seals, unsealed_tail};
 use crate::domain::audit::{ChainHead, ChainedRecord};
 use crate::domain::seal::{AuditSeal, ProofStep, merkle_proof, proof_root};
 

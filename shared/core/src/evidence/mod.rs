@@ -35,9 +35,9 @@ pub use continuation::{FromSealError, verify_from_seal};
 pub use export::{BundleWritten, ExportError, export_bundle, write_bundle};
 pub use sealing::SealingAuditLog;
 pub use stream::VERIFY_PAGE;
-pub use verify::{SealWindow, UnsealedTail, VerifyOptions, VerifyReport, verify_all};
+pub use verify::{SealWindow, UnsealedTail, VerifyOptions, VerifyReport};
 
-use crate::domain::audit::AUDIT_CHAINS;
+use crate::domain::audit::{AUDIT_CHAINS, ChainHead, ChainedRecord};
 use crate::ports::{AuditLog, StoreResult, Worm};
 use summary::{Needs, SealPlan};
 
@@ -76,4 +76,24 @@ pub async fn verify_trail_in_pages<A: AuditLog, W: Worm>(
     let chains = stream::read_chains(audit, &starts, &needs, page, &mut report).await?;
     verify::conclude(&chains, plan.as_ref(), &worm_evidence, opts, &mut report);
     Ok(report)
+}
+
+/// Verify the trail the table names (`trail`) from its records and heads, read whole, and what the
+/// bucket shows: what [`verify_trail`] concludes of the same.
+pub fn verify_all(
+    records: &[ChainedRecord],
+    heads: &[ChainHead],
+    trail: Option<&str>,
+    worm: &WormEvidence,
+    opts: &VerifyOptions,
+) -> VerifyReport {
+    let mut report = VerifyReport {
+        trail: trail.map(str::to_owned),
+        ..VerifyReport::default()
+    };
+    let plan = trail.map(|t| SealPlan::new(t, &worm.seals));
+    let needs = Needs::of(plan.as_ref());
+    let chains = stream::verify_chains(records, heads, &needs, &mut report);
+    verify::conclude(&chains, plan.as_ref(), worm, opts, &mut report);
+    report
 }

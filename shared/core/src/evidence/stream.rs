@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
 use super::summary::{ChainNeeds, ChainSummary, Digest, Needs};
-use super::verify::{VerifyReport, finish_chain};
+use super::verify::VerifyReport;
 use crate::domain::audit::{ChainHead, ChainVerifier, ChainedRecord, RecordLink};
 use crate::ports::{AuditLog, Cursor, StoreResult};
 
@@ -74,20 +74,74 @@ impl<'a> ChainRead<'a> {
             };
             self.summary.add(self.needs, &digest);
         }
-        if self.head.is_none() && self.summary.records == 0 {
-            return None;
-        }
         let records = self.summary.records;
-        finish_chain(
-            &self.chain,
-            self.verifier,
-            self.head.as_ref(),
-            self.from,
-            records,
-            report,
-        );
+        report.records += records;
+        match &self.head {
+            None if records == 0 => return None,
+            None => report.breaks.push(format!(
+                "chain {}: {records} records but no head (the head was deleted)",
+                self.chain
+            )),
+            Some(head) => match self.verifier.finish(Some(head)) {
+                Ok(n) => {
+                    report.chains.insert(self.chain, n.saturating_sub(self.from - 1));
+                }
+                Err(b) => report.breaks.push(b.to_string()),
+            },
+        }
         Some(self.summary)
     }
+}
+
+fn head_of(heads: &[ChainHead], chain: &str) -> Option<ChainHead> {
+    heads.iter().find(|h| h.chain == chain).cloned()
+}
+
+/// Each chain read settled against `after`, the heads read after its records; first, a chain of
+/// `before` (the heads read before them) with no records read is checked against none, as a
+/// whole read would. Returns what the seal and tail checks need of each chain that has records
+/// or a head.
+fn settle<'a>(
+    mut reads: BTreeMap<String, ChainRead<'a>>,
+    before: &[ChainHead],
+    after: &[ChainHead],
+    needs: &'a Needs,
+    report: &mut VerifyReport,
+) -> BTreeMap<String, ChainSummary> {
+    for h in before {
+        reads
+            .entry(h.chain.clone())
+            .or_insert_with(|| ChainRead::new(&h.chain, 1, Some(h.clone()), needs.chain(&h.chain)));
+    }
+    let mut summaries = BTreeMap::new();
+    for (chain, read) in reads {
+        let after = head_of(after, &chain).map_or(0, |h| h.seq);
+        if let Some(summary) = read.settle(after, report) {
+            summaries.insert(chain, summary);
+        }
+    }
+    summaries
+}
+
+/// Every chain of `records`, read whole (a bundle, [`super::verify_all`]), against its head in
+/// `heads`, each from its first record: the chains [`read_chains`] reads, with no record appended
+/// meanwhile.
+pub(super) fn verify_chains(
+    records: &[ChainedRecord],
+    heads: &[ChainHead],
+    needs: &Needs,
+    report: &mut VerifyReport,
+) -> BTreeMap<String, ChainSummary> {
+    let mut sorted: Vec<&ChainedRecord> = records.iter().collect();
+    sorted.sort_by_key(|r| r.seq);
+    let mut reads = BTreeMap::new();
+    for r in sorted {
+        reads
+            .entry(r.chain.clone())
+            .or_insert_with(|| ChainRead::new(&r.chain, 1, head_of(heads, &r.chain), needs.chain(&r.chain)))
+            .take(r);
+    }
+    settle(reads, heads, heads, needs, report)
 }
 
 /// Read each chain of `starts` (chain -> the first `seq` read; 0 reads every record) in pages of
@@ -102,7 +156,6 @@ pub(super) async fn read_chains<A: AuditLog>(
     page: usize,
     report: &mut VerifyReport,
 ) -> StoreResult<BTreeMap<String, ChainSummary>> {
-    let head_of = |heads: &[ChainHead], chain: &str| heads.iter().find(|h| h.chain == chain).cloned();
     let before = audit.heads().await?;
     let mut reads = BTreeMap::new();
     for (chain, &start) in starts {
@@ -117,21 +170,8 @@ pub(super) async fn read_chains<A: AuditLog>(
         }
         reads.insert(chain.clone(), read);
     }
-    // A head of a chain not read is checked against no records, as a whole read would.
-    for h in &before {
-        reads
-            .entry(h.chain.clone())
-            .or_insert_with(|| ChainRead::new(&h.chain, 1, Some(h.clone()), needs.chain(&h.chain)));
-    }
     let after = audit.heads().await?;
-    let mut summaries = BTreeMap::new();
-    for (chain, read) in reads {
-        let after = head_of(&after, &chain).map_or(0, |h| h.seq);
-        if let Some(summary) = read.settle(after, report) {
-            summaries.insert(chain, summary);
-        }
-    }
-    Ok(summaries)
+    Ok(settle(reads, &before, &after, needs, report))
 }
 
 #[cfg(test)]

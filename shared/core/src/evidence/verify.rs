@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use super::anchors::WormEvidence;
-use super::summary::{ChainSummary, Digest, Needs, SealPlan};
-use crate::domain::audit::{ChainBreak, ChainHead, ChainVerifier, ChainedRecord, short_hash};
+use super::summary::{ChainSummary, SealPlan};
+use crate::domain::audit::{ChainBreak, short_hash};
 use crate::domain::seal::{AuditSeal, FIRST_PREV, SEAL_SCHEMA, seal_digest};
 
 /// What `audit verify` found.
@@ -75,81 +75,6 @@ pub struct VerifyOptions {
     /// Earlier trails whose retirement the auditor has reviewed and accepts (listed, not a break).
     /// Any other retired trail is a break: a retirement is only a file in the bucket.
     pub accept_retired: Vec<String>,
-}
-
-/// Verify the trail the table names (`trail`) from its records, heads and what the bucket shows.
-pub fn verify_all(
-    records: &[ChainedRecord],
-    heads: &[ChainHead],
-    trail: Option<&str>,
-    worm: &WormEvidence,
-    opts: &VerifyOptions,
-) -> VerifyReport {
-    let mut report = VerifyReport {
-        trail: trail.map(str::to_owned),
-        ..VerifyReport::default()
-    };
-    let plan = trail.map(|t| SealPlan::new(t, &worm.seals));
-    let needs = Needs::of(plan.as_ref());
-    let chains = verify_chains(records, heads, &needs, &mut report);
-    conclude(&chains, plan.as_ref(), worm, opts, &mut report);
-    report
-}
-
-/// Every chain against its head, from its first record, and what `needs` asks of its records.
-/// `report.chains` counts the records verified.
-pub(super) fn verify_chains(
-    records: &[ChainedRecord],
-    heads: &[ChainHead],
-    needs: &Needs,
-    report: &mut VerifyReport,
-) -> BTreeMap<String, ChainSummary> {
-    let mut by_chain: BTreeMap<&str, Vec<&ChainedRecord>> = BTreeMap::new();
-    for r in records {
-        by_chain.entry(&r.chain).or_default().push(r);
-    }
-    for h in heads {
-        by_chain.entry(&h.chain).or_default();
-    }
-    let mut summaries = BTreeMap::new();
-    for (chain, mut list) in by_chain {
-        list.sort_by_key(|r| r.seq);
-        let mut verifier = ChainVerifier::new(chain, 1);
-        let mut summary = ChainSummary::default();
-        for r in list {
-            verifier.push(r);
-            summary.add(needs.chain(chain), &Digest::of(r));
-        }
-        let head = heads.iter().find(|h| h.chain == chain);
-        finish_chain(chain, verifier, head, 1, summary.records, report);
-        summaries.insert(chain.to_owned(), summary);
-    }
-    summaries
-}
-
-/// A chain's verdict once all its records were seen (`records` of them, the first at `from`),
-/// which `report.records` counts.
-pub(super) fn finish_chain(
-    chain: &str,
-    verifier: ChainVerifier,
-    head: Option<&ChainHead>,
-    from: u64,
-    records: u64,
-    report: &mut VerifyReport,
-) {
-    report.records += records;
-    if head.is_none() && records > 0 {
-        report.breaks.push(format!(
-            "chain {chain}: {records} records but no head (the head was deleted)"
-        ));
-        return;
-    }
-    match verifier.finish(head) {
-        Ok(n) => {
-            report.chains.insert(chain.to_owned(), n.saturating_sub(from - 1));
-        }
-        Err(b) => report.breaks.push(b.to_string()),
-    }
 }
 
 /// Everything after the chains, in the order a report lists it: what the bucket shows, the
