@@ -124,16 +124,12 @@ pub(super) fn check_trails(worm: &WormEvidence, accepted: &[String], report: &mu
         _ => {}
     }
     for (t, known) in &worm.trails {
-        if Some(t.as_str()) == trail {
-            if let Some(r) = &known.retired {
-                report.breaks.push(format!(
-                    "trail {t} is the table's trail but was retired at {} by {}",
-                    r.at, r.by
-                ));
-            }
-            continue;
-        }
         match &known.retired {
+            Some(r) if Some(t.as_str()) == trail => report.breaks.push(format!(
+                "trail {t} is the table's trail but was retired at {} by {}",
+                r.at, r.by
+            )),
+            _ if Some(t.as_str()) == trail => {}
             Some(r) => {
                 let line = format!(
                     "{t}: {}, retired at {} by {} ({})",
@@ -291,5 +287,66 @@ pub(super) fn unsealed_tail(
                 w.max_age.num_minutes(),
                 waiting.join(", ")
             ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::seal::{TrailAnchor, TrailRetirement};
+    use crate::evidence::KnownTrail;
+
+    #[test]
+    fn each_trail_of_the_bucket_is_the_tables_anchored_and_unretired_or_retired_and_accepted() {
+        let at = DateTime::UNIX_EPOCH;
+        let known = |retired: bool, t: &str| KnownTrail {
+            anchor: Some(TrailAnchor::new(t, at)),
+            retired: retired.then(|| TrailRetirement::new(t, at, "ops", "rebuilt")),
+            seals: 2,
+        };
+        let worm = |trails: [(&str, KnownTrail); 3]| WormEvidence {
+            trails: trails.into_iter().map(|(t, k)| (t.to_owned(), k)).collect(),
+            ..WormEvidence::default()
+        };
+        let check = |worm: &WormEvidence, accepted: &[&str]| {
+            let mut report = VerifyReport {
+                trail: Some("a".into()),
+                ..VerifyReport::default()
+            };
+            let accepted: Vec<String> = accepted.iter().map(|a| (*a).to_owned()).collect();
+            check_trails(worm, &accepted, &mut report);
+            report
+        };
+        let fine = worm([
+            ("a", known(false, "a")),
+            ("b", known(true, "b")),
+            ("c", known(true, "c")),
+        ]);
+        let report = check(&fine, &["b", "c"]);
+        assert!(
+            report.breaks.is_empty() && report.retired_trails.len() == 2,
+            "{report:?}"
+        );
+        let report = check(&fine, &["b"]);
+        assert!(
+            report.breaks.len() == 1
+                && report.breaks[0].contains("c: 2 seals")
+                && report.breaks[0].contains("not accepted"),
+            "{report:?}"
+        );
+        let bad = worm([
+            ("a", known(true, "a")),
+            ("b", known(false, "b")),
+            ("c", known(true, "c")),
+        ]);
+        let report = check(&bad, &["c"]);
+        assert!(
+            report.breaks[0].contains("trail a is the table's trail but was retired"),
+            "{report:?}"
+        );
+        assert!(
+            report.breaks[1].contains("trail b (2 seals, anchored at") && report.breaks.len() == 2,
+            "{report:?}"
+        );
     }
 }

@@ -201,14 +201,14 @@ impl Fate<'_> {
     /// The message's labels, from its best record: a posting, else an envelope, else a record.
     /// `root` is the SQS message the producer sent (the lineage's first).
     fn entry(&self, root: &str) -> Entry {
-        let references: Vec<String> = self
+        let reference = self
             .postings
             .iter()
             .map(|p| format!("posting {}", p.source_hash))
             .chain(self.envelopes.iter().map(|e| format!("envelope {}", e.envelope_id)))
             .chain(self.duplicates.iter().map(|r| r.audit_id.clone()))
-            .collect();
-        let reference = references.join(", ");
+            .collect::<Vec<_>>()
+            .join(", ");
         if let Some(p) = self.postings.first() {
             return Entry {
                 key: key_of(Some(&p.message_id), ""),
