@@ -4,10 +4,8 @@
 //! is as it was when the request was made. Every step is one conditional write of the request
 //! with its audit record in the outbox, then the record published.
 
-use std::collections::BTreeMap;
-
 use super::ReplayPorts;
-use super::{ReplayReport, ReplayRequest, Replayer, Selector};
+use super::{ReplayReport, ReplayRequest, Replayer};
 use crate::domain::approval::{Action, ApprovalRequest, Identity, NewRequest, Refused, RequestStatus};
 use crate::domain::canary::Canary;
 use crate::domain::{AuditKind, AuditRecord};
@@ -28,18 +26,6 @@ pub(super) fn needs_approval(req: &ReplayRequest, why: &[String]) -> Refused {
         "this {what} needs a second person's approval ({}): request it with `dlqctl {what}`, which makes an approval request, or narrow the selector",
         why.join("; ")
     ))
-}
-
-/// `req` limited to the envelopes of `expected` (`None` for none: a selector naming no envelope
-/// would sweep them all).
-pub(super) fn pinned(req: &ReplayRequest, expected: &BTreeMap<String, String>) -> Option<ReplayRequest> {
-    (!expected.is_empty()).then(|| ReplayRequest {
-        selector: Selector {
-            envelope_ids: expected.keys().cloned().collect(),
-            ..Selector::default()
-        },
-        ..req.clone()
-    })
 }
 
 pub(super) fn record(kind: AuditKind, r: &ApprovalRequest, actor: &str, detail: String) -> AuditRecord {
@@ -252,16 +238,13 @@ impl<P: ReplayPorts> Replayer<P> {
             self.clock.now(),
         );
         let approver = r.decision.as_ref().map(|d| d.by.to_string()).unwrap_or_default();
+        let canary_note = report.canary.as_ref().map(|c| format!("; {c}")).unwrap_or_default();
         let detail = format!(
-            "{id} ran as {} by {by} (approved by {approver}): {}; {} changed since the request, not touched",
+            "{id} ran as {} by {by} (approved by {approver}): {}; {} changed since the request, not touched{canary_note}",
             report.replay_id,
             report.summary(),
             report.changed_since.len()
         );
-        let detail = match &report.canary {
-            Some(c) => format!("{detail}; {c}"),
-            None => detail,
-        };
         let kind = if paused {
             AuditKind::ApprovalPaused
         } else {

@@ -242,15 +242,8 @@ impl<P: ReplayPorts> Replayer<P> {
             }
             None => return Err(StoreError::infra("the queue answered nothing for the edited copy").into()),
         };
-        self.supersede(
-            run,
-            r,
-            edit,
-            e,
-            Some(copy.clone()),
-            &format!("posted edited as SQS message {copy}"),
-        )
-        .await
+        let what = format!("posted edited as SQS message {copy}");
+        self.supersede(run, r, edit, e, Some(copy), &what).await
     }
 
     /// The edit's document to the WORM bucket, then SUPERSEDED with its `EDITED` record.

@@ -141,9 +141,7 @@ impl<P: ReplayPorts> Replayer<P> {
         };
         run.sent += chunk.len() as u64;
         let sent = report_all(report, sending.settled);
-        if let Some(stopped) = sending.stopped {
-            report.stopped = Some(stopped);
-        }
+        report.stopped = sending.stopped.or(report.stopped.take());
         (sending.sent, marked.and(sent).map(|()| true))
     }
 

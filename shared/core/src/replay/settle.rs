@@ -118,13 +118,8 @@ impl<P: ReplayPorts> Replayer<P> {
         committed_by: &str,
     ) -> FlowResult<ReplayItem> {
         let detail = format!("already committed by {committed_by}: not re-injected");
-        let record = self.audit_record(
-            run,
-            e,
-            AuditKind::ReplaySuppressed,
-            Some(FailureCode::ReplayDuplicate),
-            detail.clone(),
-        );
+        let code = Some(FailureCode::ReplayDuplicate);
+        let record = self.audit_record(run, e, AuditKind::ReplaySuppressed, code, detail.clone());
         let settled = Settlement::decided(EnvelopeStatus::SuppressedDuplicate, detail.clone(), &record);
         let done = item(e, ReplayOutcome::SuppressedDuplicate, Some(Gate::Idempotency), detail);
         self.conclude(run, e, settled, done).await
@@ -426,9 +421,7 @@ impl<P: ReplayPorts> Replayer<P> {
         );
         r.audit_id = AuditRecord::id_for(kind, &format!("{}#{}", e.envelope_id, run.replay_id));
         r.at = self.clock.now();
-        if code.is_some() {
-            r.failure_code = code;
-        }
+        r.failure_code = code.or(r.failure_code);
         r
     }
 }

@@ -10,8 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::ReplayPorts;
-use super::approval::pinned;
-use super::{ReplayOutcome, ReplayReport, ReplayRequest, Replayer};
+use super::{ReplayOutcome, ReplayReport, ReplayRequest, Replayer, Selector};
 use crate::domain::approval::ChangeSet;
 use crate::domain::canary::{Canary, CanaryReport, Fate};
 use crate::domain::envelope::envelope_id;
@@ -41,18 +40,15 @@ impl<P: ReplayPorts> Replayer<P> {
             .collect();
         let size = canary.map_or(0, |c| c.slice.of(reinjections.len()));
         let (Some(canary), true) = (canary, size > 0 && size < reinjections.len()) else {
-            return match pinned(req, &all) {
-                Some(p) => self.run_with(&p, Some((what, &all)), deadline).await,
-                None => Ok(ReplayReport::default()),
-            };
+            return self.run_pinned(req, &all, what, deadline).await;
         };
         let (first, rest): (BTreeMap<String, String>, BTreeMap<String, String>) = all
             .into_iter()
             .partition(|(id, _)| reinjections[..size].contains(&id.as_str()));
-        let Some(slice) = pinned(req, &first) else {
-            return Ok(ReplayReport::default());
-        };
-        let mut report = self.run_with(&slice, Some((what, &first)), deadline).await?;
+        let mut report = self.run_pinned(req, &first, what, deadline).await?;
+        if first.is_empty() {
+            return Ok(report);
+        }
         let copies = self.copies(&report.replay_id, first.keys()).await?;
         let verdict = self.await_fates(&copies, first.len() as u64, canary, deadline).await?;
         tracing::info!(replay_id = %report.replay_id, canary = %verdict, "canary slice decided");
@@ -61,11 +57,33 @@ impl<P: ReplayPorts> Replayer<P> {
             report.stopped = Some(format!("{verdict}; the rest ({} envelopes) not touched", rest.len()));
         }
         report.canary = Some(verdict);
-        if passed && let Some(rest_req) = pinned(req, &rest) {
-            let more = self.run_with(&rest_req, Some((what, &rest)), deadline).await?;
-            report.merge(more);
+        if passed && !rest.is_empty() {
+            report.merge(self.run_pinned(req, &rest, what, deadline).await?);
         }
         Ok(report)
+    }
+
+    /// `req` on exactly the envelopes of `set`, each only while its fingerprint holds (`what`
+    /// pinned them); nothing for none (a selector naming no envelope would sweep them all).
+    async fn run_pinned(
+        &self,
+        req: &ReplayRequest,
+        set: &BTreeMap<String, String>,
+        what: &str,
+        deadline: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> FlowResult<ReplayReport> {
+        if set.is_empty() {
+            return Ok(ReplayReport::default());
+        }
+        let selector = Selector {
+            envelope_ids: set.keys().cloned().collect(),
+            ..Selector::default()
+        };
+        let req = ReplayRequest {
+            selector,
+            ..req.clone()
+        };
+        self.run_with(&req, Some((what, set)), deadline).await
     }
 
     /// Look at the copies every second until each has an outcome, the canary's wait is over, or
