@@ -160,18 +160,6 @@ pub async fn gather(
 }
 
 pub fn print(r: &Reconciliation) {
-    let states = [
-        State::Committed,
-        State::Duplicate,
-        State::Pending,
-        State::Quarantined,
-        State::InFlight,
-    ];
-    let mut currencies: std::collections::BTreeSet<String> =
-        r.by_state.values().flat_map(|t| t.amounts.keys().cloned()).collect();
-    if let Some(s) = &r.sent {
-        currencies.extend(s.amounts.keys().cloned());
-    }
     println!("{:<14} {:>8}  AMOUNT BY CURRENCY", "STATE", "COUNT");
     let line = |name: &str, t: &recon_core::domain::Tally| {
         let amounts: Vec<String> = t.amounts.iter().map(|(c, a)| format!("{a} {c}")).collect();
@@ -189,10 +177,9 @@ pub fn print(r: &Reconciliation) {
     if let Some(s) = &r.sent {
         line("SENT", s);
     }
-    for st in states {
-        if let Some(t) = r.by_state.get(&st) {
-            line(&format!("{st:?}").to_uppercase(), t);
-        }
+    // In State's order: committed, duplicate, pending, quarantined, in flight.
+    for (st, t) in &r.by_state {
+        line(&format!("{st:?}").to_uppercase(), t);
     }
     println!("{:<14} {:>8}  (messages still in the queues)", "QUEUED", r.queued);
     println!("\nby entity and period:");

@@ -290,7 +290,7 @@ request {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another identity
     // What was confirmed is what runs: exactly the envelopes the preview selected (by id when the
     // preview listed them all, else no more than it counted), not whatever the selector matches
     // by now — a flood landing in between is not quarantined on a confirmation given for three.
-    let mut req = wanted.clone();
+    let mut req = wanted;
     if preview.items_truncated {
         req.selector.max_items = Some(usize::try_from(preview.selected).unwrap_or(usize::MAX));
     } else {
