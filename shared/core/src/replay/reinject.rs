@@ -10,7 +10,7 @@ use futures::StreamExt;
 
 use super::ReplayPorts;
 use super::gates::{Gate, RESUMED_HAND_OFF, ReadAhead};
-use super::report::{ReplayItem, ReplayOutcome, ReplayReport, isolated, item};
+use super::report::{ReplayItem, ReplayOutcome, ReplayReport, Reported, isolated, item};
 use super::settle::{NOT_CLAIMED, Settlement};
 use super::{Replayer, Run};
 use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, TransientKind, attrs};
@@ -130,7 +130,7 @@ impl<P: ReplayPorts> Replayer<P> {
         };
         let (sending, marked) = futures::join!(sending, self.mark(shared, unmarked));
         // The chunk before first: the report keeps the chunks' order.
-        let marked = report_all(report, marked);
+        let marked = report.push_all(marked);
         let sending = match sending {
             Ok(sending) => sending,
             Err(err) => {
@@ -140,7 +140,7 @@ impl<P: ReplayPorts> Replayer<P> {
             }
         };
         run.sent += chunk.len() as u64;
-        let sent = report_all(report, sending.settled);
+        let sent = report.push_all(sending.settled);
         report.stopped = sending.stopped.or(report.stopped.take());
         (sending.sent, marked.and(sent).map(|()| true))
     }
@@ -325,17 +325,6 @@ impl<P: ReplayPorts> Replayer<P> {
             )),
         }
     }
-}
-
-/// Report items in order, and an error that stops the run.
-pub(super) type Reported = (Vec<ReplayItem>, FlowResult<()>);
-
-/// Push `items` into `report`; their error.
-pub(super) fn report_all(report: &mut ReplayReport, (items, outcome): Reported) -> FlowResult<()> {
-    for it in items {
-        report.push(it);
-    }
-    outcome
 }
 
 /// A chunk claimed and sent: the items of those settled without a send (and an error that stops

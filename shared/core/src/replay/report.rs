@@ -135,6 +135,12 @@ impl ReplayReport {
         )
     }
 
+    /// Push `items` in order; their error.
+    pub(super) fn push_all(&mut self, (items, outcome): Reported) -> FlowResult<()> {
+        items.into_iter().for_each(|it| self.push(it));
+        outcome
+    }
+
     pub(super) fn push(&mut self, item: ReplayItem) {
         let count = match item.outcome {
             ReplayOutcome::Reinjected | ReplayOutcome::WouldReinject => &mut self.reinjected,
@@ -165,6 +171,9 @@ impl ReplayItem {
         )
     }
 }
+
+/// Report items in order, and an error that stops the run.
+pub(super) type Reported = (Vec<ReplayItem>, FlowResult<()>);
 
 /// Called after every page with the report so far (progress display).
 pub type Progress = Arc<dyn Fn(&ReplayReport) + Send + Sync>;

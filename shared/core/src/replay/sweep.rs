@@ -224,7 +224,7 @@ impl<P: ReplayPorts> Replayer<P> {
         }
         // What the page's last chunk sent is marked before anything else (the next page's read,
         // its gates, its settlements), whatever stopped the page.
-        let marked = super::reinject::report_all(report, self.mark(run, unmarked).await);
+        let marked = report.push_all(self.mark(run, unmarked).await);
         stop.and(marked)?;
         if let Some(progress) = &self.progress {
             progress(report);
