@@ -124,7 +124,7 @@ pub enum Verdict {
 }
 
 impl<P: ReplayPorts> Replayer<P> {
-    /// The verdict for `e` under `req`: an operator's quarantine decides at once.
+    /// The verdict for `e` under `req`, with reads only: an operator's quarantine decides at once.
     pub(super) async fn verdict_for(
         &self,
         req: &ReplayRequest,
@@ -136,43 +136,24 @@ impl<P: ReplayPorts> Replayer<P> {
         if let Some(waits) = waits_in_doubt(e, now) {
             return Ok(waits);
         }
-        if !req.quarantine {
-            return self.verdict_ahead(e, snapshot, now, ahead).await;
-        }
-        if !handing_off(e) && self.identified_transaction(e).await?.is_none() {
-            // A manual journal is fenced by its hand-off under the transaction's hash; one whose
-            // content does not reproduce the hash it claims (altered, or a hashed field
-            // unreadable) cannot be, and the message that does carry that transaction may be
-            // handed off or posted later: booked twice. It is quarantined for review instead,
-            // unless the transaction it claims is committed already.
-            if let Some(claimed) = e.claimed_hash()
-                && let Some(committed) = ahead.lookup(&self.ledger, claimed).await?
-            {
-                return Ok(Verdict::Duplicate {
-                    committed_by: committed.holder(),
-                });
+        if req.quarantine {
+            if !handing_off(e) && self.identified_transaction(e).await?.is_none() {
+                // A manual journal is fenced by its hand-off under the transaction's hash; one
+                // whose content does not reproduce the hash it claims (altered, or a hashed field
+                // unreadable) cannot be, and the message that does carry that transaction may be
+                // handed off or posted later: booked twice. It is quarantined for review instead,
+                // unless the transaction it claims is committed already.
+                if let Some(claimed) = e.claimed_hash()
+                    && let Some(committed) = ahead.lookup(&self.ledger, claimed).await?
+                {
+                    return Ok(Verdict::Duplicate {
+                        committed_by: committed.holder(),
+                    });
+                }
+                let detail = format!("{}; {NOT_IDENTIFIED}", req.reason);
+                return Ok(Verdict::quarantine(Gate::Operator, detail, false));
             }
-            let detail = format!("{}; {NOT_IDENTIFIED}", req.reason);
-            return Ok(Verdict::quarantine(Gate::Operator, detail, false));
-        }
-        Ok(Verdict::quarantine(Gate::Operator, req.reason.clone(), true))
-    }
-
-    /// The transaction the envelope's original identifies ([`identifies`]).
-    pub(super) async fn identified_transaction(&self, e: &DlqEnvelope) -> StoreResult<Option<String>> {
-        Ok(original_body(e, &self.worm).await?.as_deref().and_then(identifies))
-    }
-
-    /// Evaluate the gates for one envelope (reads only).
-    async fn verdict_ahead(
-        &self,
-        e: &DlqEnvelope,
-        snapshot: &ReferenceSnapshot,
-        now: DateTime<Utc>,
-        ahead: &ReadAhead,
-    ) -> StoreResult<Verdict> {
-        if let Some(waits) = waits_in_doubt(e, now) {
-            return Ok(waits);
+            return Ok(Verdict::quarantine(Gate::Operator, req.reason.clone(), true));
         }
         if handing_off(e) {
             // A replay was handing it off (its intent written under its claim) and stopped:
@@ -243,6 +224,11 @@ impl<P: ReplayPorts> Replayer<P> {
             return Ok(Verdict::quarantine(Gate::Temporal, detail, true));
         }
         Ok(Verdict::Reinject)
+    }
+
+    /// The transaction the envelope's original identifies ([`identifies`]).
+    pub(super) async fn identified_transaction(&self, e: &DlqEnvelope) -> StoreResult<Option<String>> {
+        Ok(original_body(e, &self.worm).await?.as_deref().and_then(identifies))
     }
 }
 
