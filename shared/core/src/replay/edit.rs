@@ -141,14 +141,11 @@ impl<P: ReplayPorts> Replayer<P> {
         if !self.claim(&run, &e, false).await? {
             if ours {
                 // Its own earlier run's claim, still leased: the request stays EXECUTING.
-                return Err(StoreError::new(
-                    TransientKind::Conflict,
-                    format!(
-                        "envelope {} is still held by this edit's earlier run: resume after its lease",
-                        e.envelope_id
-                    ),
-                )
-                .into());
+                let why = format!(
+                    "envelope {} is still held by this edit's earlier run: resume after its lease",
+                    e.envelope_id
+                );
+                return Err(StoreError::new(TransientKind::Conflict, why).into());
             }
             report.changed_since.push(edit.envelope_id.clone());
             report.skipped = 1;

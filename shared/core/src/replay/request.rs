@@ -4,7 +4,6 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::domain::segment::Segment;
-use crate::domain::segment::SegmentError;
 use crate::domain::{DlqEnvelope, FailureCode};
 
 /// Which envelopes a replay considers.
@@ -77,12 +76,6 @@ pub struct ManualReplay {
 #[error("invalid replay request: {0}")]
 pub struct RequestError(pub String);
 
-impl From<SegmentError> for RequestError {
-    fn from(e: SegmentError) -> Self {
-        RequestError(e.0)
-    }
-}
-
 impl ManualReplay {
     pub fn into_request(self) -> Result<ReplayRequest, RequestError> {
         if self.reason.trim().is_empty() {
@@ -98,7 +91,8 @@ impl ManualReplay {
         if self.max_items == Some(0) {
             return Err(RequestError("`max_items` must be at least 1".into()));
         }
-        let segment = self.segment.as_deref().map(str::parse::<Segment>).transpose()?;
+        let segment = self.segment.as_deref().map(str::parse::<Segment>).transpose();
+        let segment = segment.map_err(|e| RequestError(e.0))?;
         Ok(ReplayRequest {
             selector: Selector {
                 failure_code: self.failure_code,

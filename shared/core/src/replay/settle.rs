@@ -51,17 +51,6 @@ impl<'a> Settlement<'a> {
         }
     }
 
-    /// Back to PENDING: its hand-off waits until `until` (nothing decided, no replay claims it
-    /// before).
-    pub fn in_doubt(until: DateTime<Utc>) -> Self {
-        Settlement {
-            in_doubt_until: Some(until),
-            ..Self::release(format!(
-                "the hand-off waits until {until}: a request to the general ledger may still be applied (it cannot void a key)"
-            ))
-        }
-    }
-
     /// A decision, with its audit record.
     pub fn decided(status: EnvelopeStatus, reason: String, audit: &'a AuditRecord) -> Self {
         Settlement {
@@ -227,10 +216,17 @@ impl<P: ReplayPorts> Replayer<P> {
             CommitOutcome::Committed => Ok(None),
             CommitOutcome::AlreadyCommitted(c) if c.handed_off_by(&e.envelope_id) => Ok(None),
             CommitOutcome::AlreadyCommitted(c) => Ok(Some(self.settle_claimed_duplicate(run, e, &c.holder()).await?)),
-            // Its hand-off must wait until `until`: back to PENDING, no replay claims it before.
+            // Its hand-off must wait until `until`: back to PENDING, nothing decided, no replay
+            // claims it before.
             CommitOutcome::InDoubt { until } => {
-                let settled = Settlement::in_doubt(until);
-                let done = item(e, ReplayOutcome::StillFailing, Some(gate), settled.reason.clone());
+                let detail = format!(
+                    "the hand-off waits until {until}: a request to the general ledger may still be applied (it cannot void a key)"
+                );
+                let done = item(e, ReplayOutcome::StillFailing, Some(gate), detail.clone());
+                let settled = Settlement {
+                    in_doubt_until: Some(until),
+                    ..Settlement::release(detail)
+                };
                 Ok(Some(self.conclude(run, e, settled, done).await?))
             }
             // Without its hand-off in the ledger a manual journal could be booked beside a later
