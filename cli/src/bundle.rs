@@ -4,6 +4,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use recon_aws::AwsClients;
+use recon_aws::sqs::SqsQueue;
 use recon_aws::stack::resolve_stack;
 use recon_core::evidence::{Bundle, VerifyReport, verify_bundle, write_bundle};
 use recon_core::ports::LedgerScope;
@@ -134,7 +135,10 @@ pub async fn gather(
     if let Some(p) = period {
         complete_exceptions(&store, &audit_log, &ledger, p, &mut read, &mut exceptions).await?;
     }
-    let (main, dlq) = crate::context::depths(clients, &stack).await?;
+    let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url)
+        .depth()
+        .await?;
+    let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
     let (outcomes, problems) = outcomes(&read.linked, &exceptions.envelopes, &exceptions.audit, dlq.total() == 0);
     // The period's transactions: the read held only its postings, the outcomes are cut here.
     let outcomes = match period {

@@ -7,7 +7,6 @@ use recon_aws::AwsClients;
 use recon_aws::dynamodb::{DynamoAuditLog, DynamoReferenceData};
 use recon_aws::ledger::AnyLedger;
 use recon_aws::s3::S3Worm;
-use recon_aws::sqs::{QueueDepth, SqsQueue};
 use recon_aws::stack::Stack;
 use recon_aws::telemetry::TracingMetrics;
 use recon_aws::wiring::{self, AwsEnricher, AwsReplayer};
@@ -72,15 +71,6 @@ pub async fn replay_session(
     let me = identity(clients, claimed).await?;
     let r = replayer(clients, &stack, &format!("dlqctl:{me}"))?;
     Ok((me, r))
-}
-
-/// The main queue's depth, then the DLQ's.
-pub async fn depths(clients: &AwsClients, stack: &Stack) -> Result<(QueueDepth, QueueDepth)> {
-    let (main, dlq) = (
-        SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url),
-        SqsQueue::new(clients.sqs.clone(), &stack.dlq_url),
-    );
-    Ok((main.depth().await?, dlq.depth().await?))
 }
 
 /// The reference data as written now (no cache: a command reads what it just changed).

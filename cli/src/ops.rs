@@ -123,7 +123,10 @@ fn total_text(currency: &str, t: &Tally) -> String {
 
 pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
     let stack = resolve_stack(clients, names).await?;
-    let (main, dlq) = crate::context::depths(clients, &stack).await?;
+    let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url)
+        .depth()
+        .await?;
+    let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
     let ledger = context::ledger(clients, &stack)?;
     let totals = tally_postings(&ledger, &LedgerScope::default()).await?;
     let postings: u64 = totals.values().map(|t| t.count).sum();
