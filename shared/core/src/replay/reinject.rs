@@ -178,11 +178,9 @@ impl<P: ReplayPorts> Replayer<P> {
             match isolated(e, p) {
                 Ok(Prepared::Send(m)) => ready.push((e, m)),
                 Ok(Prepared::Settled(it)) => sending.settled.0.push(it),
-                Err(err) => {
-                    if sending.settled.1.is_ok() {
-                        sending.settled.1 = Err(err);
-                    }
-                }
+                // The first error stops the run.
+                Err(err) if sending.settled.1.is_ok() => sending.settled.1 = Err(err),
+                Err(_) => {}
             }
         }
         if sending.settled.1.is_err() {
