@@ -29,7 +29,6 @@ pub const EXECUTION_LEASE_MINUTES: i64 = 15;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
     pub arn: String,
-    #[serde(default)]
     pub name: Option<String>,
 }
 
@@ -83,7 +82,6 @@ pub struct Execution {
     pub by: String,
     pub started_at: Option<DateTime<Utc>>,
     pub lease_until: Option<DateTime<Utc>>,
-    #[serde(default)]
     pub finished_at: Option<DateTime<Utc>>,
     /// The replay's counts, one line.
     #[serde(default)]
@@ -125,20 +123,16 @@ pub struct ApprovalRequest {
     pub exposure: Exposure,
     pub set: ChangeSet,
     /// Run the set behind this canary (its first slice, then the rest if it passes).
-    #[serde(default)]
     pub canary: Option<Canary>,
     /// The policy's `distinct_roles` when the request was made.
     #[serde(default)]
     pub distinct_roles: bool,
     /// An edit's body and diff (action `EDIT`).
-    #[serde(default)]
     pub edit: Option<Edit>,
     /// Runs before the current one (a paused run, then its resumption).
     #[serde(default)]
     pub earlier: Vec<Execution>,
-    #[serde(default)]
     pub decision: Option<Decision>,
-    #[serde(default)]
     pub execution: Option<Execution>,
 }
 
@@ -314,12 +308,7 @@ impl ApprovalRequest {
     /// (`resumer`, the identity AWS vouches for), before it expires; or executing under a lease
     /// that ran out (a crashed run).
     pub fn start(&mut self, by: &str, resumer: Option<&Identity>, now: DateTime<Utc>) -> Result<(), Refused> {
-        let crashed = self.status == RequestStatus::Executing
-            && self
-                .execution
-                .as_ref()
-                .and_then(|x| x.lease_until)
-                .is_some_and(|l| l <= now);
+        let crashed = self.stalled(now);
         match self.status {
             RequestStatus::Approved => {}
             RequestStatus::Paused => {

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::failure::FailureCode;
+use super::hash::sha256_hex;
 
 named! {
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -77,24 +78,15 @@ pub struct AuditRecord {
     pub at: DateTime<Utc>,
     pub actor: String,
     pub sqs_message_id: String,
-    #[serde(default)]
     pub message_id: Option<String>,
-    #[serde(default)]
     pub trace_id: Option<String>,
-    #[serde(default)]
     pub source_hash: Option<String>,
-    #[serde(default)]
     pub match_decision: Option<String>,
-    #[serde(default)]
     pub failure_code: Option<FailureCode>,
-    #[serde(default)]
     pub root_cause: Option<String>,
     pub attempt_count: u32,
-    #[serde(default)]
     pub ledger_entity: Option<String>,
-    #[serde(default)]
     pub currency: Option<String>,
-    #[serde(default)]
     pub amount: Option<String>,
     #[serde(default)]
     pub detail: String,
@@ -276,24 +268,14 @@ pub const RECORD_TAG: &str = "recon-audit/v2 record";
 /// prev_hash))`, with `seq` in decimal. No part can contain a NUL byte (the canonical form escapes
 /// it), so the parts cannot be shifted into one another.
 pub fn record_hash(record: &AuditRecord, chain: &str, seq: u64, prev_hash: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    for (i, part) in [
+    let parts = [
         RECORD_TAG,
         &canonical_record(record),
         chain,
         &seq.to_string(),
         prev_hash,
-    ]
-    .iter()
-    .enumerate()
-    {
-        if i > 0 {
-            h.update([0u8]);
-        }
-        h.update(part.as_bytes());
-    }
-    hex::encode(h.finalize())
+    ];
+    sha256_hex(parts.join("\0").as_bytes())
 }
 
 /// Link `record` after `(seq, hash)`, the current head of `chain`.

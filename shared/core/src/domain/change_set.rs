@@ -39,13 +39,9 @@ pub struct Change {
     pub fingerprint: String,
     /// What the dry run said would happen (`REINJECTED`, `QUARANTINED`, …).
     pub outcome: String,
-    #[serde(default)]
     pub currency: Option<String>,
-    #[serde(default)]
     pub amount: Option<String>,
-    #[serde(default)]
     pub entity: Option<String>,
-    #[serde(default)]
     pub period: Option<String>,
     #[serde(default)]
     pub closed_period: bool,

@@ -25,22 +25,16 @@ pub struct DeadLetterContext {
     /// Bounded to `MAX_ERROR_DETAIL` bytes.
     pub error_detail: String,
     pub dead_lettered_at: DateTime<Utc>,
-    #[serde(default)]
     pub sent_at: Option<DateTime<Utc>>,
-    #[serde(default)]
     pub first_received_at: Option<DateTime<Utc>>,
-    #[serde(default)]
     pub source_queue_arn: Option<String>,
     pub source_message_id: String,
-    #[serde(default)]
     pub message_group_id: Option<String>,
-    #[serde(default)]
     pub trace_id: Option<String>,
     /// The X-Ray trace header the original was delivered with (SQS's `AWSTraceHeader` system
     /// attribute): the dead letter and any replayed copy continue that trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aws_trace_header: Option<String>,
-    #[serde(default)]
     pub source_hash: Option<String>,
     /// Who dead-lettered it (function name).
     pub actor: String,

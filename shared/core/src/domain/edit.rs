@@ -114,11 +114,7 @@ fn clip(v: String) -> String {
     if v.len() <= MAX_DIFF_VALUE {
         return v;
     }
-    let mut end = MAX_DIFF_VALUE;
-    while !v.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes)", &v[..end], v.len())
+    format!("{}… ({} bytes)", &v[..v.floor_char_boundary(MAX_DIFF_VALUE)], v.len())
 }
 
 /// How the operator gives the edit.
@@ -139,10 +135,7 @@ fn object(body: &str, what: &str) -> Result<Map<String, Value>, Refused> {
 }
 
 fn text(v: Option<&Value>) -> Option<String> {
-    v.map(|v| match v {
-        Value::String(s) => clip(s.clone()),
-        other => clip(other.to_string()),
-    })
+    v.map(|v| clip(v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
 }
 
 /// The edit of `original` (the envelope's verbatim body) that `proposal` describes, with its

@@ -46,7 +46,6 @@ pub struct ReplayRecord {
     /// `REPLAYED`, `SUPPRESSED_DUPLICATE`, `QUARANTINED` or `PENDING` (released).
     pub outcome: EnvelopeStatus,
     /// The SQS message id of the re-injected copy.
-    #[serde(default)]
     pub sqs_message_id: Option<String>,
     /// The copy's transaction when it is not the envelope's own (an approved edit's): what a
     /// reconciliation looks the copy's posting up by, in whichever period the edit put it.
@@ -75,10 +74,8 @@ pub enum HashKind {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OriginalMessage {
     /// The body, when it fits the envelope item (see `INLINE_BODY_LIMIT`); otherwise in S3.
-    #[serde(default)]
     pub body: Option<String>,
     /// S3 key of the body bytes when they are not inline (large bodies, quarantined payloads).
-    #[serde(default)]
     pub body_key: Option<String>,
     pub body_sha256: String,
     pub body_bytes: u64,
@@ -86,9 +83,7 @@ pub struct OriginalMessage {
     pub attributes: BTreeMap<String, OriginalAttribute>,
     /// The SQS message id on the main queue.
     pub source_message_id: String,
-    #[serde(default)]
     pub source_queue_arn: Option<String>,
-    #[serde(default)]
     pub sent_at: Option<DateTime<Utc>>,
     /// The FIFO message group it was sent in (a re-injected copy goes back into it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,23 +113,15 @@ pub struct DlqEnvelope {
     pub error_detail: String,
     pub source_hash: String,
     pub source_hash_kind: HashKind,
-    #[serde(default)]
     pub trace_id: Option<String>,
-    #[serde(default)]
     pub message_id: Option<String>,
-    #[serde(default)]
     pub ledger_entity: Option<String>,
     /// Decimal string as sent (may be invalid: that can be the failure).
-    #[serde(default)]
     pub amount: Option<String>,
-    #[serde(default)]
     pub currency: Option<String>,
-    #[serde(default)]
     pub value_date: Option<String>,
     /// `YYYY-MM`, from a valid `value_date`.
-    #[serde(default)]
     pub accounting_period: Option<String>,
-    #[serde(default)]
     pub match_decision: Option<String>,
     pub dead_lettered_at: DateTime<Utc>,
     pub enriched_at: DateTime<Utc>,
@@ -143,7 +130,6 @@ pub struct DlqEnvelope {
     /// Who dead-lettered it (the consumer's function name, or `sqs-redrive`).
     pub dead_lettered_by: String,
     pub original: OriginalMessage,
-    #[serde(default)]
     pub worm: Option<WormRef>,
     #[serde(default)]
     pub status_history: Vec<StatusChange>,
@@ -152,7 +138,6 @@ pub struct DlqEnvelope {
     #[serde(default)]
     pub replay_generation: u32,
     /// The current (or last) replay claim.
-    #[serde(default)]
     pub replay: Option<ReplayClaim>,
     #[serde(default)]
     pub replays: Vec<ReplayRecord>,
@@ -419,11 +404,6 @@ impl DlqEnvelope {
     /// Key of the raw body object (large bodies and quarantined payloads).
     pub fn payload_key(&self) -> String {
         format!("payloads/{}/{}", self.envelope_id, self.original.body_sha256)
-    }
-
-    /// `failure_code` + `root_cause`: the triage group.
-    pub fn group(&self) -> (FailureCode, &str) {
-        (self.failure_code, &self.root_cause)
     }
 }
 

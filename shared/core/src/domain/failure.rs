@@ -109,10 +109,10 @@ impl fmt::Display for RootCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())?;
         match self {
-            RootCause::SchemaViolation(field) | RootCause::LedgerRefused(field) => write!(f, ":{field}"),
-            RootCause::UnmappedCurrency(code) | RootCause::ScaleExceedsCurrency(code) => {
-                write!(f, ":{code}")
-            }
+            RootCause::SchemaViolation(detail)
+            | RootCause::LedgerRefused(detail)
+            | RootCause::UnmappedCurrency(detail)
+            | RootCause::ScaleExceedsCurrency(detail) => write!(f, ":{detail}"),
             RootCause::ClosedPeriod { entity, period } => write!(f, ":{entity}:{period}"),
             RootCause::TransientExhausted(kind) => write!(f, ":{kind}"),
             _ => Ok(()),
@@ -159,14 +159,7 @@ pub const MAX_ERROR_DETAIL: usize = 1024;
 
 /// Cut `detail` to at most [`MAX_ERROR_DETAIL`] bytes on a character boundary.
 pub fn bounded_detail(detail: &str) -> &str {
-    if detail.len() <= MAX_ERROR_DETAIL {
-        return detail;
-    }
-    let mut end = MAX_ERROR_DETAIL;
-    while !detail.is_char_boundary(end) {
-        end -= 1;
-    }
-    &detail[..end]
+    &detail[..detail.floor_char_boundary(MAX_ERROR_DETAIL)]
 }
 
 /// The typed failure of processing one message: the class decides what happens next.

@@ -69,34 +69,32 @@ pub fn canonical_amount(amount: Decimal) -> String {
     amount.normalize().to_string()
 }
 
-fn write_canonical_amount(amount: Decimal, out: &mut StackStr<64>) {
-    // A Decimal prints in at most 28 digits + sign + point: always fits.
-    let _ = write!(out, "{}", amount.normalize());
-}
-
-fn update_field(h: &mut Sha256, name: &str, value: &str) {
-    let mut len = StackStr::<24>::new();
-    let _ = write!(len, "{}", value.len());
-    h.update(name.as_bytes());
-    h.update(b"=");
-    h.update(len.as_str().as_bytes());
-    h.update(b":");
-    h.update(value.as_bytes());
-    h.update(b";");
+/// The hashed fields, in the canonical form's order; `amount` is the canonical amount's text.
+fn fields<'a>(input: &HashInput<'a>, amount: &'a str) -> [(&'static str, &'a str); 6] {
+    [
+        ("ledger_entity", input.ledger_entity),
+        ("external_ref", input.external_ref),
+        ("counterparty", input.counterparty),
+        ("value_date", input.value_date),
+        ("currency", input.currency),
+        ("amount", amount),
+    ]
 }
 
 /// The SHA-256 digest of the canonical form.
 pub fn source_hash_bytes(input: &HashInput<'_>) -> [u8; 32] {
     let mut amount = StackStr::<64>::new();
-    write_canonical_amount(input.amount, &mut amount);
+    // A Decimal prints in at most 28 digits + sign + point: always fits.
+    let _ = write!(amount, "{}", input.amount.normalize());
     let mut h = Sha256::new();
     h.update(CANONICAL_PREFIX.as_bytes());
-    update_field(&mut h, "ledger_entity", input.ledger_entity);
-    update_field(&mut h, "external_ref", input.external_ref);
-    update_field(&mut h, "counterparty", input.counterparty);
-    update_field(&mut h, "value_date", input.value_date);
-    update_field(&mut h, "currency", input.currency);
-    update_field(&mut h, "amount", amount.as_str());
+    for (name, value) in fields(input, amount.as_str()) {
+        let mut len = StackStr::<24>::new();
+        let _ = write!(len, "{}", value.len());
+        for part in [name, "=", len.as_str(), ":", value, ";"] {
+            h.update(part.as_bytes());
+        }
+    }
     h.finalize().into()
 }
 
@@ -109,14 +107,7 @@ pub fn source_hash(input: &HashInput<'_>) -> String {
 pub fn canonical_text(input: &HashInput<'_>) -> String {
     let mut s = String::from(CANONICAL_PREFIX);
     let amount = canonical_amount(input.amount);
-    for (name, value) in [
-        ("ledger_entity", input.ledger_entity),
-        ("external_ref", input.external_ref),
-        ("counterparty", input.counterparty),
-        ("value_date", input.value_date),
-        ("currency", input.currency),
-        ("amount", amount.as_str()),
-    ] {
+    for (name, value) in fields(input, &amount) {
         let _ = write!(s, "{name}={}:{value};", value.len());
     }
     s

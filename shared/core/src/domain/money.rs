@@ -22,12 +22,8 @@ pub fn parse_amount(s: &str) -> Result<Decimal, ProcessError> {
         Some((i, f)) => (i, Some(f)),
         None => (digits, None),
     };
-    if int.is_empty() || !int.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(invalid("is not a plain decimal number"));
-    }
-    if let Some(f) = frac
-        && (f.is_empty() || !f.bytes().all(|b| b.is_ascii_digit()))
-    {
+    let plain = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    if !plain(int) || !frac.is_none_or(plain) {
         return Err(invalid("is not a plain decimal number"));
     }
     let significant = int.trim_start_matches('0').len() + frac.map_or(0, str::len);

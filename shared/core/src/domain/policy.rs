@@ -27,30 +27,22 @@ pub struct Exposure {
 
 /// Which remediation needs a second person. Kept in the reference table, whose stream audits
 /// every change to it; the default needs no approval for anything.
+/// A field left out takes its value from [`ApprovalPolicy::default`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct ApprovalPolicy {
     /// A replay or quarantine that would change more envelopes than this.
-    #[serde(default)]
     pub max_count: Option<u64>,
     /// … whose amounts in a currency add up (absolute values) to more than this.
-    #[serde(default)]
     pub max_amount: BTreeMap<String, Total>,
     /// … that touches an envelope of a closed accounting period.
-    #[serde(default)]
     pub closed_period: bool,
     /// Hours a request waits for a decision (and an approved one for its execution).
-    #[serde(default = "default_expire_hours")]
     pub expire_hours: u32,
     /// The approver must act in another role than the requester, whatever the session names
     /// (where callers choose their own session names; with IAM Identity Center the session name
     /// is the person, and the full ARNs differ between two people of one permission set).
-    #[serde(default)]
     pub distinct_roles: bool,
-}
-
-fn default_expire_hours() -> u32 {
-    DEFAULT_EXPIRE_HOURS
 }
 
 impl Default for ApprovalPolicy {

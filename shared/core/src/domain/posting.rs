@@ -30,7 +30,6 @@ pub struct Posting {
     pub attempt_count: u32,
     pub committed_at: DateTime<Utc>,
     /// The envelope this posting was replayed from, if it came through a replay.
-    #[serde(default)]
     pub replay_of: Option<String>,
 }
 

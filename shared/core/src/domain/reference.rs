@@ -263,15 +263,10 @@ impl ReferenceSnapshot {
                 *status = PeriodStatus::Closed;
             }
         }
-        let closed: Vec<(String, String)> = snap
-            .closes
-            .keys()
-            .filter(|(e, p)| snap.period_status(e, p) == PeriodStatus::Closed)
-            .cloned()
-            .collect();
-        for k in closed {
-            snap.closes.remove(&k);
-        }
+        // A planned close of a period already closed is none (both keyed by the canonical entity).
+        let periods = &snap.periods;
+        snap.closes
+            .retain(|(e, p), _| periods.get(e).and_then(|ps| ps.get(p)) != Some(&PeriodStatus::Closed));
         snap
     }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::audit::{ChainHead, GENESIS, canonical_object, canonical_time, json_string};
+use super::hash::sha256_hex;
 
 pub const SEAL_SCHEMA: &str = "recon-dlq/audit-seal/v2";
 pub const ANCHOR_SCHEMA: &str = "recon-dlq/audit-trail/v1";
@@ -136,11 +137,7 @@ impl AuditSeal {
 }
 
 pub fn seal_digest(canonical_bytes: &[u8]) -> String {
-    let mut h = Sha256::new();
-    h.update(SEAL_TAG.as_bytes());
-    h.update([0u8]);
-    h.update(canonical_bytes);
-    hex::encode(h.finalize())
+    sha256_hex(&[SEAL_TAG.as_bytes(), b"\0", canonical_bytes].concat())
 }
 
 /// The first seal's `prev`.

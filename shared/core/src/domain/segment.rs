@@ -38,9 +38,8 @@ impl Segment {
             return false; // no such segment (parsing refuses it)
         }
         let d = Sha256::digest(key.as_bytes());
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&d[..8]);
-        u64::from_be_bytes(first) % u64::from(self.of) == u64::from(self.index)
+        d.first_chunk()
+            .is_some_and(|first| u64::from_be_bytes(*first) % u64::from(self.of) == u64::from(self.index))
     }
 }
 

@@ -49,14 +49,9 @@ impl<'a> Hashed<'a> {
         counterparty: Option<Scalar<'a>>,
     ) -> Result<Self, ProcessError> {
         let ledger_entity = required("ledger_entity", ledger_entity, MAX_ENTITY_LEN)?;
-        if !ledger_entity
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-        {
-            return Err(schema(
-                "ledger_entity",
-                "`ledger_entity` may hold only letters, digits, `-`, `_` and `.`",
-            ));
+        // Not empty and within its length (`required`): only the characters are left to check.
+        if let Some(problem) = canonical::entity_problem(&ledger_entity, MAX_ENTITY_LEN) {
+            return Err(schema("ledger_entity", problem));
         }
         let ledger_entity = canonical::entity(ledger_entity);
         let currency = required("currency", currency, 12)?;

@@ -400,12 +400,6 @@ fn decode_content(body: &str) -> Result<(ReconMessage<'_>, [u8; 32]), ProcessErr
     Ok((msg, actual))
 }
 
-/// Stage 5: the checks that depend on reference data.
-pub fn check_reference(msg: &ReconMessage<'_>, reference: &ReferenceSnapshot) -> Result<(), ProcessError> {
-    check_currency(msg, reference)?;
-    check_period(msg, reference)
-}
-
 /// The currency is mapped and the amount fits its minor units (the replay integrity gate).
 pub fn check_currency(msg: &ReconMessage<'_>, reference: &ReferenceSnapshot) -> Result<(), ProcessError> {
     let Some(minor_units) = reference.minor_units(&msg.currency) else {
@@ -445,10 +439,11 @@ pub fn check_period(msg: &ReconMessage<'_>, reference: &ReferenceSnapshot) -> Re
     Ok(())
 }
 
-/// Decode, verify and validate against reference data: the whole integrity check.
+/// Decode, verify and validate against reference data (stage 5): the whole integrity check.
 pub fn validate<'a>(body: &'a str, reference: &ReferenceSnapshot) -> Result<ReconMessage<'a>, ProcessError> {
     let msg = decode(body)?;
-    check_reference(&msg, reference)?;
+    check_currency(&msg, reference)?;
+    check_period(&msg, reference)?;
     Ok(msg)
 }
 
