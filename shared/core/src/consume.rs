@@ -141,37 +141,25 @@ where
         let mut groups: Vec<Vec<usize>> = Vec::new();
         let mut group_index: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, m) in event.records.iter().enumerate() {
-            match m.attributes.get("MessageGroupId") {
-                Some(g) => {
-                    let gi = *group_index.entry(g.as_str()).or_insert_with(|| {
-                        groups.push(Vec::new());
-                        groups.len() - 1
-                    });
-                    groups[gi].push(i);
+            let group = m.attributes.get("MessageGroupId").map(String::as_str);
+            match group.and_then(|g| group_index.get(g)) {
+                Some(&gi) => groups[gi].push(i),
+                None => {
+                    group_index.extend(group.map(|g| (g, groups.len())));
+                    groups.push(vec![i]);
                 }
-                None => groups.push(vec![i]),
             }
         }
 
-        let mut dispositions: Vec<Option<Disposition>> = vec![None; event.records.len()];
+        // Every message is in exactly one group: sorted by index, one disposition each.
         let results: Vec<Vec<(usize, Disposition)>> = futures::stream::iter(groups)
             .map(|group| self.handle_group(event, group, deadline))
             .buffer_unordered(self.config.concurrency.max(1))
             .collect()
             .await;
-        for (i, d) in results.into_iter().flatten() {
-            dispositions[i] = Some(d);
-        }
-
-        let dispositions = dispositions
-            .into_iter()
-            .map(|d| {
-                d.unwrap_or(Disposition::Failed {
-                    detail: "not processed".into(),
-                })
-            })
-            .collect();
-        BatchReport::new(event, dispositions)
+        let mut dispositions: Vec<(usize, Disposition)> = results.into_iter().flatten().collect();
+        dispositions.sort_by_key(|(i, _)| *i);
+        BatchReport::new(event, dispositions.into_iter().map(|(_, d)| d).collect())
     }
 
     async fn handle_group(

@@ -95,8 +95,7 @@ impl<S: EnvelopeStore + Backlog + AuditOutbox, W: Worm, A: AuditLog + RecordsOfP
         let deadline = deadline.map(|d| Deadline::at(&*self.clock, d));
         let outcomes: Vec<EnrichOutcome> = futures::stream::iter(&event.records)
             .map(|m| async move {
-                let late = deadline.is_some_and(|d| d.within(&*self.clock, self.config.deadline_margin));
-                if late {
+                if deadline.is_some_and(|d| d.within(&*self.clock, self.config.deadline_margin)) {
                     EnrichOutcome::Failed {
                         detail: "too little time left in the invocation".into(),
                     }
@@ -214,11 +213,7 @@ impl<S: EnvelopeStore + Backlog + AuditOutbox, W: Worm, A: AuditLog + RecordsOfP
             status: stored.status,
         })
     }
-}
 
-impl<S: EnvelopeStore + Backlog + AuditOutbox, W: Worm, A: AuditLog + RecordsOfPeriod, M: Metrics>
-    Enricher<S, W, A, M>
-{
     /// The consumer's `DEAD_LETTERED` record of a dead letter it sent, when the trail lacks it:
     /// its own write did not land (an error after the DLQ send, then a crash or SQS's redrive
     /// before another delivery wrote it), or has not landed yet. Rebuilt from the envelope under

@@ -101,10 +101,6 @@ impl<G, D> ReservingLedger<G, D> {
         }
     }
 
-    fn owner_token(&self, posting: &Posting) -> String {
-        self.token(&format!("{}/{}", posting.sqs_message_id, posting.attempt_count))
-    }
-
     fn token(&self, who: &str) -> String {
         let n = self.attempts.fetch_add(1, Ordering::Relaxed);
         format!("{who}/{}-{n}", self.instance)
@@ -142,11 +138,9 @@ impl<G: ExternalLedger, D: DedupTable> ReservingLedger<G, D> {
     }
 
     /// Give the reservation back: released when nothing under the key can still be applied (no
-    /// request
-    /// of this reservation's is `in_doubt`, and none was before it), else left in doubt for the
-    /// next
-    /// reservation. A reservation that cannot be given back expires with its lease (and is in doubt
-    /// then).
+    /// request of this reservation's is `in_doubt`, and none was before it), else left in doubt for
+    /// the next reservation. A reservation that cannot be given back expires with its lease (and is
+    /// in doubt then).
     async fn give_back(&self, source_hash: &str, held: &Held, in_doubt: bool) {
         let result = if in_doubt || held.in_doubt_since.is_some() {
             self.dedup
@@ -158,6 +152,21 @@ impl<G: ExternalLedger, D: DedupTable> ReservingLedger<G, D> {
         if let Err(e) = result {
             tracing::warn!(source_hash, error = %e, "reservation not given back; it expires with its lease");
         }
+    }
+
+    /// `request`'s answer, the reservation given back first ([`Self::give_back`]) when it is an error.
+    async fn or_give_back<T>(
+        &self,
+        request: impl Future<Output = StoreResult<T>>,
+        hash: &str,
+        held: &Held,
+        in_doubt: bool,
+    ) -> StoreResult<T> {
+        let result = request.await;
+        if result.is_err() {
+            self.give_back(hash, held, in_doubt).await;
+        }
+        result
     }
 
     /// Mark `committed` under the reservation; a transient conflict if this owner no longer holds
@@ -175,8 +184,7 @@ impl<G: ExternalLedger, D: DedupTable> ReservingLedger<G, D> {
     }
 
     /// The GL's own posting under `source_hash`, marked committed under the reservation: who holds
-    /// it
-    /// is the GL's to say (a delivery whose answer was lost, maybe another than this one).
+    /// it is the GL's to say (a delivery whose answer was lost, maybe another than this one).
     async fn mark_gl_posting(&self, held: &Held, found: CommittedRef) -> StoreResult<CommitOutcome> {
         self.mark(held, &found).await?;
         Ok(CommitOutcome::AlreadyCommitted(found))
@@ -196,46 +204,33 @@ impl<G: ExternalLedger, D: DedupTable> ReservingLedger<G, D> {
 impl<G: ExternalLedger, D: DedupTable> Ledger for ReservingLedger<G, D> {
     async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
         let hash = &posting.source_hash;
-        let held = match self.reserve(hash, self.owner_token(posting)).await? {
+        let owner = self.token(&format!("{}/{}", posting.sqs_message_id, posting.attempt_count));
+        let held = match self.reserve(hash, owner).await? {
             Ok(held) => held,
             Err(outcome) => return Ok(outcome),
         };
         // In doubt: an earlier request may have been applied (its answer lost). Ask first.
-        if held.in_doubt_since.is_some() {
-            match self.gl.posted(hash).await {
-                Ok(Some(found)) => return self.mark_gl_posting(&held, found).await,
-                Ok(None) => {}
-                Err(e) => {
-                    self.give_back(hash, &held, true).await;
-                    return Err(e);
-                }
-            }
+        if held.in_doubt_since.is_some()
+            && let Some(found) = self.or_give_back(self.gl.posted(hash), hash, &held, true).await?
+        {
+            return self.mark_gl_posting(&held, found).await;
         }
-        let committed = match self.gl.post(posting).await {
-            Ok(Posted::Applied) => CommittedRef {
+        // No definite answer: it may still be applied. Never "not posted".
+        let committed = match self.or_give_back(self.gl.post(posting), hash, &held, true).await? {
+            Posted::Applied => CommittedRef {
                 source_hash: hash.clone(),
                 sqs_message_id: posting.sqs_message_id.clone(),
                 message_id: posting.message_id.clone(),
                 committed_at: Some(self.clock.now()),
                 manual_journal: None,
             },
-            Ok(Posted::Before) => {
-                return match self.posted_before(hash).await {
-                    Ok(found) => self.mark_gl_posting(&held, found).await,
-                    Err(e) => {
-                        self.give_back(hash, &held, true).await;
-                        Err(e)
-                    }
-                };
+            Posted::Before => {
+                let found = self.or_give_back(self.posted_before(hash), hash, &held, true).await?;
+                return self.mark_gl_posting(&held, found).await;
             }
-            Ok(Posted::Refused { rule, detail }) => {
+            Posted::Refused { rule, detail } => {
                 self.give_back(hash, &held, false).await;
                 return Ok(CommitOutcome::Refused { rule, detail });
-            }
-            Err(e) => {
-                // No definite answer: it may still be applied. Never "not posted".
-                self.give_back(hash, &held, true).await;
-                return Err(e);
             }
         };
         self.mark(&held, &committed).await?;
@@ -243,8 +238,7 @@ impl<G: ExternalLedger, D: DedupTable> Ledger for ReservingLedger<G, D> {
     }
 
     /// The dedup table's mark, else the GL itself: a post whose answer was lost (then its
-    /// reservation
-    /// left in doubt or expired) left a posting in the GL and nothing in the table.
+    /// reservation left in doubt or expired) left a posting in the GL and nothing in the table.
     async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
         match self.dedup.lookup(source_hash).await? {
             Some(committed) => Ok(Some(committed)),
@@ -257,8 +251,7 @@ impl<G: ExternalLedger, D: DedupTable> Ledger for ReservingLedger<G, D> {
     /// it). A posting the GL holds (its answer lost) is marked committed instead, and no manual
     /// journal is booked beside it. A GL that cannot void is asked whether it posted; while a
     /// request under the key may still be applied ([`ReservationSettings::in_doubt_for`]), the
-    /// hand-off
-    /// waits (`InDoubt`, until when) and the hash stays in doubt.
+    /// hand-off waits (`InDoubt`, until when) and the hash stays in doubt.
     async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
         let hash = &hand_off.source_hash;
         let owner = self.token(&format!("manual-journal/{}", hand_off.envelope_id));
@@ -266,24 +259,12 @@ impl<G: ExternalLedger, D: DedupTable> Ledger for ReservingLedger<G, D> {
             Ok(held) => held,
             Err(outcome) => return Ok(outcome),
         };
-        let voided = match self.gl.void(hash).await {
-            Ok(v) => v,
-            Err(e) => {
-                self.give_back(hash, &held, false).await;
-                return Err(e);
-            }
-        };
-        match voided {
+        match self.or_give_back(self.gl.void(hash), hash, &held, false).await? {
             Voided::Voided => {}
             Voided::Posted(found) => return self.mark_gl_posting(&held, found).await,
             Voided::Unsupported => {
-                match self.gl.posted(hash).await {
-                    Ok(Some(found)) => return self.mark_gl_posting(&held, found).await,
-                    Ok(None) => {}
-                    Err(e) => {
-                        self.give_back(hash, &held, false).await;
-                        return Err(e);
-                    }
+                if let Some(found) = self.or_give_back(self.gl.posted(hash), hash, &held, false).await? {
+                    return self.mark_gl_posting(&held, found).await;
                 }
                 if let Some(since) = held.in_doubt_since
                     && self.clock.now() < since + self.settings.in_doubt_for

@@ -211,16 +211,8 @@ impl Bucket {
             owner: env.name(vars::QUARANTINE_BUCKET_OWNER)?,
         })
     }
-
-    fn audited(&self) -> [(&'static str, String); 2] {
-        [
-            (vars::QUARANTINE_BUCKET, self.name.clone()),
-            (vars::QUARANTINE_BUCKET_OWNER, self.owner.clone()),
-        ]
-    }
 }
 
-/// Everything the consumer needs to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConsumerSettings {
     pub main_queue_url: String,
@@ -280,9 +272,26 @@ impl ConsumerSettings {
             seal: SealPolicy::read(&env)?,
         })
     }
+
+    pub fn audited(&self) -> Audited {
+        let mut pairs = vec![
+            (vars::MAIN_QUEUE_URL, self.main_queue_url.clone()),
+            (vars::DEAD_LETTER_QUEUE_URL, self.dead_letter_queue_url.clone()),
+            (vars::LEDGER_TABLE, self.ledger_table.clone()),
+            (vars::REFERENCE_TABLE, self.reference_table.clone()),
+            (vars::AUDIT_TABLE, self.audit_table.clone()),
+            (vars::MAX_ATTEMPTS, self.retry.max_attempts.to_string()),
+            (vars::BACKOFF_BASE_SECS, self.retry.backoff_base_secs.to_string()),
+            (vars::BACKOFF_CAP_SECS, self.retry.backoff_cap_secs.to_string()),
+            (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
+            (vars::BATCH_CONCURRENCY, self.concurrency.to_string()),
+            (vars::REFERENCE_CACHE_SECS, self.reference_cache.as_secs().to_string()),
+        ];
+        pairs.extend(self.ledger.audited());
+        audited(pairs, &self.quarantine_bucket, &self.seal)
+    }
 }
 
-/// Everything the enricher needs to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnricherSettings {
     pub envelope_table: String,
@@ -319,9 +328,21 @@ impl EnricherSettings {
             seal: SealPolicy::read(env)?,
         })
     }
+
+    pub fn audited(&self) -> Audited {
+        let pairs = vec![
+            (vars::ENVELOPE_TABLE, self.envelope_table.clone()),
+            (vars::AUDIT_TABLE, self.audit_table.clone()),
+            (vars::OVERFLOW_HIGH_WATER, self.overflow_high_water.to_string()),
+            (vars::METRICS_NAMESPACE, self.metrics_namespace.clone()),
+            (vars::STACK_PREFIX, self.stack.clone()),
+            (vars::BATCH_CONCURRENCY, self.concurrency.to_string()),
+            (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
+        ];
+        audited(pairs, &self.quarantine_bucket, &self.seal)
+    }
 }
 
-/// Everything the replay needs to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplaySettings {
     pub main_queue_url: String,
@@ -396,102 +417,7 @@ impl ReplaySettings {
             sweep_canary: env.whole(vars::SWEEP_CANARY, 0)?,
         })
     }
-}
 
-/// Everything the reference-audit function needs to run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReferenceAuditSettings {
-    pub reference_table: String,
-    pub audit_table: String,
-    pub quarantine_bucket: Bucket,
-    pub seal: SealPolicy,
-}
-
-impl ReferenceAuditSettings {
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|k| std::env::var(k).ok())
-    }
-
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let env = Env(get);
-        Ok(ReferenceAuditSettings {
-            reference_table: env.name(vars::REFERENCE_TABLE)?,
-            audit_table: env.name(vars::AUDIT_TABLE)?,
-            quarantine_bucket: Bucket::read(&env)?,
-            seal: SealPolicy::read(&env)?,
-        })
-    }
-
-    pub fn audited(&self) -> Audited {
-        let mut pairs = vec![
-            (vars::REFERENCE_TABLE, self.reference_table.clone()),
-            (vars::AUDIT_TABLE, self.audit_table.clone()),
-        ];
-        pairs.extend(self.quarantine_bucket.audited());
-        pairs.extend(self.seal.audited());
-        audited(&pairs)
-    }
-}
-
-/// The settings that decide what a function does, by variable name (the configuration recorded
-/// in the audit trail; there are no secrets among them).
-type Audited = std::collections::BTreeMap<String, String>;
-
-fn audited(pairs: &[(&str, String)]) -> Audited {
-    let mut map: Audited = pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
-    map.insert("code_version".into(), env!("CARGO_PKG_VERSION").into());
-    map
-}
-
-impl SealPolicy {
-    fn audited(&self) -> [(&'static str, String); 2] {
-        [
-            (vars::SEAL_EVERY_RECORDS, self.every_records.to_string()),
-            (vars::SEAL_EVERY_MINUTES, self.every_minutes.to_string()),
-        ]
-    }
-}
-
-impl ConsumerSettings {
-    pub fn audited(&self) -> Audited {
-        let mut pairs = vec![
-            (vars::MAIN_QUEUE_URL, self.main_queue_url.clone()),
-            (vars::DEAD_LETTER_QUEUE_URL, self.dead_letter_queue_url.clone()),
-            (vars::LEDGER_TABLE, self.ledger_table.clone()),
-            (vars::REFERENCE_TABLE, self.reference_table.clone()),
-            (vars::AUDIT_TABLE, self.audit_table.clone()),
-            (vars::MAX_ATTEMPTS, self.retry.max_attempts.to_string()),
-            (vars::BACKOFF_BASE_SECS, self.retry.backoff_base_secs.to_string()),
-            (vars::BACKOFF_CAP_SECS, self.retry.backoff_cap_secs.to_string()),
-            (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
-            (vars::BATCH_CONCURRENCY, self.concurrency.to_string()),
-            (vars::REFERENCE_CACHE_SECS, self.reference_cache.as_secs().to_string()),
-        ];
-        pairs.extend(self.ledger.audited());
-        pairs.extend(self.quarantine_bucket.audited());
-        pairs.extend(self.seal.audited());
-        audited(&pairs)
-    }
-}
-
-impl EnricherSettings {
-    pub fn audited(&self) -> Audited {
-        let mut pairs = vec![
-            (vars::ENVELOPE_TABLE, self.envelope_table.clone()),
-            (vars::AUDIT_TABLE, self.audit_table.clone()),
-            (vars::OVERFLOW_HIGH_WATER, self.overflow_high_water.to_string()),
-            (vars::METRICS_NAMESPACE, self.metrics_namespace.clone()),
-            (vars::STACK_PREFIX, self.stack.clone()),
-            (vars::BATCH_CONCURRENCY, self.concurrency.to_string()),
-            (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
-        ];
-        pairs.extend(self.quarantine_bucket.audited());
-        pairs.extend(self.seal.audited());
-        audited(&pairs)
-    }
-}
-
-impl ReplaySettings {
     pub fn audited(&self) -> Audited {
         let mut pairs = vec![
             (vars::MAIN_QUEUE_URL, self.main_queue_url.clone()),
@@ -519,10 +445,56 @@ impl ReplaySettings {
             (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
         ];
         pairs.extend(self.ledger.audited());
-        pairs.extend(self.quarantine_bucket.audited());
-        pairs.extend(self.seal.audited());
-        audited(&pairs)
+        audited(pairs, &self.quarantine_bucket, &self.seal)
     }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReferenceAuditSettings {
+    pub reference_table: String,
+    pub audit_table: String,
+    pub quarantine_bucket: Bucket,
+    pub seal: SealPolicy,
+}
+
+impl ReferenceAuditSettings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env(get);
+        Ok(ReferenceAuditSettings {
+            reference_table: env.name(vars::REFERENCE_TABLE)?,
+            audit_table: env.name(vars::AUDIT_TABLE)?,
+            quarantine_bucket: Bucket::read(&env)?,
+            seal: SealPolicy::read(&env)?,
+        })
+    }
+
+    pub fn audited(&self) -> Audited {
+        let pairs = vec![
+            (vars::REFERENCE_TABLE, self.reference_table.clone()),
+            (vars::AUDIT_TABLE, self.audit_table.clone()),
+        ];
+        audited(pairs, &self.quarantine_bucket, &self.seal)
+    }
+}
+
+/// The settings that decide what a function does, by variable name (the configuration recorded
+/// in the audit trail; there are no secrets among them).
+type Audited = std::collections::BTreeMap<String, String>;
+
+/// `pairs`, with the bucket and the seal policy every function has, and the code's version.
+fn audited(mut pairs: Vec<(&str, String)>, bucket: &Bucket, seal: &SealPolicy) -> Audited {
+    pairs.extend([
+        (vars::QUARANTINE_BUCKET, bucket.name.clone()),
+        (vars::QUARANTINE_BUCKET_OWNER, bucket.owner.clone()),
+        (vars::SEAL_EVERY_RECORDS, seal.every_records.to_string()),
+        (vars::SEAL_EVERY_MINUTES, seal.every_minutes.to_string()),
+        ("code_version", env!("CARGO_PKG_VERSION").into()),
+    ]);
+    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
 #[cfg(test)]
