@@ -19,9 +19,25 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// Statements Lambda exercises with the role on the function's behalf, never its code: its logs,
-/// its traces, its network interfaces in your subnets, its failed events' delivery.
-const RUNTIME: [&str; 4] = ["Logs", "Tracing", "LedgerNetwork", "Undelivered"];
+/// Statements Lambda exercises with the role on the function's behalf, never its code (its logs,
+/// its traces, its network interfaces in your subnets, its failed events' delivery), each held to
+/// exactly these actions on this resource (`Logs`: the function's own log group).
+const RUNTIME: [(&str, &[&str], &str); 4] = [
+    ("Logs", &["logs:CreateLogStream", "logs:PutLogEvents"], "Logs"),
+    ("Tracing", &["xray:PutTraceSegments", "xray:PutTelemetryRecords"], "*"),
+    (
+        "LedgerNetwork",
+        &[
+            "ec2:CreateNetworkInterface",
+            "ec2:DescribeNetworkInterfaces",
+            "ec2:DeleteNetworkInterface",
+            "ec2:AssignPrivateIpAddresses",
+            "ec2:UnassignPrivateIpAddresses",
+        ],
+        "*",
+    ),
+    ("Undelivered", &["sqs:SendMessage"], "UndeliveredQueue"),
+];
 
 /// What an event-source mapping calls with the function's role, by the type of its source.
 fn mapping_actions(source_type: &str) -> &'static [&'static str] {
@@ -40,6 +56,27 @@ fn refs(v: &Value) -> Vec<String> {
     let mut out = Vec::new();
     references(v, &mut out);
     out
+}
+
+/// What a statement's `Resource` names, each as the logical id (or parameter) with the level an
+/// ARN pattern adds (`EnvelopeTable/index/*`, `QuarantineBucket/*`, `ReferenceTable/stream/*`); a
+/// literal (`*`, an ARN written out) as itself.
+fn targets(resource: &Value) -> Vec<String> {
+    let one = |r: &Value| match r {
+        Value::String(s) => s.clone(),
+        _ => match r.get("Fn::Sub").and_then(Value::as_str) {
+            Some(text) if text.starts_with("${") && text.contains(".Arn}") => {
+                let (id, rest) = text[2..].split_once(".Arn}").unwrap_or_default();
+                format!("{id}{rest}")
+            }
+            Some(text) => text.to_owned(),
+            None => refs(r).into_iter().next().unwrap_or_else(|| r.to_string()),
+        },
+    };
+    match resource {
+        Value::Array(items) => items.iter().map(one).collect(),
+        r => vec![one(r)],
+    }
 }
 
 fn list(v: &Value) -> Vec<String> {
@@ -82,7 +119,13 @@ fn statements(role: &str, d: Option<&Deployment>) -> Vec<&'static Value> {
     own.map(|p| &p["PolicyDocument"])
         .chain(attached.map(|p| &p["PolicyDocument"]))
         .flat_map(|doc| doc["Statement"].as_array().unwrap())
-        .inspect(|st| assert_eq!(st["Effect"], "Allow", "{role}: {st}"))
+        .inspect(|st| {
+            assert_eq!(st["Effect"], "Allow", "{role}: {st}");
+            assert!(
+                st.get("NotAction").is_none() && st.get("NotResource").is_none(),
+                "{role}: {st}"
+            );
+        })
         .collect()
 }
 
@@ -119,12 +162,23 @@ fn granted_to_code(function: &str, ledger: &LedgerSettings) -> BTreeSet<(String,
     let mappings = mapped_sources(function);
     let mut granted = BTreeSet::new();
     for st in statements(&role_of(function), Some(&d)) {
-        if RUNTIME.contains(&st["Sid"].as_str().unwrap_or_default()) {
+        let sid = st["Sid"].as_str().unwrap_or_default();
+        if let Some((_, actions, on)) = RUNTIME.iter().find(|(s, ..)| *s == sid) {
+            let on = match *on {
+                "Logs" => function.replace("Function", "Logs"),
+                other => other.to_owned(),
+            };
+            assert_eq!(
+                (list(&st["Action"]), targets(&st["Resource"])),
+                (actions.iter().map(|a| a.to_string()).collect(), vec![on]),
+                "{function}: {sid}"
+            );
             continue;
         }
-        for on in refs(&st["Resource"]).into_iter().filter(|r| !r.starts_with("AWS::")) {
-            let by_mapping = match mappings.contains(&on) {
-                true => mapping_actions(resources()[&on]["Type"].as_str().unwrap_or_default()),
+        for on in targets(&st["Resource"]) {
+            let source = on.split('/').next().unwrap_or_default();
+            let by_mapping = match mappings.iter().any(|m| m == source) {
+                true => mapping_actions(resources()[source]["Type"].as_str().unwrap_or_default()),
                 false => &[],
             };
             for action in list(&st["Action"])
@@ -153,7 +207,9 @@ const FUNCTIONS: [&str; 4] = [
 fn the_template_limits_what_the_local_stack_cannot_show() {
     let heads = json!([format!("{}*", keys::AUDIT_HEAD_PREFIX)]);
     let grants = |st: &Value, action: &str, on: &str| {
-        list(&st["Action"]).iter().any(|a| a == action) && refs(&st["Resource"]) == [on]
+        let actions = list(&st["Action"]);
+        let covers = |a: &String| a == action || a == "*" || a.strip_suffix('*').is_some_and(|p| action.starts_with(p));
+        actions.iter().any(covers) && targets(&st["Resource"]).iter().any(|t| t == on || t == "*")
     };
     for function in FUNCTIONS {
         let role = role_of(function);
@@ -269,7 +325,15 @@ fn actions_for(operation: &str) -> &'static [&'static str] {
 fn observed(clients: &AwsClients, ids: &BTreeMap<String, String>) -> BTreeSet<(String, String)> {
     let mut seen = BTreeSet::new();
     for (op, name) in clients.requests.targets() {
-        let on = ids.get(&name).cloned().unwrap_or(name);
+        // A table's index as the grant names it (`Id/index/*`), a bucket's object (`Id/*`).
+        let (base, level) = match name.split_once('/') {
+            Some((base, "*")) => (base.to_owned(), "/*".to_owned()),
+            Some((base, _)) => (base.to_owned(), "/index/*".to_owned()),
+            None => (name, String::new()),
+        };
+        let on = ids
+            .get(&base)
+            .map_or(format!("{base}{level}"), |id| format!("{id}{level}"));
         seen.extend(actions_for(&op).iter().map(|a| (a.to_string(), on.clone())));
     }
     seen

@@ -133,15 +133,20 @@ impl Intercept for CountRequests {
     }
 }
 
-/// The resources a request names: an S3 bucket (the path's first segment), or from a JSON body
-/// the tables (`TableName`, `RequestItems`), the queue (`QueueUrl`'s last segment) or the secret.
+/// The resources a request names: an S3 bucket (the path's first segment; `bucket/*` when the
+/// request names an object in it), or from a JSON body the tables (`TableName`, `RequestItems`;
+/// `table/index/NAME` for a query of an index), the queue (`QueueUrl`'s last segment) or the secret.
 fn named_resources(key: &str, request: &aws_smithy_runtime_api::http::Request) -> Vec<String> {
     fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
         match v {
             serde_json::Value::Object(map) => {
                 for (k, v) in map {
                     match (k.as_str(), v) {
-                        ("TableName" | "SecretId", serde_json::Value::String(s)) => out.push(s.clone()),
+                        ("TableName", serde_json::Value::String(s)) => match map.get("IndexName") {
+                            Some(serde_json::Value::String(index)) => out.push(format!("{s}/index/{index}")),
+                            _ => out.push(s.clone()),
+                        },
+                        ("SecretId", serde_json::Value::String(s)) => out.push(s.clone()),
                         ("QueueUrl", serde_json::Value::String(s)) => {
                             out.extend(s.rsplit('/').next().map(str::to_owned))
                         }
@@ -157,8 +162,11 @@ fn named_resources(key: &str, request: &aws_smithy_runtime_api::http::Request) -
     let mut out = Vec::new();
     if key.starts_with("S3:") {
         let path = request.uri().split("://").nth(1).and_then(|rest| rest.split_once('/'));
-        let bucket = path.map(|(_, p)| p.split(['/', '?']).next().unwrap_or_default());
-        out.extend(bucket.filter(|b| !b.is_empty()).map(str::to_owned));
+        let path = path.map_or("", |(_, p)| p.split('?').next().unwrap_or_default());
+        match path.split_once('/') {
+            Some((bucket, key)) if !key.is_empty() => out.push(format!("{bucket}/*")),
+            _ => out.extend((!path.is_empty()).then(|| path.trim_end_matches('/').to_owned())),
+        }
     } else if let Some(body) = request.body().bytes()
         && let Ok(json) = serde_json::from_slice::<serde_json::Value>(body)
     {
