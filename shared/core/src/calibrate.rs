@@ -14,6 +14,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::decisions::RetryPolicy;
+use crate::decisions::retry::MAX_VISIBILITY_SECS;
 use crate::domain::envelope::envelope_id;
 use crate::domain::{DlqEnvelope, RootCause};
 use crate::ports::{Ledger, LedgerReader, LedgerScope, StoreResult, each_page};
@@ -191,11 +192,7 @@ pub async fn calibrate<L: Ledger>(
         let outlasted = recovered_later * 2 > exhausted;
         let from_exhaustion = if outlasted { current.max_attempts + 1 } else { 0 };
         // Never fewer than now when the trouble outlasted the budget.
-        let most = if outlasted {
-            MAX_ATTEMPTS.max(current.max_attempts + 1)
-        } else {
-            MAX_ATTEMPTS
-        };
+        let most = MAX_ATTEMPTS.max(from_exhaustion);
         recommended.max_attempts = from_knee.max(from_exhaustion).clamp(MIN_ATTEMPTS, most);
         if outlasted {
             // The trouble outlasted the backoff window: span at least twice as long, with more
@@ -204,13 +201,8 @@ pub async fn calibrate<L: Ledger>(
             while window_secs(&recommended) < wanted && recommended.max_attempts < most {
                 recommended.max_attempts += 1;
             }
-            while window_secs(&recommended) < wanted
-                && recommended.backoff_cap_secs < crate::decisions::retry::MAX_VISIBILITY_SECS
-            {
-                recommended.backoff_cap_secs = recommended
-                    .backoff_cap_secs
-                    .saturating_mul(2)
-                    .min(crate::decisions::retry::MAX_VISIBILITY_SECS);
+            while window_secs(&recommended) < wanted && recommended.backoff_cap_secs < MAX_VISIBILITY_SECS {
+                recommended.backoff_cap_secs = recommended.backoff_cap_secs.saturating_mul(2).min(MAX_VISIBILITY_SECS);
             }
             notes.push(format!(
                 "{recovered_later} of {exhausted} exhausted messages posted once replayed: the trouble outlasted the {} s the budget spans",

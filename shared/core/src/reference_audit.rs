@@ -41,9 +41,8 @@ impl<A: AuditLog> ReferenceAuditor<A> {
 
     /// The audit record of one stream record.
     pub fn describe(&self, r: &EventRecord) -> AuditRecord {
-        let keys_ = &r.change.keys;
-        let pk = text(keys_.get(keys::REFERENCE_PK));
-        let sk = text(keys_.get(keys::REFERENCE_SK));
+        let pk = text(r.change.keys.get(keys::REFERENCE_PK));
+        let sk = text(r.change.keys.get(keys::REFERENCE_SK));
         let (what, field) = if pk == keys::REFERENCE_CURRENCY_PK {
             (format!("currency {sk}"), "minor_units")
         } else if let Some(entity) = pk.strip_prefix(keys::REFERENCE_PERIOD_PK_PREFIX) {

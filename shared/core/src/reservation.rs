@@ -116,16 +116,11 @@ struct Held {
 impl<G: ExternalLedger, D: DedupTable> ReservingLedger<G, D> {
     /// Reserve `source_hash` for `owner`: the reservation, or what the table already holds.
     async fn reserve(&self, source_hash: &str, owner: String) -> StoreResult<Result<Held, CommitOutcome>> {
-        let now: DateTime<Utc> = self.clock.now();
+        let now = self.clock.now();
+        let (lease_until, expires_at) = (now + self.settings.lease, now + self.settings.ttl);
         match self
             .dedup
-            .reserve(
-                source_hash,
-                &owner,
-                now,
-                now + self.settings.lease,
-                now + self.settings.ttl,
-            )
+            .reserve(source_hash, &owner, now, lease_until, expires_at)
             .await?
         {
             ReserveOutcome::AlreadyCommitted(r) => Ok(Err(CommitOutcome::AlreadyCommitted(r))),

@@ -22,7 +22,6 @@ pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(300);
 /// The reference-audit Lambda's timeout (a batch of stream records, one append each).
 pub const REFERENCE_AUDIT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Key attributes of the tables.
 pub mod keys {
     /// Ledger (reference DynamoDB ledger): one item per committed `source_hash`.
     pub const LEDGER_PK: &str = "source_hash";
@@ -144,7 +143,16 @@ impl ResourceNames {
         }
     }
 
-    /// The Object Lock bucket, with the account that owns it.
+    pub fn table(&self, kind: TableKind) -> &str {
+        match kind {
+            TableKind::Ledger => &self.ledger_table,
+            TableKind::Envelopes => &self.envelope_table,
+            TableKind::Reference => &self.reference_table,
+            TableKind::Audit => &self.audit_table,
+            TableKind::Dedup => &self.dedup_table,
+        }
+    }
+
     pub fn bucket(&self) -> Bucket {
         Bucket {
             name: self.quarantine_bucket.clone(),
@@ -163,7 +171,6 @@ impl ResourceNames {
         self
     }
 
-    /// Whether the deployment's queues are FIFO queues.
     pub fn fifo(&self) -> bool {
         self.main_queue.ends_with(FIFO_SUFFIX)
     }
@@ -172,7 +179,6 @@ impl ResourceNames {
 /// The local stack's Object Lock retention, days (a deployment's is the template's `WormRetentionDays`).
 pub const LOCAL_WORM_RETENTION_DAYS: i32 = 1;
 
-/// The tables of a deployment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TableKind {
     Ledger,
@@ -232,7 +238,6 @@ fn shard_key(period: &str, n: u32) -> String {
     format!("{period}#{n:x}")
 }
 
-/// Indexes of the tables.
 pub mod indexes {
     use super::{IndexSpec, keys};
     /// The reference ledger's postings by period, sharded ([`keys::LEDGER_PERIOD_SHARD`]):
@@ -310,18 +315,6 @@ pub const DEFAULT_BATCH_CONCURRENCY: usize = 10;
 
 /// Default high-water mark of PENDING envelopes that raises `DLQ_OVERFLOW`.
 pub const DEFAULT_OVERFLOW_HIGH_WATER: i64 = 1000;
-
-impl ResourceNames {
-    pub fn table(&self, kind: TableKind) -> &str {
-        match kind {
-            TableKind::Ledger => &self.ledger_table,
-            TableKind::Envelopes => &self.envelope_table,
-            TableKind::Reference => &self.reference_table,
-            TableKind::Audit => &self.audit_table,
-            TableKind::Dedup => &self.dedup_table,
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -246,7 +246,7 @@ impl ConsumerSettings {
             backoff_cap_secs: env.whole(vars::BACKOFF_CAP_SECS, d.backoff_cap_secs)?,
         };
         // The one rule between two variables: the cap is not below the base.
-        if retry.validate().is_err() {
+        if retry.backoff_cap_secs < retry.backoff_base_secs {
             return Err(ConfigError::Invalid {
                 var: vars::BACKOFF_CAP_SECS,
                 value: retry.backoff_cap_secs.to_string(),

@@ -4,34 +4,23 @@ use super::vars;
 use crate::decisions::retry::MAX_VISIBILITY_SECS;
 use crate::resources;
 
-/// What a variable may hold.
+/// What a variable may hold ([`Rule::allowed`] says it in words).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rule {
     /// A whole number from `min` to `max` (inclusive), counted in `unit`.
     Whole { min: u64, max: u64, unit: &'static str },
-    /// An SQS queue URL (`https://…/<account>/<queue name>`).
     QueueUrl,
-    /// A DynamoDB table name: 3-255 of `A-Z a-z 0-9 _ . -`.
     TableName,
-    /// An S3 bucket name: 3-63 of `a-z 0-9 . -`, starting and ending with a letter or digit.
     BucketName,
-    /// An AWS account id: 12 digits.
     AccountId,
-    /// An EventBridge Scheduler schedule name: 1-64 of `A-Z a-z 0-9 _ . -`.
     ScheduleName,
     /// A deployment prefix: what the template's `StackPrefix` allows.
     Prefix,
-    /// A CloudWatch namespace: 1-255 of `A-Z a-z 0-9 . - _ / # :`, not starting with `AWS/`.
     Namespace,
-    /// One of these words.
     OneOf(&'static [&'static str]),
-    /// A PostgreSQL URL with a user, a host and a database, and no password.
     PostgresUrl,
-    /// A Secrets Manager secret's ARN.
     SecretArn,
-    /// An `https://` URL (`http://` only to a loopback address).
     HttpUrl,
-    /// An escalation chain: `HOURSh:NAME` stages in increasing age, comma-separated.
     Escalation,
 }
 
@@ -224,7 +213,6 @@ impl Rule {
             && options_listed
     }
 
-    /// An SQS queue name: 1-80 of `A-Z a-z 0-9 _ -`, `.fifo` allowed at the end.
     fn queue_name(name: &str) -> bool {
         let base = name.strip_suffix(".fifo").unwrap_or(name);
         (1..=80).contains(&name.len())
@@ -234,7 +222,6 @@ impl Rule {
     }
 }
 
-/// One configuration variable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Variable {
     pub name: &'static str,

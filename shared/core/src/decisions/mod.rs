@@ -4,5 +4,5 @@ pub mod escalation;
 pub mod retry;
 pub mod triage;
 
-pub use retry::{DEFAULT_MAX_ATTEMPTS, FailureDecision, PolicyError, RetryPolicy, decide_failure};
+pub use retry::{DEFAULT_MAX_ATTEMPTS, FailureDecision, RetryPolicy, decide_failure};
 pub use triage::{TriageGroup, triage};

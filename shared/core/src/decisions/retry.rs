@@ -34,33 +34,7 @@ impl Default for RetryPolicy {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PolicyError {
-    #[error("max attempts must be between 1 and 1000, got {0}")]
-    MaxAttempts(u32),
-    #[error("backoff base must be at least 1 second, got {0}")]
-    Base(u32),
-    #[error("backoff cap must be between the base ({base}) and {MAX_VISIBILITY_SECS} s (SQS's limit), got {cap}")]
-    Cap { base: u32, cap: u32 },
-}
-
 impl RetryPolicy {
-    pub fn validate(&self) -> Result<(), PolicyError> {
-        if !(1..=1000).contains(&self.max_attempts) {
-            return Err(PolicyError::MaxAttempts(self.max_attempts));
-        }
-        if self.backoff_base_secs == 0 {
-            return Err(PolicyError::Base(0));
-        }
-        if self.backoff_cap_secs < self.backoff_base_secs || self.backoff_cap_secs > MAX_VISIBILITY_SECS {
-            return Err(PolicyError::Cap {
-                base: self.backoff_base_secs,
-                cap: self.backoff_cap_secs,
-            });
-        }
-        Ok(())
-    }
-
     /// Seconds to hide a message after its `attempt`-th receive failed transiently:
     /// `min(cap, base * 2^(attempt-1) + jitter)`, jitter in `[0, base)`, so that successive delays
     /// strictly grow until the cap. The jitter is derived
@@ -204,42 +178,5 @@ mod tests {
             }
             other => panic!("expected dead letter, got {other:?}"),
         }
-    }
-
-    #[test]
-    fn policy_validation() {
-        assert!(policy().validate().is_ok());
-        assert!(
-            RetryPolicy {
-                max_attempts: 0,
-                ..policy()
-            }
-            .validate()
-            .is_err()
-        );
-        assert!(
-            RetryPolicy {
-                backoff_base_secs: 0,
-                ..policy()
-            }
-            .validate()
-            .is_err()
-        );
-        assert!(
-            RetryPolicy {
-                backoff_cap_secs: 1,
-                ..policy()
-            }
-            .validate()
-            .is_err()
-        );
-        assert!(
-            RetryPolicy {
-                backoff_cap_secs: 50_000,
-                ..policy()
-            }
-            .validate()
-            .is_err()
-        );
     }
 }
