@@ -67,7 +67,6 @@ named! {
     }
 }
 
-/// A decision on a request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decision {
     pub by: Identity,
@@ -136,7 +135,6 @@ pub struct ApprovalRequest {
     pub execution: Option<Execution>,
 }
 
-/// What a new request is made of.
 pub struct NewRequest {
     pub action: Action,
     pub selector: String,
@@ -267,12 +265,7 @@ impl ApprovalRequest {
         self.pending(now)?;
         self.another_person(by, "approval")?;
         self.check_digest()?;
-        self.decision = Some(Decision {
-            by: by.clone(),
-            at: now,
-            reason: reason.to_owned(),
-        });
-        self.step(RequestStatus::Approved);
+        self.decide(by, reason, now, RequestStatus::Approved);
         Ok(())
     }
 
@@ -295,13 +288,14 @@ impl ApprovalRequest {
         if reason.trim().is_empty() {
             return Err(Refused("a rejection must say why (--reason)".into()));
         }
-        self.decision = Some(Decision {
-            by: by.clone(),
-            at: now,
-            reason: reason.to_owned(),
-        });
-        self.step(RequestStatus::Rejected);
+        self.decide(by, reason, now, RequestStatus::Rejected);
         Ok(())
+    }
+
+    fn decide(&mut self, by: &Identity, reason: &str, at: DateTime<Utc>, to: RequestStatus) {
+        let (by, reason) = (by.clone(), reason.to_owned());
+        self.decision = Some(Decision { by, at, reason });
+        self.step(to);
     }
 
     /// Start executing: approved, or paused and resumed by a person other than the requester

@@ -292,7 +292,6 @@ pub fn link(record: AuditRecord, chain: &str, head_seq: u64, head_hash: &str) ->
     }
 }
 
-/// The head of a chain: its last sequence number and hash.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChainHead {
     pub chain: String,
@@ -300,7 +299,6 @@ pub struct ChainHead {
     pub hash: String,
 }
 
-/// Where and how a chain is broken.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("chain {chain}, record {seq}{}: {problem}", audit_id.as_deref().map(|a| format!(" ({a})")).unwrap_or_default())]
 pub struct ChainBreak {
@@ -311,7 +309,7 @@ pub struct ChainBreak {
 }
 
 mod verifier;
-pub use verifier::{ChainVerifier, RecordLink, verify_chain, verify_chain_from};
+pub use verifier::{ChainVerifier, RecordLink, verify_chain};
 
 /// The first twelve characters of a stored hash, for messages. Stored hashes are read back from
 /// stores anyone with write access can edit: cut on characters, never on bytes.
@@ -325,6 +323,20 @@ pub fn short_hash(hash: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`verify_chain`] from record `from_seq` on ([`ChainVerifier::new`]).
+    fn verify_chain_from(
+        chain: &str,
+        records: &[ChainedRecord],
+        from_seq: u64,
+        head: Option<&ChainHead>,
+    ) -> Result<u64, ChainBreak> {
+        let mut verifier = ChainVerifier::new(chain, from_seq);
+        for r in records {
+            verifier.push(r);
+        }
+        verifier.finish(head)
+    }
 
     fn rec(n: u32) -> AuditRecord {
         AuditRecord {

@@ -41,7 +41,6 @@ pub const INVISIBLE: &[(char, char)] = &[
     ('\u{FFF9}', '\u{FFFB}'), // interlinear annotation
 ];
 
-/// The first invisible character in `s`, if any.
 pub fn invisible(s: &str) -> Option<char> {
     if s.is_ascii() {
         return None;

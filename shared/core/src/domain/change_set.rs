@@ -62,7 +62,6 @@ impl Change {
     }
 }
 
-/// The envelopes one remediation would change.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangeSet {
     pub changes: Vec<Change>,

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::collections::BTreeSet;
 
 use super::hash::sha256_hex;
 use super::message::{content_hash, decode};
@@ -32,7 +33,6 @@ pub const MAX_EDITED_BODY_BYTES: usize = 64 * 1024;
 /// never takes such a claim over (the request's own resumption does).
 pub const EDIT_CLAIM_PREFIX: &str = "edit_";
 
-/// The claim's replay id for the edit of request `request_id`.
 pub fn edit_claim(request_id: &str) -> String {
     format!("{EDIT_CLAIM_PREFIX}{request_id}")
 }
@@ -126,6 +126,13 @@ pub enum Proposal {
     Body(String),
 }
 
+fn not_editable(field: &str) -> Refused {
+    Refused(format!(
+        "`{field}` cannot be edited; the fields an edit may change: {}",
+        EDITABLE.join(", ")
+    ))
+}
+
 fn object(body: &str, what: &str) -> Result<Map<String, Value>, Refused> {
     match serde_json::from_str::<Value>(body.strip_prefix('\u{feff}').unwrap_or(body)) {
         Ok(Value::Object(m)) => Ok(m),
@@ -159,10 +166,7 @@ pub fn propose(
             let mut m = before.clone();
             for (field, value) in pairs {
                 if !EDITABLE.contains(&field.as_str()) {
-                    return Err(Refused(format!(
-                        "`{field}` cannot be edited; the fields an edit may change: {}",
-                        EDITABLE.join(", ")
-                    )));
+                    return Err(not_editable(field));
                 }
                 m.insert(field.clone(), Value::String(value.clone()));
             }
@@ -198,9 +202,7 @@ pub fn propose(
         )));
     }
     decode(&body).map_err(|e| Refused(format!("the edited body would not decode: {e}")))?;
-    let mut fields: Vec<&String> = before.keys().chain(after.keys()).collect();
-    fields.sort();
-    fields.dedup();
+    let fields: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
     let diff: Vec<FieldDiff> = fields
         .into_iter()
         .filter(|f| before.get(*f) != after.get(*f))
@@ -214,11 +216,7 @@ pub fn propose(
         .iter()
         .find(|d| d.field != "source_hash" && !EDITABLE.contains(&d.field.as_str()))
     {
-        return Err(Refused(format!(
-            "`{}` cannot be edited; the fields an edit may change: {}",
-            d.field,
-            EDITABLE.join(", ")
-        )));
+        return Err(not_editable(&d.field));
     }
     if diff.iter().all(|d| d.field == "source_hash") {
         return Err(Refused(

@@ -175,7 +175,7 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
                 match unknown_code {
                     Some(c) => format!(
                         "unknown failure code `{}` (read as POISON_MESSAGE); {detail}",
-                        crate::domain::failure::bounded_detail(c)
+                        bounded_detail(c)
                     ),
                     None => detail,
                 }

@@ -123,10 +123,7 @@ impl fmt::Display for RootCause {
 impl FromStr for RootCause {
     type Err = UnknownName;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (name, detail) = match s.split_once(':') {
-            Some((n, d)) => (n, Some(d)),
-            None => (s, None),
-        };
+        let (name, detail) = s.split_once(':').map_or((s, None), |(n, d)| (n, Some(d)));
         let unknown = || UnknownName(s.to_owned());
         Ok(match (name, detail) {
             ("NOT_JSON", None) => RootCause::NotJson,

@@ -18,10 +18,7 @@ pub fn parse_amount(s: &str) -> Result<Decimal, ProcessError> {
         )
     };
     let digits = s.strip_prefix('-').unwrap_or(s);
-    let (int, frac) = match digits.split_once('.') {
-        Some((i, f)) => (i, Some(f)),
-        None => (digits, None),
-    };
+    let (int, frac) = digits.split_once('.').map_or((digits, None), |(i, f)| (i, Some(f)));
     let plain = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
     if !plain(int) || !frac.is_none_or(plain) {
         return Err(invalid("is not a plain decimal number"));

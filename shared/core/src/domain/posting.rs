@@ -131,7 +131,6 @@ impl From<&Posting> for CommittedRef {
     }
 }
 
-/// What a commit attempt did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CommitOutcome {
     /// This call wrote the posting.

@@ -92,7 +92,6 @@ pub enum IllegalTransition {
     Initial(EnvelopeStatus),
 }
 
-/// Is `from -> to` in [`TRANSITIONS`]?
 pub fn check_transition(from: EnvelopeStatus, to: EnvelopeStatus) -> Result<(), IllegalTransition> {
     if TRANSITIONS.contains(&(from, to)) {
         Ok(())
@@ -113,7 +112,6 @@ pub fn check_renewal(to: EnvelopeStatus) -> Result<(), IllegalTransition> {
     }
 }
 
-/// May an envelope be created in `status`?
 pub fn check_initial(status: EnvelopeStatus) -> Result<(), IllegalTransition> {
     if INITIAL.contains(&status) {
         Ok(())

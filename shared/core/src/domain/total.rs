@@ -12,7 +12,6 @@ use std::str::FromStr;
 
 use super::money::parse_amount;
 
-/// A sum too large to be kept exactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("the total exceeds what 128 bits hold (about 1.7·10^38 units of its finest scale)")]
 pub struct TotalOverflow;
@@ -122,10 +121,7 @@ impl fmt::Display for Total {
 impl FromStr for Total {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (negative, body) = match s.strip_prefix('-') {
-            Some(rest) => (true, rest),
-            None => (false, s),
-        };
+        let (negative, body) = (s.starts_with('-'), s.strip_prefix('-').unwrap_or(s));
         let (int, frac) = body.split_once('.').unwrap_or((body, ""));
         let ok = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
         if int.is_empty() || !ok(int) || !ok(frac) {

@@ -6,30 +6,16 @@ use super::{ChainBreak, ChainHead, ChainedRecord, GENESIS, record_hash, short_ha
 /// Verify one chain (records in `seq` order) against its head: every link, every hash, no gap.
 /// Returns the chain's length.
 pub fn verify_chain(chain: &str, records: &[ChainedRecord], head: Option<&ChainHead>) -> Result<u64, ChainBreak> {
-    verify_chain_from(chain, records, 1, head)
-}
-
-/// Verify one chain from record `from_seq` on (records in `seq` order, the first at `from_seq`)
-/// against its head: every hash, every link after the first, no gap. From 0 or 1 this is
-/// [`verify_chain`]; from a later record that record's own `prev_hash` is not checked (the record
-/// before it is not read): the caller checks its hash against the one a seal fixed. Returns the
-/// chain's length.
-pub fn verify_chain_from(
-    chain: &str,
-    records: &[ChainedRecord],
-    from_seq: u64,
-    head: Option<&ChainHead>,
-) -> Result<u64, ChainBreak> {
-    let mut verifier = ChainVerifier::new(chain, from_seq);
+    let mut verifier = ChainVerifier::new(chain, 1);
     for r in records {
         verifier.push(r);
     }
     verifier.finish(head)
 }
 
-/// [`verify_chain_from`] a record at a time, for a chain read in pages: it remembers the position
-/// and hash it expects next and the first break, never the records, so its memory does not grow
-/// with the chain.
+/// [`verify_chain`] a record at a time, for a chain read in pages: it remembers the position and
+/// hash it expects next and the first break, never the records, so its memory does not grow with
+/// the chain.
 #[derive(Clone, Debug)]
 pub struct ChainVerifier {
     chain: String,
@@ -81,6 +67,8 @@ struct Link<'a> {
 
 impl ChainVerifier {
     /// Verify `chain` from record `from_seq` on (0 or 1: from its first record, linked to genesis).
+    /// From a later record that record's own `prev_hash` is not checked (the record before it is
+    /// not read): the caller checks its hash against the one a seal fixed.
     pub fn new(chain: &str, from_seq: u64) -> Self {
         let from_seq = from_seq.max(1);
         ChainVerifier {
