@@ -166,11 +166,7 @@ pub async fn calibrate<L: Ledger>(
     let exhausted: u64 = kinds.values().map(|k| k.exhausted).sum();
     let recovered_later: u64 = kinds.values().map(|k| k.recovered_later).sum();
     let first_try = by_attempt.get(&1).copied().unwrap_or(0);
-    let recovered: BTreeMap<u32, u64> = by_attempt
-        .iter()
-        .filter(|(n, _)| **n >= 2)
-        .map(|(n, c)| (*n, *c))
-        .collect();
+    let recovered: BTreeMap<u32, u64> = by_attempt.range(2..).map(|(n, c)| (*n, *c)).collect();
     let failing = recovered.values().sum::<u64>() + exhausted;
     let curve = recovered
         .iter()

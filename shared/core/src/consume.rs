@@ -25,8 +25,8 @@ use std::time::Duration;
 use crate::batch::{BatchHandler, BatchReport, Outcome};
 use crate::decisions::{FailureDecision, RetryPolicy, decide_failure};
 use crate::domain::{
-    AuditKind, AuditRecord, CommitOutcome, DeadLetter, DeadLetterContext, FailureCode, MessageLabels, Posting,
-    ProcessError, RootCause, TransientKind, attrs, bounded_detail, labels, sqs, validate,
+    AuditKind, AuditRecord, CommitOutcome, DeadLetter, DeadLetterContext, FailureCode, Posting, ProcessError,
+    RootCause, TransientKind, attrs, bounded_detail, labels, sqs, validate,
 };
 use crate::ports::{AuditLog, Clock, DeadLetterQueue, Deadline, Ledger, ReferenceData, WorkQueue};
 
@@ -152,12 +152,12 @@ where
         }
 
         // Every message is in exactly one group: sorted by index, one disposition each.
-        let results: Vec<Vec<(usize, Disposition)>> = futures::stream::iter(groups)
+        let mut dispositions: Vec<(usize, Disposition)> = futures::stream::iter(groups)
             .map(|group| self.handle_group(event, group, deadline))
             .buffer_unordered(self.config.concurrency.max(1))
+            .flat_map(futures::stream::iter)
             .collect()
             .await;
-        let mut dispositions: Vec<(usize, Disposition)> = results.into_iter().flatten().collect();
         dispositions.sort_by_key(|(i, _)| *i);
         BatchReport::new(event, dispositions.into_iter().map(|(_, d)| d).collect())
     }
@@ -173,14 +173,12 @@ where
         for i in group {
             let d = if blocked {
                 Disposition::Deferred(DeferReason::GroupBlocked)
-            } else if self.out_of_time(deadline) {
+            } else if deadline.is_some_and(|d| d.within(&*self.clock, self.config.deadline_margin)) {
                 Disposition::Deferred(DeferReason::Deadline)
             } else {
                 self.handle_message(&event.records[i]).await
             };
-            if !d.acknowledged() {
-                blocked = true;
-            }
+            blocked |= !d.acknowledged();
             if let Disposition::Deferred(_) = d {
                 let left_ms = deadline.map_or(-1, |dl| {
                     i64::try_from(dl.remaining(&*self.clock).as_millis()).unwrap_or(i64::MAX)
@@ -195,10 +193,6 @@ where
             out.push((i, d));
         }
         out
-    }
-
-    fn out_of_time(&self, deadline: Option<Deadline>) -> bool {
-        deadline.is_some_and(|d| d.within(&*self.clock, self.config.deadline_margin))
     }
 
     /// Decide one message and carry the decision out.
@@ -335,7 +329,7 @@ where
     ) -> Disposition {
         let sqs_id = m.message_id.as_deref().unwrap_or("");
         let body = m.body.clone().unwrap_or_default();
-        let l: MessageLabels = labels(&body);
+        let l = labels(&body);
         let now = self.clock.now();
         let letter = DeadLetter {
             body,

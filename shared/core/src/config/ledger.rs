@@ -1,7 +1,7 @@
 //! Which ledger the consumer commits to and the replay's gate 2 asks (`DLQ_LEDGER`), and where
 //! it is.
 
-use super::{ConfigError, Env, variable, vars};
+use super::{ConfigError, Env, required, vars};
 
 /// Where the consumer commits and the replay's gate 2 asks: one ledger for both (`DLQ_LEDGER`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,14 +83,4 @@ impl LedgerSettings {
         }
         pairs
     }
-}
-
-/// A variable the chosen ledger needs, or the error naming it.
-fn required(value: Option<String>, var: &'static str) -> Result<String, ConfigError> {
-    let spec = variable(var).ok_or(ConfigError::Undocumented(var))?;
-    value.ok_or_else(|| ConfigError::Missing {
-        var,
-        meaning: spec.meaning,
-        allowed: spec.rule.allowed(),
-    })
 }

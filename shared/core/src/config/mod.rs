@@ -111,6 +111,16 @@ impl ConfigError {
     }
 }
 
+/// `value` of `var`, or the error saying it is missing.
+fn required(value: Option<String>, var: &'static str) -> Result<String, ConfigError> {
+    let spec = variable(var).ok_or(ConfigError::Undocumented(var))?;
+    value.ok_or_else(|| ConfigError::Missing {
+        var,
+        meaning: spec.meaning,
+        allowed: spec.rule.allowed(),
+    })
+}
+
 /// A settings lookup (the process environment, or a test's map) read through [`VARIABLES`].
 struct Env<G>(G);
 
@@ -127,13 +137,7 @@ impl<G: Fn(&str) -> Option<String>> Env<G> {
     /// A required name, checked against its rule.
     fn name(&self, var: &'static str) -> Result<String, ConfigError> {
         let spec = Self::spec(var)?;
-        let Some(value) = self.raw(var).or_else(|| spec.default.map(str::to_owned)) else {
-            return Err(ConfigError::Missing {
-                var,
-                meaning: spec.meaning,
-                allowed: spec.rule.allowed(),
-            });
-        };
+        let value = required(self.raw(var).or_else(|| spec.default.map(str::to_owned)), var)?;
         if spec.rule.admits(&value) {
             Ok(value)
         } else {

@@ -8,7 +8,11 @@ use crate::resources;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rule {
     /// A whole number from `min` to `max` (inclusive), counted in `unit`.
-    Whole { min: u64, max: u64, unit: &'static str },
+    Whole {
+        min: u64,
+        max: u64,
+        unit: &'static str,
+    },
     QueueUrl,
     TableName,
     BucketName,

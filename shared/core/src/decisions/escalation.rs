@@ -87,12 +87,10 @@ impl FromStr for EscalationChain {
 
 impl fmt::Display for EscalationChain {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let parts: Vec<String> = self
-            .stages
-            .iter()
-            .map(|s| format!("{}h:{}", s.after_hours, s.name))
-            .collect();
-        f.write_str(&parts.join(","))
+        for (i, s) in self.stages.iter().enumerate() {
+            write!(f, "{}{}h:{}", if i == 0 { "" } else { "," }, s.after_hours, s.name)?;
+        }
+        Ok(())
     }
 }
 

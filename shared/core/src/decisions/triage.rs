@@ -49,14 +49,9 @@ pub fn triage<'a>(envelopes: impl IntoIterator<Item = &'a DlqEnvelope>) -> Vec<T
             g.sample_ids.push(e.envelope_id.clone());
         }
     }
+    // In code and cause order from the map; a stable sort keeps it among groups of one size.
     let mut out: Vec<TriageGroup> = groups.into_values().collect();
-    out.sort_by(|a, b| {
-        b.tally
-            .count
-            .cmp(&a.tally.count)
-            .then(a.failure_code.cmp(&b.failure_code))
-            .then(a.root_cause.cmp(&b.root_cause))
-    });
+    out.sort_by_key(|g| std::cmp::Reverse(g.tally.count));
     out
 }
 
