@@ -113,7 +113,6 @@ impl Outcome for Disposition {
     }
 }
 
-/// The consumer, generic over its ports.
 pub struct Consumer<L, Q, D, R, A> {
     pub ledger: L,
     pub queue: Q,

@@ -254,12 +254,6 @@ pub mod indexes {
         partition_key: keys::ENVELOPE_STATUS,
         sort_key: keys::ENVELOPE_AGE,
     };
-    /// By failure code, then root cause: bulk triage of one cause.
-    pub const BY_FAILURE_CAUSE: IndexSpec = IndexSpec {
-        name: "by_failure_cause",
-        partition_key: keys::ENVELOPE_CODE,
-        sort_key: keys::ENVELOPE_CAUSE,
-    };
     /// Audit records of one chain in order (verification).
     pub const AUDIT_BY_CHAIN: IndexSpec = IndexSpec {
         name: "by_chain",
@@ -286,12 +280,6 @@ pub mod indexes {
         name: "by_period",
         partition_key: keys::EXCEPTION_PERIOD_SHARD,
         sort_key: keys::AUDIT_PK,
-    };
-    /// By ledger entity, oldest first: per-entity order for replay.
-    pub const BY_ENTITY: IndexSpec = IndexSpec {
-        name: "by_entity",
-        partition_key: keys::ENVELOPE_ENTITY,
-        sort_key: keys::ENVELOPE_AGE,
     };
 }
 

@@ -145,10 +145,9 @@ impl Rule {
             }
             Rule::OneOf(words) => words.contains(&value),
             Rule::HttpUrl => {
-                let (secure, rest) = match (value.strip_prefix("https://"), value.strip_prefix("http://")) {
-                    (Some(r), _) => (true, r),
-                    (None, Some(r)) => (false, r),
-                    (None, None) => return false,
+                let secure = value.starts_with("https://");
+                let Some(rest) = value.strip_prefix("https://").or_else(|| value.strip_prefix("http://")) else {
+                    return false;
                 };
                 let host = rest.split('/').next().unwrap_or_default();
                 let name = host.rsplit_once(':').map_or(host, |(h, _)| h);

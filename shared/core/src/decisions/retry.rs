@@ -37,9 +37,8 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// Seconds to hide a message after its `attempt`-th receive failed transiently:
     /// `min(cap, base * 2^(attempt-1) + jitter)`, jitter in `[0, base)`, so that successive delays
-    /// strictly grow until the cap. The jitter is derived
-    /// from `seed` (the SQS message id) so that the schedule is reproducible per message while
-    /// messages that failed together spread out.
+    /// strictly grow until the cap. The jitter is derived from `seed` (the SQS message id) so that
+    /// the schedule is reproducible per message while messages that failed together spread out.
     pub fn delay_secs(&self, attempt: u32, seed: &str) -> u32 {
         let exp = attempt.saturating_sub(1).min(31);
         let backoff = u64::from(self.backoff_base_secs).saturating_mul(1u64 << exp);
