@@ -163,6 +163,7 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
     let code = raw_code.map(|c| c.parse::<FailureCode>().unwrap_or(FailureCode::PoisonMessage));
     let context: Option<DeadLetterContext> =
         sqs::string_attr(m, attrs::CONTEXT).and_then(|c| serde_json::from_str(c).ok());
+    let ctx = context.as_ref();
     let (failure_code, root_cause, attempt_count, error_detail, dead_lettered_at, dead_lettered_by) = match code {
         Some(code) => (
             code,
@@ -171,7 +172,7 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
                 .and_then(|a| a.parse().ok())
                 .unwrap_or(receive_count),
             {
-                let detail = context.as_ref().map(|c| c.error_detail.clone()).unwrap_or_default();
+                let detail = ctx.map(|c| c.error_detail.clone()).unwrap_or_default();
                 match unknown_code {
                     Some(c) => format!(
                         "unknown failure code `{}` (read as POISON_MESSAGE); {detail}",
@@ -180,10 +181,8 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
                     None => detail,
                 }
             },
-            context.as_ref().map_or(now, |c| c.dead_lettered_at),
-            context
-                .as_ref()
-                .map_or_else(|| "consumer".to_owned(), |c| c.actor.clone()),
+            ctx.map_or(now, |c| c.dead_lettered_at),
+            ctx.map_or_else(|| "consumer".to_owned(), |c| c.actor.clone()),
         ),
         None => (
             FailureCode::PoisonMessage,
@@ -202,13 +201,8 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
     };
     // The message id on the main queue: kept in the context, or the same id (SQS keeps the
     // message id when the redrive policy moves a message).
-    let source_message_id = context
-        .as_ref()
-        .map_or_else(|| dlq_message_id.clone(), |c| c.source_message_id.clone());
-    let original_attributes = match &context {
-        Some(c) => c.original_attributes.clone(),
-        None => sqs::original_attributes(m),
-    };
+    let source_message_id = ctx.map_or_else(|| dlq_message_id.clone(), |c| c.source_message_id.clone());
+    let original_attributes = ctx.map_or_else(|| sqs::original_attributes(m), |c| c.original_attributes.clone());
 
     let replay_generation = original_attributes
         .get(attrs::REPLAY_GENERATION)
@@ -243,7 +237,7 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
         error_detail: bounded_detail(&error_detail).to_owned(),
         source_hash,
         source_hash_kind,
-        trace_id: context.as_ref().and_then(|c| c.trace_id.clone()).or(l.trace_id),
+        trace_id: ctx.and_then(|c| c.trace_id.clone()).or(l.trace_id),
         message_id: l.message_id,
         ledger_entity: l.ledger_entity,
         amount: l.amount,
@@ -262,22 +256,18 @@ pub fn envelope_from_dlq_message(m: &SqsMessage, now: DateTime<Utc>, actor: &str
             body_sha256,
             attributes: original_attributes,
             source_message_id,
-            source_queue_arn: context
-                .as_ref()
+            source_queue_arn: ctx
                 .and_then(|c| c.source_queue_arn.clone())
                 .or_else(|| m.attributes.get("DeadLetterQueueSourceArn").cloned()),
-            sent_at: context
-                .as_ref()
+            sent_at: ctx
                 .and_then(|c| c.sent_at)
                 .or_else(|| sqs::epoch_millis_attr(m, "SentTimestamp")),
             // A bare redrive keeps its group on a FIFO dead-letter queue.
-            message_group_id: context
-                .as_ref()
+            message_group_id: ctx
                 .and_then(|c| c.message_group_id.clone())
                 .or_else(|| m.attributes.get("MessageGroupId").cloned()),
             // The consumer's context names the original's; a bare redrive keeps its own.
-            aws_trace_header: context
-                .as_ref()
+            aws_trace_header: ctx
                 .and_then(|c| c.aws_trace_header.clone())
                 .or_else(|| m.attributes.get(sqs::AWS_TRACE_HEADER).cloned()),
         },
