@@ -55,17 +55,13 @@ pub struct Deadline {
 }
 
 impl Deadline {
-    /// `budget` from now.
-    pub fn after(clock: &dyn Clock, budget: Duration) -> Self {
-        Deadline {
-            at: clock.monotonic() + budget,
-        }
-    }
-
     /// A wall-clock deadline (Lambda's), read once: a later jump of the wall clock does not move
     /// it. A deadline already past leaves nothing.
     pub fn at(clock: &dyn Clock, at: DateTime<Utc>) -> Self {
-        Deadline::after(clock, (at - clock.now()).to_std().unwrap_or_default())
+        let budget = (at - clock.now()).to_std().unwrap_or_default();
+        Deadline {
+            at: clock.monotonic() + budget,
+        }
     }
 
     pub fn remaining(&self, clock: &dyn Clock) -> Duration {
@@ -107,7 +103,7 @@ mod tests {
     #[test]
     fn a_deadline_counts_down_and_a_past_one_leaves_nothing() {
         let clock = SystemClock;
-        let d = Deadline::after(&clock, Duration::from_secs(60));
+        let d = Deadline::at(&clock, clock.now() + chrono::Duration::seconds(60));
         assert!(d.remaining(&clock) <= Duration::from_secs(60));
         assert!(d.remaining(&clock) > Duration::from_secs(50));
         assert!(!d.within(&clock, Duration::from_secs(3)));

@@ -28,6 +28,36 @@ pub enum CreateOutcome {
 /// A page of envelopes and the opaque cursor of the next one.
 pub type EnvelopePage = (Vec<DlqEnvelope>, Option<String>);
 
+/// What one settlement of [`EnvelopeStore::finish_many`] came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Not settled: the claim was lost (the lease ran out and another replay took it over).
+    ClaimLost,
+    /// Settled; its audit record (if it has one) is in the outbox, for the caller to publish.
+    InOutbox,
+    /// Settled, and its audit record linked into the trail at this `seq` in the same write:
+    /// nothing to publish.
+    InTrail(u64),
+}
+
+impl Settled {
+    /// What `finish`'s answer means: settled with the record in the outbox, or the claim lost.
+    pub fn in_outbox(settled: bool) -> Self {
+        if settled { Settled::InOutbox } else { Settled::ClaimLost }
+    }
+}
+
+/// One envelope's settlement in [`EnvelopeStore::finish_many`]: what [`EnvelopeStore::finish`]
+/// takes, and the envelope as read before its claim (its id, and its size for the store to group
+/// writes by).
+#[derive(Clone, Copy, Debug)]
+pub struct Finish<'a> {
+    pub envelope: &'a DlqEnvelope,
+    pub change: &'a StatusChange,
+    pub record: &'a ReplayRecord,
+    pub audit: Option<&'a AuditRecord>,
+}
+
 port! {
     pub trait EnvelopeStore {
         /// Store a new envelope unless one with its id exists. Its status must be an initial one.
@@ -103,60 +133,18 @@ port! {
             }
         }
         /// [`EnvelopeStore::finish`] of several envelopes claimed under `replay_id`: one answer per
-        /// settlement, in order, each what `finish` answers, and where its audit record went. The
-        /// default puts each record in the outbox. DynamoDB: in as few transactions as its limits
-        /// allow, as [`EnvelopeStore::claim_many`]; a store given the trail links the records into it
-        /// in the transaction that settles their envelopes ([`Settled::InTrail`]), and uses the
-        /// outbox when the chains' heads keep moving under it.
+        /// settlement, in order, each what `finish` answers, and where its audit record went (the
+        /// outbox, or the trail). DynamoDB: in as few transactions as its limits allow, as
+        /// [`EnvelopeStore::claim_many`]; a store given the trail links the records into it in the
+        /// transaction that settles their envelopes ([`Settled::InTrail`]), and uses the outbox when
+        /// the chains' heads keep moving under it.
         fn finish_many(
             &self,
             replay_id: &str,
             settlements: &[Finish<'_>],
-        ) -> impl Future<Output = Vec<FlowResult<Settled>>> + Send {
-            async move {
-                let mut answers = Vec::with_capacity(settlements.len());
-                for f in settlements {
-                    let id = &f.envelope.envelope_id;
-                    let settled = self.finish(id, replay_id, f.change, f.record, f.audit).await;
-                    answers.push(settled.map(Settled::in_outbox));
-                }
-                answers
-            }
-        }
+        ) -> impl Future<Output = Vec<FlowResult<Settled>>> + Send;
     }
-}
 
-/// What one settlement of [`EnvelopeStore::finish_many`] came to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Settled {
-    /// Not settled: the claim was lost (the lease ran out and another replay took it over).
-    ClaimLost,
-    /// Settled; its audit record (if it has one) is in the outbox, for the caller to publish.
-    InOutbox,
-    /// Settled, and its audit record linked into the trail at this `seq` in the same write:
-    /// nothing to publish.
-    InTrail(u64),
-}
-
-impl Settled {
-    /// What `finish`'s answer means: settled with the record in the outbox, or the claim lost.
-    pub fn in_outbox(settled: bool) -> Self {
-        if settled { Settled::InOutbox } else { Settled::ClaimLost }
-    }
-}
-
-/// One envelope's settlement in [`EnvelopeStore::finish_many`]: what [`EnvelopeStore::finish`]
-/// takes, and the envelope as read before its claim (its id, and its size for the store to group
-/// writes by).
-#[derive(Clone, Copy, Debug)]
-pub struct Finish<'a> {
-    pub envelope: &'a DlqEnvelope,
-    pub change: &'a StatusChange,
-    pub record: &'a ReplayRecord,
-    pub audit: Option<&'a AuditRecord>,
-}
-
-port! {
     /// Audit records written with the state change they record, until they are in the trail.
     pub trait AuditOutbox {
         /// Records not yet known to be in the trail, oldest first.
@@ -173,9 +161,7 @@ port! {
             }
         }
     }
-}
 
-port! {
     /// Where a sweep left off, by name.
     pub trait SweepCursors {
         /// A sweep's saved position (`None`: start from the oldest).
@@ -187,9 +173,7 @@ port! {
         /// The first take of a second always succeeds, even above `limit` (a batch is not split).
         fn take_sends(&self, second: i64, n: u32, limit: u32) -> impl Future<Output = StoreResult<bool>> + Send;
     }
-}
 
-port! {
     /// The backlog of envelopes awaiting remediation.
     pub trait Backlog {
         /// PENDING envelopes, exactly (kept in the same transaction as every status change).

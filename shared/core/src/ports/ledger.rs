@@ -191,28 +191,6 @@ impl Cursor {
     }
 }
 
-port! {
-    /// A user's own general ledger, behind [`crate::reservation::ReservingLedger`]. `post` must be
-    /// idempotent on `posting.source_hash` (the GL's idempotency key) for as long as a request under
-    /// it may still be applied ([`crate::reservation::ReservationSettings::in_doubt_for`]): a post whose answer was
-    /// lost is asked about (`posted`) and, if not there, sent again under the same key.
-    pub trait ExternalLedger {
-        fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<Posted>> + Send;
-        /// The posting the GL holds under this key, if any (whichever delivery made it): asked when
-        /// the dedup table knows nothing (a post whose answer was lost leaves no mark there), before
-        /// a transaction is called uncommitted or handed to a manual journal, and to learn who holds
-        /// a key a post found posted before.
-        fn posted(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
-        /// Void the key: from now on the GL refuses every request under it, one still being applied
-        /// included, so a transaction handed to a manual journal can never post late. A GL without
-        /// such a call answers [`Voided::Unsupported`]: a request in doubt is then only settled by time
-        /// ([`crate::reservation::ReservationSettings::in_doubt_for`]).
-        fn void(&self, _source_hash: &str) -> impl Future<Output = StoreResult<Voided>> + Send {
-            async { Ok(Voided::Unsupported) }
-        }
-    }
-}
-
 /// What a general ledger answered a post.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Posted {
@@ -255,6 +233,24 @@ impl ReserveOutcome {
 }
 
 port! {
+    /// A user's own general ledger, behind [`crate::reservation::ReservingLedger`]. `post` must be
+    /// idempotent on `posting.source_hash` (the GL's idempotency key) for as long as a request under
+    /// it may still be applied ([`crate::reservation::ReservationSettings::in_doubt_for`]): a post whose answer was
+    /// lost is asked about (`posted`) and, if not there, sent again under the same key.
+    pub trait ExternalLedger {
+        fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<Posted>> + Send;
+        /// The posting the GL holds under this key, if any (whichever delivery made it): asked when
+        /// the dedup table knows nothing (a post whose answer was lost leaves no mark there), before
+        /// a transaction is called uncommitted or handed to a manual journal, and to learn who holds
+        /// a key a post found posted before.
+        fn posted(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+        /// Void the key: from now on the GL refuses every request under it, one still being applied
+        /// included, so a transaction handed to a manual journal can never post late. A GL without
+        /// such a call answers [`Voided::Unsupported`]: a request in doubt is then only settled by time
+        /// ([`crate::reservation::ReservationSettings::in_doubt_for`]).
+        fn void(&self, source_hash: &str) -> impl Future<Output = StoreResult<Voided>> + Send;
+    }
+
     /// The dedup table of the reserve -> post -> commit protocol. Every write is conditional.
     pub trait DedupTable {
         /// Reserve `source_hash` for `owner` until `lease_until`, if it is free or its reservation

@@ -7,12 +7,12 @@
 //! The envelope store may also refuse a status change the life cycle forbids
 //! ([`FlowError::IllegalTransition`]): a defect, never retried into success.
 
-/// A port: its trait as written (`Send + Sync`), and the same trait for an `Arc` of any
+/// Ports: each trait as written (`Send + Sync`), and the same trait for an `Arc` of any
 /// implementation, forwarding every method (default ones too, so an adapter's own answer is
 /// kept): a shared adapter is the adapter. The methods are listed once, here.
 macro_rules! port {
-    ($(#[$attr:meta])* pub trait $name:ident { $($methods:tt)* }) => {
-        port!(@method [$(#[$attr])* $name] [] [] $($methods)*);
+    ($($(#[$attr:meta])* pub trait $name:ident { $($methods:tt)* })+) => {
+        $(port!(@method [$(#[$attr])* $name] [] [] $($methods)*);)+
     };
     // A method each port must write.
     (@method $head:tt [$($decl:tt)*] [$($arc:tt)*]

@@ -7,27 +7,20 @@ use std::future::Future;
 use super::StoreResult;
 use crate::domain::{AuditRecord, DlqEnvelope};
 
-/// Envelopes by the accounting period of their body's value date.
-pub trait EnvelopesOfPeriod: Send + Sync {
-    /// Every envelope of `period` (`None`: those whose body gave no readable period).
-    fn envelopes_of_period(&self, period: Option<&str>) -> impl Future<Output = StoreResult<Vec<DlqEnvelope>>> + Send;
-}
-
-/// The audit records a reconciliation reads ([`crate::domain::AuditKind::reconciled`]) by the
-/// accounting period they carry.
-pub trait RecordsOfPeriod: Send + Sync {
-    /// Those records of `period` (`None`: of no known period, records from before records
-    /// carried one among them).
-    fn records_of_period(&self, period: Option<&str>) -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send;
-    /// The record `audit_id`, if the trail holds it (on a chain).
-    fn record(&self, audit_id: &str) -> impl Future<Output = StoreResult<Option<AuditRecord>>> + Send;
-}
-
-impl<T: RecordsOfPeriod> RecordsOfPeriod for std::sync::Arc<T> {
-    fn records_of_period(&self, period: Option<&str>) -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send {
-        (**self).records_of_period(period)
+port! {
+    /// Envelopes by the accounting period of their body's value date.
+    pub trait EnvelopesOfPeriod {
+        /// Every envelope of `period` (`None`: those whose body gave no readable period).
+        fn envelopes_of_period(&self, period: Option<&str>) -> impl Future<Output = StoreResult<Vec<DlqEnvelope>>> + Send;
     }
-    fn record(&self, audit_id: &str) -> impl Future<Output = StoreResult<Option<AuditRecord>>> + Send {
-        (**self).record(audit_id)
+
+    /// The audit records a reconciliation reads ([`crate::domain::AuditKind::reconciled`]) by the
+    /// accounting period they carry.
+    pub trait RecordsOfPeriod {
+        /// Those records of `period` (`None`: of no known period, records from before records
+        /// carried one among them).
+        fn records_of_period(&self, period: Option<&str>) -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send;
+        /// The record `audit_id`, if the trail holds it (on a chain).
+        fn record(&self, audit_id: &str) -> impl Future<Output = StoreResult<Option<AuditRecord>>> + Send;
     }
 }

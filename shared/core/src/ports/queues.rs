@@ -12,17 +12,13 @@ port! {
     pub trait DeadLetterQueue {
         fn send(&self, letter: &DeadLetter) -> impl Future<Output = StoreResult<()>> + Send;
     }
-}
 
-port! {
     /// The queue a message was received from, as the consumer acts on it.
     pub trait WorkQueue {
         /// Hide a received message for `secs` seconds (the retry backoff).
         fn change_visibility(&self, receipt_handle: &str, secs: u32) -> impl Future<Output = StoreResult<()>> + Send;
     }
-}
 
-port! {
     /// The main queue, as the replay re-injects into it.
     pub trait ReplayQueue {
         /// Send up to ten messages; per message, its SQS message id or why it was refused.
@@ -40,7 +36,6 @@ port! {
     }
 }
 
-/// A message to send: body plus attributes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OutgoingMessage {
     pub body: String,
@@ -111,23 +106,17 @@ pub fn batches(messages: Vec<OutgoingMessage>) -> Vec<Vec<OutgoingMessage>> {
 /// The DLQ message of a dead letter, as every [`DeadLetterQueue`] sends it: the body verbatim and
 /// four attributes (code, root cause, attempts, and the JSON context).
 pub fn dead_letter_message(letter: &DeadLetter) -> Result<OutgoingMessage, serde_json::Error> {
-    let context = serde_json::to_string(&letter.context)?;
+    let attributes = [
+        (attrs::FAILURE_CODE, "String", letter.failure_code.as_str().to_owned()),
+        (attrs::ROOT_CAUSE, "String", letter.root_cause.to_string()),
+        (attrs::ATTEMPT_COUNT, "Number", letter.attempt_count.to_string()),
+        (attrs::CONTEXT, "String", serde_json::to_string(&letter.context)?),
+    ];
     Ok(OutgoingMessage {
         body: letter.body.clone(),
-        attributes: vec![
-            (
-                attrs::FAILURE_CODE.into(),
-                "String".into(),
-                letter.failure_code.as_str().into(),
-            ),
-            (attrs::ROOT_CAUSE.into(), "String".into(), letter.root_cause.to_string()),
-            (
-                attrs::ATTEMPT_COUNT.into(),
-                "Number".into(),
-                letter.attempt_count.to_string(),
-            ),
-            (attrs::CONTEXT.into(), "String".into(), context),
-        ],
+        attributes: attributes
+            .map(|(name, kind, value)| (name.to_owned(), kind.to_owned(), value))
+            .into(),
         group_id: letter.context.message_group_id.clone(),
         trace_header: letter.context.aws_trace_header.clone(),
         // FIFO dedup id: one dead letter per delivered message and attempt.

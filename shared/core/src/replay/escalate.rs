@@ -81,7 +81,7 @@ fn age_secs(now: DateTime<Utc>, at: DateTime<Utc>) -> u64 {
     u64::try_from((now - at).num_seconds()).unwrap_or(0)
 }
 
-fn emit<M: Metrics>(
+pub(super) fn emit<M: Metrics>(
     metrics: &M,
     name: &'static str,
     value: u64,
@@ -213,13 +213,8 @@ async fn period_close<A: AuditLog, M: Metrics>(
         *by_entity.entry(d.entity.as_str()).or_default() += counted(d);
     }
     for (entity, n) in by_entity {
-        emit(
-            metrics,
-            "PendingBeforePeriodClose",
-            n,
-            "Count",
-            Some(("Entity", entity.to_owned())),
-        );
+        let dimension = Some(("Entity", entity.to_owned()));
+        emit(metrics, "PendingBeforePeriodClose", n, "Count", dimension);
     }
     let mut recorded = 0;
     for d in out.deadlines.iter().filter(|d| counted(d) > 0) {

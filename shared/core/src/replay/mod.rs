@@ -14,19 +14,6 @@
 //! marked `REPLAYED`. Two sweeps never both re-inject an envelope; a crash between the send and
 //! the mark leaves a lease that expires, and the next sweep's gate 2 (or the consumer's
 //! conditional commit) keeps the posting single.
-//!
-//! | module      | what it does                                                           |
-//! |-------------|------------------------------------------------------------------------|
-//! | [`request`] | the selector; manual payloads and scheduled events into a request      |
-//! | [`approval`]| the policy check; approval requests, decisions, execution of a set     |
-//! | [`canary`]  | a set's first slice, its copies' outcomes awaited, then the rest       |
-//! | [`edit`]    | edit-and-retry: an edit requested, then posted under the request's claim |
-//! | [`gates`]   | the verdict for one envelope (reads only)                              |
-//! | [`sweep`]   | selection by ids or by status pages, the cursor, budget, back-pressure |
-//! | [`canary::sweep`] | the scheduled sweep's canary: a large group's slice first, then the rest |
-//! | [`settle`]  | claim, then suppress / quarantine / release, with provenance and audit |
-//! | [`reinject`]| batched re-injection under the claim, rate limit, REPLAYED             |
-//! | [`report`]  | outcomes (enum, stable names) and the report                           |
 
 mod approval;
 mod canary;
@@ -40,8 +27,7 @@ mod settle;
 mod sweep;
 
 pub use approval::Assessment;
-pub use edit::WOULD_EDIT;
-pub use gates::{Gate, MAX_RELEASES, Verdict};
+pub use gates::{Gate, MAX_RELEASES};
 pub use report::{MAX_REPORT_ITEMS, Progress, ReplayItem, ReplayOutcome, ReplayReport};
 pub use request::{
     Invocation, ManualReplay, ReplayRequest, RequestError, Segment, Selector, parse_function_invocation,
@@ -59,8 +45,8 @@ use crate::domain::hash::sha256_hex;
 use crate::domain::{EnvelopeStatus, ReferenceSnapshot, StatusChange};
 use crate::envelopes::{check_overflow, drain_outbox};
 use crate::ports::{
-    ApprovalRequests, AuditLog, AuditOutbox, Backlog, Clock, Deadline, EnvelopeStore, FlowResult, Ledger, Metric,
-    Metrics, ReferenceData, ReplayQueue, SweepCursors, Worm,
+    ApprovalRequests, AuditLog, AuditOutbox, Backlog, Clock, Deadline, EnvelopeStore, FlowResult, Ledger, Metrics,
+    ReferenceData, ReplayQueue, SweepCursors, Worm,
 };
 
 /// Heartbeat metrics (one per completed scheduled sweep, one per seal written): the template's
@@ -242,12 +228,7 @@ impl<P: ReplayPorts> Replayer<P> {
     /// A count metric. A heartbeat's is one beat: an alarm that treats its absence as breaching
     /// pages when the schedule behind it stopped (disabled, deleted, or failing before it got here).
     fn count(&self, name: &'static str, value: u64) {
-        self.metrics.emit(&Metric {
-            name,
-            value: i64::try_from(value).unwrap_or(i64::MAX),
-            unit: "Count",
-            dimensions: vec![],
-        });
+        escalate::emit(&self.metrics, name, value, "Count", None);
     }
 
     /// Run a replay. `deadline` is the end of the time budget (the Lambda deadline).

@@ -234,7 +234,8 @@ impl<P: ReplayPorts> Replayer<P> {
         if sent.is_empty() {
             return (Vec::new(), Ok(()));
         }
-        let outcomes: Vec<(&DlqEnvelope, String, Option<SentCopy>)> = sent
+        // Each envelope, its detail, and a copy sent: its SQS message id and re-injection record.
+        let outcomes: Vec<(&DlqEnvelope, String, Option<(String, AuditRecord)>)> = sent
             .into_iter()
             .map(|(e, result)| match result {
                 Ok(sqs_id) => {
@@ -332,9 +333,6 @@ struct Sending<'c> {
     sent: Unmarked<'c>,
     stopped: Option<String>,
 }
-
-/// A copy sent: its SQS message id and the audit record of its re-injection.
-type SentCopy = (String, AuditRecord);
 
 /// Copies sent, not marked yet: each envelope with the queue's answer (its SQS message id, or why
 /// the send failed).
