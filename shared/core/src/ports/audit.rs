@@ -32,8 +32,7 @@ port! {
         /// Records were linked into the trail at these `seq`s by another writer of the same store
         /// (the envelope store, in the write that settled their envelopes): a wrapper that acts on
         /// its own appends (sealing) acts as after them. The default does nothing.
-        fn linked_elsewhere(&self, seqs: &[u64]) -> impl Future<Output = ()> + Send {
-            let _ = seqs;
+        fn linked_elsewhere(&self, _seqs: &[u64]) -> impl Future<Output = ()> + Send {
             async {}
         }
         /// The records of one chain from `from_seq` on (`seq >= from_seq`), a page at a time, so that a

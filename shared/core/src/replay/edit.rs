@@ -133,24 +133,23 @@ impl<P: ReplayPorts> Replayer<P> {
         let as_requested = e
             .as_ref()
             .is_some_and(|e| expected.get(&e.envelope_id) == Some(&crate::domain::approval::fingerprint(e)));
-        let Some(e) = e.filter(|_| ours || as_requested) else {
-            report.changed_since.push(edit.envelope_id.clone());
-            report.skipped = 1;
-            return Ok(report);
+        let claimed = match e.as_ref().filter(|_| ours || as_requested) {
+            Some(e) => self.claim(&run, e, false).await?,
+            None => false,
         };
-        if !self.claim(&run, &e, false).await? {
+        let Some(e) = e.filter(|_| claimed) else {
             if ours {
                 // Its own earlier run's claim, still leased: the request stays EXECUTING.
                 let why = format!(
                     "envelope {} is still held by this edit's earlier run: resume after its lease",
-                    e.envelope_id
+                    edit.envelope_id
                 );
                 return Err(StoreError::new(TransientKind::Conflict, why).into());
             }
             report.changed_since.push(edit.envelope_id.clone());
             report.skipped = 1;
             return Ok(report);
-        }
+        };
         // Whatever the outcome (posted, suppressed, still failing: a new edit is a new request),
         // the request is done.
         let it = self.post_edit(&run, r, edit, &e).await?;

@@ -77,10 +77,6 @@ pub fn closing(
         .collect()
 }
 
-fn age_secs(now: DateTime<Utc>, at: DateTime<Utc>) -> u64 {
-    u64::try_from((now - at).num_seconds()).unwrap_or(0)
-}
-
 pub(super) fn emit<M: Metrics>(
     metrics: &M,
     name: &'static str,
@@ -118,7 +114,7 @@ pub async fn escalate<S: EnvelopeStore, A: AuditLog, M: Metrics>(
     'pages: while let Some(at) = cursor.at() {
         let (page, next) = store.list_by_status(EnvelopeStatus::Pending, at, 100).await?;
         for e in page {
-            let age = age_secs(now, e.dead_lettered_at);
+            let age = u64::try_from((now - e.dead_lettered_at).num_seconds()).unwrap_or(0);
             if out.read == 0 {
                 out.oldest_age_secs = age;
             }

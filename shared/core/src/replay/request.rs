@@ -55,18 +55,13 @@ pub struct ReplayRequest {
 pub struct ManualReplay {
     pub reason: String,
     pub triggered_by: String,
-    #[serde(default)]
     pub failure_code: Option<FailureCode>,
-    #[serde(default)]
     pub root_cause: Option<String>,
-    #[serde(default)]
     pub entity: Option<String>,
     #[serde(default)]
     pub envelope_ids: Vec<String>,
-    #[serde(default)]
     pub max_items: Option<usize>,
     /// `INDEX/COUNT`: only that part of the backlog ([`Segment`]).
-    #[serde(default)]
     pub segment: Option<String>,
     #[serde(default)]
     pub dry_run: bool,
