@@ -28,10 +28,9 @@ mod sweep;
 
 pub use approval::Assessment;
 pub use gates::{Gate, MAX_RELEASES};
-pub use report::{MAX_REPORT_ITEMS, Progress, ReplayItem, ReplayOutcome, ReplayReport};
+pub use report::{Progress, ReplayItem, ReplayOutcome, ReplayReport};
 pub use request::{
-    Invocation, ManualReplay, ReplayRequest, RequestError, Segment, Selector, parse_function_invocation,
-    parse_invocation,
+    Invocation, ReplayRequest, RequestError, Segment, Selector, parse_function_invocation, parse_invocation,
 };
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};

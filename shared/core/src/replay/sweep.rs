@@ -178,12 +178,9 @@ impl<P: ReplayPorts> Replayer<P> {
             }
         }
         // A scheduled sweep re-injects a large group only behind its canary.
-        let gated = run.req.scheduled && self.config.sweep_canary > 0;
-        let to_send = if gated {
-            self.canary_gate(run, to_send, report).await?
-        } else {
-            to_send
-        };
+        if run.req.scheduled && self.config.sweep_canary > 0 {
+            to_send = self.canary_gate(run, to_send, report).await?;
+        }
         let mut halted = false;
         // What the chunk before sent, marked while the next is sent; an error stops the page.
         let (mut unmarked, mut stop) = (Vec::new(), Ok(()));
