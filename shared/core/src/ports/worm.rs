@@ -34,7 +34,6 @@ port! {
         fn put(&self, key: &str, bytes: &[u8]) -> impl Future<Output = StoreResult<Written>> + Send;
         /// The current version of `key` (what a plain GET returns).
         fn get(&self, key: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
-        /// One version of `key`.
         fn get_version(&self, key: &str, version_id: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
         /// Current keys under `prefix`, sorted (delete markers hide keys here).
         fn list(&self, prefix: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send;

@@ -158,7 +158,7 @@ impl<P: ReplayPorts> Replayer<P> {
         if handing_off(e) {
             // A replay was handing it off (its intent written under its claim) and stopped:
             // whatever the gates say today, the transaction is the accountant's now.
-            return Ok(resumed_hand_off());
+            return Ok(Verdict::quarantine(Gate::Idempotency, RESUMED_HAND_OFF, true));
         }
         let Some(body) = original_body(e, &self.worm).await? else {
             return Ok(Verdict::quarantine(
@@ -261,10 +261,6 @@ pub(super) fn handing_off(e: &DlqEnvelope) -> bool {
             .any(|c| c.manual_journal)
 }
 
-fn resumed_hand_off() -> Verdict {
-    Verdict::quarantine(Gate::Idempotency, RESUMED_HAND_OFF, true)
-}
-
 impl Verdict {
     fn quarantine(gate: Gate, detail: impl Into<String>, manual_journal: bool) -> Self {
         Verdict::Quarantine {
@@ -285,7 +281,7 @@ impl Verdict {
     /// finish), or committed by another (a duplicate).
     fn held(committed: &CommittedRef, e: &DlqEnvelope) -> Self {
         if committed.handed_off_by(&e.envelope_id) {
-            resumed_hand_off()
+            Verdict::quarantine(Gate::Idempotency, RESUMED_HAND_OFF, true)
         } else {
             Verdict::Duplicate {
                 committed_by: committed.holder(),
