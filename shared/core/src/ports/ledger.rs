@@ -9,43 +9,6 @@ use std::future::Future;
 use super::{StoreError, StoreResult};
 use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting, Segment, TransientKind};
 
-port! {
-    /// `commit` must be atomic with the dedup mark: after it returns `Committed`, no later call for
-    /// the same `source_hash` can commit again, and a crash at any point either committed (and the
-    /// next call says `AlreadyCommitted`) or did not.
-    pub trait Ledger {
-        fn commit(&self, posting: &Posting) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
-        /// Is this transaction committed? (The replay gate asks the same store the consumer writes.)
-        fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
-        /// Hand the transaction to a manual journal, under the same condition as `commit`:
-        /// `Committed` when this call wrote the hand-off, `AlreadyCommitted` when a posting or a
-        /// hand-off was there first (then `lookup` and every later `commit` answer it too).
-        fn hand_off(&self, hand_off: &HandOff) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
-        /// [`Ledger::lookup`] of several transactions: the committed ones (or handed off), by
-        /// `source_hash`; a hash absent from the answer is not committed. A ledger that can read
-        /// several keys in one request (DynamoDB's `BatchGetItem`) answers in one; the default asks
-        /// each on its own, [`LOOKUPS_AT_ONCE`] at a time (a general ledger's answers take a round
-        /// trip each).
-        fn lookup_many(
-            &self,
-            source_hashes: &[String],
-        ) -> impl Future<Output = StoreResult<HashMap<String, CommittedRef>>> + Send {
-            async move {
-                let mut found = HashMap::new();
-                for chunk in source_hashes.chunks(LOOKUPS_AT_ONCE) {
-                    let answers = futures::future::join_all(chunk.iter().map(|hash| self.lookup(hash))).await;
-                    for (hash, answer) in chunk.iter().zip(answers) {
-                        if let Some(c) = answer? {
-                            found.insert(hash.clone(), c);
-                        }
-                    }
-                }
-                Ok(found)
-            }
-        }
-    }
-}
-
 /// Lookups the default [`Ledger::lookup_many`] has in flight at once.
 pub const LOOKUPS_AT_ONCE: usize = 8;
 
@@ -94,7 +57,83 @@ pub struct PostingPage {
     pub next: Option<String>,
 }
 
+/// What a general ledger answered a post.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Posted {
+    /// Applied now (HTTP `201`).
+    Applied,
+    /// Held under this key before (HTTP `200`), by whichever delivery was first: nothing applied
+    /// again. Who holds it is the GL's posting to say ([`ExternalLedger::posted`]), not this call.
+    Before,
+    /// Refused by a rule of the GL's own (it would refuse it again): poison, `LEDGER_REFUSED:<rule>`.
+    Refused { rule: String, detail: String },
+}
+
+/// What a general ledger answered a void.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Voided {
+    /// The key is void: nothing under it will ever be applied.
+    Voided,
+    /// The key holds a posting already (it cannot be voided): the transaction is posted.
+    Posted(CommittedRef),
+    /// The GL has no void call.
+    Unsupported,
+}
+
+/// The state of a `source_hash` in the dedup table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReserveOutcome {
+    /// This owner holds the reservation until its lease ends. `in_doubt_since`: it took over
+    /// from an earlier one (expired, or left in doubt after a post with no definite answer), so a
+    /// request under the key may have been sent since then and may still be applied.
+    Reserved { in_doubt_since: Option<DateTime<Utc>> },
+    /// Already committed: nothing to post.
+    AlreadyCommitted(CommittedRef),
+    /// Another owner holds a live reservation.
+    HeldElsewhere { owner: String, lease_until: DateTime<Utc> },
+}
+
+impl ReserveOutcome {
+    /// Reserved, with no request under the key before it.
+    pub const FRESH: ReserveOutcome = ReserveOutcome::Reserved { in_doubt_since: None };
+}
+
 port! {
+    /// `commit` must be atomic with the dedup mark: after it returns `Committed`, no later call for
+    /// the same `source_hash` can commit again, and a crash at any point either committed (and the
+    /// next call says `AlreadyCommitted`) or did not.
+    pub trait Ledger {
+        fn commit(&self, posting: &Posting) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
+        /// Is this transaction committed? (The replay gate asks the same store the consumer writes.)
+        fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+        /// Hand the transaction to a manual journal, under the same condition as `commit`:
+        /// `Committed` when this call wrote the hand-off, `AlreadyCommitted` when a posting or a
+        /// hand-off was there first (then `lookup` and every later `commit` answer it too).
+        fn hand_off(&self, hand_off: &HandOff) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
+        /// [`Ledger::lookup`] of several transactions: the committed ones (or handed off), by
+        /// `source_hash`; a hash absent from the answer is not committed. A ledger that can read
+        /// several keys in one request (DynamoDB's `BatchGetItem`) answers in one; the default asks
+        /// each on its own, [`LOOKUPS_AT_ONCE`] at a time (a general ledger's answers take a round
+        /// trip each).
+        fn lookup_many(
+            &self,
+            source_hashes: &[String],
+        ) -> impl Future<Output = StoreResult<HashMap<String, CommittedRef>>> + Send {
+            async move {
+                let mut found = HashMap::new();
+                for chunk in source_hashes.chunks(LOOKUPS_AT_ONCE) {
+                    let answers = futures::future::join_all(chunk.iter().map(|hash| self.lookup(hash))).await;
+                    for (hash, answer) in chunk.iter().zip(answers) {
+                        if let Some(c) = answer? {
+                            found.insert(hash.clone(), c);
+                        }
+                    }
+                }
+                Ok(found)
+            }
+        }
+    }
+
     /// Reading a ledger: what reconcile, stats, `audit show` and evidence export need from any
     /// ledger, so that they work on yours as on ours.
     pub trait LedgerReader {
@@ -112,6 +151,54 @@ port! {
         ) -> impl Future<Output = StoreResult<PostingPage>> + Send;
         /// Every transaction handed to a manual journal (hand-offs carry no period).
         fn hand_offs(&self) -> impl Future<Output = StoreResult<Vec<CommittedRef>>> + Send;
+    }
+
+    /// A user's own general ledger, behind [`crate::reservation::ReservingLedger`]. `post` must be
+    /// idempotent on `posting.source_hash` (the GL's idempotency key) for as long as a request under
+    /// it may still be applied ([`crate::reservation::ReservationSettings::in_doubt_for`]): a post whose answer was
+    /// lost is asked about (`posted`) and, if not there, sent again under the same key.
+    pub trait ExternalLedger {
+        fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<Posted>> + Send;
+        /// The posting the GL holds under this key, if any (whichever delivery made it): asked when
+        /// the dedup table knows nothing (a post whose answer was lost leaves no mark there), before
+        /// a transaction is called uncommitted or handed to a manual journal, and to learn who holds
+        /// a key a post found posted before.
+        fn posted(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+        /// Void the key: from now on the GL refuses every request under it, one still being applied
+        /// included, so a transaction handed to a manual journal can never post late. A GL without
+        /// such a call answers [`Voided::Unsupported`]: a request in doubt is then only settled by time
+        /// ([`crate::reservation::ReservationSettings::in_doubt_for`]).
+        fn void(&self, source_hash: &str) -> impl Future<Output = StoreResult<Voided>> + Send;
+    }
+
+    /// The dedup table of the reserve -> post -> commit protocol. Every write is conditional.
+    pub trait DedupTable {
+        /// Reserve `source_hash` for `owner` until `lease_until`, if it is free or its reservation
+        /// expired.
+        /// The table keeps when the key was first claimed across takeovers: a takeover answers it as
+        /// `in_doubt_since`.
+        fn reserve(
+            &self,
+            source_hash: &str,
+            owner: &str,
+            now: DateTime<Utc>,
+            lease_until: DateTime<Utc>,
+            expires_at: DateTime<Utc>,
+        ) -> impl Future<Output = StoreResult<ReserveOutcome>> + Send;
+        /// Mark committed, only if `owner` still holds the claim. `Ok(false)` when it does not.
+        fn commit(&self, owner: &str, committed: &CommittedRef) -> impl Future<Output = StoreResult<bool>> + Send;
+        /// Drop the claim, only if `owner` still holds it: nothing under the key was ever sent, or
+        /// the GL answered definitely that nothing was applied.
+        fn release(&self, source_hash: &str, owner: &str) -> impl Future<Output = StoreResult<()>> + Send;
+        /// End `owner`'s lease now but keep the claim, and with it the doubt: a request under the key
+        /// may still be applied. The next claim takes over at once and is told since when.
+        fn leave_in_doubt(
+            &self,
+            source_hash: &str,
+            owner: &str,
+            now: DateTime<Utc>,
+        ) -> impl Future<Output = StoreResult<()>> + Send;
+        fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
     }
 }
 
@@ -188,97 +275,6 @@ impl Cursor {
         }
         self.at = next.map(Some);
         Ok(())
-    }
-}
-
-/// What a general ledger answered a post.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Posted {
-    /// Applied now (HTTP `201`).
-    Applied,
-    /// Held under this key before (HTTP `200`), by whichever delivery was first: nothing applied
-    /// again. Who holds it is the GL's posting to say ([`ExternalLedger::posted`]), not this call.
-    Before,
-    /// Refused by a rule of the GL's own (it would refuse it again): poison, `LEDGER_REFUSED:<rule>`.
-    Refused { rule: String, detail: String },
-}
-
-/// What a general ledger answered a void.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Voided {
-    /// The key is void: nothing under it will ever be applied.
-    Voided,
-    /// The key holds a posting already (it cannot be voided): the transaction is posted.
-    Posted(CommittedRef),
-    /// The GL has no void call.
-    Unsupported,
-}
-
-/// The state of a `source_hash` in the dedup table.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ReserveOutcome {
-    /// This owner holds the reservation until its lease ends. `in_doubt_since`: it took over
-    /// from an earlier one (expired, or left in doubt after a post with no definite answer), so a
-    /// request under the key may have been sent since then and may still be applied.
-    Reserved { in_doubt_since: Option<DateTime<Utc>> },
-    /// Already committed: nothing to post.
-    AlreadyCommitted(CommittedRef),
-    /// Another owner holds a live reservation.
-    HeldElsewhere { owner: String, lease_until: DateTime<Utc> },
-}
-
-impl ReserveOutcome {
-    /// Reserved, with no request under the key before it.
-    pub const FRESH: ReserveOutcome = ReserveOutcome::Reserved { in_doubt_since: None };
-}
-
-port! {
-    /// A user's own general ledger, behind [`crate::reservation::ReservingLedger`]. `post` must be
-    /// idempotent on `posting.source_hash` (the GL's idempotency key) for as long as a request under
-    /// it may still be applied ([`crate::reservation::ReservationSettings::in_doubt_for`]): a post whose answer was
-    /// lost is asked about (`posted`) and, if not there, sent again under the same key.
-    pub trait ExternalLedger {
-        fn post(&self, posting: &Posting) -> impl Future<Output = StoreResult<Posted>> + Send;
-        /// The posting the GL holds under this key, if any (whichever delivery made it): asked when
-        /// the dedup table knows nothing (a post whose answer was lost leaves no mark there), before
-        /// a transaction is called uncommitted or handed to a manual journal, and to learn who holds
-        /// a key a post found posted before.
-        fn posted(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
-        /// Void the key: from now on the GL refuses every request under it, one still being applied
-        /// included, so a transaction handed to a manual journal can never post late. A GL without
-        /// such a call answers [`Voided::Unsupported`]: a request in doubt is then only settled by time
-        /// ([`crate::reservation::ReservationSettings::in_doubt_for`]).
-        fn void(&self, source_hash: &str) -> impl Future<Output = StoreResult<Voided>> + Send;
-    }
-
-    /// The dedup table of the reserve -> post -> commit protocol. Every write is conditional.
-    pub trait DedupTable {
-        /// Reserve `source_hash` for `owner` until `lease_until`, if it is free or its reservation
-        /// expired.
-        /// The table keeps when the key was first claimed across takeovers: a takeover answers it as
-        /// `in_doubt_since`.
-        fn reserve(
-            &self,
-            source_hash: &str,
-            owner: &str,
-            now: DateTime<Utc>,
-            lease_until: DateTime<Utc>,
-            expires_at: DateTime<Utc>,
-        ) -> impl Future<Output = StoreResult<ReserveOutcome>> + Send;
-        /// Mark committed, only if `owner` still holds the claim. `Ok(false)` when it does not.
-        fn commit(&self, owner: &str, committed: &CommittedRef) -> impl Future<Output = StoreResult<bool>> + Send;
-        /// Drop the claim, only if `owner` still holds it: nothing under the key was ever sent, or
-        /// the GL answered definitely that nothing was applied.
-        fn release(&self, source_hash: &str, owner: &str) -> impl Future<Output = StoreResult<()>> + Send;
-        /// End `owner`'s lease now but keep the claim, and with it the doubt: a request under the key
-        /// may still be applied. The next claim takes over at once and is told since when.
-        fn leave_in_doubt(
-            &self,
-            source_hash: &str,
-            owner: &str,
-            now: DateTime<Utc>,
-        ) -> impl Future<Output = StoreResult<()>> + Send;
-        fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
     }
 }
 
