@@ -363,6 +363,13 @@ fn assert_calls_exactly_its_grants(own: &AwsClients, names: &ResourceNames, func
     );
 }
 
+/// The function's own clients, recording the resources each request names.
+async fn own_clients() -> AwsClients {
+    let own = AwsClients::connect(Target::local_from_env()).await;
+    own.requests.record_targets();
+    own
+}
+
 fn unmapped(clients: &AwsClients) -> Vec<String> {
     clients
         .requests
@@ -376,7 +383,7 @@ fn unmapped(clients: &AwsClients) -> Vec<String> {
 #[tokio::test]
 async fn the_consumer_calls_exactly_what_its_role_grants() {
     let s = TestStack::new("iam-cons").await;
-    let own = AwsClients::connect(Target::local_from_env()).await;
+    let own = own_clients().await;
     let m = tx(1);
     let flaky = tx(2);
     let ledger = Faulty::with_outages(wiring::consumer_ledger(&own, &s.settings), TransientKind::Throttled);
@@ -416,7 +423,7 @@ async fn the_enricher_calls_exactly_what_its_role_grants() {
     poison.currency = "XAU".into();
     s.send(&[poison.to_body().unwrap(), "not json".into()]).await;
     s.pump(&consumer).await;
-    let own = AwsClients::connect(Target::local_from_env()).await;
+    let own = own_clients().await;
     let mut settings = s.enricher_settings(0);
     settings.seal.every_records = 1;
     let enricher = Arc::new(wiring::enricher(&own, &settings, "iam-test", MemoryMetrics::default()));
@@ -461,7 +468,7 @@ async fn the_replay_calls_exactly_what_its_role_grants() {
         .await
         .unwrap();
 
-    let own = AwsClients::connect(Target::local_from_env()).await;
+    let own = own_clients().await;
     let settings = s.replay_settings();
     wiring::record_configuration(&own, &settings.audit_table, "replay", &settings.audited())
         .await
@@ -515,7 +522,7 @@ async fn the_reference_audit_calls_exactly_what_its_role_grants() {
         })
         .await
         .unwrap();
-    let own = AwsClients::connect(Target::local_from_env()).await;
+    let own = own_clients().await;
     let mut settings = recon_core::config::ReferenceAuditSettings::from_lookup(s.stack.lookup(|_| None)).unwrap();
     settings.seal.every_records = 1;
     wiring::record_configuration(&own, &settings.audit_table, "reference-audit", &settings.audited())

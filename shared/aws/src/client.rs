@@ -52,8 +52,10 @@ pub struct RequestCounter {
     /// S3 requests sent without `ExpectedBucketOwner` (the tests check there are none).
     unowned: Mutex<BTreeMap<String, u64>>,
     /// Each operation with each resource it named (what the least-privilege test holds to the
-    /// template's grants).
+    /// template's grants), once [`RequestCounter::record_targets`] asked for it: reading them
+    /// parses every request's body, which no function should pay for.
     targets: Mutex<BTreeSet<(String, String)>>,
+    recording: std::sync::atomic::AtomicBool,
 }
 
 impl RequestCounter {
@@ -62,8 +64,14 @@ impl RequestCounter {
         self.unowned.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Every `(service:operation, resource name)` sent: a table, a queue, a bucket (path-style
-    /// addressing, as the local stack's clients use), a secret.
+    /// From now on, record the resources each request names ([`RequestCounter::targets`]).
+    pub fn record_targets(&self) {
+        self.recording.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Every `(service:operation, resource name)` sent since [`RequestCounter::record_targets`]:
+    /// a table, a queue, a bucket (path-style addressing, as the local stack's clients use), a
+    /// secret.
     pub fn targets(&self) -> BTreeSet<(String, String)> {
         self.targets.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -116,12 +124,14 @@ impl Intercept for CountRequests {
                 .entry(key.clone())
                 .or_default() += 1;
         }
-        let named = named_resources(&key, ctx.request());
-        self.0
-            .targets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(named.into_iter().map(|r| (key.clone(), r)));
+        if self.0.recording.load(std::sync::atomic::Ordering::Relaxed) {
+            let named = named_resources(&key, ctx.request());
+            self.0
+                .targets
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(named.into_iter().map(|r| (key.clone(), r)));
+        }
         *self
             .0
             .counts

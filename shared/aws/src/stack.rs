@@ -3,17 +3,12 @@
 //! deploy`), and on the local stack by the developer's tool (`cargo xtask setup`).
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use recon_core::domain::TransientKind;
 use recon_core::ports::{StoreError, StoreResult};
 use recon_core::resources::ResourceNames;
 
 use crate::client::AwsClients;
 use crate::error::store_error;
 use crate::sqs::SqsQueue;
-
-fn infra(detail: impl Into<String>) -> StoreError {
-    StoreError::new(TransientKind::Infrastructure, detail)
-}
 
 /// The resolved addresses of a deployment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,7 +45,7 @@ impl Stack {
 /// Find an existing deployment's queues (fails with a hint when they do not exist).
 pub async fn resolve_stack(clients: &AwsClients, names: &ResourceNames) -> StoreResult<Stack> {
     let missing = |q: &str| {
-        infra(format!(
+        StoreError::infra(format!(
             "queue {q} does not exist: deploy the stack (or `make local-up`) first"
         ))
     };
@@ -89,5 +84,5 @@ pub async fn queue_arn(clients: &AwsClients, url: &str) -> StoreResult<String> {
     SqsQueue::new(clients.sqs.clone(), url)
         .attribute(QueueAttributeName::QueueArn)
         .await?
-        .ok_or_else(|| infra(format!("queue {url} has no ARN")))
+        .ok_or_else(|| StoreError::infra(format!("queue {url} has no ARN")))
 }

@@ -11,10 +11,10 @@ use serde_json::{Map, Value};
 
 use super::CREATED_BY_TAG;
 use super::ownership::{Ownership, bucket_ownership};
-use super::{infra, refuse_unknown_properties, template_error};
+use super::{refuse_unknown_properties, template_error};
 use recon_aws::client::AwsClients;
 use recon_aws::error::store_error;
-use recon_core::ports::StoreResult;
+use recon_core::ports::{StoreError, StoreResult};
 use recon_core::resources;
 
 /// Bucket properties the local stack does not build: versioning (Object Lock turns it on),
@@ -93,7 +93,7 @@ pub(super) async fn ensure_worm_bucket(
             .key(CREATED_BY_TAG.0)
             .value(CREATED_BY_TAG.1)
             .build()
-            .map_err(|e| infra(e.to_string()))?;
+            .map_err(|e| StoreError::infra(e.to_string()))?;
         let tagged = clients
             .s3
             .put_bucket_tagging()
@@ -103,7 +103,7 @@ pub(super) async fn ensure_worm_bucket(
                 aws_sdk_s3::types::Tagging::builder()
                     .tag_set(tag)
                     .build()
-                    .map_err(|e| infra(e.to_string()))?,
+                    .map_err(|e| StoreError::infra(e.to_string()))?,
             )
             .send()
             .await;

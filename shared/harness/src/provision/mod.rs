@@ -18,7 +18,6 @@ pub use table::LEFT_TO_AWS;
 use crate::template::{BUCKET, Created, Deployment, QUEUE, TABLE, Template, TemplateError, ids};
 use recon_aws::client::AwsClients;
 use recon_aws::error::store_error;
-use recon_core::domain::TransientKind;
 use recon_core::ports::{StoreError, StoreResult};
 use recon_core::resources::{self, ResourceNames};
 
@@ -48,12 +47,8 @@ impl Default for StackSettings {
 
 pub use recon_aws::stack::Stack;
 
-fn infra(detail: impl Into<String>) -> StoreError {
-    StoreError::new(TransientKind::Infrastructure, detail)
-}
-
 fn template_error(detail: impl Into<String>) -> StoreError {
-    infra(TemplateError(detail.into()).to_string())
+    StoreError::infra(TemplateError(detail.into()).to_string())
 }
 
 /// A property the local stack neither builds nor knowingly leaves to AWS is an error: a setting
@@ -77,7 +72,7 @@ fn refuse_unknown_properties(
 }
 
 fn from_template(e: TemplateError) -> StoreError {
-    infra(e.to_string())
+    StoreError::infra(e.to_string())
 }
 
 /// What the local stack builds of a template resource.

@@ -3,11 +3,11 @@
 
 use std::collections::HashMap;
 
-use super::{CREATED_BY_TAG, Kind, Planned, infra};
+use super::{CREATED_BY_TAG, Kind, Planned};
 use recon_aws::client::AwsClients;
 use recon_aws::error::store_error;
 use recon_aws::stack::queue_url;
-use recon_core::ports::StoreResult;
+use recon_core::ports::{StoreError, StoreResult};
 use recon_core::resources;
 
 /// Whether setup may change an existing resource.
@@ -132,7 +132,7 @@ pub(super) async fn refuse_foreign_resources(clients: &AwsClients, plan: &[Plann
     if foreign.is_empty() {
         return Ok(());
     }
-    Err(infra(format!(
+    Err(StoreError::infra(format!(
         "setup changes only what it created, and changed nothing: {}. Update a deployed stack with \
          its template (make deploy), or give setup another --prefix",
         foreign.join("; ")

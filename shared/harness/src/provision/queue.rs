@@ -5,12 +5,12 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
-use super::{CREATED_BY_TAG, infra, template_error};
+use super::{CREATED_BY_TAG, template_error};
 use crate::template::Created;
 use recon_aws::client::AwsClients;
 use recon_aws::error::store_error;
 use recon_aws::stack::{queue_arn, queue_url};
-use recon_core::ports::StoreResult;
+use recon_core::ports::{StoreError, StoreResult};
 
 /// Properties that are not queue attributes.
 const NOT_ATTRIBUTES: [&str; 2] = ["QueueName", "Tags"];
@@ -68,7 +68,7 @@ pub(super) async fn ensure_queue(
             .map_err(|e| store_error("CreateQueue", e))?
             .queue_url()
             .map(str::to_owned)
-            .ok_or_else(|| infra(format!("CreateQueue {name}: no URL returned")))?,
+            .ok_or_else(|| StoreError::infra(format!("CreateQueue {name}: no URL returned")))?,
     };
     let arn = queue_arn(clients, &url).await?;
     Ok(Created {

@@ -9,10 +9,10 @@ use aws_sdk_dynamodb::types::{
 };
 use serde_json::{Map, Value};
 
-use super::{CREATED_BY_TAG, infra, refuse_unknown_properties, template_error};
+use super::{CREATED_BY_TAG, refuse_unknown_properties, template_error};
 use recon_aws::client::AwsClients;
 use recon_aws::error::store_error;
-use recon_core::ports::StoreResult;
+use recon_core::ports::{StoreError, StoreResult};
 
 /// Table properties the local stack does not build: deletion protection (tests and the demo
 /// delete their tables), point-in-time recovery and encryption at rest (DynamoDB Local has
@@ -46,7 +46,7 @@ fn list<'a>(v: &'a Value, key: &str) -> &'a [Value] {
 }
 
 fn built<T, E: std::fmt::Display>(r: Result<T, E>) -> StoreResult<T> {
-    r.map_err(|e| infra(e.to_string()))
+    r.map_err(|e| StoreError::infra(e.to_string()))
 }
 
 /// A table's declaration in the SDK's terms.
@@ -155,7 +155,7 @@ async fn wait_table(
         }
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
-    Err(infra(timeout.to_owned()))
+    Err(StoreError::infra(timeout.to_owned()))
 }
 
 /// Wait until `table` is ACTIVE (up to five minutes).
