@@ -266,14 +266,9 @@ async fn a_function_starting_with_changed_settings_writes_config_changed_with_th
     let record = |settings: recon_core::config::ConsumerSettings| {
         let s = &s;
         async move {
-            recon_aws::wiring::record_configuration(
-                &s.clients,
-                &s.settings.audit_table,
-                "consumer",
-                &settings.audited(),
-            )
-            .await
-            .unwrap()
+            recon_aws::wiring::record_configuration(&s.clients, &s.settings.audit_table, "consumer", &settings.audited)
+                .await
+                .unwrap()
         }
     };
     let first = record(s.settings.clone()).await.expect("the first start is recorded");
@@ -281,8 +276,13 @@ async fn a_function_starting_with_changed_settings_writes_config_changed_with_th
         record(s.settings.clone()).await.is_none(),
         "a restart with the same settings is not"
     );
-    let mut changed = s.settings.clone();
-    changed.retry.max_attempts = 9;
+    // A restart whose environment sets another retry budget.
+    let audited = &s.settings.audited;
+    let changed = recon_core::config::ConsumerSettings::from_lookup(|k| {
+        let set = if k == "DLQ_MAX_ATTEMPTS" { Some("9") } else { None };
+        set.map(str::to_owned).or_else(|| audited.get(k).cloned())
+    })
+    .unwrap();
     let id = record(changed).await.expect("a change is recorded");
     assert_ne!(id, first);
     let records = s.audit_log().scan().await.unwrap();
@@ -330,6 +330,7 @@ async fn a_direct_write_to_the_reference_table_is_recorded_from_its_stream() {
         audit_table: s.settings.audit_table.clone(),
         quarantine_bucket: s.stack.names.bucket(),
         seal: Default::default(),
+        audited: Default::default(),
     };
     let auditor = recon_aws::wiring::reference_auditor(&s.clients, &settings);
     let delivered = recon_harness::streams::pump_stream(&s.clients, reference, &auditor)

@@ -397,7 +397,7 @@ async fn the_consumer_calls_exactly_what_its_role_grants() {
     settings.seal.every_records = 1;
     let consumer = Arc::new(wiring::consumer(&own, &settings, ledger, "iam-test"));
     // What the function does at start-up: record its configuration.
-    wiring::record_configuration(&own, &settings.audit_table, "consumer", &settings.audited())
+    wiring::record_configuration(&own, &settings.audit_table, "consumer", &settings.audited)
         .await
         .unwrap();
     let mut poison = tx(3);
@@ -427,7 +427,7 @@ async fn the_enricher_calls_exactly_what_its_role_grants() {
     let mut settings = s.enricher_settings(0);
     settings.seal.every_records = 1;
     let enricher = Arc::new(wiring::enricher(&own, &settings, "iam-test", MemoryMetrics::default()));
-    wiring::record_configuration(&own, &settings.audit_table, "enricher", &settings.audited())
+    wiring::record_configuration(&own, &settings.audit_table, "enricher", &settings.audited)
         .await
         .unwrap();
     // New envelopes (pending and quarantined; one PENDING is above a mark of 0: the overflow
@@ -470,7 +470,7 @@ async fn the_replay_calls_exactly_what_its_role_grants() {
 
     let own = own_clients().await;
     let settings = s.replay_settings();
-    wiring::record_configuration(&own, &settings.audit_table, "replay", &settings.audited())
+    wiring::record_configuration(&own, &settings.audit_table, "replay", &settings.audited)
         .await
         .unwrap();
     let mut replayer = wiring::replayer(&own, &settings, "iam-test", MemoryMetrics::default());
@@ -525,7 +525,7 @@ async fn the_reference_audit_calls_exactly_what_its_role_grants() {
     let own = own_clients().await;
     let mut settings = recon_core::config::ReferenceAuditSettings::from_lookup(s.stack.lookup(|_| None)).unwrap();
     settings.seal.every_records = 1;
-    wiring::record_configuration(&own, &settings.audit_table, "reference-audit", &settings.audited())
+    wiring::record_configuration(&own, &settings.audit_table, "reference-audit", &settings.audited)
         .await
         .unwrap();
     let auditor = wiring::reference_auditor(&own, &settings);

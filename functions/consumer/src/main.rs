@@ -24,7 +24,7 @@ async fn main() -> Result<(), Error> {
     )
     .await;
     let name = wiring::function_name("consumer");
-    wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited()).await;
+    wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited).await;
     let ledger = wiring::consumer_ledger(&clients, &settings);
     let consumer = Arc::new(wiring::consumer(&clients, &settings, ledger, &name));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {

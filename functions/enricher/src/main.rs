@@ -20,7 +20,7 @@ async fn main() -> Result<(), Error> {
     )
     .await;
     let name = wiring::function_name("enricher");
-    wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited()).await;
+    wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited).await;
     let metrics = wiring::emf(&settings.metrics_namespace, &settings.stack);
     let enricher = Arc::new(wiring::enricher(&clients, &settings, &name, metrics));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {

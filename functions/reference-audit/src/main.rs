@@ -23,7 +23,7 @@ async fn main() -> Result<(), Error> {
     )
     .await;
     let name = wiring::function_name("reference-audit");
-    wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited()).await;
+    wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited).await;
     let auditor = Arc::new(wiring::reference_auditor(&clients, &settings));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| {
         let auditor = auditor.clone();

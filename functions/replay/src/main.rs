@@ -30,7 +30,7 @@ async fn main() -> Result<(), Error> {
     )
     .await;
     let name = wiring::function_name("replay");
-    wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited()).await;
+    wiring::log_configuration(&clients, &settings.audit_table, &name, &settings.audited).await;
     let metrics = wiring::emf(&settings.metrics_namespace, &settings.stack);
     let replayer = Arc::new(wiring::replayer(&clients, &settings, &name, metrics));
     let schedules = Arc::new((settings.sweep_schedule.clone(), settings.seal_schedule.clone()));

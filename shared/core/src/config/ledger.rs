@@ -66,21 +66,4 @@ impl LedgerSettings {
             LedgerSettings::Http(_) => Self::KINDS[2],
         }
     }
-
-    pub(super) fn audited(&self) -> Vec<(&'static str, String)> {
-        let mut pairs = vec![(vars::LEDGER, self.kind().to_owned())];
-        match self {
-            LedgerSettings::DynamoDb => {}
-            LedgerSettings::Postgres(p) => {
-                pairs.push((vars::POSTGRES_URL, p.url.clone()));
-                pairs.extend(p.secret_arn.clone().map(|a| (vars::POSTGRES_SECRET_ARN, a)));
-            }
-            LedgerSettings::Http(h) => {
-                pairs.push((vars::HTTP_LEDGER_URL, h.url.clone()));
-                pairs.push((vars::DEDUP_TABLE, h.dedup_table.clone()));
-                pairs.extend(h.secret_arn.clone().map(|a| (vars::HTTP_LEDGER_SECRET_ARN, a)));
-            }
-        }
-        pairs
-    }
 }

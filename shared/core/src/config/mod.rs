@@ -121,17 +121,41 @@ fn required(value: Option<String>, var: &'static str) -> Result<String, ConfigEr
     })
 }
 
-/// A settings lookup (the process environment, or a test's map) read through [`VARIABLES`].
-struct Env<G>(G);
+/// A settings lookup (the process environment, or a test's map) read through [`VARIABLES`],
+/// remembering each value it gave (a default included): what [`Audited`] records.
+struct Env<G> {
+    get: G,
+    read: std::cell::RefCell<Audited>,
+}
 
 impl<G: Fn(&str) -> Option<String>> Env<G> {
+    fn new(get: G) -> Self {
+        Env {
+            get,
+            read: Default::default(),
+        }
+    }
+
+    /// `value` as the value of `var`, remembered.
+    fn gave<T: ToString>(&self, var: &str, value: T) -> T {
+        self.read.borrow_mut().insert(var.to_owned(), value.to_string());
+        value
+    }
+
+    /// What was read, with the code's version: the configuration recorded in the audit trail.
+    fn audited(&self) -> Audited {
+        let mut read = self.read.borrow().clone();
+        read.insert("code_version".into(), env!("CARGO_PKG_VERSION").into());
+        read
+    }
+
     fn spec(var: &'static str) -> Result<&'static Variable, ConfigError> {
         variable(var).ok_or(ConfigError::Undocumented(var))
     }
 
     /// The value set for `var`; blank counts as unset.
     fn raw(&self, var: &str) -> Option<String> {
-        (self.0)(var).filter(|v| !v.trim().is_empty())
+        (self.get)(var).filter(|v| !v.trim().is_empty())
     }
 
     /// A required name, checked against its rule.
@@ -139,7 +163,7 @@ impl<G: Fn(&str) -> Option<String>> Env<G> {
         let spec = Self::spec(var)?;
         let value = required(self.raw(var).or_else(|| spec.default.map(str::to_owned)), var)?;
         if spec.rule.admits(&value) {
-            Ok(value)
+            Ok(self.gave(var, value))
         } else {
             Err(ConfigError::Invalid {
                 var,
@@ -156,10 +180,10 @@ impl<G: Fn(&str) -> Option<String>> Env<G> {
     }
 
     /// A whole number within its rule; `default` when unset.
-    fn whole<T: TryFrom<u64>>(&self, var: &'static str, default: T) -> Result<T, ConfigError> {
+    fn whole<T: TryFrom<u64> + ToString>(&self, var: &'static str, default: T) -> Result<T, ConfigError> {
         let spec = Self::spec(var)?;
         let Some(value) = self.raw(var) else {
-            return Ok(default);
+            return Ok(self.gave(var, default));
         };
         let invalid = || ConfigError::Invalid {
             var,
@@ -167,7 +191,7 @@ impl<G: Fn(&str) -> Option<String>> Env<G> {
             allowed: spec.rule.allowed(),
         };
         let n = spec.rule.whole(value.trim()).ok_or_else(invalid)?;
-        T::try_from(n).map_err(|_| invalid())
+        T::try_from(n).map(|n| self.gave(var, n)).map_err(|_| invalid())
     }
 }
 
@@ -191,7 +215,7 @@ impl Default for SealPolicy {
 
 impl SealPolicy {
     pub fn from_lookup(get: &impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        Self::read(&Env(get))
+        Self::read(&Env::new(get))
     }
 
     fn read<G: Fn(&str) -> Option<String>>(env: &Env<G>) -> Result<Self, ConfigError> {
@@ -233,6 +257,7 @@ pub struct ConsumerSettings {
     /// The Object Lock bucket (the append path writes seals there).
     pub quarantine_bucket: Bucket,
     pub seal: SealPolicy,
+    pub audited: Audited,
 }
 
 impl ConsumerSettings {
@@ -242,7 +267,7 @@ impl ConsumerSettings {
 
     /// `get`: the process environment, or a test's map.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let env = Env(get);
+        let env = Env::new(get);
         let d = RetryPolicy::default();
         let retry = RetryPolicy {
             max_attempts: env.whole(vars::MAX_ATTEMPTS, DEFAULT_MAX_ATTEMPTS)?,
@@ -274,25 +299,8 @@ impl ConsumerSettings {
             reference_cache: Duration::from_secs(env.whole(vars::REFERENCE_CACHE_SECS, 30)?),
             quarantine_bucket: Bucket::read(&env)?,
             seal: SealPolicy::read(&env)?,
+            audited: env.audited(),
         })
-    }
-
-    pub fn audited(&self) -> Audited {
-        let mut pairs = vec![
-            (vars::MAIN_QUEUE_URL, self.main_queue_url.clone()),
-            (vars::DEAD_LETTER_QUEUE_URL, self.dead_letter_queue_url.clone()),
-            (vars::LEDGER_TABLE, self.ledger_table.clone()),
-            (vars::REFERENCE_TABLE, self.reference_table.clone()),
-            (vars::AUDIT_TABLE, self.audit_table.clone()),
-            (vars::MAX_ATTEMPTS, self.retry.max_attempts.to_string()),
-            (vars::BACKOFF_BASE_SECS, self.retry.backoff_base_secs.to_string()),
-            (vars::BACKOFF_CAP_SECS, self.retry.backoff_cap_secs.to_string()),
-            (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
-            (vars::BATCH_CONCURRENCY, self.concurrency.to_string()),
-            (vars::REFERENCE_CACHE_SECS, self.reference_cache.as_secs().to_string()),
-        ];
-        pairs.extend(self.ledger.audited());
-        audited(pairs, &self.quarantine_bucket, &self.seal)
     }
 }
 
@@ -308,6 +316,7 @@ pub struct EnricherSettings {
     pub concurrency: usize,
     pub deadline_margin: Duration,
     pub seal: SealPolicy,
+    pub audited: Audited,
 }
 
 impl EnricherSettings {
@@ -316,7 +325,7 @@ impl EnricherSettings {
     }
 
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        Self::read(&Env(get))
+        Self::read(&Env::new(get))
     }
 
     fn read<G: Fn(&str) -> Option<String>>(env: &Env<G>) -> Result<Self, ConfigError> {
@@ -330,20 +339,8 @@ impl EnricherSettings {
             concurrency: env.whole(vars::BATCH_CONCURRENCY, resources::DEFAULT_BATCH_CONCURRENCY)?,
             deadline_margin: Duration::from_millis(env.whole(vars::DEADLINE_MARGIN_MS, 3000)?),
             seal: SealPolicy::read(env)?,
+            audited: env.audited(),
         })
-    }
-
-    pub fn audited(&self) -> Audited {
-        let pairs = vec![
-            (vars::ENVELOPE_TABLE, self.envelope_table.clone()),
-            (vars::AUDIT_TABLE, self.audit_table.clone()),
-            (vars::OVERFLOW_HIGH_WATER, self.overflow_high_water.to_string()),
-            (vars::METRICS_NAMESPACE, self.metrics_namespace.clone()),
-            (vars::STACK_PREFIX, self.stack.clone()),
-            (vars::BATCH_CONCURRENCY, self.concurrency.to_string()),
-            (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
-        ];
-        audited(pairs, &self.quarantine_bucket, &self.seal)
     }
 }
 
@@ -378,6 +375,7 @@ pub struct ReplaySettings {
     pub period_close_warning_hours: u32,
     /// The scheduled sweep's canary slice per group (0: none).
     pub sweep_canary: u32,
+    pub audited: Audited,
 }
 
 impl ReplaySettings {
@@ -386,16 +384,15 @@ impl ReplaySettings {
     }
 
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let env = Env(get);
-        let enricher = EnricherSettings::read(&env)?;
+        let env = Env::new(get);
         Ok(ReplaySettings {
             main_queue_url: env.name(vars::MAIN_QUEUE_URL)?,
-            envelope_table: enricher.envelope_table,
+            envelope_table: env.name(vars::ENVELOPE_TABLE)?,
             ledger_table: env.name(vars::LEDGER_TABLE)?,
             ledger: LedgerSettings::read(&env)?,
             reference_table: env.name(vars::REFERENCE_TABLE)?,
-            audit_table: enricher.audit_table,
-            quarantine_bucket: enricher.quarantine_bucket,
+            audit_table: env.name(vars::AUDIT_TABLE)?,
+            quarantine_bucket: Bucket::read(&env)?,
             lease_secs: env.whole(vars::REPLAY_LEASE_SECS, 300)?,
             max_replays: env.whole(vars::REPLAY_MAX_PER_ENVELOPE, 3)?,
             window_days: env.whole(vars::REPLAY_WINDOW_DAYS, 90)?,
@@ -404,10 +401,10 @@ impl ReplaySettings {
             page_size: env.whole(vars::REPLAY_PAGE_SIZE, 100)?,
             sweep_schedule: env.name(vars::SWEEP_SCHEDULE)?,
             seal_schedule: env.name(vars::SEAL_SCHEDULE)?,
-            seal: enricher.seal,
-            overflow_high_water: enricher.overflow_high_water,
-            metrics_namespace: enricher.metrics_namespace,
-            stack: enricher.stack,
+            seal: SealPolicy::read(&env)?,
+            overflow_high_water: env.whole(vars::OVERFLOW_HIGH_WATER, resources::DEFAULT_OVERFLOW_HIGH_WATER)?,
+            metrics_namespace: env.name(vars::METRICS_NAMESPACE)?,
+            stack: env.name(vars::STACK_PREFIX)?,
             deadline_margin: Duration::from_millis(env.whole(vars::DEADLINE_MARGIN_MS, 5000)?),
             escalation: env
                 .name(vars::ESCALATION)?
@@ -419,37 +416,8 @@ impl ReplaySettings {
                 })?,
             period_close_warning_hours: env.whole(vars::PERIOD_CLOSE_WARNING_HOURS, 48)?,
             sweep_canary: env.whole(vars::SWEEP_CANARY, 0)?,
+            audited: env.audited(),
         })
-    }
-
-    pub fn audited(&self) -> Audited {
-        let mut pairs = vec![
-            (vars::MAIN_QUEUE_URL, self.main_queue_url.clone()),
-            (vars::ENVELOPE_TABLE, self.envelope_table.clone()),
-            (vars::LEDGER_TABLE, self.ledger_table.clone()),
-            (vars::REFERENCE_TABLE, self.reference_table.clone()),
-            (vars::AUDIT_TABLE, self.audit_table.clone()),
-            (vars::REPLAY_LEASE_SECS, self.lease_secs.to_string()),
-            (vars::REPLAY_MAX_PER_ENVELOPE, self.max_replays.to_string()),
-            (vars::REPLAY_WINDOW_DAYS, self.window_days.to_string()),
-            (vars::REPLAY_RATE_PER_SEC, self.rate_per_sec.to_string()),
-            (vars::REPLAY_QUEUE_HIGH_WATER, self.main_queue_high_water.to_string()),
-            (vars::REPLAY_PAGE_SIZE, self.page_size.to_string()),
-            (vars::ESCALATION, self.escalation.to_string()),
-            (
-                vars::PERIOD_CLOSE_WARNING_HOURS,
-                self.period_close_warning_hours.to_string(),
-            ),
-            (vars::SWEEP_CANARY, self.sweep_canary.to_string()),
-            (vars::SWEEP_SCHEDULE, self.sweep_schedule.clone()),
-            (vars::SEAL_SCHEDULE, self.seal_schedule.clone()),
-            (vars::OVERFLOW_HIGH_WATER, self.overflow_high_water.to_string()),
-            (vars::METRICS_NAMESPACE, self.metrics_namespace.clone()),
-            (vars::STACK_PREFIX, self.stack.clone()),
-            (vars::DEADLINE_MARGIN_MS, self.deadline_margin.as_millis().to_string()),
-        ];
-        pairs.extend(self.ledger.audited());
-        audited(pairs, &self.quarantine_bucket, &self.seal)
     }
 }
 
@@ -459,6 +427,7 @@ pub struct ReferenceAuditSettings {
     pub audit_table: String,
     pub quarantine_bucket: Bucket,
     pub seal: SealPolicy,
+    pub audited: Audited,
 }
 
 impl ReferenceAuditSettings {
@@ -467,39 +436,20 @@ impl ReferenceAuditSettings {
     }
 
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let env = Env(get);
+        let env = Env::new(get);
         Ok(ReferenceAuditSettings {
             reference_table: env.name(vars::REFERENCE_TABLE)?,
             audit_table: env.name(vars::AUDIT_TABLE)?,
             quarantine_bucket: Bucket::read(&env)?,
             seal: SealPolicy::read(&env)?,
+            audited: env.audited(),
         })
     }
-
-    pub fn audited(&self) -> Audited {
-        let pairs = vec![
-            (vars::REFERENCE_TABLE, self.reference_table.clone()),
-            (vars::AUDIT_TABLE, self.audit_table.clone()),
-        ];
-        audited(pairs, &self.quarantine_bucket, &self.seal)
-    }
 }
 
-/// The settings that decide what a function does, by variable name (the configuration recorded
-/// in the audit trail; there are no secrets among them).
-type Audited = std::collections::BTreeMap<String, String>;
-
-/// `pairs`, with the bucket and the seal policy every function has, and the code's version.
-fn audited(mut pairs: Vec<(&str, String)>, bucket: &Bucket, seal: &SealPolicy) -> Audited {
-    pairs.extend([
-        (vars::QUARANTINE_BUCKET, bucket.name.clone()),
-        (vars::QUARANTINE_BUCKET_OWNER, bucket.owner.clone()),
-        (vars::SEAL_EVERY_RECORDS, seal.every_records.to_string()),
-        (vars::SEAL_EVERY_MINUTES, seal.every_minutes.to_string()),
-        ("code_version", env!("CARGO_PKG_VERSION").into()),
-    ]);
-    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
-}
+/// Every variable a function read, by name, as it read it (a default included), and the code's
+/// version: the configuration recorded in the audit trail (there are no secrets among them).
+pub type Audited = std::collections::BTreeMap<String, String>;
 
 #[cfg(test)]
 mod tests;

@@ -21,12 +21,12 @@ fn parse_all(env: &HashMap<String, String>, read: &RefCell<BTreeSet<String>>) ->
         env.get(k).cloned()
     };
     vec![
-        ("consumer", ConsumerSettings::from_lookup(get).map(|s| s.audited())),
-        ("enricher", EnricherSettings::from_lookup(get).map(|s| s.audited())),
-        ("replay", ReplaySettings::from_lookup(get).map(|s| s.audited())),
+        ("consumer", ConsumerSettings::from_lookup(get).map(|s| s.audited)),
+        ("enricher", EnricherSettings::from_lookup(get).map(|s| s.audited)),
+        ("replay", ReplaySettings::from_lookup(get).map(|s| s.audited)),
         (
             "reference-audit",
-            ReferenceAuditSettings::from_lookup(get).map(|s| s.audited()),
+            ReferenceAuditSettings::from_lookup(get).map(|s| s.audited),
         ),
     ]
 }
@@ -99,6 +99,47 @@ fn a_complete_environment_parses_in_every_function() {
     let read = RefCell::default();
     for (function, parsed) in parse_all(&valid(), &read) {
         assert!(parsed.is_ok(), "{function}: {parsed:?}");
+    }
+}
+
+/// What a function records at start-up is what it read: each variable set, as set; each other
+/// with a default, as defaulted (a whole number's default, or a name's other than unset).
+#[test]
+fn the_recorded_configuration_is_what_each_function_read() {
+    let mut env = valid();
+    env.insert(vars::MAX_ATTEMPTS.into(), "7".into());
+    env.insert(vars::REPLAY_PAGE_SIZE.into(), "40".into());
+    for i in 0..4 {
+        let read: RefCell<BTreeSet<String>> = RefCell::default();
+        let get = |k: &str| {
+            read.borrow_mut().insert(k.to_owned());
+            env.get(k).cloned()
+        };
+        let (function, audited) = match i {
+            0 => ("consumer", ConsumerSettings::from_lookup(get).map(|s| s.audited)),
+            1 => ("enricher", EnricherSettings::from_lookup(get).map(|s| s.audited)),
+            2 => ("replay", ReplaySettings::from_lookup(get).map(|s| s.audited)),
+            _ => (
+                "reference-audit",
+                ReferenceAuditSettings::from_lookup(get).map(|s| s.audited),
+            ),
+        };
+        let mut audited = audited.unwrap();
+        assert_eq!(
+            audited.remove("code_version").as_deref(),
+            Some(env!("CARGO_PKG_VERSION"))
+        );
+        let read = read.into_inner();
+        for v in VARIABLES {
+            let defaulted = matches!(v.rule, Rule::Whole { .. }) || v.default.is_some_and(|d| d != UNSET);
+            let recorded = audited.get(v.name);
+            match env.get(v.name) {
+                _ if !read.contains(v.name) => assert_eq!(recorded, None, "{function}: {} not read", v.name),
+                Some(set) => assert_eq!(recorded, Some(set), "{function}: {}", v.name),
+                None if defaulted => assert!(recorded.is_some_and(|r| v.rule.admits(r)), "{function}: {}", v.name),
+                None => assert_eq!(recorded, None, "{function}: {} unset", v.name),
+            }
+        }
     }
 }
 
@@ -179,6 +220,9 @@ fn defaults_are_the_documented_ones_and_admitted_by_their_rules() {
             let (Some(default), Some(value)) = (v.default, audited.get(v.name)) else {
                 continue;
             };
+            if valid().contains_key(v.name) {
+                continue; // set, not defaulted
+            }
             let documented: Vec<&str> = default
                 .split(|c: char| !c.is_ascii_alphanumeric())
                 .filter(|w| !w.is_empty())
@@ -291,7 +335,7 @@ fn the_ledger_is_one_choice_for_the_consumer_and_the_replay() {
     let replay = ReplaySettings::from_lookup(|k| env.get(k).cloned()).unwrap();
     assert_eq!(consumer.ledger, expected);
     assert_eq!(replay.ledger, expected);
-    for audited in [consumer.audited(), replay.audited()] {
+    for audited in [consumer.audited, replay.audited] {
         assert_eq!(audited.get(vars::LEDGER).map(String::as_str), Some("postgres"));
         assert_eq!(audited.get(vars::POSTGRES_URL).map(String::as_str), Some(url));
         assert_eq!(audited.get(vars::POSTGRES_SECRET_ARN).map(String::as_str), Some(arn));
