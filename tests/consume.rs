@@ -4,6 +4,7 @@ use recon_aws::sqs::SqsQueue;
 use recon_core::domain::attrs;
 use recon_core::domain::{AuditKind, DeadLetterContext, FailureCode, TransientKind};
 use recon_core::ports::{StoreResult, WorkQueue};
+use recon_harness::pump::Poll;
 use recon_harness::stack::{MAX_ATTEMPTS, TestStack, attribute};
 use recon_testkit::builders::tx;
 use recon_testkit::sim::faults::Fault;

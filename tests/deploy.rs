@@ -7,6 +7,7 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use recon_aws::deployment::{self, outputs};
 use recon_aws::{AwsClients, Target};
 use recon_harness::provision::{StackSettings, ensure_stack};
+use recon_harness::pump::Poll;
 use recon_harness::stack::TestStack;
 use std::path::PathBuf;
 use std::process::Command;

@@ -7,6 +7,7 @@ use recon_core::decisions::triage;
 use recon_core::domain::{AuditKind, EnvelopeStatus, FailureCode};
 use recon_core::envelopes::{check_overflow, original_body};
 use recon_core::ports::{AuditLog, Backlog, EnvelopeStore, Worm};
+use recon_harness::pump::Poll;
 use recon_harness::stack::{MAX_ATTEMPTS, TestStack};
 use recon_testkit::builders::{settle_by_hand, tx};
 use rust_decimal::Decimal;

@@ -8,6 +8,7 @@ use aws_sdk_sqs::types::MessageSystemAttributeName;
 use recon_core::domain::{EnvelopeStatus, NewMessage};
 use recon_core::ports::OutgoingMessage;
 use recon_core::replay::{ReplayRequest, Selector};
+use recon_harness::pump::Poll;
 use recon_harness::stack::TestStack;
 use recon_testkit::builders::{body, tx, tx_in};
 

@@ -2,6 +2,7 @@
 //! relies on and no request of the other suites would show.
 
 use aws_sdk_sqs::types::QueueAttributeName;
+use recon_harness::pump::Poll;
 use recon_harness::stack::TestStack;
 
 /// What the code relies on but no request shows: the reservations expire by the attribute the

@@ -10,6 +10,7 @@ use recon_core::domain::{
 };
 use recon_core::ports::{AuditOutbox, Backlog, EnvelopeStore, LedgerReader, ReferenceData, Worm};
 use recon_core::replay::{Gate, ReplayOutcome, ReplayRequest, Selector};
+use recon_harness::pump::Poll;
 use recon_harness::stack::TestStack;
 use recon_testkit::builders::tx;
 use std::collections::HashSet;

@@ -1,10 +1,10 @@
-//! SQS adapters: the main queue (visibility backoff, sends, receives for the local pump) and the
-//! DLQ (dead letters with their failure context as message attributes).
+//! SQS adapters: the main queue (visibility backoff, sends; the local pump receives through
+//! `recon_harness::pump::Poll`) and the DLQ (dead letters with their failure context as message attributes).
 
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{
-    DeleteMessageBatchRequestEntry, Message, MessageAttributeValue, MessageSystemAttributeName,
-    MessageSystemAttributeNameForSends, MessageSystemAttributeValue, QueueAttributeName, SendMessageBatchRequestEntry,
+    MessageAttributeValue, MessageSystemAttributeNameForSends, MessageSystemAttributeValue, QueueAttributeName,
+    SendMessageBatchRequestEntry,
 };
 use std::collections::HashMap;
 
@@ -65,6 +65,10 @@ impl SqsQueue {
         &self.url
     }
 
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     pub fn is_fifo(&self) -> bool {
         self.url.ends_with(".fifo")
     }
@@ -113,51 +117,6 @@ impl SqsQueue {
             }
         }
         Ok(results)
-    }
-
-    /// Receive up to `max` messages with all system and message attributes.
-    pub async fn receive(&self, max: i32, wait_secs: i32, visibility_secs: Option<i32>) -> StoreResult<Vec<Message>> {
-        let out = self
-            .client
-            .receive_message()
-            .queue_url(&self.url)
-            .max_number_of_messages(max.clamp(1, 10))
-            .wait_time_seconds(wait_secs.clamp(0, 20))
-            .set_visibility_timeout(visibility_secs)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .map_err(|e| store_error("ReceiveMessage", e))?;
-        Ok(out.messages.unwrap_or_default())
-    }
-
-    /// Delete messages by receipt handle, in batches of ten. Returns how many were deleted.
-    pub async fn delete_batch(&self, receipt_handles: &[String]) -> StoreResult<usize> {
-        let mut deleted = 0;
-        for chunk in receipt_handles.chunks(MAX_BATCH) {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    DeleteMessageBatchRequestEntry::builder()
-                        .id(i.to_string())
-                        .receipt_handle(r)
-                        .build()
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| StoreError::infra(format!("delete entry: {e}")))?;
-            let out = self
-                .client
-                .delete_message_batch()
-                .queue_url(&self.url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(|e| store_error("DeleteMessageBatch", e))?;
-            deleted += out.successful().len();
-        }
-        Ok(deleted)
     }
 
     /// Approximate depth (visible, in flight, delayed).

@@ -5,7 +5,8 @@
 
 use aws_lambda_events::encodings::Base64Data;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
-use aws_sdk_sqs::types::Message;
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
+use recon_aws::error::store_error;
 use recon_aws::sqs::SqsQueue;
 use recon_core::batch::{BatchHandler, Outcome};
 use recon_core::domain::TransientKind;
@@ -48,6 +49,60 @@ pub fn to_event_record(m: &Message, queue_arn: &str, region: &str) -> SqsMessage
     r.event_source = Some("aws:sqs".to_owned());
     r.aws_region = Some(region.to_owned());
     r
+}
+
+/// What Lambda's poller does with a queue, and the functions never do: receive and delete.
+#[allow(async_fn_in_trait)]
+pub trait Poll {
+    /// Receive up to `max` messages with all system and message attributes.
+    async fn receive(&self, max: i32, wait_secs: i32, visibility_secs: Option<i32>) -> StoreResult<Vec<Message>>;
+    /// Delete messages by receipt handle, in batches of ten. Returns how many were deleted.
+    async fn delete_batch(&self, receipt_handles: &[String]) -> StoreResult<usize>;
+}
+
+impl Poll for SqsQueue {
+    async fn receive(&self, max: i32, wait_secs: i32, visibility_secs: Option<i32>) -> StoreResult<Vec<Message>> {
+        let out = self
+            .client()
+            .receive_message()
+            .queue_url(self.url())
+            .max_number_of_messages(max.clamp(1, 10))
+            .wait_time_seconds(wait_secs.clamp(0, 20))
+            .set_visibility_timeout(visibility_secs)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .map_err(|e| store_error("ReceiveMessage", e))?;
+        Ok(out.messages.unwrap_or_default())
+    }
+
+    async fn delete_batch(&self, receipt_handles: &[String]) -> StoreResult<usize> {
+        let mut deleted = 0;
+        for chunk in receipt_handles.chunks(recon_aws::sqs::MAX_BATCH) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(r)
+                        .build()
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| StoreError::infra(format!("delete entry: {e}")))?;
+            let out = self
+                .client()
+                .delete_message_batch()
+                .queue_url(self.url())
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| store_error("DeleteMessageBatch", e))?;
+            deleted += out.successful().len();
+        }
+        Ok(deleted)
+    }
 }
 
 #[derive(Clone, Debug)]

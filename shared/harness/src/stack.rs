@@ -29,7 +29,7 @@ pub type RawItem = std::collections::HashMap<String, AttributeValue>;
 use crate::http_ledger::LocalGl;
 use crate::ledgers::TestLedger;
 pub use crate::ledgers::test_ledger_kind;
-use crate::pump::{PumpOptions, PumpStats, pump, to_event_record};
+use crate::pump::{Poll, PumpOptions, PumpStats, pump, to_event_record};
 use recon_testkit::builders::parsed;
 use recon_testkit::memory::MemoryMetrics;
 
