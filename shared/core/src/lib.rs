@@ -21,6 +21,7 @@ pub mod batch;
 pub mod calibrate;
 pub mod config;
 pub mod consume;
+pub mod control;
 pub mod decisions;
 pub mod domain;
 pub mod enrich;

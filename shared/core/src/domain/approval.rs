@@ -41,6 +41,20 @@ impl Identity {
             _ => &self.arn,
         }
     }
+
+    /// The person: an assumed role's session (`ACCOUNT:SESSION`; the operator roles' trust
+    /// policies pin it to who assumed the role), any other ARN as it is.
+    pub fn person(&self) -> String {
+        let account = self.arn.split(':').nth(4).unwrap_or_default();
+        match self
+            .arn
+            .split_once(":assumed-role/")
+            .and_then(|(_, r)| r.split_once('/'))
+        {
+            Some((_, session)) => format!("{account}:{session}"),
+            None => self.arn.clone(),
+        }
+    }
 }
 
 impl fmt::Display for Identity {
@@ -269,10 +283,12 @@ impl ApprovalRequest {
         Ok(())
     }
 
-    /// `by` is not the requester: another ARN, and under `distinct_roles` another role.
+    /// `by` is not the requester: another ARN and another person (session), and under
+    /// `distinct_roles` another role.
     fn another_person(&self, by: &Identity, what: &str) -> Result<(), Refused> {
-        let same =
-            by.arn == self.requested_by.arn || (self.distinct_roles && by.principal() == self.requested_by.principal());
+        let same = by.arn == self.requested_by.arn
+            || by.person() == self.requested_by.person()
+            || (self.distinct_roles && by.principal() == self.requested_by.principal());
         if same {
             return Err(Refused(format!(
                 "{} requested {}; {what} needs a different identity (self-approval refused)",

@@ -47,6 +47,9 @@ named! {
         Edited = "EDITED",
         /// The scheduled sweep's canary of a large group failed: the rest of the group is held.
         SweepCanaryHeld = "SWEEP_CANARY_HELD",
+        /// The control plane refused an operator's operation (their role, or the state of what
+        /// they asked about): who asked what, and why not. Nothing changed.
+        AccessRefused = "ACCESS_REFUSED",
         /// Never written: a stored record that could not be read back (a field edited into a value
         /// no version of the code writes). Verification names it; nothing else counts it.
         Unreadable = "UNREADABLE",

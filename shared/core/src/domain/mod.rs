@@ -57,6 +57,7 @@ pub mod hash;
 pub mod input;
 pub mod message;
 pub mod money;
+pub mod operator;
 pub mod policy;
 pub mod posting;
 pub mod reference;

@@ -8,6 +8,7 @@ mod common;
 mod approval_memory;
 mod calibrate_memory;
 mod consume_memory;
+mod control_memory;
 mod edit_memory;
 mod enrich_memory;
 mod escalation_memory;

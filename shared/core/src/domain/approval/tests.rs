@@ -298,6 +298,20 @@ fn under_distinct_roles_two_sessions_of_one_role_are_one_person() {
         .unwrap();
 }
 
+/// A person holds one session name in every operator role (their trust policies pin it): alice
+/// proposing as maker and approving as approver is self-approval, whatever the policy says.
+#[test]
+fn one_person_in_two_roles_is_refused_the_approval_of_their_own_request() {
+    let mut r = request(set(&[envelope(1, "1", "USD")]), &ApprovalPolicy::default());
+    r.requested_by = who("arn:aws:sts::1:assumed-role/acme-maker/alice");
+    let e = r.approve(&who("arn:aws:sts::1:assumed-role/acme-approver/alice"), "", at(1));
+    assert!(e.unwrap_err().0.contains("self-approval"));
+    assert_eq!(who("arn:aws:sts::1:assumed-role/acme-maker/alice").person(), "1:alice");
+    assert_eq!(who("arn:aws:iam::1:user/alice").person(), "arn:aws:iam::1:user/alice");
+    r.approve(&who("arn:aws:sts::1:assumed-role/acme-approver/bob"), "", at(1))
+        .unwrap();
+}
+
 #[test]
 fn a_reason_is_bounded_and_the_digest_covers_the_action_and_the_canary() {
     let a = set(&[envelope(1, "1", "USD")]);

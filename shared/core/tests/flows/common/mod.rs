@@ -20,7 +20,7 @@ pub use recon_testkit::memory::{
 pub use std::sync::Arc;
 pub use std::time::Duration;
 
-pub type TestReplayer = Replayer<(
+pub type TestPorts = (
     Arc<MemoryEnvelopeStore>,
     Arc<MemoryLedger>,
     Arc<MemoryReferenceData>,
@@ -28,7 +28,8 @@ pub type TestReplayer = Replayer<(
     Arc<MemoryWorm>,
     Arc<MemoryAuditLog>,
     MemoryMetrics,
-)>;
+);
+pub type TestReplayer = Replayer<TestPorts>;
 
 pub struct World {
     pub store: Arc<MemoryEnvelopeStore>,

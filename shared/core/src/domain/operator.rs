@@ -1,0 +1,252 @@
+//! Operators and what each may ask of the control plane: the operator roles of the template, a
+//! caller as AWS verified them, and the one table of which role may ask which operation. Pure.
+//!
+//! A caller's role is read from the principal AWS verified for the request (the request
+//! context's `userArn`: `arn:aws:sts::ACCOUNT:assumed-role/ROLE/SESSION`), never from the
+//! payload. The template pins each operator role's session name to the person who assumed it
+//! (`sts:RoleSessionName`), so the session names the person ([`Identity::person`]).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use super::approval::Identity;
+use super::policy::Refused;
+
+named! {
+    /// An operator role of the template: what its holders may ask of the control plane. None of
+    /// them may write the tables, the queues or the bucket, nor invoke the replay function.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    pub enum OperatorRole {
+        /// Reads envelopes, triage and approval requests.
+        Viewer = "viewer",
+        /// Proposes replays, quarantines and edits (and withdraws their own proposals).
+        Maker = "maker",
+        /// Approves or rejects another person's proposal.
+        Approver = "approver",
+        /// Reads the audit trail and the postings: verify, reconcile, export evidence.
+        Auditor = "auditor",
+        /// Changes the approval policy, accounting periods and currency mappings.
+        Admin = "admin",
+        /// Writes the stores directly when the control plane cannot: alarmed, and audited by
+        /// CloudTrail; the control plane itself grants it nothing.
+        BreakGlass = "break-glass",
+    }
+}
+
+named! {
+    /// What an operator may ask of the control plane.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+    pub enum Operation {
+        /// Who the control plane takes the caller for, and their role.
+        Whoami = "whoami",
+        /// Run a replay the approval policy lets run without a second person (dry run included).
+        Replay = "replay",
+        /// Quarantine envelopes the approval policy lets quarantine without a second person.
+        Quarantine = "quarantine",
+        /// Propose a replay above the approval policy: an approval request.
+        RequestReplay = "request-replay",
+        /// Propose a quarantine above the approval policy: an approval request.
+        RequestQuarantine = "request-quarantine",
+        /// Propose an edited body for a dead letter: an approval request.
+        RequestEdit = "request-edit",
+        Approve = "approve",
+        /// Reject a request (its maker may, to withdraw their own).
+        Reject = "reject",
+        /// Run an approved request, or resume a paused one.
+        Execute = "execute",
+        SetPolicy = "set-policy",
+        ClosePeriod = "close-period",
+        OpenPeriod = "open-period",
+        SchedulePeriodClose = "schedule-period-close",
+        PutCurrency = "put-currency",
+        /// Read one segment of a period's postings (reconciliation).
+        ReconcileSegment = "reconcile-segment",
+    }
+}
+
+impl Operation {
+    /// The roles that may ask for it.
+    pub fn roles(self) -> &'static [OperatorRole] {
+        use OperatorRole::*;
+        match self {
+            Operation::Whoami => &OperatorRole::ALL,
+            Operation::Replay
+            | Operation::Quarantine
+            | Operation::RequestReplay
+            | Operation::RequestQuarantine
+            | Operation::RequestEdit => &[Maker],
+            Operation::Approve => &[Approver],
+            Operation::Reject => &[Approver, Maker],
+            Operation::Execute => &[Maker, Approver],
+            Operation::SetPolicy
+            | Operation::ClosePeriod
+            | Operation::OpenPeriod
+            | Operation::SchedulePeriodClose
+            | Operation::PutCurrency => &[Admin],
+            Operation::ReconcileSegment => &[Auditor],
+        }
+    }
+}
+
+/// The IAM names of the operator roles (`DLQ_OPERATOR_ROLES`: `viewer=NAME,maker=NAME,…`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RoleNames(BTreeMap<String, OperatorRole>);
+
+impl std::str::FromStr for RoleNames {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut names = BTreeMap::new();
+        for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (role, name) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("`{pair}`: expected ROLE=IAM_ROLE_NAME"))?;
+            let role: OperatorRole = role.trim().parse().map_err(|e| format!("`{pair}`: {e}"))?;
+            let name = name.trim();
+            if name.is_empty() || names.values().any(|r| *r == role) || names.insert(name.to_owned(), role).is_some() {
+                return Err(format!("`{pair}`: each role once, each to its own IAM role"));
+            }
+        }
+        Ok(RoleNames(names))
+    }
+}
+
+impl std::fmt::Display for RoleNames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pairs: Vec<String> = self.0.iter().map(|(name, role)| format!("{role}={name}")).collect();
+        f.write_str(&pairs.join(","))
+    }
+}
+
+/// A caller of the control plane as AWS verified them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caller {
+    pub identity: Identity,
+    /// The operator role of the session (none: the principal is no operator role's session).
+    pub role: Option<OperatorRole>,
+}
+
+impl Caller {
+    /// The caller whose verified principal is `arn`: a session of an operator role holds that
+    /// role; any other principal holds none.
+    pub fn verified(arn: &str, roles: &RoleNames) -> Caller {
+        let role = arn
+            .split_once(":assumed-role/")
+            .and_then(|(_, rest)| rest.split_once('/'))
+            .and_then(|(name, _)| roles.0.get(name).copied());
+        Caller {
+            identity: Identity {
+                arn: arn.to_owned(),
+                name: None,
+            },
+            role,
+        }
+    }
+
+    /// The caller's role if it may ask for `op`; else the refusal naming the roles that may.
+    pub fn may(&self, op: Operation) -> Result<OperatorRole, Refused> {
+        let allowed = op.roles();
+        match self.role {
+            Some(role) if allowed.contains(&role) => Ok(role),
+            held => {
+                let needed: Vec<&str> = allowed.iter().map(|r| r.as_str()).collect();
+                let held = held.map_or_else(|| "no operator role".to_owned(), |r| format!("the {r} role"));
+                Err(Refused(format!(
+                    "`{op}` needs the {} role; {} holds {held}",
+                    needed.join(" or "),
+                    self.identity.arn
+                )))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roles() -> RoleNames {
+        "viewer=acme-viewer, maker=acme-maker,approver=acme-approver,auditor=acme-auditor,admin=acme-admin,break-glass=acme-break-glass"
+            .parse()
+            .unwrap()
+    }
+
+    fn session(role: &str, person: &str) -> Caller {
+        Caller::verified(
+            &format!("arn:aws:sts::123456789012:assumed-role/{role}/{person}"),
+            &roles(),
+        )
+    }
+
+    #[test]
+    fn the_role_is_the_verified_sessions_and_nothing_else() {
+        assert_eq!(session("acme-maker", "alice").role, Some(OperatorRole::Maker));
+        assert_eq!(
+            session("acme-break-glass", "alice").role,
+            Some(OperatorRole::BreakGlass)
+        );
+        assert_eq!(session("other-maker", "alice").role, None);
+        for arn in [
+            "arn:aws:iam::123456789012:user/acme-maker",
+            "arn:aws:iam::123456789012:role/acme-maker",
+            "arn:aws:sts::123456789012:assumed-role/acme-maker",
+            "acme-maker",
+        ] {
+            assert_eq!(Caller::verified(arn, &roles()).role, None, "{arn}");
+        }
+        assert_eq!(roles().to_string().parse::<RoleNames>(), Ok(roles()));
+    }
+
+    #[test]
+    fn each_operation_is_refused_to_every_role_but_its_own_naming_the_role_needed() {
+        let names = [
+            "acme-viewer",
+            "acme-maker",
+            "acme-approver",
+            "acme-auditor",
+            "acme-admin",
+            "acme-break-glass",
+        ];
+        let mut allowed = 0;
+        for op in Operation::ALL {
+            for name in names {
+                let caller = session(name, "alice");
+                let role = caller.role.unwrap();
+                match caller.may(op) {
+                    Ok(r) => {
+                        assert_eq!(r, role);
+                        assert!(op.roles().contains(&role));
+                        allowed += 1;
+                    }
+                    Err(e) => {
+                        assert!(!op.roles().contains(&role), "{op} {role}");
+                        assert!(e.0.contains(op.roles()[0].as_str()) && e.0.contains(name), "{e}");
+                    }
+                }
+            }
+            let nobody = Caller::verified("arn:aws:iam::123456789012:user/mallory", &roles()).may(op);
+            assert!(nobody.is_err_and(|e| e.0.contains("no operator role")));
+        }
+        assert!(allowed > Operation::ALL.len());
+        // Every role but break-glass asks something beyond whoami; break-glass asks nothing.
+        for role in OperatorRole::ALL {
+            let more = Operation::ALL
+                .iter()
+                .filter(|op| **op != Operation::Whoami && op.roles().contains(&role));
+            assert_eq!(more.count() == 0, role == OperatorRole::BreakGlass, "{role}");
+        }
+    }
+
+    #[test]
+    fn role_names_are_each_once() {
+        for bad in [
+            "maker",
+            "maker=",
+            "boss=acme-boss",
+            "maker=a,maker=b",
+            "maker=a,approver=a",
+        ] {
+            assert!(bad.parse::<RoleNames>().is_err(), "{bad}");
+        }
+    }
+}

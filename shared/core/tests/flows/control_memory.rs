@@ -1,0 +1,218 @@
+//! The control plane on in-memory adapters: each operation only for its roles, as the verified
+//! caller; every refusal audited and changing nothing; every change audited old -> new.
+
+use crate::common::*;
+use recon_core::control::{Command, ControlError, ControlPlane};
+use recon_core::domain::approval::{ApprovalPolicy, Identity, RequestStatus};
+use recon_core::domain::operator::{Caller, RoleNames};
+use recon_core::domain::reference::PeriodStatus;
+
+fn caller(role: &str, person: &str) -> Caller {
+    let roles: RoleNames = "viewer=acme-viewer,maker=acme-maker,approver=acme-approver,auditor=acme-auditor,admin=acme-admin,break-glass=acme-break-glass"
+        .parse()
+        .unwrap();
+    Caller::verified(
+        &format!("arn:aws:sts::000000000000:assumed-role/acme-{role}/{person}"),
+        &roles,
+    )
+}
+
+async fn records(w: &World, kind: AuditKind) -> Vec<recon_core::domain::AuditRecord> {
+    let mut out = Vec::new();
+    for c in 0..recon_core::domain::audit::AUDIT_CHAINS {
+        for r in recon_core::ports::read_chain(&w.audit, &format!("c{c}"), 0)
+            .await
+            .unwrap()
+        {
+            out.extend(Some(r.record).filter(|r| r.kind == kind));
+        }
+    }
+    out
+}
+
+/// Each call its own request id, as each invocation has.
+trait HandleAs {
+    async fn handle_as(&self, caller: &Caller, command: Command) -> Result<serde_json::Value, ControlError>;
+}
+
+impl HandleAs for ControlPlane<TestPorts> {
+    async fn handle_as(&self, caller: &Caller, command: Command) -> Result<serde_json::Value, ControlError> {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.handle(caller, &format!("req-{id}"), command).await
+    }
+}
+
+fn policy(max_count: u64) -> Command {
+    Command::SetPolicy {
+        policy: ApprovalPolicy {
+            max_count: Some(max_count),
+            ..ApprovalPolicy::default()
+        },
+    }
+}
+
+#[tokio::test]
+async fn an_operation_outside_the_callers_role_is_refused_audited_and_changes_nothing() {
+    let w = world();
+    let control = ControlPlane {
+        replayer: w.replayer(ReplayConfig::default()),
+    };
+    for role in ["viewer", "maker", "approver", "auditor", "break-glass"] {
+        let err = control
+            .handle_as(&caller(role, "mallory"), policy(1))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, ControlError::Refused(r) if r.0.contains("needs the admin role")),
+            "{role}: {err}"
+        );
+    }
+    let outsider = Caller {
+        identity: Identity {
+            arn: "arn:aws:iam::000000000000:user/admin".into(),
+            name: None,
+        },
+        role: None,
+    };
+    assert!(control.handle_as(&outsider, policy(1)).await.is_err());
+    assert_eq!(
+        w.reference.snapshot().await.unwrap().approval(),
+        &ApprovalPolicy::default()
+    );
+    let refused = records(&w, AuditKind::AccessRefused).await;
+    assert_eq!(refused.len(), 6);
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.actor.contains("acme-maker/mallory") && r.detail.contains("set-policy"))
+    );
+    assert!(records(&w, AuditKind::ReferenceChanged).await.is_empty());
+
+    control.handle_as(&caller("admin", "ada"), policy(1)).await.unwrap();
+    assert_eq!(w.reference.snapshot().await.unwrap().approval().max_count, Some(1));
+    let changed = records(&w, AuditKind::ReferenceChanged).await;
+    assert_eq!(changed.len(), 1);
+    assert!(changed[0].actor.ends_with("acme-admin/ada"));
+    assert!(changed[0].detail.contains(" -> "), "old -> new: {}", changed[0].detail);
+}
+
+#[tokio::test]
+async fn periods_and_currencies_change_only_through_the_admin_and_say_what_they_were() {
+    let w = world();
+    let control = ControlPlane {
+        replayer: w.replayer(ReplayConfig::default()),
+    };
+    let close = Command::ClosePeriod {
+        entity: "ACME-US".into(),
+        period: "2026-10".into(),
+    };
+    assert!(control.handle_as(&caller("maker", "m"), close.clone()).await.is_err());
+    control.handle_as(&caller("admin", "ada"), close).await.unwrap();
+    let snap = w.reference.refresh().await.unwrap();
+    assert_eq!(snap.period_status("acme-us", "2026-10"), PeriodStatus::Closed);
+    // Planning the close of a closed period is refused; of an open one, only after it ends.
+    let plan = |period: &str, on: &str| Command::SchedulePeriodClose {
+        entity: "ACME-US".into(),
+        period: period.into(),
+        closes_on: on.parse().unwrap(),
+    };
+    let err = control
+        .handle_as(&caller("admin", "ada"), plan("2026-10", "2026-11-05"))
+        .await;
+    assert!(matches!(err, Err(ControlError::Refused(_))));
+    let err = control
+        .handle_as(&caller("admin", "ada"), plan("2026-11", "2026-11-30"))
+        .await;
+    assert!(matches!(err, Err(ControlError::Invalid(_))));
+    control
+        .handle_as(&caller("admin", "ada"), plan("2026-11", "2026-12-03"))
+        .await
+        .unwrap();
+
+    let xau = Command::PutCurrency {
+        code: "xau".into(),
+        minor_units: 4,
+        description: "gold".into(),
+    };
+    control.handle_as(&caller("admin", "ada"), xau).await.unwrap();
+    assert_eq!(w.reference.refresh().await.unwrap().minor_units("XAU"), Some(4));
+    let details: Vec<String> = records(&w, AuditKind::ReferenceChanged)
+        .await
+        .into_iter()
+        .map(|r| r.detail)
+        .collect();
+    assert!(details.iter().any(|d| d.contains("OPEN -> CLOSED")), "{details:?}");
+    assert!(details.iter().any(|d| d.contains("XAU: unmapped -> 4")), "{details:?}");
+}
+
+#[tokio::test]
+async fn a_request_is_decided_by_an_approver_who_is_not_its_maker_and_withdrawn_only_by_its_maker() {
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=3 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(3)).await;
+    }
+    let control = ControlPlane {
+        replayer: w.replayer(ReplayConfig::default()),
+    };
+    control.handle_as(&caller("admin", "ada"), policy(1)).await.unwrap();
+    let r = &control.replayer;
+    let wanted = ReplayRequest {
+        reason: "XAU mapped".into(),
+        ..manual(Selector::default(), false)
+    };
+    let assessed = r.assess(&wanted, None).await.unwrap();
+    let alice = caller("maker", "alice").identity;
+    let request = r.request_approval(&wanted, &assessed, &alice, None).await.unwrap();
+    let id = request.request_id.clone();
+
+    // The maker may not approve; nor may alice as approver (one person); nor a viewer.
+    for (who, why) in [
+        (caller("maker", "alice"), "needs the approver role"),
+        (caller("approver", "alice"), "self-approval"),
+        (caller("viewer", "bob"), "needs the approver role"),
+    ] {
+        let approve = Command::Approve {
+            request_id: id.clone(),
+            reason: "ok".into(),
+        };
+        let err = control.handle_as(&who, approve).await.unwrap_err();
+        assert!(err.to_string().contains(why), "{err}");
+    }
+    // Another maker may not withdraw alice's request.
+    let withdraw = Command::Reject {
+        request_id: id.clone(),
+        reason: "not mine".into(),
+    };
+    let err = control
+        .handle_as(&caller("maker", "carol"), withdraw.clone())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("only their own"), "{err}");
+    assert_eq!(r.request(&id).await.unwrap().status, RequestStatus::PendingApproval);
+    assert_eq!(records(&w, AuditKind::AccessRefused).await.len(), 4);
+
+    let approve = Command::Approve {
+        request_id: id.clone(),
+        reason: "checked".into(),
+    };
+    control.handle_as(&caller("approver", "bob"), approve).await.unwrap();
+    let decided = r.request(&id).await.unwrap();
+    assert_eq!(decided.status, RequestStatus::Approved);
+    assert!(decided.decision.unwrap().by.arn.ends_with("acme-approver/bob"));
+    // Decided: alice can no longer withdraw it.
+    let own = Command::Reject {
+        request_id: id.clone(),
+        reason: "changed my mind".into(),
+    };
+    assert!(control.handle_as(&caller("maker", "alice"), own).await.is_err());
+}
+
+#[test]
+fn a_command_names_its_operation_and_refuses_unknown_fields() {
+    let c: Command = serde_json::from_str(r#"{"operation":"approve","request_id":"apr_1"}"#).unwrap();
+    assert_eq!(c.operation().as_str(), "approve");
+    assert!(serde_json::from_str::<Command>(r#"{"operation":"approve","request_id":"apr_1","by":"x"}"#).is_err());
+    assert!(serde_json::from_str::<Command>(r#"{"operation":"drop-table"}"#).is_err());
+}
