@@ -6,22 +6,36 @@
 //! On AWS it is a function behind an HTTP API with IAM authorization; locally the same handler
 //! runs in-process, given the identity the request context would carry.
 
-use chrono::NaiveDate;
+use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::approval::{ApprovalPolicy, Refused, RequestStatus};
+use crate::domain::FailureCode;
+use crate::domain::approval::{ApprovalPolicy, Identity, Refused, RequestStatus};
+use crate::domain::canary::Canary;
+use crate::domain::edit::Proposal;
 use crate::domain::input;
 use crate::domain::operator::{Caller, Operation, OperatorRole};
 use crate::domain::reference::{CurrencyMapping, PeriodRecord, PeriodStatus};
 use crate::domain::{AuditKind, AuditRecord};
 use crate::ports::{AuditLog, FlowError, ReferenceData};
-use crate::replay::{ReplayPorts, Replayer};
+use crate::replay::{ManualReplay, ReplayPorts, ReplayRequest, Replayer, RequestError};
 
 /// What a caller asks: `{"operation": "...", ...}`. Unknown fields are refused.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Command {
     Whoami,
+    Replay(Remediation),
+    Quarantine(Remediation),
+    Edit {
+        envelope_id: String,
+        proposal: Proposal,
+        reason: String,
+    },
+    /// Run an approved request, or resume a paused one.
+    Execute {
+        request_id: String,
+    },
     SetPolicy {
         policy: ApprovalPolicy,
     },
@@ -55,10 +69,57 @@ pub enum Command {
     },
 }
 
+/// Which envelopes to replay or quarantine, and how: what `dlqctl replay` and `quarantine` give.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Remediation {
+    /// Why (audited; required).
+    pub reason: String,
+    pub failure_code: Option<FailureCode>,
+    /// Exact root cause, or a prefix ending in `*`.
+    pub root_cause: Option<String>,
+    pub entity: Option<String>,
+    pub envelope_ids: Vec<String>,
+    pub max_items: Option<usize>,
+    /// Only report what would happen, each gate's decision included: changes nothing.
+    pub dry_run: bool,
+    /// Re-inject a slice first and go on only if its copies post.
+    pub canary: Option<Canary>,
+}
+
+impl Remediation {
+    /// The replay request it asks for, as `by`.
+    fn request(&self, by: &Identity, quarantine: bool) -> Result<ReplayRequest, ControlError> {
+        let invalid = |e: RequestError| ControlError::Invalid(e.0);
+        let mut req = ManualReplay {
+            reason: self.reason.clone(),
+            triggered_by: by.arn.clone(),
+            failure_code: self.failure_code,
+            root_cause: self.root_cause.clone(),
+            entity: self.entity.clone(),
+            envelope_ids: self.envelope_ids.clone(),
+            max_items: self.max_items,
+            segment: None,
+            dry_run: self.dry_run,
+        }
+        .into_request()
+        .map_err(invalid)?;
+        req.quarantine = quarantine;
+        if let Some(c) = &self.canary {
+            c.check().map_err(ControlError::Invalid)?;
+        }
+        Ok(req)
+    }
+}
+
 impl Command {
     pub fn operation(&self) -> Operation {
         match self {
             Command::Whoami => Operation::Whoami,
+            Command::Replay(_) => Operation::Replay,
+            Command::Quarantine(_) => Operation::Quarantine,
+            Command::Edit { .. } => Operation::Edit,
+            Command::Execute { .. } => Operation::Execute,
             Command::SetPolicy { .. } => Operation::SetPolicy,
             Command::ClosePeriod { .. } => Operation::ClosePeriod,
             Command::OpenPeriod { .. } => Operation::OpenPeriod,
@@ -100,10 +161,12 @@ impl From<crate::ports::StoreError> for ControlError {
     }
 }
 
-/// Who asks, in which request.
-struct Asked<'a> {
-    caller: &'a Caller,
-    request_id: &'a str,
+/// Who asks, in which request (the invocation's id: it names the audit records of what the
+/// request did), by when it must have answered.
+pub struct Asked<'a> {
+    pub caller: &'a Caller,
+    pub request_id: &'a str,
+    pub deadline: Option<DateTime<Utc>>,
 }
 
 /// The control plane over the replay's ports (the requests live with the envelopes, the policy,
@@ -113,23 +176,18 @@ pub struct ControlPlane<P: ReplayPorts> {
 }
 
 impl<P: ReplayPorts> ControlPlane<P> {
-    /// Do what `caller` asks in request `request_id` (the invocation's id: it names the audit
-    /// records of what it did), if their role may; a refusal is audited before it is returned.
-    pub async fn handle(
-        &self,
-        caller: &Caller,
-        request_id: &str,
-        command: Command,
-    ) -> Result<serde_json::Value, ControlError> {
-        let asked = Asked { caller, request_id };
+    /// Do what `asked.caller` asks, if their role may; a refusal is audited before it is
+    /// returned.
+    pub async fn handle(&self, asked: &Asked<'_>, command: Command) -> Result<serde_json::Value, ControlError> {
+        let caller = asked.caller;
         let op = command.operation();
         let outcome = match caller.may(op) {
-            Ok(role) => self.perform(&asked, role, command).await,
+            Ok(role) => self.perform(asked, role, command).await,
             Err(refused) => Err(ControlError::Refused(refused)),
         };
         match outcome {
             Err(ControlError::Refused(why)) => {
-                self.refused(&asked, op, &why).await?;
+                self.refused(asked, op, &why).await?;
                 Err(ControlError::Refused(why))
             }
             other => other,
@@ -144,7 +202,25 @@ impl<P: ReplayPorts> ControlPlane<P> {
     ) -> Result<serde_json::Value, ControlError> {
         let me = &asked.caller.identity;
         match command {
-            Command::Whoami => Ok(serde_json::to_value(asked.caller).unwrap_or_default()),
+            Command::Whoami => Ok(json(asked.caller)),
+            Command::Replay(r) => self.remediate(asked, &r, false).await,
+            Command::Quarantine(r) => self.remediate(asked, &r, true).await,
+            Command::Edit {
+                envelope_id,
+                proposal,
+                reason,
+            } => {
+                if reason.trim().is_empty() {
+                    return Err(ControlError::Invalid("an edit must say why (`reason`)".into()));
+                }
+                let request = self.replayer.request_edit(&envelope_id, &proposal, &reason, me).await?;
+                Ok(json(&request))
+            }
+            Command::Execute { request_id } => {
+                let by = me.arn.as_str();
+                let (request, report) = self.replayer.execute(&request_id, by, Some(me), asked.deadline).await?;
+                Ok(serde_json::json!({ "request": request, "report": report }))
+            }
             Command::SetPolicy { policy } => {
                 policy.check().map_err(ControlError::Invalid)?;
                 let reference = &self.replayer.reference;
@@ -156,7 +232,7 @@ impl<P: ReplayPorts> ControlPlane<P> {
                     format!("approval policy: {before} -> {policy}"),
                 )
                 .await?;
-                Ok(serde_json::to_value(&policy).unwrap_or_default())
+                Ok(json(&policy))
             }
             Command::ClosePeriod { entity, period } => self.set_period(asked, &entity, &period, None, true).await,
             Command::OpenPeriod { entity, period } => self.set_period(asked, &entity, &period, None, false).await,
@@ -181,11 +257,11 @@ impl<P: ReplayPorts> ControlPlane<P> {
                 let was = before.map_or_else(|| "unmapped".to_owned(), |u| format!("{u} minor units"));
                 let detail = format!("currency {code}: {was} -> {minor_units} minor units");
                 self.changed(asked, &format!("CURRENCY#{code}"), detail).await?;
-                Ok(serde_json::to_value(&mapping).unwrap_or_default())
+                Ok(json(&mapping))
             }
             Command::Approve { request_id, reason } => {
                 let decided = self.replayer.decide(&request_id, me, true, &reason).await?;
-                Ok(serde_json::to_value(&decided).unwrap_or_default())
+                Ok(json(&decided))
             }
             Command::Reject { request_id, reason } => {
                 // A maker rejects only their own request: a withdrawal.
@@ -205,9 +281,43 @@ impl<P: ReplayPorts> ControlPlane<P> {
                     }
                 }
                 let decided = self.replayer.decide(&request_id, me, false, &reason).await?;
-                Ok(serde_json::to_value(&decided).unwrap_or_default())
+                Ok(json(&decided))
             }
         }
+    }
+
+    /// A replay or quarantine asked by `me`: its dry run; or, under the approval policy, the run
+    /// of exactly what that dry run selected; above it, an approval request for exactly that.
+    async fn remediate(
+        &self,
+        asked: &Asked<'_>,
+        r: &Remediation,
+        quarantine: bool,
+    ) -> Result<serde_json::Value, ControlError> {
+        let me = &asked.caller.identity;
+        let wanted = r.request(me, quarantine)?;
+        let assessed = self.replayer.assess(&wanted, asked.deadline).await?;
+        if r.dry_run {
+            return Ok(serde_json::json!({ "report": assessed.preview, "needs_approval": assessed.why }));
+        }
+        if !assessed.why.is_empty() {
+            let request = self.replayer.request_approval(&wanted, &assessed, me, r.canary).await?;
+            return Ok(serde_json::json!({ "request": request }));
+        }
+        // What the dry run selected is what runs (by id when it listed them all, else no more
+        // than it counted): an envelope arriving meanwhile is not swept in unseen.
+        let preview = &assessed.preview;
+        let mut req = wanted;
+        if preview.items_truncated {
+            req.selector.max_items = Some(usize::try_from(preview.selected).unwrap_or(usize::MAX));
+        } else {
+            req.selector.envelope_ids = preview.items.iter().map(|i| i.envelope_id.clone()).collect();
+        }
+        let report = self
+            .replayer
+            .run_guarded(&req, r.canary.as_ref(), asked.deadline)
+            .await?;
+        Ok(serde_json::json!({ "report": report }))
     }
 
     /// Close, open or plan the close of a period of an entity.
@@ -250,7 +360,7 @@ impl<P: ReplayPorts> ControlPlane<P> {
         let detail = format!("period {period} of {entity}: {before} -> {status}{planned}");
         self.changed(asked, &format!("PERIOD#{entity}#{period}"), detail)
             .await?;
-        Ok(serde_json::to_value(&record).unwrap_or_default())
+        Ok(json(&record))
     }
 
     /// Record a change of reference data the caller made.
@@ -278,4 +388,9 @@ impl<P: ReplayPorts> ControlPlane<P> {
         self.replayer.audit.append(&record).await?;
         Ok(())
     }
+}
+
+/// A result as the caller gets it.
+fn json(value: &impl Serialize) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or_default()
 }

@@ -117,8 +117,9 @@ fn clip(v: String) -> String {
     format!("{}… ({} bytes)", &v[..v.floor_char_boundary(MAX_DIFF_VALUE)], v.len())
 }
 
-/// How the operator gives the edit.
-#[derive(Clone, Debug)]
+/// How the operator gives the edit: `{"set": [["amount", "12.50"]]}` or `{"body": "..."}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Proposal {
     /// `field=value` pairs over the original (values are strings, as the schema has them).
     Set(Vec<(String, String)>),

@@ -39,16 +39,13 @@ named! {
     pub enum Operation {
         /// Who the control plane takes the caller for, and their role.
         Whoami = "whoami",
-        /// Run a replay the approval policy lets run without a second person (dry run included).
+        /// Replay envelopes: a dry run; a run, under the approval policy; above it, an approval
+        /// request for exactly what its dry run would change.
         Replay = "replay",
-        /// Quarantine envelopes the approval policy lets quarantine without a second person.
+        /// Quarantine envelopes (for a manual journal), as a replay: under the policy or asked.
         Quarantine = "quarantine",
-        /// Propose a replay above the approval policy: an approval request.
-        RequestReplay = "request-replay",
-        /// Propose a quarantine above the approval policy: an approval request.
-        RequestQuarantine = "request-quarantine",
-        /// Propose an edited body for a dead letter: an approval request.
-        RequestEdit = "request-edit",
+        /// Propose an edited body for a dead letter: always an approval request.
+        Edit = "edit",
         Approve = "approve",
         /// Reject a request (its maker may, to withdraw their own).
         Reject = "reject",
@@ -70,11 +67,7 @@ impl Operation {
         use OperatorRole::*;
         match self {
             Operation::Whoami => &OperatorRole::ALL,
-            Operation::Replay
-            | Operation::Quarantine
-            | Operation::RequestReplay
-            | Operation::RequestQuarantine
-            | Operation::RequestEdit => &[Maker],
+            Operation::Replay | Operation::Quarantine | Operation::Edit => &[Maker],
             Operation::Approve => &[Approver],
             Operation::Reject => &[Approver, Maker],
             Operation::Execute => &[Maker, Approver],

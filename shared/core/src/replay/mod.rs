@@ -30,7 +30,8 @@ pub use approval::Assessment;
 pub use gates::{Gate, MAX_RELEASES};
 pub use report::{Progress, ReplayItem, ReplayOutcome, ReplayReport};
 pub use request::{
-    Invocation, ReplayRequest, RequestError, Segment, Selector, parse_function_invocation, parse_invocation,
+    Invocation, ManualReplay, ReplayRequest, RequestError, Segment, Selector, parse_function_invocation,
+    parse_invocation,
 };
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};

@@ -2,7 +2,7 @@
 //! caller; every refusal audited and changing nothing; every change audited old -> new.
 
 use crate::common::*;
-use recon_core::control::{Command, ControlError, ControlPlane};
+use recon_core::control::{Asked, Command, ControlError, ControlPlane, Remediation};
 use recon_core::domain::approval::{ApprovalPolicy, Identity, RequestStatus};
 use recon_core::domain::operator::{Caller, RoleNames};
 use recon_core::domain::reference::PeriodStatus;
@@ -39,7 +39,13 @@ impl HandleAs for ControlPlane<TestPorts> {
     async fn handle_as(&self, caller: &Caller, command: Command) -> Result<serde_json::Value, ControlError> {
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.handle(caller, &format!("req-{id}"), command).await
+        let request_id = format!("req-{id}");
+        let asked = Asked {
+            caller,
+            request_id: &request_id,
+            deadline: None,
+        };
+        self.handle(&asked, command).await
     }
 }
 
@@ -209,10 +215,117 @@ async fn a_request_is_decided_by_an_approver_who_is_not_its_maker_and_withdrawn_
     assert!(control.handle_as(&caller("maker", "alice"), own).await.is_err());
 }
 
+fn remediation(reason: &str) -> Remediation {
+    Remediation {
+        reason: reason.into(),
+        root_cause: Some("UNMAPPED_CURRENCY:*".into()),
+        ..Remediation::default()
+    }
+}
+
+/// A maker's replay: a dry run changes nothing; under the policy it runs; above it, it becomes
+/// a request; the maker cannot run that request before an approver decides it, then may.
+#[tokio::test]
+async fn a_makers_replay_runs_under_the_policy_and_above_it_waits_for_an_approver() {
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=3 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(3)).await;
+    }
+    let control = ControlPlane {
+        replayer: w.replayer(ReplayConfig::default()),
+    };
+    let maker = caller("maker", "alice");
+    let dry = Remediation {
+        dry_run: true,
+        ..remediation("look first")
+    };
+    let out = control.handle_as(&maker, Command::Replay(dry.clone())).await.unwrap();
+    assert_eq!(out["report"]["reinjected"], 3);
+    assert!(w.queue.sent().is_empty(), "a dry run changes nothing");
+    // Not the approver's, the viewer's or the admin's to run.
+    for role in ["approver", "viewer", "admin", "auditor"] {
+        let err = control
+            .handle_as(&caller(role, "bob"), Command::Replay(dry.clone()))
+            .await;
+        assert!(matches!(err, Err(ControlError::Refused(_))), "{role}");
+    }
+
+    control.handle_as(&caller("admin", "ada"), policy(2)).await.unwrap();
+    let out = control
+        .handle_as(&maker, Command::Replay(remediation("XAU mapped")))
+        .await
+        .unwrap();
+    assert_eq!(out["request"]["request_status"], "PENDING_APPROVAL", "{out}");
+    assert!(w.queue.sent().is_empty());
+    let id = out["request"]["request_id"].as_str().unwrap().to_owned();
+    let execute = Command::Execute { request_id: id.clone() };
+    let err = control.handle_as(&maker, execute.clone()).await.unwrap_err();
+    assert!(err.to_string().contains("only an APPROVED request runs"), "{err}");
+    let approve = Command::Approve {
+        request_id: id.clone(),
+        reason: "checked".into(),
+    };
+    control.handle_as(&caller("approver", "bob"), approve).await.unwrap();
+    let out = control.handle_as(&maker, execute).await.unwrap();
+    assert_eq!(out["request"]["request_status"], "EXECUTED", "{out}");
+    assert_eq!(w.queue.sent().len(), 3);
+
+    // Under the policy a replay just runs (and one with nothing left to do changes nothing).
+    control.handle_as(&caller("admin", "ada"), policy(10)).await.unwrap();
+    let out = control
+        .handle_as(&maker, Command::Replay(remediation("again")))
+        .await
+        .unwrap();
+    assert_eq!(out["report"]["reinjected"], 0, "{out}");
+    assert_eq!(w.queue.sent().len(), 3);
+}
+
+#[tokio::test]
+async fn an_edit_is_a_makers_request_and_a_remediation_must_say_why() {
+    let w = world();
+    let e = w.envelope("s1", &xau(1), ChronoDuration::hours(3)).await;
+    let control = ControlPlane {
+        replayer: w.replayer(ReplayConfig::default()),
+    };
+    let edit = Command::Edit {
+        envelope_id: e.envelope_id.clone(),
+        proposal: recon_core::domain::edit::Proposal::Set(vec![
+            ("currency".into(), "USD".into()),
+            ("amount".into(), "1.12".into()),
+        ]),
+        reason: "gold was booked as dollars".into(),
+    };
+    assert!(
+        control
+            .handle_as(&caller("approver", "bob"), edit.clone())
+            .await
+            .is_err()
+    );
+    let out = control.handle_as(&caller("maker", "alice"), edit).await.unwrap();
+    assert_eq!(out["request_status"], "PENDING_APPROVAL", "{out}");
+    assert!(
+        out["requested_by"]["arn"]
+            .as_str()
+            .unwrap()
+            .ends_with("acme-maker/alice")
+    );
+    let err = control
+        .handle_as(&caller("maker", "alice"), Command::Replay(remediation(" ")))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ControlError::Invalid(_)), "{err}");
+}
+
 #[test]
 fn a_command_names_its_operation_and_refuses_unknown_fields() {
     let c: Command = serde_json::from_str(r#"{"operation":"approve","request_id":"apr_1"}"#).unwrap();
     assert_eq!(c.operation().as_str(), "approve");
     assert!(serde_json::from_str::<Command>(r#"{"operation":"approve","request_id":"apr_1","by":"x"}"#).is_err());
     assert!(serde_json::from_str::<Command>(r#"{"operation":"drop-table"}"#).is_err());
+    // The actor is the verified caller: a payload naming one is refused, not believed.
+    let named = r#"{"operation":"replay","reason":"r","triggered_by":"the-cfo"}"#;
+    assert!(serde_json::from_str::<Command>(named).is_err());
+    let replay: Command = serde_json::from_str(r#"{"operation":"replay","reason":"r","dry_run":true}"#).unwrap();
+    assert_eq!(replay.operation().as_str(), "replay");
 }
