@@ -9,6 +9,7 @@ mod anchors;
 mod approvals;
 mod audit;
 mod consume;
+mod control;
 mod deploy;
 mod enrich;
 mod fifo;

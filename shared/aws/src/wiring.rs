@@ -2,8 +2,11 @@
 //! validated settings. The three Lambda mains and `dlqctl` use these and nothing else.
 
 use chrono::Duration as ChronoDuration;
-use recon_core::config::{ConsumerSettings, EnricherSettings, ReferenceAuditSettings, ReplaySettings, SealPolicy};
+use recon_core::config::{
+    ConsumerSettings, ControlSettings, EnricherSettings, ReferenceAuditSettings, ReplaySettings, SealPolicy,
+};
 use recon_core::consume::{Consumer, ConsumerConfig};
+use recon_core::control::ControlPlane;
 use recon_core::enrich::{Enricher, EnricherConfig};
 use recon_core::evidence::SealingAuditLog;
 use recon_core::ports::{Ledger, Metrics, SystemClock};
@@ -86,8 +89,8 @@ pub fn enricher<M: Metrics>(clients: &AwsClients, s: &EnricherSettings, actor: &
     }
 }
 
-/// The replay; metrics in EMF unless said otherwise.
-pub type AwsReplayer<M = EmfMetrics> = Replayer<(
+/// The replay's ports on AWS.
+pub type AwsReplayPorts<M> = (
     DynamoEnvelopeStore,
     AnyLedger,
     DynamoReferenceData,
@@ -95,7 +98,24 @@ pub type AwsReplayer<M = EmfMetrics> = Replayer<(
     S3Worm,
     AwsAuditLog,
     M,
-)>;
+);
+
+/// The replay; metrics in EMF unless said otherwise.
+pub type AwsReplayer<M = EmfMetrics> = Replayer<AwsReplayPorts<M>>;
+
+/// The control plane: the replay engine run for the operator who asks (its actor).
+pub type AwsControlPlane<M = EmfMetrics> = ControlPlane<AwsReplayPorts<M>>;
+
+pub fn control_plane<M: Metrics>(
+    clients: &AwsClients,
+    s: &ControlSettings,
+    actor: &str,
+    metrics: M,
+) -> AwsControlPlane<M> {
+    ControlPlane {
+        replayer: replayer(clients, &s.replay, actor, metrics),
+    }
+}
 
 /// The replay, its gate 2 asking the ledger the settings choose (the one the consumer commits to).
 pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &str, metrics: M) -> AwsReplayer<M> {

@@ -21,6 +21,9 @@ pub const ENRICHER_TIMEOUT: Duration = Duration::from_secs(60);
 pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(300);
 /// The reference-audit Lambda's timeout (a batch of stream records, one append each).
 pub const REFERENCE_AUDIT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The control plane's timeout: inside the HTTP API's 30-second integration limit, so a caller
+/// hears how a request ended (a run stopped at the deadline pauses, and says so).
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(29);
 
 pub mod keys {
     /// Ledger (reference DynamoDB ledger): one item per committed `source_hash`.

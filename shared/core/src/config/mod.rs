@@ -49,6 +49,7 @@ pub mod vars {
     pub const HTTP_LEDGER_URL: &str = "DLQ_HTTP_LEDGER_URL";
     pub const HTTP_LEDGER_SECRET_ARN: &str = "DLQ_HTTP_LEDGER_SECRET_ARN";
     pub const DEDUP_TABLE: &str = "DLQ_DEDUP_TABLE";
+    pub const OPERATOR_ROLES: &str = "DLQ_OPERATOR_ROLES";
 }
 
 mod ledger;
@@ -76,7 +77,14 @@ pub fn environment(
         (vars::SWEEP_SCHEDULE, names.sweep_schedule.clone()),
         (vars::SEAL_SCHEDULE, names.seal_schedule.clone()),
         (vars::DEDUP_TABLE, names.dedup_table.clone()),
+        (vars::OPERATOR_ROLES, operator_roles(&names.prefix)),
     ]
+}
+
+/// The operator roles of a deployment: `<prefix>-<role>`, as the template names them.
+pub fn operator_roles(prefix: &str) -> String {
+    let pairs = crate::domain::operator::OperatorRole::ALL.map(|r| format!("{r}={prefix}-{r}"));
+    pairs.join(",")
 }
 
 /// The entry of `name` (every name the parsers read has one: a test checks it).
@@ -384,15 +392,18 @@ impl ReplaySettings {
     }
 
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let env = Env::new(get);
+        Self::read(&Env::new(get))
+    }
+
+    fn read<G: Fn(&str) -> Option<String>>(env: &Env<G>) -> Result<Self, ConfigError> {
         Ok(ReplaySettings {
             main_queue_url: env.name(vars::MAIN_QUEUE_URL)?,
             envelope_table: env.name(vars::ENVELOPE_TABLE)?,
             ledger_table: env.name(vars::LEDGER_TABLE)?,
-            ledger: LedgerSettings::read(&env)?,
+            ledger: LedgerSettings::read(env)?,
             reference_table: env.name(vars::REFERENCE_TABLE)?,
             audit_table: env.name(vars::AUDIT_TABLE)?,
-            quarantine_bucket: Bucket::read(&env)?,
+            quarantine_bucket: Bucket::read(env)?,
             lease_secs: env.whole(vars::REPLAY_LEASE_SECS, 300)?,
             max_replays: env.whole(vars::REPLAY_MAX_PER_ENVELOPE, 3)?,
             window_days: env.whole(vars::REPLAY_WINDOW_DAYS, 90)?,
@@ -401,7 +412,7 @@ impl ReplaySettings {
             page_size: env.whole(vars::REPLAY_PAGE_SIZE, 100)?,
             sweep_schedule: env.name(vars::SWEEP_SCHEDULE)?,
             seal_schedule: env.name(vars::SEAL_SCHEDULE)?,
-            seal: SealPolicy::read(&env)?,
+            seal: SealPolicy::read(env)?,
             overflow_high_water: env.whole(vars::OVERFLOW_HIGH_WATER, resources::DEFAULT_OVERFLOW_HIGH_WATER)?,
             metrics_namespace: env.name(vars::METRICS_NAMESPACE)?,
             stack: env.name(vars::STACK_PREFIX)?,
@@ -416,6 +427,37 @@ impl ReplaySettings {
                 })?,
             period_close_warning_hours: env.whole(vars::PERIOD_CLOSE_WARNING_HOURS, 48)?,
             sweep_canary: env.whole(vars::SWEEP_CANARY, 0)?,
+            audited: env.audited(),
+        })
+    }
+}
+
+/// The control plane: the replay's settings (it runs the replay engine for its callers) and the
+/// IAM names of the operator roles.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlSettings {
+    pub replay: ReplaySettings,
+    pub roles: crate::domain::operator::RoleNames,
+    pub audited: Audited,
+}
+
+impl ControlSettings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env::new(get);
+        Ok(ControlSettings {
+            replay: ReplaySettings::read(&env)?,
+            roles: env
+                .name(vars::OPERATOR_ROLES)?
+                .parse()
+                .map_err(|why| ConfigError::Invalid {
+                    var: vars::OPERATOR_ROLES,
+                    value: String::new(),
+                    allowed: why,
+                })?,
             audited: env.audited(),
         })
     }

@@ -26,6 +26,7 @@ pub enum Rule {
     SecretArn,
     HttpUrl,
     Escalation,
+    OperatorRoles,
 }
 
 /// The default of a variable that may stay unset (nothing is used in its place).
@@ -93,6 +94,12 @@ impl Rule {
                 "https://<host>[:<port>][/<path>] (http:// only to 127.0.0.1 or localhost), without user or query"
                     .into()
             }
+            Rule::OperatorRoles => format!(
+                "ROLE=IAM_ROLE_NAME pairs, comma-separated, each role once, a name 1-64 of A-Z a-z 0-9 + . @ _ - (roles: {})",
+                crate::domain::operator::OperatorRole::ALL
+                    .map(|r| r.as_str())
+                    .join(", ")
+            ),
             Rule::Escalation => {
                 "stages HOURSh:NAME in increasing age, comma-separated (NAME 1-40 of a-z 0-9 -), or empty for none"
                     .into()
@@ -158,6 +165,18 @@ impl Rule {
             }
             Rule::PostgresUrl => Rule::postgres_url(value),
             Rule::Escalation => value.parse::<crate::decisions::escalation::EscalationChain>().is_ok(),
+            Rule::OperatorRoles => {
+                let names = value
+                    .split(',')
+                    .filter_map(|p| p.split_once('='))
+                    .map(|(_, n)| n.trim());
+                value.parse::<crate::domain::operator::RoleNames>().is_ok()
+                    && names.clone().count() > 0
+                    && names.clone().all(|n| {
+                        (1..=64).contains(&n.len())
+                            && n.chars().all(|c| c.is_ascii_alphanumeric() || "+.@_-".contains(c))
+                    })
+            }
             Rule::SecretArn => {
                 let parts: Vec<&str> = value.splitn(7, ':').collect();
                 parts.len() == 7
@@ -482,6 +501,11 @@ pub const VARIABLES: &[Variable] = &[
         default: Some(UNSET),
         meaning: "the secret holding the HTTP ledger's bearer token (`token`)",
     },
+    required(
+        vars::OPERATOR_ROLES,
+        Rule::OperatorRoles,
+        "the control plane's operator roles by IAM role name: what each caller may ask",
+    ),
     Variable {
         name: vars::DEDUP_TABLE,
         rule: Rule::TableName,
@@ -521,6 +545,19 @@ pub mod needs {
         STACK_PREFIX,
         SWEEP_SCHEDULE,
         SEAL_SCHEDULE,
+    ];
+    pub const CONTROL: &[&str] = &[
+        MAIN_QUEUE_URL,
+        ENVELOPE_TABLE,
+        LEDGER_TABLE,
+        REFERENCE_TABLE,
+        AUDIT_TABLE,
+        QUARANTINE_BUCKET,
+        QUARANTINE_BUCKET_OWNER,
+        STACK_PREFIX,
+        SWEEP_SCHEDULE,
+        SEAL_SCHEDULE,
+        OPERATOR_ROLES,
     ];
     pub const REFERENCE_AUDIT: &[&str] = &[REFERENCE_TABLE, AUDIT_TABLE, QUARANTINE_BUCKET, QUARANTINE_BUCKET_OWNER];
 }

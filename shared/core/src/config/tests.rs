@@ -28,6 +28,7 @@ fn parse_all(env: &HashMap<String, String>, read: &RefCell<BTreeSet<String>>) ->
             "reference-audit",
             ReferenceAuditSettings::from_lookup(get).map(|s| s.audited),
         ),
+        ("control", ControlSettings::from_lookup(get).map(|s| s.audited)),
     ]
 }
 
@@ -83,6 +84,13 @@ fn refused(rule: Rule) -> Vec<String> {
             "ftp://gl.example.com".into(),
             "https://".into(),
         ]),
+        Rule::OperatorRoles => bad.extend([
+            "maker".into(),
+            "maker=a,maker=b".into(),
+            "boss=acme-boss".into(),
+            "maker=a/b".into(),
+            format!("maker={}", "x".repeat(65)),
+        ]),
         Rule::Escalation => bad.extend(["4:on-call".into(), "24h:a,4h:b".into(), "4h:On-Call".into()]),
         Rule::SecretArn => bad.extend([
             "arn:aws:secretsmanager:eu-west-1:123456789012:secret:".into(),
@@ -109,7 +117,7 @@ fn the_recorded_configuration_is_what_each_function_read() {
     let mut env = valid();
     env.insert(vars::MAX_ATTEMPTS.into(), "7".into());
     env.insert(vars::REPLAY_PAGE_SIZE.into(), "40".into());
-    for i in 0..4 {
+    for i in 0..5 {
         let read: RefCell<BTreeSet<String>> = RefCell::default();
         let get = |k: &str| {
             read.borrow_mut().insert(k.to_owned());
@@ -119,10 +127,11 @@ fn the_recorded_configuration_is_what_each_function_read() {
             0 => ("consumer", ConsumerSettings::from_lookup(get).map(|s| s.audited)),
             1 => ("enricher", EnricherSettings::from_lookup(get).map(|s| s.audited)),
             2 => ("replay", ReplaySettings::from_lookup(get).map(|s| s.audited)),
-            _ => (
+            3 => (
                 "reference-audit",
                 ReferenceAuditSettings::from_lookup(get).map(|s| s.audited),
             ),
+            _ => ("control", ControlSettings::from_lookup(get).map(|s| s.audited)),
         };
         let mut audited = audited.unwrap();
         assert_eq!(
@@ -239,8 +248,14 @@ fn defaults_are_the_documented_ones_and_admitted_by_their_rules() {
 
 #[test]
 fn each_function_needs_exactly_the_variables_it_is_said_to_need() {
-    let functions = ["consumer", "enricher", "replay", "reference-audit"];
-    let said = [needs::CONSUMER, needs::ENRICHER, needs::REPLAY, needs::REFERENCE_AUDIT];
+    let functions = ["consumer", "enricher", "replay", "reference-audit", "control"];
+    let said = [
+        needs::CONSUMER,
+        needs::ENRICHER,
+        needs::REPLAY,
+        needs::REFERENCE_AUDIT,
+        needs::CONTROL,
+    ];
     for (i, function) in functions.iter().enumerate() {
         let mut stopped_by: Vec<&str> = VARIABLES
             .iter()

@@ -17,7 +17,8 @@ named! {
     /// them may write the tables, the queues or the bucket, nor invoke the replay function.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
     pub enum OperatorRole {
-        /// Reads envelopes, triage and approval requests.
+        /// Reads envelopes, triage and approval requests (from the stores: it asks the control
+        /// plane nothing).
         Viewer = "viewer",
         /// Proposes replays, quarantines and edits (and withdraws their own proposals).
         Maker = "maker",
@@ -221,12 +222,14 @@ mod tests {
             assert!(nobody.is_err_and(|e| e.0.contains("no operator role")));
         }
         assert!(allowed > Operation::ALL.len());
-        // Every role but break-glass asks something beyond whoami; break-glass asks nothing.
+        // The viewer reads the stores itself and break-glass writes them itself: neither asks the
+        // control plane anything but who they are; every other role asks something.
         for role in OperatorRole::ALL {
             let more = Operation::ALL
                 .iter()
                 .filter(|op| **op != Operation::Whoami && op.roles().contains(&role));
-            assert_eq!(more.count() == 0, role == OperatorRole::BreakGlass, "{role}");
+            let asks_nothing = matches!(role, OperatorRole::Viewer | OperatorRole::BreakGlass);
+            assert_eq!(more.count() == 0, asks_nothing, "{role}");
         }
     }
 

@@ -70,7 +70,7 @@ async fn an_operation_outside_the_callers_role_is_refused_audited_and_changes_no
             .await
             .unwrap_err();
         assert!(
-            matches!(&err, ControlError::Refused(r) if r.0.contains("needs the admin role")),
+            matches!(&err, ControlError::Forbidden(r) if r.0.contains("needs the admin role")),
             "{role}: {err}"
         );
     }
@@ -248,7 +248,7 @@ async fn a_makers_replay_runs_under_the_policy_and_above_it_waits_for_an_approve
         let err = control
             .handle_as(&caller(role, "bob"), Command::Replay(dry.clone()))
             .await;
-        assert!(matches!(err, Err(ControlError::Refused(_))), "{role}");
+        assert!(matches!(err, Err(ControlError::Forbidden(_))), "{role}");
     }
 
     control.handle_as(&caller("admin", "ada"), policy(2)).await.unwrap();

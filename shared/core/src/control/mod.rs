@@ -20,6 +20,8 @@ use crate::domain::{AuditKind, AuditRecord};
 use crate::ports::{AuditLog, FlowError, ReferenceData};
 use crate::replay::{ManualReplay, ReplayPorts, ReplayRequest, Replayer, RequestError};
 
+pub mod http;
+
 /// What a caller asks: `{"operation": "...", ...}`. Unknown fields are refused.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "operation", rename_all = "kebab-case", deny_unknown_fields)]
@@ -134,8 +136,11 @@ impl Command {
 /// Why the control plane did not do what it was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    /// The caller may not (their role), or the state refuses it (self-approval, a closed
-    /// period): audited, nothing changed.
+    /// The caller's role may not ask for it: audited, nothing changed.
+    #[error("forbidden: {0}")]
+    Forbidden(Refused),
+    /// The state refuses it (self-approval, a request decided already, a closed period):
+    /// audited, nothing changed.
     #[error("refused: {0}")]
     Refused(Refused),
     /// The request itself is malformed (a field out of its rule).
@@ -183,15 +188,12 @@ impl<P: ReplayPorts> ControlPlane<P> {
         let op = command.operation();
         let outcome = match caller.may(op) {
             Ok(role) => self.perform(asked, role, command).await,
-            Err(refused) => Err(ControlError::Refused(refused)),
+            Err(refused) => Err(ControlError::Forbidden(refused)),
         };
-        match outcome {
-            Err(ControlError::Refused(why)) => {
-                self.refused(asked, op, &why).await?;
-                Err(ControlError::Refused(why))
-            }
-            other => other,
+        if let Err(ControlError::Forbidden(why) | ControlError::Refused(why)) = &outcome {
+            self.refused(asked, op, why).await?;
         }
+        outcome
     }
 
     async fn perform(

@@ -1,0 +1,52 @@
+//! The control plane Lambda: wiring only. The authority lives in `recon_core::control`.
+//!
+//! Input: an API Gateway HTTP API request (payload format 2.0) on a route with IAM authorization:
+//! the caller is the principal API Gateway verified (`requestContext.authorizer.iam.userArn`),
+//! their operator role the one whose session they hold; the body is one command
+//! (`{"operation": "...", ...}`, unknown fields refused). Output: the HTTP response, 200 with the
+//! result, or 400/401/403/409/503 with what was wrong.
+
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use recon_aws::{AwsClients, ClientTimeouts, Target, telemetry, wiring};
+use recon_core::config::ControlSettings;
+use recon_core::control::{Asked, http};
+use recon_core::domain::operator::Caller;
+use recon_core::ports::lambda_deadline;
+use recon_core::resources::CONTROL_TIMEOUT;
+use std::sync::Arc;
+
+// One thread, as the consumer's runtime (why, and what it measured: functions/consumer/src/main.rs).
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Error> {
+    telemetry::init_json("control");
+    let settings = telemetry::settings_or_exit(ControlSettings::from_env());
+    // Every request gives up well inside the invocation (see ClientTimeouts::within).
+    let clients = AwsClients::connect_with(
+        Target::Aws,
+        ClientTimeouts::within(CONTROL_TIMEOUT, settings.replay.deadline_margin),
+    )
+    .await;
+    let name = wiring::function_name("control");
+    wiring::log_configuration(&clients, &settings.replay.audit_table, &name, &settings.audited).await;
+    let metrics = wiring::emf(&settings.replay.metrics_namespace, &settings.replay.stack);
+    let control = Arc::new(wiring::control_plane(&clients, &settings, &name, metrics));
+    let roles = Arc::new(settings.roles);
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
+        let (control, roles) = (control.clone(), roles.clone());
+        async move {
+            let signed = match http::request(&event.payload) {
+                Ok(signed) => signed,
+                Err(response) => return Ok::<serde_json::Value, Error>(response),
+            };
+            let caller = Caller::verified(&signed.principal, &roles);
+            let asked = Asked {
+                caller: &caller,
+                request_id: &signed.request_id,
+                deadline: lambda_deadline(event.context.deadline),
+            };
+            // Boxed: a replay's future is deep.
+            Ok(http::response(Box::pin(control.handle(&asked, signed.command)).await))
+        }
+    }))
+    .await
+}

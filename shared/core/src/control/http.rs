@@ -1,0 +1,145 @@
+//! The control plane's HTTP face: an API Gateway HTTP API request (payload format 2.0) whose
+//! route has IAM authorization in, a JSON response out. The caller is the principal API Gateway
+//! verified from the request's SigV4 signature (`requestContext.authorizer.iam.userArn`); a
+//! request without one is refused before anything is read.
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use super::{Command, ControlError};
+
+/// The largest body the control plane reads (a command is small; an edit's body at most SQS's).
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
+/// What an HTTP API request asks: the verified principal, the request's id and the command; or
+/// the response to give instead (nothing was done, nothing is audited: no caller is known).
+#[derive(Debug)]
+pub struct SignedRequest {
+    pub principal: String,
+    pub request_id: String,
+    pub command: Command,
+}
+
+pub fn request(event: &Value) -> Result<SignedRequest, Value> {
+    let text = |pointer: &str| event.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
+    let Some(principal) = text("/requestContext/authorizer/iam/userArn") else {
+        return Err(reply(
+            401,
+            "unauthenticated",
+            "no caller verified by IAM: the control plane answers only signed (SigV4) requests on a route with AWS_IAM authorization",
+        ));
+    };
+    let request_id = text("/requestContext/requestId").unwrap_or_else(|| "unknown".to_owned());
+    let body = text("/body").unwrap_or_default();
+    if body.len() > MAX_BODY_BYTES * 4 / 3 + 4 {
+        return Err(reply(
+            413,
+            "invalid",
+            "the request body is larger than a command can be",
+        ));
+    }
+    let body = if event.get("isBase64Encoded").and_then(Value::as_bool) == Some(true) {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(body.as_bytes());
+        match bytes.ok().and_then(|b| String::from_utf8(b).ok()) {
+            Some(b) => b,
+            None => return Err(reply(400, "invalid", "the body is not base64 of UTF-8 text")),
+        }
+    } else {
+        body
+    };
+    match serde_json::from_str::<Command>(&body) {
+        Ok(command) => Ok(SignedRequest {
+            principal,
+            request_id,
+            command,
+        }),
+        Err(e) => Err(reply(400, "invalid", &format!("not a command: {e}"))),
+    }
+}
+
+/// The response to a command's result: 200 with its result; 403 for a role that may not, 409
+/// for a state that refuses, 400 for a malformed request, 503 when a store failed (nothing is
+/// known to have changed; ask again).
+pub fn response(result: Result<Value, ControlError>) -> Value {
+    match result {
+        Ok(value) => json!({
+            "statusCode": 200,
+            "headers": {"content-type": "application/json"},
+            "body": value.to_string(),
+        }),
+        Err(e) => {
+            let (status, kind) = match &e {
+                ControlError::Forbidden(_) => (403, "forbidden"),
+                ControlError::Refused(_) => (409, "refused"),
+                ControlError::Invalid(_) => (400, "invalid"),
+                ControlError::Flow(_) => (503, "unavailable"),
+            };
+            reply(status, kind, &e.to_string())
+        }
+    }
+}
+
+fn reply(status: u16, kind: &str, message: &str) -> Value {
+    json!({
+        "statusCode": status,
+        "headers": {"content-type": "application/json"},
+        "body": json!({"error": kind, "message": message}).to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::approval::Refused;
+
+    fn event(body: &str, principal: Option<&str>) -> Value {
+        let mut e = json!({
+            "version": "2.0",
+            "routeKey": "POST /control",
+            "body": body,
+            "isBase64Encoded": false,
+            "requestContext": {"requestId": "abc=", "authorizer": {}},
+        });
+        if let Some(p) = principal {
+            e["requestContext"]["authorizer"]["iam"] = json!({"userArn": p, "accountId": "1"});
+        }
+        e
+    }
+
+    #[test]
+    fn the_caller_is_the_verified_principal_and_an_unsigned_request_is_turned_away() {
+        let arn = "arn:aws:sts::1:assumed-role/acme-maker/alice";
+        let asked = request(&event(r#"{"operation":"whoami"}"#, Some(arn))).unwrap();
+        assert_eq!((asked.principal.as_str(), asked.request_id.as_str()), (arn, "abc="));
+        assert_eq!(asked.command, Command::Whoami);
+        assert_eq!(
+            request(&event(r#"{"operation":"whoami"}"#, None)).unwrap_err()["statusCode"],
+            401
+        );
+        assert_eq!(
+            request(&event(r#"{"operation":"x"}"#, Some(arn))).unwrap_err()["statusCode"],
+            400
+        );
+        let mut encoded = event("eyJvcGVyYXRpb24iOiJ3aG9hbWkifQ==", Some(arn));
+        encoded["isBase64Encoded"] = json!(true);
+        assert_eq!(request(&encoded).unwrap().command, Command::Whoami);
+    }
+
+    #[test]
+    fn each_error_has_its_status() {
+        let refused = || Refused("no".into());
+        for (e, status) in [
+            (ControlError::Forbidden(refused()), 403),
+            (ControlError::Refused(refused()), 409),
+            (ControlError::Invalid("bad".into()), 400),
+            (ControlError::Flow(crate::ports::StoreError::infra("down").into()), 503),
+        ] {
+            assert_eq!(response(Err(e))["statusCode"], status);
+        }
+        let ok = response(Ok(json!({"a": 1})));
+        assert_eq!(
+            (ok["statusCode"].clone(), ok["body"].clone()),
+            (json!(200), json!(r#"{"a":1}"#))
+        );
+    }
+}

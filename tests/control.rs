@@ -1,0 +1,155 @@
+//! The control plane on the local stack (DynamoDB Local, LocalStack), asked as API Gateway asks
+//! it: an HTTP API request (payload format 2.0) whose caller is the principal IAM verified. Each
+//! operator role's session asks; each refusal is an `ACCESS_REFUSED` record in the trail; a
+//! maker's replay above the policy waits for another person as approver, then runs.
+
+use recon_core::config::{ControlSettings, operator_roles};
+use recon_core::control::{Asked, http};
+use recon_core::domain::operator::Caller;
+use recon_core::domain::{AuditKind, NewMessage};
+use recon_harness::stack::TestStack;
+use recon_testkit::builders::tx;
+use recon_testkit::memory::MemoryMetrics;
+use serde_json::{Value, json};
+
+struct Control<'s> {
+    s: &'s TestStack,
+    plane: recon_aws::wiring::AwsControlPlane<MemoryMetrics>,
+    settings: ControlSettings,
+}
+
+impl<'s> Control<'s> {
+    fn new(s: &'s TestStack) -> Self {
+        let prefix = &s.stack.names.prefix;
+        let settings = ControlSettings {
+            replay: s.replay_settings(),
+            roles: operator_roles(prefix).parse().unwrap(),
+            audited: Default::default(),
+        };
+        let plane = recon_aws::wiring::control_plane(&s.clients, &settings, "control", MemoryMetrics::default());
+        Control { s, plane, settings }
+    }
+
+    /// `body` as `role`'s session of `person` asks it through the HTTP API: (status, body).
+    async fn ask(&self, role: &str, person: &str, body: Value) -> (u64, Value) {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let prefix = &self.s.stack.names.prefix;
+        let arn = format!("arn:aws:sts::000000000000:assumed-role/{prefix}-{role}/{person}");
+        let event = json!({
+            "version": "2.0",
+            "routeKey": "POST /control",
+            "body": body.to_string(),
+            "isBase64Encoded": false,
+            "requestContext": {"requestId": format!("it-{n}"), "authorizer": {"iam": {"userArn": arn}}},
+        });
+        let response = match http::request(&event) {
+            Ok(signed) => {
+                let caller = Caller::verified(&signed.principal, &self.settings.roles);
+                let asked = Asked {
+                    caller: &caller,
+                    request_id: &signed.request_id,
+                    deadline: None,
+                };
+                http::response(Box::pin(self.plane.handle(&asked, signed.command)).await)
+            }
+            Err(response) => response,
+        };
+        let body = serde_json::from_str(response["body"].as_str().unwrap()).unwrap();
+        (response["statusCode"].as_u64().unwrap(), body)
+    }
+}
+
+fn xau(n: u32) -> NewMessage {
+    let mut m = tx(n);
+    m.currency = "XAU".into();
+    m.amount = format!("{n}.0625");
+    m
+}
+
+#[tokio::test]
+async fn each_role_asks_only_its_own_operations_and_every_refusal_is_audited() {
+    let s = TestStack::new("ctl-roles").await;
+    let c = Control::new(&s);
+    let policy = json!({"operation": "set-policy", "policy": {"max_count": 1}});
+    for role in ["viewer", "maker", "approver", "auditor", "break-glass"] {
+        let (status, body) = c.ask(role, "mallory", policy.clone()).await;
+        assert_eq!(status, 403, "{role}: {body}");
+        assert!(
+            body["message"].as_str().unwrap().contains("needs the admin role"),
+            "{body}"
+        );
+    }
+    let (status, body) = c.ask("admin", "ada", policy).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, who) = c.ask("viewer", "vera", json!({"operation": "whoami"})).await;
+    assert_eq!((status, who["role"].as_str()), (200, Some("viewer")));
+    // A payload naming its own actor is not a command.
+    let named = json!({"operation": "replay", "reason": "r", "triggered_by": "the-cfo"});
+    assert_eq!(c.ask("maker", "alice", named).await.0, 400);
+
+    let audit = s.audit().await;
+    let refused: Vec<_> = audit.iter().filter(|r| r.kind == AuditKind::AccessRefused).collect();
+    assert_eq!(refused.len(), 5, "{refused:?}");
+    assert!(refused.iter().all(|r| r.detail.contains("set-policy")));
+    let changed: Vec<_> = audit.iter().filter(|r| r.kind == AuditKind::ReferenceChanged).collect();
+    assert_eq!(changed.len(), 1);
+    assert!(changed[0].actor.ends_with("-admin/ada"), "{}", changed[0].actor);
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_makers_replay_above_the_policy_runs_only_once_another_person_approves_it() {
+    let s = TestStack::new("ctl-approve").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.send(&(1..=3).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>())
+        .await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(10_000)).await;
+    let c = Control::new(&s);
+    let (status, _) = c
+        .ask(
+            "admin",
+            "ada",
+            json!({"operation": "put-currency", "code": "XAU", "minor_units": 4}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    c.ask(
+        "admin",
+        "ada",
+        json!({"operation": "set-policy", "policy": {"max_count": 2}}),
+    )
+    .await;
+
+    let replay = json!({"operation": "replay", "reason": "XAU mapped", "root_cause": "UNMAPPED_CURRENCY:*"});
+    let (status, asked) = c.ask("maker", "alice", replay).await;
+    assert_eq!(status, 200, "{asked}");
+    assert_eq!(asked["request"]["request_status"], "PENDING_APPROVAL", "{asked}");
+    let id = asked["request"]["request_id"].as_str().unwrap().to_owned();
+    // alice, now as approver, is still alice.
+    let approve = json!({"operation": "approve", "request_id": id, "reason": "checked"});
+    let (status, body) = c.ask("approver", "alice", approve.clone()).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("self-approval"), "{body}");
+    assert_eq!(c.ask("maker", "bob", approve.clone()).await.0, 403);
+    assert!(s.postings().await.is_empty());
+
+    assert_eq!(c.ask("approver", "bob", approve).await.0, 200);
+    let (status, ran) = c
+        .ask("maker", "alice", json!({"operation": "execute", "request_id": id}))
+        .await;
+    assert_eq!(status, 200, "{ran}");
+    assert_eq!(ran["request"]["request_status"], "EXECUTED", "{ran}");
+    assert_eq!(ran["report"]["reinjected"], 3, "{ran}");
+    s.pump(&consumer).await;
+    assert_eq!(s.postings().await.len(), 3);
+    let refused = s
+        .audit()
+        .await
+        .into_iter()
+        .filter(|r| r.kind == AuditKind::AccessRefused)
+        .count();
+    assert_eq!(refused, 2);
+    s.cleanup().await;
+}
