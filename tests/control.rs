@@ -46,9 +46,10 @@ impl<'s> Control<'s> {
         let response = match http::request(&event) {
             Ok(signed) => {
                 let caller = Caller::verified(&signed.principal, &self.settings.roles);
+                let invocation = format!("invocation-{n}");
                 let asked = Asked {
                     caller: &caller,
-                    request_id: &signed.request_id,
+                    request_id: &invocation,
                     deadline: None,
                 };
                 http::response(Box::pin(self.plane.handle(&asked, signed.command)).await)

@@ -41,7 +41,7 @@ async fn main() -> Result<(), Error> {
             let caller = Caller::verified(&signed.principal, &roles);
             let asked = Asked {
                 caller: &caller,
-                request_id: &signed.request_id,
+                request_id: &event.context.request_id,
                 deadline: lambda_deadline(event.context.deadline),
             };
             // Boxed: a replay's future is deep.

@@ -83,7 +83,7 @@ pub fn environment(
 
 /// The operator roles of a deployment: `<prefix>-<role>`, as the template names them.
 pub fn operator_roles(prefix: &str) -> String {
-    let pairs = crate::domain::operator::OperatorRole::ALL.map(|r| format!("{r}={prefix}-{r}"));
+    let pairs = crate::domain::operator::OperatorRole::ALL.map(|r| format!("{r}:{prefix}-{r}"));
     pairs.join(",")
 }
 

@@ -95,7 +95,7 @@ impl Rule {
                     .into()
             }
             Rule::OperatorRoles => format!(
-                "ROLE=IAM_ROLE_NAME pairs, comma-separated, each role once, a name 1-64 of A-Z a-z 0-9 + . @ _ - (roles: {})",
+                "ROLE:IAM_ROLE_NAME pairs, comma-separated, each role once, a name 1-64 of A-Z a-z 0-9 + . @ _ - (roles: {})",
                 crate::domain::operator::OperatorRole::ALL
                     .map(|r| r.as_str())
                     .join(", ")
@@ -168,7 +168,7 @@ impl Rule {
             Rule::OperatorRoles => {
                 let names = value
                     .split(',')
-                    .filter_map(|p| p.split_once('='))
+                    .filter_map(|p| p.split_once(':'))
                     .map(|(_, n)| n.trim());
                 value.parse::<crate::domain::operator::RoleNames>().is_ok()
                     && names.clone().count() > 0

@@ -86,10 +86,10 @@ fn refused(rule: Rule) -> Vec<String> {
         ]),
         Rule::OperatorRoles => bad.extend([
             "maker".into(),
-            "maker=a,maker=b".into(),
-            "boss=acme-boss".into(),
-            "maker=a/b".into(),
-            format!("maker={}", "x".repeat(65)),
+            "maker:a,maker:b".into(),
+            "boss:acme-boss".into(),
+            "maker:a/b".into(),
+            format!("maker:{}", "x".repeat(65)),
         ]),
         Rule::Escalation => bad.extend(["4:on-call".into(), "24h:a,4h:b".into(), "4h:On-Call".into()]),
         Rule::SecretArn => bad.extend([

@@ -11,12 +11,12 @@ use super::{Command, ControlError};
 /// The largest body the control plane reads (a command is small; an edit's body at most SQS's).
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
-/// What an HTTP API request asks: the verified principal, the request's id and the command; or
-/// the response to give instead (nothing was done, nothing is audited: no caller is known).
+/// What an HTTP API request asks: the verified principal and the command; or the response to
+/// give instead (nothing was done, nothing is audited: no caller is known). The audit records
+/// of what it does are named by the invocation's own id, which no caller chooses.
 #[derive(Debug)]
 pub struct SignedRequest {
     pub principal: String,
-    pub request_id: String,
     pub command: Command,
 }
 
@@ -29,7 +29,6 @@ pub fn request(event: &Value) -> Result<SignedRequest, Value> {
             "no caller verified by IAM: the control plane answers only signed (SigV4) requests on a route with AWS_IAM authorization",
         ));
     };
-    let request_id = text("/requestContext/requestId").unwrap_or_else(|| "unknown".to_owned());
     let body = text("/body").unwrap_or_default();
     if body.len() > MAX_BODY_BYTES * 4 / 3 + 4 {
         return Err(reply(
@@ -48,11 +47,7 @@ pub fn request(event: &Value) -> Result<SignedRequest, Value> {
         body
     };
     match serde_json::from_str::<Command>(&body) {
-        Ok(command) => Ok(SignedRequest {
-            principal,
-            request_id,
-            command,
-        }),
+        Ok(command) => Ok(SignedRequest { principal, command }),
         Err(e) => Err(reply(400, "invalid", &format!("not a command: {e}"))),
     }
 }
@@ -110,7 +105,7 @@ mod tests {
     fn the_caller_is_the_verified_principal_and_an_unsigned_request_is_turned_away() {
         let arn = "arn:aws:sts::1:assumed-role/acme-maker/alice";
         let asked = request(&event(r#"{"operation":"whoami"}"#, Some(arn))).unwrap();
-        assert_eq!((asked.principal.as_str(), asked.request_id.as_str()), (arn, "abc="));
+        assert_eq!(asked.principal, arn);
         assert_eq!(asked.command, Command::Whoami);
         assert_eq!(
             request(&event(r#"{"operation":"whoami"}"#, None)).unwrap_err()["statusCode"],

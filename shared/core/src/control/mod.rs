@@ -155,6 +155,7 @@ impl From<FlowError> for ControlError {
     fn from(e: FlowError) -> Self {
         match e {
             FlowError::Refused(r) => ControlError::Refused(r),
+            FlowError::IllegalTransition(t) => ControlError::Refused(Refused(t.to_string())),
             other => ControlError::Flow(other),
         }
     }
@@ -166,8 +167,8 @@ impl From<crate::ports::StoreError> for ControlError {
     }
 }
 
-/// Who asks, in which request (the invocation's id: it names the audit records of what the
-/// request did), by when it must have answered.
+/// Who asks, in which invocation (its id, which no caller chooses, names the audit records of
+/// what it did), by when it must have answered.
 pub struct Asked<'a> {
     pub caller: &'a Caller,
     pub request_id: &'a str,
@@ -219,6 +220,14 @@ impl<P: ReplayPorts> ControlPlane<P> {
                 Ok(json(&request))
             }
             Command::Execute { request_id } => {
+                // Going on after a paused run (a failed canary, a run stopped early) is a second
+                // person's decision: an approver's.
+                let r = self.replayer.request(&request_id).await?;
+                if r.status == RequestStatus::Paused && role != OperatorRole::Approver {
+                    return Err(ControlError::Refused(Refused(format!(
+                        "request {request_id} is PAUSED: an approver decides whether it goes on"
+                    ))));
+                }
                 let by = me.arn.as_str();
                 let (request, report) = self.replayer.execute(&request_id, by, Some(me), asked.deadline).await?;
                 Ok(serde_json::json!({ "request": request, "report": report }))
@@ -231,7 +240,7 @@ impl<P: ReplayPorts> ControlPlane<P> {
                 self.changed(
                     asked,
                     "POLICY#approval",
-                    format!("approval policy: {before} -> {policy}"),
+                    format!("approval policy: {} -> {}", json(&before), json(&policy)),
                 )
                 .await?;
                 Ok(json(&policy))
@@ -248,6 +257,11 @@ impl<P: ReplayPorts> ControlPlane<P> {
                 minor_units,
                 description,
             } => {
+                if description.chars().count() > MAX_DESCRIPTION_CHARS {
+                    return Err(ControlError::Invalid(format!(
+                        "a currency's description is at most {MAX_DESCRIPTION_CHARS} characters"
+                    )));
+                }
                 let mapping = CurrencyMapping {
                     code: input::currency_code(&code).map_err(ControlError::Invalid)?,
                     minor_units: input::minor_units(minor_units).map_err(ControlError::Invalid)?,
@@ -309,6 +323,9 @@ impl<P: ReplayPorts> ControlPlane<P> {
         // What the dry run selected is what runs (by id when it listed them all, else no more
         // than it counted): an envelope arriving meanwhile is not swept in unseen.
         let preview = &assessed.preview;
+        if preview.reinjected + preview.suppressed_duplicate + preview.quarantined == 0 {
+            return Ok(serde_json::json!({ "report": assessed.preview }));
+        }
         let mut req = wanted;
         if preview.items_truncated {
             req.selector.max_items = Some(usize::try_from(preview.selected).unwrap_or(usize::MAX));
@@ -391,6 +408,9 @@ impl<P: ReplayPorts> ControlPlane<P> {
         Ok(())
     }
 }
+
+/// The longest description of a currency mapping (it travels in every reference snapshot).
+pub const MAX_DESCRIPTION_CHARS: usize = 200;
 
 /// A result as the caller gets it.
 fn json(value: &impl Serialize) -> serde_json::Value {

@@ -32,26 +32,56 @@ pub struct Identity {
     pub name: Option<String>,
 }
 
+/// A session of an assumed role, as STS names it: `arn:PARTITION:sts::ACCOUNT:assumed-role/ROLE/SESSION`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AssumedRole<'a> {
+    pub account: &'a str,
+    pub role: &'a str,
+    pub session: &'a str,
+}
+
 impl Identity {
+    /// The ARN read strictly as an assumed role's session: six fields, STS, no region, a 12-digit
+    /// account, a role and a session name of IAM's characters; `None` for any other ARN (a user
+    /// whose path reads like an assumed role is a user).
+    pub fn assumed_role(&self) -> Option<AssumedRole<'_>> {
+        let iam_name = |s: &str, min: usize| {
+            (min..=64).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c))
+        };
+        let fields: Vec<&str> = self.arn.split(':').collect();
+        let [arn, partition, service, region, account, resource] = fields[..] else {
+            return None;
+        };
+        let parts: Vec<&str> = resource.split('/').collect();
+        let ["assumed-role", role, session] = parts[..] else {
+            return None;
+        };
+        let ok = arn == "arn"
+            && partition.starts_with("aws")
+            && service == "sts"
+            && region.is_empty()
+            && account.len() == 12
+            && account.bytes().all(|b| b.is_ascii_digit())
+            && iam_name(role, 1)
+            && iam_name(session, 2);
+        ok.then_some(AssumedRole { account, role, session })
+    }
+
     /// The principal without its session: `arn:aws:sts::A:assumed-role/ROLE/SESSION` is
     /// `arn:aws:sts::A:assumed-role/ROLE` (the caller chooses SESSION); any other ARN as it is.
     pub fn principal(&self) -> &str {
-        match self.arn.split_once(":assumed-role/") {
-            Some((_, role)) if role.contains('/') => self.arn.rsplit_once('/').map_or(&self.arn, |(p, _)| p),
-            _ => &self.arn,
+        match self.assumed_role() {
+            Some(_) => self.arn.rsplit_once('/').map_or(&self.arn, |(p, _)| p),
+            None => &self.arn,
         }
     }
 
-    /// The person: an assumed role's session (`ACCOUNT:SESSION`; the operator roles' trust
-    /// policies pin it to who assumed the role), any other ARN as it is.
+    /// The person: an assumed role's session (`ACCOUNT:SESSION`, in lower case as IAM compares
+    /// names; the operator roles' trust policies pin it to who assumed the role), any other ARN
+    /// as it is.
     pub fn person(&self) -> String {
-        let account = self.arn.split(':').nth(4).unwrap_or_default();
-        match self
-            .arn
-            .split_once(":assumed-role/")
-            .and_then(|(_, r)| r.split_once('/'))
-        {
-            Some((_, session)) => format!("{account}:{session}"),
+        match self.assumed_role() {
+            Some(a) => format!("{}:{}", a.account, a.session.to_ascii_lowercase()),
             None => self.arn.clone(),
         }
     }

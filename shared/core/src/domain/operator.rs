@@ -82,7 +82,7 @@ impl Operation {
     }
 }
 
-/// The IAM names of the operator roles (`DLQ_OPERATOR_ROLES`: `viewer=NAME,maker=NAME,…`).
+/// The IAM names of the operator roles (`DLQ_OPERATOR_ROLES`: `viewer:NAME,maker:NAME,…`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RoleNames(BTreeMap<String, OperatorRole>);
 
@@ -93,8 +93,8 @@ impl std::str::FromStr for RoleNames {
         let mut names = BTreeMap::new();
         for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (role, name) = pair
-                .split_once('=')
-                .ok_or_else(|| format!("`{pair}`: expected ROLE=IAM_ROLE_NAME"))?;
+                .split_once(':')
+                .ok_or_else(|| format!("`{pair}`: expected ROLE:IAM_ROLE_NAME"))?;
             let role: OperatorRole = role.trim().parse().map_err(|e| format!("`{pair}`: {e}"))?;
             let name = name.trim();
             if name.is_empty() || names.values().any(|r| *r == role) || names.insert(name.to_owned(), role).is_some() {
@@ -107,7 +107,7 @@ impl std::str::FromStr for RoleNames {
 
 impl std::fmt::Display for RoleNames {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pairs: Vec<String> = self.0.iter().map(|(name, role)| format!("{role}={name}")).collect();
+        let pairs: Vec<String> = self.0.iter().map(|(name, role)| format!("{role}:{name}")).collect();
         f.write_str(&pairs.join(","))
     }
 }
@@ -124,17 +124,12 @@ impl Caller {
     /// The caller whose verified principal is `arn`: a session of an operator role holds that
     /// role; any other principal holds none.
     pub fn verified(arn: &str, roles: &RoleNames) -> Caller {
-        let role = arn
-            .split_once(":assumed-role/")
-            .and_then(|(_, rest)| rest.split_once('/'))
-            .and_then(|(name, _)| roles.0.get(name).copied());
-        Caller {
-            identity: Identity {
-                arn: arn.to_owned(),
-                name: None,
-            },
-            role,
-        }
+        let identity = Identity {
+            arn: arn.to_owned(),
+            name: None,
+        };
+        let role = identity.assumed_role().and_then(|a| roles.0.get(a.role).copied());
+        Caller { identity, role }
     }
 
     /// The caller's role if it may ask for `op`; else the refusal naming the roles that may.
@@ -160,7 +155,7 @@ mod tests {
     use super::*;
 
     fn roles() -> RoleNames {
-        "viewer=acme-viewer, maker=acme-maker,approver=acme-approver,auditor=acme-auditor,admin=acme-admin,break-glass=acme-break-glass"
+        "viewer:acme-viewer, maker:acme-maker,approver:acme-approver,auditor:acme-auditor,admin:acme-admin,break-glass:acme-break-glass"
             .parse()
             .unwrap()
     }
@@ -185,6 +180,12 @@ mod tests {
             "arn:aws:iam::123456789012:role/acme-maker",
             "arn:aws:sts::123456789012:assumed-role/acme-maker",
             "acme-maker",
+            // A user whose path reads like an assumed role is a user: it holds no role.
+            "arn:aws:iam::123456789012:user/:assumed-role/acme-approver/bob",
+            "arn:aws:sts::123456789012:assumed-role/acme-maker/alice/more",
+            "arn:aws:sts:eu-west-1:123456789012:assumed-role/acme-maker/alice",
+            "arn:aws:sts::12345:assumed-role/acme-maker/alice",
+            "arn:aws:iam::123456789012:assumed-role/acme-maker/alice",
         ] {
             assert_eq!(Caller::verified(arn, &roles()).role, None, "{arn}");
         }
@@ -237,10 +238,10 @@ mod tests {
     fn role_names_are_each_once() {
         for bad in [
             "maker",
-            "maker=",
-            "boss=acme-boss",
-            "maker=a,maker=b",
-            "maker=a,approver=a",
+            "maker:",
+            "boss:acme-boss",
+            "maker:a,maker:b",
+            "maker:a,approver:a",
         ] {
             assert!(bad.parse::<RoleNames>().is_err(), "{bad}");
         }

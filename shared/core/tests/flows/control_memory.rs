@@ -6,9 +6,10 @@ use recon_core::control::{Asked, Command, ControlError, ControlPlane, Remediatio
 use recon_core::domain::approval::{ApprovalPolicy, Identity, RequestStatus};
 use recon_core::domain::operator::{Caller, RoleNames};
 use recon_core::domain::reference::PeriodStatus;
+use recon_core::ports::ApprovalRequests;
 
 fn caller(role: &str, person: &str) -> Caller {
-    let roles: RoleNames = "viewer=acme-viewer,maker=acme-maker,approver=acme-approver,auditor=acme-auditor,admin=acme-admin,break-glass=acme-break-glass"
+    let roles: RoleNames = "viewer:acme-viewer,maker:acme-maker,approver:acme-approver,auditor:acme-auditor,admin:acme-admin,break-glass:acme-break-glass"
         .parse()
         .unwrap();
     Caller::verified(
@@ -279,6 +280,48 @@ async fn a_makers_replay_runs_under_the_policy_and_above_it_waits_for_an_approve
         .unwrap();
     assert_eq!(out["report"]["reinjected"], 0, "{out}");
     assert_eq!(w.queue.sent().len(), 3);
+}
+
+/// A paused request (its canary failed, or its run stopped early) goes on only by an approver's
+/// decision: neither its maker nor a fellow maker resumes it.
+#[tokio::test]
+async fn a_paused_request_goes_on_only_by_an_approver() {
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=2 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(3)).await;
+    }
+    let control = ControlPlane {
+        replayer: w.replayer(ReplayConfig::default()),
+    };
+    control.handle_as(&caller("admin", "ada"), policy(1)).await.unwrap();
+    let asked = control
+        .handle_as(&caller("maker", "alice"), Command::Replay(remediation("XAU mapped")))
+        .await
+        .unwrap();
+    let id = asked["request"]["request_id"].as_str().unwrap().to_owned();
+    let approve = Command::Approve {
+        request_id: id.clone(),
+        reason: "ok".into(),
+    };
+    control.handle_as(&caller("approver", "bob"), approve).await.unwrap();
+    // As a run stopped early leaves it.
+    let mut paused = control.replayer.request(&id).await.unwrap();
+    paused.status = RequestStatus::Paused;
+    paused.version += 1;
+    assert!(w.store.update_request(&paused, None).await.unwrap());
+    let execute = Command::Execute { request_id: id.clone() };
+    for maker in ["alice", "carol"] {
+        let err = control
+            .handle_as(&caller("maker", maker), execute.clone())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("an approver decides"), "{maker}: {err}");
+    }
+    assert!(w.queue.sent().is_empty());
+    let out = control.handle_as(&caller("approver", "dan"), execute).await.unwrap();
+    assert_eq!(out["request"]["request_status"], "EXECUTED", "{out}");
+    assert_eq!(w.queue.sent().len(), 2);
 }
 
 #[tokio::test]

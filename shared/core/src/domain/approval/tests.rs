@@ -268,10 +268,10 @@ fn a_request_holds_at_most_its_limit_and_never_nothing() {
 #[test]
 fn under_distinct_roles_two_sessions_of_one_role_are_one_person() {
     let role = |session: &str| Identity {
-        arn: format!("arn:aws:sts::1:assumed-role/Ops/{session}"),
+        arn: format!("arn:aws:sts::111111111111:assumed-role/Ops/{session}"),
         name: None,
     };
-    assert_eq!(role("a").principal(), "arn:aws:sts::1:assumed-role/Ops");
+    assert_eq!(role("ab").principal(), "arn:aws:sts::111111111111:assumed-role/Ops");
     assert_eq!(who("arn:aws:iam::1:user/x").principal(), "arn:aws:iam::1:user/x");
     let policy = ApprovalPolicy {
         distinct_roles: true,
@@ -294,7 +294,7 @@ fn under_distinct_roles_two_sessions_of_one_role_are_one_person() {
     )
     .unwrap();
     assert!(r.approve(&role("alice-again"), "", at(1)).is_err());
-    r.approve(&who("arn:aws:sts::1:assumed-role/Controller/bob"), "", at(1))
+    r.approve(&who("arn:aws:sts::111111111111:assumed-role/Controller/bob"), "", at(1))
         .unwrap();
 }
 
@@ -303,13 +303,28 @@ fn under_distinct_roles_two_sessions_of_one_role_are_one_person() {
 #[test]
 fn one_person_in_two_roles_is_refused_the_approval_of_their_own_request() {
     let mut r = request(set(&[envelope(1, "1", "USD")]), &ApprovalPolicy::default());
-    r.requested_by = who("arn:aws:sts::1:assumed-role/acme-maker/alice");
-    let e = r.approve(&who("arn:aws:sts::1:assumed-role/acme-approver/alice"), "", at(1));
+    r.requested_by = who("arn:aws:sts::111111111111:assumed-role/acme-maker/alice");
+    let e = r.approve(
+        &who("arn:aws:sts::111111111111:assumed-role/acme-approver/alice"),
+        "",
+        at(1),
+    );
     assert!(e.unwrap_err().0.contains("self-approval"));
-    assert_eq!(who("arn:aws:sts::1:assumed-role/acme-maker/alice").person(), "1:alice");
+    assert_eq!(
+        who("arn:aws:sts::111111111111:assumed-role/acme-maker/Alice").person(),
+        "111111111111:alice"
+    );
     assert_eq!(who("arn:aws:iam::1:user/alice").person(), "arn:aws:iam::1:user/alice");
-    r.approve(&who("arn:aws:sts::1:assumed-role/acme-approver/bob"), "", at(1))
-        .unwrap();
+    // A user whose path reads like an assumed role is that user, not alice.
+    let user = who("arn:aws:iam::111111111111:user/:assumed-role/acme-approver/alice");
+    assert_eq!(user.person(), user.arn);
+    assert_eq!(user.principal(), user.arn);
+    r.approve(
+        &who("arn:aws:sts::111111111111:assumed-role/acme-approver/bob"),
+        "",
+        at(1),
+    )
+    .unwrap();
 }
 
 #[test]
