@@ -84,8 +84,7 @@ pub struct DecisionArgs {
     /// identity, not the name, must differ from the requester's).
     #[arg(long)]
     pub triggered_by: Option<String>,
-    /// Approve only; run it later (`dlqctl requests execute`, or the replay function with
-    /// `{"approved_request": ID}`) before it expires.
+    /// Approve only; run it later (`dlqctl requests execute`) before it expires.
     #[arg(long)]
     pub later: bool,
     /// Do not ask for confirmation.

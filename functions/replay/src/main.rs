@@ -3,11 +3,11 @@
 //! Input: an EventBridge scheduled event from the sweep schedule (a sweep over PENDING envelopes,
 //! resuming from its saved cursor) or from the seal schedule (seal the audit trail), or a manual
 //! payload `{"reason", "triggered_by", "failure_code"?, "root_cause"?,
-//! "entity"?, "envelope_ids"?, "max_items"?, "dry_run"?}` (refused above the approval policy);
-//! or `{"approved_request", "triggered_by"}` to run an approved request; or
+//! "entity"?, "envelope_ids"?, "max_items"?, "dry_run"?}` (refused above the approval policy;
+//! an approved request runs only through the control plane); or
 //! `{"reconcile_segment": {"period", "segment", "links"}}`, one segment of a period's
 //! reconciliation (`dlqctl reconcile --fan-out`: reads only). Unknown fields are refused. Output: the replay
-//! report (with the request, for an approved one), the seal, or the segment's read.
+//! report, the seal, or the segment's read.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use recon_aws::{AwsClients, ClientTimeouts, Target, telemetry, wiring};
@@ -52,15 +52,6 @@ async fn main() -> Result<(), Error> {
                         tracing::warn!(error = %e, "approval requests not expired; the next sweep tries again");
                     }
                     Ok(serde_json::to_value(report)?)
-                }
-                Invocation::Execute {
-                    request_id,
-                    triggered_by,
-                } => {
-                    let by = format!("{triggered_by} (via {})", replayer.config.actor);
-                    let deadline = lambda_deadline(event.context.deadline);
-                    let (request, report) = Box::pin(replayer.execute(&request_id, &by, None, deadline)).await?;
-                    Ok(serde_json::json!({ "request": request, "report": report }))
                 }
                 Invocation::ReconcileSegment(read) => {
                     let out = read_period_segment(&replayer.ledger, &read).await?;

@@ -147,23 +147,10 @@ fn names_schedule(named: &[&str], schedule: &str) -> bool {
         .any(|n| *n == schedule || n.ends_with(&format!("/{schedule}")))
 }
 
-/// The payload that runs an approved request: `{"approved_request": ID, "triggered_by": WHO}`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExecuteApproved {
-    approved_request: String,
-    triggered_by: String,
-}
-
 /// What one invocation of the replay function asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Invocation {
     Replay(ReplayRequest),
-    /// Run an approved request (exactly its set; anything else about it is refused by the flow).
-    Execute {
-        request_id: String,
-        triggered_by: String,
-    },
     /// Seal the audit trail, nothing else (the seal schedule: sealing whatever the sweep does).
     Seal,
     /// Read one segment of one period's ledger for a reconciliation's fan-out (reads only).
@@ -191,16 +178,11 @@ pub fn parse_function_invocation(
         return Ok(Invocation::ReconcileSegment(read));
     }
     if payload.get("approved_request").is_some() {
-        let x: ExecuteApproved = serde_json::from_value(payload.clone()).map_err(|e| RequestError(e.to_string()))?;
-        if x.triggered_by.trim().is_empty() || x.approved_request.trim().is_empty() {
-            return Err(RequestError(
-                "`approved_request` and `triggered_by` must name the request and who runs it".into(),
-            ));
-        }
-        return Ok(Invocation::Execute {
-            request_id: x.approved_request,
-            triggered_by: x.triggered_by,
-        });
+        // Who runs it would be a name in the payload: an approved request runs only through the
+        // control plane, which knows its caller and checks the approval's seal.
+        return Err(RequestError(
+            "an approved request runs through the control plane (`dlqctl requests execute`), not by invoking the replay function".into(),
+        ));
     }
     parse_invocation(payload, sweep_schedule).map(Invocation::Replay)
 }
@@ -282,18 +264,9 @@ mod tests {
             parse(&serde_json::json!({"reason": "r", "triggered_by": "t"})),
             Ok(Invocation::Replay(_))
         ));
-        assert_eq!(
-            parse(&serde_json::json!({"approved_request": "apr_1", "triggered_by": "t"})),
-            Ok(Invocation::Execute {
-                request_id: "apr_1".into(),
-                triggered_by: "t".into()
-            })
-        );
-        // An approved request's id runs that request and nothing else: no selector beside it.
-        assert!(
-            parse(&serde_json::json!({"approved_request": "apr_1", "triggered_by": "t", "root_cause": "X"})).is_err()
-        );
-        assert!(parse(&serde_json::json!({"approved_request": "apr_1", "triggered_by": " "})).is_err());
+        // An approved request is not run by whoever may invoke the function, under a name they give.
+        let execute = parse(&serde_json::json!({"approved_request": "apr_1", "triggered_by": "t"}));
+        assert!(execute.is_err_and(|e| e.0.contains("control plane")));
         // A reconciliation's segment: only a period and a segment, checked; nothing beside it.
         let segment =
             |p: &str, s: &str| serde_json::json!({"reconcile_segment": {"period": p, "segment": s, "links": {}}});
