@@ -3,10 +3,12 @@
 //! operator role's session asks; each refusal is an `ACCESS_REFUSED` record in the trail; a
 //! maker's replay above the policy waits for another person as approver, then runs.
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use recon_core::config::{ControlSettings, operator_roles};
 use recon_core::control::{Asked, http};
 use recon_core::domain::operator::Caller;
 use recon_core::domain::{AuditKind, NewMessage};
+use recon_core::resources::keys;
 use recon_harness::stack::TestStack;
 use recon_testkit::builders::tx;
 use recon_testkit::memory::MemoryMetrics;
@@ -19,11 +21,12 @@ struct Control<'s> {
 }
 
 impl<'s> Control<'s> {
-    fn new(s: &'s TestStack) -> Self {
+    async fn new(s: &'s TestStack) -> Self {
         let prefix = &s.stack.names.prefix;
         let settings = ControlSettings {
             replay: s.replay_settings(),
             roles: operator_roles(prefix).parse().unwrap(),
+            decision_key: decision_key(s).await,
             audited: Default::default(),
         };
         let plane = recon_aws::wiring::control_plane(&s.clients, &settings, "control", MemoryMetrics::default());
@@ -61,6 +64,28 @@ impl<'s> Control<'s> {
     }
 }
 
+/// An HMAC key in LocalStack's KMS under the deployment's alias, as the template's decision key.
+async fn decision_key(s: &TestStack) -> String {
+    use aws_sdk_kms::types::{KeySpec, KeyUsageType};
+    let kms = s.clients.kms();
+    let key = kms
+        .create_key()
+        .key_spec(KeySpec::Hmac256)
+        .key_usage(KeyUsageType::GenerateVerifyMac)
+        .send()
+        .await
+        .unwrap();
+    let id = key.key_metadata().unwrap().key_id().to_owned();
+    let alias = format!("alias/{}-decisions", s.stack.names.prefix);
+    kms.create_alias()
+        .alias_name(&alias)
+        .target_key_id(&id)
+        .send()
+        .await
+        .unwrap();
+    alias
+}
+
 fn xau(n: u32) -> NewMessage {
     let mut m = tx(n);
     m.currency = "XAU".into();
@@ -71,7 +96,7 @@ fn xau(n: u32) -> NewMessage {
 #[tokio::test]
 async fn each_role_asks_only_its_own_operations_and_every_refusal_is_audited() {
     let s = TestStack::new("ctl-roles").await;
-    let c = Control::new(&s);
+    let c = Control::new(&s).await;
     let policy = json!({"operation": "set-policy", "policy": {"max_count": 1}});
     for role in ["viewer", "maker", "approver", "auditor", "break-glass"] {
         let (status, body) = c.ask(role, "mallory", policy.clone()).await;
@@ -107,7 +132,7 @@ async fn a_makers_replay_above_the_policy_runs_only_once_another_person_approves
         .await;
     s.pump(&consumer).await;
     s.pump_dlq(&s.enricher(10_000)).await;
-    let c = Control::new(&s);
+    let c = Control::new(&s).await;
     let (status, _) = c
         .ask(
             "admin",
@@ -137,9 +162,36 @@ async fn a_makers_replay_above_the_policy_runs_only_once_another_person_approves
     assert!(s.postings().await.is_empty());
 
     assert_eq!(c.ask("approver", "bob", approve).await.0, 200);
-    let (status, ran) = c
-        .ask("maker", "alice", json!({"operation": "execute", "request_id": id}))
-        .await;
+    // The decision as stored, its reason rewritten by someone who may write the table: the
+    // control plane's key (KMS) no longer vouches for it, and it does not run.
+    let table = &s.stack.names.envelope_table;
+    let key = AttributeValue::S(format!("{}{id}", keys::ENVELOPE_REQUEST_PREFIX));
+    let get = s
+        .clients
+        .dynamodb
+        .get_item()
+        .table_name(table)
+        .key(keys::ENVELOPE_PK, key);
+    let stored = get.send().await.unwrap().item.unwrap();
+    let mut forged = stored.clone();
+    let mut decision = forged["decision"].as_m().unwrap().clone();
+    decision.insert("reason".into(), AttributeValue::S("approved by the CFO".into()));
+    forged.insert("decision".into(), AttributeValue::M(decision));
+    let put = |item| {
+        s.clients
+            .dynamodb
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item))
+            .send()
+    };
+    put(forged).await.unwrap();
+    let execute = json!({"operation": "execute", "request_id": id});
+    let (status, body) = c.ask("maker", "alice", execute.clone()).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("seal"), "{body}");
+    put(stored).await.unwrap();
+    let (status, ran) = c.ask("maker", "alice", execute).await;
     assert_eq!(status, 200, "{ran}");
     assert_eq!(ran["request"]["request_status"], "EXECUTED", "{ran}");
     assert_eq!(ran["report"]["reinjected"], 3, "{ran}");
@@ -151,6 +203,6 @@ async fn a_makers_replay_above_the_policy_runs_only_once_another_person_approves
         .into_iter()
         .filter(|r| r.kind == AuditKind::AccessRefused)
         .count();
-    assert_eq!(refused, 2);
+    assert_eq!(refused, 3);
     s.cleanup().await;
 }

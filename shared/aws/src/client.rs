@@ -291,6 +291,15 @@ impl AwsClients {
         }
         aws_sdk_secretsmanager::Client::from_conf(b.build())
     }
+
+    /// A KMS client (only the control plane seals with a key), requests counted.
+    pub fn kms(&self) -> aws_sdk_kms::Client {
+        let mut b = aws_sdk_kms::config::Builder::from(&self.config).interceptor(CountRequests(self.requests.clone()));
+        if let Target::Local { edge_url, .. } = &self.target {
+            b = b.endpoint_url(edge_url);
+        }
+        aws_sdk_kms::Client::from_conf(b.build())
+    }
 }
 
 /// The HTTPS client of every SDK client (credential providers included): rustls with ring, the

@@ -10,6 +10,7 @@ pub mod dynamodb;
 pub mod error;
 pub mod identity;
 pub mod item;
+pub mod kms;
 pub mod ledger;
 pub mod logs;
 pub mod s3;

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crate::client::AwsClients;
 use crate::dynamodb::{DynamoAuditLog, DynamoEnvelopeStore, DynamoReferenceData};
+use crate::kms::KmsSigner;
 use crate::ledger::AnyLedger;
 use crate::s3::S3Worm;
 use crate::sqs::SqsQueue;
@@ -104,7 +105,7 @@ pub type AwsReplayPorts<M> = (
 pub type AwsReplayer<M = EmfMetrics> = Replayer<AwsReplayPorts<M>>;
 
 /// The control plane: the replay engine run for the operator who asks (its actor).
-pub type AwsControlPlane<M = EmfMetrics> = ControlPlane<AwsReplayPorts<M>>;
+pub type AwsControlPlane<M = EmfMetrics> = ControlPlane<AwsReplayPorts<M>, KmsSigner>;
 
 pub fn control_plane<M: Metrics>(
     clients: &AwsClients,
@@ -114,6 +115,7 @@ pub fn control_plane<M: Metrics>(
 ) -> AwsControlPlane<M> {
     ControlPlane {
         replayer: replayer(clients, &s.replay, actor, metrics),
+        signer: KmsSigner::new(clients.kms(), &s.decision_key),
     }
 }
 

@@ -50,6 +50,7 @@ pub mod vars {
     pub const HTTP_LEDGER_SECRET_ARN: &str = "DLQ_HTTP_LEDGER_SECRET_ARN";
     pub const DEDUP_TABLE: &str = "DLQ_DEDUP_TABLE";
     pub const OPERATOR_ROLES: &str = "DLQ_OPERATOR_ROLES";
+    pub const DECISION_KEY: &str = "DLQ_DECISION_KEY";
 }
 
 mod ledger;
@@ -78,6 +79,7 @@ pub fn environment(
         (vars::SEAL_SCHEDULE, names.seal_schedule.clone()),
         (vars::DEDUP_TABLE, names.dedup_table.clone()),
         (vars::OPERATOR_ROLES, operator_roles(&names.prefix)),
+        (vars::DECISION_KEY, format!("alias/{}-decisions", names.prefix)),
     ]
 }
 
@@ -438,6 +440,8 @@ impl ReplaySettings {
 pub struct ControlSettings {
     pub replay: ReplaySettings,
     pub roles: crate::domain::operator::RoleNames,
+    /// The KMS HMAC key the control plane seals its decisions with.
+    pub decision_key: String,
     pub audited: Audited,
 }
 
@@ -458,6 +462,7 @@ impl ControlSettings {
                     value: String::new(),
                     allowed: why,
                 })?,
+            decision_key: env.name(vars::DECISION_KEY)?,
             audited: env.audited(),
         })
     }

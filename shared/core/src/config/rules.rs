@@ -27,6 +27,7 @@ pub enum Rule {
     HttpUrl,
     Escalation,
     OperatorRoles,
+    KmsKey,
 }
 
 /// The default of a variable that may stay unset (nothing is used in its place).
@@ -94,6 +95,7 @@ impl Rule {
                 "https://<host>[:<port>][/<path>] (http:// only to 127.0.0.1 or localhost), without user or query"
                     .into()
             }
+            Rule::KmsKey => "a KMS key: alias/<name>, a key id, or its ARN".into(),
             Rule::OperatorRoles => format!(
                 "ROLE:IAM_ROLE_NAME pairs, comma-separated, each role once, a name 1-64 of A-Z a-z 0-9 + . @ _ - (roles: {})",
                 crate::domain::operator::OperatorRole::ALL
@@ -165,6 +167,14 @@ impl Rule {
             }
             Rule::PostgresUrl => Rule::postgres_url(value),
             Rule::Escalation => value.parse::<crate::decisions::escalation::EscalationChain>().is_ok(),
+            Rule::KmsKey => {
+                let alias = value.strip_prefix("alias/").is_some_and(|a| {
+                    !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "/_-".contains(c))
+                });
+                let id = value.len() == 36 && value.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+                let arn = value.starts_with("arn:aws") && value.split(':').nth(2) == Some("kms");
+                (alias || id || arn) && chars(1, 2048, &|c| c.is_ascii_graphic())
+            }
             Rule::OperatorRoles => {
                 let names = value
                     .split(',')
@@ -502,6 +512,11 @@ pub const VARIABLES: &[Variable] = &[
         meaning: "the secret holding the HTTP ledger's bearer token (`token`)",
     },
     required(
+        vars::DECISION_KEY,
+        Rule::KmsKey,
+        "the KMS HMAC key only the control plane may seal its decisions with (an approval without its seal does not run)",
+    ),
+    required(
         vars::OPERATOR_ROLES,
         Rule::OperatorRoles,
         "the control plane's operator roles by IAM role name: what each caller may ask",
@@ -558,6 +573,7 @@ pub mod needs {
         SWEEP_SCHEDULE,
         SEAL_SCHEDULE,
         OPERATOR_ROLES,
+        DECISION_KEY,
     ];
     pub const REFERENCE_AUDIT: &[&str] = &[REFERENCE_TABLE, AUDIT_TABLE, QUARANTINE_BUCKET, QUARANTINE_BUCKET_OWNER];
 }

@@ -84,6 +84,7 @@ fn refused(rule: Rule) -> Vec<String> {
             "ftp://gl.example.com".into(),
             "https://".into(),
         ]),
+        Rule::KmsKey => bad.extend(["alias/".into(), "decisions".into(), "arn:aws:sqs:x".into()]),
         Rule::OperatorRoles => bad.extend([
             "maker".into(),
             "maker:a,maker:b".into(),

@@ -10,14 +10,14 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::FailureCode;
-use crate::domain::approval::{ApprovalPolicy, Identity, Refused, RequestStatus};
+use crate::domain::approval::{ApprovalPolicy, ApprovalRequest, Identity, Refused, RequestStatus};
 use crate::domain::canary::Canary;
 use crate::domain::edit::Proposal;
 use crate::domain::input;
 use crate::domain::operator::{Caller, Operation, OperatorRole};
 use crate::domain::reference::{CurrencyMapping, PeriodRecord, PeriodStatus};
 use crate::domain::{AuditKind, AuditRecord};
-use crate::ports::{AuditLog, FlowError, ReferenceData};
+use crate::ports::{AuditLog, FlowError, ReferenceData, Signer};
 use crate::replay::{ManualReplay, ReplayPorts, ReplayRequest, Replayer, RequestError};
 
 pub mod http;
@@ -176,12 +176,13 @@ pub struct Asked<'a> {
 }
 
 /// The control plane over the replay's ports (the requests live with the envelopes, the policy,
-/// periods and currencies in the reference data).
-pub struct ControlPlane<P: ReplayPorts> {
+/// periods and currencies in the reference data), and the key it seals its decisions with.
+pub struct ControlPlane<P: ReplayPorts, G: Signer> {
     pub replayer: Replayer<P>,
+    pub signer: G,
 }
 
-impl<P: ReplayPorts> ControlPlane<P> {
+impl<P: ReplayPorts, G: Signer> ControlPlane<P, G> {
     /// Do what `asked.caller` asks, if their role may; a refusal is audited before it is
     /// returned.
     pub async fn handle(&self, asked: &Asked<'_>, command: Command) -> Result<serde_json::Value, ControlError> {
@@ -206,8 +207,9 @@ impl<P: ReplayPorts> ControlPlane<P> {
         let me = &asked.caller.identity;
         match command {
             Command::Whoami => Ok(json(asked.caller)),
-            Command::Replay(r) => self.remediate(asked, &r, false).await,
-            Command::Quarantine(r) => self.remediate(asked, &r, true).await,
+            // Boxed: a replay's future is deep (a debug build's stack would not hold it).
+            Command::Replay(r) => Box::pin(self.remediate(asked, &r, false)).await,
+            Command::Quarantine(r) => Box::pin(self.remediate(asked, &r, true)).await,
             Command::Edit {
                 envelope_id,
                 proposal,
@@ -223,13 +225,17 @@ impl<P: ReplayPorts> ControlPlane<P> {
                 // Going on after a paused run (a failed canary, a run stopped early) is a second
                 // person's decision: an approver's.
                 let r = self.replayer.request(&request_id).await?;
+                if r.decision.is_some() {
+                    self.check_seal(&r).await?;
+                }
                 if r.status == RequestStatus::Paused && role != OperatorRole::Approver {
                     return Err(ControlError::Refused(Refused(format!(
                         "request {request_id} is PAUSED: an approver decides whether it goes on"
                     ))));
                 }
                 let by = me.arn.as_str();
-                let (request, report) = self.replayer.execute(&request_id, by, Some(me), asked.deadline).await?;
+                let (request, report) =
+                    Box::pin(self.replayer.execute(&request_id, by, Some(me), asked.deadline)).await?;
                 Ok(serde_json::json!({ "request": request, "report": report }))
             }
             Command::SetPolicy { policy } => {
@@ -276,7 +282,10 @@ impl<P: ReplayPorts> ControlPlane<P> {
                 Ok(json(&mapping))
             }
             Command::Approve { request_id, reason } => {
-                let decided = self.replayer.decide(&request_id, me, true, &reason).await?;
+                let decided = self
+                    .replayer
+                    .decide_sealed(&request_id, me, true, &reason, Some(&self.signer))
+                    .await?;
                 Ok(json(&decided))
             }
             Command::Reject { request_id, reason } => {
@@ -296,7 +305,10 @@ impl<P: ReplayPorts> ControlPlane<P> {
                         ))));
                     }
                 }
-                let decided = self.replayer.decide(&request_id, me, false, &reason).await?;
+                let decided = self
+                    .replayer
+                    .decide_sealed(&request_id, me, false, &reason, Some(&self.signer))
+                    .await?;
                 Ok(json(&decided))
             }
         }
@@ -337,6 +349,23 @@ impl<P: ReplayPorts> ControlPlane<P> {
             .run_guarded(&req, r.canary.as_ref(), asked.deadline)
             .await?;
         Ok(serde_json::json!({ "report": report }))
+    }
+
+    /// `r`'s approval carries this control plane's seal: it was decided here, and nothing of it
+    /// (the set, the decider, the reason) changed since.
+    async fn check_seal(&self, r: &ApprovalRequest) -> Result<(), ControlError> {
+        let mac = r.decision.as_ref().and_then(|d| d.mac.as_deref());
+        let sealed = match (r.decision_message(true), mac) {
+            (Some(message), Some(mac)) => self.signer.verify(message.as_bytes(), mac).await?,
+            _ => false,
+        };
+        if sealed {
+            return Ok(());
+        }
+        Err(ControlError::Refused(Refused(format!(
+            "the approval of {} does not carry the control plane's seal (decided elsewhere, or altered since): it does not run",
+            r.request_id
+        ))))
     }
 
     /// Close, open or plan the close of a period of an entity.

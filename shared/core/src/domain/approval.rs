@@ -116,6 +116,10 @@ pub struct Decision {
     pub by: Identity,
     pub at: DateTime<Utc>,
     pub reason: String,
+    /// The control plane's seal on the decision ([`ApprovalRequest::decision_message`]); none
+    /// for a decision made without it, which the control plane does not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
 }
 
 /// What happened when an approved request ran.
@@ -252,6 +256,26 @@ impl ApprovalRequest {
         })
     }
 
+    /// What the control plane seals of a decision that `approved` (or rejected) it: the
+    /// request, its action and set (by digest), who decided, when and why, one field a line
+    /// (`None`: undecided). Changing any of them breaks the seal.
+    pub fn decision_message(&self, approved: bool) -> Option<String> {
+        let d = self.decision.as_ref()?;
+        let verdict = if approved { "APPROVED" } else { "REJECTED" };
+        let action = serde_json::to_value(self.action).ok()?;
+        let fields = [
+            "recon-approval-decision/v1",
+            &self.request_id,
+            action.as_str()?,
+            &self.digest,
+            verdict,
+            &d.by.arn,
+            &super::audit::canonical_time(d.at),
+            &d.reason,
+        ];
+        Some(fields.map(super::audit::json_string).join("\n"))
+    }
+
     /// The set still hashes to the digest recorded with the request (a stored request whose set
     /// was edited is refused).
     pub fn check_digest(&self) -> Result<(), Refused> {
@@ -340,7 +364,12 @@ impl ApprovalRequest {
 
     fn decide(&mut self, by: &Identity, reason: &str, at: DateTime<Utc>, to: RequestStatus) {
         let (by, reason) = (by.clone(), reason.to_owned());
-        self.decision = Some(Decision { by, at, reason });
+        self.decision = Some(Decision {
+            by,
+            at,
+            reason,
+            mac: None,
+        });
         self.step(to);
     }
 

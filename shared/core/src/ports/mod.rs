@@ -46,6 +46,7 @@ mod metrics;
 mod periods;
 mod queues;
 mod reference;
+mod signer;
 mod worm;
 
 pub use approvals::{ApprovalRequests, RequestPage};
@@ -62,6 +63,7 @@ pub use metrics::{Metric, Metrics};
 pub use periods::{EnvelopesOfPeriod, RecordsOfPeriod};
 pub use queues::{DeadLetterQueue, OutgoingMessage, ReplayQueue, WorkQueue, batches, dead_letter_message, is_binary};
 pub use reference::ReferenceData;
+pub use signer::{NoSigner, Signer};
 pub use worm::{ObjectVersion, Worm, Written};
 
 use crate::domain::{IllegalTransition, ProcessError, TransientKind, bounded_detail};

@@ -10,7 +10,7 @@ use crate::domain::approval::{Action, ApprovalRequest, Identity, NewRequest, Ref
 use crate::domain::canary::Canary;
 use crate::domain::{AuditKind, AuditRecord};
 use crate::envelopes::publish;
-use crate::ports::{ApprovalRequests, FlowResult, ReferenceData};
+use crate::ports::{ApprovalRequests, FlowResult, ReferenceData, Signer};
 
 /// A manual remediation's dry run and what the policy says of it.
 #[derive(Clone, Debug)]
@@ -173,6 +173,20 @@ impl<P: ReplayPorts> Replayer<P> {
     }
 
     pub async fn decide(&self, id: &str, by: &Identity, approve: bool, reason: &str) -> FlowResult<ApprovalRequest> {
+        self.decide_sealed(id, by, approve, reason, None::<&crate::ports::NoSigner>)
+            .await
+    }
+
+    /// [`Replayer::decide`], the decision sealed by `signer` (the control plane's key) in the
+    /// same write.
+    pub async fn decide_sealed<G: Signer>(
+        &self,
+        id: &str,
+        by: &Identity,
+        approve: bool,
+        reason: &str,
+        signer: Option<&G>,
+    ) -> FlowResult<ApprovalRequest> {
         let mut r = self.request(id).await?;
         let now = self.clock.now();
         let kind = if approve {
@@ -182,6 +196,12 @@ impl<P: ReplayPorts> Replayer<P> {
             r.reject(by, reason, now)?;
             AuditKind::ApprovalRejected
         };
+        if let (Some(signer), Some(message)) = (signer, r.decision_message(approve)) {
+            let mac = signer.sign(message.as_bytes()).await?;
+            if let Some(d) = r.decision.as_mut() {
+                d.mac = Some(mac);
+            }
+        }
         let detail = format!(
             "{} {} by {by} (requested by {}; set {} of {} envelopes): {reason}",
             r.request_id, r.status, r.requested_by, r.digest, r.exposure.count

@@ -7,6 +7,8 @@ use recon_core::domain::approval::{ApprovalPolicy, Identity, RequestStatus};
 use recon_core::domain::operator::{Caller, RoleNames};
 use recon_core::domain::reference::PeriodStatus;
 use recon_core::ports::ApprovalRequests;
+use recon_core::ports::Signer;
+use recon_testkit::memory::MemorySigner;
 
 fn caller(role: &str, person: &str) -> Caller {
     let roles: RoleNames = "viewer:acme-viewer,maker:acme-maker,approver:acme-approver,auditor:acme-auditor,admin:acme-admin,break-glass:acme-break-glass"
@@ -36,7 +38,7 @@ trait HandleAs {
     async fn handle_as(&self, caller: &Caller, command: Command) -> Result<serde_json::Value, ControlError>;
 }
 
-impl HandleAs for ControlPlane<TestPorts> {
+impl HandleAs for ControlPlane<TestPorts, MemorySigner> {
     async fn handle_as(&self, caller: &Caller, command: Command) -> Result<serde_json::Value, ControlError> {
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -47,6 +49,13 @@ impl HandleAs for ControlPlane<TestPorts> {
             deadline: None,
         };
         self.handle(&asked, command).await
+    }
+}
+
+fn control(w: &World) -> ControlPlane<TestPorts, MemorySigner> {
+    ControlPlane {
+        replayer: w.replayer(ReplayConfig::default()),
+        signer: MemorySigner::new("control plane"),
     }
 }
 
@@ -62,9 +71,7 @@ fn policy(max_count: u64) -> Command {
 #[tokio::test]
 async fn an_operation_outside_the_callers_role_is_refused_audited_and_changes_nothing() {
     let w = world();
-    let control = ControlPlane {
-        replayer: w.replayer(ReplayConfig::default()),
-    };
+    let control = control(&w);
     for role in ["viewer", "maker", "approver", "auditor", "break-glass"] {
         let err = control
             .handle_as(&caller(role, "mallory"), policy(1))
@@ -107,9 +114,7 @@ async fn an_operation_outside_the_callers_role_is_refused_audited_and_changes_no
 #[tokio::test]
 async fn periods_and_currencies_change_only_through_the_admin_and_say_what_they_were() {
     let w = world();
-    let control = ControlPlane {
-        replayer: w.replayer(ReplayConfig::default()),
-    };
+    let control = control(&w);
     let close = Command::ClosePeriod {
         entity: "ACME-US".into(),
         period: "2026-10".into(),
@@ -160,9 +165,7 @@ async fn a_request_is_decided_by_an_approver_who_is_not_its_maker_and_withdrawn_
     for n in 1..=3 {
         w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(3)).await;
     }
-    let control = ControlPlane {
-        replayer: w.replayer(ReplayConfig::default()),
-    };
+    let control = control(&w);
     control.handle_as(&caller("admin", "ada"), policy(1)).await.unwrap();
     let r = &control.replayer;
     let wanted = ReplayRequest {
@@ -233,9 +236,7 @@ async fn a_makers_replay_runs_under_the_policy_and_above_it_waits_for_an_approve
     for n in 1..=3 {
         w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(3)).await;
     }
-    let control = ControlPlane {
-        replayer: w.replayer(ReplayConfig::default()),
-    };
+    let control = control(&w);
     let maker = caller("maker", "alice");
     let dry = Remediation {
         dry_run: true,
@@ -291,9 +292,7 @@ async fn a_paused_request_goes_on_only_by_an_approver() {
     for n in 1..=2 {
         w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(3)).await;
     }
-    let control = ControlPlane {
-        replayer: w.replayer(ReplayConfig::default()),
-    };
+    let control = control(&w);
     control.handle_as(&caller("admin", "ada"), policy(1)).await.unwrap();
     let asked = control
         .handle_as(&caller("maker", "alice"), Command::Replay(remediation("XAU mapped")))
@@ -324,13 +323,71 @@ async fn a_paused_request_goes_on_only_by_an_approver() {
     assert_eq!(w.queue.sent().len(), 2);
 }
 
+/// An approval written into the table by anyone but the control plane (a role with write rights,
+/// break-glass, a replay of an older decision) carries no seal of its key, or one that no longer
+/// fits: it does not run, and the refusal is audited.
+#[tokio::test]
+async fn an_approval_the_control_plane_did_not_seal_does_not_run() {
+    let w = world();
+    add_xau(&w).await;
+    for n in 1..=2 {
+        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(3)).await;
+    }
+    let control = control(&w);
+    control.handle_as(&caller("admin", "ada"), policy(1)).await.unwrap();
+    let maker = caller("maker", "alice");
+    let asked = control
+        .handle_as(&maker, Command::Replay(remediation("XAU mapped")))
+        .await
+        .unwrap();
+    let id = asked["request"]["request_id"].as_str().unwrap().to_owned();
+    // Decided around the control plane: the replay engine's own decide, as a writer would.
+    let bob = caller("approver", "bob").identity;
+    control.replayer.decide(&id, &bob, true, "looks fine").await.unwrap();
+    let execute = Command::Execute { request_id: id.clone() };
+    let err = control.handle_as(&maker, execute.clone()).await.unwrap_err();
+    assert!(err.to_string().contains("seal"), "{err}");
+    // Sealed by another key (another deployment's control plane): refused too.
+    let other = ControlPlane {
+        replayer: w.replayer(ReplayConfig::default()),
+        signer: MemorySigner::new("another control plane"),
+    };
+    let carol = caller("maker", "carol");
+    let again = Command::Replay(remediation("XAU mapped, again"));
+    let asked = control.handle_as(&carol, again).await.unwrap();
+    let second = asked["request"]["request_id"].as_str().unwrap().to_owned();
+    let approve = Command::Approve {
+        request_id: second.clone(),
+        reason: "ok".into(),
+    };
+    other.handle_as(&caller("approver", "bob"), approve).await.unwrap();
+    // ... and a sealed decision whose reason was altered in the table afterwards.
+    let mut altered = control.replayer.request(&second).await.unwrap();
+    assert!(altered.decision.as_ref().unwrap().mac.is_some());
+    let execute_second = Command::Execute {
+        request_id: second.clone(),
+    };
+    assert!(control.handle_as(&maker, execute_second.clone()).await.is_err());
+    let sealed_here = control
+        .signer
+        .sign(altered.decision_message(true).unwrap().as_bytes())
+        .await
+        .unwrap();
+    altered.decision.as_mut().unwrap().mac = Some(sealed_here);
+    altered.decision.as_mut().unwrap().reason = "approved by the CFO".into();
+    altered.version += 1;
+    assert!(w.store.update_request(&altered, None).await.unwrap());
+    assert!(control.handle_as(&maker, execute_second).await.is_err());
+    assert!(w.queue.sent().is_empty(), "nothing ran");
+    let refused = records(&w, AuditKind::AccessRefused).await;
+    assert_eq!(refused.iter().filter(|r| r.detail.contains("seal")).count(), 3);
+}
+
 #[tokio::test]
 async fn an_edit_is_a_makers_request_and_a_remediation_must_say_why() {
     let w = world();
     let e = w.envelope("s1", &xau(1), ChronoDuration::hours(3)).await;
-    let control = ControlPlane {
-        replayer: w.replayer(ReplayConfig::default()),
-    };
+    let control = control(&w);
     let edit = Command::Edit {
         envelope_id: e.envelope_id.clone(),
         proposal: recon_core::domain::edit::Proposal::Set(vec![

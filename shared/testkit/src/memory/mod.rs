@@ -11,6 +11,7 @@ pub mod limits;
 mod metrics;
 mod queues;
 mod reference;
+mod signer;
 mod worm;
 
 pub use audit::MemoryAuditLog;
@@ -20,6 +21,7 @@ pub use ledger::{MemoryDedupTable, MemoryGeneralLedger, MemoryLedger};
 pub use metrics::MemoryMetrics;
 pub use queues::{MemoryDeadLetterQueue, MemoryReplayQueue, MemoryWorkQueue};
 pub use reference::MemoryReferenceData;
+pub use signer::MemorySigner;
 pub use worm::MemoryWorm;
 
 use std::sync::{Mutex, MutexGuard};
