@@ -15,6 +15,7 @@ mod enrich;
 mod fifo;
 mod http_ledger;
 mod iam;
+mod iam_offline;
 mod postgres;
 mod provision;
 mod reconcile;

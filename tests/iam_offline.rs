@@ -1,0 +1,278 @@
+//! What IAM decides, evaluated offline: the local emulators enforce no IAM, so the template's
+//! policies (each role's identity policies, the bucket's resource policy) are resolved for a
+//! deployment and handed, with a table of requests, to an IAM policy simulator
+//! (`@cloud-copilot/iam-simulate`, installed by `infra/tools.sh` into `.local-aws/iam-simulate`,
+//! run by `infra/iam_simulate.cjs`). Each row says who asks what of which resource, under which
+//! condition keys, and whether AWS must allow it; the table is the specification, written by
+//! hand, never derived from the policies it checks.
+
+use recon_harness::template::{Created, Deployment, Template};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+const ACCOUNT: &str = "123456789012";
+const REGION: &str = "eu-west-1";
+const PREFIX: &str = "acme";
+
+/// The deployment with every resource a policy names "created" under the ARN AWS would give it.
+fn deployment() -> Deployment<'static> {
+    let template = Template::ours().unwrap();
+    let mut d = template
+        .deploy(ACCOUNT, REGION, &[("StackPrefix", json!(PREFIX))])
+        .unwrap();
+    let kinds = [
+        "AWS::DynamoDB::Table",
+        "AWS::SQS::Queue",
+        "AWS::S3::Bucket",
+        "AWS::Logs::LogGroup",
+        "AWS::IAM::Role",
+        "AWS::KMS::Key",
+        "AWS::SNS::Topic",
+    ];
+    for id in d.resources_of(&kinds).unwrap() {
+        let kind = template.resource_type(&id).unwrap().to_owned();
+        let name = |property: &str| d.text(&id, property).unwrap_or_else(|_| format!("{PREFIX}-{id}"));
+        let (reference, arn) = match kind.as_str() {
+            "AWS::DynamoDB::Table" => {
+                let n = name("TableName");
+                (n.clone(), format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{n}"))
+            }
+            "AWS::SQS::Queue" => {
+                let n = name("QueueName");
+                let url = format!("https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{n}");
+                (url, format!("arn:aws:sqs:{REGION}:{ACCOUNT}:{n}"))
+            }
+            "AWS::S3::Bucket" => {
+                let n = name("BucketName");
+                (n.clone(), format!("arn:aws:s3:::{n}"))
+            }
+            "AWS::Logs::LogGroup" => {
+                let n = name("LogGroupName");
+                (n.clone(), format!("arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{n}:*"))
+            }
+            "AWS::IAM::Role" => {
+                let n = format!("{PREFIX}-{id}");
+                (n.clone(), format!("arn:aws:iam::{ACCOUNT}:role/{n}"))
+            }
+            "AWS::KMS::Key" => (id.clone(), format!("arn:aws:kms:{REGION}:{ACCOUNT}:key/{id}")),
+            _ => (id.clone(), format!("arn:aws:sns:{REGION}:{ACCOUNT}:{PREFIX}-{id}")),
+        };
+        let mut attributes = BTreeMap::from([("Arn".to_owned(), arn.clone())]);
+        if kind == "AWS::DynamoDB::Table" {
+            attributes.insert("StreamArn".into(), format!("{arn}/stream/2026-01-01T00:00:00.000"));
+        }
+        d.created(&id, Created { reference, attributes });
+    }
+    d
+}
+
+/// The identity policies of `role`: its own and those attached to it in this deployment.
+fn identity_policies(d: &Deployment, role: &str) -> Vec<Value> {
+    let own = d.properties(role).unwrap();
+    let mut out: Vec<Value> = own["Policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["PolicyDocument"].clone())
+        .collect();
+    let name = d.reference_of(role).unwrap().to_owned();
+    for id in d.resources_of(&["AWS::IAM::Policy"]).unwrap() {
+        let p = d.properties(&id).unwrap();
+        if p["Roles"].as_array().unwrap().iter().any(|r| r == &json!(name)) {
+            out.push(p["PolicyDocument"].clone());
+        }
+    }
+    out
+}
+
+/// The table: every function role against the tables, queues and bucket it must and must not
+/// touch, and the bucket's own refusals (they hold for every principal, whatever its grants).
+/// Each row: (role, action, what, condition keys, allowed, why). What: `table:ID`, `index:ID`,
+/// `stream:ID`, `queue:ID`, `bucket`, `object:KEY`. Condition keys, `;`-separated:
+/// `lead=K` (`dynamodb:LeadingKeys`), `attrs=A,B` (`dynamodb:Attributes`), `put` (a put as every
+/// writer of this system makes it: If-None-Match, COMPLIANCE, 3000 days), `overwrite` (the same
+/// without If-None-Match), `mode=M`, `days=N`, `insecure` (no TLS).
+#[rustfmt::skip]
+const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
+    // The consumer: commits, dead-letters, appends to the trail; nothing else.
+    ("ConsumerRole", "dynamodb:PutItem", "table:LedgerTable", "", true, "commit"),
+    ("ConsumerRole", "dynamodb:DeleteItem", "table:LedgerTable", "", false, "a posting is never deleted"),
+    ("ConsumerRole", "dynamodb:UpdateItem", "table:LedgerTable", "", false, "a posting is never changed"),
+    ("ConsumerRole", "dynamodb:Query", "index:LedgerTable", "", false, "the consumer reads no period"),
+    ("ConsumerRole", "sqs:SendMessage", "queue:DeadLetterQueue", "", true, "dead-letter"),
+    ("ConsumerRole", "sqs:SendMessage", "queue:MainQueue", "", false, "only the replay re-injects"),
+    ("ConsumerRole", "sqs:ChangeMessageVisibility", "queue:MainQueue", "", true, "back off"),
+    ("ConsumerRole", "sqs:PurgeQueue", "queue:MainQueue", "", false, "nothing is dropped"),
+    ("ConsumerRole", "sqs:PurgeQueue", "queue:DeadLetterQueue", "", false, "nothing is dropped"),
+    ("ConsumerRole", "dynamodb:Scan", "table:ReferenceTable", "", true, "reference data"),
+    ("ConsumerRole", "dynamodb:PutItem", "table:ReferenceTable", "", false, "periods are not the consumer's"),
+    ("ConsumerRole", "dynamodb:PutItem", "table:EnvelopeTable", "", false, "envelopes are the enricher's"),
+    ("ConsumerRole", "dynamodb:PutItem", "table:AuditTable", "lead=c3#000000000001", true, "an audit record"),
+    ("ConsumerRole", "dynamodb:PutItem", "table:AuditTable", "lead=#head#c3", false, "a head is never put"),
+    ("ConsumerRole", "dynamodb:UpdateItem", "table:AuditTable", "lead=#head#c3;attrs=audit_id,hash,seq", true, "a head moves by seq and hash"),
+    ("ConsumerRole", "dynamodb:UpdateItem", "table:AuditTable", "lead=#head#c3;attrs=seq,detail", false, "a head carries nothing else"),
+    ("ConsumerRole", "dynamodb:UpdateItem", "table:AuditTable", "lead=c3#000000000001;attrs=detail", false, "a record is never rewritten"),
+    ("ConsumerRole", "dynamodb:DeleteItem", "table:AuditTable", "lead=c3#000000000001", false, "a record is never deleted"),
+    ("ConsumerRole", "s3:PutObject", "object:audit-seals/c3/000001.json", "put", true, "a seal"),
+    ("ConsumerRole", "s3:DeleteObjectVersion", "object:audit-seals/c3/000001.json", "", false, "WORM"),
+    ("ConsumerRole", "s3:PutObjectRetention", "object:audit-seals/c3/000001.json", "", false, "a retention is never changed"),
+    // The enricher: envelopes and their WORM copies; no ledger, no queue to send to.
+    ("EnricherRole", "dynamodb:PutItem", "table:EnvelopeTable", "", true, "an envelope"),
+    ("EnricherRole", "dynamodb:UpdateItem", "table:EnvelopeTable", "", true, "an envelope's status"),
+    ("EnricherRole", "dynamodb:PutItem", "table:LedgerTable", "", false, "the enricher posts nothing"),
+    ("EnricherRole", "dynamodb:GetItem", "table:LedgerTable", "", false, "nor reads the ledger"),
+    ("EnricherRole", "sqs:SendMessage", "queue:MainQueue", "", false, "the enricher re-injects nothing"),
+    ("EnricherRole", "sqs:ReceiveMessage", "queue:DeadLetterQueue", "", true, "its event source"),
+    ("EnricherRole", "sqs:ReceiveMessage", "queue:MainQueue", "", false, "not the consumer's queue"),
+    ("EnricherRole", "dynamodb:Scan", "table:ReferenceTable", "", false, "no reference data"),
+    ("EnricherRole", "s3:PutObject", "object:envelopes/env_1/original", "put", true, "a WORM copy"),
+    ("EnricherRole", "s3:GetObject", "object:envelopes/env_1/original", "", false, "it reads seals by version only"),
+    ("EnricherRole", "dynamodb:PutItem", "table:AuditTable", "lead=#head#c0", false, "a head is never put"),
+    // The replay: re-injects, settles envelopes, reads the ledger; changes no reference data.
+    ("ReplayRole", "sqs:SendMessage", "queue:MainQueue", "", true, "re-inject"),
+    ("ReplayRole", "sqs:SendMessage", "queue:DeadLetterQueue", "", false, "only the consumer dead-letters"),
+    ("ReplayRole", "dynamodb:GetItem", "table:LedgerTable", "", true, "gate 2"),
+    ("ReplayRole", "dynamodb:Query", "index:LedgerTable", "", true, "a period's postings"),
+    ("ReplayRole", "dynamodb:PutItem", "table:LedgerTable", "attrs=source_hash,manual_journal,replay_id,committed_at", true, "a hand-off"),
+    ("ReplayRole", "dynamodb:PutItem", "table:LedgerTable", "attrs=source_hash,amount", false, "the replay posts no amount"),
+    ("ReplayRole", "dynamodb:PutItem", "table:ReferenceTable", "", false, "no period is opened by a replay"),
+    ("ReplayRole", "dynamodb:UpdateItem", "table:EnvelopeTable", "", true, "settle an envelope"),
+    ("ReplayRole", "dynamodb:Query", "index:EnvelopeTable", "", true, "the backlog"),
+    ("ReplayRole", "s3:GetObject", "object:envelopes/env_1/original", "", true, "a large original"),
+    ("ReplayRole", "s3:PutObject", "object:quarantine/env_1.json", "put", true, "a quarantine record"),
+    ("ReplayRole", "dynamodb:DeleteTable", "table:AuditTable", "", false, "no table is dropped"),
+    // The reference auditor: reads the stream, appends; changes nothing it records.
+    ("ReferenceAuditRole", "dynamodb:GetRecords", "stream:ReferenceTable", "", true, "its event source"),
+    ("ReferenceAuditRole", "dynamodb:PutItem", "table:ReferenceTable", "", false, "it records changes, never makes them"),
+    ("ReferenceAuditRole", "dynamodb:PutItem", "table:AuditTable", "lead=c1#000000000009", true, "an audit record"),
+    ("ReferenceAuditRole", "sqs:SendMessage", "queue:MainQueue", "", false, "nothing to send"),
+    ("ReferenceAuditRole", "dynamodb:GetItem", "table:EnvelopeTable", "", false, "no envelopes"),
+    ("ReferenceAuditRole", "s3:PutObject", "object:audit-seals/c1/000001.json", "put", true, "a seal"),
+    // The bucket refuses these to everyone, whatever their grants.
+    ("ReplayRole", "s3:PutObject", "object:quarantine/env_1.json", "overwrite", false, "an overwrite (no If-None-Match)"),
+    ("ReplayRole", "s3:PutObject", "object:quarantine/env_1.json", "put;mode=GOVERNANCE", false, "GOVERNANCE can be bypassed"),
+    ("ReplayRole", "s3:PutObject", "object:quarantine/env_1.json", "put;days=30", false, "retained too briefly"),
+    ("ConsumerRole", "s3:DeleteObject", "object:audit-seals/c3/000001.json", "", false, "a delete marker hides a seal"),
+    ("ReplayRole", "s3:DeleteObject", "object:quarantine/env_1.json", "", false, "a delete marker hides a quarantine"),
+    ("ReplayRole", "s3:PutObject", "object:audit-trails/t1/retired.json", "put", false, "a retirement is an operator's act"),
+    ("EnricherRole", "s3:PutObject", "object:audit-trails/t1/retired.json", "put", false, "a retirement is an operator's act"),
+    ("ConsumerRole", "s3:PutObject", "object:audit-seals/c3/000001.json", "put;insecure", false, "no TLS"),
+    ("ReplayRole", "s3:ListBucketVersions", "bucket", "", true, "seals by version"),
+    ("ReplayRole", "s3:PutBucketPolicy", "bucket", "", false, "no function changes the bucket's rules"),
+    ("ConsumerRole", "s3:PutBucketObjectLockConfiguration", "bucket", "", false, "nor its lock"),
+    ("EnricherRole", "s3:PutLifecycleConfiguration", "bucket", "", false, "nor its lifecycle"),
+];
+
+/// A row's condition keys as the simulator takes them (see [`TABLE`]).
+fn context(spec: &str) -> Value {
+    let mut c = json!({});
+    for token in spec.split(';').filter(|t| !t.is_empty()) {
+        let (key, value) = token.split_once('=').unwrap_or((token, ""));
+        let list = |v: &str| json!(v.split(',').collect::<Vec<_>>());
+        match key {
+            "lead" => c["dynamodb:LeadingKeys"] = json!([value]),
+            "attrs" => c["dynamodb:Attributes"] = list(value),
+            "put" | "overwrite" => {
+                c["s3:object-lock-mode"] = json!("COMPLIANCE");
+                c["s3:object-lock-remaining-retention-days"] = json!("3000");
+                if key == "put" {
+                    c["s3:if-none-match"] = json!("*");
+                }
+            }
+            "mode" => c["s3:object-lock-mode"] = json!(value),
+            "days" => c["s3:object-lock-remaining-retention-days"] = json!(value),
+            "insecure" => c["aws:SecureTransport"] = json!("false"),
+            other => panic!("unknown condition spec {other}"),
+        }
+    }
+    c
+}
+
+#[test]
+fn iam_allows_exactly_what_the_table_says_for_every_role_and_resource() {
+    let d = deployment();
+    let bucket_policy = d.properties("QuarantineBucketPolicy").unwrap()["PolicyDocument"].clone();
+    let arn = |id: &str| d.attribute_of(id, "Arn").unwrap().to_owned();
+    let cases: Vec<Value> = TABLE
+        .iter()
+        .enumerate()
+        .map(|(i, (role, action, what, spec, _, _))| {
+            let principal = arn(role);
+            let bucket = arn("QuarantineBucket");
+            let (kind, id) = what.split_once(':').unwrap_or((what, ""));
+            let (resource, policy) = match kind {
+                "table" | "queue" => (arn(id), Value::Null),
+                "index" => (format!("{}/index/by_period", arn(id)), Value::Null),
+                "stream" => (d.attribute_of(id, "StreamArn").unwrap().to_owned(), Value::Null),
+                "bucket" => (bucket, bucket_policy.clone()),
+                "object" => (format!("{bucket}/{id}"), bucket_policy.clone()),
+                other => panic!("unknown target {other}"),
+            };
+            let mut context_keys = json!({ "aws:PrincipalArn": principal });
+            if action.starts_with("s3:") {
+                context_keys["aws:SecureTransport"] = json!("true");
+            }
+            for (k, v) in context(spec).as_object().unwrap() {
+                context_keys[k] = v.clone();
+            }
+            json!({
+                "name": format!("{i}"),
+                "principal": principal,
+                "action": action,
+                "resource": resource,
+                "account": ACCOUNT,
+                "identityPolicies": identity_policies(&d, role),
+                "resourcePolicy": policy,
+                "context": context_keys,
+            })
+        })
+        .collect();
+    let results = simulate(&json!({ "cases": cases }));
+    assert_eq!(results.len(), TABLE.len());
+    let mut wrong = Vec::new();
+    for ((role, action, what, spec, allowed, why), out) in TABLE.iter().zip(&results) {
+        let result = out["result"].as_str().unwrap_or("Error");
+        let ignored = out["ignored"].as_array().map_or(0, Vec::len);
+        if result == "Error" || ignored > 0 || (result == "Allowed") != *allowed {
+            let want = if *allowed { "allowed" } else { "denied" };
+            wrong.push(format!(
+                "{role} {action} {what} [{spec}]: {result}, want {want} ({why}): {out}"
+            ));
+        }
+    }
+    let denied = TABLE.iter().filter(|r| !r.4).count();
+    println!(
+        "IAM offline: {} rows ({denied} must be denied), {} wrong",
+        TABLE.len(),
+        wrong.len()
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Run the simulator on `input`: its answers, one per case.
+fn simulate(input: &Value) -> Vec<Value> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let script = format!("{root}/infra/iam_simulate.cjs");
+    let mut child = Command::new("node")
+        .arg(&script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("node runs the IAM simulator (infra/tools.sh install puts it in .local-aws/iam-simulate)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the IAM simulator failed (run `infra/tools.sh install`): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
