@@ -13,13 +13,23 @@ use std::collections::BTreeMap;
 const ACCOUNT: &str = "123456789012";
 const REGION: &str = "eu-west-1";
 const PREFIX: &str = "acme";
+/// The deployment's one declared producer.
+const PRODUCER: &str = "arn:aws:iam::123456789012:role/bank-feed";
+/// Principals beside the template's roles: the declared producer (who may send anything
+/// anywhere, by its own grants), and an administrator of the account (who may do anything).
+const OTHERS: [(&str, &str, &str); 2] = [
+    ("Producer", PRODUCER, "sqs:SendMessage"),
+    ("Admin", "arn:aws:iam::123456789012:role/admin", "*"),
+];
 
 /// The deployment with every resource a policy names "created" under the ARN AWS would give it.
 fn deployment() -> Deployment<'static> {
     let template = Template::ours().unwrap();
-    let mut d = template
-        .deploy(ACCOUNT, REGION, &[("StackPrefix", json!(PREFIX))])
-        .unwrap();
+    let given = [
+        ("StackPrefix", json!(PREFIX)),
+        ("ProducerPrincipalArns", json!(PRODUCER)),
+    ];
+    let mut d = template.deploy(ACCOUNT, REGION, &given).unwrap();
     let kinds = [
         "AWS::DynamoDB::Table",
         "AWS::SQS::Queue",
@@ -148,7 +158,16 @@ const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     ("ReferenceAuditRole", "sqs:SendMessage", "queue:MainQueue", "", false, "nothing to send"),
     ("ReferenceAuditRole", "dynamodb:GetItem", "table:EnvelopeTable", "", false, "no envelopes"),
     ("ReferenceAuditRole", "s3:PutObject", "object:audit-seals/c1/000001.json", "put", true, "a seal"),
+    // The queues take messages only from their senders, whatever anyone's own grants say.
+    ("Producer", "sqs:SendMessage", "queue:MainQueue", "", true, "a declared producer"),
+    ("Producer", "sqs:SendMessage", "queue:DeadLetterQueue", "", false, "a producer cannot forge a dead letter"),
+    ("Admin", "sqs:SendMessage", "queue:MainQueue", "", false, "an administrator is no producer"),
+    ("Admin", "sqs:SendMessage", "queue:DeadLetterQueue", "", false, "nor the consumer"),
+    ("EnricherRole", "sqs:SendMessage", "queue:DeadLetterQueue", "", false, "only the consumer dead-letters"),
+    ("ReferenceAuditRole", "sqs:SendMessage", "queue:DeadLetterQueue", "", false, "only the consumer dead-letters"),
     // The bucket refuses these to everyone, whatever their grants.
+    ("Admin", "s3:DeleteObject", "object:audit-seals/c3/000001.json", "", false, "a delete marker, even by an administrator"),
+    ("Admin", "s3:PutObject", "object:audit-seals/c3/000001.json", "overwrite", false, "an overwrite, even by an administrator"),
     ("ReplayRole", "s3:PutObject", "object:quarantine/env_1.json", "overwrite", false, "an overwrite (no If-None-Match)"),
     ("ReplayRole", "s3:PutObject", "object:quarantine/env_1.json", "put;mode=GOVERNANCE", false, "GOVERNANCE can be bypassed"),
     ("ReplayRole", "s3:PutObject", "object:quarantine/env_1.json", "put;days=30", false, "retained too briefly"),
@@ -162,6 +181,17 @@ const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     ("ConsumerRole", "s3:PutBucketObjectLockConfiguration", "bucket", "", false, "nor its lock"),
     ("EnricherRole", "s3:PutLifecycleConfiguration", "bucket", "", false, "nor its lifecycle"),
 ];
+
+/// The policy of queue `id` (`null`: it has none).
+fn queue_policy(d: &Deployment, id: &str) -> Value {
+    let url = json!(d.reference_of(id).unwrap());
+    d.resources_of(&["AWS::SQS::QueuePolicy"])
+        .unwrap()
+        .iter()
+        .map(|p| d.properties(p).unwrap())
+        .find(|p| p["Queues"].as_array().unwrap().contains(&url))
+        .map_or(Value::Null, |p| p["PolicyDocument"].clone())
+}
 
 /// A row's condition keys as the simulator takes them (see [`TABLE`]).
 fn context(spec: &str) -> Value {
@@ -197,11 +227,20 @@ fn iam_allows_exactly_what_the_table_says_for_every_role_and_resource() {
         .iter()
         .enumerate()
         .map(|(i, (role, action, what, spec, _, _))| {
-            let principal = arn(role);
+            let other = OTHERS.iter().find(|(name, _, _)| name == role);
+            let principal = other.map_or_else(|| arn(role), |(_, arn, _)| (*arn).to_owned());
+            let identity = match other {
+                Some((_, _, action)) => vec![json!({
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Action": action, "Resource": "*"}],
+                })],
+                None => identity_policies(&d, role),
+            };
             let bucket = arn("QuarantineBucket");
             let (kind, id) = what.split_once(':').unwrap_or((what, ""));
             let (resource, policy) = match kind {
-                "table" | "queue" => (arn(id), Value::Null),
+                "table" => (arn(id), Value::Null),
+                "queue" => (arn(id), queue_policy(&d, id)),
                 "index" => (format!("{}/index/by_period", arn(id)), Value::Null),
                 "stream" => (d.attribute_of(id, "StreamArn").unwrap().to_owned(), Value::Null),
                 "bucket" => (bucket, bucket_policy.clone()),
@@ -221,7 +260,7 @@ fn iam_allows_exactly_what_the_table_says_for_every_role_and_resource() {
                 "action": action,
                 "resource": resource,
                 "account": ACCOUNT,
-                "identityPolicies": identity_policies(&d, role),
+                "identityPolicies": identity,
                 "resourcePolicy": policy,
                 "context": context_keys,
             })

@@ -66,6 +66,23 @@ async fn the_local_stack_is_built_as_the_template_declares_it() {
     assert!(dlq_retention > main_retention, "{dlq_retention} <= {main_retention}");
     let largest = u64::from(recon_core::resources::MAX_MESSAGE_BYTES);
     assert_eq!((main_size, dlq_size), (largest, largest));
+    // Only the main queue may move its dead letters to the DLQ: the ARN the template writes out
+    // (a reference back would be a cycle) is the main queue's own.
+    let dlq = s.clients.sqs.get_queue_attributes().queue_url(&s.stack.dlq_url);
+    let dlq = dlq
+        .attribute_names(QueueAttributeName::RedriveAllowPolicy)
+        .send()
+        .await
+        .unwrap();
+    let allow = dlq
+        .attributes()
+        .and_then(|m| m.get(&QueueAttributeName::RedriveAllowPolicy));
+    let allow: serde_json::Value = serde_json::from_str(allow.unwrap()).unwrap();
+    let main_arn = recon_aws::stack::queue_arn(&s.clients, &s.stack.main_queue_url)
+        .await
+        .unwrap();
+    assert_eq!(allow["redrivePermission"], "byQueue");
+    assert_eq!(allow["sourceQueueArns"], serde_json::json!([main_arn]));
     let retention = recon_harness::provision::worm_retention(&s.clients, &n.bucket())
         .await
         .unwrap();
