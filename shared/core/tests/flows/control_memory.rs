@@ -59,6 +59,17 @@ fn control(w: &World) -> ControlPlane<TestPorts, MemorySigner> {
     }
 }
 
+/// `n` PENDING dead letters in XAU (mapped since), and a control plane over them.
+async fn xau_dead_letters(n: u32) -> (World, ControlPlane<TestPorts, MemorySigner>) {
+    let w = world();
+    add_xau(&w).await;
+    for i in 1..=n {
+        w.envelope(&format!("s{i}"), &xau(i), ChronoDuration::hours(3)).await;
+    }
+    let control = control(&w);
+    (w, control)
+}
+
 fn policy(max_count: u64) -> Command {
     Command::SetPolicy {
         policy: ApprovalPolicy {
@@ -160,12 +171,7 @@ async fn periods_and_currencies_change_only_through_the_admin_and_say_what_they_
 
 #[tokio::test]
 async fn a_request_is_decided_by_an_approver_who_is_not_its_maker_and_withdrawn_only_by_its_maker() {
-    let w = world();
-    add_xau(&w).await;
-    for n in 1..=3 {
-        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(3)).await;
-    }
-    let control = control(&w);
+    let (w, control) = xau_dead_letters(3).await;
     control.handle_as(&caller("admin", "ada"), policy(1)).await.unwrap();
     let r = &control.replayer;
     let wanted = ReplayRequest {
@@ -231,12 +237,7 @@ fn remediation(reason: &str) -> Remediation {
 /// a request; the maker cannot run that request before an approver decides it, then may.
 #[tokio::test]
 async fn a_makers_replay_runs_under_the_policy_and_above_it_waits_for_an_approver() {
-    let w = world();
-    add_xau(&w).await;
-    for n in 1..=3 {
-        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(3)).await;
-    }
-    let control = control(&w);
+    let (w, control) = xau_dead_letters(3).await;
     let maker = caller("maker", "alice");
     let dry = Remediation {
         dry_run: true,
@@ -287,12 +288,7 @@ async fn a_makers_replay_runs_under_the_policy_and_above_it_waits_for_an_approve
 /// decision: neither its maker nor a fellow maker resumes it.
 #[tokio::test]
 async fn a_paused_request_goes_on_only_by_an_approver() {
-    let w = world();
-    add_xau(&w).await;
-    for n in 1..=2 {
-        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(3)).await;
-    }
-    let control = control(&w);
+    let (w, control) = xau_dead_letters(2).await;
     control.handle_as(&caller("admin", "ada"), policy(1)).await.unwrap();
     let asked = control
         .handle_as(&caller("maker", "alice"), Command::Replay(remediation("XAU mapped")))
@@ -328,12 +324,7 @@ async fn a_paused_request_goes_on_only_by_an_approver() {
 /// fits: it does not run, and the refusal is audited.
 #[tokio::test]
 async fn an_approval_the_control_plane_did_not_seal_does_not_run() {
-    let w = world();
-    add_xau(&w).await;
-    for n in 1..=2 {
-        w.envelope(&format!("s{n}"), &xau(n), ChronoDuration::hours(3)).await;
-    }
-    let control = control(&w);
+    let (w, control) = xau_dead_letters(2).await;
     control.handle_as(&caller("admin", "ada"), policy(1)).await.unwrap();
     let maker = caller("maker", "alice");
     let asked = control
