@@ -222,12 +222,18 @@ impl<P: ReplayPorts, G: Signer> ControlPlane<P, G> {
                 Ok(json(&request))
             }
             Command::Execute { request_id } => {
-                // Going on after a paused run (a failed canary, a run stopped early) is a second
-                // person's decision: an approver's.
                 let r = self.replayer.request(&request_id).await?;
-                if r.decision.is_some() {
+                // Whatever would run carries the seal of its approval (an undecided request is
+                // refused by its own rules).
+                let would_run = matches!(
+                    r.status,
+                    RequestStatus::Approved | RequestStatus::Paused | RequestStatus::Executing
+                );
+                if would_run {
                     self.check_seal(&r).await?;
                 }
+                // Going on after a paused run (a failed canary, a run stopped early) is a second
+                // person's decision: an approver's.
                 if r.status == RequestStatus::Paused && role != OperatorRole::Approver {
                     return Err(ControlError::Refused(Refused(format!(
                         "request {request_id} is PAUSED: an approver decides whether it goes on"

@@ -369,9 +369,18 @@ async fn an_approval_the_control_plane_did_not_seal_does_not_run() {
     altered.version += 1;
     assert!(w.store.update_request(&altered, None).await.unwrap());
     assert!(control.handle_as(&maker, execute_second).await.is_err());
+    // ... and a request set APPROVED with no decision at all.
+    let mut bare = control.replayer.request(&second).await.unwrap();
+    bare.decision = None;
+    bare.version += 1;
+    assert!(w.store.update_request(&bare, None).await.unwrap());
+    let execute_bare = Command::Execute {
+        request_id: second.clone(),
+    };
+    assert!(control.handle_as(&maker, execute_bare).await.is_err());
     assert!(w.queue.sent().is_empty(), "nothing ran");
     let refused = records(&w, AuditKind::AccessRefused).await;
-    assert_eq!(refused.iter().filter(|r| r.detail.contains("seal")).count(), 3);
+    assert_eq!(refused.iter().filter(|r| r.detail.contains("seal")).count(), 4);
 }
 
 #[tokio::test]
