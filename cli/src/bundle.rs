@@ -323,8 +323,18 @@ pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, o
     })
 }
 
+/// The largest evidence bundle `audit verify --bundle` reads (it is read whole, and its members
+/// held while they are checked): a period of a busy deployment is far below it; export a larger
+/// history period by period.
+pub const MAX_BUNDLE_BYTES: usize = 1 << 30;
+
 pub fn verify_file(path: &Path) -> Result<VerifyReport> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    verify_file_within(path, MAX_BUNDLE_BYTES)
+}
+
+fn verify_file_within(path: &Path, max: usize) -> Result<VerifyReport> {
+    let limit = "the largest evidence bundle dlqctl verifies; export one period at a time";
+    let bytes = crate::input::bounded_bytes(path, max, limit)?;
     let bundle: Bundle =
         serde_json::from_slice(&bytes).with_context(|| format!("{} is not an evidence bundle", path.display()))?;
     Ok(verify_bundle(&bundle))
@@ -333,6 +343,20 @@ pub fn verify_file(path: &Path) -> Result<VerifyReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bundle_larger_than_the_bound_is_refused_before_it_is_read() {
+        let path = std::env::temp_dir().join(format!("bundle-{}.json", std::process::id()));
+        std::fs::write(&path, "x".repeat(100)).unwrap();
+        let err = verify_file_within(&path, 99).unwrap_err().to_string();
+        assert!(
+            err.contains("longer than 99 bytes") && err.contains("one period at a time"),
+            "{err}"
+        );
+        let err = verify_file_within(&path, 100).unwrap_err().to_string();
+        assert!(err.contains("is not an evidence bundle"), "{err}");
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn a_period_is_yyyy_mm() {

@@ -42,18 +42,26 @@ pub fn bounded_lines(mut reader: impl BufRead, max: usize, what: &str) -> Result
 
 /// A whole file of at most `max` bytes, as text.
 pub fn bounded_file(path: &Path, max: usize) -> Result<String> {
+    let bytes = bounded_bytes(path, max, "the largest message SQS takes")?;
+    String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8", path.display()))
+}
+
+/// A whole file of at most `max` bytes (`limit` says what the bound is), refused before it is
+/// read when the file says it is larger, and never read past the bound.
+pub fn bounded_bytes(path: &Path, max: usize, limit: &str) -> Result<Vec<u8>> {
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut text = String::new();
-    file.take(max as u64 + 1)
-        .read_to_string(&mut text)
-        .with_context(|| format!("reading {}", path.display()))?;
-    if text.len() > max {
-        bail!(
-            "{}: longer than {max} bytes (the largest message SQS takes)",
-            path.display()
-        );
+    let too_long = || anyhow::anyhow!("{}: longer than {max} bytes ({limit})", path.display());
+    if file.metadata().is_ok_and(|m| m.len() > max as u64) {
+        return Err(too_long());
     }
-    Ok(text)
+    let mut bytes = Vec::new();
+    file.take(max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if bytes.len() > max {
+        return Err(too_long());
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]
