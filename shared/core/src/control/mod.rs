@@ -17,7 +17,8 @@ use crate::domain::input;
 use crate::domain::operator::{Caller, Operation, OperatorRole};
 use crate::domain::reference::{CurrencyMapping, PeriodRecord, PeriodStatus};
 use crate::domain::{AuditKind, AuditRecord};
-use crate::ports::{AuditLog, FlowError, ReferenceData, Signer};
+use crate::ports::{AuditLog, FlowError, LedgerReader, ReferenceData, Signer};
+use crate::reconcile::{SegmentRead, read_period_segment};
 use crate::replay::{ManualReplay, ReplayPorts, ReplayRequest, Replayer, RequestError};
 
 pub mod http;
@@ -38,6 +39,8 @@ pub enum Command {
     Execute {
         request_id: String,
     },
+    /// One segment of a period's postings, for a reconciliation (reads only).
+    ReconcileSegment(SegmentRead),
     SetPolicy {
         policy: ApprovalPolicy,
     },
@@ -122,6 +125,7 @@ impl Command {
             Command::Quarantine(_) => Operation::Quarantine,
             Command::Edit { .. } => Operation::Edit,
             Command::Execute { .. } => Operation::Execute,
+            Command::ReconcileSegment(_) => Operation::ReconcileSegment,
             Command::SetPolicy { .. } => Operation::SetPolicy,
             Command::ClosePeriod { .. } => Operation::ClosePeriod,
             Command::OpenPeriod { .. } => Operation::OpenPeriod,
@@ -182,7 +186,10 @@ pub struct ControlPlane<P: ReplayPorts, G: Signer> {
     pub signer: G,
 }
 
-impl<P: ReplayPorts, G: Signer> ControlPlane<P, G> {
+impl<P: ReplayPorts, G: Signer> ControlPlane<P, G>
+where
+    P::Ledger: LedgerReader,
+{
     /// Do what `asked.caller` asks, if their role may; a refusal is audited before it is
     /// returned.
     pub async fn handle(&self, asked: &Asked<'_>, command: Command) -> Result<serde_json::Value, ControlError> {
@@ -243,6 +250,11 @@ impl<P: ReplayPorts, G: Signer> ControlPlane<P, G> {
                 let (request, report) =
                     Box::pin(self.replayer.execute(&request_id, by, Some(me), asked.deadline)).await?;
                 Ok(serde_json::json!({ "request": request, "report": report }))
+            }
+            Command::ReconcileSegment(read) => {
+                read.parts().map_err(ControlError::Invalid)?;
+                let out = read_period_segment(&self.replayer.ledger, &read).await;
+                Ok(json(&out.map_err(crate::ports::StoreError::infra)?))
             }
             Command::SetPolicy { policy } => {
                 policy.check().map_err(ControlError::Invalid)?;

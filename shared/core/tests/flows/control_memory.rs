@@ -417,6 +417,32 @@ async fn an_edit_is_a_makers_request_and_a_remediation_must_say_why() {
     assert!(matches!(err, ControlError::Invalid(_)), "{err}");
 }
 
+/// A period's postings are the auditor's to read through the control plane, nobody else's.
+#[tokio::test]
+async fn a_segment_of_a_periods_postings_is_read_only_by_an_auditor() {
+    let (_w, control) = xau_dead_letters(0).await;
+    let read = |period: &str| {
+        serde_json::from_value::<Command>(serde_json::json!({
+            "operation": "reconcile-segment", "period": period, "segment": "0/2", "links": {}
+        }))
+        .unwrap()
+    };
+    let out = control
+        .handle_as(&caller("auditor", "aud"), read("2026-11"))
+        .await
+        .unwrap();
+    assert!(out.is_object(), "{out}");
+    for role in ["maker", "approver", "viewer", "admin"] {
+        let err = control
+            .handle_as(&caller(role, "x"), read("2026-11"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ControlError::Forbidden(_)), "{role}: {err}");
+    }
+    let bad = control.handle_as(&caller("auditor", "aud"), read("2026-13")).await;
+    assert!(matches!(bad, Err(ControlError::Invalid(_))), "{bad:?}");
+}
+
 #[test]
 fn a_command_names_its_operation_and_refuses_unknown_fields() {
     let c: Command = serde_json::from_str(r#"{"operation":"approve","request_id":"apr_1"}"#).unwrap();
