@@ -10,14 +10,16 @@ use recon_core::ports::ApprovalRequests;
 use recon_core::ports::Signer;
 use recon_testkit::memory::MemorySigner;
 
+/// `person`'s session of operator role `role` (a session name has at least two characters).
 fn caller(role: &str, person: &str) -> Caller {
     let roles: RoleNames = "viewer:acme-viewer,maker:acme-maker,approver:acme-approver,auditor:acme-auditor,admin:acme-admin,break-glass:acme-break-glass"
         .parse()
         .unwrap();
-    Caller::verified(
-        &format!("arn:aws:sts::000000000000:assumed-role/acme-{role}/{person}"),
-        &roles,
-    )
+    let arn = format!("arn:aws:sts::000000000000:assumed-role/acme-{role}/{person}");
+    let caller = Caller::verified(&arn, &roles);
+    // A refusal below must be about the role asked for, not a caller holding none.
+    assert!(caller.role.is_some(), "{arn} holds no operator role");
+    caller
 }
 
 async fn records(w: &World, kind: AuditKind) -> Vec<recon_core::domain::AuditRecord> {
@@ -130,7 +132,12 @@ async fn periods_and_currencies_change_only_through_the_admin_and_say_what_they_
         entity: "ACME-US".into(),
         period: "2026-10".into(),
     };
-    assert!(control.handle_as(&caller("maker", "m"), close.clone()).await.is_err());
+    assert!(
+        control
+            .handle_as(&caller("maker", "mallory"), close.clone())
+            .await
+            .is_err()
+    );
     control.handle_as(&caller("admin", "ada"), close).await.unwrap();
     let snap = w.reference.refresh().await.unwrap();
     assert_eq!(snap.period_status("acme-us", "2026-10"), PeriodStatus::Closed);
@@ -434,7 +441,7 @@ async fn a_segment_of_a_periods_postings_is_read_only_by_an_auditor() {
     assert!(out.is_object(), "{out}");
     for role in ["maker", "approver", "viewer", "admin"] {
         let err = control
-            .handle_as(&caller(role, "x"), read("2026-11"))
+            .handle_as(&caller(role, "mallory"), read("2026-11"))
             .await
             .unwrap_err();
         assert!(matches!(err, ControlError::Forbidden(_)), "{role}: {err}");
