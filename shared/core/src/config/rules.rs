@@ -175,18 +175,7 @@ impl Rule {
                 let arn = value.starts_with("arn:aws") && value.split(':').nth(2) == Some("kms");
                 (alias || id || arn) && chars(1, 2048, &|c| c.is_ascii_graphic())
             }
-            Rule::OperatorRoles => {
-                let names = value
-                    .split(',')
-                    .filter_map(|p| p.split_once(':'))
-                    .map(|(_, n)| n.trim());
-                value.parse::<crate::domain::operator::RoleNames>().is_ok()
-                    && names.clone().count() > 0
-                    && names.clone().all(|n| {
-                        (1..=64).contains(&n.len())
-                            && n.chars().all(|c| c.is_ascii_alphanumeric() || "+.@_-".contains(c))
-                    })
-            }
+            Rule::OperatorRoles => value.parse::<crate::domain::operator::RoleNames>().is_ok(),
             Rule::SecretArn => {
                 let parts: Vec<&str> = value.splitn(7, ':').collect();
                 parts.len() == 7

@@ -82,8 +82,10 @@ impl Operation {
     }
 }
 
-/// The IAM names of the operator roles (`DLQ_OPERATOR_ROLES`: `viewer:NAME,maker:NAME,…`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The IAM names of the operator roles (`DLQ_OPERATOR_ROLES`: `viewer:NAME,maker:NAME,…`): at
+/// least one, each role once, each name an IAM role name (1-64 of A-Z a-z 0-9 + . @ _ -; `=`
+/// and `,` are IAM's too, but separate the pairs here).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RoleNames(BTreeMap<String, OperatorRole>);
 
 impl std::str::FromStr for RoleNames {
@@ -97,9 +99,17 @@ impl std::str::FromStr for RoleNames {
                 .ok_or_else(|| format!("`{pair}`: expected ROLE:IAM_ROLE_NAME"))?;
             let role: OperatorRole = role.trim().parse().map_err(|e| format!("`{pair}`: {e}"))?;
             let name = name.trim();
-            if name.is_empty() || names.values().any(|r| *r == role) || names.insert(name.to_owned(), role).is_some() {
+            let iam_name = (1..=64).contains(&name.len())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || "+.@_-".contains(c));
+            if !iam_name {
+                return Err(format!("`{pair}`: not an IAM role name"));
+            }
+            if names.values().any(|r| *r == role) || names.insert(name.to_owned(), role).is_some() {
                 return Err(format!("`{pair}`: each role once, each to its own IAM role"));
             }
+        }
+        if names.is_empty() {
+            return Err("no operator role named".into());
         }
         Ok(RoleNames(names))
     }
