@@ -258,7 +258,7 @@ request {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another identity
             )
         });
     }
-    let changes = preview.reinjected + preview.suppressed_duplicate + preview.quarantined;
+    let changes = preview.changed();
     if changes == 0 {
         let value = serde_json::json!({"selected": preview.selected, "changes": 0});
         return crate::output::emit(&value, || {
@@ -287,15 +287,9 @@ request {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another identity
             );
         }));
     }
-    // What was confirmed is what runs: exactly the envelopes the preview selected (by id when the
-    // preview listed them all, else no more than it counted), not whatever the selector matches
-    // by now — a flood landing in between is not quarantined on a confirmation given for three.
-    let mut req = wanted;
-    if preview.items_truncated {
-        req.selector.max_items = Some(usize::try_from(preview.selected).unwrap_or(usize::MAX));
-    } else {
-        req.selector.envelope_ids = preview.items.iter().map(|i| i.envelope_id.clone()).collect();
-    }
+    // What was confirmed is what runs: a flood landing in between is not quarantined on a
+    // confirmation given for three.
+    let req = wanted.pinned_to(&preview);
     let report = r.run_guarded(&req, canary.as_ref(), in_process_deadline()).await?;
     if progress {
         eprintln!();

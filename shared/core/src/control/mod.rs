@@ -350,18 +350,10 @@ where
             let request = self.replayer.request_approval(&wanted, &assessed, me, r.canary).await?;
             return Ok(serde_json::json!({ "request": request }));
         }
-        // What the dry run selected is what runs (by id when it listed them all, else no more
-        // than it counted): an envelope arriving meanwhile is not swept in unseen.
-        let preview = &assessed.preview;
-        if preview.reinjected + preview.suppressed_duplicate + preview.quarantined == 0 {
+        if assessed.preview.changed() == 0 {
             return Ok(serde_json::json!({ "report": assessed.preview }));
         }
-        let mut req = wanted;
-        if preview.items_truncated {
-            req.selector.max_items = Some(usize::try_from(preview.selected).unwrap_or(usize::MAX));
-        } else {
-            req.selector.envelope_ids = preview.items.iter().map(|i| i.envelope_id.clone()).collect();
-        }
+        let req = wanted.pinned_to(&assessed.preview);
         let report = self
             .replayer
             .run_guarded(&req, r.canary.as_ref(), asked.deadline)

@@ -117,6 +117,11 @@ impl ReplayReport {
         self.items_truncated |= other.items_truncated;
     }
 
+    /// Envelopes it changed (or, a dry run, would change): re-injected, suppressed, quarantined.
+    pub fn changed(&self) -> u64 {
+        self.reinjected + self.suppressed_duplicate + self.quarantined
+    }
+
     /// The counts, one line (an approval request's dry run and execution summaries).
     pub fn summary(&self) -> String {
         let verb = if self.dry_run { "would be " } else { "" };
