@@ -4,7 +4,7 @@
 //! maker's replay above the policy waits for another person as approver, then runs.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use recon_core::config::{ControlSettings, operator_roles};
+use recon_core::config::ControlSettings;
 use recon_core::control::{Asked, http};
 use recon_core::domain::operator::Caller;
 use recon_core::domain::{AuditKind, NewMessage};
@@ -22,13 +22,8 @@ struct Control<'s> {
 
 impl<'s> Control<'s> {
     async fn new(s: &'s TestStack) -> Self {
-        let prefix = &s.stack.names.prefix;
-        let settings = ControlSettings {
-            replay: s.replay_settings(),
-            roles: operator_roles(prefix).parse().unwrap(),
-            decision_key: decision_key(s).await,
-            audited: Default::default(),
-        };
+        let settings = s.control_settings();
+        create_decision_key(s, &settings.decision_key).await;
         let plane = recon_aws::wiring::control_plane(&s.clients, &settings, "control", MemoryMetrics::default());
         Control { s, plane, settings }
     }
@@ -64,8 +59,8 @@ impl<'s> Control<'s> {
     }
 }
 
-/// An HMAC key in LocalStack's KMS under the deployment's alias, as the template's decision key.
-async fn decision_key(s: &TestStack) -> String {
+/// An HMAC key in LocalStack's KMS under `alias`, as the template's decision key.
+async fn create_decision_key(s: &TestStack, alias: &str) {
     use aws_sdk_kms::types::{KeySpec, KeyUsageType};
     let kms = s.clients.kms();
     let key = kms
@@ -76,14 +71,12 @@ async fn decision_key(s: &TestStack) -> String {
         .await
         .unwrap();
     let id = key.key_metadata().unwrap().key_id().to_owned();
-    let alias = format!("alias/{}-decisions", s.stack.names.prefix);
     kms.create_alias()
-        .alias_name(&alias)
+        .alias_name(alias)
         .target_key_id(&id)
         .send()
         .await
         .unwrap();
-    alias
 }
 
 fn xau(n: u32) -> NewMessage {

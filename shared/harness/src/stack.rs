@@ -13,7 +13,7 @@ use recon_aws::sqs::SqsQueue;
 use recon_aws::wiring::{self, AwsEnricher, AwsReplayer};
 use recon_aws::{AwsClients, Target};
 use recon_core::batch::BatchHandler;
-use recon_core::config::{ConsumerSettings, EnricherSettings, ReplaySettings, vars};
+use recon_core::config::{ConsumerSettings, ControlSettings, EnricherSettings, ReplaySettings, vars};
 use recon_core::consume::{Consumer, ConsumerConfig};
 use recon_core::domain::{AuditRecord, CurrencyMapping, DlqEnvelope, Posting};
 use recon_core::ports::{
@@ -273,6 +273,14 @@ impl TestStack {
     /// The replay's settings for this stack (no rate limit).
     pub fn replay_settings(&self) -> ReplaySettings {
         parsed(ReplaySettings::from_lookup(
+            self.stack.lookup(|k| test_env(k, &borrowed(&self.ledger_env))),
+        ))
+    }
+
+    /// The control plane's settings for this stack, as its function parses them (the decision
+    /// key they name is not created with the stack: a test that seals decisions creates it).
+    pub fn control_settings(&self) -> ControlSettings {
+        parsed(ControlSettings::from_lookup(
             self.stack.lookup(|k| test_env(k, &borrowed(&self.ledger_env))),
         ))
     }
