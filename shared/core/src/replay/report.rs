@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+use super::ReplayRequest;
 use super::gates::{Gate, Verdict};
 use crate::domain::DlqEnvelope;
 use crate::domain::approval::{Change, ChangeSet, Exposure, MAX_REQUEST_ENVELOPES};
@@ -224,6 +225,20 @@ pub(super) fn isolated<T: From<ReplayItem>>(e: &DlqEnvelope, r: FlowResult<T>) -
             format!("not settled, a store failed: {err}"),
         ))),
         other => other,
+    }
+}
+
+impl ReplayRequest {
+    /// This request limited to what `preview` (its dry run) selected: by id when the preview
+    /// listed every envelope, else no more than it counted. What was looked at is what runs, not
+    /// whatever the selector matches by then (a flood landing in between is not swept in unseen).
+    pub fn pinned_to(mut self, preview: &ReplayReport) -> Self {
+        if preview.items_truncated {
+            self.selector.max_items = Some(usize::try_from(preview.selected).unwrap_or(usize::MAX));
+        } else {
+            self.selector.envelope_ids = preview.items.iter().map(|i| i.envelope_id.clone()).collect();
+        }
+        self
     }
 }
 

@@ -104,18 +104,6 @@ impl ManualReplay {
 }
 
 impl ReplayRequest {
-    /// This request limited to what `preview` (its dry run) selected: by id when the preview
-    /// listed every envelope, else no more than it counted. What was looked at is what runs, not
-    /// whatever the selector matches by then (a flood landing in between is not swept in unseen).
-    pub fn pinned_to(mut self, preview: &super::ReplayReport) -> Self {
-        if preview.items_truncated {
-            self.selector.max_items = Some(usize::try_from(preview.selected).unwrap_or(usize::MAX));
-        } else {
-            self.selector.envelope_ids = preview.items.iter().map(|i| i.envelope_id.clone()).collect();
-        }
-        self
-    }
-
     /// A replay by `triggered_by` for `reason`: nothing selected, no dry run, no quarantine.
     pub(super) fn by_hand(reason: String, triggered_by: String) -> Self {
         ReplayRequest {
