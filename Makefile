@@ -109,14 +109,14 @@ infra-check: tools local-stack
 	$(TOOLS)/python infra/rehearse.py infra/template.yaml .local-aws/infra-spec.json --localstack http://127.0.0.1:$${LOCALSTACK_PORT:-4566}
 	$(TOOLS)/python infra/deploy_code.py infra/template.yaml .local-aws/infra-spec.json --self-test http://127.0.0.1:$${LOCALSTACK_PORT:-4566}
 
-## build: the four functions for Lambda (arm64, provided.al2023) with cargo lambda (zig cross-links),
+## build: the five functions for Lambda (arm64, provided.al2023) with cargo lambda (zig cross-links),
 ## optimised for size (LAMBDA_PROFILE, default lambda-small: opt-level s, fat LTO — every package
 ## under 5 MB, the per-message path 0–10 % slower on x86, see BENCHMARKS.md; LAMBDA_PROFILE=release
 ## for the release profile); prints each package's size
 LAMBDA_PROFILE ?= lambda-small
 build: tools
 	@$(TOOLS)/python -c 'import ziglang' 2>/dev/null || $(TOOLS)/pip install --quiet --disable-pip-version-check 'ziglang==0.17.0'
-	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda build --profile $(LAMBDA_PROFILE) --arm64 --bin consumer --bin enricher --bin replay --bin reference-audit
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda build --profile $(LAMBDA_PROFILE) --arm64 --bin consumer --bin enricher --bin replay --bin reference-audit --bin control
 	python3 bench/package_sizes.py
 
 ## deploy: build with AWS SAM (BuildMethod rust-cargolambda) and deploy; guided the first time.

@@ -149,9 +149,47 @@ def check(tpl, spec):
         expect(f"condition {name}", conditions.get(name),
                {"Fn::And": [{"Condition": kind_condition}, {"Fn::Not": [{"Fn::Equals": [{"Ref": param}, ""]}]}]})
 
+    errors.extend(operators_are_people(tpl))
     for role, r in sorted(res.items()):
         if r.get("Type") == "AWS::IAM::Role" and r.get("Properties", {}).get("ManagedPolicyArns"):
             errors.append(f"{role} attaches managed policies (broader than its statements)")
+    return errors
+
+
+def operators_are_people(tpl):
+    """A role a person assumes (trusted by the account, not a service) is assumed by an IAM user of
+    this account, with MFA, under a session name that is their user name: the control plane reads
+    the person from the session name, so a maker cannot approve under another name. Only the
+    control plane's role may seal a decision (the decision key's policy)."""
+    errors = []
+    res = tpl.get("Resources", {})
+    root = {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}
+    people = 0
+    for name, r in sorted(res.items()):
+        if r.get("Type") != "AWS::IAM::Role":
+            continue
+        for st in r.get("Properties", {}).get("AssumeRolePolicyDocument", {}).get("Statement", []):
+            principal = st.get("Principal", {})
+            if "Service" in principal:
+                continue
+            people += 1
+            cond = st.get("Condition", {})
+            if principal != {"AWS": root}:
+                errors.append(f"{name} may be assumed by {principal!r}, not only by this account's IAM users")
+            if cond.get("StringEquals", {}).get("sts:RoleSessionName") != "${aws:username}":
+                errors.append(f"{name}'s session name is not pinned to the user's name (sts:RoleSessionName = ${{aws:username}})")
+            if cond.get("Bool", {}).get("aws:MultiFactorAuthPresent") != "true":
+                errors.append(f"{name} may be assumed without MFA")
+    if people < 6:
+        errors.append(f"{people} operator roles: viewer, maker, approver, auditor, admin and break-glass are needed")
+    key = res.get("DecisionKey", {}).get("Properties", {})
+    if key.get("KeyUsage") != "GENERATE_VERIFY_MAC":
+        errors.append("DecisionKey is not an HMAC key (GENERATE_VERIFY_MAC)")
+    for st in key.get("KeyPolicy", {}).get("Statement", []):
+        actions = st.get("Action") if isinstance(st.get("Action"), list) else [st.get("Action")]
+        seals = any(a in ("kms:GenerateMac", "kms:*", "*") for a in actions)
+        if st.get("Effect") == "Allow" and seals and st.get("Principal") != {"AWS": {"Fn::GetAtt": ["ControlRole", "Arn"]}}:
+            errors.append(f"DecisionKey lets {st.get('Principal')!r} seal decisions: only ControlRole may")
     return errors
 
 
@@ -395,7 +433,11 @@ def mutations(tpl):
         mutate(lambda t: res(t).pop("MainQueueAgeAlarm"), "no age alarm on the main queue"),
         mutate(lambda t: res(t)["AlarmTopic"]["Properties"].__setitem__("KmsMasterKeyId", "alias/aws/sns"), "the alarm topic on the AWS-managed key"),
         mutate(lambda t: res(t)["DlqOverflowAlarm"]["Properties"].pop("Dimensions"), "an alarm on every stack's metric"),
-        mutate(lambda t: res(t)["AlarmTopicKey"]["Properties"]["KeyPolicy"]["Statement"].pop(), "the key's grant to CloudWatch dropped"),
+        mutate(lambda t: res(t)["AlarmTopicKey"]["Properties"]["KeyPolicy"]["Statement"].pop(1), "the key's grant to CloudWatch dropped"),
+        mutate(lambda t: res(t)["MakerRole"]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Condition"].pop("StringEquals"), "an operator session named as its holder likes"),
+        mutate(lambda t: res(t)["ApproverRole"]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Condition"].pop("Bool"), "an operator role assumed without MFA"),
+        mutate(lambda t: res(t)["AdminRole"]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0].__setitem__("Principal", {"AWS": "*"}), "an operator role anyone may assume"),
+        mutate(lambda t: res(t)["DecisionKey"]["Properties"]["KeyPolicy"]["Statement"][0]["Action"].append("kms:GenerateMac"), "the account able to seal decisions"),
         mutate(lambda t: res(t)["ReplayRole"]["Properties"].__setitem__("ManagedPolicyArns", ["arn:aws:iam::aws:policy/AmazonSQSFullAccess"]), "a managed policy on a role"),
         mutate(lambda t: t["Conditions"].__setitem__("UseDynamoLedger", {"Fn::Not": [{"Condition": "UsePostgres"}]}), "the DynamoDB ledger's grants on HTTP deployments too"),
         mutate(lambda t: t["Conditions"]["HasHttpSecret"]["Fn::And"].pop(0), "the token's grant without the HTTP ledger"),

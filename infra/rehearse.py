@@ -120,10 +120,21 @@ def check_generated(cfn, spec):
         role = logical(props.get("Role"))
         if role is None or res.get(role, {}).get("Type") != "AWS::IAM::Role":
             errors.append(f"generated {name} runs with {props.get('Role')!r}, not a role of the template")
-    roles = {k for k, r in res.items() if r["Type"] == "AWS::IAM::Role"}
+    # The roles Lambda may assume are exactly the functions' (the operators' roles trust people).
+    lambda_roles = {k for k, r in res.items() if r["Type"] == "AWS::IAM::Role"
+                    and any(st.get("Principal", {}).get("Service") == "lambda.amazonaws.com"
+                            for st in r["Properties"]["AssumeRolePolicyDocument"]["Statement"])}
     runs = {logical(f["Properties"].get("Role")) for f in res.values() if f["Type"] == "AWS::Lambda::Function"}
-    if roles - runs - {"SchedulerRole"}:
-        errors.append(f"roles generated: {sorted(roles)}; the functions run with {sorted(runs)}, and the scheduler with its own")
+    if lambda_roles != runs:
+        errors.append(f"roles Lambda may assume: {sorted(lambda_roles)}; the functions run with {sorted(runs)}")
+    # Every route of the control plane's API is IAM-authorized: the caller is who AWS verified.
+    for name, api in sorted(res.items()):
+        if api["Type"] != "AWS::ApiGatewayV2::Api":
+            continue
+        for path, methods in sorted(api["Properties"].get("Body", {}).get("paths", {}).items()):
+            for method, op in sorted(methods.items()):
+                if op.get("security") != [{"AWS_IAM": []}]:
+                    errors.append(f"generated {name} {method.upper()} {path}: security {op.get('security')!r}, not AWS_IAM")
     for name, m in sorted(res.items()):
         if m["Type"] != "AWS::Lambda::EventSourceMapping":
             continue

@@ -14,6 +14,7 @@ pub mod ids {
     pub const ENRICHER_FUNCTION: &str = "EnricherFunction";
     pub const REPLAY_FUNCTION: &str = "ReplayFunction";
     pub const REFERENCE_AUDIT_FUNCTION: &str = "ReferenceAuditFunction";
+    pub const CONTROL_FUNCTION: &str = "ControlFunction";
     pub const REPLAY_SCHEDULE: &str = "ReplaySchedule";
     pub const SEAL_SCHEDULE: &str = "AuditSealSchedule";
 
@@ -166,7 +167,7 @@ pub async fn read_stack(clients: &crate::AwsClients, stack: &str) -> Result<Depl
     from_outputs(|k| outputs.get(k).map(|v| (*v).to_owned())).map_err(|e| format!("stack {stack}: {e}"))
 }
 
-/// The four functions as `make deploy-code` updates them: the binary, the function's logical id,
+/// The five functions as `make deploy-code` updates them: the binary, the function's logical id,
 /// and the outputs naming the deployed function and its role (the stack is the source of truth;
 /// the timeout and memory size are the template's).
 fn functions_spec() -> Vec<serde_json::Value> {
@@ -175,6 +176,7 @@ fn functions_spec() -> Vec<serde_json::Value> {
         ("enricher", ids::ENRICHER_FUNCTION, "EnricherRole"),
         ("replay", ids::REPLAY_FUNCTION, "ReplayRole"),
         ("reference-audit", ids::REFERENCE_AUDIT_FUNCTION, "ReferenceAuditRole"),
+        ("control", ids::CONTROL_FUNCTION, "ControlRole"),
     ]
     .into_iter()
     .map(|(binary, function, role)| {
@@ -200,6 +202,7 @@ fn function_env_spec() -> serde_json::Map<String, serde_json::Value> {
         (ids::ENRICHER_FUNCTION, needs::ENRICHER, false),
         (ids::REPLAY_FUNCTION, needs::REPLAY, true),
         (ids::REFERENCE_AUDIT_FUNCTION, needs::REFERENCE_AUDIT, false),
+        (ids::CONTROL_FUNCTION, needs::CONTROL, true),
     ]
     .into_iter()
     .map(|(function, needed, commits)| {

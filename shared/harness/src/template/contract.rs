@@ -8,8 +8,8 @@
 use crate::template::{BUCKET, Created, Deployment, QUEUE, TABLE, Template, ids};
 use recon_aws::deployment::from_outputs;
 use recon_core::config::{
-    self, ConsumerSettings, EnricherSettings, LedgerSettings, MAX_PREFIX_LEN, ReferenceAuditSettings, ReplaySettings,
-    Rule, needs, vars,
+    self, ConsumerSettings, ControlSettings, EnricherSettings, LedgerSettings, MAX_PREFIX_LEN, ReferenceAuditSettings,
+    ReplaySettings, Rule, needs, vars,
 };
 use recon_core::resources as r;
 use serde_json::Value;
@@ -69,11 +69,12 @@ fn deployed(given: &[(&str, Value)]) -> Deployment<'static> {
 }
 
 /// The functions, the variables each one's code needs, and whether it commits to the ledger.
-const FUNCTIONS: [(&str, &[&str], bool); 4] = [
+const FUNCTIONS: [(&str, &[&str], bool); 5] = [
     (ids::CONSUMER_FUNCTION, needs::CONSUMER, true),
     (ids::ENRICHER_FUNCTION, needs::ENRICHER, false),
     (ids::REPLAY_FUNCTION, needs::REPLAY, true),
     (ids::REFERENCE_AUDIT_FUNCTION, needs::REFERENCE_AUDIT, false),
+    (ids::CONTROL_FUNCTION, needs::CONTROL, true),
 ];
 
 /// The function's settings as its code parses them from `env`: the ledger, for those that commit.
@@ -83,6 +84,7 @@ fn parses(function: &str, env: &BTreeMap<String, String>) -> Result<Option<Ledge
         ids::CONSUMER_FUNCTION => ConsumerSettings::from_lookup(get).map(|s| Some(s.ledger)),
         ids::ENRICHER_FUNCTION => EnricherSettings::from_lookup(get).map(|_| None),
         ids::REPLAY_FUNCTION => ReplaySettings::from_lookup(get).map(|s| Some(s.ledger)),
+        ids::CONTROL_FUNCTION => ControlSettings::from_lookup(get).map(|s| Some(s.replay.ledger)),
         _ => ReferenceAuditSettings::from_lookup(get).map(|_| None),
     }
 }
@@ -187,6 +189,7 @@ fn each_function_s_timeout_is_the_one_its_code_budgets_for() {
         (ids::ENRICHER_FUNCTION, r::ENRICHER_TIMEOUT),
         (ids::REPLAY_FUNCTION, r::REPLAY_TIMEOUT),
         (ids::REFERENCE_AUDIT_FUNCTION, r::REFERENCE_AUDIT_TIMEOUT),
+        (ids::CONTROL_FUNCTION, r::CONTROL_TIMEOUT),
     ] {
         let declared = template.declaration(function).unwrap().pointer("/Properties/Timeout");
         assert_eq!(declared.and_then(Value::as_u64), Some(timeout.as_secs()), "{function}");
