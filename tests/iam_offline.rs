@@ -16,10 +16,13 @@ const PREFIX: &str = "acme";
 /// The deployment's one declared producer.
 const PRODUCER: &str = "arn:aws:iam::123456789012:role/bank-feed";
 /// Principals beside the template's roles: the declared producer (who may send anything
-/// anywhere, by its own grants), and an administrator of the account (who may do anything).
-const OTHERS: [(&str, &str, &str); 2] = [
+/// anywhere, by its own grants), an administrator of the account (who may do anything), and an
+/// IAM user whom the account lets assume any role (which operator roles they get is the roles'
+/// trust policies).
+const OTHERS: [(&str, &str, &str); 3] = [
     ("Producer", PRODUCER, "sqs:SendMessage"),
     ("Admin", "arn:aws:iam::123456789012:role/admin", "*"),
+    ("Alice", "arn:aws:iam::123456789012:user/alice", "sts:AssumeRole"),
 ];
 
 /// The deployment with every resource a policy names "created" under the ARN AWS would give it.
@@ -38,6 +41,9 @@ fn deployment() -> Deployment<'static> {
         "AWS::IAM::Role",
         "AWS::KMS::Key",
         "AWS::SNS::Topic",
+        "AWS::Serverless::HttpApi",
+        "AWS::Serverless::Function",
+        "AWS::Events::Rule",
     ];
     for id in d.resources_of(&kinds).unwrap() {
         let kind = template.resource_type(&id).unwrap().to_owned();
@@ -61,10 +67,19 @@ fn deployment() -> Deployment<'static> {
                 (n.clone(), format!("arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{n}:*"))
             }
             "AWS::IAM::Role" => {
-                let n = format!("{PREFIX}-{id}");
+                let n = name("RoleName");
                 (n.clone(), format!("arn:aws:iam::{ACCOUNT}:role/{n}"))
             }
             "AWS::KMS::Key" => (id.clone(), format!("arn:aws:kms:{REGION}:{ACCOUNT}:key/{id}")),
+            "AWS::Serverless::HttpApi" => ("a1b2c3d4e5".into(), String::new()),
+            "AWS::Serverless::Function" => {
+                let n = format!("{PREFIX}-{id}");
+                (n.clone(), format!("arn:aws:lambda:{REGION}:{ACCOUNT}:function:{n}"))
+            }
+            "AWS::Events::Rule" => (
+                id.clone(),
+                format!("arn:aws:events:{REGION}:{ACCOUNT}:rule/{PREFIX}-{id}"),
+            ),
             _ => (id.clone(), format!("arn:aws:sns:{REGION}:{ACCOUNT}:{PREFIX}-{id}")),
         };
         let mut attributes = BTreeMap::from([("Arn".to_owned(), arn.clone())]);
@@ -79,9 +94,10 @@ fn deployment() -> Deployment<'static> {
 /// The identity policies of `role`: its own and those attached to it in this deployment.
 fn identity_policies(d: &Deployment, role: &str) -> Vec<Value> {
     let own = d.properties(role).unwrap();
-    let mut out: Vec<Value> = own["Policies"]
-        .as_array()
-        .unwrap()
+    let mut out: Vec<Value> = own
+        .get("Policies")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
         .iter()
         .map(|p| p["PolicyDocument"].clone())
         .collect();
@@ -101,7 +117,10 @@ fn identity_policies(d: &Deployment, role: &str) -> Vec<Value> {
 /// `stream:ID`, `queue:ID`, `bucket`, `object:KEY`. Condition keys, `;`-separated:
 /// `lead=K` (`dynamodb:LeadingKeys`), `attrs=A,B` (`dynamodb:Attributes`), `put` (a put as every
 /// writer of this system makes it: If-None-Match, COMPLIANCE, 3000 days), `overwrite` (the same
-/// without If-None-Match), `mode=M`, `days=N`, `insecure` (no TLS).
+/// without If-None-Match), `mode=M`, `days=N`, `insecure` (no TLS), `session=S` (the role
+/// session name asked for), `user=U` (`aws:username`), `mfa` (signed in with MFA). Targets also
+/// `api:METHOD/PATH` (the control plane's API), `function:ID`, `key:ID` (under its key policy),
+/// `role:ID` (assumed, under its trust policy).
 #[rustfmt::skip]
 const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     // The consumer: commits, dead-letters, appends to the trail; nothing else.
@@ -180,6 +199,56 @@ const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     ("ReplayRole", "s3:PutBucketPolicy", "bucket", "", false, "no function changes the bucket's rules"),
     ("ConsumerRole", "s3:PutBucketObjectLockConfiguration", "bucket", "", false, "nor its lock"),
     ("EnricherRole", "s3:PutLifecycleConfiguration", "bucket", "", false, "nor its lifecycle"),
+    // The control plane: what a manual replay does, the reference data, the seal on decisions.
+    ("ControlRole", "sqs:SendMessage", "queue:MainQueue", "", true, "a manual replay re-injects"),
+    ("ControlRole", "sqs:SendMessage", "queue:DeadLetterQueue", "", false, "only the consumer dead-letters"),
+    ("ControlRole", "dynamodb:PutItem", "table:ReferenceTable", "", true, "the policy, periods, currencies"),
+    ("ControlRole", "dynamodb:UpdateItem", "table:EnvelopeTable", "", true, "a request's state, an envelope's"),
+    ("ControlRole", "dynamodb:PutItem", "table:LedgerTable", "attrs=source_hash,manual_journal,replay_id,committed_at", true, "a hand-off"),
+    ("ControlRole", "dynamodb:PutItem", "table:LedgerTable", "attrs=source_hash,amount", false, "the control plane posts no amount"),
+    ("ControlRole", "dynamodb:PutItem", "table:AuditTable", "lead=#head#c2", false, "a head is never put"),
+    ("ControlRole", "kms:GenerateMac", "key:DecisionKey", "", true, "it seals its decisions"),
+    ("ControlRole", "lambda:InvokeFunction", "function:ReplayFunction", "", false, "it runs replays itself"),
+    ("ReplayRole", "kms:GenerateMac", "key:DecisionKey", "", false, "the replay cannot seal an approval"),
+    // Operators ask the control plane, read the stores, and write nothing themselves.
+    ("MakerRole", "execute-api:Invoke", "api:POST/operations", "", true, "proposes through the control plane"),
+    ("ViewerRole", "execute-api:Invoke", "api:POST/operations", "", true, "whoami (the control plane decides by role)"),
+    ("MakerRole", "execute-api:Invoke", "api:DELETE/operations", "", false, "one route only"),
+    ("ViewerRole", "dynamodb:Query", "index:EnvelopeTable", "", true, "triage"),
+    ("ApproverRole", "dynamodb:GetItem", "table:EnvelopeTable", "", true, "reads a request"),
+    ("MakerRole", "dynamodb:PutItem", "table:EnvelopeTable", "", false, "no request written around the control plane"),
+    ("ApproverRole", "dynamodb:UpdateItem", "table:EnvelopeTable", "", false, "no approval by a table write"),
+    ("AdminRole", "dynamodb:PutItem", "table:ReferenceTable", "", false, "the policy changes only through the control plane"),
+    ("AdminRole", "dynamodb:UpdateItem", "table:ReferenceTable", "", false, "nor a period"),
+    ("MakerRole", "sqs:SendMessage", "queue:MainQueue", "", false, "no replay around approval"),
+    ("AdminRole", "sqs:SendMessage", "queue:MainQueue", "", false, "nor by an administrator"),
+    ("MakerRole", "lambda:InvokeFunction", "function:ReplayFunction", "", false, "nor by invoking the replay"),
+    ("AuditorRole", "lambda:InvokeFunction", "function:ReplayFunction", "", false, "segments through the control plane"),
+    ("AuditorRole", "dynamodb:Query", "index:LedgerTable", "", true, "reconcile"),
+    ("MakerRole", "dynamodb:Query", "index:LedgerTable", "", false, "postings are the auditors'"),
+    ("AuditorRole", "dynamodb:Query", "table:AuditTable", "", true, "the trail"),
+    ("AuditorRole", "dynamodb:PutItem", "table:AuditTable", "lead=c3#000000000001", false, "an auditor writes no record"),
+    ("AuditorRole", "kms:VerifyMac", "key:DecisionKey", "", true, "checks a decision's seal"),
+    ("AuditorRole", "kms:GenerateMac", "key:DecisionKey", "", false, "but cannot make one"),
+    ("MakerRole", "kms:GenerateMac", "key:DecisionKey", "", false, "a maker cannot seal an approval"),
+    ("ApproverRole", "kms:GenerateMac", "key:DecisionKey", "", false, "nor an approver outside the control plane"),
+    ("Admin", "kms:GenerateMac", "key:DecisionKey", "", false, "nor the account's administrator"),
+    ("ViewerRole", "s3:PutObject", "object:quarantine/env_1.json", "put", false, "operators write no evidence"),
+    ("ViewerRole", "s3:GetObject", "object:envelopes/env_1/original", "", true, "reads an original"),
+    // Break-glass: envelopes and reference data by hand (paged); never the queues, the ledger, the trail.
+    ("BreakGlassRole", "dynamodb:UpdateItem", "table:EnvelopeTable", "", true, "by hand, paged"),
+    ("BreakGlassRole", "dynamodb:PutItem", "table:ReferenceTable", "", true, "by hand, recorded by the stream"),
+    ("BreakGlassRole", "sqs:SendMessage", "queue:MainQueue", "", false, "the queue's policy"),
+    ("BreakGlassRole", "dynamodb:PutItem", "table:AuditTable", "lead=c3#000000000001", false, "the trail is the functions'"),
+    ("BreakGlassRole", "dynamodb:PutItem", "table:LedgerTable", "", false, "no posting by hand"),
+    ("BreakGlassRole", "execute-api:Invoke", "api:POST/operations", "", false, "the control plane grants it nothing"),
+    ("BreakGlassRole", "kms:GenerateMac", "key:DecisionKey", "", false, "nor a seal"),
+    // Who may become an operator: an IAM user, with MFA, under their own name.
+    ("Alice", "sts:AssumeRole", "role:MakerRole", "session=alice;user=alice;mfa", true, "as herself"),
+    ("Alice", "sts:AssumeRole", "role:ApproverRole", "session=bob;user=alice;mfa", false, "a session named as someone else"),
+    ("Alice", "sts:AssumeRole", "role:ApproverRole", "session=alice;user=alice", false, "without MFA"),
+    ("Producer", "sts:AssumeRole", "role:AdminRole", "session=bank-feed;mfa", false, "a role has no user name to match"),
+    ("Alice", "sts:AssumeRole", "role:ControlRole", "session=alice;user=alice;mfa", false, "only Lambda runs as the control plane"),
 ];
 
 /// The policy of queue `id` (`null`: it has none).
@@ -212,6 +281,9 @@ fn context(spec: &str) -> Value {
             "mode" => c["s3:object-lock-mode"] = json!(value),
             "days" => c["s3:object-lock-remaining-retention-days"] = json!(value),
             "insecure" => c["aws:SecureTransport"] = json!("false"),
+            "session" => c["sts:RoleSessionName"] = json!(value),
+            "user" => c["aws:username"] = json!(value),
+            "mfa" => c["aws:MultiFactorAuthPresent"] = json!("true"),
             other => panic!("unknown condition spec {other}"),
         }
     }
@@ -245,6 +317,16 @@ fn iam_allows_exactly_what_the_table_says_for_every_role_and_resource() {
                 "stream" => (d.attribute_of(id, "StreamArn").unwrap().to_owned(), Value::Null),
                 "bucket" => (bucket, bucket_policy.clone()),
                 "object" => (format!("{bucket}/{id}"), bucket_policy.clone()),
+                "api" => {
+                    let api = d.reference_of("ControlApi").unwrap();
+                    (
+                        format!("arn:aws:execute-api:{REGION}:{ACCOUNT}:{api}/$default/{id}"),
+                        Value::Null,
+                    )
+                }
+                "function" => (arn(id), Value::Null),
+                "key" => (arn(id), d.properties(id).unwrap()["KeyPolicy"].clone()),
+                "role" => (arn(id), d.properties(id).unwrap()["AssumeRolePolicyDocument"].clone()),
                 other => panic!("unknown target {other}"),
             };
             let mut context_keys = json!({ "aws:PrincipalArn": principal });
