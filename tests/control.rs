@@ -14,7 +14,8 @@ use recon_testkit::builders::tx;
 use recon_testkit::memory::MemoryMetrics;
 use serde_json::{Value, json};
 
-struct Control<'s> {
+/// The control plane of stack `s`, asked through its HTTP face.
+pub(crate) struct Control<'s> {
     s: &'s TestStack,
     plane: recon_aws::wiring::AwsControlPlane<MemoryMetrics>,
     settings: ControlSettings,
@@ -22,14 +23,26 @@ struct Control<'s> {
 
 impl<'s> Control<'s> {
     async fn new(s: &'s TestStack) -> Self {
-        let settings = s.control_settings();
+        Self::with_settings(s, &s.clients, s.control_settings()).await
+    }
+
+    /// The control plane with `settings` on `clients` (its decision key created by the stack's own).
+    pub(crate) async fn with_settings(
+        s: &'s TestStack,
+        clients: &recon_aws::AwsClients,
+        settings: ControlSettings,
+    ) -> Self {
         create_decision_key(s, &settings.decision_key).await;
-        let plane = recon_aws::wiring::control_plane(&s.clients, &settings, "control", MemoryMetrics::default());
+        let plane = recon_aws::wiring::control_plane(clients, &settings, "control", MemoryMetrics::default());
         Control { s, plane, settings }
     }
 
+    pub(crate) fn plane_mut(&mut self) -> &mut recon_aws::wiring::AwsControlPlane<MemoryMetrics> {
+        &mut self.plane
+    }
+
     /// `body` as `role`'s session of `person` asks it through the HTTP API: (status, body).
-    async fn ask(&self, role: &str, person: &str, body: Value) -> (u64, Value) {
+    pub(crate) async fn ask(&self, role: &str, person: &str, body: Value) -> (u64, Value) {
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let prefix = &self.s.stack.names.prefix;
@@ -79,7 +92,7 @@ async fn create_decision_key(s: &TestStack, alias: &str) {
         .unwrap();
 }
 
-fn xau(n: u32) -> NewMessage {
+pub(crate) fn xau(n: u32) -> NewMessage {
     let mut m = tx(n);
     m.currency = "XAU".into();
     m.amount = format!("{n}.0625");

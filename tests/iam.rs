@@ -189,14 +189,23 @@ fn granted_to_code(function: &str, ledger: &LedgerSettings) -> BTreeSet<(String,
             }
         }
     }
+    // What a key's policy grants the role by name (no identity policy needs to).
+    for (key, p) in of_type("AWS::KMS::Key", Some(&d)) {
+        for st in p["KeyPolicy"]["Statement"].as_array().unwrap() {
+            if refs(&st["Principal"]["AWS"]) == [role_of(function)] {
+                granted.extend(list(&st["Action"]).into_iter().map(|a| (a, key.to_owned())));
+            }
+        }
+    }
     granted
 }
 
-const FUNCTIONS: [&str; 4] = [
+const FUNCTIONS: [&str; 5] = [
     "ConsumerFunction",
     "EnricherFunction",
     "ReplayFunction",
     "ReferenceAuditFunction",
+    "ControlFunction",
 ];
 
 /// What IAM enforces and the local stack cannot show, stated in the template as the code needs
@@ -231,11 +240,11 @@ fn the_template_limits_what_the_local_stack_cannot_show() {
                     "{role} updates more than the heads' seq and hash"
                 );
             }
-            if role == "ReplayRole" && grants(st, "dynamodb:PutItem", "LedgerTable") {
+            if grants(st, "dynamodb:PutItem", "LedgerTable") && role != "ConsumerRole" {
                 let only = json!({"ForAllValues:StringEquals": {"dynamodb:Attributes": HAND_OFF_ATTRIBUTES}});
                 assert_eq!(
                     st["Condition"], only,
-                    "the replay's hand-off writes more than its attributes"
+                    "{role}: a hand-off writes more than its attributes"
                 );
             }
         }
@@ -283,6 +292,7 @@ fn logical_ids(names: &ResourceNames, ledger: &LedgerSettings) -> BTreeMap<Strin
     )
     .map(|(name, id)| (name.to_string(), id.to_owned()))
     .collect();
+    ids.insert(format!("alias/{}-decisions", names.prefix), "DecisionKey".into());
     match ledger {
         LedgerSettings::Postgres(p) => ids.extend(p.secret_arn.clone().map(|s| (s, "PostgresSecretArn".to_owned()))),
         LedgerSettings::Http(h) => ids.extend(h.secret_arn.clone().map(|s| (s, "HttpLedgerSecretArn".to_owned()))),
@@ -316,6 +326,8 @@ fn actions_for(operation: &str) -> &'static [&'static str] {
         "S3:ListObjectVersions" => &["s3:ListBucketVersions"],
         "S3:GetObjectLockConfiguration" => &["s3:GetBucketObjectLockConfiguration"],
         "Secrets Manager:GetSecretValue" => &["secretsmanager:GetSecretValue"],
+        "KMS:GenerateMac" => &["kms:GenerateMac"],
+        "KMS:VerifyMac" => &["kms:VerifyMac"],
         _ => &[],
     }
 }
@@ -325,15 +337,16 @@ fn actions_for(operation: &str) -> &'static [&'static str] {
 fn observed(clients: &AwsClients, ids: &BTreeMap<String, String>) -> BTreeSet<(String, String)> {
     let mut seen = BTreeSet::new();
     for (op, name) in clients.requests.targets() {
-        // A table's index as the grant names it (`Id/index/*`), a bucket's object (`Id/*`).
-        let (base, level) = match name.split_once('/') {
-            Some((base, "*")) => (base.to_owned(), "/*".to_owned()),
-            Some((base, _)) => (base.to_owned(), "/index/*".to_owned()),
-            None => (name, String::new()),
+        // A name the stack gives as a whole (a key's alias), else a table's index as the grant
+        // names it (`Id/index/*`), a bucket's object (`Id/*`).
+        let on = match (ids.get(&name), name.split_once('/')) {
+            (Some(id), _) => id.clone(),
+            (None, Some((base, "*"))) => ids.get(base).map_or(format!("{base}/*"), |id| format!("{id}/*")),
+            (None, Some((base, _))) => ids
+                .get(base)
+                .map_or(format!("{base}/index/*"), |id| format!("{id}/index/*")),
+            (None, None) => name.clone(),
         };
-        let on = ids
-            .get(&base)
-            .map_or(format!("{base}{level}"), |id| format!("{id}{level}"));
         seen.extend(actions_for(&op).iter().map(|a| (a.to_string(), on.clone())));
     }
     seen
@@ -544,3 +557,5 @@ async fn the_reference_audit_calls_exactly_what_its_role_grants() {
     );
     s.cleanup().await;
 }
+
+mod control;

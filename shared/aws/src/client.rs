@@ -145,7 +145,8 @@ impl Intercept for CountRequests {
 
 /// The resources a request names: an S3 bucket (the path's first segment; `bucket/*` when the
 /// request names an object in it), or from a JSON body the tables (`TableName`, `RequestItems`;
-/// `table/index/NAME` for a query of an index), the queue (`QueueUrl`'s last segment) or the secret.
+/// `table/index/NAME` for a query of an index), the queue (`QueueUrl`'s last segment), the secret
+/// or the KMS key.
 fn named_resources(key: &str, request: &aws_smithy_runtime_api::http::Request) -> Vec<String> {
     fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
         match v {
@@ -156,7 +157,7 @@ fn named_resources(key: &str, request: &aws_smithy_runtime_api::http::Request) -
                             Some(serde_json::Value::String(index)) => out.push(format!("{s}/index/{index}")),
                             _ => out.push(s.clone()),
                         },
-                        ("SecretId", serde_json::Value::String(s)) => out.push(s.clone()),
+                        ("SecretId" | "KeyId", serde_json::Value::String(s)) => out.push(s.clone()),
                         ("QueueUrl", serde_json::Value::String(s)) => {
                             out.extend(s.rsplit('/').next().map(str::to_owned))
                         }

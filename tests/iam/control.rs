@@ -1,0 +1,107 @@
+//! The control plane's least privilege, proven by use: every operation an operator may ask, run
+//! on the control plane's own clients, and the requests it sent held to exactly what the
+//! template grants `ControlRole` (its identity policies and the decision key's policy).
+
+use super::{assert_calls_exactly_its_grants, own_clients};
+use crate::control::{Control, xau};
+use recon_aws::dynamodb::DynamoEnvelopeStore;
+use serde_json::{Value, json};
+
+fn ok((status, body): (u64, Value)) -> Value {
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[test]
+fn the_control_plane_calls_exactly_what_its_role_grants() {
+    // A debug build keeps every awaited future's temporaries on the stack: the control plane's
+    // deepest path (an execute that seals each record it appends) needs more than a test
+    // thread's 2 MiB (4 MiB suffice; the Lambda's main thread has 8).
+    let run = || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(control_plane_calls());
+    };
+    let thread = std::thread::Builder::new().stack_size(8 << 20).spawn(run).unwrap();
+    if let Err(panic) = thread.join() {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+async fn control_plane_calls() {
+    let s = recon_harness::stack::TestStack::new("iam-ctl").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    let mut bodies: Vec<String> = (1..=5).map(|n| xau(n).to_body().unwrap()).collect();
+    // A body too large for its envelope: the replay reads it from the bucket.
+    let mut large = serde_json::from_str::<Value>(&xau(6).to_body().unwrap()).unwrap();
+    large["narrative"] = "x".repeat(100_000).into();
+    bodies.push(large.to_string());
+    s.send(&bodies).await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(10_000)).await;
+    let own = own_clients().await;
+    // Every appended record seals, so the second seal reads the first by its version.
+    let mut settings = s.control_settings();
+    settings.replay.seal.every_records = 1;
+    settings.replay.page_size = 1;
+    let table = settings.replay.envelope_table.clone();
+    let mut c = Control::with_settings(&s, &own, settings).await;
+    // The administrator's changes to the reference data.
+    let admin = [
+        json!({"operation": "put-currency", "code": "XAU", "minor_units": 4}),
+        json!({"operation": "set-policy", "policy": {"max_count": 1}}),
+        json!({"operation": "close-period", "entity": "ACME-US", "period": "2026-01"}),
+        json!({"operation": "open-period", "entity": "ACME-US", "period": "2026-01"}),
+        json!({"operation": "schedule-period-close", "entity": "ACME-US", "period": "2026-12", "closes_on": "2027-01-05"}),
+    ];
+    for change in admin {
+        ok(c.ask("admin", "ada", change).await);
+    }
+    // A dry run; a replay above the policy, asked, approved by another person and executed (its
+    // marks through the audit outbox: what the store falls back to when the trail's heads keep
+    // moving); a quarantine under it (a hand-off in the ledger); a request rejected.
+    let replay = |dry_run: bool| json!({"operation": "replay", "reason": "XAU mapped", "root_cause": "UNMAPPED_CURRENCY:*", "max_items": 3, "dry_run": dry_run});
+    ok(c.ask("maker", "alice", replay(true)).await);
+    let asked = ok(c.ask("maker", "alice", replay(false)).await);
+    let id = &asked["request"]["request_id"];
+    ok(c.ask(
+        "approver",
+        "bob",
+        json!({"operation": "approve", "request_id": id, "reason": "checked"}),
+    )
+    .await);
+    let linked = std::mem::replace(
+        &mut c.plane_mut().replayer.store,
+        DynamoEnvelopeStore::new(own.dynamodb.clone(), &table),
+    );
+    let ran = ok(c
+        .ask("maker", "alice", json!({"operation": "execute", "request_id": id}))
+        .await);
+    assert_eq!(ran["report"]["reinjected"], 3, "{ran}");
+    c.plane_mut().replayer.store = linked;
+    let quarantine = json!({"operation": "quarantine", "reason": "manual journal", "max_items": 1});
+    let quarantined = ok(c.ask("maker", "alice", quarantine).await);
+    assert_eq!(quarantined["report"]["quarantined"], 1, "{quarantined}");
+    let asked = ok(c.ask("maker", "alice", replay(false)).await);
+    let id = &asked["request"]["request_id"];
+    ok(c.ask(
+        "approver",
+        "bob",
+        json!({"operation": "reject", "request_id": id, "reason": "not now"}),
+    )
+    .await);
+    // The auditor's read of a period's postings; a refusal (audited).
+    let segment = json!({"operation": "reconcile-segment", "period": "2026-11", "segment": "0/2", "links": {}});
+    ok(c.ask("auditor", "audrey", segment).await);
+    let refused = c.ask(
+        "viewer",
+        "vera",
+        json!({"operation": "set-policy", "policy": {"max_count": 9}}),
+    );
+    assert_eq!(refused.await.0, 403);
+    let ledger = s.control_settings().replay.ledger;
+    assert_calls_exactly_its_grants(&own, &s.stack.names, "ControlFunction", &ledger);
+    s.cleanup().await;
+}
