@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Smoke test of the four Lambda binaries as Lambda runs them: each runs under `cargo lambda
+# Smoke test of the five Lambda binaries as Lambda runs them: each runs under `cargo lambda
 # watch` (the Lambda runtime API emulator) against the local stack, is invoked with its sample
 # event from events/, and its response and its effect on the stores are checked.
 set -euo pipefail
@@ -110,6 +110,25 @@ s=$(stats)
 [ "$(echo "$s" | json 'd["audit"].get("REFERENCE_CHANGED", 0)')" = 1 ] || fail "expected the change audited: $s"
 [ "$(echo "$s" | json 'd["audit"].get("CONFIG_CHANGED", 0) >= 4')" = True ] || fail "each function must record its configuration at start-up: $s"
 
+echo "smoke: control <- an HTTP API request as API Gateway gives it (IAM-verified caller; none)"
+request() {  # $1: the caller's ARN, or "" for none
+  python3 - "$1" <<'PY'
+import json, sys
+ctx = {"requestId": "smoke", "http": {"method": "POST", "path": "/operations"}}
+if sys.argv[1]:
+    ctx["authorizer"] = {"iam": {"userArn": sys.argv[1]}}
+print(json.dumps({"version": "2.0", "routeKey": "POST /operations", "rawPath": "/operations",
+                  "body": json.dumps({"operation": "whoami"}), "isBase64Encoded": False, "requestContext": ctx}))
+PY
+}
+request "arn:aws:sts::000000000000:assumed-role/$prefix-viewer/vera" > .local-aws/smoke-control.json
+out=$(invoke control .local-aws/smoke-control.json) || fail "control invoke: $out"
+[ "$(echo "$out" | json 'd["statusCode"]')" = 200 ] || fail "whoami as a viewer: $out"
+[ "$(echo "$out" | json 'json.loads(d["body"])["role"]')" = viewer ] || fail "the viewer's role not read from the verified ARN: $out"
+request "" > .local-aws/smoke-control.json
+out=$(invoke control .local-aws/smoke-control.json) || fail "control invoke: $out"
+[ "$(echo "$out" | json 'd["statusCode"]')" = 401 ] || fail "a request no IAM verified was not refused: $out"
+
 echo "smoke: dlqctl reconcile --fan-out: the period read as three invocations of the replay function"
 # Through the Lambda Invoke API (here cargo lambda watch's), as on AWS: the same reconciliation
 # as the read in this process. (Exit 1 is a reconciliation that does not hold: compared anyway.)
@@ -124,4 +143,4 @@ for key in ("by_state", "by_entity_period", "problems", "holds"):
     assert here[key] == fanned[key], (key, here[key], fanned[key])
 PY
 
-echo "smoke: all four functions answered and changed the stores as expected"
+echo "smoke: all five functions answered and changed the stores as expected"
