@@ -26,13 +26,13 @@ impl<'s> Control<'s> {
         Self::with_settings(s, &s.clients, s.control_settings()).await
     }
 
-    /// The control plane with `settings` on `clients` (its decision key created by the stack's own).
+    /// The control plane with `settings` on `clients` (its decision key the local stack's, as
+    /// provisioned from the template).
     pub(crate) async fn with_settings(
         s: &'s TestStack,
         clients: &recon_aws::AwsClients,
         settings: ControlSettings,
     ) -> Self {
-        create_decision_key(s, &settings.decision_key).await;
         let plane = recon_aws::wiring::control_plane(clients, &settings, "control", MemoryMetrics::default());
         Control { s, plane, settings }
     }
@@ -70,26 +70,6 @@ impl<'s> Control<'s> {
         let body = serde_json::from_str(response["body"].as_str().unwrap()).unwrap();
         (response["statusCode"].as_u64().unwrap(), body)
     }
-}
-
-/// An HMAC key in LocalStack's KMS under `alias`, as the template's decision key.
-async fn create_decision_key(s: &TestStack, alias: &str) {
-    use aws_sdk_kms::types::{KeySpec, KeyUsageType};
-    let kms = s.clients.kms();
-    let key = kms
-        .create_key()
-        .key_spec(KeySpec::Hmac256)
-        .key_usage(KeyUsageType::GenerateVerifyMac)
-        .send()
-        .await
-        .unwrap();
-    let id = key.key_metadata().unwrap().key_id().to_owned();
-    kms.create_alias()
-        .alias_name(alias)
-        .target_key_id(&id)
-        .send()
-        .await
-        .unwrap();
 }
 
 pub(crate) fn xau(n: u32) -> NewMessage {

@@ -38,6 +38,18 @@ async fn the_local_stack_is_built_as_the_template_declares_it() {
         stream.stream_view_type(),
         Some(&aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages)
     );
+    // The control plane's decision key: HMAC, under the alias its settings name.
+    let alias = s.control_settings().decision_key;
+    let key = s.clients.kms().describe_key().key_id(&alias).send().await.unwrap();
+    let key = key.key_metadata().unwrap();
+    assert_eq!(
+        (key.key_spec(), key.key_usage()),
+        (
+            Some(&aws_sdk_kms::types::KeySpec::Hmac256),
+            Some(&aws_sdk_kms::types::KeyUsageType::GenerateVerifyMac)
+        ),
+        "{alias}"
+    );
     let attributes = |url: String| {
         let sqs = s.clients.sqs.clone();
         async move {

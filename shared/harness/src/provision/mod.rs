@@ -6,6 +6,7 @@
 use serde_json::json;
 
 mod bucket;
+mod key;
 mod ownership;
 mod queue;
 mod table;
@@ -200,7 +201,8 @@ async fn mark_new_tables_indexed(clients: &AwsClients, names: &ResourceNames) ->
         .await
 }
 
-/// Create (or bring up to date) every queue, table and bucket the template declares for a
+/// Create (or bring up to date) every queue, table and bucket the template declares, and the
+/// decision key under its alias, for a
 /// deployment named `names` (its prefix, account and queue kind). Safe to run again. The
 /// stack's names are the template's.
 pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings: &StackSettings) -> StoreResult<Stack> {
@@ -220,6 +222,7 @@ pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings:
         }
     }
     let built = &deployments[0];
+    key::ensure_decision_key(clients, built).await?;
     let names = built.names().map_err(from_template)?;
     if tables_created {
         mark_new_tables_indexed(clients, &names).await?;
@@ -299,7 +302,11 @@ pub async fn delete_stack(clients: &AwsClients, stack: &Stack) -> StoreResult<()
     for url in [&stack.main_queue_url, &stack.dlq_url] {
         let _ = clients.sqs.delete_queue().queue_url(url).send().await;
     }
-    for (p, _) in planned_tables(clients, &stack.names)? {
+    let tables = planned_tables(clients, &stack.names)?;
+    if let Some((_, d)) = tables.first() {
+        key::delete_decision_key(clients, d).await;
+    }
+    for (p, _) in tables {
         let _ = table::delete_table(clients, &p.name).await;
     }
     Ok(())
