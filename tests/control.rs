@@ -192,3 +192,71 @@ async fn a_makers_replay_above_the_policy_runs_only_once_another_person_approves
     assert_eq!(refused, 3);
     s.cleanup().await;
 }
+
+/// `dlqctl` is the control plane's client: on the local stack it asks the same handler, as the
+/// operator `--as` names (a role assumed through the local STS); the control plane decides.
+#[tokio::test]
+async fn dlqctl_asks_the_control_plane_as_the_operator_the_local_sts_vouches_for() {
+    let s = TestStack::new("ctl-cli").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.send(&(1..=3).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>())
+        .await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(10_000)).await;
+    let prefix = s.stack.names.prefix.clone();
+    let dlqctl = |args: &[&str]| {
+        let mut all = vec!["--prefix", &prefix];
+        all.extend_from_slice(args);
+        let out = crate::deploy::dlqctl(&all);
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    // Without an operator role (the local stack's root): refused by the control plane.
+    let (code, _, err) = dlqctl(&["ref", "currency", "add", "XAU", "--minor-units", "4"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("403") && err.contains("holds no operator role"), "{err}");
+    let (code, out, err) = dlqctl(&[
+        "--as",
+        "admin:ada",
+        "ref",
+        "currency",
+        "add",
+        "XAU",
+        "--minor-units",
+        "4",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, _, err) = dlqctl(&["--as", "admin:ada", "policy", "set", "--max-count", "2"]);
+    assert_eq!(code, Some(0), "{err}");
+    // A maker's request (asked of the control plane here: `dlqctl replay` does not yet).
+    let c = Control::new(&s).await;
+    let replay = json!({"operation": "replay", "reason": "XAU mapped", "root_cause": "UNMAPPED_CURRENCY:*"});
+    let (status, asked) = c.ask("maker", "alice", replay).await;
+    assert_eq!(status, 200, "{asked}");
+    let id = asked["request"]["request_id"].as_str().unwrap().to_owned();
+    // alice may not approve it, whichever role she asks in; bob as a maker may not either.
+    let approve = |who: &'static str| ["--as", who, "approve", id.as_str(), "--reason", "checked", "--yes"];
+    let (code, _, err) = dlqctl(&approve("approver:alice"));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("409") && err.contains("self-approval"), "{err}");
+    let (code, _, err) = dlqctl(&approve("maker:bob"));
+    assert!(code == Some(2) && err.contains("403"), "{err}");
+    assert!(s.postings().await.is_empty());
+    let (code, out, err) = dlqctl(&approve("approver:bob"));
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("EXECUTED"), "{out}");
+    s.pump(&consumer).await;
+    assert_eq!(s.postings().await.len(), 3);
+    let audit = s.audit().await;
+    let changes: Vec<&str> = audit
+        .iter()
+        .filter(|r| r.kind == AuditKind::ReferenceChanged)
+        .map(|r| r.actor.as_str())
+        .collect();
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert!(
+        changes.iter().all(|a| a.ends_with(&format!("{prefix}-admin/ada"))),
+        "{changes:?}"
+    );
+    s.cleanup().await;
+}

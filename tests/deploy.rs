@@ -79,7 +79,7 @@ fn outputs_of(s: &TestStack) -> Vec<(&'static str, String)> {
 }
 
 /// `dlqctl` as a user runs it, against the local stack.
-fn dlqctl(args: &[&str]) -> std::process::Output {
+pub(crate) fn dlqctl(args: &[&str]) -> std::process::Output {
     dlqctl_as(args, &[])
 }
 

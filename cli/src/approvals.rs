@@ -5,17 +5,17 @@
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use recon_aws::AwsClients;
-use recon_aws::telemetry::TracingMetrics;
-use recon_aws::wiring::AwsReplayer;
-use recon_core::domain::approval::{ApprovalPolicy, ApprovalRequest, Identity, RequestStatus};
+use recon_core::control::Command;
+use recon_core::domain::approval::{ApprovalPolicy, ApprovalRequest};
 use recon_core::domain::{Total, input};
-use recon_core::ports::{ApprovalRequests, ReferenceData};
+use recon_core::ports::ApprovalRequests;
+use recon_core::replay::ReplayReport;
 use recon_core::resources::ResourceNames;
 use std::collections::BTreeMap;
 
-use crate::context::{identity, replay_session};
+use crate::context::replay_session;
 use crate::output::fit;
-use crate::remediate::{audit_change, confirm, print_report};
+use crate::remediate::{confirm, print_report};
 use crate::text::printable;
 
 #[derive(Subcommand, Clone, Debug)]
@@ -45,9 +45,6 @@ pub struct PolicyArgs {
     /// (where callers choose their own; with IAM Identity Center the session is the person).
     #[arg(long)]
     pub distinct_roles: bool,
-    /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
-    #[arg(long)]
-    pub actor: Option<String>,
 }
 
 #[derive(Subcommand, Clone, Debug)]
@@ -80,10 +77,6 @@ pub struct DecisionArgs {
     /// Why (recorded in the audit trail; required to reject).
     #[arg(long, default_value = "")]
     pub reason: String,
-    /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded; the
-    /// identity, not the name, must differ from the requester's).
-    #[arg(long)]
-    pub triggered_by: Option<String>,
     /// Approve only; run it later (`dlqctl requests execute`) before it expires.
     #[arg(long)]
     pub later: bool,
@@ -126,17 +119,9 @@ pub async fn policy(clients: &AwsClients, names: &ResourceNames, cmd: &PolicyCom
         expire_hours: a.expire_hours,
         distinct_roles: a.distinct_roles,
     };
-    policy.check().map_err(anyhow::Error::msg)?;
-    let actor = identity(clients, a.actor.as_deref()).await?.to_string();
-    store.put_approval_policy(&policy).await?;
-    audit_change(
-        clients,
-        names,
-        &actor,
-        "POLICY#approval",
-        format!("approval policy: {current} -> {policy}"),
-    )
-    .await?;
+    let set = recon_core::control::Command::SetPolicy { policy };
+    let value = crate::control::connect_as_cli(clients, names).await?.ask(&set).await?;
+    let policy: ApprovalPolicy = serde_json::from_value(value)?;
     crate::output::emit(&policy, || format!("{policy}"))
 }
 
@@ -238,7 +223,10 @@ pub fn describe(r: &ApprovalRequest) -> String {
 }
 
 pub async fn requests(clients: &AwsClients, names: &ResourceNames, cmd: &RequestsCommand) -> Result<()> {
-    let (me, r) = replay_session(clients, names, None).await?;
+    if let RequestsCommand::Execute { request_id } = cmd {
+        return execute(clients, names, request_id).await;
+    }
+    let (_, r) = replay_session(clients, names, None).await?;
     match cmd {
         RequestsCommand::List { status, limit } => {
             let status = status.as_deref().map(str::to_ascii_uppercase);
@@ -285,32 +273,36 @@ pub async fn requests(clients: &AwsClients, names: &ResourceNames, cmd: &Request
             let q = r.request(request_id).await?;
             crate::output::emit(&q, || describe(&q))
         }
-        RequestsCommand::Execute { request_id } => execute(&r, request_id, &me).await,
+        RequestsCommand::Execute { .. } => Ok(()),
     }
 }
 
-async fn execute(r: &AwsReplayer<TracingMetrics>, request_id: &str, me: &Identity) -> Result<()> {
-    let deadline = crate::remediate::in_process_deadline();
-    let (q, report) = r
-        .execute(request_id, &format!("dlqctl:{me}"), Some(me), deadline)
+/// Run an approved request (or resume a paused or stopped one) through the control plane.
+async fn execute(clients: &AwsClients, names: &ResourceNames, request_id: &str) -> Result<()> {
+    let command = Command::Execute {
+        request_id: request_id.to_owned(),
+    };
+    let ran = crate::control::connect_as_cli(clients, names)
+        .await?
+        .ask(&command)
         .await?;
+    let q: ApprovalRequest = serde_json::from_value(ran["request"].clone())?;
+    let report: ReplayReport = serde_json::from_value(ran["report"].clone())?;
     if !crate::output::json() {
         println!("{}", describe(&q));
     }
     print_report(&report)
 }
 
-/// `approve` (then run it, unless `--later`) and `reject`.
+/// `approve` (then run it, unless `--later`) and `reject`, through the control plane: it decides
+/// who may, and refuses an approval by the request's own maker.
 pub async fn decide(clients: &AwsClients, names: &ResourceNames, a: &DecisionArgs, approve: bool) -> Result<()> {
     if !approve && a.reason.trim().is_empty() {
         bail!("a rejection must say why: --reason");
     }
-    let (me, r) = replay_session(clients, names, a.triggered_by.as_deref()).await?;
-    let q = r.request(&a.request_id).await?;
-    if q.status != RequestStatus::PendingApproval {
-        bail!("request {} is {}: nothing to decide", q.request_id, q.status);
-    }
     if !a.yes {
+        let (_, r) = replay_session(clients, names, None).await?;
+        let q = r.request(&a.request_id).await?;
         eprintln!("{}", describe(&q));
         let verb = match (approve, a.later) {
             (true, false) => "approve and run",
@@ -319,14 +311,24 @@ pub async fn decide(clients: &AwsClients, names: &ResourceNames, a: &DecisionArg
         };
         confirm(&format!("{verb} request {}?", q.request_id))?;
     }
-    let decided = r.decide(&a.request_id, &me, approve, &a.reason).await?;
+    let (request_id, reason) = (a.request_id.clone(), a.reason.clone());
+    let command = match approve {
+        true => Command::Approve { request_id, reason },
+        false => Command::Reject { request_id, reason },
+    };
+    let value = crate::control::connect_as_cli(clients, names)
+        .await?
+        .ask(&command)
+        .await?;
+    let decided: ApprovalRequest = serde_json::from_value(value)?;
     if !approve || a.later {
         return crate::output::emit(&decided, || {
+            let by = decided.decision.as_ref().map(|d| d.by.to_string()).unwrap_or_default();
             format!(
                 "{} {} by {}{}",
                 decided.request_id,
                 decided.status,
-                printable(&me.to_string()),
+                printable(&by),
                 if approve {
                     format!(
                         "; run it with `dlqctl requests execute {}` before {}",
@@ -338,5 +340,5 @@ pub async fn decide(clients: &AwsClients, names: &ResourceNames, a: &DecisionArg
             )
         });
     }
-    execute(&r, &a.request_id, &me).await
+    execute(clients, names, &a.request_id).await
 }

@@ -32,6 +32,12 @@ pub struct Cli {
     /// says. The demo's postgres ledger is a database of its own on the local server.
     #[arg(long, global = true, env = "DLQ_LEDGER", value_parser = recon_core::config::LedgerSettings::KINDS)]
     pub ledger: Option<String>,
+    /// On the local stack, ask the control plane as PERSON in the stack's operator role ROLE
+    /// (viewer, maker, approver, auditor, admin, break-glass), e.g. `maker:alice`: the role is
+    /// assumed through the local STS with PERSON as the session name. On AWS your credentials
+    /// are who you are.
+    #[arg(long = "as", global = true, env = "DLQ_AS", value_name = "ROLE:PERSON")]
+    pub operator: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }

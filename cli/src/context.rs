@@ -136,3 +136,11 @@ pub fn replayer(clients: &AwsClients, stack: &Stack, actor: &str) -> Result<AwsR
         TracingMetrics,
     ))
 }
+
+/// The deadline of a replay run in this process: the replay function's own timeout. A run stops
+/// starting new work near it (and says so: run it again to go on), so a command left running on
+/// a machine that was suspended stops soon after it wakes; its claims' leases fence what it had
+/// begun (a hand-off's intent is written under its claim, which a replay taking over finishes).
+pub fn in_process_deadline() -> Option<chrono::DateTime<chrono::Utc>> {
+    Some(chrono::Utc::now() + recon_core::resources::REPLAY_TIMEOUT)
+}

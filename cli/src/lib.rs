@@ -8,6 +8,7 @@ pub mod bundle;
 pub mod calibrate;
 pub mod cli;
 pub mod context;
+pub mod control;
 pub mod edit;
 pub mod fanout;
 pub mod input;

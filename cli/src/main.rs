@@ -39,6 +39,7 @@ async fn run(cli: Cli) -> Result<()> {
     if let Some(kind) = &cli.ledger {
         context::set(recon_core::config::vars::LEDGER, kind);
     }
+    dlqctl::control::configure(cli.stack.clone(), cli.operator.clone());
     let target = if cli.aws { Target::Aws } else { Target::local_from_env() };
     let clients = AwsClients::connect(target).await;
     let names = context::names(&clients, cli.stack.as_deref(), &cli.prefix).await?;

@@ -1,18 +1,18 @@
 //! Remediation commands: `replay` and `quarantine` (with a selector, a dry run and a confirmation),
 //! and the reference data that fixes root causes (`ref currency`, `period`).
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use recon_aws::AwsClients;
+use recon_core::control::Command;
 use recon_core::domain::canary::{Canary, CanarySlice};
-use recon_core::domain::{AuditKind, AuditRecord, CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus, input};
-use recon_core::ports::{AuditLog, ReferenceData};
+use recon_core::domain::{CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus, input};
 use recon_core::replay::{ReplayReport, ReplayRequest, Segment, Selector};
 use recon_core::resources::ResourceNames;
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 
-use crate::context::{identity, replay_session};
+use crate::context::replay_session;
 use crate::output::fit;
 use crate::text::printable;
 
@@ -86,9 +86,6 @@ pub struct CurrencyArgs {
     /// What the code stands for, for the next reader.
     #[arg(long, default_value = "")]
     pub description: String,
-    /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
-    #[arg(long)]
-    pub actor: Option<String>,
     /// Do not ask before overriding a built-in ISO 4217 currency.
     #[arg(long)]
     pub yes: bool,
@@ -109,9 +106,6 @@ pub enum PeriodCommand {
     Close {
         #[command(flatten)]
         key: PeriodKey,
-        /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
-        #[arg(long)]
-        actor: Option<String>,
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
@@ -120,9 +114,6 @@ pub enum PeriodCommand {
     Open {
         #[command(flatten)]
         key: PeriodKey,
-        /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
-        #[arg(long)]
-        actor: Option<String>,
     },
     /// Plan an open period's close: from `DLQ_PERIOD_CLOSE_WARNING_HOURS` before that day, the
     /// scheduled sweep escalates its PENDING dead letters (they must be decided before).
@@ -132,9 +123,6 @@ pub enum PeriodCommand {
         /// The day it closes (YYYY-MM-DD, from the start of that day, UTC).
         #[arg(long)]
         closes_on: chrono::NaiveDate,
-        /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
-        #[arg(long)]
-        actor: Option<String>,
     },
     /// Periods recorded in the reference table (any other period is open).
     List,
@@ -290,33 +278,13 @@ request {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another identity
     // What was confirmed is what runs: a flood landing in between is not quarantined on a
     // confirmation given for three.
     let req = wanted.pinned_to(&preview);
-    let report = r.run_guarded(&req, canary.as_ref(), in_process_deadline()).await?;
+    let report = r
+        .run_guarded(&req, canary.as_ref(), crate::context::in_process_deadline())
+        .await?;
     if progress {
         eprintln!();
     }
     print_report(&report)
-}
-
-/// The deadline of a replay run in this process: the replay function's own timeout. A run stops
-/// starting new work near it (and says so: run it again to go on), so a command left running on
-/// a machine that was suspended stops soon after it wakes; its claims' leases fence what it had
-/// begun (a hand-off's intent is written under its claim, which a replay taking over finishes).
-pub fn in_process_deadline() -> Option<chrono::DateTime<chrono::Utc>> {
-    Some(chrono::Utc::now() + recon_core::resources::REPLAY_TIMEOUT)
-}
-
-pub async fn audit_change(
-    clients: &AwsClients,
-    names: &ResourceNames,
-    actor: &str,
-    subject: &str,
-    detail: String,
-) -> Result<()> {
-    let now = chrono::Utc::now();
-    let subject = format!("{subject}#{}", now.timestamp_nanos_opt().unwrap_or_default());
-    let record = AuditRecord::system(AuditKind::ReferenceChanged, &subject, now, actor, detail);
-    crate::context::audit_log(clients, names).append(&record).await?;
-    Ok(())
 }
 
 pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefCommand) -> Result<()> {
@@ -324,36 +292,25 @@ pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefComm
     match cmd {
         RefCommand::Add(a) => {
             let code = input::currency_code(&a.code).map_err(anyhow::Error::msg)?;
-            let minor_units = &input::minor_units(a.minor_units).map_err(anyhow::Error::msg)?;
-            // Who changes it is established first: a command that cannot say who changes nothing.
-            let actor = identity(clients, a.actor.as_deref()).await?.to_string();
             if let Some(iso) = recon_core::domain::reference::iso_minor_units(&code)
                 && !a.yes
             {
                 confirm(&format!(
-                    "override the built-in ISO 4217 {code} ({iso} minor units) with {minor_units}?"
+                    "override the built-in ISO 4217 {code} ({iso} minor units) with {}?",
+                    a.minor_units
                 ))?;
             }
-            let mapping = CurrencyMapping {
-                code: code.clone(),
-                minor_units: *minor_units,
+            let put = Command::PutCurrency {
+                code,
+                minor_units: a.minor_units,
                 description: a.description.clone(),
             };
-            store
-                .put_currency(&mapping)
-                .await
-                .context("writing the reference table")?;
-            audit_change(
-                clients,
-                names,
-                &actor,
-                &format!("CURRENCY#{code}"),
-                format!("currency {code} mapped with {minor_units} minor units"),
-            )
-            .await?;
+            let mapping: CurrencyMapping =
+                serde_json::from_value(crate::control::connect_as_cli(clients, names).await?.ask(&put).await?)?;
             crate::output::emit(&mapping, || {
                 format!(
-                    "{code} mapped ({minor_units} minor units); consumers see it within DLQ_REFERENCE_CACHE_SECS, replays at once"
+                    "{} mapped ({} minor units); consumers see it within DLQ_REFERENCE_CACHE_SECS, replays at once",
+                    mapping.code, mapping.minor_units
                 )
             })
         }
@@ -378,10 +335,10 @@ pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefComm
 
 pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCommand) -> Result<()> {
     let store = crate::context::reference(clients, names);
-    let (key, status, closes_on, actor, yes) = match cmd {
-        PeriodCommand::Close { key, actor, yes } => (key, PeriodStatus::Closed, None, actor, *yes),
-        PeriodCommand::Open { key, actor } => (key, PeriodStatus::Open, None, actor, true),
-        PeriodCommand::Schedule { key, closes_on, actor } => (key, PeriodStatus::Open, Some(*closes_on), actor, true),
+    let (key, status, closes_on, yes) = match cmd {
+        PeriodCommand::Close { key, yes } => (key, PeriodStatus::Closed, None, *yes),
+        PeriodCommand::Open { key } => (key, PeriodStatus::Open, None, true),
+        PeriodCommand::Schedule { key, closes_on } => (key, PeriodStatus::Open, Some(*closes_on), true),
         PeriodCommand::List => {
             let (_, periods) = store.load().await?;
             return crate::output::emit(&periods, || {
@@ -400,46 +357,31 @@ pub async fn period(clients: &AwsClients, names: &ResourceNames, cmd: &PeriodCom
             });
         }
     };
-    let period = &input::period(&key.period).map_err(anyhow::Error::msg)?;
-    // Entities are compared without regard to case: stored as messages carry them.
-    let entity = &input::entity(&key.entity).map_err(anyhow::Error::msg)?;
-    if let Some(on) = closes_on {
-        let (_, periods) = store.load().await?;
-        let closed = periods
-            .iter()
-            .any(|p| p.entity.eq_ignore_ascii_case(entity) && p.period == *period && p.status == PeriodStatus::Closed);
-        if closed {
-            bail!("{period} of {entity} is closed already: nothing to schedule (`dlqctl period open` first)");
-        }
-        if on.format("%Y-%m").to_string() <= *period {
-            bail!(
-                "{period} cannot close on {on}: a period closes after it ends (on or after the first day of the next month)"
-            );
-        }
-    }
-    let actor = identity(clients, actor.as_deref()).await?.to_string();
     if !yes {
         confirm(&format!(
-            "close {period} of {entity}? Nothing more posts into it; its dead letters wait for a decision or a manual journal"
+            "close {} of {}? Nothing more posts into it; its dead letters wait for a decision or a manual journal",
+            key.period, key.entity
         ))?;
     }
-    store
-        .put_period(&PeriodRecord {
-            entity: entity.clone(),
-            period: period.clone(),
-            status,
+    let (entity, period) = (key.entity.clone(), key.period.clone());
+    let command = match (status, closes_on) {
+        (_, Some(closes_on)) => Command::SchedulePeriodClose {
+            entity,
+            period,
             closes_on,
-        })
+        },
+        (PeriodStatus::Closed, None) => Command::ClosePeriod { entity, period },
+        (PeriodStatus::Open, None) => Command::OpenPeriod { entity, period },
+    };
+    let value = crate::control::connect_as_cli(clients, names)
+        .await?
+        .ask(&command)
         .await?;
-    let planned = closes_on.map_or_else(String::new, |d| format!(", closing on {d}"));
-    audit_change(
-        clients,
-        names,
-        &actor,
-        &format!("PERIOD#{entity}#{period}"),
-        format!("period {period} of {entity} set {status}{planned}"),
-    )
-    .await?;
-    let value = serde_json::json!({"entity": entity, "period": period, "status": status, "closes_on": closes_on});
-    crate::output::emit(&value, || format!("{entity} {period}: {status}{planned}"))
+    let record: PeriodRecord = serde_json::from_value(value.clone())?;
+    let planned = record
+        .closes_on
+        .map_or_else(String::new, |d| format!(", closing on {d}"));
+    crate::output::emit(&value, || {
+        format!("{} {}: {}{planned}", record.entity, record.period, record.status)
+    })
 }

@@ -51,6 +51,8 @@ pub mod outputs {
     pub const POSTGRES_SECRET_ARN: &str = "PostgresSecretArn";
     pub const HTTP_LEDGER_URL: &str = "HttpLedgerUrl";
     pub const HTTP_LEDGER_SECRET_ARN: &str = "HttpLedgerSecretArn";
+    /// Where operators ask the control plane (`dlqctl` on AWS).
+    pub const CONTROL_API_URL: &str = "ControlApiUrl";
 }
 
 /// A deployment as its stack's outputs name it: the names, the queues' URLs, and the ledger.
@@ -142,8 +144,27 @@ pub async fn cloudformation(clients: &crate::AwsClients) -> aws_sdk_cloudformati
     aws_sdk_cloudformation::Client::from_conf(cfn.build())
 }
 
-/// Read a deployed CloudFormation stack's outputs (`cloudformation:DescribeStacks`).
-pub async fn read_stack(clients: &crate::AwsClients, stack: &str) -> Result<Deployed, String> {
+/// The control plane's URL, from stack `stack`'s `ControlApiUrl` output (HTTPS on AWS).
+pub async fn control_api_url(clients: &crate::AwsClients, stack: &str) -> Result<String, String> {
+    let outputs = stack_outputs(clients, stack).await?;
+    match outputs.get(outputs::CONTROL_API_URL) {
+        Some(url) if url.starts_with("https://") => Ok(url.clone()),
+        Some(url) => Err(format!(
+            "stack {stack}: the output {} is {url:?}, not an HTTPS URL",
+            outputs::CONTROL_API_URL
+        )),
+        None => Err(format!(
+            "stack {stack} has no output {}: deploy this version's template (make deploy)",
+            outputs::CONTROL_API_URL
+        )),
+    }
+}
+
+/// A deployed CloudFormation stack's outputs (`cloudformation:DescribeStacks`).
+async fn stack_outputs(
+    clients: &crate::AwsClients,
+    stack: &str,
+) -> Result<std::collections::HashMap<String, String>, String> {
     let out = cloudformation(clients)
         .await
         .describe_stacks()
@@ -159,12 +180,17 @@ pub async fn read_stack(clients: &crate::AwsClients, stack: &str) -> Result<Depl
     let Some(found) = out.stacks().first() else {
         return Err(format!("stack {stack} does not exist in this account and region"));
     };
-    let outputs: std::collections::HashMap<&str, &str> = found
+    Ok(found
         .outputs()
         .iter()
-        .filter_map(|o| Some((o.output_key()?, o.output_value()?)))
-        .collect();
-    from_outputs(|k| outputs.get(k).map(|v| (*v).to_owned())).map_err(|e| format!("stack {stack}: {e}"))
+        .filter_map(|o| Some((o.output_key()?.to_owned(), o.output_value()?.to_owned())))
+        .collect())
+}
+
+/// Read a deployed CloudFormation stack's outputs as a deployment.
+pub async fn read_stack(clients: &crate::AwsClients, stack: &str) -> Result<Deployed, String> {
+    let outputs = stack_outputs(clients, stack).await?;
+    from_outputs(|k| outputs.get(k).cloned()).map_err(|e| format!("stack {stack}: {e}"))
 }
 
 /// The five functions as `make deploy-code` updates them: the binary, the function's logical id,

@@ -91,7 +91,7 @@ pub(super) const RESUMED_HAND_OFF: &str =
 pub(super) const NOT_IDENTIFIED: &str = "its content does not reproduce the hash it claims, so no hand-off can keep that transaction from being booked again: quarantined for review, not for a manual journal (the producer's corrected resend books it)";
 
 /// Which gate decided.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Gate {
     Integrity,

@@ -37,7 +37,7 @@ named! {
 }
 
 /// What happened to one envelope, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplayItem {
     pub envelope_id: String,
     pub outcome: ReplayOutcome,
@@ -45,7 +45,9 @@ pub struct ReplayItem {
     pub detail: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+/// What a replay did (or, dry, would do). Read back by `dlqctl` from the control plane's answer:
+/// the fields skipped there (`changes`) come back empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplayReport {
     pub replay_id: String,
     pub triggered_by: String,
@@ -64,7 +66,7 @@ pub struct ReplayReport {
     pub items: Vec<ReplayItem>,
     pub items_truncated: bool,
     /// Dry runs: what would change — every envelope counted, with its amounts.
-    #[serde(skip_serializing_if = "is_nothing")]
+    #[serde(default, skip_serializing_if = "is_nothing")]
     pub exposure: Exposure,
     /// Dry runs: the envelopes that would change, each with its state, up to
     /// [`MAX_REQUEST_ENVELOPES`] (an approval request's set).
@@ -74,10 +76,10 @@ pub struct ReplayReport {
     #[serde(skip)]
     pub changes_truncated: bool,
     /// Envelopes of a pinned set (an approved request's) skipped because they changed since.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changed_since: Vec<String>,
     /// A canary's slice and what became of it.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanaryReport>,
 }
 
