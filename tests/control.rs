@@ -228,12 +228,23 @@ async fn dlqctl_asks_the_control_plane_as_the_operator_the_local_sts_vouches_for
     assert_eq!(code, Some(0), "{out}{err}");
     let (code, _, err) = dlqctl(&["--as", "admin:ada", "policy", "set", "--max-count", "2"]);
     assert_eq!(code, Some(0), "{err}");
-    // A maker's request (asked of the control plane here: `dlqctl replay` does not yet).
-    let c = Control::new(&s).await;
-    let replay = json!({"operation": "replay", "reason": "XAU mapped", "root_cause": "UNMAPPED_CURRENCY:*"});
-    let (status, asked) = c.ask("maker", "alice", replay).await;
-    assert_eq!(status, 200, "{asked}");
-    let id = asked["request"]["request_id"].as_str().unwrap().to_owned();
+    // A maker's replay above the policy: a request for another person, nothing changed now.
+    let replay = [
+        "--json",
+        "replay",
+        "--root-cause",
+        "UNMAPPED_CURRENCY:*",
+        "--reason",
+        "XAU mapped",
+        "--yes",
+    ];
+    let (code, _, err) = dlqctl(&replay);
+    assert!(code == Some(2) && err.contains("403"), "{err}");
+    let (code, out, err) = dlqctl(&[&["--as", "maker:alice"][..], &replay[..]].concat());
+    assert_eq!(code, Some(0), "{out}{err}");
+    let asked: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(asked["request_status"], "PENDING_APPROVAL", "{asked}");
+    let id = asked["request_id"].as_str().unwrap().to_owned();
     // alice may not approve it, whichever role she asks in; bob as a maker may not either.
     let approve = |who: &'static str| ["--as", who, "approve", id.as_str(), "--reason", "checked", "--yes"];
     let (code, _, err) = dlqctl(&approve("approver:alice"));

@@ -1,6 +1,7 @@
 //! `dlqctl edit`: propose an edited body for one PENDING dead letter (a field diff, or a whole
 //! body), checked against gate 1 now; it becomes an approval request that another identity
-//! approves (`dlqctl approve`), which posts it as a new message linked to the original.
+//! approves (`dlqctl approve`), which posts it as a new message linked to the original. Asked
+//! of the control plane, as the caller.
 
 use anyhow::{Result, bail};
 use clap::Args;
@@ -23,9 +24,6 @@ pub struct EditArgs {
     /// Why (recorded with the request and in the audit trail).
     #[arg(long)]
     pub reason: String,
-    /// A name to record next to your AWS identity (sts:GetCallerIdentity, always recorded).
-    #[arg(long)]
-    pub triggered_by: Option<String>,
 }
 
 fn proposal(a: &EditArgs) -> Result<Proposal> {
@@ -47,12 +45,16 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &EditArgs) -> R
     if a.reason.trim().is_empty() {
         bail!("an edit must say why: --reason");
     }
-    let proposal = proposal(a)?;
-    let (me, r) = crate::context::replay_session(clients, names, a.triggered_by.as_deref()).await?;
-    let q = r.request_edit(&a.envelope_id, &proposal, &a.reason, &me).await?;
+    let edit = recon_core::control::Command::Edit {
+        envelope_id: a.envelope_id.clone(),
+        proposal: proposal(a)?,
+        reason: a.reason.clone(),
+    };
+    let asked = crate::control::connect_as_cli(clients, names).await?.ask(&edit).await?;
+    let q: recon_core::domain::approval::ApprovalRequest = serde_json::from_value(asked)?;
     crate::output::emit(&q, || {
         format!(
-            "{}\n\nedit request {} made: it runs once an identity other than yours approves it (`dlqctl approve {}`) before {}",
+            "{}\n\nedit request {} made: it runs once another person approves it (`dlqctl approve {}`) before {}",
             crate::approvals::describe(&q),
             q.request_id,
             q.request_id,

@@ -4,15 +4,13 @@
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use recon_aws::AwsClients;
-use recon_core::control::Command;
+use recon_core::control::{Command, Remediation};
 use recon_core::domain::canary::{Canary, CanarySlice};
 use recon_core::domain::{CurrencyMapping, FailureCode, PeriodRecord, PeriodStatus, input};
-use recon_core::replay::{ReplayReport, ReplayRequest, Segment, Selector};
+use recon_core::replay::{ReplayReport, Segment};
 use recon_core::resources::ResourceNames;
 use std::io::{BufRead, IsTerminal, Write};
-use std::sync::Arc;
 
-use crate::context::replay_session;
 use crate::output::fit;
 use crate::text::printable;
 
@@ -40,10 +38,6 @@ pub struct SelectorArgs {
     /// Why (recorded in the audit trail). Required.
     #[arg(long)]
     pub reason: String,
-    /// A name to record next to your AWS identity (the audit trail always records the caller's
-    /// identity from sts:GetCallerIdentity, never a local user name).
-    #[arg(long)]
-    pub triggered_by: Option<String>,
     /// Re-inject a first slice (a count, or a share: 5%), wait for its copies to be committed or
     /// dead-lettered again, and go on only if few enough failed (a request keeps it for its
     /// execution). The consumer must be running (on AWS it is; locally, `cargo xtask pump`).
@@ -128,27 +122,6 @@ pub enum PeriodCommand {
     List,
 }
 
-fn request(a: &SelectorArgs, actor: &str, quarantine: bool) -> Result<ReplayRequest> {
-    if a.reason.trim().is_empty() {
-        bail!("--reason must say why (it is recorded in the audit trail)");
-    }
-    Ok(ReplayRequest {
-        selector: Selector {
-            failure_code: a.failure_code,
-            root_cause: a.root_cause.clone(),
-            entity: a.entity.clone(),
-            envelope_ids: a.ids.clone(),
-            max_items: a.max_items,
-            segment: a.segment,
-        },
-        dry_run: false,
-        reason: a.reason.clone(),
-        triggered_by: actor.to_owned(),
-        scheduled: false,
-        quarantine,
-    })
-}
-
 pub fn print_report(r: &ReplayReport) -> Result<()> {
     if crate::output::json() {
         return crate::output::print_json(r);
@@ -208,46 +181,45 @@ pub fn confirm(question: &str) -> Result<()> {
     Ok(())
 }
 
-/// `replay` and `quarantine`: a dry run first (to count and to confirm), then the real thing.
+/// `replay` and `quarantine`, through the control plane: a dry run first (to count and to
+/// confirm), then the real thing, limited to what that dry run selected. Above the approval
+/// policy the control plane makes an approval request instead; nothing changes now.
 pub async fn run(clients: &AwsClients, names: &ResourceNames, a: &SelectorArgs, quarantine: bool) -> Result<()> {
-    let (me, mut r) = replay_session(clients, names, a.triggered_by.as_deref()).await?;
-    let wanted = request(a, &me.to_string(), quarantine)?;
-    let canary = a
-        .canary
-        .map(|slice| Canary {
-            slice,
-            max_failure_percent: a.canary_max_failures,
-            wait_secs: a.canary_wait,
-        })
-        .map(|c| c.check().map(|()| c).map_err(anyhow::Error::msg))
-        .transpose()?;
-    let assessed = r.assess(&wanted, None).await?;
-    let preview = assessed.preview.clone();
+    if a.reason.trim().is_empty() {
+        bail!("--reason must say why (it is recorded in the audit trail)");
+    }
+    let canary = a.canary.map(|slice| Canary {
+        slice,
+        max_failure_percent: a.canary_max_failures,
+        wait_secs: a.canary_wait,
+    });
+    let wanted = Remediation {
+        reason: a.reason.clone(),
+        failure_code: a.failure_code,
+        root_cause: a.root_cause.clone(),
+        entity: a.entity.clone(),
+        envelope_ids: a.ids.clone(),
+        max_items: a.max_items,
+        dry_run: true,
+        canary,
+        segment: a.segment.map(|s| s.to_string()),
+    };
+    let command = |r: Remediation| match quarantine {
+        true => Command::Quarantine(r),
+        false => Command::Replay(r),
+    };
+    let control = crate::control::connect_as_cli(clients, names).await?;
+    let dry = control.ask(&command(wanted.clone())).await?;
+    let preview: ReplayReport = serde_json::from_value(dry["report"].clone())?;
+    let why: Vec<String> = serde_json::from_value(dry["needs_approval"].clone()).unwrap_or_default();
     if a.dry_run {
-        if !assessed.why.is_empty() && !crate::output::json() {
-            println!("needs approval: {}", assessed.why.join("; "));
+        if !why.is_empty() && !crate::output::json() {
+            println!("needs approval: {}", why.join("; "));
         }
         return print_report(&preview);
     }
-    if !assessed.why.is_empty() {
-        // Above the policy: a request for a second person, exactly the envelopes this dry run
-        // would change; nothing changes now.
-        let q = r.request_approval(&wanted, &assessed, &me, canary).await?;
-        return crate::output::emit(&q, || {
-            format!(
-                "needs approval: {}
-request {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another identity runs `dlqctl approve {}`",
-                q.why.join("; "),
-                q.request_id,
-                q.exposure.count,
-                q.digest,
-                q.expires_at,
-                q.request_id
-            )
-        });
-    }
     let changes = preview.changed();
-    if changes == 0 {
+    if why.is_empty() && changes == 0 {
         let value = serde_json::json!({"selected": preview.selected, "changes": 0});
         return crate::output::emit(&value, || {
             format!(
@@ -257,7 +229,7 @@ request {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another identity
         });
     }
     // A quarantine cannot be undone (the WORM record is under a COMPLIANCE lock): always asked.
-    if (quarantine || preview.quarantined > 0 || changes > a.confirm_above) && !a.yes {
+    if why.is_empty() && (quarantine || preview.quarantined > 0 || changes > a.confirm_above) && !a.yes {
         let what = if quarantine {
             "quarantine (irreversible: WORM under a COMPLIANCE lock)"
         } else {
@@ -265,26 +237,29 @@ request {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another identity
         };
         confirm(&format!("{what} {changes} envelopes?"))?;
     }
-    let total = preview.selected;
-    let progress = crate::output::progress();
-    if progress {
-        r.progress = Some(Arc::new(move |rep: &ReplayReport| {
-            eprint!(
-                "\r  {}/{total} envelopes: {} re-injected, {} suppressed, {} quarantined, {} still failing, {} skipped   ",
-                rep.selected, rep.reinjected, rep.suppressed_duplicate, rep.quarantined, rep.still_failing, rep.skipped
-            );
-        }));
-    }
     // What was confirmed is what runs: a flood landing in between is not quarantined on a
     // confirmation given for three.
-    let req = wanted.pinned_to(&preview);
-    let report = r
-        .run_guarded(&req, canary.as_ref(), crate::context::in_process_deadline())
-        .await?;
-    if progress {
-        eprintln!();
+    let real = Remediation {
+        dry_run: false,
+        ..wanted
     }
-    print_report(&report)
+    .pinned_to(&preview);
+    let done = control.ask(&command(real)).await?;
+    if let Some(q) = done.get("request").filter(|q| !q.is_null()) {
+        let q: recon_core::domain::approval::ApprovalRequest = serde_json::from_value(q.clone())?;
+        return crate::output::emit(&q, || {
+            format!(
+                "needs approval: {}\nrequest {} ({} envelopes, set {}) is PENDING_APPROVAL until {}; another person runs `dlqctl approve {}`",
+                q.why.join("; "),
+                q.request_id,
+                q.exposure.count,
+                q.digest,
+                q.expires_at,
+                q.request_id
+            )
+        });
+    }
+    print_report(&serde_json::from_value(done["report"].clone())?)
 }
 
 pub async fn currency(clients: &AwsClients, names: &ResourceNames, cmd: &RefCommand) -> Result<()> {

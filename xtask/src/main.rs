@@ -384,7 +384,9 @@ mod tests {
                     super::Cli::try_parse_from(&args[1..]).map(|_| ())
                 } else {
                     operators += 1;
-                    args.insert(1, "--aws".into());
+                    if !args.iter().any(|a| a == "--aws") {
+                        args.insert(1, "--aws".into());
+                    }
                     dlqctl::cli::Cli::try_parse_from(&args).map(|_| ())
                 };
                 if let Err(e) = parsed

@@ -90,9 +90,19 @@ pub struct Remediation {
     pub dry_run: bool,
     /// Re-inject a slice first and go on only if its copies post.
     pub canary: Option<Canary>,
+    /// Only this part of the envelopes, `INDEX/COUNT`: several runs at once, each its own part.
+    #[serde(default)]
+    pub segment: Option<String>,
 }
 
 impl Remediation {
+    /// This remediation limited to what `preview` (its dry run) selected
+    /// ([`crate::replay::pin`]): what its caller confirmed is what runs.
+    pub fn pinned_to(mut self, preview: &crate::replay::ReplayReport) -> Self {
+        crate::replay::pin(&mut self.envelope_ids, &mut self.max_items, preview);
+        self
+    }
+
     /// The replay request it asks for, as `by`.
     fn request(&self, by: &Identity, quarantine: bool) -> Result<ReplayRequest, ControlError> {
         let invalid = |e: RequestError| ControlError::Invalid(e.0);
@@ -104,7 +114,7 @@ impl Remediation {
             entity: self.entity.clone(),
             envelope_ids: self.envelope_ids.clone(),
             max_items: self.max_items,
-            segment: None,
+            segment: self.segment.clone(),
             dry_run: self.dry_run,
         }
         .into_request()

@@ -28,7 +28,7 @@ mod sweep;
 
 pub use approval::Assessment;
 pub use gates::{Gate, MAX_RELEASES};
-pub use report::{Progress, ReplayItem, ReplayOutcome, ReplayReport};
+pub use report::{Progress, ReplayItem, ReplayOutcome, ReplayReport, pin};
 pub use request::{
     Invocation, ManualReplay, ReplayRequest, RequestError, Segment, Selector, parse_function_invocation,
     parse_invocation,

@@ -230,16 +230,21 @@ pub(super) fn isolated<T: From<ReplayItem>>(e: &DlqEnvelope, r: FlowResult<T>) -
     }
 }
 
+/// A selection limited to what `preview` (its dry run) selected: by id when the preview listed
+/// every envelope, else no more than it counted. What was looked at is what runs, not whatever
+/// the selector matches by then (a flood landing in between is not swept in unseen).
+pub fn pin(envelope_ids: &mut Vec<String>, max_items: &mut Option<usize>, preview: &ReplayReport) {
+    if preview.items_truncated {
+        *max_items = Some(usize::try_from(preview.selected).unwrap_or(usize::MAX));
+    } else {
+        *envelope_ids = preview.items.iter().map(|i| i.envelope_id.clone()).collect();
+    }
+}
+
 impl ReplayRequest {
-    /// This request limited to what `preview` (its dry run) selected: by id when the preview
-    /// listed every envelope, else no more than it counted. What was looked at is what runs, not
-    /// whatever the selector matches by then (a flood landing in between is not swept in unseen).
+    /// This request limited to what `preview` selected ([`pin`]).
     pub fn pinned_to(mut self, preview: &ReplayReport) -> Self {
-        if preview.items_truncated {
-            self.selector.max_items = Some(usize::try_from(preview.selected).unwrap_or(usize::MAX));
-        } else {
-            self.selector.envelope_ids = preview.items.iter().map(|i| i.envelope_id.clone()).collect();
-        }
+        pin(&mut self.selector.envelope_ids, &mut self.selector.max_items, preview);
         self
     }
 }
