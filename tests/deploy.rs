@@ -79,15 +79,9 @@ fn outputs_of(s: &TestStack) -> Vec<(&'static str, String)> {
 }
 
 /// `dlqctl` as a user runs it, against the local stack.
-pub(crate) fn dlqctl(args: &[&str]) -> std::process::Output {
-    dlqctl_as(args, &[])
-}
-
-/// `dlqctl` with these environment variables (another identity's credentials).
-fn dlqctl_as(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+fn dlqctl(args: &[&str]) -> std::process::Output {
     Command::new(dlqctl_binary())
         .args(args)
-        .envs(env.iter().copied())
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .output()
         .expect("run dlqctl")
@@ -332,8 +326,10 @@ async fn dlqctl_exits_0_when_well_1_when_a_check_fails_and_2_on_an_operational_e
     s.cleanup().await;
 }
 
+/// `dlqctl` is the control plane's client: on the local stack it asks the same handler, as the
+/// operator `--as` names (a role assumed through the local STS); the control plane decides.
 #[tokio::test]
-async fn through_dlqctl_a_replay_above_the_policy_waits_for_another_identity() {
+async fn through_dlqctl_a_replay_above_the_policy_waits_for_another_person() {
     let s = TestStack::new("dp-approve").await;
     let prefix = s.stack.names.prefix.clone();
     let consumer = s.consumer_with(s.ledger(), s.main_queue());
@@ -342,10 +338,14 @@ async fn through_dlqctl_a_replay_above_the_policy_waits_for_another_identity() {
     s.pump(&consumer).await;
     s.pump_dlq(&s.enricher(10_000)).await;
     s.map_currency("XAU", 4).await;
-    let run = |args: &[&str], env: &[(&str, &str)]| {
+    // dlqctl as the operator `who` (ROLE:PERSON; "" for the local stack's own identity, no role).
+    let run = |who: &str, args: &[&str]| {
         let mut all = vec!["--prefix", prefix.as_str()];
+        if !who.is_empty() {
+            all.extend(["--as", who]);
+        }
         all.extend_from_slice(args);
-        let out = dlqctl_as(&all, env);
+        let out = dlqctl(&all);
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -353,7 +353,12 @@ async fn through_dlqctl_a_replay_above_the_policy_waits_for_another_identity() {
         );
         (out.status.code(), out.stdout, text)
     };
-    let (code, _, text) = run(&["policy", "set", "--max-count", "1"], &[]);
+    let policy = ["policy", "set", "--max-count", "1"];
+    let (code, _, text) = run("", &policy);
+    assert!(code == Some(2) && text.contains("holds no operator role"), "{text}");
+    let (code, _, text) = run("maker:alice", &policy);
+    assert!(code == Some(2) && text.contains("403"), "{text}");
+    let (code, _, text) = run("admin:ada", &policy);
     assert_eq!(code, Some(0), "{text}");
     let replay = [
         "--json",
@@ -364,7 +369,7 @@ async fn through_dlqctl_a_replay_above_the_policy_waits_for_another_identity() {
         "XAU mapped",
         "--yes",
     ];
-    let (code, stdout, text) = run(&replay, &[]);
+    let (code, stdout, text) = run("maker:alice", &replay);
     assert_eq!(code, Some(0), "{text}");
     let request: serde_json::Value = serde_json::from_slice(&stdout).expect("--json prints the request");
     assert_eq!(request["request_status"], "PENDING_APPROVAL", "{text}");
@@ -375,40 +380,31 @@ async fn through_dlqctl_a_replay_above_the_policy_waits_for_another_identity() {
         "nothing re-injected"
     );
 
-    // The requester's own approval: refused, an operational error.
-    let (code, _, text) = run(&["approve", &id, "--yes"], &[]);
+    // The requester's own approval, in whichever role: refused (409); a maker may not (403).
+    let approve = ["--json", "approve", id.as_str(), "--yes", "--reason", "checked"];
+    let (code, _, text) = run("approver:alice", &approve);
     assert_eq!(code, Some(2), "{text}");
-    assert!(text.contains("self-approval refused"), "{text}");
+    assert!(text.contains("409") && text.contains("self-approval refused"), "{text}");
+    let (code, _, text) = run("maker:bob", &approve);
+    assert!(code == Some(2) && text.contains("403"), "{text}");
 
-    // Another identity: a role assumed through STS, its credentials in the environment.
-    let c = recon_aws::identity::assume_role_credentials(
-        &s.clients,
-        "arn:aws:iam::000000000000:role/dp-approve-controller",
-        "controller",
-    )
-    .await
-    .unwrap();
-    let env = [
-        ("AWS_ACCESS_KEY_ID", c.access_key_id()),
-        ("AWS_SECRET_ACCESS_KEY", c.secret_access_key()),
-        ("AWS_SESSION_TOKEN", c.session_token().unwrap_or_default()),
-    ];
-    let (code, stdout, text) = run(&["--json", "approve", &id, "--yes", "--reason", "checked"], &env);
+    // Another person, as approver: approved and run.
+    let (code, stdout, text) = run("approver:bob", &approve);
     assert_eq!(code, Some(0), "{text}");
     let report: serde_json::Value = serde_json::from_slice(&stdout).expect("--json prints the report");
     assert_eq!(report["reinjected"], 3, "{text}");
-    let (code, stdout, text) = run(&["--json", "requests", "show", &id], &[]);
+    let (code, stdout, text) = run("", &["--json", "requests", "show", &id]);
     assert_eq!(code, Some(0), "{text}");
     let shown: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     assert_eq!(shown["request_status"], "EXECUTED");
     assert!(
         shown["decision"]["by"]["arn"]
             .as_str()
-            .is_some_and(|a| a.contains("assumed-role/dp-approve-controller")),
+            .is_some_and(|a| a.ends_with(&format!("assumed-role/{prefix}-approver/bob"))),
         "{shown}"
     );
 
-    // An edit, as operators make it: proposed by one identity, approved (and posted) by another.
+    // An edit, as operators make it: proposed by one person, approved (and posted) by another.
     let typo = recon_testkit::builders::tx_in(9, "USX", "42.00").to_body().unwrap();
     s.send(&[typo]).await;
     s.pump(&consumer).await;
@@ -419,16 +415,12 @@ async fn through_dlqctl_a_replay_above_the_policy_waits_for_another_identity() {
         .into_iter()
         .find(|e| e.message_id.as_deref() == Some("m-9"))
         .expect("the typo's envelope");
-    let edit = [
-        "--json",
-        "edit",
-        envelope.envelope_id.as_str(),
-        "--set",
-        "currency=USD",
-        "--reason",
-        "USX typed for USD",
-    ];
-    let (code, stdout, text) = run(&edit, &[]);
+    let edit = |set: &str| {
+        let id = envelope.envelope_id.as_str();
+        ["--json", "edit", id, "--set", set, "--reason", "USX typed for USD"].map(str::to_owned)
+    };
+    let args = edit("currency=USD");
+    let (code, stdout, text) = run("maker:alice", &args.each_ref().map(String::as_str));
     assert_eq!(code, Some(0), "{text}");
     let request: serde_json::Value = serde_json::from_slice(&stdout).expect("--json prints the request");
     assert_eq!(
@@ -436,29 +428,25 @@ async fn through_dlqctl_a_replay_above_the_policy_waits_for_another_identity() {
         (Some("EDIT"), Some("PENDING_APPROVAL"))
     );
     let id = request["request_id"].as_str().unwrap().to_owned();
-    let (code, _, text) = run(&["requests", "show", &id], &[]);
+    let (code, _, text) = run("", &["requests", "show", &id]);
     assert_eq!(code, Some(0), "{text}");
     assert!(
         text.contains("currency: \"USX\" -> \"USD\""),
         "the diff is shown: {text}"
     );
-    let (code, _, text) = run(
-        &[
-            "edit",
-            envelope.envelope_id.as_str(),
-            "--set",
-            "message_id=x",
-            "--reason",
-            "r",
-        ],
-        &[],
-    );
+    let args = edit("message_id=x");
+    let (code, _, text) = run("maker:alice", &args.each_ref().map(String::as_str));
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("cannot be edited"), "{text}");
-    let (code, stdout, text) = run(
-        &["--json", "approve", &id, "--yes", "--reason", "statement says USD"],
-        &env,
-    );
+    let approve = [
+        "--json",
+        "approve",
+        id.as_str(),
+        "--yes",
+        "--reason",
+        "statement says USD",
+    ];
+    let (code, stdout, text) = run("approver:bob", &approve);
     assert_eq!(code, Some(0), "{text}");
     let report: serde_json::Value = serde_json::from_slice(&stdout).expect("--json prints the report");
     assert_eq!(report["reinjected"], 1, "{text}");
