@@ -111,7 +111,7 @@ pub struct Refusal {
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the control plane refused ({}): {}", self.status, self.message)
+        write!(f, "{} (HTTP {} from the control plane)", self.message, self.status)
     }
 }
 

@@ -3,18 +3,20 @@
 //! workload's expectations, then the operator's remediation (fix, replay, sweep, quarantine).
 
 use anyhow::{Result, bail};
+use dlqctl::control::ControlPlane;
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::DynamoAuditLog;
 use recon_aws::ledger::AnyLedger;
 use recon_aws::sqs::SqsQueue;
 use recon_aws::telemetry::TracingMetrics;
-use recon_aws::wiring::{AwsConsumer, AwsEnricher, AwsReplayer};
+use recon_aws::wiring::{AwsConsumer, AwsEnricher};
+use recon_core::control::{Command, Remediation};
 use recon_core::decisions::{RetryPolicy, triage};
-use recon_core::domain::approval::ApprovalPolicy;
+use recon_core::domain::approval::{ApprovalPolicy, ApprovalRequest};
 use recon_core::domain::canary::{Canary, CanarySlice};
-use recon_core::domain::{AuditKind, CurrencyMapping, EnvelopeStatus, PeriodRecord, PeriodStatus, TransientKind};
+use recon_core::domain::{AuditKind, EnvelopeStatus, PeriodRecord, PeriodStatus, TransientKind};
 use recon_core::ports::{LedgerScope, ReferenceData, read_postings};
-use recon_core::replay::{ReplayReport, ReplayRequest, Selector};
+use recon_core::replay::ReplayReport;
 use recon_harness::provision::Stack;
 use recon_harness::pump::PumpOptions;
 use recon_testkit::sim::faulty::Faulty;
@@ -182,51 +184,36 @@ impl<'a> Pipeline<'a> {
     /// rest; then the re-injected copies through the consumer, and any new dead letters through
     /// the enricher.
     pub async fn remediate(&self) -> Result<()> {
-        println!("\n== remediation");
-        self.consumer
-            .reference
-            .put_currency(&CurrencyMapping {
-                code: "XAU".into(),
-                minor_units: 4,
-                description: "gold, troy ounce".into(),
-            })
-            .await?;
+        println!("\n== remediation (each change asked of the control plane, as an operator role)");
+        let admin = self.operator("admin:ada").await?;
+        let xau = Command::PutCurrency {
+            code: "XAU".into(),
+            minor_units: 4,
+            description: "gold, troy ounce".into(),
+        };
+        admin.ask(&xau).await?;
         self.consumer.ledger.faults.heal();
-        println!("   fixed: XAU mapped in the reference table (4 minor units); the ledger's outage is over");
+        println!("   ada (admin) maps XAU in the reference table (4 minor units); the ledger's outage is over");
         let policy = ApprovalPolicy {
             max_count: Some(5),
             closed_period: true,
             ..ApprovalPolicy::default()
         };
-        self.consumer.reference.put_approval_policy(&policy).await?;
-        println!("   approval policy: {policy}");
-        let r = context::replayer(self.clients, self.stack, ACTOR)?;
-        let req = |selector: Selector, reason: &str, quarantine: bool| ReplayRequest {
-            selector,
-            dry_run: false,
+        println!("   ada (admin) sets the approval policy: {policy}");
+        admin.ask(&Command::SetPolicy { policy }).await?;
+        let remediation = |root_cause: Option<&str>, reason: &str, canary: Option<Canary>| Remediation {
             reason: reason.into(),
-            triggered_by: "demo-operator".into(),
-            scheduled: false,
-            quarantine,
+            root_cause: root_cause.map(str::to_owned),
+            canary,
+            ..Remediation::default()
         };
-        let xau = self
-            .governed(
-                &r,
-                &req(
-                    Selector {
-                        root_cause: Some("UNMAPPED_CURRENCY:*".into()),
-                        ..Selector::default()
-                    },
-                    "XAU mapped",
-                    false,
-                ),
-                Some(Canary {
-                    slice: CanarySlice::Count(2),
-                    max_failure_percent: 0,
-                    wait_secs: 60,
-                }),
-            )
-            .await?;
+        let canary = Canary {
+            slice: CanarySlice::Count(2),
+            max_failure_percent: 0,
+            wait_secs: 60,
+        };
+        let xau = remediation(Some("UNMAPPED_CURRENCY:*"), "XAU mapped", Some(canary));
+        let xau = self.governed(Command::Replay(xau)).await?;
         println!(
             "   replay UNMAPPED_CURRENCY:*       -> {} re-injected, {} still failing",
             xau.reinjected, xau.still_failing
@@ -236,19 +223,10 @@ impl<'a> Pipeline<'a> {
             "   scheduled sweep                  -> {} re-injected, {} quarantined (closed period: manual journal), {} still failing",
             sweep.reinjected, sweep.quarantined, sweep.still_failing
         );
-        let rest = self
-            .governed(
-                &r,
-                &req(
-                    Selector::default(),
-                    "cannot be fixed by reference data: returned to the bank-feed owner, book by hand",
-                    true,
-                ),
-                None,
-            )
-            .await?;
+        let why = "cannot be fixed by reference data: returned to the bank-feed owner, book by hand";
+        let rest = self.governed(Command::Quarantine(remediation(None, why, None))).await?;
         println!(
-            "   operator quarantines the rest    -> {} quarantined for a manual journal",
+            "   alice quarantines the rest       -> {} quarantined for a manual journal",
             rest.quarantined
         );
         crate::pump::pump_main(self.clients, self.stack, &self.consumer, &self.opts).await?;
@@ -256,53 +234,50 @@ impl<'a> Pipeline<'a> {
         Ok(())
     }
 
-    /// A manual remediation under the approval policy: within it, it runs; above it, the operator
-    /// (the local stack's default identity) makes a request, may not approve it, and a second
-    /// identity (a role assumed through STS: the finance controller) approves and runs it.
-    async fn governed(
-        &self,
-        r: &AwsReplayer<TracingMetrics>,
-        req: &ReplayRequest,
-        canary: Option<Canary>,
-    ) -> Result<ReplayReport> {
-        let assessed = r.assess(req, None).await?;
-        if assessed.why.is_empty() {
-            return Ok(r.run(req, None).await?);
-        }
-        let operator = context::identity(self.clients, Some("demo-operator")).await?;
-        let request = r.request_approval(req, &assessed, &operator, canary).await?;
+    /// The control plane as operator `who` (`ROLE:PERSON`, a role assumed through the local STS).
+    async fn operator(&self, who: &str) -> Result<ControlPlane> {
+        dlqctl::control::connect(self.clients, &self.stack.names, None, Some(who)).await
+    }
+
+    /// A remediation asked by alice, a maker: within the approval policy it runs; above it, the
+    /// control plane makes a request, refuses alice's own approval (whatever role she asks in),
+    /// and bob, an approver, approves and runs it.
+    async fn governed(&self, command: Command) -> Result<ReplayReport> {
+        let asked = self.operator("maker:alice").await?.ask(&command).await?;
+        let Some(request) = asked.get("request").filter(|r| !r.is_null()) else {
+            return Ok(serde_json::from_value(asked["report"].clone())?);
+        };
+        let request: ApprovalRequest = serde_json::from_value(request.clone())?;
+        let id = request.request_id.clone();
         println!(
-            "   needs approval ({}): request {} by {operator}",
-            assessed.why.join("; "),
-            request.request_id
+            "   needs approval ({}): request {id} by {}",
+            request.why.join("; "),
+            request.requested_by
         );
-        let own = r.decide(&request.request_id, &operator, true, "looks fine").await;
-        match own {
-            Err(e) => println!("     the operator approves it        -> refused: {e}"),
+        let approve = |reason: &str| Command::Approve {
+            request_id: id.clone(),
+            reason: reason.into(),
+        };
+        match self.operator("approver:alice").await?.ask(&approve("looks fine")).await {
+            Err(e) => println!("     alice approves it as approver   -> {e}"),
             Ok(_) => bail!("the requester approved their own request"),
         }
-        let account = recon_aws::identity::caller(self.clients).await?.account;
-        let role = format!("arn:aws:iam::{account}:role/{}-controller", self.stack.names.prefix);
-        let controller_clients = recon_aws::identity::assume_role(self.clients, &role, "controller").await?;
-        let controller = context::identity(&controller_clients, Some("finance-controller")).await?;
-        let checker = context::replayer(&controller_clients, self.stack, &format!("dlqctl:{controller}"))?;
-        checker
-            .decide(&request.request_id, &controller, true, "root cause and totals checked")
-            .await?;
+        let bob = self.operator("approver:bob").await?;
+        bob.ask(&approve("root cause and totals checked")).await?;
         // Its canary waits for the consumer, which Lambda would run beside it: the local pump does.
         let finished = std::sync::atomic::AtomicBool::new(false);
         let execute = async {
-            let x = checker
-                .execute(&request.request_id, &format!("dlqctl:{controller}"), None, None)
-                .await;
+            let x = bob.ask(&Command::Execute { request_id: id.clone() }).await;
             finished.store(true, std::sync::atomic::Ordering::SeqCst);
             x
         };
         let (executed, pumped) = tokio::join!(execute, self.pump_until(&finished));
         pumped?;
-        let (done, report) = executed?;
+        let ran = executed?;
+        let done: ApprovalRequest = serde_json::from_value(ran["request"].clone())?;
+        let report: ReplayReport = serde_json::from_value(ran["report"].clone())?;
         println!(
-            "     {controller} approves it -> {}, {} changed since",
+            "     bob (approver) approves it       -> {}, {} changed since",
             done.status,
             report.changed_since.len()
         );
