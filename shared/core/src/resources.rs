@@ -21,6 +21,9 @@ pub const ENRICHER_TIMEOUT: Duration = Duration::from_secs(60);
 pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(300);
 /// The reference-audit Lambda's timeout (a batch of stream records, one append each).
 pub const REFERENCE_AUDIT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Lambda's largest synchronous response (6 MB), less room for the runtime's framing: what a
+/// function invoked directly or behind an HTTP API can answer.
+pub const LAMBDA_MAX_RESPONSE_BYTES: usize = 6_000_000 - 16_384;
 /// The control plane's timeout: inside the HTTP API's 30-second integration limit, so a caller
 /// hears how a request ended (a run stopped at the deadline pauses, and says so).
 pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(29);

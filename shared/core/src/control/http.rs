@@ -54,14 +54,26 @@ pub fn request(event: &Value) -> Result<SignedRequest, Value> {
 
 /// The response to a command's result: 200 with its result; 403 for a role that may not, 409
 /// for a state that refuses, 400 for a malformed request, 503 when a store failed (nothing is
-/// known to have changed; ask again).
+/// known to have changed; ask again); 413 for a result larger than Lambda can return (a
+/// period's segment with very many exceptions: ask for more, smaller segments).
 pub fn response(result: Result<Value, ControlError>) -> Value {
+    use crate::resources::LAMBDA_MAX_RESPONSE_BYTES;
     match result {
-        Ok(value) => json!({
-            "statusCode": 200,
-            "headers": {"content-type": "application/json"},
-            "body": value.to_string(),
-        }),
+        Ok(value) => {
+            let body = value.to_string();
+            if body.len() > LAMBDA_MAX_RESPONSE_BYTES {
+                let why = format!(
+                    "the answer is {} bytes, above what Lambda returns ({LAMBDA_MAX_RESPONSE_BYTES}): ask for less (a reconciliation: more segments)",
+                    body.len()
+                );
+                return reply(413, "too-large", &why);
+            }
+            json!({
+                "statusCode": 200,
+                "headers": {"content-type": "application/json"},
+                "body": body,
+            })
+        }
         Err(e) => {
             let (status, kind) = match &e {
                 ControlError::Forbidden(_) => (403, "forbidden"),
@@ -136,5 +148,10 @@ mod tests {
             (ok["statusCode"].clone(), ok["body"].clone()),
             (json!(200), json!(r#"{"a":1}"#))
         );
+        // Lambda could not return it: refused with the remedy, not cut.
+        let huge = "x".repeat(crate::resources::LAMBDA_MAX_RESPONSE_BYTES);
+        let too_large = response(Ok(json!({ "segment": huge })));
+        assert_eq!(too_large["statusCode"], 413);
+        assert!(too_large["body"].as_str().unwrap().contains("more segments"));
     }
 }
