@@ -129,18 +129,23 @@ request "" > .local-aws/smoke-control.json
 out=$(invoke control .local-aws/smoke-control.json) || fail "control invoke: $out"
 [ "$(echo "$out" | json 'd["statusCode"]')" = 401 ] || fail "a request no IAM verified was not refused: $out"
 
-echo "smoke: dlqctl reconcile --fan-out: the period read as three invocations of the replay function"
-# Through the Lambda Invoke API (here cargo lambda watch's), as on AWS: the same reconciliation
-# as the read in this process. (Exit 1 is a reconciliation that does not hold: compared anyway.)
+echo "smoke: dlqctl reconcile --fan-out: the period read as three invocations of the replay function, and as three segments the control plane reads for an auditor"
+# Through the Lambda Invoke API (here cargo lambda watch's), and through the control plane (in
+# this process, as the auditor the local STS vouches for): the same reconciliation as the read
+# in this process. (Exit 1 is a reconciliation that does not hold: compared anyway.)
 here=$("${dlqctl[@]}" --json reconcile --period 2026-11 || true)
 fanned=$("${dlqctl[@]}" --json reconcile --period 2026-11 --fan-out 3 --function replay \
   --invoke-endpoint "http://127.0.0.1:$invoke_port" || true)
-python3 - "$here" "$fanned" <<'PY' || fail "the fan-out's reconciliation differs from the local read: $fanned"
+asked=$("${dlqctl[@]}" --as auditor:audrey --json reconcile --period 2026-11 --fan-out 3 || true)
+python3 - "$here" "$fanned" "$asked" <<'PY' || fail "a fan-out's reconciliation differs from the local read: $fanned $asked"
 import json, sys
-here, fanned = (json.loads(a) for a in sys.argv[1:3])
+here, fanned, asked = (json.loads(a) for a in sys.argv[1:4])
 assert here["by_state"].get("COMMITTED", {}).get("count", 0) >= 1, here
-for key in ("by_state", "by_entity_period", "problems", "holds"):
-    assert here[key] == fanned[key], (key, here[key], fanned[key])
+for other in (fanned, asked):
+    for key in ("by_state", "by_entity_period", "problems", "holds"):
+        assert here[key] == other[key], (key, here[key], other[key])
 PY
+out=$("${dlqctl[@]}" --as maker:mo reconcile --period 2026-11 --fan-out 3 2>&1) && fail "a maker read a period's postings through the control plane"
+echo "$out" | grep -q "HTTP 403" || fail "a maker's segment read not refused by the control plane: $out"
 
 echo "smoke: all five functions answered and changed the stores as expected"

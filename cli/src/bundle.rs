@@ -31,17 +31,19 @@ pub struct ReconcileArgs {
     /// Read the ledger in this many segments at once (1-64).
     #[arg(long, default_value_t = DEFAULT_SEGMENTS, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub segments: u32,
-    /// Read the period's ledger as this many invocations of the deployment's replay function at
-    /// once, one segment each (1-64), instead of in this process: for a ledger one machine reads
+    /// Read the period's ledger as this many requests to the control plane, one segment each
+    /// (1-64; the auditor role's), instead of in this process: for a ledger one machine reads
     /// too slowly. Needs --period; not with --manifest (which keeps every posting).
     #[arg(long, requires = "period", conflicts_with = "manifest", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub fan_out: Option<u32>,
-    /// How many of the --fan-out invocations run at once (default 1: the template reserves the
-    /// replay function 4, for the sweep, the seal and a manual run beside it; raise the template's ReplayReservedConcurrency
-    /// with it).
+    /// How many of the --fan-out requests run at once (default 1: the template reserves the
+    /// control plane 2, for operators' requests beside it; raise the template's
+    /// ControlReservedConcurrency with it).
     #[arg(long, requires = "fan_out", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub at_once: u32,
-    /// The function --fan-out invokes (default: the deployment's replay function, PREFIX-replay).
+    /// Invoke this function for each segment instead of asking the control plane (the replay
+    /// function answers a segment read, for whoever may invoke it; PREFIX-replay with
+    /// --invoke-endpoint alone).
     #[arg(long, requires = "fan_out")]
     pub function: Option<String>,
     /// The Lambda Invoke API --fan-out calls (default: AWS's; locally, `cargo lambda watch`'s,
@@ -125,7 +127,7 @@ pub async fn gather(
     let ledger = crate::context::ledger(clients, &stack)?;
     let mut read = match (fan_out, period) {
         (Some(f), Some(p)) if keep == Keep::Linked => {
-            let mut read = crate::fanout::read(clients, f, p, &links).await?;
+            let mut read = crate::fanout::read(clients, names, f, p, &links).await?;
             look_up_unmet(&ledger, &scope, &links, &mut read).await?;
             read
         }
@@ -216,10 +218,7 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
     let fan_out = args.fan_out.map(|segments| FanOut {
         segments,
         at_once: args.at_once,
-        function: args
-            .function
-            .clone()
-            .unwrap_or_else(|| format!("{}-replay", names.prefix)),
+        function: args.function.clone(),
         endpoint: args.invoke_endpoint.clone(),
     });
     let ev = gather(

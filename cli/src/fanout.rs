@@ -1,6 +1,8 @@
-//! `dlqctl reconcile --period P --fan-out N`: the period's ledger read as N invocations of the
-//! deployment's replay function, one segment each (`{"reconcile_segment": …}`), for a ledger one
-//! machine reads too slowly. Each invocation is sent this process's links (what makes a posting
+//! `dlqctl reconcile --period P --fan-out N`: the period's ledger read as N requests, one segment
+//! each, for a ledger one machine reads too slowly: by default asked of the control plane
+//! (`reconcile-segment`, which only the auditor role may ask); with `--function` or
+//! `--invoke-endpoint`, invocations of that function (`{"reconcile_segment": …}`: the replay
+//! function answers it, for whoever may invoke it; `cargo lambda watch` locally). Each invocation is sent this process's links (what makes a posting
 //! part of a lineage), so every segment keeps exactly the postings a read here would keep, and
 //! returns its segment's read: those postings whole, the rest counted. The reads merge exactly
 //! (`LedgerRead::merge`); what the merged read does not meet is looked up here, as a local read
@@ -15,19 +17,20 @@ use futures::{StreamExt, TryStreamExt};
 use recon_aws::AwsClients;
 use recon_core::domain::Segment;
 use recon_core::reconcile::{LedgerRead, Links, SegmentRead};
-use recon_core::resources::REPLAY_TIMEOUT;
+use recon_core::resources::{REPLAY_TIMEOUT, ResourceNames};
 use std::time::Duration;
 
 /// Lambda's largest synchronous request (6 MB), less room for the envelope around the links.
 const MAX_REQUEST_BYTES: usize = 6_000_000 - 16_384;
 
-/// Which function a fan-out invokes, where, and over how many segments.
+/// Who reads a fan-out's segments, and over how many segments.
 #[derive(Clone, Debug)]
 pub struct FanOut {
     pub segments: u32,
-    /// Invocations running at once.
+    /// Requests running at once.
     pub at_once: u32,
-    pub function: String,
+    /// The function invoked for each segment (none: the control plane is asked).
+    pub function: Option<String>,
     /// The Lambda Invoke API (none: AWS's for the region).
     pub endpoint: Option<String>,
 }
@@ -52,24 +55,71 @@ fn client(clients: &AwsClients, endpoint: Option<&str>) -> aws_sdk_lambda::Clien
     aws_sdk_lambda::Client::from_conf(b.build())
 }
 
-/// The period's ledger read with `links`, segment by segment in the function, merged.
-pub async fn read(clients: &AwsClients, f: &FanOut, period: &str, links: &Links) -> Result<LedgerRead> {
-    let client = client(clients, f.endpoint.as_deref());
+/// The period's ledger read with `links`, segment by segment by the control plane (or the
+/// function), merged.
+pub async fn read(
+    clients: &AwsClients,
+    names: &ResourceNames,
+    f: &FanOut,
+    period: &str,
+    links: &Links,
+) -> Result<LedgerRead> {
     let segments = Segment::all_of(f.segments);
     if segments.is_empty() {
         bail!("--fan-out takes 1 to {} segments", Segment::MAX);
     }
     let at_once = usize::try_from(f.at_once.max(1)).unwrap_or(1);
-    let reads: Vec<LedgerRead> = futures::stream::iter(segments)
-        .map(|s| invoke(&client, &f.function, period, s, links))
-        .buffer_unordered(at_once)
-        .try_collect()
-        .await?;
+    let reads: Vec<LedgerRead> = match (&f.function, &f.endpoint) {
+        (None, None) => {
+            let control = crate::control::connect_as_cli(clients, names).await?;
+            futures::stream::iter(segments)
+                .map(|s| ask(&control, period, s, links))
+                .buffer_unordered(at_once)
+                .try_collect()
+                .await?
+        }
+        (function, endpoint) => {
+            let client = client(clients, endpoint.as_deref());
+            let function = function.clone().unwrap_or_else(|| format!("{}-replay", names.prefix));
+            futures::stream::iter(segments)
+                .map(|s| invoke(&client, &function, period, s, links))
+                .buffer_unordered(at_once)
+                .try_collect()
+                .await?
+        }
+    };
     let mut read = LedgerRead::default();
     for r in reads {
         read.merge(r);
     }
     Ok(read)
+}
+
+/// Segment `s` of `period` read with `links`; refused when the links are too large to send.
+fn segment_read(period: &str, s: Segment, links: &Links) -> Result<SegmentRead> {
+    let request = SegmentRead {
+        period: period.to_owned(),
+        segment: format!("{}/{}", s.index, s.of),
+        links: links.clone(),
+    };
+    let size = serde_json::to_vec(&request)?.len();
+    if size > MAX_REQUEST_BYTES {
+        bail!(
+            "the period's links (what makes a posting part of a lineage) are {size} bytes, above what one request may carry ({MAX_REQUEST_BYTES}): reconcile the period in this process (without --fan-out)"
+        );
+    }
+    Ok(request)
+}
+
+/// One segment asked of the control plane (as the caller: an auditor).
+async fn ask(control: &crate::control::ControlPlane, period: &str, s: Segment, links: &Links) -> Result<LedgerRead> {
+    let request = segment_read(period, s, links)?;
+    let segment = request.segment.clone();
+    let read = control
+        .ask(&recon_core::control::Command::ReconcileSegment(request))
+        .await
+        .with_context(|| format!("segment {segment} of {period}"))?;
+    serde_json::from_value(read).with_context(|| format!("segment {segment}'s answer from the control plane"))
 }
 
 async fn invoke(
@@ -79,19 +129,9 @@ async fn invoke(
     s: Segment,
     links: &Links,
 ) -> Result<LedgerRead> {
-    let segment = format!("{}/{}", s.index, s.of);
-    let request = SegmentRead {
-        period: period.to_owned(),
-        segment: segment.clone(),
-        links: links.clone(),
-    };
+    let request = segment_read(period, s, links)?;
+    let segment = request.segment.clone();
     let payload = serde_json::to_vec(&serde_json::json!({ "reconcile_segment": request }))?;
-    if payload.len() > MAX_REQUEST_BYTES {
-        bail!(
-            "the period's links (what makes a posting part of a lineage) are {} bytes, above what one invocation may be sent ({MAX_REQUEST_BYTES}): reconcile the period in this process (without --fan-out)",
-            payload.len()
-        );
-    }
     let out = client
         .invoke()
         .function_name(function)
