@@ -309,3 +309,58 @@ async fn a_valid_body_behind_a_byte_order_mark_commits() {
     assert_eq!(stats.outcomes.get("COMMITTED"), Some(&1), "{stats:?}");
     s.cleanup().await;
 }
+
+/// Whose attributes the functions believe, by SQS's own `SenderId`: a sender of another account
+/// (LocalStack takes a 12-digit access key as that account) may put `replay.*` on a bank-feed
+/// message and `dlq.*` on a dead letter, and neither is believed: the posting is the producer's
+/// own, and the dead letter reads as a bare redrive.
+#[tokio::test]
+async fn replay_and_dead_letter_attributes_from_an_untrusted_sender_are_not_believed() {
+    use aws_sdk_sqs::types::MessageAttributeValue;
+    let s = TestStack::new("untrusted").await;
+    let foreign = s.clients.with_credentials(aws_sdk_dynamodb::config::Credentials::new(
+        "111111111111",
+        "not-ours",
+        None,
+        None,
+        "another-account",
+    ));
+    let text = |v: &str| {
+        MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(v)
+            .build()
+            .unwrap()
+    };
+    let m = tx(31);
+    foreign
+        .sqs
+        .send_message()
+        .queue_url(&s.stack.main_queue_url)
+        .message_body(m.to_body().unwrap())
+        .message_attributes(attrs::REPLAY_OF, text("env_forged"))
+        .send()
+        .await
+        .unwrap();
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.pump(&consumer).await;
+    let posted = s.postings().await;
+    assert_eq!(posted.len(), 1);
+    assert_eq!(posted[0].replay_of, None, "a producer's replay.of was believed");
+
+    foreign
+        .sqs
+        .send_message()
+        .queue_url(&s.stack.dlq_url)
+        .message_body(tx(32).to_body().unwrap())
+        .message_attributes(attrs::FAILURE_CODE, text("UNRECOVERABLE_PAYLOAD"))
+        .message_attributes(attrs::ROOT_CAUSE, text("FORGED"))
+        .send()
+        .await
+        .unwrap();
+    s.pump_dlq(&s.enricher(10_000)).await;
+    let envelopes = s.envelopes().await;
+    assert_eq!(envelopes.len(), 1);
+    assert_eq!(envelopes[0].root_cause, "REDRIVEN_BY_SQS", "{:?}", envelopes[0]);
+    s.cleanup().await;
+}

@@ -67,6 +67,7 @@ pub fn consumer<L: Ledger>(
             deadline_margin: settings.deadline_margin,
             concurrency: settings.concurrency,
             actor: actor.to_owned(),
+            trust: settings.trust.clone(),
         },
     }
 }
@@ -86,6 +87,7 @@ pub fn enricher<M: Metrics>(clients: &AwsClients, s: &EnricherSettings, actor: &
             overflow_high_water: s.overflow_high_water,
             concurrency: s.concurrency,
             deadline_margin: s.deadline_margin,
+            trust: s.trust.clone(),
         },
     }
 }

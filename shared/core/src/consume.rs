@@ -40,6 +40,9 @@ pub struct ConsumerConfig {
     pub concurrency: usize,
     /// Name recorded as the actor of decisions (the function name).
     pub actor: String,
+    /// Whose `replay.*` attributes it believes (a producer's are dropped: a message is no
+    /// replay's copy because its sender says so).
+    pub trust: crate::domain::sqs::Trust,
 }
 
 impl Default for ConsumerConfig {
@@ -49,6 +52,7 @@ impl Default for ConsumerConfig {
             deadline_margin: Duration::from_secs(3),
             concurrency: crate::resources::DEFAULT_BATCH_CONCURRENCY,
             actor: "consumer".into(),
+            trust: crate::domain::sqs::Trust::local(),
         }
     }
 }
@@ -196,6 +200,9 @@ where
 
     /// Decide one message and carry the decision out.
     pub async fn handle_message(&self, m: &SqsMessage) -> Disposition {
+        // What its sender may not say is dropped before anything reads it (its dead letter
+        // carries the message as believed).
+        let m = &*self.config.trust.believed(m);
         let attempt = sqs::receive_count(m);
         let sqs_id = m.message_id.as_deref().unwrap_or("");
         let body = m.body.as_deref().unwrap_or("");

@@ -34,6 +34,9 @@ pub struct EnricherConfig {
     pub overflow_high_water: i64,
     pub concurrency: usize,
     pub deadline_margin: Duration,
+    /// Whose `dlq.*` (the consumer's) and `replay.*` (the replay's, the control plane's)
+    /// attributes it believes: a dead letter anyone else sent reads as a bare redrive.
+    pub trust: crate::domain::sqs::Trust,
 }
 
 impl Default for EnricherConfig {
@@ -43,6 +46,7 @@ impl Default for EnricherConfig {
             overflow_high_water: DEFAULT_OVERFLOW_HIGH_WATER,
             concurrency: DEFAULT_BATCH_CONCURRENCY,
             deadline_margin: Duration::from_secs(3),
+            trust: crate::domain::sqs::Trust::local(),
         }
     }
 }
@@ -126,6 +130,7 @@ impl<S: EnvelopeStore + Backlog + AuditOutbox, W: Worm, A: AuditLog + RecordsOfP
 
     async fn enrich(&self, m: &SqsMessage) -> Result<EnrichOutcome, FlowError> {
         let now = self.clock.now();
+        let m = &*self.config.trust.believed(m);
         let body = m.body.as_deref().unwrap_or("");
         let mut envelope = envelope_from_dlq_message(m, now, &self.config.actor);
 

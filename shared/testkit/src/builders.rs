@@ -6,6 +6,7 @@ use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use base64::Engine as _;
 use chrono::{DateTime, TimeZone, Utc};
 use recon_core::config::ConfigError;
+use recon_core::domain::sqs::{LOCAL_ACCOUNT, SENDER_ID};
 use recon_core::domain::{
     DlqEnvelope, EnvelopeStatus, MatchDecision, NewMessage, ReplayClaim, ReplayRecord, StatusChange, attrs,
     envelope_from_dlq_message,
@@ -69,6 +70,7 @@ pub fn delivery(id: &str, body: &str, receive_count: u32) -> SqsMessage {
     m.attributes
         .insert("ApproximateReceiveCount".into(), receive_count.to_string());
     m.attributes.insert("SentTimestamp".into(), "1764676800000".into());
+    m.attributes.insert(SENDER_ID.into(), LOCAL_ACCOUNT.into());
     m.event_source_arn = Some("arn:aws:sqs:us-east-1:000000000000:recon-dlq-main".into());
     m
 }
@@ -89,6 +91,7 @@ pub fn delivered(id: &str, sent: &OutgoingMessage) -> SqsMessage {
     m.receipt_handle = Some(format!("rh-{id}"));
     m.body = Some(sent.body.clone());
     m.attributes.insert("ApproximateReceiveCount".into(), "1".into());
+    m.attributes.insert(SENDER_ID.into(), LOCAL_ACCOUNT.into());
     for (name, data_type, value) in &sent.attributes {
         m.message_attributes.insert(name.clone(), attribute(data_type, value));
     }

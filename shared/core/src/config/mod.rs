@@ -14,6 +14,8 @@ use crate::resources::{self, Bucket};
 
 pub mod vars {
     pub const STACK_PREFIX: &str = "DLQ_STACK_PREFIX";
+    pub const CONSUMER_SENDERS: &str = "DLQ_CONSUMER_SENDERS";
+    pub const REPLAY_SENDERS: &str = "DLQ_REPLAY_SENDERS";
     pub const MAIN_QUEUE_URL: &str = "DLQ_MAIN_QUEUE_URL";
     pub const DEAD_LETTER_QUEUE_URL: &str = "DLQ_DEAD_LETTER_QUEUE_URL";
     pub const LEDGER_TABLE: &str = "DLQ_LEDGER_TABLE";
@@ -55,8 +57,9 @@ pub mod vars {
 
 mod ledger;
 pub use ledger::{HttpLocation, LedgerSettings, PostgresLocation};
+pub mod needs;
 mod rules;
-pub use rules::{MAX_PREFIX_LEN, Rule, UNSET, VARIABLES, Variable, configuration_table, needs};
+pub use rules::{MAX_PREFIX_LEN, Rule, UNSET, VARIABLES, Variable, configuration_table};
 
 /// The name-valued variables of a deployment with these names and queue URLs: what the template
 /// sets, and what the local stack gives the functions.
@@ -80,7 +83,25 @@ pub fn environment(
         (vars::DEDUP_TABLE, names.dedup_table.clone()),
         (vars::OPERATOR_ROLES, operator_roles(&names.prefix)),
         (vars::DECISION_KEY, format!("alias/{}-decisions", names.prefix)),
+        // LocalStack names every sender of the account by the account.
+        (vars::CONSUMER_SENDERS, names.account.clone()),
+        (vars::REPLAY_SENDERS, names.account.clone()),
     ]
+}
+
+/// Whom the functions believe `dlq.*` and `replay.*` attributes from.
+fn trust<G: Fn(&str) -> Option<String>>(env: &Env<G>) -> Result<crate::domain::sqs::Trust, ConfigError> {
+    let senders = |var: &'static str| -> Result<crate::domain::sqs::Senders, ConfigError> {
+        env.name(var)?.parse().map_err(|why| ConfigError::Invalid {
+            var,
+            value: String::new(),
+            allowed: why,
+        })
+    };
+    Ok(crate::domain::sqs::Trust {
+        dead_letters: senders(vars::CONSUMER_SENDERS)?,
+        replays: senders(vars::REPLAY_SENDERS)?,
+    })
 }
 
 /// The operator roles of a deployment: `<prefix>-<role>`, as the template names them.
@@ -267,6 +288,8 @@ pub struct ConsumerSettings {
     /// The Object Lock bucket (the append path writes seals there).
     pub quarantine_bucket: Bucket,
     pub seal: SealPolicy,
+    /// Whom it believes `replay.*` attributes from (and `dlq.*`, which it never reads).
+    pub trust: crate::domain::sqs::Trust,
     pub audited: Audited,
 }
 
@@ -309,6 +332,7 @@ impl ConsumerSettings {
             reference_cache: Duration::from_secs(env.whole(vars::REFERENCE_CACHE_SECS, 30)?),
             quarantine_bucket: Bucket::read(&env)?,
             seal: SealPolicy::read(&env)?,
+            trust: trust(&env)?,
             audited: env.audited(),
         })
     }
@@ -326,6 +350,8 @@ pub struct EnricherSettings {
     pub concurrency: usize,
     pub deadline_margin: Duration,
     pub seal: SealPolicy,
+    /// Whom it believes `dlq.*` and `replay.*` attributes from.
+    pub trust: crate::domain::sqs::Trust,
     pub audited: Audited,
 }
 
@@ -349,6 +375,7 @@ impl EnricherSettings {
             concurrency: env.whole(vars::BATCH_CONCURRENCY, resources::DEFAULT_BATCH_CONCURRENCY)?,
             deadline_margin: Duration::from_millis(env.whole(vars::DEADLINE_MARGIN_MS, 3000)?),
             seal: SealPolicy::read(env)?,
+            trust: trust(env)?,
             audited: env.audited(),
         })
     }

@@ -28,6 +28,8 @@ pub enum Rule {
     Escalation,
     OperatorRoles,
     KmsKey,
+    /// SQS sender ids ([`crate::domain::sqs::Senders`]).
+    Senders,
 }
 
 /// The default of a variable that may stay unset (nothing is used in its place).
@@ -96,6 +98,9 @@ impl Rule {
                     .into()
             }
             Rule::KmsKey => "a KMS key: alias/<name>, a key id, or its ARN".into(),
+            Rule::Senders => {
+                "SQS sender ids, comma-separated: a role's unique id followed by `:` (AROA…:), a user's unique id, or (LocalStack) the account".into()
+            }
             Rule::OperatorRoles => format!(
                 "ROLE:IAM_ROLE_NAME pairs, comma-separated, each role once, a name 1-64 of A-Z a-z 0-9 + . @ _ - (roles: {})",
                 crate::domain::operator::OperatorRole::ALL
@@ -176,6 +181,7 @@ impl Rule {
                 (alias || id || arn) && chars(1, 2048, &|c| c.is_ascii_graphic())
             }
             Rule::OperatorRoles => value.parse::<crate::domain::operator::RoleNames>().is_ok(),
+            Rule::Senders => value.parse::<crate::domain::sqs::Senders>().is_ok(),
             Rule::SecretArn => {
                 let parts: Vec<&str> = value.splitn(7, ':').collect();
                 parts.len() == 7
@@ -506,6 +512,16 @@ pub const VARIABLES: &[Variable] = &[
         "the KMS HMAC key only the control plane may seal its decisions with (an approval without its seal does not run)",
     ),
     required(
+        vars::CONSUMER_SENDERS,
+        Rule::Senders,
+        "who may dead-letter (the consumer's role): `dlq.*` attributes from anyone else are dropped, not believed",
+    ),
+    required(
+        vars::REPLAY_SENDERS,
+        Rule::Senders,
+        "who may re-inject (the replay's and the control plane's roles): `replay.*` attributes from anyone else are dropped",
+    ),
+    required(
         vars::OPERATOR_ROLES,
         Rule::OperatorRoles,
         "the control plane's operator roles by IAM role name: what each caller may ask",
@@ -517,55 +533,6 @@ pub const VARIABLES: &[Variable] = &[
         meaning: "the dedup table of the reservation protocol (required when DLQ_LEDGER is http)",
     },
 ];
-
-/// The variables without a default each function needs: what the template must set for it
-/// (checked against the template by the template check, and against the parsers by a test).
-pub mod needs {
-    use super::vars::*;
-    pub const CONSUMER: &[&str] = &[
-        MAIN_QUEUE_URL,
-        DEAD_LETTER_QUEUE_URL,
-        LEDGER_TABLE,
-        REFERENCE_TABLE,
-        AUDIT_TABLE,
-        QUARANTINE_BUCKET,
-        QUARANTINE_BUCKET_OWNER,
-    ];
-    pub const ENRICHER: &[&str] = &[
-        ENVELOPE_TABLE,
-        AUDIT_TABLE,
-        QUARANTINE_BUCKET,
-        QUARANTINE_BUCKET_OWNER,
-        STACK_PREFIX,
-    ];
-    pub const REPLAY: &[&str] = &[
-        MAIN_QUEUE_URL,
-        ENVELOPE_TABLE,
-        LEDGER_TABLE,
-        REFERENCE_TABLE,
-        AUDIT_TABLE,
-        QUARANTINE_BUCKET,
-        QUARANTINE_BUCKET_OWNER,
-        STACK_PREFIX,
-        SWEEP_SCHEDULE,
-        SEAL_SCHEDULE,
-    ];
-    pub const CONTROL: &[&str] = &[
-        MAIN_QUEUE_URL,
-        ENVELOPE_TABLE,
-        LEDGER_TABLE,
-        REFERENCE_TABLE,
-        AUDIT_TABLE,
-        QUARANTINE_BUCKET,
-        QUARANTINE_BUCKET_OWNER,
-        STACK_PREFIX,
-        SWEEP_SCHEDULE,
-        SEAL_SCHEDULE,
-        OPERATOR_ROLES,
-        DECISION_KEY,
-    ];
-    pub const REFERENCE_AUDIT: &[&str] = &[REFERENCE_TABLE, AUDIT_TABLE, QUARANTINE_BUCKET, QUARANTINE_BUCKET_OWNER];
-}
 
 /// The configuration table of docs/configuration.md, rows in [`VARIABLES`]' order (a test
 /// compares); `<` and `>` escaped, so a placeholder such as `<region>` is text, not an HTML tag.

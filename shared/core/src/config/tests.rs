@@ -85,6 +85,7 @@ fn refused(rule: Rule) -> Vec<String> {
             "https://".into(),
         ]),
         Rule::KmsKey => bad.extend(["alias/".into(), "decisions".into(), "arn:aws:sqs:x".into()]),
+        Rule::Senders => bad.extend(["aroa123456789012:".into(), "AROA:".into(), "1234".into()]),
         Rule::OperatorRoles => bad.extend([
             "maker".into(),
             "maker:a,maker:b".into(),

@@ -307,6 +307,18 @@ async fn a_replayed_message_records_its_provenance() {
     );
 }
 
+/// A producer cannot make its message a replay's copy: `replay.*` from a sender the consumer
+/// does not trust is dropped, and the posting stands as the producer's own.
+#[tokio::test]
+async fn a_replay_attribute_from_a_producer_is_not_believed() {
+    let w = world();
+    let mut m = with_attribute(sqs("s1", &body(&tx(15)), 1), attrs::REPLAY_OF, "env-123");
+    m.attributes
+        .insert("SenderId".into(), "AROABANKFEED0000001:feed".into());
+    assert_eq!(w.consumer.handle_message(&m).await, Disposition::Committed);
+    assert_eq!(w.consumer.ledger.inner.postings()[0].replay_of, None);
+}
+
 #[tokio::test]
 async fn the_sample_event_in_events_decides_as_documented() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/consumer-sqs-batch.json");

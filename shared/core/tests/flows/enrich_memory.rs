@@ -114,6 +114,26 @@ async fn the_same_dlq_message_delivered_twice_yields_one_envelope() {
     assert_eq!(e.store.pending_count().await.unwrap(), 1);
 }
 
+/// A dead letter's failure is believed only from the consumer: the same attributes from another
+/// sender (a producer's message redriven with `dlq.*` set, a send nobody trusted) read as a bare
+/// redrive, never as a failure code and context someone chose.
+#[tokio::test]
+async fn dead_letter_attributes_from_anyone_but_the_consumer_are_not_believed() {
+    let e = enricher(100);
+    let mut m = dead_lettered(&e, "s8", &body(8, "XAU")).await;
+    m.attributes.insert("SenderId".into(), "111111111111".into());
+    let EnrichOutcome::Enriched { envelope_id, .. } = e.handle_message(&m).await else {
+        panic!()
+    };
+    let env = e.store.get(&envelope_id).await.unwrap().unwrap();
+    assert_eq!(env.root_cause, "REDRIVEN_BY_SQS");
+    assert!(
+        env.original.attributes.keys().all(|k| !k.starts_with("dlq.")),
+        "{:?}",
+        env.original.attributes
+    );
+}
+
 #[tokio::test]
 async fn a_bare_redrive_is_enveloped_as_redriven_by_sqs() {
     let e = enricher(100);

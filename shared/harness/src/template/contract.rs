@@ -42,9 +42,24 @@ fn ledger_parameters(kind: &str) -> Vec<(&'static str, Value)> {
     p
 }
 
-/// A deployment with its queues, tables and bucket created as CloudFormation names them.
+/// The unique id IAM would give role `id` (what SQS names its sessions' messages by).
+fn role_id(id: &str) -> String {
+    format!("AROA{}", id.to_ascii_uppercase())
+}
+
+/// A deployment with its queues, tables, bucket and roles created as CloudFormation names them.
 fn deployed(given: &[(&str, Value)]) -> Deployment<'static> {
     let mut d = Template::ours().unwrap().deploy(ACCOUNT, REGION, given).unwrap();
+    for id in d.resources_of(&["AWS::IAM::Role"]).unwrap() {
+        let attributes = [("RoleId".to_owned(), role_id(&id))].into();
+        d.created(
+            &id,
+            Created {
+                reference: id.clone(),
+                attributes,
+            },
+        );
+    }
     for id in d.resources_of(&[QUEUE, TABLE, BUCKET]).unwrap() {
         let created = match d.template().resource_type(&id).unwrap() {
             QUEUE => {
@@ -96,10 +111,22 @@ fn each_function_starts_with_the_template_s_environment_and_names_the_deployment
         let names = d.names().unwrap();
         let url = |id: &str| d.reference_of(id).unwrap().to_owned();
         let wanted = config::environment(&names, &url(ids::MAIN_QUEUE), &url(ids::DEAD_LETTER_QUEUE));
+        // On AWS a sender is its role's session (the local stack's are all the account's).
+        let senders = [
+            (vars::CONSUMER_SENDERS, format!("{}:", role_id("ConsumerRole"))),
+            (
+                vars::REPLAY_SENDERS,
+                format!("{}:,{}:", role_id("ReplayRole"), role_id("ControlRole")),
+            ),
+        ];
         for (function, needed, commits) in FUNCTIONS {
             let env = d.function_environment(function).unwrap();
             for var in needed {
-                let want = wanted.iter().find(|(k, _)| k == var).map(|(_, v)| v);
+                let want = senders
+                    .iter()
+                    .chain(wanted.iter())
+                    .find(|(k, _)| k == var)
+                    .map(|(_, v)| v);
                 assert_eq!(env.get(*var), want, "{kind}: {function} {var}");
             }
             let ledger = parses(function, &env).unwrap_or_else(|e| panic!("{kind}: {function} would not start: {e}"));

@@ -10,6 +10,7 @@ use aws_lambda_events::event::sqs::SqsMessage;
 use recon_core::domain::DeadLetter;
 use recon_core::domain::TransientKind;
 use recon_core::domain::attrs::MAX_PER_MESSAGE;
+use recon_core::domain::sqs::{LOCAL_ACCOUNT, SENDER_ID};
 use recon_core::ports::{
     Clock, DeadLetterQueue, OutgoingMessage, ReplayQueue, StoreError, StoreResult, WorkQueue, dead_letter_message,
 };
@@ -474,6 +475,9 @@ fn record(m: &Msg, arn: &str) -> SqsMessage {
     let a = &mut r.attributes;
     a.insert("ApproximateReceiveCount".into(), m.receive_count.to_string());
     a.insert("SentTimestamp".into(), m.sent_ms.to_string());
+    // Every sender is the one account, as on the local stack (who may send what is the queue
+    // policies' and the template's: `tests/iam_offline.rs`).
+    a.insert(SENDER_ID.into(), LOCAL_ACCOUNT.into());
     if let Some(f) = m.first_receive_ms {
         a.insert("ApproximateFirstReceiveTimestamp".into(), f.to_string());
     }
