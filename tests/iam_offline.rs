@@ -235,6 +235,9 @@ const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     ("Admin", "kms:GenerateMac", "key:DecisionKey", "", false, "nor the account's administrator"),
     ("ViewerRole", "s3:PutObject", "object:quarantine/env_1.json", "put", false, "operators write no evidence"),
     ("ViewerRole", "s3:GetObject", "object:envelopes/env_1/original", "", true, "reads an original"),
+    ("ViewerRole", "sqs:GetQueueAttributes", "queue:DeadLetterQueue", "", true, "the DLQ's depth"),
+    ("ViewerRole", "sqs:ReceiveMessage", "queue:DeadLetterQueue", "", false, "never a dead letter itself"),
+    ("AuditorRole", "sqs:DeleteMessage", "queue:MainQueue", "", false, "nor a transaction"),
     // Break-glass: envelopes and reference data by hand (paged); never the queues, the ledger, the trail.
     ("BreakGlassRole", "dynamodb:UpdateItem", "table:EnvelopeTable", "", true, "by hand, paged"),
     ("BreakGlassRole", "dynamodb:PutItem", "table:ReferenceTable", "", true, "by hand, recorded by the stream"),

@@ -44,7 +44,8 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Send JSON lines (one message body per line) to the main queue, in batches of ten.
+    /// Send JSON lines (one message body per line) to the main queue, in batches of ten. Role:
+    /// a producer's (ProducerPrincipalArns); no operator role may send.
     Send {
         /// File of JSON lines; `-` or nothing for standard input.
         file: Option<PathBuf>,
@@ -53,6 +54,7 @@ pub enum Command {
         fill_hash: bool,
     },
     /// Dead letters grouped by failure code and root cause: counts, age, amounts, entities.
+    /// Role: any operator role (reads).
     Triage {
         /// Every envelope, not only PENDING ones.
         #[arg(long, conflicts_with = "status")]
@@ -61,7 +63,7 @@ pub enum Command {
         #[arg(long)]
         status: Option<recon_core::domain::EnvelopeStatus>,
     },
-    /// One envelope in full, with its status history.
+    /// One envelope in full, with its status history. Role: any operator role (reads).
     Show {
         /// The envelope's id (env_<32 hex>), as triage lists samples.
         envelope_id: String,
@@ -69,57 +71,64 @@ pub enum Command {
         #[arg(long)]
         body: bool,
     },
-    /// Queue depths, ledger postings and audit counts.
+    /// Queue depths, ledger postings and audit counts. Role: the auditor's (it counts postings).
     Stats,
     /// Give the postings committed before the DynamoDB ledger had its period index their entry
     /// in it (once, after upgrading; a second run finds none). Other ledgers index by period
-    /// themselves.
+    /// themselves. Role: break-glass (it writes the ledger's index entries).
     IndexPeriods,
     /// Re-inject fixed envelopes through the three gates (integrity, idempotency, temporal).
+    /// Role: maker (asked of the control plane; above the approval policy, a request).
     Replay(remediate::SelectorArgs),
     /// Quarantine envelopes whose root cause cannot be fixed (flagged for a manual journal).
+    /// Role: maker.
     Quarantine(remediate::SelectorArgs),
     /// Propose an edited body for a PENDING dead letter (`--set FIELD=VALUE` or `--body-file`):
     /// an approval request; once another identity approves it, the edit is posted as a new
-    /// message and the original becomes SUPERSEDED.
+    /// message and the original becomes SUPERSEDED. Role: maker.
     Edit(edit::EditArgs),
-    /// Approve a pending approval request (as an identity other than its requester's), then
-    /// run exactly its envelopes.
+    /// Approve a pending approval request (as a person other than its requester), then run
+    /// exactly its envelopes. Role: approver.
     Approve(approvals::DecisionArgs),
-    /// Reject a pending approval request (its requester may, to withdraw it).
+    /// Reject a pending approval request. Role: approver (or its maker, to withdraw it).
     Reject(approvals::DecisionArgs),
     /// Approval requests: remediations above the approval policy, waiting for a second person.
+    /// Role: list and show, any operator role; execute, maker or approver.
     Requests {
         #[command(subcommand)]
         command: approvals::RequestsCommand,
     },
-    /// The approval policy: which replays and quarantines need a second person.
+    /// The approval policy: which replays and quarantines need a second person. Role: show,
+    /// any operator role; set, admin.
     Policy {
         #[command(subcommand)]
         command: approvals::PolicyCommand,
     },
-    /// Reference data: currency mappings.
+    /// Reference data: currency mappings. Role: list, any operator role; add, admin.
     Ref {
         #[command(subcommand)]
         what: RefWhat,
     },
-    /// Accounting periods per entity.
+    /// Accounting periods per entity. Role: list, any operator role; close, open and schedule,
+    /// admin.
     Period {
         #[command(subcommand)]
         command: remediate::PeriodCommand,
     },
-    /// The hash-chained audit trail: verify, seal, show one transaction's life.
+    /// The hash-chained audit trail: verify, seal, show one transaction's life. Role: verify and
+    /// show, auditor; seal, the seal schedule's (by hand, break-glass).
     Audit {
         #[command(subcommand)]
         command: audit::AuditCommand,
     },
     /// The retry budget against history: recoveries per attempt, the knee, what became of each
-    /// transient kind's exhausted messages, and a recommended budget and backoff.
+    /// transient kind's exhausted messages, and a recommended budget and backoff. Role:
+    /// auditor.
     Calibrate(calibrate::CalibrateArgs),
     /// Prove ingested = committed + duplicates + pending + quarantined + in flight (exit 1 if not,
-    /// 3 if undecided: messages still queued).
+    /// 3 if undecided: messages still queued). Role: auditor.
     Reconcile(bundle::ReconcileArgs),
-    /// Evidence for auditors.
+    /// Evidence for auditors. Role: auditor.
     Evidence {
         #[command(subcommand)]
         command: EvidenceCommand,

@@ -398,6 +398,15 @@ impl<'t> Deployment<'t> {
             "AWS::Region" => text(&self.region),
             "AWS::Partition" => text("aws"),
             "AWS::URLSuffix" => text("amazonaws.com"),
+            // The stack as CloudFormation would name it: its prefix, in this account and region.
+            "AWS::StackId" => {
+                let stack = self.parameter("StackPrefix").unwrap_or_else(|_| "stack".into());
+                let id = format!(
+                    "arn:aws:cloudformation:{}:{}:stack/{stack}/local",
+                    self.region, self.account
+                );
+                text(&id)
+            }
             _ => {
                 if let Some(v) = self.parameters.get(name) {
                     return Ok(Some(v.clone()));
