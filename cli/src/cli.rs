@@ -75,7 +75,7 @@ pub enum Command {
     Stats,
     /// Give the postings committed before the DynamoDB ledger had its period index their entry
     /// in it (once, after upgrading; a second run finds none). Other ledgers index by period
-    /// themselves. Role: break-glass (it writes the ledger's index entries).
+    /// themselves. Role: the deployer's, an upgrade step (it writes the ledger's index entries).
     IndexPeriods,
     /// Re-inject fixed envelopes through the three gates (integrity, idempotency, temporal).
     /// Role: maker (asked of the control plane; above the approval policy, a request).
@@ -116,7 +116,7 @@ pub enum Command {
         command: remediate::PeriodCommand,
     },
     /// The hash-chained audit trail: verify, seal, show one transaction's life. Role: verify and
-    /// show, auditor; seal, the seal schedule's (by hand, break-glass).
+    /// show, auditor; seal, the seal schedule's (by hand, the deployer's).
     Audit {
         #[command(subcommand)]
         command: audit::AuditCommand,
