@@ -239,8 +239,11 @@ const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     ("ViewerRole", "sqs:ReceiveMessage", "queue:DeadLetterQueue", "", false, "never a dead letter itself"),
     ("AuditorRole", "sqs:DeleteMessage", "queue:MainQueue", "", false, "nor a transaction"),
     // Break-glass: envelopes and reference data by hand (paged); never the queues, the ledger, the trail.
-    ("BreakGlassRole", "dynamodb:UpdateItem", "table:EnvelopeTable", "", true, "by hand, paged"),
-    ("BreakGlassRole", "dynamodb:PutItem", "table:ReferenceTable", "", true, "by hand, recorded by the stream"),
+    ("BreakGlassRole", "dynamodb:UpdateItem", "table:EnvelopeTable", "lead=env_1", true, "by hand, paged"),
+    ("BreakGlassRole", "dynamodb:PutItem", "table:EnvelopeTable", "lead=#outbox#a1", false, "a record into the trail's outbox"),
+    ("BreakGlassRole", "dynamodb:UpdateItem", "table:EnvelopeTable", "lead=#request#apr_1", false, "an approval request"),
+    ("Admin", "kms:CreateGrant", "key:DecisionKey", "", false, "a grant to seal"),
+    ("BreakGlassRole", "dynamodb:PutItem", "table:ReferenceTable", "lead=CURRENCY#XAU", true, "by hand, recorded by the stream"),
     ("BreakGlassRole", "sqs:SendMessage", "queue:MainQueue", "", false, "the queue's policy"),
     ("BreakGlassRole", "dynamodb:PutItem", "table:AuditTable", "lead=c3#000000000001", false, "the trail is the functions'"),
     ("BreakGlassRole", "dynamodb:PutItem", "table:LedgerTable", "", false, "no posting by hand"),

@@ -95,17 +95,18 @@ pub async fn read(
     Ok(read)
 }
 
-/// Segment `s` of `period` read with `links`; refused when the links are too large to send.
-fn segment_read(period: &str, s: Segment, links: &Links) -> Result<SegmentRead> {
+/// Segment `s` of `period` read with `links`; refused when the links are larger than `max`, what
+/// one request may carry (Lambda's 6 MB, or the control plane's body limit).
+fn segment_read(period: &str, s: Segment, links: &Links, max: usize) -> Result<SegmentRead> {
     let request = SegmentRead {
         period: period.to_owned(),
         segment: format!("{}/{}", s.index, s.of),
         links: links.clone(),
     };
     let size = serde_json::to_vec(&request)?.len();
-    if size > MAX_REQUEST_BYTES {
+    if size > max {
         bail!(
-            "the period's links (what makes a posting part of a lineage) are {size} bytes, above what one request may carry ({MAX_REQUEST_BYTES}): reconcile the period in this process (without --fan-out)"
+            "the period's links (what makes a posting part of a lineage) are {size} bytes, above what one request may carry ({max}): reconcile the period in this process (without --fan-out)"
         );
     }
     Ok(request)
@@ -113,7 +114,7 @@ fn segment_read(period: &str, s: Segment, links: &Links) -> Result<SegmentRead> 
 
 /// One segment asked of the control plane (as the caller: an auditor).
 async fn ask(control: &crate::control::ControlPlane, period: &str, s: Segment, links: &Links) -> Result<LedgerRead> {
-    let request = segment_read(period, s, links)?;
+    let request = segment_read(period, s, links, recon_core::control::http::MAX_BODY_BYTES)?;
     let segment = request.segment.clone();
     let read = control
         .ask(&recon_core::control::Command::ReconcileSegment(request))
@@ -129,7 +130,7 @@ async fn invoke(
     s: Segment,
     links: &Links,
 ) -> Result<LedgerRead> {
-    let request = segment_read(period, s, links)?;
+    let request = segment_read(period, s, links, MAX_REQUEST_BYTES)?;
     let segment = request.segment.clone();
     let payload = serde_json::to_vec(&serde_json::json!({ "reconcile_segment": request }))?;
     let out = client

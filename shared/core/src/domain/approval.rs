@@ -263,11 +263,15 @@ impl ApprovalRequest {
         let d = self.decision.as_ref()?;
         let verdict = if approved { "APPROVED" } else { "REJECTED" };
         let action = serde_json::to_value(self.action).ok()?;
+        // Who asked and until when, too: a maker rewriting either (to pass as someone else, or
+        // to keep an approval alive) breaks the seal.
         let fields = [
-            "recon-approval-decision/v1",
+            "recon-approval-decision/v2",
             &self.request_id,
             action.as_str()?,
             &self.digest,
+            &self.requested_by.arn,
+            &super::audit::canonical_time(self.expires_at),
             verdict,
             &d.by.arn,
             &super::audit::canonical_time(d.at),

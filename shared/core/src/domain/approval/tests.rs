@@ -134,6 +134,23 @@ fn self_approval_is_refused_whatever_name_is_given() {
     assert!(r.reject(&who("arn:aws:iam::1:user/other"), "no", at(1)).is_err());
 }
 
+/// What the control plane seals covers who asked and until when: rewriting either afterwards (to
+/// pass a maker's request as someone else's, or to keep an approval alive) changes the message.
+#[test]
+fn the_sealed_decision_names_the_requester_and_the_expiry_too() {
+    let mut r = request(set(&[envelope(1, "1", "USD")]), &ApprovalPolicy::default());
+    r.approve(&who("arn:aws:iam::1:user/checker"), "looked at it", at(1))
+        .unwrap();
+    let sealed = r.decision_message(true).unwrap();
+    let mut other_maker = r.clone();
+    other_maker.requested_by = who("arn:aws:iam::1:user/someone-else");
+    let mut longer = r.clone();
+    longer.expires_at += chrono::Duration::hours(48);
+    for altered in [other_maker, longer] {
+        assert_ne!(altered.decision_message(true).unwrap(), sealed);
+    }
+}
+
 #[test]
 fn a_request_expires_undecided_or_unexecuted_and_then_nothing_runs() {
     let policy = ApprovalPolicy {
