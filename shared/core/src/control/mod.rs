@@ -256,9 +256,11 @@ where
                         "request {request_id} is PAUSED: an approver decides whether it goes on"
                     ))));
                 }
+                // What runs is the copy whose seal was just checked (a write to the table since
+                // is overwritten by its start, not run).
                 let by = me.arn.as_str();
                 let (request, report) =
-                    Box::pin(self.replayer.execute(&request_id, by, Some(me), asked.deadline)).await?;
+                    Box::pin(self.replayer.execute_request(r, by, Some(me), asked.deadline)).await?;
                 Ok(serde_json::json!({ "request": request, "report": report }))
             }
             Command::ReconcileSegment(read) => {

@@ -227,7 +227,21 @@ impl<P: ReplayPorts> Replayer<P> {
         resumer: Option<&Identity>,
         deadline: Option<chrono::DateTime<chrono::Utc>>,
     ) -> FlowResult<(ApprovalRequest, ReplayReport)> {
-        let mut r = self.request(id).await?;
+        let r = self.request(id).await?;
+        Box::pin(self.execute_request(r, by, resumer, deadline)).await
+    }
+
+    /// [`Replayer::execute`] of request `r` as its caller read and checked it (the control plane:
+    /// its seal): that copy is what starts, is written back and runs, whatever was written to the
+    /// table between the caller's read and now.
+    pub async fn execute_request(
+        &self,
+        mut r: ApprovalRequest,
+        by: &str,
+        resumer: Option<&Identity>,
+        deadline: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> FlowResult<(ApprovalRequest, ReplayReport)> {
+        let id = &r.request_id.clone();
         // A paused request resumed goes on without its canary: someone looked at its report.
         let canary = r.canary.filter(|_| r.first_run());
         r.start(by, resumer, self.clock.now())?;
