@@ -193,7 +193,7 @@ bench-replay: local-stack
 ## API (release builds for this machine, the local stack behind it), peak memory, binary sizes
 COLD_START := target/release/consumer=events/consumer-sqs-batch.json \
   target/release/enricher=events/enricher-dlq-batch.json \
-  target/release/replay=events/replay-manual.json \
+  target/release/replay=events/replay-scheduled.json \
   target/release/reference-audit=events/reference-stream.json
 bench-cold-start: local-up
 	$(CARGO) build --release --quiet --bin consumer --bin enricher --bin replay --bin reference-audit

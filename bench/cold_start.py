@@ -284,6 +284,16 @@ def fresh_batches(template: bytes, count: int, tag: str, mixed: bool) -> list:
     return events
 
 
+def for_this_stack(template: bytes, env: dict) -> bytes:
+    """A scheduled event as this deployment's sweep schedule sends it (the replay function refuses
+    a schedule not its own)."""
+    event = json.loads(template)
+    if isinstance(event, dict) and event.get("detail-type") == "Scheduled Event" and env.get("DLQ_SWEEP_SCHEDULE"):
+        event["resources"] = [env["DLQ_SWEEP_SCHEDULE"]]
+        return json.dumps(event).encode()
+    return template
+
+
 def events_for(name: str, template: bytes, warm: int, tag: str) -> list:
     if warm and name in ("consumer", "enricher") and b'"Records"' in template:
         return [template] + fresh_batches(template, warm, tag, mixed=name == "consumer")
@@ -340,7 +350,7 @@ def main():
             name = os.path.basename(binary)
             env["AWS_LAMBDA_FUNCTION_NAME"] = f"bench-{name}"
             with open(event_file, "rb") as f:
-                template = f.read()
+                template = for_this_stack(f.read(), env)
             for memory, cgroup in limits or [(None, None)]:
                 env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = str(memory or 256)
                 runs = []

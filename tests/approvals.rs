@@ -36,6 +36,7 @@ fn replay(selector: Selector, reason: &str) -> ReplayRequest {
         dry_run: false,
         reason: reason.into(),
         triggered_by: "integration-test".into(),
+        invocation: None,
         scheduled: false,
         quarantine: false,
     }

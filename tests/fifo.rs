@@ -35,6 +35,7 @@ fn manual() -> ReplayRequest {
         dry_run: false,
         reason: "XAU mapped".into(),
         triggered_by: "integration-test".into(),
+        invocation: None,
         scheduled: false,
         quarantine: false,
     }

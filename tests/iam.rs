@@ -508,16 +508,6 @@ async fn the_replay_calls_exactly_what_its_role_grants() {
     );
     // A second sweep seals again: the first seal is read by its version id to chain the second.
     replayer.run(&sweep, None).await.unwrap();
-    // A reconciliation's segment (`reconcile_segment`): the period's postings.
-    let segment = recon_core::reconcile::SegmentRead {
-        period: "2026-11".into(),
-        segment: "0/2".into(),
-        links: recon_core::reconcile::Links::default(),
-    };
-    let read = recon_core::reconcile::read_period_segment(&replayer.ledger, &segment)
-        .await
-        .unwrap();
-    wiring::segment_response(&read).unwrap();
     assert_calls_exactly_its_grants(&own, &s.stack.names, FUNCTIONS[2], &settings.ledger);
     s.cleanup().await;
 }

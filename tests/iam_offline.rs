@@ -16,11 +16,12 @@ const PREFIX: &str = "acme";
 /// The deployment's one declared producer.
 const PRODUCER: &str = "arn:aws:iam::123456789012:role/bank-feed";
 /// Principals beside the template's roles: the declared producer (who may send anything
-/// anywhere, by its own grants), an administrator of the account (who may do anything), and an
-/// IAM user whom the account lets assume any role (which operator roles they get is the roles'
-/// trust policies).
-const OTHERS: [(&str, &str, &str); 3] = [
+/// anywhere, by its own grants), EventBridge Scheduler's service principal, an administrator of
+/// the account (who may do anything), and an IAM user whom the account lets assume any role
+/// (which operator roles they get is the roles' trust policies).
+const OTHERS: [(&str, &str, &str); 4] = [
     ("Producer", PRODUCER, "sqs:SendMessage"),
+    ("Scheduler", "scheduler.amazonaws.com", "sts:AssumeRole"),
     ("Admin", "arn:aws:iam::123456789012:role/admin", "*"),
     ("Alice", "arn:aws:iam::123456789012:user/alice", "sts:AssumeRole"),
 ];
@@ -44,6 +45,7 @@ fn deployment() -> Deployment<'static> {
         "AWS::Serverless::HttpApi",
         "AWS::Serverless::Function",
         "AWS::Events::Rule",
+        "AWS::Scheduler::ScheduleGroup",
     ];
     for id in d.resources_of(&kinds).unwrap() {
         let kind = template.resource_type(&id).unwrap().to_owned();
@@ -75,6 +77,13 @@ fn deployment() -> Deployment<'static> {
             "AWS::Serverless::Function" => {
                 let n = format!("{PREFIX}-{id}");
                 (n.clone(), format!("arn:aws:lambda:{REGION}:{ACCOUNT}:function:{n}"))
+            }
+            "AWS::Scheduler::ScheduleGroup" => {
+                let n = name("Name");
+                (
+                    n.clone(),
+                    format!("arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule-group/{n}"),
+                )
             }
             "AWS::Events::Rule" => (
                 id.clone(),
@@ -118,7 +127,8 @@ fn identity_policies(d: &Deployment, role: &str) -> Vec<Value> {
 /// `lead=K` (`dynamodb:LeadingKeys`), `attrs=A,B` (`dynamodb:Attributes`), `put` (a put as every
 /// writer of this system makes it: If-None-Match, COMPLIANCE, 3000 days), `overwrite` (the same
 /// without If-None-Match), `mode=M`, `days=N`, `insecure` (no TLS), `session=S` (the role
-/// session name asked for), `user=U` (`aws:username`), `mfa` (signed in with MFA). Targets also
+/// session name asked for), `user=U` (`aws:username`), `mfa` (signed in with MFA), `from=G` (on
+/// behalf of schedule group G of the account; `ScheduleGroup`: the stack's). Targets also
 /// `api:METHOD/PATH` (the control plane's API), `function:ID`, `key:ID` (under its key policy),
 /// `role:ID` (assumed, under its trust policy).
 #[rustfmt::skip]
@@ -161,7 +171,7 @@ const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     ("ReplayRole", "sqs:SendMessage", "queue:MainQueue", "", true, "re-inject"),
     ("ReplayRole", "sqs:SendMessage", "queue:DeadLetterQueue", "", false, "only the consumer dead-letters"),
     ("ReplayRole", "dynamodb:GetItem", "table:LedgerTable", "", true, "gate 2"),
-    ("ReplayRole", "dynamodb:Query", "index:LedgerTable", "", true, "a period's postings"),
+    ("ReplayRole", "dynamodb:Query", "index:LedgerTable", "", false, "a period's postings are read by the control plane"),
     ("ReplayRole", "dynamodb:PutItem", "table:LedgerTable", "attrs=source_hash,manual_journal,replay_id,committed_at", true, "a hand-off"),
     ("ReplayRole", "dynamodb:PutItem", "table:LedgerTable", "attrs=source_hash,amount", false, "the replay posts no amount"),
     ("ReplayRole", "dynamodb:PutItem", "table:ReferenceTable", "", false, "no period is opened by a replay"),
@@ -255,6 +265,13 @@ const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     ("Alice", "sts:AssumeRole", "role:ApproverRole", "session=alice;user=alice", false, "without MFA"),
     ("Producer", "sts:AssumeRole", "role:AdminRole", "session=bank-feed;mfa", false, "a role has no user name to match"),
     ("Alice", "sts:AssumeRole", "role:ControlRole", "session=alice;user=alice;mfa", false, "only Lambda runs as the control plane"),
+    // Who may invoke the replay: the scheduler, for the stack's own schedule group only.
+    ("Scheduler", "sts:AssumeRole", "role:SchedulerRole", "from=ScheduleGroup", true, "the stack's schedules"),
+    ("Scheduler", "sts:AssumeRole", "role:SchedulerRole", "from=default", false, "another schedule group of the account"),
+    ("Scheduler", "sts:AssumeRole", "role:SchedulerRole", "", false, "no source named"),
+    ("Alice", "sts:AssumeRole", "role:SchedulerRole", "session=alice;user=alice;mfa", false, "only the scheduler"),
+    ("SchedulerRole", "lambda:InvokeFunction", "function:ReplayFunction", "", true, "its schedules"),
+    ("SchedulerRole", "lambda:InvokeFunction", "function:ControlFunction", "", false, "only the replay"),
 ];
 
 /// The policy of queue `id` (`null`: it has none).
@@ -290,6 +307,12 @@ fn context(spec: &str) -> Value {
             "session" => c["sts:RoleSessionName"] = json!(value),
             "user" => c["aws:username"] = json!(value),
             "mfa" => c["aws:MultiFactorAuthPresent"] = json!("true"),
+            "from" => {
+                // A schedule group of this account (`ScheduleGroup`: the stack's own).
+                let group = if value == "ScheduleGroup" { PREFIX } else { value };
+                c["aws:SourceAccount"] = json!(ACCOUNT);
+                c["aws:SourceArn"] = json!(format!("arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule-group/{group}"));
+            }
             other => panic!("unknown condition spec {other}"),
         }
     }

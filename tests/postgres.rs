@@ -393,6 +393,7 @@ async fn a_posting_your_ledger_refuses_is_poison_with_its_rule_and_replays_once_
         dry_run: false,
         reason: "limit raised".into(),
         triggered_by: "integration-test".into(),
+        invocation: None,
         scheduled: false,
         quarantine: false,
     };

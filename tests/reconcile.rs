@@ -1,11 +1,10 @@
 //! A period's reconciliation read as a fan-out (`dlqctl reconcile --fan-out`) on the local stack,
-//! on the ledger `DLQ_TEST_LEDGER` names: each segment read as the replay function reads it for a
-//! `reconcile_segment` invocation (request and answer through JSON), the reads merged, tell
-//! exactly what the read in one process tells. (The invocations themselves, through
-//! the Lambda Invoke API, are exercised by `infra/smoke.sh` under `cargo lambda watch`.)
+//! on the ledger `DLQ_TEST_LEDGER` names: each segment read as the control plane reads it for a
+//! `reconcile-segment` operation (request and answer through JSON), the reads merged, tell
+//! exactly what the read in one process tells. (The requests themselves, through the control
+//! function, are exercised by `infra/smoke.sh` and the control-plane tests.)
 
 use recon_aws::dynamodb::{DynamoAuditLog, DynamoEnvelopeStore};
-use recon_aws::wiring;
 use recon_core::domain::Segment;
 use recon_core::ports::LedgerScope;
 use recon_core::reconcile::{
@@ -75,11 +74,11 @@ async fn a_periods_fan_out_tells_what_the_read_in_one_process_tells() {
                 segment: format!("{}/{}", segment.index, segment.of),
                 links: links.clone(),
             };
-            // As dlqctl sends it and the function reads it.
+            // As dlqctl sends it and the control plane reads it.
             let request: SegmentRead = serde_json::from_value(serde_json::to_value(&request).unwrap()).unwrap();
             let read = read_period_segment(&ledger, &request).await.unwrap();
-            // As the function answers and dlqctl reads it.
-            let answer = wiring::segment_response(&read).unwrap();
+            // As the control plane answers and dlqctl reads it.
+            let answer = serde_json::to_value(&read).unwrap();
             fanned.merge(serde_json::from_value(answer).unwrap());
         }
         look_up_unmet(&ledger, &scope, &links, &mut fanned).await.unwrap();

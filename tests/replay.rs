@@ -29,6 +29,7 @@ fn manual(selector: Selector) -> ReplayRequest {
         dry_run: false,
         reason: "root cause fixed".into(),
         triggered_by: "integration-test".into(),
+        invocation: None,
         scheduled: false,
         quarantine: false,
     }

@@ -32,6 +32,7 @@ fn segment(index: u32, of: u32) -> ReplayRequest {
         dry_run: false,
         reason: "XAU mapped".into(),
         triggered_by: "integration-test".into(),
+        invocation: None,
         scheduled: false,
         quarantine: false,
     }

@@ -41,15 +41,6 @@ pub struct ReconcileArgs {
     /// ControlReservedConcurrency with it).
     #[arg(long, requires = "fan_out", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub at_once: u32,
-    /// Invoke this function for each segment instead of asking the control plane (the replay
-    /// function answers a segment read, for whoever may invoke it; PREFIX-replay with
-    /// --invoke-endpoint alone).
-    #[arg(long, requires = "fan_out")]
-    pub function: Option<String>,
-    /// The Lambda Invoke API --fan-out calls (default: AWS's; locally, `cargo lambda watch`'s,
-    /// e.g. http://127.0.0.1:9011).
-    #[arg(long, requires = "fan_out")]
-    pub invoke_endpoint: Option<String>,
 }
 
 /// How many segments of the ledger reconcile and export read at once.
@@ -218,8 +209,6 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
     let fan_out = args.fan_out.map(|segments| FanOut {
         segments,
         at_once: args.at_once,
-        function: args.function.clone(),
-        endpoint: args.invoke_endpoint.clone(),
     });
     let ev = gather(
         clients,

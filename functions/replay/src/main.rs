@@ -1,20 +1,17 @@
 //! The replay Lambda: wiring only. The flow lives in `recon_core::replay`.
 //!
-//! Input: an EventBridge scheduled event from the sweep schedule (a sweep over PENDING envelopes,
-//! resuming from its saved cursor) or from the seal schedule (seal the audit trail), or a manual
-//! payload `{"reason", "triggered_by", "failure_code"?, "root_cause"?,
-//! "entity"?, "envelope_ids"?, "max_items"?, "dry_run"?}` (refused above the approval policy;
-//! an approved request runs only through the control plane); or
-//! `{"reconcile_segment": {"period", "segment", "links"}}`, one segment of a period's
-//! reconciliation (`dlqctl reconcile --fan-out`: reads only). Unknown fields are refused. Output: the replay
-//! report, the seal, or the segment's read.
+//! Input: an EventBridge scheduled event from this deployment's sweep schedule (a sweep over
+//! PENDING envelopes, resuming from its saved cursor, as that schedule, its audit records naming
+//! this invocation's request id) or from its seal schedule (seal the audit trail). Anything else
+//! is refused: a replay or quarantine by hand, an approved request and a period's reconcile
+//! segments are asked of the control plane, which knows who asks. Output: the sweep's report,
+//! or the seal.
 
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use recon_aws::{AwsClients, ClientTimeouts, Target, telemetry, wiring};
 use recon_core::config::ReplaySettings;
 use recon_core::ports::lambda_deadline;
-use recon_core::reconcile::read_period_segment;
-use recon_core::replay::{Invocation, parse_function_invocation};
+use recon_core::replay::{Invocation, parse_invocation};
 use recon_core::resources::REPLAY_TIMEOUT;
 use std::sync::Arc;
 
@@ -38,24 +35,19 @@ async fn main() -> Result<(), Error> {
         let replayer = replayer.clone();
         let schedules = schedules.clone();
         async move {
-            match parse_function_invocation(&event.payload, &schedules.0, &schedules.1)? {
+            match parse_invocation(&event.payload, &schedules.0, &schedules.1)? {
                 Invocation::Seal => {
                     let (key, seal) = Box::pin(replayer.seal()).await?;
                     Ok::<serde_json::Value, Error>(serde_json::json!({ "sealed": key, "seal": seal }))
                 }
-                Invocation::Replay(request) => {
+                Invocation::Sweep(mut request) => {
+                    request.invocation = Some(event.context.request_id.clone());
                     // Boxed: the sweep's future is deep, and this one holds it beside the seal's.
                     let report = Box::pin(replayer.run(&request, lambda_deadline(event.context.deadline))).await?;
-                    if request.scheduled
-                        && let Err(e) = replayer.expire_requests().await
-                    {
+                    if let Err(e) = replayer.expire_requests().await {
                         tracing::warn!(error = %e, "approval requests not expired; the next sweep tries again");
                     }
                     Ok(serde_json::to_value(report)?)
-                }
-                Invocation::ReconcileSegment(read) => {
-                    let out = read_period_segment(&replayer.ledger, &read).await?;
-                    Ok(wiring::segment_response(&out)?)
                 }
             }
         }

@@ -154,21 +154,6 @@ pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &st
     }
 }
 
-/// A segment's read as the function's response, refused (naming the remedy) when Lambda could not
-/// return it: its postings of a lineage are kept whole, so a segment of a period with very many
-/// exceptions can be too large.
-pub fn segment_response(read: &recon_core::reconcile::LedgerRead) -> Result<serde_json::Value, String> {
-    let value = serde_json::to_value(read).map_err(|e| e.to_string())?;
-    let size = serde_json::to_vec(&value).map_or(usize::MAX, |v| v.len());
-    if size > recon_core::resources::LAMBDA_MAX_RESPONSE_BYTES {
-        return Err(format!(
-            "the segment's read is {size} bytes, above Lambda's response limit ({}): reconcile with more segments (--fan-out)",
-            recon_core::resources::LAMBDA_MAX_RESPONSE_BYTES
-        ));
-    }
-    Ok(value)
-}
-
 /// Envelopes one sweep settles at once.
 const REPLAY_CONCURRENCY: usize = 8;
 

@@ -128,6 +128,7 @@ pub fn sweep_request() -> ReplayRequest {
         dry_run: false,
         reason: "scheduled sweep".into(),
         triggered_by: "schedule:test".into(),
+        invocation: None,
         scheduled: true,
         quarantine: false,
     }
@@ -140,6 +141,7 @@ pub fn manual_request(selector: Selector, dry_run: bool) -> ReplayRequest {
         dry_run,
         reason: "XAU mapped".into(),
         triggered_by: "alice".into(),
+        invocation: None,
         scheduled: false,
         quarantine: false,
     }

@@ -10,7 +10,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::FailureCode;
-use crate::domain::approval::{ApprovalPolicy, ApprovalRequest, Identity, Refused, RequestStatus};
+use crate::domain::approval::{ApprovalPolicy, ApprovalRequest, Refused, RequestStatus};
 use crate::domain::canary::Canary;
 use crate::domain::edit::Proposal;
 use crate::domain::input;
@@ -19,7 +19,7 @@ use crate::domain::reference::{CurrencyMapping, PeriodRecord, PeriodStatus};
 use crate::domain::{AuditKind, AuditRecord};
 use crate::ports::{AuditLog, FlowError, LedgerReader, ReferenceData, Signer};
 use crate::reconcile::{SegmentRead, read_period_segment};
-use crate::replay::{ManualReplay, ReplayPorts, ReplayRequest, Replayer, RequestError};
+use crate::replay::{ReplayPorts, ReplayRequest, Replayer, RequestError, Segment, Selector};
 
 pub mod http;
 
@@ -103,27 +103,37 @@ impl Remediation {
         self
     }
 
-    /// The replay request it asks for, as `by`.
-    fn request(&self, by: &Identity, quarantine: bool) -> Result<ReplayRequest, ControlError> {
-        let invalid = |e: RequestError| ControlError::Invalid(e.0);
-        let mut req = ManualReplay {
-            reason: self.reason.clone(),
-            triggered_by: by.arn.clone(),
-            failure_code: self.failure_code,
-            root_cause: self.root_cause.clone(),
-            entity: self.entity.clone(),
-            envelope_ids: self.envelope_ids.clone(),
-            max_items: self.max_items,
-            segment: self.segment.clone(),
-            dry_run: self.dry_run,
+    /// The replay request it asks for, as `by` (the caller AWS verified) in control-plane request
+    /// `invocation`. Refused: no reason, no item, a segment not `INDEX/COUNT`, a canary out of
+    /// its bounds.
+    pub fn request(&self, by: &str, invocation: &str, quarantine: bool) -> Result<ReplayRequest, RequestError> {
+        if self.reason.trim().is_empty() {
+            return Err(RequestError(
+                "`reason` must say why this replay is run (it is audited)".into(),
+            ));
         }
-        .into_request()
-        .map_err(invalid)?;
-        req.quarantine = quarantine;
+        if self.max_items == Some(0) {
+            return Err(RequestError("`max_items` must be at least 1".into()));
+        }
+        let segment = self.segment.as_deref().map(str::parse::<Segment>).transpose();
+        let segment = segment.map_err(|e| RequestError(e.0))?;
         if let Some(c) = &self.canary {
-            c.check().map_err(ControlError::Invalid)?;
+            c.check().map_err(RequestError)?;
         }
-        Ok(req)
+        Ok(ReplayRequest {
+            selector: Selector {
+                failure_code: self.failure_code,
+                root_cause: self.root_cause.clone(),
+                entity: self.entity.clone(),
+                envelope_ids: self.envelope_ids.clone(),
+                max_items: self.max_items,
+                segment,
+            },
+            dry_run: self.dry_run,
+            quarantine,
+            invocation: Some(invocation.to_owned()),
+            ..ReplayRequest::by_hand(self.reason.clone(), by.to_owned())
+        })
     }
 }
 
@@ -260,7 +270,11 @@ where
                 // is overwritten by its start, not run).
                 let by = me.arn.as_str();
                 let (request, report) =
-                    Box::pin(self.replayer.execute_request(r, by, Some(me), asked.deadline)).await?;
+                    Box::pin(
+                        self.replayer
+                            .execute_request(r, by, Some(asked.request_id), Some(me), asked.deadline),
+                    )
+                    .await?;
                 Ok(serde_json::json!({ "request": request, "report": report }))
             }
             Command::ReconcileSegment(read) => {
@@ -353,7 +367,8 @@ where
         quarantine: bool,
     ) -> Result<serde_json::Value, ControlError> {
         let me = &asked.caller.identity;
-        let wanted = r.request(me, quarantine)?;
+        let wanted = r.request(&me.arn, asked.request_id, quarantine);
+        let wanted = wanted.map_err(|e| ControlError::Invalid(e.0))?;
         let assessed = self.replayer.assess(&wanted, asked.deadline).await?;
         if r.dry_run {
             return Ok(serde_json::json!({ "report": assessed.preview, "needs_approval": assessed.why }));

@@ -228,7 +228,7 @@ impl<P: ReplayPorts> Replayer<P> {
         deadline: Option<chrono::DateTime<chrono::Utc>>,
     ) -> FlowResult<(ApprovalRequest, ReplayReport)> {
         let r = self.request(id).await?;
-        Box::pin(self.execute_request(r, by, resumer, deadline)).await
+        Box::pin(self.execute_request(r, by, None, resumer, deadline)).await
     }
 
     /// [`Replayer::execute`] of request `r` as its caller read and checked it (the control plane:
@@ -238,6 +238,7 @@ impl<P: ReplayPorts> Replayer<P> {
         &self,
         mut r: ApprovalRequest,
         by: &str,
+        invocation: Option<&str>,
         resumer: Option<&Identity>,
         deadline: Option<chrono::DateTime<chrono::Utc>>,
     ) -> FlowResult<(ApprovalRequest, ReplayReport)> {
@@ -248,15 +249,17 @@ impl<P: ReplayPorts> Replayer<P> {
         if !self.store.update_request(&r, None).await? {
             return Err(Refused(format!("request {id} changed as it was to start (another execution?)")).into());
         }
+        let what = if r.action == Action::Edit { "edit" } else { "request" };
         let req = ReplayRequest {
             quarantine: r.action == Action::Quarantine,
-            ..ReplayRequest::by_hand(format!("{} (approved request {id})", r.reason), by.to_owned())
+            invocation: invocation.map(str::to_owned),
+            ..ReplayRequest::by_hand(format!("{} (approved {what} {id})", r.reason), by.to_owned())
         };
         if r.set.is_empty() {
             return Err(Refused(format!("request {id} names no envelope")).into());
         }
         let report = if r.action == Action::Edit {
-            self.run_edit(&r, by, deadline).await?
+            self.run_edit(&r, &req, deadline).await?
         } else {
             let what = format!("approval request {id} was made");
             self.run_set(&req, &r.set, &what, canary.as_ref(), deadline).await?

@@ -110,7 +110,7 @@ impl<P: ReplayPorts> Replayer<P> {
     pub(super) async fn run_edit(
         &self,
         r: &ApprovalRequest,
-        by: &str,
+        req: &ReplayRequest,
         deadline: Option<chrono::DateTime<chrono::Utc>>,
     ) -> FlowResult<ReplayReport> {
         let edit = r
@@ -118,9 +118,8 @@ impl<P: ReplayPorts> Replayer<P> {
             .as_ref()
             .ok_or_else(|| Refused(format!("request {} holds no edit", r.request_id)))?;
         let expected = r.set.expected();
-        let req = ReplayRequest::by_hand(format!("{} (approved edit {})", r.reason, r.request_id), by.to_owned());
         let snapshot = self.reference.snapshot().await?;
-        let run = Run::new(&req, edit_claim(&r.request_id), snapshot, &*self.clock, deadline);
+        let run = Run::new(req, edit_claim(&r.request_id), snapshot, &*self.clock, deadline);
         let mut report = ReplayReport {
             selected: 1,
             completed: true,

@@ -29,10 +29,7 @@ mod sweep;
 pub use approval::Assessment;
 pub use gates::{Gate, MAX_RELEASES};
 pub use report::{Progress, ReplayItem, ReplayOutcome, ReplayReport, pin};
-pub use request::{
-    Invocation, ManualReplay, ReplayRequest, RequestError, Segment, Selector, parse_function_invocation,
-    parse_invocation,
-};
+pub use request::{Invocation, ReplayRequest, RequestError, Segment, Selector, parse_invocation};
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use std::collections::BTreeMap;
@@ -201,6 +198,7 @@ impl<'a> Run<'a> {
         ReplayReport {
             replay_id: self.replay_id.clone(),
             triggered_by: self.req.triggered_by.clone(),
+            invocation: self.req.invocation.clone(),
             reason: self.req.reason.clone(),
             dry_run: self.req.dry_run,
             ..ReplayReport::default()
@@ -293,7 +291,7 @@ impl<P: ReplayPorts> Replayer<P> {
             ..Run::new(req, id, snapshot, clock, deadline)
         };
         let mut report = run.report();
-        tracing::info!(replay_id = %run.replay_id, triggered_by = %req.triggered_by, reason = %req.reason, dry_run = req.dry_run, selector = ?req.selector, "replay started");
+        tracing::info!(replay_id = %run.replay_id, triggered_by = %req.triggered_by, invocation = ?req.invocation, reason = %req.reason, dry_run = req.dry_run, selector = ?req.selector, "replay started");
         if !req.dry_run {
             // Records of earlier decisions whose publication failed or never ran.
             if let Err(e) = drain_outbox(&self.store, &self.audit, &self.metrics).await {

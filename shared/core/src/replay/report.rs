@@ -51,6 +51,9 @@ pub struct ReplayItem {
 pub struct ReplayReport {
     pub replay_id: String,
     pub triggered_by: String,
+    /// The invocation that ran it (its audit records name it too).
+    #[serde(default)]
+    pub invocation: Option<String>,
     pub reason: String,
     pub dry_run: bool,
     pub selected: u64,

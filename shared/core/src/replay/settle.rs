@@ -409,12 +409,7 @@ impl<P: ReplayPorts> Replayer<P> {
         code: Option<FailureCode>,
         detail: String,
     ) -> AuditRecord {
-        let mut r = envelope_audit(
-            e,
-            kind,
-            &format!("{} ({})", run.req.triggered_by, run.req.reason),
-            detail,
-        );
+        let mut r = envelope_audit(e, kind, &run.req.actor(), detail);
         r.audit_id = AuditRecord::id_for(kind, &format!("{}#{}", e.envelope_id, run.replay_id));
         r.at = self.clock.now();
         r.failure_code = code.or(r.failure_code);

@@ -7,12 +7,13 @@ mod others;
 
 pub use aws_lambda_events::event::sqs::SqsMessage;
 pub use recon_core::config::{ConsumerSettings, EnricherSettings, ReferenceAuditSettings, ReplaySettings};
+pub use recon_core::control::Command;
 pub use recon_core::decisions::{FailureDecision, RetryPolicy, decide_failure};
 pub use recon_core::domain::{
     CurrencyMapping, NewMessage, PeriodRecord, PeriodStatus, ReferenceSnapshot, attrs, envelope_from_dlq_message,
     input, validate,
 };
-pub use recon_core::replay::parse_invocation;
+pub use recon_core::replay::{Invocation, parse_invocation};
 pub use recon_testkit::builders::{self, delivery, tx, with_attribute};
 pub use std::collections::HashMap;
 
@@ -117,13 +118,34 @@ pub fn dead_letter(body: &str, attributes: &[(&str, &str)]) -> SqsMessage {
         .fold(delivery("d-1", body, 1), |m, (k, v)| with_attribute(m, k, v))
 }
 
+/// What the replay function does with an invocation's payload.
 pub fn replay(payload: serde_json::Value) -> String {
-    match parse_invocation(&payload, "recon-dlq-replay-sweep") {
-        Ok(r) => format!(
-            "accepted: dry_run={} max_items={:?} quarantine={} triggered_by={}",
-            r.dry_run, r.selector.max_items, r.quarantine, r.triggered_by
-        ),
+    match parse_invocation(&payload, "recon-dlq-replay-sweep", "recon-dlq-audit-seal") {
+        Ok(Invocation::Sweep(r)) => format!("accepted: sweep triggered_by={}", r.triggered_by),
+        Ok(Invocation::Seal) => "accepted: seal".into(),
         Err(e) => format!("refused: {e}"),
+    }
+}
+
+/// What the control plane does with a body asking for a replay (as a maker it knows).
+pub fn remediation(body: serde_json::Value) -> String {
+    let command = match serde_json::from_value::<Command>(body) {
+        Ok(c) => c,
+        Err(e) => return format!("refused (400): not a command: {e}"),
+    };
+    let Command::Replay(r) = command else {
+        return "not a replay".into();
+    };
+    match r.request(
+        "arn:aws:sts::123456789012:assumed-role/recon-dlq-maker/alice",
+        "req-1",
+        false,
+    ) {
+        Ok(r) => format!(
+            "accepted: dry_run={} max_items={:?} triggered_by={}",
+            r.dry_run, r.selector.max_items, r.triggered_by
+        ),
+        Err(e) => format!("refused (400): {e}"),
     }
 }
 

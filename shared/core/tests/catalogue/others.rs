@@ -78,40 +78,70 @@ pub fn dead_letters() -> Vec<Case> {
 pub fn operator_input() -> Vec<Case> {
     let mut cases = Vec::new();
     let mut add = |kind, name, shown, expect, got| cases.push(Case::new(kind, name, shown, expect, got));
-    // Operator input: replay payloads (a hand invocation, `dlqctl replay`) and reference data.
+    // Operator input: a control plane's body asking for a replay (`dlqctl replay`), the replay
+    // function's payloads, and reference data.
     let mut op = |name: &'static str, shown: String, got: String, expect: &'static str| {
         add("operator", name, short(&shown), expect, got)
     };
-    for (name, payload, expect) in [
+    for (name, body, expect) in [
         (
             "replay without a reason",
-            serde_json::json!({"triggered_by": "alice"}),
-            "refused: invalid replay request: missing field `reason`",
+            serde_json::json!({"operation": "replay"}),
+            "refused (400): invalid replay request: `reason` must say why this replay is run",
+        ),
+        (
+            "replay naming who runs it",
+            serde_json::json!({"operation": "replay", "reason": "fixed", "triggered_by": "alice"}),
+            "refused (400): not a command: unknown field `triggered_by`",
         ),
         (
             "replay with a misspelt field",
-            serde_json::json!({"reason": "fixed", "triggered_by": "alice", "dryrun": true}),
-            "refused: invalid replay request: unknown field `dryrun`",
+            serde_json::json!({"operation": "replay", "reason": "fixed", "dryrun": true}),
+            "refused (400): not a command: unknown field `dryrun`",
         ),
         (
             "replay with a blank reason",
-            serde_json::json!({"reason": " ", "triggered_by": "alice"}),
-            "refused: invalid replay request: `reason` must say why this replay is run",
+            serde_json::json!({"operation": "replay", "reason": " "}),
+            "refused (400): invalid replay request: `reason` must say why this replay is run",
         ),
         (
             "replay of zero items",
-            serde_json::json!({"reason": "fixed", "triggered_by": "alice", "max_items": 0}),
-            "refused: invalid replay request: `max_items` must be at least 1",
+            serde_json::json!({"operation": "replay", "reason": "fixed", "max_items": 0}),
+            "refused (400): invalid replay request: `max_items` must be at least 1",
         ),
         (
             "replay ids not a list",
-            serde_json::json!({"reason": "fixed", "triggered_by": "alice", "envelope_ids": "env_1"}),
-            "refused: invalid replay request: invalid type: string \"env_1\", expected a sequence",
+            serde_json::json!({"operation": "replay", "reason": "fixed", "envelope_ids": "env_1"}),
+            "refused (400): not a command: invalid type: string \"env_1\", expected a sequence",
         ),
         (
-            "replay payload not an object",
+            "replay of segment 4 of 4",
+            serde_json::json!({"operation": "replay", "reason": "fixed", "segment": "4/4"}),
+            "refused (400): invalid replay request: segment \"4/4\" must be INDEX/COUNT",
+        ),
+        (
+            "replay by a maker",
+            serde_json::json!({"operation": "replay", "reason": "fixed", "max_items": 5, "dry_run": true}),
+            "accepted: dry_run=true max_items=Some(5) triggered_by=arn:aws:sts::123456789012:assumed-role/recon-dlq-maker/alice",
+        ),
+    ] {
+        op(name, body.to_string(), remediation(body), expect);
+    }
+    for (name, payload, expect) in [
+        (
+            "replay function asked for a replay by hand",
+            serde_json::json!({"reason": "fixed", "triggered_by": "alice", "dry_run": true}),
+            "refused: invalid replay request: the replay function runs only its schedules",
+        ),
+        (
+            "replay function asked to run an approved request",
+            serde_json::json!({"approved_request": "apr_1"}),
+            "refused: invalid replay request: the replay function runs only its schedules",
+        ),
+        (
+            "replay function payload not an object",
             serde_json::json!([1, 2]),
-            "refused: invalid replay request: a replay request must be a JSON object",
+            "refused: invalid replay request: the replay function runs only its schedules",
         ),
         (
             "scheduled event naming another schedule",
@@ -121,7 +151,12 @@ pub fn operator_input() -> Vec<Case> {
         (
             "scheduled event naming its own actor",
             serde_json::json!({"detail-type": "Scheduled Event", "resources": ["recon-dlq-replay-sweep"], "triggered_by": "mallory"}),
-            "accepted: dry_run=false max_items=None quarantine=false triggered_by=schedule:recon-dlq-replay-sweep",
+            "accepted: sweep triggered_by=schedule:recon-dlq-replay-sweep",
+        ),
+        (
+            "the seal schedule's event",
+            serde_json::json!({"detail-type": "Scheduled Event", "resources": ["recon-dlq-audit-seal"]}),
+            "accepted: seal",
         ),
     ] {
         op(name, payload.to_string(), replay(payload), expect);

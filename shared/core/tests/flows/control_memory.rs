@@ -283,12 +283,25 @@ async fn a_makers_replay_runs_under_the_policy_and_above_it_waits_for_an_approve
 
     // Under the policy a replay just runs (and one with nothing left to do changes nothing).
     control.handle_as(&caller("admin", "ada"), policy(10)).await.unwrap();
+    w.envelope("s4", &xau(4), ChronoDuration::hours(3)).await;
     let out = control
         .handle_as(&maker, Command::Replay(remediation("again")))
         .await
         .unwrap();
-    assert_eq!(out["report"]["reinjected"], 0, "{out}");
-    assert_eq!(w.queue.sent().len(), 3);
+    assert_eq!(out["report"]["reinjected"], 1, "{out}");
+    assert_eq!(w.queue.sent().len(), 4);
+    // Each re-injection's record names who ran it (the verified caller, whatever a payload
+    // said) and the control-plane request it ran in: the approved run's and the direct one's.
+    let reinjected = records(&w, AuditKind::ReplayReinjected).await;
+    assert_eq!(reinjected.len(), 4, "{reinjected:?}");
+    let by_alice = "arn:aws:sts::000000000000:assumed-role/acme-maker/alice (";
+    for r in &reinjected {
+        assert!(
+            r.actor.starts_with(by_alice) && r.actor.contains("; invocation req-"),
+            "{}",
+            r.actor
+        );
+    }
 }
 
 /// A paused request (its canary failed, or its run stopped early) goes on only by an approver's

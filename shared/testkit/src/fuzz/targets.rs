@@ -3,6 +3,7 @@
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use chrono::{TimeZone, Utc};
+use recon_core::control::Command;
 use recon_core::decisions::triage;
 use recon_core::domain::{
     CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot, decode, envelope_from_dlq_message, labels, validate,
@@ -121,10 +122,19 @@ fn dead_letter_target(input: &str) -> bool {
     serde_json::from_str::<Value>(input).is_ok()
 }
 
+/// A payload of the replay function, or a body of the control plane (a command, and for a replay
+/// or a quarantine the request it builds).
 fn replay_payload(input: &str) -> bool {
     match serde_json::from_str::<Value>(input) {
         Ok(v) => {
-            let _ = parse_invocation(&v, "recon-dlq-replay-sweep");
+            let _ = parse_invocation(&v, "recon-dlq-replay-sweep", "recon-dlq-audit-seal");
+            if let Ok(Command::Replay(r) | Command::Quarantine(r)) = serde_json::from_value::<Command>(v) {
+                let _ = r.request(
+                    "arn:aws:sts::123456789012:assumed-role/recon-dlq-maker/alice",
+                    "fuzz",
+                    false,
+                );
+            }
             true
         }
         Err(_) => false,
@@ -158,14 +168,18 @@ pub fn all(root: &Path) -> Vec<Target> {
         .iter()
         .map(dead_letter_text)
         .collect();
-    let payloads: Vec<String> = [
-        "events/replay-manual.json",
-        "events/replay-scheduled.json",
-        "events/replay-invalid.json",
-    ]
-    .iter()
-    .map(|f| read(root, f))
-    .collect();
+    let mut payloads: Vec<String> = ["events/replay-scheduled.json", "events/replay-seal.json"]
+        .iter()
+        .map(|f| read(root, f))
+        .collect();
+    payloads.extend(
+        [
+            r#"{"operation": "replay", "reason": "XAU mapped", "root_cause": "UNMAPPED_CURRENCY:*", "max_items": 500, "dry_run": true, "segment": "1/4"}"#,
+            r#"{"operation": "quarantine", "reason": "no such account", "envelope_ids": ["env_1"], "canary": {"slice": {"count": 5}, "max_failure_percent": 0, "wait_secs": 60}}"#,
+            r#"{"reason": "fixed", "triggered_by": "alice", "rootcause": "UNMAPPED_CURRENCY:XAU"}"#,
+        ]
+        .map(str::to_owned),
+    );
     vec![
         Target {
             name: "message body",

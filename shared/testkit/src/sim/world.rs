@@ -10,7 +10,7 @@ use recon_core::decisions::RetryPolicy;
 use recon_core::domain::{EnvelopeStatus, labels};
 use recon_core::enrich::{Enricher, EnricherConfig};
 use recon_core::ports::{Clock, EnvelopeStore, OutgoingMessage};
-use recon_core::replay::{ReplayConfig, ReplayRequest, Replayer, parse_invocation};
+use recon_core::replay::{Invocation, ReplayConfig, ReplayRequest, Replayer, parse_invocation};
 use recon_core::resources::{CONSUMER_TIMEOUT, ENRICHER_TIMEOUT, REPLAY_TIMEOUT};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -429,7 +429,7 @@ impl World {
                 "detail-type": "Scheduled Event", "source": "aws.events",
                 "resources": ["arn:aws:events:us-east-1:000000000000:rule/sim-sweep"]
             });
-            let Ok(request) = parse_invocation(&payload, "sim-sweep") else {
+            let Ok(Invocation::Sweep(request)) = parse_invocation(&payload, "sim-sweep", "sim-seal") else {
                 return;
             };
             self.replay(request, "replay-sweep");

@@ -201,6 +201,7 @@ fn operator_request(selector: Selector, reason: &str, quarantine: bool) -> Repla
         dry_run: false,
         reason: reason.into(),
         triggered_by: "operator".into(),
+        invocation: None,
         scheduled: false,
         quarantine,
     }
