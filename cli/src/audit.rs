@@ -4,7 +4,7 @@ use anyhow::{Result, bail};
 use clap::Subcommand;
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::DynamoAuditLog;
-use recon_core::evidence::{SealWindow, VerifyOptions, seal, verify_from_seal, verify_trail};
+use recon_core::evidence::{SealWindow, VerifyOptions, verify_from_seal, verify_trail};
 use recon_core::ports::{Ledger, LedgerReader};
 use recon_core::resources::ResourceNames;
 use std::path::PathBuf;
@@ -27,7 +27,8 @@ pub enum AuditCommand {
         #[arg(long = "accept-retired", value_name = "TRAIL")]
         accept_retired: Vec<String>,
     },
-    /// Write a seal of the chain heads (and their Merkle root) to the WORM bucket.
+    /// Write a seal of the chain heads (and their Merkle root) to the WORM bucket, asked of the
+    /// control plane. Role: auditor or admin.
     Seal,
     /// The life of one transaction, in order: its audit records, posting and envelopes.
     Show {
@@ -59,16 +60,15 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand
             print_verify(&report, true)
         }
         AuditCommand::Seal => {
-            let (key, s) = seal(&audit, &worm, chrono::Utc::now()).await?;
+            let control = crate::control::connect_as_cli(clients, names).await?;
+            let s = control.seal().await?;
             let value = serde_json::json!({
-                "bucket": names.quarantine_bucket, "key": key, "seq": s.seq, "chains": s.heads.len(), "root": s.root,
+                "bucket": names.quarantine_bucket, "key": s.key, "seq": s.seq, "chains": s.chains, "root": s.root,
             });
             crate::output::emit(&value, || {
                 format!(
-                    "sealed {} chains (root {}) at s3://{}/{key}",
-                    s.heads.len(),
-                    s.root,
-                    names.quarantine_bucket
+                    "sealed {} chains (root {}) at s3://{}/{}",
+                    s.chains, s.root, names.quarantine_bucket, s.key
                 )
             })
         }

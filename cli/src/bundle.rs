@@ -253,11 +253,21 @@ pub async fn reconcile_cmd(clients: &AwsClients, names: &ResourceNames, args: &R
 /// a page at a time. Reconciling the period reads that period's exceptions through their indexes
 /// (see `gather`). Written beside `out` and renamed over it once whole, so a failed export
 /// leaves no half bundle and an earlier bundle at `out` untouched.
-pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, out: &Path) -> Result<()> {
+///
+/// The trail is sealed first by `control` (as its caller: an auditor), so that the bundle covers
+/// every record up to now; the rest is read here.
+pub async fn export(
+    clients: &AwsClients,
+    names: &ResourceNames,
+    control: &crate::control::ControlPlane,
+    period: &str,
+    out: &Path,
+) -> Result<()> {
     check_period(period)?;
     let ev = gather(clients, names, None, Some(period), Keep::Every, DEFAULT_SEGMENTS, None).await?;
     // A bundle is verified offline against its own outcomes: every one is listed, none queued.
     let reconciliation = reconcile_counted(Counts::default(), &ev.outcomes, ev.problems, None, 0);
+    let sealed = control.seal().await?;
     let audit = crate::context::audit_log(clients, names);
     let worm = crate::context::worm(clients, names);
     // A device or pipe (`--out /dev/stdout`) is written as it is; a file, beside it first.
@@ -274,6 +284,7 @@ pub async fn export(clients: &AwsClients, names: &ResourceNames, period: &str, o
     let result = write_bundle(
         &audit,
         &worm,
+        &sealed.trail,
         chrono::Utc::now(),
         period,
         &ev.outcomes,

@@ -116,7 +116,7 @@ pub enum Command {
         command: remediate::PeriodCommand,
     },
     /// The hash-chained audit trail: verify, seal, show one transaction's life. Role: verify and
-    /// show, auditor; seal, the seal schedule's (by hand, the deployer's).
+    /// show, auditor; seal, auditor or admin (asked of the control plane).
     Audit {
         #[command(subcommand)]
         command: audit::AuditCommand,
@@ -150,7 +150,8 @@ pub enum Command {
 #[derive(Subcommand)]
 pub enum EvidenceCommand {
     /// Write a bundle (reconciliation of one period, audit chains with heads and seals) that
-    /// `dlqctl audit verify --bundle` checks offline.
+    /// `dlqctl audit verify --bundle` checks offline. The trail is sealed first, asked of the
+    /// control plane (the auditor's role may ask it; it may not write the bucket itself).
     Export {
         /// The accounting period, YYYY-MM.
         #[arg(long)]

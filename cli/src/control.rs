@@ -119,6 +119,12 @@ impl std::error::Error for Refusal {}
 
 impl ControlPlane {
     /// Ask `command`: the control plane's result, or its refusal as an error.
+    /// Seal the trail now (the auditor's or the admin's to ask: no operator role writes the
+    /// bucket).
+    pub async fn seal(&self) -> Result<Sealed> {
+        Ok(serde_json::from_value(self.ask(&Command::Seal).await?)?)
+    }
+
     pub async fn ask(&self, command: &Command) -> Result<Value> {
         let (status, body) = match self {
             ControlPlane::Api(api) => api.post(command).await?,
@@ -201,4 +207,14 @@ impl Api {
         let status = response.status().as_u16();
         Ok((status, response.text().await?))
     }
+}
+
+/// A seal the control plane wrote: its key in the bucket, its trail, number, chains and root.
+#[derive(serde::Deserialize)]
+pub struct Sealed {
+    pub key: String,
+    pub trail: String,
+    pub seq: u64,
+    pub chains: usize,
+    pub root: String,
 }

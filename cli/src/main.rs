@@ -69,7 +69,10 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Reconcile(args) => bundle::reconcile_cmd(&clients, &names, &args).await,
         Command::Evidence {
             command: EvidenceCommand::Export { period, out },
-        } => bundle::export(&clients, &names, &period, &out).await,
+        } => {
+            let control = dlqctl::control::connect_as_cli(&clients, &names).await?;
+            bundle::export(&clients, &names, &control, &period, &out).await
+        }
         Command::InfraSpec | Command::Completions { .. } => Ok(()),
     }
 }

@@ -95,6 +95,8 @@ async fn control_plane_calls() {
     // The auditor's read of a period's postings; a refusal (audited).
     let segment = json!({"operation": "reconcile-segment", "period": "2026-11", "segment": "0/2", "links": {}});
     ok(c.ask("auditor", "audrey", segment).await);
+    // The auditor's seal before an export.
+    ok(c.ask("auditor", "audrey", json!({"operation": "seal"})).await);
     let refused = c.ask(
         "viewer",
         "vera",

@@ -338,10 +338,11 @@ async fn bench(args: EvidenceArgs) -> Result<(), String> {
     let period = period_of(0, periods);
     let in_period = (0..count).filter(|n| n % periods == 0).count() as u64;
     let dir = std::env::temp_dir().join(format!("{prefix}-evidence.json"));
-    // A dlqctl build's command line for this deployment.
+    // A dlqctl build's command line for this deployment, as an auditor (an export asks the
+    // control plane for its seal).
     let dlq_of = |bin: &std::path::Path, args: &[&str]| {
         let mut c = Command::new(bin);
-        c.args(["--prefix", &prefix]).args(args);
+        c.args(["--prefix", &prefix]).args(args).env("DLQ_AS", "auditor:bench");
         c
     };
     let dlq = |args: &[&str]| dlq_of(&dlqctl, args);

@@ -194,7 +194,9 @@ async fn print_evidence(clients: &AwsClients, stack: &Stack, manifest: &Path, r:
     }
     let bundle = Path::new(".local-aws").join(format!("demo-bundle-{DEMO_PERIOD}.json"));
     print!("   dlqctl evidence export --period {DEMO_PERIOD}: ");
-    dlqctl::bundle::export(clients, &stack.names, DEMO_PERIOD, &bundle).await?;
+    // The auditor asks the control plane for the seal the bundle ends with.
+    let auditor = dlqctl::control::connect(clients, &stack.names, None, Some("auditor:audrey")).await?;
+    dlqctl::bundle::export(clients, &stack.names, &auditor, DEMO_PERIOD, &bundle).await?;
     verify_with_standalone_script(&bundle)
 }
 

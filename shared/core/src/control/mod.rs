@@ -41,6 +41,8 @@ pub enum Command {
     },
     /// One segment of a period's postings, for a reconciliation (reads only).
     ReconcileSegment(SegmentRead),
+    /// Seal the audit trail now.
+    Seal,
     SetPolicy {
         policy: ApprovalPolicy,
     },
@@ -146,6 +148,7 @@ impl Command {
             Command::Edit { .. } => Operation::Edit,
             Command::Execute { .. } => Operation::Execute,
             Command::ReconcileSegment(_) => Operation::ReconcileSegment,
+            Command::Seal => Operation::Seal,
             Command::SetPolicy { .. } => Operation::SetPolicy,
             Command::ClosePeriod { .. } => Operation::ClosePeriod,
             Command::OpenPeriod { .. } => Operation::OpenPeriod,
@@ -281,6 +284,15 @@ where
                 read.parts().map_err(ControlError::Invalid)?;
                 let out = read_period_segment(&self.replayer.ledger, &read).await;
                 Ok(json(&out.map_err(crate::ports::StoreError::infra)?))
+            }
+            Command::Seal => {
+                // Not `Replayer::seal`: that one is the seal schedule's heartbeat.
+                let r = &self.replayer;
+                let (key, seal) = crate::evidence::seal(&r.audit, &r.worm, r.clock.now()).await?;
+                let chains = seal.heads.len();
+                Ok(
+                    serde_json::json!({ "key": key, "trail": seal.trail, "seq": seal.seq, "chains": chains, "root": seal.root }),
+                )
             }
             Command::SetPolicy { policy } => {
                 policy.check().map_err(ControlError::Invalid)?;

@@ -59,6 +59,9 @@ named! {
         PutCurrency = "put-currency",
         /// Read one segment of a period's postings (reconciliation).
         ReconcileSegment = "reconcile-segment",
+        /// Seal the audit trail now (before an evidence export, or by hand): it decides nothing,
+        /// but writes to the bucket, which no operator role may.
+        Seal = "seal",
     }
 }
 
@@ -78,6 +81,7 @@ impl Operation {
             | Operation::SchedulePeriodClose
             | Operation::PutCurrency => &[Admin],
             Operation::ReconcileSegment => &[Auditor],
+            Operation::Seal => &[Auditor, Admin],
         }
     }
 }

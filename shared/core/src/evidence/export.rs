@@ -46,20 +46,22 @@ fn member<O: Write, T: Serialize + ?Sized>(out: &mut O, first: bool, name: &str,
     Ok(())
 }
 
-/// Seal the trail now, then write the bundle to `out` (as [`super::export_bundle`] gathers it:
-/// every record the new seal covers, every seal of the trail as stored, with proofs), the records
-/// chain by chain as their pages are read.
+/// Write the bundle of `trail` to `out` (as [`super::export_bundle`] gathers it: every record its
+/// latest seal covers, every seal of the trail as stored, with proofs), the records chain by chain
+/// as their pages are read. Seal the trail first (`dlqctl evidence export` asks the control plane
+/// to), or the records since the last seal are left out.
+#[allow(clippy::too_many_arguments)]
 pub async fn write_bundle<A: AuditLog, W: Worm, O: Write>(
     audit: &A,
     worm: &W,
+    trail: &str,
     now: DateTime<Utc>,
     period: &str,
     outcomes: &[(State, Entry)],
     reconciliation: &Reconciliation,
     out: &mut O,
 ) -> Result<BundleWritten, ExportError> {
-    let (_, sealed) = seal(audit, worm, now).await?;
-    let ev = read_worm(worm, Some(&sealed.trail)).await?;
+    let ev = read_worm(worm, Some(trail)).await?;
     // The records the last seal covers: each chain up to the head it commits to (none without a
     // seal that reads: the bundle then fails offline, as it must).
     let heads = ev
@@ -74,7 +76,7 @@ pub async fn write_bundle<A: AuditLog, W: Worm, O: Write>(
     member(out, false, "period", period)?;
     member(out, false, "outcomes", outcomes)?;
     member(out, false, "reconciliation", reconciliation)?;
-    member(out, false, "trail", &sealed.trail)?;
+    member(out, false, "trail", trail)?;
     out.write_all(b",\n\"audit_records\":[")?;
     let mut written = 0u64;
     for i in 0..AUDIT_CHAINS {
@@ -126,11 +128,21 @@ pub async fn export_bundle<A: AuditLog, W: Worm>(
 ) -> StoreResult<Bundle> {
     let mut bytes = Vec::new();
     let unwritable = |e: String| StoreError::infra(format!("the bundle: {e}"));
-    write_bundle(audit, worm, now, period, &outcomes, &reconciliation, &mut bytes)
-        .await
-        .map_err(|e| match e {
-            ExportError::Store(e) => e,
-            e => unwritable(e.to_string()),
-        })?;
+    let (_, sealed) = seal(audit, worm, now).await?;
+    write_bundle(
+        audit,
+        worm,
+        &sealed.trail,
+        now,
+        period,
+        &outcomes,
+        &reconciliation,
+        &mut bytes,
+    )
+    .await
+    .map_err(|e| match e {
+        ExportError::Store(e) => e,
+        e => unwritable(e.to_string()),
+    })?;
     serde_json::from_slice(&bytes).map_err(|e| unwritable(e.to_string()))
 }

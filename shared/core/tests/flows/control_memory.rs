@@ -475,3 +475,30 @@ fn a_command_names_its_operation_and_refuses_unknown_fields() {
     let replay: Command = serde_json::from_str(r#"{"operation":"replay","reason":"r","dry_run":true}"#).unwrap();
     assert_eq!(replay.operation().as_str(), "replay");
 }
+
+/// A seal by hand (before an evidence export) is the auditor's or the admin's to ask: it writes
+/// to the bucket, which no operator role may do itself.
+#[tokio::test]
+async fn the_trail_is_sealed_by_hand_only_for_an_auditor_or_an_admin() {
+    let (w, control) = xau_dead_letters(2).await;
+    for role in ["maker", "approver", "viewer", "break-glass"] {
+        let err = control
+            .handle_as(&caller(role, "mallory"), Command::Seal)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ControlError::Forbidden(_)), "{role}: {err}");
+    }
+    let first = control
+        .handle_as(&caller("auditor", "aud"), Command::Seal)
+        .await
+        .unwrap();
+    let second = control.handle_as(&caller("admin", "ada"), Command::Seal).await.unwrap();
+    assert_eq!(
+        (first["seq"].as_u64(), second["seq"].as_u64()),
+        (Some(1), Some(2)),
+        "{first} {second}"
+    );
+    let trail = first["trail"].as_str();
+    let stored = recon_core::evidence::read_worm(&*w.worm, trail).await.unwrap();
+    assert_eq!(stored.seals.len(), 2, "both seals are in the bucket");
+}

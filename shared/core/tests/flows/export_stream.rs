@@ -3,7 +3,7 @@
 
 use chrono::Utc;
 use recon_core::domain::{AuditKind, AuditRecord};
-use recon_core::evidence::{Bundle, VERIFY_PAGE, export_bundle, verify_bundle, write_bundle};
+use recon_core::evidence::{Bundle, VERIFY_PAGE, export_bundle, seal, verify_bundle, write_bundle};
 use recon_core::ports::{AuditLog, ChainPage, StoreResult};
 use recon_core::reconcile::reconcile;
 use recon_testkit::memory::{MemoryAuditLog, MemoryWorm};
@@ -71,9 +71,19 @@ async fn a_written_bundle_is_the_gathered_one_read_a_page_at_a_time_and_verifies
     let now = Utc::now();
     let reconciliation = reconcile(Vec::new(), Vec::new(), None, 0);
     let mut file = Vec::new();
-    let written = write_bundle(&audit, &worm, now, "2026-12", &[], &reconciliation, &mut file)
-        .await
-        .unwrap();
+    let (_, sealed) = seal(&audit, &worm, now).await.unwrap();
+    let written = write_bundle(
+        &audit,
+        &worm,
+        &sealed.trail,
+        now,
+        "2026-12",
+        &[],
+        &reconciliation,
+        &mut file,
+    )
+    .await
+    .unwrap();
     let streamed: Bundle = serde_json::from_slice(&file).expect("the file reads back as a bundle");
     assert_eq!(written.audit_records, 9_000);
     assert_eq!(streamed.audit_records.len(), 9_000);
@@ -114,9 +124,19 @@ async fn records_appended_while_it_is_written_stay_out_of_the_bundle() {
     let worm = MemoryWorm::default();
     let reconciliation = reconcile(Vec::new(), Vec::new(), None, 0);
     let mut file = Vec::new();
-    let written = write_bundle(&audit, &worm, Utc::now(), "2026-12", &[], &reconciliation, &mut file)
-        .await
-        .unwrap();
+    let (_, sealed) = seal(&audit, &worm, Utc::now()).await.unwrap();
+    let written = write_bundle(
+        &audit,
+        &worm,
+        &sealed.trail,
+        Utc::now(),
+        "2026-12",
+        &[],
+        &reconciliation,
+        &mut file,
+    )
+    .await
+    .unwrap();
     let streamed: Bundle = serde_json::from_slice(&file).unwrap();
     assert_eq!(
         written.audit_records, 3_000,
