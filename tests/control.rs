@@ -5,8 +5,6 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use recon_core::config::ControlSettings;
-use recon_core::control::{Asked, http};
-use recon_core::domain::operator::Caller;
 use recon_core::domain::{AuditKind, NewMessage};
 use recon_core::resources::keys;
 use recon_harness::stack::TestStack;
@@ -54,19 +52,8 @@ impl<'s> Control<'s> {
             "isBase64Encoded": false,
             "requestContext": {"requestId": format!("it-{n}"), "authorizer": {"iam": {"userArn": arn}}},
         });
-        let response = match http::request(&event) {
-            Ok(signed) => {
-                let caller = Caller::verified(&signed.principal, &self.settings.roles);
-                let invocation = format!("invocation-{n}");
-                let asked = Asked {
-                    caller: &caller,
-                    request_id: &invocation,
-                    deadline: None,
-                };
-                http::response(Box::pin(self.plane.handle(&asked, signed.command)).await)
-            }
-            Err(response) => response,
-        };
+        let invocation = format!("invocation-{n}");
+        let response = Box::pin(self.plane.answer(&event, &self.settings.roles, &invocation, None)).await;
         let body = serde_json::from_str(response["body"].as_str().unwrap()).unwrap();
         (response["statusCode"].as_u64().unwrap(), body)
     }
@@ -96,14 +83,30 @@ async fn each_role_asks_only_its_own_operations_and_every_refusal_is_audited() {
     assert_eq!(status, 200, "{body}");
     let (status, who) = c.ask("viewer", "vera", json!({"operation": "whoami"})).await;
     assert_eq!((status, who["role"].as_str()), (200, Some("viewer")));
-    // A payload naming its own actor is not a command.
+    // A payload naming its own actor is not a command; a replay without a reason is not a valid
+    // one: both refused and audited as the caller's.
     let named = json!({"operation": "replay", "reason": "r", "triggered_by": "the-cfo"});
     assert_eq!(c.ask("maker", "alice", named).await.0, 400);
+    let blank = json!({"operation": "replay", "reason": " "});
+    assert_eq!(c.ask("maker", "alice", blank).await.0, 400);
 
     let audit = s.audit().await;
     let refused: Vec<_> = audit.iter().filter(|r| r.kind == AuditKind::AccessRefused).collect();
-    assert_eq!(refused.len(), 5, "{refused:?}");
-    assert!(refused.iter().all(|r| r.detail.contains("set-policy")));
+    assert_eq!(refused.len(), 7, "{refused:?}");
+    assert_eq!(refused.iter().filter(|r| r.detail.contains("set-policy")).count(), 5);
+    let by_alice: Vec<_> = refused.iter().filter(|r| r.actor.ends_with("-maker/alice")).collect();
+    assert!(
+        by_alice
+            .iter()
+            .any(|r| r.detail.contains("unknown field `triggered_by`")),
+        "{by_alice:?}"
+    );
+    assert!(
+        by_alice
+            .iter()
+            .any(|r| r.detail.contains("`replay` refused") && r.detail.contains("reason")),
+        "{by_alice:?}"
+    );
     let changed: Vec<_> = audit.iter().filter(|r| r.kind == AuditKind::ReferenceChanged).collect();
     assert_eq!(changed.len(), 1);
     assert!(changed[0].actor.ends_with("-admin/ada"), "{}", changed[0].actor);

@@ -9,8 +9,6 @@
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use recon_aws::{AwsClients, ClientTimeouts, Target, telemetry, wiring};
 use recon_core::config::ControlSettings;
-use recon_core::control::{Asked, http};
-use recon_core::domain::operator::Caller;
 use recon_core::ports::lambda_deadline;
 use recon_core::resources::CONTROL_TIMEOUT;
 use std::sync::Arc;
@@ -34,18 +32,9 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let (control, roles) = (control.clone(), roles.clone());
         async move {
-            let signed = match http::request(&event.payload) {
-                Ok(signed) => signed,
-                Err(response) => return Ok::<serde_json::Value, Error>(response),
-            };
-            let caller = Caller::verified(&signed.principal, &roles);
-            let asked = Asked {
-                caller: &caller,
-                request_id: &event.context.request_id,
-                deadline: lambda_deadline(event.context.deadline),
-            };
-            // Boxed: a replay's future is deep.
-            Ok(http::response(Box::pin(control.handle(&asked, signed.command)).await))
+            let deadline = lambda_deadline(event.context.deadline);
+            let id = &event.context.request_id;
+            Ok::<serde_json::Value, Error>(control.answer(&event.payload, &roles, id, deadline).await)
         }
     }))
     .await

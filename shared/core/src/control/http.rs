@@ -4,20 +4,56 @@
 //! request without one is refused before anything is read.
 
 use base64::Engine as _;
+use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Command, ControlError};
+use super::{Asked, Command, ControlError, ControlPlane};
+use crate::domain::operator::{Caller, RoleNames};
+use crate::ports::{LedgerReader, Signer};
+use crate::replay::ReplayPorts;
 
 /// The largest body the control plane reads (a command is small; an edit's body at most SQS's).
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
-/// What an HTTP API request asks: the verified principal and the command; or the response to
-/// give instead (nothing was done, nothing is audited: no caller is known). The audit records
-/// of what it does are named by the invocation's own id, which no caller chooses.
+/// What an HTTP API request asks: the verified principal and the command (or why its body is
+/// not one: refused, and audited as that caller's); or the response to give instead (no caller
+/// is known, or the body is larger than any command: nothing was done, nothing is audited). The
+/// audit records of what it does are named by the invocation's own id, which no caller chooses.
 #[derive(Debug)]
 pub struct SignedRequest {
     pub principal: String,
-    pub command: Command,
+    pub command: Result<Command, String>,
+}
+
+impl<P: ReplayPorts, G: Signer> ControlPlane<P, G>
+where
+    P::Ledger: LedgerReader,
+{
+    /// Answer one HTTP API request as the control function does: the caller the one API Gateway
+    /// verified, holding the role `roles` says; `request_id` the invocation's own.
+    pub async fn answer(
+        &self,
+        event: &Value,
+        roles: &RoleNames,
+        request_id: &str,
+        deadline: Option<DateTime<Utc>>,
+    ) -> Value {
+        let signed = match request(event) {
+            Ok(signed) => signed,
+            Err(response) => return response,
+        };
+        let caller = Caller::verified(&signed.principal, roles);
+        let asked = Asked {
+            caller: &caller,
+            request_id,
+            deadline,
+        };
+        match signed.command {
+            // Boxed: a replay's future is deep.
+            Ok(command) => response(Box::pin(self.handle(&asked, command)).await),
+            Err(why) => response(self.malformed(&asked, why).await),
+        }
+    }
 }
 
 pub fn request(event: &Value) -> Result<SignedRequest, Value> {
@@ -39,17 +75,15 @@ pub fn request(event: &Value) -> Result<SignedRequest, Value> {
     }
     let body = if event.get("isBase64Encoded").and_then(Value::as_bool) == Some(true) {
         let bytes = base64::engine::general_purpose::STANDARD.decode(body.as_bytes());
-        match bytes.ok().and_then(|b| String::from_utf8(b).ok()) {
-            Some(b) => b,
-            None => return Err(reply(400, "invalid", "the body is not base64 of UTF-8 text")),
-        }
+        bytes.ok().and_then(|b| String::from_utf8(b).ok())
     } else {
-        body
+        Some(body)
     };
-    match serde_json::from_str::<Command>(&body) {
-        Ok(command) => Ok(SignedRequest { principal, command }),
-        Err(e) => Err(reply(400, "invalid", &format!("not a command: {e}"))),
-    }
+    let command = match body {
+        Some(body) => serde_json::from_str::<Command>(&body).map_err(|e| format!("not a command: {e}")),
+        None => Err("the body is not base64 of UTF-8 text".to_owned()),
+    };
+    Ok(SignedRequest { principal, command })
 }
 
 /// The response to a command's result: 200 with its result; 403 for a role that may not, 409
@@ -118,18 +152,19 @@ mod tests {
         let arn = "arn:aws:sts::1:assumed-role/acme-maker/alice";
         let asked = request(&event(r#"{"operation":"whoami"}"#, Some(arn))).unwrap();
         assert_eq!(asked.principal, arn);
-        assert_eq!(asked.command, Command::Whoami);
+        assert_eq!(asked.command, Ok(Command::Whoami));
         assert_eq!(
             request(&event(r#"{"operation":"whoami"}"#, None)).unwrap_err()["statusCode"],
             401
         );
-        assert_eq!(
-            request(&event(r#"{"operation":"x"}"#, Some(arn))).unwrap_err()["statusCode"],
-            400
-        );
+        // Not a command, but from a verified caller: theirs to be refused (and audited).
+        let malformed = request(&event(r#"{"operation":"x"}"#, Some(arn))).unwrap();
+        assert!(malformed.command.is_err_and(|e| e.contains("not a command")));
         let mut encoded = event("eyJvcGVyYXRpb24iOiJ3aG9hbWkifQ==", Some(arn));
         encoded["isBase64Encoded"] = json!(true);
-        assert_eq!(request(&encoded).unwrap().command, Command::Whoami);
+        assert_eq!(request(&encoded).unwrap().command, Ok(Command::Whoami));
+        encoded["body"] = json!("%%%");
+        assert!(request(&encoded).unwrap().command.is_err_and(|e| e.contains("base64")));
     }
 
     #[test]

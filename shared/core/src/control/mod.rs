@@ -222,10 +222,20 @@ where
             Ok(role) => self.perform(asked, role, command).await,
             Err(refused) => Err(ControlError::Forbidden(refused)),
         };
-        if let Err(ControlError::Forbidden(why) | ControlError::Refused(why)) = &outcome {
-            self.refused(asked, op, why).await?;
+        match &outcome {
+            Err(ControlError::Forbidden(why) | ControlError::Refused(why)) => self.refused(asked, op, &why.0).await?,
+            Err(ControlError::Invalid(why)) => self.refused(asked, op, why).await?,
+            _ => {}
         }
         outcome
+    }
+
+    /// Refuse a request whose body is not a command (`why`), audited as the caller's.
+    pub async fn malformed(&self, asked: &Asked<'_>, why: String) -> Result<serde_json::Value, ControlError> {
+        let shown: String = why.chars().take(MAX_REFUSAL_CHARS).collect();
+        let detail = format!("a request that is not a command refused: {shown}");
+        self.record(AuditKind::AccessRefused, asked, "CONTROL", detail).await?;
+        Err(ControlError::Invalid(why))
     }
 
     async fn perform(
@@ -466,8 +476,9 @@ where
     }
 
     /// Record a refusal: who asked what, and why not.
-    async fn refused(&self, asked: &Asked<'_>, op: Operation, why: &Refused) -> Result<(), ControlError> {
-        let detail = format!("`{op}` refused: {}", why.0);
+    async fn refused(&self, asked: &Asked<'_>, op: Operation, why: &str) -> Result<(), ControlError> {
+        let shown: String = why.chars().take(MAX_REFUSAL_CHARS).collect();
+        let detail = format!("`{op}` refused: {shown}");
         self.record(AuditKind::AccessRefused, asked, "CONTROL", detail).await
     }
 
@@ -486,6 +497,9 @@ where
         Ok(())
     }
 }
+
+/// The most of a refusal's reason its audit record keeps (a reason may quote the caller's input).
+const MAX_REFUSAL_CHARS: usize = 300;
 
 /// The longest description of a currency mapping (it travels in every reference snapshot).
 pub const MAX_DESCRIPTION_CHARS: usize = 200;
