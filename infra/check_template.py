@@ -233,6 +233,9 @@ def nothing_expires_silently(tpl):
         if r.get("Type") == "AWS::Scheduler::Schedule":
             if not a_queue(props.get("Target", {}).get("DeadLetterConfig", {}).get("Arn")):
                 errors.append(f"{name} has no dead-letter queue: an event it cannot deliver is dropped")
+            group = resource_ref(props["GroupName"]) if "GroupName" in props else None
+            if not (isinstance(group, str) and res.get(group, {}).get("Type") == "AWS::Scheduler::ScheduleGroup"):
+                errors.append(f"{name} is not in the stack's schedule group: the scheduler's role serves only that group, and its alarm watches only it")
         if r.get("Type") == "AWS::Serverless::Function" and any(
             s.get("Properties", {}).get("Target", {}).get("Arn") == {"Fn::GetAtt": [name, "Arn"]}
             for s in res.values() if s.get("Type") == "AWS::Scheduler::Schedule"
@@ -408,6 +411,7 @@ def mutations(tpl):
         mutate(lambda t: t["Parameters"]["SealEveryMinutes"].__setitem__("Default", 60), "a heartbeat shorter than two seal intervals"),
         mutate(lambda t: res(t).pop("SchedulerTargetErrorsAlarm"), "no alarm on the schedules' failures"),
         mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].pop("DeadLetterConfig"), "a schedule without a dead-letter queue"),
+        mutate(lambda t: res(t)["AuditSealSchedule"]["Properties"].pop("GroupName"), "a schedule in the account's default group"),
         mutate(lambda t: t["Rules"].pop("AlarmsReachSomeone"), "a deployment whose alarms page no one"),
         mutate(lambda t: t["Parameters"]["ConsumerMaxConcurrency"].__setitem__("Default", 20), "a consumer event source wider than its reservation"),
         mutate(lambda t: t["Parameters"]["ReplayReservedConcurrency"].__setitem__("Default", 2), "a replay reservation the schedules share with manual runs"),

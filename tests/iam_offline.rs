@@ -219,6 +219,8 @@ const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     ("ControlRole", "dynamodb:PutItem", "table:AuditTable", "lead=#head#c2", false, "a head is never put"),
     ("ControlRole", "kms:GenerateMac", "key:DecisionKey", "", true, "it seals its decisions"),
     ("ControlRole", "lambda:InvokeFunction", "function:ReplayFunction", "", false, "it runs replays itself"),
+    ("ControlRole", "dynamodb:Query", "index:LedgerTable", "", true, "an auditor's segment of a period"),
+    ("ControlRole", "s3:PutObject", "object:audit-seals/t1/00000000000000000002.json", "put", true, "a seal an auditor asks for"),
     ("ReplayRole", "kms:GenerateMac", "key:DecisionKey", "", false, "the replay cannot seal an approval"),
     // Operators ask the control plane, read the stores, and write nothing themselves.
     ("MakerRole", "execute-api:Invoke", "api:POST/operations", "", true, "proposes through the control plane"),

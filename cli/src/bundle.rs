@@ -284,7 +284,7 @@ pub async fn export(
     let result = write_bundle(
         &audit,
         &worm,
-        &sealed.trail,
+        (&sealed.trail, sealed.seq),
         chrono::Utc::now(),
         period,
         &ev.outcomes,

@@ -118,13 +118,13 @@ impl std::fmt::Display for Refusal {
 impl std::error::Error for Refusal {}
 
 impl ControlPlane {
-    /// Ask `command`: the control plane's result, or its refusal as an error.
     /// Seal the trail now (the auditor's or the admin's to ask: no operator role writes the
     /// bucket).
     pub async fn seal(&self) -> Result<Sealed> {
         Ok(serde_json::from_value(self.ask(&Command::Seal).await?)?)
     }
 
+    /// Ask `command`: the control plane's result, or its refusal as an error.
     pub async fn ask(&self, command: &Command) -> Result<Value> {
         let (status, body) = match self {
             ControlPlane::Api(api) => api.post(command).await?,

@@ -10,7 +10,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::FailureCode;
-use crate::domain::approval::{ApprovalPolicy, ApprovalRequest, Refused, RequestStatus};
+use crate::domain::approval::{ApprovalPolicy, ApprovalRequest, MAX_REASON_BYTES, Refused, RequestStatus};
 use crate::domain::canary::Canary;
 use crate::domain::edit::Proposal;
 use crate::domain::input;
@@ -113,6 +113,11 @@ impl Remediation {
             return Err(RequestError(
                 "`reason` must say why this replay is run (it is audited)".into(),
             ));
+        }
+        if self.reason.len() > MAX_REASON_BYTES || self.reason.chars().any(char::is_control) {
+            return Err(RequestError(format!(
+                "`reason` is one line of at most {MAX_REASON_BYTES} bytes (a ticket reference says more)"
+            )));
         }
         if self.max_items == Some(0) {
             return Err(RequestError("`max_items` must be at least 1".into()));
@@ -232,8 +237,7 @@ where
 
     /// Refuse a request whose body is not a command (`why`), audited as the caller's.
     pub async fn malformed(&self, asked: &Asked<'_>, why: String) -> Result<serde_json::Value, ControlError> {
-        let shown: String = why.chars().take(MAX_REFUSAL_CHARS).collect();
-        let detail = format!("a request that is not a command refused: {shown}");
+        let detail = format!("a request that is not a command refused: {}", shown(&why));
         self.record(AuditKind::AccessRefused, asked, "CONTROL", detail).await?;
         Err(ControlError::Invalid(why))
     }
@@ -299,6 +303,7 @@ where
                 // Not `Replayer::seal`: that one is the seal schedule's heartbeat.
                 let r = &self.replayer;
                 let (key, seal) = crate::evidence::seal(&r.audit, &r.worm, r.clock.now()).await?;
+                tracing::info!(seal = %key, by = %me.arn, request = %asked.request_id, "audit trail sealed on request");
                 let chains = seal.heads.len();
                 Ok(
                     serde_json::json!({ "key": key, "trail": seal.trail, "seq": seal.seq, "chains": chains, "root": seal.root }),
@@ -477,8 +482,7 @@ where
 
     /// Record a refusal: who asked what, and why not.
     async fn refused(&self, asked: &Asked<'_>, op: Operation, why: &str) -> Result<(), ControlError> {
-        let shown: String = why.chars().take(MAX_REFUSAL_CHARS).collect();
-        let detail = format!("`{op}` refused: {shown}");
+        let detail = format!("`{op}` refused: {}", shown(why));
         self.record(AuditKind::AccessRefused, asked, "CONTROL", detail).await
     }
 
@@ -500,6 +504,15 @@ where
 
 /// The most of a refusal's reason its audit record keeps (a reason may quote the caller's input).
 const MAX_REFUSAL_CHARS: usize = 300;
+
+/// A refusal's reason as its audit record keeps it: its first [`MAX_REFUSAL_CHARS`] characters,
+/// control characters (the caller's, quoted) as `?`.
+fn shown(why: &str) -> String {
+    why.chars()
+        .take(MAX_REFUSAL_CHARS)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
 
 /// The longest description of a currency mapping (it travels in every reference snapshot).
 pub const MAX_DESCRIPTION_CHARS: usize = 200;

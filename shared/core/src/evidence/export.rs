@@ -48,13 +48,14 @@ fn member<O: Write, T: Serialize + ?Sized>(out: &mut O, first: bool, name: &str,
 
 /// Write the bundle of `trail` to `out` (as [`super::export_bundle`] gathers it: every record its
 /// latest seal covers, every seal of the trail as stored, with proofs), the records chain by chain
-/// as their pages are read. Seal the trail first (`dlqctl evidence export` asks the control plane
-/// to), or the records since the last seal are left out.
+/// as their pages are read. The caller seals the trail first (`dlqctl evidence export` asks the
+/// control plane to) and gives that seal's number, `sealed`: a trail whose latest readable seal is
+/// older is refused, not written as a bundle that leaves the newest records out.
 #[allow(clippy::too_many_arguments)]
 pub async fn write_bundle<A: AuditLog, W: Worm, O: Write>(
     audit: &A,
     worm: &W,
-    trail: &str,
+    (trail, sealed): (&str, u64),
     now: DateTime<Utc>,
     period: &str,
     outcomes: &[(State, Entry)],
@@ -62,14 +63,16 @@ pub async fn write_bundle<A: AuditLog, W: Worm, O: Write>(
     out: &mut O,
 ) -> Result<BundleWritten, ExportError> {
     let ev = read_worm(worm, Some(trail)).await?;
-    // The records the last seal covers: each chain up to the head it commits to (none without a
-    // seal that reads: the bundle then fails offline, as it must).
-    let heads = ev
-        .seals
-        .last()
-        .and_then(|s| AuditSeal::parse(s.body.as_bytes()).ok())
-        .map(|s| s.heads)
-        .unwrap_or_default();
+    // The records the last seal covers: each chain up to the head it commits to.
+    let latest = ev.seals.last().and_then(|s| AuditSeal::parse(s.body.as_bytes()).ok());
+    if latest.as_ref().is_none_or(|l| l.seq < sealed) {
+        let read = latest.as_ref().map_or("none".to_owned(), |l| format!("seal {}", l.seq));
+        return Err(StoreError::infra(format!(
+            "trail {trail}: its latest readable seal is {read}, not seal {sealed} written for this export: nothing written"
+        ))
+        .into());
+    }
+    let heads = latest.map(|s| s.heads).unwrap_or_default();
     out.write_all(b"{")?;
     member(out, true, "schema", BUNDLE_SCHEMA)?;
     member(out, false, "exported_at", &now)?;
@@ -132,7 +135,7 @@ pub async fn export_bundle<A: AuditLog, W: Worm>(
     write_bundle(
         audit,
         worm,
-        &sealed.trail,
+        (&sealed.trail, sealed.seq),
         now,
         period,
         &outcomes,

@@ -167,9 +167,9 @@ fn own_envelope(r: &AuditRecord) -> Option<String> {
     }
 }
 
-/// One invocation of a reconciliation's fan-out: one segment of one period's ledger read, with
-/// the links the caller read (`{"reconcile_segment": {"period": "YYYY-MM", "segment":
-/// "INDEX/COUNT", "links": {…}}}` to the replay function).
+/// One request of a reconciliation's fan-out: one segment of one period's ledger read, with the
+/// links the caller read (`{"operation": "reconcile-segment", "period": "YYYY-MM", "segment":
+/// "INDEX/COUNT", "links": {…}}` to the control plane).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SegmentRead {

@@ -245,6 +245,13 @@ impl<P: ReplayPorts> Replayer<P> {
         let id = &r.request_id.clone();
         // A paused request resumed goes on without its canary: someone looked at its report.
         let canary = r.canary.filter(|_| r.first_run());
+        // What cannot run is refused before the request is marked EXECUTING.
+        if r.set.is_empty() {
+            return Err(Refused(format!("request {id} names no envelope")).into());
+        }
+        if r.action == Action::Edit && r.edit.is_none() {
+            return Err(Refused(format!("request {id} holds no edit")).into());
+        }
         r.start(by, resumer, self.clock.now())?;
         if !self.store.update_request(&r, None).await? {
             return Err(Refused(format!("request {id} changed as it was to start (another execution?)")).into());
@@ -255,9 +262,6 @@ impl<P: ReplayPorts> Replayer<P> {
             invocation: invocation.map(str::to_owned),
             ..ReplayRequest::by_hand(format!("{} (approved {what} {id})", r.reason), by.to_owned())
         };
-        if r.set.is_empty() {
-            return Err(Refused(format!("request {id} names no envelope")).into());
-        }
         let report = if r.action == Action::Edit {
             self.run_edit(&r, &req, deadline).await?
         } else {

@@ -3,7 +3,8 @@
 //! not.
 //!
 //! One code path serves both triggers: a scheduled sweep over PENDING envelopes (resuming from a
-//! persisted cursor), and a hand-invoked replay with a selector, a reason and an actor.
+//! persisted cursor), and a replay by hand (through the control plane) with a selector, a reason
+//! and the verified caller as its actor.
 //!
 //! For each selected envelope, oldest first, the three gates and the replay cap decide
 //! ([`gates`]).

@@ -79,10 +79,12 @@ impl ReplayRequest {
         }
     }
 
-    /// Who runs it as its audit records name them: the actor, why, and in which invocation.
+    /// Who runs it as its audit records name them: the actor, in which invocation, then why. The
+    /// invocation comes before the reason, which is the caller's text: the first `[invocation …]`
+    /// is the one that ran it, whatever a reason says.
     pub fn actor(&self) -> String {
         match &self.invocation {
-            Some(id) => format!("{} ({}; invocation {id})", self.triggered_by, self.reason),
+            Some(id) => format!("{} [invocation {id}] ({})", self.triggered_by, self.reason),
             None => format!("{} ({})", self.triggered_by, self.reason),
         }
     }
@@ -249,7 +251,7 @@ mod tests {
         r.invocation = Some("4f1c".into());
         assert_eq!(
             r.actor(),
-            format!("schedule:{SWEEP} (scheduled sweep; invocation 4f1c)")
+            format!("schedule:{SWEEP} [invocation 4f1c] (scheduled sweep)")
         );
     }
 

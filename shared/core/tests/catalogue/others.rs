@@ -105,6 +105,11 @@ pub fn operator_input() -> Vec<Case> {
             "refused (400): invalid replay request: `reason` must say why this replay is run",
         ),
         (
+            "replay with a two-line reason",
+            serde_json::json!({"operation": "replay", "reason": "fixed\n[invocation forged]"}),
+            "refused (400): invalid replay request: `reason` is one line of at most 1000 bytes",
+        ),
+        (
             "replay of zero items",
             serde_json::json!({"operation": "replay", "reason": "fixed", "max_items": 0}),
             "refused (400): invalid replay request: `max_items` must be at least 1",

@@ -294,13 +294,9 @@ async fn a_makers_replay_runs_under_the_policy_and_above_it_waits_for_an_approve
     // said) and the control-plane request it ran in: the approved run's and the direct one's.
     let reinjected = records(&w, AuditKind::ReplayReinjected).await;
     assert_eq!(reinjected.len(), 4, "{reinjected:?}");
-    let by_alice = "arn:aws:sts::000000000000:assumed-role/acme-maker/alice (";
+    let by_alice = "arn:aws:sts::000000000000:assumed-role/acme-maker/alice [invocation req-";
     for r in &reinjected {
-        assert!(
-            r.actor.starts_with(by_alice) && r.actor.contains("; invocation req-"),
-            "{}",
-            r.actor
-        );
+        assert!(r.actor.starts_with(by_alice), "{}", r.actor);
     }
 }
 
@@ -501,4 +497,23 @@ async fn the_trail_is_sealed_by_hand_only_for_an_auditor_or_an_admin() {
     let trail = first["trail"].as_str();
     let stored = recon_core::evidence::read_worm(&*w.worm, trail).await.unwrap();
     assert_eq!(stored.seals.len(), 2, "both seals are in the bucket");
+}
+
+/// A refusal's record quotes the caller's input only so far, and never a line break of theirs.
+#[tokio::test]
+async fn a_refusal_keeps_a_bounded_printable_reason() {
+    let w = world();
+    let control = control(&w);
+    let mallory = caller("maker", "mallory");
+    let asked = Asked {
+        caller: &mallory,
+        request_id: "req-long",
+        deadline: None,
+    };
+    let why = format!("not a command: unknown field `{}\nforged line`", "x".repeat(5_000));
+    assert!(control.malformed(&asked, why).await.is_err());
+    let refused = records(&w, AuditKind::AccessRefused).await;
+    assert_eq!(refused.len(), 1);
+    let detail = &refused[0].detail;
+    assert!(detail.chars().count() < 400 && !detail.contains('\n'), "{detail}");
 }

@@ -75,7 +75,7 @@ async fn a_written_bundle_is_the_gathered_one_read_a_page_at_a_time_and_verifies
     let written = write_bundle(
         &audit,
         &worm,
-        &sealed.trail,
+        (&sealed.trail, sealed.seq),
         now,
         "2026-12",
         &[],
@@ -128,7 +128,7 @@ async fn records_appended_while_it_is_written_stay_out_of_the_bundle() {
     let written = write_bundle(
         &audit,
         &worm,
-        &sealed.trail,
+        (&sealed.trail, sealed.seq),
         Utc::now(),
         "2026-12",
         &[],
@@ -147,4 +147,31 @@ async fn records_appended_while_it_is_written_stay_out_of_the_bundle() {
         3_080
     );
     assert!(verify_bundle(&streamed).intact(), "{:?}", verify_bundle(&streamed));
+}
+
+/// A trail whose latest readable seal is older than the one its caller wrote is refused: the bundle
+/// would leave the newest records out and still say it was exported.
+#[tokio::test]
+async fn a_bundle_is_not_written_from_a_seal_older_than_the_one_written_for_it() {
+    let audit = Paged::default();
+    audit.append(&rec(0)).await.unwrap();
+    let worm = MemoryWorm::default();
+    let (_, sealed) = seal(&audit, &worm, Utc::now()).await.unwrap();
+    let reconciliation = reconcile(Vec::new(), Vec::new(), None, 0);
+    let mut file = Vec::new();
+    let newer = (sealed.trail.as_str(), sealed.seq + 1);
+    let err = write_bundle(
+        &audit,
+        &worm,
+        newer,
+        Utc::now(),
+        "2026-12",
+        &[],
+        &reconciliation,
+        &mut file,
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("not seal"), "{err}");
+    assert!(file.is_empty(), "nothing written");
 }
