@@ -261,6 +261,15 @@ const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     ("BreakGlassRole", "dynamodb:PutItem", "table:LedgerTable", "", false, "no posting by hand"),
     ("BreakGlassRole", "execute-api:Invoke", "api:POST/operations", "", false, "the control plane grants it nothing"),
     ("BreakGlassRole", "kms:GenerateMac", "key:DecisionKey", "", false, "nor a seal"),
+    // The bucket's lock, versioning, lifecycle and policy: break-glass only, even against an administrator.
+    ("Admin", "s3:PutBucketPolicy", "bucket", "", false, "the bucket's policy, even by an administrator"),
+    ("Admin", "s3:DeleteBucketPolicy", "bucket", "", false, "nor removed"),
+    ("Admin", "s3:PutBucketObjectLockConfiguration", "bucket", "", false, "nor its lock"),
+    ("Admin", "s3:PutLifecycleConfiguration", "bucket", "", false, "nor its lifecycle"),
+    ("Admin", "s3:PutBucketVersioning", "bucket", "", false, "nor its versioning"),
+    ("BreakGlassRole", "s3:PutBucketPolicy", "bucket", "", true, "by break-glass, paged"),
+    ("BreakGlassRole", "s3:PutLifecycleConfiguration", "bucket", "", true, "by break-glass, paged"),
+    ("AdminRole", "s3:PutBucketPolicy", "bucket", "", false, "the operators' admin is not break-glass"),
     // Who may become an operator: an IAM user, with MFA, under their own name.
     ("Alice", "sts:AssumeRole", "role:MakerRole", "session=alice;user=alice;mfa", true, "as herself"),
     ("Alice", "sts:AssumeRole", "role:ApproverRole", "session=bob;user=alice;mfa", false, "a session named as someone else"),
