@@ -106,8 +106,8 @@ impl Remediation {
     }
 
     /// The replay request it asks for, as `by` (the caller AWS verified) in control-plane request
-    /// `invocation`. Refused: no reason, no item, a segment not `INDEX/COUNT`, a canary out of
-    /// its bounds.
+    /// `invocation`. Refused: no reason, a reason of two lines or above 1000 bytes, no item, a
+    /// segment not `INDEX/COUNT`, a canary out of its bounds.
     pub fn request(&self, by: &str, invocation: &str, quarantine: bool) -> Result<ReplayRequest, RequestError> {
         if self.reason.trim().is_empty() {
             return Err(RequestError(
