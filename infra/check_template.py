@@ -93,6 +93,7 @@ def check(tpl, spec):
            (rule.get("RuleCondition"), [a.get("Assert") for a in rule.get("Assertions", [])]),
            ({"Fn::Equals": [{"Ref": "AlarmEmail"}, ""]}, [{"Fn::Equals": [{"Ref": "AlarmsUnattended"}, "true"]}]))
     errors.extend(alarms_can_publish(tpl))
+    errors.extend(tampering_pages(tpl))
     errors.extend(every_alarm_on_the_dashboard(tpl))
     errors.extend(own_metrics_per_stack(tpl, spec["metrics_namespace"]))
 
@@ -287,6 +288,47 @@ def failures_page_a_human(tpl):
     return errors
 
 
+def refs_in(value):
+    """Every logical id a Ref or GetAtt inside `value` names."""
+    if isinstance(value, dict):
+        if "Ref" in value:
+            return {value["Ref"]}
+        if "Fn::GetAtt" in value:
+            return {resource_ref(value)}
+        return set().union(*(refs_in(v) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(refs_in(v) for v in value)) if value else set()
+    return set()
+
+
+def tampering_pages(tpl):
+    """A change to a function, a mapping, the schedules, the control plane's API, the WORM bucket
+    or a key pages: each is named by an EventBridge rule that targets the alarm topic, and the
+    topic's policy lets each such rule publish (else its page is dropped without a word)."""
+    errors = []
+    res = tpl.get("Resources", {})
+    rules = {k: r.get("Properties", {}) for k, r in res.items() if r.get("Type") == "AWS::Events::Rule"
+             and any(t.get("Arn") == {"Ref": "AlarmTopic"} for t in r.get("Properties", {}).get("Targets", []))}
+    named = set().union(*(refs_in(p.get("EventPattern")) for p in rules.values())) if rules else set()
+    watched = ("AWS::Lambda::EventSourceMapping", "AWS::Scheduler::ScheduleGroup", "AWS::Serverless::HttpApi",
+               "AWS::S3::Bucket", "AWS::KMS::Key")
+    for name, r in sorted(res.items()):
+        if r.get("Type") in watched and name not in named:
+            errors.append(f"a change to {name} pages no one: no rule to the alarm topic names it")
+    if not any(p.get("EventPattern", {}).get("detail", {}).get("requestParameters", {}).get("functionName")
+               for p in rules.values()):
+        errors.append("a change to the functions' code or configuration pages no one")
+    admitted = set()
+    for r in res.values():
+        if r.get("Type") == "AWS::SNS::TopicPolicy":
+            for s in r.get("Properties", {}).get("PolicyDocument", {}).get("Statement", []):
+                if s.get("Principal") == {"Service": "events.amazonaws.com"}:
+                    admitted |= refs_in(s.get("Condition", {}).get("ArnEquals", {}).get("aws:SourceArn"))
+    for name in sorted(set(rules) - admitted):
+        errors.append(f"rule {name} targets the alarm topic, whose policy does not let it publish")
+    return errors
+
+
 def every_alarm_on_the_dashboard(tpl):
     """The runbook sends the on-call to the dashboard's alarm widget: every alarm is on it."""
     res = tpl.get("Resources", {})
@@ -412,6 +454,8 @@ def mutations(tpl):
         mutate(lambda t: res(t).pop("SchedulerTargetErrorsAlarm"), "no alarm on the schedules' failures"),
         mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].pop("DeadLetterConfig"), "a schedule without a dead-letter queue"),
         mutate(lambda t: res(t)["AuditSealSchedule"]["Properties"].pop("GroupName"), "a schedule in the account's default group"),
+        mutate(lambda t: res(t).pop("TamperKeysRule"), "a key's policy rewritten unseen"),
+        mutate(lambda t: res(t)["AlarmTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"][0]["Condition"]["ArnEquals"]["aws:SourceArn"].pop(), "a tampering rule whose page the topic refuses"),
         mutate(lambda t: t["Rules"].pop("AlarmsReachSomeone"), "a deployment whose alarms page no one"),
         mutate(lambda t: t["Parameters"]["ConsumerMaxConcurrency"].__setitem__("Default", 20), "a consumer event source wider than its reservation"),
         mutate(lambda t: t["Parameters"]["ReplayReservedConcurrency"].__setitem__("Default", 2), "a replay reservation the schedules share with manual runs"),
