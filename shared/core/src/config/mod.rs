@@ -91,16 +91,9 @@ pub fn environment(
 
 /// Whom the functions believe `dlq.*` and `replay.*` attributes from.
 fn trust<G: Fn(&str) -> Option<String>>(env: &Env<G>) -> Result<crate::domain::sqs::Trust, ConfigError> {
-    let senders = |var: &'static str| -> Result<crate::domain::sqs::Senders, ConfigError> {
-        env.name(var)?.parse().map_err(|why| ConfigError::Invalid {
-            var,
-            value: String::new(),
-            allowed: why,
-        })
-    };
     Ok(crate::domain::sqs::Trust {
-        dead_letters: senders(vars::CONSUMER_SENDERS)?,
-        replays: senders(vars::REPLAY_SENDERS)?,
+        dead_letters: env.parsed(vars::CONSUMER_SENDERS)?,
+        replays: env.parsed(vars::REPLAY_SENDERS)?,
     })
 }
 
@@ -202,6 +195,15 @@ impl<G: Fn(&str) -> Option<String>> Env<G> {
                 allowed: spec.rule.allowed(),
             })
         }
+    }
+
+    /// A required value read as a `T` (its rule is that it reads: the parse's own error names
+    /// what is wrong).
+    fn parsed<T: std::str::FromStr<Err = String>>(&self, var: &'static str) -> Result<T, ConfigError> {
+        let value = self.name(var)?;
+        value
+            .parse()
+            .map_err(|allowed| ConfigError::Invalid { var, value, allowed })
     }
 
     /// An optional name, checked against its rule when set.
@@ -481,14 +483,7 @@ impl ControlSettings {
         let env = Env::new(get);
         Ok(ControlSettings {
             replay: ReplaySettings::read(&env)?,
-            roles: env
-                .name(vars::OPERATOR_ROLES)?
-                .parse()
-                .map_err(|why| ConfigError::Invalid {
-                    var: vars::OPERATOR_ROLES,
-                    value: String::new(),
-                    allowed: why,
-                })?,
+            roles: env.parsed(vars::OPERATOR_ROLES)?,
             decision_key: env.name(vars::DECISION_KEY)?,
             audited: env.audited(),
         })
