@@ -1,13 +1,31 @@
 //! The evidence bundle written as it is read (`write_bundle`): the same bundle `export_bundle`
 //! gathers in memory, read a page of records at a time, and it verifies offline.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use recon_core::domain::{AuditKind, AuditRecord};
-use recon_core::evidence::{Bundle, VERIFY_PAGE, export_bundle, seal, verify_bundle, write_bundle};
+use recon_core::evidence::{
+    Bundle, BundleWritten, ExportError, VERIFY_PAGE, export_bundle, seal, verify_bundle, write_bundle,
+};
 use recon_core::ports::{AuditLog, ChainPage, StoreResult};
 use recon_core::reconcile::reconcile;
 use recon_testkit::memory::{MemoryAuditLog, MemoryWorm};
 use std::sync::Mutex;
+
+/// Seal `audit`'s trail at `now`, then write its bundle: what `write_bundle` answered and the
+/// bytes it wrote, asked for the seal `ahead` numbers past the one just written (0: that one).
+async fn seal_and_write(
+    audit: &Paged,
+    worm: &MemoryWorm,
+    now: DateTime<Utc>,
+    ahead: u64,
+) -> (Result<BundleWritten, ExportError>, Vec<u8>) {
+    let (_, sealed) = seal(audit, worm, now).await.unwrap();
+    let reconciliation = reconcile(Vec::new(), Vec::new(), None, 0);
+    let mut file = Vec::new();
+    let asked = (sealed.trail.as_str(), sealed.seq + ahead);
+    let written = write_bundle(audit, worm, asked, now, "2026-12", &[], &reconciliation, &mut file).await;
+    (written, file)
+}
 
 fn rec(n: u32) -> AuditRecord {
     AuditRecord::system(
@@ -69,21 +87,8 @@ async fn a_written_bundle_is_the_gathered_one_read_a_page_at_a_time_and_verifies
     }
     let worm = MemoryWorm::default();
     let now = Utc::now();
-    let reconciliation = reconcile(Vec::new(), Vec::new(), None, 0);
-    let mut file = Vec::new();
-    let (_, sealed) = seal(&audit, &worm, now).await.unwrap();
-    let written = write_bundle(
-        &audit,
-        &worm,
-        (&sealed.trail, sealed.seq),
-        now,
-        "2026-12",
-        &[],
-        &reconciliation,
-        &mut file,
-    )
-    .await
-    .unwrap();
+    let (written, file) = seal_and_write(&audit, &worm, now, 0).await;
+    let written = written.unwrap();
     let streamed: Bundle = serde_json::from_slice(&file).expect("the file reads back as a bundle");
     assert_eq!(written.audit_records, 9_000);
     assert_eq!(streamed.audit_records.len(), 9_000);
@@ -97,6 +102,7 @@ async fn a_written_bundle_is_the_gathered_one_read_a_page_at_a_time_and_verifies
 
     // Gathered in memory after it (its own seal commits to the same heads): the same records,
     // heads and seals (but its own).
+    let reconciliation = reconcile(Vec::new(), Vec::new(), None, 0);
     let gathered = export_bundle(&audit.inner, &worm, now, "2026-12", Vec::new(), reconciliation)
         .await
         .unwrap();
@@ -122,21 +128,8 @@ async fn records_appended_while_it_is_written_stay_out_of_the_bundle() {
         audit.inner.append(&rec(i)).await.unwrap();
     }
     let worm = MemoryWorm::default();
-    let reconciliation = reconcile(Vec::new(), Vec::new(), None, 0);
-    let mut file = Vec::new();
-    let (_, sealed) = seal(&audit, &worm, Utc::now()).await.unwrap();
-    let written = write_bundle(
-        &audit,
-        &worm,
-        (&sealed.trail, sealed.seq),
-        Utc::now(),
-        "2026-12",
-        &[],
-        &reconciliation,
-        &mut file,
-    )
-    .await
-    .unwrap();
+    let (written, file) = seal_and_write(&audit, &worm, Utc::now(), 0).await;
+    let written = written.unwrap();
     let streamed: Bundle = serde_json::from_slice(&file).unwrap();
     assert_eq!(
         written.audit_records, 3_000,
@@ -156,22 +149,8 @@ async fn a_bundle_is_not_written_from_a_seal_older_than_the_one_written_for_it()
     let audit = Paged::default();
     audit.append(&rec(0)).await.unwrap();
     let worm = MemoryWorm::default();
-    let (_, sealed) = seal(&audit, &worm, Utc::now()).await.unwrap();
-    let reconciliation = reconcile(Vec::new(), Vec::new(), None, 0);
-    let mut file = Vec::new();
-    let newer = (sealed.trail.as_str(), sealed.seq + 1);
-    let err = write_bundle(
-        &audit,
-        &worm,
-        newer,
-        Utc::now(),
-        "2026-12",
-        &[],
-        &reconciliation,
-        &mut file,
-    )
-    .await
-    .unwrap_err();
+    let (written, file) = seal_and_write(&audit, &worm, Utc::now(), 1).await;
+    let err = written.unwrap_err();
     assert!(err.to_string().contains("not seal"), "{err}");
     assert!(file.is_empty(), "nothing written");
 }
