@@ -1,8 +1,9 @@
 # One command runs the main job, one passes the tests (see README.md).
 SHELL := /bin/bash
 CARGO ?= cargo
-DLQCTL := $(CARGO) run --quiet -p dlqctl --
-XTASK := $(CARGO) run --quiet -p xtask --
+# Every cargo command builds with --locked: what Cargo.lock pins, or an error if it would change.
+DLQCTL := $(CARGO) run --locked --quiet -p dlqctl --
+XTASK := $(CARGO) run --locked --quiet -p xtask --
 # `make test`'s checks run debug binaries of one build: the workspace with its tests, the feature
 # set `cargo test --workspace` resolves. A build of one package (`cargo run -p dlqctl`) resolves
 # other features and compiles the AWS SDK again, most of a gigabyte of disk each time (what a CI
@@ -10,11 +11,11 @@ XTASK := $(CARGO) run --quiet -p xtask --
 # TESTED (cargo's target directory, however configured; asked once, when first used). The
 # function binaries among them carry the workspace's features (dlqctl's credential providers too):
 # the packages deployed are `make build`'s, and the smoke test's `cargo lambda watch` builds its own.
-BUILD_TESTED := $(CARGO) build --quiet --workspace --bins --tests
+BUILD_TESTED := $(CARGO) build --locked --quiet --workspace --bins --tests
 TARGET_DIR_OF = $(shell $(CARGO) metadata --no-deps --format-version 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 TESTED = $(eval TESTED := $(TARGET_DIR_OF)/debug)$(TESTED)
 
-.PHONY: demo book test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci mutants fuzz fuzz-ci
+.PHONY: demo book deny test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci mutants fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -22,7 +23,7 @@ demo: local-up
 
 TOOLS = .local-aws/tools-venv/bin
 # The benchmarks' Python (pydantic, Powertools, boto3), installed on first use.
-BENCH_VENV := .local-aws/bench-venv/.ok-v2
+BENCH_VENV := .local-aws/bench-venv/.ok-v3
 
 ## book: the documentation (docs/) rendered with mdBook into target/book; mdBook is installed
 ## under .local-aws/ on first use (a few minutes of compiling)
@@ -37,8 +38,9 @@ $(MDBOOK):
 ## and the smoke test of the four functions under cargo lambda
 test: local-stack tools
 	$(CARGO) fmt --all -- --check
+	tools/deny.sh
 	$(BUILD_TESTED)
-	$(CARGO) test --workspace --no-fail-fast
+	$(CARGO) test --locked --workspace --no-fail-fast
 	$(MAKE) --no-print-directory test-ledgers
 	$(MAKE) --no-print-directory simulate-ci
 	tools/mutants.sh --check
@@ -56,12 +58,12 @@ test: local-stack tools
 # the suites are modules of one test binary (tests/integration.rs), chosen by name.
 POSTING_SUITES := consume:: replay:: audit:: reconcile:: iam::
 test-ledgers: local-stack
-	DLQ_TEST_LEDGER=postgres $(CARGO) test --workspace --no-fail-fast --test integration -- $(POSTING_SUITES) fifo::
-	DLQ_TEST_LEDGER=http $(CARGO) test --workspace --no-fail-fast --test integration -- $(POSTING_SUITES)
+	DLQ_TEST_LEDGER=postgres $(CARGO) test --locked --workspace --no-fail-fast --test integration -- $(POSTING_SUITES) fifo::
+	DLQ_TEST_LEDGER=http $(CARGO) test --locked --workspace --no-fail-fast --test integration -- $(POSTING_SUITES)
 	$(BUILD_TESTED)
 	$(TESTED)/xtask --ledger postgres demo
 
-SIMULATE := $(CARGO) run --release --quiet -p recon-testkit --bin simulate --
+SIMULATE := $(CARGO) run --locked --release --quiet -p recon-testkit --bin simulate --
 FROM ?= 0
 COUNT ?= 10000
 BUDGET ?= 1800
@@ -84,7 +86,7 @@ simulate-ci:
 mutants:
 	SEEDS=$(or $(SEEDS),1000) FROM=$(FROM) MUTANT=$(MUTANT) tools/mutants.sh
 
-FUZZ := $(CARGO) run --release --quiet -p recon-testkit --bin fuzz --
+FUZZ := $(CARGO) run --locked --release --quiet -p recon-testkit --bin fuzz --
 FUZZ_COUNT ?= 1000000
 
 ## fuzz: FUZZ_COUNT mutated inputs into each decoder (body, dead letter, replay payload, manifest,
@@ -98,6 +100,11 @@ fuzz-ci:
 
 tools:
 	infra/tools.sh install
+
+## deny: the crates' licenses, duplicate versions and sources against deny.toml (cargo-deny), with
+## a self-test that each check fails on a copy of deny.toml with one of its rules undone
+deny: tools
+	tools/deny.sh
 
 ## infra-check: cfn-lint, checkov, the template check (rules between resources, IAM grants; with its self-test), and
 ## the deploy rehearsal (SAM translated offline; what LocalStack runs created through its CloudFormation)
@@ -115,8 +122,8 @@ infra-check: tools local-stack
 ## for the release profile); prints each package's size
 LAMBDA_PROFILE ?= lambda-small
 build: tools
-	@$(TOOLS)/python -c 'import ziglang' 2>/dev/null || $(TOOLS)/pip install --quiet --disable-pip-version-check 'ziglang==0.17.0'
-	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda build --profile $(LAMBDA_PROFILE) --arm64 --bin consumer --bin enricher --bin replay --bin reference-audit --bin control
+	@$(TOOLS)/python -c 'import ziglang' 2>/dev/null || $(TOOLS)/pip install --quiet --disable-pip-version-check --require-hashes -r infra/requirements/zig.txt
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" cargo lambda build --locked --profile $(LAMBDA_PROFILE) --arm64 --bin consumer --bin enricher --bin replay --bin reference-audit --bin control
 	python3 bench/package_sizes.py
 
 ## deploy: build with AWS SAM (BuildMethod rust-cargolambda) and deploy; guided the first time.
@@ -158,36 +165,36 @@ local-status:
 
 ## unit: tests that need no local stack
 unit:
-	$(CARGO) test --workspace --lib --bins
+	$(CARGO) test --locked --workspace --lib --bins
 
 ## lint: rustfmt and clippy, warnings are errors
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 
 ## bench: the per-message decision path, Rust (criterion) and the source document's Python side by side
 bench: $(BENCH_VENV)
-	$(CARGO) bench -p recon-core --bench decision_path
+	$(CARGO) bench --locked -p recon-core --bench decision_path
 	.local-aws/bench-venv/bin/python bench/python_baseline.py
 
 ## bench-ledgers: cost per committed message on each ledger, side by side on the local stack
 ## (DynamoDB Local, an HTTP GL with its dedup table, PostgreSQL): messages/s, ms and requests or
 ## statements per message
 bench-ledgers: local-stack
-	$(CARGO) run --release --quiet -p xtask -- bench ledger-cost --count $(or $(COUNT_LEDGER),2000)
+	$(CARGO) run --locked --release --quiet -p xtask -- bench ledger-cost --count $(or $(COUNT_LEDGER),2000)
 
 ## bench-e2e: the same messages (valid, duplicates, poison) through our consumer and through a
 ## Powertools for Python consumer (BatchProcessor, idempotency on DynamoDB, pydantic), pumped the
 ## same way on the local stack; then again with DynamoDB 5 ms further away. COUNT_E2E=n messages
 E2E = --python .local-aws/bench-venv/bin/python
 bench-e2e: local-stack $(BENCH_VENV)
-	$(CARGO) run --release --quiet -p xtask -- bench e2e $(E2E) --count $(or $(COUNT_E2E),2000)
+	$(CARGO) run --locked --release --quiet -p xtask -- bench e2e $(E2E) --count $(or $(COUNT_E2E),2000)
 
 ## bench-replay: how fast the replay drains a DLQ backlog (COUNT_REPLAY envelopes, every gate on, no
 ## rate limit), as one invocation and as INVOCATIONS concurrent ones, then again with DynamoDB
 ## LATENCY_MS away (default 5; 0: not again)
 bench-replay: local-stack
-	$(CARGO) run --release --quiet -p xtask -- bench replay-drain --count $(or $(COUNT_REPLAY),2000) --invocations $(or $(INVOCATIONS),4) --latency-ms $(or $(LATENCY_MS),5)
+	$(CARGO) run --locked --release --quiet -p xtask -- bench replay-drain --count $(or $(COUNT_REPLAY),2000) --invocations $(or $(INVOCATIONS),4) --latency-ms $(or $(LATENCY_MS),5)
 
 ## bench-cold-start: each function's init time and first invocation against a mock Lambda runtime
 ## API (release builds for this machine, the local stack behind it), peak memory, binary sizes
@@ -196,7 +203,7 @@ COLD_START := target/release/consumer=events/consumer-sqs-batch.json \
   target/release/replay=events/replay-scheduled.json \
   target/release/reference-audit=events/reference-stream.json
 bench-cold-start: local-up
-	$(CARGO) build --release --quiet --bin consumer --bin enricher --bin replay --bin reference-audit
+	$(CARGO) build --locked --release --quiet --bin consumer --bin enricher --bin replay --bin reference-audit
 	@mkdir -p .local-aws
 	$(DLQCTL) env > .local-aws/cold-start.env
 	python3 bench/cold_start.py --env-file .local-aws/cold-start.env --runs $(or $(RUNS),10) $(COLD_START)
@@ -207,7 +214,7 @@ bench-cold-start: local-up
 ## batches of ten for the consumer and the enricher), their p50 and p99, CPU, GB-ms, peak memory
 MEMORY ?= 128,256,512,768,1024,1769
 bench-memory: local-up
-	$(CARGO) build --profile lambda-small --quiet --bin consumer --bin enricher --bin replay --bin reference-audit
+	$(CARGO) build --locked --profile lambda-small --quiet --bin consumer --bin enricher --bin replay --bin reference-audit
 	@mkdir -p .local-aws
 	$(DLQCTL) env > .local-aws/cold-start.env
 	python3 bench/cold_start.py --env-file .local-aws/cold-start.env --runs $(or $(RUNS),3) \
@@ -231,7 +238,7 @@ bench-memory-ci: local-stack
 ## from a seal, over AUDIT_RECORDS records (default 100,000) under SEALS seals (default 10);
 ## BASELINE_DLQCTL=path verifies the whole trail with another build's dlqctl too, beside this one
 bench-evidence: local-stack
-	$(CARGO) build --release --quiet -p dlqctl -p xtask --bin dlqctl --bin xtask
+	$(CARGO) build --locked --release --quiet -p dlqctl -p xtask --bin dlqctl --bin xtask
 	target/release/xtask bench evidence --dlqctl target/release/dlqctl --postings $(or $(POSTINGS),1000000) --periods $(or $(PERIODS),12) \
 	  --audit-records $(or $(AUDIT_RECORDS),100000) --seals $(or $(SEALS),10) \
 	  $(if $(BASELINE_DLQCTL),--baseline-dlqctl $(BASELINE_DLQCTL))
@@ -249,6 +256,6 @@ bench-e2e-ci: local-stack $(BENCH_VENV)
 
 $(BENCH_VENV):
 	python3 -m venv .local-aws/bench-venv
-	.local-aws/bench-venv/bin/pip install --quiet --disable-pip-version-check \
-	  'pydantic==2.13.4' 'aws-lambda-powertools==3.37.0' 'boto3==1.44.8'
+	.local-aws/bench-venv/bin/pip install --quiet --disable-pip-version-check --require-hashes \
+	  -r infra/requirements/bench.txt
 	touch $@

@@ -48,7 +48,7 @@ for patch in shared/testkit/mutants/*.patch; do
     status=1
     continue
   fi
-  (cd "$work/tree" && cargo build --release --quiet -p recon-testkit --bin simulate)
+  (cd "$work/tree" && cargo build --locked --release --quiet -p recon-testkit --bin simulate)
   start=$(date +%s)
   line=$("$CARGO_TARGET_DIR/release/simulate" --from "$FROM" --count "$SEEDS" --until-violated 2>/dev/null \
     | grep '^simulate: found at seed' || true)

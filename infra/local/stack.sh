@@ -22,23 +22,23 @@ ls_port="${LOCALSTACK_PORT:-4566}"
 ddb_port="${DYNAMODB_PORT:-8000}"
 localstack_version="4.13.1"
 ddb_pkg="amplify-dynamodb-simulator@2.9.30"
+# sha256 of that package's tarball (npm pack), checked before it is unpacked
+ddb_sha256="3503ffac19f183407909fecdacf4db51ab1fdad1da7b2f177016670b2d80e4b9"
 
 log() { printf '[local-aws] %s\n' "$*" >&2; }
 
 install_localstack() {
   if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import localstack' 2>/dev/null &&
-     [ -f "$venv/.installed-$localstack_version" ]; then
+     [ -f "$venv/.installed-$localstack_version-hashed" ]; then
     return 0
   fi
   log "installing LocalStack $localstack_version into .local-aws/venv (about a minute)"
   mkdir -p "$dir"
   python3 -m venv "$venv"
-  # Newer releases of these break LocalStack 4.13.1 at start-up (LocalStack's own notes on 4.13.1).
-  printf '%s\n' 'pyopenssl<24.3' 'cryptography<44' 'cbor2<6' 'joserfc<1.1' > "$dir/constraints.txt"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check --upgrade pip >/dev/null
-  "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    "localstack-core[runtime]==$localstack_version" service-identity -c "$dir/constraints.txt"
-  touch "$venv/.installed-$localstack_version"
+  # Every distribution pinned by version and hash (infra/requirements/localstack.txt).
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes \
+    -r "$root/infra/requirements/localstack.txt"
+  touch "$venv/.installed-$localstack_version-hashed"
 }
 
 install_dynamodb() {
@@ -49,7 +49,16 @@ install_dynamodb() {
   command -v java >/dev/null || { log "java is required for DynamoDB Local (install a JRE 17)"; exit 1; }
   local tmp
   tmp=$(mktemp -d)
-  (cd "$tmp" && npm pack --silent "$ddb_pkg" >/dev/null && tar -xzf ./*.tgz)
+  (cd "$tmp" && npm pack --silent "$ddb_pkg" >/dev/null)
+  # The package's tarball must be the one these scripts were tested with.
+  local digest
+  digest=$(sha256sum "$tmp"/*.tgz | cut -d' ' -f1)
+  if [ "$digest" != "$ddb_sha256" ]; then
+    log "$ddb_pkg has sha256 $digest, expected $ddb_sha256: refusing to install it"
+    rm -rf "$tmp"
+    exit 1
+  fi
+  (cd "$tmp" && tar -xzf ./*.tgz)
   mkdir -p "$ddb_dir"
   cp -r "$tmp/package/emulator/." "$ddb_dir/"
   rm -rf "$tmp"
