@@ -94,6 +94,7 @@ def check(tpl, spec):
            ({"Fn::Equals": [{"Ref": "AlarmEmail"}, ""]}, [{"Fn::Equals": [{"Ref": "AlarmsUnattended"}, "true"]}]))
     errors.extend(alarms_can_publish(tpl))
     errors.extend(tampering_pages(tpl))
+    errors.extend(credential_refusals_page(tpl, spec["credential_refused_alarm"]))
     errors.extend(every_alarm_on_the_dashboard(tpl))
     errors.extend(own_metrics_per_stack(tpl, spec["metrics_namespace"]))
 
@@ -329,6 +330,31 @@ def tampering_pages(tpl):
     return errors
 
 
+def credential_refusals_page(tpl, alarm_field):
+    """Every function that reaches the ledger (DLQ_LEDGER in its environment) has its log lines of
+    a credential refused (`alarm` = the code's value) counted by a metric filter on its log group,
+    and an alarm on that metric pages."""
+    errors = []
+    res = tpl.get("Resources", {})
+    filters = [r.get("Properties", {}) for r in res.values() if r.get("Type") == "AWS::Logs::MetricFilter"]
+    alarms = [r.get("Properties", {}) for r in res.values() if r.get("Type") == "AWS::CloudWatch::Alarm"]
+    pattern = f'{{ $.alarm = "{alarm_field}" }}'
+    for name, r in sorted(res.items()):
+        props = r.get("Properties", {})
+        if r.get("Type") != "AWS::Serverless::Function" or "DLQ_LEDGER" not in props.get("Environment", {}).get("Variables", {}):
+            continue
+        group = props.get("LoggingConfig", {}).get("LogGroup")
+        counted = [(m.get("MetricNamespace"), m.get("MetricName")) for f in filters
+                   if f.get("LogGroupName") == group and f.get("FilterPattern") == pattern
+                   for m in f.get("MetricTransformations", [])]
+        if not counted:
+            errors.append(f"{name} reaches the ledger, but no metric filter on its log group counts {pattern}")
+        elif not any((a.get("Namespace"), a.get("MetricName")) in counted and {"Ref": "AlarmTopic"} in a.get("AlarmActions", [])
+                     for a in alarms):
+            errors.append(f"{name}'s refused credentials are counted, but no alarm on them pages")
+    return errors
+
+
 def every_alarm_on_the_dashboard(tpl):
     """The runbook sends the on-call to the dashboard's alarm widget: every alarm is on it."""
     res = tpl.get("Resources", {})
@@ -455,6 +481,8 @@ def mutations(tpl):
         mutate(lambda t: res(t)["ReplaySchedule"]["Properties"]["Target"].pop("DeadLetterConfig"), "a schedule without a dead-letter queue"),
         mutate(lambda t: res(t)["AuditSealSchedule"]["Properties"].pop("GroupName"), "a schedule in the account's default group"),
         mutate(lambda t: res(t).pop("TamperKeysRule"), "a key's policy rewritten unseen"),
+        mutate(lambda t: res(t).pop("ReplayCredentialRefusedFilter"), "the replay's refused credentials uncounted"),
+        mutate(lambda t: res(t)["CredentialRefusedAlarm"]["Properties"].__setitem__("MetricName", "LedgerCredentialsRefused"), "refused credentials counted under a name no alarm watches"),
         mutate(lambda t: res(t)["AlarmTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"][0]["Condition"]["ArnEquals"]["aws:SourceArn"].pop(), "a tampering rule whose page the topic refuses"),
         mutate(lambda t: t["Rules"].pop("AlarmsReachSomeone"), "a deployment whose alarms page no one"),
         mutate(lambda t: t["Parameters"]["ConsumerMaxConcurrency"].__setitem__("Default", 20), "a consumer event source wider than its reservation"),

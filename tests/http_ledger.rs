@@ -10,7 +10,7 @@
 
 use recon_aws::dynamodb::DynamoDedupTable;
 use recon_core::domain::{CommitOutcome, HandOff, TransientKind};
-use recon_core::ports::{ExternalLedger, Ledger, SystemClock};
+use recon_core::ports::{ExternalLedger, Ledger, Rotating, SystemClock};
 use recon_core::reservation::{ReservationSettings, ReservingLedger};
 use recon_harness::http_ledger::{GlFault, LocalGl};
 use recon_harness::stack::TestStack;
@@ -144,8 +144,7 @@ async fn credentials_refused_and_a_gl_that_is_not_there_are_transient() {
     gl.require_token("right");
     let settings = |url: &str, token: &str| HttpSettings {
         base_url: url.to_owned(),
-        token: Some(token.to_owned()),
-        refresh: None,
+        token: Some(Rotating::fixed(token.to_owned())),
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_secs(2),
     };
@@ -201,8 +200,7 @@ async fn a_posting_whose_answer_was_lost_is_seen_by_gate_2_and_never_handed_off(
 fn impatient(s: &TestStack, gl: &LocalGl) -> ReservingLedger<HttpLedger, DynamoDedupTable> {
     let http = HttpLedger::new(&HttpSettings {
         base_url: gl.url.clone(),
-        token: gl.token(),
-        refresh: None,
+        token: gl.token().map(Rotating::fixed),
         connect_timeout: Duration::from_millis(500),
         timeout: Duration::from_secs(1),
     })

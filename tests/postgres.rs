@@ -418,3 +418,108 @@ async fn a_posting_your_ledger_refuses_is_poison_with_its_rule_and_replays_once_
     assert_eq!(replayed[0].amount.to_string(), "5000.00");
     s.cleanup().await;
 }
+
+/// RDS rotates the ledger's password mid-run: first as a single user (the password changed, the
+/// secret updated), then with alternating users (the secret names the other user, the first one's
+/// password changes). Each time the connections made before are closed, so the next commits
+/// connect with the credentials the process holds: refused (28P01), the secret is read again and
+/// the connection made with what it holds. Every commit succeeds at its first attempt: nothing is
+/// left to the retry budget, nothing dead-lettered.
+#[tokio::test]
+async fn a_password_rotated_mid_run_dead_letters_nothing() {
+    let s = recon_harness::stack::TestStack::new_postgres("pg-rotate").await;
+    let recon_core::config::LedgerSettings::Postgres(location) = &s.settings.ledger else {
+        panic!("a PostgreSQL stack");
+    };
+    let arn = location.secret_arn.clone().expect("the credentials come from a secret");
+    let url = s.postgres_url().unwrap().to_owned();
+    // The schema, migrated as the database's owner; two users who must give their password.
+    PostgresLedger::connect(&settings(&url)).await.unwrap();
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let tag = format!("{}_{}", std::process::id(), chrono::Utc::now().timestamp_subsec_nanos());
+    let (a, b) = (format!("rot_a_{tag}"), format!("rot_b_{tag}"));
+    for user in [&a, &b] {
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {user} LOGIN PASSWORD 'first-{tag}' IN ROLE recon_password_auth;
+                 GRANT USAGE, CREATE ON SCHEMA public TO {user};
+                 GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA public TO {user};"
+            ))
+            .await
+            .unwrap();
+    }
+    let put_secret = |user: String, password: String| {
+        let (clients, arn) = (s.clients.clone(), arn.clone());
+        async move {
+            clients
+                .secrets_manager()
+                .put_secret_value()
+                .secret_id(&arn)
+                .secret_string(serde_json::json!({"username": user, "password": password}).to_string())
+                .send()
+                .await
+                .unwrap();
+        }
+    };
+    // Closes `user`'s connections, then waits until the pool can tell they are closed.
+    let close_connections_of = |user: String| {
+        let admin = &admin;
+        async move {
+            admin
+                .execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+                    &[&user],
+                )
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    };
+    put_secret(a.clone(), format!("first-{tag}")).await;
+    let ledger = s.ledger();
+    let mut n = 0;
+    let mut commit_some = async |phase: &str| {
+        for _ in 0..5 {
+            n += 1;
+            let p = posting("pg-rotate", n, &format!("sqs-{n}"));
+            match ledger.commit(&p).await {
+                Ok(CommitOutcome::Committed) => {}
+                other => panic!("{phase}: commit {n} at its first attempt: {other:?}"),
+            }
+        }
+    };
+    commit_some("before any rotation").await;
+
+    // Single user: the password changes, then the secret.
+    admin
+        .batch_execute(&format!("ALTER ROLE {a} PASSWORD 'second-{tag}'"))
+        .await
+        .unwrap();
+    put_secret(a.clone(), format!("second-{tag}")).await;
+    close_connections_of(a.clone()).await;
+    commit_some("after a single-user rotation").await;
+
+    // Alternating users: the secret names the other user; the first one's password changes.
+    put_secret(b.clone(), format!("first-{tag}")).await;
+    admin
+        .batch_execute(&format!("ALTER ROLE {a} PASSWORD 'third-{tag}'"))
+        .await
+        .unwrap();
+    close_connections_of(a.clone()).await;
+    commit_some("after an alternating-users rotation").await;
+
+    let by: Vec<String> = admin
+        .query("SELECT DISTINCT usename::text FROM pg_stat_activity WHERE datname = current_database() AND usename LIKE 'rot_%'", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(by, [b.clone()], "the ledger connects as the secret's user now");
+    assert_eq!(s.postings().await.len(), 15);
+    s.cleanup().await;
+    for user in [a, b] {
+        let _ = admin.batch_execute(&format!("DROP ROLE IF EXISTS {user}")).await;
+    }
+}

@@ -4,7 +4,9 @@
 # .local-aws/postgres (git-ignored; its log is postgres.log there), listening on 127.0.0.1 only,
 # with fsync off (a development cluster: a host crash may lose it). Trust authentication on
 # loopback, for the local role `recon`: meant for a single-user development machine or CI runner
-# (any local user could connect); never expose it.
+# (any local user could connect); never expose it. Members of the group role
+# `recon_password_auth` must give their password (scram-sha-256): the tests of a rotated
+# password use them.
 #
 #   infra/local/postgres.sh install   install Debian's postgresql if pg_ctl is missing
 #   infra/local/postgres.sh up        install if needed, create the cluster once, start it
@@ -59,23 +61,48 @@ as_owner() {
 
 healthy() { "$(bin_dir)/pg_isready" -q -h 127.0.0.1 -p "$port" 2>/dev/null; }
 
+# Who connects how: members of recon_password_auth with their password, everyone else trusted
+# on loopback (written at every start, so an older cluster gets it too).
+hba() {
+  cat <<'EOF'
+# Written by infra/local/postgres.sh (rewritten at every start).
+local all all                      trust
+host  all +recon_password_auth 127.0.0.1/32 scram-sha-256
+host  all all                  127.0.0.1/32 trust
+host  all all                  ::1/128      trust
+EOF
+}
+
 up() {
   install
   local bin
   bin=$(bin_dir)
-  if healthy; then log "PostgreSQL already running on 127.0.0.1:$port"; return 0; fi
   mkdir -p "$dir" "$socket_dir"
   [ "$(id -u)" -eq 0 ] && chown postgres: "$dir" "$socket_dir"
   if [ ! -f "$data/PG_VERSION" ]; then
     log "creating the local PostgreSQL cluster in $dir"
     as_owner "$bin/initdb" -D "$data" -U postgres --auth-local=trust --auth-host=trust -E UTF8 --locale=C.UTF-8 >/dev/null
   fi
-  log "starting PostgreSQL on 127.0.0.1:$port"
-  as_owner "$bin/pg_ctl" -D "$data" -l "$dir/postgres.log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$socket_dir -c fsync=off" start >/dev/null
+  if ! hba | cmp -s - "$data/pg_hba.conf"; then
+    hba | as_owner tee "$data/pg_hba.conf" >/dev/null
+    if healthy; then as_owner "$bin/pg_ctl" -D "$data" reload >/dev/null; fi
+  fi
+  if healthy; then
+    log "PostgreSQL already running on 127.0.0.1:$port"
+  else
+    log "starting PostgreSQL on 127.0.0.1:$port"
+    as_owner "$bin/pg_ctl" -D "$data" -l "$dir/postgres.log" -w -t 60 \
+      -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$socket_dir -c fsync=off" start >/dev/null
+  fi
   local sql=("$bin/psql" -q -h 127.0.0.1 -p "$port" -U postgres -tA)
   as_owner "${sql[@]}" -c "SELECT 1 FROM pg_roles WHERE rolname='recon'" | grep -q 1 ||
     as_owner "${sql[@]}" -c "CREATE ROLE recon LOGIN CREATEDB"
+  # recon creates the tests' password-checked roles and makes them members of this group
+  # (CREATEROLE; recon itself is no member, so it stays trusted), and closes their connections
+  # (pg_signal_backend) as a rotation would.
+  as_owner "${sql[@]}" -c "ALTER ROLE recon CREATEROLE; GRANT pg_signal_backend TO recon"
+  as_owner "${sql[@]}" -c "SELECT 1 FROM pg_roles WHERE rolname='recon_password_auth'" | grep -q 1 ||
+    as_owner "${sql[@]}" -c "CREATE ROLE recon_password_auth NOLOGIN"
   as_owner "${sql[@]}" -c "SELECT 1 FROM pg_database WHERE datname='recon'" | grep -q 1 ||
     as_owner "${sql[@]}" -c "CREATE DATABASE recon OWNER recon"
   log "PostgreSQL is up"

@@ -249,6 +249,9 @@ pub fn spec_json() -> serde_json::Value {
     serde_json::json!({
         "functions": functions_spec(),
         "metrics_namespace": recon_core::resources::DEFAULT_METRICS_NAMESPACE,
+        // The `alarm` field of the log line of a credential the ledger refused (the template's
+        // metric filters count it).
+        "credential_refused_alarm": recon_core::ports::CREDENTIAL_REFUSED,
         "function_env": function_env_spec(),
         // The condition each ledger kind's grants stand under, and the kind it must mean.
         "ledger_conditions": {"UseDynamoLedger": "dynamodb", "UsePostgres": "postgres", "UseReservationProtocol": "http"},

@@ -6,9 +6,11 @@
 use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueError;
 use recon_core::config::{HttpLocation, LedgerSettings, PostgresLocation};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting};
-use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult, SystemClock};
+use recon_core::ports::{
+    Fetch, Ledger, LedgerReader, LedgerScope, PostingPage, Rotating, StoreError, StoreResult, SystemClock,
+};
 use recon_core::reservation::{ReservationSettings, ReservingLedger};
-use recon_http::{HttpLedger, HttpSettings, TokenFetch, TokenRefresh};
+use recon_http::{HttpLedger, HttpSettings};
 use recon_postgres::{Credentials, PostgresLedger, PostgresSettings};
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,32 +43,16 @@ impl LazyHttp {
         let ledger = self
             .ledger
             .get_or_try_init(|| async {
-                // The token is read from its secret again once it is TOKEN_MAX_AGE old, and at
-                // once when the GL refuses it: a rotation costs one refused request.
-                let (token, refresh) = match &self.location.secret_arn {
-                    Some(arn) => {
-                        let [token] = secret_fields(&self.clients, arn, ["token"]).await?;
-                        let (clients, arn) = (self.clients.clone(), arn.clone());
-                        let fetch: TokenFetch = Arc::new(move || {
-                            let (clients, arn) = (clients.clone(), arn.clone());
-                            Box::pin(async move {
-                                let [token] = secret_fields(&clients, &arn, ["token"]).await?;
-                                Ok(token)
-                            })
-                        });
-                        let refresh = TokenRefresh {
-                            fetch,
-                            max_age: TOKEN_MAX_AGE,
-                        };
-                        (Some(token), Some(refresh))
-                    }
-                    None => (None, None),
+                // The token is read from its secret again once it is CREDENTIAL_MAX_AGE old, and
+                // at once when the GL refuses it: a rotation costs one refused request.
+                let token = match &self.location.secret_arn {
+                    Some(arn) => Some(rotating_secret(&self.clients, arn, |[token]| token, ["token"])),
+                    None => None,
                 };
                 let t = self.clients.timeouts;
                 let gl = HttpLedger::new(&HttpSettings {
                     base_url: self.location.url.clone(),
                     token,
-                    refresh,
                     connect_timeout: t.connect,
                     timeout: t.attempt,
                 })?;
@@ -107,13 +93,17 @@ impl LazyPostgres {
     pub async fn get(&self) -> StoreResult<&PostgresLedger> {
         self.ledger
             .get_or_try_init(|| async {
-                let credentials = match &self.location.secret_arn {
-                    Some(arn) => {
-                        let [user, password] = secret_fields(&self.clients, arn, ["username", "password"]).await?;
-                        Some(Credentials { user, password })
-                    }
-                    None => None,
-                };
+                // Read from the secret again once CREDENTIAL_MAX_AGE old, and at once when the
+                // database refuses them (28P01, 28000): RDS's rotation, single user or alternating
+                // users, costs one refused connection.
+                let credentials = self.location.secret_arn.as_ref().map(|arn| {
+                    rotating_secret(
+                        &self.clients,
+                        arn,
+                        |[user, password]| Credentials { user, password },
+                        ["username", "password"],
+                    )
+                });
                 // Inside the function's time: a connection as long as one SDK attempt's
                 // connection, a statement as long as one SDK attempt.
                 let t = self.clients.timeouts;
@@ -132,7 +122,26 @@ impl LazyPostgres {
 
 /// How long a ledger credential read from its secret is used before it is read again (a rotation
 /// the ledger has not refused yet is picked up within this).
-pub const TOKEN_MAX_AGE: Duration = Duration::from_secs(15 * 60);
+pub const CREDENTIAL_MAX_AGE: Duration = Duration::from_secs(15 * 60);
+
+/// A credential made of the text `fields` of the secret `arn` (by `make`), read when first used,
+/// again once [`CREDENTIAL_MAX_AGE`] old and when the ledger refuses it.
+fn rotating_secret<T, const N: usize>(
+    clients: &AwsClients,
+    arn: &str,
+    make: fn([String; N]) -> T,
+    fields: [&'static str; N],
+) -> Rotating<T>
+where
+    T: Clone + PartialEq + Send + 'static,
+{
+    let (clients, arn) = (clients.clone(), arn.to_owned());
+    let fetch: Fetch<T> = Arc::new(move || {
+        let (clients, arn) = (clients.clone(), arn.clone());
+        Box::pin(async move { secret_fields(&clients, &arn, fields).await.map(make) })
+    });
+    Rotating::new(fetch, CREDENTIAL_MAX_AGE)
+}
 
 /// The longest replay window the configuration allows (`DLQ_REPLAY_WINDOW_DAYS`'s rule).
 fn longest_replay_window_days() -> i64 {

@@ -287,6 +287,22 @@ mod tests {
         assert_eq!(got[0]["cold_start"], false);
     }
 
+    /// The template's metric filters count `{ $.alarm = "LEDGER_CREDENTIAL_REFUSED" }`: the line
+    /// a credential refused for good writes carries that field at the top level, at any level
+    /// Lambda may be set to.
+    #[test]
+    fn a_credential_refused_for_good_is_a_line_the_alarm_counts() {
+        let buffer = Buffer::default();
+        let directive = filter_directive(None, Some("ERROR".into()));
+        tracing::subscriber::with_default(subscriber(&buffer, &directive), || {
+            recon_core::ports::log_refused("postgres", "connect: 28P01 password authentication failed");
+        });
+        let got = lines(&buffer);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0]["alarm"], recon_core::ports::CREDENTIAL_REFUSED);
+        assert_eq!(got[0]["ledger"], "postgres");
+    }
+
     #[test]
     fn rust_log_wins_then_lambdas_log_level_then_info() {
         let span = ",lambda_runtime::layers::trace=info";

@@ -30,31 +30,18 @@ use std::time::Duration;
 
 use recon_core::domain::{CommittedRef, Posting, TransientKind};
 use recon_core::ports::{
-    ExternalLedger, LedgerReader, LedgerScope, Posted, PostingPage, StoreError, StoreResult, Voided,
+    ExternalLedger, LedgerReader, LedgerScope, Posted, PostingPage, Rotating, StoreError, StoreResult, Voided,
+    log_refused,
 };
-
-/// Fetches the bearer token (on AWS: reads its Secrets Manager secret).
-pub type TokenFetch =
-    Arc<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = StoreResult<String>> + Send>> + Send + Sync>;
-
-/// A token that rotates: fetched again once it is `max_age` old, and at once when the API
-/// refuses it (401 or 403), so a rotated secret costs one refused request, not a wave of
-/// transient failures until the retry budget dead-letters valid transactions.
-#[derive(Clone)]
-pub struct TokenRefresh {
-    pub fetch: TokenFetch,
-    pub max_age: Duration,
-}
 
 /// Where the API is and how long a call may take.
 #[derive(Clone)]
 pub struct HttpSettings {
     /// `https://gl.example.com/api` (the paths above are appended).
     pub base_url: String,
-    /// A bearer token, when the API wants one (on AWS from a Secrets Manager secret).
-    pub token: Option<String>,
-    /// How `token` is fetched again (none: it never changes).
-    pub refresh: Option<TokenRefresh>,
+    /// A bearer token, when the API wants one (on AWS read from a Secrets Manager secret, again
+    /// once old and at once when the API refuses it with 401 or 403).
+    pub token: Option<Rotating<String>>,
     pub connect_timeout: Duration,
     /// One request, start to end.
     pub timeout: Duration,
@@ -65,7 +52,6 @@ impl std::fmt::Debug for HttpSettings {
         f.debug_struct("HttpSettings")
             .field("base_url", &self.base_url)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .field("refreshed", &self.refresh.as_ref().map(|r| r.max_age))
             .field("timeout", &self.timeout)
             .finish()
     }
@@ -76,9 +62,8 @@ impl std::fmt::Debug for HttpSettings {
 pub struct HttpLedger {
     client: reqwest::Client,
     base: String,
-    /// The token in use and when it was fetched (shared by every clone).
-    token: Arc<std::sync::Mutex<(Option<String>, std::time::Instant)>>,
-    refresh: Option<TokenRefresh>,
+    /// The token, shared by every clone.
+    token: Option<Rotating<String>>,
     /// Requests sent (the cost per committed message).
     requests: Arc<AtomicU64>,
 }
@@ -138,11 +123,7 @@ impl HttpLedger {
         Ok(HttpLedger {
             client,
             base: settings.base_url.trim_end_matches('/').to_owned(),
-            token: Arc::new(std::sync::Mutex::new((
-                settings.token.clone(),
-                std::time::Instant::now(),
-            ))),
-            refresh: settings.refresh.clone(),
+            token: settings.token.clone(),
             requests: Arc::default(),
         })
     }
@@ -156,30 +137,10 @@ impl HttpLedger {
         self.client.request(method, format!("{}{path}", self.base))
     }
 
-    fn current_token(&self) -> (Option<String>, std::time::Instant) {
-        self.token.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// The token to send: fetched again when it is older than its `max_age`, or when it is still
-    /// `refused` (another request may have fetched the new one already).
-    async fn bearer(&self, refused: Option<&Option<String>>) -> StoreResult<Option<String>> {
-        let (token, fetched_at) = self.current_token();
-        let Some(refresh) = &self.refresh else {
-            return Ok(token);
-        };
-        let stale = fetched_at.elapsed() >= refresh.max_age || token.is_none();
-        if !stale && refused != Some(&token) {
-            return Ok(token);
-        }
-        let fresh = Some((refresh.fetch)().await?);
-        *self.token.lock().unwrap_or_else(|p| p.into_inner()) = (fresh.clone(), std::time::Instant::now());
-        Ok(fresh)
-    }
-
     /// Send the request `make` builds, with the bearer token; refused as unauthorised (401, 403)
-    /// with a token that can be fetched again, once more with the fetched one.
+    /// (logged for the alarm), once more with the token read again if the secret holds another.
     async fn send(&self, op: &str, make: impl Fn() -> reqwest::RequestBuilder) -> StoreResult<reqwest::Response> {
-        let attempt = |token: &Option<String>| {
+        let attempt = |token: Option<&String>| {
             self.requests.fetch_add(1, Ordering::Relaxed);
             let request = make();
             match token {
@@ -187,16 +148,24 @@ impl HttpLedger {
                 None => request,
             }
         };
-        let token = self.bearer(None).await?;
-        let response = attempt(&token).send().await.map_err(|e| request_error(op, &e))?;
-        if !matches!(response.status().as_u16(), 401 | 403) || self.refresh.is_none() {
+        let used = match &self.token {
+            Some(token) => Some(token.current().await?),
+            None => None,
+        };
+        let response = attempt(used.as_ref()).send().await.map_err(|e| request_error(op, &e))?;
+        let status = response.status();
+        if !matches!(status.as_u16(), 401 | 403) {
             return Ok(response);
         }
-        let fresh = self.bearer(Some(&token)).await?;
-        if fresh == token {
+        let detail = format!("{op}: HTTP {status}");
+        let (Some(token), Some(used)) = (&self.token, &used) else {
+            log_refused("http", &detail);
             return Ok(response);
+        };
+        match token.refused(used, "http", &detail).await? {
+            Some(fresh) => attempt(Some(&fresh)).send().await.map_err(|e| request_error(op, &e)),
+            None => Ok(response),
         }
-        attempt(&fresh).send().await.map_err(|e| request_error(op, &e))
     }
 
     async fn json<T: serde::de::DeserializeOwned>(op: &str, response: reqwest::Response) -> StoreResult<T> {

@@ -1,4 +1,5 @@
 use super::*;
+use recon_core::ports::Fetch;
 
 #[test]
 fn statuses_and_rules_are_classified() {
@@ -105,28 +106,27 @@ async fn requiring(token: &'static str) -> String {
     format!("http://{addr}")
 }
 
-/// A token source that answers `token` and counts its fetches.
-fn fetching(token: &'static str, fetches: Arc<AtomicU64>, max_age: Duration) -> Option<TokenRefresh> {
-    let fetch: TokenFetch = Arc::new(move || {
+/// A token that starts as "old" and is then read as `token`, counting the reads.
+fn fetching(token: &'static str, fetches: Arc<AtomicU64>, max_age: Duration) -> Option<Rotating<String>> {
+    let fetch: Fetch<String> = Arc::new(move || {
         fetches.fetch_add(1, Ordering::Relaxed);
         Box::pin(async move { Ok(token.to_owned()) })
     });
-    Some(TokenRefresh { fetch, max_age })
+    Some(Rotating::new(fetch, max_age).starting_with("old".into()))
 }
 
 #[tokio::test]
 async fn a_rotated_token_is_fetched_again_once_refused_and_once_old() {
     let url = requiring("new").await;
     let hash = "b".repeat(64);
-    let settings = |refresh| HttpSettings {
+    let settings = |token| HttpSettings {
         base_url: url.clone(),
-        token: Some("old".into()),
-        refresh,
+        token,
         connect_timeout: Duration::from_secs(2),
         timeout: Duration::from_secs(5),
     };
     // A token that never changes stays refused: transient, until the retry budget is spent.
-    let fixed = HttpLedger::new(&settings(None)).unwrap();
+    let fixed = HttpLedger::new(&settings(Some(Rotating::fixed("old".into())))).unwrap();
     assert_eq!(
         LedgerReader::posting(&fixed, &hash).await.unwrap_err().kind,
         TransientKind::Infrastructure
@@ -153,7 +153,6 @@ async fn an_answer_larger_than_the_cap_is_refused_not_buffered() {
         let ledger = HttpLedger::new(&HttpSettings {
             base_url: answering(huge, content_length).await,
             token: None,
-            refresh: None,
             connect_timeout: Duration::from_secs(2),
             timeout: Duration::from_secs(20),
         })
@@ -170,8 +169,7 @@ async fn an_answer_larger_than_the_cap_is_refused_not_buffered() {
 fn a_token_is_never_printed() {
     let s = HttpSettings {
         base_url: "https://gl.example.com".into(),
-        token: Some("s3cr3t".into()),
-        refresh: None,
+        token: Some(Rotating::fixed("s3cr3t".into())),
         connect_timeout: Duration::from_secs(1),
         timeout: Duration::from_secs(1),
     };

@@ -19,15 +19,17 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
-use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult};
+use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, Rotating, StoreError, StoreResult};
 use rust_decimal::Decimal;
+use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{NoTls, Row};
 
 /// The advisory lock migrations run under.
 const MIGRATION_LOCK: i64 = 0x7265_636f_6e5f_6d69;
 
+mod connect;
 mod migrate;
+use connect::Connector;
 pub use migrate::HISTORY_TABLE;
 
 /// How to reach the database and how long anything may take.
@@ -40,9 +42,10 @@ pub struct PostgresSettings {
     /// Every statement's timeout (`statement_timeout`), inside the function's remaining time.
     pub statement_timeout: Duration,
     pub pool_size: usize,
-    /// The user and password to connect with, in place of the URL's user (on AWS, from a Secrets
-    /// Manager secret); `None`: the URL's user, without a password.
-    pub credentials: Option<Credentials>,
+    /// The user and password to connect with, in place of the URL's user (on AWS, read from a
+    /// Secrets Manager secret, again once old and at once when the server refuses them); `None`:
+    /// the URL's user, without a password.
+    pub credentials: Option<Rotating<Credentials>>,
 }
 
 /// A database user and its password; never printed.
@@ -65,6 +68,7 @@ impl std::fmt::Debug for Credentials {
 #[derive(Clone)]
 pub struct PostgresLedger {
     pool: Pool,
+    credentials: Option<Rotating<Credentials>>,
     /// Statements sent (the cost per committed message, for the benchmark).
     statements: Arc<AtomicU64>,
     answer_within: Duration,
@@ -141,14 +145,6 @@ pub fn refusal(e: &tokio_postgres::Error) -> Option<(String, String)> {
     Some((format!("{code}:{name}"), db.message().to_owned()))
 }
 
-fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
-    match e {
-        deadpool_postgres::PoolError::Backend(e) => classify("connect", &e),
-        deadpool_postgres::PoolError::Timeout(_) => StoreError::new(TransientKind::Timeout, format!("connect: {e}")),
-        other => StoreError::infra(format!("connect: {other}")),
-    }
-}
-
 const ENTRY_COLUMNS: &str = "source_hash, sqs_message_id, message_id, committed_at, manual_journal";
 
 /// A column of a row the store returned, or an error naming it (a row is network data: it is
@@ -176,9 +172,6 @@ impl PostgresLedger {
             .parse()
             .map_err(|e| StoreError::infra(format!("the PostgreSQL URL does not parse: {e}")))?;
         config.connect_timeout(settings.connect_timeout);
-        if let Some(c) = &settings.credentials {
-            config.user(&c.user).password(&c.password);
-        }
         // Added to the URL's own options (a search_path, say), not in place of them.
         let mut options = config.get_options().map(|o| format!("{o} ")).unwrap_or_default();
         options.push_str(&format!(
@@ -186,9 +179,11 @@ impl PostgresLedger {
             ms = settings.statement_timeout.as_millis()
         ));
         config.options(options);
-        let manager = Manager::from_config(
+        let manager = Manager::from_connect(
             config,
-            NoTls,
+            Connector {
+                credentials: settings.credentials.clone(),
+            },
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -202,6 +197,7 @@ impl PostgresLedger {
             .map_err(|e| StoreError::infra(format!("pool: {e}")))?;
         let ledger = PostgresLedger {
             pool,
+            credentials: settings.credentials.clone(),
             statements: Arc::default(),
             // The server cancels a statement at its timeout; the client gives up a little later
             // (a half-open connection answers nothing at all).
@@ -219,7 +215,7 @@ impl PostgresLedger {
     /// Apply the migrations not yet applied (recorded in [`HISTORY_TABLE`]), one
     /// process at a time (cold starts racing on an empty schema wait for each other).
     pub async fn migrate(&self) -> StoreResult<()> {
-        let mut object = self.pool.get().await.map_err(pool_error)?;
+        let mut object = self.connection().await?;
         let client: &mut tokio_postgres::Client = &mut object;
         client
             .batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK})"))
@@ -248,7 +244,7 @@ impl PostgresLedger {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>, Failed> {
-        let client = self.pool.get().await.map_err(pool_error)?;
+        let client = self.connection().await?;
         self.count();
         let answer = tokio::time::timeout(self.answer_within, async {
             let statement = client.prepare_cached(sql).await?;
