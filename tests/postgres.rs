@@ -16,6 +16,11 @@ async fn database(test: &str) -> ScratchDatabase {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A database of its own, its schema migrated by its owner (as the deploy step would).
+async fn migrated(test: &str) -> ScratchDatabase {
+    database(test).await.migrated().await.unwrap_or_else(|e| panic!("{e}"))
+}
+
 fn settings(url: &str) -> PostgresSettings {
     PostgresSettings {
         url: url.to_owned(),
@@ -28,7 +33,7 @@ fn settings(url: &str) -> PostgresSettings {
 
 #[tokio::test]
 async fn the_postgres_ledger_keeps_each_transaction_once() {
-    let db = database("conformance").await;
+    let db = migrated("conformance").await;
     let url = db.url.clone();
     let ledger = PostgresLedger::connect(&settings(&url)).await.unwrap();
     ledger_keeps_each_transaction_once(&ledger, "postgres").await;
@@ -38,7 +43,7 @@ async fn the_postgres_ledger_keeps_each_transaction_once() {
 
 #[tokio::test]
 async fn amounts_are_numeric_and_come_back_exactly() {
-    let db = database("numeric").await;
+    let db = migrated("numeric").await;
     let url = db.url.clone();
     let ledger = PostgresLedger::connect(&settings(&url)).await.unwrap();
     let p = posting("numeric", 1, "sqs-1");
@@ -59,28 +64,96 @@ async fn amounts_are_numeric_and_come_back_exactly() {
     db.drop().await;
 }
 
+/// The functions never change the schema: connecting to a database not yet migrated is refused
+/// (transiently, naming the command) and creates nothing. The deploy step's migration runs each
+/// migration once; a second run applies none and keeps the data.
 #[tokio::test]
-async fn migrations_run_once_and_a_second_connect_changes_nothing() {
+async fn the_ledger_refuses_an_unmigrated_database_and_migrations_run_once() {
     let db = database("migrate").await;
     let url = db.url.clone();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let e = PostgresLedger::connect(&settings(&url)).await.err().expect("refused");
+    assert_eq!(e.kind, TransientKind::Infrastructure);
+    assert!(
+        e.detail
+            .contains("V1__ledger is not applied: run `dlqctl ledger-migrate`"),
+        "{e}"
+    );
+    let tables: i64 = client
+        .query_one("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 0, "the ledger created nothing");
+
+    let ran = PostgresLedger::migrate(&settings(&url), &[]).await.unwrap();
+    assert_eq!(ran, PostgresLedger::migrations());
+    assert!(ran >= 1);
     let first = PostgresLedger::connect(&settings(&url)).await.unwrap();
     let p = posting("migrate", 1, "sqs-1");
     first.commit(&p).await.unwrap();
+    assert_eq!(PostgresLedger::migrate(&settings(&url), &[]).await.unwrap(), 0);
     let second = PostgresLedger::connect(&settings(&url)).await.unwrap();
     assert!(
         second.lookup(&p.source_hash).await.unwrap().is_some(),
         "the data survives"
     );
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
     let applied: i64 = client
         .query_one(&format!("SELECT count(*) FROM {HISTORY_TABLE}"), &[])
         .await
         .unwrap()
         .get(0);
     assert_eq!(usize::try_from(applied).unwrap(), PostgresLedger::migrations());
-    assert!(PostgresLedger::migrations() >= 1);
     db.drop().await;
+}
+
+/// The functions' database user needs only SELECT and INSERT, which `ledger-migrate --grant-to`
+/// gives it: the ledger works as that user (the conformance suite), and the user can neither
+/// change nor remove a posting nor change the schema.
+#[tokio::test]
+async fn the_functions_user_may_post_and_read_and_nothing_else() {
+    let db = database("grants").await;
+    let url = db.url.clone();
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let user = format!(
+        "runtime_{}_{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_subsec_nanos()
+    );
+    admin.batch_execute(&format!("CREATE ROLE {user} LOGIN")).await.unwrap();
+    PostgresLedger::migrate(&settings(&url), std::slice::from_ref(&user))
+        .await
+        .unwrap();
+    let as_user = url.replacen("postgres://recon@", &format!("postgres://{user}@"), 1);
+    assert_ne!(as_user, url);
+    let ledger = PostgresLedger::connect(&settings(&as_user)).await.unwrap();
+    ledger_keeps_each_transaction_once(&ledger, "postgres-runtime").await;
+    recon_testkit::conformance::ledger_reads_by_period(&ledger, "postgres-runtime").await;
+
+    let (client, connection) = tokio_postgres::connect(&as_user, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    for sql in [
+        "UPDATE ledger_entries SET amount = 0",
+        "DELETE FROM ledger_entries",
+        "TRUNCATE ledger_entries",
+        "ALTER TABLE ledger_entries ADD COLUMN x int",
+        "DROP TABLE ledger_entries",
+        "CREATE TABLE elsewhere (id int)",
+        "DELETE FROM ledger_schema_history",
+    ] {
+        let e = client
+            .batch_execute(sql)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{sql}: allowed"));
+        let code = e.code().map(|c| c.code().to_owned()).unwrap_or_default();
+        assert!(code == "42501", "{sql}: {code} {e}");
+    }
+    drop(ledger);
+    db.drop().await;
+    let _ = admin.batch_execute(&format!("DROP ROLE IF EXISTS {user}")).await;
 }
 
 /// A database the earlier migration library (refinery) set up: its history is taken over, the
@@ -104,9 +177,12 @@ async fn a_database_migrated_by_the_earlier_library_is_taken_over() {
         .batch_execute("INSERT INTO ledger_entries (source_hash, kind, committed_at, manual_journal, replay_id) VALUES (repeat('a', 64), 'HAND_OFF', now(), 'MJ-1', 'r-1')")
         .await
         .unwrap();
-    let ledger = PostgresLedger::connect(&settings(&url))
-        .await
-        .expect("taken over, not migrated again");
+    assert_eq!(
+        PostgresLedger::migrate(&settings(&url), &[]).await.expect("taken over"),
+        0,
+        "not migrated again"
+    );
+    let ledger = PostgresLedger::connect(&settings(&url)).await.unwrap();
     let p = posting("adopt", 1, "sqs-1");
     assert_eq!(ledger.commit(&p).await.unwrap(), CommitOutcome::Committed);
     let rows: i64 = client
@@ -131,7 +207,7 @@ async fn a_database_migrated_by_the_earlier_library_is_taken_over() {
 /// nothing is applied.
 #[tokio::test]
 async fn an_edited_migration_or_a_newer_schema_is_refused_by_name() {
-    let db = database("diverge").await;
+    let db = migrated("diverge").await;
     let url = db.url.clone();
     PostgresLedger::connect(&settings(&url)).await.unwrap();
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
@@ -228,7 +304,7 @@ async fn the_chosen_postgres_ledger_takes_its_credentials_from_a_secret() {
     use recon_aws::ledger::open;
     use recon_core::config::{LedgerSettings, PostgresLocation};
 
-    let db = database("secret").await;
+    let db = migrated("secret").await;
     let clients = recon_aws::AwsClients::connect(recon_aws::Target::local_from_env()).await;
     let secrets = clients.secrets_manager();
     let tag = format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp_subsec_nanos());
@@ -433,8 +509,7 @@ async fn a_password_rotated_mid_run_dead_letters_nothing() {
     };
     let arn = location.secret_arn.clone().expect("the credentials come from a secret");
     let url = s.postgres_url().unwrap().to_owned();
-    // The schema, migrated as the database's owner; two users who must give their password.
-    PostgresLedger::connect(&settings(&url)).await.unwrap();
+    // Two users who must give their password, granted what the functions need.
     let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
     let tag = format!("{}_{}", std::process::id(), chrono::Utc::now().timestamp_subsec_nanos());
@@ -442,13 +517,14 @@ async fn a_password_rotated_mid_run_dead_letters_nothing() {
     for user in [&a, &b] {
         admin
             .batch_execute(&format!(
-                "CREATE ROLE {user} LOGIN PASSWORD 'first-{tag}' IN ROLE recon_password_auth;
-                 GRANT USAGE, CREATE ON SCHEMA public TO {user};
-                 GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA public TO {user};"
+                "CREATE ROLE {user} LOGIN PASSWORD 'first-{tag}' IN ROLE recon_password_auth"
             ))
             .await
             .unwrap();
     }
+    PostgresLedger::migrate(&settings(&url), &[a.clone(), b.clone()])
+        .await
+        .unwrap();
     let put_secret = |user: String, password: String| {
         let (clients, arn) = (s.clients.clone(), arn.clone());
         async move {

@@ -77,6 +77,25 @@ pub enum Command {
     /// in it (once, after upgrading; a second run finds none). Other ledgers index by period
     /// themselves. Role: the deployer's, an upgrade step (it writes the ledger's index entries).
     IndexPeriods,
+    /// Apply the PostgreSQL ledger's schema migrations, then grant the functions' database users
+    /// what posting and reading need (SELECT and INSERT; nothing to update, delete or create).
+    /// The functions never change the schema: run this from the deploy step, before deploying a
+    /// release that carries a new migration. Role: the deployer's, as the database's migration
+    /// role.
+    LedgerMigrate {
+        /// The database, postgres://<user>@<host>[:<port>]/<database> without a password
+        /// (default: DLQ_POSTGRES_URL).
+        #[arg(long)]
+        url: Option<String>,
+        /// A Secrets Manager secret holding the migration role's `username` and `password`
+        /// (RDS's master user secret, say); without it, the URL's user with no password.
+        #[arg(long)]
+        secret_arn: Option<String>,
+        /// A database user the functions connect as (the `username` of the ledger's secret), to
+        /// grant; repeat it for the two users of an alternating-users rotation.
+        #[arg(long = "grant-to", value_name = "USER")]
+        grant_to: Vec<String>,
+    },
     /// Re-inject fixed envelopes through the three gates (integrity, idempotency, temporal).
     /// Role: maker (asked of the control plane; above the approval policy, a request).
     Replay(remediate::SelectorArgs),

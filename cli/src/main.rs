@@ -48,6 +48,11 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Send { file, fill_hash } => ops::send(&clients, &names, file, fill_hash).await,
         Command::Stats => ops::stats(&clients, &names).await,
         Command::IndexPeriods => ops::index_periods(&clients, &names).await,
+        Command::LedgerMigrate {
+            url,
+            secret_arn,
+            grant_to,
+        } => ops::ledger_migrate(&clients, url, secret_arn.as_deref(), &grant_to).await,
         Command::Triage { all, status } => {
             let status = (!all).then(|| status.unwrap_or(recon_core::domain::EnvelopeStatus::Pending));
             triage::run(&clients, &names, status).await

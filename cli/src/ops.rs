@@ -1,4 +1,4 @@
-//! `send`, `stats`, `env` and `index-periods`.
+//! `send`, `stats`, `env`, `index-periods` and `ledger-migrate`.
 
 use anyhow::{Context, Result, bail};
 use recon_aws::AwsClients;
@@ -228,5 +228,49 @@ pub async fn index_periods(clients: &AwsClients, names: &ResourceNames) -> Resul
         format!(
             "given their entry in the period indexes: {postings} postings, {envelopes} envelopes, {records} audit records"
         )
+    })
+}
+
+/// `dlqctl ledger-migrate`: the PostgreSQL ledger's migrations applied as the migration role
+/// (`secret_arn`'s user, else the URL's), and each of `grant_to` granted what the functions need.
+pub async fn ledger_migrate(
+    clients: &AwsClients,
+    url: Option<String>,
+    secret_arn: Option<&str>,
+    grant_to: &[String],
+) -> Result<()> {
+    use recon_core::config::{Rule, vars};
+    let url = url
+        .or_else(|| context::given(vars::POSTGRES_URL))
+        .context("which database? give --url (or set DLQ_POSTGRES_URL)")?;
+    if !Rule::PostgresUrl.admits(&url) {
+        bail!("--url {url:?} is not {}", Rule::PostgresUrl.allowed());
+    }
+    if let Some(user) = grant_to.iter().find(|u| u.is_empty() || u.len() > 63) {
+        bail!("--grant-to {user:?} is not a PostgreSQL user name (1-63 bytes)");
+    }
+    let credentials = match secret_arn {
+        Some(arn) => Some(recon_core::ports::Rotating::fixed(
+            recon_aws::ledger::postgres_credentials(clients, arn).await?,
+        )),
+        None => None,
+    };
+    let settings = recon_postgres::PostgresSettings {
+        url,
+        connect_timeout: std::time::Duration::from_secs(10),
+        // A migration may rewrite a large table.
+        statement_timeout: std::time::Duration::from_secs(3600),
+        pool_size: 1,
+        credentials,
+    };
+    let applied = recon_postgres::PostgresLedger::migrate(&settings, grant_to).await?;
+    let out = serde_json::json!({"applied": applied, "granted": grant_to});
+    crate::output::emit(&out, || {
+        let granted = if grant_to.is_empty() {
+            "no user granted (--grant-to USER for the functions' user)".to_owned()
+        } else {
+            format!("SELECT and INSERT granted to {}", grant_to.join(", "))
+        };
+        format!("ledger schema: {applied} migration(s) applied; {granted}")
     })
 }

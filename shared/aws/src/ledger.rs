@@ -172,6 +172,12 @@ pub fn open(clients: &AwsClients, settings: &LedgerSettings, ledger_table: &str,
     }
 }
 
+/// The `username` and `password` of the Secrets Manager secret `arn` (RDS's form), read once.
+pub async fn postgres_credentials(clients: &AwsClients, arn: &str) -> StoreResult<Credentials> {
+    let [user, password] = secret_fields(clients, arn, ["username", "password"]).await?;
+    Ok(Credentials { user, password })
+}
+
 /// The text `fields` of a Secrets Manager secret holding a JSON object (for PostgreSQL the
 /// `username` and `password` RDS writes). Neither the secret's text nor a parse error quoting it
 /// reaches an error message.

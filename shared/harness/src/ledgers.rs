@@ -56,9 +56,11 @@ impl TestLedger {
     ) -> (Self, Vec<(&'static str, String)>) {
         match kind {
             "postgres" => {
-                let db = ScratchDatabase::create(&format!("it_{tag}"))
-                    .await
-                    .unwrap_or_else(|e| panic!("{e}"));
+                let db = match ScratchDatabase::create(&format!("it_{tag}")).await {
+                    Ok(db) => db.migrated().await,
+                    Err(e) => Err(e),
+                }
+                .unwrap_or_else(|e| panic!("{e}"));
                 // As on AWS, the user and password come from a secret (the local server trusts
                 // loopback, so the password is not checked; the user is).
                 let secret_arn = secret(

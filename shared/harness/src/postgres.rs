@@ -67,6 +67,22 @@ impl ScratchDatabase {
         })
     }
 
+    /// The ledger's schema migrated, as the database's owner (what `dlqctl ledger-migrate` does
+    /// in a deploy step): the functions connect to a migrated database only.
+    pub async fn migrated(self) -> Result<Self, String> {
+        let settings = recon_postgres::PostgresSettings {
+            url: self.url.clone(),
+            connect_timeout: std::time::Duration::from_secs(5),
+            statement_timeout: std::time::Duration::from_secs(60),
+            pool_size: 1,
+            credentials: None,
+        };
+        recon_postgres::PostgresLedger::migrate(&settings, &[])
+            .await
+            .map_err(|e| format!("cannot migrate database {}: {e}", self.name))?;
+        Ok(self)
+    }
+
     pub async fn drop(self) {
         if let Ok(admin) = admin().await {
             let _ = admin

@@ -59,8 +59,8 @@ pub(crate) fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
 impl PostgresLedger {
     /// A pooled connection. A new one connects with the credentials held now, read first if they
     /// are old; refused for its credentials (class 28: a rotation the secret has and this process
-    /// has not yet), they are read again and, if they changed, the connection tried once more.
-    /// Every refusal is logged for the alarm.
+    /// has not yet), they are read again and, if they changed, the connection tried once more; a
+    /// refusal that rereading does not cure is logged for the alarm.
     pub(crate) async fn connection(&self) -> StoreResult<deadpool_postgres::Object> {
         let used = match &self.credentials {
             Some(credentials) => Some(credentials.current().await?),

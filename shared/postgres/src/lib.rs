@@ -165,8 +165,43 @@ fn committed_ref(row: &Row) -> StoreResult<CommittedRef> {
 }
 
 impl PostgresLedger {
-    /// Connect (a pool, opened lazily) and bring the schema up to date.
+    /// Connect (a pool, opened lazily) and check that the schema is this code's: every migration
+    /// it carries applied, none it does not. The functions never change the schema: an
+    /// unmigrated database is refused, naming the command that migrates it ([`Self::migrate`],
+    /// `dlqctl ledger-migrate`, run by the deploy step as the database's migration role).
     pub async fn connect(settings: &PostgresSettings) -> StoreResult<Self> {
+        let ledger = Self::pool(settings)?;
+        let client = ledger.connection().await?;
+        migrate::check(&client).await.map_err(|e| match e {
+            migrate::MigrateError::Database(e) => classify("schema check", &e),
+            refused => StoreError::infra(format!("the ledger's schema: {refused}")),
+        })?;
+        Ok(ledger)
+    }
+
+    /// As the database's migration role: apply the migrations not yet applied (recorded in
+    /// [`HISTORY_TABLE`]; one process at a time), then grant each of `runtime_users` what posting
+    /// and reading need: `SELECT` and `INSERT` on the ledger, `SELECT` on the history, the
+    /// schema's `USAGE` (nothing to update, delete or create). How many migrations ran.
+    pub async fn migrate(settings: &PostgresSettings, runtime_users: &[String]) -> StoreResult<usize> {
+        let ledger = Self::pool(settings)?;
+        let ran = ledger.apply_migrations().await?;
+        let client = ledger.connection().await?;
+        let schema: String = client
+            .query_one("SELECT current_schema()", &[])
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(|e| classify("current schema", &e))?;
+        for user in runtime_users {
+            client
+                .batch_execute(&migrate::grants(&schema, user))
+                .await
+                .map_err(|e| classify(&format!("grants to {user}"), &e))?;
+        }
+        Ok(ran)
+    }
+
+    fn pool(settings: &PostgresSettings) -> StoreResult<Self> {
         let mut config: tokio_postgres::Config = settings
             .url
             .parse()
@@ -203,7 +238,6 @@ impl PostgresLedger {
             // (a half-open connection answers nothing at all).
             answer_within: settings.statement_timeout + Duration::from_secs(1),
         };
-        ledger.migrate().await?;
         Ok(ledger)
     }
 
@@ -212,9 +246,9 @@ impl PostgresLedger {
         migrate::MIGRATIONS.len()
     }
 
-    /// Apply the migrations not yet applied (recorded in [`HISTORY_TABLE`]), one
-    /// process at a time (cold starts racing on an empty schema wait for each other).
-    pub async fn migrate(&self) -> StoreResult<()> {
+    /// Apply the migrations not yet applied, one process at a time (two deploy steps racing on an
+    /// empty schema wait for each other).
+    async fn apply_migrations(&self) -> StoreResult<usize> {
         let mut object = self.connection().await?;
         let client: &mut tokio_postgres::Client = &mut object;
         client
@@ -230,9 +264,9 @@ impl PostgresLedger {
             // handed to the next caller, and the lock goes with it.
             drop(deadpool_postgres::Object::take(object));
         }
-        ran.map_err(|e| StoreError::infra(format!("migrations: {e}")))?;
+        let ran = ran.map_err(|e| StoreError::infra(format!("migrations: {e}")))?;
         unlocked.map_err(|e| classify("migration unlock", &e))?;
-        Ok(())
+        Ok(ran)
     }
 
     /// One statement on a pooled connection: prepared once per connection (one round trip per

@@ -1,6 +1,7 @@
-//! The schema's versioned migrations (`migrations/V<n>__<name>.sql`), applied in order at the
-//! first connection after a deploy, each in its own transaction with its row in
-//! `ledger_schema_history` (version, name, the SHA-256 of its text, when).
+//! The schema's versioned migrations (`migrations/V<n>__<name>.sql`), applied in order by the
+//! deploy step (`dlqctl ledger-migrate`, as the database's migration role), each in its own
+//! transaction with its row in `ledger_schema_history` (version, name, the SHA-256 of its text,
+//! when). The functions only check, at their first connection, that the history is this code's.
 //!
 //! Our own few lines rather than a migration library: the one we used parsed file names with a
 //! regular expression at run time, which put a regex engine (about half a megabyte) into every
@@ -47,6 +48,10 @@ pub enum MigrateError {
         "migration V{version}__{name} changed after it was applied (its text no longer has the digest recorded): add a new migration instead of editing an applied one"
     )]
     Changed { version: i32, name: &'static str },
+    #[error(
+        "migration V{version}__{name} is not applied: run `dlqctl ledger-migrate` as the database's migration role (the functions never change the schema)"
+    )]
+    Missing { version: i32, name: &'static str },
 }
 
 fn checksum(sql: &str) -> String {
@@ -54,6 +59,75 @@ fn checksum(sql: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// The history's versions and digests; none when there is no history yet.
+async fn applied(client: &Client) -> Result<Vec<(i32, String)>, MigrateError> {
+    let exists: bool = client
+        .query_one(&format!("SELECT to_regclass('{HISTORY_TABLE}') IS NOT NULL"), &[])
+        .await?
+        .try_get(0)?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    Ok(client
+        .query(
+            &format!("SELECT version, checksum FROM {HISTORY_TABLE} ORDER BY version"),
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, tokio_postgres::Error>>()?)
+}
+
+/// Every applied migration is one this code carries, with the text it carries.
+fn known(applied: &[(i32, String)]) -> Result<(), MigrateError> {
+    for (version, recorded) in applied {
+        let m = MIGRATIONS
+            .iter()
+            .find(|m| m.version == *version)
+            .ok_or(MigrateError::Unknown(*version))?;
+        if *recorded != checksum(m.sql) {
+            return Err(MigrateError::Changed {
+                version: m.version,
+                name: m.name,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The schema is this code's: every migration it carries applied as it carries it, and no other.
+/// Reads only (what the functions' user may do).
+pub(crate) async fn check(client: &Client) -> Result<(), MigrateError> {
+    let applied = applied(client).await?;
+    known(&applied)?;
+    match MIGRATIONS
+        .iter()
+        .find(|m| !applied.iter().any(|(v, _)| *v == m.version))
+    {
+        Some(m) => Err(MigrateError::Missing {
+            version: m.version,
+            name: m.name,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// `name` as a quoted SQL identifier.
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// What the functions' `user` is granted in `schema`: reading and inserting, nothing else.
+pub(crate) fn grants(schema: &str, user: &str) -> String {
+    let (schema, user) = (quoted(schema), quoted(user));
+    format!(
+        "GRANT USAGE ON SCHEMA {schema} TO {user};
+         GRANT SELECT, INSERT ON ledger_entries TO {user};
+         GRANT SELECT ON {HISTORY_TABLE} TO {user};"
+    )
 }
 
 /// Apply the migrations not yet applied; how many were. The caller holds the migration lock.
@@ -68,27 +142,8 @@ pub(crate) async fn run(client: &mut Client) -> Result<usize, MigrateError> {
         ))
         .await?;
     adopt_earlier_history(client).await?;
-    let applied: Vec<(i32, String)> = client
-        .query(
-            &format!("SELECT version, checksum FROM {HISTORY_TABLE} ORDER BY version"),
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-        .collect::<Result<_, tokio_postgres::Error>>()?;
-    for (version, recorded) in &applied {
-        let m = MIGRATIONS
-            .iter()
-            .find(|m| m.version == *version)
-            .ok_or(MigrateError::Unknown(*version))?;
-        if *recorded != checksum(m.sql) {
-            return Err(MigrateError::Changed {
-                version: m.version,
-                name: m.name,
-            });
-        }
-    }
+    let applied = applied(client).await?;
+    known(&applied)?;
     let mut ran = 0;
     for m in MIGRATIONS
         .iter()

@@ -100,7 +100,7 @@ pub async fn run(args: LedgerCostArgs) {
     let setup = async {
         Ok::<_, String>((
             recon_harness::postgres::admin().await?,
-            ScratchDatabase::create("bench").await?,
+            ScratchDatabase::create("bench").await?.migrated().await?,
         ))
     };
     let (admin, db) = setup.await.unwrap_or_else(|e| {

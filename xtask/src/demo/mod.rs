@@ -51,6 +51,8 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
             .map_err(anyhow::Error::msg)?;
         println!("   ledger: PostgreSQL, database {} (new)", db.name);
         dlqctl::context::set(recon_core::config::vars::POSTGRES_URL, &db.url);
+        // The deploy step: the schema migrated by its owner, never by the functions.
+        dlqctl::ops::ledger_migrate(clients, None, None, &[]).await?;
     }
 
     let (happy, mess) = workload::generate(args)?;
