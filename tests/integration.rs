@@ -17,6 +17,7 @@ mod http_ledger;
 mod iam;
 mod iam_offline;
 mod postgres;
+mod postgres_access;
 mod provision;
 mod reconcile;
 mod replay;

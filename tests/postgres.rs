@@ -17,17 +17,18 @@ async fn database(test: &str) -> ScratchDatabase {
 }
 
 /// A database of its own, its schema migrated by its owner (as the deploy step would).
-async fn migrated(test: &str) -> ScratchDatabase {
+pub(crate) async fn migrated(test: &str) -> ScratchDatabase {
     database(test).await.migrated().await.unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn settings(url: &str) -> PostgresSettings {
+pub(crate) fn settings(url: &str) -> PostgresSettings {
     PostgresSettings {
         url: url.to_owned(),
         connect_timeout: Duration::from_secs(3),
         statement_timeout: Duration::from_secs(5),
         pool_size: 16,
         credentials: None,
+        tls: recon_harness::postgres::local_tls(),
     }
 }
 
@@ -296,100 +297,6 @@ async fn errors_are_classified_for_the_retry_budget() {
     db.drop().await;
 }
 
-/// On AWS the ledger's user and password come from a Secrets Manager secret (LocalStack's here):
-/// the secret's user connects in place of the URL's (a role that does not exist), and a secret
-/// that is missing or incomplete fails transiently, naming the secret and never its contents.
-#[tokio::test]
-async fn the_chosen_postgres_ledger_takes_its_credentials_from_a_secret() {
-    use recon_aws::ledger::open;
-    use recon_core::config::{LedgerSettings, PostgresLocation};
-
-    let db = migrated("secret").await;
-    let clients = recon_aws::AwsClients::connect(recon_aws::Target::local_from_env()).await;
-    let secrets = clients.secrets_manager();
-    let tag = format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp_subsec_nanos());
-    let mut arns = Vec::new();
-    for (name, text) in [
-        (
-            "good",
-            r#"{"username":"recon","password":"not-checked-on-loopback-trust"}"#,
-        ),
-        ("nopass", r#"{"username":"recon","password-hint":"s3cr3t-value"}"#),
-    ] {
-        let out = secrets
-            .create_secret()
-            .name(format!("recon-ledger-{name}-{tag}"))
-            .secret_string(text)
-            .send()
-            .await
-            .expect("LocalStack creates the secret (is Secrets Manager among its services?)");
-        arns.push(out.arn().expect("an ARN").to_owned());
-    }
-    // The URL's user does not exist: only the secret's user can connect.
-    let url = db.url.replacen("postgres://recon@", "postgres://no_such_role@", 1);
-    assert_ne!(url, db.url);
-    let chosen = |secret_arn: Option<String>| {
-        open(
-            &clients,
-            &LedgerSettings::Postgres(PostgresLocation {
-                url: url.clone(),
-                secret_arn,
-            }),
-            "unused-table",
-            2,
-        )
-    };
-
-    let unreachable = open(
-        &clients,
-        &LedgerSettings::Postgres(PostgresLocation {
-            url: "postgres://recon@127.0.0.1:1/recon".into(),
-            secret_arn: None,
-        }),
-        "unused-table",
-        2,
-    );
-    recon_testkit::conformance::ledger_fails_transiently_when_unreachable(&unreachable, "pg-gone").await;
-
-    let without = chosen(None).lookup(&"ab".repeat(32)).await.unwrap_err();
-    assert!(without.detail.contains("no_such_role"), "{without:?}");
-
-    let ledger = chosen(Some(arns[0].clone()));
-    let p = posting("secret", 1, "sqs-1");
-    assert_eq!(ledger.commit(&p).await.unwrap(), CommitOutcome::Committed);
-    assert_eq!(ledger.kind(), "postgres");
-
-    let incomplete = chosen(Some(arns[1].clone())).lookup(&p.source_hash).await.unwrap_err();
-    assert_eq!(incomplete.kind, TransientKind::Infrastructure);
-    assert!(incomplete.detail.contains("has no `password`"), "{incomplete:?}");
-    assert!(
-        !incomplete.detail.contains("s3cr3t"),
-        "the secret's text leaked: {incomplete:?}"
-    );
-
-    let gone = format!("{}-gone", arns[0]);
-    let missing = chosen(Some(gone.clone())).lookup(&p.source_hash).await.unwrap_err();
-    assert!(missing.detail.contains(&gone), "{missing:?}");
-
-    let printed = format!(
-        "{:?}",
-        recon_postgres::Credentials {
-            user: "recon".into(),
-            password: "hunter2".into()
-        }
-    );
-    assert!(!printed.contains("hunter2"), "{printed}");
-    for arn in arns {
-        let _ = secrets
-            .delete_secret()
-            .secret_id(arn)
-            .force_delete_without_recovery(true)
-            .send()
-            .await;
-    }
-    db.drop().await;
-}
-
 /// Your ledger's own rules: a posting it refuses (a CHECK constraint of yours, a trigger's RAISE)
 /// is poison, dead-lettered at its first receive with `LEDGER_REFUSED:<SQLSTATE>:<rule>` and
 /// nothing written; once the rule is fixed, the replay posts it exactly once.
@@ -493,109 +400,4 @@ async fn a_posting_your_ledger_refuses_is_poison_with_its_rule_and_replays_once_
     assert_eq!(replayed.len(), 1);
     assert_eq!(replayed[0].amount.to_string(), "5000.00");
     s.cleanup().await;
-}
-
-/// RDS rotates the ledger's password mid-run: first as a single user (the password changed, the
-/// secret updated), then with alternating users (the secret names the other user, the first one's
-/// password changes). Each time the connections made before are closed, so the next commits
-/// connect with the credentials the process holds: refused (28P01), the secret is read again and
-/// the connection made with what it holds. Every commit succeeds at its first attempt: nothing is
-/// left to the retry budget, nothing dead-lettered.
-#[tokio::test]
-async fn a_password_rotated_mid_run_dead_letters_nothing() {
-    let s = recon_harness::stack::TestStack::new_postgres("pg-rotate").await;
-    let recon_core::config::LedgerSettings::Postgres(location) = &s.settings.ledger else {
-        panic!("a PostgreSQL stack");
-    };
-    let arn = location.secret_arn.clone().expect("the credentials come from a secret");
-    let url = s.postgres_url().unwrap().to_owned();
-    // Two users who must give their password, granted what the functions need.
-    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let tag = format!("{}_{}", std::process::id(), chrono::Utc::now().timestamp_subsec_nanos());
-    let (a, b) = (format!("rot_a_{tag}"), format!("rot_b_{tag}"));
-    for user in [&a, &b] {
-        admin
-            .batch_execute(&format!(
-                "CREATE ROLE {user} LOGIN PASSWORD 'first-{tag}' IN ROLE recon_password_auth"
-            ))
-            .await
-            .unwrap();
-    }
-    PostgresLedger::migrate(&settings(&url), &[a.clone(), b.clone()])
-        .await
-        .unwrap();
-    let put_secret = |user: String, password: String| {
-        let (clients, arn) = (s.clients.clone(), arn.clone());
-        async move {
-            clients
-                .secrets_manager()
-                .put_secret_value()
-                .secret_id(&arn)
-                .secret_string(serde_json::json!({"username": user, "password": password}).to_string())
-                .send()
-                .await
-                .unwrap();
-        }
-    };
-    // Closes `user`'s connections, then waits until the pool can tell they are closed.
-    let close_connections_of = |user: String| {
-        let admin = &admin;
-        async move {
-            admin
-                .execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
-                    &[&user],
-                )
-                .await
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    };
-    put_secret(a.clone(), format!("first-{tag}")).await;
-    let ledger = s.ledger();
-    let mut n = 0;
-    let mut commit_some = async |phase: &str| {
-        for _ in 0..5 {
-            n += 1;
-            let p = posting("pg-rotate", n, &format!("sqs-{n}"));
-            match ledger.commit(&p).await {
-                Ok(CommitOutcome::Committed) => {}
-                other => panic!("{phase}: commit {n} at its first attempt: {other:?}"),
-            }
-        }
-    };
-    commit_some("before any rotation").await;
-
-    // Single user: the password changes, then the secret.
-    admin
-        .batch_execute(&format!("ALTER ROLE {a} PASSWORD 'second-{tag}'"))
-        .await
-        .unwrap();
-    put_secret(a.clone(), format!("second-{tag}")).await;
-    close_connections_of(a.clone()).await;
-    commit_some("after a single-user rotation").await;
-
-    // Alternating users: the secret names the other user; the first one's password changes.
-    put_secret(b.clone(), format!("first-{tag}")).await;
-    admin
-        .batch_execute(&format!("ALTER ROLE {a} PASSWORD 'third-{tag}'"))
-        .await
-        .unwrap();
-    close_connections_of(a.clone()).await;
-    commit_some("after an alternating-users rotation").await;
-
-    let by: Vec<String> = admin
-        .query("SELECT DISTINCT usename::text FROM pg_stat_activity WHERE datname = current_database() AND usename LIKE 'rot_%'", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(by, [b.clone()], "the ledger connects as the secret's user now");
-    assert_eq!(s.postings().await.len(), 15);
-    s.cleanup().await;
-    for user in [a, b] {
-        let _ = admin.batch_execute(&format!("DROP ROLE IF EXISTS {user}")).await;
-    }
 }

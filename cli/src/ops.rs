@@ -262,6 +262,12 @@ pub async fn ledger_migrate(
         statement_timeout: std::time::Duration::from_secs(3600),
         pool_size: 1,
         credentials,
+        tls: match context::given(vars::POSTGRES_TLS).as_deref() {
+            Some("disable") => recon_core::config::PostgresTls::Disable,
+            _ => recon_core::config::PostgresTls::VerifyFull {
+                ca_file: context::given(vars::POSTGRES_CA_FILE).map(Into::into),
+            },
+        },
     };
     let applied = recon_postgres::PostgresLedger::migrate(&settings, grant_to).await?;
     let out = serde_json::json!({"applied": applied, "granted": grant_to});

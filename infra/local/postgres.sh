@@ -13,6 +13,7 @@
 #   infra/local/postgres.sh down      stop it (the data stays until `rm -rf .local-aws/postgres`)
 #   infra/local/postgres.sh status    print whether it runs
 #   infra/local/postgres.sh url       print the connection URL the tests use
+#   infra/local/postgres.sh ca        print the path of the CA certificate the server's is signed by
 #
 # Port: POSTGRES_PORT (default 55432, away from a system PostgreSQL's 5432).
 set -euo pipefail
@@ -73,6 +74,29 @@ host  all all                  ::1/128      trust
 EOF
 }
 
+tls_dir="$dir/tls"
+
+# The local CA and the server's certificate (127.0.0.1, localhost), made once.
+tls() {
+  [ -f "$tls_dir/server.key" ] && return 0
+  command -v openssl >/dev/null || { log "openssl is needed for the local PostgreSQL's certificate"; exit 1; }
+  log "making the local PostgreSQL's TLS certificate (a CA of its own, in $tls_dir)"
+  mkdir -p "$tls_dir"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=recon-dlq local PostgreSQL CA" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -keyout "$tls_dir/ca.key" -out "$tls_dir/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+    -keyout "$tls_dir/server.key" -out "$tls_dir/server.csr" 2>/dev/null
+  printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost" "basicConstraints=critical,CA:FALSE" \
+    "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" > "$tls_dir/server.ext"
+  openssl x509 -req -in "$tls_dir/server.csr" -CA "$tls_dir/ca.crt" -CAkey "$tls_dir/ca.key" \
+    -CAcreateserial -days 3650 -extfile "$tls_dir/server.ext" -out "$tls_dir/server.crt" 2>/dev/null
+  chmod 600 "$tls_dir/server.key" "$tls_dir/ca.key"
+  chmod 644 "$tls_dir/ca.crt" "$tls_dir/server.crt"
+  [ "$(id -u)" -eq 0 ] && chown -R postgres: "$tls_dir"
+  return 0
+}
+
 up() {
   install
   local bin
@@ -83,6 +107,7 @@ up() {
     log "creating the local PostgreSQL cluster in $dir"
     as_owner "$bin/initdb" -D "$data" -U postgres --auth-local=trust --auth-host=trust -E UTF8 --locale=C.UTF-8 >/dev/null
   fi
+  tls
   if ! hba | cmp -s - "$data/pg_hba.conf"; then
     hba | as_owner tee "$data/pg_hba.conf" >/dev/null
     if healthy; then as_owner "$bin/pg_ctl" -D "$data" reload >/dev/null; fi
@@ -95,12 +120,19 @@ up() {
       -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$socket_dir -c fsync=off" start >/dev/null
   fi
   local sql=("$bin/psql" -q -h 127.0.0.1 -p "$port" -U postgres -tA)
+  if [ "$(as_owner "${sql[@]}" -c "SHOW ssl")" != "on" ]; then
+    as_owner "${sql[@]}" -c "ALTER SYSTEM SET ssl_cert_file = '$tls_dir/server.crt'" \
+      -c "ALTER SYSTEM SET ssl_key_file = '$tls_dir/server.key'" -c "ALTER SYSTEM SET ssl = on" \
+      -c "SELECT pg_reload_conf()" >/dev/null
+    sleep 1
+    [ "$(as_owner "${sql[@]}" -c "SHOW ssl")" = "on" ] || { log "PostgreSQL did not turn TLS on (see $dir/postgres.log)"; exit 1; }
+  fi
   as_owner "${sql[@]}" -c "SELECT 1 FROM pg_roles WHERE rolname='recon'" | grep -q 1 ||
     as_owner "${sql[@]}" -c "CREATE ROLE recon LOGIN CREATEDB"
   # recon creates the tests' password-checked roles and makes them members of this group
   # (CREATEROLE; recon itself is no member, so it stays trusted), and closes their connections
   # (pg_signal_backend) as a rotation would.
-  as_owner "${sql[@]}" -c "ALTER ROLE recon CREATEROLE; GRANT pg_signal_backend TO recon"
+  as_owner "${sql[@]}" -c "ALTER ROLE recon CREATEROLE" -c "SET client_min_messages = warning" -c "GRANT pg_signal_backend TO recon"
   as_owner "${sql[@]}" -c "SELECT 1 FROM pg_roles WHERE rolname='recon_password_auth'" | grep -q 1 ||
     as_owner "${sql[@]}" -c "CREATE ROLE recon_password_auth NOLOGIN"
   as_owner "${sql[@]}" -c "SELECT 1 FROM pg_database WHERE datname='recon'" | grep -q 1 ||
@@ -122,5 +154,6 @@ case "${1:-}" in
   down) down ;;
   status) if bin_dir >/dev/null && healthy; then echo "PostgreSQL: up on 127.0.0.1:$port"; else echo "PostgreSQL: down"; fi ;;
   url) echo "postgres://recon@127.0.0.1:$port/recon" ;;
-  *) echo "usage: $0 install|up|down|status|url" >&2; exit 2 ;;
+  ca) echo "$tls_dir/ca.crt" ;;
+  *) echo "usage: $0 install|up|down|status|url|ca" >&2; exit 2 ;;
 esac

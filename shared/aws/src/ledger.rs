@@ -113,6 +113,7 @@ impl LazyPostgres {
                     statement_timeout: t.attempt.max(Duration::from_secs(1)),
                     pool_size: self.pool_size,
                     credentials,
+                    tls: self.location.tls.clone(),
                 })
                 .await
             })

@@ -73,6 +73,9 @@ impl TestLedger {
                     (vars::LEDGER, "postgres".to_owned()),
                     (vars::POSTGRES_URL, db.url.clone()),
                     (vars::POSTGRES_SECRET_ARN, secret_arn.clone()),
+                    // TLS verified against the local server's own CA.
+                    (vars::POSTGRES_TLS, "verify-full".to_owned()),
+                    (vars::POSTGRES_CA_FILE, crate::postgres::ca_file().display().to_string()),
                 ];
                 (TestLedger::Postgres { db, secret_arn }, env)
             }

@@ -9,6 +9,28 @@ pub fn server_url() -> String {
     })
 }
 
+/// The CA the local server's certificate is signed by (`DLQ_POSTGRES_CA_FILE`, else where
+/// `infra/local/postgres.sh` made it).
+pub fn ca_file() -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("DLQ_POSTGRES_CA_FILE") {
+        return path.into();
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../infra/local/postgres.sh");
+    let out = std::process::Command::new(script)
+        .arg("ca")
+        .output()
+        .unwrap_or_else(|e| panic!("{script} ca: {e}"));
+    std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// How the ledger reaches the local server: TLS, its certificate verified against the local CA
+/// (as on AWS against the RDS CAs).
+pub fn local_tls() -> recon_core::config::PostgresTls {
+    recon_core::config::PostgresTls::VerifyFull {
+        ca_file: Some(ca_file()),
+    }
+}
+
 /// A connection to the server's own database (to create and drop the scratch ones).
 pub async fn admin() -> Result<tokio_postgres::Client, String> {
     let (client, connection) = tokio_postgres::connect(&server_url(), tokio_postgres::NoTls)
@@ -76,6 +98,7 @@ impl ScratchDatabase {
             statement_timeout: std::time::Duration::from_secs(60),
             pool_size: 1,
             credentials: None,
+            tls: local_tls(),
         };
         recon_postgres::PostgresLedger::migrate(&settings, &[])
             .await

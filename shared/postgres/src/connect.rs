@@ -2,9 +2,16 @@
 //! their secret again when old or refused), and what a failure to get one means for the retry
 //! budget.
 
+use std::sync::Arc;
+
+pub use recon_core::config::PostgresTls as Tls;
 use recon_core::domain::TransientKind;
 use recon_core::ports::{Rotating, StoreError, StoreResult, log_refused};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use tokio_postgres::NoTls;
+use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{Credentials, PostgresLedger, classify};
 
@@ -18,6 +25,8 @@ fn refused_credentials(e: &tokio_postgres::Error) -> bool {
 /// ones it was made with for ever).
 pub(crate) struct Connector {
     pub(crate) credentials: Option<Rotating<Credentials>>,
+    /// `None`: plaintext (to a loopback host only).
+    pub(crate) tls: Option<MakeRustlsConnect>,
 }
 
 impl deadpool_postgres::Connect for Connector {
@@ -36,13 +45,25 @@ impl deadpool_postgres::Connect for Connector {
         if let Some(c) = self.credentials.as_ref().and_then(Rotating::latest) {
             config.user(&c.user).password(&c.password);
         }
+        let tls = self.tls.clone();
         Box::pin(async move {
-            let (client, connection) = config.connect(NoTls).await?;
-            let task = tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!(error = %e, "PostgreSQL connection ended");
+            let ended = |e: tokio_postgres::Error| tracing::warn!(error = %e, "PostgreSQL connection ended");
+            let (client, task) = match tls {
+                Some(tls) => {
+                    let (client, connection) = config.connect(tls).await?;
+                    (
+                        client,
+                        tokio::spawn(async move { connection.await.unwrap_or_else(ended) }),
+                    )
                 }
-            });
+                None => {
+                    let (client, connection) = config.connect(NoTls).await?;
+                    (
+                        client,
+                        tokio::spawn(async move { connection.await.unwrap_or_else(ended) }),
+                    )
+                }
+            };
             Ok((client, task))
         })
     }
@@ -79,5 +100,131 @@ impl PostgresLedger {
             Some(_) => self.pool.get().await.map_err(pool_error),
             None => Err(pool_error(deadpool_postgres::PoolError::Backend(refused))),
         }
+    }
+}
+
+/// The Amazon RDS and RDS Proxy CA certificates (`tools/rds_ca_bundle.sh` writes them).
+pub const RDS_CA_BUNDLE: &str = include_str!("../certs/rds-ca-bundle.pem");
+
+/// The TLS connector `tls` asks for (`None`: plaintext), with `config`'s SSL mode set to match.
+pub(crate) fn connector(tls: &Tls, config: &mut tokio_postgres::Config) -> StoreResult<Option<MakeRustlsConnect>> {
+    match tls {
+        Tls::Disable => {
+            let remote = config
+                .get_hosts()
+                .iter()
+                .find_map(|h| match h {
+                    Host::Tcp(name) if !Tls::loopback(name) => Some(name.clone()),
+                    _ => None,
+                })
+                .or_else(|| {
+                    config
+                        .get_hostaddrs()
+                        .iter()
+                        .find(|a| !a.is_loopback())
+                        .map(ToString::to_string)
+                });
+            if let Some(host) = remote {
+                return Err(StoreError::infra(format!(
+                    "the PostgreSQL ledger refuses plaintext to {host}: TLS may be disabled only to a loopback host (DLQ_POSTGRES_TLS=verify-full)"
+                )));
+            }
+            config.ssl_mode(SslMode::Disable);
+            Ok(None)
+        }
+        Tls::VerifyFull { ca_file } => {
+            let (pem, source) = match ca_file {
+                Some(path) => (
+                    std::fs::read(path)
+                        .map_err(|e| StoreError::infra(format!("the CA file {}: {e}", path.display())))?,
+                    path.display().to_string(),
+                ),
+                None => (RDS_CA_BUNDLE.as_bytes().to_vec(), "the Amazon RDS CAs".to_owned()),
+            };
+            let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<_, _>>()
+                .map_err(|e| StoreError::infra(format!("{source}: not PEM certificates: {e}")))?;
+            let mut roots = rustls::RootCertStore::empty();
+            let (added, _unusable) = roots.add_parsable_certificates(certificates);
+            if added == 0 {
+                return Err(StoreError::infra(format!(
+                    "{source}: no CA certificate to verify the server with"
+                )));
+            }
+            let client =
+                rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| StoreError::infra(format!("TLS: {e}")))?
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+            // Never a plaintext fallback.
+            config.ssl_mode(SslMode::Require);
+            Ok(Some(MakeRustlsConnect::new(client)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn config(url: &str) -> tokio_postgres::Config {
+        url.parse().unwrap()
+    }
+
+    #[test]
+    fn the_rds_cas_compiled_in_are_trust_anchors() {
+        let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(RDS_CA_BUNDLE.as_bytes())
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        let (added, unusable) = roots.add_parsable_certificates(certificates);
+        assert!(added >= 100 && unusable == 0, "{added} added, {unusable} unusable");
+        assert!(
+            connector(
+                &Tls::VerifyFull { ca_file: None },
+                &mut config("postgres://u@db.example.internal/l")
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn plaintext_only_to_loopback_and_a_ca_file_that_is_not_there_is_named() {
+        for url in [
+            "postgres://u@127.0.0.1:5432/l",
+            "postgres://u@localhost/l",
+            "postgres://u@[::1]/l",
+            "postgres://u@%2Ftmp%2Fsock/l",
+        ] {
+            let mut c = config(url);
+            assert!(matches!(connector(&Tls::Disable, &mut c), Ok(None)), "{url}");
+            assert_eq!(c.get_ssl_mode(), SslMode::Disable);
+        }
+        for url in [
+            "postgres://u@db.example.internal/l",
+            "postgres://u@10.0.0.5/l",
+            "postgres://u@localhost/l?hostaddr=10.0.0.5",
+            "postgres://u@127.0.0.1,db.example.internal/l",
+        ] {
+            let e = connector(&Tls::Disable, &mut config(url)).err().expect(url);
+            assert!(e.detail.contains("refuses plaintext"), "{url}: {e}");
+        }
+        let mut c = config("postgres://u@127.0.0.1/l?sslmode=disable");
+        connector(&Tls::VerifyFull { ca_file: None }, &mut c).unwrap();
+        assert_eq!(
+            c.get_ssl_mode(),
+            SslMode::Require,
+            "the URL cannot turn verification off"
+        );
+        let missing = PathBuf::from("/nonexistent/ca.pem");
+        let e = connector(
+            &Tls::VerifyFull { ca_file: Some(missing) },
+            &mut config("postgres://u@h/l"),
+        )
+        .err()
+        .unwrap();
+        assert!(e.detail.contains("/nonexistent/ca.pem"), "{e}");
     }
 }

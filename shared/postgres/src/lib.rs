@@ -30,6 +30,7 @@ const MIGRATION_LOCK: i64 = 0x7265_636f_6e5f_6d69;
 mod connect;
 mod migrate;
 use connect::Connector;
+pub use connect::{RDS_CA_BUNDLE, Tls};
 pub use migrate::HISTORY_TABLE;
 
 /// How to reach the database and how long anything may take.
@@ -46,6 +47,8 @@ pub struct PostgresSettings {
     /// Secrets Manager secret, again once old and at once when the server refuses them); `None`:
     /// the URL's user, without a password.
     pub credentials: Option<Rotating<Credentials>>,
+    /// TLS, verified (the default), or plaintext to a loopback host.
+    pub tls: Tls,
 }
 
 /// A database user and its password; never printed.
@@ -97,9 +100,20 @@ pub fn classify(op: &str, e: &tokio_postgres::Error) -> StoreError {
     };
     let code = e.code().map(|c| c.code().to_owned()).unwrap_or_default();
     // The server's own words ("role … does not exist"); the driver's Display says only "db error".
-    let said = e
-        .as_db_error()
-        .map_or_else(|| e.to_string(), |d| d.message().to_owned());
+    // Otherwise the driver's words and their causes ("error performing TLS handshake: invalid
+    // peer certificate: UnknownIssuer").
+    let said = e.as_db_error().map_or_else(
+        || {
+            let mut said = e.to_string();
+            let mut cause = std::error::Error::source(e);
+            while let Some(c) = cause {
+                said.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            said
+        },
+        |d| d.message().to_owned(),
+    );
     StoreError::new(kind, format!("{op}: {code} {said}"))
 }
 
@@ -214,10 +228,12 @@ impl PostgresLedger {
             ms = settings.statement_timeout.as_millis()
         ));
         config.options(options);
+        let tls = connect::connector(&settings.tls, &mut config)?;
         let manager = Manager::from_connect(
             config,
             Connector {
                 credentials: settings.credentials.clone(),
+                tls,
             },
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,

@@ -113,6 +113,7 @@ pub async fn run(args: LedgerCostArgs) {
         statement_timeout: Duration::from_secs(5),
         pool_size: concurrency,
         credentials: None,
+        tls: recon_harness::postgres::local_tls(),
     };
     let version: String = match admin.query_one("SHOW server_version", &[]).await {
         Ok(row) => row.try_get::<_, String>(0).unwrap_or_default(),

@@ -51,6 +51,9 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
             .map_err(anyhow::Error::msg)?;
         println!("   ledger: PostgreSQL, database {} (new)", db.name);
         dlqctl::context::set(recon_core::config::vars::POSTGRES_URL, &db.url);
+        // Over TLS, verified against the local server's CA.
+        let ca = recon_harness::postgres::ca_file();
+        dlqctl::context::set(recon_core::config::vars::POSTGRES_CA_FILE, &ca.display().to_string());
         // The deploy step: the schema migrated by its owner, never by the functions.
         dlqctl::ops::ledger_migrate(clients, None, None, &[]).await?;
     }

@@ -48,6 +48,8 @@ pub mod vars {
     pub const LEDGER: &str = "DLQ_LEDGER";
     pub const POSTGRES_URL: &str = "DLQ_POSTGRES_URL";
     pub const POSTGRES_SECRET_ARN: &str = "DLQ_POSTGRES_SECRET_ARN";
+    pub const POSTGRES_TLS: &str = "DLQ_POSTGRES_TLS";
+    pub const POSTGRES_CA_FILE: &str = "DLQ_POSTGRES_CA_FILE";
     pub const HTTP_LEDGER_URL: &str = "DLQ_HTTP_LEDGER_URL";
     pub const HTTP_LEDGER_SECRET_ARN: &str = "DLQ_HTTP_LEDGER_SECRET_ARN";
     pub const DEDUP_TABLE: &str = "DLQ_DEDUP_TABLE";
@@ -56,7 +58,7 @@ pub mod vars {
 }
 
 mod ledger;
-pub use ledger::{HttpLocation, LedgerSettings, PostgresLocation};
+pub use ledger::{HttpLocation, LedgerSettings, PostgresLocation, PostgresTls};
 pub mod needs;
 mod rules;
 pub use rules::{MAX_PREFIX_LEN, Rule, UNSET, VARIABLES, Variable, configuration_table};

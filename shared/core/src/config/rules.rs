@@ -30,6 +30,8 @@ pub enum Rule {
     KmsKey,
     /// SQS sender ids ([`crate::domain::sqs::Senders`]).
     Senders,
+    /// An absolute file path.
+    AbsolutePath,
 }
 
 /// The default of a variable that may stay unset (nothing is used in its place).
@@ -39,10 +41,9 @@ pub const UNSET: &str = "unset";
 /// at most 63 characters) must fit in every region, the longest of which have 14 characters.
 pub const MAX_PREFIX_LEN: usize = 63 - "-quarantine-".len() - 12 - 1 - 14;
 
-/// The options a PostgreSQL URL may carry: none of them a secret (a password comes from a secret).
-pub const POSTGRES_OPTIONS: [&str; 9] = [
-    "sslmode",
-    "sslrootcert",
+/// The options a PostgreSQL URL may carry: none of them a secret (a password comes from a secret),
+/// and none about TLS (`DLQ_POSTGRES_TLS` and `DLQ_POSTGRES_CA_FILE` say how it is secured).
+pub const POSTGRES_OPTIONS: [&str; 7] = [
     "channel_binding",
     "application_name",
     "connect_timeout",
@@ -98,6 +99,7 @@ impl Rule {
                     .into()
             }
             Rule::KmsKey => "a KMS key: alias/<name>, a key id, or its ARN".into(),
+            Rule::AbsolutePath => "an absolute file path (/…)".into(),
             Rule::Senders => {
                 "SQS sender ids, comma-separated: a role's unique id followed by `:` (AROA…:), a user's unique id, or (LocalStack) the account".into()
             }
@@ -171,6 +173,7 @@ impl Rule {
                     && (secure || name == "127.0.0.1" || name == "localhost")
             }
             Rule::PostgresUrl => Rule::postgres_url(value),
+            Rule::AbsolutePath => value.starts_with('/') && !value.chars().any(char::is_control),
             Rule::Escalation => value.parse::<crate::decisions::escalation::EscalationChain>().is_ok(),
             Rule::KmsKey => {
                 let alias = value.strip_prefix("alias/").is_some_and(|a| {
@@ -493,6 +496,18 @@ pub const VARIABLES: &[Variable] = &[
         rule: Rule::SecretArn,
         default: Some(UNSET),
         meaning: "the secret holding the PostgreSQL ledger's username and password (on AWS)",
+    },
+    Variable {
+        name: vars::POSTGRES_TLS,
+        rule: Rule::OneOf(&["verify-full", "disable"]),
+        default: Some("verify-full"),
+        meaning: "TLS to the PostgreSQL ledger, the server's certificate and name verified; disable only to a loopback host",
+    },
+    Variable {
+        name: vars::POSTGRES_CA_FILE,
+        rule: Rule::AbsolutePath,
+        default: Some(UNSET),
+        meaning: "the CA certificates (PEM) the PostgreSQL ledger's server certificate is verified against; unset, the Amazon RDS and RDS Proxy CAs compiled in",
     },
     Variable {
         name: vars::HTTP_LEDGER_URL,

@@ -85,6 +85,7 @@ fn refused(rule: Rule) -> Vec<String> {
             "https://".into(),
         ]),
         Rule::KmsKey => bad.extend(["alias/".into(), "decisions".into(), "arn:aws:sqs:x".into()]),
+        Rule::AbsolutePath => bad.extend(["ca.pem".into(), "./ca.pem".into(), "/etc/ca\n.pem".into()]),
         Rule::Senders => bad.extend(["aroa123456789012:".into(), "AROA:".into(), "1234".into()]),
         Rule::OperatorRoles => bad.extend([
             "maker".into(),
@@ -347,6 +348,7 @@ fn the_ledger_is_one_choice_for_the_consumer_and_the_replay() {
     let expected = LedgerSettings::Postgres(PostgresLocation {
         url: url.into(),
         secret_arn: Some(arn.into()),
+        tls: PostgresTls::VerifyFull { ca_file: None },
     });
     let consumer = ConsumerSettings::from_lookup(|k| env.get(k).cloned()).unwrap();
     let replay = ReplaySettings::from_lookup(|k| env.get(k).cloned()).unwrap();
@@ -356,7 +358,48 @@ fn the_ledger_is_one_choice_for_the_consumer_and_the_replay() {
         assert_eq!(audited.get(vars::LEDGER).map(String::as_str), Some("postgres"));
         assert_eq!(audited.get(vars::POSTGRES_URL).map(String::as_str), Some(url));
         assert_eq!(audited.get(vars::POSTGRES_SECRET_ARN).map(String::as_str), Some(arn));
+        assert_eq!(audited.get(vars::POSTGRES_TLS).map(String::as_str), Some("verify-full"));
     }
+
+    // TLS is verified by default; a CA file of one's own; plaintext only to a loopback host.
+    env.insert(vars::POSTGRES_CA_FILE.into(), "/opt/ca/ledger.pem".into());
+    let own_ca = ConsumerSettings::from_lookup(|k| env.get(k).cloned()).unwrap();
+    let LedgerSettings::Postgres(location) = own_ca.ledger else {
+        panic!("postgres")
+    };
+    assert_eq!(
+        location.tls,
+        PostgresTls::VerifyFull {
+            ca_file: Some("/opt/ca/ledger.pem".into())
+        }
+    );
+    env.insert(vars::POSTGRES_TLS.into(), "disable".into());
+    let refused = ConsumerSettings::from_lookup(|k| env.get(k).cloned()).unwrap_err();
+    assert_eq!(refused.variable(), vars::POSTGRES_TLS);
+    assert!(
+        refused.to_string().contains("db.internal is not a loopback host"),
+        "{refused}"
+    );
+    for local in [
+        "postgres://recon@127.0.0.1:55432/ledger",
+        "postgres://recon@localhost/ledger",
+        "postgres://recon@[::1]:5432/ledger",
+    ] {
+        env.insert(vars::POSTGRES_URL.into(), local.into());
+        let plain = ConsumerSettings::from_lookup(|k| env.get(k).cloned()).unwrap();
+        let LedgerSettings::Postgres(location) = plain.ledger else {
+            panic!("postgres")
+        };
+        assert_eq!(location.tls, PostgresTls::Disable, "{local}");
+    }
+    env.insert(
+        vars::POSTGRES_URL.into(),
+        "postgres://recon@127.0.0.1,db.internal/ledger".into(),
+    );
+    assert!(
+        ConsumerSettings::from_lookup(|k| env.get(k).cloned()).is_err(),
+        "one remote host of several"
+    );
 }
 
 #[test]
@@ -364,12 +407,13 @@ fn postgres_urls_name_user_host_and_database_and_never_a_password() {
     for good in [
         "postgres://recon@127.0.0.1:55432/recon",
         "postgresql://ledger_writer@db.internal/gl",
-        "postgres://recon@[::1]:5432/recon?sslmode=disable",
+        "postgres://recon@[::1]:5432/recon?application_name=recon",
     ] {
         assert!(Rule::PostgresUrl.admits(good), "{good}");
     }
     assert!(
-        Rule::PostgresUrl.admits("postgres://recon@db/gl?sslmode=verify-full&application_name=recon&connect_timeout=5")
+        Rule::PostgresUrl
+            .admits("postgres://recon@db/gl?channel_binding=require&application_name=recon&connect_timeout=5")
     );
     for bad in [
         "postgres://recon:hunter2@db/gl",
@@ -381,6 +425,9 @@ fn postgres_urls_name_user_host_and_database_and_never_a_password() {
         // Only listed options (none of them a secret), and no broken escape.
         "postgres://recon@db/gl?passfile=/tmp/x",
         "postgres://recon@db/gl?sslmode=require&unknown=1",
+        // TLS is the variables' to say, never the URL's.
+        "postgres://recon@db/gl?sslmode=disable",
+        "postgres://recon@db/gl?sslrootcert=/tmp/ca.pem",
         "postgres://recon%zz@db/gl",
     ] {
         assert!(!Rule::PostgresUrl.admits(bad), "{bad}");
