@@ -95,6 +95,7 @@ def check(tpl, spec):
     errors.extend(alarms_can_publish(tpl))
     errors.extend(tampering_pages(tpl))
     errors.extend(credential_refusals_page(tpl, spec["credential_refused_alarm"]))
+    errors.extend(copies_outlive_the_stores(tpl))
     errors.extend(every_alarm_on_the_dashboard(tpl))
     errors.extend(own_metrics_per_stack(tpl, spec["metrics_namespace"]))
 
@@ -355,6 +356,59 @@ def credential_refusals_page(tpl, alarm_field):
     return errors
 
 
+def copies_outlive_the_stores(tpl):
+    """With TableBackupDays, every table is backed up daily into a vault locked for at least as
+    long as the backups are kept (and the vault kept when the stack goes); with ReplicaBucketArn,
+    the WORM bucket's objects are copied there and deletions never are; only break-glass may change
+    the bucket's replication."""
+    errors = []
+    res = tpl.get("Resources", {})
+    tables = sorted(k for k, r in res.items() if r.get("Type") == "AWS::DynamoDB::Table")
+
+    def named(resources):
+        out = set()
+        for ref in resources or []:
+            if isinstance(ref, dict) and "Fn::If" in ref:
+                ref = ref["Fn::If"][1]
+            name = resource_ref(ref) if isinstance(ref, dict) else None
+            if isinstance(name, str):
+                out.add(name)
+        return out
+
+    selection = res.get("TableBackupSelection", {}).get("Properties", {}).get("BackupSelection", {})
+    for table in sorted(set(tables) - named(selection.get("Resources"))):
+        errors.append(f"{table} is not among the tables backed up (TableBackupSelection)")
+    vault = res.get("TableBackupVault", {})
+    lock = vault.get("Properties", {}).get("LockConfiguration", {})
+    if lock.get("MinRetentionDays") != {"Ref": "TableBackupDays"} or "ChangeableForDays" not in lock:
+        errors.append("TableBackupVault is not locked (compliance mode) for TableBackupDays")
+    if (vault.get("DeletionPolicy"), vault.get("UpdateReplacePolicy")) != ("Retain", "Retain"):
+        errors.append("TableBackupVault is not kept when the stack is deleted or the vault replaced")
+    rules = res.get("TableBackupPlan", {}).get("Properties", {}).get("BackupPlan", {}).get("BackupPlanRule", [])
+    if not rules or any(r.get("Lifecycle", {}).get("DeleteAfterDays") != {"Ref": "TableBackupDays"}
+                        or resource_ref(r.get("TargetBackupVault")) != "TableBackupVault" for r in rules):
+        errors.append("the backup plan does not keep every backup TableBackupDays in TableBackupVault")
+
+    bucket = res.get("QuarantineBucket", {}).get("Properties", {})
+    branches = bucket.get("ReplicationConfiguration", {}).get("Fn::If", [None, {}, None])
+    replication = branches[1] if branches[0] == "ReplicateEvidence" else {}
+    rules = replication.get("Rules", [])
+    if not rules or any(r.get("DeleteMarkerReplication") != {"Status": "Disabled"}
+                        or r.get("Destination", {}).get("Bucket") != {"Ref": "ReplicaBucketArn"} for r in rules):
+        errors.append("the WORM bucket's replication does not copy to ReplicaBucketArn, or copies deletions")
+    for st in (res.get("EvidenceReplicationRole", {}).get("Properties", {}).get("Policies", [{}])[0]
+               .get("PolicyDocument", {}).get("Statement", [])):
+        actions = st["Action"] if isinstance(st.get("Action"), list) else [st.get("Action")]
+        if any(a.startswith("s3:Replicate") for a in actions) and (
+                "s3:ReplicateDelete" in actions or st.get("Resource") != {"Fn::Sub": "${ReplicaBucketArn}/*"}):
+            errors.append("the replication role may delete in, or write beyond, the replica bucket")
+    denied = [st for st in res.get("QuarantineBucketPolicy", {}).get("Properties", {}).get("PolicyDocument", {}).get("Statement", [])
+              if st.get("Sid") == "DenyConfigurationChangesButBreakGlass"]
+    if not denied or "s3:PutReplicationConfiguration" not in denied[0].get("Action", []):
+        errors.append("the WORM bucket's replication may be changed by others than break-glass")
+    return errors
+
+
 def every_alarm_on_the_dashboard(tpl):
     """The runbook sends the on-call to the dashboard's alarm widget: every alarm is on it."""
     res = tpl.get("Resources", {})
@@ -482,6 +536,10 @@ def mutations(tpl):
         mutate(lambda t: res(t)["AuditSealSchedule"]["Properties"].pop("GroupName"), "a schedule in the account's default group"),
         mutate(lambda t: res(t).pop("TamperKeysRule"), "a key's policy rewritten unseen"),
         mutate(lambda t: res(t).pop("ReplayCredentialRefusedFilter"), "the replay's refused credentials uncounted"),
+        mutate(lambda t: res(t)["TableBackupSelection"]["Properties"]["BackupSelection"]["Resources"].pop(3), "the audit table left out of the backups"),
+        mutate(lambda t: res(t)["TableBackupVault"]["Properties"].pop("LockConfiguration"), "a backup vault whose backups anyone may delete"),
+        mutate(lambda t: res(t)["QuarantineBucket"]["Properties"]["ReplicationConfiguration"]["Fn::If"][1]["Rules"][0].__setitem__("DeleteMarkerReplication", {"Status": "Enabled"}), "deletions replicated to the evidence's copy"),
+        mutate(lambda t: res(t)["QuarantineBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"][5]["Action"].remove("s3:PutReplicationConfiguration"), "the evidence's replication changed by anyone"),
         mutate(lambda t: res(t)["CredentialRefusedAlarm"]["Properties"].__setitem__("MetricName", "LedgerCredentialsRefused"), "refused credentials counted under a name no alarm watches"),
         mutate(lambda t: res(t)["AlarmTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"][0]["Condition"]["ArnEquals"]["aws:SourceArn"].pop(), "a tampering rule whose page the topic refuses"),
         mutate(lambda t: t["Rules"].pop("AlarmsReachSomeone"), "a deployment whose alarms page no one"),

@@ -148,9 +148,56 @@ def check_generated(cfn, spec):
     return errors
 
 
+def decided_conditions(cfn, defaults):
+    """Each condition's value under the parameters' `defaults`, where the template alone decides
+    it (Equals of a parameter and a literal, Not, And, Or, another condition); None otherwise."""
+    conds = cfn.get("Conditions", {})
+
+    def value(node):
+        if isinstance(node, dict) and "Ref" in node:
+            return defaults.get(node["Ref"])
+        return node if isinstance(node, (str, int, float, bool)) else None
+
+    def evaluate(node, seen=()):
+        if not isinstance(node, dict) or len(node) != 1:
+            return None
+        (fn, arg), = node.items()
+        if fn == "Condition":
+            return None if arg in seen else evaluate(conds.get(arg), seen + (arg,))
+        if fn == "Fn::Equals":
+            a, b = (value(x) for x in arg)
+            return None if a is None or b is None else str(a) == str(b)
+        parts = [evaluate(x, seen) for x in arg]
+        if None in parts:
+            return None
+        return {"Fn::Not": lambda: not parts[0], "Fn::And": lambda: all(parts), "Fn::Or": lambda: any(parts)}.get(fn, lambda: None)()
+
+    return {name: evaluate(c) for name, c in conds.items()}
+
+
+def pruned(node, decided):
+    """`node` with each Fn::If whose condition is decided replaced by its branch (AWS::NoValue
+    dropped): what CloudFormation resolves, so a reference in a branch not taken needs nothing."""
+    if isinstance(node, dict):
+        if "Fn::If" in node and decided.get(node["Fn::If"][0]) is not None:
+            return pruned(node["Fn::If"][1 if decided[node["Fn::If"][0]] else 2], decided)
+        out = {}
+        for k, v in node.items():
+            v = pruned(v, decided)
+            if v != {"Ref": "AWS::NoValue"}:
+                out[k] = v
+        return out
+    if isinstance(node, list):
+        return [x for x in (pruned(v, decided) for v in node) if x != {"Ref": "AWS::NoValue"}]
+    return node
+
+
 def creatable_part(cfn, prefix, fifo=False):
     """The resources LocalStack can create here, with everything they need; and what is left out."""
-    res = cfn["Resources"]
+    defaults = {k: p.get("Default") for k, p in cfn.get("Parameters", {}).items()}
+    defaults.update({"StackPrefix": prefix, "FifoQueues": "true" if fifo else "false"})
+    decided = decided_conditions(cfn, defaults)
+    res = {k: pruned(r, decided) for k, r in cfn["Resources"].items()}
     keep = {k for k, r in res.items() if r["Type"] in CREATABLE}
     params = set(cfn.get("Parameters", {}))
     changed = True
@@ -170,7 +217,7 @@ def creatable_part(cfn, prefix, fifo=False):
         "AWSTemplateFormatVersion": "2010-09-09",
         "Parameters": copy.deepcopy(cfn.get("Parameters", {})),
         "Conditions": copy.deepcopy(cfn.get("Conditions", {})),
-        "Resources": {k: copy.deepcopy(res[k]) for k in sorted(keep)},
+        "Resources": {k: res[k] for k in sorted(keep)},
         "Outputs": outputs,
     }
     part["Parameters"]["StackPrefix"]["Default"] = prefix

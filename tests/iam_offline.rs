@@ -261,12 +261,14 @@ const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     ("BreakGlassRole", "dynamodb:PutItem", "table:LedgerTable", "", false, "no posting by hand"),
     ("BreakGlassRole", "execute-api:Invoke", "api:POST/operations", "", false, "the control plane grants it nothing"),
     ("BreakGlassRole", "kms:GenerateMac", "key:DecisionKey", "", false, "nor a seal"),
-    // The bucket's lock, versioning, lifecycle and policy: break-glass only, even against an administrator.
+    // The bucket's lock, versioning, lifecycle, replication and policy: break-glass only, even against an administrator.
     ("Admin", "s3:PutBucketPolicy", "bucket", "", false, "the bucket's policy, even by an administrator"),
     ("Admin", "s3:DeleteBucketPolicy", "bucket", "", false, "nor removed"),
     ("Admin", "s3:PutBucketObjectLockConfiguration", "bucket", "", false, "nor its lock"),
     ("Admin", "s3:PutLifecycleConfiguration", "bucket", "", false, "nor its lifecycle"),
     ("Admin", "s3:PutBucketVersioning", "bucket", "", false, "nor its versioning"),
+    ("Admin", "s3:PutReplicationConfiguration", "bucket", "", false, "nor its copy in another region"),
+    ("BreakGlassRole", "s3:PutReplicationConfiguration", "bucket", "", true, "by break-glass, paged"),
     ("BreakGlassRole", "s3:PutBucketPolicy", "bucket", "", true, "by break-glass, paged"),
     ("BreakGlassRole", "s3:PutLifecycleConfiguration", "bucket", "", true, "by break-glass, paged"),
     ("AdminRole", "s3:PutBucketPolicy", "bucket", "", false, "the operators' admin is not break-glass"),
