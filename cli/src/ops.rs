@@ -264,9 +264,10 @@ pub async fn ledger_migrate(
         credentials,
         tls: match context::given(vars::POSTGRES_TLS).as_deref() {
             Some("disable") => recon_core::config::PostgresTls::Disable,
-            _ => recon_core::config::PostgresTls::VerifyFull {
+            None | Some("verify-full") => recon_core::config::PostgresTls::VerifyFull {
                 ca_file: context::given(vars::POSTGRES_CA_FILE).map(Into::into),
             },
+            Some(other) => bail!("{}={other:?}: verify-full or disable", vars::POSTGRES_TLS),
         },
     };
     let applied = recon_postgres::PostgresLedger::migrate(&settings, grant_to).await?;

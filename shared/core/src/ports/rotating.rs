@@ -80,12 +80,6 @@ impl<T: Clone + PartialEq + Send> Rotating<T> {
         }
     }
 
-    /// The same, its ages read from `clock`.
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
     /// How long ago the clock read `then`.
     fn since(&self, then: Duration) -> Duration {
         self.clock.monotonic().saturating_sub(then)
