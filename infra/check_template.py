@@ -396,12 +396,20 @@ def copies_outlive_the_stores(tpl):
     if not rules or any(r.get("DeleteMarkerReplication") != {"Status": "Disabled"}
                         or r.get("Destination", {}).get("Bucket") != {"Ref": "ReplicaBucketArn"} for r in rules):
         errors.append("the WORM bucket's replication does not copy to ReplicaBucketArn, or copies deletions")
-    for st in (res.get("EvidenceReplicationRole", {}).get("Properties", {}).get("Policies", [{}])[0]
-               .get("PolicyDocument", {}).get("Statement", [])):
-        actions = st["Action"] if isinstance(st.get("Action"), list) else [st.get("Action")]
-        if any(a.startswith("s3:Replicate") for a in actions) and (
-                "s3:ReplicateDelete" in actions or st.get("Resource") != {"Fn::Sub": "${ReplicaBucketArn}/*"}):
-            errors.append("the replication role may delete in, or write beyond, the replica bucket")
+    source = "arn:${AWS::Partition}:s3:::${StackPrefix}-quarantine-${AWS::AccountId}-${AWS::Region}"
+    allowed = {(a, source) for a in ("s3:GetReplicationConfiguration", "s3:ListBucket")} | {
+        (a, source + "/*") for a in ("s3:GetObjectVersionForReplication", "s3:GetObjectVersionAcl",
+                                      "s3:GetObjectVersionTagging", "s3:GetObjectRetention", "s3:GetObjectLegalHold")} | {
+        (a, "${ReplicaBucketArn}/*") for a in ("s3:ReplicateObject", "s3:ReplicateTags")}
+    role = res.get("EvidenceReplicationRole", {}).get("Properties", {})
+    granted = set()
+    for policy in role.get("Policies", []):
+        for st in policy.get("PolicyDocument", {}).get("Statement", []):
+            actions = st["Action"] if isinstance(st.get("Action"), list) else [st.get("Action")]
+            resources = st["Resource"] if isinstance(st.get("Resource"), list) else [st.get("Resource")]
+            granted |= {(a, sub_text(r) if isinstance(r, dict) else r) for a in actions for r in resources}
+    if granted != allowed or role.get("ManagedPolicyArns"):
+        errors.append(f"the replication role grants more or less than reading the WORM bucket and writing the replica's objects: {sorted(granted ^ allowed)}")
     denied = [st for st in res.get("QuarantineBucketPolicy", {}).get("Properties", {}).get("PolicyDocument", {}).get("Statement", [])
               if st.get("Sid") == "DenyConfigurationChangesButBreakGlass"]
     if not denied or "s3:PutReplicationConfiguration" not in denied[0].get("Action", []):
@@ -540,6 +548,7 @@ def mutations(tpl):
         mutate(lambda t: res(t)["TableBackupVault"]["Properties"].pop("LockConfiguration"), "a backup vault whose backups anyone may delete"),
         mutate(lambda t: res(t)["QuarantineBucket"]["Properties"]["ReplicationConfiguration"]["Fn::If"][1]["Rules"][0].__setitem__("DeleteMarkerReplication", {"Status": "Enabled"}), "deletions replicated to the evidence's copy"),
         mutate(lambda t: res(t)["QuarantineBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"][5]["Action"].remove("s3:PutReplicationConfiguration"), "the evidence's replication changed by anyone"),
+        mutate(lambda t: res(t)["EvidenceReplicationRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"].append({"Effect": "Allow", "Action": "s3:*", "Resource": "*"}), "a replication role that may do anything in S3"),
         mutate(lambda t: res(t)["CredentialRefusedAlarm"]["Properties"].__setitem__("MetricName", "LedgerCredentialsRefused"), "refused credentials counted under a name no alarm watches"),
         mutate(lambda t: res(t)["AlarmTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"][0]["Condition"]["ArnEquals"]["aws:SourceArn"].pop(), "a tampering rule whose page the topic refuses"),
         mutate(lambda t: t["Rules"].pop("AlarmsReachSomeone"), "a deployment whose alarms page no one"),

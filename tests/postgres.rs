@@ -124,6 +124,21 @@ async fn the_functions_user_may_post_and_read_and_nothing_else() {
         chrono::Utc::now().timestamp_subsec_nanos()
     );
     admin.batch_execute(&format!("CREATE ROLE {user} LOGIN")).await.unwrap();
+    // A user who may create in the schema (as every user may in public before PostgreSQL 15) is
+    // refused, naming what to revoke.
+    admin
+        .batch_execute(&format!("GRANT CREATE ON SCHEMA public TO {user}"))
+        .await
+        .unwrap();
+    let e = PostgresLedger::migrate(&settings(&url), std::slice::from_ref(&user))
+        .await
+        .err()
+        .expect("refused");
+    assert!(e.detail.contains("may create objects in schema public"), "{e}");
+    admin
+        .batch_execute(&format!("REVOKE CREATE ON SCHEMA public FROM {user}"))
+        .await
+        .unwrap();
     PostgresLedger::migrate(&settings(&url), std::slice::from_ref(&user))
         .await
         .unwrap();

@@ -244,7 +244,8 @@ pub async fn ledger_migrate(
         .or_else(|| context::given(vars::POSTGRES_URL))
         .context("which database? give --url (or set DLQ_POSTGRES_URL)")?;
     if !Rule::PostgresUrl.admits(&url) {
-        bail!("--url {url:?} is not {}", Rule::PostgresUrl.allowed());
+        // Not echoed: what the rule refuses first is a URL carrying a password.
+        bail!("--url is not {}", Rule::PostgresUrl.allowed());
     }
     if let Some(user) = grant_to.iter().find(|u| u.is_empty() || u.len() > 63) {
         bail!("--grant-to {user:?} is not a PostgreSQL user name (1-63 bytes)");

@@ -211,6 +211,18 @@ impl PostgresLedger {
                 .batch_execute(&migrate::grants(&schema, user))
                 .await
                 .map_err(|e| classify(&format!("grants to {user}"), &e))?;
+            // Granted nothing more, but what the user holds otherwise stays: before PostgreSQL
+            // 15 every user may create in schema public.
+            let creates: bool = client
+                .query_one("SELECT has_schema_privilege($1, $2, 'CREATE')", &[user, &schema])
+                .await
+                .and_then(|row| row.try_get(0))
+                .map_err(|e| classify(&format!("privileges of {user}"), &e))?;
+            if creates {
+                return Err(StoreError::infra(format!(
+                    "{user} may create objects in schema {schema} (before PostgreSQL 15 every user may in public): revoke it (REVOKE CREATE ON SCHEMA {schema} FROM PUBLIC, and from {user}), then run this again"
+                )));
+            }
         }
         Ok(ran)
     }
