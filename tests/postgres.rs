@@ -16,6 +16,13 @@ async fn database(test: &str) -> ScratchDatabase {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A plain connection to `url` (as its URL's user), to run SQL beside the ledger.
+pub(crate) async fn sql(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
 /// A database of its own, its schema migrated by its owner (as the deploy step would).
 pub(crate) async fn migrated(test: &str) -> ScratchDatabase {
     database(test).await.migrated().await.unwrap_or_else(|e| panic!("{e}"))
@@ -51,8 +58,7 @@ async fn amounts_are_numeric_and_come_back_exactly() {
     assert_eq!(ledger.commit(&p).await.unwrap(), CommitOutcome::Committed);
     let back = ledger.posting(&p.source_hash).await.unwrap().expect("the posting");
     assert_eq!(back, p, "every field, the amount to its last digit");
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let client = sql(&url).await;
     let kind: String = client
         .query_one(
             "SELECT data_type FROM information_schema.columns WHERE table_name = 'ledger_entries' AND column_name = 'amount'",
@@ -72,8 +78,7 @@ async fn amounts_are_numeric_and_come_back_exactly() {
 async fn the_ledger_refuses_an_unmigrated_database_and_migrations_run_once() {
     let db = database("migrate").await;
     let url = db.url.clone();
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let client = sql(&url).await;
     let e = PostgresLedger::connect(&settings(&url)).await.err().expect("refused");
     assert_eq!(e.kind, TransientKind::Infrastructure);
     assert!(
@@ -116,8 +121,7 @@ async fn the_ledger_refuses_an_unmigrated_database_and_migrations_run_once() {
 async fn the_functions_user_may_post_and_read_and_nothing_else() {
     let db = database("grants").await;
     let url = db.url.clone();
-    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let admin = sql(&url).await;
     let user = format!(
         "runtime_{}_{}",
         std::process::id(),
@@ -148,8 +152,7 @@ async fn the_functions_user_may_post_and_read_and_nothing_else() {
     ledger_keeps_each_transaction_once(&ledger, "postgres-runtime").await;
     recon_testkit::conformance::ledger_reads_by_period(&ledger, "postgres-runtime").await;
 
-    let (client, connection) = tokio_postgres::connect(&as_user, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let client = sql(&as_user).await;
     for sql in [
         "UPDATE ledger_entries SET amount = 0",
         "DELETE FROM ledger_entries",
@@ -178,8 +181,7 @@ async fn the_functions_user_may_post_and_read_and_nothing_else() {
 async fn a_database_migrated_by_the_earlier_library_is_taken_over() {
     let db = database("adopt").await;
     let url = db.url.clone();
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let client = sql(&url).await;
     // What refinery 0.8 left: its history table with V1, and V1's schema.
     client
         .batch_execute(concat!(
@@ -226,8 +228,7 @@ async fn an_edited_migration_or_a_newer_schema_is_refused_by_name() {
     let db = migrated("diverge").await;
     let url = db.url.clone();
     PostgresLedger::connect(&settings(&url)).await.unwrap();
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let client = sql(&url).await;
     let refused = |e: recon_core::ports::StoreError| e.to_string();
 
     client
@@ -258,8 +259,7 @@ async fn an_edited_migration_or_a_newer_schema_is_refused_by_name() {
 async fn errors_are_classified_for_the_retry_budget() {
     let db = database("classify").await;
     let url = db.url.clone();
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let client = sql(&url).await;
 
     // A statement past its timeout: cancelled by the server.
     let e = client
@@ -273,8 +273,7 @@ async fn errors_are_classified_for_the_retry_budget() {
         .batch_execute("SET statement_timeout = 0; CREATE TABLE accounts (id int PRIMARY KEY, total int)")
         .await
         .unwrap();
-    let (other, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let other = sql(&url).await;
     for c in [&client, &other] {
         c.batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT count(*) FROM accounts")
             .await
@@ -323,10 +322,7 @@ async fn a_posting_your_ledger_refuses_is_poison_with_its_rule_and_replays_once_
     // The schema exists once the ledger is first used.
     let ledger = s.ledger();
     assert_eq!(ledger.lookup(&"ab".repeat(32)).await.unwrap(), None);
-    let (client, connection) = tokio_postgres::connect(s.postgres_url().unwrap(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let client = sql(s.postgres_url().unwrap()).await;
     client
         .batch_execute(
             "ALTER TABLE ledger_entries ADD CONSTRAINT amount_within_limit

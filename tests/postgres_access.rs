@@ -7,7 +7,7 @@ use recon_postgres::{PostgresLedger, PostgresSettings};
 use recon_testkit::conformance::posting;
 use std::time::Duration;
 
-use crate::postgres::{migrated, settings};
+use crate::postgres::{migrated, settings, sql};
 
 /// On AWS the ledger's user and password come from a Secrets Manager secret (LocalStack's here):
 /// the secret's user connects in place of the URL's (a role that does not exist), and a secret
@@ -120,8 +120,7 @@ async fn a_password_rotated_mid_run_dead_letters_nothing() {
     let arn = location.secret_arn.clone().expect("the credentials come from a secret");
     let url = s.postgres_url().unwrap().to_owned();
     // Two users who must give their password, granted what the functions need.
-    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let admin = sql(&url).await;
     let tag = format!("{}_{}", std::process::id(), chrono::Utc::now().timestamp_subsec_nanos());
     let (a, b) = (format!("rot_a_{tag}"), format!("rot_b_{tag}"));
     for user in [&a, &b] {
@@ -219,8 +218,7 @@ async fn tls_is_verified_and_plaintext_goes_only_to_loopback() {
     use recon_postgres::Tls;
     let db = migrated("tls").await;
     let url = db.url.clone();
-    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let admin = sql(&url).await;
     let connections = async |encrypted: bool| -> i64 {
         admin
             .query_one(

@@ -96,14 +96,11 @@ impl LazyPostgres {
                 // Read from the secret again once CREDENTIAL_MAX_AGE old, and at once when the
                 // database refuses them (28P01, 28000): RDS's rotation, single user or alternating
                 // users, costs one refused connection.
-                let credentials = self.location.secret_arn.as_ref().map(|arn| {
-                    rotating_secret(
-                        &self.clients,
-                        arn,
-                        |[user, password]| Credentials { user, password },
-                        ["username", "password"],
-                    )
-                });
+                let credentials = self
+                    .location
+                    .secret_arn
+                    .as_ref()
+                    .map(|arn| rotating_secret(&self.clients, arn, rds_credentials, RDS_FIELDS));
                 // Inside the function's time: a connection as long as one SDK attempt's
                 // connection, a statement as long as one SDK attempt.
                 let t = self.clients.timeouts;
@@ -173,10 +170,16 @@ pub fn open(clients: &AwsClients, settings: &LedgerSettings, ledger_table: &str,
     }
 }
 
+/// The fields of a PostgreSQL secret as RDS writes it.
+const RDS_FIELDS: [&str; 2] = ["username", "password"];
+
+fn rds_credentials([user, password]: [String; 2]) -> Credentials {
+    Credentials { user, password }
+}
+
 /// The `username` and `password` of the Secrets Manager secret `arn` (RDS's form), read once.
 pub async fn postgres_credentials(clients: &AwsClients, arn: &str) -> StoreResult<Credentials> {
-    let [user, password] = secret_fields(clients, arn, ["username", "password"]).await?;
-    Ok(Credentials { user, password })
+    secret_fields(clients, arn, RDS_FIELDS).await.map(rds_credentials)
 }
 
 /// The text `fields` of a Secrets Manager secret holding a JSON object (for PostgreSQL the
