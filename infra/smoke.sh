@@ -89,6 +89,11 @@ sed "s/recon-dlq-audit-seal/$prefix-audit-seal/" events/replay-seal.json > "$sch
 out=$(invoke replay "$scheduled") || fail "replay invoke: $out"
 [ "$(echo "$out" | json "d['sealed'].startswith('audit-seals/') and d['seal']['seq'] >= 2")" = True ] || fail "unexpected seal answer: $out"
 out=$("${dlqctl[@]}" audit verify) || fail "the audit trail does not verify after the functions ran: $out"
+echo "smoke: the trail from the bucket alone (the records each seal wrote beside it), verified and exported"
+out=$("${dlqctl[@]}" --json audit verify --from-bucket) || fail "the trail does not verify from the bucket alone: $out"
+[ "$(echo "$out" | json "d['from_bucket'] and d['records'] > 0 and d['seals'] >= 2")" = True ] || fail "unexpected bucket verify: $out"
+out=$("${dlqctl[@]}" evidence export --from-bucket --out .local-aws/smoke-bucket-bundle.json) || fail "export from the bucket: $out"
+out=$(python3 tools/verify_bundle.py .local-aws/smoke-bucket-bundle.json) || fail "the bucket's bundle does not verify standalone: $out"
 
 echo "smoke: replay <- events/replay-scheduled.json as it is (another stack's schedule: must be refused)"
 out=$(invoke replay events/replay-scheduled.json || true)

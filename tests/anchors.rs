@@ -6,9 +6,9 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_s3::primitives::ByteStream;
 use recon_core::domain::audit::{ChainedRecord, GENESIS, link};
-use recon_core::domain::seal::{AuditSeal, seal_key};
+use recon_core::domain::seal::{AuditSeal, RECORDS_PREFIX, seal_key};
 use recon_core::domain::{AuditKind, AuditRecord};
-use recon_core::evidence::{VerifyReport, seal, verify_trail};
+use recon_core::evidence::{VerifyReport, seal, verify_bucket, verify_trail};
 use recon_core::ports::AuditLog;
 use recon_core::resources::keys;
 use recon_harness::stack::TestStack;
@@ -109,6 +109,56 @@ async fn a_consistent_rewrite_with_its_head_moved_and_the_trail_id_replaced_is_n
     assert!(
         named(&report, "was never retired: the trail was replaced"),
         "{report:?}"
+    );
+    s.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_bucket_alone_verifies_the_trail_when_the_table_is_rewritten() {
+    let s = TestStack::new("an-alone").await;
+    trail(&s, 24).await;
+    seal_now(&s).await;
+    trail(&s, 9).await;
+    seal_now(&s).await;
+    let opts = recon_core::evidence::VerifyOptions::default();
+    let alone = verify_bucket(&worm(&s), None, &opts).await.unwrap();
+    assert!(alone.intact() && alone.from_bucket, "{alone:?}");
+    assert_eq!((alone.records, alone.seals), (verify(&s).await.records, 2));
+
+    // The table rewritten (or lost): the bucket's copy is what the seals vouch for.
+    rewrite_longest_chain(&s).await;
+    assert!(!verify(&s).await.intact());
+    let after = verify_bucket(&worm(&s), None, &opts).await.unwrap();
+    assert_eq!(after, alone, "the bucket's trail does not depend on the table");
+
+    // A plain PUT over a part: the first version is read, the newer one named.
+    let part = s
+        .clients
+        .s3
+        .list_objects_v2()
+        .bucket(&s.stack.names.quarantine_bucket)
+        .prefix(RECORDS_PREFIX)
+        .send()
+        .await
+        .unwrap()
+        .contents()
+        .first()
+        .and_then(|o| o.key().map(str::to_owned))
+        .expect("the seals wrote their records");
+    s.clients
+        .s3
+        .put_object()
+        .bucket(&s.stack.names.quarantine_bucket)
+        .key(&part)
+        .body(ByteStream::from_static(b"{}\n"))
+        .send()
+        .await
+        .expect("Object Lock does not refuse a newer version");
+    let overwritten = verify_bucket(&worm(&s), None, &opts).await.unwrap();
+    assert_eq!(overwritten.records, alone.records, "the first version is read");
+    assert!(
+        named(&overwritten, &format!("s3 key {part}: a newer version")),
+        "{overwritten:?}"
     );
     s.cleanup().await;
 }

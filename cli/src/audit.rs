@@ -4,7 +4,7 @@ use anyhow::{Result, bail};
 use clap::Subcommand;
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::DynamoAuditLog;
-use recon_core::evidence::{SealWindow, VerifyOptions, verify_from_seal, verify_trail};
+use recon_core::evidence::{SealWindow, VerifyOptions, verify_bucket, verify_from_seal, verify_trail};
 use recon_core::ports::{Ledger, LedgerReader};
 use recon_core::resources::ResourceNames;
 use std::path::PathBuf;
@@ -26,6 +26,14 @@ pub enum AuditCommand {
         /// instead of reported as a break. Repeat for several.
         #[arg(long = "accept-retired", value_name = "TRAIL")]
         accept_retired: Vec<String>,
+        /// Verify the trail as the WORM bucket alone holds it (its seals and the records beside
+        /// each), without the audit table: for when the table is lost, or to check the bucket's
+        /// copy. Records after the newest seal are not in the bucket yet.
+        #[arg(long, conflicts_with_all = ["bundle", "from_seal"])]
+        from_bucket: bool,
+        /// With --from-bucket: the trail to verify (the bucket's only live trail by default).
+        #[arg(long, requires = "from_bucket", value_name = "TRAIL")]
+        trail: Option<String>,
     },
     /// Write a seal of the chain heads (and their Merkle root) to the WORM bucket, asked of the
     /// control plane. Role: auditor or admin.
@@ -48,12 +56,15 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand
             bundle: None,
             from_seal,
             accept_retired,
+            from_bucket,
+            trail,
         } => {
             let opts = VerifyOptions {
                 window: Some(seal_window()?),
                 accept_retired: accept_retired.clone(),
             };
             let report = match from_seal {
+                None if *from_bucket => verify_bucket(&worm, trail.as_deref(), &opts).await?,
                 None => verify_trail(&audit, &worm, &opts).await?,
                 Some(n) => verify_from_seal(&audit, &worm, *n, &opts).await?,
             };
@@ -109,6 +120,9 @@ pub fn print_verify(report: &recon_core::evidence::VerifyReport, live: bool) -> 
                 report.latest_seal.as_deref().unwrap_or("(none)")
             );
         }
+        if report.from_bucket {
+            println!("  read from the WORM bucket alone: the records each seal covers, up to the newest seal");
+        }
         for (chain, n) in &report.chains {
             match report.read_from.get(chain) {
                 Some(first) if report.from_seal.is_some() => {
@@ -148,7 +162,7 @@ pub fn print_verify(report: &recon_core::evidence::VerifyReport, live: bool) -> 
             "verified: every record hashes and links correctly, every seal is a first version, chains from the one before and still holds"
         ),
     }
-    if let (Some(n), true) = (report.latest_seal_seq, live) {
+    if let (Some(n), true, false) = (report.latest_seal_seq, live, report.from_bucket) {
         println!("next time, continue from the newest seal: dlqctl audit verify --from-seal {n}");
     }
     Ok(())

@@ -6,8 +6,8 @@ use clap::Args;
 use recon_aws::AwsClients;
 use recon_aws::sqs::SqsQueue;
 use recon_aws::stack::resolve_stack;
-use recon_core::evidence::{Bundle, VerifyReport, verify_bundle, write_bundle};
-use recon_core::ports::LedgerScope;
+use recon_core::evidence::{BucketTrail, Bundle, VerifyReport, verify_bundle, write_bundle};
+use recon_core::ports::{LedgerScope, Worm};
 use recon_core::reconcile::{
     Counts, Entry, Exceptions, Links, Reconciliation, State, Verdict, complete_exceptions, exceptions_of_period,
     look_up_unmet, manifest_entry, of_period, outcomes, read_ledger, reconcile_counted,
@@ -270,17 +270,8 @@ pub async fn export(
     let sealed = control.seal().await?;
     let audit = crate::context::audit_log(clients, names);
     let worm = crate::context::worm(clients, names);
-    // A device or pipe (`--out /dev/stdout`) is written as it is; a file, beside it first.
-    let direct = std::fs::metadata(out).is_ok_and(|m| !m.is_file());
-    let partial = if direct {
-        out.to_path_buf()
-    } else {
-        let mut name = out.file_name().unwrap_or_default().to_os_string();
-        name.push(".partial");
-        out.with_file_name(name)
-    };
-    let file = std::fs::File::create(&partial).with_context(|| format!("writing {}", partial.display()))?;
-    let mut writer = std::io::BufWriter::new(file);
+    let file = OutFile::create(out)?;
+    let mut writer = file.writer()?;
     let result = write_bundle(
         &audit,
         &worm,
@@ -292,16 +283,7 @@ pub async fn export(
         &mut writer,
     )
     .await;
-    drop(writer);
-    let written = result.map_err(|e| {
-        if !direct {
-            let _ = std::fs::remove_file(&partial);
-        }
-        anyhow::Error::new(e).context(format!("writing {}", out.display()))
-    })?;
-    if !direct {
-        std::fs::rename(&partial, out).with_context(|| format!("moving {} to {}", partial.display(), out.display()))?;
-    }
+    let written = file.finish(writer, result)?;
     let value = serde_json::json!({
         "path": out.display().to_string(),
         "period": period,
@@ -319,6 +301,112 @@ pub async fn export(
             written.chains,
             written.seals
         )
+    })
+}
+
+/// A bundle's file: written beside `out` and moved into place once whole (a device or pipe,
+/// `--out /dev/stdout`, is written as it is); a failed write leaves nothing at `out`.
+struct OutFile {
+    out: PathBuf,
+    partial: PathBuf,
+    direct: bool,
+}
+
+impl OutFile {
+    fn create(out: &Path) -> Result<Self> {
+        let direct = std::fs::metadata(out).is_ok_and(|m| !m.is_file());
+        let partial = if direct {
+            out.to_path_buf()
+        } else {
+            let mut name = out.file_name().unwrap_or_default().to_os_string();
+            name.push(".partial");
+            out.with_file_name(name)
+        };
+        Ok(OutFile {
+            out: out.to_path_buf(),
+            partial,
+            direct,
+        })
+    }
+
+    fn writer(&self) -> Result<std::io::BufWriter<std::fs::File>> {
+        let file =
+            std::fs::File::create(&self.partial).with_context(|| format!("writing {}", self.partial.display()))?;
+        Ok(std::io::BufWriter::new(file))
+    }
+
+    fn finish<T>(
+        self,
+        writer: std::io::BufWriter<std::fs::File>,
+        result: Result<T, recon_core::evidence::ExportError>,
+    ) -> Result<T> {
+        drop(writer);
+        let written = result.map_err(|e| {
+            if !self.direct {
+                let _ = std::fs::remove_file(&self.partial);
+            }
+            anyhow::Error::new(e).context(format!("writing {}", self.out.display()))
+        })?;
+        if !self.direct {
+            std::fs::rename(&self.partial, &self.out)
+                .with_context(|| format!("moving {} to {}", self.partial.display(), self.out.display()))?;
+        }
+        Ok(written)
+    }
+}
+
+/// `evidence export --from-bucket`: the audit trail as the WORM bucket alone holds it, up to its
+/// newest seal, as a bundle with no period (nothing of the tables or the ledger is read, and no
+/// seal is written).
+pub async fn export_from_bucket(
+    clients: &AwsClients,
+    names: &ResourceNames,
+    trail: Option<&str>,
+    out: &Path,
+) -> Result<()> {
+    let worm = crate::context::worm(clients, names);
+    let bucket = BucketTrail::open(&worm, trail).await?;
+    let Some(latest) = bucket.latest_seal().cloned() else {
+        bail!("bucket {}: the trail has no seal to export from", worm.bucket());
+    };
+    let reconciliation = reconcile_counted(Counts::default(), &[], Vec::new(), None, 0);
+    let file = OutFile::create(out)?;
+    let mut writer = file.writer()?;
+    let result = write_bundle(
+        &bucket,
+        &worm,
+        (&latest.trail, latest.seq),
+        chrono::Utc::now(),
+        "",
+        &[],
+        &reconciliation,
+        &mut writer,
+    )
+    .await;
+    let written = file.finish(writer, result)?;
+    let findings = bucket.findings();
+    let value = serde_json::json!({
+        "path": out.display().to_string(),
+        "trail": latest.trail,
+        "audit_records": written.audit_records,
+        "chains": written.chains,
+        "seals": written.seals,
+        "findings": findings,
+    });
+    crate::output::emit(&value, || {
+        let mut text = format!(
+            "exported {} from bucket {} alone: trail {}, {} audit records in {} chains, {} seals",
+            out.display(),
+            worm.bucket(),
+            latest.trail,
+            written.audit_records,
+            written.chains,
+            written.seals
+        );
+        for f in &findings {
+            text.push_str(&format!("\n  FOUND: {}", printable(f)));
+        }
+        text
     })
 }
 

@@ -170,11 +170,20 @@ pub enum Command {
 pub enum EvidenceCommand {
     /// Write a bundle (reconciliation of one period, audit chains with heads and seals) that
     /// `dlqctl audit verify --bundle` checks offline. The trail is sealed first, asked of the
-    /// control plane (the auditor's role may ask it; it may not write the bucket itself).
+    /// control plane (the auditor's role may ask it; it may not write the bucket itself); with
+    /// --from-bucket, the trail as the bucket alone holds it.
     Export {
         /// The accounting period, YYYY-MM.
-        #[arg(long)]
-        period: String,
+        #[arg(long, required_unless_present = "from_bucket")]
+        period: Option<String>,
+        /// The audit trail alone, read from the WORM bucket alone (its seals and the records
+        /// beside each; no table, no ledger, no new seal): for when the audit table is lost. The
+        /// bundle holds no period.
+        #[arg(long, conflicts_with = "period")]
+        from_bucket: bool,
+        /// With --from-bucket: the trail to export (the bucket's only live trail by default).
+        #[arg(long, requires = "from_bucket", value_name = "TRAIL")]
+        trail: Option<String>,
         /// Where to write the bundle.
         #[arg(long, default_value = "evidence.json")]
         out: PathBuf,

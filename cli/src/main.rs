@@ -73,11 +73,20 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Calibrate(args) => calibrate::run(&clients, &names, &args).await,
         Command::Reconcile(args) => bundle::reconcile_cmd(&clients, &names, &args).await,
         Command::Evidence {
-            command: EvidenceCommand::Export { period, out },
-        } => {
-            let control = dlqctl::control::connect_as_cli(&clients, &names).await?;
-            bundle::export(&clients, &names, &control, &period, &out).await
-        }
+            command:
+                EvidenceCommand::Export {
+                    period,
+                    from_bucket,
+                    trail,
+                    out,
+                },
+        } => match period {
+            Some(period) if !from_bucket => {
+                let control = dlqctl::control::connect_as_cli(&clients, &names).await?;
+                bundle::export(&clients, &names, &control, &period, &out).await
+            }
+            _ => bundle::export_from_bucket(&clients, &names, trail.as_deref(), &out).await,
+        },
         Command::InfraSpec | Command::Completions { .. } => Ok(()),
     }
 }

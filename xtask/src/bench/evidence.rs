@@ -8,7 +8,8 @@
 //! Then the audit trail: A duplicate records (each another SQS message carrying a loaded
 //! posting's transaction, with its period) linked into its chains (each writer on a chain of its
 //! own, 25 records a transaction) with S seals spread evenly over them; `dlqctl audit verify` run
-//! in full, from the seal before the last (one seal interval) and from the last seal; and the
+//! in full, from the seal before the last (one seal interval), from the last seal and from the
+//! bucket alone (the records each seal wrote beside it; then `evidence export --from-bucket`); and the
 //! period reconciled and exported again, its duplicates now counted and its bundle carrying the
 //! whole trail. With `--baseline-dlqctl`, another build's `dlqctl` (an earlier commit's)
 //! reconciles and exports the period too, in the same run over the same records, beside this one.
@@ -217,6 +218,38 @@ fn verify_runs(dlq: Dlqctl<'_>, total: u64) -> Result<(), String> {
         let from = from.to_string();
         run(&format!("audit verify --from-seal {from}"), &["--from-seal", &from])?;
     }
+    // The same trail from the bucket alone: the records each seal wrote beside it.
+    let alone = run("audit verify --from-bucket (no table)", &["--from-bucket"])?;
+    if alone["records"] != whole["records"] || alone["latest_seal_seq"] != whole["latest_seal_seq"] {
+        return Err(format!(
+            "the bucket alone verified {} records to seal {}, the table {} to seal {}",
+            alone["records"], alone["latest_seal_seq"], whole["records"], whole["latest_seal_seq"]
+        ));
+    }
+    let out = std::env::temp_dir().join(format!("bench-bucket-bundle-{}.json", std::process::id()));
+    let path = out.display().to_string();
+    let (wall, peak, printed) = measure(&mut dlq(&[
+        "--json",
+        "evidence",
+        "export",
+        "--from-bucket",
+        "--out",
+        &path,
+    ]))?;
+    let _ = std::fs::remove_file(&out);
+    let v: serde_json::Value = serde_json::from_str(&printed).map_err(|e| format!("export's JSON: {e}: {printed}"))?;
+    let written = v["audit_records"].as_u64().unwrap_or(0);
+    if Some(written) != whole["records"].as_u64() {
+        return Err(format!(
+            "export --from-bucket wrote {written} records, {} verified",
+            whole["records"]
+        ));
+    }
+    println!(
+        "{:<44} {written:>9} {wall:>9.2} {:>11.0} {peak:>10.1}",
+        "evidence export --from-bucket",
+        written as f64 / wall.max(1e-9)
+    );
     Ok(())
 }
 

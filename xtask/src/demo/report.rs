@@ -9,7 +9,7 @@ use recon_aws::dynamodb::DynamoAuditLog;
 use recon_aws::s3::S3Worm;
 use recon_aws::sqs::SqsQueue;
 use recon_core::domain::{Tally, Total};
-use recon_core::evidence::{seal, verify_trail};
+use recon_core::evidence::{seal, verify_bucket, verify_trail};
 use recon_core::ports::{LedgerScope, read_postings};
 use recon_core::reconcile::{Reconciliation, State};
 use recon_harness::provision::Stack;
@@ -191,6 +191,20 @@ async fn print_evidence(clients: &AwsClients, stack: &Stack, manifest: &Path, r:
             println!("   BROKEN: {b}");
         }
         bail!("the audit trail does not verify (see above)");
+    }
+    // The same trail, read from the bucket alone (the records each seal wrote beside it).
+    let alone = verify_bucket(&worm, verified.trail.as_deref(), &opts).await?;
+    println!(
+        "   dlqctl audit verify --from-bucket (no table read): {} records, {} seals: {}",
+        alone.records,
+        alone.seals,
+        if alone.intact() { "INTACT" } else { "BROKEN" }
+    );
+    if !alone.intact() {
+        for b in &alone.breaks {
+            println!("   BROKEN: {b}");
+        }
+        bail!("the audit trail does not verify from the bucket alone (see above)");
     }
     let bundle = Path::new(".local-aws").join(format!("demo-bundle-{DEMO_PERIOD}.json"));
     print!("   dlqctl evidence export --period {DEMO_PERIOD}: ");

@@ -39,6 +39,48 @@ pub fn parse_seal_key(key: &str) -> Option<(String, u64)> {
     Some((trail.to_owned(), digits.parse().ok()?))
 }
 
+/// Where the records each seal covers live, beside it:
+/// `audit-records/<trail>/<seal seq, 20 digits>/<the seal's root>/<chain>/<part, 6 digits>.jsonl`.
+/// The root is in the key so that sealers racing for one number with different heads never write
+/// to the same key: only the parts under the root of the seal that was written count.
+pub const RECORDS_PREFIX: &str = "audit-records/";
+
+/// The key of part `part` of `chain`'s records that seal `seq` (root `root`) of `trail` covers.
+pub fn records_key(trail: &str, seq: u64, root: &str, chain: &str, part: u32) -> String {
+    format!("{RECORDS_PREFIX}{trail}/{seq:020}/{root}/{chain}/{part:06}.jsonl")
+}
+
+/// A records key read back: whose it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordsKey {
+    pub trail: String,
+    pub seq: u64,
+    pub root: String,
+    pub chain: String,
+    pub part: u32,
+}
+
+/// What [`records_key`] wrote; `None` for a key no sealer writes.
+pub fn parse_records_key(key: &str) -> Option<RecordsKey> {
+    let rest = key.strip_prefix(RECORDS_PREFIX)?;
+    let mut it = rest.split('/');
+    let (trail, seq, root, chain, file) = (it.next()?, it.next()?, it.next()?, it.next()?, it.next()?);
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    let part = file.strip_suffix(".jsonl")?;
+    let hex64 = root.len() == 64 && root.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let chain_ok = super::audit::is_chain(chain);
+    if it.next().is_some() || !is_trail_id(trail) || !digits(seq, 20) || !hex64 || !chain_ok || !digits(part, 6) {
+        return None;
+    }
+    Some(RecordsKey {
+        trail: trail.to_owned(),
+        seq: seq.parse().ok()?,
+        root: root.to_owned(),
+        chain: chain.to_owned(),
+        part: part.parse().ok()?,
+    })
+}
+
 pub fn anchor_key(trail: &str) -> String {
     format!("{TRAIL_PREFIX}{trail}/anchor.json")
 }

@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
+use super::archive::archive;
 use crate::domain::TransientKind;
 use crate::domain::seal::{
     AuditSeal, FIRST_PREV, SEAL_PREFIX, TRAIL_PREFIX, TrailAnchor, TrailRetirement, anchor_key, is_trail_id,
@@ -29,19 +30,23 @@ pub(super) async fn ensure_trail<A: AuditLog, W: Worm>(audit: &A, worm: &W, now:
 }
 
 /// Write the next seal of the trail: the heads of every chain, chained to the latest seal by its
-/// digest, at the next sequence number, written only if that key is new (a concurrent sealer that
-/// wins makes this one read again and write the one after). Returns its key.
+/// digest, at the next sequence number, after the records it covers (`archive.rs`), written only
+/// if that key is new (a concurrent sealer that wins makes this one read again and write the one
+/// after). Returns its key.
 pub async fn seal<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>) -> StoreResult<(String, AuditSeal)> {
     let trail = ensure_trail(audit, worm, now).await?;
     for _ in 0..16 {
-        let (seq, prev) = match latest_seal(worm, &trail).await? {
-            Some((seq, body)) => (seq, seal_digest(&body)),
-            None => (0, FIRST_PREV.to_owned()),
+        let (seq, prev, before) = match latest_seal(worm, &trail).await? {
+            // A seal that does not parse names no heads: its successor archives every chain whole.
+            Some((seq, body)) => (seq, seal_digest(&body), AuditSeal::parse(&body).ok()),
+            None => (0, FIRST_PREV.to_owned(), None),
         };
         let next = seq
             .checked_add(1)
             .ok_or_else(|| StoreError::infra("the seal numbers are exhausted"))?;
         let seal = AuditSeal::new(&trail, next, &prev, now, audit.heads().await?);
+        // The records first: a seal in the bucket has its records beside it.
+        archive(audit, worm, before.as_ref(), &seal).await?;
         let key = seal_key(&trail, seal.seq);
         match worm.put(&key, seal.canonical().as_bytes()).await {
             Ok(Written::New { .. }) => return Ok((key, seal)),

@@ -2,8 +2,9 @@
 //!
 //! The audit table holds the hash chains and their heads; the Object Lock bucket holds what
 //! nobody can rewrite: the trail's anchor (its identity), its seals (the head of every chain at one
-//! instant, their Merkle root, and the digest of the seal before), and any explicit retirement of a
-//! trail. Verification reads the bucket by version — the first version of a key is the genuine one;
+//! instant, their Merkle root, and the digest of the seal before), beside each seal the records it
+//! covers (`archive.rs`; read back as a trail by `bucket.rs`, so the evidence outlives the table),
+//! and any explicit retirement of a trail. Verification reads the bucket by version — the first version of a key is the genuine one;
 //! a newer version or a delete marker anywhere is named — and checks every chain against its head,
 //! the trail against its anchor, the seal chain, every sealed head against the record now there,
 //! and reports the unsealed tail (a break when it is older than the sealing window). A
@@ -19,6 +20,8 @@
 //! summaries, built from records in memory (a bundle, `verify_all`).
 
 mod anchors;
+mod archive;
+mod bucket;
 mod bundle;
 mod configuration;
 mod continuation;
@@ -29,6 +32,8 @@ mod summary;
 mod verify;
 
 pub use anchors::{KnownTrail, StoredSeal, WormEvidence, read_worm, retire_trail, seal};
+pub use archive::RECORDS_PER_PART;
+pub use bucket::{BucketTrail, verify_bucket};
 pub use bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal, HeadProof, verify_bundle};
 pub use configuration::{ConfigState, config_change};
 pub use continuation::{FromSealError, verify_from_seal};

@@ -41,6 +41,9 @@ pub struct VerifyReport {
     /// Earlier trails, each ended by an explicit retirement.
     #[serde(default)]
     pub retired_trails: Vec<String>,
+    /// Read from the WORM bucket alone (`--from-bucket`): its records and its newest seal's heads.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_bucket: bool,
     /// Every break found, the first per chain; empty when the trail is intact.
     pub breaks: Vec<String>,
 }

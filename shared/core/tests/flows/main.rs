@@ -12,6 +12,7 @@ mod control_memory;
 mod edit_memory;
 mod enrich_memory;
 mod escalation_memory;
+mod evidence_bucket;
 mod evidence_memory;
 mod export_stream;
 mod reconcile_period;

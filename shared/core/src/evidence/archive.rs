@@ -1,0 +1,110 @@
+//! The records each seal covers, written into the WORM bucket before the seal itself: the evidence
+//! then outlives the audit table. Seal `n` covers, of every chain, the records after the head seal
+//! `n - 1` named up to the head seal `n` names; they are written as JSON lines (each record as a
+//! bundle holds it), [`RECORDS_PER_PART`] to an object, under [`records_key`]. Nothing else
+//! vouches for a part: the hash links of its records, from seal `n - 1`'s head to seal `n`'s, are
+//! what make it genuine, so a verification from the bucket alone ([`super::BucketTrail`]) checks
+//! it as it checks the table.
+
+use crate::domain::audit::ChainHead;
+use crate::domain::seal::{AuditSeal, records_key};
+use crate::ports::{AuditLog, Cursor, StoreError, StoreResult, Worm, Written};
+
+/// Records in one object: about 4.5 MB of JSON lines at the demo's average record (900 bytes).
+pub const RECORDS_PER_PART: usize = 5000;
+
+/// Records of a chain read from the table at a time.
+const READ_PAGE: usize = 1000;
+
+/// Write the records `next` covers beyond `prev` (every record of a chain `prev` does not name;
+/// `None`: the trail's first seal) into the bucket, chain by chain, a part at a time. A part
+/// already there (a sealer with the same heads wrote it) must hold the same bytes. Returns the
+/// number of records written.
+pub(super) async fn archive<A: AuditLog, W: Worm>(
+    audit: &A,
+    worm: &W,
+    prev: Option<&AuditSeal>,
+    next: &AuditSeal,
+) -> StoreResult<u64> {
+    let mut written = 0;
+    for head in &next.heads {
+        let from = prev
+            .and_then(|p| p.heads.iter().find(|h| h.chain == head.chain))
+            .map_or(1, |h| h.seq.saturating_add(1));
+        if from <= head.seq {
+            written += archive_chain(audit, worm, next, head, from).await?;
+        }
+    }
+    Ok(written)
+}
+
+/// Records `from..=head.seq` of one chain, as the table holds them (a forged record beside a
+/// genuine one at the same `seq` included: the bucket keeps what verification must name).
+async fn archive_chain<A: AuditLog, W: Worm>(
+    audit: &A,
+    worm: &W,
+    seal: &AuditSeal,
+    head: &ChainHead,
+    from: u64,
+) -> StoreResult<u64> {
+    let (mut part, mut lines, mut buf, mut written) = (0u32, 0usize, Vec::new(), 0u64);
+    let mut cursor = Cursor::new("audit chain read");
+    while let Some(at) = cursor.at() {
+        let (records, next) = audit.chain_page(&head.chain, from, at, READ_PAGE).await?;
+        let past_head = records.iter().any(|r| r.seq > head.seq);
+        for r in records.iter().filter(|r| r.seq <= head.seq) {
+            serde_json::to_writer(&mut buf, r).map_err(|e| StoreError::infra(format!("audit record: {e}")))?;
+            buf.push(b'\n');
+            (lines, written) = (lines + 1, written + 1);
+            if lines == RECORDS_PER_PART {
+                put_part(
+                    worm,
+                    &records_key(&seal.trail, seal.seq, &seal.root, &head.chain, part),
+                    &buf,
+                )
+                .await?;
+                (part, lines) = (part + 1, 0);
+                buf.clear();
+            }
+        }
+        // The records after the head were appended since the heads were read: the next seal's.
+        if past_head {
+            break;
+        }
+        cursor.follow(next)?;
+    }
+    if lines > 0 {
+        put_part(
+            worm,
+            &records_key(&seal.trail, seal.seq, &seal.root, &head.chain, part),
+            &buf,
+        )
+        .await?;
+    }
+    Ok(written)
+}
+
+/// Write a part unless it is there with these bytes.
+async fn put_part<W: Worm>(worm: &W, key: &str, bytes: &[u8]) -> StoreResult<()> {
+    match worm.put(key, bytes).await? {
+        Written::New { .. } => Ok(()),
+        Written::Exists => {
+            let first = worm
+                .versions(key)
+                .await?
+                .into_iter()
+                .find(|v| v.key == key && !v.delete_marker);
+            let held = match first {
+                Some(v) => worm.get_version(key, &v.version_id).await?,
+                None => None,
+            };
+            if held.as_deref() == Some(bytes) {
+                Ok(())
+            } else {
+                Err(StoreError::infra(format!(
+                    "{key} already holds other records than the table's: not sealed (verify names what differs)"
+                )))
+            }
+        }
+    }
+}
