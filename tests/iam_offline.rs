@@ -278,6 +278,11 @@ const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     ("Alice", "sts:AssumeRole", "role:ApproverRole", "session=alice;user=alice", false, "without MFA"),
     ("Producer", "sts:AssumeRole", "role:AdminRole", "session=bank-feed;mfa", false, "a role has no user name to match"),
     ("Alice", "sts:AssumeRole", "role:ControlRole", "session=alice;user=alice;mfa", false, "only Lambda runs as the control plane"),
+    // The audit chains read by their index: by a sealer writing a seal's records, by the auditor verifying.
+    ("ConsumerRole", "dynamodb:Query", "index:AuditTable", "", true, "an append-path seal reads the records it covers"),
+    ("AuditorRole", "dynamodb:Query", "index:AuditTable", "", true, "audit verify reads each chain by its index"),
+    ("ViewerRole", "dynamodb:Query", "index:AuditTable", "", true, "audit show reads a transaction's records"),
+    ("AuditorRole", "dynamodb:PutItem", "table:AuditTable", "", false, "but writes no record"),
     // Who may invoke the replay: the scheduler, for the stack's own schedule group only.
     ("Scheduler", "sts:AssumeRole", "role:SchedulerRole", "from=ScheduleGroup", true, "the stack's schedules"),
     ("Scheduler", "sts:AssumeRole", "role:SchedulerRole", "from=default", false, "another schedule group of the account"),
