@@ -19,6 +19,9 @@ use std::collections::BTreeMap;
 const ACCOUNT: &str = "123456789012";
 const REGION: &str = "ap-southeast-3";
 
+/// A CA file a PostgreSQL deployment names (from a layer of its own).
+const CA_FILE: &str = "/opt/certs/ledger-ca.pem";
+
 /// The parameters a deployment on each ledger kind needs (the template's rules require them).
 fn ledger_parameters(kind: &str) -> Vec<(&'static str, Value)> {
     let mut p = vec![("StackPrefix", json!("acme-finance")), ("LedgerKind", json!(kind))];
@@ -28,6 +31,11 @@ fn ledger_parameters(kind: &str) -> Vec<(&'static str, Value)> {
             (
                 "PostgresSecretArn",
                 json!("arn:aws:secretsmanager:ap-southeast-3:123456789012:secret:gl-AbCdEf"),
+            ),
+            ("PostgresCaFile", json!(CA_FILE)),
+            (
+                "PostgresCaLayerArn",
+                json!("arn:aws:lambda:ap-southeast-3:123456789012:layer:ledger-ca:3"),
             ),
         ]),
         "http" => p.extend([
@@ -135,6 +143,12 @@ fn each_function_starts_with_the_template_s_environment_and_names_the_deployment
                 if kind == "http" {
                     assert_eq!(env.get(vars::DEDUP_TABLE), Some(&names.dedup_table), "{function}");
                 }
+                let ca_file = (kind == "postgres").then_some(CA_FILE);
+                assert_eq!(
+                    env.get(vars::POSTGRES_CA_FILE).map(String::as_str),
+                    ca_file,
+                    "{function}"
+                );
             } else {
                 assert!(
                     !env.contains_key(vars::LEDGER),
