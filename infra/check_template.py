@@ -96,6 +96,7 @@ def check(tpl, spec):
     errors.extend(tampering_pages(tpl))
     errors.extend(credential_refusals_page(tpl, spec["credential_refused_alarm"]))
     errors.extend(copies_outlive_the_stores(tpl))
+    errors.extend(stores_use_the_data_key(tpl))
     errors.extend(every_alarm_on_the_dashboard(tpl))
     errors.extend(own_metrics_per_stack(tpl, spec["metrics_namespace"]))
 
@@ -401,19 +402,103 @@ def copies_outlive_the_stores(tpl):
         (a, source + "/*") for a in ("s3:GetObjectVersionForReplication", "s3:GetObjectVersionAcl",
                                       "s3:GetObjectVersionTagging", "s3:GetObjectRetention", "s3:GetObjectLegalHold")} | {
         (a, "${ReplicaBucketArn}/*") for a in ("s3:ReplicateObject", "s3:ReplicateTags")}
+    # With CustomerManagedKeys: decrypt the source through S3 only, encrypt with the replica's key.
+    allowed |= {("kms:Decrypt", "DataKey via s3"), ("kms:Encrypt", "ReplicaKmsKeyArn")}
     role = res.get("EvidenceReplicationRole", {}).get("Properties", {})
     granted = set()
     for policy in role.get("Policies", []):
         for st in policy.get("PolicyDocument", {}).get("Statement", []):
+            if "Fn::If" in st:
+                condition, st = st["Fn::If"][0], st["Fn::If"][1]
+                if condition != "UseCustomerKeys":
+                    granted.add((None, f"a statement under {condition}"))
+                    continue
             actions = st["Action"] if isinstance(st.get("Action"), list) else [st.get("Action")]
             resources = st["Resource"] if isinstance(st.get("Resource"), list) else [st.get("Resource")]
-            granted |= {(a, sub_text(r) if isinstance(r, dict) else r) for a in actions for r in resources}
+            via = st.get("Condition", {}).get("StringEquals", {}).get("kms:ViaService")
+            suffix = " via s3" if via == {"Fn::Sub": "s3.${AWS::Region}.amazonaws.com"} else ""
+            granted |= {(a, (sub_text(r) or resource_ref(r) + suffix) if isinstance(r, dict) else r)
+                        for a in actions for r in resources}
     if granted != allowed or role.get("ManagedPolicyArns"):
         errors.append(f"the replication role grants more or less than reading the WORM bucket and writing the replica's objects: {sorted(granted ^ allowed)}")
     denied = [st for st in res.get("QuarantineBucketPolicy", {}).get("Properties", {}).get("PolicyDocument", {}).get("Statement", [])
               if st.get("Sid") == "DenyConfigurationChangesButBreakGlass"]
     if not denied or "s3:PutReplicationConfiguration" not in denied[0].get("Action", []):
         errors.append("the WORM bucket's replication may be changed by others than break-glass")
+    return errors
+
+
+def stores_use_the_data_key(tpl):
+    """With CustomerManagedKeys (on by default), every queue, table, log group and backup vault and
+    the WORM bucket is encrypted with the stack's DataKey, and with each service's own key
+    otherwise; the key is kept when the stack goes, rotated, and only break-glass may disable or
+    delete it; its policy names no one but the account, the stack's log groups and the producers
+    through SQS; every role that writes a store may use it through the stores only, every operator
+    role (the auditor's included) may decrypt through them only."""
+    errors = []
+    res = tpl.get("Resources", {})
+    params = tpl.get("Parameters", {})
+    if params.get("CustomerManagedKeys", {}).get("Default") != "true":
+        errors.append("CustomerManagedKeys is not on by default")
+    key_arn = {"Fn::GetAtt": ["DataKey", "Arn"]}
+    with_key = {"Fn::If": ["UseCustomerKeys", key_arn, {"Ref": "AWS::NoValue"}]}
+    for name, r in sorted(res.items()):
+        kind, props = r.get("Type"), r.get("Properties", {})
+        if kind == "AWS::SQS::Queue":
+            if (props.get("KmsMasterKeyId"), props.get("SqsManagedSseEnabled")) != (
+                    with_key, {"Fn::If": ["UseCustomerKeys", {"Ref": "AWS::NoValue"}, True]}):
+                errors.append(f"{name} is not encrypted with DataKey (SSE-SQS only without it)")
+        elif kind == "AWS::DynamoDB::Table":
+            sse = props.get("SSESpecification", {})
+            if sse != {"SSEEnabled": True, "SSEType": {"Fn::If": ["UseCustomerKeys", "KMS", {"Ref": "AWS::NoValue"}]},
+                       "KMSMasterKeyId": with_key}:
+                errors.append(f"{name} is not encrypted with DataKey")
+        elif kind == "AWS::Logs::LogGroup":
+            if props.get("KmsKeyId") != with_key:
+                errors.append(f"{name} is not encrypted with DataKey")
+        elif kind == "AWS::Backup::BackupVault":
+            if props.get("EncryptionKeyArn") != with_key:
+                errors.append(f"{name} is not encrypted with DataKey")
+        elif kind == "AWS::S3::Bucket":
+            rules = props.get("BucketEncryption", {}).get("ServerSideEncryptionConfiguration", [])
+            wanted = {"Fn::If": ["UseCustomerKeys", {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": key_arn},
+                                 {"SSEAlgorithm": "AES256"}]}
+            if [r.get("ServerSideEncryptionByDefault") for r in rules] != [wanted]:
+                errors.append(f"{name} is not encrypted with DataKey")
+    key = res.get("DataKey", {})
+    if (key.get("Condition"), key.get("DeletionPolicy"), key.get("UpdateReplacePolicy")) != ("UseCustomerKeys", "Retain", "Retain") \
+            or key.get("Properties", {}).get("EnableKeyRotation") is not True:
+        errors.append("DataKey is not kept with the evidence it encrypts, or not rotated")
+    statements = key.get("Properties", {}).get("KeyPolicy", {}).get("Statement", [])
+    sids = [(st.get("Fn::If", [None, st])[1]).get("Sid") for st in statements]
+    if sids != ["AccountAdministers", "OnlyBreakGlassDisablesOrDeletes", "LogsEncryptTheStacksLogGroups", "ProducersSendThroughSqs"]:
+        errors.append(f"DataKey's policy has other statements than the account's, the deny, the log groups' and the producers': {sids}")
+    for st in statements:
+        st = st.get("Fn::If", [None, st])[1]
+        if st.get("Sid") == "OnlyBreakGlassDisablesOrDeletes" and (
+                st.get("Effect") != "Deny" or sorted(st.get("Action", [])) != ["kms:DisableKey", "kms:ScheduleKeyDeletion"]
+                or st.get("Condition") != {"ArnNotEquals": {"aws:PrincipalArn": {"Fn::GetAtt": ["BreakGlassRole", "Arn"]}}}):
+            errors.append("DataKey may be disabled or deleted by others than break-glass")
+        if st.get("Sid") == "ProducersSendThroughSqs" and st.get("Condition", {}).get("StringEquals", {}).get("kms:ViaService") != {"Fn::Sub": "sqs.${AWS::Region}.amazonaws.com"}:
+            errors.append("the producers may use DataKey outside SQS")
+        if st.get("Sid") == "LogsEncryptTheStacksLogGroups" and "ArnLike" not in st.get("Condition", {}):
+            errors.append("any log group may use DataKey")
+    writers = {"ConsumerRole", "EnricherRole", "ReplayRole", "ControlRole", "ReferenceAuditRole", "SchedulerRole", "BreakGlassRole", "TableBackupRole"}
+    readers = {"ViewerRole", "MakerRole", "ApproverRole", "AuditorRole", "AdminRole"}
+    for policy, roles, actions in [("DataKeyWriters", writers, ["kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"]),
+                                   ("DataKeyReaders", readers, ["kms:Decrypt", "kms:DescribeKey"])]:
+        props = res.get(policy, {}).get("Properties", {})
+        named = {resource_ref(r.get("Fn::If", [None, r])[1]) for r in props.get("Roles", [])}
+        if named != roles:
+            errors.append(f"{policy} is given to {sorted(named)}, not {sorted(roles)}")
+        for st in props.get("PolicyDocument", {}).get("Statement", []):
+            if sorted(st.get("Action", [])) != actions or st.get("Resource") != key_arn \
+                    or "kms:ViaService" not in st.get("Condition", {}).get("StringEquals", {}):
+                errors.append(f"{policy} grants more than {actions} on DataKey through the stores")
+    if "TamperKeysRule" in res:
+        ids = res["TamperKeysRule"]["Properties"]["EventPattern"]["detail"]["requestParameters"]["keyId"]
+        if {"Fn::If": ["UseCustomerKeys", key_arn, {"Ref": "AWS::NoValue"}]} not in ids:
+            errors.append("DataKey's policy may change, or the key be disabled or deleted, unseen")
     return errors
 
 
@@ -549,6 +634,21 @@ def mutations(tpl):
         mutate(lambda t: res(t)["QuarantineBucket"]["Properties"]["ReplicationConfiguration"]["Fn::If"][1]["Rules"][0].__setitem__("DeleteMarkerReplication", {"Status": "Enabled"}), "deletions replicated to the evidence's copy"),
         mutate(lambda t: res(t)["QuarantineBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"][5]["Action"].remove("s3:PutReplicationConfiguration"), "the evidence's replication changed by anyone"),
         mutate(lambda t: res(t)["EvidenceReplicationRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"].append({"Effect": "Allow", "Action": "s3:*", "Resource": "*"}), "a replication role that may do anything in S3"),
+        mutate(lambda t: t["Parameters"]["CustomerManagedKeys"].__setitem__("Default", "false"), "the stores on AWS's keys by default"),
+        mutate(lambda t: res(t)["MainQueue"]["Properties"].pop("KmsMasterKeyId"), "the main queue on SSE-SQS with DataKey on"),
+        mutate(lambda t: res(t)["AuditTable"]["Properties"].__setitem__("SSESpecification", {"SSEEnabled": True}), "the audit table on DynamoDB's key"),
+        mutate(lambda t: res(t)["ControlApiLogs"]["Properties"].pop("KmsKeyId"), "the access log on the Logs service key"),
+        mutate(lambda t: res(t)["TableBackupVault"]["Properties"].pop("EncryptionKeyArn"), "the backups on AWS Backup's key"),
+        mutate(lambda t: res(t)["QuarantineBucket"]["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"][0].__setitem__("ServerSideEncryptionByDefault", {"SSEAlgorithm": "AES256"}), "the WORM bucket on S3's key"),
+        mutate(lambda t: res(t)["DataKey"].__setitem__("DeletionPolicy", "Delete"), "the evidence's key deleted with the stack"),
+        mutate(lambda t: res(t)["DataKey"]["Properties"]["KeyPolicy"]["Statement"].pop(1), "the evidence's key deletable by any administrator"),
+        mutate(lambda t: res(t)["DataKey"]["Properties"]["KeyPolicy"]["Statement"].append({"Sid": "Anyone", "Effect": "Allow", "Principal": "*", "Action": "kms:Decrypt", "Resource": "*"}), "the evidence's key open to anyone"),
+        mutate(lambda t: res(t)["DataKey"]["Properties"]["KeyPolicy"]["Statement"][3]["Fn::If"][1]["Condition"].pop("StringEquals"), "producers using the key outside SQS"),
+        mutate(lambda t: res(t)["DataKeyReaders"]["Properties"]["Roles"].pop(3), "the auditor unable to read the stores"),
+        mutate(lambda t: res(t)["DataKeyWriters"]["Properties"]["PolicyDocument"]["Statement"][0].pop("Condition"), "the functions decrypting outside the stores"),
+        mutate(lambda t: res(t)["DataKeyReaders"]["Properties"]["PolicyDocument"]["Statement"][0]["Action"].append("kms:GenerateDataKey*"), "operators encrypting with the stores' key"),
+        mutate(lambda t: res(t)["TamperKeysRule"]["Properties"]["EventPattern"]["detail"]["requestParameters"]["keyId"].pop(), "the evidence's key disabled unseen"),
+        mutate(lambda t: res(t)["EvidenceReplicationRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][3]["Fn::If"][1].pop("Condition"), "the replication role decrypting outside S3"),
         mutate(lambda t: res(t)["CredentialRefusedAlarm"]["Properties"].__setitem__("MetricName", "LedgerCredentialsRefused"), "refused credentials counted under a name no alarm watches"),
         mutate(lambda t: res(t)["AlarmTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"][0]["Condition"]["ArnEquals"]["aws:SourceArn"].pop(), "a tampering rule whose page the topic refuses"),
         mutate(lambda t: t["Rules"].pop("AlarmsReachSomeone"), "a deployment whose alarms page no one"),

@@ -195,7 +195,9 @@ def pruned(node, decided):
 def creatable_part(cfn, prefix, fifo=False):
     """The resources LocalStack can create here, with everything they need; and what is left out."""
     defaults = {k: p.get("Default") for k, p in cfn.get("Parameters", {}).items()}
-    defaults.update({"StackPrefix": prefix, "FifoQueues": "true" if fifo else "false"})
+    # LocalStack here runs no KMS through CloudFormation: the stores on their services' keys, as
+    # the local stack is (the stores' key is checked by the template check and evaluated offline).
+    defaults.update({"StackPrefix": prefix, "FifoQueues": "true" if fifo else "false", "CustomerManagedKeys": "false"})
     decided = decided_conditions(cfn, defaults)
     res = {k: pruned(r, decided) for k, r in cfn["Resources"].items()}
     keep = {k for k, r in res.items() if r["Type"] in CREATABLE}
@@ -222,6 +224,7 @@ def creatable_part(cfn, prefix, fifo=False):
     }
     part["Parameters"]["StackPrefix"]["Default"] = prefix
     part["Parameters"]["FifoQueues"]["Default"] = "true" if fifo else "false"
+    part["Parameters"]["CustomerManagedKeys"]["Default"] = "false"
     left = sorted(f"{k} ({r['Type']})" for k, r in res.items() if k not in keep)
     return part, left, sorted(set(cfn.get("Outputs", {})) - set(outputs))
 

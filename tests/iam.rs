@@ -19,10 +19,11 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// Statements Lambda exercises with the role on the function's behalf, never its code (its logs,
-/// its traces, its network interfaces in your subnets, its failed events' delivery), each held to
-/// exactly these actions on this resource (`Logs`: the function's own log group).
-const RUNTIME: [(&str, &[&str], &str); 4] = [
+/// Statements Lambda, or a store, exercises with the role on the function's behalf, never its
+/// code (its logs, its traces, its network interfaces in your subnets, its failed events'
+/// delivery, the stores' key used by SQS, DynamoDB and S3), each held to exactly these actions on
+/// this resource (`Logs`: the function's own log group).
+const RUNTIME: [(&str, &[&str], &str); 5] = [
     ("Logs", &["logs:CreateLogStream", "logs:PutLogEvents"], "Logs"),
     ("Tracing", &["xray:PutTraceSegments", "xray:PutTelemetryRecords"], "*"),
     (
@@ -37,6 +38,17 @@ const RUNTIME: [(&str, &[&str], &str); 4] = [
         "*",
     ),
     ("Undelivered", &["sqs:SendMessage"], "UndeliveredQueue"),
+    (
+        "DataKeyThroughTheStores",
+        &[
+            "kms:Decrypt",
+            "kms:DescribeKey",
+            "kms:Encrypt",
+            "kms:GenerateDataKey*",
+            "kms:ReEncrypt*",
+        ],
+        "DataKey",
+    ),
 ];
 
 /// What an event-source mapping calls with the function's role, by the type of its source.

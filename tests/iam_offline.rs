@@ -128,7 +128,8 @@ fn identity_policies(d: &Deployment, role: &str) -> Vec<Value> {
 /// writer of this system makes it: If-None-Match, COMPLIANCE, 3000 days), `overwrite` (the same
 /// without If-None-Match), `mode=M`, `days=N`, `insecure` (no TLS), `session=S` (the role
 /// session name asked for), `user=U` (`aws:username`), `mfa` (signed in with MFA), `from=G` (on
-/// behalf of schedule group G of the account; `ScheduleGroup`: the stack's). Targets also
+/// behalf of schedule group G of the account; `ScheduleGroup`: the stack's), `via=S` (a KMS
+/// request made by service S: `kms:ViaService`). Targets also
 /// `api:METHOD/PATH` (the control plane's API), `function:ID`, `key:ID` (under its key policy),
 /// `role:ID` (assumed, under its trust policy).
 #[rustfmt::skip]
@@ -283,6 +284,24 @@ const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     ("AuditorRole", "dynamodb:Query", "index:AuditTable", "", true, "audit verify reads each chain by its index"),
     ("ViewerRole", "dynamodb:Query", "index:AuditTable", "", true, "audit show reads a transaction's records"),
     ("AuditorRole", "dynamodb:PutItem", "table:AuditTable", "", false, "but writes no record"),
+    // The stores' key (CustomerManagedKeys): used through the stores only, by who writes or reads them.
+    ("ConsumerRole", "kms:GenerateDataKey", "key:DataKey", "via=sqs", true, "sends to an encrypted queue"),
+    ("ConsumerRole", "kms:Decrypt", "key:DataKey", "via=dynamodb", true, "reads an encrypted table"),
+    ("ConsumerRole", "kms:Decrypt", "key:DataKey", "", false, "decrypts nothing outside the stores"),
+    ("ReferenceAuditRole", "kms:Decrypt", "key:DataKey", "via=dynamodb", true, "reads the reference table's stream"),
+    ("SchedulerRole", "kms:GenerateDataKey", "key:DataKey", "via=sqs", true, "its undelivered events"),
+    ("SchedulerRole", "kms:Decrypt", "key:DataKey", "via=s3", true, "through a store, as every writer"),
+    ("AuditorRole", "kms:Decrypt", "key:DataKey", "via=s3", true, "reads the WORM bucket"),
+    ("AuditorRole", "kms:Decrypt", "key:DataKey", "via=dynamodb", true, "reads the audit trail"),
+    ("AuditorRole", "kms:Decrypt", "key:DataKey", "via=logs", true, "reads the functions' logs"),
+    ("AuditorRole", "kms:Decrypt", "key:DataKey", "", false, "not outside the stores"),
+    ("ViewerRole", "kms:GenerateDataKey", "key:DataKey", "via=s3", false, "operators encrypt nothing"),
+    ("MakerRole", "kms:Decrypt", "key:DataKey", "via=sqs", false, "operators read no queue's messages"),
+    ("Producer", "kms:GenerateDataKey", "key:DataKey", "via=sqs", true, "sends to the main queue"),
+    ("Producer", "kms:Decrypt", "key:DataKey", "via=s3", false, "only through SQS"),
+    ("Admin", "kms:ScheduleKeyDeletion", "key:DataKey", "", false, "the evidence's key, even by an administrator"),
+    ("Admin", "kms:DisableKey", "key:DataKey", "", false, "nor disabled"),
+    ("AdminRole", "kms:ScheduleKeyDeletion", "key:DataKey", "", false, "nor by the operators' admin"),
     // Who may invoke the replay: the scheduler, for the stack's own schedule group only.
     ("Scheduler", "sts:AssumeRole", "role:SchedulerRole", "from=ScheduleGroup", true, "the stack's schedules"),
     ("Scheduler", "sts:AssumeRole", "role:SchedulerRole", "from=default", false, "another schedule group of the account"),
@@ -322,6 +341,7 @@ fn context(spec: &str) -> Value {
             "mode" => c["s3:object-lock-mode"] = json!(value),
             "days" => c["s3:object-lock-remaining-retention-days"] = json!(value),
             "insecure" => c["aws:SecureTransport"] = json!("false"),
+            "via" => c["kms:ViaService"] = json!(format!("{value}.{REGION}.amazonaws.com")),
             "session" => c["sts:RoleSessionName"] = json!(value),
             "user" => c["aws:username"] = json!(value),
             "mfa" => c["aws:MultiFactorAuthPresent"] = json!("true"),

@@ -125,6 +125,10 @@ fn local_deployments<'t>(
                     ("FifoQueues", json!(names.fifo().to_string())),
                     ("MaxReceiveCount", json!(settings.max_receive_count)),
                     ("LedgerKind", json!(kind)),
+                    // LocalStack neither enforces key policies nor encrypts with the key: the
+                    // stores' key (on by default on AWS) is checked offline (the template check,
+                    // tests/iam_offline.rs), and the local stack uses the services' own keys.
+                    ("CustomerManagedKeys", json!("false")),
                 ],
             )
         })

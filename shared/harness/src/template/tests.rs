@@ -23,7 +23,8 @@ fn the_template_names_a_deployment_as_the_tests_derive_it() {
 
 #[test]
 fn the_dead_letter_queue_comes_before_the_queue_that_redrives_to_it() {
-    let d = ours(&[]);
+    // On the services' keys, as the local stack is (with the stores' key every queue names it).
+    let d = ours(&[("CustomerManagedKeys", json!("false"))]);
     let queues = d.resources_of(&[QUEUE]).unwrap();
     let at = |id: &str| queues.iter().position(|q| q == id).unwrap();
     assert!(at("DeadLetterQueue") < at("MainQueue"), "{queues:?}");
@@ -34,7 +35,11 @@ fn the_dead_letter_queue_comes_before_the_queue_that_redrives_to_it() {
 
 #[test]
 fn properties_resolve_parameters_conditions_and_attributes() {
-    let mut d = ours(&[("StackPrefix", json!("acme")), ("MaxReceiveCount", json!(3))]);
+    let mut d = ours(&[
+        ("StackPrefix", json!("acme")),
+        ("MaxReceiveCount", json!(3)),
+        ("CustomerManagedKeys", json!("false")),
+    ]);
     d.created(
         "ParkingQueue",
         Created {
