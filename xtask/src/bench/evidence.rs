@@ -3,7 +3,7 @@
 //! (BatchWriteItem, the items `Ledger::commit` writes, period index included); then `dlqctl
 //! reconcile` runs as its own process for one period and for the whole history, with the ledger
 //! read in one segment and in several at once, and `dlqctl evidence export` for one period. Each
-//! is timed, and its peak resident memory is read from the kernel (wait4's ru_maxrss).
+//! is timed, and its peak resident memory is read from the kernel (its `VmHWM`, see `measure`).
 //!
 //! Then the audit trail: A duplicate records (each another SQS message carrying a loaded
 //! posting's transaction, with its period) linked into its chains (each writer on a chain of its
@@ -302,34 +302,58 @@ fn export_run(
 }
 
 /// A command's wall time (s), peak resident memory (MiB) and standard output.
+///
+/// The peak is the child's own `VmHWM`, read from `/proc` every 5 ms once it runs its program
+/// (its name in `comm`), the last reading before it exits: not `wait4`'s `ru_maxrss`, which
+/// Linux floors at the parent's peak (the memory a child had before `exec` counts), so that every
+/// command would have shown at least this harness's own peak.
 fn measure(cmd: &mut Command) -> Result<(f64, f64, String), String> {
+    let program = std::path::Path::new(cmd.get_program())
+        .file_name()
+        .map(|n| n.to_string_lossy().chars().take(15).collect::<String>())
+        .unwrap_or_default();
     let started = Instant::now();
-    let child = cmd
+    let mut child = cmd
         .stdout(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| format!("{cmd:?}: {e}"))?;
-    let pid = i32::try_from(child.id()).map_err(|e| e.to_string())?;
-    // Read its output while it runs; then reap it ourselves, for its own peak memory.
-    let mut stdout = child.stdout.ok_or("no stdout")?;
+    let pid = child.id();
+    // Read its output while it runs.
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
     let reader = std::thread::spawn(move || {
         let mut out = String::new();
         std::io::Read::read_to_string(&mut stdout, &mut out).map(|_| out)
     });
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value of the plain C struct, which wait4 fills in.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: wait4 on our own child's pid, with pointers to locals that outlive the call.
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watching = done.clone();
+    let watcher = std::thread::spawn(move || {
+        let mut peak_kib = 0u64;
+        while !watching.load(std::sync::atomic::Ordering::Relaxed) {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim_end() == program {
+                let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+                let hwm = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+                peak_kib = peak_kib.max(hwm.unwrap_or(0));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        peak_kib
+    });
+    let status = child.wait().map_err(|e| e.to_string());
     let wall = started.elapsed().as_secs_f64();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak_kib = watcher.join().map_err(|_| "watching the memory panicked")?;
     let out = reader
         .join()
         .map_err(|_| "reading the output panicked")?
         .map_err(|e| e.to_string())?;
-    if reaped != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        return Err(format!("{cmd:?} failed (status {status}): {out}"));
+    if !status?.success() {
+        return Err(format!("{cmd:?} failed: {out}"));
     }
-    // ru_maxrss is in KiB on Linux.
-    Ok((wall, usage.ru_maxrss as f64 / 1024.0, out))
+    Ok((wall, peak_kib as f64 / 1024.0, out))
 }
 
 /// The committed count `dlqctl --json reconcile` reports.

@@ -144,7 +144,11 @@ fn each_function_starts_with_the_template_s_environment_and_names_the_deployment
                     assert_eq!(env.get(vars::DEDUP_TABLE), Some(&names.dedup_table), "{function}");
                 }
                 let ca_file = (kind == "postgres").then_some(CA_FILE);
-                assert_eq!(env.get(vars::POSTGRES_CA_FILE).map(String::as_str), ca_file, "{function}");
+                assert_eq!(
+                    env.get(vars::POSTGRES_CA_FILE).map(String::as_str),
+                    ca_file,
+                    "{function}"
+                );
             } else {
                 assert!(
                     !env.contains_key(vars::LEDGER),
