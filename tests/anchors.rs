@@ -114,6 +114,25 @@ async fn a_consistent_rewrite_with_its_head_moved_and_the_trail_id_replaced_is_n
 }
 
 #[tokio::test]
+async fn a_noted_seal_is_a_hint_never_lowered_and_kept_per_trail() {
+    let s = TestStack::new("an-noted").await;
+    let log = s.audit_log();
+    assert_eq!(log.sealed_up_to("00000000000000a1").await.unwrap(), None);
+    log.note_seal("00000000000000a1", 5).await.unwrap();
+    log.note_seal("00000000000000a1", 3).await.unwrap();
+    assert_eq!(log.sealed_up_to("00000000000000a1").await.unwrap(), Some(5), "lowered");
+    log.note_seal("00000000000000a1", 7).await.unwrap();
+    assert_eq!(log.sealed_up_to("00000000000000a1").await.unwrap(), Some(7));
+    assert_eq!(log.sealed_up_to("00000000000000b2").await.unwrap(), None);
+    // A sealer notes what it wrote; the note is no audit record.
+    trail(&s, 4).await;
+    let (_, written) = seal_now(&s).await;
+    assert_eq!(log.sealed_up_to(&written.trail).await.unwrap(), Some(written.seq));
+    assert_eq!(log.scan().await.unwrap().len(), 4);
+    s.cleanup().await;
+}
+
+#[tokio::test]
 async fn the_bucket_alone_verifies_the_trail_when_the_table_is_rewritten() {
     let s = TestStack::new("an-alone").await;
     trail(&s, 24).await;

@@ -36,6 +36,12 @@ fn trail_key() -> String {
     "#trail#id".to_owned()
 }
 
+/// The item noting the newest seal of a trail a sealer wrote: where the next one starts reading the
+/// bucket (a hint: the bucket is the evidence).
+fn seal_noted_key(trail: &str) -> String {
+    format!("#sealed#{trail}")
+}
+
 /// The item holding a function's last recorded configuration.
 fn config_key(function: &str) -> String {
     format!("#config#{function}")
@@ -428,6 +434,29 @@ impl AuditLog for DynamoAuditLog {
         self.current_trail()
             .await?
             .ok_or_else(|| StoreError::new(TransientKind::Conflict, "audit trail id vanished"))
+    }
+
+    async fn sealed_up_to(&self, trail: &str) -> StoreResult<Option<u64>> {
+        let item = self.item(&seal_noted_key(trail), "audit seal noted").await?;
+        Ok(item.as_ref().and_then(|i| get_n(i, "seq")))
+    }
+
+    async fn note_seal(&self, trail: &str, seq: u64) -> StoreResult<()> {
+        let seq = n(i64::try_from(seq).map_err(|_| StoreError::infra("a seal number beyond i64"))?);
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item(keys::AUDIT_PK, s(seal_noted_key(trail)))
+            .item("seq", seq.clone())
+            // Never lowered: a slower sealer that wrote an earlier seal leaves the later one noted.
+            .condition_expression("attribute_not_exists(#id) OR #seq < :seq")
+            .expression_attribute_names("#id", keys::AUDIT_PK)
+            .expression_attribute_names("#seq", "seq")
+            .expression_attribute_values(":seq", seq)
+            .send()
+            .await;
+        applied(put, "PutItem(audit seal noted)").map(|_| ())
     }
 
     async fn heads(&self) -> StoreResult<Vec<recon_core::domain::audit::ChainHead>> {

@@ -36,7 +36,9 @@ pub(super) async fn ensure_trail<A: AuditLog, W: Worm>(audit: &A, worm: &W, now:
 pub async fn seal<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>) -> StoreResult<(String, AuditSeal)> {
     let trail = ensure_trail(audit, worm, now).await?;
     for _ in 0..16 {
-        let (seq, prev, before) = match latest_seal(worm, &trail).await? {
+        // A hint not read is a longer read of the bucket, not a reason not to seal.
+        let hint = audit.sealed_up_to(&trail).await.unwrap_or_default();
+        let (seq, prev, before) = match latest_seal(worm, &trail, hint).await? {
             // A seal that does not parse names no heads: its successor archives every chain whole.
             Some((seq, body)) => (seq, seal_digest(&body), AuditSeal::parse(&body).ok()),
             None => (0, FIRST_PREV.to_owned(), None),
@@ -49,7 +51,13 @@ pub async fn seal<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>)
         archive(audit, worm, before.as_ref(), &seal).await?;
         let key = seal_key(&trail, seal.seq);
         match worm.put(&key, seal.canonical().as_bytes()).await {
-            Ok(Written::New { .. }) => return Ok((key, seal)),
+            Ok(Written::New { .. }) => {
+                // Only a hint for the next sealer: a seal not noted costs it a longer read.
+                if let Err(e) = audit.note_seal(&trail, seal.seq).await {
+                    tracing::warn!(error = %e, seal = %key, "seal written but not noted; the next sealer reads every seal");
+                }
+                return Ok((key, seal));
+            }
             // Another sealer took this number (or is taking it): read the latest again.
             Ok(Written::Exists) => {}
             Err(e) if e.kind == TransientKind::Conflict => {}
@@ -63,26 +71,43 @@ pub async fn seal<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>)
 }
 
 /// The last seal of the unbroken run 1, 2, … of `trail`'s seals (a forged key far ahead is a gap
-/// verify names; sealing goes on from the genuine run) and its first version's bytes.
-async fn latest_seal<W: Worm>(worm: &W, trail: &str) -> StoreResult<Option<(u64, Vec<u8>)>> {
-    let versions = worm.versions(&format!("{SEAL_PREFIX}{trail}/")).await?;
+/// verify names; sealing goes on from the genuine run) and its first version's bytes. With
+/// `hint`, the seal a sealer noted last, only the seals from it on are listed (its run before it
+/// is taken as written; verify checks it); a hint that names no seal there is ignored.
+async fn latest_seal<W: Worm>(worm: &W, trail: &str, hint: Option<u64>) -> StoreResult<Option<(u64, Vec<u8>)>> {
+    let prefix = format!("{SEAL_PREFIX}{trail}/");
+    let mut found = None;
+    if let Some(h) = hint.filter(|h| *h > 0) {
+        let listed = worm.versions_after(&prefix, &seal_key(trail, h - 1)).await?;
+        found = run_from(&listed, h);
+    }
+    if found.is_none() {
+        found = run_from(&worm.versions(&prefix).await?, 1);
+    }
+    let Some((seq, v)) = found else { return Ok(None) };
+    let bytes = worm
+        .get_version(&v.key, &v.version_id)
+        .await?
+        .ok_or_else(|| StoreError::infra(format!("seal {} unreadable", v.key)))?;
+    Ok(Some((seq, bytes)))
+}
+
+/// The last seal of the unbroken run of seal keys from `start` in `versions` (first versions, no
+/// delete markers), if there is a seal `start`.
+fn run_from(versions: &[ObjectVersion], start: u64) -> Option<(u64, ObjectVersion)> {
     let mut first: BTreeMap<u64, &ObjectVersion> = BTreeMap::new();
     for v in versions.iter().filter(|v| !v.delete_marker) {
         if let Some((_, seq)) = parse_seal_key(&v.key) {
             first.entry(seq).or_insert(v);
         }
     }
-    let run = first
+    first
         .into_iter()
-        .zip(1u64..)
+        .skip_while(|(seq, _)| *seq < start)
+        .zip(start..)
         .take_while(|((seq, _), n)| seq == n)
-        .last();
-    let Some(((seq, v), _)) = run else { return Ok(None) };
-    let bytes = worm
-        .get_version(&v.key, &v.version_id)
-        .await?
-        .ok_or_else(|| StoreError::infra(format!("seal {} unreadable", v.key)))?;
-    Ok(Some((seq, bytes)))
+        .last()
+        .map(|((seq, v), _)| (seq, v.clone()))
 }
 
 /// End the trail the table names (before its table is rebuilt): a retirement record in the bucket,

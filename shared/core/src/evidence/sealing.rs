@@ -75,4 +75,10 @@ impl<A: AuditLog, W: Worm> AuditLog for SealingAuditLog<A, W> {
     async fn start_trail(&self, candidate: &str) -> StoreResult<String> {
         self.log.start_trail(candidate).await
     }
+    async fn sealed_up_to(&self, trail: &str) -> StoreResult<Option<u64>> {
+        self.log.sealed_up_to(trail).await
+    }
+    async fn note_seal(&self, trail: &str, seq: u64) -> StoreResult<()> {
+        self.log.note_seal(trail, seq).await
+    }
 }

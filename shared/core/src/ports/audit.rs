@@ -61,6 +61,16 @@ port! {
         /// The trail id the table names, or `candidate` stored as it when it names none (a
         /// conditional write: concurrent callers agree on one).
         fn start_trail(&self, candidate: &str) -> impl Future<Output = StoreResult<String>> + Send;
+        /// The number of the newest seal of `trail` a sealer noted ([`AuditLog::note_seal`]):
+        /// where the next sealer starts reading the bucket. A hint, never evidence: a wrong one
+        /// costs a longer read. The default notes nothing (`None`: read every seal).
+        fn sealed_up_to(&self, _trail: &str) -> impl Future<Output = StoreResult<Option<u64>>> + Send {
+            async { Ok(None) }
+        }
+        /// Note that seal `seq` of `trail` was written (kept only if higher than the one noted).
+        fn note_seal(&self, _trail: &str, _seq: u64) -> impl Future<Output = StoreResult<()>> + Send {
+            async { Ok(()) }
+        }
     }
 }
 

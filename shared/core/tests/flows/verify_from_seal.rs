@@ -62,6 +62,12 @@ impl AuditLog for Recording {
     async fn start_trail(&self, candidate: &str) -> StoreResult<String> {
         self.log.start_trail(candidate).await
     }
+    async fn sealed_up_to(&self, trail: &str) -> StoreResult<Option<u64>> {
+        self.log.sealed_up_to(trail).await
+    }
+    async fn note_seal(&self, trail: &str, seq: u64) -> StoreResult<()> {
+        self.log.note_seal(trail, seq).await
+    }
 }
 
 /// A bucket that records what was listed and read.
@@ -438,4 +444,31 @@ async fn a_seal_number_that_is_not_a_seal_of_the_trail_is_an_error() {
     let report = from_seal(&audit, &worm, 2).await;
     assert!(named(&report, "never anchored"), "{report:?}");
     assert!(named(&report, "has no seal 2"), "{report:?}");
+}
+
+#[tokio::test]
+async fn a_sealer_lists_only_the_seals_from_the_one_noted_and_a_wrong_note_costs_a_full_read() {
+    let (audit, worm, seals) = history().await;
+    let trail = seals[0].trail.clone();
+    let prefix = format!("audit-seals/{trail}/");
+    let (_, fourth) = seal(&audit, &worm, Utc::now()).await.unwrap();
+    let listed = worm.listed.lock().unwrap().clone();
+    assert_eq!(fourth.seq, 4);
+    assert!(
+        listed.contains(&format!("versions {prefix} after {}", seal_key(&trail, 2))),
+        "{listed:?}"
+    );
+    assert!(
+        !listed.contains(&format!("versions {prefix}")),
+        "every seal listed: {listed:?}"
+    );
+
+    // A note naming no seal (the table rewritten): every seal is read, and the run goes on.
+    audit.note_seal(&trail, 1000).await.unwrap();
+    worm.forget();
+    let (_, fifth) = seal(&audit, &worm, Utc::now()).await.unwrap();
+    assert_eq!((fifth.seq, fifth.prev.clone()), (5, fourth.digest()));
+    assert!(worm.listed.lock().unwrap().contains(&format!("versions {prefix}")));
+    let report = verify_trail(&audit, &worm, &VerifyOptions::default()).await.unwrap();
+    assert!(report.intact(), "{report:?}");
 }

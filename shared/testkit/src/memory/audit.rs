@@ -24,6 +24,8 @@ struct AuditState {
     failing: Option<AuditKind>,
     /// The trail id the table names.
     trail: Option<String>,
+    /// The newest seal noted, per trail.
+    sealed: std::collections::BTreeMap<String, u64>,
 }
 
 impl MemoryAuditLog {
@@ -138,6 +140,17 @@ impl AuditLog for MemoryAuditLog {
             .trail
             .get_or_insert_with(|| candidate.to_owned())
             .clone())
+    }
+
+    async fn sealed_up_to(&self, trail: &str) -> StoreResult<Option<u64>> {
+        Ok(lock(&self.state).sealed.get(trail).copied())
+    }
+
+    async fn note_seal(&self, trail: &str, seq: u64) -> StoreResult<()> {
+        let mut state = lock(&self.state);
+        let noted = state.sealed.entry(trail.to_owned()).or_default();
+        *noted = (*noted).max(seq);
+        Ok(())
     }
 
     async fn heads(&self) -> StoreResult<Vec<ChainHead>> {

@@ -243,6 +243,16 @@ impl<P: AuditLog> AuditLog for Faulty<P> {
             .call("Audit.start_trail", self.inner.start_trail(candidate))
             .await
     }
+    async fn sealed_up_to(&self, trail: &str) -> StoreResult<Option<u64>> {
+        self.faults
+            .call("Audit.sealed_up_to", self.inner.sealed_up_to(trail))
+            .await
+    }
+    async fn note_seal(&self, trail: &str, seq: u64) -> StoreResult<()> {
+        self.faults
+            .call("Audit.note_seal", self.inner.note_seal(trail, seq))
+            .await
+    }
 }
 
 impl<P: recon_core::ports::ApprovalRequests> recon_core::ports::ApprovalRequests for Faulty<P> {
