@@ -517,7 +517,14 @@ fn the_simulator_models_the_queues_the_template_declares() {
         .unwrap()
         .deploy("000000000000", "us-east-1", &[])
         .unwrap();
-    // The queues each refers to first: the DLQ redrives to the parking queue.
+    // What each refers to first: the stores' key, and the parking queue the DLQ redrives to.
+    d.created(
+        "DataKey",
+        Created {
+            reference: "key".into(),
+            attributes: [("Arn".to_owned(), "arn:key".to_owned())].into(),
+        },
+    );
     d.created(
         "ParkingQueue",
         Created {
