@@ -185,6 +185,25 @@ async fn a_password_rotated_mid_run_dead_letters_nothing() {
     close_connections_of(a.clone()).await;
     commit_some("after a single-user rotation").await;
 
+    // Single user, mid-rotation: the password changed and staged (AWSPENDING) while the secret's
+    // current version still holds the old one, as between a rotation's setSecret and finishSecret.
+    admin
+        .batch_execute(&format!("ALTER ROLE {a} PASSWORD 'staged-{tag}'"))
+        .await
+        .unwrap();
+    s.clients
+        .secrets_manager()
+        .put_secret_value()
+        .secret_id(&arn)
+        .secret_string(serde_json::json!({"username": a, "password": format!("staged-{tag}")}).to_string())
+        .version_stages("AWSPENDING")
+        .send()
+        .await
+        .unwrap();
+    close_connections_of(a.clone()).await;
+    commit_some("mid single-user rotation (only the staged password connects)").await;
+    put_secret(a.clone(), format!("staged-{tag}")).await;
+
     // Alternating users: the secret names the other user; the first one's password changes.
     put_secret(b.clone(), format!("first-{tag}")).await;
     admin
@@ -202,7 +221,7 @@ async fn a_password_rotated_mid_run_dead_letters_nothing() {
         .map(|r| r.get(0))
         .collect();
     assert_eq!(by, [b.clone()], "the ledger connects as the secret's user now");
-    assert_eq!(s.postings().await.len(), 15);
+    assert_eq!(s.postings().await.len(), 20);
     s.cleanup().await;
     for user in [a, b] {
         let _ = admin.batch_execute(&format!("DROP ROLE IF EXISTS {user}")).await;

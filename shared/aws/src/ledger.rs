@@ -7,7 +7,7 @@ use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueError;
 use recon_core::config::{HttpLocation, LedgerSettings, PostgresLocation};
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting};
 use recon_core::ports::{
-    Fetch, Ledger, LedgerReader, LedgerScope, PostingPage, Rotating, StoreError, StoreResult, SystemClock,
+    Fetch, FetchPending, Ledger, LedgerReader, LedgerScope, PostingPage, Rotating, StoreError, StoreResult, SystemClock,
 };
 use recon_core::reservation::{ReservationSettings, ReservingLedger};
 use recon_http::{HttpLedger, HttpSettings};
@@ -123,7 +123,9 @@ impl LazyPostgres {
 pub const CREDENTIAL_MAX_AGE: Duration = Duration::from_secs(15 * 60);
 
 /// A credential made of the text `fields` of the secret `arn` (by `make`), read when first used,
-/// again once [`CREDENTIAL_MAX_AGE`] old and when the ledger refuses it.
+/// again once [`CREDENTIAL_MAX_AGE`] old and when the ledger refuses it; refused with what the
+/// secret's current version still holds, the version a rotation has staged (`AWSPENDING`) is
+/// tried once.
 fn rotating_secret<T, const N: usize>(
     clients: &AwsClients,
     arn: &str,
@@ -134,11 +136,18 @@ where
     T: Clone + PartialEq + Send + 'static,
 {
     let (clients, arn) = (clients.clone(), arn.to_owned());
-    let fetch: Fetch<T> = Arc::new(move || {
+    let current: Fetch<T> = {
         let (clients, arn) = (clients.clone(), arn.clone());
-        Box::pin(async move { secret_fields(&clients, &arn, fields).await.map(make) })
+        Arc::new(move || {
+            let (clients, arn) = (clients.clone(), arn.clone());
+            Box::pin(async move { secret_fields(&clients, &arn, fields).await.map(make) })
+        })
+    };
+    let pending: FetchPending<T> = Arc::new(move || {
+        let (clients, arn) = (clients.clone(), arn.clone());
+        Box::pin(async move { staged_fields(&clients, &arn, fields).await.map(|v| v.map(make)) })
     });
-    Rotating::new(fetch, CREDENTIAL_MAX_AGE)
+    Rotating::new(current, CREDENTIAL_MAX_AGE).with_pending(pending)
 }
 
 /// The longest replay window the configuration allows (`DLQ_REPLAY_WINDOW_DAYS`'s rule).
@@ -185,21 +194,35 @@ pub async fn postgres_credentials(clients: &AwsClients, arn: &str) -> StoreResul
 /// The text `fields` of a Secrets Manager secret holding a JSON object (for PostgreSQL the
 /// `username` and `password` RDS writes). Neither the secret's text nor a parse error quoting it
 /// reaches an error message.
-async fn secret_fields<const N: usize>(clients: &AwsClients, arn: &str, fields: [&str; N]) -> StoreResult<[String; N]> {
+/// The text of the secret `arn`'s version at `stage` (`None`: Secrets Manager's current one);
+/// `Ok(None)` when a stage was asked for and no version has it.
+async fn secret_text(clients: &AwsClients, arn: &str, stage: Option<&str>) -> StoreResult<Option<String>> {
     let out = clients
         .secrets_manager()
         .get_secret_value()
         .secret_id(arn)
+        .set_version_stage(stage.map(str::to_owned))
         .send()
-        .await
-        .map_err(|e| match &e {
-            SdkError::ServiceError(s) if matches!(s.err(), GetSecretValueError::ResourceNotFoundException(_)) => {
-                StoreError::infra(format!("the ledger's secret {arn} does not exist"))
-            }
-            _ => store_error("GetSecretValue", e),
-        })?;
+        .await;
+    let out = match out {
+        Ok(out) => out,
+        Err(SdkError::ServiceError(s)) if matches!(s.err(), GetSecretValueError::ResourceNotFoundException(_)) => {
+            return match stage {
+                Some(_) => Ok(None),
+                None => Err(StoreError::infra(format!("the ledger's secret {arn} does not exist"))),
+            };
+        }
+        Err(e) => return Err(store_error("GetSecretValue", e)),
+    };
+    let text = out
+        .secret_string()
+        .ok_or_else(|| StoreError::infra(format!("the ledger's secret {arn} holds no text")))?;
+    Ok(Some(text.to_owned()))
+}
+
+/// The text `fields` of a secret's JSON object, each present and not empty.
+fn fields_of<const N: usize>(arn: &str, text: &str, fields: [&str; N]) -> StoreResult<[String; N]> {
     let unreadable = |what: &str| StoreError::infra(format!("the ledger's secret {arn} {what}"));
-    let text = out.secret_string().ok_or_else(|| unreadable("holds no text"))?;
     let json: serde_json::Value = serde_json::from_str(text).map_err(|_| unreadable("is not a JSON object"))?;
     let field = |k: &str| {
         json.get(k)
@@ -213,6 +236,26 @@ async fn secret_fields<const N: usize>(clients: &AwsClients, arn: &str, fields: 
         values.push(field(k)?);
     }
     values.try_into().map_err(|_| unreadable("could not be read"))
+}
+
+/// `fields` of the secret's current version.
+async fn secret_fields<const N: usize>(clients: &AwsClients, arn: &str, fields: [&str; N]) -> StoreResult<[String; N]> {
+    let text = secret_text(clients, arn, None)
+        .await?
+        .ok_or_else(|| StoreError::infra(format!("the ledger's secret {arn} does not exist")))?;
+    fields_of(arn, &text, fields)
+}
+
+/// `fields` of the version a rotation in progress has staged (`AWSPENDING`), if any.
+async fn staged_fields<const N: usize>(
+    clients: &AwsClients,
+    arn: &str,
+    fields: [&str; N],
+) -> StoreResult<Option<[String; N]>> {
+    match secret_text(clients, arn, Some("AWSPENDING")).await? {
+        Some(text) => fields_of(arn, &text, fields).map(Some),
+        None => Ok(None),
+    }
 }
 
 impl AnyLedger {

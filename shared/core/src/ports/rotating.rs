@@ -13,6 +13,10 @@ use super::{Clock, StoreResult, SystemClock};
 /// Reads the credential from where it is kept (on AWS: a Secrets Manager secret).
 pub type Fetch<T> = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = StoreResult<T>> + Send>> + Send + Sync>;
 
+/// Reads the credential a rotation in progress has staged, if any (on AWS: the secret's
+/// `AWSPENDING` version).
+pub type FetchPending<T> = Fetch<Option<T>>;
+
 /// The value of the `alarm` field of the log line a refused credential writes when reading its
 /// secret again does not help; the template's log metric filters count these lines
 /// (`LedgerCredentialRefused`) and an alarm pages on them.
@@ -39,6 +43,9 @@ struct State<T> {
     fetched_at: Duration,
     /// When a fetch after a refusal last found the refused value unchanged.
     unchanged_at: Option<Duration>,
+    /// The staged value last tried after a refusal: not tried again (a rotation that failed
+    /// leaves one behind; the alarm, not a loop between it and the current one, answers that).
+    pending_tried: Option<T>,
 }
 
 /// A credential shared by every clone: read from its [`Fetch`] when there is none, when it is
@@ -46,6 +53,7 @@ struct State<T> {
 #[derive(Clone)]
 pub struct Rotating<T> {
     fetch: Fetch<T>,
+    pending: Option<FetchPending<T>>,
     max_age: Duration,
     state: Arc<Mutex<State<T>>>,
     /// One read of the secret at a time: a wave of refusals reads it once.
@@ -69,11 +77,13 @@ impl<T: Clone + PartialEq + Send> Rotating<T> {
     pub fn new(fetch: Fetch<T>, max_age: Duration) -> Self {
         Rotating {
             fetch,
+            pending: None,
             max_age,
             state: Arc::new(Mutex::new(State {
                 value: None,
                 fetched_at: Duration::ZERO,
                 unchanged_at: None,
+                pending_tried: None,
             })),
             reading: Arc::default(),
             clock: Arc::new(SystemClock),
@@ -83,6 +93,14 @@ impl<T: Clone + PartialEq + Send> Rotating<T> {
     /// How long ago the clock read `then`.
     fn since(&self, then: Duration) -> Duration {
         self.clock.monotonic().saturating_sub(then)
+    }
+
+    /// One that, refused with a value its secret still holds, tries the value a rotation has
+    /// staged (once each): a single-user rotation changes the password before the secret names
+    /// it, and for that moment only the staged value connects.
+    pub fn with_pending(mut self, pending: FetchPending<T>) -> Self {
+        self.pending = Some(pending);
+        self
     }
 
     /// One that starts from `value`, read now.
@@ -177,11 +195,30 @@ impl<T: Clone + PartialEq + Send> Rotating<T> {
         }
         let fresh = self.read().await?;
         if fresh == *used {
+            if let Some(staged) = self.staged(used).await? {
+                return Ok(Some(staged));
+            }
             let now = self.clock.monotonic();
             self.lock().unchanged_at = Some(now);
             return Ok(None);
         }
         Ok(Some(fresh))
+    }
+
+    /// The value a rotation has staged, unless it is `used` or was tried already; held from now
+    /// on (until it is old, when the secret names it, or refused).
+    async fn staged(&self, used: &T) -> StoreResult<Option<T>> {
+        let Some(pending) = &self.pending else { return Ok(None) };
+        let tried = self.lock().pending_tried.clone();
+        let Some(staged) = pending().await?.filter(|p| p != used && Some(p) != tried.as_ref()) else {
+            return Ok(None);
+        };
+        let now = self.clock.monotonic();
+        let mut state = self.lock();
+        state.pending_tried = Some(staged.clone());
+        state.value = Some(staged.clone());
+        state.fetched_at = now;
+        Ok(Some(staged))
     }
 }
 
@@ -234,5 +271,37 @@ mod tests {
         let fixed = Rotating::fixed("token".to_owned());
         assert_eq!(fixed.current().await.unwrap(), "token");
         assert_eq!(fixed.refused(&"token".into(), "t", "no").await.unwrap(), None);
+    }
+
+    /// A secret whose staged version holds `staged` (a rotation in progress).
+    fn staged(staged: Option<&'static str>, reads: Arc<AtomicU64>) -> FetchPending<String> {
+        Arc::new(move || {
+            reads.fetch_add(1, Ordering::Relaxed);
+            Box::pin(async move { Ok(staged.map(str::to_owned)) })
+        })
+    }
+
+    #[tokio::test]
+    async fn refused_mid_rotation_the_staged_value_is_tried_once_and_then_the_alarm() {
+        // A single-user rotation between setting the password and naming it: only the staged
+        // value connects.
+        let pending_reads = Arc::new(AtomicU64::new(0));
+        let r = Rotating::new(secret(&["old"], Arc::default()), Duration::from_secs(3600))
+            .with_pending(staged(Some("new"), pending_reads.clone()));
+        let used = r.current().await.unwrap();
+        assert_eq!(r.refused(&used, "t", "no").await.unwrap(), Some("new".into()));
+        assert_eq!(r.latest().as_deref(), Some("new"), "held from now on");
+        // A rotation that failed left its staged value behind: refused too, the current one is
+        // tried again, then nothing more (the alarm), never a loop between the two.
+        assert_eq!(r.refused(&"new".into(), "t", "no").await.unwrap(), Some("old".into()));
+        assert_eq!(r.refused(&"old".into(), "t", "no").await.unwrap(), None);
+        assert_eq!(pending_reads.load(Ordering::Relaxed), 2);
+        // Nothing staged, or the refused value itself staged: nothing to try.
+        for pending in [None, Some("old")] {
+            let r = Rotating::new(secret(&["old"], Arc::default()), Duration::from_secs(3600))
+                .with_pending(staged(pending, Arc::default()));
+            let used = r.current().await.unwrap();
+            assert_eq!(r.refused(&used, "t", "no").await.unwrap(), None);
+        }
     }
 }
