@@ -48,6 +48,12 @@ async fn from_bucket(worm: &MemoryWorm) -> VerifyReport {
     verify_bucket(worm, None, &VerifyOptions::default()).await.unwrap()
 }
 
+/// The newest seal of the bucket's run, as the bucket alone shows it.
+async fn newest_seal(worm: &MemoryWorm) -> AuditSeal {
+    let trail = BucketTrail::open(worm, None).await.unwrap();
+    trail.latest_seal().cloned().expect("a seal in the bucket")
+}
+
 fn part_keys(worm: &MemoryWorm) -> Vec<String> {
     worm.keys()
         .into_iter()
@@ -173,13 +179,7 @@ async fn a_missing_part_an_altered_record_and_a_stray_key_are_named() {
 
     // A key under the records' prefix that no sealer writes.
     let (_, clean) = sealed_trail(&[10]).await;
-    let trail = BucketTrail::open(&clean, None)
-        .await
-        .unwrap()
-        .latest_seal()
-        .unwrap()
-        .trail
-        .clone();
+    let trail = newest_seal(&clean).await.trail;
     clean
         .put(&format!("{RECORDS_PREFIX}{trail}/notes.txt"), b"x")
         .await
@@ -194,12 +194,7 @@ async fn a_missing_part_an_altered_record_and_a_stray_key_are_named() {
 #[tokio::test]
 async fn a_part_written_for_a_seal_lost_in_a_race_is_not_read() {
     let (audit, worm) = sealed_trail(&[16]).await;
-    let first = BucketTrail::open(&worm, None)
-        .await
-        .unwrap()
-        .latest_seal()
-        .cloned()
-        .unwrap();
+    let first = newest_seal(&worm).await;
     // A sealer that read other heads for seal 2 and lost: its part lies under its own root.
     let heads: Vec<ChainHead> = audit.heads().await.unwrap();
     let loser = AuditSeal::new(&first.trail, 2, "x", Utc::now(), heads);
@@ -215,12 +210,7 @@ async fn a_part_written_for_a_seal_lost_in_a_race_is_not_read() {
 #[tokio::test]
 async fn a_part_already_there_with_other_records_stops_the_seal() {
     let (audit, worm) = sealed_trail(&[8]).await;
-    let first = BucketTrail::open(&worm, None)
-        .await
-        .unwrap()
-        .latest_seal()
-        .cloned()
-        .unwrap();
+    let first = newest_seal(&worm).await;
     append(&audit, 8..16).await;
     let next = AuditSeal::new(&first.trail, 2, "x", Utc::now(), audit.heads().await.unwrap());
     let chain = &next.heads[0].chain;
@@ -229,14 +219,7 @@ async fn a_part_already_there_with_other_records_stops_the_seal() {
         .unwrap();
     let err = seal(&audit, &worm, Utc::now()).await.unwrap_err();
     assert!(err.to_string().contains("already holds other records"), "{err}");
-    assert!(
-        BucketTrail::open(&worm, None)
-            .await
-            .unwrap()
-            .latest_seal()
-            .is_some_and(|s| s.seq == 1),
-        "no seal 2 without its records"
-    );
+    assert_eq!(newest_seal(&worm).await.seq, 1, "no seal 2 without its records");
 }
 
 #[tokio::test]
