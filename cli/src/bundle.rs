@@ -407,7 +407,13 @@ pub async fn export_from_bucket(
             text.push_str(&format!("\n  FOUND: {}", printable(f)));
         }
         text
-    })
+    })?;
+    // The bundle holds the records as read; what the bucket shows besides them is not in it.
+    if !findings.is_empty() {
+        let n = findings.len();
+        return Err(crate::output::Exit(1, format!("the bucket shows {n} things no sealer writes (above)")).into());
+    }
+    Ok(())
 }
 
 /// The largest evidence bundle `audit verify --bundle` reads (it is read whole, and its members

@@ -3,13 +3,13 @@
 //! counts (Object Lock keeps it); a newer version or a delete marker at any key is named.
 
 use chrono::{DateTime, Utc};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::archive::archive;
 use crate::domain::TransientKind;
 use crate::domain::seal::{
     AuditSeal, FIRST_PREV, SEAL_PREFIX, TRAIL_PREFIX, TrailAnchor, TrailRetirement, anchor_key, is_trail_id,
-    new_trail_id, parse_seal_key, retirement_key, seal_digest, seal_key,
+    new_trail_id, parse_records_key, parse_seal_key, retirement_key, seal_digest, seal_key,
 };
 use crate::ports::{AuditLog, ObjectVersion, StoreError, StoreResult, Worm, Written};
 
@@ -39,8 +39,15 @@ pub async fn seal<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>)
         // A hint not read is a longer read of the bucket, not a reason not to seal.
         let hint = audit.sealed_up_to(&trail).await.unwrap_or_default();
         let (seq, prev, before) = match latest_seal(worm, &trail, hint).await? {
-            // A seal that does not parse names no heads: its successor archives every chain whole.
-            Some((seq, body)) => (seq, seal_digest(&body), AuditSeal::parse(&body).ok()),
+            // A seal that is not genuine (planted at the next key) is chained to by its digest, as
+            // ever, and verify names it; its successor writes no records beside it (the bucket's
+            // run ends before it, and reading every chain from its first record might not end).
+            Some((seq, body)) => {
+                let genuine = AuditSeal::parse(&body)
+                    .ok()
+                    .filter(|s| s.root_holds() && s.trail == trail && s.seq == seq);
+                (seq, seal_digest(&body), Some(genuine))
+            }
             None => (0, FIRST_PREV.to_owned(), None),
         };
         let next = seq
@@ -48,7 +55,13 @@ pub async fn seal<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>)
             .ok_or_else(|| StoreError::infra("the seal numbers are exhausted"))?;
         let seal = AuditSeal::new(&trail, next, &prev, now, audit.heads().await?);
         // The records first: a seal in the bucket has its records beside it.
-        archive(audit, worm, before.as_ref(), &seal).await?;
+        match &before {
+            None => archive(audit, worm, None, &seal).await.map(|_| ())?,
+            Some(Some(prev)) => archive(audit, worm, Some(prev), &seal).await.map(|_| ())?,
+            Some(None) => {
+                tracing::warn!(trail = %trail, seq, "the newest seal is not genuine: no records written beside the next");
+            }
+        }
         let key = seal_key(&trail, seal.seq);
         match worm.put(&key, seal.canonical().as_bytes()).await {
             Ok(Written::New { .. }) => {
@@ -158,6 +171,10 @@ pub struct WormEvidence {
     /// of the trail asked for from seal `n` on; nothing else of the bucket (other keys' versions,
     /// earlier seals, other trails' seals) was read.
     pub seals_from: Option<u64>,
+    /// A whole read's parts of records beside the seals of the trail asked for (`archive.rs`):
+    /// the seal number, root and chain of each key with a first version. `None`: not listed (a
+    /// continuation).
+    pub record_parts: Option<BTreeSet<(u64, String, String)>>,
 }
 
 /// Read the whole bucket by version, and the seals of `trail`.
@@ -185,6 +202,7 @@ pub(super) async fn read_worm_from_seal<W: Worm>(
     }
     let mut ev = evidence(worm, versions, trail).await?;
     ev.seals_from = Some(from_seal);
+    ev.record_parts = None;
     Ok((ev, present))
 }
 
@@ -195,6 +213,7 @@ async fn evidence<W: Worm>(worm: &W, versions: Vec<ObjectVersion>, trail: Option
         by_key.entry(v.key.clone()).or_default().push(v);
     }
     let mut ev = WormEvidence::default();
+    let mut parts = BTreeSet::new();
     for (key, versions) in &by_key {
         let objects: Vec<&ObjectVersion> = versions.iter().filter(|v| !v.delete_marker).collect();
         for v in objects.iter().skip(1) {
@@ -210,7 +229,9 @@ async fn evidence<W: Worm>(worm: &W, versions: Vec<ObjectVersion>, trail: Option
             ));
         }
         let Some(first) = objects.first() else { continue };
-        if let Some(rest) = key.strip_prefix(TRAIL_PREFIX) {
+        if let Some(k) = parse_records_key(key).filter(|k| Some(k.trail.as_str()) == trail) {
+            parts.insert((k.seq, k.root, k.chain));
+        } else if let Some(rest) = key.strip_prefix(TRAIL_PREFIX) {
             read_trail_object(worm, &mut ev, key, rest, &first.version_id).await?;
         } else if key.starts_with(SEAL_PREFIX) {
             let Some((t, _)) = parse_seal_key(key) else {
@@ -230,6 +251,7 @@ async fn evidence<W: Worm>(worm: &W, versions: Vec<ObjectVersion>, trail: Option
             }
         }
     }
+    ev.record_parts = Some(parts);
     Ok(ev)
 }
 

@@ -6,12 +6,16 @@
 //! what make it genuine, so a verification from the bucket alone ([`super::BucketTrail`]) checks
 //! it as it checks the table.
 
+use crate::domain::TransientKind;
 use crate::domain::audit::ChainHead;
 use crate::domain::seal::{AuditSeal, records_key};
 use crate::ports::{AuditLog, Cursor, StoreError, StoreResult, Worm, Written};
 
 /// Records in one object: about 4.5 MB of JSON lines at the demo's average record (900 bytes).
 pub const RECORDS_PER_PART: usize = 5000;
+
+/// Bytes in one object at most, whatever the records' size (a part is read whole).
+const PART_BYTES: usize = 8 << 20;
 
 /// Records of a chain read from the table at a time.
 const READ_PAGE: usize = 1000;
@@ -39,7 +43,10 @@ pub(super) async fn archive<A: AuditLog, W: Worm>(
 }
 
 /// Records `from..=head.seq` of one chain, as the table holds them (a forged record beside a
-/// genuine one at the same `seq` included: the bucket keeps what verification must name).
+/// genuine one at the same `seq` included: the bucket keeps what verification must name). Every
+/// `seq` of the span must be there, or nothing is sealed: a chain index that does not show them
+/// yet (it is eventually consistent) would otherwise leave a gap in the bucket for ever. (A
+/// record whose hash is not what the head says is written as it is: verify names it.)
 async fn archive_chain<A: AuditLog, W: Worm>(
     audit: &A,
     worm: &W,
@@ -48,38 +55,42 @@ async fn archive_chain<A: AuditLog, W: Worm>(
     from: u64,
 ) -> StoreResult<u64> {
     let (mut part, mut lines, mut buf, mut written) = (0u32, 0usize, Vec::new(), 0u64);
+    // The next `seq` the span needs.
+    let mut expected = from;
+    let key = |part| records_key(&seal.trail, seal.seq, &seal.root, &head.chain, part);
     let mut cursor = Cursor::new("audit chain read");
+    // Read to the chain's end (the records after the head, appended since the heads were read,
+    // are few), not to the first record past the head: a forged key must not cut the span short.
     while let Some(at) = cursor.at() {
         let (records, next) = audit.chain_page(&head.chain, from, at, READ_PAGE).await?;
-        let past_head = records.iter().any(|r| r.seq > head.seq);
         for r in records.iter().filter(|r| r.seq <= head.seq) {
+            if r.seq == expected {
+                expected += 1;
+            }
             serde_json::to_writer(&mut buf, r).map_err(|e| StoreError::infra(format!("audit record: {e}")))?;
             buf.push(b'\n');
             (lines, written) = (lines + 1, written + 1);
-            if lines == RECORDS_PER_PART {
-                put_part(
-                    worm,
-                    &records_key(&seal.trail, seal.seq, &seal.root, &head.chain, part),
-                    &buf,
-                )
-                .await?;
+            if lines == RECORDS_PER_PART || buf.len() >= PART_BYTES {
+                put_part(worm, &key(part), &buf).await?;
                 (part, lines) = (part + 1, 0);
                 buf.clear();
             }
         }
-        // The records after the head were appended since the heads were read: the next seal's.
-        if past_head {
-            break;
-        }
         cursor.follow(next)?;
     }
+    if expected <= head.seq {
+        return Err(StoreError::new(
+            TransientKind::Conflict,
+            format!(
+                "chain {}: the table shows records {from}..{} only up to {}: not sealed (sealing tries again)",
+                head.chain,
+                head.seq,
+                expected.saturating_sub(1)
+            ),
+        ));
+    }
     if lines > 0 {
-        put_part(
-            worm,
-            &records_key(&seal.trail, seal.seq, &seal.root, &head.chain, part),
-            &buf,
-        )
-        .await?;
+        put_part(worm, &key(part), &buf).await?;
     }
     Ok(written)
 }

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::anchors::read_worm_from_seal;
+use super::anchors::{StoredSeal, read_worm, read_worm_from_seal};
 use super::verify::{VerifyOptions, VerifyReport};
 use crate::domain::AuditRecord;
 use crate::domain::audit::{ChainHead, ChainedRecord};
@@ -66,8 +66,15 @@ impl<'w, W: Worm> BucketTrail<'w, W> {
     pub async fn open(worm: &'w W, trail: Option<&str>) -> StoreResult<Self> {
         let trail = which_trail(worm, trail).await?;
         let (ev, _) = read_worm_from_seal(worm, Some(&trail), 1).await?;
+        Self::of_seals(worm, &trail, &ev.seals).await
+    }
+
+    /// The trail as `seals` (read first) end it, its parts listed now: a seal written since is
+    /// not part of it, whatever parts it has.
+    async fn of_seals(worm: &'w W, trail: &str, seals: &[StoredSeal]) -> StoreResult<Self> {
+        let trail = trail.to_owned();
         let mut run: Vec<AuditSeal> = Vec::new();
-        for stored in &ev.seals {
+        for stored in seals {
             let expected = run.len() as u64 + 1;
             let seal = AuditSeal::parse(stored.body.as_bytes())
                 .ok()
@@ -212,9 +219,14 @@ impl<W: Worm> AuditLog for BucketTrail<'_, W> {
 
 /// Verify the trail from the bucket alone ([`BucketTrail`]): the verification of the table's
 /// trail, with the bucket's records and its newest seal's heads; its findings are breaks.
+///
+/// As [`super::verify_trail`]: the bucket first (a seal written after it is read is not checked),
+/// then the parts, which the seals read say which to take.
 pub async fn verify_bucket<W: Worm>(worm: &W, trail: Option<&str>, opts: &VerifyOptions) -> StoreResult<VerifyReport> {
-    let bucket = BucketTrail::open(worm, trail).await?;
-    let mut report = super::verify_trail(&bucket, worm, opts).await?;
+    let trail = which_trail(worm, trail).await?;
+    let ev = read_worm(worm, Some(&trail)).await?;
+    let bucket = BucketTrail::of_seals(worm, &trail, &ev.seals).await?;
+    let mut report = super::verify_read(&bucket, Some(trail), &ev, opts, super::VERIFY_PAGE).await?;
     report.breaks.extend(bucket.findings());
     report.from_bucket = true;
     Ok(report)

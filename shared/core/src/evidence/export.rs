@@ -12,7 +12,7 @@ use super::anchors::{read_worm, seal};
 use super::bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal};
 use super::stream::VERIFY_PAGE;
 use crate::domain::audit::AUDIT_CHAINS;
-use crate::domain::seal::AuditSeal;
+use crate::domain::seal::{AuditSeal, parse_seal_key};
 use crate::ports::{AuditLog, Cursor, StoreError, StoreResult, Worm};
 use crate::reconcile::{Entry, Reconciliation, State};
 
@@ -62,7 +62,10 @@ pub async fn write_bundle<A: AuditLog, W: Worm, O: Write>(
     reconciliation: &Reconciliation,
     out: &mut O,
 ) -> Result<BundleWritten, ExportError> {
-    let ev = read_worm(worm, Some(trail)).await?;
+    let mut ev = read_worm(worm, Some(trail)).await?;
+    // Up to seal `sealed`: one written since covers records the bundle's read may not hold.
+    ev.seals
+        .retain(|s| parse_seal_key(&s.key).is_some_and(|(_, n)| n <= sealed));
     // The records the last seal covers: each chain up to the head it commits to.
     let latest = ev.seals.last().and_then(|s| AuditSeal::parse(s.body.as_bytes()).ok());
     if latest.as_ref().is_none_or(|l| l.seq < sealed) {

@@ -71,6 +71,18 @@ pub async fn verify_trail_in_pages<A: AuditLog, W: Worm>(
 ) -> StoreResult<VerifyReport> {
     let trail = audit.current_trail().await?;
     let worm_evidence = read_worm(worm, trail.as_deref()).await?;
+    verify_read(audit, trail, &worm_evidence, opts, page).await
+}
+
+/// The verification of `trail`'s records (from `audit`) against what the bucket showed, read
+/// before them (`worm_evidence`).
+async fn verify_read<A: AuditLog>(
+    audit: &A,
+    trail: Option<String>,
+    worm_evidence: &WormEvidence,
+    opts: &VerifyOptions,
+    page: usize,
+) -> StoreResult<VerifyReport> {
     let plan = trail.as_deref().map(|t| SealPlan::new(t, &worm_evidence.seals));
     let needs = Needs::of(plan.as_ref());
     let mut report = VerifyReport {
@@ -79,7 +91,7 @@ pub async fn verify_trail_in_pages<A: AuditLog, W: Worm>(
     };
     let starts = (0..AUDIT_CHAINS).map(|i| (format!("c{i}"), 0)).collect();
     let chains = stream::read_chains(audit, &starts, &needs, page, &mut report).await?;
-    verify::conclude(&chains, plan.as_ref(), &worm_evidence, opts, &mut report);
+    verify::conclude(&chains, plan.as_ref(), worm_evidence, opts, &mut report);
     Ok(report)
 }
 

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::anchors::WormEvidence;
 use super::summary::{ChainSummary, SealPlan};
@@ -92,6 +92,9 @@ pub(super) fn conclude(
     check_trails(worm, &opts.accept_retired, report);
     if let Some(plan) = plan {
         check_seals(plan, chains, report);
+        if let Some(parts) = &worm.record_parts {
+            check_records_beside(plan, parts, report);
+        }
     }
     unsealed_tail(chains, plan.and_then(SealPlan::last), opts.window, report);
 }
@@ -220,6 +223,41 @@ pub(super) fn check_seals(plan: &SealPlan<'_>, chains: &BTreeMap<String, ChainSu
         report.latest_seal = Some(key.clone());
         report.latest_seal_seq = Some(seq);
         expected = (seq.saturating_add(1), Some(digest));
+    }
+}
+
+/// From the first seal with records beside it in the bucket (`archive.rs`; a seal written by a
+/// release before that has none), every seal has them: of each chain whose head moved on since
+/// the seal before, a part under the seal's number and root. Without it, the bucket alone cannot
+/// vouch for those records (`--from-bucket` names the gap): a sealer skipped them.
+fn check_records_beside(plan: &SealPlan<'_>, parts: &BTreeSet<(u64, String, String)>, report: &mut VerifyReport) {
+    let beside = |seq: u64, seal: &AuditSeal, chain: &str| parts.contains(&(seq, seal.root.clone(), chain.to_owned()));
+    let mut before: Option<&AuditSeal> = None;
+    let mut begun = false;
+    for (seq, stored, parsed) in &plan.numbered {
+        let Ok(seal) = parsed else {
+            before = None;
+            continue;
+        };
+        let moved: Vec<(&str, u64, u64)> = seal
+            .heads
+            .iter()
+            .map(|h| {
+                let from = before
+                    .and_then(|b| b.heads.iter().find(|p| p.chain == h.chain))
+                    .map_or(1, |p| p.seq.saturating_add(1));
+                (h.chain.as_str(), from, h.seq)
+            })
+            .filter(|(_, from, to)| from <= to)
+            .collect();
+        begun = begun || moved.iter().any(|(chain, ..)| beside(*seq, seal, chain));
+        for (chain, from, to) in moved.iter().filter(|(chain, ..)| begun && !beside(*seq, seal, chain)) {
+            report.breaks.push(format!(
+                "seal {}: chain {chain}'s records {from}..{to} are not beside it in the bucket (its sealer did not write them): the bucket alone cannot vouch for them",
+                stored.key
+            ));
+        }
+        before = Some(seal);
     }
 }
 

@@ -144,7 +144,7 @@ async fn a_chain_longer_than_a_part_is_written_in_parts_and_read_across_them() {
 
 #[tokio::test]
 async fn a_missing_part_an_altered_record_and_a_stray_key_are_named() {
-    let (_, worm) = sealed_trail(&[40, 40]).await;
+    let (audit, worm) = sealed_trail(&[40, 40]).await;
     let parts = part_keys(&worm);
     // The first seal's part of one chain never written (a sealer that skips the archive).
     let dropped = parts[0].clone();
@@ -154,6 +154,21 @@ async fn a_missing_part_an_altered_record_and_a_stray_key_are_named() {
     assert!(
         report.breaks.iter().any(|b| b.contains(&format!("chain {chain}"))),
         "{report:?}"
+    );
+    // The routine verification, from the table, names the seal without its records too.
+    let routine = verify_trail(&audit, &missing, &VerifyOptions::default()).await.unwrap();
+    assert!(
+        routine
+            .breaks
+            .iter()
+            .any(|b| b.contains(&format!("chain {chain}'s records")) && b.contains("not beside it")),
+        "{routine:?}"
+    );
+    assert!(
+        verify_trail(&audit, &worm, &VerifyOptions::default())
+            .await
+            .unwrap()
+            .intact()
     );
 
     // One record's amount changed in the part as written.
@@ -232,4 +247,17 @@ async fn the_bucket_names_no_trail_to_verify_when_it_holds_two() {
         .unwrap();
     let err = verify_bucket(&worm, None, &VerifyOptions::default()).await.unwrap_err();
     assert!(err.to_string().contains("2 trails"), "{err}");
+}
+
+#[tokio::test]
+async fn a_span_the_table_does_not_show_whole_is_not_sealed() {
+    let (audit, worm) = sealed_trail(&[8]).await;
+    append(&audit, 8..24).await;
+    // The chain index does not show a chain's newest record yet (or it was deleted): a gap.
+    audit.tamper(|records| {
+        records.pop();
+    });
+    let err = seal(&audit, &worm, Utc::now()).await.unwrap_err();
+    assert!(err.to_string().contains("only up to"), "{err}");
+    assert_eq!(newest_seal(&worm).await.seq, 1, "no seal over a gap in the bucket");
 }
