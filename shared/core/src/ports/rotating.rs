@@ -43,9 +43,11 @@ struct State<T> {
     fetched_at: Duration,
     /// When a fetch after a refusal last found the refused value unchanged.
     unchanged_at: Option<Duration>,
-    /// The staged value last tried after a refusal: not tried again (a rotation that failed
-    /// leaves one behind; the alarm, not a loop between it and the current one, answers that).
-    pending_tried: Option<T>,
+    /// The staged value handed out after a refusal, and one that was refused in turn: that one
+    /// is not tried again (a rotation that failed leaves it behind; the alarm, not a loop between
+    /// it and the current one, answers that).
+    staged_given: Option<T>,
+    staged_refused: Option<T>,
 }
 
 /// A credential shared by every clone: read from its [`Fetch`] when there is none, when it is
@@ -83,7 +85,8 @@ impl<T: Clone + PartialEq + Send> Rotating<T> {
                 value: None,
                 fetched_at: Duration::ZERO,
                 unchanged_at: None,
-                pending_tried: None,
+                staged_given: None,
+                staged_refused: None,
             })),
             reading: Arc::default(),
             clock: Arc::new(SystemClock),
@@ -184,7 +187,10 @@ impl<T: Clone + PartialEq + Send> Rotating<T> {
     async fn read_again(&self, used: &T) -> StoreResult<Option<T>> {
         let _one = self.reading.lock().await;
         let (held, unchanged_at) = {
-            let state = self.lock();
+            let mut state = self.lock();
+            if state.staged_given.as_ref() == Some(used) {
+                state.staged_refused = Some(used.clone());
+            }
             (state.value.clone(), state.unchanged_at)
         };
         if let Some(held) = held.filter(|h| h != used) {
@@ -195,7 +201,7 @@ impl<T: Clone + PartialEq + Send> Rotating<T> {
         }
         let fresh = self.read().await?;
         if fresh == *used {
-            if let Some(staged) = self.staged(used).await? {
+            if let Some(staged) = self.staged(used).await {
                 return Ok(Some(staged));
             }
             let now = self.clock.monotonic();
@@ -205,20 +211,28 @@ impl<T: Clone + PartialEq + Send> Rotating<T> {
         Ok(Some(fresh))
     }
 
-    /// The value a rotation has staged, unless it is `used` or was tried already; held from now
-    /// on (until it is old, when the secret names it, or refused).
-    async fn staged(&self, used: &T) -> StoreResult<Option<T>> {
-        let Some(pending) = &self.pending else { return Ok(None) };
-        let tried = self.lock().pending_tried.clone();
-        let Some(staged) = pending().await?.filter(|p| p != used && Some(p) != tried.as_ref()) else {
-            return Ok(None);
+    /// The value a rotation has staged, unless it is `used` or was refused already; held from now
+    /// on (until it is old, when the secret names it, or refused). A staged value that cannot be
+    /// read is none (a warning): the refusal goes on to the alarm.
+    async fn staged(&self, used: &T) -> Option<T> {
+        let pending = self.pending.as_ref()?;
+        let refused = self.lock().staged_refused.clone();
+        let staged = match pending().await {
+            Ok(staged) => staged?,
+            Err(e) => {
+                tracing::warn!(error = %e, "the staged version of the ledger's secret could not be read");
+                return None;
+            }
         };
+        if staged == *used || refused.as_ref() == Some(&staged) {
+            return None;
+        }
         let now = self.clock.monotonic();
         let mut state = self.lock();
-        state.pending_tried = Some(staged.clone());
+        state.staged_given = Some(staged.clone());
         state.value = Some(staged.clone());
         state.fetched_at = now;
-        Ok(Some(staged))
+        Some(staged)
     }
 }
 
@@ -273,6 +287,11 @@ mod tests {
         assert_eq!(fixed.refused(&"token".into(), "t", "no").await.unwrap(), None);
     }
 
+    /// A secret whose staged version cannot be read.
+    fn unreadable_stage() -> FetchPending<String> {
+        Arc::new(|| Box::pin(async { Err(crate::ports::StoreError::infra("AccessDenied")) }))
+    }
+
     /// A secret whose staged version holds `staged` (a rotation in progress).
     fn staged(staged: Option<&'static str>, reads: Arc<AtomicU64>) -> FetchPending<String> {
         Arc::new(move || {
@@ -296,6 +315,14 @@ mod tests {
         assert_eq!(r.refused(&"new".into(), "t", "no").await.unwrap(), Some("old".into()));
         assert_eq!(r.refused(&"old".into(), "t", "no").await.unwrap(), None);
         assert_eq!(pending_reads.load(Ordering::Relaxed), 2);
+        // A staged value that worked is tried again when, read again once old, the current one
+        // is refused (a rotation stuck after changing the password); one refused is not.
+        let r = Rotating::new(secret(&["old"], Arc::default()), Duration::ZERO)
+            .with_pending(staged(Some("new"), Arc::default()));
+        let used = r.current().await.unwrap();
+        assert_eq!(r.refused(&used, "t", "no").await.unwrap(), Some("new".into()));
+        assert_eq!(r.current().await.unwrap(), "old", "read again once old");
+        assert_eq!(r.refused(&"old".into(), "t", "no").await.unwrap(), Some("new".into()));
         // Nothing staged, or the refused value itself staged: nothing to try.
         for pending in [None, Some("old")] {
             let r = Rotating::new(secret(&["old"], Arc::default()), Duration::from_secs(3600))
@@ -303,5 +330,10 @@ mod tests {
             let used = r.current().await.unwrap();
             assert_eq!(r.refused(&used, "t", "no").await.unwrap(), None);
         }
+        // A staged version that cannot be read: the refusal goes on to the alarm (None).
+        let r =
+            Rotating::new(secret(&["old"], Arc::default()), Duration::from_secs(3600)).with_pending(unreadable_stage());
+        let used = r.current().await.unwrap();
+        assert_eq!(r.refused(&used, "t", "no").await.unwrap(), None);
     }
 }
