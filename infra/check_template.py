@@ -446,7 +446,7 @@ def stores_use_the_data_key(tpl):
         kind, props = r.get("Type"), r.get("Properties", {})
         if kind == "AWS::SQS::Queue":
             if (props.get("KmsMasterKeyId"), props.get("SqsManagedSseEnabled")) != (
-                    with_key, {"Fn::If": ["UseCustomerKeys", {"Ref": "AWS::NoValue"}, True]}):
+                    with_key, {"Fn::If": ["UseCustomerKeys", False, True]}):
                 errors.append(f"{name} is not encrypted with DataKey (SSE-SQS only without it)")
         elif kind == "AWS::DynamoDB::Table":
             sse = props.get("SSESpecification", {})
@@ -485,16 +485,19 @@ def stores_use_the_data_key(tpl):
             errors.append("any log group may use DataKey")
     writers = {"ConsumerRole", "EnricherRole", "ReplayRole", "ControlRole", "ReferenceAuditRole", "SchedulerRole", "BreakGlassRole", "TableBackupRole"}
     readers = {"ViewerRole", "MakerRole", "ApproverRole", "AuditorRole", "AdminRole"}
-    for policy, roles, actions in [("DataKeyWriters", writers, ["kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"]),
-                                   ("DataKeyReaders", readers, ["kms:Decrypt", "kms:DescribeKey"])]:
+    via = lambda *services: [{"Fn::Sub": f"{s}.${{AWS::Region}}.amazonaws.com"} for s in services]  # noqa: E731
+    for policy, roles, actions, services in [
+            ("DataKeyWriters", writers, ["kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"],
+             via("sqs", "dynamodb", "s3", "backup")),
+            ("DataKeyReaders", readers, ["kms:Decrypt", "kms:DescribeKey"], via("dynamodb", "s3", "logs"))]:
         props = res.get(policy, {}).get("Properties", {})
         named = {resource_ref(r.get("Fn::If", [None, r])[1]) for r in props.get("Roles", [])}
         if named != roles:
             errors.append(f"{policy} is given to {sorted(named)}, not {sorted(roles)}")
         for st in props.get("PolicyDocument", {}).get("Statement", []):
             if sorted(st.get("Action", [])) != actions or st.get("Resource") != key_arn \
-                    or "kms:ViaService" not in st.get("Condition", {}).get("StringEquals", {}):
-                errors.append(f"{policy} grants more than {actions} on DataKey through the stores")
+                    or st.get("Condition") != {"StringEquals": {"kms:ViaService": services}}:
+                errors.append(f"{policy} grants more than {actions} on DataKey through {services}")
     if "TamperKeysRule" in res:
         ids = res["TamperKeysRule"]["Properties"]["EventPattern"]["detail"]["requestParameters"]["keyId"]
         if {"Fn::If": ["UseCustomerKeys", key_arn, {"Ref": "AWS::NoValue"}]} not in ids:
@@ -647,6 +650,7 @@ def mutations(tpl):
         mutate(lambda t: res(t)["DataKeyReaders"]["Properties"]["Roles"].pop(3), "the auditor unable to read the stores"),
         mutate(lambda t: res(t)["DataKeyWriters"]["Properties"]["PolicyDocument"]["Statement"][0].pop("Condition"), "the functions decrypting outside the stores"),
         mutate(lambda t: res(t)["DataKeyReaders"]["Properties"]["PolicyDocument"]["Statement"][0]["Action"].append("kms:GenerateDataKey*"), "operators encrypting with the stores' key"),
+        mutate(lambda t: res(t)["DataKeyReaders"]["Properties"]["PolicyDocument"]["Statement"][0]["Condition"]["StringEquals"]["kms:ViaService"].append({"Fn::Sub": "sqs.${AWS::Region}.amazonaws.com"}), "operators reading the queues' messages"),
         mutate(lambda t: res(t)["TamperKeysRule"]["Properties"]["EventPattern"]["detail"]["requestParameters"]["keyId"].pop(), "the evidence's key disabled unseen"),
         mutate(lambda t: res(t)["EvidenceReplicationRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][3]["Fn::If"][1].pop("Condition"), "the replication role decrypting outside S3"),
         mutate(lambda t: res(t)["CredentialRefusedAlarm"]["Properties"].__setitem__("MetricName", "LedgerCredentialsRefused"), "refused credentials counted under a name no alarm watches"),
