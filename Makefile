@@ -15,7 +15,7 @@ BUILD_TESTED := $(CARGO) build --locked --quiet --workspace --bins --tests
 TARGET_DIR_OF = $(shell $(CARGO) metadata --no-deps --format-version 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 TESTED = $(eval TESTED := $(TARGET_DIR_OF)/debug)$(TESTED)
 
-.PHONY: demo book deny test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci mutants fuzz fuzz-ci
+.PHONY: demo book deny test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-audit bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci mutants fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -195,6 +195,13 @@ bench-e2e: local-stack $(BENCH_VENV)
 ## LATENCY_MS away (default 5; 0: not again)
 bench-replay: local-stack
 	$(CARGO) run --locked --release --quiet -p xtask -- bench replay-drain --count $(or $(COUNT_REPLAY),2000) --invocations $(or $(INVOCATIONS),4) --latency-ms $(or $(LATENCY_MS),5)
+
+## bench-audit: the audit trail's ceiling: appends per second to one chain and to eight, with 1, 4
+## and 16 writers, their conflicts (transactions per append) and latency, on DynamoDB Local and
+## again through a 5 ms delay line (AUDIT_SECONDS, AUDIT_WRITERS, LATENCY_MS)
+AUDIT_WRITERS ?= 1,4,16
+bench-audit: local-stack
+	$(CARGO) run --locked --release --quiet -p xtask -- bench audit-ceiling --seconds $(or $(AUDIT_SECONDS),10) --writers $(AUDIT_WRITERS) --latency-ms $(or $(LATENCY_MS),5)
 
 ## bench-cold-start: each function's init time and first invocation against a mock Lambda runtime
 ## API (release builds for this machine, the local stack behind it), peak memory, binary sizes

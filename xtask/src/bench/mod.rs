@@ -1,6 +1,7 @@
 //! The benchmark drivers (`make bench-*`): figures printed side by side in one run on the local
 //! stack, never assertions (BENCHMARKS.md says how to reproduce each).
 
+mod audit_ceiling;
 mod e2e;
 mod evidence;
 mod ledger_cost;
@@ -10,6 +11,8 @@ use clap::Subcommand;
 
 #[derive(Subcommand)]
 pub enum Bench {
+    /// Audit appends per second on one chain and on eight, and their conflicts (`make bench-audit`).
+    AuditCeiling(audit_ceiling::AuditCeilingArgs),
     /// The same messages through our consumer and through a Powertools consumer (`make bench-e2e`).
     E2e(e2e::E2eArgs),
     /// What the evidence commands cost when the ledger is large (`make bench-evidence`).
@@ -22,6 +25,7 @@ pub enum Bench {
 
 pub async fn run(bench: Bench) {
     match bench {
+        Bench::AuditCeiling(args) => audit_ceiling::run(args).await,
         Bench::E2e(args) => e2e::run(args).await,
         Bench::Evidence(args) => evidence::run(args).await,
         Bench::LedgerCost(args) => ledger_cost::run(args).await,

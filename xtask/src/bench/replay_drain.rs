@@ -158,7 +158,10 @@ async fn emulator_bound(s: &TestStack, ids: &[&str]) -> Result<(), String> {
 }
 
 /// `client` again, its requests through a delay line of `latency_ms` in front of its endpoint.
-async fn delayed(client: &aws_sdk_dynamodb::Client, latency_ms: u64) -> Result<aws_sdk_dynamodb::Client, String> {
+pub(super) async fn delayed(
+    client: &aws_sdk_dynamodb::Client,
+    latency_ms: u64,
+) -> Result<aws_sdk_dynamodb::Client, String> {
     let Target::Local { dynamodb_url: url, .. } = Target::local_from_env() else {
         return Err("the local stack has no DynamoDB Local address".into());
     };
