@@ -66,6 +66,10 @@ async fn archive_chain<A: AuditLog, W: Worm>(
         for r in records.iter().filter(|r| r.seq <= head.seq) {
             if r.seq == expected {
                 expected += 1;
+            } else if r.seq > expected {
+                // A gap before this record: nothing more is written, so that the parts already
+                // written hold the same bytes when sealing tries again over the whole span.
+                return Err(not_whole(head, from, expected));
             }
             serde_json::to_writer(&mut buf, r).map_err(|e| StoreError::infra(format!("audit record: {e}")))?;
             buf.push(b'\n');
@@ -79,20 +83,25 @@ async fn archive_chain<A: AuditLog, W: Worm>(
         cursor.follow(next)?;
     }
     if expected <= head.seq {
-        return Err(StoreError::new(
-            TransientKind::Conflict,
-            format!(
-                "chain {}: the table shows records {from}..{} only up to {}: not sealed (sealing tries again)",
-                head.chain,
-                head.seq,
-                expected.saturating_sub(1)
-            ),
-        ));
+        return Err(not_whole(head, from, expected));
     }
     if lines > 0 {
         put_part(worm, &key(part), &buf).await?;
     }
     Ok(written)
+}
+
+/// The span `from..=head.seq` is not whole in the table: `expected` is the first `seq` missing.
+fn not_whole(head: &ChainHead, from: u64, expected: u64) -> StoreError {
+    StoreError::new(
+        TransientKind::Conflict,
+        format!(
+            "chain {}: the table shows records {from}..{} only up to {}: not sealed (sealing tries again)",
+            head.chain,
+            head.seq,
+            expected.saturating_sub(1)
+        ),
+    )
 }
 
 /// Write a part unless it is there with these bytes.

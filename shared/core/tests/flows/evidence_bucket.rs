@@ -261,3 +261,23 @@ async fn a_span_the_table_does_not_show_whole_is_not_sealed() {
     assert!(err.to_string().contains("only up to"), "{err}");
     assert_eq!(newest_seal(&worm).await.seq, 1, "no seal over a gap in the bucket");
 }
+
+#[tokio::test]
+async fn a_record_the_index_showed_late_is_sealed_once_it_shows() {
+    // Chain c0's span longer than a part: a gap in its first part must not leave that part
+    // written without the record, which would refuse the seal for ever once it shows.
+    let (audit, worm) = sealed_trail(&[8]).await;
+    append(&audit, 8..(RECORDS_PER_PART as u32 + 100) * u32::from(AUDIT_CHAINS)).await;
+    let mut late = None;
+    audit.tamper(|records| {
+        let at = records.iter().position(|r| r.chain == "c0" && r.seq == 100).unwrap();
+        late = Some(records.remove(at));
+    });
+    let err = seal(&audit, &worm, Utc::now()).await.unwrap_err();
+    assert!(err.to_string().contains("only up to 99"), "{err}");
+    audit.tamper(|records| records.push(late.take().unwrap()));
+    let (_, second) = seal(&audit, &worm, Utc::now()).await.unwrap();
+    assert_eq!(second.seq, 2);
+    let report = from_bucket(&worm).await;
+    assert!(report.intact(), "{report:?}");
+}
