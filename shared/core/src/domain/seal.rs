@@ -178,6 +178,13 @@ impl AuditSeal {
     }
 }
 
+/// The first `seq` of `chain` that a seal after `prev` covers: the record after `prev`'s head of
+/// it, or the chain's first (no `prev`, or one that names no head of `chain`).
+pub fn first_after(prev: Option<&AuditSeal>, chain: &str) -> u64 {
+    prev.and_then(|p| p.heads.iter().find(|h| h.chain == chain))
+        .map_or(1, |h| h.seq.saturating_add(1))
+}
+
 pub fn seal_digest(canonical_bytes: &[u8]) -> String {
     sha256_hex(&[SEAL_TAG.as_bytes(), b"\0", canonical_bytes].concat())
 }

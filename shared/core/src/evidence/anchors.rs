@@ -55,12 +55,10 @@ pub async fn seal<A: AuditLog, W: Worm>(audit: &A, worm: &W, now: DateTime<Utc>)
             .ok_or_else(|| StoreError::infra("the seal numbers are exhausted"))?;
         let seal = AuditSeal::new(&trail, next, &prev, now, audit.heads().await?);
         // The records first: a seal in the bucket has its records beside it.
-        match &before {
-            None => archive(audit, worm, None, &seal).await.map(|_| ())?,
-            Some(Some(prev)) => archive(audit, worm, Some(prev), &seal).await.map(|_| ())?,
-            Some(None) => {
-                tracing::warn!(trail = %trail, seq, "the newest seal is not genuine: no records written beside the next");
-            }
+        if let Some(None) = before {
+            tracing::warn!(trail = %trail, seq, "the newest seal is not genuine: no records written beside the next");
+        } else {
+            archive(audit, worm, before.as_ref().and_then(Option::as_ref), &seal).await?;
         }
         let key = seal_key(&trail, seal.seq);
         match worm.put(&key, seal.canonical().as_bytes()).await {

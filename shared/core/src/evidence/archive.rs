@@ -8,7 +8,7 @@
 
 use crate::domain::TransientKind;
 use crate::domain::audit::ChainHead;
-use crate::domain::seal::{AuditSeal, records_key};
+use crate::domain::seal::{AuditSeal, first_after, records_key};
 use crate::ports::{AuditLog, Cursor, StoreError, StoreResult, Worm, Written};
 
 /// Records in one object: about 4.5 MB of JSON lines at the demo's average record (900 bytes).
@@ -32,9 +32,7 @@ pub(super) async fn archive<A: AuditLog, W: Worm>(
 ) -> StoreResult<u64> {
     let mut written = 0;
     for head in &next.heads {
-        let from = prev
-            .and_then(|p| p.heads.iter().find(|h| h.chain == head.chain))
-            .map_or(1, |h| h.seq.saturating_add(1));
+        let from = first_after(prev, &head.chain);
         if from <= head.seq {
             written += archive_chain(audit, worm, next, head, from).await?;
         }

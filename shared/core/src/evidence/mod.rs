@@ -4,10 +4,11 @@
 //! nobody can rewrite: the trail's anchor (its identity), its seals (the head of every chain at one
 //! instant, their Merkle root, and the digest of the seal before), beside each seal the records it
 //! covers (`archive.rs`; read back as a trail by `bucket.rs`, so the evidence outlives the table),
-//! and any explicit retirement of a trail. Verification reads the bucket by version — the first version of a key is the genuine one;
-//! a newer version or a delete marker anywhere is named — and checks every chain against its head,
-//! the trail against its anchor, the seal chain, every sealed head against the record now there,
-//! and reports the unsealed tail (a break when it is older than the sealing window). A
+//! and any explicit retirement of a trail. Verification reads the bucket by version — the first
+//! version of a key is the genuine one; a newer version or a delete marker anywhere is named —
+//! and checks every chain against its head, the trail against its anchor, the seal chain, every
+//! sealed head against the record now there, and reports the unsealed tail (a break when it is
+//! older than the sealing window). A
 //! continuation (`continuation.rs`) verifies only what came after a seal an earlier verification
 //! checked.
 //!

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::anchors::WormEvidence;
 use super::summary::{ChainSummary, SealPlan};
 use crate::domain::audit::{ChainBreak, short_hash};
-use crate::domain::seal::{AuditSeal, FIRST_PREV, SEAL_SCHEMA, seal_digest};
+use crate::domain::seal::{AuditSeal, FIRST_PREV, SEAL_SCHEMA, first_after, seal_digest};
 
 /// What `audit verify` found.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -242,12 +242,7 @@ fn check_records_beside(plan: &SealPlan<'_>, parts: &BTreeSet<(u64, String, Stri
         let moved: Vec<(&str, u64, u64)> = seal
             .heads
             .iter()
-            .map(|h| {
-                let from = before
-                    .and_then(|b| b.heads.iter().find(|p| p.chain == h.chain))
-                    .map_or(1, |p| p.seq.saturating_add(1));
-                (h.chain.as_str(), from, h.seq)
-            })
+            .map(|h| (h.chain.as_str(), first_after(before, &h.chain), h.seq))
             .filter(|(_, from, to)| from <= to)
             .collect();
         begun = begun || moved.iter().any(|(chain, ..)| beside(*seq, seal, chain));
