@@ -196,10 +196,11 @@ bench-e2e: local-stack $(BENCH_VENV)
 bench-replay: local-stack
 	$(CARGO) run --locked --release --quiet -p xtask -- bench replay-drain --count $(or $(COUNT_REPLAY),2000) --invocations $(or $(INVOCATIONS),4) --latency-ms $(or $(LATENCY_MS),5)
 
-## bench-audit: the audit trail's ceiling: appends per second to one chain and to eight, with 1, 4
-## and 16 writers, their conflicts (transactions per append) and latency, on DynamoDB Local and
-## again through a 5 ms delay line (AUDIT_SECONDS, AUDIT_WRITERS, LATENCY_MS)
-AUDIT_WRITERS ?= 1,4,16
+## bench-audit: the audit trail's ceiling: appends per second with 1, 4, 16 and 64 writers sharing
+## one log and each with its own, the chains they spread over, transactions and head reads per
+## append, appends that gave up, latency; on DynamoDB Local and again through a 5 ms delay line
+## (AUDIT_SECONDS, AUDIT_WRITERS, LATENCY_MS)
+AUDIT_WRITERS ?= 1,4,16,64
 bench-audit: local-stack
 	$(CARGO) run --locked --release --quiet -p xtask -- bench audit-ceiling --seconds $(or $(AUDIT_SECONDS),10) --writers $(AUDIT_WRITERS) --latency-ms $(or $(LATENCY_MS),5)
 

@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
 use recon_core::domain::AuditRecord;
 use recon_core::domain::TransientKind;
-use recon_core::domain::audit::{ChainedRecord, GENESIS, chain_of};
+use recon_core::domain::audit::{AUDIT_CHAINS, ChainedRecord, GENESIS};
 use recon_core::ports::{AuditLog, ChainPage, StoreError, StoreResult};
 use recon_core::resources::keys;
 
@@ -18,16 +18,20 @@ use crate::item::{Item, from_item, get_n, get_s, to_item};
 
 mod page;
 mod period;
+mod placement;
+use placement::{Placement, Taken};
 
 /// The audit trail: one item per record, linked into one of `AUDIT_CHAINS` hash chains, plus one
-/// head item per chain. An append reads the head, then writes the record (only if its id is new:
-/// idempotent) and moves the head (only if it has not moved: no lost link) in one transaction,
-/// retrying when another writer moved the head first. Chains are independent, so writers rarely
-/// meet and never wait on a global lock.
+/// head item per chain. An append writes the record (only if its id is new: idempotent) and moves
+/// its chain's head (only if it has not moved: no lost link) in one transaction, from the head as
+/// this process left it or as read; when another writer moved the head first, it leaves that chain
+/// to the other and tries another ([`placement`]). Chains are independent, so writers settle on
+/// chains of their own and never wait on a global lock.
 #[derive(Clone, Debug)]
 pub struct DynamoAuditLog {
     client: Client,
     table: String,
+    placement: Placement,
 }
 
 /// The item naming the trail id (a pointer; the trail's identity is its WORM anchor). Not a head
@@ -56,6 +60,7 @@ impl DynamoAuditLog {
         DynamoAuditLog {
             client,
             table: table.into(),
+            placement: Placement::default(),
         }
     }
 
@@ -64,7 +69,7 @@ impl DynamoAuditLog {
         Ok(self.scan_chained().await?.into_iter().map(|c| c.record).collect())
     }
 
-    /// Every record of the chains verification reads (`c0`..`c7`): reconcile, stats and `audit
+    /// Every record of the chains verification reads (`c0`..`c63`): reconcile, stats and `audit
     /// show` count nothing that verification does not see.
     pub async fn scan_chained(&self) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
         Ok(scan_all(&self.client, &self.table, None)
@@ -156,28 +161,31 @@ impl DynamoAuditLog {
             .collect())
     }
 
-    /// `records` (distinct ids) linked onto their chains' heads as read now: each record's put
-    /// (only if its id is new) with its `seq`, in order, then each chain's head move (only if the
-    /// head has not moved since read), for one transaction to write together, with other items
-    /// if the caller has any (the envelope store settles envelopes in the same one).
+    /// `records` (distinct ids) linked onto one chain this process takes, from its head as left
+    /// or read now: each record's put (only if its id is new) with its `seq`, in order, then the
+    /// head's move (only if it has not moved since), for one transaction to write together, with
+    /// other items if the caller has any (the envelope store settles envelopes in the same one).
+    /// The caller says what came of it with [`settle`].
     pub(crate) async fn links(&self, records: &[&AuditRecord]) -> StoreResult<Links> {
-        let chains: BTreeSet<String> = records.iter().map(|r| chain_of(&r.audit_id)).collect();
-        let read = self.heads_of(&chains).await?;
-        let mut now = read.clone();
+        let mut chain = self.placement.take();
+        let (read, hash) = match chain.known_head() {
+            Some(head) => head,
+            None => self.head(chain.chain()).await?,
+        };
+        let (mut seq, mut hash) = (read, hash);
         let mut puts = Vec::with_capacity(records.len());
         for r in records {
-            let chain = chain_of(&r.audit_id);
-            let (seq, hash) = now.get(&chain).cloned().unwrap_or((0, GENESIS.to_owned()));
-            let linked = recon_core::domain::audit::link((*r).clone(), &chain, seq, &hash);
+            let linked = recon_core::domain::audit::link((*r).clone(), chain.chain(), seq, &hash);
             puts.push((self.record_put(&linked)?, linked.seq));
-            now.insert(chain, (linked.seq, linked.hash));
+            (seq, hash) = (linked.seq, linked.hash);
         }
-        let mut heads = Vec::with_capacity(now.len());
-        for (chain, (seq, hash)) in &now {
-            let prev = read.get(chain).map_or(0, |(s, _)| *s);
-            heads.push(self.head_move(chain, *seq, hash, prev)?);
-        }
-        Ok(Links { puts, heads })
+        let heads = vec![self.head_move(chain.chain(), seq, &hash, read)?];
+        Ok(Links {
+            puts,
+            heads,
+            chain,
+            to: (seq, hash),
+        })
     }
 
     /// Link `records` (distinct ids, at most [`LINK_AT_ONCE`]) in one transaction: each record
@@ -185,19 +193,26 @@ impl DynamoAuditLog {
     /// when linked; `Ok(Err(None))` when a head moved (read them again); `Ok(Err(Some(recorded)))`
     /// names those already recorded, when any were (nothing was written: link the others again).
     async fn link_at_once(&self, records: &[&AuditRecord]) -> StoreResult<Result<Vec<u64>, Option<BTreeSet<usize>>>> {
-        let Links { puts, heads } = self.links(records).await?;
+        let Links { puts, heads, chain, to } = self.links(records).await?;
         let (mut items, seqs): (Vec<_>, Vec<u64>) = puts.into_iter().unzip();
         items.extend(heads);
-        match self
+        let sent = self
             .client
             .transact_write_items()
             .set_transact_items(Some(items))
             .send()
-            .await
-        {
+            .await;
+        let outcome = match sent {
             Ok(_) => Ok(Ok(seqs)),
             Err(e) => not_linked(e, records.len()).map(Err),
-        }
+        };
+        let settled = match &outcome {
+            Ok(Ok(_)) => Linked::Written,
+            Ok(Err(None)) => Linked::HeadMoved,
+            _ => Linked::Unknown,
+        };
+        settle(chain, to, settled);
+        outcome
     }
 
     fn record_put(&self, linked: &ChainedRecord) -> StoreResult<TransactWriteItem> {
@@ -227,15 +242,40 @@ impl DynamoAuditLog {
     }
 }
 
-/// Records linked in one transaction at most: with a head for each chain, its 100 items.
-const LINK_AT_ONCE: usize = TRANSACT_ITEMS - recon_core::domain::audit::AUDIT_CHAINS as usize;
+/// How many transactions one append tries (each on a chain no writer was on when it began).
+const APPEND_ATTEMPTS: u32 = 50;
 
-/// Records linked onto their chains' heads ([`DynamoAuditLog::links`]): each record's put and the
-/// `seq` it takes, in order, then a move of each chain's head; written in one transaction, or
-/// not at all.
+/// Records linked in one transaction at most: with their chain's head, its 100 items.
+const LINK_AT_ONCE: usize = TRANSACT_ITEMS - 1;
+
+/// Records linked onto a chain's head ([`DynamoAuditLog::links`]): each record's put and the `seq`
+/// it takes, in order, then the head's move; written in one transaction, or not at all. The
+/// chain is held until [`settle`]d with `to` (the head once written).
 pub(crate) struct Links {
     pub(crate) puts: Vec<(TransactWriteItem, u64)>,
     pub(crate) heads: Vec<TransactWriteItem>,
+    pub(crate) chain: Taken,
+    pub(crate) to: (u64, String),
+}
+
+/// What came of the transaction on `chain`: written, it keeps the head it moved to, `to`; a head
+/// that had moved leaves the chain to the writer that moved it; anything else has it read again.
+pub(crate) fn settle(chain: Taken, to: (u64, String), outcome: Linked) {
+    match outcome {
+        Linked::Written => chain.written(to),
+        Linked::HeadMoved => chain.head_moved(),
+        Linked::Unknown => drop(chain),
+    }
+}
+
+/// What came of a transaction of [`Links`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Linked {
+    Written,
+    /// The head had moved: another writer is on the chain.
+    HeadMoved,
+    /// Not written for another reason, or not known: the head is read again next time.
+    Unknown,
 }
 
 /// A head item's `(seq, hash)`; a chain without one starts at genesis.
@@ -314,29 +354,21 @@ fn audit_item(c: &recon_core::domain::audit::ChainedRecord) -> StoreResult<Item>
 impl AuditLog for DynamoAuditLog {
     async fn append(&self, record: &AuditRecord) -> StoreResult<Option<u64>> {
         record_id(record)?;
-        let chain = chain_of(&record.audit_id);
-        for attempt in 0..50u32 {
-            let (seq, hash) = self.head(&chain).await?;
-            let linked = recon_core::domain::audit::link(record.clone(), &chain, seq, &hash);
-            let result = self
-                .client
-                .transact_write_items()
-                .transact_items(self.record_put(&linked)?)
-                .transact_items(self.head_move(&chain, linked.seq, &linked.hash, seq)?)
-                .send()
-                .await;
-            let Err(err) = result else {
-                return Ok(Some(linked.seq));
-            };
-            if not_linked(err, 1)?.is_some() {
-                return Ok(None); // this decision is already recorded
+        for attempt in 0..APPEND_ATTEMPTS {
+            match self.link_at_once(&[record]).await? {
+                Ok(seqs) => return Ok(seqs.first().copied()),
+                Err(Some(_)) => return Ok(None), // this decision is already recorded
+                // Another writer moved that chain's head: another chain at once; after a few,
+                // a short pause (every chain this process tried is busy).
+                Err(None) if attempt >= 8 => {
+                    tokio::time::sleep(std::time::Duration::from_millis(u64::from(attempt % 8) * 5 + 1)).await;
+                }
+                Err(None) => {}
             }
-            // Another writer moved this chain's head: read it again and relink.
-            tokio::time::sleep(std::time::Duration::from_millis(u64::from(attempt % 8) * 5 + 1)).await;
         }
         Err(StoreError::new(
             TransientKind::Conflict,
-            format!("audit chain {chain} too contended; append not done"),
+            format!("audit trail too contended: {APPEND_ATTEMPTS} chains tried; append not done"),
         ))
     }
 
@@ -459,15 +491,15 @@ impl AuditLog for DynamoAuditLog {
         applied(put, "PutItem(audit seal noted)").map(|_| ())
     }
 
+    /// Every chain's head, in one strongly consistent batch read (in the order of their names).
     async fn heads(&self) -> StoreResult<Vec<recon_core::domain::audit::ChainHead>> {
-        let mut heads = Vec::new();
-        for i in 0..recon_core::domain::audit::AUDIT_CHAINS {
-            let chain = format!("c{i}");
-            let (seq, hash) = self.head(&chain).await?;
-            if seq > 0 {
-                heads.push(recon_core::domain::audit::ChainHead { chain, seq, hash });
-            }
-        }
-        Ok(heads)
+        let chains: BTreeSet<String> = (0..AUDIT_CHAINS).map(|i| format!("c{i}")).collect();
+        Ok(self
+            .heads_of(&chains)
+            .await?
+            .into_iter()
+            .filter(|(_, (seq, _))| *seq > 0)
+            .map(|(chain, (seq, hash))| recon_core::domain::audit::ChainHead { chain, seq, hash })
+            .collect())
     }
 }

@@ -147,9 +147,14 @@ impl AuditRecord {
     }
 }
 
-/// How many independent hash chains the audit trail is spread over: appends to different chains
-/// never wait for each other (no global lock), and each chain is verified on its own.
-pub const AUDIT_CHAINS: u8 = 8;
+/// How many independent hash chains an audit trail may be spread over (`c0` .. `c63`): appends to
+/// different chains never wait for each other (no global lock), and each chain is verified on its
+/// own. Verification, seals and exports read every one of them; a writer uses as many as it meets
+/// contention for (the DynamoDB log's placement), so a quiet trail has few.
+pub const AUDIT_CHAINS: u8 = 64;
+
+/// The chains [`chain_of`] spreads records over by id (the in-memory log's placement).
+pub const ID_CHAINS: u8 = 8;
 
 /// The `prev_hash` of the first record of every chain.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -159,7 +164,7 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 pub struct ChainedRecord {
     #[serde(flatten)]
     pub record: AuditRecord,
-    /// `c0` .. `c7`.
+    /// `c0` .. `c63`.
     pub chain: String,
     /// 1, 2, 3, … within the chain, without gaps.
     pub seq: u64,
@@ -196,11 +201,12 @@ pub fn is_chain(name: &str) -> bool {
         .is_some_and(|n| n < AUDIT_CHAINS && name == format!("c{n}"))
 }
 
-/// The chain a record belongs to, from its id (stable: a retried append goes to the same chain).
+/// A chain for a record from its id alone, one of the first [`ID_CHAINS`] (the in-memory log's
+/// placement; any chain is as valid: a record's id is recorded once whichever chain it is in).
 pub fn chain_of(audit_id: &str) -> String {
     use sha2::{Digest, Sha256};
     let d = Sha256::digest(audit_id.as_bytes());
-    format!("c{}", d[0] % AUDIT_CHAINS)
+    format!("c{}", d[0] % ID_CHAINS)
 }
 
 /// The record's canonical form (specified in docs/evidence.md, "Audit evidence: formats"): a JSON

@@ -4,7 +4,7 @@
 //! lost the race for is not read.
 
 use chrono::Utc;
-use recon_core::domain::audit::{AUDIT_CHAINS, ChainHead};
+use recon_core::domain::audit::{ChainHead, ID_CHAINS};
 use recon_core::domain::seal::{AuditSeal, RECORDS_PREFIX, parse_records_key, records_key};
 use recon_core::domain::{AuditKind, AuditRecord};
 use recon_core::evidence::{
@@ -131,7 +131,7 @@ async fn a_bundle_exported_from_the_bucket_verifies_offline() {
 #[tokio::test]
 async fn a_chain_longer_than_a_part_is_written_in_parts_and_read_across_them() {
     let per_chain = RECORDS_PER_PART as u32 + 7;
-    let (_, worm) = sealed_trail(&[per_chain * u32::from(AUDIT_CHAINS) + 200]).await;
+    let (_, worm) = sealed_trail(&[per_chain * u32::from(ID_CHAINS) + 200]).await;
     let parts = part_keys(&worm);
     assert!(
         parts.iter().filter_map(|k| parse_records_key(k)).any(|k| k.part == 1),
@@ -139,7 +139,7 @@ async fn a_chain_longer_than_a_part_is_written_in_parts_and_read_across_them() {
     );
     let report = from_bucket(&worm).await;
     assert!(report.intact(), "{report:?}");
-    assert_eq!(report.records, u64::from(per_chain * u32::from(AUDIT_CHAINS) + 200));
+    assert_eq!(report.records, u64::from(per_chain * u32::from(ID_CHAINS) + 200));
 }
 
 #[tokio::test]
@@ -267,7 +267,7 @@ async fn a_record_the_index_showed_late_is_sealed_once_it_shows() {
     // Chain c0's span longer than a part: a gap in its first part must not leave that part
     // written without the record, which would refuse the seal for ever once it shows.
     let (audit, worm) = sealed_trail(&[8]).await;
-    append(&audit, 8..(RECORDS_PER_PART as u32 + 100) * u32::from(AUDIT_CHAINS)).await;
+    append(&audit, 8..(RECORDS_PER_PART as u32 + 100) * u32::from(ID_CHAINS)).await;
     let mut late = None;
     audit.tamper(|records| {
         let at = records.iter().position(|r| r.chain == "c0" && r.seq == 100).unwrap();

@@ -11,7 +11,6 @@
 use aws_sdk_dynamodb::types::builders::UpdateBuilder;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
-use recon_core::domain::audit::AUDIT_CHAINS;
 use recon_core::domain::status::check_transition;
 use recon_core::domain::{AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange};
 use recon_core::ports::{EnvelopeStore, Finish, FlowResult, Settled, StoreError, StoreResult};
@@ -19,7 +18,7 @@ use recon_core::resources::keys;
 
 use super::super::transact::{cancellation_codes, conflict_wait, conflicted, transact, tx_update};
 use super::{DynamoEnvelopeStore, outbox_put, pending_delta};
-use crate::dynamodb::audit::Links;
+use crate::dynamodb::audit::{Linked, Links, settle};
 use crate::dynamodb::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups, json_size};
 use crate::dynamodb::{item_error, n, s};
 use crate::item::to_item;
@@ -426,8 +425,8 @@ impl DynamoEnvelopeStore {
                 (2, estimated_size(f.envelope) + settles(f) + estimated_size(r))
             })
             .collect();
-        // Each group leaves room for the chains' heads and the PENDING counter.
-        let room = TRANSACT_ITEMS - AUDIT_CHAINS as usize - 1;
+        // Each group leaves room for its chain's head and the PENDING counter.
+        let room = TRANSACT_ITEMS - 2;
         for group in groups(&costs, room, TRANSACT_BYTES) {
             let mut left: Vec<usize> = group.collect();
             for round in 0..LINK_ROUNDS {
@@ -435,7 +434,7 @@ impl DynamoEnvelopeStore {
                     break;
                 }
                 let records: Vec<&AuditRecord> = left.iter().map(|&k| linked[k].1).collect();
-                let Ok(Links { puts, heads }) = trail.links(&records).await else {
+                let Ok(Links { puts, heads, chain, to }) = trail.links(&records).await else {
                     break;
                 };
                 let built = (|| {
@@ -455,7 +454,14 @@ impl DynamoEnvelopeStore {
                 let Ok((items, owners)) = built else {
                     break;
                 };
-                match send_group(self, items, &owners).await {
+                let sent = send_group(self, items, &owners).await;
+                let outcome = match &sent {
+                    Sent::Written => Linked::Written,
+                    Sent::Moved(_) | Sent::Conflicted => Linked::HeadMoved,
+                    Sent::Refused(_) | Sent::Failed => Linked::Unknown,
+                };
+                settle(chain, to, outcome);
+                match sent {
                     Sent::Written => {
                         for (&k, (_, seq)) in left.iter().zip(&puts) {
                             answers[linked[k].0] = Some(Ok(Settled::InTrail(*seq)));
@@ -468,7 +474,7 @@ impl DynamoEnvelopeStore {
                         }
                         left = without(&left, &positions);
                     }
-                    // Another writer of the chains: let it finish, then link from its heads.
+                    // Another writer of the chain: link onto another one.
                     Sent::Conflicted => tokio::time::sleep(conflict_wait(round)).await,
                     Sent::Failed => break,
                 }
