@@ -330,8 +330,8 @@ fn writer_record(w: usize, i: usize) -> AuditRecord {
     }
 }
 
-/// Eight writers at once on the eight chains: four append one record at a time, four in batches
-/// of ten spanning chains (one transaction each, as the replay publishes a batch's records), the
+/// Eight writers at once on one log: four append one record at a time, four in batches of ten
+/// (one transaction each, as the replay publishes a batch's records), the
 /// second batch re-sending one record of the first. Every record is linked once, every chain
 /// verifies.
 #[tokio::test]

@@ -123,17 +123,18 @@ pub fn control_plane<M: Metrics>(
 
 /// The replay, its gate 2 asking the ledger the settings choose (the one the consumer commits to).
 pub fn replayer<M: Metrics>(clients: &AwsClients, s: &ReplaySettings, actor: &str, metrics: M) -> AwsReplayer<M> {
+    let audit = audit_log(clients, &s.audit_table, &s.quarantine_bucket, &s.seal);
     AwsReplayer::<M> {
         progress: None,
-        // The re-injections' records linked into the trail with their marks.
-        store: DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table)
-            .with_trail(DynamoAuditLog::new(clients.dynamodb.clone(), &s.audit_table)),
+        // The re-injections' records linked into the trail with their marks (through the same
+        // log as its other records: one placement, so its appends never meet each other).
+        store: DynamoEnvelopeStore::new(clients.dynamodb.clone(), &s.envelope_table).with_trail(audit.log.clone()),
         ledger: crate::ledger::open(clients, &s.ledger, &s.ledger_table, REPLAY_CONCURRENCY),
         // Gate 1 must see today's reference data: no cache.
         reference: DynamoReferenceData::new(clients.dynamodb.clone(), &s.reference_table, Duration::ZERO),
         queue: SqsQueue::new(clients.sqs.clone(), &s.main_queue_url),
         worm: S3Worm::new(clients.s3.clone(), &s.quarantine_bucket),
-        audit: audit_log(clients, &s.audit_table, &s.quarantine_bucket, &s.seal),
+        audit,
         metrics,
         clock: Arc::new(SystemClock),
         config: ReplayConfig {

@@ -11,7 +11,8 @@ use clap::Subcommand;
 
 #[derive(Subcommand)]
 pub enum Bench {
-    /// Audit appends per second on one chain and on eight, and their conflicts (`make bench-audit`).
+    /// Audit appends per second by writers sharing a log and each with its own, the chains they
+    /// spread over, and their conflicts (`make bench-audit`).
     AuditCeiling(audit_ceiling::AuditCeilingArgs),
     /// The same messages through our consumer and through a Powertools consumer (`make bench-e2e`).
     E2e(e2e::E2eArgs),

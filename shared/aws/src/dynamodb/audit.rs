@@ -168,18 +168,18 @@ impl DynamoAuditLog {
     /// The caller says what came of it with [`settle`].
     pub(crate) async fn links(&self, records: &[&AuditRecord]) -> StoreResult<Links> {
         let mut chain = self.placement.take();
-        let (read, hash) = match chain.known_head() {
+        let (read, read_hash) = match chain.known_head() {
             Some(head) => head,
             None => self.head(chain.chain()).await?,
         };
-        let (mut seq, mut hash) = (read, hash);
+        let (mut seq, mut hash) = (read, read_hash.clone());
         let mut puts = Vec::with_capacity(records.len());
         for r in records {
             let linked = recon_core::domain::audit::link((*r).clone(), chain.chain(), seq, &hash);
             puts.push((self.record_put(&linked)?, linked.seq));
             (seq, hash) = (linked.seq, linked.hash);
         }
-        let heads = vec![self.head_move(chain.chain(), seq, &hash, read)?];
+        let heads = vec![self.head_move(chain.chain(), seq, &hash, read, &read_hash)?];
         Ok(Links {
             puts,
             heads,
@@ -224,19 +224,31 @@ impl DynamoAuditLog {
         tx_put(put, "audit put")
     }
 
-    /// Move `chain`'s head to `(seq, hash)`, only from `prev` (0: no head yet).
-    fn head_move(&self, chain: &str, seq: u64, hash: &str, prev: u64) -> StoreResult<TransactWriteItem> {
+    /// Move `chain`'s head to `(seq, hash)`, only from `prev` (0: no head yet) with `prev_hash`:
+    /// a head this process remembers from a trail since rebuilt under the same name, at the same
+    /// `seq` by chance, is not taken for the head there now.
+    fn head_move(
+        &self,
+        chain: &str,
+        seq: u64,
+        hash: &str,
+        prev: u64,
+        prev_hash: &str,
+    ) -> StoreResult<TransactWriteItem> {
         let update = Update::builder()
             .table_name(&self.table)
             .key(keys::AUDIT_PK, s(head_id(chain)))
             .update_expression("SET #seq = :seq, #hash = :hash")
-            .condition_expression("(attribute_not_exists(#id) AND :prev = :zero) OR #seq = :prev")
+            .condition_expression(
+                "(attribute_not_exists(#id) AND :prev = :zero) OR (#seq = :prev AND #hash = :prev_hash)",
+            )
             .expression_attribute_names("#id", keys::AUDIT_PK)
             .expression_attribute_names("#seq", "seq")
             .expression_attribute_names("#hash", "hash")
             .expression_attribute_values(":seq", n(i64::try_from(seq).unwrap_or(i64::MAX)))
             .expression_attribute_values(":hash", s(hash))
             .expression_attribute_values(":prev", n(i64::try_from(prev).unwrap_or(i64::MAX)))
+            .expression_attribute_values(":prev_hash", s(prev_hash))
             .expression_attribute_values(":zero", n(0));
         tx_update(update, "audit head")
     }

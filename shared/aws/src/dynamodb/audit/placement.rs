@@ -125,6 +125,11 @@ impl Placement {
     fn give_back(&self, mut slot: Slot, head: Option<(u64, String)>) {
         slot.head = head;
         let mut s = self.state();
+        // A chain this process no longer holds (another append of it left it meanwhile) is not
+        // taken again from here.
+        if !number(&slot.chain).is_some_and(|n| s.held.contains(&n)) {
+            return;
+        }
         s.free.push(slot);
         // The lowest last: `take` pops it first, so a quiet process keeps to few chains.
         s.free.sort_by_key(|f| std::cmp::Reverse(number(&f.chain)));

@@ -457,8 +457,10 @@ impl DynamoEnvelopeStore {
                 let sent = send_group(self, items, &owners).await;
                 let outcome = match &sent {
                     Sent::Written => Linked::Written,
-                    Sent::Moved(_) | Sent::Conflicted => Linked::HeadMoved,
-                    Sent::Refused(_) | Sent::Failed => Linked::Unknown,
+                    // Moved: a head that moved, or a record already there (head unmoved); the
+                    // head is read again either way. Conflicted: another writer on the items.
+                    Sent::Conflicted => Linked::HeadMoved,
+                    Sent::Moved(_) | Sent::Refused(_) | Sent::Failed => Linked::Unknown,
                 };
                 settle(chain, to, outcome);
                 match sent {
