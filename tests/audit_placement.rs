@@ -2,12 +2,14 @@
 //! head after its first append; one whose head another instance moved leaves that chain; instances
 //! appending at once each record every record once, on chains that verify.
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use recon_aws::dynamodb::DynamoAuditLog;
 use recon_aws::s3::S3Worm;
 use recon_core::domain::audit::{AUDIT_CHAINS, ChainedRecord};
 use recon_core::domain::{AuditKind, AuditRecord};
 use recon_core::evidence::{VerifyOptions, verify_trail};
 use recon_core::ports::AuditLog;
+use recon_core::resources::keys;
 use recon_harness::stack::TestStack;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -84,6 +86,35 @@ async fn an_instance_alone_keeps_its_head_and_one_chain_and_leaves_a_chain_anoth
     assert_eq!(other.append(&record("alone-20")).await.unwrap(), None);
     assert_eq!(alone.append(&record("other-1")).await.unwrap(), None);
     assert_eq!(intact(&s, &alone).await, 23);
+    s.cleanup().await;
+}
+
+/// A table rebuilt under a warm instance: the head it remembers is at the same `seq` as the new
+/// trail's, with another hash. Its next append must not link onto the remembered hash.
+#[tokio::test]
+async fn a_remembered_head_at_the_same_seq_with_another_hash_is_not_linked_onto() {
+    let s = TestStack::new("au-rebuilt").await;
+    let warm = instance(&s);
+    warm.append(&record("before-rebuild")).await.unwrap();
+    for id in [
+        record("before-rebuild").audit_id,
+        format!("{}c0", keys::AUDIT_HEAD_PREFIX),
+    ] {
+        s.clients
+            .dynamodb
+            .delete_item()
+            .table_name(&s.settings.audit_table)
+            .key(keys::AUDIT_PK, AttributeValue::S(id))
+            .send()
+            .await
+            .unwrap();
+    }
+    assert_eq!(instance(&s).append(&record("new-trail")).await.unwrap(), Some(1));
+    warm.append(&record("after-rebuild")).await.unwrap();
+    let by_id = stored(&warm).await;
+    let after = &by_id[&record("after-rebuild").audit_id];
+    assert!(after.len() == 1 && after[0].chain != "c0", "{after:?}");
+    assert_eq!(intact(&s, &warm).await, 2);
     s.cleanup().await;
 }
 
