@@ -15,7 +15,7 @@ BUILD_TESTED := $(CARGO) build --locked --quiet --workspace --bins --tests
 TARGET_DIR_OF = $(shell $(CARGO) metadata --no-deps --format-version 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 TESTED = $(eval TESTED := $(TARGET_DIR_OF)/debug)$(TESTED)
 
-.PHONY: demo book deny test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-audit bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci mutants fuzz fuzz-ci
+.PHONY: demo book deny test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-audit bench-storm bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci mutants fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -203,6 +203,13 @@ bench-replay: local-stack
 AUDIT_WRITERS ?= 1,4,16,64
 bench-audit: local-stack
 	$(CARGO) run --locked --release --quiet -p xtask -- bench audit-ceiling --seconds $(or $(AUDIT_SECONDS),10) --writers $(AUDIT_WRITERS) --latency-ms $(or $(LATENCY_MS),5)
+
+## bench-storm: the bad day: 100,000 transactions at 400/s through a ledger outage (from 30 % to
+## 60 % of them), the backlog drained by the sweep (DRAIN=manual: one manual replay); per-phase
+## rates, drain time, requests and write units per message, cost, projection to AWS's limits
+## (STORM_MESSAGES, STORM_RATE, DRAIN)
+bench-storm: local-stack
+	$(CARGO) run --locked --release --quiet -p xtask -- bench storm --messages $(or $(STORM_MESSAGES),100000) --rate $(or $(STORM_RATE),400) --drain $(or $(DRAIN),sweep)
 
 ## bench-cold-start: each function's init time and first invocation against a mock Lambda runtime
 ## API (release builds for this machine, the local stack behind it), peak memory, binary sizes

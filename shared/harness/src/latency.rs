@@ -56,3 +56,49 @@ async fn forward(client: TcpStream, server: TcpStream, delay: Duration) {
     read.abort();
     write.abort();
 }
+
+/// A switch in front of a local service, for the storm benchmark: while it is off, every
+/// connection through it is closed (those open at once, new ones as they come), as a service that
+/// went down; switched on, connections pass again untouched.
+#[derive(Clone, Debug)]
+pub struct Outage(tokio::sync::watch::Sender<bool>);
+
+impl Outage {
+    /// Take the service down (`true`) or bring it back.
+    pub fn set(&self, down: bool) {
+        self.0.send_replace(down);
+    }
+
+    pub fn is_down(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
+/// Listen on a loopback port and forward every connection to `upstream`, unless `Outage` says the
+/// service is down. Returns the address to connect to instead of `upstream`, and the switch.
+pub async fn outage_line(upstream: SocketAddr) -> std::io::Result<(SocketAddr, Outage)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (switch, state) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let mut down = state.clone();
+            if *down.borrow() {
+                drop(client);
+                continue;
+            }
+            tokio::spawn(async move {
+                let Ok(mut server) = TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                    _ = down.wait_for(|d| *d) => {}
+                }
+            });
+        }
+    });
+    Ok((addr, Outage(switch)))
+}

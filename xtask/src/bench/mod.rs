@@ -6,6 +6,7 @@ mod e2e;
 mod evidence;
 mod ledger_cost;
 mod replay_drain;
+mod storm;
 
 use clap::Subcommand;
 
@@ -22,6 +23,9 @@ pub enum Bench {
     LedgerCost(ledger_cost::LedgerCostArgs),
     /// A backlog drained by one replay invocation and by several at once (`make bench-replay`).
     ReplayDrain(replay_drain::ReplayDrainArgs),
+    /// The bad day: a steady producer through a ledger outage, the backlog drained after it
+    /// (`make bench-storm`).
+    Storm(storm::StormArgs),
 }
 
 pub async fn run(bench: Bench) {
@@ -31,5 +35,6 @@ pub async fn run(bench: Bench) {
         Bench::Evidence(args) => evidence::run(args).await,
         Bench::LedgerCost(args) => ledger_cost::run(args).await,
         Bench::ReplayDrain(args) => replay_drain::run(args).await,
+        Bench::Storm(args) => storm::run(args).await,
     }
 }

@@ -1,0 +1,386 @@
+//! The storm's figures: per phase, the drain, per message, the incident's cost at list prices, the
+//! projection on AWS's published limits; and its proof (nothing lost or doubled, the
+//! reconciliation holds).
+
+use super::{Sample, StormArgs};
+use recon_aws::AwsClients;
+use recon_core::reconcile::State;
+use recon_harness::pump::PumpStats;
+use recon_harness::stack::TestStack;
+use std::collections::BTreeSet;
+
+/// List prices, us-east-1, as AWS's pricing pages state them (not fetched by this driver: check
+/// them before quoting a figure). Dollars per unit.
+mod price {
+    /// SQS standard queue, per request (64 KB chunk).
+    pub const SQS_REQUEST: f64 = 0.40 / 1e6;
+    /// DynamoDB on-demand, per write request unit and per read request unit.
+    pub const DYNAMODB_WRU: f64 = 0.625 / 1e6;
+    pub const DYNAMODB_RRU: f64 = 0.125 / 1e6;
+    /// S3 Standard, per PUT/COPY/POST/LIST request and per GET/HEAD request.
+    pub const S3_PUT: f64 = 0.005 / 1e3;
+    pub const S3_GET: f64 = 0.0004 / 1e3;
+    /// Lambda on arm64, per request and per GB-second.
+    pub const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
+    pub const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
+}
+
+/// AWS's published limits (quotas and service properties), for the projection.
+mod limit {
+    /// Messages in flight (received, not deleted: backing off) on one standard queue.
+    pub const SQS_IN_FLIGHT: f64 = 120_000.0;
+    /// Write units per second one DynamoDB partition (and so one item) serves.
+    pub const PARTITION_WCU: f64 = 1_000.0;
+    /// A new on-demand table's write throughput before it adapts (it doubles on a sustained peak,
+    /// over about half an hour).
+    pub const NEW_ON_DEMAND_WRU: f64 = 4_000.0;
+    /// An on-demand table's default maximum (the per-table quota).
+    pub const TABLE_WRU: f64 = 40_000.0;
+    /// Concurrent invocations an SQS event source scales to, and how fast (per minute).
+    pub const SQS_ESM_CONCURRENCY: f64 = 1_250.0;
+    pub const SQS_ESM_SCALE_PER_MINUTE: f64 = 300.0;
+    /// Chains of the audit trail; a transaction's round trip on DynamoDB assumed 10 ms.
+    pub const AUDIT_CHAINS: f64 = 64.0;
+    pub const TRANSACTION_SECONDS: f64 = 0.010;
+    /// Production's retry schedule: 5 receives, backoff 2, 4, 8, 16 s (jitter below 2 s each).
+    pub const PRODUCTION_BACKOFF_SECONDS: f64 = 2.0 + 4.0 + 8.0 + 16.0 + 4.0;
+}
+
+pub(super) struct Run<'a> {
+    pub(super) args: &'a StormArgs,
+    pub(super) samples: &'a [Sample],
+    /// The ledger down, back, the production's end (seconds from the start).
+    pub(super) marks: &'a [f64],
+    pub(super) drained: Option<f64>,
+    pub(super) consumer: &'a PumpStats,
+    pub(super) enricher: &'a PumpStats,
+    pub(super) replays: u64,
+    pub(super) audit_table: &'a str,
+    pub(super) ledger_table: &'a str,
+    /// Audit records in the trail at the end, and whether every chain verified.
+    pub(super) audit_records: u64,
+    pub(super) replay_seconds: f64,
+}
+
+fn outcome(s: &Sample, name: &str) -> u64 {
+    s.outcomes.get(name).copied().unwrap_or(0)
+}
+
+fn requests(s: &Sample, service: &str) -> u64 {
+    s.requests
+        .iter()
+        .filter(|(k, _)| k.starts_with(&format!("{service}:")))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+fn ops(s: &Sample, names: &[&str]) -> u64 {
+    names.iter().map(|n| s.requests.get(*n).copied().unwrap_or(0)).sum()
+}
+
+fn units(s: &Sample, table: Option<&str>) -> f64 {
+    s.write_units
+        .iter()
+        .filter(|(k, _)| table.is_none_or(|t| k.ends_with(&format!(" {t}"))))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+impl Run<'_> {
+    /// The last sample at or before `t` (the first one for 0).
+    fn at(&self, t: f64) -> Sample {
+        self.samples
+            .iter()
+            .rev()
+            .find(|s| s.at <= t)
+            .or_else(|| self.samples.first())
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn last(&self) -> Sample {
+        self.samples.last().cloned().unwrap_or_default()
+    }
+
+    pub(super) fn print(&self) {
+        let end = self.drained.unwrap_or_else(|| self.last().at);
+        let (down, up, produced) = (
+            self.marks.first().copied().unwrap_or(0.0),
+            self.marks.get(1).copied().unwrap_or(0.0),
+            self.marks.get(2).copied().unwrap_or(end),
+        );
+        println!(
+            "\n{:<9} {:>6} {:>7} {:>9} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8}",
+            "phase",
+            "s",
+            "in/s",
+            "commit/s",
+            "retry/s",
+            "dead/s",
+            "envel./s",
+            "replay/s",
+            "audit WCU/s",
+            "max main",
+            "max DLQ",
+            "max bklg"
+        );
+        for (name, from, to) in [
+            ("calm", 0.0, down),
+            ("outage", down, up),
+            ("recovery", up, produced),
+            ("drain", produced, end),
+        ] {
+            let (a, b) = (self.at(from), self.at(to));
+            let secs = (b.at - a.at).max(1e-9);
+            let rate = |f: &dyn Fn(&Sample) -> f64| (f(&b) - f(&a)) / secs;
+            let within = self.samples.iter().filter(|s| s.at >= from && s.at <= to);
+            let (mut main, mut dlq, mut backlog) = (0, 0, 0);
+            for s in within {
+                main = main.max(s.main_depth);
+                dlq = dlq.max(s.dlq_depth);
+                backlog = backlog.max(s.pending);
+            }
+            println!(
+                "{name:<9} {:>6.0} {:>7.0} {:>9.0} {:>8.0} {:>8.0} {:>9.0} {:>9.0} {:>9.0} {:>8} {:>7} {:>8}",
+                secs,
+                rate(&|s| s.produced as f64),
+                rate(&|s| outcome(s, "COMMITTED") as f64),
+                rate(&|s| outcome(s, "RETRY_SCHEDULED") as f64),
+                rate(&|s| outcome(s, "DEAD_LETTERED") as f64),
+                rate(&|s| s.enveloped as f64),
+                rate(&|s| s.reinjected as f64),
+                rate(&|s| units(s, Some(self.audit_table))),
+                main,
+                dlq,
+                backlog
+            );
+        }
+        let last = self.last();
+        let first_dead = self
+            .samples
+            .iter()
+            .find(|s| s.dlq_depth > 0 || s.pending > 0)
+            .map_or(down, |s| s.at);
+        match self.drained {
+            Some(t) => println!(
+                "\nrecovery to an empty DLQ and backlog: {:.0} s ({:?}, {} replay invocations); the backlog was not empty for {:.0} s (the longest any dead letter could wait)",
+                t - up,
+                self.args.drain,
+                self.replays,
+                t - first_dead
+            ),
+            None => println!("\nthe backlog was NOT drained within the run's time budget"),
+        }
+        let n = self.args.messages as f64;
+        let failed = outcome(&last, "FAILED");
+        println!(
+            "outcomes: {:?}; appends that failed a message for the audit trail's sake (FAILED): {failed}",
+            last.outcomes
+        );
+        let (sqs, dynamodb, s3) = (
+            requests(&last, "SQS") as f64,
+            requests(&last, "DynamoDB") as f64,
+            requests(&last, "S3") as f64,
+        );
+        let wcu = units(&last, None);
+        println!(
+            "per message: {:.2} SQS, {:.2} DynamoDB, {:.3} S3 requests; {:.2} write units ({})",
+            sqs / n,
+            dynamodb / n,
+            s3 / n,
+            wcu / n,
+            last.write_units
+                .iter()
+                .map(|(k, v)| format!("{k} {:.2}", v / n))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        self.cost(&last, wcu);
+        self.projection(&last, wcu, down, up);
+    }
+
+    fn cost(&self, last: &Sample, wcu: f64) {
+        let reads = ops(
+            last,
+            &[
+                "DynamoDB:GetItem",
+                "DynamoDB:Query",
+                "DynamoDB:BatchGetItem",
+                "DynamoDB:Scan",
+            ],
+        ) as f64;
+        let s3_put = ops(
+            last,
+            &[
+                "S3:PutObject",
+                "S3:ListObjectVersions",
+                "S3:ListObjectsV2",
+                "S3:CopyObject",
+            ],
+        ) as f64;
+        let s3_get = ops(last, &["S3:GetObject", "S3:HeadObject"]) as f64;
+        let invocations = (self.consumer.batches + self.enricher.batches + self.replays) as f64;
+        // The sizes BENCHMARKS.md chose: consumer 768 MB, enricher 512, replay 1024.
+        let gb_seconds = self.consumer.handler_time.as_secs_f64() * 0.768
+            + self.enricher.handler_time.as_secs_f64() * 0.512
+            + self.replay_seconds * 1.024;
+        let lines = [
+            ("SQS requests", requests(last, "SQS") as f64 * price::SQS_REQUEST),
+            ("DynamoDB write units", wcu * price::DYNAMODB_WRU),
+            (
+                "DynamoDB reads (one unit each, a lower bound)",
+                reads * price::DYNAMODB_RRU,
+            ),
+            ("S3 requests", s3_put * price::S3_PUT + s3_get * price::S3_GET),
+            ("Lambda requests", invocations * price::LAMBDA_REQUEST),
+            (
+                "Lambda GB-seconds (handler time here)",
+                gb_seconds * price::LAMBDA_GB_SECOND,
+            ),
+        ];
+        let total: f64 = lines.iter().map(|(_, c)| c).sum();
+        println!(
+            "\ncost of the run at list prices (us-east-1): ${total:.4}, ${:.4} per 1,000 messages",
+            total * 1000.0 / self.args.messages as f64
+        );
+        for (what, c) in lines {
+            println!("  {what:<48} ${c:.4}");
+        }
+    }
+
+    fn projection(&self, last: &Sample, wcu: f64, down: f64, up: f64) {
+        let (a, b) = (self.at(down), self.at(up));
+        let dead = outcome(last, "DEAD_LETTERED").max(1) as f64;
+        let committed = outcome(last, "COMMITTED").max(1) as f64;
+        // Per dead letter: the audit records the run appended (a dead letter's: dead-lettered,
+        // enveloped, replayed), counted in the trail.
+        let audit_per_dead = self.audit_records as f64 / dead;
+        let ledger_per_commit = units(last, Some(self.ledger_table)) / committed;
+        let outage_in = (b.produced - a.produced) as f64 / (b.at - a.at).max(1e-9);
+        let rows = [
+            (
+                "main queue: messages in flight while backing off (outage)",
+                format!("{:.0} in flight", limit::SQS_IN_FLIGHT),
+                format!(
+                    "{:.0} s in flight each at production's schedule",
+                    limit::PRODUCTION_BACKOFF_SECONDS
+                ),
+                limit::SQS_IN_FLIGHT / limit::PRODUCTION_BACKOFF_SECONDS,
+            ),
+            (
+                "audit trail: 64 chains, one transaction per round trip (outage)",
+                format!("{:.0} appends/s", limit::AUDIT_CHAINS / limit::TRANSACTION_SECONDS),
+                format!("{audit_per_dead:.2} records per dead letter"),
+                limit::AUDIT_CHAINS / limit::TRANSACTION_SECONDS / audit_per_dead.max(1e-9),
+            ),
+            (
+                "audit trail: one chain's head item (outage)",
+                format!("{:.0} WCU/s per item", limit::PARTITION_WCU),
+                "2 WCU per append".to_owned(),
+                limit::AUDIT_CHAINS * limit::PARTITION_WCU / 2.0 / audit_per_dead.max(1e-9),
+            ),
+            (
+                "ledger table, new on-demand (calm)",
+                format!("{:.0} WRU/s", limit::NEW_ON_DEMAND_WRU),
+                format!("{ledger_per_commit:.2} WCU per commit"),
+                limit::NEW_ON_DEMAND_WRU / ledger_per_commit.max(1e-9),
+            ),
+            (
+                "ledger table, on-demand quota (calm)",
+                format!("{:.0} WRU/s", limit::TABLE_WRU),
+                format!("{ledger_per_commit:.2} WCU per commit"),
+                limit::TABLE_WRU / ledger_per_commit.max(1e-9),
+            ),
+            (
+                "all tables' writes against one table's quota (outage)",
+                format!("{:.0} WRU/s", limit::TABLE_WRU),
+                format!("{:.2} WCU per message", wcu / self.args.messages as f64),
+                limit::TABLE_WRU / (wcu / self.args.messages as f64).max(1e-9),
+            ),
+        ];
+        println!(
+            "\nprojected on AWS (published limits; per-message use measured here; the outage took {outage_in:.0} msg/s in):"
+        );
+        println!(
+            "  {:<62} {:>18} {:>44} {:>12}",
+            "component", "limit", "use", "saturates at"
+        );
+        let mut first: Option<(&str, f64)> = None;
+        for (what, lim, used, at) in &rows {
+            println!("  {what:<62} {lim:>18} {used:>44} {at:>9.0} msg/s");
+            if first.is_none_or(|(_, r)| *at < r) {
+                first = Some((what, *at));
+            }
+        }
+        if let Some((what, at)) = first {
+            println!("  first to saturate: {what}, at {at:.0} messages per second in");
+        }
+        println!(
+            "  Lambda's SQS trigger adds {:.0} concurrent invocations a minute, to {:.0}: a storm's backlog grows until it has scaled",
+            limit::SQS_ESM_SCALE_PER_MINUTE,
+            limit::SQS_ESM_CONCURRENCY
+        );
+    }
+}
+
+/// The audit records in the trail, and whether every chain links and verifies (its tail is not
+/// sealed yet: that is no break).
+pub(super) async fn trail(s: &TestStack) -> Result<(u64, bool), String> {
+    let worm = recon_aws::s3::S3Worm::new(s.clients.s3.clone(), &s.stack.names.bucket());
+    let report = recon_core::evidence::verify_trail(&s.audit_log(), &worm, &Default::default())
+        .await
+        .map_err(|e| format!("audit verify: {e}"))?;
+    let links = report
+        .breaks
+        .iter()
+        .all(|b| b.contains("unsealed") || b.contains("no trail"));
+    Ok((report.records, links))
+}
+
+/// Nothing lost or doubled, and the reconciliation holds: every transaction produced committed
+/// exactly once (distinct source hashes = committed postings = transactions), nothing awaiting
+/// remediation, the completeness identity HOLDS against the producer's manifest.
+pub(super) async fn prove(s: &TestStack, clients: &AwsClients, messages: u64) -> Result<(), String> {
+    let bodies: Vec<String> = (0..messages)
+        .map(|k| recon_testkit::builders::body(&recon_testkit::builders::tx(u32::try_from(k).unwrap_or(u32::MAX))))
+        .collect();
+    let path = std::env::temp_dir().join(format!("bench-storm-{}.jsonl", std::process::id()));
+    std::fs::write(&path, bodies.join("\n") + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    let manifest = dlqctl::bundle::read_manifest(&path).map_err(|e| e.to_string());
+    let _ = std::fs::remove_file(&path);
+    let manifest = manifest?;
+    let evidence = dlqctl::bundle::gather(
+        clients,
+        &s.stack.names,
+        Some(&manifest),
+        None,
+        dlqctl::bundle::Keep::Every,
+        dlqctl::bundle::DEFAULT_SEGMENTS,
+        None,
+    )
+    .await
+    .map_err(|e| format!("reconcile: {e}"))?;
+    let r = &evidence.reconciliation;
+    let count = |state: State| r.by_state.get(&state).map_or(0, |t| t.count);
+    let committed = count(State::Committed);
+    let distinct = evidence
+        .outcomes
+        .iter()
+        .filter(|(s, _)| *s == State::Committed)
+        .map(|(_, e)| e.reference.as_str())
+        .collect::<BTreeSet<_>>()
+        .len() as u64;
+    let waiting = count(State::Pending) + count(State::InFlight);
+    let holds = r.holds && r.queued == 0 && waiting == 0 && distinct == committed && committed == messages;
+    println!(
+        "\nproof: {messages} produced; {committed} committed ({distinct} distinct source hashes), {} duplicates suppressed, {} quarantined, {waiting} awaiting remediation; reconcile against the manifest: {}",
+        count(State::Duplicate),
+        count(State::Quarantined),
+        if holds { "HOLDS" } else { "DOES NOT HOLD" }
+    );
+    if holds {
+        Ok(())
+    } else {
+        Err(format!("the storm lost or doubled transactions: {:?}", r.problems))
+    }
+}
