@@ -5,7 +5,8 @@
 //! comes back. Failing commits back off and dead-letter when their budget is spent, dead letters
 //! are enveloped, and after the recovery the backlog is drained by the scheduled sweep
 //! (`--drain sweep`, every `--sweep-every` seconds from the start, as the schedule runs whatever
-//! the weather) or by one manual replay asked once the DLQ is empty (`--drain manual`).
+//! the weather) or by an operator's manual replay of everything PENDING once the ledger is back
+//! and the DLQ enveloped, asked again for dead letters that arrived since (`--drain manual`).
 //!
 //! Printed per phase (calm, outage, recovery, drain): messages per second in and out,
 //! dead letters and envelopes per second, audit write units per second, the DLQ's and the backlog's
@@ -215,8 +216,14 @@ pub async fn run(args: StormArgs) {
 }
 
 async fn storm(args: StormArgs) -> Result<(), String> {
-    if args.outage.len() != 2 || !(0.0..=1.0).contains(&args.outage[0]) || args.outage[1] < args.outage[0] {
-        return Err("--outage takes two shares of the production, FROM,TO, 0 <= FROM <= TO <= 1".into());
+    if args.outage.len() != 2
+        || !(0.0..1.0).contains(&args.outage[0])
+        || !(args.outage[0] < args.outage[1] && args.outage[1] <= 1.0)
+    {
+        return Err("--outage takes two shares of the production, FROM,TO, 0 <= FROM < TO <= 1".into());
+    }
+    if args.messages == 0 || args.rate == 0 || args.pollers == 0 {
+        return Err("--messages, --rate and --pollers take a positive number".into());
     }
     let s = TestStack::new("bench-storm").await;
     s.map_currency("USD", 2).await;
@@ -308,7 +315,6 @@ async fn storm(args: StormArgs) -> Result<(), String> {
     let drained = Mutex::new(None::<f64>);
     let drain = async {
         let mut last_sweep = Instant::now();
-        let mut manual_done = false;
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let now = sample().await;
@@ -339,11 +345,18 @@ async fn storm(args: StormArgs) -> Result<(), String> {
             }
             let due = match args.drain {
                 Drain::Sweep => last_sweep.elapsed() >= Duration::from_secs(args.sweep_every),
-                Drain::Manual => recovered && !manual_done && now.dlq_depth == 0 && now.pending > 0,
+                // An operator, once the ledger is back and the DLQ enveloped: all that is PENDING,
+                // by hand (again, 10 s later, for dead letters that arrived meanwhile).
+                Drain::Manual => {
+                    recovered
+                        && now.dlq_depth == 0
+                        && now.pending > 0
+                        && (tally.replays.load(Ordering::Relaxed) == 0
+                            || last_sweep.elapsed() >= Duration::from_secs(10))
+                }
             };
             if due {
                 last_sweep = Instant::now();
-                manual_done = args.drain == Drain::Manual;
                 let request = match args.drain {
                     Drain::Sweep => sweep_request(),
                     Drain::Manual => manual_request(Default::default(), false),
@@ -381,6 +394,7 @@ async fn storm(args: StormArgs) -> Result<(), String> {
         replays: tally.replays.load(Ordering::Relaxed),
         audit_table: &s.settings.audit_table,
         ledger_table: &s.settings.ledger_table,
+        envelope_table: &s.stack.names.envelope_table,
         audit_records,
         replay_seconds: tally.replay_micros.load(Ordering::Relaxed) as f64 / 1e6,
     };

@@ -57,6 +57,7 @@ pub(super) struct Run<'a> {
     pub(super) replays: u64,
     pub(super) audit_table: &'a str,
     pub(super) ledger_table: &'a str,
+    pub(super) envelope_table: &'a str,
     /// Audit records in the trail at the end, and whether every chain verified.
     pub(super) audit_records: u64,
     pub(super) replay_seconds: f64,
@@ -196,7 +197,7 @@ impl Run<'_> {
                 .join(", ")
         );
         self.cost(&last, wcu);
-        self.projection(&last, wcu, down, up);
+        self.projection(&last, down, up);
     }
 
     fn cost(&self, last: &Sample, wcu: f64) {
@@ -248,7 +249,7 @@ impl Run<'_> {
         }
     }
 
-    fn projection(&self, last: &Sample, wcu: f64, down: f64, up: f64) {
+    fn projection(&self, last: &Sample, down: f64, up: f64) {
         let (a, b) = (self.at(down), self.at(up));
         let dead = outcome(last, "DEAD_LETTERED").max(1) as f64;
         let committed = outcome(last, "COMMITTED").max(1) as f64;
@@ -256,6 +257,7 @@ impl Run<'_> {
         // enveloped, replayed), counted in the trail.
         let audit_per_dead = self.audit_records as f64 / dead;
         let ledger_per_commit = units(last, Some(self.ledger_table)) / committed;
+        let envelope_per_dead = units(last, Some(self.envelope_table)) / dead;
         let outage_in = (b.produced - a.produced) as f64 / (b.at - a.at).max(1e-9);
         let rows = [
             (
@@ -292,10 +294,10 @@ impl Run<'_> {
                 limit::TABLE_WRU / ledger_per_commit.max(1e-9),
             ),
             (
-                "all tables' writes against one table's quota (outage)",
-                format!("{:.0} WRU/s", limit::TABLE_WRU),
-                format!("{:.2} WCU per message", wcu / self.args.messages as f64),
-                limit::TABLE_WRU / (wcu / self.args.messages as f64).max(1e-9),
+                "envelope table, new on-demand (outage)",
+                format!("{:.0} WRU/s", limit::NEW_ON_DEMAND_WRU),
+                format!("{envelope_per_dead:.2} WCU per dead letter"),
+                limit::NEW_ON_DEMAND_WRU / envelope_per_dead.max(1e-9),
             ),
         ];
         println!(
