@@ -77,6 +77,9 @@ pub(crate) struct Sample {
     pub(crate) pending: i64,
     pub(crate) requests: BTreeMap<String, u64>,
     pub(crate) write_units: BTreeMap<String, f64>,
+    /// The messages the consumer's invocations were given so far, and their handler time.
+    pub(crate) consumer_received: u64,
+    pub(crate) consumer_seconds: f64,
 }
 
 /// Counters the tasks add to.
@@ -287,12 +290,10 @@ async fn storm(args: StormArgs) -> Result<(), String> {
     let t0 = Instant::now();
     let budget = Duration::from_secs(args.messages / args.rate.max(1) * 4 + 900);
     let sample = || async {
-        let c = tally
-            .consumer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .outcomes
-            .clone();
+        let (c, received, seconds) = {
+            let t = tally.consumer.lock().unwrap_or_else(|p| p.into_inner());
+            (t.outcomes.clone(), t.received, t.handler_time.as_secs_f64())
+        };
         let e = tally.enricher.lock().unwrap_or_else(|p| p.into_inner()).deleted;
         Sample {
             at: t0.elapsed().as_secs_f64(),
@@ -305,6 +306,8 @@ async fn storm(args: StormArgs) -> Result<(), String> {
             pending: store.pending_count().await.unwrap_or(-1),
             requests: s.clients.requests.snapshot(),
             write_units: units.breakdown(),
+            consumer_received: received,
+            consumer_seconds: seconds,
         }
     };
     let producer = produce(&s, &args, &outage, &tally, &marks, t0);
@@ -394,7 +397,6 @@ async fn storm(args: StormArgs) -> Result<(), String> {
         replays: tally.replays.load(Ordering::Relaxed),
         audit_table: &s.settings.audit_table,
         ledger_table: &s.settings.ledger_table,
-        envelope_table: &s.stack.names.envelope_table,
         audit_records,
         replay_seconds: tally.replay_micros.load(Ordering::Relaxed) as f64 / 1e6,
     };
