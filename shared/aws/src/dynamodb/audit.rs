@@ -1,6 +1,6 @@
 //! The audit trail: records linked into hash chains, a head item per chain, the trail's id.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
@@ -145,20 +145,6 @@ impl DynamoAuditLog {
 
     async fn head(&self, chain: &str) -> StoreResult<(u64, String)> {
         Ok(head_of(self.item(&head_id(chain), "audit head").await?.as_ref()))
-    }
-
-    /// The heads of these chains in one strongly consistent read.
-    async fn heads_of(&self, chains: &BTreeSet<String>) -> StoreResult<BTreeMap<String, (u64, String)>> {
-        let ids: Vec<String> = chains.iter().map(|c| head_id(c)).collect();
-        let items = super::batch::get_many(&self.client, &self.table, keys::AUDIT_PK, &ids).await?;
-        Ok(chains
-            .iter()
-            .map(|c| {
-                let id = head_id(c);
-                let item = items.iter().find(|i| get_s(i, keys::AUDIT_PK) == Some(id.as_str()));
-                (c.clone(), head_of(item))
-            })
-            .collect())
     }
 
     /// `records` (distinct ids) linked onto one chain this process takes, from its head as left
@@ -503,13 +489,15 @@ impl AuditLog for DynamoAuditLog {
         applied(put, "PutItem(audit seal noted)").map(|_| ())
     }
 
-    /// Every chain's head, in one strongly consistent batch read (in the order of their names).
+    /// Every chain's head, read at once (strongly consistent `GetItem`s side by side: the roles
+    /// that seal hold `GetItem` on the table, not `BatchGetItem`), in the order of their names.
     async fn heads(&self) -> StoreResult<Vec<recon_core::domain::audit::ChainHead>> {
-        let chains: BTreeSet<String> = (0..AUDIT_CHAINS).map(|i| format!("c{i}")).collect();
-        Ok(self
-            .heads_of(&chains)
-            .await?
+        let mut chains: Vec<String> = (0..AUDIT_CHAINS).map(|i| format!("c{i}")).collect();
+        chains.sort();
+        let read = futures::future::try_join_all(chains.iter().map(|c| self.head(c))).await?;
+        Ok(chains
             .into_iter()
+            .zip(read)
             .filter(|(_, (seq, _))| *seq > 0)
             .map(|(chain, (seq, hash))| recon_core::domain::audit::ChainHead { chain, seq, hash })
             .collect())
