@@ -63,6 +63,19 @@ pub struct Evidence {
     pub reconciliation: Reconciliation,
 }
 
+impl Evidence {
+    /// Distinct source hashes among the committed outcomes: equal to the committed count when no
+    /// transaction was posted twice.
+    pub fn committed_source_hashes(&self) -> u64 {
+        self.outcomes
+            .iter()
+            .filter(|(s, _)| *s == State::Committed)
+            .map(|(_, e)| e.reference.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len() as u64
+    }
+}
+
 pub fn read_manifest(path: &Path) -> Result<Vec<Entry>> {
     let file = std::fs::File::open(path).with_context(|| format!("cannot open manifest {}", path.display()))?;
     let what = format!("manifest {}", path.display());

@@ -318,12 +318,14 @@ async fn storm(args: StormArgs) -> Result<(), String> {
     let drained = Mutex::new(None::<f64>);
     let drain = async {
         let mut last_sweep = Instant::now();
+        let mut printed = 0.0;
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let now = sample().await;
             let produced_all = marks.lock().unwrap_or_else(|p| p.into_inner()).len() >= 3;
             let recovered = marks.lock().unwrap_or_else(|p| p.into_inner()).len() >= 2;
-            if now.at as u64 % 10 == 0 {
+            if now.at - printed >= 10.0 {
+                printed = now.at;
                 eprintln!(
                     "  {:>5.0} s: produced {}, committed {}, dead-lettered {}, enveloped {}, re-injected {}, main queue {}, DLQ {}, backlog {}",
                     now.at,

@@ -13,7 +13,6 @@ use recon_core::evidence::{seal, verify_bucket, verify_trail};
 use recon_core::ports::{LedgerScope, read_postings};
 use recon_core::reconcile::{Reconciliation, State};
 use recon_harness::provision::Stack;
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Instant;
 
@@ -67,13 +66,7 @@ async fn print_result(clients: &AwsClients, stack: &Stack, evidence: &Evidence, 
         .iter()
         .filter(|(s, e)| *s == State::Duplicate && e.reference.starts_with("envelope "))
         .count() as u64;
-    let distinct_hashes = evidence
-        .outcomes
-        .iter()
-        .filter(|(s, _)| *s == State::Committed)
-        .map(|(_, e)| e.reference.as_str())
-        .collect::<BTreeSet<_>>()
-        .len() as u64;
+    let distinct_hashes = evidence.committed_source_hashes();
     let via_replay = read_postings(&dlqctl::context::ledger(clients, stack)?, &LedgerScope::default())
         .await?
         .iter()

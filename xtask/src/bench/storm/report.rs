@@ -7,7 +7,6 @@ use recon_aws::AwsClients;
 use recon_core::reconcile::State;
 use recon_harness::pump::PumpStats;
 use recon_harness::stack::TestStack;
-use std::collections::BTreeSet;
 
 /// List prices, us-east-1, as AWS's pricing pages state them (not fetched by this driver: check
 /// them before quoting a figure). Dollars per unit.
@@ -319,7 +318,16 @@ impl Run<'_> {
             "component", "limit", "use", "saturates at"
         );
         let mut first: Option<(&str, f64)> = None;
+        let measured = outcome(last, "DEAD_LETTERED") > 0;
         for (what, lim, used, at) in &rows {
+            // Without a dead letter, what a dead letter costs was not measured.
+            if !measured && what.starts_with("audit trail") {
+                println!(
+                    "  {what:<62} {lim:>18} {:>44} {:>15}",
+                    "no dead letter in this run", "-"
+                );
+                continue;
+            }
             println!("  {what:<62} {lim:>18} {used:>44} {at:>9.0} msg/s");
             if first.is_none_or(|(_, r)| *at < r) {
                 first = Some((what, *at));
@@ -376,13 +384,7 @@ pub(super) async fn prove(s: &TestStack, clients: &AwsClients, messages: u64) ->
     let r = &evidence.reconciliation;
     let count = |state: State| r.by_state.get(&state).map_or(0, |t| t.count);
     let committed = count(State::Committed);
-    let distinct = evidence
-        .outcomes
-        .iter()
-        .filter(|(s, _)| *s == State::Committed)
-        .map(|(_, e)| e.reference.as_str())
-        .collect::<BTreeSet<_>>()
-        .len() as u64;
+    let distinct = evidence.committed_source_hashes();
     let waiting = count(State::Pending) + count(State::InFlight);
     let holds = r.holds && r.queued == 0 && waiting == 0 && distinct == committed && committed == messages;
     println!(
