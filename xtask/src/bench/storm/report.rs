@@ -11,17 +11,20 @@ use recon_harness::stack::TestStack;
 /// List prices, us-east-1, as AWS's pricing pages state them (not fetched by this driver: check
 /// them before quoting a figure). Dollars per unit.
 mod price {
-    /// SQS standard queue, per request (64 KB chunk).
-    pub const SQS_REQUEST: f64 = 0.40 / 1e6;
-    /// DynamoDB on-demand, per write request unit and per read request unit.
-    pub const DYNAMODB_WRU: f64 = 0.625 / 1e6;
-    pub const DYNAMODB_RRU: f64 = 0.125 / 1e6;
-    /// S3 Standard, per PUT/COPY/POST/LIST request and per GET/HEAD request.
-    pub const S3_PUT: f64 = 0.005 / 1e3;
-    pub const S3_GET: f64 = 0.0004 / 1e3;
-    /// Lambda on arm64, per request and per GB-second.
-    pub const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
-    pub const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
+    use rust_decimal::Decimal;
+    /// SQS standard queue, per request (64 KB chunk): $0.40 a million.
+    pub const SQS_REQUEST: Decimal = Decimal::from_parts(4, 0, 0, false, 7);
+    /// DynamoDB on-demand, per write request unit and per read request unit: $0.625 and $0.125
+    /// a million.
+    pub const DYNAMODB_WRU: Decimal = Decimal::from_parts(625, 0, 0, false, 9);
+    pub const DYNAMODB_RRU: Decimal = Decimal::from_parts(125, 0, 0, false, 9);
+    /// S3 Standard, per PUT/COPY/POST/LIST request and per GET/HEAD request: $0.005 and $0.0004
+    /// a thousand.
+    pub const S3_PUT: Decimal = Decimal::from_parts(5, 0, 0, false, 6);
+    pub const S3_GET: Decimal = Decimal::from_parts(4, 0, 0, false, 7);
+    /// Lambda on arm64, per request ($0.20 a million) and per GB-second.
+    pub const LAMBDA_REQUEST: Decimal = Decimal::from_parts(2, 0, 0, false, 7);
+    pub const LAMBDA_GB_SECOND: Decimal = Decimal::from_parts(133_334, 0, 0, false, 10);
 }
 
 /// AWS's published limits (quotas and service properties), for the projection.
@@ -207,7 +210,13 @@ impl Run<'_> {
         self.projection(&last, down, up);
     }
 
+    /// The run's cost: quantities (counts, and the meters' units and seconds) times list prices,
+    /// in `Decimal` with checked sums.
     fn cost(&self, last: &Sample, wcu: f64) {
+        use rust_decimal::Decimal;
+        let count = |n: u64| Decimal::from(n);
+        // A metered quantity (write units in thousandths, seconds in microseconds) as a decimal.
+        let metered = |x: f64, scale: u32| Decimal::new((x * 10f64.powi(scale as i32)).round() as i64, scale);
         let reads = ops(
             last,
             &[
@@ -216,7 +225,7 @@ impl Run<'_> {
                 "DynamoDB:BatchGetItem",
                 "DynamoDB:Scan",
             ],
-        ) as f64;
+        );
         let s3_put = ops(
             last,
             &[
@@ -225,34 +234,56 @@ impl Run<'_> {
                 "S3:ListObjectsV2",
                 "S3:CopyObject",
             ],
-        ) as f64;
-        let s3_get = ops(last, &["S3:GetObject", "S3:HeadObject"]) as f64;
-        let invocations = (self.consumer.batches + self.enricher.batches + self.replays) as f64;
+        );
+        let s3_get = ops(last, &["S3:GetObject", "S3:HeadObject"]);
+        let invocations = self.consumer.batches + self.enricher.batches + self.replays;
         // The sizes BENCHMARKS.md chose: consumer 768 MB, enricher 512, replay 1024.
-        let gb_seconds = self.consumer.handler_time.as_secs_f64() * 0.768
-            + self.enricher.handler_time.as_secs_f64() * 0.512
-            + self.replay_seconds * 1.024;
+        let gb_seconds = [
+            (self.consumer.handler_time.as_secs_f64(), Decimal::new(768, 3)),
+            (self.enricher.handler_time.as_secs_f64(), Decimal::new(512, 3)),
+            (self.replay_seconds, Decimal::new(1024, 3)),
+        ]
+        .into_iter()
+        .try_fold(Decimal::ZERO, |sum, (secs, gb)| {
+            metered(secs, 6).checked_mul(gb).and_then(|g| sum.checked_add(g))
+        });
         let lines = [
-            ("SQS requests", requests(last, "SQS") as f64 * price::SQS_REQUEST),
-            ("DynamoDB write units", wcu * price::DYNAMODB_WRU),
+            (
+                "SQS requests",
+                count(requests(last, "SQS")).checked_mul(price::SQS_REQUEST),
+            ),
+            ("DynamoDB write units", metered(wcu, 3).checked_mul(price::DYNAMODB_WRU)),
             (
                 "DynamoDB reads (one unit each, a lower bound)",
-                reads * price::DYNAMODB_RRU,
+                count(reads).checked_mul(price::DYNAMODB_RRU),
             ),
-            ("S3 requests", s3_put * price::S3_PUT + s3_get * price::S3_GET),
-            ("Lambda requests", invocations * price::LAMBDA_REQUEST),
+            (
+                "S3 requests",
+                count(s3_put)
+                    .checked_mul(price::S3_PUT)
+                    .zip(count(s3_get).checked_mul(price::S3_GET))
+                    .and_then(|(p, g)| p.checked_add(g)),
+            ),
+            ("Lambda requests", count(invocations).checked_mul(price::LAMBDA_REQUEST)),
             (
                 "Lambda GB-seconds (handler time here)",
-                gb_seconds * price::LAMBDA_GB_SECOND,
+                gb_seconds.and_then(|g| g.checked_mul(price::LAMBDA_GB_SECOND)),
             ),
         ];
-        let total: f64 = lines.iter().map(|(_, c)| c).sum();
+        let total = lines
+            .iter()
+            .try_fold(Decimal::ZERO, |sum, (_, c)| c.and_then(|c| sum.checked_add(c)));
+        let per_thousand = total
+            .and_then(|t| t.checked_mul(Decimal::from(1000)))
+            .and_then(|t| t.checked_div(count(self.args.messages)));
+        let shown = |c: Option<Decimal>| c.map_or_else(|| "overflow".to_owned(), |c| format!("${:.4}", c.round_dp(4)));
         println!(
-            "\ncost of the run at list prices (us-east-1): ${total:.4}, ${:.4} per 1,000 messages",
-            total * 1000.0 / self.args.messages as f64
+            "\ncost of the run at list prices (us-east-1): {}, {} per 1,000 messages",
+            shown(total),
+            shown(per_thousand)
         );
         for (what, c) in lines {
-            println!("  {what:<48} ${c:.4}");
+            println!("  {what:<48} {}", shown(c));
         }
     }
 
