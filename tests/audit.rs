@@ -275,7 +275,7 @@ async fn reconcile_holds_after_a_mixed_workload_and_names_a_deleted_posting_or_e
 
     // Delete one posting: its transaction is named as missing.
     let p = s.postings().await.into_iter().find(|p| p.message_id == "m-1").unwrap();
-    s.delete_posting(&p.source_hash).await;
+    s.delete_posting(&p).await;
     let r = current(&s, &manifest).await;
     assert!(!r.holds);
     assert_eq!(r.missing, ["msg:m-1"]);

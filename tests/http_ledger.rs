@@ -9,7 +9,7 @@
 //! it.
 
 use recon_aws::dynamodb::DynamoDedupTable;
-use recon_core::domain::{CommitOutcome, HandOff, TransientKind};
+use recon_core::domain::{CommitOutcome, HandOff, TransientKind, TxKey};
 use recon_core::ports::{ExternalLedger, Ledger, Rotating, SystemClock};
 use recon_core::reservation::{ReservationSettings, ReservingLedger};
 use recon_harness::http_ledger::{GlFault, LocalGl};
@@ -97,7 +97,10 @@ async fn a_posting_the_gl_refuses_is_poison_with_its_rule() {
     assert_eq!(envelopes[0].root_cause, "LEDGER_REFUSED:HTTP422:blocked_counterparty");
     assert_eq!(gl.len(), 1);
     assert_eq!(
-        s.ledger().lookup(&blocked.compute_hash().unwrap()).await.unwrap(),
+        s.ledger()
+            .lookup(&TxKey::hash_only(blocked.compute_hash().unwrap()))
+            .await
+            .unwrap(),
         None,
         "the claim was released"
     );
@@ -171,13 +174,14 @@ async fn a_posting_whose_answer_was_lost_is_seen_by_gate_2_and_never_handed_off(
     assert!(ledger.commit(&p).await.is_err(), "the answer was lost");
     assert_eq!(gl.applied(&p.source_hash), 1);
     let seen = ledger
-        .lookup(&p.source_hash)
+        .lookup(&p.key())
         .await
         .unwrap()
         .expect("gate 2 sees the GL's posting");
     assert_eq!(seen.sqs_message_id, "sqs-1");
     let hand_off = HandOff {
         source_hash: p.source_hash.clone(),
+        period: Some(p.period.clone()),
         envelope_id: "env_lost".into(),
         replay_id: "rp-lost".into(),
         handed_off_at: p.committed_at,
@@ -212,6 +216,7 @@ fn impatient(s: &TestStack, gl: &LocalGl) -> ReservingLedger<HttpLedger, DynamoD
 fn hand_off_of(p: &recon_core::domain::Posting, envelope: &str) -> HandOff {
     HandOff {
         source_hash: p.source_hash.clone(),
+        period: Some(p.period.clone()),
         envelope_id: envelope.into(),
         replay_id: "rp-late".into(),
         handed_off_at: p.committed_at,
@@ -239,7 +244,7 @@ async fn a_post_applied_after_its_client_gave_up_is_never_booked_beside_a_manual
     assert_eq!(gl.applied(&p.source_hash), 0, "the late request was refused");
     assert!(
         ledger
-            .lookup(&p.source_hash)
+            .lookup(&p.key())
             .await
             .unwrap()
             .unwrap()
@@ -284,10 +289,7 @@ async fn a_key_posted_before_is_marked_with_the_delivery_the_gl_names() {
         CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, "sqs-1"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(
-        ledger.lookup(&p.source_hash).await.unwrap().unwrap().sqs_message_id,
-        "sqs-1"
-    );
+    assert_eq!(ledger.lookup(&p.key()).await.unwrap().unwrap().sqs_message_id, "sqs-1");
     assert_eq!(gl.applied(&p.source_hash), 1);
     s.cleanup().await;
 }

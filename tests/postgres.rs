@@ -101,10 +101,7 @@ async fn the_ledger_refuses_an_unmigrated_database_and_migrations_run_once() {
     first.commit(&p).await.unwrap();
     assert_eq!(PostgresLedger::migrate(&settings(&url), &[]).await.unwrap(), 0);
     let second = PostgresLedger::connect(&settings(&url)).await.unwrap();
-    assert!(
-        second.lookup(&p.source_hash).await.unwrap().is_some(),
-        "the data survives"
-    );
+    assert!(second.lookup(&p.key()).await.unwrap().is_some(), "the data survives");
     let applied: i64 = client
         .query_one(&format!("SELECT count(*) FROM {HISTORY_TABLE}"), &[])
         .await
@@ -321,7 +318,13 @@ async fn a_posting_your_ledger_refuses_is_poison_with_its_rule_and_replays_once_
     let s = recon_harness::stack::TestStack::new_postgres("pg-refuse").await;
     // The schema exists once the ledger is first used.
     let ledger = s.ledger();
-    assert_eq!(ledger.lookup(&"ab".repeat(32)).await.unwrap(), None);
+    assert_eq!(
+        ledger
+            .lookup(&recon_core::domain::TxKey::hash_only("ab".repeat(32)))
+            .await
+            .unwrap(),
+        None
+    );
     let client = sql(s.postgres_url().unwrap()).await;
     client
         .batch_execute(

@@ -66,7 +66,10 @@ async fn the_chosen_postgres_ledger_takes_its_credentials_from_a_secret() {
     );
     recon_testkit::conformance::ledger_fails_transiently_when_unreachable(&unreachable, "pg-gone").await;
 
-    let without = chosen(None).lookup(&"ab".repeat(32)).await.unwrap_err();
+    let without = chosen(None)
+        .lookup(&recon_core::domain::TxKey::hash_only("ab".repeat(32)))
+        .await
+        .unwrap_err();
     assert!(without.detail.contains("no_such_role"), "{without:?}");
 
     let ledger = chosen(Some(arns[0].clone()));
@@ -74,7 +77,7 @@ async fn the_chosen_postgres_ledger_takes_its_credentials_from_a_secret() {
     assert_eq!(ledger.commit(&p).await.unwrap(), CommitOutcome::Committed);
     assert_eq!(ledger.kind(), "postgres");
 
-    let incomplete = chosen(Some(arns[1].clone())).lookup(&p.source_hash).await.unwrap_err();
+    let incomplete = chosen(Some(arns[1].clone())).lookup(&p.key()).await.unwrap_err();
     assert_eq!(incomplete.kind, TransientKind::Infrastructure);
     assert!(incomplete.detail.contains("has no `password`"), "{incomplete:?}");
     assert!(
@@ -83,7 +86,7 @@ async fn the_chosen_postgres_ledger_takes_its_credentials_from_a_secret() {
     );
 
     let gone = format!("{}-gone", arns[0]);
-    let missing = chosen(Some(gone.clone())).lookup(&p.source_hash).await.unwrap_err();
+    let missing = chosen(Some(gone.clone())).lookup(&p.key()).await.unwrap_err();
     assert!(missing.detail.contains(&gone), "{missing:?}");
 
     let printed = format!(
@@ -290,7 +293,13 @@ async fn tls_is_verified_and_plaintext_goes_only_to_loopback() {
     })
     .await
     .unwrap();
-    assert!(plain.lookup(&"ab".repeat(32)).await.unwrap().is_none());
+    assert!(
+        plain
+            .lookup(&recon_core::domain::TxKey::hash_only("ab".repeat(32)))
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(connections(false).await >= 1, "plaintext to loopback, when asked");
     let remote = PostgresLedger::connect(&PostgresSettings {
         url: format!("postgres://recon@ledger.example.invalid:{port}/{database}"),

@@ -147,7 +147,7 @@ async fn a_transaction_left_for_a_manual_journal_is_not_posted_when_the_producer
     assert_eq!(hand_offs.len(), 1);
     assert!(hand_offs[0].handed_off_by(&envelope.envelope_id));
     assert!(
-        LedgerReader::posting(&s.ledger(), &hand_offs[0].source_hash)
+        LedgerReader::posting(&s.ledger(), &envelope.decoded_key())
             .await
             .unwrap()
             .is_none(),

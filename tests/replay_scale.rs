@@ -188,6 +188,7 @@ async fn records_linked_while_another_writer_moves_the_heads_are_each_in_the_tra
         outcome: EnvelopeStatus::Replayed,
         sqs_message_id: Some("copy".into()),
         copy_source_hash: None,
+        copy_period: None,
         in_doubt_until: None,
     };
     let records: Vec<AuditRecord> = envelopes

@@ -150,13 +150,6 @@ async fn a_hand_off_to_a_manual_journal_round_trips_and_shuts_out_a_posting() {
     }
 
     let ledger = s.dynamo_ledger();
-    let hand_off = HandOff {
-        source_hash: hash.clone(),
-        envelope_id: "env_2".into(),
-        replay_id: "rpl_1".into(),
-        handed_off_at: t0,
-    };
-    assert_eq!(ledger.hand_off(&hand_off).await.unwrap(), CommitOutcome::Committed);
     let mut posting = recon_core::domain::Posting::from_message(
         &recon_core::domain::decode(&recon_testkit::builders::tx(1).to_body().unwrap()).unwrap(),
         "s1",
@@ -165,6 +158,14 @@ async fn a_hand_off_to_a_manual_journal_round_trips_and_shuts_out_a_posting() {
         None,
     );
     posting.source_hash = hash.clone();
+    let hand_off = HandOff {
+        source_hash: hash.clone(),
+        period: Some(posting.period.clone()),
+        envelope_id: "env_2".into(),
+        replay_id: "rpl_1".into(),
+        handed_off_at: t0,
+    };
+    assert_eq!(ledger.hand_off(&hand_off).await.unwrap(), CommitOutcome::Committed);
     match ledger.commit(&posting).await.unwrap() {
         CommitOutcome::AlreadyCommitted(r) => {
             assert!(r.handed_off_by("env_2"), "{r:?}");
@@ -229,61 +230,107 @@ async fn the_dynamodb_ledger_and_the_reservation_protocol_keep_each_transaction_
     s.cleanup().await;
 }
 
-/// Postings committed before the period index existed are outside it until `index_periods`
-/// gives them their entry: then a period read finds them, once, and a second run finds none.
+/// A ledger table from before the ledger was keyed by period (one item per `source_hash`) is
+/// copied by `rekey_from`: each posting under its period, a hand-off under its envelope's, a
+/// transaction the new table holds already left as it is; a hand-off whose envelope is gone is
+/// named, not guessed; a second run copies nothing.
 #[tokio::test]
-async fn postings_from_before_the_period_index_are_indexed_once() {
-    use recon_core::ports::{LedgerScope, read_postings};
-    let s = TestStack::new("ix-periods").await;
-    let ledger = s.dynamo_ledger();
-    let mut old = recon_testkit::conformance::posting("ix-periods", 1, "sqs-old");
-    old.period = "2026-09".into();
-    // Written as the ledger wrote postings before it had the index: no period_shard.
-    s.clients
-        .dynamodb
-        .put_item()
-        .table_name(&s.stack.names.ledger_table)
-        .set_item(Some(recon_aws::item::to_item(&old).unwrap()))
+async fn a_ledger_from_before_the_period_key_is_rekeyed_once() {
+    use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
+    use recon_aws::dynamodb::Rekeyed;
+    use recon_core::domain::TxKey;
+    use recon_core::ports::{EnvelopeStore, LedgerScope, read_postings};
+    use recon_testkit::conformance::posting;
+    let s = TestStack::new("rekey").await;
+    let ddb = &s.clients.dynamodb;
+    let old = format!("{}-old", s.stack.names.ledger_table);
+    ddb.create_table()
+        .table_name(&old)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("source_hash")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("source_hash")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
         .send()
         .await
         .unwrap();
-    let mut new = recon_testkit::conformance::posting("ix-periods", 2, "sqs-new");
-    new.period = "2026-09".into();
-    assert_eq!(ledger.commit(&new).await.unwrap(), CommitOutcome::Committed);
-    let handed = HandOff {
-        source_hash: recon_testkit::conformance::posting("ix-periods", 3, "x").source_hash,
-        envelope_id: "env_ix".into(),
-        replay_id: "rp-ix".into(),
-        handed_off_at: chrono::Utc::now(),
-    };
-    ledger.hand_off(&handed).await.unwrap();
-    let period = LedgerScope::period("2026-09");
-    let hashes = |postings: Vec<recon_core::domain::Posting>| -> Vec<String> {
-        postings.into_iter().map(|p| p.source_hash).collect()
-    };
+    let put_old = |item: recon_aws::item::Item| ddb.put_item().table_name(&old).set_item(Some(item)).send();
+    let mut september = posting("rekey", 1, "sqs-1");
+    september.period = "2026-09".into();
+    let october = posting("rekey", 2, "sqs-2");
+    for p in [&september, &october] {
+        put_old(recon_aws::item::to_item(p).unwrap()).await.unwrap();
+    }
+    let store = s.envelope_store();
+    let mut handing = recon_testkit::builders::envelope("env_rekey");
+    handing.accounting_period = Some("2026-08".into());
+    store.create(&handing).await.unwrap();
+    let handed = posting("rekey", 3, "x").source_hash;
+    let orphan = posting("rekey", 4, "x").source_hash;
+    for (hash, envelope) in [(&handed, "env_rekey"), (&orphan, "env_gone")] {
+        let item = recon_aws::item::Item::from([
+            (
+                "source_hash".to_owned(),
+                aws_sdk_dynamodb::types::AttributeValue::S(hash.to_string()),
+            ),
+            (
+                "manual_journal".to_owned(),
+                aws_sdk_dynamodb::types::AttributeValue::S(envelope.to_string()),
+            ),
+            (
+                "replay_id".to_owned(),
+                aws_sdk_dynamodb::types::AttributeValue::S("rp-old".to_string()),
+            ),
+            (
+                "committed_at".to_owned(),
+                aws_sdk_dynamodb::types::AttributeValue::S("2026-08-31T00:00:00Z".to_string()),
+            ),
+        ]);
+        put_old(item).await.unwrap();
+    }
+    let ledger = s.dynamo_ledger();
+    // Committed in the new table already (a delivery since the upgrade): left as it is.
+    let mut again = october.clone();
+    again.sqs_message_id = "sqs-new".into();
+    assert_eq!(ledger.commit(&again).await.unwrap(), CommitOutcome::Committed);
+
+    let mut heard = Vec::new();
+    let done = ledger
+        .rekey_from(&old, &store, |d| heard.push(d.clone()))
+        .await
+        .unwrap();
     assert_eq!(
-        hashes(read_postings(&ledger, &period).await.unwrap()),
-        [new.source_hash.clone()]
+        done,
+        Rekeyed {
+            copied: 2,
+            present: 1,
+            unplaced: vec![orphan.clone()]
+        }
     );
-    let mut seen = Vec::new();
+    assert_eq!(heard.last(), Some(&done));
+    let september_read = read_postings(&ledger, &LedgerScope::period("2026-09")).await.unwrap();
+    assert_eq!(september_read, vec![september.clone()]);
     assert_eq!(
-        ledger.index_periods(|n| seen.push(n)).await.unwrap(),
-        1,
-        "only the old posting"
+        ledger.lookup(&october.key()).await.unwrap().map(|c| c.sqs_message_id),
+        Some("sqs-new".to_owned())
     );
-    assert_eq!(seen.last(), Some(&1));
-    let mut expected = vec![old.source_hash.clone(), new.source_hash.clone()];
-    expected.sort();
-    assert_eq!(hashes(read_postings(&ledger, &period).await.unwrap()), expected);
-    assert_eq!(
-        ledger.index_periods(|_| {}).await.unwrap(),
-        0,
-        "a second run finds none"
-    );
-    assert_eq!(
-        ledger.lookup(&handed.source_hash).await.unwrap().map(|r| r.source_hash),
-        Some(handed.source_hash.clone()),
-        "the hand-off is untouched"
-    );
+    let held = ledger
+        .lookup(&TxKey::new(&handed, Some("2026-08".into())))
+        .await
+        .unwrap();
+    assert!(held.is_some_and(|c| c.handed_off_by("env_rekey")));
+    let second = ledger.rekey_from(&old, &store, |_| {}).await.unwrap();
+    assert_eq!((second.copied, second.present), (0, 3), "a second run copies nothing");
+    ddb.delete_table().table_name(&old).send().await.unwrap();
     s.cleanup().await;
 }

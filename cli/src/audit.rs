@@ -170,8 +170,12 @@ pub fn print_verify(report: &recon_core::evidence::VerifyReport, live: bool) -> 
 
 async fn show(clients: &AwsClients, names: &ResourceNames, audit: &DynamoAuditLog, source_hash: &str) -> Result<()> {
     let mut lines: Vec<(chrono::DateTime<chrono::Utc>, String)> = Vec::new();
+    // The transaction's period, from its records (the ledger finds it there; without one, it
+    // searches).
+    let mut period = None;
     for r in audit.for_source_hash(source_hash).await? {
         let rec = r.record;
+        period = period.or_else(|| rec.period.clone());
         lines.push((
             rec.at,
             format!(
@@ -189,13 +193,14 @@ async fn show(clients: &AwsClients, names: &ResourceNames, audit: &DynamoAuditLo
     }
     let stack = recon_aws::stack::resolve_stack(clients, names).await?;
     let ledger = crate::context::ledger(clients, &stack)?;
-    if let Some(h) = ledger.lookup(source_hash).await?.filter(|c| c.manual_journal.is_some()) {
+    let key = recon_core::domain::TxKey::new(source_hash, period);
+    if let Some(h) = ledger.lookup(&key).await?.filter(|c| c.manual_journal.is_some()) {
         lines.push((
             h.committed_at.unwrap_or_default(),
             format!("HANDED_OFF             {}: no posting may follow", h.holder()),
         ));
     }
-    if let Some(p) = LedgerReader::posting(&ledger, source_hash).await? {
+    if let Some(p) = LedgerReader::posting(&ledger, &key).await? {
         lines.push((
             p.committed_at,
             format!(

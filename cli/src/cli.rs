@@ -73,10 +73,21 @@ pub enum Command {
     },
     /// Queue depths, ledger postings and audit counts. Role: the auditor's (it counts postings).
     Stats,
-    /// Give the postings committed before the DynamoDB ledger had its period index their entry
-    /// in it (once, after upgrading; a second run finds none). Other ledgers index by period
-    /// themselves. Role: the deployer's, an upgrade step (it writes the ledger's index entries).
+    /// Give the envelopes and audit records written before their tables had period indexes
+    /// their entry in them (once, after upgrading; a second run finds none). Role: the
+    /// deployer's, an upgrade step (it writes the index entries).
     IndexPeriods,
+    /// Copy the DynamoDB ledger of a deployment from before the ledger was keyed by period (its
+    /// table `<prefix>-ledger`, one item per source_hash) into the ledger table keyed by period:
+    /// each posting under its period, each hand-off under its envelope's. Conditional, so a key
+    /// held already is left as it is and a second run copies nothing. Once, after upgrading, with
+    /// the consumer's trigger and the replay's schedules disabled until it has run. Role: the
+    /// deployer's, an upgrade step (it writes postings).
+    LedgerRekey {
+        /// The old ledger table.
+        #[arg(long)]
+        from: String,
+    },
     /// Apply the PostgreSQL ledger's schema migrations, then grant the functions' database users
     /// what posting and reading need (SELECT and INSERT; nothing to update, delete or create).
     /// The functions never change the schema: run this from the deploy step, before deploying a

@@ -48,6 +48,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Send { file, fill_hash } => ops::send(&clients, &names, file, fill_hash).await,
         Command::Stats => ops::stats(&clients, &names).await,
         Command::IndexPeriods => ops::index_periods(&clients, &names).await,
+        Command::LedgerRekey { from } => ops::ledger_rekey(&clients, &names, &from).await,
         Command::LedgerMigrate {
             url,
             secret_arn,

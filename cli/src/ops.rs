@@ -196,11 +196,11 @@ pub async fn stats(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
     Ok(())
 }
 
-/// `dlqctl index-periods`: what was written before the period indexes — the DynamoDB ledger's
-/// postings, the envelopes, and the audit records a reconciliation reads — given its entry; then
+/// `dlqctl index-periods`: what was written before the period indexes — the envelopes, and the
+/// audit records a reconciliation reads — given its entry (the DynamoDB ledger is read by period
+/// through its own key: see `dlqctl ledger-rekey`); then
 /// the deployment says so, and reads by period are no longer refused.
 pub async fn index_periods(clients: &AwsClients, names: &ResourceNames) -> Result<()> {
-    let stack = resolve_stack(clients, names).await?;
     let json = crate::output::json();
     let progress = |what: &'static str| {
         move |n: u64| {
@@ -208,11 +208,6 @@ pub async fn index_periods(clients: &AwsClients, names: &ResourceNames) -> Resul
                 eprintln!("  {n} {what} indexed so far");
             }
         }
-    };
-    let postings = match context::ledger(clients, &stack)? {
-        recon_aws::ledger::AnyLedger::DynamoDb(ledger) => ledger.index_periods(progress("postings")).await?,
-        // Another ledger reads by period through its own index.
-        _ => 0,
     };
     let store = crate::triage::store(clients, names);
     let envelopes = store.index_periods(progress("envelopes")).await?;
@@ -223,12 +218,54 @@ pub async fn index_periods(clients: &AwsClients, names: &ResourceNames) -> Resul
     store
         .mark_periods_indexed("dlqctl index-periods", chrono::Utc::now())
         .await?;
-    let out = serde_json::json!({"postings": postings, "envelopes": envelopes, "audit_records": records});
+    let out = serde_json::json!({"envelopes": envelopes, "audit_records": records});
     crate::output::emit(&out, || {
-        format!(
-            "given their entry in the period indexes: {postings} postings, {envelopes} envelopes, {records} audit records"
-        )
+        format!("given their entry in the period indexes: {envelopes} envelopes, {records} audit records")
     })
+}
+
+/// `dlqctl ledger-rekey --from OLD`: the old hash-keyed DynamoDB ledger copied into the table
+/// keyed by period ([`recon_aws::dynamodb::DynamoLedger::rekey_from`]). Fails, naming them, when
+/// a hand-off could not be placed (its envelope names no period): it is then for a person to
+/// place.
+pub async fn ledger_rekey(clients: &AwsClients, names: &ResourceNames, from: &str) -> Result<()> {
+    let stack = resolve_stack(clients, names).await?;
+    let recon_aws::ledger::AnyLedger::DynamoDb(ledger) = context::ledger(clients, &stack)? else {
+        anyhow::bail!("ledger-rekey copies the DynamoDB ledger; this deployment's ledger is another");
+    };
+    anyhow::ensure!(
+        from != stack.names.ledger_table,
+        "--from names the ledger table itself ({from}): give the old table"
+    );
+    let json = crate::output::json();
+    let store = crate::triage::store(clients, names);
+    let done = ledger
+        .rekey_from(from, &store, |d| {
+            if !json {
+                eprintln!("  {} copied, {} there already so far", d.copied, d.present);
+            }
+        })
+        .await?;
+    crate::output::emit(&serde_json::to_value(&done)?, || {
+        format!(
+            "rekeyed into {}: {} copied, {} there already, {} hand-offs not placed",
+            stack.names.ledger_table,
+            done.copied,
+            done.present,
+            done.unplaced.len()
+        )
+    })?;
+    if !done.unplaced.is_empty() {
+        return Err(crate::output::Exit(
+            1,
+            format!(
+                "hand-offs whose envelope names no period, not copied: {}",
+                done.unplaced.join(", ")
+            ),
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// `dlqctl ledger-migrate`: the PostgreSQL ledger's migrations applied as the migration role

@@ -38,6 +38,11 @@ async fn control_plane_calls() {
     let mut large = serde_json::from_str::<Value>(&xau(6).to_body().unwrap()).unwrap();
     large["narrative"] = "x".repeat(100_000).into();
     bodies.push(large.to_string());
+    // A body that claims a transaction its content cannot reproduce (the amount unreadable): its
+    // quarantine asks the ledger for the hash it claims without a period (a scan).
+    let mut unreadable = serde_json::from_str::<Value>(&xau(7).to_body().unwrap()).unwrap();
+    unreadable["amount"] = "12,50".into();
+    bodies.push(unreadable.to_string());
     s.send(&bodies).await;
     s.pump(&consumer).await;
     s.pump_dlq(&s.enricher(10_000)).await;
@@ -81,8 +86,11 @@ async fn control_plane_calls() {
         .await);
     assert_eq!(ran["report"]["reinjected"], 3, "{ran}");
     c.plane_mut().replayer.store = linked;
-    let quarantine = json!({"operation": "quarantine", "reason": "manual journal", "max_items": 1});
+    let quarantine = json!({"operation": "quarantine", "reason": "manual journal", "root_cause": "UNMAPPED_CURRENCY:*", "max_items": 1});
     let quarantined = ok(c.ask("maker", "alice", quarantine).await);
+    assert_eq!(quarantined["report"]["quarantined"], 1, "{quarantined}");
+    let unidentified = json!({"operation": "quarantine", "reason": "unreadable amount", "root_cause": "INVALID_DECIMAL", "max_items": 1});
+    let quarantined = ok(c.ask("maker", "alice", unidentified).await);
     assert_eq!(quarantined["report"]["quarantined"], 1, "{quarantined}");
     let asked = ok(c.ask("maker", "alice", replay(false)).await);
     let id = &asked["request"]["request_id"];

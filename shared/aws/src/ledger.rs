@@ -5,7 +5,7 @@
 
 use aws_sdk_secretsmanager::operation::get_secret_value::GetSecretValueError;
 use recon_core::config::{HttpLocation, LedgerSettings, PostgresLocation};
-use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting};
+use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TxKey};
 use recon_core::ports::{
     Fetch, FetchPending, Ledger, LedgerReader, LedgerScope, PostingPage, Rotating, StoreError, StoreResult, SystemClock,
 };
@@ -290,23 +290,20 @@ impl Ledger for AnyLedger {
         }
     }
 
-    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+    async fn lookup(&self, key: &TxKey) -> StoreResult<Option<CommittedRef>> {
         match self {
-            AnyLedger::DynamoDb(l) => l.lookup(source_hash).await,
-            AnyLedger::Postgres(l) => l.get().await?.lookup(source_hash).await,
+            AnyLedger::DynamoDb(l) => l.lookup(key).await,
+            AnyLedger::Postgres(l) => l.get().await?.lookup(key).await,
             // The dedup table's mark, else the GL's own answer (a post whose answer was lost).
-            AnyLedger::Http(l) => l.get().await?.lookup(source_hash).await,
+            AnyLedger::Http(l) => l.get().await?.lookup(key).await,
         }
     }
 
-    async fn lookup_many(
-        &self,
-        source_hashes: &[String],
-    ) -> StoreResult<std::collections::HashMap<String, CommittedRef>> {
+    async fn lookup_many(&self, keys: &[TxKey]) -> StoreResult<std::collections::HashMap<String, CommittedRef>> {
         match self {
-            AnyLedger::DynamoDb(l) => l.lookup_many(source_hashes).await,
-            AnyLedger::Postgres(l) => l.get().await?.lookup_many(source_hashes).await,
-            AnyLedger::Http(l) => l.get().await?.lookup_many(source_hashes).await,
+            AnyLedger::DynamoDb(l) => l.lookup_many(keys).await,
+            AnyLedger::Postgres(l) => l.get().await?.lookup_many(keys).await,
+            AnyLedger::Http(l) => l.get().await?.lookup_many(keys).await,
         }
     }
 
@@ -320,11 +317,11 @@ impl Ledger for AnyLedger {
 }
 
 impl LedgerReader for AnyLedger {
-    async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
+    async fn posting(&self, key: &TxKey) -> StoreResult<Option<Posting>> {
         match self {
-            AnyLedger::DynamoDb(l) => LedgerReader::posting(l, source_hash).await,
-            AnyLedger::Postgres(l) => LedgerReader::posting(l.get().await?, source_hash).await,
-            AnyLedger::Http(l) => l.get().await?.gl.posting(source_hash).await,
+            AnyLedger::DynamoDb(l) => LedgerReader::posting(l, key).await,
+            AnyLedger::Postgres(l) => LedgerReader::posting(l.get().await?, key).await,
+            AnyLedger::Http(l) => l.get().await?.gl.posting(key).await,
         }
     }
 

@@ -144,7 +144,7 @@ pub async fn calibrate<L: Ledger>(
                     .filter_map(|r| r.sqs_message_id.as_deref())
                     .any(|copy| ids.contains(envelope_id(copy).as_str()));
                 let posted = ledger
-                    .lookup(&e.source_hash)
+                    .lookup(&e.decoded_key())
                     .await?
                     .is_some_and(|c| c.manual_journal.is_none());
                 if posted {

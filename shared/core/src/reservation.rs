@@ -27,7 +27,7 @@ use chrono::{DateTime, Duration, Utc};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
+use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind, TxKey};
 use crate::ports::{
     Clock, DedupTable, ExternalLedger, Ledger, Posted, ReserveOutcome, StoreError, StoreResult, Voided,
 };
@@ -234,10 +234,10 @@ impl<G: ExternalLedger, D: DedupTable> Ledger for ReservingLedger<G, D> {
 
     /// The dedup table's mark, else the GL itself: a post whose answer was lost (then its
     /// reservation left in doubt or expired) left a posting in the GL and nothing in the table.
-    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        match self.dedup.lookup(source_hash).await? {
+    async fn lookup(&self, key: &TxKey) -> StoreResult<Option<CommittedRef>> {
+        match self.dedup.lookup(&key.source_hash).await? {
             Some(committed) => Ok(Some(committed)),
-            None => self.gl.posted(source_hash).await,
+            None => self.gl.posted(&key.source_hash).await,
         }
     }
 

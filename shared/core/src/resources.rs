@@ -29,13 +29,17 @@ pub const LAMBDA_MAX_RESPONSE_BYTES: usize = 6_000_000 - 16_384;
 pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(29);
 
 pub mod keys {
-    /// Ledger (reference DynamoDB ledger): one item per committed `source_hash`.
-    pub const LEDGER_PK: &str = "source_hash";
-    /// A posting's shard of its period, `YYYY-MM#<h>` with `h` the first hex digit of its
-    /// `source_hash` ([`super::ledger_period_shard`]): the partition of the period index. A
-    /// period's postings are spread over [`super::LEDGER_PERIOD_SHARDS`] partitions, so a month-end
-    /// does not write one hot index partition, and a period is read shard by shard, at once.
-    pub const LEDGER_PERIOD_SHARD: &str = "period_shard";
+    /// Ledger (reference DynamoDB ledger): one item per committed transaction, under its
+    /// period's shard ([`LEDGER_PK`]) and its `source_hash` ([`LEDGER_SK`]). The hash covers the
+    /// value date, so a transaction has one key, and a commit conditional on its key being new is
+    /// the dedup mark; a period is read from the table itself, with no index to write.
+    /// The partition: `YYYY-MM#<h>` with `h` the first hex digit of the `source_hash`
+    /// ([`super::ledger_period_shard`]). A period's postings are spread over
+    /// [`super::LEDGER_PERIOD_SHARDS`] partitions, so a month-end does not write one hot
+    /// partition, and a period is read shard by shard, at once.
+    pub const LEDGER_PK: &str = "period_shard";
+    /// The sort key: the transaction's `source_hash`.
+    pub const LEDGER_SK: &str = "source_hash";
     /// Reference data: `pk` = `CURRENCY` or `PERIOD#<entity>`, `sk` = code or `YYYY-MM`.
     pub const REFERENCE_PK: &str = "pk";
     pub const REFERENCE_SK: &str = "sk";
@@ -137,7 +141,7 @@ impl ResourceNames {
             prefix: prefix.to_owned(),
             main_queue: format!("{prefix}-main"),
             dead_letter_queue: format!("{prefix}-dead-letter"),
-            ledger_table: format!("{prefix}-ledger"),
+            ledger_table: format!("{prefix}-ledger-by-period"),
             envelope_table: format!("{prefix}-envelopes"),
             reference_table: format!("{prefix}-reference"),
             audit_table: format!("{prefix}-audit"),
@@ -202,17 +206,17 @@ pub struct IndexSpec {
     pub sort_key: &'static str,
 }
 
-/// How many index partitions one period's postings are spread over.
+/// How many partitions of the ledger table one period's postings are spread over.
 pub const LEDGER_PERIOD_SHARDS: u32 = 16;
 
-/// The period index's partition of a posting (`None` for a hash that does not start with a hex
-/// digit: no posting of ours, and then outside the index).
+/// The ledger table's partition of a transaction of `period` (`None` for a hash that does not
+/// start with a hex digit: no transaction of ours).
 pub fn ledger_period_shard(period: &str, source_hash: &str) -> Option<String> {
     let first = source_hash.chars().next()?.to_digit(16)?;
     Some(shard_key(period, first))
 }
 
-/// The index partitions of one period, in shard order.
+/// The ledger table's partitions of one period, in shard order.
 pub fn ledger_period_shards(period: &str) -> impl Iterator<Item = (u32, String)> + '_ {
     (0..LEDGER_PERIOD_SHARDS).map(move |n| (n, shard_key(period, n)))
 }
@@ -246,14 +250,6 @@ fn shard_key(period: &str, n: u32) -> String {
 
 pub mod indexes {
     use super::{IndexSpec, keys};
-    /// The reference ledger's postings by period, sharded ([`keys::LEDGER_PERIOD_SHARD`]):
-    /// reconcile and evidence export of one period read that period, not the history.
-    /// Hand-offs carry no period and stay out of it.
-    pub const LEDGER_BY_PERIOD: IndexSpec = IndexSpec {
-        name: "by_period",
-        partition_key: keys::LEDGER_PERIOD_SHARD,
-        sort_key: keys::LEDGER_PK,
-    };
     /// By status, oldest first: the replay sweep and triage of PENDING envelopes.
     pub const BY_STATUS_AGE: IndexSpec = IndexSpec {
         name: "by_status_age",
@@ -319,7 +315,7 @@ mod tests {
         let n = ResourceNames::derive("acme", "123456789012", "eu-west-1");
         assert_eq!(n.main_queue, "acme-main");
         assert_eq!(n.dead_letter_queue, "acme-dead-letter");
-        assert_eq!(n.ledger_table, "acme-ledger");
+        assert_eq!(n.ledger_table, "acme-ledger-by-period");
         assert_eq!(n.quarantine_bucket, "acme-quarantine-123456789012-eu-west-1");
         assert_eq!(n.account, "123456789012");
     }

@@ -110,17 +110,18 @@ impl TestLedger {
     }
 
     /// Delete a transaction's posting, as someone with write access to the ledger could.
-    pub async fn delete_posting(&self, clients: &AwsClients, source_hash: &str) {
+    pub async fn delete_posting(&self, clients: &AwsClients, posting: &Posting) {
+        use recon_core::resources::{keys, ledger_period_shard};
+        let source_hash = posting.source_hash.as_str();
         match self {
             TestLedger::DynamoDb { table } => {
+                let shard = ledger_period_shard(&posting.period, source_hash).expect("a transaction hash");
                 clients
                     .dynamodb
                     .delete_item()
                     .table_name(table)
-                    .key(
-                        recon_core::resources::keys::LEDGER_PK,
-                        AttributeValue::S(source_hash.into()),
-                    )
+                    .key(keys::LEDGER_PK, AttributeValue::S(shard))
+                    .key(keys::LEDGER_SK, AttributeValue::S(source_hash.into()))
                     .send()
                     .await
                     .expect("DeleteItem on the ledger table");

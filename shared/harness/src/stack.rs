@@ -158,9 +158,9 @@ impl TestStack {
     }
 
     /// Delete a transaction's posting, as someone with write access to the ledger could.
-    pub async fn delete_posting(&self, source_hash: &str) {
+    pub async fn delete_posting(&self, posting: &Posting) {
         if let Some(l) = &self.test_ledger {
-            l.delete_posting(&self.clients, source_hash).await;
+            l.delete_posting(&self.clients, posting).await;
         }
     }
     pub fn main_queue(&self) -> SqsQueue {

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use recon_core::domain::{CommittedRef, Posting, TransientKind};
+use recon_core::domain::{CommittedRef, Posting, TransientKind, TxKey};
 use recon_core::ports::{
     ExternalLedger, LedgerReader, LedgerScope, Posted, PostingPage, Rotating, StoreError, StoreResult, Voided,
     log_refused,
@@ -237,7 +237,9 @@ impl ExternalLedger for HttpLedger {
     }
 
     async fn posted(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        Ok(LedgerReader::posting(self, source_hash).await?.map(|p| (&p).into()))
+        Ok(LedgerReader::posting(self, &TxKey::hash_only(source_hash))
+            .await?
+            .map(|p| (&p).into()))
     }
 
     /// `POST /postings/<key>/void`: `200` voided, `409` with the posting the key holds, `404`,
@@ -378,8 +380,10 @@ pub mod wire {
     }
 }
 
+/// The GL keeps a posting under its idempotency key alone: the period is not asked.
 impl LedgerReader for HttpLedger {
-    async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
+    async fn posting(&self, key: &TxKey) -> StoreResult<Option<Posting>> {
+        let source_hash = key.source_hash.as_str();
         let op = "GET /postings/<hash>";
         if !source_hash.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Ok(None);

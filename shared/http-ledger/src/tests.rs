@@ -128,20 +128,36 @@ async fn a_rotated_token_is_fetched_again_once_refused_and_once_old() {
     // A token that never changes stays refused: transient, until the retry budget is spent.
     let fixed = HttpLedger::new(&settings(Some(Rotating::fixed("old".into())))).unwrap();
     assert_eq!(
-        LedgerReader::posting(&fixed, &hash).await.unwrap_err().kind,
+        LedgerReader::posting(&fixed, &TxKey::hash_only(&hash))
+            .await
+            .unwrap_err()
+            .kind,
         TransientKind::Infrastructure
     );
     // One that rotates: refused once, fetched, sent again; then kept while young.
     let fetches = Arc::new(AtomicU64::new(0));
     let rotating = HttpLedger::new(&settings(fetching("new", fetches.clone(), Duration::from_secs(3600)))).unwrap();
-    assert_eq!(LedgerReader::posting(&rotating, &hash).await.unwrap(), None);
+    assert_eq!(
+        LedgerReader::posting(&rotating, &TxKey::hash_only(&hash))
+            .await
+            .unwrap(),
+        None
+    );
     assert_eq!((fetches.load(Ordering::Relaxed), rotating.requests()), (1, 2));
-    assert_eq!(LedgerReader::posting(&rotating, &hash).await.unwrap(), None);
+    assert_eq!(
+        LedgerReader::posting(&rotating, &TxKey::hash_only(&hash))
+            .await
+            .unwrap(),
+        None
+    );
     assert_eq!((fetches.load(Ordering::Relaxed), rotating.requests()), (1, 3));
     // Once old, fetched before it is sent (a rotation the API has not refused yet).
     let fetches = Arc::new(AtomicU64::new(0));
     let aging = HttpLedger::new(&settings(fetching("new", fetches.clone(), Duration::ZERO))).unwrap();
-    assert_eq!(LedgerReader::posting(&aging, &hash).await.unwrap(), None);
+    assert_eq!(
+        LedgerReader::posting(&aging, &TxKey::hash_only(&hash)).await.unwrap(),
+        None
+    );
     assert_eq!((fetches.load(Ordering::Relaxed), aging.requests()), (1, 1));
 }
 
@@ -157,7 +173,9 @@ async fn an_answer_larger_than_the_cap_is_refused_not_buffered() {
             timeout: Duration::from_secs(20),
         })
         .unwrap();
-        let e = LedgerReader::posting(&ledger, &hash).await.unwrap_err();
+        let e = LedgerReader::posting(&ledger, &TxKey::hash_only(&hash))
+            .await
+            .unwrap_err();
         assert!(
             e.detail.contains("larger than"),
             "content length said: {content_length}: {e}"

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, Utc};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
+use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind, TxKey};
 use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, Rotating, StoreError, StoreResult};
 use rust_decimal::Decimal;
 use tokio_postgres::Row;
@@ -457,10 +457,11 @@ fn posting(r: &Row) -> StoreResult<Posting> {
 
 /// Pages in `source_hash` order, keyset-paged (`source_hash > cursor`); one period's rows are
 /// found by the `(period, ledger_entity)` index and sorted; a segment holds the keys whose
-/// `hashtext` falls in it.
+/// `hashtext` falls in it. A transaction is keyed by its `source_hash` alone: the period of a
+/// key is not needed.
 impl LedgerReader for PostgresLedger {
-    async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
-        PostgresLedger::posting(self, source_hash).await
+    async fn posting(&self, key: &TxKey) -> StoreResult<Option<Posting>> {
+        PostgresLedger::posting(self, &key.source_hash).await
     }
 
     async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
@@ -553,15 +554,13 @@ impl Ledger for PostgresLedger {
         .await
     }
 
-    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        self.existing(source_hash).await
+    async fn lookup(&self, key: &TxKey) -> StoreResult<Option<CommittedRef>> {
+        self.existing(&key.source_hash).await
     }
 
     /// One statement for all of them (the replay asks a page's and a chunk's at once).
-    async fn lookup_many(
-        &self,
-        source_hashes: &[String],
-    ) -> StoreResult<std::collections::HashMap<String, CommittedRef>> {
+    async fn lookup_many(&self, keys: &[TxKey]) -> StoreResult<std::collections::HashMap<String, CommittedRef>> {
+        let source_hashes: Vec<&str> = keys.iter().map(|k| k.source_hash.as_str()).collect();
         if source_hashes.is_empty() {
             return Ok(Default::default());
         }

@@ -200,6 +200,7 @@ pub async fn settle_by_hand<S: EnvelopeStore>(store: &S, envelope_id: &str, stat
         outcome: status,
         sqs_message_id: None,
         copy_source_hash: None,
+        copy_period: None,
         in_doubt_until: None,
     };
     let claimed = store

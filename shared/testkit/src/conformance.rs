@@ -214,11 +214,13 @@ pub fn posting(run: &str, n: u32, sqs_message_id: &str) -> recon_core::domain::P
 /// - A hand-off to a manual journal and a posting exclude each other, whichever comes first, and
 ///   a second hand-off answers the first.
 /// - An unknown transaction is not committed.
-/// - `lookup_many` answers, for each hash, what `lookup` answers.
+/// - `lookup_many` answers, for each key, what `lookup` answers.
+/// - A transaction asked without its period is answered as when asked with it (a ledger keyed
+///   by period searches for it).
 pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(ledger: &L, run: &str) {
-    use recon_core::domain::{CommitOutcome, HandOff};
+    use recon_core::domain::{CommitOutcome, HandOff, TxKey};
 
-    assert_eq!(ledger.lookup(&posting(run, 0, "none").source_hash).await.unwrap(), None);
+    assert_eq!(ledger.lookup(&posting(run, 0, "none").key()).await.unwrap(), None);
 
     // One transaction, sixteen deliveries at once.
     let tries: Vec<_> = (0..16).map(|i| posting(run, 1, &format!("sqs-{i}"))).collect();
@@ -249,9 +251,11 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
         answered.iter().all(|id| *id == winners[0]),
         "{answered:?} vs {winners:?}"
     );
-    let held = ledger.lookup(&tries[0].source_hash).await.unwrap().expect("committed");
+    let held = ledger.lookup(&tries[0].key()).await.unwrap().expect("committed");
     assert_eq!(held.sqs_message_id, winners[0]);
     assert_eq!(held.manual_journal, None);
+    let searched = ledger.lookup(&TxKey::hash_only(&tries[0].source_hash)).await.unwrap();
+    assert_eq!(searched.as_ref(), Some(&held), "asked without its period");
 
     // The same SQS message again (a crash after the commit); another message carrying the
     // transaction is what the fifteen losers above were.
@@ -264,6 +268,7 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
     // A hand-off after the posting loses to it.
     let late = HandOff {
         source_hash: tries[0].source_hash.clone(),
+        period: Some(tries[0].period.clone()),
         envelope_id: format!("env_{run}_late"),
         replay_id: "rp-late".into(),
         handed_off_at: tries[0].committed_at,
@@ -272,7 +277,7 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
         CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, winners[0]),
         other => panic!("a hand-off over a posting: {other:?}"),
     }
-    let still = ledger.lookup(&tries[0].source_hash).await.unwrap().expect("committed");
+    let still = ledger.lookup(&tries[0].key()).await.unwrap().expect("committed");
     assert_eq!(
         (still.sqs_message_id.as_str(), still.manual_journal.as_deref()),
         (winners[0].as_str(), None),
@@ -282,6 +287,7 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
     // A hand-off first: no posting may follow, and the first hand-off holds.
     let handed = HandOff {
         source_hash: posting(run, 2, "x").source_hash,
+        period: Some(posting(run, 2, "x").period),
         envelope_id: format!("env_{run}_first"),
         replay_id: "rp-1".into(),
         handed_off_at: tries[0].committed_at,
@@ -303,31 +309,29 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
         CommitOutcome::AlreadyCommitted(r) => assert!(r.handed_off_by(&handed.envelope_id)),
         other => panic!("two hand-offs of one transaction: {other:?}"),
     }
-    assert!(
-        ledger
-            .lookup(&handed.source_hash)
-            .await
-            .unwrap()
-            .is_some_and(|r| r.handed_off_by(&handed.envelope_id))
-    );
+    for key in [handed.key(), TxKey::hash_only(&handed.source_hash)] {
+        assert!(
+            ledger
+                .lookup(&key)
+                .await
+                .unwrap()
+                .is_some_and(|r| r.handed_off_by(&handed.envelope_id)),
+            "{key:?}"
+        );
+    }
 
     // Several at once answer what each answers alone: the posting, the hand-off, and nothing for
-    // an unknown transaction (a hash asked twice is answered once).
-    let unknown = posting(run, 3, "none").source_hash;
-    let asked = vec![
-        tries[0].source_hash.clone(),
-        handed.source_hash.clone(),
-        unknown.clone(),
-        tries[0].source_hash.clone(),
-    ];
+    // an unknown transaction (a key asked twice is answered once).
+    let unknown = posting(run, 3, "none").key();
+    let asked = vec![tries[0].key(), handed.key(), unknown.clone(), tries[0].key()];
     let many = ledger.lookup_many(&asked).await.expect("lookup_many");
     assert_eq!(many.len(), 2, "{many:?}");
-    for hash in [&tries[0].source_hash, &handed.source_hash, &unknown] {
-        let alone = ledger.lookup(hash).await.unwrap();
+    for key in [&tries[0].key(), &handed.key(), &unknown] {
+        let alone = ledger.lookup(key).await.unwrap();
         assert_eq!(
-            many.get(hash),
+            many.get(&key.source_hash),
             alone.as_ref(),
-            "lookup_many and lookup disagree on {hash}"
+            "lookup_many and lookup disagree on {key:?}"
         );
     }
     assert!(ledger.lookup_many(&[]).await.unwrap().is_empty());
@@ -344,7 +348,7 @@ pub async fn ledger_reads_by_period<L: recon_core::ports::Ledger + recon_core::p
     ledger: &L,
     run: &str,
 ) {
-    use recon_core::domain::{HandOff, Posting};
+    use recon_core::domain::{HandOff, Posting, TxKey};
     use recon_core::ports::LedgerScope;
     use std::collections::BTreeMap;
 
@@ -364,6 +368,7 @@ pub async fn ledger_reads_by_period<L: recon_core::ports::Ledger + recon_core::p
     }
     let handed = HandOff {
         source_hash: posting(run, 199, "x").source_hash,
+        period: Some("2026-10".into()),
         envelope_id: format!("env_{run}_read"),
         replay_id: "rp-read".into(),
         handed_off_at: committed[0].committed_at,
@@ -426,16 +431,17 @@ pub async fn ledger_reads_by_period<L: recon_core::ports::Ledger + recon_core::p
         );
     }
 
-    assert_eq!(
-        ledger.posting(&committed[4].source_hash).await.unwrap().as_ref(),
-        Some(&committed[4])
-    );
-    assert_eq!(
-        ledger.posting(&handed.source_hash).await.unwrap(),
-        None,
-        "a hand-off is no posting"
-    );
-    assert_eq!(ledger.posting(&posting(run, 198, "x").source_hash).await.unwrap(), None);
+    for key in [committed[4].key(), TxKey::hash_only(&committed[4].source_hash)] {
+        assert_eq!(
+            ledger.posting(&key).await.unwrap().as_ref(),
+            Some(&committed[4]),
+            "{key:?}"
+        );
+    }
+    for key in [handed.key(), TxKey::hash_only(&handed.source_hash)] {
+        assert_eq!(ledger.posting(&key).await.unwrap(), None, "a hand-off is no posting");
+    }
+    assert_eq!(ledger.posting(&posting(run, 198, "x").key()).await.unwrap(), None);
     let hand_offs = ledger.hand_offs().await.unwrap();
     assert!(
         hand_offs.iter().any(|r| r.handed_off_by(&handed.envelope_id)),
@@ -481,11 +487,12 @@ pub async fn ledger_fails_transiently_when_unreachable<L: recon_core::ports::Led
     };
     let commit = ledger.commit(&p).await;
     transient("commit", commit.as_ref().err().map(|e| e.kind));
-    let lookup = ledger.lookup(&p.source_hash).await;
+    let lookup = ledger.lookup(&p.key()).await;
     transient("lookup", lookup.as_ref().err().map(|e| e.kind));
     let hand_off = ledger
         .hand_off(&HandOff {
             source_hash: p.source_hash.clone(),
+            period: Some(p.period.clone()),
             envelope_id: format!("env_{run}"),
             replay_id: "rp-unreachable".into(),
             handed_off_at: p.committed_at,

@@ -87,10 +87,16 @@ fn throttled(op: &str, left: usize) -> StoreError {
 /// those that exist, in no particular order. Strongly consistent, like `GetItem` with
 /// `ConsistentRead`.
 pub async fn get_many(client: &Client, table: &str, pk: &str, values: &[String]) -> StoreResult<Vec<Item>> {
-    let unique: Vec<&String> = values.iter().collect::<BTreeSet<_>>().into_iter().collect();
+    let unique: BTreeSet<&String> = values.iter().collect();
+    get_keys(client, table, unique.into_iter().map(|v| key(pk, v)).collect()).await
+}
+
+/// The items of `table` under these keys (each asked once: the caller drops repeats); those that
+/// exist, in no particular order, strongly consistent.
+pub async fn get_keys(client: &Client, table: &str, keys: Vec<Item>) -> StoreResult<Vec<Item>> {
     let mut found = Vec::new();
-    for chunk in unique.chunks(GET_BATCH) {
-        let mut wanted = Some(consistent(chunk.iter().map(|v| key(pk, v)).collect())?);
+    for chunk in keys.chunks(GET_BATCH) {
+        let mut wanted = Some(consistent(chunk.to_vec())?);
         let mut round = 0;
         while let Some(keys) = wanted.take() {
             let out = client

@@ -1,30 +1,44 @@
-//! The reference ledger: one item per `source_hash`, written with `attribute_not_exists`, so the
-//! posting *is* the dedup mark.
+//! The reference ledger: one item per transaction, keyed by its period's shard and its
+//! `source_hash`, written with `attribute_not_exists`, so the posting *is* the dedup mark.
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure};
-use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting};
-use recon_core::ports::{Ledger, LedgerReader, LedgerScope, PostingPage, StoreResult};
-use recon_core::resources::{indexes, keys, ledger_period_shard, ledger_period_shards};
+use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TxKey};
+use recon_core::ports::{EnvelopeStore, Ledger, LedgerReader, LedgerScope, PostingPage, StoreResult};
+use recon_core::resources::{keys, ledger_period_shard, ledger_period_shards};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::backfill::{Unindexed, index_unindexed};
 use super::{HAND_OFF_BY, committed_ref, item_error, s, scan_all};
 use crate::error::{SdkError, store_error};
 use crate::item::{Item, from_item, get_s, to_item};
 
-/// The reference ledger: one item per `source_hash`, written with
-/// `attribute_not_exists(source_hash)`. The posting *is* the dedup mark, so a crash can neither
-/// lose a posting that was acknowledged nor post one twice. One request and one write unit per
-/// committed message of up to 1 KB.
+/// The reference ledger: one item per transaction under its key (its period's shard, its
+/// `source_hash`), written with `attribute_not_exists`. The hash covers the value date, so a
+/// transaction has one key: the posting *is* the dedup mark, and a crash can neither lose a
+/// posting that was acknowledged nor post one twice. A period is read from the table itself
+/// (its shards are partitions): no index to write, so a commit is one request and one write unit
+/// for a posting of up to 1 KB.
 #[derive(Clone, Debug)]
 pub struct DynamoLedger {
     client: Client,
     table: String,
     /// Write capacity units DynamoDB reported for commits (happy path and duplicates).
     write_units_milli: Arc<AtomicU64>,
+    /// Lookups of a transaction whose period the caller did not know: each a scan.
+    searches: Arc<AtomicU64>,
+}
+
+/// The table key of a transaction of `period`.
+fn key_of(period: &str, source_hash: &str) -> StoreResult<Item> {
+    let shard = ledger_period_shard(period, source_hash)
+        .ok_or_else(|| item_error("ledger key", format!("{source_hash:?} is not a transaction hash")))?;
+    Ok(Item::from([
+        (keys::LEDGER_PK.to_owned(), s(shard)),
+        (keys::LEDGER_SK.to_owned(), s(source_hash)),
+    ]))
 }
 
 impl DynamoLedger {
@@ -33,6 +47,7 @@ impl DynamoLedger {
             client,
             table: table.into(),
             write_units_milli: Arc::default(),
+            searches: Arc::default(),
         }
     }
 
@@ -41,18 +56,66 @@ impl DynamoLedger {
         self.write_units_milli.load(Ordering::Relaxed) as f64 / 1000.0
     }
 
+    /// How many lookups so far named no period, and so scanned the table.
+    pub fn searches(&self) -> u64 {
+        self.searches.load(Ordering::Relaxed)
+    }
+
     /// The posting of one transaction, if committed (a hand-off to a manual journal is not a
     /// posting: `lookup` reports it).
-    pub async fn get(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
-        self.item(source_hash)
+    pub async fn get(&self, key: &TxKey) -> StoreResult<Option<Posting>> {
+        self.item(key)
             .await?
             .filter(|i| !i.contains_key(HAND_OFF_BY))
             .map(|i| from_item(&i).map_err(|e| item_error("posting", e)))
             .transpose()
     }
 
-    async fn item(&self, source_hash: &str) -> StoreResult<Option<Item>> {
-        super::get_consistent(&self.client, &self.table, keys::LEDGER_PK, source_hash, "ledger").await
+    /// The item under `key`: one strongly consistent read under its period, else a scan for
+    /// its hash (a transaction a caller names without its period: a hash a body claims without a
+    /// readable value date, a record from before records carried their period).
+    async fn item(&self, key: &TxKey) -> StoreResult<Option<Item>> {
+        let Some(period) = &key.period else {
+            return self.search(&key.source_hash).await;
+        };
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key_of(period, &key.source_hash)?))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error("GetItem(ledger)", e))?;
+        Ok(out.item)
+    }
+
+    /// The item of `source_hash` in whichever period: a scan, page by page, until found.
+    async fn search(&self, source_hash: &str) -> StoreResult<Option<Item>> {
+        self.searches.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(source_hash, "ledger lookup without a period: scanning the table");
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .filter_expression("#h = :h")
+                .expression_attribute_names("#h", keys::LEDGER_SK)
+                .expression_attribute_values(":h", s(source_hash))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| store_error("Scan(ledger, by hash)", e))?;
+            if let Some(found) = out.items.and_then(|items| items.into_iter().next()) {
+                return Ok(Some(found));
+            }
+            match out.last_evaluated_key {
+                Some(next) if !next.is_empty() => start = Some(next),
+                _ => return Ok(None),
+            }
+        }
     }
 
     /// Every posting in the table (a scan: for `dlqctl stats`, tests and reconciliation).
@@ -83,14 +146,14 @@ impl DynamoLedger {
     /// A conditional put on the transaction's key: `Committed` when written, else what holds it —
     /// returned by the failed condition (`ALL_OLD`), or read after it when the caller's role may
     /// not receive attributes beyond the ones it writes (the replay's hand-off).
-    async fn put_new(&self, item: Item, source_hash: &str, old_from_condition: bool) -> StoreResult<CommitOutcome> {
+    async fn put_new(&self, item: Item, key: &TxKey, old_from_condition: bool) -> StoreResult<CommitOutcome> {
         let result = self
             .client
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression("attribute_not_exists(#pk)")
-            .expression_attribute_names("#pk", keys::LEDGER_PK)
+            .condition_expression("attribute_not_exists(#sk)")
+            .expression_attribute_names("#sk", keys::LEDGER_SK)
             .return_values_on_condition_check_failure(if old_from_condition {
                 ReturnValuesOnConditionCheckFailure::AllOld
             } else {
@@ -113,7 +176,7 @@ impl DynamoLedger {
                     _ => None,
                 };
                 let existing = match existing {
-                    None if !old_from_condition => self.lookup(source_hash).await?,
+                    None if !old_from_condition => self.lookup(key).await?,
                     found => found,
                 };
                 match existing {
@@ -122,7 +185,7 @@ impl DynamoLedger {
                     // still exists: report a duplicate of an unknown delivery rather than read it
                     // (the consumer's IAM policy has no GetItem).
                     None => Ok(CommitOutcome::AlreadyCommitted(CommittedRef {
-                        source_hash: source_hash.to_owned(),
+                        source_hash: key.source_hash.clone(),
                         sqs_message_id: String::new(),
                         message_id: String::new(),
                         committed_at: None,
@@ -135,36 +198,49 @@ impl DynamoLedger {
     }
 }
 
-/// The item of a posting: its fields, and its shard of the period index.
+/// The item of a posting: its fields, under its key.
 pub fn posting_item(posting: &Posting) -> StoreResult<Item> {
     let mut item = to_item(posting).map_err(|e| item_error("ledger item", e))?;
-    if let Some(shard) = ledger_period_shard(&posting.period, &posting.source_hash) {
-        item.insert(keys::LEDGER_PERIOD_SHARD.to_owned(), s(shard));
-    }
+    item.extend(key_of(&posting.period, &posting.source_hash)?);
     Ok(item)
 }
 
 /// The attributes of a hand-off item: the only ones the replay role may write to the ledger
 /// table (its IAM grant is conditioned on `dynamodb:Attributes`), so it can never write a posting.
-pub const HAND_OFF_ATTRIBUTES: [&str; 4] = [keys::LEDGER_PK, HAND_OFF_BY, "replay_id", "committed_at"];
+pub const HAND_OFF_ATTRIBUTES: [&str; 5] = [
+    keys::LEDGER_PK,
+    keys::LEDGER_SK,
+    HAND_OFF_BY,
+    "replay_id",
+    "committed_at",
+];
 
-fn hand_off_item(h: &HandOff) -> Item {
-    let [pk, by, replay, at] = HAND_OFF_ATTRIBUTES;
-    Item::from([
-        (pk.to_owned(), s(&h.source_hash)),
+/// A hand-off sits under the key the transaction's posting would have (so the two exclude each
+/// other): one without its period cannot be placed.
+fn hand_off_item(h: &HandOff) -> StoreResult<Item> {
+    let period = h.period.as_deref().ok_or_else(|| {
+        item_error(
+            "ledger hand-off",
+            format!("the hand-off of {} names no period", h.source_hash),
+        )
+    })?;
+    let [_, _, by, replay, at] = HAND_OFF_ATTRIBUTES;
+    let mut item = key_of(period, &h.source_hash)?;
+    item.extend([
         (by.to_owned(), s(&h.envelope_id)),
         (replay.to_owned(), s(&h.replay_id)),
         (at.to_owned(), s(h.handed_off_at.to_rfc3339())),
-    ])
+    ]);
+    Ok(item)
 }
 
-/// Reads of one period query the period index, shard by shard (a segment takes the shards
-/// `n % of == index`); reads of the whole history scan the table (a segment is one of the scan's
-/// own parallel segments). Neither holds more than a page in memory. The index is eventually
-/// consistent: a posting committed a moment ago may show in a period read a moment later.
+/// Reads of one period query that period's partitions of the table, shard by shard (a segment
+/// takes the shards `n % of == index`), strongly consistent; reads of the whole history scan the
+/// table (a segment is one of the scan's own parallel segments). Neither holds more than a page
+/// in memory.
 impl LedgerReader for DynamoLedger {
-    async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
-        self.get(source_hash).await
+    async fn posting(&self, key: &TxKey) -> StoreResult<Option<Posting>> {
+        self.get(key).await
     }
 
     async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
@@ -188,6 +264,25 @@ fn period_cursor(cursor: Option<&str>, first: u32) -> StoreResult<(u32, Option<S
     let (shard, key) = c.split_once(':').ok_or_else(bad)?;
     let shard = shard.parse().map_err(|_| bad())?;
     Ok((shard, (!key.is_empty()).then(|| key.to_owned())))
+}
+
+/// A scan's cursor: the last key read, `<period shard>/<source_hash>`.
+fn scan_cursor(key: &Item) -> Option<String> {
+    Some(format!(
+        "{}/{}",
+        get_s(key, keys::LEDGER_PK)?,
+        get_s(key, keys::LEDGER_SK)?
+    ))
+}
+
+fn scan_start(cursor: &str) -> StoreResult<Item> {
+    let (shard, hash) = cursor
+        .split_once('/')
+        .ok_or_else(|| item_error("ledger scan cursor", format!("{cursor:?} is not SHARD/HASH")))?;
+    Ok(Item::from([
+        (keys::LEDGER_PK.to_owned(), s(shard)),
+        (keys::LEDGER_SK.to_owned(), s(hash)),
+    ]))
 }
 
 impl DynamoLedger {
@@ -219,61 +314,41 @@ impl DynamoLedger {
                 format!("shard {shard} is not in {scope:?}"),
             ));
         };
-        let index = &indexes::LEDGER_BY_PERIOD;
         let key = shards[pos].1.clone();
+        let mut filter = vec!["attribute_not_exists(#handoff)"];
         let mut req = self
             .client
             .query()
             .table_name(&self.table)
-            .index_name(index.name)
+            .consistent_read(true)
             .key_condition_expression("#shard = :shard")
-            .expression_attribute_names("#shard", index.partition_key)
+            .expression_attribute_names("#shard", keys::LEDGER_PK)
+            .expression_attribute_names("#handoff", HAND_OFF_BY)
             .expression_attribute_values(":shard", s(&key))
             .limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX))
             .set_exclusive_start_key(after.map(|a| {
                 Item::from([
-                    (index.partition_key.to_owned(), s(&key)),
-                    (keys::LEDGER_PK.to_owned(), s(a)),
+                    (keys::LEDGER_PK.to_owned(), s(&key)),
+                    (keys::LEDGER_SK.to_owned(), s(a)),
                 ])
             }));
         if let Some(entity) = &scope.entity {
+            filter.push("#entity = :entity");
             req = req
-                .filter_expression("#entity = :entity")
                 .expression_attribute_names("#entity", "ledger_entity")
                 .expression_attribute_values(":entity", s(entity));
         }
         let out = req
+            .filter_expression(filter.join(" AND "))
             .send()
             .await
-            .map_err(|e| store_error("Query(ledger by_period)", e))?;
+            .map_err(|e| store_error("Query(ledger period)", e))?;
         let postings = Self::page(out.items)?;
-        let next = match out
-            .last_evaluated_key
-            .as_ref()
-            .and_then(|k| crate::item::get_s(k, keys::LEDGER_PK))
-        {
+        let next = match out.last_evaluated_key.as_ref().and_then(|k| get_s(k, keys::LEDGER_SK)) {
             Some(last) => Some(format!("{shard}:{last}")),
             None => shards.get(pos + 1).map(|(n, _)| format!("{n}:")),
         };
         Ok(PostingPage { postings, next })
-    }
-
-    /// Give each posting written before the period index existed its entry in it: a scan of the
-    /// postings without a `period_shard`, each given one by an update conditional on the posting
-    /// being there still without one. Returns how many it indexed (a second run: none);
-    /// `progress` hears the count after each page.
-    pub async fn index_periods(&self, progress: impl FnMut(u64)) -> StoreResult<u64> {
-        let unindexed = Unindexed {
-            table: &self.table,
-            pk: keys::LEDGER_PK,
-            shard: keys::LEDGER_PERIOD_SHARD,
-            filter: "attribute_not_exists(#f0)",
-            names: &[HAND_OFF_BY],
-            values: Vec::new(),
-            read: &["period"],
-        };
-        let shard_of = |item: &Item| ledger_period_shard(get_s(item, "period")?, get_s(item, keys::LEDGER_PK)?);
-        index_unindexed(&self.client, unindexed, shard_of, progress).await
     }
 
     async fn scan_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
@@ -285,7 +360,7 @@ impl DynamoLedger {
             .consistent_read(true)
             .limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX))
             .expression_attribute_names("#handoff", HAND_OFF_BY)
-            .set_exclusive_start_key(cursor.map(|c| Item::from([(keys::LEDGER_PK.to_owned(), s(c))])));
+            .set_exclusive_start_key(cursor.map(scan_start).transpose()?);
         if let Some(segment) = scope.segment.filter(|s| s.of > 1) {
             req = req
                 .segment(i32::try_from(segment.index).unwrap_or(i32::MAX))
@@ -303,11 +378,7 @@ impl DynamoLedger {
             .await
             .map_err(|e| store_error("Scan(ledger)", e))?;
         let postings = Self::page(out.items)?;
-        let next = out
-            .last_evaluated_key
-            .as_ref()
-            .and_then(|k| crate::item::get_s(k, keys::LEDGER_PK))
-            .map(str::to_owned);
+        let next = out.last_evaluated_key.as_ref().and_then(scan_cursor);
         Ok(PostingPage { postings, next })
     }
 }
@@ -315,30 +386,99 @@ impl DynamoLedger {
 impl Ledger for DynamoLedger {
     async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
         let item = posting_item(posting)?;
-        self.put_new(item, &posting.source_hash, true).await
+        self.put_new(item, &posting.key(), true).await
     }
 
-    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        Ok(self.item(source_hash).await?.as_ref().map(committed_ref))
+    async fn lookup(&self, key: &TxKey) -> StoreResult<Option<CommittedRef>> {
+        Ok(self.item(key).await?.as_ref().map(committed_ref))
     }
 
-    /// One strongly consistent `BatchGetItem` per hundred hashes.
-    async fn lookup_many(
-        &self,
-        source_hashes: &[String],
-    ) -> StoreResult<std::collections::HashMap<String, CommittedRef>> {
-        Ok(
-            super::batch::get_many(&self.client, &self.table, keys::LEDGER_PK, source_hashes)
-                .await?
-                .iter()
-                .map(committed_ref)
-                .map(|c| (c.source_hash.clone(), c))
-                .collect(),
-        )
+    /// One strongly consistent `BatchGetItem` per hundred keys of a known period; a key without
+    /// one is searched for on its own.
+    async fn lookup_many(&self, keys: &[TxKey]) -> StoreResult<HashMap<String, CommittedRef>> {
+        let unique: BTreeSet<&TxKey> = keys.iter().collect();
+        let mut found: HashMap<String, CommittedRef> = HashMap::new();
+        let mut placed = Vec::new();
+        for key in unique {
+            match &key.period {
+                Some(period) => placed.push(key_of(period, &key.source_hash)?),
+                None => {
+                    if let Some(c) = self.lookup(key).await? {
+                        found.insert(c.source_hash.clone(), c);
+                    }
+                }
+            }
+        }
+        for item in super::batch::get_keys(&self.client, &self.table, placed).await? {
+            let c = committed_ref(&item);
+            found.insert(c.source_hash.clone(), c);
+        }
+        Ok(found)
     }
 
     async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
-        self.put_new(hand_off_item(hand_off), &hand_off.source_hash, false)
-            .await
+        self.put_new(hand_off_item(hand_off)?, &hand_off.key(), false).await
+    }
+}
+
+/// What [`DynamoLedger::rekey_from`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Rekeyed {
+    /// Items written under their new key.
+    pub copied: u64,
+    /// Items whose key held them already (a run before, or a commit since): left as they are.
+    pub present: u64,
+    /// Hand-offs whose envelope names no period (or is gone): not copied, by their hash.
+    pub unplaced: Vec<String>,
+}
+
+impl DynamoLedger {
+    /// Copy a ledger table from before the ledger was keyed by period (one item per
+    /// `source_hash`, `old_table`) into this one: a posting under its period's key, a hand-off
+    /// under the period of the envelope that made it, each with the ledger's own condition, so a
+    /// key already held is left as it is and a second run copies nothing. `progress` hears the
+    /// counts after each page. Run it before the consumer and the replay use the new table: a
+    /// transaction committed in the old one only is not yet a duplicate in the new one.
+    pub async fn rekey_from<E: EnvelopeStore>(
+        &self,
+        old_table: &str,
+        envelopes: &E,
+        mut progress: impl FnMut(&Rekeyed),
+    ) -> StoreResult<Rekeyed> {
+        let mut done = Rekeyed::default();
+        let mut start: Option<Item> = None;
+        loop {
+            let out = self
+                .client
+                .scan()
+                .table_name(old_table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| store_error("Scan(old ledger)", e))?;
+            for mut item in out.items.unwrap_or_default() {
+                let hash = get_s(&item, keys::LEDGER_SK).unwrap_or_default().to_owned();
+                let period = match get_s(&item, HAND_OFF_BY) {
+                    Some(envelope) => envelopes.get(envelope).await?.and_then(|e| e.accounting_period),
+                    None => get_s(&item, "period").map(str::to_owned),
+                };
+                let Some(period) = period else {
+                    done.unplaced.push(hash);
+                    continue;
+                };
+                item.extend(key_of(&period, &hash)?);
+                let key = TxKey::new(hash, Some(period));
+                match self.put_new(item, &key, true).await? {
+                    CommitOutcome::Committed => done.copied += 1,
+                    _ => done.present += 1,
+                }
+            }
+            progress(&done);
+            match out.last_evaluated_key {
+                Some(next) if !next.is_empty() => start = Some(next),
+                _ => return Ok(done),
+            }
+        }
     }
 }

@@ -16,7 +16,7 @@ mod transact;
 pub use audit::DynamoAuditLog;
 pub use dedup::DynamoDedupTable;
 pub use envelopes::DynamoEnvelopeStore;
-pub use ledger::{DynamoLedger, HAND_OFF_ATTRIBUTES, posting_item};
+pub use ledger::{DynamoLedger, HAND_OFF_ATTRIBUTES, Rekeyed, posting_item};
 pub use reference::DynamoReferenceData;
 
 use aws_sdk_dynamodb::Client;
@@ -54,7 +54,7 @@ pub(crate) fn n(v: i64) -> AttributeValue {
 /// Which delivery holds a posting (ledger and dedup items carry the same fields).
 pub(crate) fn committed_ref(item: &Item) -> CommittedRef {
     CommittedRef {
-        source_hash: get_s(item, keys::LEDGER_PK).unwrap_or_default().to_owned(),
+        source_hash: get_s(item, keys::LEDGER_SK).unwrap_or_default().to_owned(),
         sqs_message_id: get_s(item, "sqs_message_id").unwrap_or_default().to_owned(),
         message_id: get_s(item, "message_id").unwrap_or_default().to_owned(),
         committed_at: get_s(item, "committed_at").and_then(|t| t.parse().ok()),

@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use super::hash::sha256_hex;
 use super::message::{content_hash, decode};
 use super::policy::Refused;
+use super::posting::TxKey;
 
 /// The fields an edit may change. Not `message_id` (the producer's identity of the message:
 /// reconciliation matches by it), `source_hash` (computed from the edited content) or
@@ -77,6 +78,12 @@ impl Edit {
     /// The diff, one line.
     pub fn diff_line(&self) -> String {
         self.diff.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    }
+
+    /// Where a ledger finds the edited transaction (the period of the edited body's value date;
+    /// `None` only for a stored edit whose body does not decode, which [`Self::check`] refuses).
+    pub fn key(&self) -> TxKey {
+        TxKey::new(&self.source_hash, decode(&self.body).ok().map(|m| m.period()))
     }
 
     /// The body decodes to the transaction the edit names, and its digest is the body's (a

@@ -19,6 +19,7 @@ use super::dead_letter::{DeadLetterContext, OriginalAttribute};
 use super::failure::{FailureCode, RootCause, bounded_detail};
 use super::hash::sha256_hex;
 use super::message::{decode, labels};
+use super::posting::TxKey;
 use super::sqs;
 use super::status::{EnvelopeStatus, StatusChange};
 
@@ -51,6 +52,10 @@ pub struct ReplayRecord {
     /// reconciliation looks the copy's posting up by, in whichever period the edit put it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy_source_hash: Option<String>,
+    /// The period of that transaction's value date (an edit may move it): where a ledger keyed
+    /// by period finds the copy's posting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_period: Option<String>,
     /// Released because its hand-off must wait: a request to a general ledger that cannot void
     /// keys may still be applied until then. No replay claims it before (and it is not a failed
     /// re-injection).
@@ -328,6 +333,14 @@ impl DlqEnvelope {
             .attributes
             .get(attrs::REPLAY_OF)
             .and_then(|a| a.string_value.as_deref())
+    }
+
+    /// Where a ledger finds the envelope's transaction when its body decodes: its hash, and the
+    /// period its labels read from the body's value date. (For a body that does not decode the
+    /// labels may name another period than the claimed hash's: ask [`Self::claimed_hash`] without
+    /// a period.)
+    pub fn decoded_key(&self) -> TxKey {
+        TxKey::new(&self.source_hash, self.accounting_period.clone())
     }
 
     /// The transaction hash the message claims, as the ledger would be keyed on it: none for a

@@ -77,7 +77,7 @@ pub use hash::{HashInput, source_hash};
 pub use message::{
     MatchDecision, MessageLabels, NewMessage, ReconMessage, decode, identified_by_content, labels, validate,
 };
-pub use posting::{CommitOutcome, CommittedRef, HandOff, Posting};
+pub use posting::{CommitOutcome, CommittedRef, HandOff, Posting, TxKey};
 pub use reference::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};
 pub use segment::Segment;
 pub use status::{EnvelopeStatus, IllegalTransition, StatusChange};

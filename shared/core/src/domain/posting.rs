@@ -34,6 +34,11 @@ pub struct Posting {
 }
 
 impl Posting {
+    /// Where a ledger finds this posting.
+    pub fn key(&self) -> TxKey {
+        TxKey::new(&self.source_hash, Some(self.period.clone()))
+    }
+
     pub fn from_message(
         msg: &ReconMessage<'_>,
         sqs_message_id: &str,
@@ -58,6 +63,31 @@ impl Posting {
             committed_at,
             replay_of,
         }
+    }
+}
+
+/// How a ledger finds a transaction: its `source_hash`, and the period of its value date when
+/// the caller knows it. The hash covers the value date, so a hash has one period: a ledger keyed
+/// by period (ours on DynamoDB, one write unit a commit) reads the one item there, and has to
+/// search for a key without one. Every caller that decoded the transaction passes its period.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TxKey {
+    pub source_hash: String,
+    /// `YYYY-MM` (`None`: not known, as for a hash a body claims without a readable value date).
+    pub period: Option<String>,
+}
+
+impl TxKey {
+    pub fn new(source_hash: impl Into<String>, period: Option<String>) -> Self {
+        TxKey {
+            source_hash: source_hash.into(),
+            period,
+        }
+    }
+
+    /// A bare hash, its period not known.
+    pub fn hash_only(source_hash: impl Into<String>) -> Self {
+        TxKey::new(source_hash, None)
     }
 }
 
@@ -101,12 +131,21 @@ impl CommittedRef {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HandOff {
     pub source_hash: String,
+    /// The period of the transaction's value date: a ledger keyed by period puts the hand-off
+    /// where the posting would be (a hand-off without one is refused there).
+    #[serde(default)]
+    pub period: Option<String>,
     pub envelope_id: String,
     pub replay_id: String,
     pub handed_off_at: DateTime<Utc>,
 }
 
 impl HandOff {
+    /// Where a ledger finds this hand-off.
+    pub fn key(&self) -> TxKey {
+        TxKey::new(&self.source_hash, self.period.clone())
+    }
+
     /// What the ledger answers for a handed-off transaction.
     pub fn committed_ref(&self) -> CommittedRef {
         CommittedRef {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use super::{StoreError, StoreResult};
-use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting, Segment, TransientKind};
+use crate::domain::{CommitOutcome, CommittedRef, HandOff, Posting, Segment, TransientKind, TxKey};
 
 /// Lookups the default [`Ledger::lookup_many`] has in flight at once.
 pub const LOOKUPS_AT_ONCE: usize = 8;
@@ -105,7 +105,7 @@ port! {
     pub trait Ledger {
         fn commit(&self, posting: &Posting) -> impl Future<Output = StoreResult<CommitOutcome>> + Send;
         /// Is this transaction committed? (The replay gate asks the same store the consumer writes.)
-        fn lookup(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
+        fn lookup(&self, key: &TxKey) -> impl Future<Output = StoreResult<Option<CommittedRef>>> + Send;
         /// Hand the transaction to a manual journal, under the same condition as `commit`:
         /// `Committed` when this call wrote the hand-off, `AlreadyCommitted` when a posting or a
         /// hand-off was there first (then `lookup` and every later `commit` answer it too).
@@ -115,17 +115,14 @@ port! {
         /// several keys in one request (DynamoDB's `BatchGetItem`) answers in one; the default asks
         /// each on its own, [`LOOKUPS_AT_ONCE`] at a time (a general ledger's answers take a round
         /// trip each).
-        fn lookup_many(
-            &self,
-            source_hashes: &[String],
-        ) -> impl Future<Output = StoreResult<HashMap<String, CommittedRef>>> + Send {
+        fn lookup_many(&self, keys: &[TxKey]) -> impl Future<Output = StoreResult<HashMap<String, CommittedRef>>> + Send {
             async move {
                 let mut found = HashMap::new();
-                for chunk in source_hashes.chunks(LOOKUPS_AT_ONCE) {
-                    let answers = futures::future::join_all(chunk.iter().map(|hash| self.lookup(hash))).await;
-                    for (hash, answer) in chunk.iter().zip(answers) {
+                for chunk in keys.chunks(LOOKUPS_AT_ONCE) {
+                    let answers = futures::future::join_all(chunk.iter().map(|key| self.lookup(key))).await;
+                    for (key, answer) in chunk.iter().zip(answers) {
                         if let Some(c) = answer? {
-                            found.insert(hash.clone(), c);
+                            found.insert(key.source_hash.clone(), c);
                         }
                     }
                 }
@@ -139,7 +136,7 @@ port! {
     pub trait LedgerReader {
         /// The posting of one transaction (`None` when nothing, or a hand-off, holds its key; a
         /// hand-off is answered by [`Ledger::lookup`]).
-        fn posting(&self, source_hash: &str) -> impl Future<Output = StoreResult<Option<Posting>>> + Send;
+        fn posting(&self, key: &TxKey) -> impl Future<Output = StoreResult<Option<Posting>>> + Send;
         /// One page of the postings in `scope` (at most `limit`, maybe fewer on a page that is not the
         /// last), from `cursor` (`None`: the first page). Every posting in scope is on exactly one
         /// page of a full read, whatever is committed meanwhile.

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use super::read::{LedgerRead, Links, fetch, read_ledger};
 use crate::domain::envelope::envelope_id;
-use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, Posting, Segment, message::parse_date};
+use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, Posting, Segment, TxKey, message::parse_date};
 use crate::ports::{EnvelopeStore, EnvelopesOfPeriod, Ledger, LedgerReader, LedgerScope, RecordsOfPeriod, StoreResult};
 
 /// The envelopes and audit records a reconciliation reads.
@@ -69,8 +69,8 @@ where
         if wanted.is_empty() {
             return Ok(());
         }
-        let handed: Vec<String> = fetch(&wanted.hand_offs, |h| async move {
-            Ok(ledger.lookup(h).await?.and_then(|c| c.manual_journal))
+        let handed: Vec<String> = fetch(&wanted.hand_offs, |k| async move {
+            Ok(ledger.lookup(k).await?.and_then(|c| c.manual_journal))
         })
         .await?;
         let held: BTreeSet<&str> = exceptions.envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
@@ -85,7 +85,7 @@ where
         exceptions
             .audit
             .extend(fetch(&wanted.records, |id| audit.record(id)).await?);
-        let postings = fetch(&wanted.postings, |h| ledger.posting(h)).await?;
+        let postings = fetch(&wanted.postings, |k| ledger.posting(k)).await?;
         read.linked.extend(postings.into_iter().filter(|p| p.period != period));
         asked.envelopes.extend(wanted.envelopes);
         asked.records.extend(wanted.records);
@@ -102,9 +102,9 @@ struct Keys {
     envelopes: BTreeSet<String>,
     records: BTreeSet<String>,
     /// Transactions of duplicates the read holds no posting or hand-off of.
-    hand_offs: BTreeSet<String>,
+    hand_offs: BTreeSet<TxKey>,
     /// Transactions of edited copies without a fate in the read.
-    postings: BTreeSet<String>,
+    postings: BTreeSet<TxKey>,
 }
 
 impl Keys {
@@ -147,13 +147,13 @@ impl Keys {
                 .audit
                 .iter()
                 .filter(|r| r.kind == AuditKind::DuplicateSuppressed)
-                .filter_map(|r| r.source_hash.clone())
-                .filter(|h| !committed.contains(h.as_str()) && !asked.hand_offs.contains(h))
+                .filter_map(|r| Some(TxKey::new(r.source_hash.clone()?, r.period.clone())))
+                .filter(|k| !committed.contains(k.source_hash.as_str()) && !asked.hand_offs.contains(k))
                 .collect(),
             postings: unfated
                 .iter()
-                .filter_map(|r| r.copy_source_hash.clone())
-                .filter(|h| !committed.contains(h.as_str()) && !asked.postings.contains(h))
+                .filter_map(|r| Some(TxKey::new(r.copy_source_hash.clone()?, r.copy_period.clone())))
+                .filter(|k| !committed.contains(k.source_hash.as_str()) && !asked.postings.contains(k))
                 .collect(),
         }
     }

@@ -9,7 +9,7 @@ use futures::{StreamExt, TryStreamExt};
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Counts, State};
-use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, Posting, Segment};
+use crate::domain::{AuditKind, AuditRecord, DlqEnvelope, Posting, Segment, TxKey};
 use crate::ports::{LedgerReader, LedgerScope, StoreResult, each_page};
 
 /// What makes a posting part of a lineage: the SQS message ids and transactions the envelopes
@@ -24,6 +24,10 @@ pub struct Links {
     /// record from before records carried their period does not): a read of one period that
     /// does not meet one of that period, or of an unknown one, looks it up by key.
     named: BTreeMap<String, Option<String>>,
+    /// The period of an edited copy's transaction, named above without one (a read of any
+    /// period looks it up): where a ledger keyed by period finds it.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    copy_periods: BTreeMap<String, String>,
     /// Keep every posting (a manifest is matched by each message's key).
     everything: bool,
 }
@@ -41,9 +45,15 @@ impl Links {
                 .named
                 .entry(e.source_hash.clone())
                 .or_insert_with(|| e.accounting_period.clone());
-            // An edited copy's transaction, in whichever period the edit put it.
-            for h in e.replays.iter().filter_map(|r| r.copy_source_hash.clone()) {
-                links.named.insert(h, None);
+            // An edited copy's transaction, in whichever period the edit put it (recorded since
+            // replays record the copy's period).
+            for r in &e.replays {
+                if let Some(h) = &r.copy_source_hash {
+                    links.named.insert(h.clone(), None);
+                    if let Some(period) = &r.copy_period {
+                        links.copy_periods.insert(h.clone(), period.clone());
+                    }
+                }
             }
         }
         for r in audit.iter().filter(|r| r.kind == AuditKind::DuplicateSuppressed) {
@@ -177,8 +187,9 @@ pub async fn look_up_unmet<R: LedgerReader + ?Sized>(
         .filter(|(h, period)| {
             !met.contains(h.as_str()) && (period.is_none() || scope.period.is_none() || *period == &scope.period)
         })
-        .map(|(h, _)| h);
-    let found = fetch(unmet, |h| reader.posting(h)).await?;
+        .map(|(h, period)| TxKey::new(h, period.clone().or_else(|| links.copy_periods.get(h).cloned())))
+        .collect::<Vec<_>>();
+    let found = fetch(&unmet, |k| reader.posting(k)).await?;
     read.linked.extend(found);
     Ok(())
 }
@@ -187,9 +198,9 @@ pub async fn look_up_unmet<R: LedgerReader + ?Sized>(
 const LOOKUPS_AT_ONCE: usize = 16;
 
 /// Each key's answer, [`LOOKUPS_AT_ONCE`] at a time; those found.
-pub(super) async fn fetch<'k, T, F, Fut>(keys: impl IntoIterator<Item = &'k String>, get: F) -> StoreResult<Vec<T>>
+pub(super) async fn fetch<'k, K: 'k, T, F, Fut>(keys: impl IntoIterator<Item = &'k K>, get: F) -> StoreResult<Vec<T>>
 where
-    F: Fn(&'k str) -> Fut,
+    F: Fn(&'k K) -> Fut,
     Fut: std::future::Future<Output = StoreResult<Option<T>>>,
 {
     futures::stream::iter(keys)

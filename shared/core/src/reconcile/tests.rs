@@ -154,6 +154,7 @@ mod lineage {
             outcome: EnvelopeStatus::Replayed,
             sqs_message_id: Some(copy.into()),
             copy_source_hash: None,
+            copy_period: None,
             in_doubt_until: None,
         });
         e

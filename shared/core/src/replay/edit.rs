@@ -67,7 +67,7 @@ impl<P: ReplayPorts> Replayer<P> {
         if let Err(why) = self.reinjection(&preview, &e, edit.body.clone()) {
             return Err(Refused(format!("the edited message could never be sent: {why}")).into());
         }
-        if let Some(c) = self.ledger.lookup(&edit.source_hash).await? {
+        if let Some(c) = self.ledger.lookup(&edit.key()).await? {
             return Err(Refused(format!(
                 "the edited transaction is in the ledger already ({}): nothing to post",
                 c.holder()
@@ -170,7 +170,10 @@ impl<P: ReplayPorts> Replayer<P> {
     ) -> FlowResult<ReplayItem> {
         // Only a body that decodes identifies its transaction: one that does not posts nothing
         // and is never handed off under the hash it claims (it may be another transaction's).
-        let original = self.identified_transaction(e).await?.filter(|h| *h != edit.source_hash);
+        let original = self
+            .identified_transaction(e)
+            .await?
+            .filter(|h| h.source_hash != edit.source_hash);
         let held = match &original {
             Some(h) => self.ledger.lookup(h).await?,
             None => None,
@@ -207,10 +210,10 @@ impl<P: ReplayPorts> Replayer<P> {
         };
         // Nothing sent yet: a request in doubt takes it back to PENDING until it is settled; the
         // original committed meanwhile suppresses the edit.
-        if let Some(hash) = original
+        if let Some(key) = original
             && !handed_off
             && let Some(instead) = self
-                .hand_off(run, e, hash, Gate::Idempotency, " of the original")
+                .hand_off(run, e, key, Gate::Idempotency, " of the original")
                 .await?
         {
             return Ok(instead);
@@ -219,7 +222,7 @@ impl<P: ReplayPorts> Replayer<P> {
         // execution resumed; the copy's posting names the envelope) or by a message of the
         // producer's own. Either way it is there once (and the original handed off): nothing
         // is sent.
-        if let Some(c) = self.ledger.lookup(&edit.source_hash).await?
+        if let Some(c) = self.ledger.lookup(&edit.key()).await?
             && !c.handed_off_by(&e.envelope_id)
         {
             return self
@@ -286,7 +289,7 @@ impl<P: ReplayPorts> Replayer<P> {
         // period looks it up by this key, in whichever period the edit put it.
         let economic = edit.source_hash != edit.source_hash_before;
         let settled = Settlement {
-            copy_source_hash: (copy.is_some() || economic).then(|| edit.source_hash.clone()),
+            copy_tx: (copy.is_some() || economic).then(|| edit.key()),
             copy,
             ..Settlement::decided(EnvelopeStatus::Superseded, detail.clone(), &record)
         };

@@ -29,7 +29,7 @@ use std::collections::{HashMap, HashSet};
 use super::ReplayPorts;
 use super::{ReplayRequest, Replayer};
 use crate::domain::message::{check_currency, check_period, decode, identified_by_content, identifies};
-use crate::domain::{CommittedRef, DlqEnvelope, EnvelopeStatus, ProcessError, ReferenceSnapshot};
+use crate::domain::{CommittedRef, DlqEnvelope, EnvelopeStatus, ProcessError, ReferenceSnapshot, TxKey};
 use crate::envelopes::original_body;
 use crate::ports::{Ledger, StoreResult};
 
@@ -39,42 +39,42 @@ use crate::ports::{Ledger, StoreResult};
 /// fails leaves every one to be asked on its own.
 #[derive(Debug, Default)]
 pub(super) struct ReadAhead {
-    asked: HashSet<String>,
+    asked: HashSet<TxKey>,
     found: HashMap<String, CommittedRef>,
 }
 
 impl ReadAhead {
     pub(super) async fn of<'e, L: Ledger>(ledger: &L, envelopes: impl IntoIterator<Item = &'e DlqEnvelope>) -> Self {
-        let hashes: Vec<String> = envelopes.into_iter().filter_map(inline_transaction).collect();
-        if hashes.is_empty() {
+        let keys: Vec<TxKey> = envelopes.into_iter().filter_map(inline_transaction).collect();
+        if keys.is_empty() {
             return ReadAhead::default();
         }
-        match ledger.lookup_many(&hashes).await {
+        match ledger.lookup_many(&keys).await {
             Ok(found) => ReadAhead {
-                asked: hashes.into_iter().collect(),
+                asked: keys.into_iter().collect(),
                 found,
             },
             Err(e) => {
-                tracing::warn!(error = %e, envelopes = hashes.len(), "gate 2 not read ahead; asked one by one");
+                tracing::warn!(error = %e, envelopes = keys.len(), "gate 2 not read ahead; asked one by one");
                 ReadAhead::default()
             }
         }
     }
 
-    /// [`Ledger::lookup`], answered from the read ahead when it asked this hash.
-    pub(super) async fn lookup<L: Ledger>(&self, ledger: &L, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        if self.asked.contains(source_hash) {
-            return Ok(self.found.get(source_hash).cloned());
+    /// [`Ledger::lookup`], answered from the read ahead when it asked this key.
+    pub(super) async fn lookup<L: Ledger>(&self, ledger: &L, key: &TxKey) -> StoreResult<Option<CommittedRef>> {
+        if self.asked.contains(key) {
+            return Ok(self.found.get(&key.source_hash).cloned());
         }
-        ledger.lookup(source_hash).await
+        ledger.lookup(key).await
     }
 }
 
-/// The ledger key gate 2 asks for an envelope whose body is inline: the hash the body decodes
-/// to, else the hash it claims (asking one more key than needed costs nothing).
-fn inline_transaction(e: &DlqEnvelope) -> Option<String> {
-    let body = e.original.body.as_deref()?;
-    Some(decode(body).map_or_else(|_| e.source_hash.clone(), |m| m.source_hash))
+/// The ledger key gate 2 asks for an envelope whose body is inline: the transaction the body
+/// identifies (a hash it merely claims is asked only when needed: its period is not known, and a
+/// ledger keyed by period has to search for it).
+fn inline_transaction(e: &DlqEnvelope) -> Option<TxKey> {
+    identifies(e.original.body.as_deref()?)
 }
 
 /// Re-injections of one envelope that may fail (a refused send, released back to PENDING) before
@@ -144,7 +144,7 @@ impl<P: ReplayPorts> Replayer<P> {
                 // handed off or posted later: booked twice. It is quarantined for review instead,
                 // unless the transaction it claims is committed already.
                 if let Some(claimed) = e.claimed_hash()
-                    && let Some(committed) = ahead.lookup(&self.ledger, claimed).await?
+                    && let Some(committed) = ahead.lookup(&self.ledger, &TxKey::hash_only(claimed)).await?
                 {
                     return Ok(Verdict::Duplicate {
                         committed_by: committed.holder(),
@@ -179,8 +179,8 @@ impl<P: ReplayPorts> Replayer<P> {
             Err(err) => {
                 // Still failing, unless the transaction its hashed fields name is committed (or
                 // handed off) already: settled whatever the rest of the body says.
-                if let Some(hash) = identified_by_content(&body)
-                    && let Some(committed) = ahead.lookup(&self.ledger, &hash).await?
+                if let Some(key) = identified_by_content(&body)
+                    && let Some(committed) = ahead.lookup(&self.ledger, &key).await?
                 {
                     return Ok(Verdict::held(&committed, e));
                 }
@@ -189,7 +189,7 @@ impl<P: ReplayPorts> Replayer<P> {
         };
         // Gate 2 before the others: a transaction committed (or handed off — by this envelope
         // itself, an earlier replay's hand-off it must finish) is settled whatever the rest say.
-        if let Some(committed) = ahead.lookup(&self.ledger, &msg.source_hash).await? {
+        if let Some(committed) = ahead.lookup(&self.ledger, &msg.key()).await? {
             return Ok(Verdict::held(&committed, e));
         }
         if e.replay_generation >= self.config.max_replays {
@@ -227,7 +227,7 @@ impl<P: ReplayPorts> Replayer<P> {
     }
 
     /// The transaction the envelope's original identifies ([`identifies`]).
-    pub(super) async fn identified_transaction(&self, e: &DlqEnvelope) -> StoreResult<Option<String>> {
+    pub(super) async fn identified_transaction(&self, e: &DlqEnvelope) -> StoreResult<Option<TxKey>> {
         Ok(original_body(e, &self.worm).await?.as_deref().and_then(identifies))
     }
 }

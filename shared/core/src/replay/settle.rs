@@ -14,7 +14,7 @@ use crate::domain::edit::EDIT_CLAIM_PREFIX;
 use crate::domain::hash::sha256_hex;
 use crate::domain::{
     AuditKind, AuditRecord, CommitOutcome, CommittedRef, DlqEnvelope, EnvelopeStatus, FailureCode, HandOff,
-    ReplayClaim, ReplayRecord, StatusChange,
+    ReplayClaim, ReplayRecord, StatusChange, TxKey,
 };
 use crate::envelopes::{envelope_audit, publish, publish_many};
 use crate::ports::{AuditLog, EnvelopeStore, Finish, FlowResult, Ledger, Settled, StoreError, Worm};
@@ -30,7 +30,7 @@ pub(super) struct Settlement<'a> {
     /// The SQS message id of the re-injected copy.
     pub copy: Option<String>,
     /// The copy's transaction, when an edit made it another than the envelope's.
-    pub copy_source_hash: Option<String>,
+    pub copy_tx: Option<TxKey>,
     /// The decision's audit record (none for a release back to PENDING).
     pub audit: Option<&'a AuditRecord>,
     /// A release whose hand-off waits for a request in doubt ([`CommitOutcome::InDoubt`]).
@@ -45,7 +45,7 @@ impl<'a> Settlement<'a> {
             reason,
             manual_journal: false,
             copy: None,
-            copy_source_hash: None,
+            copy_tx: None,
             audit: None,
             in_doubt_until: None,
         }
@@ -153,7 +153,7 @@ impl<P: ReplayPorts> Replayer<P> {
                 return Ok(item(e, ReplayOutcome::Skipped, None, CLAIM_LOST));
             }
             let instead = match self.identified_transaction(e).await? {
-                Some(source_hash) => self.hand_off(run, e, source_hash, gate, "").await?,
+                Some(key) => self.hand_off(run, e, key, gate, "").await?,
                 // Not identified by its body: no hand-off, but a transaction committed under
                 // the hash it claims is not booked again by hand.
                 None => match self.committed(e, &ReadAhead::default()).await? {
@@ -202,12 +202,13 @@ impl<P: ReplayPorts> Replayer<P> {
         &self,
         run: &Run<'_>,
         e: &DlqEnvelope,
-        source_hash: String,
+        key: TxKey,
         gate: Gate,
         what: &str,
     ) -> FlowResult<Option<ReplayItem>> {
         let hand_off = HandOff {
-            source_hash,
+            source_hash: key.source_hash,
+            period: key.period,
             envelope_id: e.envelope_id.clone(),
             replay_id: run.replay_id.clone(),
             handed_off_at: self.clock.now(),
@@ -252,9 +253,9 @@ impl<P: ReplayPorts> Replayer<P> {
     /// `ahead` when it read this transaction. Its ledger key: the hash its body decodes to, else
     /// the hash it claims; none for a raw digest (an unidentified message is never in the ledger).
     pub(super) async fn committed(&self, e: &DlqEnvelope, ahead: &ReadAhead) -> FlowResult<Option<CommittedRef>> {
-        let hash = self.identified_transaction(e).await?;
-        match hash.or_else(|| e.claimed_hash().map(str::to_owned)) {
-            Some(hash) => Ok(ahead.lookup(&self.ledger, &hash).await?),
+        let key = self.identified_transaction(e).await?;
+        match key.or_else(|| e.claimed_hash().map(TxKey::hash_only)) {
+            Some(key) => Ok(ahead.lookup(&self.ledger, &key).await?),
             None => Ok(None),
         }
     }
@@ -395,7 +396,8 @@ impl<P: ReplayPorts> Replayer<P> {
             at: now,
             outcome: s.status,
             sqs_message_id: s.copy,
-            copy_source_hash: s.copy_source_hash,
+            copy_source_hash: s.copy_tx.as_ref().map(|k| k.source_hash.clone()),
+            copy_period: s.copy_tx.and_then(|k| k.period),
             in_doubt_until: s.in_doubt_until,
         };
         (change, record)

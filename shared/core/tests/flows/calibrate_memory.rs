@@ -58,6 +58,7 @@ async fn the_curve_the_knee_and_each_kinds_fate_come_from_history() {
                 outcome: EnvelopeStatus::Replayed,
                 sqs_message_id: Some("copy-thr".into()),
                 copy_source_hash: None,
+                copy_period: None,
                 in_doubt_until: None,
             });
             envelopes.push(dead_letter("copy-thr", &m, "TRANSIENT_EXHAUSTED:THROTTLED", "5"));
@@ -77,6 +78,7 @@ async fn the_curve_the_knee_and_each_kinds_fate_come_from_history() {
                 outcome: EnvelopeStatus::Replayed,
                 sqs_message_id: Some("copy-tmo".into()),
                 copy_source_hash: None,
+                copy_period: None,
                 in_doubt_until: None,
             });
             envelopes.push(dead_letter("copy-tmo", &m, "TRANSIENT_EXHAUSTED:TIMEOUT", "1"));

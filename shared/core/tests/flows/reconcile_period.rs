@@ -21,6 +21,7 @@ fn edited_as(e: &mut DlqEnvelope, copy: &str, hash: &str) {
         outcome: EnvelopeStatus::Superseded,
         sqs_message_id: Some(copy.into()),
         copy_source_hash: Some(hash.into()),
+        copy_period: None,
         in_doubt_until: None,
     });
 }
@@ -83,6 +84,7 @@ async fn what_the_read_names_but_does_not_hold_is_fetched_by_key() {
     ledger
         .hand_off(&HandOff {
             source_hash: handed.source_hash.clone(),
+            period: Some("2026-10".into()),
             envelope_id: handed.envelope_id.clone(),
             replay_id: "rp".into(),
             handed_off_at: now(),

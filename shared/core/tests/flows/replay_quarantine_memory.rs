@@ -141,6 +141,7 @@ async fn a_hand_off_left_by_a_replay_that_stopped_is_finished_not_suppressed() {
         w.ledger
             .hand_off(&recon_core::domain::HandOff {
                 source_hash: e.source_hash.clone(),
+                period: e.accounting_period.clone(),
                 envelope_id: e.envelope_id.clone(),
                 replay_id: "rpl_died".into(),
                 handed_off_at: t0,
@@ -209,8 +210,11 @@ impl Ledger for StallingLedger {
     ) -> recon_core::ports::StoreResult<recon_core::domain::CommitOutcome> {
         self.inner.commit(p).await
     }
-    async fn lookup(&self, h: &str) -> recon_core::ports::StoreResult<Option<recon_core::domain::CommittedRef>> {
-        self.inner.lookup(h).await
+    async fn lookup(
+        &self,
+        k: &recon_core::domain::TxKey,
+    ) -> recon_core::ports::StoreResult<Option<recon_core::domain::CommittedRef>> {
+        self.inner.lookup(k).await
     }
     async fn hand_off(
         &self,
@@ -284,7 +288,7 @@ async fn a_hand_off_that_lands_after_its_claim_was_taken_over_loses_nothing() {
     let stored = w.store.get(&e.envelope_id).await.unwrap().unwrap();
     assert!(stored.left_for_manual_journal(), "{:?}", stored.status_history);
     let msg = recon_core::domain::decode(e.original.body.as_deref().unwrap()).unwrap();
-    let held = w.ledger.lookup(&msg.source_hash).await.unwrap().unwrap();
+    let held = w.ledger.lookup(&msg.key()).await.unwrap().unwrap();
     assert!(held.handed_off_by(&e.envelope_id), "{held:?}");
     assert!(w.ledger.postings().is_empty());
 }
@@ -317,7 +321,7 @@ async fn a_malformed_send_left_for_a_manual_journal_keeps_its_corrected_resend_f
         .await
         .unwrap();
     assert_eq!(outcomes(&report), ["QUARANTINED"], "{report:#?}");
-    let held = w.ledger.lookup(&e.source_hash).await.unwrap();
+    let held = w.ledger.lookup(&e.decoded_key()).await.unwrap();
     assert!(
         held.as_ref().is_some_and(|c| c.handed_off_by(&e.envelope_id)),
         "handed off under the hash its content reproduces: {held:?}"
@@ -425,6 +429,6 @@ async fn a_tampered_copy_quarantined_by_hand_is_never_a_second_manual_journal() 
     assert!(last.contains("not for a manual journal"), "{last}");
     let original = w.store.get(&original.envelope_id).await.unwrap().unwrap();
     assert!(original.left_for_manual_journal());
-    let held = w.ledger.lookup(&original.source_hash).await.unwrap();
+    let held = w.ledger.lookup(&original.decoded_key()).await.unwrap();
     assert!(held.is_some_and(|c| c.handed_off_by(&original.envelope_id)));
 }

@@ -2,7 +2,7 @@
 
 use chrono::{Duration, TimeZone, Utc};
 use recon_core::consume::{Consumer, ConsumerConfig, Disposition};
-use recon_core::domain::{CommitOutcome, HandOff, MatchDecision, Posting, TransientKind};
+use recon_core::domain::{CommitOutcome, HandOff, MatchDecision, Posting, TransientKind, TxKey};
 use recon_core::ports::{Clock, DedupTable, Ledger, ReserveOutcome};
 use recon_core::reservation::{ReservationSettings, ReservingLedger};
 use recon_testkit::builders;
@@ -49,6 +49,7 @@ fn ledger(c: Arc<FixedClock>) -> ReservingLedger<MemoryGeneralLedger, MemoryDedu
 fn hand_off(envelope: &str) -> HandOff {
     HandOff {
         source_hash: "aa".repeat(32),
+        period: Some("2026-11".into()),
         envelope_id: envelope.into(),
         replay_id: "rpl_1".into(),
         handed_off_at: Utc::now(),
@@ -93,7 +94,7 @@ async fn a_transaction_posts_once_and_the_repeat_finds_it_committed() {
         other => panic!("{other:?}"),
     }
     assert_eq!(l.gl.posts(&posting("s1").source_hash), 1);
-    assert!(l.lookup(&posting("s1").source_hash).await.unwrap().is_some());
+    assert!(l.lookup(&posting("s1").key()).await.unwrap().is_some());
 }
 
 #[tokio::test]
@@ -107,7 +108,13 @@ async fn a_post_applied_after_its_client_gave_up_is_never_booked_beside_a_manual
     assert_eq!(l.hand_off(&hand_off("env_1")).await.unwrap(), CommitOutcome::Committed);
     l.gl.apply_held();
     assert_eq!(l.gl.posts(&hash), 0, "a voided key is never applied");
-    assert!(l.lookup(&hash).await.unwrap().unwrap().handed_off_by("env_1"));
+    assert!(
+        l.lookup(&TxKey::hash_only(&hash))
+            .await
+            .unwrap()
+            .unwrap()
+            .handed_off_by("env_1")
+    );
 
     // A GL that cannot void: while the request may still be applied, no hand-off.
     let c = clock();
@@ -155,7 +162,14 @@ async fn a_key_posted_before_is_marked_with_the_delivery_the_gl_names() {
         CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, "s1"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(l.lookup(&hash).await.unwrap().unwrap().sqs_message_id, "s1");
+    assert_eq!(
+        l.lookup(&TxKey::hash_only(&hash))
+            .await
+            .unwrap()
+            .unwrap()
+            .sqs_message_id,
+        "s1"
+    );
     assert_eq!(l.gl.posts(&hash), 1);
 
     // A posting the dedup table never heard of (its mark gone): the `200` is read back.
@@ -165,7 +179,14 @@ async fn a_key_posted_before_is_marked_with_the_delivery_the_gl_names() {
         CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, "s7"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(l.lookup(&hash).await.unwrap().unwrap().sqs_message_id, "s7");
+    assert_eq!(
+        l.lookup(&TxKey::hash_only(&hash))
+            .await
+            .unwrap()
+            .unwrap()
+            .sqs_message_id,
+        "s7"
+    );
 }
 
 #[tokio::test]
@@ -174,7 +195,7 @@ async fn a_failed_post_leaves_the_hash_in_doubt_and_the_next_attempt_asks_first(
     l.gl.set_failing(true);
     let err = l.commit(&posting("s1")).await.unwrap_err();
     assert_eq!(err.kind, TransientKind::ServiceUnavailable);
-    assert!(l.lookup(&posting("s1").source_hash).await.unwrap().is_none());
+    assert!(l.lookup(&posting("s1").key()).await.unwrap().is_none());
     l.gl.set_failing(false);
     assert_eq!(l.commit(&posting("s1")).await.unwrap(), CommitOutcome::Committed);
     assert_eq!(l.gl.posts(&posting("s1").source_hash), 1);
@@ -208,7 +229,14 @@ async fn a_live_reservation_elsewhere_is_a_transient_conflict_and_an_expired_one
     // The crashed worker coming back cannot commit over it.
     let stale = recon_core::domain::CommittedRef::from(&posting("s1"));
     assert!(!l.dedup.commit("crashed-worker", &stale).await.unwrap());
-    assert_eq!(l.lookup(&hash).await.unwrap().unwrap().sqs_message_id, "s2");
+    assert_eq!(
+        l.lookup(&TxKey::hash_only(&hash))
+            .await
+            .unwrap()
+            .unwrap()
+            .sqs_message_id,
+        "s2"
+    );
 }
 
 #[tokio::test]
@@ -335,7 +363,7 @@ async fn a_hand_off_in_doubt_waits_unclaimed_and_goes_through_once_the_doubt_is_
     );
     assert!(
         ledger
-            .lookup(&msg.source_hash)
+            .lookup(&msg.key())
             .await
             .unwrap()
             .unwrap()

@@ -85,6 +85,7 @@ where
         outcome: EnvelopeStatus::Pending,
         sqs_message_id: None,
         copy_source_hash: None,
+        copy_period: None,
         in_doubt_until: None,
     };
     assert_eq!(store.finish(&id(11), "other", &release, &record, None).await, Ok(true));
@@ -162,6 +163,7 @@ where
             outcome: c.status,
             sqs_message_id: Some("copy".into()),
             copy_source_hash: None,
+            copy_period: None,
             in_doubt_until: None,
         })
         .collect();

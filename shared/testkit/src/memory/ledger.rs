@@ -2,7 +2,7 @@
 //! protocol (same conditions as DynamoDB's), and a general ledger that counts every post.
 
 use chrono::{DateTime, Utc};
-use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
+use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind, TxKey};
 use recon_core::ports::{
     DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, Posted, PostingPage, ReserveOutcome, StoreError,
     StoreResult, Voided,
@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::lock;
 
-/// One key per `source_hash`, like the DynamoDB ledger: a posting or a hand-off.
+/// One key per transaction, like the DynamoDB ledger's (its period and `source_hash`): a posting
+/// or a hand-off.
 #[derive(Clone, Debug)]
 enum Entry {
     Posted(Posting),
@@ -29,9 +30,14 @@ impl Entry {
     }
 }
 
+/// A key of the DynamoDB ledger: the period, then the `source_hash`. A hash has one period
+/// (its value date is hashed), so a caller that names another one finds nothing there, and a
+/// hand-off written under another period than the posting's does not exclude it: as on DynamoDB.
+type Key = (String, String);
+
 #[derive(Default)]
 pub struct MemoryLedger {
-    entries: Mutex<HashMap<String, Entry>>,
+    entries: Mutex<HashMap<Key, Entry>>,
     /// Every transaction committed (posted or handed off), in order (`journal`).
     commits: Mutex<Vec<(u64, String)>>,
     /// Every hand-off written: (its place in the journal, the envelope, the replay).
@@ -43,13 +49,22 @@ impl MemoryLedger {
     /// access to the table); `None` removes what the key holds.
     pub fn overwrite(&self, key: &str, p: Option<Posting>) {
         let mut map = lock(&self.entries);
-        match p {
-            Some(p) => {
-                map.insert(key.to_owned(), Entry::Posted(p));
-            }
-            None => {
-                map.remove(key);
-            }
+        map.retain(|(_, hash), _| hash != key);
+        if let Some(p) = p {
+            map.insert((p.period.clone(), key.to_owned()), Entry::Posted(p));
+        }
+    }
+
+    /// What `key` finds: the item under its period, or, without one, a search of every period
+    /// (DynamoDB's scan).
+    fn find(&self, key: &TxKey) -> Option<Entry> {
+        let map = lock(&self.entries);
+        match &key.period {
+            Some(period) => map.get(&(period.clone(), key.source_hash.clone())).cloned(),
+            None => map
+                .iter()
+                .find(|((_, hash), _)| *hash == key.source_hash)
+                .map(|(_, e)| e.clone()),
         }
     }
 
@@ -90,21 +105,21 @@ impl MemoryLedger {
         self.len() == 0
     }
 
-    fn insert(&self, source_hash: &str, entry: Entry) -> CommitOutcome {
+    fn insert(&self, key: Key, entry: Entry) -> CommitOutcome {
         let mut map = lock(&self.entries);
-        if let Some(existing) = map.get(source_hash) {
+        if let Some(existing) = map.get(&key) {
             return CommitOutcome::AlreadyCommitted(existing.committed_ref());
         }
-        map.insert(source_hash.to_owned(), entry);
-        lock(&self.commits).push((super::journal::tick(), source_hash.to_owned()));
+        lock(&self.commits).push((super::journal::tick(), key.1.clone()));
+        map.insert(key, entry);
         CommitOutcome::Committed
     }
 }
 
 impl LedgerReader for MemoryLedger {
-    async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
-        Ok(match lock(&self.entries).get(source_hash) {
-            Some(Entry::Posted(p)) => Some(p.clone()),
+    async fn posting(&self, key: &TxKey) -> StoreResult<Option<Posting>> {
+        Ok(match self.find(key) {
+            Some(Entry::Posted(p)) => Some(p),
             _ => None,
         })
     }
@@ -138,15 +153,25 @@ impl LedgerReader for MemoryLedger {
 
 impl Ledger for MemoryLedger {
     async fn commit(&self, posting: &Posting) -> StoreResult<CommitOutcome> {
-        Ok(self.insert(&posting.source_hash, Entry::Posted(posting.clone())))
+        let key = (posting.period.clone(), posting.source_hash.clone());
+        Ok(self.insert(key, Entry::Posted(posting.clone())))
     }
 
-    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        Ok(lock(&self.entries).get(source_hash).map(Entry::committed_ref))
+    async fn lookup(&self, key: &TxKey) -> StoreResult<Option<CommittedRef>> {
+        Ok(self.find(key).as_ref().map(Entry::committed_ref))
     }
 
     async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
-        let outcome = self.insert(&hand_off.source_hash, Entry::HandedOff(hand_off.clone()));
+        let Some(period) = hand_off.period.clone() else {
+            return Err(StoreError::infra(format!(
+                "a hand-off of {} names no period: the ledger keeps a transaction under its period",
+                hand_off.source_hash
+            )));
+        };
+        let outcome = self.insert(
+            (period, hand_off.source_hash.clone()),
+            Entry::HandedOff(hand_off.clone()),
+        );
         if outcome == CommitOutcome::Committed {
             lock(&self.hand_off_log).push((
                 super::journal::tick(),

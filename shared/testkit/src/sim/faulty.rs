@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use recon_core::domain::audit::ChainHead;
 use recon_core::domain::{
     AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, DlqEnvelope, EnvelopeStatus, HandOff,
-    PeriodRecord, Posting, ReferenceSnapshot, ReplayClaim, ReplayRecord, StatusChange,
+    PeriodRecord, Posting, ReferenceSnapshot, ReplayClaim, ReplayRecord, StatusChange, TxKey,
 };
 use recon_core::ports::{
     AuditLog, AuditOutbox, Backlog, ChainPage, CreateOutcome, DeadLetterQueue, DedupTable, EnvelopePage, EnvelopeStore,
@@ -57,8 +57,8 @@ impl<P: Ledger> Ledger for Faulty<P> {
             .write("Ledger.commit", hash, self.inner.commit(posting))
             .await
     }
-    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        self.faults.call("Ledger.lookup", self.inner.lookup(source_hash)).await
+    async fn lookup(&self, key: &TxKey) -> StoreResult<Option<CommittedRef>> {
+        self.faults.call("Ledger.lookup", self.inner.lookup(key)).await
     }
     async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
         let hash = &hand_off.source_hash;

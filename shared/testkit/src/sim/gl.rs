@@ -11,7 +11,7 @@
 //! Late applications are due at a virtual instant and applied when the GL is next asked anything
 //! (or read by the oracle): nothing can observe the difference.
 
-use recon_core::domain::{CommittedRef, Posting, TransientKind};
+use recon_core::domain::{CommittedRef, Posting, TransientKind, TxKey};
 use recon_core::ports::Clock;
 use recon_core::ports::{
     ExternalLedger, LedgerReader, LedgerScope, Posted, PostingPage, StoreError, StoreResult, Voided,
@@ -223,7 +223,9 @@ impl ExternalLedger for SimGl {
     }
 
     async fn posted(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
-        Ok(LedgerReader::posting(self, source_hash).await?.map(|p| (&p).into()))
+        Ok(LedgerReader::posting(self, &TxKey::hash_only(source_hash))
+            .await?
+            .map(|p| (&p).into()))
     }
 
     async fn void(&self, source_hash: &str) -> StoreResult<Voided> {
@@ -241,11 +243,12 @@ impl ExternalLedger for SimGl {
     }
 }
 
+/// A general ledger keeps a posting under its idempotency key alone: the period is not asked.
 impl LedgerReader for SimGl {
-    async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
+    async fn posting(&self, key: &TxKey) -> StoreResult<Option<Posting>> {
         let mut s = lock(&self.state);
         self.catch_up(&mut s);
-        Ok(s.postings.iter().find(|p| p.source_hash == source_hash).cloned())
+        Ok(s.postings.iter().find(|p| p.source_hash == key.source_hash).cloned())
     }
 
     async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {

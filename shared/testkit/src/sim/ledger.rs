@@ -4,7 +4,7 @@
 //! injector. [`SimLedger`] is what the flows are given; [`Books`] is what the oracle reads, with
 //! no fault between it and the stores.
 
-use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind};
+use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TransientKind, TxKey};
 use recon_core::ports::{
     Clock, DedupTable, ExternalLedger, Ledger, LedgerReader, LedgerScope, PostingPage, StoreError, StoreResult,
 };
@@ -31,10 +31,10 @@ impl Ledger for SimLedger {
             SimLedger::Claiming(l) => l.commit(posting).await,
         }
     }
-    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+    async fn lookup(&self, key: &TxKey) -> StoreResult<Option<CommittedRef>> {
         match self {
-            SimLedger::Reference(l) => l.lookup(source_hash).await,
-            SimLedger::Claiming(l) => l.lookup(source_hash).await,
+            SimLedger::Reference(l) => l.lookup(key).await,
+            SimLedger::Claiming(l) => l.lookup(key).await,
         }
     }
     async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
@@ -106,10 +106,10 @@ impl Books {
 }
 
 impl LedgerReader for Books {
-    async fn posting(&self, source_hash: &str) -> StoreResult<Option<Posting>> {
+    async fn posting(&self, key: &TxKey) -> StoreResult<Option<Posting>> {
         match self {
-            Books::Reference(l) => l.posting(source_hash).await,
-            Books::Claiming { gl, .. } => gl.posting(source_hash).await,
+            Books::Reference(l) => l.posting(key).await,
+            Books::Claiming { gl, .. } => gl.posting(key).await,
         }
     }
     async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
@@ -128,12 +128,12 @@ impl Ledger for Books {
     async fn commit(&self, _: &Posting) -> StoreResult<CommitOutcome> {
         Err(read_only())
     }
-    async fn lookup(&self, source_hash: &str) -> StoreResult<Option<CommittedRef>> {
+    async fn lookup(&self, key: &TxKey) -> StoreResult<Option<CommittedRef>> {
         match self {
-            Books::Reference(l) => l.lookup(source_hash).await,
-            Books::Claiming { gl, dedup } => match dedup.lookup(source_hash).await? {
+            Books::Reference(l) => l.lookup(key).await,
+            Books::Claiming { gl, dedup } => match dedup.lookup(&key.source_hash).await? {
                 Some(c) => Ok(Some(c)),
-                None => gl.posted(source_hash).await,
+                None => gl.posted(&key.source_hash).await,
             },
         }
     }

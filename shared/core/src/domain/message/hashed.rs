@@ -13,6 +13,7 @@ use crate::domain::canonical;
 use crate::domain::failure::ProcessError;
 use crate::domain::hash::{HashInput, source_hash_bytes};
 use crate::domain::money::parse_amount;
+use crate::domain::posting::TxKey;
 
 impl<'a> Wire<'a> {
     /// Its hashed fields, parsed (taken out of it).
@@ -113,12 +114,12 @@ impl<'a> Hashed<'a> {
 /// manual journal of it is handed off under that hash and a corrected resend cannot post beside
 /// it. `None` when the body is not a JSON object, claims no well-formed hash, a hashed field is
 /// missing or malformed, or its content hashes to another transaction than it claims.
-pub fn identified_by_content(body: &str) -> Option<String> {
+pub fn identified_by_content(body: &str) -> Option<TxKey> {
     let mut wire: Wire<'_> = serde_json::from_str(without_bom(body)).ok()?;
     let claimed = match wire.source_hash.take() {
         Some(Scalar::Str(s)) if is_hash_hex(&s) => s.to_ascii_lowercase(),
         _ => return None,
     };
     let h = wire.hashed().ok()?;
-    (hex::encode(h.hash()) == claimed).then_some(claimed)
+    (hex::encode(h.hash()) == claimed).then(|| TxKey::new(claimed, Some(super::period_of(h.value_date))))
 }

@@ -24,6 +24,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::canonical;
+use super::posting::TxKey;
 
 use super::failure::{ProcessError, RootCause};
 use super::reference::{PeriodStatus, ReferenceSnapshot};
@@ -75,6 +76,11 @@ impl ReconMessage<'_> {
     /// The accounting period the transaction belongs to: the month of its value date, `YYYY-MM`.
     pub fn period(&self) -> String {
         period_of(self.value_date)
+    }
+
+    /// Where a ledger finds this transaction.
+    pub fn key(&self) -> TxKey {
+        TxKey::new(&self.source_hash, Some(self.period()))
     }
 }
 
@@ -280,14 +286,14 @@ fn is_hash_hex(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// The hash of the transaction a body identifies: the one it decodes to, or, for a body that does
+/// The transaction a body identifies (its hash and period): the one it decodes to, or, for a body that does
 /// not decode, the one it claims when every hashed field parses and reproduces it
 /// ([`identified_by_content`]: an unhashed field missing does not change the transaction). Only
 /// such a transaction may be handed off to a manual journal: a claimed hash the content does not
 /// reproduce may be another transaction's.
-pub fn identifies(body: &str) -> Option<String> {
+pub fn identifies(body: &str) -> Option<TxKey> {
     match decode(body) {
-        Ok(m) => Some(m.source_hash),
+        Ok(m) => Some(m.key()),
         Err(_) => identified_by_content(body),
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::ReplayPorts;
 use super::{ReplayOutcome, ReplayReport, ReplayRequest, Replayer, Selector};
+use crate::domain::TxKey;
 use crate::domain::approval::ChangeSet;
 use crate::domain::canary::{Canary, CanaryReport, Fate};
 use crate::domain::envelope::envelope_id;
@@ -90,7 +91,7 @@ impl<P: ReplayPorts> Replayer<P> {
     /// the time budget is.
     async fn await_fates(
         &self,
-        copies: &[(String, String)],
+        copies: &[(String, TxKey)],
         intended: u64,
         canary: &Canary,
         deadline: Option<chrono::DateTime<chrono::Utc>>,
@@ -101,9 +102,9 @@ impl<P: ReplayPorts> Replayer<P> {
         let deadline = deadline.map(|d| crate::ports::Deadline::at(clock, d));
         let mut fates = vec![Fate::Unknown; copies.len()];
         loop {
-            for (fate, (copy, hash)) in fates.iter_mut().zip(copies) {
+            for (fate, (copy, key)) in fates.iter_mut().zip(copies) {
                 if *fate == Fate::Unknown {
-                    *fate = self.fate(copy, hash).await?;
+                    *fate = self.fate(copy, key).await?;
                 }
             }
             let waited = clock.monotonic().saturating_sub(started);
@@ -128,7 +129,7 @@ impl<P: ReplayPorts> Replayer<P> {
         &self,
         replay_id: &str,
         ids: impl Iterator<Item = &String>,
-    ) -> StoreResult<Vec<(String, String)>> {
+    ) -> StoreResult<Vec<(String, TxKey)>> {
         let mut copies = Vec::new();
         for id in ids {
             let Some(e) = self.store.get(id).await? else { continue };
@@ -139,18 +140,18 @@ impl<P: ReplayPorts> Replayer<P> {
                 .find(|r| r.replay_id == replay_id)
                 .and_then(|r| r.sqs_message_id.clone());
             if let Some(copy) = copy {
-                copies.push((copy, e.source_hash.clone()));
+                copies.push((copy, e.decoded_key()));
             }
         }
         Ok(copies)
     }
 
-    pub(super) async fn fate(&self, copy: &str, source_hash: &str) -> StoreResult<Fate> {
+    pub(super) async fn fate(&self, copy: &str, key: &TxKey) -> StoreResult<Fate> {
         if self.store.get(&envelope_id(copy)).await?.is_some() {
             return Ok(Fate::DeadLettered);
         }
         // A hand-off to a manual journal is no posting: not what the canary waits for.
-        Ok(match self.ledger.lookup(source_hash).await? {
+        Ok(match self.ledger.lookup(key).await? {
             Some(c) if c.manual_journal.is_none() => Fate::Committed,
             _ => Fate::Unknown,
         })

@@ -153,8 +153,8 @@ impl<P: ReplayPorts> Replayer<P> {
             return Ok(fresh);
         }
         let mut fates = Vec::with_capacity(copies.len());
-        for (copy, hash) in &copies {
-            fates.push(self.fate(copy, hash).await?);
+        for (copy, key) in &copies {
+            fates.push(self.fate(copy, key).await?);
         }
         // Held only on a copy dead-lettered again; a copy still on its way (retries, a backed-up
         // queue) keeps the group waiting, at most until the state is stale.
