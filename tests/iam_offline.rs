@@ -241,6 +241,7 @@ const TABLE: &[(&str, &str, &str, &str, bool, &str)] = &[
     ("MakerRole", "lambda:InvokeFunction", "function:ReplayFunction", "", false, "nor by invoking the replay"),
     ("AuditorRole", "lambda:InvokeFunction", "function:ReplayFunction", "", false, "segments through the control plane"),
     ("AuditorRole", "dynamodb:Query", "table:LedgerTable", "", true, "reconcile"),
+    ("AuditorRole", "dynamodb:Scan", "table:LedgerTable", "", true, "reconcile: a transaction named without its period"),
     ("MakerRole", "dynamodb:Query", "table:LedgerTable", "", false, "postings are the auditors'"),
     ("AuditorRole", "dynamodb:Query", "table:AuditTable", "", true, "the trail"),
     ("AuditorRole", "dynamodb:PutItem", "table:AuditTable", "lead=c3#000000000001", false, "an auditor writes no record"),

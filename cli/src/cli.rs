@@ -80,9 +80,10 @@ pub enum Command {
     /// Copy the DynamoDB ledger of a deployment from before the ledger was keyed by period (its
     /// table `<prefix>-ledger`, one item per source_hash) into the ledger table keyed by period:
     /// each posting under its period, each hand-off under its envelope's. Conditional, so a key
-    /// held already is left as it is and a second run copies nothing. Once, after upgrading, with
-    /// the consumer's trigger and the replay's schedules disabled until it has run. Role: the
-    /// deployer's, an upgrade step (it writes postings).
+    /// held already is left as it is and a second run copies nothing; fails naming what it could
+    /// not place and keys the new table holds otherwise. Once, after upgrading, with the
+    /// consumer's trigger disabled and the replay and control functions held until it has run
+    /// (docs/deploying.md). Role: the deployer's, an upgrade step (it writes postings).
     LedgerRekey {
         /// The old ledger table.
         #[arg(long)]

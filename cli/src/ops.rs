@@ -226,8 +226,7 @@ pub async fn index_periods(clients: &AwsClients, names: &ResourceNames) -> Resul
 
 /// `dlqctl ledger-rekey --from OLD`: the old hash-keyed DynamoDB ledger copied into the table
 /// keyed by period ([`recon_aws::dynamodb::DynamoLedger::rekey_from`]). Fails, naming them, when
-/// a hand-off could not be placed (its envelope names no period): it is then for a person to
-/// place.
+/// an item could not be placed or its key holds something else: a person settles those.
 pub async fn ledger_rekey(clients: &AwsClients, names: &ResourceNames, from: &str) -> Result<()> {
     let stack = resolve_stack(clients, names).await?;
     let recon_aws::ledger::AnyLedger::DynamoDb(ledger) = context::ledger(clients, &stack)? else {
@@ -248,22 +247,29 @@ pub async fn ledger_rekey(clients: &AwsClients, names: &ResourceNames, from: &st
         .await?;
     crate::output::emit(&serde_json::to_value(&done)?, || {
         format!(
-            "rekeyed into {}: {} copied, {} there already, {} hand-offs not placed",
+            "rekeyed into {}: {} copied, {} there already, {} conflicts, {} not placed",
             stack.names.ledger_table,
             done.copied,
             done.present,
+            done.conflicts.len(),
             done.unplaced.len()
         )
     })?;
+    let mut problems = Vec::new();
+    if !done.conflicts.is_empty() {
+        problems.push(format!(
+            "keys the new table holds otherwise than the old one (committed there before the copy): {}",
+            done.conflicts.join(", ")
+        ));
+    }
     if !done.unplaced.is_empty() {
-        return Err(crate::output::Exit(
-            1,
-            format!(
-                "hand-offs whose envelope names no period, not copied: {}",
-                done.unplaced.join(", ")
-            ),
-        )
-        .into());
+        problems.push(format!(
+            "items without a period (a hand-off whose envelope names none or is gone), not copied: {}",
+            done.unplaced.join(", ")
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(crate::output::Exit(1, problems.join("; ")).into());
     }
     Ok(())
 }

@@ -325,6 +325,14 @@ impl LedgerReader for AnyLedger {
         }
     }
 
+    async fn postings_of(&self, keys: &[TxKey]) -> StoreResult<Vec<Posting>> {
+        match self {
+            AnyLedger::DynamoDb(l) => l.postings_of(keys).await,
+            AnyLedger::Postgres(l) => l.get().await?.postings_of(keys).await,
+            AnyLedger::Http(l) => l.get().await?.gl.postings_of(keys).await,
+        }
+    }
+
     async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
         match self {
             AnyLedger::DynamoDb(l) => l.postings_page(scope, cursor, limit).await,

@@ -216,11 +216,16 @@ pub fn posting(run: &str, n: u32, sqs_message_id: &str) -> recon_core::domain::P
 /// - An unknown transaction is not committed.
 /// - `lookup_many` answers, for each key, what `lookup` answers.
 /// - A transaction asked without its period is answered as when asked with it (a ledger keyed
-///   by period searches for it).
+///   by period searches for it); a raw digest (`raw:…`) is never committed.
 pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(ledger: &L, run: &str) {
     use recon_core::domain::{CommitOutcome, HandOff, TxKey};
 
     assert_eq!(ledger.lookup(&posting(run, 0, "none").key()).await.unwrap(), None);
+    // A raw digest (a body that named no hash) is no transaction's: not committed, however asked.
+    let raw = format!("raw:{}", posting(run, 0, "none").source_hash);
+    for key in [TxKey::new(&raw, Some("2026-11".into())), TxKey::hash_only(&raw)] {
+        assert_eq!(ledger.lookup(&key).await.unwrap(), None, "{key:?}");
+    }
 
     // One transaction, sixteen deliveries at once.
     let tries: Vec<_> = (0..16).map(|i| posting(run, 1, &format!("sqs-{i}"))).collect();
@@ -341,8 +346,8 @@ pub async fn ledger_keeps_each_transaction_once<L: recon_core::ports::Ledger>(le
 /// and evidence export rely on it); `run` must be new to the ledger, other data may be there.
 /// - Reading a scope page by page (pages of 3 here) yields every posting in it exactly once and
 ///   nothing outside it; a period, an entity, both, or everything.
-/// - The posting of a hash is the one committed, amount exact; a hand-off is no posting, and is
-///   listed among the hand-offs.
+/// - The posting of a hash is the one committed, amount exact, asked with its period or without,
+///   alone or several at once; a hand-off is no posting, and is listed among the hand-offs.
 /// - The totals per currency are exact.
 pub async fn ledger_reads_by_period<L: recon_core::ports::Ledger + recon_core::ports::LedgerReader>(
     ledger: &L,
@@ -442,6 +447,20 @@ pub async fn ledger_reads_by_period<L: recon_core::ports::Ledger + recon_core::p
         assert_eq!(ledger.posting(&key).await.unwrap(), None, "a hand-off is no posting");
     }
     assert_eq!(ledger.posting(&posting(run, 198, "x").key()).await.unwrap(), None);
+    // Several at once: what each answers alone (with its period, without, a hand-off, nothing).
+    let asked = vec![
+        committed[4].key(),
+        TxKey::hash_only(&committed[7].source_hash),
+        committed[10].key(),
+        handed.key(),
+        posting(run, 198, "x").key(),
+        TxKey::hash_only(format!("raw:{}", committed[4].source_hash)),
+    ];
+    let mut many = ledger.postings_of(&asked).await.unwrap();
+    many.sort_by(|a, b| a.source_hash.cmp(&b.source_hash));
+    let mut alone = vec![committed[4].clone(), committed[7].clone(), committed[10].clone()];
+    alone.sort_by(|a, b| a.source_hash.cmp(&b.source_hash));
+    assert_eq!(many, alone, "postings_of answers what posting answers, key by key");
     let hand_offs = ledger.hand_offs().await.unwrap();
     assert!(
         hand_offs.iter().any(|r| r.handed_off_by(&handed.envelope_id)),

@@ -31,6 +31,11 @@ pub struct DynamoLedger {
     searches: Arc<AtomicU64>,
 }
 
+/// A hash a transaction can have (64 hex digits; a raw digest, `raw:…`, is none).
+fn is_transaction_hash(h: &str) -> bool {
+    h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// The table key of a transaction of `period`.
 fn key_of(period: &str, source_hash: &str) -> StoreResult<Item> {
     let shard = ledger_period_shard(period, source_hash)
@@ -71,12 +76,15 @@ impl DynamoLedger {
             .transpose()
     }
 
-    /// The item under `key`: one strongly consistent read under its period, else a scan for
-    /// its hash (a transaction a caller names without its period: a hash a body claims without a
-    /// readable value date, a record from before records carried their period).
+    /// The item under `key`: one strongly consistent read under its period, else a search
+    /// ([`Self::search`]). A hash that is no transaction's (a raw digest, `raw:…`) is in no key:
+    /// not found, without a request.
     async fn item(&self, key: &TxKey) -> StoreResult<Option<Item>> {
+        if !is_transaction_hash(&key.source_hash) {
+            return Ok(None);
+        }
         let Some(period) = &key.period else {
-            return self.search(&key.source_hash).await;
+            return Ok(self.search(&[&key.source_hash]).await?.into_iter().next());
         };
         let out = self
             .client
@@ -90,32 +98,59 @@ impl DynamoLedger {
         Ok(out.item)
     }
 
-    /// The item of `source_hash` in whichever period: a scan, page by page, until found.
-    async fn search(&self, source_hash: &str) -> StoreResult<Option<Item>> {
-        self.searches.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(source_hash, "ledger lookup without a period: scanning the table");
-        let mut start: Option<Item> = None;
-        loop {
-            let out = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .filter_expression("#h = :h")
-                .expression_attribute_names("#h", keys::LEDGER_SK)
-                .expression_attribute_values(":h", s(source_hash))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| store_error("Scan(ledger, by hash)", e))?;
-            if let Some(found) = out.items.and_then(|items| items.into_iter().next()) {
-                return Ok(Some(found));
-            }
-            match out.last_evaluated_key {
-                Some(next) if !next.is_empty() => start = Some(next),
-                _ => return Ok(None),
+    /// The items under these keys: those of a known period in `BatchGetItem`s, those without one
+    /// in one search; a hash that is no transaction's is in none.
+    async fn items(&self, keys: &[TxKey]) -> StoreResult<Vec<Item>> {
+        let unique: BTreeSet<&TxKey> = keys.iter().filter(|k| is_transaction_hash(&k.source_hash)).collect();
+        let mut placed = Vec::new();
+        let mut unplaced = Vec::new();
+        for key in unique {
+            match &key.period {
+                Some(period) => placed.push(key_of(period, &key.source_hash)?),
+                None => unplaced.push(key.source_hash.as_str()),
             }
         }
+        let mut found = super::batch::get_keys(&self.client, &self.table, placed).await?;
+        found.extend(self.search(&unplaced).await?);
+        Ok(found)
+    }
+
+    /// The items of these hashes in whichever period: a strongly consistent scan of the table,
+    /// page by page, a hundred hashes at a time (a filter holds at most a hundred values). The
+    /// price of a transaction named without its period: a hash a body claims without a readable
+    /// value date, a record from before records carried their period. Counted
+    /// ([`Self::searches`]) and logged.
+    async fn search(&self, hashes: &[&str]) -> StoreResult<Vec<Item>> {
+        let mut found = Vec::new();
+        for chunk in hashes.chunks(100) {
+            self.searches.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                hashes = chunk.len(),
+                "ledger lookup without a period: scanning the table"
+            );
+            let names: Vec<String> = (0..chunk.len()).map(|i| format!(":h{i}")).collect();
+            let mut start: Option<Item> = None;
+            loop {
+                let mut scan = self
+                    .client
+                    .scan()
+                    .table_name(&self.table)
+                    .consistent_read(true)
+                    .filter_expression(format!("#h IN ({})", names.join(", ")))
+                    .expression_attribute_names("#h", keys::LEDGER_SK)
+                    .set_exclusive_start_key(start.take());
+                for (name, hash) in names.iter().zip(chunk) {
+                    scan = scan.expression_attribute_values(name, s(*hash));
+                }
+                let out = scan.send().await.map_err(|e| store_error("Scan(ledger, by hash)", e))?;
+                found.extend(out.items.unwrap_or_default());
+                match out.last_evaluated_key {
+                    Some(next) if !next.is_empty() => start = Some(next),
+                    _ => break,
+                }
+            }
+        }
+        Ok(found)
     }
 
     /// Every posting in the table (a scan: for `dlqctl stats`, tests and reconciliation).
@@ -241,6 +276,16 @@ fn hand_off_item(h: &HandOff) -> StoreResult<Item> {
 impl LedgerReader for DynamoLedger {
     async fn posting(&self, key: &TxKey) -> StoreResult<Option<Posting>> {
         self.get(key).await
+    }
+
+    /// [`Self::items`]: the keys of a known period in batches, those without one in one search.
+    async fn postings_of(&self, keys: &[TxKey]) -> StoreResult<Vec<Posting>> {
+        self.items(keys)
+            .await?
+            .iter()
+            .filter(|i| !i.contains_key(HAND_OFF_BY))
+            .map(|i| from_item(i).map_err(|e| item_error("posting", e)))
+            .collect()
     }
 
     async fn postings_page(&self, scope: &LedgerScope, cursor: Option<&str>, limit: usize) -> StoreResult<PostingPage> {
@@ -393,27 +438,16 @@ impl Ledger for DynamoLedger {
         Ok(self.item(key).await?.as_ref().map(committed_ref))
     }
 
-    /// One strongly consistent `BatchGetItem` per hundred keys of a known period; a key without
-    /// one is searched for on its own.
+    /// One strongly consistent `BatchGetItem` per hundred keys of a known period; those without
+    /// one in one search.
     async fn lookup_many(&self, keys: &[TxKey]) -> StoreResult<HashMap<String, CommittedRef>> {
-        let unique: BTreeSet<&TxKey> = keys.iter().collect();
-        let mut found: HashMap<String, CommittedRef> = HashMap::new();
-        let mut placed = Vec::new();
-        for key in unique {
-            match &key.period {
-                Some(period) => placed.push(key_of(period, &key.source_hash)?),
-                None => {
-                    if let Some(c) = self.lookup(key).await? {
-                        found.insert(c.source_hash.clone(), c);
-                    }
-                }
-            }
-        }
-        for item in super::batch::get_keys(&self.client, &self.table, placed).await? {
-            let c = committed_ref(&item);
-            found.insert(c.source_hash.clone(), c);
-        }
-        Ok(found)
+        Ok(self
+            .items(keys)
+            .await?
+            .iter()
+            .map(committed_ref)
+            .map(|c| (c.source_hash.clone(), c))
+            .collect())
     }
 
     async fn hand_off(&self, hand_off: &HandOff) -> StoreResult<CommitOutcome> {
@@ -426,9 +460,14 @@ impl Ledger for DynamoLedger {
 pub struct Rekeyed {
     /// Items written under their new key.
     pub copied: u64,
-    /// Items whose key held them already (a run before, or a commit since): left as they are.
+    /// Items whose key held them already (a run before): left as they are.
     pub present: u64,
-    /// Hand-offs whose envelope names no period (or is gone): not copied, by their hash.
+    /// Keys held by something else than the old item (a posting where the old table has a
+    /// hand-off, a hand-off where it has a posting, another delivery's posting: written in the
+    /// new table before the copy): left as they are, by their hash, for a person to settle.
+    pub conflicts: Vec<String>,
+    /// Items that could not be placed, by their hash: a hand-off whose envelope names no period
+    /// (or is gone), a posting without one.
     pub unplaced: Vec<String>,
 }
 
@@ -436,9 +475,10 @@ impl DynamoLedger {
     /// Copy a ledger table from before the ledger was keyed by period (one item per
     /// `source_hash`, `old_table`) into this one: a posting under its period's key, a hand-off
     /// under the period of the envelope that made it, each with the ledger's own condition, so a
-    /// key already held is left as it is and a second run copies nothing. `progress` hears the
-    /// counts after each page. Run it before the consumer and the replay use the new table: a
-    /// transaction committed in the old one only is not yet a duplicate in the new one.
+    /// key already held is left as it is and a second run copies nothing; a key held by something
+    /// else than the old item is a conflict, named. `progress` hears the counts after each page.
+    /// Run it before anything commits to the new table (the consumer, the replay, the control
+    /// plane): a transaction committed in the old one only is not yet a duplicate in the new one.
     pub async fn rekey_from<E: EnvelopeStore>(
         &self,
         old_table: &str,
@@ -467,11 +507,17 @@ impl DynamoLedger {
                     done.unplaced.push(hash);
                     continue;
                 };
+                let old = committed_ref(&item);
                 item.extend(key_of(&period, &hash)?);
                 let key = TxKey::new(hash, Some(period));
                 match self.put_new(item, &key, true).await? {
                     CommitOutcome::Committed => done.copied += 1,
-                    _ => done.present += 1,
+                    CommitOutcome::AlreadyCommitted(held)
+                        if held.sqs_message_id == old.sqs_message_id && held.manual_journal == old.manual_journal =>
+                    {
+                        done.present += 1
+                    }
+                    _ => done.conflicts.push(key.source_hash),
                 }
             }
             progress(&done);

@@ -335,12 +335,15 @@ impl DlqEnvelope {
             .and_then(|a| a.string_value.as_deref())
     }
 
-    /// Where a ledger finds the envelope's transaction when its body decodes: its hash, and the
-    /// period its labels read from the body's value date. (For a body that does not decode the
-    /// labels may name another period than the claimed hash's: ask [`Self::claimed_hash`] without
-    /// a period.)
+    /// Where a ledger finds the envelope's transaction: its hash, and, when the body decoded to
+    /// that hash, the period its labels read from the body's value date. A hash the body merely
+    /// claims is asked without a period: the labels may name another than the hash's (an altered
+    /// value date).
     pub fn decoded_key(&self) -> TxKey {
-        TxKey::new(&self.source_hash, self.accounting_period.clone())
+        let period = (self.source_hash_kind == HashKind::Verified)
+            .then(|| self.accounting_period.clone())
+            .flatten();
+        TxKey::new(&self.source_hash, period)
     }
 
     /// The transaction hash the message claims, as the ledger would be keyed on it: none for a

@@ -137,6 +137,21 @@ port! {
         /// The posting of one transaction (`None` when nothing, or a hand-off, holds its key; a
         /// hand-off is answered by [`Ledger::lookup`]).
         fn posting(&self, key: &TxKey) -> impl Future<Output = StoreResult<Option<Posting>>> + Send;
+        /// [`LedgerReader::posting`] of several transactions: the postings found (hand-offs and
+        /// unknown ones are not). The default asks each on its own, [`LOOKUPS_AT_ONCE`] at a
+        /// time; a ledger that reads several keys in one request (or has to search for keys
+        /// without a period, DynamoDB's) answers in fewer.
+        fn postings_of(&self, keys: &[TxKey]) -> impl Future<Output = StoreResult<Vec<Posting>>> + Send {
+            async move {
+                let mut found = Vec::new();
+                for chunk in keys.chunks(LOOKUPS_AT_ONCE) {
+                    for answer in futures::future::join_all(chunk.iter().map(|key| self.posting(key))).await {
+                        found.extend(answer?);
+                    }
+                }
+                Ok(found)
+            }
+        }
         /// One page of the postings in `scope` (at most `limit`, maybe fewer on a page that is not the
         /// last), from `cursor` (`None`: the first page). Every posting in scope is on exactly one
         /// page of a full read, whatever is committed meanwhile.

@@ -69,10 +69,12 @@ where
         if wanted.is_empty() {
             return Ok(());
         }
-        let handed: Vec<String> = fetch(&wanted.hand_offs, |k| async move {
-            Ok(ledger.lookup(k).await?.and_then(|c| c.manual_journal))
-        })
-        .await?;
+        let handed: Vec<String> = ledger
+            .lookup_many(&wanted.hand_offs.iter().cloned().collect::<Vec<_>>())
+            .await?
+            .into_values()
+            .filter_map(|c| c.manual_journal)
+            .collect();
         let held: BTreeSet<&str> = exceptions.envelopes.iter().map(|e| e.envelope_id.as_str()).collect();
         wanted.envelopes.extend(
             handed
@@ -85,7 +87,9 @@ where
         exceptions
             .audit
             .extend(fetch(&wanted.records, |id| audit.record(id)).await?);
-        let postings = fetch(&wanted.postings, |k| ledger.posting(k)).await?;
+        let postings = ledger
+            .postings_of(&wanted.postings.iter().cloned().collect::<Vec<_>>())
+            .await?;
         read.linked.extend(postings.into_iter().filter(|p| p.period != period));
         asked.envelopes.extend(wanted.envelopes);
         asked.records.extend(wanted.records);

@@ -41,10 +41,12 @@ impl Links {
                 .ids
                 .extend(e.replays.iter().filter_map(|r| r.sqs_message_id.clone()));
             links.message_ids.extend(e.message_id.clone());
+            // Its period where its body decoded to the hash; a hash it merely claims may be of
+            // another period than its labels say (an altered value date): none then.
             links
                 .named
                 .entry(e.source_hash.clone())
-                .or_insert_with(|| e.accounting_period.clone());
+                .or_insert_with(|| e.decoded_key().period);
             // An edited copy's transaction, in whichever period the edit put it (recorded since
             // replays record the copy's period).
             for r in &e.replays {
@@ -189,7 +191,7 @@ pub async fn look_up_unmet<R: LedgerReader + ?Sized>(
         })
         .map(|(h, period)| TxKey::new(h, period.clone().or_else(|| links.copy_periods.get(h).cloned())))
         .collect::<Vec<_>>();
-    let found = fetch(&unmet, |k| reader.posting(k)).await?;
+    let found = reader.postings_of(&unmet).await?;
     read.linked.extend(found);
     Ok(())
 }
