@@ -27,8 +27,6 @@ pub struct DynamoLedger {
     table: String,
     /// Write capacity units DynamoDB reported for commits (happy path and duplicates).
     write_units_milli: Arc<AtomicU64>,
-    /// Lookups of a transaction whose period the caller did not know: each a scan.
-    searches: Arc<AtomicU64>,
 }
 
 /// A hash a transaction can have (64 hex digits; a raw digest, `raw:…`, is none).
@@ -52,18 +50,12 @@ impl DynamoLedger {
             client,
             table: table.into(),
             write_units_milli: Arc::default(),
-            searches: Arc::default(),
         }
     }
 
     /// Write units consumed by commits so far (as reported by DynamoDB).
     pub fn write_units(&self) -> f64 {
         self.write_units_milli.load(Ordering::Relaxed) as f64 / 1000.0
-    }
-
-    /// How many lookups so far named no period, and so scanned the table.
-    pub fn searches(&self) -> u64 {
-        self.searches.load(Ordering::Relaxed)
     }
 
     /// The posting of one transaction, if committed (a hand-off to a manual journal is not a
@@ -118,12 +110,10 @@ impl DynamoLedger {
     /// The items of these hashes in whichever period: a strongly consistent scan of the table,
     /// page by page, a hundred hashes at a time (a filter holds at most a hundred values). The
     /// price of a transaction named without its period: a hash a body claims without a readable
-    /// value date, a record from before records carried their period. Counted
-    /// ([`Self::searches`]) and logged.
+    /// value date, a record from before records carried their period. Logged.
     async fn search(&self, hashes: &[&str]) -> StoreResult<Vec<Item>> {
         let mut found = Vec::new();
         for chunk in hashes.chunks(100) {
-            self.searches.fetch_add(1, Ordering::Relaxed);
             tracing::info!(
                 hashes = chunk.len(),
                 "ledger lookup without a period: scanning the table"

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use super::hash::sha256_hex;
 use super::message::{content_hash, decode};
 use super::policy::Refused;
-use super::posting::TxKey;
+use super::tx_key::TxKey;
 
 /// The fields an edit may change. Not `message_id` (the producer's identity of the message:
 /// reconciliation matches by it), `source_hash` (computed from the edited content) or

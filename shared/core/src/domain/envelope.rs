@@ -19,9 +19,9 @@ use super::dead_letter::{DeadLetterContext, OriginalAttribute};
 use super::failure::{FailureCode, RootCause, bounded_detail};
 use super::hash::sha256_hex;
 use super::message::{decode, labels};
-use super::posting::TxKey;
 use super::sqs;
 use super::status::{EnvelopeStatus, StatusChange};
+use super::tx_key::TxKey;
 
 /// A replay's hold on an envelope while it re-injects it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

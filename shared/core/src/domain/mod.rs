@@ -66,6 +66,7 @@ pub mod segment;
 pub mod sqs;
 pub mod status;
 pub mod total;
+pub mod tx_key;
 
 pub use audit::{AuditKind, AuditRecord};
 pub use dead_letter::{DeadLetter, DeadLetterContext, OriginalAttribute};
@@ -77,11 +78,12 @@ pub use hash::{HashInput, source_hash};
 pub use message::{
     MatchDecision, MessageLabels, NewMessage, ReconMessage, decode, identified_by_content, labels, validate,
 };
-pub use posting::{CommitOutcome, CommittedRef, HandOff, Posting, TxKey};
+pub use posting::{CommitOutcome, CommittedRef, HandOff, Posting};
 pub use reference::{CurrencyMapping, PeriodRecord, PeriodStatus, ReferenceSnapshot};
 pub use segment::Segment;
 pub use status::{EnvelopeStatus, IllegalTransition, StatusChange};
 pub use total::{Tally, Total, TotalOverflow};
+pub use tx_key::TxKey;
 
 #[cfg(test)]
 mod tests {

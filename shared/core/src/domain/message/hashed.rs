@@ -13,7 +13,7 @@ use crate::domain::canonical;
 use crate::domain::failure::ProcessError;
 use crate::domain::hash::{HashInput, source_hash_bytes};
 use crate::domain::money::parse_amount;
-use crate::domain::posting::TxKey;
+use crate::domain::tx_key::TxKey;
 
 impl<'a> Wire<'a> {
     /// Its hashed fields, parsed (taken out of it).

@@ -24,7 +24,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::canonical;
-use super::posting::TxKey;
+use super::tx_key::TxKey;
 
 use super::failure::{ProcessError, RootCause};
 use super::reference::{PeriodStatus, ReferenceSnapshot};
@@ -286,8 +286,8 @@ fn is_hash_hex(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// The transaction a body identifies (its hash and period): the one it decodes to, or, for a body that does
-/// not decode, the one it claims when every hashed field parses and reproduces it
+/// The transaction a body identifies (its hash and period): the one it decodes to, or, for a
+/// body that does not decode, the one it claims when every hashed field parses and reproduces it
 /// ([`identified_by_content`]: an unhashed field missing does not change the transaction). Only
 /// such a transaction may be handed off to a manual journal: a claimed hash the content does not
 /// reproduce may be another transaction's.

@@ -140,7 +140,13 @@ impl<P: ReplayPorts> Replayer<P> {
                 .find(|r| r.replay_id == replay_id)
                 .and_then(|r| r.sqs_message_id.clone());
             if let Some(copy) = copy {
-                copies.push((copy, e.decoded_key()));
+                // The transaction its body identifies (it was re-injected: its body decodes),
+                // with the period a ledger keyed by period finds it under.
+                let key = self
+                    .identified_transaction(&e)
+                    .await?
+                    .unwrap_or_else(|| e.decoded_key());
+                copies.push((copy, key));
             }
         }
         Ok(copies)
