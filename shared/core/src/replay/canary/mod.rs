@@ -142,8 +142,8 @@ impl<P: ReplayPorts> Replayer<P> {
             if let Some(copy) = copy {
                 // The transaction its body identifies (it was re-injected: its body decodes),
                 // with the period a ledger keyed by period finds it under.
-                let key = self
-                    .identified_transaction(&e)
+                // (Boxed: the control plane's futures nest deep, and this one reads the body.)
+                let key = Box::pin(self.identified_transaction(&e))
                     .await?
                     .unwrap_or_else(|| e.decoded_key());
                 copies.push((copy, key));
