@@ -4,6 +4,7 @@
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure};
+use recon_core::domain::hash::is_hash_hex;
 use recon_core::domain::{CommitOutcome, CommittedRef, HandOff, Posting, TxKey};
 use recon_core::ports::{EnvelopeStore, Ledger, LedgerReader, LedgerScope, PostingPage, StoreResult};
 use recon_core::resources::{keys, ledger_period_shard, ledger_period_shards};
@@ -27,11 +28,6 @@ pub struct DynamoLedger {
     table: String,
     /// Write capacity units DynamoDB reported for commits (happy path and duplicates).
     write_units_milli: Arc<AtomicU64>,
-}
-
-/// A hash a transaction can have (64 hex digits; a raw digest, `raw:…`, is none).
-fn is_transaction_hash(h: &str) -> bool {
-    h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The table key of a transaction of `period`.
@@ -72,7 +68,7 @@ impl DynamoLedger {
     /// ([`Self::search`]). A hash that is no transaction's (a raw digest, `raw:…`) is in no key:
     /// not found, without a request.
     async fn item(&self, key: &TxKey) -> StoreResult<Option<Item>> {
-        if !is_transaction_hash(&key.source_hash) {
+        if !is_hash_hex(&key.source_hash) {
             return Ok(None);
         }
         let Some(period) = &key.period else {
@@ -93,7 +89,7 @@ impl DynamoLedger {
     /// The items under these keys: those of a known period in `BatchGetItem`s, those without one
     /// in one search; a hash that is no transaction's is in none.
     async fn items(&self, keys: &[TxKey]) -> StoreResult<Vec<Item>> {
-        let unique: BTreeSet<&TxKey> = keys.iter().filter(|k| is_transaction_hash(&k.source_hash)).collect();
+        let unique: BTreeSet<&TxKey> = keys.iter().filter(|k| is_hash_hex(&k.source_hash)).collect();
         let mut placed = Vec::new();
         let mut unplaced = Vec::new();
         for key in unique {

@@ -113,6 +113,12 @@ pub fn canonical_text(input: &HashInput<'_>) -> String {
     s
 }
 
+/// Is `s` 64 hex digits, the shape of a `source_hash`? (Either case is accepted; it is stored
+/// lower-case.) A raw digest (`raw:…`) is not: it names no transaction.
+pub fn is_hash_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// The SHA-256 of `bytes`, lower-case hex: bodies' digests, content addresses, record hashes.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))

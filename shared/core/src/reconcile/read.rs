@@ -200,9 +200,9 @@ pub async fn look_up_unmet<R: LedgerReader + ?Sized>(
 const LOOKUPS_AT_ONCE: usize = 16;
 
 /// Each key's answer, [`LOOKUPS_AT_ONCE`] at a time; those found.
-pub(super) async fn fetch<'k, K: 'k, T, F, Fut>(keys: impl IntoIterator<Item = &'k K>, get: F) -> StoreResult<Vec<T>>
+pub(super) async fn fetch<'k, T, F, Fut>(keys: impl IntoIterator<Item = &'k String>, get: F) -> StoreResult<Vec<T>>
 where
-    F: Fn(&'k K) -> Fut,
+    F: Fn(&'k str) -> Fut,
     Fut: std::future::Future<Output = StoreResult<Option<T>>>,
 {
     futures::stream::iter(keys)

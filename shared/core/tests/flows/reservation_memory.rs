@@ -100,6 +100,7 @@ async fn a_transaction_posts_once_and_the_repeat_finds_it_committed() {
 #[tokio::test]
 async fn a_post_applied_after_its_client_gave_up_is_never_booked_beside_a_manual_journal() {
     let hash = posting("s1").source_hash;
+    let key = TxKey::hash_only(&hash);
     // The GL takes the post, the client times out, the GL applies it later. A hand-off (a closed
     // period's, an operator's) meanwhile voids the key first: the late request is refused.
     let l = ledger(clock());
@@ -108,13 +109,7 @@ async fn a_post_applied_after_its_client_gave_up_is_never_booked_beside_a_manual
     assert_eq!(l.hand_off(&hand_off("env_1")).await.unwrap(), CommitOutcome::Committed);
     l.gl.apply_held();
     assert_eq!(l.gl.posts(&hash), 0, "a voided key is never applied");
-    assert!(
-        l.lookup(&TxKey::hash_only(&hash))
-            .await
-            .unwrap()
-            .unwrap()
-            .handed_off_by("env_1")
-    );
+    assert!(l.lookup(&key).await.unwrap().unwrap().handed_off_by("env_1"));
 
     // A GL that cannot void: while the request may still be applied, no hand-off.
     let c = clock();
@@ -153,6 +148,7 @@ async fn a_post_applied_after_its_client_gave_up_is_never_booked_beside_a_manual
 #[tokio::test]
 async fn a_key_posted_before_is_marked_with_the_delivery_the_gl_names() {
     let hash = posting("s1").source_hash;
+    let key = TxKey::hash_only(&hash);
     // s1's post was applied and its answer lost; s2, another message of the same transaction,
     // comes next: the GL's own posting says who holds it, not the delivery asking.
     let l = ledger(clock());
@@ -162,14 +158,7 @@ async fn a_key_posted_before_is_marked_with_the_delivery_the_gl_names() {
         CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, "s1"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(
-        l.lookup(&TxKey::hash_only(&hash))
-            .await
-            .unwrap()
-            .unwrap()
-            .sqs_message_id,
-        "s1"
-    );
+    assert_eq!(l.lookup(&key).await.unwrap().unwrap().sqs_message_id, "s1");
     assert_eq!(l.gl.posts(&hash), 1);
 
     // A posting the dedup table never heard of (its mark gone): the `200` is read back.
@@ -179,14 +168,7 @@ async fn a_key_posted_before_is_marked_with_the_delivery_the_gl_names() {
         CommitOutcome::AlreadyCommitted(r) => assert_eq!(r.sqs_message_id, "s7"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(
-        l.lookup(&TxKey::hash_only(&hash))
-            .await
-            .unwrap()
-            .unwrap()
-            .sqs_message_id,
-        "s7"
-    );
+    assert_eq!(l.lookup(&key).await.unwrap().unwrap().sqs_message_id, "s7");
 }
 
 #[tokio::test]
@@ -206,6 +188,7 @@ async fn a_live_reservation_elsewhere_is_a_transient_conflict_and_an_expired_one
     let c = clock();
     let l = ledger(c.clone());
     let hash = posting("s1").source_hash;
+    let key = TxKey::hash_only(&hash);
     // Another worker reserved and crashed mid-post (its reservation is never committed nor
     // released).
     let now = c.now();
@@ -229,14 +212,7 @@ async fn a_live_reservation_elsewhere_is_a_transient_conflict_and_an_expired_one
     // The crashed worker coming back cannot commit over it.
     let stale = recon_core::domain::CommittedRef::from(&posting("s1"));
     assert!(!l.dedup.commit("crashed-worker", &stale).await.unwrap());
-    assert_eq!(
-        l.lookup(&TxKey::hash_only(&hash))
-            .await
-            .unwrap()
-            .unwrap()
-            .sqs_message_id,
-        "s2"
-    );
+    assert_eq!(l.lookup(&key).await.unwrap().unwrap().sqs_message_id, "s2");
 }
 
 #[tokio::test]

@@ -24,6 +24,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::canonical;
+use super::hash::is_hash_hex;
 use super::tx_key::TxKey;
 
 use super::failure::{ProcessError, RootCause};
@@ -279,11 +280,6 @@ pub(crate) fn canonical_text<'a>(name: &str, s: Cow<'a, str>) -> Result<Cow<'a, 
         ));
     }
     Ok(canonical::text_cow(s))
-}
-
-/// Is `s` 64 hex digits? (Either case is accepted; it is stored lower-case.)
-fn is_hash_hex(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The transaction a body identifies (its hash and period): the one it decodes to, or, for a

@@ -140,12 +140,13 @@ impl<P: ReplayPorts> Replayer<P> {
                 .find(|r| r.replay_id == replay_id)
                 .and_then(|r| r.sqs_message_id.clone());
             if let Some(copy) = copy {
-                // The transaction its body identifies (it was re-injected: its body decodes),
-                // with the period a ledger keyed by period finds it under.
+                // The envelope's own key when its body decoded to its hash at enrichment; else the
+                // transaction its body identifies now (it was re-injected: its body decodes).
                 // (Boxed: the control plane's futures nest deep, and this one reads the body.)
-                let key = Box::pin(self.identified_transaction(&e))
-                    .await?
-                    .unwrap_or_else(|| e.decoded_key());
+                let mut key = e.decoded_key();
+                if key.period.is_none() {
+                    key = Box::pin(self.identified_transaction(&e)).await?.unwrap_or(key);
+                }
                 copies.push((copy, key));
             }
         }
