@@ -8,6 +8,7 @@
 mod anchors;
 mod approvals;
 mod audit;
+mod audit_about;
 mod audit_placement;
 mod consume;
 mod control;

@@ -4,9 +4,11 @@ use anyhow::{Result, bail};
 use clap::Subcommand;
 use recon_aws::AwsClients;
 use recon_aws::dynamodb::DynamoAuditLog;
+use recon_core::domain::TxKey;
 use recon_core::evidence::{SealWindow, VerifyOptions, verify_bucket, verify_from_seal, verify_trail};
 use recon_core::ports::{Ledger, LedgerReader};
 use recon_core::resources::ResourceNames;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 #[derive(Subcommand, Clone, Debug)]
@@ -43,6 +45,11 @@ pub enum AuditCommand {
         /// The transaction's source_hash (64 hex digits), as triage and show print it.
         #[arg(long)]
         source_hash: String,
+        /// An accounting period (YYYY-MM) the transaction's records are under, besides those its
+        /// envelopes, records and posting name (a duplicate's and a dead letter's records are
+        /// found by period; without any, the ledger is searched for the posting's). Repeatable.
+        #[arg(long = "period", value_name = "YYYY-MM", value_parser = |p: &str| recon_core::domain::input::period(p))]
+        periods: Vec<String>,
     },
 }
 
@@ -83,7 +90,7 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, cmd: &AuditCommand
                 )
             })
         }
-        AuditCommand::Show { source_hash } => show(clients, names, &audit, source_hash).await,
+        AuditCommand::Show { source_hash, periods } => show(clients, names, &audit, source_hash, periods).await,
     }
 }
 
@@ -168,14 +175,80 @@ pub fn print_verify(report: &recon_core::evidence::VerifyReport, live: bool) -> 
     Ok(())
 }
 
-async fn show(clients: &AwsClients, names: &ResourceNames, audit: &DynamoAuditLog, source_hash: &str) -> Result<()> {
+async fn show(
+    clients: &AwsClients,
+    names: &ResourceNames,
+    audit: &DynamoAuditLog,
+    source_hash: &str,
+    given: &[String],
+) -> Result<()> {
     let mut lines: Vec<(chrono::DateTime<chrono::Utc>, String)> = Vec::new();
-    // The transaction's period, from its records (the ledger finds it there; without one, it
-    // searches).
-    let mut period = None;
-    for r in audit.for_source_hash(source_hash).await? {
+    let store = crate::triage::store(clients, names);
+    let envelopes: Vec<_> = crate::triage::envelopes(&store, None)
+        .await?
+        .into_iter()
+        .filter(|e| e.source_hash == source_hash)
+        .collect();
+    // The transaction's periods: the records a reconciliation reads are found by period. Those
+    // named, its envelopes', its other records', its posting's.
+    let mut periods: BTreeSet<String> = given.iter().cloned().collect();
+    periods.extend(envelopes.iter().filter_map(|e| e.accounting_period.clone()));
+    let mut records = audit.about(source_hash, periods.iter().map(String::as_str)).await?;
+    let before = periods.len();
+    periods.extend(records.iter().filter_map(|r| r.record.period.clone()));
+    let stack = recon_aws::stack::resolve_stack(clients, names).await?;
+    let ledger = crate::context::ledger(clients, &stack)?;
+    // Without a period the ledger is searched (a scan: a role without it is told to name one).
+    let keys: Vec<TxKey> = match periods.is_empty() {
+        true => vec![TxKey::new(source_hash, None)],
+        false => periods
+            .iter()
+            .map(|p| TxKey::new(source_hash, Some(p.clone())))
+            .collect(),
+    };
+    for key in &keys {
+        let searched = |e| {
+            let hint = if key.period.is_none() {
+                " (name its period: --period YYYY-MM)"
+            } else {
+                ""
+            };
+            anyhow::anyhow!("the ledger's entry of {source_hash} not read{hint}: {e}")
+        };
+        if let Some(h) = ledger
+            .lookup(key)
+            .await
+            .map_err(searched)?
+            .filter(|c| c.manual_journal.is_some())
+        {
+            lines.push((
+                h.committed_at.unwrap_or_default(),
+                format!("HANDED_OFF             {}: no posting may follow", h.holder()),
+            ));
+        }
+        if let Some(p) = LedgerReader::posting(&ledger, key).await.map_err(searched)? {
+            periods.insert(p.period.clone());
+            lines.push((
+                p.committed_at,
+                format!(
+                    "COMMITTED              {} {} {} {} (message {}, SQS {}, attempt {}{})",
+                    p.ledger_entity,
+                    p.period,
+                    p.amount,
+                    p.currency,
+                    p.message_id,
+                    p.sqs_message_id,
+                    p.attempt_count,
+                    p.replay_of.map(|r| format!(", replay of {r}")).unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    if periods.len() > before {
+        records = audit.about(source_hash, periods.iter().map(String::as_str)).await?;
+    }
+    for r in records {
         let rec = r.record;
-        period = period.or_else(|| rec.period.clone());
         lines.push((
             rec.at,
             format!(
@@ -191,37 +264,7 @@ async fn show(clients: &AwsClients, names: &ResourceNames, audit: &DynamoAuditLo
             ),
         ));
     }
-    let stack = recon_aws::stack::resolve_stack(clients, names).await?;
-    let ledger = crate::context::ledger(clients, &stack)?;
-    let key = recon_core::domain::TxKey::new(source_hash, period);
-    if let Some(h) = ledger.lookup(&key).await?.filter(|c| c.manual_journal.is_some()) {
-        lines.push((
-            h.committed_at.unwrap_or_default(),
-            format!("HANDED_OFF             {}: no posting may follow", h.holder()),
-        ));
-    }
-    if let Some(p) = LedgerReader::posting(&ledger, &key).await? {
-        lines.push((
-            p.committed_at,
-            format!(
-                "COMMITTED              {} {} {} {} (message {}, SQS {}, attempt {}{})",
-                p.ledger_entity,
-                p.period,
-                p.amount,
-                p.currency,
-                p.message_id,
-                p.sqs_message_id,
-                p.attempt_count,
-                p.replay_of.map(|r| format!(", replay of {r}")).unwrap_or_default()
-            ),
-        ));
-    }
-    let store = crate::triage::store(clients, names);
-    for e in crate::triage::envelopes(&store, None)
-        .await?
-        .into_iter()
-        .filter(|e| e.source_hash == source_hash)
-    {
+    for e in &envelopes {
         for c in &e.status_history {
             lines.push((
                 c.at,

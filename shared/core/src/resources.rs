@@ -262,7 +262,9 @@ pub mod indexes {
         partition_key: keys::AUDIT_CHAIN,
         sort_key: keys::AUDIT_SEQ_KEY,
     };
-    /// Audit records about one transaction in time order (`audit show`).
+    /// Audit records about one transaction in time order (`audit show`), but for those a
+    /// reconciliation reads (`AuditKind::reconciled`): they are found by period, and written
+    /// without this index's sort key.
     pub const AUDIT_BY_SOURCE_HASH: IndexSpec = IndexSpec {
         name: "by_source_hash",
         partition_key: keys::AUDIT_SOURCE_HASH,
@@ -277,7 +279,8 @@ pub mod indexes {
         sort_key: keys::ENVELOPE_PK,
     };
     /// The audit records a reconciliation reads (`AuditKind::reconciled`), by accounting period,
-    /// sharded; other records stay out of it.
+    /// sharded by their transaction's hash (so `audit show` reads one shard of a period); other
+    /// records stay out of it.
     pub const AUDIT_BY_PERIOD: IndexSpec = IndexSpec {
         name: "by_period",
         partition_key: keys::EXCEPTION_PERIOD_SHARD,

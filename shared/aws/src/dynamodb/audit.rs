@@ -12,7 +12,7 @@ use recon_core::resources::keys;
 
 use super::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups};
 use super::transact::{TransactError, cancellation_codes, tx_put, tx_update};
-use super::{applied, item_error, n, query_index, s, scan_all};
+use super::{applied, item_error, n, s, scan_all};
 use crate::error::store_error;
 use crate::item::{Item, from_item, get_n, get_s, to_item};
 
@@ -79,21 +79,6 @@ impl DynamoAuditLog {
             .map(chained_from)
             .filter(|c| recon_core::domain::audit::is_chain(&c.chain))
             .collect())
-    }
-
-    /// The records about one transaction, in time order (the `by_source_hash` index).
-    pub async fn for_source_hash(
-        &self,
-        source_hash: &str,
-    ) -> StoreResult<Vec<recon_core::domain::audit::ChainedRecord>> {
-        query_index(
-            &self.client,
-            &self.table,
-            &recon_core::resources::indexes::AUDIT_BY_SOURCE_HASH,
-            source_hash,
-        )
-        .await
-        .and_then(|items| audit_records(&items))
     }
 
     /// The configuration last recorded for `function`.
@@ -333,18 +318,20 @@ fn chained_from(item: &Item) -> recon_core::domain::audit::ChainedRecord {
     })
 }
 
-/// Index attributes of a chained record.
+/// Index attributes of a chained record: each index's key on the records it holds only.
 fn audit_item(c: &recon_core::domain::audit::ChainedRecord) -> StoreResult<Item> {
     let mut item = to_item(c).map_err(|e| item_error("audit item", e))?;
     item.insert(keys::AUDIT_SEQ_KEY.into(), s(format!("{:012}", c.seq)));
-    item.insert(
-        keys::AUDIT_AT_KEY.into(),
-        s(format!(
-            "{}#{}",
-            c.record.at.format("%Y-%m-%dT%H:%M:%S%.9fZ"),
-            c.record.audit_id
-        )),
-    );
+    if period::in_by_source_hash(&c.record) {
+        item.insert(
+            keys::AUDIT_AT_KEY.into(),
+            s(format!(
+                "{}#{}",
+                c.record.at.format("%Y-%m-%dT%H:%M:%S%.9fZ"),
+                c.record.audit_id
+            )),
+        );
+    }
     item.extend(period::period_entry(&c.record));
     Ok(item)
 }

@@ -1,24 +1,41 @@
 //! The audit records a reconciliation reads, by accounting period (the `by_period` index: the
-//! records of [`AuditKind::reconciled`] kinds only, each under its period's shard), and the
-//! entries of the records written before records carried their period.
+//! records of [`AuditKind::reconciled`] kinds only, each under its period's shard of its
+//! transaction), and the entries of the records written before records carried their period.
+//!
+//! Those records are in no other index but `by_chain`: the records about one transaction that
+//! `by_source_hash` holds are the others ([`in_by_source_hash`]), and [`DynamoAuditLog::about`]
+//! finds a transaction's reconciled records here, in the one shard of each period its hash names.
+//! A duplicate's or a dead letter's append so writes three items (the record, its chain's head,
+//! its `by_chain` and `by_period` entries: DynamoDB Local counts 16 write units, not 20).
+
+use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use recon_core::domain::audit::is_chain;
+use recon_core::domain::audit::{ChainedRecord, is_chain};
 use recon_core::domain::{AuditKind, AuditRecord};
 use recon_core::ports::{RecordsOfPeriod, StoreResult};
 use recon_core::resources::{exception_period_shard, indexes, keys};
 
 use super::{DynamoAuditLog, chained_from};
 use crate::dynamodb::backfill::{Unindexed, index_unindexed};
-use crate::dynamodb::{query_period, s};
+use crate::dynamodb::{query_index, query_period, s};
+use crate::error::store_error;
 use crate::item::{Item, get_s};
 
-/// The index entry of a record a reconciliation reads (none for the others).
+/// The index entry of a record a reconciliation reads (none for the others): the shard its
+/// transaction's hash names (its id's, without one), so a transaction's records share one.
 pub(super) fn period_entry(record: &AuditRecord) -> Option<(String, AttributeValue)> {
-    record
-        .kind
-        .reconciled()
-        .then(|| crate::dynamodb::period_entry(record.period.as_deref(), &record.audit_id))
+    record.kind.reconciled().then(|| {
+        let within = record.source_hash.as_deref().unwrap_or(&record.audit_id);
+        crate::dynamodb::period_entry(record.period.as_deref(), within)
+    })
+}
+
+/// Whether `record` is in the `by_source_hash` index (it has its sort key): the records about a
+/// transaction a reconciliation does not read (replays, edits, escalations); those it reads are
+/// found by period. Records written before this rule are in both.
+pub(super) fn in_by_source_hash(record: &AuditRecord) -> bool {
+    !record.kind.reconciled()
 }
 
 impl RecordsOfPeriod for DynamoAuditLog {
@@ -47,6 +64,60 @@ impl RecordsOfPeriod for DynamoAuditLog {
 }
 
 impl DynamoAuditLog {
+    /// The records about one transaction, in time order: those `by_source_hash` holds, and the
+    /// reconciled ones of each of `periods` (and of no period), from the one shard of each that
+    /// its hash names. A reconciled record of a period not named is not found: name the period
+    /// its records, envelopes or posting carry.
+    pub async fn about<'a>(
+        &self,
+        source_hash: &str,
+        periods: impl IntoIterator<Item = &'a str>,
+    ) -> StoreResult<Vec<ChainedRecord>> {
+        let shards: Vec<String> = periods
+            .into_iter()
+            .map(Some)
+            .chain([None])
+            .map(|p| exception_period_shard(p, source_hash))
+            .collect();
+        let (by_hash, by_period) = futures::future::try_join(
+            query_index(&self.client, &self.table, &indexes::AUDIT_BY_SOURCE_HASH, source_hash),
+            futures::future::try_join_all(shards.iter().map(|shard| self.in_shard(shard, source_hash))),
+        )
+        .await?;
+        // A record written before the rule is in both indexes: once here.
+        let records: BTreeMap<String, ChainedRecord> = by_hash
+            .iter()
+            .chain(by_period.iter().flatten())
+            .map(chained_from)
+            .filter(|c| c.record.source_hash.as_deref() == Some(source_hash))
+            .map(|c| (c.record.audit_id.clone(), c))
+            .collect();
+        let mut records: Vec<ChainedRecord> = records.into_values().collect();
+        records.sort_by(|a, b| (a.record.at, &a.record.audit_id).cmp(&(b.record.at, &b.record.audit_id)));
+        Ok(records)
+    }
+
+    /// The records of one `by_period` shard about `source_hash` (the others are read and left).
+    async fn in_shard(&self, shard: &str, source_hash: &str) -> StoreResult<Vec<Item>> {
+        let index = &indexes::AUDIT_BY_PERIOD;
+        self.client
+            .query()
+            .table_name(&self.table)
+            .index_name(index.name)
+            .key_condition_expression("#k = :v")
+            .filter_expression("#h = :h")
+            .expression_attribute_names("#k", index.partition_key)
+            .expression_attribute_names("#h", keys::AUDIT_SOURCE_HASH)
+            .expression_attribute_values(":v", s(shard))
+            .expression_attribute_values(":h", s(source_hash))
+            .into_paginator()
+            .items()
+            .send()
+            .try_collect()
+            .await
+            .map_err(|e| store_error("Query(by_period, one transaction)", e))
+    }
+
     /// Give each record a reconciliation reads that was written before its period index its
     /// entry there: under the period it carries, or — a record from before records carried one —
     /// under no period, which every period's reconciliation reads. Returns how many it indexed.
@@ -61,11 +132,11 @@ impl DynamoAuditLog {
             filter: &filter,
             names: &["kind"],
             values: kinds,
-            read: &["period"],
+            read: &["period", keys::AUDIT_SOURCE_HASH],
         };
         let shard_of = |item: &Item| {
-            let id = get_s(item, keys::AUDIT_PK)?;
-            Some(exception_period_shard(get_s(item, "period"), id))
+            let within = get_s(item, keys::AUDIT_SOURCE_HASH).or_else(|| get_s(item, keys::AUDIT_PK))?;
+            Some(exception_period_shard(get_s(item, "period"), within))
         };
         index_unindexed(&self.client, unindexed, shard_of, progress).await
     }
