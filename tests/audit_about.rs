@@ -22,12 +22,13 @@ async fn a_transactions_records_are_found_by_its_hash_and_period_and_each_once()
     let consumer = s.consumer_with(s.ledger(), s.main_queue());
     let mut xau = tx(2);
     xau.currency = "XAU".into();
-    s.send(&[
+    let bodies = [
         tx(1).to_body().unwrap(),
         tx(1).to_body().unwrap(),
         xau.to_body().unwrap(),
-    ])
-    .await;
+        "garbage".to_owned(),
+    ];
+    s.send(&bodies).await;
     s.pump(&consumer).await;
     s.pump_dlq(&s.enricher(100)).await;
     s.map_currency("XAU", 4).await;
@@ -39,7 +40,12 @@ async fn a_transactions_records_are_found_by_its_hash_and_period_and_each_once()
 
     let log = DynamoAuditLog::new(s.clients.dynamodb.clone(), &s.settings.audit_table);
     let all = log.scan().await.unwrap();
-    let of = |kind: AuditKind| -> &AuditRecord { all.iter().find(|r| r.kind == kind).expect("the record") };
+    // The first of `kind` about a transaction (not the garbage's).
+    let of = |kind: AuditKind| -> &AuditRecord {
+        all.iter()
+            .find(|r| r.kind == kind && r.period.is_some())
+            .expect("the record")
+    };
     let dead = of(AuditKind::DeadLettered);
     let (hash, period) = (dead.source_hash.clone().unwrap(), dead.period.clone().unwrap());
 
@@ -74,6 +80,59 @@ async fn a_transactions_records_are_found_by_its_hash_and_period_and_each_once()
         vec![AuditKind::DuplicateSuppressed]
     );
 
+    // A body of no transaction: its dead letter's records are of no period, found without one.
+    let raw = all
+        .iter()
+        .find(|r| r.source_hash.as_deref().is_some_and(|h| h.starts_with("raw:")))
+        .unwrap_or_else(|| panic!("the garbage's records: {all:#?}"));
+    assert_eq!(raw.period, None);
+    let raw_hash = raw.source_hash.clone().unwrap();
+    let of_raw = log.about(&raw_hash, []).await.unwrap();
+    assert!(
+        of_raw.iter().any(|r| r.record.kind == AuditKind::DeadLettered),
+        "{of_raw:#?}"
+    );
+    assert_eq!(
+        of_raw.len(),
+        all.iter()
+            .filter(|r| r.source_hash.as_deref() == Some(&raw_hash))
+            .count()
+    );
+
+    // `dlqctl audit show`, as an operator runs it: the duplicate's transaction has no envelope
+    // and no record indexed by hash; its posting (searched for) names the period of its record.
+    let prefix = s.stack.names.prefix.clone();
+    let show = |hash: &str| -> Vec<String> {
+        let out = crate::deploy::dlqctl(&["--prefix", &prefix, "--json", "audit", "show", "--source-hash", hash]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
+        v["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .map(|e| e["event"].as_str().unwrap_or("").to_owned())
+            .collect()
+    };
+    let starts = |events: &[String], what: &str| events.iter().filter(|e| e.starts_with(what)).count();
+    let events = show(&dup_hash);
+    assert_eq!(
+        (starts(&events, "COMMITTED"), starts(&events, "DUPLICATE_SUPPRESSED")),
+        (1, 1),
+        "{events:#?}"
+    );
+    // The dead letter's, through its verified envelope's period: every record, the posting of
+    // its replay, the envelope's history.
+    let events = show(&hash);
+    for what in [
+        "DEAD_LETTERED",
+        "ENRICHED",
+        "REPLAY_REINJECTED",
+        "COMMITTED",
+        "ENVELOPE",
+    ] {
+        assert!(starts(&events, what) >= 1, "{what} in {events:#?}");
+    }
+
     // A record from before the rule has its `by_source_hash` entry too: found by hash, and once
     // when both indexes hold it.
     s.clients
@@ -95,5 +154,6 @@ async fn a_transactions_records_are_found_by_its_hash_and_period_and_each_once()
         vec![AuditKind::DuplicateSuppressed]
     );
     assert_eq!(log.about(&dup_hash, [dup_period.as_str()]).await.unwrap().len(), 1);
+
     s.cleanup().await;
 }

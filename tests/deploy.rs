@@ -79,7 +79,7 @@ fn outputs_of(s: &TestStack) -> Vec<(&'static str, String)> {
 }
 
 /// `dlqctl` as a user runs it, against the local stack.
-fn dlqctl(args: &[&str]) -> std::process::Output {
+pub(crate) fn dlqctl(args: &[&str]) -> std::process::Output {
     Command::new(dlqctl_binary())
         .args(args)
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))

@@ -189,45 +189,26 @@ async fn show(
         .into_iter()
         .filter(|e| e.source_hash == source_hash)
         .collect();
-    // The transaction's periods: the records a reconciliation reads are found by period. Those
-    // named, its envelopes', its other records', its posting's.
-    let mut periods: BTreeSet<String> = given.iter().cloned().collect();
-    periods.extend(envelopes.iter().filter_map(|e| e.accounting_period.clone()));
-    let mut records = audit.about(source_hash, periods.iter().map(String::as_str)).await?;
-    let before = periods.len();
-    periods.extend(records.iter().filter_map(|r| r.record.period.clone()));
+    // The records a reconciliation reads (a duplicate's, a dead letter's) are found by period.
+    // Certainly the transaction's: those named, and a verified envelope's (the value date is one
+    // of the hashed fields). Perhaps: what its other envelopes, records and posting name.
+    let mut certain: BTreeSet<String> = given.iter().cloned().collect();
+    certain.extend(envelopes.iter().filter_map(|e| e.decoded_key().period));
+    let mut named = certain.clone();
+    named.extend(envelopes.iter().filter_map(|e| e.accounting_period.clone()));
+    named.extend(
+        audit
+            .by_hash(source_hash)
+            .await?
+            .into_iter()
+            .filter_map(|r| r.record.period),
+    );
     let stack = recon_aws::stack::resolve_stack(clients, names).await?;
     let ledger = crate::context::ledger(clients, &stack)?;
-    // Without a period the ledger is searched (a scan: a role without it is told to name one).
-    let keys: Vec<TxKey> = match periods.is_empty() {
-        true => vec![TxKey::new(source_hash, None)],
-        false => periods
-            .iter()
-            .map(|p| TxKey::new(source_hash, Some(p.clone())))
-            .collect(),
-    };
-    for key in &keys {
-        let searched = |e| {
-            let hint = if key.period.is_none() {
-                " (name its period: --period YYYY-MM)"
-            } else {
-                ""
-            };
-            anyhow::anyhow!("the ledger's entry of {source_hash} not read{hint}: {e}")
-        };
-        if let Some(h) = ledger
-            .lookup(key)
-            .await
-            .map_err(searched)?
-            .filter(|c| c.manual_journal.is_some())
-        {
-            lines.push((
-                h.committed_at.unwrap_or_default(),
-                format!("HANDED_OFF             {}: no posting may follow", h.holder()),
-            ));
-        }
-        if let Some(p) = LedgerReader::posting(&ledger, key).await.map_err(searched)? {
-            periods.insert(p.period.clone());
+    let mut ledger_unread = None;
+    match ledger_entry(&ledger, source_hash, &certain, &named).await {
+        Ok(Entry::Posted(p)) => {
+            named.insert(p.period.clone());
             lines.push((
                 p.committed_at,
                 format!(
@@ -243,10 +224,18 @@ async fn show(
                 ),
             ));
         }
+        Ok(Entry::HandedOff(h)) => lines.push((
+            h.committed_at.unwrap_or_default(),
+            format!("HANDED_OFF             {}: no posting may follow", h.holder()),
+        )),
+        Ok(Entry::None) => {}
+        // Operators but auditors read no ledger: the rest is still shown, and what was not said.
+        Err(e) => {
+            eprintln!("the ledger was not read (no posting or hand-off shown): {e}");
+            ledger_unread = Some(e.to_string());
+        }
     }
-    if periods.len() > before {
-        records = audit.about(source_hash, periods.iter().map(String::as_str)).await?;
-    }
+    let records = audit.about(source_hash, named.iter().map(String::as_str)).await?;
     for r in records {
         let rec = r.record;
         lines.push((
@@ -279,7 +268,9 @@ async fn show(
         }
     }
     if lines.is_empty() {
-        bail!("nothing is recorded for source_hash {source_hash}");
+        bail!(
+            "nothing is recorded for source_hash {source_hash} under the periods {named:?} and none: a duplicate's or a dead letter's records are found by period (name one: --period YYYY-MM)"
+        );
     }
     lines.sort_by_key(|l| l.0);
     let events: Vec<serde_json::Value> = lines
@@ -287,7 +278,7 @@ async fn show(
         .map(|(at, line)| serde_json::json!({"at": at, "event": line.split_whitespace().collect::<Vec<_>>().join(" ")}))
         .collect();
     crate::output::emit(
-        &serde_json::json!({"source_hash": source_hash, "events": events}),
+        &serde_json::json!({"source_hash": source_hash, "events": events, "ledger_unread": ledger_unread}),
         || {
             let mut out = format!("transaction {source_hash}:");
             for (at, line) in &lines {
@@ -296,4 +287,37 @@ async fn show(
             out
         },
     )
+}
+
+/// What the ledger holds of one transaction.
+enum Entry {
+    Posted(recon_core::domain::Posting),
+    HandedOff(recon_core::domain::CommittedRef),
+    None,
+}
+
+/// The ledger's entry of `source_hash`, under the periods `certain` to be its; without one,
+/// under those its records `named`, and — not found there — searched for (a scan of the table).
+async fn ledger_entry(
+    ledger: &(impl Ledger + LedgerReader),
+    source_hash: &str,
+    certain: &BTreeSet<String>,
+    named: &BTreeSet<String>,
+) -> recon_core::ports::StoreResult<Entry> {
+    let mut keys: Vec<TxKey> = (if certain.is_empty() { named } else { certain })
+        .iter()
+        .map(|p| TxKey::new(source_hash, Some(p.clone())))
+        .collect();
+    if certain.is_empty() {
+        keys.push(TxKey::new(source_hash, None));
+    }
+    for key in &keys {
+        if let Some(p) = ledger.posting(key).await? {
+            return Ok(Entry::Posted(p));
+        }
+        if let Some(h) = ledger.lookup(key).await?.filter(|c| c.manual_journal.is_some()) {
+            return Ok(Entry::HandedOff(h));
+        }
+    }
+    Ok(Entry::None)
 }

@@ -222,7 +222,9 @@ pub fn ledger_period_shards(period: &str) -> impl Iterator<Item = (u32, String)>
 }
 
 /// How many index partitions one period's exceptions (envelopes, and the audit records a
-/// reconciliation reads) are spread over: a month-end's dead letters write no hot partition.
+/// reconciliation reads) are spread over: a month-end's dead letters write no hot partition. (The
+/// records about one transaction share its shard, as they share one `by_source_hash` partition:
+/// a storm of one message's duplicates is one partition's, either way.)
 pub const EXCEPTION_PERIOD_SHARDS: u32 = 16;
 
 /// The period of an exception whose body gave no readable value date (and, after
@@ -231,7 +233,8 @@ pub const EXCEPTION_PERIOD_SHARDS: u32 = 16;
 pub const NO_PERIOD: &str = "-";
 
 /// The period index's partition of an exception (an envelope by its id, an audit record by its
-/// id) of `period` (none: [`NO_PERIOD`]).
+/// transaction's hash — by its own id when it has none, or was written before that rule) of
+/// `period` (none: [`NO_PERIOD`]).
 pub fn exception_period_shard(period: Option<&str>, id: &str) -> String {
     use sha2::{Digest, Sha256};
     let first = Sha256::digest(id.as_bytes())[0];
@@ -279,8 +282,8 @@ pub mod indexes {
         sort_key: keys::ENVELOPE_PK,
     };
     /// The audit records a reconciliation reads (`AuditKind::reconciled`), by accounting period,
-    /// sharded by their transaction's hash (so `audit show` reads one shard of a period); other
-    /// records stay out of it.
+    /// sharded by their transaction's hash (so `audit show` reads one shard of a period; records
+    /// written before that rule by their id); other records stay out of it.
     pub const AUDIT_BY_PERIOD: IndexSpec = IndexSpec {
         name: "by_period",
         partition_key: keys::EXCEPTION_PERIOD_SHARD,

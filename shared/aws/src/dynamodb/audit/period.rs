@@ -5,10 +5,11 @@
 //! Those records are in no other index but `by_chain`: the records about one transaction that
 //! `by_source_hash` holds are the others ([`in_by_source_hash`]), and [`DynamoAuditLog::about`]
 //! finds a transaction's reconciled records here, in the one shard of each period its hash names.
-//! A duplicate's or a dead letter's append so writes three items (the record, its chain's head,
-//! its `by_chain` and `by_period` entries: DynamoDB Local counts 16 write units, not 20).
+//! A duplicate's or a dead letter's append so writes the record, its chain's head and two index
+//! entries (`by_chain`, `by_period`), where it wrote three (DynamoDB Local counts 16 write units,
+//! not 20). Records written before this rule are in both indexes, their shard named by their id.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use recon_core::domain::audit::{ChainedRecord, is_chain};
@@ -64,37 +65,38 @@ impl RecordsOfPeriod for DynamoAuditLog {
 }
 
 impl DynamoAuditLog {
-    /// The records about one transaction, in time order: those `by_source_hash` holds, and the
-    /// reconciled ones of each of `periods` (and of no period), from the one shard of each that
-    /// its hash names. A reconciled record of a period not named is not found: name the period
-    /// its records, envelopes or posting carry.
+    /// The records about one transaction, in time order, each once: [`Self::by_hash`] and
+    /// [`Self::reconciled_in`] each of `periods` and no period.
     pub async fn about<'a>(
         &self,
         source_hash: &str,
         periods: impl IntoIterator<Item = &'a str>,
     ) -> StoreResult<Vec<ChainedRecord>> {
-        let shards: Vec<String> = periods
-            .into_iter()
-            .map(Some)
-            .chain([None])
-            .map(|p| exception_period_shard(p, source_hash))
-            .collect();
-        let (by_hash, by_period) = futures::future::try_join(
-            query_index(&self.client, &self.table, &indexes::AUDIT_BY_SOURCE_HASH, source_hash),
-            futures::future::try_join_all(shards.iter().map(|shard| self.in_shard(shard, source_hash))),
-        )
-        .await?;
-        // A record written before the rule is in both indexes: once here.
-        let records: BTreeMap<String, ChainedRecord> = by_hash
+        let periods: Vec<Option<&str>> = periods.into_iter().map(Some).chain([None]).collect();
+        let (by_hash, reconciled) =
+            futures::future::try_join(self.by_hash(source_hash), self.reconciled_in(source_hash, &periods)).await?;
+        Ok(in_time_order(by_hash.into_iter().chain(reconciled)))
+    }
+
+    /// The records about one transaction that `by_source_hash` holds: those a reconciliation does
+    /// not read, and every one written before that rule.
+    pub async fn by_hash(&self, source_hash: &str) -> StoreResult<Vec<ChainedRecord>> {
+        let items = query_index(&self.client, &self.table, &indexes::AUDIT_BY_SOURCE_HASH, source_hash).await?;
+        Ok(items.iter().map(chained_from).collect())
+    }
+
+    /// The records about one transaction a reconciliation reads, of each of `periods` (`None`:
+    /// of no known period), from the one `by_period` shard of each that its hash names. A record
+    /// of a period not named is not found.
+    pub async fn reconciled_in(&self, source_hash: &str, periods: &[Option<&str>]) -> StoreResult<Vec<ChainedRecord>> {
+        let shards: BTreeSet<String> = periods
             .iter()
-            .chain(by_period.iter().flatten())
-            .map(chained_from)
-            .filter(|c| c.record.source_hash.as_deref() == Some(source_hash))
-            .map(|c| (c.record.audit_id.clone(), c))
+            .map(|p| exception_period_shard(*p, source_hash))
             .collect();
-        let mut records: Vec<ChainedRecord> = records.into_values().collect();
-        records.sort_by(|a, b| (a.record.at, &a.record.audit_id).cmp(&(b.record.at, &b.record.audit_id)));
-        Ok(records)
+        let items = futures::future::try_join_all(shards.iter().map(|shard| self.in_shard(shard, source_hash))).await?;
+        // The filter matched each item's source_hash; one that no longer reads as a record (an
+        // edited field) is kept, for verification's name of it.
+        Ok(items.iter().flatten().map(chained_from).collect())
     }
 
     /// The records of one `by_period` shard about `source_hash` (the others are read and left).
@@ -140,4 +142,12 @@ impl DynamoAuditLog {
         };
         index_unindexed(&self.client, unindexed, shard_of, progress).await
     }
+}
+
+/// `records` each once (a record written before the rule is in both indexes), in time order.
+fn in_time_order(records: impl IntoIterator<Item = ChainedRecord>) -> Vec<ChainedRecord> {
+    let once: BTreeMap<String, ChainedRecord> = records.into_iter().map(|c| (c.record.audit_id.clone(), c)).collect();
+    let mut records: Vec<ChainedRecord> = once.into_values().collect();
+    records.sort_by(|a, b| (a.record.at, &a.record.audit_id).cmp(&(b.record.at, &b.record.audit_id)));
+    records
 }
