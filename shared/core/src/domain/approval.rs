@@ -10,12 +10,12 @@
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
 use super::canary::Canary;
 pub use super::change_set::{Action, Change, ChangeSet, fingerprint, request_digest};
 use super::edit::Edit;
 use super::hash::sha256_hex;
+pub use super::identity::{AssumedRole, Identity};
 pub use super::policy::{ApprovalPolicy, DEFAULT_EXPIRE_HOURS, Exposure, Refused};
 
 /// At most this many envelopes in one request: the request is one item of the envelope table
@@ -24,77 +24,6 @@ pub const MAX_REQUEST_ENVELOPES: usize = 1000;
 
 /// How long one execution holds a request before another may resume it (a crashed execution).
 pub const EXECUTION_LEASE_MINUTES: i64 = 15;
-
-/// Who acts: the identity AWS vouches for (`sts:GetCallerIdentity`), and the name they gave.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Identity {
-    pub arn: String,
-    pub name: Option<String>,
-}
-
-/// A session of an assumed role, as STS names it: `arn:PARTITION:sts::ACCOUNT:assumed-role/ROLE/SESSION`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AssumedRole<'a> {
-    pub account: &'a str,
-    pub role: &'a str,
-    pub session: &'a str,
-}
-
-impl Identity {
-    /// The ARN read strictly as an assumed role's session: six fields, STS, no region, a 12-digit
-    /// account, a role and a session name of IAM's characters; `None` for any other ARN (a user
-    /// whose path reads like an assumed role is a user).
-    pub fn assumed_role(&self) -> Option<AssumedRole<'_>> {
-        let iam_name = |s: &str, min: usize| {
-            (min..=64).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c))
-        };
-        let fields: Vec<&str> = self.arn.split(':').collect();
-        let [arn, partition, service, region, account, resource] = fields[..] else {
-            return None;
-        };
-        let parts: Vec<&str> = resource.split('/').collect();
-        let ["assumed-role", role, session] = parts[..] else {
-            return None;
-        };
-        let ok = arn == "arn"
-            && partition.starts_with("aws")
-            && service == "sts"
-            && region.is_empty()
-            && account.len() == 12
-            && account.bytes().all(|b| b.is_ascii_digit())
-            && iam_name(role, 1)
-            && iam_name(session, 2);
-        ok.then_some(AssumedRole { account, role, session })
-    }
-
-    /// The principal without its session: `arn:aws:sts::A:assumed-role/ROLE/SESSION` is
-    /// `arn:aws:sts::A:assumed-role/ROLE` (the caller chooses SESSION); any other ARN as it is.
-    pub fn principal(&self) -> &str {
-        match self.assumed_role() {
-            Some(_) => self.arn.rsplit_once('/').map_or(&self.arn, |(p, _)| p),
-            None => &self.arn,
-        }
-    }
-
-    /// The person: an assumed role's session (`ACCOUNT:SESSION`, in lower case as IAM compares
-    /// names; the operator roles' trust policies pin it to who assumed the role), any other ARN
-    /// as it is.
-    pub fn person(&self) -> String {
-        match self.assumed_role() {
-            Some(a) => format!("{}:{}", a.account, a.session.to_ascii_lowercase()),
-            None => self.arn.clone(),
-        }
-    }
-}
-
-impl fmt::Display for Identity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.name {
-            Some(n) => write!(f, "{} (as {n})", self.arn),
-            None => f.write_str(&self.arn),
-        }
-    }
-}
 
 named! {
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use super::approval::Identity;
+use super::identity::Identity;
 use super::policy::Refused;
 
 named! {

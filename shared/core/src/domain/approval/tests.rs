@@ -134,6 +134,31 @@ fn self_approval_is_refused_whatever_name_is_given() {
     assert!(r.reject(&who("arn:aws:iam::1:user/other"), "no", at(1)).is_err());
 }
 
+/// One person through both doors: a maker at the console is refused as the approver of their own
+/// request through `dlqctl` (a session named after them), and as the approver at the console.
+#[test]
+fn a_person_is_refused_as_their_own_approver_through_the_other_door() {
+    use crate::domain::operator::OperatorRole;
+    let policy = ApprovalPolicy::default();
+    let mut r = request(set(&[envelope(1, "1", "USD")]), &policy);
+    r.requested_by =
+        Identity::console("123456789012", Some(OperatorRole::Maker.as_str()), "Alice@Example.com").unwrap();
+    let through_iam = who("arn:aws:sts::123456789012:assumed-role/acme-approver/alice@example.com");
+    let at_console = Identity::console(
+        "123456789012",
+        Some(OperatorRole::Approver.as_str()),
+        "alice@example.com",
+    )
+    .unwrap();
+    for same in [through_iam, at_console] {
+        let err = r.approve(&same, "ok", at(1)).unwrap_err();
+        assert!(err.0.contains("self-approval refused"), "{same}: {err}");
+    }
+    let bob = Identity::console("123456789012", Some(OperatorRole::Approver.as_str()), "bob@example.com").unwrap();
+    r.approve(&bob, "looked at it", at(1)).unwrap();
+    assert_eq!(r.status, RequestStatus::Approved);
+}
+
 /// What the control plane seals covers who asked and until when: rewriting either afterwards (to
 /// pass a maker's request as someone else's, or to keep an approval alive) changes the message.
 #[test]

@@ -1,0 +1,320 @@
+//! The console's sign-in: a person the organisation's OpenID Connect identity provider signed in,
+//! whose token API Gateway's JWT authorizer verified (signature, issuer, audience, expiry) before
+//! the control plane is asked. Who they are and which operator roles they hold come from the
+//! token's claims as API Gateway hands them over, never from the payload; the console only says
+//! which of their roles they act in.
+//!
+//! `DLQ_CONSOLE_GROUPS` (`viewer:GROUP,maker:GROUP,…`) maps the identity provider's groups to
+//! operator roles; `break-glass` is never one (it is IAM's alone). The person is the claim
+//! `DLQ_CONSOLE_NAME_CLAIM` names (`email` unless set), lower-cased: name the claim that holds
+//! what your operators' role sessions are named after and one person has one name through
+//! `dlqctl` and the console ([`super::identity`]), so maker-checker holds across them.
+
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::identity::Identity;
+use super::operator::{Caller, OperatorRole};
+
+/// The groups claim unless `DLQ_CONSOLE_GROUPS_CLAIM` names another (Cognito's is `cognito:groups`).
+pub const DEFAULT_GROUPS_CLAIM: &str = "groups";
+
+/// The name claim unless `DLQ_CONSOLE_NAME_CLAIM` names another.
+pub const DEFAULT_NAME_CLAIM: &str = "email";
+
+/// Which identity-provider group gives which operator role (`DLQ_CONSOLE_GROUPS`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsoleGroups(BTreeMap<String, OperatorRole>);
+
+impl std::str::FromStr for ConsoleGroups {
+    type Err = String;
+
+    /// `ROLE:GROUP` pairs, comma-separated: each group once (a group is one role), a group name
+    /// without spaces, commas or brackets (API Gateway hands a list of groups over as
+    /// `[a b c]`), no `break-glass`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut groups = BTreeMap::new();
+        for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (role, group) = pair
+                .split_once(':')
+                .ok_or_else(|| format!("`{pair}`: expected ROLE:GROUP"))?;
+            let role: OperatorRole = role.trim().parse().map_err(|e| format!("`{pair}`: {e}"))?;
+            if role == OperatorRole::BreakGlass {
+                return Err(format!(
+                    "`{pair}`: break-glass is never a console role (it is an IAM role, assumed with MFA, paged on)"
+                ));
+            }
+            let group = group.trim();
+            if group.is_empty() || group.chars().any(|c| c.is_whitespace() || "[],".contains(c)) {
+                return Err(format!("`{pair}`: a group name without spaces, commas or brackets"));
+            }
+            if groups.insert(group.to_owned(), role).is_some() {
+                return Err(format!("`{pair}`: each group once"));
+            }
+        }
+        if groups.is_empty() {
+            return Err("no console group named".into());
+        }
+        Ok(ConsoleGroups(groups))
+    }
+}
+
+impl std::fmt::Display for ConsoleGroups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pairs: Vec<String> = self.0.iter().map(|(group, role)| format!("{role}:{group}")).collect();
+        f.write_str(&pairs.join(","))
+    }
+}
+
+/// How the control plane reads a console caller from a verified token's claims.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsoleSignIn {
+    pub groups: ConsoleGroups,
+    pub groups_claim: String,
+    pub name_claim: String,
+}
+
+/// A person at the console, as their token's claims make them: their name and the operator
+/// roles their groups give.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsolePerson {
+    pub name: String,
+    pub roles: BTreeSet<OperatorRole>,
+}
+
+impl ConsoleSignIn {
+    /// The person `claims` (API Gateway's `requestContext.authorizer.jwt.claims`) name, or why
+    /// they name none (no name claim, or one no session could be named).
+    pub fn person(&self, claims: &Map<String, Value>) -> Result<ConsolePerson, String> {
+        let name = claims.get(&self.name_claim).and_then(Value::as_str).ok_or_else(|| {
+            format!(
+                "the token has no `{}` claim: who signed in is not known",
+                self.name_claim
+            )
+        })?;
+        let roles = claim_values(claims.get(&self.groups_claim))
+            .iter()
+            .filter_map(|g| self.groups.0.get(g.as_str()).copied())
+            .collect();
+        Ok(ConsolePerson {
+            name: name.to_ascii_lowercase(),
+            roles,
+        })
+    }
+
+    /// The caller `claims` make in the API's `account`, acting in `acting_as` (one of their
+    /// roles; without it, their only one). A person holding no role is a caller without one
+    /// (the control plane refuses them everything but `whoami`); one naming a role they do not
+    /// hold, or none of several, is refused.
+    pub fn caller(
+        &self,
+        claims: &Map<String, Value>,
+        account: &str,
+        acting_as: Option<OperatorRole>,
+    ) -> Result<Caller, String> {
+        let person = self.person(claims)?;
+        let role = match (acting_as, person.roles.len()) {
+            (Some(role), _) if person.roles.contains(&role) => Some(role),
+            (Some(role), _) => {
+                return Err(format!(
+                    "{} does not hold the {role} role (their groups give {})",
+                    person.name,
+                    listed(&person.roles)
+                ));
+            }
+            // No role: refused everything but `whoami`.
+            (None, 0) => None,
+            (None, 1) => person.roles.first().copied(),
+            (None, _) => {
+                return Err(format!(
+                    "{} holds several roles ({}): say which one to act in",
+                    person.name,
+                    listed(&person.roles)
+                ));
+            }
+        };
+        let identity = Identity::console(account, role.map(OperatorRole::as_str), &person.name).ok_or_else(|| {
+            format!(
+                "`{}` of account `{account}` names no person (2 to 64 of A-Z a-z 0-9 + = , . @ _ -, as a role session's name)",
+                person.name
+            )
+        })?;
+        Ok(Caller { identity, role })
+    }
+}
+
+fn listed(roles: &BTreeSet<OperatorRole>) -> String {
+    if roles.is_empty() {
+        return "none".into();
+    }
+    roles.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// A claim's values: a JSON list of strings; or a string, which API Gateway's JWT authorizer
+/// makes of a list as `[a b c]`, or a single value (some providers send one group as a string).
+fn claim_values(claim: Option<&Value>) -> Vec<String> {
+    match claim {
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+        Some(Value::String(s)) => {
+            let s = s.trim();
+            match s.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+                Some(list) => list.split_whitespace().map(str::to_owned).collect(),
+                None => s
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|g| !g.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            }
+        }
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const ACCOUNT: &str = "123456789012";
+
+    fn sign_in() -> ConsoleSignIn {
+        ConsoleSignIn {
+            groups: "viewer:fin-viewers,maker:fin-makers,approver:fin-controllers"
+                .parse()
+                .unwrap(),
+            groups_claim: DEFAULT_GROUPS_CLAIM.into(),
+            name_claim: DEFAULT_NAME_CLAIM.into(),
+        }
+    }
+
+    fn claims(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn roles_come_from_the_groups_claim_in_each_shape_it_arrives_in() {
+        let s = sign_in();
+        for groups in [
+            json!("[fin-makers other]"),
+            json!(["fin-makers", "other"]),
+            json!("fin-makers"),
+            json!("other, fin-makers"),
+        ] {
+            let c = s
+                .caller(
+                    &claims(json!({"email": "Alice@Example.com", "groups": groups})),
+                    ACCOUNT,
+                    None,
+                )
+                .unwrap();
+            assert_eq!(c.role, Some(OperatorRole::Maker), "{groups}");
+            assert_eq!(c.identity.arn, "console/123456789012/maker/alice@example.com");
+        }
+        // A group of no role, or no groups claim: a caller without a role.
+        for groups in [json!("[other]"), json!(null), json!(7)] {
+            let c = s
+                .caller(
+                    &claims(json!({"email": "a@example.com", "groups": groups})),
+                    ACCOUNT,
+                    None,
+                )
+                .unwrap();
+            assert_eq!(c.role, None, "{groups}");
+            assert_eq!(c.identity.arn, "console/123456789012/-/a@example.com");
+            assert!(c.may(crate::domain::operator::Operation::Replay).is_err());
+        }
+    }
+
+    #[test]
+    fn a_person_of_several_roles_acts_in_the_one_they_name_and_only_one_of_theirs() {
+        let s = sign_in();
+        let both = claims(json!({"email": "bob@example.com", "groups": "[fin-makers fin-controllers]"}));
+        assert!(s.caller(&both, ACCOUNT, None).unwrap_err().contains("say which one"));
+        let approver = s.caller(&both, ACCOUNT, Some(OperatorRole::Approver)).unwrap();
+        assert_eq!(approver.role, Some(OperatorRole::Approver));
+        let refused = s.caller(&both, ACCOUNT, Some(OperatorRole::Admin)).unwrap_err();
+        assert!(refused.contains("does not hold the admin role"), "{refused}");
+    }
+
+    #[test]
+    fn one_person_is_one_person_through_either_door() {
+        let s = sign_in();
+        let at_console = s
+            .caller(
+                &claims(json!({"email": "Alice@Example.com", "groups": "fin-controllers"})),
+                ACCOUNT,
+                None,
+            )
+            .unwrap();
+        let through_iam = Identity {
+            arn: format!("arn:aws:sts::{ACCOUNT}:assumed-role/acme-maker/alice@example.com"),
+            name: None,
+        };
+        assert_eq!(at_console.identity.person(), through_iam.person());
+        assert_eq!(at_console.identity.person(), "123456789012:alice@example.com");
+        // Another person, and the role's principal without the person.
+        let other = s
+            .caller(
+                &claims(json!({"email": "carol@example.com", "groups": "fin-controllers"})),
+                ACCOUNT,
+                None,
+            )
+            .unwrap();
+        assert_ne!(other.identity.person(), at_console.identity.person());
+        assert_eq!(other.identity.principal(), "console/123456789012/approver");
+    }
+
+    #[test]
+    fn a_token_without_a_usable_name_signs_no_one_in() {
+        let s = sign_in();
+        let no_name = claims(json!({"sub": "x", "groups": "fin-makers"}));
+        assert!(
+            s.caller(&no_name, ACCOUNT, None)
+                .unwrap_err()
+                .contains("no `email` claim")
+        );
+        for bad in ["a", "has space@example.com", "slash/alice", &"x".repeat(65)] {
+            let c = claims(json!({"email": bad, "groups": "fin-makers"}));
+            assert!(s.caller(&c, ACCOUNT, None).is_err(), "{bad}");
+        }
+        // A name that would read as another shape is refused, not parsed.
+        let c = claims(json!({"email": "alice/maker", "groups": "fin-makers"}));
+        assert!(s.caller(&c, ACCOUNT, None).is_err());
+        assert!(
+            s.caller(&claims(json!({"email": "ok@example.com"})), "12", None)
+                .is_err()
+        );
+        // Without a role, still one person.
+        let none = s
+            .caller(&claims(json!({"email": "OK@example.com"})), ACCOUNT, None)
+            .unwrap();
+        assert_eq!(
+            (none.role, none.identity.person()),
+            (None, "123456789012:ok@example.com".to_owned())
+        );
+    }
+
+    #[test]
+    fn the_mapping_is_checked() {
+        assert!(
+            "break-glass:ops"
+                .parse::<ConsoleGroups>()
+                .unwrap_err()
+                .contains("never a console role")
+        );
+        assert!("maker:a b".parse::<ConsoleGroups>().is_err());
+        assert!("maker:[a]".parse::<ConsoleGroups>().is_err());
+        assert!(
+            "maker:a,viewer:a"
+                .parse::<ConsoleGroups>()
+                .unwrap_err()
+                .contains("each group once")
+        );
+        assert!("".parse::<ConsoleGroups>().is_err());
+        assert!("chief:a".parse::<ConsoleGroups>().is_err());
+        // Two groups may give one role.
+        let g: ConsoleGroups = "maker:a,maker:b".parse().unwrap();
+        assert_eq!(g.to_string().parse::<ConsoleGroups>(), Ok(g));
+    }
+}
