@@ -20,7 +20,7 @@ pub(crate) struct Control<'s> {
 }
 
 impl<'s> Control<'s> {
-    async fn new(s: &'s TestStack) -> Self {
+    pub(crate) async fn new(s: &'s TestStack) -> Self {
         Self::with_settings(s, &s.clients, s.control_settings()).await
     }
 
@@ -41,19 +41,33 @@ impl<'s> Control<'s> {
 
     /// `body` as `role`'s session of `person` asks it through the HTTP API: (status, body).
     pub(crate) async fn ask(&self, role: &str, person: &str, body: Value) -> (u64, Value) {
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let prefix = &self.s.stack.names.prefix;
         let arn = format!("arn:aws:sts::000000000000:assumed-role/{prefix}-{role}/{person}");
+        self.ask_with(json!({"iam": {"userArn": arn}}), json!({}), body).await
+    }
+
+    /// `body` through the HTTP API as `authorizer` (the request context's) verified the caller,
+    /// with `headers`: (status, body).
+    pub(crate) async fn ask_with(&self, authorizer: Value, headers: Value, body: Value) -> (u64, Value) {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let event = json!({
             "version": "2.0",
             "routeKey": "POST /control",
+            "headers": headers,
             "body": body.to_string(),
             "isBase64Encoded": false,
-            "requestContext": {"requestId": format!("it-{n}"), "authorizer": {"iam": {"userArn": arn}}},
+            "requestContext": {"requestId": format!("it-{n}"), "accountId": "000000000000", "authorizer": authorizer},
         });
         let invocation = format!("invocation-{n}");
-        let response = Box::pin(self.plane.answer(&event, &self.settings.roles, &invocation, None)).await;
+        let response = Box::pin(self.plane.answer(
+            &event,
+            &self.settings.roles,
+            self.settings.console.as_ref(),
+            &invocation,
+            None,
+        ))
+        .await;
         let body = serde_json::from_str(response["body"].as_str().unwrap()).unwrap();
         (response["statusCode"].as_u64().unwrap(), body)
     }

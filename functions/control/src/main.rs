@@ -2,7 +2,9 @@
 //!
 //! Input: an API Gateway HTTP API request (payload format 2.0) on a route with IAM authorization:
 //! the caller is the principal API Gateway verified (`requestContext.authorizer.iam.userArn`),
-//! their operator role the one whose session they hold; the body is one command
+//! their operator role the one whose session they hold; or on a route with a JWT authorizer (the
+//! console): the person its token's claims name, in a role their groups give
+//! (`DLQ_CONSOLE_GROUPS`); the body is one command
 //! (`{"operation": "...", ...}`, unknown fields refused). Output: the HTTP response, 200 with the
 //! result, or 400/401/403/409/503 with what was wrong.
 
@@ -28,13 +30,14 @@ async fn main() -> Result<(), Error> {
     wiring::log_configuration(&clients, &settings.replay.audit_table, &name, &settings.audited).await;
     let metrics = wiring::emf(&settings.replay.metrics_namespace, &settings.replay.stack);
     let control = Arc::new(wiring::control_plane(&clients, &settings, &name, metrics));
-    let roles = Arc::new(settings.roles);
+    let doors = Arc::new((settings.roles, settings.console));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
-        let (control, roles) = (control.clone(), roles.clone());
+        let (control, doors) = (control.clone(), doors.clone());
         async move {
             let deadline = lambda_deadline(event.context.deadline);
             let id = &event.context.request_id;
-            Ok::<serde_json::Value, Error>(control.answer(&event.payload, &roles, id, deadline).await)
+            let (roles, console) = (&doors.0, doors.1.as_ref());
+            Ok::<serde_json::Value, Error>(control.answer(&event.payload, roles, console, id, deadline).await)
         }
     }))
     .await

@@ -55,13 +55,18 @@ pub mod vars {
     pub const DEDUP_TABLE: &str = "DLQ_DEDUP_TABLE";
     pub const OPERATOR_ROLES: &str = "DLQ_OPERATOR_ROLES";
     pub const DECISION_KEY: &str = "DLQ_DECISION_KEY";
+    pub const CONSOLE_GROUPS: &str = "DLQ_CONSOLE_GROUPS";
+    pub const CONSOLE_GROUPS_CLAIM: &str = "DLQ_CONSOLE_GROUPS_CLAIM";
+    pub const CONSOLE_NAME_CLAIM: &str = "DLQ_CONSOLE_NAME_CLAIM";
 }
 
 mod ledger;
 pub use ledger::{HttpLocation, LedgerSettings, PostgresLocation, PostgresTls};
 pub mod needs;
 mod rules;
-pub use rules::{MAX_PREFIX_LEN, Rule, UNSET, VARIABLES, Variable, configuration_table};
+pub use rules::{MAX_PREFIX_LEN, Rule, UNSET};
+mod variables;
+pub use variables::{VARIABLES, Variable, configuration_table};
 
 /// The name-valued variables of a deployment with these names and queue URLs: what the template
 /// sets, and what the local stack gives the functions.
@@ -471,6 +476,8 @@ impl ReplaySettings {
 pub struct ControlSettings {
     pub replay: ReplaySettings,
     pub roles: crate::domain::operator::RoleNames,
+    /// Who a console sign-in is (`DLQ_CONSOLE_GROUPS`; unset: no console sign-in is answered).
+    pub console: Option<crate::domain::console::ConsoleSignIn>,
     /// The KMS HMAC key the control plane seals its decisions with.
     pub decision_key: String,
     pub audited: Audited,
@@ -486,10 +493,33 @@ impl ControlSettings {
         Ok(ControlSettings {
             replay: ReplaySettings::read(&env)?,
             roles: env.parsed(vars::OPERATOR_ROLES)?,
+            console: console_sign_in(&env)?,
             decision_key: env.name(vars::DECISION_KEY)?,
             audited: env.audited(),
         })
     }
+}
+
+/// The console's sign-in, when `DLQ_CONSOLE_GROUPS` maps a group to a role.
+fn console_sign_in<G: Fn(&str) -> Option<String>>(
+    env: &Env<G>,
+) -> Result<Option<crate::domain::console::ConsoleSignIn>, ConfigError> {
+    // Read (and checked) whether or not the console is on: a mistyped claim fails the start.
+    let groups_claim = env.name(vars::CONSOLE_GROUPS_CLAIM)?;
+    let name_claim = env.name(vars::CONSOLE_NAME_CLAIM)?;
+    let Some(groups) = env.optional(vars::CONSOLE_GROUPS)? else {
+        return Ok(None);
+    };
+    let groups = groups.parse().map_err(|allowed| ConfigError::Invalid {
+        var: vars::CONSOLE_GROUPS,
+        value: groups,
+        allowed,
+    })?;
+    Ok(Some(crate::domain::console::ConsoleSignIn {
+        groups,
+        groups_claim,
+        name_claim,
+    }))
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

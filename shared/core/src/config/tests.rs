@@ -94,6 +94,13 @@ fn refused(rule: Rule) -> Vec<String> {
             "maker:a/b".into(),
             format!("maker:{}", "x".repeat(65)),
         ]),
+        Rule::ConsoleGroups => bad.extend([
+            "maker".into(),
+            "maker:a,viewer:a".into(),
+            "break-glass:ops".into(),
+            "maker:[a]".into(),
+        ]),
+        Rule::ClaimName => bad.extend(["x".repeat(257)]),
         Rule::Escalation => bad.extend(["4:on-call".into(), "24h:a,4h:b".into(), "4h:On-Call".into()]),
         Rule::SecretArn => bad.extend([
             "arn:aws:secretsmanager:eu-west-1:123456789012:secret:".into(),

@@ -1,13 +1,19 @@
-//! The control plane's HTTP face: an API Gateway HTTP API request (payload format 2.0) whose
-//! route has IAM authorization in, a JSON response out. The caller is the principal API Gateway
-//! verified from the request's SigV4 signature (`requestContext.authorizer.iam.userArn`); a
-//! request without one is refused before anything is read.
+//! The control plane's HTTP face: an API Gateway HTTP API request (payload format 2.0) in, a JSON
+//! response out. The caller is who API Gateway verified, through one of two doors:
+//! - IAM authorization (`dlqctl`): the principal of the request's SigV4 signature
+//!   (`requestContext.authorizer.iam.userArn`), an operator role's session;
+//! - a JWT authorizer (the console): the claims of the token it verified
+//!   (`requestContext.authorizer.jwt.claims`), read by [`ConsoleSignIn`] into a person and the
+//!   roles their groups give, acting in the one the console names (header `x-operator-role`).
+//!
+//! A request through neither is refused before anything is read.
 
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::{Asked, Command, ControlError, ControlPlane};
+use crate::domain::console::{ConsoleSignIn, SignInRefused};
 use crate::domain::operator::{Caller, RoleNames};
 use crate::ports::{LedgerReader, Signer};
 use crate::replay::ReplayPorts;
@@ -21,8 +27,22 @@ pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 /// audit records of what it does are named by the invocation's own id, which no caller chooses.
 #[derive(Debug)]
 pub struct SignedRequest {
-    pub principal: String,
+    pub principal: Principal,
     pub command: Result<Command, String>,
+}
+
+/// Who a request comes from, as API Gateway verified them.
+#[derive(Debug, PartialEq)]
+pub enum Principal {
+    /// The principal IAM verified from the request's SigV4 signature.
+    Iam(String),
+    /// A console sign-in: the claims API Gateway's JWT authorizer verified, the API's account,
+    /// and the role the console asks to act in (`x-operator-role`).
+    Console {
+        claims: serde_json::Map<String, Value>,
+        account: String,
+        acting_as: Option<String>,
+    },
 }
 
 impl<P: ReplayPorts, G: Signer> ControlPlane<P, G>
@@ -30,11 +50,14 @@ where
     P::Ledger: LedgerReader,
 {
     /// Answer one HTTP API request as the control function does: the caller the one API Gateway
-    /// verified, holding the role `roles` says; `request_id` the invocation's own.
+    /// verified, holding the role `roles` says (a session of an operator role) or `console`
+    /// reads from their token (none: no console sign-in is answered); `request_id` the
+    /// invocation's own.
     pub async fn answer(
         &self,
         event: &Value,
         roles: &RoleNames,
+        console: Option<&ConsoleSignIn>,
         request_id: &str,
         deadline: Option<DateTime<Utc>>,
     ) -> Value {
@@ -42,7 +65,34 @@ where
             Ok(signed) => signed,
             Err(response) => return response,
         };
-        let caller = Caller::verified(&signed.principal, roles);
+        let caller = match signed.principal {
+            Principal::Iam(arn) => Caller::verified(&arn, roles),
+            Principal::Console {
+                claims,
+                account,
+                acting_as,
+            } => {
+                let Some(console) = console else {
+                    return reply(
+                        401,
+                        "unauthenticated",
+                        "this deployment answers no console sign-in (DLQ_CONSOLE_GROUPS is unset)",
+                    );
+                };
+                match console.caller(&claims, &account, acting_as.as_deref()) {
+                    Ok(caller) => caller,
+                    Err(SignInRefused::NoOne(why)) => return reply(401, "unauthenticated", &why),
+                    Err(SignInRefused::Role { person, why }) => {
+                        let asked = Asked {
+                            caller: &person,
+                            request_id,
+                            deadline,
+                        };
+                        return response(self.sign_in_refused(&asked, why).await);
+                    }
+                }
+            }
+        };
         let asked = Asked {
             caller: &caller,
             request_id,
@@ -58,12 +108,23 @@ where
 
 pub fn request(event: &Value) -> Result<SignedRequest, Value> {
     let text = |pointer: &str| event.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
-    let Some(principal) = text("/requestContext/authorizer/iam/userArn") else {
-        return Err(reply(
-            401,
-            "unauthenticated",
-            "no caller verified by IAM: the control plane answers only signed (SigV4) requests on a route with AWS_IAM authorization",
-        ));
+    let claims = event
+        .pointer("/requestContext/authorizer/jwt/claims")
+        .and_then(Value::as_object);
+    let principal = match (text("/requestContext/authorizer/iam/userArn"), claims) {
+        (Some(arn), _) => Principal::Iam(arn),
+        (None, Some(claims)) => Principal::Console {
+            claims: claims.clone(),
+            account: text("/requestContext/accountId").unwrap_or_default(),
+            acting_as: text("/headers/x-operator-role"),
+        },
+        (None, None) => {
+            return Err(reply(
+                401,
+                "unauthenticated",
+                "no caller verified: the control plane answers only signed (SigV4) requests on a route with AWS_IAM authorization, or a console sign-in's token its JWT authorizer verified",
+            ));
+        }
     };
     let body = text("/body").unwrap_or_default();
     if body.len() > MAX_BODY_BYTES * 4 / 3 + 4 {
@@ -151,7 +212,7 @@ mod tests {
     fn the_caller_is_the_verified_principal_and_an_unsigned_request_is_turned_away() {
         let arn = "arn:aws:sts::1:assumed-role/acme-maker/alice";
         let asked = request(&event(r#"{"operation":"whoami"}"#, Some(arn))).unwrap();
-        assert_eq!(asked.principal, arn);
+        assert_eq!(asked.principal, Principal::Iam(arn.into()));
         assert_eq!(asked.command, Ok(Command::Whoami));
         assert_eq!(
             request(&event(r#"{"operation":"whoami"}"#, None)).unwrap_err()["statusCode"],
@@ -165,6 +226,31 @@ mod tests {
         assert_eq!(request(&encoded).unwrap().command, Ok(Command::Whoami));
         encoded["body"] = json!("%%%");
         assert!(request(&encoded).unwrap().command.is_err_and(|e| e.contains("base64")));
+    }
+
+    #[test]
+    fn a_console_request_carries_the_verified_claims_the_account_and_the_role_asked() {
+        let mut e = event(r#"{"operation":"whoami"}"#, None);
+        e["requestContext"]["accountId"] = json!("123456789012");
+        e["requestContext"]["authorizer"]["jwt"] = json!({"claims": {"email": "a@example.com"}, "scopes": null});
+        e["headers"] = json!({"x-operator-role": "maker"});
+        let asked = request(&e).unwrap();
+        let Principal::Console {
+            claims,
+            account,
+            acting_as,
+        } = asked.principal
+        else {
+            panic!("a console principal");
+        };
+        assert_eq!(claims["email"], "a@example.com");
+        assert_eq!(
+            (account.as_str(), acting_as.as_deref()),
+            ("123456789012", Some("maker"))
+        );
+        // A signed request is IAM's, whatever else the context holds.
+        e["requestContext"]["authorizer"]["iam"] = json!({"userArn": "arn:aws:sts::1:assumed-role/r/s"});
+        assert!(matches!(request(&e).unwrap().principal, Principal::Iam(_)));
     }
 
     #[test]

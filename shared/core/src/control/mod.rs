@@ -235,6 +235,14 @@ where
         outcome
     }
 
+    /// Refuse a console sign-in's choice of role (`why`: not theirs, or none of several),
+    /// audited as the person's (the caller without a role).
+    pub async fn sign_in_refused(&self, asked: &Asked<'_>, why: String) -> Result<serde_json::Value, ControlError> {
+        let detail = format!("a console sign-in refused: {}", shown(&why));
+        self.record(AuditKind::AccessRefused, asked, "CONTROL", detail).await?;
+        Err(ControlError::Forbidden(Refused(why)))
+    }
+
     /// Refuse a request whose body is not a command (`why`), audited as the caller's.
     pub async fn malformed(&self, asked: &Asked<'_>, why: String) -> Result<serde_json::Value, ControlError> {
         let detail = format!("a request that is not a command refused: {}", shown(&why));

@@ -102,44 +102,84 @@ impl ConsoleSignIn {
         })
     }
 
-    /// The caller `claims` make in the API's `account`, acting in `acting_as` (one of their
-    /// roles; without it, their only one). A person holding no role is a caller without one
-    /// (the control plane refuses them everything but `whoami`); one naming a role they do not
-    /// hold, or none of several, is refused.
+    /// The caller `claims` make in the API's `account`, acting in the role named `acting_as`
+    /// (one of theirs; without it, their only one). A person holding no role is a caller without
+    /// one (the control plane refuses them everything but `whoami`).
     pub fn caller(
         &self,
         claims: &Map<String, Value>,
         account: &str,
-        acting_as: Option<OperatorRole>,
-    ) -> Result<Caller, String> {
-        let person = self.person(claims)?;
-        let role = match (acting_as, person.roles.len()) {
+        acting_as: Option<&str>,
+    ) -> Result<Caller, SignInRefused> {
+        let person = self.person(claims).map_err(SignInRefused::NoOne)?;
+        let as_person = |role: Option<OperatorRole>| {
+            Identity::console(account, role.map(OperatorRole::as_str), &person.name).ok_or_else(|| {
+                SignInRefused::NoOne(format!(
+                    "`{}` of account `{account}` names no person (2 to 64 of A-Z a-z 0-9 + = , . @ _ -, as a role session's name)",
+                    person.name
+                ))
+            })
+        };
+        let refused = |why: String| -> SignInRefused {
+            match as_person(None) {
+                Ok(identity) => SignInRefused::Role {
+                    person: Caller { identity, role: None },
+                    why,
+                },
+                Err(no_one) => no_one,
+            }
+        };
+        let asked: Option<OperatorRole> = match acting_as.map(str::parse) {
+            None => None,
+            Some(Ok(role)) => Some(role),
+            Some(Err(_)) => {
+                let named = acting_as.unwrap_or_default().chars().take(40).collect::<String>();
+                return Err(refused(format!("`{}` is no operator role", named.escape_default())));
+            }
+        };
+        let role = match (asked, person.roles.len()) {
             (Some(role), _) if person.roles.contains(&role) => Some(role),
             (Some(role), _) => {
-                return Err(format!(
+                return Err(refused(format!(
                     "{} does not hold the {role} role (their groups give {})",
                     person.name,
                     listed(&person.roles)
-                ));
+                )));
             }
             // No role: refused everything but `whoami`.
             (None, 0) => None,
             (None, 1) => person.roles.first().copied(),
             (None, _) => {
-                return Err(format!(
+                return Err(refused(format!(
                     "{} holds several roles ({}): say which one to act in",
                     person.name,
                     listed(&person.roles)
-                ));
+                )));
             }
         };
-        let identity = Identity::console(account, role.map(OperatorRole::as_str), &person.name).ok_or_else(|| {
-            format!(
-                "`{}` of account `{account}` names no person (2 to 64 of A-Z a-z 0-9 + = , . @ _ -, as a role session's name)",
-                person.name
-            )
-        })?;
-        Ok(Caller { identity, role })
+        Ok(Caller {
+            identity: as_person(role)?,
+            role,
+        })
+    }
+}
+
+/// Why a console sign-in is not a caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SignInRefused {
+    /// The token names no person (no name claim, or one no session could be named): there is no
+    /// one to audit the refusal as.
+    NoOne(String),
+    /// The person asked to act in a role they do not hold, or in none of several: refused as
+    /// `person` (without a role), and audited as theirs.
+    Role { person: Caller, why: String },
+}
+
+impl SignInRefused {
+    pub fn why(&self) -> &str {
+        match self {
+            SignInRefused::NoOne(why) | SignInRefused::Role { why, .. } => why,
+        }
     }
 }
 
@@ -230,11 +270,27 @@ mod tests {
     fn a_person_of_several_roles_acts_in_the_one_they_name_and_only_one_of_theirs() {
         let s = sign_in();
         let both = claims(json!({"email": "bob@example.com", "groups": "[fin-makers fin-controllers]"}));
-        assert!(s.caller(&both, ACCOUNT, None).unwrap_err().contains("say which one"));
-        let approver = s.caller(&both, ACCOUNT, Some(OperatorRole::Approver)).unwrap();
+        assert!(
+            s.caller(&both, ACCOUNT, None)
+                .unwrap_err()
+                .why()
+                .contains("say which one")
+        );
+        let approver = s.caller(&both, ACCOUNT, Some("approver")).unwrap();
         assert_eq!(approver.role, Some(OperatorRole::Approver));
-        let refused = s.caller(&both, ACCOUNT, Some(OperatorRole::Admin)).unwrap_err();
-        assert!(refused.contains("does not hold the admin role"), "{refused}");
+        // Refused as the person, without a role (the refusal is theirs, audited).
+        let SignInRefused::Role { person, why } = s.caller(&both, ACCOUNT, Some("admin")).unwrap_err() else {
+            panic!("a role refusal");
+        };
+        assert!(why.contains("does not hold the admin role"), "{why}");
+        assert_eq!(
+            (person.role, person.identity.person()),
+            (None, "123456789012:bob@example.com".to_owned())
+        );
+        let SignInRefused::Role { why, .. } = s.caller(&both, ACCOUNT, Some("chief\n")).unwrap_err() else {
+            panic!("a role refusal");
+        };
+        assert!(why.contains("no operator role") && !why.contains('\n'), "{why}");
     }
 
     #[test]
@@ -269,14 +325,17 @@ mod tests {
     fn a_token_without_a_usable_name_signs_no_one_in() {
         let s = sign_in();
         let no_name = claims(json!({"sub": "x", "groups": "fin-makers"}));
+        let no_one = s.caller(&no_name, ACCOUNT, None).unwrap_err();
         assert!(
-            s.caller(&no_name, ACCOUNT, None)
-                .unwrap_err()
-                .contains("no `email` claim")
+            matches!(&no_one, SignInRefused::NoOne(w) if w.contains("no `email` claim")),
+            "{no_one:?}"
         );
         for bad in ["a", "has space@example.com", "slash/alice", &"x".repeat(65)] {
             let c = claims(json!({"email": bad, "groups": "fin-makers"}));
-            assert!(s.caller(&c, ACCOUNT, None).is_err(), "{bad}");
+            assert!(
+                matches!(s.caller(&c, ACCOUNT, None), Err(SignInRefused::NoOne(_))),
+                "{bad}"
+            );
         }
         // A name that would read as another shape is refused, not parsed.
         let c = claims(json!({"email": "alice/maker", "groups": "fin-makers"}));

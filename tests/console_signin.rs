@@ -1,0 +1,160 @@
+//! The console's door to the control plane on the local stack: a request whose token API
+//! Gateway's JWT authorizer verified (its claims in the request context, as API Gateway hands
+//! them over). The person and their roles come from the claims; the console only names which of
+//! their roles they act in; every refusal is the server's, and audited.
+
+use recon_core::domain::AuditKind;
+use recon_core::domain::console::ConsoleSignIn;
+use recon_harness::stack::TestStack;
+use serde_json::{Value, json};
+
+use crate::control::{Control, xau};
+
+/// The control plane with the console door open: the identity provider's `fin-*` groups.
+async fn console(s: &TestStack) -> Control<'_> {
+    let mut settings = s.control_settings();
+    settings.console = Some(ConsoleSignIn {
+        groups: "viewer:fin-viewers,maker:fin-makers,approver:fin-controllers,admin:fin-admins"
+            .parse()
+            .unwrap(),
+        groups_claim: "groups".into(),
+        name_claim: "email".into(),
+    });
+    Control::with_settings(s, &s.clients, settings).await
+}
+
+/// `body` from `email`'s sign-in, in `groups` (as API Gateway writes a list), acting as `role`.
+async fn ask(c: &Control<'_>, email: &str, groups: &str, role: Option<&str>, body: Value) -> (u64, Value) {
+    let claims =
+        json!({"email": email, "groups": groups, "sub": format!("sub-{email}"), "iss": "https://idp.example.com"});
+    let headers = role.map_or_else(|| json!({}), |r| json!({"x-operator-role": r}));
+    c.ask_with(json!({"jwt": {"claims": claims, "scopes": null}}), headers, body)
+        .await
+}
+
+#[tokio::test]
+async fn a_console_sign_in_is_the_person_its_token_names_in_a_role_its_groups_give() {
+    let s = TestStack::new("con-signin").await;
+    let c = console(&s).await;
+    let whoami = json!({"operation": "whoami"});
+    let (status, who) = ask(&c, "Alice@Example.com", "[fin-makers other]", None, whoami.clone()).await;
+    assert_eq!(status, 200, "{who}");
+    assert_eq!(who["role"], "maker", "{who}");
+    assert_eq!(
+        who["identity"]["arn"], "console/000000000000/maker/alice@example.com",
+        "{who}"
+    );
+
+    // A viewer's crafted request is refused by the server, and audited as theirs.
+    let policy = json!({"operation": "set-policy", "policy": {"max_count": 1}});
+    let (status, body) = ask(&c, "vera@example.com", "[fin-viewers]", None, policy.clone()).await;
+    assert_eq!(status, 403, "{body}");
+    // Naming a role the groups do not give is refused (not taken), audited as the person's.
+    let (status, body) = ask(&c, "vera@example.com", "[fin-viewers]", Some("admin"), policy.clone()).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not hold the admin role"),
+        "{body}"
+    );
+    // Two roles: the console must say which.
+    let both = "[fin-makers fin-controllers]";
+    let (status, body) = ask(&c, "bob@example.com", both, None, whoami.clone()).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        ask(&c, "bob@example.com", both, Some("approver"), whoami.clone())
+            .await
+            .1["role"],
+        "approver"
+    );
+    // A token that names no one: nobody to audit.
+    let (status, _) = c
+        .ask_with(
+            json!({"jwt": {"claims": {"sub": "x", "groups": "[fin-admins]"}}}),
+            json!({}),
+            whoami.clone(),
+        )
+        .await;
+    assert_eq!(status, 401);
+
+    let refused: Vec<_> = s
+        .audit()
+        .await
+        .into_iter()
+        .filter(|r| r.kind == AuditKind::AccessRefused)
+        .collect();
+    let actors: Vec<&str> = refused.iter().map(|r| r.actor.as_str()).collect();
+    assert_eq!(refused.len(), 3, "{refused:#?}");
+    assert!(
+        actors.contains(&"console/000000000000/viewer/vera@example.com"),
+        "{actors:?}"
+    );
+    assert!(
+        actors.contains(&"console/000000000000/-/vera@example.com"),
+        "{actors:?}"
+    );
+    assert!(actors.contains(&"console/000000000000/-/bob@example.com"), "{actors:?}");
+
+    // A deployment without DLQ_CONSOLE_GROUPS answers no console sign-in.
+    let closed = Control::new(&s).await;
+    let claims = json!({"jwt": {"claims": {"email": "ada@example.com", "groups": "[fin-admins]"}}});
+    assert_eq!(closed.ask_with(claims, json!({}), whoami).await.0, 401);
+    s.cleanup().await;
+}
+
+/// Maker-checker across the doors: a maker at the console cannot approve their own request as a
+/// role session named after them (`dlqctl`), nor at the console as an approver.
+#[tokio::test]
+async fn a_console_maker_is_not_their_own_approver_through_either_door() {
+    let s = TestStack::new("con-checker").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.send(&(1..=3).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>())
+        .await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(10_000)).await;
+    let c = console(&s).await;
+    let admin = |body| ask(&c, "ada@example.com", "[fin-admins]", None, body);
+    assert_eq!(
+        admin(json!({"operation": "put-currency", "code": "XAU", "minor_units": 4}))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        admin(json!({"operation": "set-policy", "policy": {"max_count": 2}}))
+            .await
+            .0,
+        200
+    );
+
+    let replay = json!({"operation": "replay", "reason": "XAU mapped", "root_cause": "UNMAPPED_CURRENCY:*"});
+    let (status, asked) = ask(
+        &c,
+        "alice@example.com",
+        "[fin-makers fin-controllers]",
+        Some("maker"),
+        replay,
+    )
+    .await;
+    assert_eq!(status, 200, "{asked}");
+    let id = asked["request"]["request_id"].as_str().unwrap().to_owned();
+    let approve = json!({"operation": "approve", "request_id": id, "reason": "checked"});
+    let (status, body) = ask(
+        &c,
+        "Alice@example.com",
+        "[fin-makers fin-controllers]",
+        Some("approver"),
+        approve.clone(),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("self-approval"), "{body}");
+    let (status, body) = c.ask("approver", "alice@example.com", approve.clone()).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(s.postings().await.is_empty());
+    let (status, body) = ask(&c, "carol@example.com", "[fin-controllers]", None, approve).await;
+    assert_eq!(status, 200, "{body}");
+    s.cleanup().await;
+}
