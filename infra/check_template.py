@@ -154,9 +154,46 @@ def check(tpl, spec):
                {"Fn::And": [{"Condition": kind_condition}, {"Fn::Not": [{"Fn::Equals": [{"Ref": param}, ""]}]}]})
 
     errors.extend(operators_are_people(tpl))
+    errors.extend(console_signs_in_only_through_its_issuer(tpl))
     for role, r in sorted(res.items()):
         if r.get("Type") == "AWS::IAM::Role" and r.get("Properties", {}).get("ManagedPolicyArns"):
             errors.append(f"{role} attaches managed policies (broader than its statements)")
+    return errors
+
+
+def console_signs_in_only_through_its_issuer(tpl):
+    """The control plane's API has one route besides dlqctl's IAM-authorized ones: the console's,
+    `POST /console/operations`, behind a JWT authorizer of exactly the deployment's issuer and
+    audience, present only when ConsoleIssuer is set, and its authorizer's changes page."""
+    errors = []
+    res = tpl.get("Resources", {})
+    for name, r in sorted(res.items()):
+        kind, props = r.get("Type"), r.get("Properties", {})
+        if kind == "AWS::ApiGatewayV2::Route":
+            authorizer = res.get(resource_ref(props.get("AuthorizerId")) or "", {})
+            jwt = authorizer.get("Properties", {}).get("JwtConfiguration", {})
+            ok = (props.get("RouteKey") == "POST /console/operations"
+                  and props.get("AuthorizationType") == "JWT"
+                  and authorizer.get("Type") == "AWS::ApiGatewayV2::Authorizer"
+                  and authorizer.get("Properties", {}).get("AuthorizerType") == "JWT"
+                  and jwt.get("Issuer") == {"Ref": "ConsoleIssuer"}
+                  and jwt.get("Audience") == [{"Ref": "ConsoleAudience"}]
+                  and r.get("Condition") == "ConsoleEnabled" and authorizer.get("Condition") == "ConsoleEnabled")
+            if not ok:
+                errors.append(f"route {name}: only POST /console/operations may bypass IAM, behind a JWT authorizer of ConsoleIssuer and ConsoleAudience, when ConsoleEnabled")
+        if kind == "AWS::Lambda::Permission" and props.get("Principal") == "apigateway.amazonaws.com":
+            arn = sub_text(props.get("SourceArn")) or ""
+            if not arn.endswith("/POST/console/operations") or r.get("Condition") != "ConsoleEnabled":
+                errors.append(f"{name} lets API Gateway invoke {props.get('FunctionName')} from {arn!r}, not the console's route alone")
+    rule = tpl.get("Rules", {}).get("ConsoleSignInIsComplete")
+    asserted = [a.get("Assert") for a in (rule or {}).get("Assertions", [])]
+    for needed in ("ConsoleAudience", "ConsoleGroups"):
+        if {"Fn::Not": [{"Fn::Equals": [{"Ref": needed}, ""]}]} not in asserted:
+            errors.append(f"a console issuer deployable without {needed} (rule ConsoleSignInIsComplete)")
+    names = res.get("TamperApiRule", {}).get("Properties", {}).get("EventPattern", {}).get("detail", {}).get("eventName", [])
+    for call in ("CreateAuthorizer", "UpdateAuthorizer", "DeleteAuthorizer"):
+        if {"prefix": call} not in names:
+            errors.append(f"the console's sign-in changed unseen: TamperApiRule does not name {call}")
     return errors
 
 
@@ -688,6 +725,12 @@ def mutations(tpl):
         mutate(lambda t: res(t)["ReplayRole"]["Properties"].__setitem__("ManagedPolicyArns", ["arn:aws:iam::aws:policy/AmazonSQSFullAccess"]), "a managed policy on a role"),
         mutate(lambda t: t["Conditions"].__setitem__("UseDynamoLedger", {"Fn::Not": [{"Condition": "UsePostgres"}]}), "the DynamoDB ledger's grants on HTTP deployments too"),
         mutate(lambda t: t["Conditions"]["HasHttpSecret"]["Fn::And"].pop(0), "the token's grant without the HTTP ledger"),
+        mutate(lambda t: res(t)["ConsoleAuthorizer"]["Properties"]["JwtConfiguration"].pop("Audience"), "a console sign-in of any audience"),
+        mutate(lambda t: res(t)["ConsoleOperationsRoute"]["Properties"].__setitem__("AuthorizationType", "NONE"), "a console route anyone may call"),
+        mutate(lambda t: res(t)["ConsoleOperationsRoute"]["Properties"].__setitem__("RouteKey", "POST /operations"), "dlqctl's route behind the console's authorizer"),
+        mutate(lambda t: res(t)["ConsoleInvokePermission"]["Properties"].__setitem__("SourceArn", {"Fn::Sub": "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${ControlApi}/*"}), "the control function invocable from any route"),
+        mutate(lambda t: t["Rules"]["ConsoleSignInIsComplete"]["Assertions"].pop(0), "a console issuer without an audience"),
+        mutate(lambda t: res(t)["TamperApiRule"]["Properties"]["EventPattern"]["detail"]["eventName"].pop(), "the console's issuer swapped unseen"),
     ]
 
 
