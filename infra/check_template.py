@@ -162,38 +162,47 @@ def check(tpl, spec):
 
 
 def console_signs_in_only_through_its_issuer(tpl):
-    """The control plane's API has one route besides dlqctl's IAM-authorized ones: the console's,
-    `POST /console/operations`, behind a JWT authorizer of exactly the deployment's issuer and
-    audience, present only when ConsoleIssuer is set, and its authorizer's changes page."""
+    """Besides dlqctl's IAM-authorized API there is one door to the control function: the
+    console's API of its own (ConsoleApi, only when ConsoleIssuer is set), whose one route,
+    `POST /console/operations`, is behind a JWT authorizer of exactly the deployment's issuer and
+    audience and reaches the control function, which only that route may invoke; every change to
+    that API or its authorizer pages."""
     errors = []
     res = tpl.get("Resources", {})
     for name, r in sorted(res.items()):
         kind, props = r.get("Type"), r.get("Properties", {})
         if kind == "AWS::ApiGatewayV2::Route":
             authorizer = res.get(resource_ref(props.get("AuthorizerId")) or "", {})
+            integration = res.get((sub_text(props.get("Target")) or "").removeprefix("integrations/${").rstrip("}"), {})
             jwt = authorizer.get("Properties", {}).get("JwtConfiguration", {})
             ok = (props.get("RouteKey") == "POST /console/operations"
                   and props.get("AuthorizationType") == "JWT"
+                  and resource_ref(props.get("ApiId")) == "ConsoleApi"
                   and authorizer.get("Type") == "AWS::ApiGatewayV2::Authorizer"
+                  and resource_ref(authorizer.get("Properties", {}).get("ApiId")) == "ConsoleApi"
                   and authorizer.get("Properties", {}).get("AuthorizerType") == "JWT"
                   and jwt.get("Issuer") == {"Ref": "ConsoleIssuer"}
                   and jwt.get("Audience") == [{"Ref": "ConsoleAudience"}]
-                  and r.get("Condition") == "ConsoleEnabled" and authorizer.get("Condition") == "ConsoleEnabled")
+                  and resource_ref(integration.get("Properties", {}).get("IntegrationUri")) == "ControlFunction"
+                  and all(x.get("Condition") == "ConsoleEnabled" for x in (r, authorizer, integration)))
             if not ok:
-                errors.append(f"route {name}: only POST /console/operations may bypass IAM, behind a JWT authorizer of ConsoleIssuer and ConsoleAudience, when ConsoleEnabled")
+                errors.append(f"route {name}: only the console's POST /console/operations, on ConsoleApi, behind a JWT authorizer of ConsoleIssuer and ConsoleAudience, to the control function, when ConsoleEnabled")
         if kind == "AWS::Lambda::Permission" and props.get("Principal") == "apigateway.amazonaws.com":
             arn = sub_text(props.get("SourceArn")) or ""
-            if not arn.endswith("/POST/console/operations") or r.get("Condition") != "ConsoleEnabled":
+            wanted = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${ConsoleApi}/*/POST/console/operations"
+            if arn != wanted or resource_ref(props.get("FunctionName")) != "ControlFunction" or r.get("Condition") != "ConsoleEnabled":
                 errors.append(f"{name} lets API Gateway invoke {props.get('FunctionName')} from {arn!r}, not the console's route alone")
     rule = tpl.get("Rules", {}).get("ConsoleSignInIsComplete")
     asserted = [a.get("Assert") for a in (rule or {}).get("Assertions", [])]
     for needed in ("ConsoleAudience", "ConsoleGroups"):
         if {"Fn::Not": [{"Fn::Equals": [{"Ref": needed}, ""]}]} not in asserted:
             errors.append(f"a console issuer deployable without {needed} (rule ConsoleSignInIsComplete)")
-    names = res.get("TamperApiRule", {}).get("Properties", {}).get("EventPattern", {}).get("detail", {}).get("eventName", [])
-    for call in ("CreateAuthorizer", "UpdateAuthorizer", "DeleteAuthorizer"):
-        if {"prefix": call} not in names:
-            errors.append(f"the console's sign-in changed unseen: TamperApiRule does not name {call}")
+    pattern = res.get("TamperApiRule", {}).get("Properties", {}).get("EventPattern", {}).get("detail", {})
+    for call in ("CreateAuthorizer", "UpdateAuthorizer", "DeleteAuthorizer", "ImportApi", "ReimportApi", "CreateIntegration", "CreateStage"):
+        if {"prefix": call} not in pattern.get("eventName", []):
+            errors.append(f"the control plane's doors changed unseen: TamperApiRule does not name {call}")
+    if "ConsoleApi" in res and "ConsoleApi" not in refs_in(pattern.get("requestParameters")):
+        errors.append("the console's API changed unseen: TamperApiRule does not name ConsoleApi")
     return errors
 
 
@@ -350,7 +359,7 @@ def tampering_pages(tpl):
     rules = {k: r.get("Properties", {}) for k, r in res.items() if r.get("Type") == "AWS::Events::Rule"
              and any(t.get("Arn") == {"Ref": "AlarmTopic"} for t in r.get("Properties", {}).get("Targets", []))}
     named = set().union(*(refs_in(p.get("EventPattern")) for p in rules.values())) if rules else set()
-    watched = ("AWS::Lambda::EventSourceMapping", "AWS::Scheduler::ScheduleGroup", "AWS::Serverless::HttpApi",
+    watched = ("AWS::Lambda::EventSourceMapping", "AWS::Scheduler::ScheduleGroup", "AWS::Serverless::HttpApi", "AWS::ApiGatewayV2::Api",
                "AWS::S3::Bucket", "AWS::KMS::Key")
     for name, r in sorted(res.items()):
         if r.get("Type") in watched and name not in named:
@@ -728,7 +737,11 @@ def mutations(tpl):
         mutate(lambda t: res(t)["ConsoleAuthorizer"]["Properties"]["JwtConfiguration"].pop("Audience"), "a console sign-in of any audience"),
         mutate(lambda t: res(t)["ConsoleOperationsRoute"]["Properties"].__setitem__("AuthorizationType", "NONE"), "a console route anyone may call"),
         mutate(lambda t: res(t)["ConsoleOperationsRoute"]["Properties"].__setitem__("RouteKey", "POST /operations"), "dlqctl's route behind the console's authorizer"),
-        mutate(lambda t: res(t)["ConsoleInvokePermission"]["Properties"].__setitem__("SourceArn", {"Fn::Sub": "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${ControlApi}/*"}), "the control function invocable from any route"),
+        mutate(lambda t: res(t)["ConsoleOperationsRoute"]["Properties"].__setitem__("ApiId", {"Ref": "ControlApi"}), "the console's route on the API SAM re-imports"),
+        mutate(lambda t: res(t)["ConsoleIntegration"]["Properties"].__setitem__("IntegrationUri", {"Fn::GetAtt": ["ReplayFunction", "Arn"]}), "the console's route to another function"),
+        mutate(lambda t: res(t)["ConsoleInvokePermission"]["Properties"].__setitem__("SourceArn", {"Fn::Sub": "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${ConsoleApi}/*"}), "the control function invocable from any route"),
+        mutate(lambda t: res(t)["ConsoleInvokePermission"]["Properties"].__setitem__("SourceArn", {"Fn::Sub": "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:*/*/POST/console/operations"}), "the control function invocable from any API of the account"),
+        mutate(lambda t: res(t)["TamperApiRule"]["Properties"]["EventPattern"]["detail"]["requestParameters"].__setitem__("apiId", [{"Ref": "ControlApi"}]), "the console's API changed unseen"),
         mutate(lambda t: t["Rules"]["ConsoleSignInIsComplete"]["Assertions"].pop(0), "a console issuer without an audience"),
         mutate(lambda t: res(t)["TamperApiRule"]["Properties"]["EventPattern"]["detail"]["eventName"].pop(), "the console's issuer swapped unseen"),
     ]

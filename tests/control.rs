@@ -43,17 +43,18 @@ impl<'s> Control<'s> {
     pub(crate) async fn ask(&self, role: &str, person: &str, body: Value) -> (u64, Value) {
         let prefix = &self.s.stack.names.prefix;
         let arn = format!("arn:aws:sts::000000000000:assumed-role/{prefix}-{role}/{person}");
-        self.ask_with(json!({"iam": {"userArn": arn}}), json!({}), body).await
+        self.ask_with("POST /operations", json!({"iam": {"userArn": arn}}), json!({}), body)
+            .await
     }
 
-    /// `body` through the HTTP API as `authorizer` (the request context's) verified the caller,
-    /// with `headers`: (status, body).
-    pub(crate) async fn ask_with(&self, authorizer: Value, headers: Value, body: Value) -> (u64, Value) {
+    /// `body` on `route` of the HTTP API as `authorizer` (the request context's) verified the
+    /// caller, with `headers`: (status, body).
+    pub(crate) async fn ask_with(&self, route: &str, authorizer: Value, headers: Value, body: Value) -> (u64, Value) {
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let event = json!({
             "version": "2.0",
-            "routeKey": "POST /control",
+            "routeKey": route,
             "headers": headers,
             "body": body.to_string(),
             "isBase64Encoded": false,

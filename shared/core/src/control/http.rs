@@ -88,7 +88,7 @@ where
                             request_id,
                             deadline,
                         };
-                        return response(self.sign_in_refused(&asked, why).await);
+                        return response(Box::pin(self.sign_in_refused(&asked, why)).await);
                     }
                 }
             }
@@ -101,7 +101,7 @@ where
         match signed.command {
             // Boxed: a replay's future is deep.
             Ok(command) => response(Box::pin(self.handle(&asked, command)).await),
-            Err(why) => response(self.malformed(&asked, why).await),
+            Err(why) => response(Box::pin(self.malformed(&asked, why)).await),
         }
     }
 }
@@ -111,14 +111,16 @@ pub fn request(event: &Value) -> Result<SignedRequest, Value> {
     let claims = event
         .pointer("/requestContext/authorizer/jwt/claims")
         .and_then(Value::as_object);
+    // Each door on its own route: a token's claims count on the console's route only.
+    let console_route = text("/routeKey").as_deref() == Some(CONSOLE_ROUTE);
     let principal = match (text("/requestContext/authorizer/iam/userArn"), claims) {
-        (Some(arn), _) => Principal::Iam(arn),
-        (None, Some(claims)) => Principal::Console {
-            claims: claims.clone(),
+        (Some(arn), _) if !console_route => Principal::Iam(arn),
+        (None, Some(claims)) if console_route => Principal::Console {
+            claims: token_claims(text("/headers/authorization").as_deref(), claims),
             account: text("/requestContext/accountId").unwrap_or_default(),
             acting_as: text("/headers/x-operator-role"),
         },
-        (None, None) => {
+        _ => {
             return Err(reply(
                 401,
                 "unauthenticated",
@@ -145,6 +147,44 @@ pub fn request(event: &Value) -> Result<SignedRequest, Value> {
         None => Err("the body is not base64 of UTF-8 text".to_owned()),
     };
     Ok(SignedRequest { principal, command })
+}
+
+/// The console's route (`ConsoleOperationsRoute`): the only one whose caller is a token's.
+pub const CONSOLE_ROUTE: &str = "POST /console/operations";
+
+/// The claims of the console's token: as the token itself holds them (a list of groups as a list)
+/// when the `Authorization` header API Gateway verified decodes to a token of the same issuer,
+/// subject and expiry as its `verified` claims; else those claims as API Gateway wrote them
+/// (every value text, a list as `[a b c]`).
+fn token_claims(
+    authorization: Option<&str>,
+    verified: &serde_json::Map<String, Value>,
+) -> serde_json::Map<String, Value> {
+    let decoded = authorization.and_then(|h| {
+        let token = h
+            .strip_prefix("Bearer ")
+            .or_else(|| h.strip_prefix("bearer "))
+            .unwrap_or(h);
+        let payload = token.split('.').nth(1)?;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload.trim_end_matches('='))
+            .ok()?;
+        serde_json::from_slice::<Value>(&bytes).ok()?.as_object().cloned()
+    });
+    let as_text = |v: Option<&Value>| match v {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    let same = |d: &serde_json::Map<String, Value>| {
+        ["iss", "sub", "exp"]
+            .iter()
+            .all(|k| as_text(d.get(*k)).is_some_and(|v| Some(v) == as_text(verified.get(*k))))
+    };
+    match decoded {
+        Some(d) if same(&d) => d,
+        _ => verified.clone(),
+    }
 }
 
 /// The response to a command's result: 200 with its result; 403 for a role that may not, 409
@@ -231,26 +271,48 @@ mod tests {
     #[test]
     fn a_console_request_carries_the_verified_claims_the_account_and_the_role_asked() {
         let mut e = event(r#"{"operation":"whoami"}"#, None);
+        e["routeKey"] = json!(CONSOLE_ROUTE);
         e["requestContext"]["accountId"] = json!("123456789012");
-        e["requestContext"]["authorizer"]["jwt"] = json!({"claims": {"email": "a@example.com"}, "scopes": null});
+        let verified = json!({"email": "a@example.com", "groups": "[g1 g2]", "iss": "https://idp", "sub": "u1", "exp": "1900000000"});
+        e["requestContext"]["authorizer"]["jwt"] = json!({"claims": verified, "scopes": null});
         e["headers"] = json!({"x-operator-role": "maker"});
-        let asked = request(&e).unwrap();
-        let Principal::Console {
-            claims,
-            account,
-            acting_as,
-        } = asked.principal
-        else {
-            panic!("a console principal");
+        let console_claims = |e: &Value| match request(e).unwrap().principal {
+            Principal::Console {
+                claims,
+                account,
+                acting_as,
+            } => (claims, account, acting_as),
+            Principal::Iam(_) => panic!("a console principal"),
         };
-        assert_eq!(claims["email"], "a@example.com");
+        let (claims, account, acting_as) = console_claims(&e);
+        assert_eq!(
+            (claims["email"].clone(), claims["groups"].clone()),
+            (json!("a@example.com"), json!("[g1 g2]"))
+        );
         assert_eq!(
             (account.as_str(), acting_as.as_deref()),
             ("123456789012", Some("maker"))
         );
-        // A signed request is IAM's, whatever else the context holds.
+        // The token in the header API Gateway verified: its own claims (the groups a list), when
+        // it is the verified one; another token's are not taken.
+        let token = |payload: Value| {
+            let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+            format!("Bearer {}.{}.sig", b64(&json!({"alg": "RS256"})), b64(&payload))
+        };
+        let own = json!({"email": "a@example.com", "groups": ["g1", "g2"], "iss": "https://idp", "sub": "u1", "exp": 1900000000});
+        e["headers"]["authorization"] = json!(token(own));
+        assert_eq!(console_claims(&e).0["groups"], json!(["g1", "g2"]));
+        let other = json!({"email": "a@example.com", "groups": ["admins"], "iss": "https://idp", "sub": "u2", "exp": 1900000000});
+        e["headers"]["authorization"] = json!(token(other));
+        assert_eq!(console_claims(&e).0["groups"], json!("[g1 g2]"));
+        // Each door on its own route: a signature on the console's route, or a token's claims on
+        // another, is no one.
         e["requestContext"]["authorizer"]["iam"] = json!({"userArn": "arn:aws:sts::1:assumed-role/r/s"});
+        assert_eq!(request(&e).unwrap_err()["statusCode"], 401);
+        e["routeKey"] = json!("POST /operations");
         assert!(matches!(request(&e).unwrap().principal, Principal::Iam(_)));
+        e["requestContext"]["authorizer"] = json!({"jwt": {"claims": verified}});
+        assert_eq!(request(&e).unwrap_err()["statusCode"], 401);
     }
 
     #[test]

@@ -275,6 +275,7 @@ impl ApprovalRequest {
     fn another_person(&self, by: &Identity, what: &str) -> Result<(), Refused> {
         let same = by.arn == self.requested_by.arn
             || by.person() == self.requested_by.person()
+            || by.subject().is_some_and(|s| self.requested_by.subject() == Some(s))
             || (self.distinct_roles && by.principal() == self.requested_by.principal());
         if same {
             return Err(Refused(format!(

@@ -80,11 +80,15 @@ pub struct ConsoleSignIn {
 pub struct ConsolePerson {
     pub name: String,
     pub roles: BTreeSet<OperatorRole>,
+    /// The token's `iss` and `sub`: who they are whatever name they go by.
+    pub issuer: String,
+    pub subject: String,
 }
 
 impl ConsoleSignIn {
     /// The person `claims` (API Gateway's `requestContext.authorizer.jwt.claims`) name, or why
-    /// they name none (no name claim, or one no session could be named).
+    /// they name none: no name claim, one its provider says is not verified
+    /// (`<claim>_verified`), or no `sub`.
     pub fn person(&self, claims: &Map<String, Value>) -> Result<ConsolePerson, String> {
         let name = claims.get(&self.name_claim).and_then(Value::as_str).ok_or_else(|| {
             format!(
@@ -92,6 +96,19 @@ impl ConsoleSignIn {
                 self.name_claim
             )
         })?;
+        // API Gateway hands every claim over as text: `false`, or the JSON false.
+        let verified = claims.get(&format!("{}_verified", self.name_claim));
+        if verified.is_some_and(|v| v != &Value::Bool(true) && v.as_str() != Some("true")) {
+            return Err(format!(
+                "the token's `{}` is not verified by its identity provider: it names no one",
+                self.name_claim
+            ));
+        }
+        let text = |claim: &str| claims.get(claim).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let (issuer, subject) = (text("iss"), text("sub"));
+        if subject.is_empty() {
+            return Err("the token has no `sub` claim: who signed in is not known".into());
+        }
         let roles = claim_values(claims.get(&self.groups_claim))
             .iter()
             .filter_map(|g| self.groups.0.get(g.as_str()).copied())
@@ -99,12 +116,14 @@ impl ConsoleSignIn {
         Ok(ConsolePerson {
             name: name.to_ascii_lowercase(),
             roles,
+            issuer,
+            subject,
         })
     }
 
     /// The caller `claims` make in the API's `account`, acting in the role named `acting_as`
     /// (one of theirs; without it, their only one). A person holding no role is a caller without
-    /// one (the control plane refuses them everything but `whoami`).
+    /// one: the control plane refuses them everything, `whoami` included, and audits it.
     pub fn caller(
         &self,
         claims: &Map<String, Value>,
@@ -113,7 +132,13 @@ impl ConsoleSignIn {
     ) -> Result<Caller, SignInRefused> {
         let person = self.person(claims).map_err(SignInRefused::NoOne)?;
         let as_person = |role: Option<OperatorRole>| {
-            Identity::console(account, role.map(OperatorRole::as_str), &person.name).ok_or_else(|| {
+            Identity::console(
+                account,
+                role.map(OperatorRole::as_str),
+                &person.name,
+                (&person.issuer, &person.subject),
+            )
+            .ok_or_else(|| {
                 SignInRefused::NoOne(format!(
                     "`{}` of account `{account}` names no person (2 to 64 of A-Z a-z 0-9 + = , . @ _ -, as a role session's name)",
                     person.name
@@ -146,7 +171,7 @@ impl ConsoleSignIn {
                     listed(&person.roles)
                 )));
             }
-            // No role: refused everything but `whoami`.
+            // No role: refused everything, and audited.
             (None, 0) => None,
             (None, 1) => person.roles.first().copied(),
             (None, _) => {
@@ -190,23 +215,17 @@ fn listed(roles: &BTreeSet<OperatorRole>) -> String {
     roles.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")
 }
 
-/// A claim's values: a JSON list of strings; or a string, which API Gateway's JWT authorizer
-/// makes of a list as `[a b c]`, or a single value (some providers send one group as a string).
+/// A claim's values: a JSON list of strings (the token's own claims); or a string, which API
+/// Gateway's JWT authorizer makes of a list as `[a b c]`, else one value (a provider that sends
+/// one group as a string). A group with a space cannot be told apart in API Gateway's form: the
+/// mapping refuses such names.
 fn claim_values(claim: Option<&Value>) -> Vec<String> {
     match claim {
         Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
-        Some(Value::String(s)) => {
-            let s = s.trim();
-            match s.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
-                Some(list) => list.split_whitespace().map(str::to_owned).collect(),
-                None => s
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|g| !g.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
-            }
-        }
+        Some(Value::String(s)) => match s.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+            Some(list) => list.split_whitespace().map(str::to_owned).collect(),
+            None => vec![s.clone()],
+        },
         _ => Vec::new(),
     }
 }
@@ -228,8 +247,18 @@ mod tests {
         }
     }
 
+    /// `v`, with the issuer and a `sub` of the e-mail's name unless given.
     fn claims(v: Value) -> Map<String, Value> {
-        v.as_object().unwrap().clone()
+        let mut c = v.as_object().unwrap().clone();
+        let sub = c
+            .get("email")
+            .and_then(Value::as_str)
+            .map(|e| format!("sub-{}", e.to_lowercase()));
+        c.entry("iss").or_insert_with(|| json!("https://idp.example.com"));
+        if let Some(sub) = sub {
+            c.entry("sub").or_insert_with(|| json!(sub));
+        }
+        c
     }
 
     #[test]
@@ -239,7 +268,6 @@ mod tests {
             json!("[fin-makers other]"),
             json!(["fin-makers", "other"]),
             json!("fin-makers"),
-            json!("other, fin-makers"),
         ] {
             let c = s
                 .caller(
@@ -249,10 +277,17 @@ mod tests {
                 )
                 .unwrap();
             assert_eq!(c.role, Some(OperatorRole::Maker), "{groups}");
-            assert_eq!(c.identity.arn, "console/123456789012/maker/alice@example.com");
+            assert!(
+                c.identity
+                    .arn
+                    .starts_with("console/123456789012/maker/alice@example.com/"),
+                "{}",
+                c.identity.arn
+            );
         }
-        // A group of no role, or no groups claim: a caller without a role.
-        for groups in [json!("[other]"), json!(null), json!(7)] {
+        // A group of no role, no groups claim, or a string of one group (not a list by commas):
+        // a caller without a role.
+        for groups in [json!("[other]"), json!(null), json!(7), json!("other, fin-makers")] {
             let c = s
                 .caller(
                     &claims(json!({"email": "a@example.com", "groups": groups})),
@@ -261,7 +296,7 @@ mod tests {
                 )
                 .unwrap();
             assert_eq!(c.role, None, "{groups}");
-            assert_eq!(c.identity.arn, "console/123456789012/-/a@example.com");
+            assert!(c.identity.arn.starts_with("console/123456789012/-/a@example.com/"));
             assert!(c.may(crate::domain::operator::Operation::Replay).is_err());
         }
     }
@@ -352,6 +387,53 @@ mod tests {
             (none.role, none.identity.person()),
             (None, "123456789012:ok@example.com".to_owned())
         );
+    }
+
+    #[test]
+    fn a_name_its_provider_has_not_verified_or_no_subject_signs_no_one_in() {
+        let s = sign_in();
+        for verified in [json!("false"), json!(false), json!("no")] {
+            let c = claims(json!({"email": "bob@example.com", "email_verified": verified, "groups": "fin-makers"}));
+            assert!(matches!(s.caller(&c, ACCOUNT, None), Err(SignInRefused::NoOne(w)) if w.contains("not verified")));
+        }
+        for verified in [json!("true"), json!(true)] {
+            let c = claims(json!({"email": "bob@example.com", "email_verified": verified, "groups": "fin-makers"}));
+            assert!(s.caller(&c, ACCOUNT, None).is_ok());
+        }
+        let mut no_sub = claims(json!({"email": "bob@example.com", "groups": "fin-makers"}));
+        no_sub.remove("sub");
+        assert!(matches!(s.caller(&no_sub, ACCOUNT, None), Err(SignInRefused::NoOne(w)) if w.contains("`sub`")));
+    }
+
+    /// A person who changes the address they sign in with is still who their provider says they
+    /// are (the same `sub`); another provider's `sub` of the same text is someone else.
+    #[test]
+    fn the_subject_stays_when_the_name_changes() {
+        let s = sign_in();
+        let before = s
+            .caller(
+                &claims(json!({"email": "alice@example.com", "sub": "u-1", "groups": "fin-makers"})),
+                ACCOUNT,
+                None,
+            )
+            .unwrap();
+        let renamed = s
+            .caller(
+                &claims(json!({"email": "alice2@example.com", "sub": "u-1", "groups": "fin-controllers"})),
+                ACCOUNT,
+                None,
+            )
+            .unwrap();
+        assert_ne!(before.identity.person(), renamed.identity.person());
+        assert_eq!(before.identity.subject(), renamed.identity.subject());
+        let elsewhere = s
+            .caller(
+                &claims(json!({"email": "alice@example.com", "sub": "u-1", "iss": "https://other.example.com", "groups": "fin-makers"})),
+                ACCOUNT,
+                None,
+            )
+            .unwrap();
+        assert_ne!(before.identity.subject(), elsewhere.identity.subject());
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //!   signature, a session of an operator role, `arn:PARTITION:sts::ACCOUNT:assumed-role/ROLE/SESSION`
 //!   ([`AssumedRole`]); the template pins the session name to the person's user name.
 //! - The console: a person signed in with the organisation's identity provider, whose token API
-//!   Gateway's JWT authorizer verified, `console/ACCOUNT/ROLE/NAME` ([`ConsoleSession`]): NAME the
-//!   claim the deployment names, lower-cased (`crate::domain::console`).
+//!   Gateway's JWT authorizer verified, `console/ACCOUNT/ROLE/NAME/SUBJECT` ([`ConsoleSession`]):
+//!   NAME the claim the deployment names, lower-cased; SUBJECT a digest of the token's issuer
+//!   and `sub`, which no user can change (`crate::domain::console`).
 //!
 //! One person has one name through both: [`Identity::person`] is `ACCOUNT:NAME` for both shapes,
 //! so when the console's name claim holds what sessions are named after, maker-checker holds
@@ -37,6 +38,12 @@ pub struct ConsoleSession<'a> {
     pub account: &'a str,
     pub role: &'a str,
     pub name: &'a str,
+    pub subject: &'a str,
+}
+
+/// A console subject: 32 lower-case hex digits.
+fn subject_digest(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// An operator role's name as the console writes it (`maker`, `break-glass`), or `-` for none.
@@ -60,12 +67,17 @@ pub fn iam_name(s: &str, min: usize) -> bool {
 
 impl Identity {
     /// A person at the console, acting in the operator role named `role` (none: `-`): `name` as
-    /// [`iam_name`] allows a session's, lower-cased. `None` when the account or the name is not one.
-    pub fn console(account: &str, role: Option<&str>, name: &str) -> Option<Identity> {
+    /// [`iam_name`] allows a session's, lower-cased; `subject` who the identity provider says
+    /// they are (its issuer and their `sub`, kept as a digest). `None` when the account or the
+    /// name is not one.
+    pub fn console(account: &str, role: Option<&str>, name: &str, subject: (&str, &str)) -> Option<Identity> {
         let name = name.to_ascii_lowercase();
         let role = role.unwrap_or("-");
-        (account_id(account) && role_name(role) && iam_name(&name, 2)).then(|| Identity {
-            arn: format!("{CONSOLE}/{account}/{role}/{name}"),
+        let (issuer, sub) = subject;
+        let digest = super::hash::sha256_hex(format!("{issuer}#{sub}").as_bytes());
+        let digest = digest.get(..32)?;
+        (account_id(account) && role_name(role) && iam_name(&name, 2) && !sub.is_empty()).then(|| Identity {
+            arn: format!("{CONSOLE}/{account}/{role}/{name}/{digest}"),
             name: None,
         })
     }
@@ -95,24 +107,38 @@ impl Identity {
     /// The identity read strictly as a console session (as [`Identity::console`] builds it).
     pub fn console_session(&self) -> Option<ConsoleSession<'_>> {
         let parts: Vec<&str> = self.arn.split('/').collect();
-        let [CONSOLE, account, role, name] = parts[..] else {
+        let [CONSOLE, account, role, name, subject] = parts[..] else {
             return None;
         };
         let ok = role_name(role)
             && account_id(account)
             && iam_name(name, 2)
-            && !name.bytes().any(|b| b.is_ascii_uppercase());
-        ok.then_some(ConsoleSession { account, role, name })
+            && !name.bytes().any(|b| b.is_ascii_uppercase())
+            && subject_digest(subject);
+        ok.then_some(ConsoleSession {
+            account,
+            role,
+            name,
+            subject,
+        })
     }
 
     /// The principal without its session: `arn:aws:sts::A:assumed-role/ROLE/SESSION` is
-    /// `arn:aws:sts::A:assumed-role/ROLE` (the caller chooses SESSION), `console/A/ROLE/NAME` is
-    /// `console/A/ROLE`; any other ARN as it is.
+    /// `arn:aws:sts::A:assumed-role/ROLE` (the caller chooses SESSION),
+    /// `console/A/ROLE/NAME/SUBJECT` is `console/A/ROLE`; any other ARN as it is.
     pub fn principal(&self) -> &str {
-        match (self.assumed_role(), self.console_session()) {
-            (Some(_), _) | (_, Some(_)) => self.arn.rsplit_once('/').map_or(&self.arn, |(p, _)| p),
-            _ => &self.arn,
+        if self.assumed_role().is_some() {
+            return self.arn.rsplit_once('/').map_or(&self.arn, |(p, _)| p);
         }
+        match self.console_session() {
+            Some(c) => &self.arn[..CONSOLE.len() + c.account.len() + c.role.len() + 2],
+            None => &self.arn,
+        }
+    }
+
+    /// Who the identity provider says a console caller is, whatever name they go by now.
+    pub fn subject(&self) -> Option<&str> {
+        self.console_session().map(|c| c.subject)
     }
 
     /// The person: an assumed role's session or a console name (`ACCOUNT:NAME`, in lower case as

@@ -135,27 +135,36 @@ fn self_approval_is_refused_whatever_name_is_given() {
 }
 
 /// One person through both doors: a maker at the console is refused as the approver of their own
-/// request through `dlqctl` (a session named after them), and as the approver at the console.
+/// request through `dlqctl` (a session named after them), and as the approver at the console,
+/// under the name they had or another (the same subject).
 #[test]
 fn a_person_is_refused_as_their_own_approver_through_the_other_door() {
     use crate::domain::operator::OperatorRole;
+    let console = |role: OperatorRole, name: &str, sub: &str| {
+        Identity::console(
+            "123456789012",
+            Some(role.as_str()),
+            name,
+            ("https://idp.example.com", sub),
+        )
+        .unwrap()
+    };
     let policy = ApprovalPolicy::default();
     let mut r = request(set(&[envelope(1, "1", "USD")]), &policy);
-    r.requested_by =
-        Identity::console("123456789012", Some(OperatorRole::Maker.as_str()), "Alice@Example.com").unwrap();
+    r.requested_by = console(OperatorRole::Maker, "Alice@Example.com", "u-alice");
     let through_iam = who("arn:aws:sts::123456789012:assumed-role/acme-approver/alice@example.com");
-    let at_console = Identity::console(
-        "123456789012",
-        Some(OperatorRole::Approver.as_str()),
-        "alice@example.com",
-    )
-    .unwrap();
-    for same in [through_iam, at_console] {
+    let at_console = console(OperatorRole::Approver, "alice@example.com", "u-alice");
+    let renamed = console(OperatorRole::Approver, "alice2@example.com", "u-alice");
+    for same in [through_iam, at_console, renamed] {
         let err = r.approve(&same, "ok", at(1)).unwrap_err();
         assert!(err.0.contains("self-approval refused"), "{same}: {err}");
     }
-    let bob = Identity::console("123456789012", Some(OperatorRole::Approver.as_str()), "bob@example.com").unwrap();
-    r.approve(&bob, "looked at it", at(1)).unwrap();
+    r.approve(
+        &console(OperatorRole::Approver, "bob@example.com", "u-bob"),
+        "looked at it",
+        at(1),
+    )
+    .unwrap();
     assert_eq!(r.status, RequestStatus::Approved);
 }
 
