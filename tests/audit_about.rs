@@ -4,7 +4,6 @@
 //! written before that rule, in both, once.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use recon_aws::dynamodb::DynamoAuditLog;
 use recon_core::domain::{AuditKind, AuditRecord};
 use recon_core::resources::keys;
 use recon_harness::stack::TestStack;
@@ -19,7 +18,6 @@ fn kinds(records: &[recon_core::domain::audit::ChainedRecord]) -> Vec<AuditKind>
 #[tokio::test]
 async fn a_transactions_records_are_found_by_its_hash_and_period_and_each_once() {
     let s = TestStack::new("au-about").await;
-    let consumer = s.consumer_with(s.ledger(), s.main_queue());
     let mut xau = tx(2);
     xau.currency = "XAU".into();
     let bodies = [
@@ -28,17 +26,9 @@ async fn a_transactions_records_are_found_by_its_hash_and_period_and_each_once()
         xau.to_body().unwrap(),
         "garbage".to_owned(),
     ];
-    s.send(&bodies).await;
-    s.pump(&consumer).await;
-    s.pump_dlq(&s.enricher(100)).await;
-    s.map_currency("XAU", 4).await;
-    s.replayer()
-        .run(&recon_testkit::builders::sweep_request(), None)
-        .await
-        .unwrap();
-    s.pump(&consumer).await;
+    s.remediated(&bodies, 100).await;
 
-    let log = DynamoAuditLog::new(s.clients.dynamodb.clone(), &s.settings.audit_table);
+    let log = s.audit_log();
     let all = log.scan().await.unwrap();
     // The first of `kind` about a transaction (not the garbage's).
     let of = |kind: AuditKind| -> &AuditRecord {

@@ -15,7 +15,6 @@ use recon_testkit::builders::tx;
 
 /// Transactions of two periods, a duplicate of each, and dead letters replayed into postings.
 async fn workload(s: &TestStack) {
-    let consumer = s.consumer_with(s.ledger(), s.main_queue());
     let mut bodies = Vec::new();
     for n in 1..=12 {
         let mut m = tx(n);
@@ -30,15 +29,7 @@ async fn workload(s: &TestStack) {
     // A duplicate of each period's first.
     bodies.push(bodies[0].clone());
     bodies.push(bodies[1].clone());
-    s.send(&bodies).await;
-    s.pump(&consumer).await;
-    s.pump_dlq(&s.enricher(1000)).await;
-    s.map_currency("XAU", 4).await;
-    s.replayer()
-        .run(&recon_testkit::builders::sweep_request(), None)
-        .await
-        .unwrap();
-    s.pump(&consumer).await;
+    s.remediated(&bodies, 1000).await;
 }
 
 /// What a read tells a reconciliation, in an order that does not depend on how it was split.

@@ -285,6 +285,21 @@ impl TestStack {
         ))
     }
 
+    /// `bodies` through a day of remediation: consumed, the dead letters enveloped (high-water
+    /// `high_water`), XAU mapped (4 minor units), the sweep's replay, and consumed again.
+    pub async fn remediated(&self, bodies: &[String], high_water: i64) {
+        let consumer = self.consumer_with(self.ledger(), self.main_queue());
+        self.send(bodies).await;
+        self.pump(&consumer).await;
+        self.pump_dlq(&self.enricher(high_water)).await;
+        self.map_currency("XAU", 4).await;
+        self.replayer()
+            .run(&recon_testkit::builders::sweep_request(), None)
+            .await
+            .expect("the sweep");
+        self.pump(&consumer).await;
+    }
+
     /// Map a currency in this stack's reference table.
     pub async fn map_currency(&self, code: &str, minor_units: u32) {
         self.reference()
