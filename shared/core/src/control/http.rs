@@ -81,7 +81,20 @@ where
                 };
                 match console.caller(&claims, &account, acting_as.as_deref()) {
                     Ok(caller) => caller,
-                    Err(SignInRefused::NoOne(why)) => return reply(401, "unauthenticated", &why),
+                    Err(SignInRefused::NoOne(why)) => {
+                        // A token API Gateway verified that names no one: no identity to audit
+                        // it as, so it is logged with what the token does say.
+                        let said = |c: &str| claims.get(c).and_then(Value::as_str).unwrap_or("").to_owned();
+                        let (issuer, subject) = (said("iss"), said("sub"));
+                        tracing::warn!(
+                            decision = "SIGN_IN_REFUSED",
+                            issuer,
+                            subject,
+                            why,
+                            "console sign-in names no one"
+                        );
+                        return reply(401, "unauthenticated", &why);
+                    }
                     Err(SignInRefused::Role { person, why }) => {
                         let asked = Asked {
                             caller: &person,
