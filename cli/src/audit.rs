@@ -196,13 +196,8 @@ async fn show(
     certain.extend(envelopes.iter().filter_map(|e| e.decoded_key().period));
     let mut named = certain.clone();
     named.extend(envelopes.iter().filter_map(|e| e.accounting_period.clone()));
-    named.extend(
-        audit
-            .by_hash(source_hash)
-            .await?
-            .into_iter()
-            .filter_map(|r| r.record.period),
-    );
+    let by_hash = audit.by_hash(source_hash).await?;
+    named.extend(by_hash.iter().filter_map(|r| r.record.period.clone()));
     let stack = recon_aws::stack::resolve_stack(clients, names).await?;
     let ledger = crate::context::ledger(clients, &stack)?;
     let mut ledger_unread = None;
@@ -235,7 +230,9 @@ async fn show(
             ledger_unread = Some(e.to_string());
         }
     }
-    let records = audit.about(source_hash, named.iter().map(String::as_str)).await?;
+    let records = audit
+        .with_reconciled(by_hash, source_hash, named.iter().map(String::as_str))
+        .await?;
     for r in records {
         let rec = r.record;
         lines.push((

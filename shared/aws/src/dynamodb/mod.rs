@@ -153,20 +153,54 @@ pub async fn query_index_from(
     value: &str,
     sort_from: Option<&str>,
 ) -> StoreResult<Vec<Item>> {
-    let mut req = client
-        .query()
-        .table_name(table)
-        .index_name(index.name)
-        .key_condition_expression("#k = :v")
-        .expression_attribute_names("#k", index.partition_key)
-        .expression_attribute_values(":v", s(value))
-        .scan_index_forward(true);
+    let mut req = index_query(client, table, index, value);
     if let Some(from) = sort_from {
         req = req
             .key_condition_expression("#k = :v AND #s >= :from")
             .expression_attribute_names("#s", index.sort_key)
             .expression_attribute_values(":from", s(from));
     }
+    all_pages(req, index).await
+}
+
+/// [`query_index`], of the items whose attribute `attribute` is `equal` only: a filter, so the
+/// others are read (and paid for) and left.
+pub async fn query_index_where(
+    client: &Client,
+    table: &str,
+    index: &IndexSpec,
+    value: &str,
+    (attribute, equal): (&str, &str),
+) -> StoreResult<Vec<Item>> {
+    let req = index_query(client, table, index, value)
+        .filter_expression("#f = :f")
+        .expression_attribute_names("#f", attribute)
+        .expression_attribute_values(":f", s(equal));
+    all_pages(req, index).await
+}
+
+/// The query of `index`'s partition `value`, in sort-key order.
+fn index_query(
+    client: &Client,
+    table: &str,
+    index: &IndexSpec,
+    value: &str,
+) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+    client
+        .query()
+        .table_name(table)
+        .index_name(index.name)
+        .key_condition_expression("#k = :v")
+        .expression_attribute_names("#k", index.partition_key)
+        .expression_attribute_values(":v", s(value))
+        .scan_index_forward(true)
+}
+
+/// Every page of `req`'s items.
+async fn all_pages(
+    req: aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder,
+    index: &IndexSpec,
+) -> StoreResult<Vec<Item>> {
     let items = req.into_paginator().items().send().try_collect().await;
     items.map_err(|e| store_error(&format!("Query({})", index.name), e))
 }

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::identity::Identity;
-use super::operator::{Caller, OperatorRole};
+use super::operator::{Caller, OperatorRole, role_pairs, shown_pairs};
 
 /// The groups claim unless `DLQ_CONSOLE_GROUPS_CLAIM` names another (Cognito's is `cognito:groups`).
 pub const DEFAULT_GROUPS_CLAIM: &str = "groups";
@@ -34,17 +34,12 @@ impl std::str::FromStr for ConsoleGroups {
     /// `[a b c]`), no `break-glass`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut groups = BTreeMap::new();
-        for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (role, group) = pair
-                .split_once(':')
-                .ok_or_else(|| format!("`{pair}`: expected ROLE:GROUP"))?;
-            let role: OperatorRole = role.trim().parse().map_err(|e| format!("`{pair}`: {e}"))?;
+        for (pair, role, group) in role_pairs(s, "GROUP")? {
             if role == OperatorRole::BreakGlass {
                 return Err(format!(
                     "`{pair}`: break-glass is never a console role (it is an IAM role, assumed with MFA, paged on)"
                 ));
             }
-            let group = group.trim();
             if group.is_empty() || group.chars().any(|c| c.is_whitespace() || "[],".contains(c)) {
                 return Err(format!("`{pair}`: a group name without spaces, commas or brackets"));
             }
@@ -61,8 +56,7 @@ impl std::str::FromStr for ConsoleGroups {
 
 impl std::fmt::Display for ConsoleGroups {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pairs: Vec<String> = self.0.iter().map(|(group, role)| format!("{role}:{group}")).collect();
-        f.write_str(&pairs.join(","))
+        f.write_str(&shown_pairs(&self.0))
     }
 }
 

@@ -97,12 +97,7 @@ impl std::str::FromStr for RoleNames {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut names = BTreeMap::new();
-        for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (role, name) = pair
-                .split_once(':')
-                .ok_or_else(|| format!("`{pair}`: expected ROLE:IAM_ROLE_NAME"))?;
-            let role: OperatorRole = role.trim().parse().map_err(|e| format!("`{pair}`: {e}"))?;
-            let name = name.trim();
+        for (pair, role, name) in role_pairs(s, "IAM_ROLE_NAME")? {
             let iam_name = (1..=64).contains(&name.len())
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || "+.@_-".contains(c));
             if !iam_name {
@@ -121,9 +116,30 @@ impl std::str::FromStr for RoleNames {
 
 impl std::fmt::Display for RoleNames {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pairs: Vec<String> = self.0.iter().map(|(name, role)| format!("{role}:{name}")).collect();
-        f.write_str(&pairs.join(","))
+        f.write_str(&shown_pairs(&self.0))
     }
+}
+
+/// `ROLE:NAME` pairs, comma-separated, blank ones skipped: each as written, its role and its
+/// name (trimmed); `what` says what NAME is, in the error.
+pub fn role_pairs<'a>(s: &'a str, what: &str) -> Result<Vec<(&'a str, OperatorRole, &'a str)>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (role, name) = pair
+                .split_once(':')
+                .ok_or_else(|| format!("`{pair}`: expected ROLE:{what}"))?;
+            let role: OperatorRole = role.trim().parse().map_err(|e| format!("`{pair}`: {e}"))?;
+            Ok((pair, role, name.trim()))
+        })
+        .collect()
+}
+
+/// Names and their roles as [`role_pairs`] reads them.
+pub fn shown_pairs(roles: &BTreeMap<String, OperatorRole>) -> String {
+    let pairs: Vec<String> = roles.iter().map(|(name, role)| format!("{role}:{name}")).collect();
+    pairs.join(",")
 }
 
 /// A caller of the control plane as AWS verified them.

@@ -19,17 +19,22 @@ use recon_core::resources::{exception_period_shard, indexes, keys};
 
 use super::{DynamoAuditLog, chained_from};
 use crate::dynamodb::backfill::{Unindexed, index_unindexed};
-use crate::dynamodb::{query_index, query_period, s};
-use crate::error::store_error;
+use crate::dynamodb::{query_index, query_index_where, query_period, s};
 use crate::item::{Item, get_s};
 
 /// The index entry of a record a reconciliation reads (none for the others): the shard its
 /// transaction's hash names (its id's, without one), so a transaction's records share one.
 pub(super) fn period_entry(record: &AuditRecord) -> Option<(String, AttributeValue)> {
     record.kind.reconciled().then(|| {
-        let within = record.source_hash.as_deref().unwrap_or(&record.audit_id);
+        let within = sharded_by(record.source_hash.as_deref(), &record.audit_id);
         crate::dynamodb::period_entry(record.period.as_deref(), within)
     })
+}
+
+/// What picks a record's `by_period` shard: the transaction it is about (`source_hash`), or its
+/// own `id` when it is about none; the writer's rule and the backfill's.
+fn sharded_by<'a>(source_hash: Option<&'a str>, id: &'a str) -> &'a str {
+    source_hash.unwrap_or(id)
 }
 
 /// Whether `record` is in the `by_source_hash` index (it has its sort key): the records about a
@@ -72,9 +77,21 @@ impl DynamoAuditLog {
         source_hash: &str,
         periods: impl IntoIterator<Item = &'a str>,
     ) -> StoreResult<Vec<ChainedRecord>> {
+        let by_hash = self.by_hash(source_hash).await?;
+        self.with_reconciled(by_hash, source_hash, periods).await
+    }
+
+    /// `by_hash` (the transaction's records [`Self::by_hash`] read) with those
+    /// [`Self::reconciled_in`] each of `periods` and no period: [`Self::about`], for a caller that
+    /// read the first to learn the periods.
+    pub async fn with_reconciled<'a>(
+        &self,
+        by_hash: Vec<ChainedRecord>,
+        source_hash: &str,
+        periods: impl IntoIterator<Item = &'a str>,
+    ) -> StoreResult<Vec<ChainedRecord>> {
         let periods: Vec<Option<&str>> = periods.into_iter().map(Some).chain([None]).collect();
-        let (by_hash, reconciled) =
-            futures::future::try_join(self.by_hash(source_hash), self.reconciled_in(source_hash, &periods)).await?;
+        let reconciled = self.reconciled_in(source_hash, &periods).await?;
         Ok(in_time_order(by_hash.into_iter().chain(reconciled)))
     }
 
@@ -93,31 +110,20 @@ impl DynamoAuditLog {
             .iter()
             .map(|p| exception_period_shard(*p, source_hash))
             .collect();
-        let items = futures::future::try_join_all(shards.iter().map(|shard| self.in_shard(shard, source_hash))).await?;
+        let index = &indexes::AUDIT_BY_PERIOD;
+        let of_shard = |shard| {
+            query_index_where(
+                &self.client,
+                &self.table,
+                index,
+                shard,
+                (keys::AUDIT_SOURCE_HASH, source_hash),
+            )
+        };
+        let items = futures::future::try_join_all(shards.iter().map(|shard| of_shard(shard))).await?;
         // The filter matched each item's source_hash; one that no longer reads as a record (an
         // edited field) is kept, for verification's name of it.
         Ok(items.iter().flatten().map(chained_from).collect())
-    }
-
-    /// The records of one `by_period` shard about `source_hash` (the others are read and left).
-    async fn in_shard(&self, shard: &str, source_hash: &str) -> StoreResult<Vec<Item>> {
-        let index = &indexes::AUDIT_BY_PERIOD;
-        self.client
-            .query()
-            .table_name(&self.table)
-            .index_name(index.name)
-            .key_condition_expression("#k = :v")
-            .filter_expression("#h = :h")
-            .expression_attribute_names("#k", index.partition_key)
-            .expression_attribute_names("#h", keys::AUDIT_SOURCE_HASH)
-            .expression_attribute_values(":v", s(shard))
-            .expression_attribute_values(":h", s(source_hash))
-            .into_paginator()
-            .items()
-            .send()
-            .try_collect()
-            .await
-            .map_err(|e| store_error("Query(by_period, one transaction)", e))
     }
 
     /// Give each record a reconciliation reads that was written before its period index its
@@ -137,7 +143,8 @@ impl DynamoAuditLog {
             read: &["period", keys::AUDIT_SOURCE_HASH],
         };
         let shard_of = |item: &Item| {
-            let within = get_s(item, keys::AUDIT_SOURCE_HASH).or_else(|| get_s(item, keys::AUDIT_PK))?;
+            let id = get_s(item, keys::AUDIT_PK)?;
+            let within = sharded_by(get_s(item, keys::AUDIT_SOURCE_HASH), id);
             Some(exception_period_shard(get_s(item, "period"), within))
         };
         index_unindexed(&self.client, unindexed, shard_of, progress).await
