@@ -161,3 +161,70 @@ async fn a_console_maker_is_not_their_own_approver_through_either_door() {
     assert_eq!(status, 200, "{body}");
     s.cleanup().await;
 }
+
+/// The console's reads, for every operator role through the console's door (and for none at
+/// break-glass): triage, pages of envelopes that a filter narrows and a cursor continues, one
+/// envelope with its verbatim body, the requests.
+#[tokio::test]
+async fn a_console_reader_triages_pages_filters_and_opens_envelopes() {
+    let s = TestStack::new("con-reads").await;
+    let consumer = s.consumer_with(s.ledger(), s.main_queue());
+    s.send(&(1..=5).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>())
+        .await;
+    s.pump(&consumer).await;
+    s.pump_dlq(&s.enricher(10_000)).await;
+    let c = console(&s).await;
+    let viewer = |body| ask(&c, "vera@example.com", "[fin-viewers]", None, body);
+
+    let (status, triage) = viewer(json!({"operation": "triage"})).await;
+    assert_eq!(status, 200, "{triage}");
+    assert_eq!(triage["envelopes"], 5, "{triage}");
+    let group = &triage["groups"][0];
+    assert_eq!(
+        (group["root_cause"].as_str(), group["count"].as_u64()),
+        (Some("UNMAPPED_CURRENCY:XAU"), Some(5)),
+        "{group}"
+    );
+
+    // Pages of two: every envelope once, the last page without a cursor.
+    let (mut seen, mut cursor) = (Vec::new(), Value::Null);
+    loop {
+        let (status, page) = viewer(json!({"operation": "envelopes", "limit": 2, "cursor": cursor})).await;
+        assert_eq!(status, 200, "{page}");
+        let rows = page["envelopes"].as_array().unwrap();
+        assert!(rows.len() <= 2, "{page}");
+        seen.extend(rows.iter().map(|r| r["envelope_id"].as_str().unwrap().to_owned()));
+        cursor = page["cursor"].clone();
+        if cursor.is_null() {
+            break;
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 5, "{seen:?}");
+
+    // A filter on the verbatim body: the one envelope whose body holds its amount.
+    let (_, found) = viewer(json!({"operation": "envelopes", "text": "3.0625", "currency": "xau"})).await;
+    let rows = found["envelopes"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{found}");
+    assert_eq!(rows[0]["amount"], "3.0625");
+    let (_, none) = viewer(json!({"operation": "envelopes", "min_age_hours": 1})).await;
+    assert_eq!(none["envelopes"].as_array().unwrap().len(), 0, "{none}");
+
+    let id = rows[0]["envelope_id"].as_str().unwrap();
+    let (status, one) = viewer(json!({"operation": "envelope", "envelope_id": id})).await;
+    assert_eq!(status, 200, "{one}");
+    assert!(one["body"].as_str().unwrap().contains("3.0625"), "{one}");
+    assert_eq!(one["envelope"]["envelope_id"], id);
+    let (status, requests) = viewer(json!({"operation": "requests"})).await;
+    assert_eq!(
+        (status, requests["requests"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{requests}"
+    );
+
+    // Break-glass reads the stores itself: the control plane reads nothing for it (audited).
+    let (status, body) = c.ask("break-glass", "mallory", json!({"operation": "triage"})).await;
+    assert_eq!(status, 403, "{body}");
+    s.cleanup().await;
+}

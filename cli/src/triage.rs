@@ -64,16 +64,7 @@ pub struct Deadlines {
 
 impl Deadlines {
     pub fn of(list: &[DlqEnvelope], snapshot: &ReferenceSnapshot, warning: chrono::Duration) -> Self {
-        let mut by_group: BTreeMap<(FailureCode, String), NaiveDate> = BTreeMap::new();
-        for e in list {
-            let (Some(entity), Some(period)) = (&e.ledger_entity, &e.accounting_period) else {
-                continue;
-            };
-            if let Some(on) = snapshot.closes_on(entity, period) {
-                let d = by_group.entry((e.failure_code, e.root_cause.clone())).or_insert(on);
-                *d = (*d).min(on);
-            }
-        }
+        let by_group = recon_core::decisions::triage::deadlines(list, snapshot);
         Deadlines { by_group, warning }
     }
 

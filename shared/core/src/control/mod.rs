@@ -22,6 +22,9 @@ use crate::reconcile::{SegmentRead, read_period_segment};
 use crate::replay::{ReplayPorts, ReplayRequest, Replayer, RequestError, Segment, Selector};
 
 pub mod http;
+mod read;
+
+pub use read::EnvelopeQuery;
 
 /// What a caller asks: `{"operation": "...", ...}`. Unknown fields are refused.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -73,6 +76,25 @@ pub enum Command {
     Reject {
         request_id: String,
         reason: String,
+    },
+    /// The PENDING envelopes grouped by failure code and root cause (reads only).
+    Triage,
+    /// A page of envelopes (reads only).
+    Envelopes(EnvelopeQuery),
+    /// One envelope in full (reads only).
+    Envelope {
+        envelope_id: String,
+    },
+    /// A page of approval requests, newest first (reads only).
+    Requests {
+        #[serde(default)]
+        cursor: Option<String>,
+        #[serde(default)]
+        limit: Option<usize>,
+    },
+    /// One approval request (reads only).
+    Request {
+        request_id: String,
     },
 }
 
@@ -161,6 +183,11 @@ impl Command {
             Command::PutCurrency { .. } => Operation::PutCurrency,
             Command::Approve { .. } => Operation::Approve,
             Command::Reject { .. } => Operation::Reject,
+            Command::Triage => Operation::Triage,
+            Command::Envelopes(_) => Operation::Envelopes,
+            Command::Envelope { .. } => Operation::Envelope,
+            Command::Requests { .. } => Operation::Requests,
+            Command::Request { .. } => Operation::Request,
         }
     }
 }
@@ -259,6 +286,11 @@ where
         let me = &asked.caller.identity;
         match command {
             Command::Whoami => Ok(json(asked.caller)),
+            Command::Triage => self.triage(asked).await,
+            Command::Envelopes(q) => self.envelopes(asked, &q).await,
+            Command::Envelope { envelope_id } => self.envelope(asked, &envelope_id).await,
+            Command::Requests { cursor, limit } => self.requests(asked, cursor, limit).await,
+            Command::Request { request_id } => self.one_request(asked, &request_id).await,
             // Boxed: a replay's future is deep (a debug build's stack would not hold it).
             Command::Replay(r) => Box::pin(self.remediate(asked, &r, false)).await,
             Command::Quarantine(r) => Box::pin(self.remediate(asked, &r, true)).await,

@@ -1,11 +1,11 @@
 //! Triage: group envelopes by failure code and root cause, so that remediation is a batch
 //! operation (one fix per group), not a per-message investigation.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::domain::{DlqEnvelope, FailureCode, Tally};
+use crate::domain::{DlqEnvelope, FailureCode, ReferenceSnapshot, Tally};
 
 /// How many envelope ids a group lists as samples.
 pub const SAMPLE_IDS: usize = 3;
@@ -53,6 +53,25 @@ pub fn triage<'a>(envelopes: impl IntoIterator<Item = &'a DlqEnvelope>) -> Vec<T
     let mut out: Vec<TriageGroup> = groups.into_values().collect();
     out.sort_by_key(|g| std::cmp::Reverse(g.tally.count));
     out
+}
+
+/// Per group, the earliest planned close among its envelopes' periods (`snapshot`'s schedule):
+/// the group must be decided before.
+pub fn deadlines<'a>(
+    envelopes: impl IntoIterator<Item = &'a DlqEnvelope>,
+    snapshot: &ReferenceSnapshot,
+) -> BTreeMap<(FailureCode, String), NaiveDate> {
+    let mut by_group: BTreeMap<(FailureCode, String), NaiveDate> = BTreeMap::new();
+    for e in envelopes {
+        let (Some(entity), Some(period)) = (&e.ledger_entity, &e.accounting_period) else {
+            continue;
+        };
+        if let Some(on) = snapshot.closes_on(entity, period) {
+            let d = by_group.entry((e.failure_code, e.root_cause.clone())).or_insert(on);
+            *d = (*d).min(on);
+        }
+    }
+    by_group
 }
 
 #[cfg(test)]

@@ -17,8 +17,8 @@ named! {
     /// them may write the tables, the queues or the bucket, nor invoke the replay function.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
     pub enum OperatorRole {
-        /// Reads envelopes, triage and approval requests (from the stores: it asks the control
-        /// plane nothing).
+        /// Reads envelopes, triage and approval requests (the console's views, through the
+        /// control plane; `dlqctl`, from the stores).
         Viewer = "viewer",
         /// Proposes replays, quarantines and edits (and withdraws their own proposals).
         Maker = "maker",
@@ -62,6 +62,13 @@ named! {
         /// Seal the audit trail now (before an evidence export, or by hand): it decides nothing,
         /// but writes to the bucket, which no operator role may.
         Seal = "seal",
+        /// The console's reads: the triage groups, a page of envelopes, one envelope, a page of
+        /// approval requests, one request. Every operator role reads them.
+        Triage = "triage",
+        Envelopes = "envelopes",
+        Envelope = "envelope",
+        Requests = "requests",
+        Request = "request",
     }
 }
 
@@ -71,6 +78,11 @@ impl Operation {
         use OperatorRole::*;
         match self {
             Operation::Whoami => &OperatorRole::ALL,
+            Operation::Triage
+            | Operation::Envelopes
+            | Operation::Envelope
+            | Operation::Requests
+            | Operation::Request => &READERS,
             Operation::Replay | Operation::Quarantine | Operation::Edit => &[Maker],
             Operation::Approve => &[Approver],
             Operation::Reject => &[Approver, Maker],
@@ -85,6 +97,16 @@ impl Operation {
         }
     }
 }
+
+/// The roles that read what the console shows: every operator role but break-glass (which the
+/// control plane grants nothing).
+const READERS: [OperatorRole; 5] = [
+    OperatorRole::Viewer,
+    OperatorRole::Maker,
+    OperatorRole::Approver,
+    OperatorRole::Auditor,
+    OperatorRole::Admin,
+];
 
 /// The IAM names of the operator roles (`DLQ_OPERATOR_ROLES`: `viewer:NAME,maker:NAME,…`): at
 /// least one, each role once, each name an IAM role name (1-64 of A-Z a-z 0-9 + . @ _ -; `=`
@@ -253,14 +275,30 @@ mod tests {
             assert!(nobody.is_err_and(|e| e.0.contains("no operator role")));
         }
         assert!(allowed > Operation::ALL.len());
-        // The viewer reads the stores itself and break-glass writes them itself: neither asks the
-        // control plane anything but who they are; every other role asks something.
+        // Break-glass writes the stores itself: it asks the control plane nothing but who it
+        // is; every other role reads, and only the viewer does nothing else.
+        let reads = [
+            Operation::Whoami,
+            Operation::Triage,
+            Operation::Envelopes,
+            Operation::Envelope,
+            Operation::Requests,
+            Operation::Request,
+        ];
         for role in OperatorRole::ALL {
+            let asks = |op: &&Operation| op.roles().contains(&role);
+            let reading = reads.iter().filter(asks).count();
             let more = Operation::ALL
                 .iter()
-                .filter(|op| **op != Operation::Whoami && op.roles().contains(&role));
-            let asks_nothing = matches!(role, OperatorRole::Viewer | OperatorRole::BreakGlass);
-            assert_eq!(more.count() == 0, asks_nothing, "{role}");
+                .filter(|op| !reads.contains(op))
+                .filter(asks)
+                .count();
+            let expected = match role {
+                OperatorRole::BreakGlass => (1, 0),
+                OperatorRole::Viewer => (reads.len(), 0),
+                _ => (reads.len(), more.max(1)),
+            };
+            assert_eq!((reading, more), expected, "{role}");
         }
     }
 

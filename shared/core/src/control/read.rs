@@ -1,0 +1,208 @@
+//! The control plane's reads, for the console: triage, a filtered page of envelopes, one envelope
+//! in full, approval requests. Any operator role may ask them (break-glass is no operator of the
+//! control plane); they change nothing, so they are logged, not audited.
+//!
+//! Every answer is bounded: a page of envelopes reads at most [`MAX_SCANNED`] envelopes of the
+//! store however rare its filter's matches (the rest is behind its cursor), and a page of
+//! requests at most [`MAX_REQUESTS`].
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{Asked, ControlError, ControlPlane, json};
+use crate::decisions::triage;
+use crate::domain::{DlqEnvelope, EnvelopeStatus, FailureCode};
+use crate::ports::{ApprovalRequests, EnvelopeStore, LedgerReader, ReferenceData, Signer};
+use crate::replay::ReplayPorts;
+
+/// The most envelopes one page of [`EnvelopeQuery`] reads from the store.
+pub const MAX_SCANNED: usize = 2_000;
+/// The most envelopes one page returns.
+pub const MAX_PAGE: usize = 200;
+/// The most requests one page of requests returns.
+pub const MAX_REQUESTS: usize = 100;
+/// The most characters of an envelope's error detail a page shows (its detail shows it all).
+const DETAIL_CHARS: usize = 200;
+
+/// Which envelopes, a page at a time (`cursor`: the previous page's).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnvelopeQuery {
+    /// PENDING unless named.
+    pub status: Option<EnvelopeStatus>,
+    pub failure_code: Option<FailureCode>,
+    /// Exact root cause, or a prefix ending in `*`.
+    pub root_cause: Option<String>,
+    pub entity: Option<String>,
+    /// Currency code (upper or lower case).
+    pub currency: Option<String>,
+    /// Dead-lettered at least this many hours ago.
+    pub min_age_hours: Option<u32>,
+    /// Text the verbatim body holds (bodies kept in the bucket, being large, are not searched).
+    pub text: Option<String>,
+    pub limit: Option<usize>,
+    pub cursor: Option<String>,
+}
+
+impl EnvelopeQuery {
+    fn matches(&self, e: &DlqEnvelope, now: DateTime<Utc>) -> bool {
+        let same = |want: &Option<String>, have: &Option<String>| {
+            want.as_ref()
+                .is_none_or(|w| have.as_ref().is_some_and(|h| h.eq_ignore_ascii_case(w)))
+        };
+        let cause = self.root_cause.as_ref().is_none_or(|c| match c.strip_suffix('*') {
+            Some(prefix) => e.root_cause.starts_with(prefix),
+            None => e.root_cause == *c,
+        });
+        let old_enough = self
+            .min_age_hours
+            .is_none_or(|h| now - e.dead_lettered_at >= chrono::Duration::hours(i64::from(h)));
+        let text = self
+            .text
+            .as_ref()
+            .is_none_or(|t| e.original.body.as_ref().is_some_and(|b| b.contains(t.as_str())));
+        self.failure_code.is_none_or(|c| c == e.failure_code)
+            && cause
+            && same(&self.entity, &e.ledger_entity)
+            && same(&self.currency, &e.currency)
+            && old_enough
+            && text
+    }
+}
+
+/// One envelope as a page lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct EnvelopeRow {
+    pub envelope_id: String,
+    pub status: EnvelopeStatus,
+    pub failure_code: FailureCode,
+    pub root_cause: String,
+    pub entity: Option<String>,
+    pub amount: Option<String>,
+    pub currency: Option<String>,
+    pub accounting_period: Option<String>,
+    pub dead_lettered_at: DateTime<Utc>,
+    pub attempt_count: u32,
+    pub error_detail: String,
+}
+
+impl From<&DlqEnvelope> for EnvelopeRow {
+    fn from(e: &DlqEnvelope) -> Self {
+        EnvelopeRow {
+            envelope_id: e.envelope_id.clone(),
+            status: e.status,
+            failure_code: e.failure_code,
+            root_cause: e.root_cause.clone(),
+            entity: e.ledger_entity.clone(),
+            amount: e.amount.clone(),
+            currency: e.currency.clone(),
+            accounting_period: e.accounting_period.clone(),
+            dead_lettered_at: e.dead_lettered_at,
+            attempt_count: e.attempt_count,
+            error_detail: e.error_detail.chars().take(DETAIL_CHARS).collect(),
+        }
+    }
+}
+
+/// A triage group as the console shows it: [`triage::TriageGroup`], with the planned period
+/// close it must be decided before (the earliest among its envelopes' periods).
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupRow {
+    #[serde(flatten)]
+    pub group: triage::TriageGroup,
+    pub decide_before: Option<NaiveDate>,
+}
+
+impl<P: ReplayPorts, G: Signer> ControlPlane<P, G>
+where
+    P::Ledger: LedgerReader,
+{
+    /// The PENDING envelopes grouped by failure code and root cause, largest first.
+    pub(super) async fn triage(&self, asked: &Asked<'_>) -> Result<serde_json::Value, ControlError> {
+        let r = &self.replayer;
+        let pending = crate::ports::all_envelopes(&r.store, Some(EnvelopeStatus::Pending)).await?;
+        let snapshot = r.reference.snapshot().await?;
+        let deadlines = triage::deadlines(&pending, &snapshot);
+        let groups: Vec<GroupRow> = triage::triage(&pending)
+            .into_iter()
+            .map(|group| GroupRow {
+                decide_before: deadlines.get(&(group.failure_code, group.root_cause.clone())).copied(),
+                group,
+            })
+            .collect();
+        read(asked, "triage", pending.len());
+        Ok(serde_json::json!({ "at": r.clock.now(), "envelopes": pending.len(), "groups": groups }))
+    }
+
+    /// A page of the envelopes `q` selects, oldest first, and the cursor of the next (none: the
+    /// last page). A page holds at most `limit` (default 50, at most [`MAX_PAGE`]) and reads at
+    /// most [`MAX_SCANNED`]: a page of a rare filter may be short, or empty, with a cursor.
+    pub(super) async fn envelopes(
+        &self,
+        asked: &Asked<'_>,
+        q: &EnvelopeQuery,
+    ) -> Result<serde_json::Value, ControlError> {
+        let limit = q.limit.unwrap_or(50);
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(ControlError::Invalid(format!("`limit` is 1 to {MAX_PAGE}")));
+        }
+        let r = &self.replayer;
+        let now = r.clock.now();
+        let status = q.status.unwrap_or(EnvelopeStatus::Pending);
+        let (mut rows, mut scanned, mut cursor) = (Vec::new(), 0, q.cursor.clone());
+        loop {
+            // Never more than the page has room for: the cursor then stands after the last
+            // envelope looked at, none skipped.
+            let want = limit - rows.len();
+            let (page, next) = r.store.list_by_status(status, cursor.take(), want).await?;
+            scanned += page.len();
+            rows.extend(page.iter().filter(|e| q.matches(e, now)).map(EnvelopeRow::from));
+            cursor = next;
+            if cursor.is_none() || rows.len() >= limit || scanned >= MAX_SCANNED {
+                break;
+            }
+        }
+        read(asked, "envelopes", rows.len());
+        Ok(serde_json::json!({ "envelopes": rows, "scanned": scanned, "cursor": cursor }))
+    }
+
+    /// One envelope in full: its fields, attempts, WORM copy, status history and replays, and
+    /// the verbatim body (from the bucket when it was too large for the table).
+    pub(super) async fn envelope(&self, asked: &Asked<'_>, id: &str) -> Result<serde_json::Value, ControlError> {
+        let r = &self.replayer;
+        let Some(e) = r.store.get(id).await? else {
+            return Err(ControlError::Invalid(format!("no envelope {id}")));
+        };
+        let body = crate::envelopes::original_body(&e, &r.worm).await?;
+        read(asked, "envelope", 1);
+        Ok(serde_json::json!({ "envelope": e, "body": body }))
+    }
+
+    /// A page of approval requests, newest first.
+    pub(super) async fn requests(
+        &self,
+        asked: &Asked<'_>,
+        cursor: Option<String>,
+        limit: Option<usize>,
+    ) -> Result<serde_json::Value, ControlError> {
+        let limit = limit.unwrap_or(50);
+        if !(1..=MAX_REQUESTS).contains(&limit) {
+            return Err(ControlError::Invalid(format!("`limit` is 1 to {MAX_REQUESTS}")));
+        }
+        let (requests, cursor) = self.replayer.store.list_requests(cursor, limit).await?;
+        read(asked, "requests", requests.len());
+        Ok(serde_json::json!({ "requests": requests, "cursor": cursor }))
+    }
+
+    /// One approval request.
+    pub(super) async fn one_request(&self, asked: &Asked<'_>, id: &str) -> Result<serde_json::Value, ControlError> {
+        let request = self.replayer.request(id).await?;
+        read(asked, "request", 1);
+        Ok(json(&request))
+    }
+}
+
+/// Log a read (not audited: it changes nothing; CloudWatch keeps who read what).
+fn read(asked: &Asked<'_>, what: &str, items: usize) {
+    tracing::info!(read = what, items, by = %asked.caller.identity.arn, request = %asked.request_id, "control plane read");
+}
