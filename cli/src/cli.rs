@@ -71,6 +71,14 @@ pub enum Command {
         #[arg(long)]
         body: bool,
     },
+    /// Serve the operator console on loopback against the local stack, with a local sign-in:
+    /// name a person and the operator role to act in. Every action is the control plane's to
+    /// allow or refuse, as on AWS. Role: any (the sign-in chooses).
+    Console {
+        /// The port on 127.0.0.1 (0: any free one).
+        #[arg(long, default_value_t = 8750)]
+        port: u16,
+    },
     /// Queue depths, ledger postings and audit counts. Role: the auditor's (it counts postings).
     Stats,
     /// Give the envelopes and audit records written before their tables had period indexes

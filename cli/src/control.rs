@@ -92,14 +92,24 @@ pub async fn connect(
         }
         None => recon_aws::identity::caller(clients).await?,
     };
-    let stack = recon_aws::stack::resolve_stack(clients, names).await?;
-    let settings = ControlSettings::from_lookup(stack.lookup(crate::context::given))?;
-    let plane = recon_aws::wiring::control_plane(clients, &settings, "dlqctl", TracingMetrics);
+    let (plane, settings) = local_plane(clients, names).await?;
     Ok(ControlPlane::InProcess(Box::new(InProcess {
         plane,
         settings,
         principal: caller.arn,
     })))
+}
+
+/// The control plane of the local stack `names` names, in this process, and its settings (as
+/// the stack configures its control function).
+pub async fn local_plane(
+    clients: &AwsClients,
+    names: &ResourceNames,
+) -> Result<(AwsControlPlane<TracingMetrics>, ControlSettings)> {
+    let stack = recon_aws::stack::resolve_stack(clients, names).await?;
+    let settings = ControlSettings::from_lookup(stack.lookup(crate::context::given))?;
+    let plane = recon_aws::wiring::control_plane(clients, &settings, "dlqctl", TracingMetrics);
+    Ok((plane, settings))
 }
 
 /// A refusal of the control plane (403, 409) or of the request (400): what it said.
@@ -165,7 +175,7 @@ impl InProcess {
 }
 
 /// An id for one local request, as API Gateway's would be: unique, chosen by no caller.
-fn request_id() -> String {
+pub fn request_id() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());

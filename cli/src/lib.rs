@@ -7,6 +7,7 @@ pub mod audit;
 pub mod bundle;
 pub mod calibrate;
 pub mod cli;
+pub mod console;
 pub mod context;
 pub mod control;
 pub mod edit;

@@ -21,6 +21,7 @@ use crate::ports::{AuditLog, FlowError, LedgerReader, ReferenceData, Signer};
 use crate::reconcile::{SegmentRead, read_period_segment};
 use crate::replay::{ReplayPorts, ReplayRequest, Replayer, RequestError, Segment, Selector};
 
+pub mod assets;
 pub mod http;
 mod read;
 

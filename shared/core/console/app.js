@@ -1,0 +1,434 @@
+// The operator console: every view is a request to the control plane (POST operations), made as
+// the signed-in person in their role; the control plane answers it or refuses it. What this page
+// hides from a role (a button) is a convenience: the refusal is the server's.
+//
+// Text from envelopes is shown with textContent, never parsed as HTML.
+
+const OPERATIONS = "operations";
+const store = window.sessionStorage;
+let me = null; // whoami: {identity, role}
+
+// ---- DOM ----------------------------------------------------------------------------------
+
+function h(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "class") node.className = v;
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function show(...nodes) {
+  const main = document.getElementById("main");
+  main.replaceChildren(...nodes);
+}
+
+function notice(text, bad) {
+  const box = h("div", { class: bad ? "bad" : "" }, text);
+  document.getElementById("notice").append(box);
+  setTimeout(() => box.remove(), 8000);
+}
+
+function table(head, rows, numeric = []) {
+  if (!rows.length) return h("p", { class: "muted" }, "None.");
+  return h("table", {},
+    h("thead", {}, h("tr", {}, head.map((t, i) => h("th", { scope: "col", class: numeric.includes(i) ? "num" : "" }, t)))),
+    h("tbody", {}, rows.map((r) => h("tr", {}, r.map((c, i) => h("td", { class: numeric.includes(i) ? "num" : "" }, c))))));
+}
+
+function fields(pairs) {
+  return h("dl", { class: "fields" }, pairs.filter(([, v]) => v !== undefined).flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v ?? "—")]));
+}
+
+function badge(text) {
+  return h("span", { class: `badge ${text}` }, text);
+}
+
+function amounts(tally) {
+  if (!tally) return "";
+  const parts = Object.entries(tally.amounts || {}).map(([c, a]) => `${a} ${c}`);
+  if (tally.without_amount) parts.push(`${tally.without_amount} without amount`);
+  return parts.join("; ");
+}
+
+function age(at) {
+  const s = Math.max(0, (Date.now() - Date.parse(at)) / 1000);
+  if (s < 3600) return `${Math.floor(s / 60)} min`;
+  if (s < 172800) return `${Math.floor(s / 3600)} h`;
+  return `${Math.floor(s / 86400)} d`;
+}
+
+function when(at) {
+  return at ? at.replace("T", " ").replace(/\.\d+/, "").replace("+00:00", "Z") : "—";
+}
+
+// ---- The control plane ----------------------------------------------------------------------
+
+async function ask(body) {
+  const token = store.getItem("token");
+  const response = await fetch(OPERATIONS, {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+    body: JSON.stringify(body),
+  });
+  let answer = {};
+  try {
+    answer = await response.json();
+  } catch {
+    answer = { message: `the control plane answered ${response.status} without JSON` };
+  }
+  if (response.status === 401) {
+    store.removeItem("token");
+    location.hash = "#/sign-in";
+  }
+  if (!response.ok) {
+    const error = new Error(answer.message || `HTTP ${response.status}`);
+    error.status = response.status;
+    throw error;
+  }
+  return answer;
+}
+
+/// Ask, and say a refusal in the notice area (null when refused).
+async function attempt(body) {
+  try {
+    return await ask(body);
+  } catch (e) {
+    notice(`Refused (${e.status || "error"}): ${e.message}`, true);
+    return null;
+  }
+}
+
+const may = (...roles) => me && roles.includes(me.role);
+
+/// The person an identity names: a console sign-in's name (console/ACCOUNT/ROLE/NAME/SUBJECT), a
+/// role session's name (…/ROLE/SESSION).
+function person(identity) {
+  if (identity.name) return identity.name;
+  const parts = identity.arn.split("/");
+  return identity.arn.startsWith("console/") ? parts[3] : parts[parts.length - 1];
+}
+
+// ---- Routing: #/view/ID?query (the filters stay in the address, to share a view) ----------
+
+function route() {
+  const [path, query] = location.hash.slice(1).split("?");
+  const parts = (path || "/triage").split("/").filter(Boolean);
+  return { view: parts[0] || "triage", id: parts.slice(1).join("/"), q: new URLSearchParams(query || "") };
+}
+
+function go(view, params) {
+  const q = new URLSearchParams(Object.entries(params || {}).filter(([, v]) => v !== "" && v !== null && v !== undefined));
+  location.hash = `#/${view}${q.toString() ? `?${q}` : ""}`;
+}
+
+const views = {
+  "sign-in": signIn,
+  triage,
+  envelopes,
+  envelope,
+  propose,
+  requests,
+  request,
+};
+
+async function render() {
+  const { view, id, q } = route();
+  if (view !== "sign-in" && !store.getItem("token")) return go("sign-in");
+  if (view !== "sign-in" && !me) {
+    me = await attempt({ operation: "whoami" });
+    if (!me) return;
+    document.getElementById("who").replaceChildren(
+      h("span", { id: "signed-in" }, `${person(me.identity)} · ${me.role || "no role"}`), " ",
+      h("button", { class: "secondary", onclick: signOut }, "Sign out"));
+  }
+  try {
+    await (views[view] || triage)(id, q);
+  } catch (e) {
+    show(h("h1", {}, "Could not show this view"), h("p", { class: "bad" }, e.message));
+  }
+  document.getElementById("main").focus();
+}
+
+function signOut() {
+  store.removeItem("token");
+  me = null;
+  document.getElementById("who").replaceChildren();
+  go("sign-in");
+}
+
+// ---- Views ------------------------------------------------------------------------------------
+
+async function signIn() {
+  const config = await (await fetch("config.json")).json();
+  if (config.sign_in !== "local") {
+    show(h("h1", {}, "Sign in"), h("p", {}, "This console signs in through your organisation's identity provider."));
+    return;
+  }
+  const person = h("input", { id: "person", name: "person", required: true, autocomplete: "username", pattern: "[A-Za-z0-9+=,.@_\\-]{1,64}" });
+  const role = h("select", { id: "role", name: "role" }, config.roles.map((r) => h("option", { value: r }, r)));
+  const form = h("form", { class: "signin", onsubmit: async (ev) => {
+    ev.preventDefault();
+    const response = await fetch("local/sign-in", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ person: person.value, role: role.value }),
+    });
+    const answer = await response.json();
+    if (!response.ok) return notice(answer.message, true);
+    store.setItem("token", answer.token);
+    me = null;
+    go("triage");
+  } },
+  h("p", { class: "muted" }, `Local sign-in (${config.stack}): act as a person in one operator role, as an identity provider's groups would give it. The control plane decides what the role may do.`),
+  h("label", {}, "Person", person), h("label", {}, "Role", role), h("button", { type: "submit" }, "Sign in"));
+  show(h("h1", {}, "Sign in"), form);
+  person.focus();
+}
+
+async function triage() {
+  const t = await ask({ operation: "triage" });
+  const rows = t.groups.map((g) => {
+    const filter = { failure_code: g.failure_code, root_cause: g.root_cause };
+    return [
+      g.failure_code,
+      h("a", { href: `#/envelopes?${new URLSearchParams(filter)}` }, g.root_cause),
+      g.count,
+      amounts(g),
+      (g.entities || []).join(", "),
+      `${age(g.oldest)} (${when(g.oldest)})`,
+      g.decide_before || "—",
+      may("maker") ? h("span", {},
+        h("button", { class: "secondary", onclick: () => go("propose", { action: "replay", ...filter }) }, "Propose replay"), " ",
+        h("button", { class: "secondary", onclick: () => go("propose", { action: "quarantine", ...filter }) }, "Quarantine")) : "",
+    ];
+  });
+  show(
+    h("h1", {}, "Triage: money at risk by failure"),
+    h("p", { class: "muted" }, `${t.envelopes} pending envelopes in ${t.groups.length} groups, read ${when(t.at)}.`),
+    table(["Failure code", "Root cause", "Count", "Amount", "Entities", "Oldest", "Decide before", ""], rows, [2]),
+  );
+}
+
+const STATUSES = ["PENDING", "REPLAYING", "REPLAYED", "SUPPRESSED_DUPLICATE", "QUARANTINED", "SUPERSEDED"];
+const FILTERS = ["status", "failure_code", "root_cause", "entity", "currency", "min_age_hours", "text"];
+
+async function envelopes(_, q) {
+  const query = { operation: "envelopes", limit: 50 };
+  for (const f of FILTERS) if (q.get(f)) query[f] = f === "min_age_hours" ? Number(q.get(f)) : q.get(f);
+  if (q.get("cursor")) query.cursor = q.get("cursor");
+  const page = await ask(query);
+
+  const inputs = Object.fromEntries(FILTERS.map((f) => [f, f === "status"
+    ? h("select", { name: f }, STATUSES.map((s) => h("option", { value: s, selected: (q.get(f) || "PENDING") === s }, s)))
+    : h("input", { name: f, value: q.get(f) || "", size: f === "text" ? 24 : 14, type: f === "min_age_hours" ? "number" : "text", min: 0 })]));
+  const form = h("form", { class: "filters", onsubmit: (ev) => {
+    ev.preventDefault();
+    go("envelopes", Object.fromEntries(FILTERS.map((f) => [f, inputs[f].value])));
+  } }, FILTERS.map((f) => h("label", {}, f.replaceAll("_", " "), inputs[f])), h("button", { type: "submit" }, "Filter"));
+
+  const boxes = [];
+  const rows = page.envelopes.map((e) => {
+    const box = h("input", { type: "checkbox", value: e.envelope_id, "aria-label": `select ${e.envelope_id}` });
+    boxes.push(box);
+    return [
+      may("maker") ? box : "",
+      h("a", { href: `#/envelope/${encodeURIComponent(e.envelope_id)}` }, e.envelope_id.slice(0, 18)),
+      e.status, e.failure_code, e.root_cause, e.entity || "—",
+      e.amount ? `${e.amount} ${e.currency || ""}` : "—",
+      e.accounting_period || "—", when(e.dead_lettered_at), e.attempt_count,
+    ];
+  });
+  const selected = () => boxes.filter((b) => b.checked).map((b) => b.value);
+  const actions = may("maker") ? h("div", { class: "actions" },
+    h("button", { onclick: () => selected().length ? go("propose", { action: "replay", ids: selected().join(",") }) : notice("Select envelopes first", true) }, "Propose replay of selected"),
+    h("button", { class: "secondary", onclick: () => selected().length ? go("propose", { action: "quarantine", ids: selected().join(",") }) : notice("Select envelopes first", true) }, "Quarantine selected")) : "";
+  const next = page.cursor
+    ? h("button", { class: "secondary", onclick: () => go("envelopes", { ...Object.fromEntries(q), cursor: page.cursor }) }, "Next page")
+    : h("span", { class: "muted" }, "Last page.");
+  show(
+    h("h1", {}, "Envelopes"), form, actions,
+    h("p", { class: "muted" }, `${page.envelopes.length} shown; ${page.scanned} read for this page.`),
+    table(["", "Envelope", "Status", "Code", "Root cause", "Entity", "Amount", "Period", "Dead-lettered (UTC)", "Attempts"], rows, [9]),
+    h("div", { class: "actions" }, next),
+  );
+}
+
+async function envelope(id) {
+  const { envelope: e, body } = await ask({ operation: "envelope", envelope_id: decodeURIComponent(id) });
+  const parts = [
+    h("h1", {}, "Envelope ", h("code", {}, e.envelope_id)),
+    fields([
+      ["Status", badge(e.status)], ["Failure", `${e.failure_code} · ${e.root_cause}`], ["Error", e.error_detail],
+      ["Attempts", e.attempt_count], ["Entity", e.ledger_entity], ["Amount", e.amount ? `${e.amount} ${e.currency || ""}` : null],
+      ["Period", e.accounting_period], ["Source hash", e.source_hash], ["Dead-lettered", when(e.dead_lettered_at)],
+      ["WORM copy", e.worm ? `s3://${e.worm.bucket}/${e.worm.key} (SHA-256 ${e.worm.sha256})` : "none"],
+    ]),
+    h("h2", {}, "Verbatim original"),
+    h("pre", { id: "body" }, body ?? "(not kept)"),
+    h("h2", {}, "Attributes"),
+    table(["Name", "Type", "Value"], Object.entries(e.original.attributes || {}).map(([k, a]) => [k, a.data_type || "", a.string_value ?? a.binary_value ?? ""])),
+    h("h2", {}, "Status history"),
+    table(["At", "Status", "By", "Reason"], (e.status_history || []).map((c) => [when(c.at), c.status, c.actor, c.reason])),
+    h("h2", {}, "Replays (lineage)"),
+    table(["At", "Replay", "By", "Outcome", "Copy", "Reason"], (e.replays || []).map((r) => [when(r.at), r.replay_id, r.triggered_by, r.outcome, r.copy_source_hash || "—", r.reason])),
+  ];
+  if (may("maker") && e.status === "PENDING") parts.push(editForm(e, body));
+  show(...parts);
+}
+
+const EDITABLE = ["ledger_entity", "currency", "amount", "value_date", "external_ref", "counterparty", "match_decision", "trace_id"];
+
+function editForm(e, body) {
+  let original = {};
+  try { original = JSON.parse(body || "{}"); } catch { original = {}; }
+  const inputs = Object.fromEntries(EDITABLE.map((f) => [f, h("input", { name: f, value: original[f] ?? "", size: 18 })]));
+  const reason = h("input", { name: "reason", size: 50, required: true });
+  return h("form", { id: "edit", onsubmit: async (ev) => {
+    ev.preventDefault();
+    const set = EDITABLE.filter((f) => inputs[f].value !== String(original[f] ?? "")).map((f) => [f, inputs[f].value]);
+    if (!set.length) return notice("Nothing changed", true);
+    const answer = await attempt({ operation: "edit", envelope_id: e.envelope_id, proposal: { set }, reason: reason.value });
+    if (answer) go(`request/${answer.request_id}`);
+  } },
+  h("h2", {}, "Propose an edit"),
+  h("p", { class: "muted" }, "An edit is always a request: another person approves it before the edited body is posted."),
+  h("div", { class: "filters" }, EDITABLE.map((f) => h("label", {}, f.replaceAll("_", " "), inputs[f]))),
+  h("label", {}, "Reason (audited)", reason), h("div", { class: "actions" }, h("button", { type: "submit" }, "Propose edit")));
+}
+
+function selector(q) {
+  const s = {};
+  if (q.get("ids")) s.envelope_ids = q.get("ids").split(",");
+  for (const f of ["failure_code", "root_cause", "entity"]) if (q.get(f)) s[f] = q.get(f);
+  return s;
+}
+
+async function propose(_, q) {
+  const action = q.get("action") === "quarantine" ? "quarantine" : "replay";
+  const scope = selector(q);
+  const reason = h("input", { id: "reason", size: 60, required: true, value: q.get("reason") || "" });
+  const slice = h("input", { id: "canary", size: 6, placeholder: "e.g. 1 or 10%" });
+  const maxFail = h("input", { id: "canary-max-failure", type: "number", min: 0, max: 100, value: 0, size: 4 });
+  const wait = h("input", { id: "canary-wait", type: "number", min: 1, value: 30, size: 4 });
+  const out = h("div", { id: "dry-run" });
+  const canary = () => {
+    const v = slice.value.trim();
+    if (!v) return undefined;
+    const s = v.endsWith("%") ? { percent: Number(v.slice(0, -1)) } : { count: Number(v) };
+    return { slice: s, max_failure_percent: Number(maxFail.value), wait_secs: Number(wait.value) };
+  };
+  const dry = async () => {
+    const answer = await attempt({ operation: action, reason: reason.value, dry_run: true, ...scope });
+    if (!answer) return;
+    const r = answer.report;
+    const submit = h("button", { id: "submit", onclick: async () => {
+      submit.disabled = true;
+      const done = await attempt({ operation: action, reason: reason.value, canary: canary(), ...scope });
+      submit.disabled = false;
+      if (done?.request) go(`request/${done.request.request_id}`);
+      else if (done) out.replaceChildren(h("h2", {}, "Ran (within the approval policy)"), report(done.report));
+    } }, answer.needs_approval.length ? "Ask for approval" : "Run now");
+    out.replaceChildren(
+      h("h2", {}, "Dry run: each gate's decision"), report(r),
+      answer.needs_approval.length
+        ? h("p", { class: "warn" }, "Needs a second person: ", answer.needs_approval.join("; "))
+        : h("p", {}, "Within the approval policy: it runs at once."),
+      h("div", { class: "actions" }, h("label", {}, "Canary slice", slice), h("label", {}, "Max failure %", maxFail), h("label", {}, "Wait (s)", wait), submit));
+  };
+  show(
+    h("h1", {}, `Propose a ${action}`),
+    fields(Object.entries(scope).map(([k, v]) => [k.replaceAll("_", " "), Array.isArray(v) ? v.join(", ") : v])),
+    h("form", { class: "actions", onsubmit: (ev) => { ev.preventDefault(); dry(); } },
+      h("label", {}, "Reason (audited)", reason), h("button", { type: "submit", id: "dry" }, "Dry run")),
+    out);
+  reason.focus();
+}
+
+function report(r) {
+  return h("div", {},
+    table(["Selected", "Re-injected", "Duplicates", "Still failing", "Quarantined", "Skipped", "Amount"],
+      [[r.selected, r.reinjected, r.suppressed_duplicate, r.still_failing, r.quarantined, r.skipped, amounts(r.exposure?.gross)]], [0, 1, 2, 3, 4, 5]),
+    r.stopped ? h("p", { class: "warn" }, `Stopped: ${r.stopped}`) : "",
+    r.canary ? h("p", {}, `Canary: ${JSON.stringify(r.canary)}`) : "",
+    h("h2", {}, "Per envelope"),
+    table(["Envelope", "Outcome", "Gate", "Detail"], (r.items || []).map((i) => [i.envelope_id.slice(0, 18), i.outcome, i.gate || "—", i.detail])));
+}
+
+async function requests(_, q) {
+  const page = await ask({ operation: "requests", cursor: q.get("cursor") || undefined });
+  const rows = page.requests.map((r) => [
+    h("a", { href: `#/request/${r.request_id}` }, r.request_id),
+    badge(r.request_status), r.action, r.reason, person(r.requested_by),
+    when(r.created_at), r.exposure.count, amounts(r.exposure.gross),
+  ]);
+  show(h("h1", {}, "Approval requests"),
+    table(["Request", "Status", "Action", "Reason", "Requested by", "Created (UTC)", "Envelopes", "Amount"], rows, [6]),
+    page.cursor ? h("button", { class: "secondary", onclick: () => go("requests", { cursor: page.cursor }) }, "Next page") : "");
+}
+
+async function request(id) {
+  const r = await ask({ operation: "request", request_id: id });
+  const reason = h("input", { id: "decision-reason", size: 50 });
+  const progress = h("div", { id: "progress", "aria-live": "polite" });
+  const decide = (operation) => async () => {
+    if (await attempt({ operation, request_id: r.request_id, reason: reason.value })) render();
+  };
+  const execute = async () => {
+    progress.replaceChildren(h("p", {}, "Running…"));
+    let running = true;
+    const poll = async () => {
+      while (running) {
+        const now = await attempt({ operation: "request", request_id: r.request_id });
+        if (now && running) progress.replaceChildren(h("p", {}, "Status: ", badge(now.request_status), " ", now.execution?.summary || ""));
+        await new Promise((ok) => setTimeout(ok, 1000));
+      }
+    };
+    poll();
+    const done = await attempt({ operation: "execute", request_id: r.request_id });
+    running = false;
+    if (done) {
+      progress.replaceChildren(h("h2", {}, "Result: ", badge(done.request.request_status)), report(done.report));
+      notice(`Request ${r.request_id}: ${done.request.request_status}`);
+    } else progress.replaceChildren();
+  };
+  const actions = [];
+  if (r.request_status === "PENDING_APPROVAL" && may("approver")) {
+    actions.push(h("label", {}, "Reason", reason), h("button", { id: "approve", onclick: decide("approve") }, "Approve"), h("button", { class: "danger", id: "reject", onclick: decide("reject") }, "Reject"));
+  }
+  if (r.request_status === "PENDING_APPROVAL" && may("maker")) {
+    actions.push(h("label", {}, "Reason", reason), h("button", { class: "secondary", id: "withdraw", onclick: decide("reject") }, "Withdraw"));
+  }
+  if ((r.request_status === "APPROVED" && may("maker", "approver")) || (["PAUSED", "EXECUTING"].includes(r.request_status) && may("approver"))) {
+    actions.push(h("button", { id: "execute", onclick: execute }, r.request_status === "APPROVED" ? "Execute" : "Resume"));
+  }
+  const set = (r.set?.changes || []).map((c) => [c.envelope_id.slice(0, 18), c.outcome, c.amount ? `${c.amount} ${c.currency || ""}` : "—", c.entity || "—", c.period || "—", c.closed_period ? "closed" : ""]);
+  show(
+    h("h1", {}, "Request ", h("code", {}, r.request_id), " ", badge(r.request_status)),
+    fields([
+      ["Action", r.action], ["Reason", r.reason], ["Requested by", person(r.requested_by)],
+      ["Created", when(r.created_at)], ["Expires", when(r.expires_at)], ["Why approval", (r.why || []).join("; ")],
+      ["Envelopes", r.exposure.count], ["Amount", amounts(r.exposure.gross)], ["In closed periods", r.exposure.closed_period],
+      ["Canary", r.canary ? `${r.canary.slice.count ?? `${r.canary.slice.percent}%`} first; go on while at most ${r.canary.max_failure_percent}% fail (wait ${r.canary.wait_secs}s)` : "none"],
+      ["Decision", r.decision ? `${person(r.decision.by)} at ${when(r.decision.at)}: ${r.decision.reason}` : "—"],
+      ["Execution", r.execution ? `${r.execution.summary || ""} ${r.execution.finished_at ? `finished ${when(r.execution.finished_at)}` : ""}` : "—"],
+    ]),
+    r.edit ? h("div", { class: "diff", id: "diff" }, h("h2", {}, "Edit: field by field"),
+      table(["Field", "Before", "After"], r.edit.diff.map((d) => [d.field, h("del", {}, d.before ?? "(absent)"), h("ins", {}, d.after ?? "(absent)")]))) : "",
+    actions.length ? h("div", { class: "actions" }, actions) : "",
+    progress,
+    h("h2", {}, "The exact set"),
+    table(["Envelope", "Would be", "Amount", "Entity", "Period", ""], set),
+    h("h2", {}, "Its dry run"), h("pre", {}, r.dry_run),
+  );
+}
+
+window.addEventListener("hashchange", render);
+render();
