@@ -15,7 +15,7 @@ BUILD_TESTED := $(CARGO) build --locked --quiet --workspace --bins --tests
 TARGET_DIR_OF = $(shell $(CARGO) metadata --no-deps --format-version 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 TESTED = $(eval TESTED := $(TARGET_DIR_OF)/debug)$(TESTED)
 
-.PHONY: demo book deny test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-audit bench-storm bench-storm-ci bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci mutants fuzz fuzz-ci
+.PHONY: console console-e2e demo book deny test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-audit bench-storm bench-storm-ci bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci mutants fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -42,6 +42,7 @@ test: local-stack tools
 	$(BUILD_TESTED)
 	$(CARGO) test --locked --workspace --no-fail-fast
 	$(MAKE) --no-print-directory test-ledgers
+	tests/browser/run.sh $(TESTED)
 	$(MAKE) --no-print-directory simulate-ci
 	tools/mutants.sh --check
 	$(MAKE) --no-print-directory fuzz-ci
@@ -149,6 +150,16 @@ deploy-code: build
 	@test -n "$(STACK)" || { echo "make deploy-code STACK=<the deployed stack's name> [DRY=1]"; exit 2; }
 	$(DLQCTL) infra-spec > .local-aws/infra-spec.json
 	PATH="$(CURDIR)/$(TOOLS):$$PATH" $(TOOLS)/python infra/deploy_code.py infra/template.yaml .local-aws/infra-spec.json $(STACK) $(if $(DRY),--dry)
+
+## console: the operator console on loopback against the local stack (local sign-in: a person in a role)
+console: local-up
+	$(DLQCTL) console
+
+## console-e2e: the console's browser tests in Debian's Chromium (installed on first use); SCREENSHOTS=docs/console
+## also refreshes the README's screenshots
+console-e2e: local-stack
+	$(BUILD_TESTED)
+	tests/browser/run.sh $(TESTED)
 
 ## local-up: start LocalStack + DynamoDB Local (installing them on first use) and create the resources
 local-up: local-stack

@@ -1,0 +1,227 @@
+// The operator console end to end, in Debian's Chromium (playwright-core drives the installed
+// browser; nothing downloads one), against the local stack: `dlqctl console` on a stack prefix
+// of this run's own, dead letters made by the real consumer and enricher (`xtask pump`).
+//
+// What it shows: a maker triages, selects the XAU group and proposes a replay (a dry run first);
+// the same person's approval, as an approver, is refused by the control plane; another approver
+// approves with a canary, and the run's progress reaches EXECUTED; an edit shows its field diff
+// and, approved and run, posts once; a viewer sees no action and the control plane refuses the
+// viewer's crafted requests. Screenshots of each step go to $OUT (default target/console-e2e).
+//
+// Run by `make test` (tests/browser/run.sh), which installs Chromium and playwright-core.
+
+import { chromium } from "playwright-core";
+import { execFile, spawn } from "node:child_process";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { promisify } from "node:util";
+import path from "node:path";
+import assert from "node:assert/strict";
+
+const run = promisify(execFile);
+const root = path.resolve(import.meta.dirname, "../..");
+const DLQCTL = process.env.DLQCTL || path.join(root, "target/debug/dlqctl");
+const XTASK = process.env.XTASK || path.join(root, "target/debug/xtask");
+const OUT = process.env.OUT || path.join(root, "target/console-e2e");
+const PREFIX = `con-e2e-${Date.now().toString(36)}`;
+mkdirSync(OUT, { recursive: true });
+
+let step = 0;
+function say(text) {
+  step += 1;
+  console.log(`[console-e2e] ${step}. ${text}`);
+}
+
+async function cli(bin, args) {
+  try {
+    const { stdout } = await run(bin, args, { env: { ...process.env, DLQ_STACK_PREFIX: PREFIX }, maxBuffer: 1 << 24 });
+    return stdout;
+  } catch (e) {
+    throw new Error(`${path.basename(bin)} ${args.join(" ")} failed: ${e.stderr || e.message}`);
+  }
+}
+
+const pump = (queue = "all") => cli(XTASK, ["pump", "--queue", queue, "--max-secs", "120"]);
+
+// ---- The state: dead letters from the real pipeline -------------------------------------------
+
+say(`set up stack prefix ${PREFIX}`);
+await cli(XTASK, ["setup"]);
+const bodies = [];
+for (let i = 1; i <= 6; i++) {
+  bodies.push({ schema_version: 1, message_id: `m-xau-${i}`, ledger_entity: i % 2 ? "ACME-UK" : "ACME-US", currency: "XAU", amount: `${i}.0625`, match_decision: "MATCHED", trace_id: `t-xau-${i}`, value_date: "2026-12-01", external_ref: `BANK-XAU-${i}`, counterparty: "Bullion <b>Ltd</b>" });
+}
+for (let i = 1; i <= 2; i++) {
+  bodies.push({ schema_version: 1, message_id: `m-xpt-${i}`, ledger_entity: "ACME-US", currency: "XPT", amount: `12.5${i}`, match_decision: "MATCHED", trace_id: `t-xpt-${i}`, value_date: "2026-12-02", external_ref: `BANK-XPT-${i}`, counterparty: "Globex" });
+}
+const file = path.join(OUT, "messages.jsonl");
+writeFileSync(file, bodies.map((b) => JSON.stringify(b)).join("\n") + "\n");
+await cli(DLQCTL, ["send", "--fill-hash", file]);
+await pump();
+await cli(DLQCTL, ["--as", "admin:ada", "ref", "currency", "add", "XAU", "--minor-units", "4"]);
+await cli(DLQCTL, ["--as", "admin:ada", "policy", "set", "--max-count", "1"]);
+
+// ---- The console --------------------------------------------------------------------------------
+
+const server = spawn(DLQCTL, ["console", "--port", "0"], { env: { ...process.env, DLQ_STACK_PREFIX: PREFIX }, stdio: ["ignore", "pipe", "inherit"] });
+const base = await new Promise((resolve, reject) => {
+  let seen = "";
+  server.stdout.on("data", (d) => {
+    seen += d;
+    const m = seen.match(/http:\/\/127\.0\.0\.1:\d+\/console\//);
+    if (m) resolve(m[0]);
+  });
+  server.on("exit", (code) => reject(new Error(`dlqctl console exited (${code}) before listening`)));
+});
+say(`console at ${base}`);
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+const errors = [];
+
+/// A page signed in as `person` in `role`, in a browser context of its own (its own sign-in).
+async function signedIn(person, role) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await context.newPage();
+  page.on("pageerror", (e) => errors.push(`${person}: ${e.message}`));
+  page.on("console", (m) => m.type() === "error" && !m.text().includes("status of 40") && errors.push(`${person}: ${m.text()}`));
+  await page.goto(base);
+  await page.fill("#person", person);
+  await page.selectOption("#role", role);
+  await page.click("button[type=submit]");
+  await page.waitForSelector("#signed-in");
+  assert.equal(await page.textContent("#signed-in"), `${person} · ${role}`);
+  return page;
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(OUT, `${name}.png`), fullPage: true });
+}
+
+const xauRow = (page) => page.locator("tr", { hasText: "UNMAPPED_CURRENCY:XAU" });
+const badge = (page) => page.locator("h1 .badge");
+
+try {
+  // 1. The maker triages and proposes the XAU group's replay: a dry run first.
+  say("a maker triages and proposes the XAU group's replay");
+  const alice = await signedIn("alice", "maker");
+  await xauRow(alice).waitFor();
+  assert.match(await xauRow(alice).textContent(), /6.*21\.375 XAU/);
+  await shot(alice, "01-triage");
+  await xauRow(alice).getByRole("button", { name: "Propose replay" }).click();
+  await alice.fill("#reason", "XAU mapped to 4 minor units (ticket FIN-42)");
+  await alice.click("#dry");
+  await alice.locator("#dry-run table").first().waitFor();
+  const dry = await alice.textContent("#dry-run");
+  assert.match(dry, /Needs a second person/);
+  assert.equal((dry.match(/WOULD_REINJECT/g) || []).length, 6, dry);
+  await shot(alice, "02-dry-run");
+  await alice.fill("#canary", "1");
+  await alice.click("#submit");
+  await alice.waitForURL(/#\/request\//);
+  await badge(alice).waitFor();
+  assert.equal(await badge(alice).textContent(), "PENDING_APPROVAL");
+  assert.equal(await alice.locator("#approve").count(), 0, "a maker has no approve button");
+  const requestUrl = alice.url();
+  await shot(alice, "03-request");
+
+  // 2. The same person as an approver: the control plane refuses her approval.
+  say("the maker's own approval, as an approver, is refused by the control plane");
+  const aliceApprover = await signedIn("alice", "approver");
+  await aliceApprover.goto(requestUrl);
+  await aliceApprover.locator("#approve").waitFor();
+  await aliceApprover.fill("#decision-reason", "looks fine");
+  await aliceApprover.click("#approve");
+  await aliceApprover.locator("#notice .bad", { hasText: "self-approval" }).waitFor();
+  assert.equal(await badge(aliceApprover).textContent(), "PENDING_APPROVAL");
+  await shot(aliceApprover, "04-self-approval-refused");
+
+  // 3. Another approver approves; the run (a canary of one first) goes to its end, the consumer
+  // taking the re-injected copies meanwhile.
+  say("another approver approves; the canary and the rest run to EXECUTED");
+  const bob = await signedIn("bob", "approver");
+  await bob.goto(requestUrl);
+  await bob.locator("#approve").waitFor();
+  await bob.fill("#decision-reason", "checked the set against FIN-42");
+  await bob.click("#approve");
+  await bob.locator("#execute").waitFor();
+  assert.equal(await badge(bob).textContent(), "APPROVED");
+  let executing = true;
+  const consumer = (async () => {
+    while (executing) await pump("main");
+  })();
+  await bob.click("#execute");
+  await bob.locator("#progress h2", { hasText: "Result" }).waitFor({ timeout: 120_000 });
+  executing = false;
+  await consumer;
+  assert.match(await bob.textContent("#progress"), /EXECUTED/);
+  await shot(bob, "05-executed");
+  await pump();
+
+  // 4. The XAU group is gone from triage; the XPT one is edited: its diff, approved, posted once.
+  say("an edit shows its diff and, approved and run, posts once");
+  await alice.goto(`${base}#/triage`);
+  await alice.locator("tr", { hasText: "UNMAPPED_CURRENCY:XPT" }).waitFor();
+  assert.equal(await xauRow(alice).count(), 0);
+  await alice.goto(`${base}#/envelopes?root_cause=${encodeURIComponent("UNMAPPED_CURRENCY:XPT")}`);
+  await alice.locator("tbody a").first().click();
+  await alice.locator("#edit").waitFor();
+  await alice.fill("#edit input[name=currency]", "USD");
+  await alice.fill("#edit input[name=reason]", "XPT was a typo for USD (FIN-43)");
+  await alice.click("#edit button[type=submit]");
+  await alice.waitForURL(/#\/request\//);
+  await alice.locator("#diff").waitFor();
+  const diff = await alice.textContent("#diff");
+  assert.match(diff, /currency.*XPT.*USD/s);
+  await shot(alice, "06-edit-diff");
+  const editUrl = alice.url();
+  await bob.goto(editUrl);
+  await bob.fill("#decision-reason", "USD confirmed with the bank statement");
+  await bob.click("#approve");
+  await bob.locator("#execute").waitFor();
+  await bob.click("#execute");
+  await bob.locator("#progress h2", { hasText: "Result" }).waitFor({ timeout: 60_000 });
+  assert.match(await bob.textContent("#progress"), /EXECUTED/);
+  await pump();
+  const edited = await bob.evaluate(async (url) => {
+    const id = url.split("#/request/")[1];
+    const ask = (body) => fetch("operations", { method: "POST", headers: { authorization: `Bearer ${sessionStorage.getItem("token")}` }, body: JSON.stringify(body) }).then((r) => r.json());
+    const request = await ask({ operation: "request", request_id: id });
+    return ask({ operation: "envelope", envelope_id: request.edit.envelope_id });
+  }, editUrl);
+  // Superseded by its edited copy, posted once: the period reconciles (a second posting of
+  // either transaction would be a problem it names).
+  assert.equal(edited.envelope.status, "SUPERSEDED", JSON.stringify(edited.envelope.status_history));
+  const copies = edited.envelope.replays.filter((r) => r.copy_source_hash);
+  assert.equal(copies.length, 1, JSON.stringify(edited.envelope.replays));
+  const reconciled = JSON.parse(await cli(DLQCTL, ["--as", "auditor:audrey", "--json", "reconcile", "--period", "2026-12"]));
+  assert.equal(reconciled.verdict, "HOLDS", JSON.stringify(reconciled));
+  assert.deepEqual([reconciled.by_state.COMMITTED.count, reconciled.by_state.PENDING.count], [7, 1]);
+  assert.equal(reconciled.edited.length, 1, JSON.stringify(reconciled.edited));
+
+  // 5. A viewer: no action to take, and the control plane refuses what a crafted request asks.
+  say("a viewer sees no action, and the control plane refuses the viewer's crafted requests");
+  const vera = await signedIn("vera", "viewer");
+  await vera.locator("tr", { hasText: "UNMAPPED_CURRENCY:XPT" }).waitFor();
+  assert.equal(await vera.getByRole("button", { name: "Propose replay" }).count(), 0);
+  await vera.goto(requestUrl);
+  await badge(vera).waitFor();
+  assert.equal(await vera.locator("#approve, #reject, #execute, #withdraw").count(), 0);
+  await shot(vera, "07-viewer");
+  const crafted = await vera.evaluate(async (requestId) => {
+    const ask = (body) => fetch("operations", { method: "POST", headers: { authorization: `Bearer ${sessionStorage.getItem("token")}` }, body: JSON.stringify(body) }).then((r) => r.status);
+    return {
+      replay: await ask({ operation: "replay", reason: "crafted", root_cause: "UNMAPPED_CURRENCY:*" }),
+      approve: await ask({ operation: "approve", request_id: requestId, reason: "crafted" }),
+      policy: await ask({ operation: "set-policy", policy: {} }),
+    };
+  }, requestUrl.split("#/request/")[1]);
+  assert.deepEqual(crafted, { replay: 403, approve: 403, policy: 403 });
+
+  assert.deepEqual(errors, [], "no script error on any page");
+  say(`passed; screenshots in ${OUT}`);
+} finally {
+  await browser.close();
+  server.kill();
+}
