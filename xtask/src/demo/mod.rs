@@ -72,7 +72,8 @@ pub async fn run(clients: &AwsClients, names: &ResourceNames, args: &DemoArgs) -
         .chain(mess.bodies.iter())
         .map(String::as_str)
         .collect();
-    report::prove(clients, &stack, &bodies, started).await
+    report::prove(clients, &stack, &bodies, started).await?;
+    pipeline.leave_for_console().await
 }
 
 /// The demo resets the tables but cannot empty the Object Lock bucket, and it ends by verifying

@@ -287,6 +287,56 @@ impl<'a> Pipeline<'a> {
         Ok(report)
     }
 
+    /// A morning after, left for the console to look at: a bank feed's new metals (XPD, XPT,
+    /// which no one has mapped) dead-lettered and filed as envelopes, and alice's request to
+    /// quarantine the XPD group, waiting for an approver.
+    pub async fn leave_for_console(&self) -> Result<()> {
+        use recon_core::domain::message::{MatchDecision, NewMessage};
+        let metal = |n: usize, currency: &str, entity: &str| NewMessage {
+            message_id: format!("m-{}-{n}", currency.to_lowercase()),
+            ledger_entity: entity.into(),
+            currency: currency.into(),
+            amount: format!("{}.{:02}", 10 + n * 7, n * 13 % 100),
+            match_decision: MatchDecision::Matched,
+            trace_id: format!("t-{}-{n}", currency.to_lowercase()),
+            value_date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
+            external_ref: format!("BANK-{currency}-{n:04}"),
+            counterparty: "Metals Desk <Zurich>".into(),
+        };
+        let mut bodies = Vec::new();
+        for n in 1..=8 {
+            let entity = if n % 3 == 0 { "ACME-UK" } else { "ACME-US" };
+            bodies.push(metal(n, "XPD", entity).to_body()?);
+        }
+        for n in 1..=3 {
+            bodies.push(metal(n, "XPT", "ACME-DE").to_body()?);
+        }
+        dlqctl::ops::send_bodies(&self.main, &bodies, false).await?;
+        let quiet = PumpOptions {
+            progress_every: 0,
+            ..self.opts.clone()
+        };
+        crate::pump::pump_main(self.clients, self.stack, &self.consumer, &quiet).await?;
+        crate::pump::pump_dlq(self.clients, self.stack, &self.enricher, &quiet).await?;
+        let quarantine = Command::Quarantine(Remediation {
+            reason: "XPD is booked by the metals desk by hand (ticket FIN-51)".into(),
+            root_cause: Some("UNMAPPED_CURRENCY:XPD".into()),
+            ..Remediation::default()
+        });
+        let asked = self.operator("maker:alice").await?.ask(&quarantine).await?;
+        let request = asked["request"]["request_id"]
+            .as_str()
+            .unwrap_or("(none: within the policy)");
+        println!(
+            "
+== left for the console: 11 new dead letters (XPD, XPT), alice's request {request} to quarantine XPD"
+        );
+        println!(
+            "   make console   (then http://127.0.0.1:8750/console/: sign in as alice/maker, bob/approver, vera/viewer)"
+        );
+        Ok(())
+    }
+
     /// Run the consumer and the enricher over what arrives until `finished`.
     async fn pump_until(&self, finished: &std::sync::atomic::AtomicBool) -> Result<()> {
         let quiet = PumpOptions {
