@@ -109,6 +109,14 @@ try {
   await xauRow(alice).waitFor();
   assert.match(await xauRow(alice).textContent(), /6.*21\.375 XAU/);
   await shot(alice, "01-triage");
+  // The verbatim body is text: the counterparty's `<b>` shows as written, no element made of it.
+  await alice.goto(`${base}#/envelopes?root_cause=${encodeURIComponent("UNMAPPED_CURRENCY:XAU")}`);
+  await alice.locator("tbody a").first().click();
+  await alice.locator("#body").waitFor();
+  assert.match(await alice.textContent("#body"), /"counterparty":"Bullion <b>Ltd<\/b>"/);
+  assert.equal(await alice.locator("#body b, main b").count(), 0, "markup from a body rendered as HTML");
+  await alice.goto(`${base}#/triage`);
+  await xauRow(alice).waitFor();
   await xauRow(alice).getByRole("button", { name: "Propose replay" }).click();
   await alice.fill("#reason", "XAU mapped to 4 minor units (ticket FIN-42)");
   await alice.click("#dry");
