@@ -208,8 +208,29 @@ async fn a_console_reader_triages_pages_filters_and_opens_envelopes() {
     let rows = found["envelopes"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "{found}");
     assert_eq!(rows[0]["amount"], "3.0625");
-    let (_, none) = viewer(json!({"operation": "envelopes", "min_age_hours": 1})).await;
-    assert_eq!(none["envelopes"].as_array().unwrap().len(), 0, "{none}");
+    let count = |page: &Value| page["envelopes"].as_array().map_or(0, Vec::len);
+    let entity = rows[0]["entity"].as_str().unwrap().to_lowercase();
+    for (filter, expected) in [
+        (json!({"min_age_hours": 1}), 0),
+        (json!({"root_cause": "UNMAPPED_CURRENCY:*"}), 5),
+        (json!({"root_cause": "UNMAPPED_CURRENCY"}), 0),
+        (
+            json!({"failure_code": "POISON_MESSAGE", "root_cause": "UNMAPPED_CURRENCY:XAU"}),
+            5,
+        ),
+        (json!({"failure_code": "REPLAY_DUPLICATE"}), 0),
+        (json!({"entity": entity}), 5),
+        (json!({"entity": "NO-SUCH-ENTITY"}), 0),
+        (json!({"status": "REPLAYED"}), 0),
+    ] {
+        let mut asked = filter.clone();
+        asked["operation"] = json!("envelopes");
+        let (status, page) = viewer(asked).await;
+        assert_eq!((status, count(&page)), (200, expected), "{filter}: {page}");
+    }
+    // A bad filter is the caller's to mend (400), not the store's to retry.
+    let (status, _) = viewer(json!({"operation": "envelopes", "limit": 0})).await;
+    assert_eq!(status, 400);
 
     let id = rows[0]["envelope_id"].as_str().unwrap();
     let (status, one) = viewer(json!({"operation": "envelope", "envelope_id": id})).await;

@@ -33,6 +33,8 @@ use std::sync::{Arc, Mutex};
 const ISSUER: &str = "dlqctl-console-local";
 /// How long a local sign-in lasts.
 const SIGN_IN_HOURS: i64 = 8;
+/// The most sign-ins held at once (the oldest are forgotten first).
+const MAX_SIGN_INS: usize = 256;
 /// The roles a local sign-in may act in: every operator role but break-glass (which the console
 /// door refuses, as on AWS).
 const ROLES: [OperatorRole; 5] = [
@@ -157,10 +159,28 @@ impl Console {
                 let config = json!({"sign_in": "local", "roles": ROLES, "stack": self.prefix});
                 answer(StatusCode::OK, "application/json", config.to_string())
             }
-            (&Method::POST, "/console/local/sign-in") => match body(req).await {
-                Ok(b) => self.sign_in(&b),
-                Err(e) => e,
-            },
+            (&Method::POST, "/console/local/sign-in" | "/console/local/sign-out") => {
+                // Only the console's own page signs in: a form another site posts (no JSON, or
+                // a cross-site fetch) is refused before anything is kept.
+                let json = req
+                    .headers()
+                    .get(hyper::header::CONTENT_TYPE)
+                    .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+                let cross_site = req.headers().get("sec-fetch-site").is_some_and(|s| s != "same-origin");
+                if !json || cross_site {
+                    return error(StatusCode::FORBIDDEN, "sign in from the console's own page");
+                }
+                if path.ends_with("sign-out") {
+                    if let Some(token) = bearer(&req) {
+                        self.sign_ins().remove(&token);
+                    }
+                    return answer(StatusCode::OK, "application/json", "{}");
+                }
+                match body(req).await {
+                    Ok(b) => self.sign_in(&b),
+                    Err(e) => e,
+                }
+            }
             (&Method::POST, "/console/operations") => {
                 let token = bearer(&req);
                 match body(req).await {
@@ -220,6 +240,12 @@ impl Console {
         tracing::info!(person, role = %asked.role, "console: local sign-in");
         let mut sign_ins = self.sign_ins();
         sign_ins.retain(|_, s| s.until > chrono::Utc::now());
+        while sign_ins.len() >= MAX_SIGN_INS {
+            let oldest = sign_ins.iter().min_by_key(|(_, s)| s.until).map(|(t, _)| t.clone());
+            if let Some(t) = oldest {
+                sign_ins.remove(&t);
+            }
+        }
         sign_ins.insert(
             token.clone(),
             SignIn {

@@ -50,6 +50,9 @@ const bodies = [];
 for (let i = 1; i <= 6; i++) {
   bodies.push({ schema_version: 1, message_id: `m-xau-${i}`, ledger_entity: i % 2 ? "ACME-UK" : "ACME-US", currency: "XAU", amount: `${i}.0625`, match_decision: "MATCHED", trace_id: `t-xau-${i}`, value_date: "2026-12-01", external_ref: `BANK-XAU-${i}`, counterparty: "Bullion <b>Ltd</b>" });
 }
+for (let i = 1; i <= 3; i++) {
+  bodies.push({ schema_version: 1, message_id: `m-xpd-${i}`, ledger_entity: "ACME-DE", currency: "XPD", amount: `7.${i}`, match_decision: "MATCHED", trace_id: `t-xpd-${i}`, value_date: "2026-12-03", external_ref: `BANK-XPD-${i}`, counterparty: "Metals Desk" });
+}
 for (let i = 1; i <= 2; i++) {
   bodies.push({ schema_version: 1, message_id: `m-xpt-${i}`, ledger_entity: "ACME-US", currency: "XPT", amount: `12.5${i}`, match_decision: "MATCHED", trace_id: `t-xpt-${i}`, value_date: "2026-12-02", external_ref: `BANK-XPT-${i}`, counterparty: "Globex" });
 }
@@ -131,6 +134,7 @@ try {
   await badge(alice).waitFor();
   assert.equal(await badge(alice).textContent(), "PENDING_APPROVAL");
   assert.equal(await alice.locator("#approve").count(), 0, "a maker has no approve button");
+  assert.match(await alice.textContent("main dl"), /Canary1 first; go on while at most 0% fail/);
   const requestUrl = alice.url();
   await shot(alice, "03-request");
 
@@ -142,7 +146,10 @@ try {
   await aliceApprover.fill("#decision-reason", "looks fine");
   await aliceApprover.click("#approve");
   await aliceApprover.locator("#notice .bad", { hasText: "self-approval" }).waitFor();
+  await aliceApprover.reload();
+  await aliceApprover.locator("#approve").waitFor();
   assert.equal(await badge(aliceApprover).textContent(), "PENDING_APPROVAL");
+  assert.match(await aliceApprover.textContent("main dl"), /Decision—/);
   await shot(aliceApprover, "04-self-approval-refused");
 
   // 3. Another approver approves; the run (a canary of one first) goes to its end, the consumer
@@ -163,7 +170,9 @@ try {
   await bob.locator("#progress h2", { hasText: "Result" }).waitFor({ timeout: 120_000 });
   executing = false;
   await consumer;
-  assert.match(await bob.textContent("#progress"), /EXECUTED/);
+  assert.equal(await bob.textContent("#progress h2 .badge"), "EXECUTED");
+  // The canary's slice went first and its copy was committed before the rest went on.
+  assert.match(await bob.textContent("#canary-result"), /a slice of 1: 1 committed, 0 dead-lettered, 0 unknown .* passed/);
   await shot(bob, "05-executed");
   await pump();
 
@@ -190,7 +199,7 @@ try {
   await bob.locator("#execute").waitFor();
   await bob.click("#execute");
   await bob.locator("#progress h2", { hasText: "Result" }).waitFor({ timeout: 60_000 });
-  assert.match(await bob.textContent("#progress"), /EXECUTED/);
+  assert.equal(await bob.textContent("#progress h2 .badge"), "EXECUTED");
   await pump();
   const edited = await bob.evaluate(async (url) => {
     const id = url.split("#/request/")[1];
@@ -205,18 +214,33 @@ try {
   assert.equal(copies.length, 1, JSON.stringify(edited.envelope.replays));
   const reconciled = JSON.parse(await cli(DLQCTL, ["--as", "auditor:audrey", "--json", "reconcile", "--period", "2026-12"]));
   assert.equal(reconciled.verdict, "HOLDS", JSON.stringify(reconciled));
-  assert.deepEqual([reconciled.by_state.COMMITTED.count, reconciled.by_state.PENDING.count], [7, 1]);
+  assert.deepEqual([reconciled.by_state.COMMITTED.count, reconciled.by_state.PENDING.count], [7, 4]);
   assert.equal(reconciled.edited.length, 1, JSON.stringify(reconciled.edited));
 
-  // 5. A viewer: no action to take, and the control plane refuses what a crafted request asks.
+  // 5. A viewer: no action to take, even on a request waiting for approval (alice's quarantine
+  // of the XPD group), and the control plane refuses what a crafted request asks.
   say("a viewer sees no action, and the control plane refuses the viewer's crafted requests");
+  await alice.goto(`${base}#/triage`);
+  await alice.locator("tr", { hasText: "UNMAPPED_CURRENCY:XPD" }).getByRole("button", { name: "Quarantine" }).click();
+  await alice.fill("#reason", "XPD is booked by the metals desk by hand (FIN-44)");
+  await alice.click("#dry");
+  await alice.click("#submit");
+  await alice.waitForURL(/#\/request\//);
+  const pendingUrl = alice.url();
   const vera = await signedIn("vera", "viewer");
   await vera.locator("tr", { hasText: "UNMAPPED_CURRENCY:XPT" }).waitFor();
   assert.equal(await vera.getByRole("button", { name: "Propose replay" }).count(), 0);
-  await vera.goto(requestUrl);
+  await vera.goto(pendingUrl);
   await badge(vera).waitFor();
+  assert.equal(await badge(vera).textContent(), "PENDING_APPROVAL");
   assert.equal(await vera.locator("#approve, #reject, #execute, #withdraw").count(), 0);
   await shot(vera, "07-viewer");
+  await vera.goto(`${base}#/envelopes`);
+  await vera.locator("tbody a").first().waitFor();
+  assert.equal(await vera.locator("tbody input[type=checkbox]").count(), 0);
+  await vera.locator("tbody a").first().click();
+  await vera.locator("#body").waitFor();
+  assert.equal(await vera.locator("#edit").count(), 0);
   const crafted = await vera.evaluate(async (requestId) => {
     const ask = (body) => fetch("operations", { method: "POST", headers: { authorization: `Bearer ${sessionStorage.getItem("token")}` }, body: JSON.stringify(body) }).then((r) => r.status);
     return {
@@ -224,7 +248,7 @@ try {
       approve: await ask({ operation: "approve", request_id: requestId, reason: "crafted" }),
       policy: await ask({ operation: "set-policy", policy: {} }),
     };
-  }, requestUrl.split("#/request/")[1]);
+  }, pendingUrl.split("#/request/")[1]);
   assert.deepEqual(crafted, { replay: 403, approve: 403, policy: 403 });
 
   assert.deepEqual(errors, [], "no script error on any page");

@@ -55,6 +55,7 @@ function amounts(tally) {
   if (!tally) return "";
   const parts = Object.entries(tally.amounts || {}).map(([c, a]) => `${a} ${c}`);
   if (tally.without_amount) parts.push(`${tally.without_amount} without amount`);
+  for (const c of tally.overflowed || []) parts.push(`${c}: too large to total exactly`);
   return parts.join("; ");
 }
 
@@ -96,13 +97,17 @@ async function ask(body) {
   return answer;
 }
 
-/// Ask, and say a refusal in the notice area (null when refused).
-async function attempt(body) {
+/// Ask, and say a refusal in the notice area (null when refused); `button`, if given, is
+/// disabled meanwhile (a second click would ask twice).
+async function attempt(body, button) {
+  if (button) button.disabled = true;
   try {
     return await ask(body);
   } catch (e) {
     notice(`Refused (${e.status || "error"}): ${e.message}`, true);
     return null;
+  } finally {
+    if (button) button.disabled = false;
   }
 }
 
@@ -158,6 +163,8 @@ async function render() {
 }
 
 function signOut() {
+  const token = store.getItem("token");
+  fetch("local/sign-out", { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body: "{}" });
   store.removeItem("token");
   me = null;
   document.getElementById("who").replaceChildren();
@@ -172,7 +179,7 @@ async function signIn() {
     show(h("h1", {}, "Sign in"), h("p", {}, "This console signs in through your organisation's identity provider."));
     return;
   }
-  const person = h("input", { id: "person", name: "person", required: true, autocomplete: "username", pattern: "[A-Za-z0-9+=,.@_\\-]{1,64}" });
+  const person = h("input", { id: "person", name: "person", required: true, autocomplete: "username", pattern: "[A-Za-z0-9+=,.@_\\-]{2,64}" });
   const role = h("select", { id: "role", name: "role" }, config.roles.map((r) => h("option", { value: r }, r)));
   const form = h("form", { class: "signin", onsubmit: async (ev) => {
     ev.preventDefault();
@@ -221,11 +228,6 @@ const STATUSES = ["PENDING", "REPLAYING", "REPLAYED", "SUPPRESSED_DUPLICATE", "Q
 const FILTERS = ["status", "failure_code", "root_cause", "entity", "currency", "min_age_hours", "text"];
 
 async function envelopes(_, q) {
-  const query = { operation: "envelopes", limit: 50 };
-  for (const f of FILTERS) if (q.get(f)) query[f] = f === "min_age_hours" ? Number(q.get(f)) : q.get(f);
-  if (q.get("cursor")) query.cursor = q.get("cursor");
-  const page = await ask(query);
-
   const inputs = Object.fromEntries(FILTERS.map((f) => [f, f === "status"
     ? h("select", { name: f }, STATUSES.map((s) => h("option", { value: s, selected: (q.get(f) || "PENDING") === s }, s)))
     : h("input", { name: f, value: q.get(f) || "", size: f === "text" ? 24 : 14, type: f === "min_age_hours" ? "number" : "text", min: 0 })]));
@@ -233,6 +235,17 @@ async function envelopes(_, q) {
     ev.preventDefault();
     go("envelopes", Object.fromEntries(FILTERS.map((f) => [f, inputs[f].value])));
   } }, FILTERS.map((f) => h("label", {}, f.replaceAll("_", " "), inputs[f])), h("button", { type: "submit" }, "Filter"));
+
+  const query = { operation: "envelopes", limit: 50 };
+  for (const f of FILTERS) if (q.get(f)) query[f] = f === "min_age_hours" ? Number(q.get(f)) : q.get(f);
+  if (q.get("cursor")) query.cursor = q.get("cursor");
+  let page;
+  try {
+    page = await ask(query);
+  } catch (e) {
+    // The form stays, to mend the filter the control plane refused.
+    return show(h("h1", {}, "Envelopes"), form, h("p", { class: "bad" }, e.message));
+  }
 
   const boxes = [];
   const rows = page.envelopes.map((e) => {
@@ -295,7 +308,7 @@ function editForm(e, body) {
     ev.preventDefault();
     const set = EDITABLE.filter((f) => inputs[f].value !== String(original[f] ?? "")).map((f) => [f, inputs[f].value]);
     if (!set.length) return notice("Nothing changed", true);
-    const answer = await attempt({ operation: "edit", envelope_id: e.envelope_id, proposal: { set }, reason: reason.value });
+    const answer = await attempt({ operation: "edit", envelope_id: e.envelope_id, proposal: { set }, reason: reason.value }, ev.submitter);
     if (answer) go(`request/${answer.request_id}`);
   } },
   h("h2", {}, "Propose an edit"),
@@ -325,14 +338,12 @@ async function propose(_, q) {
     const s = v.endsWith("%") ? { percent: Number(v.slice(0, -1)) } : { count: Number(v) };
     return { slice: s, max_failure_percent: Number(maxFail.value), wait_secs: Number(wait.value) };
   };
-  const dry = async () => {
-    const answer = await attempt({ operation: action, reason: reason.value, dry_run: true, ...scope });
+  const dry = async (button) => {
+    const answer = await attempt({ operation: action, reason: reason.value, dry_run: true, ...scope }, button);
     if (!answer) return;
     const r = answer.report;
     const submit = h("button", { id: "submit", onclick: async () => {
-      submit.disabled = true;
-      const done = await attempt({ operation: action, reason: reason.value, canary: canary(), ...scope });
-      submit.disabled = false;
+      const done = await attempt({ operation: action, reason: reason.value, canary: canary(), ...scope }, submit);
       if (done?.request) go(`request/${done.request.request_id}`);
       else if (done) out.replaceChildren(h("h2", {}, "Ran (within the approval policy)"), report(done.report));
     } }, answer.needs_approval.length ? "Ask for approval" : "Run now");
@@ -346,7 +357,7 @@ async function propose(_, q) {
   show(
     h("h1", {}, `Propose a ${action}`),
     fields(Object.entries(scope).map(([k, v]) => [k.replaceAll("_", " "), Array.isArray(v) ? v.join(", ") : v])),
-    h("form", { class: "actions", onsubmit: (ev) => { ev.preventDefault(); dry(); } },
+    h("form", { class: "actions", onsubmit: (ev) => { ev.preventDefault(); dry(ev.submitter); } },
       h("label", {}, "Reason (audited)", reason), h("button", { type: "submit", id: "dry" }, "Dry run")),
     out);
   reason.focus();
@@ -357,7 +368,8 @@ function report(r) {
     table(["Selected", "Re-injected", "Duplicates", "Still failing", "Quarantined", "Skipped", "Amount"],
       [[r.selected, r.reinjected, r.suppressed_duplicate, r.still_failing, r.quarantined, r.skipped, amounts(r.exposure?.gross)]], [0, 1, 2, 3, 4, 5]),
     r.stopped ? h("p", { class: "warn" }, `Stopped: ${r.stopped}`) : "",
-    r.canary ? h("p", {}, `Canary: ${JSON.stringify(r.canary)}`) : "",
+    r.canary ? h("p", { class: r.canary.passed ? "ok" : "bad", id: "canary-result" },
+      `Canary: a slice of ${r.canary.size}: ${r.canary.committed} committed, ${r.canary.dead_lettered} dead-lettered, ${r.canary.unknown} unknown after ${(r.canary.waited_ms / 1000).toFixed(1)} s: ${r.canary.passed ? "passed, the rest went on" : "FAILED, the rest waits (PAUSED)"}`) : "",
     h("h2", {}, "Per envelope"),
     table(["Envelope", "Outcome", "Gate", "Detail"], (r.items || []).map((i) => [i.envelope_id.slice(0, 18), i.outcome, i.gate || "—", i.detail])));
 }
@@ -378,10 +390,11 @@ async function request(id) {
   const r = await ask({ operation: "request", request_id: id });
   const reason = h("input", { id: "decision-reason", size: 50 });
   const progress = h("div", { id: "progress", "aria-live": "polite" });
-  const decide = (operation) => async () => {
-    if (await attempt({ operation, request_id: r.request_id, reason: reason.value })) render();
+  const decide = (operation) => async (ev) => {
+    if (await attempt({ operation, request_id: r.request_id, reason: reason.value }, ev.currentTarget)) render();
   };
-  const execute = async () => {
+  const execute = async (ev) => {
+    ev.currentTarget.disabled = true;
     progress.replaceChildren(h("p", {}, "Running…"));
     let running = true;
     const poll = async () => {

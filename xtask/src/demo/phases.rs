@@ -324,12 +324,12 @@ impl<'a> Pipeline<'a> {
             ..Remediation::default()
         });
         let asked = self.operator("maker:alice").await?.ask(&quarantine).await?;
-        let request = asked["request"]["request_id"]
-            .as_str()
-            .unwrap_or("(none: within the policy)");
+        let Some(request) = asked["request"]["request_id"].as_str() else {
+            bail!("alice's quarantine of XPD ran within the approval policy: nothing left for an approver ({asked})");
+        };
         println!(
-            "
-== left for the console: 11 new dead letters (XPD, XPT), alice's request {request} to quarantine XPD"
+            "\n== left for the console: {} new dead letters (XPD, XPT), alice's request {request} to quarantine XPD",
+            bodies.len()
         );
         println!(
             "   make console   (then http://127.0.0.1:8750/console/: sign in as alice/maker, bob/approver, vera/viewer)"

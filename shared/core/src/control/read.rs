@@ -2,17 +2,22 @@
 //! in full, approval requests. Any operator role may ask them (break-glass is no operator of the
 //! control plane); they change nothing, so they are logged, not audited.
 //!
-//! Every answer is bounded: a page of envelopes reads at most [`MAX_SCANNED`] envelopes of the
-//! store however rare its filter's matches (the rest is behind its cursor), and a page of
-//! requests at most [`MAX_REQUESTS`].
+//! A page of envelopes reads at most [`MAX_SCANNED`] envelopes of the store however rare its
+//! filter's matches, and stops early near the invocation's deadline (the rest is behind its
+//! cursor); a page of requests holds at most [`MAX_REQUESTS`], each as a summary row. Triage
+//! reads every PENDING envelope (not yet bounded: issue 31). Reading a request whose time is up
+//! marks it expired, as any read of it does.
 
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{Asked, ControlError, ControlPlane, json};
 use crate::decisions::triage;
+use crate::domain::approval::{Action, ApprovalRequest, RequestStatus};
+use crate::domain::identity::Identity;
+use crate::domain::policy::Exposure;
 use crate::domain::{DlqEnvelope, EnvelopeStatus, FailureCode};
-use crate::ports::{ApprovalRequests, EnvelopeStore, LedgerReader, ReferenceData, Signer};
+use crate::ports::{ApprovalRequests, Deadline, EnvelopeStore, LedgerReader, ReferenceData, Signer};
 use crate::replay::ReplayPorts;
 
 /// The most envelopes one page of [`EnvelopeQuery`] reads from the store.
@@ -104,6 +109,34 @@ impl From<&DlqEnvelope> for EnvelopeRow {
     }
 }
 
+/// An approval request as a page of them lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RequestRow {
+    pub request_id: String,
+    pub request_status: RequestStatus,
+    pub action: Action,
+    pub reason: String,
+    pub requested_by: Identity,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub exposure: Exposure,
+}
+
+impl From<&ApprovalRequest> for RequestRow {
+    fn from(r: &ApprovalRequest) -> Self {
+        RequestRow {
+            request_id: r.request_id.clone(),
+            request_status: r.status,
+            action: r.action,
+            reason: r.reason.clone(),
+            requested_by: r.requested_by.clone(),
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            exposure: r.exposure.clone(),
+        }
+    }
+}
+
 /// A triage group as the console shows it: [`triage::TriageGroup`], with the planned period
 /// close it must be decided before (the earliest among its envelopes' periods).
 #[derive(Clone, Debug, Serialize)]
@@ -149,16 +182,26 @@ where
         let r = &self.replayer;
         let now = r.clock.now();
         let status = q.status.unwrap_or(EnvelopeStatus::Pending);
+        let deadline = asked.deadline.map(|d| Deadline::at(&*r.clock, d));
         let (mut rows, mut scanned, mut cursor) = (Vec::new(), 0, q.cursor.clone());
         loop {
-            // Never more than the page has room for: the cursor then stands after the last
-            // envelope looked at, none skipped.
-            let want = limit - rows.len();
-            let (page, next) = r.store.list_by_status(status, cursor.take(), want).await?;
+            // Never more than the page has room for, nor past the read's bound: the cursor then
+            // stands after the last envelope looked at, none skipped.
+            let want = (limit - rows.len()).min(MAX_SCANNED - scanned);
+            let at = cursor.take();
+            let (page, next) = r.store.list_by_status(status, at.clone(), want).await?;
+            if next.is_some() && next == at {
+                return Err(ControlError::Flow(
+                    crate::ports::StoreError::infra("the envelope store's cursor did not move").into(),
+                ));
+            }
             scanned += page.len();
             rows.extend(page.iter().filter(|e| q.matches(e, now)).map(EnvelopeRow::from));
             cursor = next;
-            if cursor.is_none() || rows.len() >= limit || scanned >= MAX_SCANNED {
+            let late = deadline
+                .as_ref()
+                .is_some_and(|d| d.within(&*r.clock, r.config.deadline_margin));
+            if cursor.is_none() || rows.len() >= limit || scanned >= MAX_SCANNED || late {
                 break;
             }
         }
@@ -191,7 +234,10 @@ where
         }
         let (requests, cursor) = self.replayer.store.list_requests(cursor, limit).await?;
         read(asked, "requests", requests.len());
-        Ok(serde_json::json!({ "requests": requests, "cursor": cursor }))
+        // Summaries: a request in full (its set, its dry run, an edit's body) is up to an item's
+        // 400 KB, and a page of them would not fit an answer.
+        let rows: Vec<RequestRow> = requests.iter().map(RequestRow::from).collect();
+        Ok(serde_json::json!({ "requests": rows, "cursor": cursor }))
     }
 
     /// One approval request.
