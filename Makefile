@@ -15,7 +15,7 @@ BUILD_TESTED := $(CARGO) build --locked --quiet --workspace --bins --tests
 TARGET_DIR_OF = $(shell $(CARGO) metadata --no-deps --format-version 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 TESTED = $(eval TESTED := $(TARGET_DIR_OF)/debug)$(TESTED)
 
-.PHONY: console console-e2e demo book deny test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-audit bench-storm bench-storm-ci bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci mutants fuzz fuzz-ci
+.PHONY: bench-console console console-e2e demo book deny test test-ledgers watch deploy-code bench-ledgers bench-e2e bench-e2e-ci bench-evidence bench-evidence-ci bench-replay bench-audit bench-storm bench-storm-ci bench-cold-start bench-memory bench-memory-ci local-up local-stack local-down local-status unit lint bench tools infra-check build deploy simulate simulate-ci mutants fuzz fuzz-ci
 
 ## demo: start the local stack if needed and run the pipeline on a generated workload
 demo: local-up
@@ -201,6 +201,11 @@ bench-ledgers: local-stack
 E2E = --python .local-aws/bench-venv/bin/python
 bench-e2e: local-stack $(BENCH_VENV)
 	$(CARGO) run --locked --release --quiet -p xtask -- bench e2e $(E2E) --count $(or $(COUNT_E2E),2000)
+
+## bench-console: the console's reads (triage, pages of envelopes, one envelope, requests) asked of
+## the control plane at a backlog of CONSOLE_ENVELOPES PENDING envelopes (default 100000)
+bench-console: local-stack
+	$(CARGO) run --locked --release --quiet -p xtask -- bench console --envelopes $(or $(CONSOLE_ENVELOPES),100000)
 
 ## bench-replay: how fast the replay drains a DLQ backlog (COUNT_REPLAY envelopes, every gate on, no
 ## rate limit), as one invocation and as INVOCATIONS concurrent ones, then again with DynamoDB

@@ -2,6 +2,7 @@
 //! stack, never assertions (BENCHMARKS.md says how to reproduce each).
 
 mod audit_ceiling;
+mod console;
 mod e2e;
 mod evidence;
 mod ledger_cost;
@@ -15,6 +16,8 @@ pub enum Bench {
     /// Audit appends per second by writers sharing a log and each with its own, the chains they
     /// spread over, and their conflicts (`make bench-audit`).
     AuditCeiling(audit_ceiling::AuditCeilingArgs),
+    /// The console's reads at a large backlog (`make bench-console`).
+    Console(console::ConsoleArgs),
     /// The same messages through our consumer and through a Powertools consumer (`make bench-e2e`).
     E2e(e2e::E2eArgs),
     /// What the evidence commands cost when the ledger is large (`make bench-evidence`).
@@ -31,6 +34,7 @@ pub enum Bench {
 pub async fn run(bench: Bench) {
     match bench {
         Bench::AuditCeiling(args) => audit_ceiling::run(args).await,
+        Bench::Console(args) => console::run(args).await,
         Bench::E2e(args) => e2e::run(args).await,
         Bench::Evidence(args) => evidence::run(args).await,
         Bench::LedgerCost(args) => ledger_cost::run(args).await,
