@@ -100,6 +100,29 @@ async fn control_plane_calls() {
         json!({"operation": "reject", "request_id": id, "reason": "not now"}),
     )
     .await);
+    // The console's reads, a viewer's: triage, a page of envelopes, one in full (the large one,
+    // its body from the bucket), the requests and one of them.
+    ok(c.ask("viewer", "vera", json!({"operation": "triage"})).await);
+    let page = ok(c
+        .ask(
+            "viewer",
+            "vera",
+            json!({"operation": "envelopes", "status": "PENDING", "limit": 5}),
+        )
+        .await);
+    let large = page["envelopes"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["amount"] == "6.0625"))
+        .map(|r| r["envelope_id"].clone());
+    let one = ok(c
+        .ask("viewer", "vera", json!({"operation": "envelope", "envelope_id": large}))
+        .await);
+    assert!(one["body"].as_str().is_some_and(|b| b.len() > 100_000), "{one}");
+    ok(c.ask("viewer", "vera", json!({"operation": "requests"})).await);
+    ok(
+        c.ask("viewer", "vera", json!({"operation": "request", "request_id": id}))
+            .await,
+    );
     // The auditor's read of a period's postings; a refusal (audited).
     let segment = json!({"operation": "reconcile-segment", "period": "2026-11", "segment": "0/2", "links": {}});
     ok(c.ask("auditor", "audrey", segment).await);
