@@ -15,7 +15,7 @@ use crate::control::{Control, xau};
 async fn console(s: &TestStack) -> Control<'_> {
     let mut settings = s.control_settings();
     settings.console = Some(ConsoleSignIn {
-        groups: "viewer:fin-viewers,maker:fin-makers,approver:fin-controllers,admin:fin-admins"
+        groups: "viewer:fin-viewers,maker:fin-makers,approver:fin-controllers,auditor:fin-auditors,admin:fin-admins"
             .parse()
             .unwrap(),
         groups_claim: "groups".into(),
@@ -247,5 +247,54 @@ async fn a_console_reader_triages_pages_filters_and_opens_envelopes() {
     // Break-glass reads the stores itself: the control plane reads nothing for it (audited).
     let (status, body) = c.ask("break-glass", "mallory", json!({"operation": "triage"})).await;
     assert_eq!(status, 403, "{body}");
+    s.cleanup().await;
+}
+
+/// The auditor's evidence at the console: a period's reconciliation by the control plane, as
+/// `dlqctl reconcile --period` makes it. It holds after a day of remediation; it names a posting
+/// gone missing; it is undecided while a message is still queued; no other role may ask it.
+#[tokio::test]
+async fn a_console_auditor_reconciles_a_period_and_the_control_plane_says_what_holds() {
+    let s = TestStack::new("con-recon").await;
+    let bodies: Vec<String> = (1..=4)
+        .map(|n| {
+            if n % 2 == 0 {
+                xau(n)
+            } else {
+                recon_testkit::builders::tx(n)
+            }
+        })
+        .map(|m| m.to_body().unwrap())
+        .collect();
+    s.remediated(&bodies, 1000).await;
+    let c = console(&s).await;
+    let auditor = |body| ask(&c, "audrey@example.com", "[fin-auditors]", None, body);
+    let reconcile = json!({"operation": "reconcile", "period": "2026-11"});
+    let (status, r) = auditor(reconcile.clone()).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["verdict"], "HOLDS", "{r}");
+    assert_eq!(r["by_state"]["COMMITTED"]["count"], 4, "{r}");
+
+    // A posting gone: the period does not hold, and says why.
+    let postings = s.postings().await;
+    s.delete_posting(&postings[0]).await;
+    let (_, r) = auditor(reconcile.clone()).await;
+    assert_eq!(r["verdict"], "DOES_NOT_HOLD", "{r}");
+    s.restore_posting(&postings[0]).await;
+    assert_eq!(auditor(reconcile.clone()).await.1["verdict"], "HOLDS");
+
+    // A message still queued decides nothing yet.
+    s.send(&[recon_testkit::builders::tx(9).to_body().unwrap()]).await;
+    let (_, r) = auditor(reconcile.clone()).await;
+    assert_eq!(
+        (r["verdict"].as_str(), r["queued"].as_u64()),
+        (Some("UNDECIDED"), Some(1)),
+        "{r}"
+    );
+
+    let (status, _) = ask(&c, "vera@example.com", "[fin-viewers]", None, reconcile).await;
+    assert_eq!(status, 403);
+    let (status, _) = auditor(json!({"operation": "reconcile", "period": "2026-13"})).await;
+    assert_eq!(status, 400);
     s.cleanup().await;
 }

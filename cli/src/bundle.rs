@@ -9,8 +9,8 @@ use recon_aws::stack::resolve_stack;
 use recon_core::evidence::{BucketTrail, Bundle, VerifyReport, verify_bundle, write_bundle};
 use recon_core::ports::{LedgerScope, Worm};
 use recon_core::reconcile::{
-    Counts, Entry, Exceptions, Links, Reconciliation, State, Verdict, complete_exceptions, exceptions_of_period,
-    look_up_unmet, manifest_entry, of_period, outcomes, read_ledger, reconcile_counted,
+    Counts, Entry, Exceptions, Links, Reconciliation, State, Verdict, complete_exceptions, conclude,
+    exceptions_of_period, look_up_unmet, manifest_entry, read_ledger, reconcile_counted,
 };
 use recon_core::resources::ResourceNames;
 use std::path::{Path, PathBuf};
@@ -109,9 +109,7 @@ pub async fn gather(
     let audit_log = crate::context::audit_log(clients, names);
     let store = crate::triage::store(clients, names);
     if period.is_some() && !store.periods_indexed().await? {
-        bail!(
-            "a period is read through the period indexes, and this deployment does not say that what was written before them has its entries there (a deployment from before them, or one its template created): run `dlqctl index-periods` once, then this again"
-        );
+        bail!("{}", recon_core::reconcile::period::UNINDEXED);
     }
     let mut exceptions = match period {
         Some(p) => exceptions_of_period(&store, &audit_log, p).await?,
@@ -141,23 +139,11 @@ pub async fn gather(
     if let Some(p) = period {
         complete_exceptions(&store, &audit_log, &ledger, p, &mut read, &mut exceptions).await?;
     }
-    let main = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url)
-        .depth()
-        .await?;
-    let dlq = SqsQueue::new(clients.sqs.clone(), &stack.dlq_url).depth().await?;
-    let (outcomes, problems) = outcomes(&read.linked, &exceptions.envelopes, &exceptions.audit, dlq.total() == 0);
-    // The period's transactions: the read held only its postings, the outcomes are cut here.
-    let outcomes = match period {
-        Some(p) => of_period(outcomes, p, manifest),
-        None => outcomes,
-    };
-    let reconciliation = reconcile_counted(
-        read.counted,
-        &outcomes,
-        problems.clone(),
-        manifest,
-        main.total() + dlq.total(),
-    );
+    let queues = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url).with_dead_letters(&stack.dlq_url);
+    let queued = recon_core::ports::ReplayQueue::queued(&queues)
+        .await?
+        .context("the queues' depths cannot be read")?;
+    let (outcomes, problems, reconciliation) = conclude(read, &exceptions, period, manifest, queued);
     Ok(Evidence {
         outcomes,
         problems,

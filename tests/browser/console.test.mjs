@@ -177,7 +177,7 @@ try {
   await pump();
 
   // 4. The XAU group is gone from triage; the XPT one is edited: its diff, approved, posted once.
-  say("an edit shows its diff and, approved and run, posts once");
+  say("an edit shows its diff and, approved and run, posts once: the period reconciles at the console");
   await alice.goto(`${base}#/triage`);
   await alice.locator("tr", { hasText: "UNMAPPED_CURRENCY:XPT" }).waitFor();
   assert.equal(await xauRow(alice).count(), 0);
@@ -212,6 +212,16 @@ try {
   assert.equal(edited.envelope.status, "SUPERSEDED", JSON.stringify(edited.envelope.status_history));
   const copies = edited.envelope.replays.filter((r) => r.copy_source_hash);
   assert.equal(copies.length, 1, JSON.stringify(edited.envelope.replays));
+  // The auditor reconciles the period at the console: it holds, the edit named.
+  const audrey = await signedIn("audrey", "auditor");
+  await audrey.goto(`${base}#/evidence`);
+  await audrey.fill("#period", "2026-12");
+  await audrey.keyboard.press("Enter");
+  await audrey.locator("#verdict").waitFor();
+  assert.equal(await audrey.textContent("#verdict"), "HOLDS");
+  assert.match(await audrey.textContent("main"), /Edited.*12\.51 XPT as sent -> 12\.51 USD as posted/s);
+  await shot(audrey, "08-reconcile");
+  // And as `dlqctl reconcile` says it, read by the auditor's own role from the stores.
   const reconciled = JSON.parse(await cli(DLQCTL, ["--as", "auditor:audrey", "--json", "reconcile", "--period", "2026-12"]));
   assert.equal(reconciled.verdict, "HOLDS", JSON.stringify(reconciled));
   assert.deepEqual([reconciled.by_state.COMMITTED.count, reconciled.by_state.PENDING.count], [7, 4]);

@@ -126,6 +126,15 @@ async fn control_plane_calls() {
     // The auditor's read of a period's postings; a refusal (audited).
     let segment = json!({"operation": "reconcile-segment", "period": "2026-11", "segment": "0/2", "links": {}});
     ok(c.ask("auditor", "audrey", segment).await);
+    // The auditor's reconciliation of a period at the console (its envelopes by key, both queues).
+    let reconciled = ok(c
+        .ask(
+            "auditor",
+            "audrey",
+            json!({"operation": "reconcile", "period": "2026-11"}),
+        )
+        .await);
+    assert!(reconciled["verdict"].is_string(), "{reconciled}");
     // The auditor's seal before an export.
     ok(c.ask("auditor", "audrey", json!({"operation": "seal"})).await);
     let refused = c.ask(

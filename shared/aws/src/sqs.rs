@@ -51,6 +51,8 @@ fn attr(data_type: &str, value: &str) -> StoreResult<MessageAttributeValue> {
 pub struct SqsQueue {
     client: Client,
     url: String,
+    /// The DLQ whose depth [`ReplayQueue::queued`] adds (the control plane's reconciliation).
+    dead_letters: Option<String>,
 }
 
 impl SqsQueue {
@@ -58,7 +60,14 @@ impl SqsQueue {
         SqsQueue {
             client,
             url: url.into(),
+            dead_letters: None,
         }
+    }
+
+    /// This queue, seeing its DLQ at `url` too: what [`ReplayQueue::queued`] counts.
+    pub fn with_dead_letters(mut self, url: impl Into<String>) -> Self {
+        self.dead_letters = Some(url.into());
+        self
     }
 
     pub fn url(&self) -> &str {
@@ -121,10 +130,14 @@ impl SqsQueue {
 
     /// Approximate depth (visible, in flight, delayed).
     pub async fn depth(&self) -> StoreResult<QueueDepth> {
+        self.depth_of(&self.url).await
+    }
+
+    async fn depth_of(&self, url: &str) -> StoreResult<QueueDepth> {
         let out = self
             .client
             .get_queue_attributes()
-            .queue_url(&self.url)
+            .queue_url(url)
             .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
             .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
             .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
@@ -206,5 +219,14 @@ impl recon_core::ports::ReplayQueue for SqsQueue {
     }
     fn ordered(&self) -> bool {
         self.is_fifo()
+    }
+    async fn queued(&self) -> StoreResult<Option<recon_core::ports::Queued>> {
+        let Some(dlq) = &self.dead_letters else {
+            return Ok(None);
+        };
+        Ok(Some(recon_core::ports::Queued {
+            main: self.depth().await?.total(),
+            dead_letters: self.depth_of(dlq).await?.total(),
+        }))
     }
 }

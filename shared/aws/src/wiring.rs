@@ -115,8 +115,11 @@ pub fn control_plane<M: Metrics>(
     actor: &str,
     metrics: M,
 ) -> AwsControlPlane<M> {
+    let mut replayer = replayer(clients, &s.replay, actor, metrics);
+    // Its reconciliation waits on both queues.
+    replayer.queue = replayer.queue.with_dead_letters(&s.dead_letter_queue_url);
     ControlPlane {
-        replayer: replayer(clients, &s.replay, actor, metrics),
+        replayer,
         signer: KmsSigner::new(clients.kms(), &s.decision_key),
     }
 }

@@ -142,6 +142,7 @@ const views = {
   propose,
   requests,
   request,
+  evidence,
 };
 
 async function render() {
@@ -441,6 +442,30 @@ async function request(id) {
     table(["Envelope", "Would be", "Amount", "Entity", "Period", ""], set),
     h("h2", {}, "Its dry run"), h("pre", {}, r.dry_run),
   );
+}
+
+async function evidence(_, q) {
+  const period = h("input", { id: "period", name: "period", value: q.get("period") || new Date().toISOString().slice(0, 7), size: 8, pattern: "[0-9]{4}-[0-9]{2}", required: true });
+  const form = h("form", { class: "actions", onsubmit: (ev) => { ev.preventDefault(); go("evidence", { period: period.value }); } },
+    h("label", {}, "Accounting period (YYYY-MM)", period), h("button", { type: "submit", id: "reconcile" }, "Reconcile"));
+  const head = [h("h1", {}, "Evidence: reconcile a period"),
+    h("p", { class: "muted" }, "ingested = committed + duplicates + pending + quarantined + in flight, by count and by amount per currency, from the stores (the auditor's)."), form];
+  if (!q.get("period")) return show(...head);
+  let r;
+  try {
+    r = await ask({ operation: "reconcile", period: q.get("period") });
+  } catch (e) {
+    return show(...head, h("p", { class: "bad" }, e.message));
+  }
+  const named = (title, items) => items?.length ? [h("h2", {}, title), h("ul", {}, items.map((i) => h("li", {}, i)))] : [];
+  show(...head,
+    h("h2", {}, `${q.get("period")}: `, h("span", { id: "verdict", class: `badge ${r.verdict}` }, r.verdict)),
+    r.verdict === "UNDECIDED" ? h("p", { class: "warn" }, `${r.queued} messages still queued: what they become decides.`) : "",
+    table(["State", "Count", "Amount"], Object.entries(r.by_state).map(([state, t]) => [state, t.count, amounts(t)]), [1]),
+    h("h2", {}, "By entity and period"),
+    table(["Entity and period", "States"], Object.entries(r.by_entity_period).map(([ep, c]) => [ep, Object.entries(c).map(([k, n]) => `${k} ${n}`).join(", ")])),
+    ...named("Problems", r.problems), ...named("Missing", r.missing), ...named("Extra", r.extra),
+    ...named("Edited (as sent → as posted)", r.edited), ...named("Altered", r.altered));
 }
 
 window.addEventListener("hashchange", render);

@@ -475,6 +475,8 @@ impl ReplaySettings {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ControlSettings {
     pub replay: ReplaySettings,
+    /// The DLQ, whose depth a reconciliation waits on.
+    pub dead_letter_queue_url: String,
     pub roles: crate::domain::operator::RoleNames,
     /// Who a console sign-in is (`DLQ_CONSOLE_GROUPS`; unset: no console sign-in is answered).
     pub console: Option<crate::domain::console::ConsoleSignIn>,
@@ -492,6 +494,7 @@ impl ControlSettings {
         let env = Env::new(get);
         Ok(ControlSettings {
             replay: ReplaySettings::read(&env)?,
+            dead_letter_queue_url: env.name(vars::DEAD_LETTER_QUEUE_URL)?,
             roles: env.parsed(vars::OPERATOR_ROLES)?,
             console: console_sign_in(&env)?,
             decision_key: env.name(vars::DECISION_KEY)?,

@@ -55,7 +55,7 @@ pub const VARIABLES: &[Variable] = &[
     required(
         vars::DEAD_LETTER_QUEUE_URL,
         Rule::QueueUrl,
-        "the DLQ the consumer dead-letters to",
+        "the DLQ the consumer dead-letters to (and whose depth the control plane's reconciliation waits on)",
     ),
     required(vars::LEDGER_TABLE, Rule::TableName, "the ledger table"),
     required(

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::{Asked, Command, ControlError, ControlPlane};
 use crate::domain::console::{ConsoleSignIn, SignInRefused};
 use crate::domain::operator::{Caller, RoleNames};
-use crate::ports::{LedgerReader, Signer};
+use crate::ports::{EnvelopesOfPeriod, LedgerReader, RecordsOfPeriod, Signer};
 use crate::replay::ReplayPorts;
 
 /// The largest body the control plane reads (a command is small; an edit's body at most SQS's).
@@ -48,6 +48,8 @@ pub enum Principal {
 impl<P: ReplayPorts, G: Signer> ControlPlane<P, G>
 where
     P::Ledger: LedgerReader,
+    P::Store: EnvelopesOfPeriod,
+    P::Audit: RecordsOfPeriod,
 {
     /// Answer one HTTP API request as the control function does: the caller the one API Gateway
     /// verified, holding the role `roles` says (a session of an operator role) or `console`

@@ -17,7 +17,7 @@ use crate::domain::input;
 use crate::domain::operator::{Caller, Operation, OperatorRole};
 use crate::domain::reference::{CurrencyMapping, PeriodRecord, PeriodStatus};
 use crate::domain::{AuditKind, AuditRecord};
-use crate::ports::{AuditLog, FlowError, LedgerReader, ReferenceData, Signer};
+use crate::ports::{AuditLog, EnvelopesOfPeriod, FlowError, LedgerReader, RecordsOfPeriod, ReferenceData, Signer};
 use crate::reconcile::{SegmentRead, read_period_segment};
 use crate::replay::{ReplayPorts, ReplayRequest, Replayer, RequestError, Segment, Selector};
 
@@ -80,8 +80,9 @@ pub enum Command {
     },
     /// The PENDING envelopes grouped by failure code and root cause (reads only).
     Triage,
-    /// A page of envelopes (reads only).
-    Envelopes(EnvelopeQuery),
+    /// A page of envelopes (reads only). Boxed: the largest command, held by every future that
+    /// holds one.
+    Envelopes(Box<EnvelopeQuery>),
     /// One envelope in full (reads only).
     Envelope {
         envelope_id: String,
@@ -96,6 +97,10 @@ pub enum Command {
     /// One approval request (reads only).
     Request {
         request_id: String,
+    },
+    /// A period's reconciliation (reads only; the auditor's).
+    Reconcile {
+        period: String,
     },
 }
 
@@ -189,6 +194,7 @@ impl Command {
             Command::Envelope { .. } => Operation::Envelope,
             Command::Requests { .. } => Operation::Requests,
             Command::Request { .. } => Operation::Request,
+            Command::Reconcile { .. } => Operation::Reconcile,
         }
     }
 }
@@ -245,6 +251,8 @@ pub struct ControlPlane<P: ReplayPorts, G: Signer> {
 impl<P: ReplayPorts, G: Signer> ControlPlane<P, G>
 where
     P::Ledger: LedgerReader,
+    P::Store: EnvelopesOfPeriod,
+    P::Audit: RecordsOfPeriod,
 {
     /// Do what `asked.caller` asks, if their role may; a refusal is audited before it is
     /// returned.
@@ -287,11 +295,13 @@ where
         let me = &asked.caller.identity;
         match command {
             Command::Whoami => Ok(json(asked.caller)),
-            Command::Triage => self.triage(asked).await,
-            Command::Envelopes(q) => self.envelopes(asked, &q).await,
-            Command::Envelope { envelope_id } => self.envelope(asked, &envelope_id).await,
-            Command::Requests { cursor, limit } => self.requests(asked, cursor, limit).await,
-            Command::Request { request_id } => self.one_request(asked, &request_id).await,
+            // The reads, one boxed arm (a debug build's poll frame holds each arm's temporaries).
+            read @ (Command::Triage
+            | Command::Envelopes(_)
+            | Command::Envelope { .. }
+            | Command::Requests { .. }
+            | Command::Request { .. }
+            | Command::Reconcile { .. }) => self.read(asked, read).await,
             // Boxed: a replay's future is deep (a debug build's stack would not hold it).
             Command::Replay(r) => Box::pin(self.remediate(asked, &r, false)).await,
             Command::Quarantine(r) => Box::pin(self.remediate(asked, &r, true)).await,

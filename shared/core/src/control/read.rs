@@ -11,13 +11,15 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Asked, ControlError, ControlPlane, json};
+use super::{Asked, Command, ControlError, ControlPlane, json};
 use crate::decisions::triage;
 use crate::domain::approval::{Action, ApprovalRequest, RequestStatus};
 use crate::domain::identity::Identity;
 use crate::domain::policy::Exposure;
 use crate::domain::{DlqEnvelope, EnvelopeStatus, FailureCode};
-use crate::ports::{ApprovalRequests, Deadline, EnvelopeStore, LedgerReader, ReferenceData, Signer};
+use crate::ports::{
+    ApprovalRequests, Deadline, EnvelopeStore, EnvelopesOfPeriod, LedgerReader, RecordsOfPeriod, ReferenceData, Signer,
+};
 use crate::replay::ReplayPorts;
 
 /// The most envelopes one page of [`EnvelopeQuery`] reads from the store.
@@ -26,6 +28,8 @@ pub const MAX_SCANNED: usize = 2_000;
 pub const MAX_PAGE: usize = 200;
 /// The most requests one page of requests returns.
 pub const MAX_REQUESTS: usize = 100;
+/// Ledger segments a reconciliation reads at once.
+const SEGMENTS: u32 = 4;
 /// The most characters of an envelope's error detail a page shows (its detail shows it all).
 const DETAIL_CHARS: usize = 200;
 
@@ -149,9 +153,45 @@ pub struct GroupRow {
 impl<P: ReplayPorts, G: Signer> ControlPlane<P, G>
 where
     P::Ledger: LedgerReader,
+    P::Store: EnvelopesOfPeriod,
+    P::Audit: RecordsOfPeriod,
 {
+    /// A read `command` asks (any other command is not a read: refused as invalid). Each read's
+    /// future is made here and boxed, in a frame of its own that is gone before it is polled: a
+    /// debug build would otherwise hold every read's future (a reconciliation's is large) in the
+    /// frame of every command's poll.
+    pub(super) fn read<'a>(
+        &'a self,
+        asked: &'a Asked<'a>,
+        command: Command,
+    ) -> impl std::future::Future<Output = Result<serde_json::Value, ControlError>> + 'a {
+        use futures::future::Either::{Left, Right};
+        match command {
+            Command::Triage => Left(Box::pin(self.triage(asked))),
+            Command::Envelopes(q) => Right(Left(Box::pin(async move { self.envelopes(asked, &q).await }))),
+            Command::Envelope { envelope_id } => Right(Right(Left(Box::pin(async move {
+                self.envelope(asked, &envelope_id).await
+            })))),
+            Command::Requests { cursor, limit } => {
+                Right(Right(Right(Left(Box::pin(self.requests(asked, cursor, limit))))))
+            }
+            Command::Request { request_id } => Right(Right(Right(Right(Left(Box::pin(async move {
+                self.one_request(asked, &request_id).await
+            })))))),
+            Command::Reconcile { period } => Right(Right(Right(Right(Right(Left(Box::pin(async move {
+                self.reconcile(asked, &period).await
+            }))))))),
+            other => {
+                let why = format!("`{}` is not a read", other.operation());
+                Right(Right(Right(Right(Right(Right(std::future::ready(Err(
+                    ControlError::Invalid(why),
+                ))))))))
+            }
+        }
+    }
+
     /// The PENDING envelopes grouped by failure code and root cause, largest first.
-    pub(super) async fn triage(&self, asked: &Asked<'_>) -> Result<serde_json::Value, ControlError> {
+    async fn triage(&self, asked: &Asked<'_>) -> Result<serde_json::Value, ControlError> {
         let r = &self.replayer;
         let pending = crate::ports::all_envelopes(&r.store, Some(EnvelopeStatus::Pending)).await?;
         let snapshot = r.reference.snapshot().await?;
@@ -170,11 +210,7 @@ where
     /// A page of the envelopes `q` selects, oldest first, and the cursor of the next (none: the
     /// last page). A page holds at most `limit` (default 50, at most [`MAX_PAGE`]) and reads at
     /// most [`MAX_SCANNED`]: a page of a rare filter may be short, or empty, with a cursor.
-    pub(super) async fn envelopes(
-        &self,
-        asked: &Asked<'_>,
-        q: &EnvelopeQuery,
-    ) -> Result<serde_json::Value, ControlError> {
+    async fn envelopes(&self, asked: &Asked<'_>, q: &EnvelopeQuery) -> Result<serde_json::Value, ControlError> {
         let limit = q.limit.unwrap_or(50);
         if !(1..=MAX_PAGE).contains(&limit) {
             return Err(ControlError::Invalid(format!("`limit` is 1 to {MAX_PAGE}")));
@@ -211,7 +247,7 @@ where
 
     /// One envelope in full: its fields, attempts, WORM copy, status history and replays, and
     /// the verbatim body (from the bucket when it was too large for the table).
-    pub(super) async fn envelope(&self, asked: &Asked<'_>, id: &str) -> Result<serde_json::Value, ControlError> {
+    async fn envelope(&self, asked: &Asked<'_>, id: &str) -> Result<serde_json::Value, ControlError> {
         let r = &self.replayer;
         let Some(e) = r.store.get(id).await? else {
             return Err(ControlError::Invalid(format!("no envelope {id}")));
@@ -222,7 +258,7 @@ where
     }
 
     /// A page of approval requests, newest first.
-    pub(super) async fn requests(
+    async fn requests(
         &self,
         asked: &Asked<'_>,
         cursor: Option<String>,
@@ -240,8 +276,20 @@ where
         Ok(serde_json::json!({ "requests": rows, "cursor": cursor }))
     }
 
+    /// `period`'s reconciliation, as `dlqctl reconcile --period` makes it (the auditor's): HOLDS,
+    /// UNDECIDED while the queues hold what would decide it, or the problems named.
+    async fn reconcile(&self, asked: &Asked<'_>, period: &str) -> Result<serde_json::Value, ControlError> {
+        let period = crate::domain::input::period(period).map_err(ControlError::Invalid)?;
+        let r = &self.replayer;
+        let concluded =
+            crate::reconcile::reconcile_period(&r.store, &r.audit, &r.ledger, &r.queue, &period, SEGMENTS).await?;
+        let reconciliation = concluded.map_err(|why| ControlError::Refused(crate::domain::approval::Refused(why)))?;
+        read(asked, "reconcile", 1);
+        Ok(json(&reconciliation))
+    }
+
     /// One approval request.
-    pub(super) async fn one_request(&self, asked: &Asked<'_>, id: &str) -> Result<serde_json::Value, ControlError> {
+    async fn one_request(&self, asked: &Asked<'_>, id: &str) -> Result<serde_json::Value, ControlError> {
         let request = self.replayer.request(id).await?;
         read(asked, "request", 1);
         Ok(json(&request))

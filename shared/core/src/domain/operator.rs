@@ -59,6 +59,8 @@ named! {
         PutCurrency = "put-currency",
         /// Read one segment of a period's postings (reconciliation).
         ReconcileSegment = "reconcile-segment",
+        /// A period's reconciliation, whole (the console's evidence).
+        Reconcile = "reconcile",
         /// Seal the audit trail now (before an evidence export, or by hand): it decides nothing,
         /// but writes to the bucket, which no operator role may.
         Seal = "seal",
@@ -92,7 +94,7 @@ impl Operation {
             | Operation::OpenPeriod
             | Operation::SchedulePeriodClose
             | Operation::PutCurrency => &[Admin],
-            Operation::ReconcileSegment => &[Auditor],
+            Operation::ReconcileSegment | Operation::Reconcile => &[Auditor],
             Operation::Seal => &[Auditor, Admin],
         }
     }

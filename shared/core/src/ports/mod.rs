@@ -62,7 +62,9 @@ pub use ledger::{
 };
 pub use metrics::{Metric, Metrics};
 pub use periods::{EnvelopesOfPeriod, RecordsOfPeriod};
-pub use queues::{DeadLetterQueue, OutgoingMessage, ReplayQueue, WorkQueue, batches, dead_letter_message, is_binary};
+pub use queues::{
+    DeadLetterQueue, OutgoingMessage, Queued, ReplayQueue, WorkQueue, batches, dead_letter_message, is_binary,
+};
 pub use reference::ReferenceData;
 pub use rotating::{CREDENTIAL_REFUSED, Fetch, FetchPending, REFETCH_AFTER_UNCHANGED, Rotating, log_refused};
 pub use signer::{NoSigner, Signer};

@@ -12,6 +12,9 @@ port! {
     pub trait EnvelopesOfPeriod {
         /// Every envelope of `period` (`None`: those whose body gave no readable period).
         fn envelopes_of_period(&self, period: Option<&str>) -> impl Future<Output = StoreResult<Vec<DlqEnvelope>>> + Send;
+        /// Does every envelope and record written before the period indexes have its entry
+        /// there? Until then a period's read could miss them, and none is made.
+        fn periods_indexed(&self) -> impl Future<Output = StoreResult<bool>> + Send;
     }
 
     /// The audit records a reconciliation reads ([`crate::domain::AuditKind::reconciled`]) by the

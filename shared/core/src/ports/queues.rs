@@ -33,6 +33,25 @@ port! {
         fn ordered(&self) -> bool {
             false
         }
+        /// The messages still in the pipeline's queues, the main queue's and the DLQ's (visible,
+        /// in flight or delayed): what a reconciliation waits on before it can settle. `None`:
+        /// this queue does not see the DLQ, and nothing reconciles through it.
+        fn queued(&self) -> impl Future<Output = StoreResult<Option<Queued>>> + Send {
+            async { Ok(None) }
+        }
+    }
+}
+
+/// Messages still in the pipeline's queues (visible, in flight or delayed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Queued {
+    pub main: u64,
+    pub dead_letters: u64,
+}
+
+impl Queued {
+    pub fn total(&self) -> u64 {
+        self.main.saturating_add(self.dead_letters)
     }
 }
 

@@ -29,7 +29,9 @@ mod checks;
 pub mod edits;
 pub mod period;
 pub mod read;
-pub use period::{Exceptions, SegmentRead, complete_exceptions, exceptions_of_period, read_period_segment};
+pub use period::{
+    Exceptions, SegmentRead, complete_exceptions, conclude, exceptions_of_period, read_period_segment, reconcile_period,
+};
 pub use read::{LedgerRead, Links, look_up_unmet, read_ledger};
 
 /// Where a transaction ended up.

@@ -210,3 +210,65 @@ pub async fn read_period_segment<R: LedgerReader + ?Sized>(
         .await
         .map_err(|e| e.to_string())
 }
+
+/// What a read of the stores concludes: each message's outcome (only those of `period` when one
+/// was read), the problems met, and the reconciliation against `manifest` with `queued` still in
+/// the queues (read after the stores: what was in flight then is counted there or here).
+pub fn conclude(
+    read: LedgerRead,
+    exceptions: &Exceptions,
+    period: Option<&str>,
+    manifest: Option<&[super::Entry]>,
+    queued: crate::ports::Queued,
+) -> (Vec<(super::State, super::Entry)>, Vec<String>, super::Reconciliation) {
+    let (outcomes, problems) = super::outcomes(
+        &read.linked,
+        &exceptions.envelopes,
+        &exceptions.audit,
+        queued.dead_letters == 0,
+    );
+    // The period's transactions: the read held only its postings, the outcomes are cut here.
+    let outcomes = match period {
+        Some(p) => super::of_period(outcomes, p, manifest),
+        None => outcomes,
+    };
+    let reconciliation = super::reconcile_counted(read.counted, &outcomes, problems.clone(), manifest, queued.total());
+    (outcomes, problems, reconciliation)
+}
+
+/// A period's reconciliation from the stores: its exceptions, its postings read in `segments`
+/// at once, what those name from other periods, then the queues. `Err(why)` inside: nothing
+/// is concluded (items from before the period indexes not yet indexed, or queues not seen).
+pub async fn reconcile_period<E, A, L, Q>(
+    store: &E,
+    audit: &A,
+    ledger: &L,
+    queues: &Q,
+    period: &str,
+    segments: u32,
+) -> StoreResult<Result<super::Reconciliation, String>>
+where
+    E: EnvelopeStore + EnvelopesOfPeriod + ?Sized,
+    A: RecordsOfPeriod + ?Sized,
+    L: Ledger + LedgerReader + ?Sized,
+    Q: crate::ports::ReplayQueue + ?Sized,
+{
+    if !store.periods_indexed().await? {
+        return Ok(Err(UNINDEXED.to_owned()));
+    }
+    let mut exceptions = exceptions_of_period(store, audit, period).await?;
+    let links = Links::of(&exceptions.envelopes, &exceptions.audit);
+    let scope = LedgerScope::period(period);
+    let mut read = read_ledger(ledger, &scope, segments, &links).await?;
+    complete_exceptions(store, audit, ledger, period, &mut read, &mut exceptions).await?;
+    let Some(queued) = queues.queued().await? else {
+        return Ok(Err(
+            "the queues cannot be seen from here: what they hold would decide it".to_owned(),
+        ));
+    };
+    Ok(Ok(conclude(read, &exceptions, Some(period), None, queued).2))
+}
+
+/// Why a period is not read where the items written before the period indexes may lack their
+/// entries there.
+pub const UNINDEXED: &str = "a period is read through the period indexes, and this deployment does not say that what was written before them has its entries there (a deployment from before them, or one its template created): run `dlqctl index-periods` once, then this again";

@@ -176,6 +176,9 @@ impl<P: ReplayQueue> ReplayQueue for Faulty<P> {
     fn ordered(&self) -> bool {
         self.inner.ordered()
     }
+    async fn queued(&self) -> StoreResult<Option<recon_core::ports::Queued>> {
+        self.faults.call("Queue.queued", self.inner.queued()).await
+    }
 }
 
 impl<P: ReferenceData> ReferenceData for Faulty<P> {

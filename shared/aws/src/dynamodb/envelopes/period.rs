@@ -34,6 +34,9 @@ impl EnvelopesOfPeriod for DynamoEnvelopeStore {
             .filter(|e| e.accounting_period.as_deref() == period)
             .collect())
     }
+    async fn periods_indexed(&self) -> StoreResult<bool> {
+        DynamoEnvelopeStore::periods_indexed(self).await
+    }
 }
 
 impl DynamoEnvelopeStore {
