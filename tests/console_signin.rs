@@ -283,14 +283,18 @@ async fn a_console_auditor_reconciles_a_period_and_the_control_plane_says_what_h
     s.restore_posting(&postings[0]).await;
     assert_eq!(auditor(reconcile.clone()).await.1["verdict"], "HOLDS");
 
-    // A message still queued decides nothing yet.
-    s.send(&[recon_testkit::builders::tx(9).to_body().unwrap()]).await;
+    // A message still queued decides nothing yet: on the main queue, then (dead-lettered, not yet
+    // enveloped) on the DLQ.
+    let mut poison = recon_testkit::builders::tx(9);
+    poison.currency = "XPT".into();
+    s.send(&[poison.to_body().unwrap()]).await;
+    let undecided = |r: &Value| (r["verdict"].as_str() == Some("UNDECIDED") && r["queued"] == 1);
     let (_, r) = auditor(reconcile.clone()).await;
-    assert_eq!(
-        (r["verdict"].as_str(), r["queued"].as_u64()),
-        (Some("UNDECIDED"), Some(1)),
-        "{r}"
-    );
+    assert!(undecided(&r), "on the main queue: {r}");
+    s.pump(&s.consumer_with(s.ledger(), s.main_queue())).await;
+    assert_eq!(s.dlq_messages().await.len(), 1);
+    let (_, r) = auditor(reconcile.clone()).await;
+    assert!(undecided(&r), "on the DLQ: {r}");
 
     let (status, _) = ask(&c, "vera@example.com", "[fin-viewers]", None, reconcile).await;
     assert_eq!(status, 403);

@@ -517,3 +517,23 @@ async fn a_refusal_keeps_a_bounded_printable_reason() {
     let detail = &refused[0].detail;
     assert!(detail.chars().count() < 400 && !detail.contains('\n'), "{detail}");
 }
+
+/// A control plane whose queue does not see the DLQ (the in-memory one) concludes nothing: a
+/// reconciliation that cannot count what the DLQ holds must not say HOLDS.
+#[tokio::test]
+async fn a_reconciliation_that_cannot_see_the_queues_is_refused_not_concluded() {
+    let (w, control) = xau_dead_letters(2).await;
+    let asked = Command::Reconcile {
+        period: "2026-11".into(),
+    };
+    let refused = control.handle_as(&caller("auditor", "audrey"), asked.clone()).await;
+    assert!(
+        matches!(&refused, Err(ControlError::Refused(r)) if r.0.contains("queues cannot be seen")),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        control.handle_as(&caller("viewer", "vera"), asked).await,
+        Err(ControlError::Forbidden(_))
+    ));
+    assert_eq!(records(&w, AuditKind::AccessRefused).await.len(), 2);
+}
