@@ -275,12 +275,23 @@ async fn a_console_auditor_reconciles_a_period_and_the_control_plane_says_what_h
     assert_eq!(r["verdict"], "HOLDS", "{r}");
     assert_eq!(r["by_state"]["COMMITTED"]["count"], 4, "{r}");
 
-    // A posting gone: the period does not hold, and says why.
+    // A replay's posting gone (its envelope says it was re-injected): the period does not hold,
+    // and names it. (A plain posting that no record names is missed without a manifest, as by
+    // `dlqctl reconcile --period`: only the producer's manifest says it was sent.)
     let postings = s.postings().await;
-    s.delete_posting(&postings[0]).await;
+    let replayed = postings
+        .iter()
+        .find(|p| p.replay_of.is_some())
+        .expect("a replay's posting");
+    s.delete_posting(replayed).await;
     let (_, r) = auditor(reconcile.clone()).await;
     assert_eq!(r["verdict"], "DOES_NOT_HOLD", "{r}");
-    s.restore_posting(&postings[0]).await;
+    let problems = r["problems"].to_string();
+    assert!(
+        problems.contains(&replayed.message_id) || problems.contains(&replayed.source_hash),
+        "{r}"
+    );
+    s.restore_posting(replayed).await;
     assert_eq!(auditor(reconcile.clone()).await.1["verdict"], "HOLDS");
 
     // A message still queued decides nothing yet: on the main queue, then (dead-lettered, not yet

@@ -449,7 +449,7 @@ async function evidence(_, q) {
   const form = h("form", { class: "actions", onsubmit: (ev) => { ev.preventDefault(); go("evidence", { period: period.value }); } },
     h("label", {}, "Accounting period (YYYY-MM)", period), h("button", { type: "submit", id: "reconcile" }, "Reconcile"));
   const head = [h("h1", {}, "Evidence: reconcile a period"),
-    h("p", { class: "muted" }, "ingested = committed + duplicates + pending + quarantined + in flight, by count and by amount per currency, from the stores (the auditor's)."), form];
+    h("p", { class: "muted" }, "committed + duplicates + pending + quarantined + in flight, by count and by amount per currency: the stores checked against each other (the auditor's). Without the producer's manifest, a transaction no record names is not seen: `dlqctl reconcile --manifest` proves against what was sent. Messages parked behind the DLQ are not counted (the parked alarm says so)."), form];
   if (!q.get("period")) return show(...head);
   let r;
   try {
