@@ -299,13 +299,33 @@ async fn a_console_auditor_reconciles_a_period_and_the_control_plane_says_what_h
     let mut poison = recon_testkit::builders::tx(9);
     poison.currency = "XPT".into();
     s.send(&[poison.to_body().unwrap()]).await;
-    let undecided = |r: &Value| (r["verdict"].as_str() == Some("UNDECIDED") && r["queued"] == 1);
+    let undecided = |r: &Value| r["verdict"].as_str() == Some("UNDECIDED") && r["queued"] == 1;
     let (_, r) = auditor(reconcile.clone()).await;
     assert!(undecided(&r), "on the main queue: {r}");
     s.pump(&s.consumer_with(s.ledger(), s.main_queue())).await;
-    assert_eq!(s.dlq_messages().await.len(), 1);
+    let letters = s.dlq_messages().await;
+    assert_eq!(letters.len(), 1);
     let (_, r) = auditor(reconcile.clone()).await;
     assert!(undecided(&r), "on the DLQ: {r}");
+    // Parked behind the DLQ, as SQS moves a letter the enricher kept failing on: still undecided
+    // (not enveloped, and nothing but the parking queue holds it).
+    let (sqs, stack) = (&s.clients.sqs, &s.stack);
+    let body = letters[0].body().unwrap_or_default();
+    sqs.send_message()
+        .queue_url(&stack.parked_url)
+        .message_body(body)
+        .send()
+        .await
+        .unwrap();
+    let receipt = letters[0].receipt_handle().unwrap_or_default();
+    sqs.delete_message()
+        .queue_url(&stack.dlq_url)
+        .receipt_handle(receipt)
+        .send()
+        .await
+        .unwrap();
+    let (_, r) = auditor(reconcile.clone()).await;
+    assert!(undecided(&r), "parked: {r}");
 
     let (status, _) = ask(&c, "vera@example.com", "[fin-viewers]", None, reconcile).await;
     assert_eq!(status, 403);

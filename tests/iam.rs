@@ -289,6 +289,7 @@ fn logical_ids(names: &ResourceNames, ledger: &LedgerSettings) -> BTreeMap<Strin
     let mut ids: BTreeMap<String, String> = [
         (names.main_queue.as_str(), template::ids::MAIN_QUEUE),
         (&names.dead_letter_queue, template::ids::DEAD_LETTER_QUEUE),
+        (&names.parking_queue, template::ids::PARKING_QUEUE),
         (&names.quarantine_bucket, template::ids::QUARANTINE_BUCKET),
     ]
     .into_iter()

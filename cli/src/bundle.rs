@@ -139,7 +139,8 @@ pub async fn gather(
     if let Some(p) = period {
         complete_exceptions(&store, &audit_log, &ledger, p, &mut read, &mut exceptions).await?;
     }
-    let queues = SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url).with_dead_letters(&stack.dlq_url);
+    let queues =
+        SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url).with_dead_letters(&stack.dlq_url, &stack.parked_url);
     let queued = recon_core::ports::ReplayQueue::queued(&queues)
         .await?
         .context("the queues' depths cannot be read")?;

@@ -9,6 +9,7 @@ pub mod ids {
 
     pub const MAIN_QUEUE: &str = "MainQueue";
     pub const DEAD_LETTER_QUEUE: &str = "DeadLetterQueue";
+    pub const PARKING_QUEUE: &str = "ParkingQueue";
     pub const QUARANTINE_BUCKET: &str = "QuarantineBucket";
     pub const CONSUMER_FUNCTION: &str = "ConsumerFunction";
     pub const ENRICHER_FUNCTION: &str = "EnricherFunction";
@@ -86,6 +87,8 @@ pub fn from_outputs(output: impl Fn(&str) -> Option<String>) -> Result<Deployed,
         prefix: get(outputs::STACK_PREFIX, Rule::Prefix)?,
         main_queue: queue_name(&main_queue_url),
         dead_letter_queue: queue_name(&dlq_url),
+        // The template names it after the DLQ's prefix (and FIFO-ness).
+        parking_queue: queue_name(&dlq_url).replacen("-dead-letter", "-parked", 1),
         ledger_table: get(outputs::LEDGER_TABLE, Rule::TableName)?,
         envelope_table: get(outputs::ENVELOPE_TABLE, Rule::TableName)?,
         reference_table: get(outputs::REFERENCE_TABLE, Rule::TableName)?,

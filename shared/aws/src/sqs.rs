@@ -51,8 +51,9 @@ fn attr(data_type: &str, value: &str) -> StoreResult<MessageAttributeValue> {
 pub struct SqsQueue {
     client: Client,
     url: String,
-    /// The DLQ whose depth [`ReplayQueue::queued`] adds (the control plane's reconciliation).
-    dead_letters: Option<String>,
+    /// The DLQ and the queue behind it, whose depths [`ReplayQueue::queued`] adds (a
+    /// reconciliation's).
+    dead_letters: Option<(String, String)>,
 }
 
 impl SqsQueue {
@@ -64,9 +65,10 @@ impl SqsQueue {
         }
     }
 
-    /// This queue, seeing its DLQ at `url` too: what [`ReplayQueue::queued`] counts.
-    pub fn with_dead_letters(mut self, url: impl Into<String>) -> Self {
-        self.dead_letters = Some(url.into());
+    /// This queue, seeing its DLQ at `dlq` and the queue behind it at `parked` too: what
+    /// [`ReplayQueue::queued`] counts.
+    pub fn with_dead_letters(mut self, dlq: impl Into<String>, parked: impl Into<String>) -> Self {
+        self.dead_letters = Some((dlq.into(), parked.into()));
         self
     }
 
@@ -221,12 +223,13 @@ impl recon_core::ports::ReplayQueue for SqsQueue {
         self.is_fifo()
     }
     async fn queued(&self) -> StoreResult<Option<recon_core::ports::Queued>> {
-        let Some(dlq) = &self.dead_letters else {
+        let Some((dlq, parked)) = &self.dead_letters else {
             return Ok(None);
         };
         Ok(Some(recon_core::ports::Queued {
             main: self.depth().await?.total(),
             dead_letters: self.depth_of(dlq).await?.total(),
+            parked: self.depth_of(parked).await?.total(),
         }))
     }
 }

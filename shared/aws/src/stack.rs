@@ -18,13 +18,15 @@ pub struct Stack {
     pub main_queue_arn: String,
     pub dlq_url: String,
     pub dlq_arn: String,
+    /// Behind the DLQ: the dead letters the enricher kept failing on.
+    pub parked_url: String,
 }
 
 impl Stack {
     /// The configuration variables the functions of this stack are given (as the template sets
     /// them): queue URLs and resource names.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        recon_core::config::environment(&self.names, &self.main_queue_url, &self.dlq_url)
+        recon_core::config::environment(&self.names, &self.main_queue_url, &self.dlq_url, &self.parked_url)
     }
 
     /// A settings lookup for `recon_core::config`'s parsers: every name from this stack's
@@ -63,7 +65,11 @@ pub async fn resolve_stack(clients: &AwsClients, names: &ResourceNames) -> Store
     let dlq_url = queue_url(clients, &names.dead_letter_queue)
         .await?
         .ok_or_else(|| missing(&names.dead_letter_queue))?;
+    let parked_url = queue_url(clients, &names.parking_queue)
+        .await?
+        .ok_or_else(|| missing(&names.parking_queue))?;
     Ok(Stack {
+        parked_url,
         names,
         main_queue_arn: queue_arn(clients, &main_queue_url).await?,
         dlq_arn: queue_arn(clients, &dlq_url).await?,

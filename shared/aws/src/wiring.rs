@@ -116,8 +116,10 @@ pub fn control_plane<M: Metrics>(
     metrics: M,
 ) -> AwsControlPlane<M> {
     let mut replayer = replayer(clients, &s.replay, actor, metrics);
-    // Its reconciliation waits on both queues.
-    replayer.queue = replayer.queue.with_dead_letters(&s.dead_letter_queue_url);
+    // Its reconciliation waits on every queue of the pipeline.
+    replayer.queue = replayer
+        .queue
+        .with_dead_letters(&s.dead_letter_queue_url, &s.parking_queue_url);
     ControlPlane {
         replayer,
         signer: KmsSigner::new(clients.kms(), &s.decision_key),

@@ -449,7 +449,7 @@ async function evidence(_, q) {
   const form = h("form", { class: "actions", onsubmit: (ev) => { ev.preventDefault(); go("evidence", { period: period.value }); } },
     h("label", {}, "Accounting period (YYYY-MM)", period), h("button", { type: "submit", id: "reconcile" }, "Reconcile"));
   const head = [h("h1", {}, "Evidence: reconcile a period"),
-    h("p", { class: "muted" }, "committed + duplicates + pending + quarantined + in flight, by count and by amount per currency: the stores checked against each other (the auditor's). Without the producer's manifest, a transaction no record names is not seen: `dlqctl reconcile --manifest` proves against what was sent. Messages parked behind the DLQ are not counted (the parked alarm says so)."), form];
+    h("p", { class: "muted" }, "committed + duplicates + pending + quarantined + in flight, by count and by amount per currency: the stores checked against each other (the auditor's). Without the producer's manifest, a transaction no record names is not seen: `dlqctl reconcile --manifest` proves against what was sent. Messages in the queues, the DLQ and parked behind it count as queued: UNDECIDED until settled."), form];
   if (!q.get("period")) return show(...head);
   let r;
   try {
@@ -460,7 +460,7 @@ async function evidence(_, q) {
   const named = (title, items) => items?.length ? [h("h2", {}, title), h("ul", {}, items.map((i) => h("li", {}, i)))] : [];
   show(...head,
     h("h2", {}, `${q.get("period")}: `, h("span", { id: "verdict", class: `badge ${r.verdict}` }, r.verdict)),
-    r.verdict === "UNDECIDED" ? h("p", { class: "warn" }, `${r.queued} messages still queued: what they become decides.`) : "",
+    r.verdict === "UNDECIDED" ? h("p", { class: "warn" }, `${r.queued} messages still in the main queue, the DLQ or parked behind it: what they become decides.`) : "",
     table(["State", "Count", "Amount"], Object.entries(r.by_state).map(([state, t]) => [state, t.count, amounts(t)]), [1]),
     h("h2", {}, "By entity and period"),
     table(["Entity and period", "States"], Object.entries(r.by_entity_period).map(([ep, c]) => [ep, Object.entries(c).map(([k, n]) => `${k} ${n}`).join(", ")])),

@@ -115,6 +115,8 @@ pub struct ResourceNames {
     pub prefix: String,
     pub main_queue: String,
     pub dead_letter_queue: String,
+    /// Behind the DLQ: the dead letters the enricher kept failing on.
+    pub parking_queue: String,
     pub ledger_table: String,
     pub envelope_table: String,
     pub reference_table: String,
@@ -141,6 +143,7 @@ impl ResourceNames {
             prefix: prefix.to_owned(),
             main_queue: format!("{prefix}-main"),
             dead_letter_queue: format!("{prefix}-dead-letter"),
+            parking_queue: format!("{prefix}-parked"),
             ledger_table: format!("{prefix}-ledger-by-period"),
             envelope_table: format!("{prefix}-envelopes"),
             reference_table: format!("{prefix}-reference"),
@@ -173,7 +176,11 @@ impl ResourceNames {
     /// The same deployment with FIFO queues (SQS wants their names to end in `.fifo`): producers
     /// set the message group to the ledger entity, so each entity's transactions keep their order.
     pub fn with_fifo_queues(mut self) -> Self {
-        for q in [&mut self.main_queue, &mut self.dead_letter_queue] {
+        for q in [
+            &mut self.main_queue,
+            &mut self.dead_letter_queue,
+            &mut self.parking_queue,
+        ] {
             if !q.ends_with(FIFO_SUFFIX) {
                 q.push_str(FIFO_SUFFIX);
             }

@@ -18,6 +18,7 @@ pub mod vars {
     pub const REPLAY_SENDERS: &str = "DLQ_REPLAY_SENDERS";
     pub const MAIN_QUEUE_URL: &str = "DLQ_MAIN_QUEUE_URL";
     pub const DEAD_LETTER_QUEUE_URL: &str = "DLQ_DEAD_LETTER_QUEUE_URL";
+    pub const PARKING_QUEUE_URL: &str = "DLQ_PARKING_QUEUE_URL";
     pub const LEDGER_TABLE: &str = "DLQ_LEDGER_TABLE";
     pub const REFERENCE_TABLE: &str = "DLQ_REFERENCE_TABLE";
     pub const AUDIT_TABLE: &str = "DLQ_AUDIT_TABLE";
@@ -74,11 +75,13 @@ pub fn environment(
     names: &resources::ResourceNames,
     main_queue_url: &str,
     dlq_url: &str,
+    parked_url: &str,
 ) -> Vec<(&'static str, String)> {
     vec![
         (vars::STACK_PREFIX, names.prefix.clone()),
         (vars::MAIN_QUEUE_URL, main_queue_url.to_owned()),
         (vars::DEAD_LETTER_QUEUE_URL, dlq_url.to_owned()),
+        (vars::PARKING_QUEUE_URL, parked_url.to_owned()),
         (vars::LEDGER_TABLE, names.ledger_table.clone()),
         (vars::REFERENCE_TABLE, names.reference_table.clone()),
         (vars::AUDIT_TABLE, names.audit_table.clone()),
@@ -475,8 +478,9 @@ impl ReplaySettings {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ControlSettings {
     pub replay: ReplaySettings,
-    /// The DLQ, whose depth a reconciliation waits on.
+    /// The DLQ and the queue behind it, whose depths a reconciliation waits on.
     pub dead_letter_queue_url: String,
+    pub parking_queue_url: String,
     pub roles: crate::domain::operator::RoleNames,
     /// Who a console sign-in is (`DLQ_CONSOLE_GROUPS`; unset: no console sign-in is answered).
     pub console: Option<crate::domain::console::ConsoleSignIn>,
@@ -495,6 +499,7 @@ impl ControlSettings {
         Ok(ControlSettings {
             replay: ReplaySettings::read(&env)?,
             dead_letter_queue_url: env.name(vars::DEAD_LETTER_QUEUE_URL)?,
+            parking_queue_url: env.name(vars::PARKING_QUEUE_URL)?,
             roles: env.parsed(vars::OPERATOR_ROLES)?,
             console: console_sign_in(&env)?,
             decision_key: env.name(vars::DECISION_KEY)?,

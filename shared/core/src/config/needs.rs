@@ -38,6 +38,7 @@ pub const REPLAY: &[&str] = &[
 pub const CONTROL: &[&str] = &[
     MAIN_QUEUE_URL,
     DEAD_LETTER_QUEUE_URL,
+    PARKING_QUEUE_URL,
     ENVELOPE_TABLE,
     LEDGER_TABLE,
     REFERENCE_TABLE,

@@ -6,10 +6,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 fn valid() -> HashMap<String, String> {
     let n = resources::ResourceNames::derive("acme", "123456789012", "eu-west-1");
     let url = |q: &str| format!("https://sqs.eu-west-1.amazonaws.com/123456789012/{q}");
-    environment(&n, &url(&n.main_queue), &url(&n.dead_letter_queue))
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect()
+    environment(
+        &n,
+        &url(&n.main_queue),
+        &url(&n.dead_letter_queue),
+        &url(&n.parking_queue),
+    )
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
 }
 
 type Parsed = Result<BTreeMap<String, String>, ConfigError>;

@@ -57,6 +57,11 @@ pub const VARIABLES: &[Variable] = &[
         Rule::QueueUrl,
         "the DLQ the consumer dead-letters to (and whose depth the control plane's reconciliation waits on)",
     ),
+    required(
+        vars::PARKING_QUEUE_URL,
+        Rule::QueueUrl,
+        "the queue behind the DLQ, where the dead letters the enricher kept failing on wait (the control plane's reconciliation waits on it)",
+    ),
     required(vars::LEDGER_TABLE, Rule::TableName, "the ledger table"),
     required(
         vars::REFERENCE_TABLE,

@@ -33,9 +33,9 @@ port! {
         fn ordered(&self) -> bool {
             false
         }
-        /// The messages still in the pipeline's queues, the main queue's and the DLQ's (visible,
-        /// in flight or delayed): what a reconciliation waits on before it can settle. `None`:
-        /// this queue does not see the DLQ, and nothing reconciles through it.
+        /// The messages still in the pipeline's queues, the main queue's, the DLQ's and those
+        /// parked behind it (visible, in flight or delayed): what a reconciliation waits on before
+        /// it can settle. `None`: this queue does not see them, and nothing reconciles through it.
         fn queued(&self) -> impl Future<Output = StoreResult<Option<Queued>>> + Send {
             async { Ok(None) }
         }
@@ -47,11 +47,13 @@ port! {
 pub struct Queued {
     pub main: u64,
     pub dead_letters: u64,
+    /// Behind the DLQ: dead letters the enricher kept failing on (never enveloped until sent back).
+    pub parked: u64,
 }
 
 impl Queued {
     pub fn total(&self) -> u64 {
-        self.main.saturating_add(self.dead_letters)
+        self.main.saturating_add(self.dead_letters).saturating_add(self.parked)
     }
 }
 

@@ -225,7 +225,8 @@ pub fn conclude(
         &read.linked,
         &exceptions.envelopes,
         &exceptions.audit,
-        queued.dead_letters == 0,
+        // A letter parked behind the DLQ has no envelope yet, as one still in it.
+        queued.dead_letters == 0 && queued.parked == 0,
     );
     // The period's transactions: the read held only its postings, the outcomes are cut here.
     let outcomes = match period {

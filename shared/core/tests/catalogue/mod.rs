@@ -160,11 +160,15 @@ pub fn operator(r: Result<impl std::fmt::Display, String>) -> String {
 pub fn config(vars: &[(&str, &str)]) -> String {
     let names = recon_core::resources::ResourceNames::derive("acme", "123456789012", "eu-west-1");
     let url = |q: &str| format!("https://sqs.eu-west-1.amazonaws.com/123456789012/{q}");
-    let mut env: HashMap<String, String> =
-        recon_core::config::environment(&names, &url(&names.main_queue), &url(&names.dead_letter_queue))
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
+    let mut env: HashMap<String, String> = recon_core::config::environment(
+        &names,
+        &url(&names.main_queue),
+        &url(&names.dead_letter_queue),
+        &url(&names.parking_queue),
+    )
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
     for (k, v) in vars {
         if v.is_empty() {
             env.remove(*k);

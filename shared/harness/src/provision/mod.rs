@@ -240,7 +240,9 @@ pub async fn ensure_stack(clients: &AwsClients, names: &ResourceNames, settings:
     };
     let (main_queue_url, main_queue_arn) = queue(ids::MAIN_QUEUE)?;
     let (dlq_url, dlq_arn) = queue(ids::DEAD_LETTER_QUEUE)?;
+    let (parked_url, _) = queue(ids::PARKING_QUEUE)?;
     Ok(Stack {
+        parked_url,
         names,
         main_queue_url,
         main_queue_arn,
@@ -347,6 +349,7 @@ mod tests {
             main_queue_arn: "arn:aws:sqs:eu-west-1:123456789012:prod-main".into(),
             dlq_url: "https://sqs.eu-west-1.amazonaws.com/123456789012/prod-dead-letter".into(),
             dlq_arn: "arn:aws:sqs:eu-west-1:123456789012:prod-dead-letter".into(),
+            parked_url: "https://sqs.eu-west-1.amazonaws.com/123456789012/prod-parked".into(),
             names,
         };
         let shell = |k: &str| match k {

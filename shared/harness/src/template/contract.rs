@@ -118,7 +118,12 @@ fn each_function_starts_with_the_template_s_environment_and_names_the_deployment
         let d = deployed(&ledger_parameters(kind));
         let names = d.names().unwrap();
         let url = |id: &str| d.reference_of(id).unwrap().to_owned();
-        let wanted = config::environment(&names, &url(ids::MAIN_QUEUE), &url(ids::DEAD_LETTER_QUEUE));
+        let wanted = config::environment(
+            &names,
+            &url(ids::MAIN_QUEUE),
+            &url(ids::DEAD_LETTER_QUEUE),
+            &url(ids::PARKING_QUEUE),
+        );
         // On AWS a sender is its role's session (the local stack's are all the account's).
         let senders = [
             (vars::CONSUMER_SENDERS, format!("{}:", role_id("ConsumerRole"))),

@@ -329,6 +329,7 @@ impl<'t> Deployment<'t> {
             prefix: self.parameter("StackPrefix")?,
             main_queue: self.text(ids::MAIN_QUEUE, "QueueName")?,
             dead_letter_queue: self.text(ids::DEAD_LETTER_QUEUE, "QueueName")?,
+            parking_queue: self.text(ids::PARKING_QUEUE, "QueueName")?,
             ledger_table: table(TableKind::Ledger)?,
             envelope_table: table(TableKind::Envelopes)?,
             reference_table: table(TableKind::Reference)?,
