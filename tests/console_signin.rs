@@ -6,6 +6,7 @@
 use recon_core::control::http::CONSOLE_ROUTE;
 use recon_core::domain::AuditKind;
 use recon_core::domain::console::ConsoleSignIn;
+use recon_core::ports::EnvelopeStore;
 use recon_harness::stack::TestStack;
 use serde_json::{Value, json};
 
@@ -243,6 +244,16 @@ async fn a_console_reader_triages_pages_filters_and_opens_envelopes() {
         (200, Some(0)),
         "{requests}"
     );
+
+    // The store's cursor after any envelope of a page: the next page starts just after it.
+    let store =
+        recon_aws::dynamodb::DynamoEnvelopeStore::new(s.clients.dynamodb.clone(), &s.stack.names.envelope_table);
+    let pending = recon_core::domain::EnvelopeStatus::Pending;
+    let ids = |es: &[recon_core::domain::DlqEnvelope]| es.iter().map(|e| e.envelope_id.clone()).collect::<Vec<_>>();
+    let (all, _) = store.list_by_status(pending, None, 10).await.unwrap();
+    let after = Some(store.cursor_after(&all[1]));
+    let (rest, _) = store.list_by_status(pending, after, 10).await.unwrap();
+    assert_eq!(ids(&rest), ids(&all[2..]));
 
     // Break-glass reads the stores itself: the control plane reads nothing for it (audited).
     let (status, body) = c.ask("break-glass", "mallory", json!({"operation": "triage"})).await;

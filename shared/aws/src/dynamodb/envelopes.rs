@@ -157,6 +157,20 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         Ok((envelopes_of(&items)?, next))
     }
 
+    /// The status index's key of `e`, as DynamoDB gives it for the last item of a page.
+    fn cursor_after(&self, e: &DlqEnvelope) -> String {
+        let index = e.index_keys();
+        let key: Item = [
+            (keys::ENVELOPE_PK, e.envelope_id.clone()),
+            (keys::ENVELOPE_STATUS, index.status.to_owned()),
+            (keys::ENVELOPE_AGE, index.age),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), s(v)))
+        .collect();
+        encode_cursor(Some(key)).unwrap_or_default()
+    }
+
     async fn list_all(&self, cursor: Option<String>, limit: usize) -> StoreResult<EnvelopePage> {
         let out = self
             .client

@@ -26,6 +26,8 @@ use crate::replay::ReplayPorts;
 pub const MAX_SCANNED: usize = 2_000;
 /// The most envelopes one page returns.
 pub const MAX_PAGE: usize = 200;
+/// The most envelopes one request to the store reads for a page.
+const STORE_PAGE: usize = 500;
 /// The most requests one page of requests returns.
 pub const MAX_REQUESTS: usize = 100;
 /// Ledger segments a reconciliation reads at once.
@@ -220,10 +222,14 @@ where
         let status = q.status.unwrap_or(EnvelopeStatus::Pending);
         let deadline = asked.deadline.map(|d| Deadline::at(&*r.clock, d));
         let (mut rows, mut scanned, mut cursor) = (Vec::new(), 0, q.cursor.clone());
-        loop {
-            // Never more than the page has room for, nor past the read's bound: the cursor then
-            // stands after the last envelope looked at, none skipped.
-            let want = (limit - rows.len()).min(MAX_SCANNED - scanned);
+        for round in 0u32.. {
+            // What the page has room for, doubled each round a filter leaves it short (a rare
+            // one reads the store in few requests), never past the read's bound.
+            let room = limit - rows.len();
+            let want = (room << round.min(8))
+                .min(STORE_PAGE)
+                .max(room)
+                .min(MAX_SCANNED - scanned);
             let at = cursor.take();
             let (page, next) = r.store.list_by_status(status, at.clone(), want).await?;
             if next.is_some() && next == at {
@@ -231,9 +237,22 @@ where
                     crate::ports::StoreError::infra("the envelope store's cursor did not move").into(),
                 ));
             }
-            scanned += page.len();
-            rows.extend(page.iter().filter(|e| q.matches(e, now)).map(EnvelopeRow::from));
             cursor = next;
+            for (i, e) in page.iter().enumerate() {
+                scanned += 1;
+                if !q.matches(e, now) {
+                    continue;
+                }
+                rows.push(EnvelopeRow::from(e));
+                if rows.len() == limit {
+                    // Full inside the store's page: the next one starts just after this envelope
+                    // (none skipped), or where the store's would.
+                    if i + 1 < page.len() {
+                        cursor = Some(r.store.cursor_after(e));
+                    }
+                    break;
+                }
+            }
             let late = deadline
                 .as_ref()
                 .is_some_and(|d| d.within(&*r.clock, r.config.deadline_margin));

@@ -70,6 +70,9 @@ port! {
             cursor: Option<String>,
             limit: usize,
         ) -> impl Future<Output = StoreResult<EnvelopePage>> + Send;
+        /// The cursor of [`EnvelopeStore::list_by_status`] that goes on just after `e`, an envelope
+        /// that list returned: a reader that stops inside a page starts its next one there.
+        fn cursor_after(&self, e: &DlqEnvelope) -> String;
         /// Every envelope, a page at a time (no order).
         fn list_all(&self, cursor: Option<String>, limit: usize) -> impl Future<Output = StoreResult<EnvelopePage>> + Send;
         /// Claim an envelope for a replay: from PENDING, or from REPLAYING whose lease ended before

@@ -537,3 +537,49 @@ async fn a_reconciliation_that_cannot_see_the_queues_is_refused_not_concluded() 
     ));
     assert_eq!(records(&w, AuditKind::AccessRefused).await.len(), 2);
 }
+
+/// A page of a filter fills inside the store's page: the next starts just after its last
+/// envelope, so every match is shown once, none skipped, however the store's pages fall.
+#[tokio::test]
+async fn pages_of_a_filter_show_each_match_once() {
+    let w = world();
+    // Oldest first: XAG at the 2nd, 3rd and 6th of eight.
+    let mut want = Vec::new();
+    for i in 1..=8u32 {
+        let m = if [2, 3, 6].contains(&i) {
+            tx_in(i, "XAG", "1.5")
+        } else {
+            xau(i)
+        };
+        let e = w
+            .envelope(&format!("e{i}"), &m, ChronoDuration::hours(i64::from(20 - i)))
+            .await;
+        if m.currency == "XAG" {
+            want.push(e.envelope_id);
+        }
+    }
+    let control = control(&w);
+    let viewer = caller("viewer", "vera");
+    let (mut seen, mut cursor, mut pages) = (Vec::new(), serde_json::Value::Null, 0);
+    loop {
+        let query = serde_json::json!({"currency": "XAG", "limit": 1, "cursor": cursor});
+        let page = control
+            .handle_as(&viewer, Command::Envelopes(serde_json::from_value(query).unwrap()))
+            .await
+            .unwrap();
+        seen.extend(
+            page["envelopes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["envelope_id"].clone()),
+        );
+        pages += 1;
+        cursor = page["cursor"].clone();
+        if cursor.is_null() || pages > 10 {
+            break;
+        }
+    }
+    let ids: Vec<String> = seen.iter().map(|v| v.as_str().unwrap().to_owned()).collect();
+    assert_eq!(ids, want, "{pages} pages");
+}

@@ -185,6 +185,10 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         Ok(page(all, DlqEnvelope::age_key, cursor, limit))
     }
 
+    fn cursor_after(&self, e: &DlqEnvelope) -> String {
+        e.age_key()
+    }
+
     async fn list_all(&self, cursor: Option<String>, limit: usize) -> StoreResult<EnvelopePage> {
         let all = lock(&self.state).envelopes.values().cloned().collect();
         Ok(page(all, |e| e.envelope_id.clone(), cursor, limit))

@@ -323,6 +323,9 @@ impl<P: EnvelopeStore> EnvelopeStore for Faulty<P> {
             .call("Envelopes.list_all", self.inner.list_all(cursor, limit))
             .await
     }
+    fn cursor_after(&self, e: &DlqEnvelope) -> String {
+        self.inner.cursor_after(e)
+    }
     async fn claim(
         &self,
         envelope_id: &str,
