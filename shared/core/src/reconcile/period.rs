@@ -213,7 +213,8 @@ pub async fn read_period_segment<R: LedgerReader + ?Sized>(
 
 /// What a read of the stores concludes: each message's outcome (only those of `period` when one
 /// was read), the problems met, and the reconciliation against `manifest` with `queued` still in
-/// the queues (read after the stores: what was in flight then is counted there or here).
+/// the queues (read after the stores: a message settled in between is counted in neither, which
+/// errs towards not holding, never towards HOLDS).
 pub fn conclude(
     read: LedgerRead,
     exceptions: &Exceptions,
