@@ -43,11 +43,11 @@ fn replay(selector: Selector, reason: &str) -> ReplayRequest {
 }
 
 async fn dead_letter(s: &TestStack, from: u32, to: u32) {
-    let consumer = s.consumer_with(s.ledger(), s.main_queue());
-    s.send(&(from..=to).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>())
-        .await;
-    s.pump(&consumer).await;
-    s.pump_dlq(&s.enricher(10_000)).await;
+    s.enveloped(
+        &(from..=to).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>(),
+        10_000,
+    )
+    .await;
 }
 
 /// `request` reads back from the envelope table as written, and its requester cannot approve it.

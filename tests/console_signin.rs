@@ -112,11 +112,8 @@ async fn a_console_sign_in_is_the_person_its_token_names_in_a_role_its_groups_gi
 #[tokio::test]
 async fn a_console_maker_is_not_their_own_approver_through_either_door() {
     let s = TestStack::new("con-checker").await;
-    let consumer = s.consumer_with(s.ledger(), s.main_queue());
-    s.send(&(1..=3).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>())
+    s.enveloped(&(1..=3).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>(), 10_000)
         .await;
-    s.pump(&consumer).await;
-    s.pump_dlq(&s.enricher(10_000)).await;
     let c = console(&s).await;
     let admin = |body| ask(&c, "ada@example.com", "[fin-admins]", None, body);
     assert_eq!(
@@ -169,11 +166,8 @@ async fn a_console_maker_is_not_their_own_approver_through_either_door() {
 #[tokio::test]
 async fn a_console_reader_triages_pages_filters_and_opens_envelopes() {
     let s = TestStack::new("con-reads").await;
-    let consumer = s.consumer_with(s.ledger(), s.main_queue());
-    s.send(&(1..=5).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>())
+    s.enveloped(&(1..=5).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>(), 10_000)
         .await;
-    s.pump(&consumer).await;
-    s.pump_dlq(&s.enricher(10_000)).await;
     let c = console(&s).await;
     let viewer = |body| ask(&c, "vera@example.com", "[fin-viewers]", None, body);
 

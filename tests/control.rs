@@ -131,11 +131,9 @@ async fn each_role_asks_only_its_own_operations_and_every_refusal_is_audited() {
 #[tokio::test]
 async fn a_makers_replay_above_the_policy_runs_only_once_another_person_approves_it() {
     let s = TestStack::new("ctl-approve").await;
-    let consumer = s.consumer_with(s.ledger(), s.main_queue());
-    s.send(&(1..=3).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>())
+    let consumer = s
+        .enveloped(&(1..=3).map(|n| xau(n).to_body().unwrap()).collect::<Vec<_>>(), 10_000)
         .await;
-    s.pump(&consumer).await;
-    s.pump_dlq(&s.enricher(10_000)).await;
     let c = Control::new(&s).await;
     let (status, _) = c
         .ask(

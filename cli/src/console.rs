@@ -37,13 +37,7 @@ const SIGN_IN_HOURS: i64 = 8;
 const MAX_SIGN_INS: usize = 256;
 /// The roles a local sign-in may act in: every operator role but break-glass (which the console
 /// door refuses, as on AWS).
-const ROLES: [OperatorRole; 5] = [
-    OperatorRole::Viewer,
-    OperatorRole::Maker,
-    OperatorRole::Approver,
-    OperatorRole::Auditor,
-    OperatorRole::Admin,
-];
+const ROLES: [OperatorRole; 5] = recon_core::domain::operator::READERS;
 
 /// A local sign-in: who, in which role, until when.
 struct SignIn {

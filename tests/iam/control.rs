@@ -32,7 +32,6 @@ fn the_control_plane_calls_exactly_what_its_role_grants() {
 
 async fn control_plane_calls() {
     let s = recon_harness::stack::TestStack::new("iam-ctl").await;
-    let consumer = s.consumer_with(s.ledger(), s.main_queue());
     let mut bodies: Vec<String> = (1..=5).map(|n| xau(n).to_body().unwrap()).collect();
     // A body too large for its envelope: the replay reads it from the bucket.
     let mut large = serde_json::from_str::<Value>(&xau(6).to_body().unwrap()).unwrap();
@@ -43,9 +42,7 @@ async fn control_plane_calls() {
     let mut unreadable = serde_json::from_str::<Value>(&xau(7).to_body().unwrap()).unwrap();
     unreadable["amount"] = "12,50".into();
     bodies.push(unreadable.to_string());
-    s.send(&bodies).await;
-    s.pump(&consumer).await;
-    s.pump_dlq(&s.enricher(10_000)).await;
+    s.enveloped(&bodies, 10_000).await;
     let own = own_clients().await;
     // Every appended record seals, so the second seal reads the first by its version.
     let mut settings = s.control_settings();

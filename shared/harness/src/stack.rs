@@ -285,13 +285,24 @@ impl TestStack {
         ))
     }
 
-    /// `bodies` through a day of remediation: consumed, the dead letters enveloped (high-water
-    /// `high_water`), XAU mapped (4 minor units), the sweep's replay, and consumed again.
-    pub async fn remediated(&self, bodies: &[String], high_water: i64) {
+    /// `bodies` sent, consumed, and their dead letters enveloped (high-water `high_water`): the
+    /// consumer, to consume what follows.
+    pub async fn enveloped(
+        &self,
+        bodies: &[String],
+        high_water: i64,
+    ) -> Arc<Consumer<AnyLedger, SqsQueue, SqsQueue, Arc<DynamoReferenceData>, DynamoAuditLog>> {
         let consumer = self.consumer_with(self.ledger(), self.main_queue());
         self.send(bodies).await;
         self.pump(&consumer).await;
         self.pump_dlq(&self.enricher(high_water)).await;
+        consumer
+    }
+
+    /// `bodies` through a day of remediation: consumed, the dead letters enveloped (high-water
+    /// `high_water`), XAU mapped (4 minor units), the sweep's replay, and consumed again.
+    pub async fn remediated(&self, bodies: &[String], high_water: i64) {
+        let consumer = self.enveloped(bodies, high_water).await;
         self.map_currency("XAU", 4).await;
         self.replayer()
             .run(&recon_testkit::builders::sweep_request(), None)

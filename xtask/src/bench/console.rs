@@ -95,11 +95,11 @@ async fn measure(args: &ConsoleArgs) -> Result<(), String> {
     };
     let reads: [(&str, Command); 5] = [
         ("triage", Command::Triage),
-        ("envelopes, first page (50)", Command::Envelopes(Box::default())),
         (
-            "envelopes, a rare cause (1 in 1,000)",
-            Command::Envelopes(Box::new(rare)),
+            "envelopes, first page (50)",
+            Command::Envelopes(EnvelopeQuery::default()),
         ),
+        ("envelopes, a rare cause (1 in 1,000)", Command::Envelopes(rare)),
         (
             "one envelope",
             Command::Envelope {

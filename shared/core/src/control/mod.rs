@@ -80,9 +80,8 @@ pub enum Command {
     },
     /// The PENDING envelopes grouped by failure code and root cause (reads only).
     Triage,
-    /// A page of envelopes (reads only). Boxed: the largest command, held by every future that
-    /// holds one.
-    Envelopes(Box<EnvelopeQuery>),
+    /// A page of envelopes (reads only).
+    Envelopes(EnvelopeQuery),
     /// One envelope in full (reads only).
     Envelope {
         envelope_id: String,

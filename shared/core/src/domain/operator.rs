@@ -100,9 +100,10 @@ impl Operation {
     }
 }
 
-/// The roles that read what the console shows: every operator role but break-glass (which the
-/// control plane grants nothing).
-const READERS: [OperatorRole; 5] = [
+/// Every operator role but break-glass (which the control plane grants nothing and the console
+/// never admits): the roles that read what the console shows, and the roles a console sign-in
+/// may act in.
+pub const READERS: [OperatorRole; 5] = [
     OperatorRole::Viewer,
     OperatorRole::Maker,
     OperatorRole::Approver,
