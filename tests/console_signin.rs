@@ -174,6 +174,7 @@ async fn a_console_reader_triages_pages_filters_and_opens_envelopes() {
     let (status, triage) = viewer(json!({"operation": "triage"})).await;
     assert_eq!(status, 200, "{triage}");
     assert_eq!(triage["envelopes"], 5, "{triage}");
+    assert_eq!(triage["counted"], "totals", "read from the store's totals: {triage}");
     let group = &triage["groups"][0];
     assert_eq!(
         (group["root_cause"].as_str(), group["count"].as_u64()),
@@ -336,5 +337,70 @@ async fn a_console_auditor_reconciles_a_period_and_the_control_plane_says_what_h
     assert_eq!(status, 403);
     let (status, _) = auditor(json!({"operation": "reconcile", "period": "2026-13"})).await;
     assert_eq!(status, 400);
+    s.cleanup().await;
+}
+
+/// A totals item that refuses the creation's `ADD` (on AWS: one that would grow past DynamoDB's
+/// 400 KB an item, which DynamoDB Local does not enforce; here: a count made a string, which both
+/// refuse alike, as a validation error of that item): the envelope is written all the same,
+/// without its totals, and the counter's item says so; triage then counts the envelopes
+/// themselves, with the same answer.
+#[tokio::test]
+async fn an_envelope_whose_totals_item_refuses_it_is_written_and_triage_counts_the_envelopes() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use recon_core::ports::{Backlog, CreateOutcome};
+    use recon_core::resources::keys;
+    let s = TestStack::new("con-full").await;
+    let store = s.envelope_store();
+    let first = recon_testkit::builders::envelope("full-1");
+    assert_eq!(store.create(&first).await, Ok(CreateOutcome::Created));
+    let c = console(&s).await;
+    let viewer = |body| ask(&c, "vera@example.com", "[fin-viewers]", None, body);
+    let (status, triage) = viewer(json!({"operation": "triage"})).await;
+    assert_eq!(
+        (status, &triage["counted"], &triage["envelopes"]),
+        (200, &json!("totals"), &json!(1)),
+        "{triage}"
+    );
+
+    // Its totals item, its count made a string.
+    let table = &s.stack.names.envelope_table;
+    let ddb = &s.clients.dynamodb;
+    let totals = ddb
+        .query()
+        .table_name(table)
+        .index_name(recon_core::resources::indexes::BY_STATUS_AGE.name)
+        .key_condition_expression("#s = :s")
+        .expression_attribute_names("#s", keys::ENVELOPE_STATUS)
+        .expression_attribute_values(":s", AttributeValue::S(keys::ENVELOPE_TOTALS_STATUS.into()))
+        .send()
+        .await
+        .expect("query the totals");
+    assert_eq!(totals.items().len(), 1, "one totals item");
+    ddb.update_item()
+        .table_name(table)
+        .key(keys::ENVELOPE_PK, totals.items()[0][keys::ENVELOPE_PK].clone())
+        .update_expression("SET n = :s")
+        .expression_attribute_values(":s", AttributeValue::S("not a number".into()))
+        .send()
+        .await
+        .expect("spoil the count");
+
+    // Another envelope of the group and month.
+    let second = recon_testkit::builders::envelope("full-2");
+    assert_eq!(store.create(&second).await, Ok(CreateOutcome::Created));
+    assert_eq!(store.pending_count().await, Ok(2));
+    assert_eq!(
+        store.triage_totals().await,
+        Ok(None),
+        "the totals say they no longer cover every envelope"
+    );
+    let (status, triage) = viewer(json!({"operation": "triage"})).await;
+    assert_eq!(status, 200, "{triage}");
+    assert_eq!(
+        (&triage["counted"], &triage["envelopes"]),
+        (&json!("envelopes"), &json!(2)),
+        "{triage}"
+    );
     s.cleanup().await;
 }

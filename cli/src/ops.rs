@@ -218,9 +218,19 @@ pub async fn index_periods(clients: &AwsClients, names: &ResourceNames) -> Resul
     store
         .mark_periods_indexed("dlqctl index-periods", chrono::Utc::now())
         .await?;
-    let out = serde_json::json!({"envelopes": envelopes, "audit_records": records});
+    // Triage's totals cover every envelope only where none was PENDING before they were kept:
+    // a new stack's table.
+    let totals = store
+        .mark_totals_kept("dlqctl index-periods", chrono::Utc::now())
+        .await?;
+    let out = serde_json::json!({"envelopes": envelopes, "audit_records": records, "triage_totals": totals});
     crate::output::emit(&out, || {
-        format!("given their entry in the period indexes: {envelopes} envelopes, {records} audit records")
+        let totals = if totals {
+            "triage reads its totals"
+        } else {
+            "triage counts the envelopes themselves (the table held PENDING envelopes before its totals were kept)"
+        };
+        format!("given their entry in the period indexes: {envelopes} envelopes, {records} audit records; {totals}")
     })
 }
 

@@ -68,6 +68,14 @@ pub mod keys {
     /// has its entry there (`dlqctl index-periods` puts it when done; the local setup, when it
     /// created the tables with their indexes): until it exists, reads by period are refused.
     pub const ENVELOPE_PERIODS_MARKER: &str = "#meta#periods";
+    /// Key of the item that says triage's totals cover every envelope (`decisions::totals`): put
+    /// only while the table never held a PENDING envelope (the local setup, `dlqctl
+    /// index-periods` on a new stack); until it exists, triage counts the envelopes themselves.
+    pub const ENVELOPE_TOTALS_MARKER: &str = "#meta#totals";
+    /// Prefix of triage's totals items: `#totals#<month>#<code>#<digest of the root cause>`.
+    pub const ENVELOPE_TOTALS_PREFIX: &str = "#totals#";
+    /// The `status` of the totals items: their partition of the status index.
+    pub const ENVELOPE_TOTALS_STATUS: &str = "#TRIAGE_TOTALS";
     /// Prefix of the audit outbox's items (records written with the decision they record).
     pub const ENVELOPE_OUTBOX_PREFIX: &str = "#outbox#";
     /// The `status` of outbox items: their partition of the status index, oldest first.

@@ -2,6 +2,7 @@
 //! memory adapters in `recon-core`'s tests, the AWS adapters on the local stack. One definition of
 //! the behaviour, so the two cannot drift apart.
 
+use recon_core::decisions::totals;
 use recon_core::domain::status::IllegalTransition;
 use recon_core::domain::{AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, StatusChange};
 use recon_core::ports::{
@@ -18,6 +19,28 @@ pub use groups::{an_envelope_named_twice_is_claimed_once, envelopes_are_claimed_
 pub use ledger::{
     ledger_fails_transiently_when_unreachable, ledger_keeps_each_transaction_once, ledger_reads_by_period, posting,
 };
+
+/// The store's triage totals (`decisions::totals`) of root cause `cause` equal a recount of the
+/// envelopes `ids` name, as the store holds them now: every change into or out of PENDING moved
+/// them, in the same write.
+pub async fn totals_agree<S: EnvelopeStore + Backlog>(store: &S, cause: &str, ids: &[String]) {
+    let mut envelopes = Vec::new();
+    for id in ids {
+        envelopes.extend(store.get(id).await.expect("get"));
+    }
+    assert!(
+        envelopes.iter().all(|e| e.root_cause == cause),
+        "the envelopes are of {cause}"
+    );
+    let want = totals::recount(&envelopes).expect("recount");
+    let kept = store
+        .triage_totals()
+        .await
+        .expect("triage totals")
+        .expect("the store keeps triage totals for every envelope");
+    let got = totals::normalized(kept.into_iter().filter(|(k, _)| k.root_cause == cause).collect());
+    assert_eq!(got, want, "triage totals of {cause}");
+}
 
 /// The envelope life cycle (`domain::status`), whatever the store: an envelope is born PENDING
 /// or QUARANTINED, changes only under a claim, and a settled one never changes again; a refused
@@ -38,8 +61,15 @@ pub async fn envelope_store_keeps_the_life_cycle<S: EnvelopeStore + Backlog>(sto
     );
     assert_eq!(status().await, None, "a refused create writes nothing");
 
-    assert_eq!(store.create(&builders::envelope(id)).await, Ok(CreateOutcome::Created));
+    // Its triage totals apart from any other test's: a root cause of its own.
+    let cause = format!("CONFORMANCE:{id}");
+    let ids = [id.to_owned()];
+    let totals = || totals_agree(store, &cause, &ids);
+    let mut born = builders::envelope(id);
+    born.root_cause = cause.clone();
+    assert_eq!(store.create(&born).await, Ok(CreateOutcome::Created));
     assert_eq!(pending().await, before + 1);
+    totals().await;
 
     // A claim whose history entry would say anything but REPLAYING is refused before writing.
     let now = builders::now();
@@ -79,10 +109,17 @@ pub async fn envelope_store_keeps_the_life_cycle<S: EnvelopeStore + Backlog>(sto
         "a stale claim writes nothing"
     );
     assert_eq!(pending().await, before + 1);
+    totals().await;
+
+    // Claimed and released: out of the count and the totals, and back in.
+    settle_by_hand(store, id, EnvelopeStatus::Pending).await;
+    assert_eq!(pending().await, before + 1);
+    totals().await;
 
     settle_by_hand(store, id, EnvelopeStatus::Quarantined).await;
     assert_eq!(status().await, Some(EnvelopeStatus::Quarantined));
     assert_eq!(pending().await, before);
+    totals().await;
 
     // Settled: no claim takes it back (QUARANTINED -> PENDING cannot be expressed).
     let reclaim = StatusChange {

@@ -5,6 +5,7 @@
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
+use recon_core::decisions::totals::{Contribution, Totals, TotalsKey};
 use recon_core::domain::status::{check_initial, check_transition};
 use recon_core::domain::{
     AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
@@ -18,8 +19,9 @@ use recon_core::resources::keys;
 use super::{applied, decode_cursor, encode_cursor, item_error, n, s};
 
 mod period;
+mod totals;
 mod transitions;
-use super::transact::{transact_applied, tx_put, tx_update};
+use super::transact::{first_condition_failed, transact, transact_applied, tx_put, tx_update};
 use crate::error::store_error;
 use crate::item::{Item, from_item, get_n, get_s, to_item};
 use transitions::{ClaimValues, FROM_PENDING, TAKEOVER, claim_update, finish_update, from_pending, takeover};
@@ -49,6 +51,16 @@ fn envelopes_of(items: &[Item]) -> StoreResult<Vec<DlqEnvelope>> {
         .filter(|i| get_s(i, keys::ENVELOPE_PK).is_some_and(|id| !id.starts_with('#')))
         .map(|i| from_item(i).map_err(|e| item_error("envelope", e)))
         .collect()
+}
+
+/// The totals items moved by `envelopes` entering (`sign` 1) or leaving (-1) PENDING.
+fn totals_moved<'e>(
+    table: &str,
+    envelopes: impl IntoIterator<Item = &'e DlqEnvelope>,
+    sign: i64,
+) -> StoreResult<Vec<TransactWriteItem>> {
+    let contributions: Vec<Contribution> = envelopes.into_iter().map(Contribution::of).collect();
+    totals::updates(table, &contributions, sign)
 }
 
 fn pending_delta(table: &str, delta: i64) -> StoreResult<TransactWriteItem> {
@@ -120,14 +132,37 @@ impl EnvelopeStore for DynamoEnvelopeStore {
             .set_item(Some(envelope_item(envelope)?))
             .condition_expression("attribute_not_exists(#pk)")
             .expression_attribute_names("#pk", keys::ENVELOPE_PK);
-        let mut req = self
-            .client
-            .transact_write_items()
-            .transact_items(tx_put(put, "envelope put")?);
-        if envelope.status == EnvelopeStatus::Pending {
-            req = req.transact_items(pending_delta(&self.table, 1)?);
+        let put = tx_put(put, "envelope put")?;
+        let pending = envelope.status == EnvelopeStatus::Pending;
+        let mut items = vec![put.clone()];
+        if pending {
+            items.push(pending_delta(&self.table, 1)?);
+            items.extend(totals::updates(&self.table, [&Contribution::of(envelope)], 1)?);
         }
-        if transact_applied(req, "TransactWriteItems(envelope create)").await? {
+        let req = self.client.transact_write_items().set_transact_items(Some(items));
+        let written = match transact(req).await {
+            Ok(_) => true,
+            // Its totals item refuses it (one that cannot hold another envelope's): written
+            // without, and said so.
+            Err(e) if pending && totals::refused(&e) => {
+                tracing::warn!(envelope_id = %envelope.envelope_id, "triage totals item full: written without its totals; triage counts envelopes");
+                let lost = Update::builder()
+                    .table_name(&self.table)
+                    .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
+                    .update_expression(format!("ADD pending :d SET {} = :t", totals::LOST))
+                    .expression_attribute_values(":d", n(1))
+                    .expression_attribute_values(":t", AttributeValue::Bool(true));
+                let req = self
+                    .client
+                    .transact_write_items()
+                    .transact_items(put)
+                    .transact_items(tx_update(lost, "pending counter, totals lost")?);
+                transact_applied(req, "TransactWriteItems(envelope create, without totals)").await?
+            }
+            Err(e) if first_condition_failed(&e) => false,
+            Err(e) => return Err(store_error("TransactWriteItems(envelope create)", e).into()),
+        };
+        if written {
             return Ok(CreateOutcome::Created);
         }
         match self.get(&envelope.envelope_id).await? {
@@ -195,12 +230,14 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         check_transition(EnvelopeStatus::Pending, change.status)?;
         let values = ClaimValues::of(claim, change)?;
         let update = |condition: &str| claim_update(&self.table, envelope_id, &values, seen, condition);
-        // From PENDING: leaves the pending count, in the same transaction.
-        let req = self
-            .client
-            .transact_write_items()
-            .transact_items(from_pending(update(FROM_PENDING))?)
-            .transact_items(pending_delta(&self.table, -1)?);
+        // What it adds to triage's totals: from fields that never change once it is created.
+        let Some(envelope) = self.get(envelope_id).await? else {
+            return Ok(false);
+        };
+        // From PENDING: leaves the pending count and the totals, in the same transaction.
+        let mut items = vec![from_pending(update(FROM_PENDING))?, pending_delta(&self.table, -1)?];
+        items.extend(totals_moved(&self.table, [&envelope], -1)?);
+        let req = self.client.transact_write_items().set_transact_items(Some(items));
         if transact_applied(req, "TransactWriteItems(replay claim)").await? {
             return Ok(true);
         }
@@ -267,7 +304,15 @@ impl EnvelopeStore for DynamoEnvelopeStore {
             record,
         )?);
         if change.status == EnvelopeStatus::Pending {
+            // Back to PENDING: into the count and the totals again.
+            let envelope = self
+                .get(envelope_id)
+                .await?
+                .ok_or_else(|| StoreError::infra("a settlement's envelope is missing"))?;
             req = req.transact_items(pending_delta(&self.table, 1)?);
+            for item in totals_moved(&self.table, [&envelope], 1)? {
+                req = req.transact_items(item);
+            }
         }
         if let Some(r) = audit {
             req = req.transact_items(outbox_put(&self.table, r)?);
@@ -369,6 +414,10 @@ impl Backlog for DynamoEnvelopeStore {
             .await?
             .and_then(|i| get_n(&i, "pending"))
             .unwrap_or(0))
+    }
+
+    async fn triage_totals(&self) -> StoreResult<Option<std::collections::BTreeMap<TotalsKey, Totals>>> {
+        self.read_totals().await
     }
 
     async fn raise_overflow(&self, record: &(dyn Fn(u64) -> AuditRecord + Sync)) -> StoreResult<Option<u64>> {

@@ -92,7 +92,7 @@ pub(super) fn conflicted(codes: &[Option<String>]) -> bool {
 }
 
 /// Did a transaction fail because its first condition (the envelope's) did not hold?
-fn first_condition_failed<R>(
+pub(super) fn first_condition_failed<R>(
     err: &SdkError<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError, R>,
 ) -> bool {
     use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;

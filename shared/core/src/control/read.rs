@@ -12,7 +12,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{Asked, Command, ControlError, ControlPlane, json};
-use crate::decisions::triage;
+use crate::decisions::{totals, triage};
 use crate::domain::approval::{Action, ApprovalRequest, RequestStatus};
 use crate::domain::identity::Identity;
 use crate::domain::policy::Exposure;
@@ -192,21 +192,37 @@ where
         }
     }
 
-    /// The PENDING envelopes grouped by failure code and root cause, largest first.
+    /// The PENDING envelopes grouped by failure code and root cause, largest first: from the
+    /// store's totals (a few items), or, where they do not cover every envelope, by reading
+    /// every PENDING envelope (`counted` says which).
     async fn triage(&self, asked: &Asked<'_>) -> Result<serde_json::Value, ControlError> {
         let r = &self.replayer;
-        let pending = crate::ports::all_envelopes(&r.store, Some(EnvelopeStatus::Pending)).await?;
         let snapshot = r.reference.snapshot().await?;
-        let deadlines = triage::deadlines(&pending, &snapshot);
-        let groups: Vec<GroupRow> = triage::triage(&pending)
+        let (groups, counted, read_count) = match crate::ports::Backlog::triage_totals(&r.store).await? {
+            Some(totals) => {
+                let groups = totals::groups(&totals, &snapshot).map_err(crate::ports::StoreError::infra)?;
+                (groups, "totals", totals.len())
+            }
+            None => {
+                let pending = crate::ports::all_envelopes(&r.store, Some(EnvelopeStatus::Pending)).await?;
+                let deadlines = triage::deadlines(&pending, &snapshot);
+                let groups = triage::triage(&pending)
+                    .into_iter()
+                    .map(|g| {
+                        let due = deadlines.get(&(g.failure_code, g.root_cause.clone())).copied();
+                        (g, due)
+                    })
+                    .collect();
+                (groups, "envelopes", pending.len())
+            }
+        };
+        let envelopes: u64 = groups.iter().map(|(g, _)| g.tally.count).sum();
+        let groups: Vec<GroupRow> = groups
             .into_iter()
-            .map(|group| GroupRow {
-                decide_before: deadlines.get(&(group.failure_code, group.root_cause.clone())).copied(),
-                group,
-            })
+            .map(|(group, decide_before)| GroupRow { group, decide_before })
             .collect();
-        read(asked, "triage", pending.len());
-        Ok(serde_json::json!({ "at": r.clock.now(), "envelopes": pending.len(), "groups": groups }))
+        read(asked, "triage", read_count);
+        Ok(serde_json::json!({ "at": r.clock.now(), "envelopes": envelopes, "counted": counted, "groups": groups }))
     }
 
     /// A page of the envelopes `q` selects, oldest first, and the cursor of the next (none: the

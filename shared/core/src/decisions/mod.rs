@@ -2,6 +2,7 @@
 
 pub mod escalation;
 pub mod retry;
+pub mod totals;
 pub mod triage;
 
 pub use retry::{DEFAULT_MAX_ATTEMPTS, FailureDecision, RetryPolicy, decide_failure};

@@ -75,12 +75,19 @@ pub fn deadlines<'a>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::domain::{EnvelopeStatus, HashKind, OriginalMessage};
     use std::str::FromStr;
 
-    fn env(id: &str, cause: &str, amount: Option<&str>, ccy: &str, entity: &str, minute: u32) -> DlqEnvelope {
+    pub(crate) fn env(
+        id: &str,
+        cause: &str,
+        amount: Option<&str>,
+        ccy: &str,
+        entity: &str,
+        minute: u32,
+    ) -> DlqEnvelope {
         let at = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 12, 1, 10, minute, 0).unwrap();
         DlqEnvelope {
             envelope_id: id.into(),

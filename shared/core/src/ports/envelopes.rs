@@ -15,7 +15,9 @@ use chrono::{DateTime, Utc};
 use std::future::Future;
 
 use super::{FlowResult, StoreResult};
+use crate::decisions::totals::{Totals, TotalsKey};
 use crate::domain::{AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange};
+use std::collections::BTreeMap;
 
 /// What creating an envelope did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,6 +183,14 @@ port! {
     pub trait Backlog {
         /// PENDING envelopes, exactly (kept in the same transaction as every status change).
         fn pending_count(&self) -> impl Future<Output = StoreResult<i64>> + Send;
+        /// Triage's totals of the PENDING envelopes by key (`decisions::totals`), kept in the same
+        /// write as every change into or out of PENDING, as the count is; zero sums may be left
+        /// in. `None` when they do not cover every envelope (a table written before they were
+        /// kept, or a totals item that could not hold another envelope's): triage then counts
+        /// the envelopes themselves.
+        fn triage_totals(
+            &self,
+        ) -> impl Future<Output = StoreResult<Option<BTreeMap<TotalsKey, Totals>>>> + Send;
         /// Switch the overflow flag on, unless it is on: then returns the new episode number and,
         /// in the same write, puts `record(episode)` (its `DLQ_OVERFLOW` record) in the audit
         /// outbox, so that exactly one caller reports each crossing and the report cannot be lost.

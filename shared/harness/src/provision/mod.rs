@@ -197,12 +197,18 @@ async fn build(
 }
 
 /// Every table of `names` created here (a new deployment): nothing was written before the period
-/// indexes, so say so once the envelope table is ACTIVE.
+/// indexes or triage's totals, so say so once the envelope table is ACTIVE.
 async fn mark_new_tables_indexed(clients: &AwsClients, names: &ResourceNames) -> StoreResult<()> {
     table::wait_active(clients, &names.envelope_table).await?;
-    recon_aws::dynamodb::DynamoEnvelopeStore::new(clients.dynamodb.clone(), &names.envelope_table)
+    let store = recon_aws::dynamodb::DynamoEnvelopeStore::new(clients.dynamodb.clone(), &names.envelope_table);
+    store
         .mark_periods_indexed("setup created the tables with their period indexes", chrono::Utc::now())
+        .await?;
+    // A new table: triage's totals cover every envelope it will hold.
+    store
+        .mark_totals_kept("setup created the tables", chrono::Utc::now())
         .await
+        .map(|_| ())
 }
 
 /// Create (or bring up to date) every queue, table and bucket the template declares, and the

@@ -8,6 +8,7 @@ use recon_core::domain::{
 };
 use recon_core::ports::{AuditLog, AuditOutbox, Backlog, EnvelopeStore, Finish, FlowResult, Settled};
 
+use super::totals_agree;
 use crate::builders::{self, settle_by_hand};
 
 fn claim_by(replay_id: &str, now: DateTime<Utc>, lease: Duration) -> ReplayClaim {
@@ -40,15 +41,25 @@ where
     let now = builders::now();
     let before = pending().await;
     let mut read: Vec<DlqEnvelope> = Vec::new();
+    // Their triage totals apart from any other test's (a root cause of their own), over hours,
+    // entities, periods and amounts (and, near a month's start, two months).
+    let cause = format!("CONFORMANCE:{run}");
     for n in 0..130 {
         let mut e = builders::envelope(&format!("{run}-g{n:03}"));
         if n % 2 == 0 {
             e.original.body = Some("x".repeat(60 * 1024));
         }
+        e.root_cause = cause.clone();
+        e.dead_lettered_at = now - Duration::hours(i64::from(n % 7) * 5);
+        e.ledger_entity = Some(format!("E{}", n % 5));
+        e.accounting_period = Some(if n % 2 == 0 { "2026-11" } else { "2026-12" }.into());
+        e.amount = Some(format!("{n}.25"));
         store.create(&e).await.expect("create");
         read.push(e);
     }
     assert_eq!(pending().await, before + 130);
+    let ids: Vec<String> = (0..130).map(|n| format!("{run}-g{n:03}")).collect();
+    totals_agree(store, &cause, &ids).await;
     let id = |n: usize| format!("{run}-g{n:03}");
     // Held by another replay (live lease); held under a lease that ran out; changed since read.
     let claiming = change(EnvelopeStatus::Replaying, now);
@@ -106,6 +117,7 @@ where
         before + 1,
         "the count moves by the claims from PENDING"
     );
+    totals_agree(store, &cause, &ids).await;
     for n in [0, 7, 64, 129] {
         let e = store.get(&id(n)).await.expect("get").expect("stored");
         assert_eq!(e.status, EnvelopeStatus::Replaying);
@@ -202,6 +214,7 @@ where
         assert!(as_expected, "settlement of envelope {n}: {answer:?}");
     }
     assert_eq!(pending().await, before + 3, "two released back to PENDING");
+    totals_agree(store, &cause, &ids).await;
     for (n, status) in [
         (0, EnvelopeStatus::Replayed),
         (20, EnvelopeStatus::Pending),

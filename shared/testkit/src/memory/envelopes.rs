@@ -2,6 +2,7 @@
 //! item limits (size, non-empty index keys: `limits`) as DynamoDB's.
 
 use chrono::{DateTime, Utc};
+use recon_core::decisions::totals::{Contribution, Totals, TotalsKey, normalized};
 use recon_core::domain::approval::ApprovalRequest;
 use recon_core::domain::status::{check_initial, check_transition};
 use recon_core::domain::{
@@ -24,6 +25,11 @@ use super::lock;
 struct EnvelopeState {
     envelopes: BTreeMap<String, DlqEnvelope>,
     pending: i64,
+    /// Triage's totals (`decisions::totals`), moved with `pending`.
+    totals: BTreeMap<TotalsKey, Totals>,
+    /// A sum would not fit: the store no longer answers with the totals (as DynamoDB's does once
+    /// an item could not hold another envelope's).
+    totals_lost: bool,
     overflow: bool,
     episodes: u64,
     cursors: HashMap<String, String>,
@@ -59,9 +65,18 @@ impl EnvelopeState {
     fn settle(&mut self, settled: DlqEnvelope) {
         if settled.status == EnvelopeStatus::Pending {
             self.pending += 1;
+            self.count(&settled, 1);
         }
         self.indexed(&settled);
         self.envelopes.insert(settled.envelope_id.clone(), settled);
+    }
+
+    /// Add `e` to triage's totals (`sign` 1) or take it away (-1).
+    fn count(&mut self, e: &DlqEnvelope, sign: i64) {
+        let c = Contribution::of(e);
+        if self.totals.entry(c.key.clone()).or_default().apply(&c, sign).is_err() {
+            self.totals_lost = true;
+        }
     }
 
     /// Record a write for the index.
@@ -161,6 +176,7 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         }
         if envelope.status == EnvelopeStatus::Pending {
             s.pending += 1;
+            s.count(envelope, 1);
         }
         s.envelopes.insert(envelope.envelope_id.clone(), envelope.clone());
         s.indexed(envelope);
@@ -229,6 +245,7 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         s.indexed(&claimed);
         if from_pending {
             s.pending -= 1;
+            s.count(&claimed, -1);
         }
         let event = ClaimEvent {
             at: journal::tick(),
@@ -425,6 +442,11 @@ impl SweepCursors for MemoryEnvelopeStore {
 impl Backlog for MemoryEnvelopeStore {
     async fn pending_count(&self) -> StoreResult<i64> {
         Ok(lock(&self.state).pending)
+    }
+
+    async fn triage_totals(&self) -> StoreResult<Option<BTreeMap<TotalsKey, Totals>>> {
+        let s = lock(&self.state);
+        Ok((!s.totals_lost).then(|| normalized(s.totals.clone())))
     }
 
     async fn raise_overflow(&self, record: &(dyn Fn(u64) -> AuditRecord + Sync)) -> StoreResult<Option<u64>> {

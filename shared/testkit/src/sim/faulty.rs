@@ -3,6 +3,7 @@
 //! memory stores do not keep (a DynamoDB transaction's 100 items and 4 MB) applied on the way.
 
 use chrono::{DateTime, Utc};
+use recon_core::decisions::totals::{Totals, TotalsKey};
 use recon_core::domain::audit::ChainHead;
 use recon_core::domain::{
     AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, DlqEnvelope, EnvelopeStatus, HandOff,
@@ -13,6 +14,7 @@ use recon_core::ports::{
     ExternalLedger, Finish, FlowResult, Ledger, ObjectVersion, OutgoingMessage, Posted, RecordsOfPeriod, ReferenceData,
     ReplayQueue, ReserveOutcome, Settled, StoreError, StoreResult, SweepCursors, Voided, WorkQueue, Worm, Written,
 };
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::faults::Injector;
@@ -462,6 +464,11 @@ impl<P: Backlog> Backlog for Faulty<P> {
     async fn pending_count(&self) -> StoreResult<i64> {
         self.faults
             .call("Backlog.pending_count", self.inner.pending_count())
+            .await
+    }
+    async fn triage_totals(&self) -> StoreResult<Option<BTreeMap<TotalsKey, Totals>>> {
+        self.faults
+            .call("Backlog.triage_totals", self.inner.triage_totals())
             .await
     }
     async fn raise_overflow(&self, record: &(dyn Fn(u64) -> AuditRecord + Sync)) -> StoreResult<Option<u64>> {

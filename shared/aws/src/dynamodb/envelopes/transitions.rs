@@ -17,12 +17,13 @@ use recon_core::ports::{EnvelopeStore, Finish, FlowResult, Settled, StoreError, 
 use recon_core::resources::keys;
 
 use super::super::transact::{cancellation_codes, conflict_wait, conflicted, transact, tx_update};
-use super::{DynamoEnvelopeStore, outbox_put, pending_delta};
+use super::{DynamoEnvelopeStore, outbox_put, pending_delta, totals, totals_moved};
 use crate::dynamodb::audit::{Linked, Links, settle};
 use crate::dynamodb::batch::{TRANSACT_BYTES, TRANSACT_ITEMS, estimated_size, groups, json_size};
 use crate::dynamodb::{item_error, n, s};
 use crate::item::to_item;
 use futures::StreamExt;
+use recon_core::decisions::totals::Contribution;
 
 /// Times a group is sent (again without the envelopes it was refused for, or after conflicts).
 const ROUNDS: usize = 4;
@@ -303,33 +304,42 @@ impl DynamoEnvelopeStore {
             for from in [EnvelopeStatus::Pending, EnvelopeStatus::Replaying] {
                 let counted = from == EnvelopeStatus::Pending;
                 let members: Vec<usize> = (0..envelopes.len()).filter(|&i| envelopes[i].status == from).collect();
-                let costs: Vec<(usize, usize)> = members
-                    .iter()
-                    .map(|&i| (1, estimated_size(envelopes[i]) + adds))
-                    .collect();
-                // With the PENDING counter, one item of each transaction is the counter.
-                for group in groups(&costs, TRANSACT_ITEMS - usize::from(counted), TRANSACT_BYTES) {
-                    let build = |left: &[usize]| {
-                        let mut items = Vec::with_capacity(left.len() + 1);
-                        for &i in left {
-                            let e = envelopes[i];
-                            let seen = Some(e.status_history.len());
-                            items.push(if counted {
-                                from_pending(claim_update(&self.table, &e.envelope_id, values, seen, FROM_PENDING))?
-                            } else {
-                                takeover(claim_update(&self.table, &e.envelope_id, values, seen, TAKEOVER), now)?
-                            });
+                // Those claimed from PENDING in runs of one totals item each.
+                let runs = if counted {
+                    totals::by_key(&members, |i| Some(Contribution::of(envelopes[i]).key))
+                } else {
+                    vec![members]
+                };
+                for members in runs {
+                    let costs: Vec<(usize, usize)> = members
+                        .iter()
+                        .map(|&i| (1, estimated_size(envelopes[i]) + adds))
+                        .collect();
+                    // With the PENDING counter and the totals, two items of each transaction are theirs.
+                    for group in groups(&costs, TRANSACT_ITEMS - 2 * usize::from(counted), TRANSACT_BYTES) {
+                        let build = |left: &[usize]| {
+                            let mut items = Vec::with_capacity(left.len() + 1);
+                            for &i in left {
+                                let e = envelopes[i];
+                                let seen = Some(e.status_history.len());
+                                items.push(if counted {
+                                    from_pending(claim_update(&self.table, &e.envelope_id, values, seen, FROM_PENDING))?
+                                } else {
+                                    takeover(claim_update(&self.table, &e.envelope_id, values, seen, TAKEOVER), now)?
+                                });
+                            }
+                            let mut owners: Vec<Owner> = (0..left.len()).map(Owner::Envelope).collect();
+                            if counted {
+                                items.push(pending_delta(&self.table, -i64::try_from(left.len()).unwrap_or(0))?);
+                                items.extend(totals_moved(&self.table, left.iter().map(|&i| envelopes[i]), -1)?);
+                                owners.resize(items.len(), Owner::Other);
+                            }
+                            Ok((items, owners))
+                        };
+                        let (written, _, _) = send_rounds(self, members[group].to_vec(), build).await;
+                        for i in written {
+                            answers[i] = Some(Ok(true));
                         }
-                        let mut owners: Vec<Owner> = (0..left.len()).map(Owner::Envelope).collect();
-                        if counted {
-                            items.push(pending_delta(&self.table, -i64::try_from(left.len()).unwrap_or(0))?);
-                            owners.push(Owner::Other);
-                        }
-                        Ok((items, owners))
-                    };
-                    let (written, _, _) = send_rounds(self, members[group].to_vec(), build).await;
-                    for i in written {
-                        answers[i] = Some(Ok(true));
                     }
                 }
             }
@@ -356,38 +366,40 @@ impl DynamoEnvelopeStore {
                 self.finish_linked(trail, replay_id, settlements, &mut answers).await;
             }
             let rest: Vec<usize> = (0..settlements.len()).filter(|&i| answers[i].is_none()).collect();
-            let costs: Vec<(usize, usize)> = rest
-                .iter()
-                .map(|&i| {
-                    let f = &settlements[i];
-                    let audit = f.audit.map_or(0, estimated_size);
-                    (
-                        1 + usize::from(f.audit.is_some()),
-                        estimated_size(f.envelope) + settles(f) + audit,
-                    )
-                })
-                .collect();
-            for group in groups(&costs, TRANSACT_ITEMS - 1, TRANSACT_BYTES) {
-                let build = |members: &[usize]| {
-                    let (mut items, mut owners) = (Vec::new(), Vec::new());
-                    for (p, &i) in members.iter().enumerate() {
+            for rest in totals::by_key(&rest, |i| released_key(&settlements[i])) {
+                let costs: Vec<(usize, usize)> = rest
+                    .iter()
+                    .map(|&i| {
                         let f = &settlements[i];
-                        items.push(self.settle_item(replay_id, f)?);
-                        owners.push(Owner::Envelope(p));
-                        if let Some(r) = f.audit {
-                            items.push(outbox_put(&self.table, r)?);
-                            owners.push(Owner::Other);
+                        let audit = f.audit.map_or(0, estimated_size);
+                        (
+                            1 + usize::from(f.audit.is_some()),
+                            estimated_size(f.envelope) + settles(f) + audit,
+                        )
+                    })
+                    .collect();
+                for group in groups(&costs, TRANSACT_ITEMS - 2, TRANSACT_BYTES) {
+                    let build = |members: &[usize]| {
+                        let (mut items, mut owners) = (Vec::new(), Vec::new());
+                        for (p, &i) in members.iter().enumerate() {
+                            let f = &settlements[i];
+                            items.push(self.settle_item(replay_id, f)?);
+                            owners.push(Owner::Envelope(p));
+                            if let Some(r) = f.audit {
+                                items.push(outbox_put(&self.table, r)?);
+                                owners.push(Owner::Other);
+                            }
                         }
+                        self.released_delta(members.iter().map(|&i| &settlements[i]), &mut items, &mut owners)?;
+                        Ok((items, owners))
+                    };
+                    let (written, refused, _) = send_rounds(self, rest[group].to_vec(), build).await;
+                    for i in written {
+                        answers[i] = Some(Ok(Settled::InOutbox));
                     }
-                    self.released_delta(members.iter().map(|&i| &settlements[i]), &mut items, &mut owners)?;
-                    Ok((items, owners))
-                };
-                let (written, refused, _) = send_rounds(self, rest[group].to_vec(), build).await;
-                for i in written {
-                    answers[i] = Some(Ok(Settled::InOutbox));
-                }
-                for i in refused {
-                    answers[i] = Some(Ok(Settled::ClaimLost));
+                    for i in refused {
+                        answers[i] = Some(Ok(Settled::ClaimLost));
+                    }
                 }
             }
         }
@@ -425,60 +437,65 @@ impl DynamoEnvelopeStore {
                 (2, estimated_size(f.envelope) + settles(f) + estimated_size(r))
             })
             .collect();
-        // Each group leaves room for its chain's head and the PENDING counter.
-        let room = TRANSACT_ITEMS - 2;
-        for group in groups(&costs, room, TRANSACT_BYTES) {
-            let mut left: Vec<usize> = group.collect();
-            for round in 0..LINK_ROUNDS {
-                if left.is_empty() {
-                    break;
-                }
-                let records: Vec<&AuditRecord> = left.iter().map(|&k| linked[k].1).collect();
-                let Ok(Links { puts, heads, chain, to }) = trail.links(&records).await else {
-                    break;
-                };
-                let built = (|| {
-                    let (mut items, mut owners) = (Vec::new(), Vec::new());
-                    for (p, (&k, (put, _))) in left.iter().zip(&puts).enumerate() {
-                        items.push(self.settle_item(replay_id, &settlements[linked[k].0])?);
-                        owners.push(Owner::Envelope(p));
-                        items.push(put.clone());
-                        owners.push(Owner::Link);
+        // Each group leaves room for its chain's head, the PENDING counter and the totals; a
+        // group moves one totals item.
+        let room = TRANSACT_ITEMS - 3;
+        let all: Vec<usize> = (0..linked.len()).collect();
+        for run in totals::by_key(&all, |k| released_key(&settlements[linked[k].0])) {
+            let costs: Vec<(usize, usize)> = run.iter().map(|&k| costs[k]).collect();
+            for group in groups(&costs, room, TRANSACT_BYTES) {
+                let mut left: Vec<usize> = run[group].to_vec();
+                for round in 0..LINK_ROUNDS {
+                    if left.is_empty() {
+                        break;
                     }
-                    owners.extend(heads.iter().map(|_| Owner::Link));
-                    items.extend(heads);
-                    let members = left.iter().map(|&k| &settlements[linked[k].0]);
-                    self.released_delta(members, &mut items, &mut owners)?;
-                    Ok::<_, StoreError>((items, owners))
-                })();
-                let Ok((items, owners)) = built else {
-                    break;
-                };
-                let sent = send_group(self, items, &owners).await;
-                let outcome = match &sent {
-                    Sent::Written => Linked::Written,
-                    // Moved: a head that moved, or a record already there (head unmoved); the
-                    // head is read again either way. Conflicted: another writer on the items.
-                    Sent::Conflicted => Linked::HeadMoved,
-                    Sent::Moved(_) | Sent::Refused(_) | Sent::Failed => Linked::Unknown,
-                };
-                settle(chain, to, outcome);
-                match sent {
-                    Sent::Written => {
-                        for (&k, (_, seq)) in left.iter().zip(&puts) {
-                            answers[linked[k].0] = Some(Ok(Settled::InTrail(*seq)));
+                    let records: Vec<&AuditRecord> = left.iter().map(|&k| linked[k].1).collect();
+                    let Ok(Links { puts, heads, chain, to }) = trail.links(&records).await else {
+                        break;
+                    };
+                    let built = (|| {
+                        let (mut items, mut owners) = (Vec::new(), Vec::new());
+                        for (p, (&k, (put, _))) in left.iter().zip(&puts).enumerate() {
+                            items.push(self.settle_item(replay_id, &settlements[linked[k].0])?);
+                            owners.push(Owner::Envelope(p));
+                            items.push(put.clone());
+                            owners.push(Owner::Link);
                         }
-                        left.clear();
-                    }
-                    Sent::Refused(positions) | Sent::Moved(positions) => {
-                        for &p in &positions {
-                            answers[linked[left[p]].0] = Some(Ok(Settled::ClaimLost));
+                        owners.extend(heads.iter().map(|_| Owner::Link));
+                        items.extend(heads);
+                        let members = left.iter().map(|&k| &settlements[linked[k].0]);
+                        self.released_delta(members, &mut items, &mut owners)?;
+                        Ok::<_, StoreError>((items, owners))
+                    })();
+                    let Ok((items, owners)) = built else {
+                        break;
+                    };
+                    let sent = send_group(self, items, &owners).await;
+                    let outcome = match &sent {
+                        Sent::Written => Linked::Written,
+                        // Moved: a head that moved, or a record already there (head unmoved); the
+                        // head is read again either way. Conflicted: another writer on the items.
+                        Sent::Conflicted => Linked::HeadMoved,
+                        Sent::Moved(_) | Sent::Refused(_) | Sent::Failed => Linked::Unknown,
+                    };
+                    settle(chain, to, outcome);
+                    match sent {
+                        Sent::Written => {
+                            for (&k, (_, seq)) in left.iter().zip(&puts) {
+                                answers[linked[k].0] = Some(Ok(Settled::InTrail(*seq)));
+                            }
+                            left.clear();
                         }
-                        left = without(&left, &positions);
+                        Sent::Refused(positions) | Sent::Moved(positions) => {
+                            for &p in &positions {
+                                answers[linked[left[p]].0] = Some(Ok(Settled::ClaimLost));
+                            }
+                            left = without(&left, &positions);
+                        }
+                        // Another writer of the chain: link onto another one.
+                        Sent::Conflicted => tokio::time::sleep(conflict_wait(round)).await,
+                        Sent::Failed => break,
                     }
-                    // Another writer of the chain: link onto another one.
-                    Sent::Conflicted => tokio::time::sleep(conflict_wait(round)).await,
-                    Sent::Failed => break,
                 }
             }
         }
@@ -496,13 +513,25 @@ impl DynamoEnvelopeStore {
         items: &mut Vec<TransactWriteItem>,
         owners: &mut Vec<Owner>,
     ) -> StoreResult<()> {
-        let released = settled.filter(|f| f.change.status == EnvelopeStatus::Pending).count();
-        if released > 0 {
-            items.push(pending_delta(&self.table, i64::try_from(released).unwrap_or(i64::MAX))?);
-            owners.push(Owner::Other);
+        let released: Vec<&DlqEnvelope> = settled
+            .filter(|f| f.change.status == EnvelopeStatus::Pending)
+            .map(|f| f.envelope)
+            .collect();
+        if !released.is_empty() {
+            items.push(pending_delta(
+                &self.table,
+                i64::try_from(released.len()).unwrap_or(i64::MAX),
+            )?);
+            items.extend(totals_moved(&self.table, released, 1)?);
+            owners.resize(items.len(), Owner::Other);
         }
         Ok(())
     }
+}
+
+/// The totals key a settlement moves: its envelope's, when it is released back to PENDING.
+fn released_key(f: &Finish<'_>) -> Option<recon_core::decisions::totals::TotalsKey> {
+    (f.change.status == EnvelopeStatus::Pending).then(|| Contribution::of(f.envelope).key)
 }
 
 /// What a settlement adds to its envelope.
