@@ -9,14 +9,16 @@
 //! - every envelope's creation and every replay decision has its audit record, every crossing of
 //!   the high-water mark its `DLQ_OVERFLOW` record and at least one metric, nothing is left in
 //!   the audit outbox, and the chains verify;
-//! - no envelope's history grows without bound.
+//! - no envelope's history grows without bound;
+//! - triage's totals, kept by the envelope store through every change, equal a recount.
 
+use recon_core::decisions::totals;
 use recon_core::domain::{
     AuditKind, AuditRecord, DlqEnvelope, EnvelopeStatus, Posting, Segment, TransientKind, decode, identified_by_content,
 };
 use recon_core::envelopes::original_body;
 use recon_core::evidence::verify_trail;
-use recon_core::ports::{AuditOutbox, LedgerScope, StoreError, all_envelopes};
+use recon_core::ports::{AuditOutbox, Backlog, LedgerScope, StoreError, all_envelopes};
 use recon_core::reconcile::{
     Exceptions, LedgerRead, Links, SegmentRead, State, complete_exceptions, exceptions_of_period, look_up_unmet,
     manifest_entry, of_period, outcomes, read_ledger, read_period_segment, reconcile, reconcile_counted,
@@ -238,6 +240,16 @@ pub fn check(world: &World) -> Vec<String> {
         v.push(format!(
             "{episodes} crossings of the high-water mark, {overflow_metrics} DlqOverflow metrics"
         ));
+    }
+    // Triage's totals, as the store kept them through every change, equal a recount.
+    match (ready(s.envelopes.triage_totals()), totals::recount(&envelopes)) {
+        (Some(Ok(Some(kept))), Ok(counted)) if totals::normalized(kept.clone()) == counted => {}
+        (Some(Ok(Some(kept))), counted) => v.push(format!(
+            "triage's totals are not a recount of the PENDING envelopes: kept {:?}, counted {counted:?}",
+            totals::normalized(kept)
+        )),
+        (Some(Ok(None)), _) => v.push("the envelope store no longer keeps triage's totals".into()),
+        _ => v.push("triage's totals could not be read".into()),
     }
     match ready(s.envelopes.pending_records(1000)) {
         Some(Ok(left)) if left.is_empty() => {}
