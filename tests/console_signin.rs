@@ -246,9 +246,45 @@ async fn a_console_reader_triages_pages_filters_and_opens_envelopes() {
     let pending = recon_core::domain::EnvelopeStatus::Pending;
     let ids = |es: &[recon_core::domain::DlqEnvelope]| es.iter().map(|e| e.envelope_id.clone()).collect::<Vec<_>>();
     let (all, _) = store.list_by_status(pending, None, 10).await.unwrap();
-    let after = Some(store.cursor_after(&all[1]));
+    let after = Some(store.cursor_after(&all[1], None));
     let (rest, _) = store.list_by_status(pending, after, 10).await.unwrap();
     assert_eq!(ids(&rest), ids(&all[2..]));
+    // And inside a group, through the cause index (what triage links to).
+    let (code, cause) = (recon_core::domain::FailureCode::PoisonMessage, "UNMAPPED_CURRENCY:XAU");
+    let (all, _) = store.list_by_cause(code, cause, None, 10).await.unwrap();
+    assert_eq!(all.len(), 5);
+    let after = Some(store.cursor_after(&all[1], Some((code, cause))));
+    let (rest, _) = store.list_by_cause(code, cause, after, 10).await.unwrap();
+    assert_eq!(ids(&rest), ids(&all[2..]));
+    // The console's pages of the group's PENDING envelopes, two at a time, its second one
+    // settled (the index holds it still): each PENDING one once, a page full inside the
+    // store's going on just after its last.
+    recon_testkit::builders::settle_by_hand(
+        &store,
+        &all[1].envelope_id,
+        recon_core::domain::EnvelopeStatus::Quarantined,
+    )
+    .await;
+    let (mut seen, mut cursor) = (Vec::new(), Value::Null);
+    loop {
+        let asked = json!({"operation": "envelopes", "failure_code": code.as_str(), "root_cause": cause, "limit": 2, "cursor": cursor});
+        let (status, page) = viewer(asked).await;
+        assert_eq!(status, 200, "{page}");
+        seen.extend(
+            page["envelopes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["envelope_id"].as_str().unwrap().to_owned()),
+        );
+        cursor = page["cursor"].clone();
+        if cursor.is_null() {
+            break;
+        }
+    }
+    let unique: std::collections::BTreeSet<&String> = seen.iter().collect();
+    assert_eq!((seen.len(), unique.len()), (4, 4), "{seen:?}");
+    assert!(!seen.contains(&all[1].envelope_id), "{seen:?}");
 
     // Break-glass reads the stores itself: the control plane reads nothing for it (audited).
     let (status, body) = c.ask("break-glass", "mallory", json!({"operation": "triage"})).await;

@@ -220,7 +220,10 @@ async function triage() {
   });
   show(
     h("h1", {}, "Triage: money at risk by failure"),
-    h("p", { class: "muted" }, `${t.envelopes} pending envelopes in ${t.groups.length} groups, read ${when(t.at)}.`),
+    h("p", { class: "muted" }, `${t.envelopes} pending envelopes in ${t.groups.length} groups, read ${when(t.at)}. `
+      + (t.counted === "totals"
+        ? "From the totals the store keeps with every change; oldest to the hour."
+        : "Counted envelope by envelope: this table's totals do not cover every envelope (slow at a large backlog).")),
     table(["Failure code", "Root cause", "Count", "Amount", "Entities", "Oldest", "Decide before", ""], rows, [2]),
   );
 }

@@ -268,7 +268,14 @@ fn shard_key(period: &str, n: u32) -> String {
 
 pub mod indexes {
     use super::{IndexSpec, keys};
-    /// By status, oldest first: the replay sweep and triage of PENDING envelopes.
+    /// A group's envelopes (failure code; root cause, then age): the console's page of a group.
+    pub const BY_FAILURE_CAUSE: IndexSpec = IndexSpec {
+        name: "by_failure_cause",
+        partition_key: keys::ENVELOPE_CODE,
+        sort_key: keys::ENVELOPE_CAUSE,
+    };
+    /// By status, oldest first: the replay sweep (triage's totals and the outbox have partitions
+    /// of their own there).
     pub const BY_STATUS_AGE: IndexSpec = IndexSpec {
         name: "by_status_age",
         partition_key: keys::ENVELOPE_STATUS,

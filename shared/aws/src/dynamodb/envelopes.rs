@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use recon_core::decisions::totals::{Contribution, Totals, TotalsKey};
 use recon_core::domain::status::{check_initial, check_transition};
 use recon_core::domain::{
-    AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
+    AuditRecord, DlqEnvelope, EnvelopeStatus, FailureCode, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
 };
 use recon_core::ports::{
     AuditOutbox, Backlog, CreateOutcome, EnvelopePage, EnvelopeStore, Finish, FlowResult, Settled, StoreError,
@@ -192,14 +192,51 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         Ok((envelopes_of(&items)?, next))
     }
 
-    /// The status index's key of `e`, as DynamoDB gives it for the last item of a page.
-    fn cursor_after(&self, e: &DlqEnvelope) -> String {
+    async fn list_by_cause(
+        &self,
+        code: FailureCode,
+        cause: &str,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> StoreResult<EnvelopePage> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(recon_core::resources::indexes::BY_FAILURE_CAUSE.name)
+            .key_condition_expression("#code = :code AND begins_with(#cause, :prefix)")
+            .expression_attribute_names("#code", keys::ENVELOPE_CODE)
+            .expression_attribute_names("#cause", keys::ENVELOPE_CAUSE)
+            .expression_attribute_values(":code", s(code.as_str()))
+            .expression_attribute_values(":prefix", s(format!("{cause}#")))
+            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+            .set_exclusive_start_key(decode_cursor(cursor)?)
+            .send()
+            .await
+            .map_err(|e| store_error("Query(envelopes by cause)", e))?;
+        // The prefix also takes in a cause that goes on after `#`: only the cause itself.
+        let mut envelopes = envelopes_of(out.items())?;
+        let next = encode_cursor(out.last_evaluated_key);
+        envelopes.retain(|e| e.root_cause == cause);
+        Ok((envelopes, next))
+    }
+
+    /// The index's key of `e` (the status index's, or the cause index's for a group), as
+    /// DynamoDB gives it for the last item of a page.
+    fn cursor_after(&self, e: &DlqEnvelope, group: Option<(FailureCode, &str)>) -> String {
         let index = e.index_keys();
-        let key: Item = [
-            (keys::ENVELOPE_PK, e.envelope_id.clone()),
-            (keys::ENVELOPE_STATUS, index.status.to_owned()),
-            (keys::ENVELOPE_AGE, index.age),
-        ]
+        let key: Item = match group {
+            None => vec![
+                (keys::ENVELOPE_PK, e.envelope_id.clone()),
+                (keys::ENVELOPE_STATUS, index.status.to_owned()),
+                (keys::ENVELOPE_AGE, index.age),
+            ],
+            Some(_) => vec![
+                (keys::ENVELOPE_PK, e.envelope_id.clone()),
+                (keys::ENVELOPE_CODE, index.failure_code.to_owned()),
+                (keys::ENVELOPE_CAUSE, index.cause),
+            ],
+        }
         .into_iter()
         .map(|(k, v)| (k.to_owned(), s(v)))
         .collect();

@@ -237,6 +237,12 @@ where
         let now = r.clock.now();
         let status = q.status.unwrap_or(EnvelopeStatus::Pending);
         let deadline = asked.deadline.map(|d| Deadline::at(&*r.clock, d));
+        // One group (a code and an exact cause, as triage links to it): its own envelopes, of
+        // every status, through the cause index; else every envelope of the status.
+        let group = match (q.failure_code, q.root_cause.as_deref()) {
+            (Some(code), Some(cause)) if !cause.ends_with('*') => Some((code, cause)),
+            _ => None,
+        };
         let (mut rows, mut scanned, mut cursor) = (Vec::new(), 0, q.cursor.clone());
         for round in 0u32.. {
             // What the page has room for, doubled each round a filter leaves it short (a rare
@@ -247,7 +253,10 @@ where
                 .max(room)
                 .min(MAX_SCANNED - scanned);
             let at = cursor.take();
-            let (page, next) = r.store.list_by_status(status, at.clone(), want).await?;
+            let (page, next) = match group {
+                Some((code, cause)) => r.store.list_by_cause(code, cause, at.clone(), want).await?,
+                None => r.store.list_by_status(status, at.clone(), want).await?,
+            };
             if next.is_some() && next == at {
                 return Err(ControlError::Flow(
                     crate::ports::StoreError::infra("the envelope store's cursor did not move").into(),
@@ -256,7 +265,7 @@ where
             cursor = next;
             for (i, e) in page.iter().enumerate() {
                 scanned += 1;
-                if !q.matches(e, now) {
+                if e.status != status || !q.matches(e, now) {
                     continue;
                 }
                 rows.push(EnvelopeRow::from(e));
@@ -264,7 +273,7 @@ where
                     // Full inside the store's page: the next one starts just after this envelope
                     // (none skipped), or where the store's would.
                     if i + 1 < page.len() {
-                        cursor = Some(r.store.cursor_after(e));
+                        cursor = Some(r.store.cursor_after(e, group));
                     }
                     break;
                 }

@@ -16,7 +16,7 @@ use std::future::Future;
 
 use super::{FlowResult, StoreResult};
 use crate::decisions::totals::{Totals, TotalsKey};
-use crate::domain::{AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange};
+use crate::domain::{AuditRecord, DlqEnvelope, EnvelopeStatus, FailureCode, ReplayClaim, ReplayRecord, StatusChange};
 use std::collections::BTreeMap;
 
 /// What creating an envelope did.
@@ -72,9 +72,20 @@ port! {
             cursor: Option<String>,
             limit: usize,
         ) -> impl Future<Output = StoreResult<EnvelopePage>> + Send;
-        /// The cursor of [`EnvelopeStore::list_by_status`] that goes on just after `e`, an envelope
+        /// The cursor of [`EnvelopeStore::list_by_status`] (`group` none) or of
+        /// [`EnvelopeStore::list_by_cause`] (its group) that goes on just after `e`, an envelope
         /// that list returned: a reader that stops inside a page starts its next one there.
-        fn cursor_after(&self, e: &DlqEnvelope) -> String;
+        fn cursor_after(&self, e: &DlqEnvelope, group: Option<(FailureCode, &str)>) -> String;
+        /// The envelopes of one group (failure code and exact root cause), of every status, oldest
+        /// first, a page at a time: a group's page reads that group, not every envelope of a
+        /// status. [`EnvelopeStore::cursor_after`] of `Some((code, cause))` goes on inside it.
+        fn list_by_cause(
+            &self,
+            code: FailureCode,
+            cause: &str,
+            cursor: Option<String>,
+            limit: usize,
+        ) -> impl Future<Output = StoreResult<EnvelopePage>> + Send;
         /// Every envelope, a page at a time (no order).
         fn list_all(&self, cursor: Option<String>, limit: usize) -> impl Future<Output = StoreResult<EnvelopePage>> + Send;
         /// Claim an envelope for a replay: from PENDING, or from REPLAYING whose lease ended before

@@ -6,7 +6,7 @@ use recon_core::decisions::totals::{Contribution, Totals, TotalsKey, normalized}
 use recon_core::domain::approval::ApprovalRequest;
 use recon_core::domain::status::{check_initial, check_transition};
 use recon_core::domain::{
-    AuditRecord, DlqEnvelope, EnvelopeStatus, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
+    AuditRecord, DlqEnvelope, EnvelopeStatus, FailureCode, ReplayClaim, ReplayRecord, StatusChange, TransientKind,
 };
 use recon_core::ports::{
     ApprovalRequests, AuditOutbox, Backlog, Clock, CreateOutcome, EnvelopePage, EnvelopeStore, EnvelopesOfPeriod,
@@ -201,8 +201,28 @@ impl EnvelopeStore for MemoryEnvelopeStore {
         Ok(page(all, DlqEnvelope::age_key, cursor, limit))
     }
 
-    fn cursor_after(&self, e: &DlqEnvelope) -> String {
-        e.age_key()
+    async fn list_by_cause(
+        &self,
+        code: FailureCode,
+        cause: &str,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> StoreResult<EnvelopePage> {
+        let mut all: Vec<_> = lock(&self.state)
+            .envelopes
+            .values()
+            .filter(|e| e.failure_code == code && e.root_cause == cause)
+            .cloned()
+            .collect();
+        all.sort_by_key(|e| e.index_keys().cause);
+        Ok(page(all, |e| e.index_keys().cause, cursor, limit))
+    }
+
+    fn cursor_after(&self, e: &DlqEnvelope, group: Option<(FailureCode, &str)>) -> String {
+        match group {
+            Some(_) => e.index_keys().cause,
+            None => e.age_key(),
+        }
     }
 
     async fn list_all(&self, cursor: Option<String>, limit: usize) -> StoreResult<EnvelopePage> {

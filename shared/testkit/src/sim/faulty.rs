@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use recon_core::decisions::totals::{Totals, TotalsKey};
 use recon_core::domain::audit::ChainHead;
 use recon_core::domain::{
-    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, DlqEnvelope, EnvelopeStatus, HandOff,
-    PeriodRecord, Posting, ReferenceSnapshot, ReplayClaim, ReplayRecord, StatusChange, TxKey,
+    AuditRecord, CommitOutcome, CommittedRef, CurrencyMapping, DeadLetter, DlqEnvelope, EnvelopeStatus, FailureCode,
+    HandOff, PeriodRecord, Posting, ReferenceSnapshot, ReplayClaim, ReplayRecord, StatusChange, TxKey,
 };
 use recon_core::ports::{
     AuditLog, AuditOutbox, Backlog, ChainPage, CreateOutcome, DeadLetterQueue, DedupTable, EnvelopePage, EnvelopeStore,
@@ -325,8 +325,22 @@ impl<P: EnvelopeStore> EnvelopeStore for Faulty<P> {
             .call("Envelopes.list_all", self.inner.list_all(cursor, limit))
             .await
     }
-    fn cursor_after(&self, e: &DlqEnvelope) -> String {
-        self.inner.cursor_after(e)
+    async fn list_by_cause(
+        &self,
+        code: FailureCode,
+        cause: &str,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> StoreResult<EnvelopePage> {
+        self.faults
+            .call(
+                "EnvelopeStore.list_by_cause",
+                self.inner.list_by_cause(code, cause, cursor, limit),
+            )
+            .await
+    }
+    fn cursor_after(&self, e: &DlqEnvelope, group: Option<(FailureCode, &str)>) -> String {
+        self.inner.cursor_after(e, group)
     }
     async fn claim(
         &self,
