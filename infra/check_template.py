@@ -163,10 +163,11 @@ def check(tpl, spec):
 
 def console_signs_in_only_through_its_issuer(tpl):
     """Besides dlqctl's IAM-authorized API there is one door to the control function: the
-    console's API of its own (ConsoleApi, only when ConsoleIssuer is set), whose one route,
-    `POST /console/operations`, is behind a JWT authorizer of exactly the deployment's issuer and
-    audience and reaches the control function, which only that route may invoke; every change to
-    that API or its authorizer pages."""
+    console's API of its own (ConsoleApi, only when ConsoleIssuer is set), whose one operations
+    route, `POST /console/operations`, is behind a JWT authorizer of exactly the deployment's
+    issuer and audience and reaches the control function; beside it only `GET /console/{proxy+}`
+    (the page's files, no sign-in), and only those two routes may invoke it; every change to that
+    API or its authorizer pages."""
     errors = []
     res = tpl.get("Resources", {})
     for name, r in sorted(res.items()):
@@ -175,6 +176,16 @@ def console_signs_in_only_through_its_issuer(tpl):
             authorizer = res.get(resource_ref(props.get("AuthorizerId")) or "", {})
             integration = res.get((sub_text(props.get("Target")) or "").removeprefix("integrations/${").rstrip("}"), {})
             jwt = authorizer.get("Properties", {}).get("JwtConfiguration", {})
+            # The page's files: GET under /console/ without a sign-in (they hold no data), on
+            # the console's API, to the control function, and nothing else without one.
+            page = (props.get("RouteKey") == "GET /console/{proxy+}"
+                    and props.get("AuthorizationType") == "NONE"
+                    and "AuthorizerId" not in props
+                    and resource_ref(props.get("ApiId")) == "ConsoleApi"
+                    and resource_ref(integration.get("Properties", {}).get("IntegrationUri")) == "ControlFunction"
+                    and r.get("Condition") == "ConsoleEnabled")
+            if page:
+                continue
             ok = (props.get("RouteKey") == "POST /console/operations"
                   and props.get("AuthorizationType") == "JWT"
                   and resource_ref(props.get("ApiId")) == "ConsoleApi"
@@ -189,8 +200,9 @@ def console_signs_in_only_through_its_issuer(tpl):
                 errors.append(f"route {name}: only the console's POST /console/operations, on ConsoleApi, behind a JWT authorizer of ConsoleIssuer and ConsoleAudience, to the control function, when ConsoleEnabled")
         if kind == "AWS::Lambda::Permission" and props.get("Principal") == "apigateway.amazonaws.com":
             arn = sub_text(props.get("SourceArn")) or ""
-            wanted = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${ConsoleApi}/*/POST/console/operations"
-            if arn != wanted or resource_ref(props.get("FunctionName")) != "ControlFunction" or r.get("Condition") != "ConsoleEnabled":
+            wanted = {"arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${ConsoleApi}/*/POST/console/operations",
+                      "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${ConsoleApi}/*/GET/console/*"}
+            if arn not in wanted or resource_ref(props.get("FunctionName")) != "ControlFunction" or r.get("Condition") != "ConsoleEnabled":
                 errors.append(f"{name} lets API Gateway invoke {props.get('FunctionName')} from {arn!r}, not the console's route alone")
     rule = tpl.get("Rules", {}).get("ConsoleSignInIsComplete")
     asserted = [a.get("Assert") for a in (rule or {}).get("Assertions", [])]
@@ -736,6 +748,10 @@ def mutations(tpl):
         mutate(lambda t: t["Conditions"]["HasHttpSecret"]["Fn::And"].pop(0), "the token's grant without the HTTP ledger"),
         mutate(lambda t: res(t)["ConsoleAuthorizer"]["Properties"]["JwtConfiguration"].pop("Audience"), "a console sign-in of any audience"),
         mutate(lambda t: res(t)["ConsoleOperationsRoute"]["Properties"].__setitem__("AuthorizationType", "NONE"), "a console route anyone may call"),
+        mutate(lambda t: res(t)["ConsolePageRoute"]["Properties"].__setitem__("RouteKey", "POST /console/{proxy+}"), "operations without a sign-in on the page's route"),
+        mutate(lambda t: res(t)["ConsolePageRoute"]["Properties"].__setitem__("RouteKey", "GET /{proxy+}"), "the page's route beyond /console/"),
+        mutate(lambda t: res(t)["ConsolePageRoute"]["Properties"].__setitem__("ApiId", {"Ref": "ControlApi"}), "a route without a sign-in on dlqctl's API"),
+        mutate(lambda t: res(t)["ConsolePagePermission"]["Properties"].__setitem__("SourceArn", {"Fn::Sub": "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${ConsoleApi}/*/*/console/*"}), "the control function invocable by any method under /console/"),
         mutate(lambda t: res(t)["ConsoleOperationsRoute"]["Properties"].__setitem__("RouteKey", "POST /operations"), "dlqctl's route behind the console's authorizer"),
         mutate(lambda t: res(t)["ConsoleOperationsRoute"]["Properties"].__setitem__("ApiId", {"Ref": "ControlApi"}), "the console's route on the API SAM re-imports"),
         mutate(lambda t: res(t)["ConsoleIntegration"]["Properties"].__setitem__("IntegrationUri", {"Fn::GetAtt": ["ReplayFunction", "Arn"]}), "the console's route to another function"),

@@ -122,6 +122,9 @@ fn answer(status: StatusCode, kind: &str, body: impl Into<Bytes>) -> Answer {
     for (name, value) in assets::HEADERS {
         headers.insert(name, hyper::header::HeaderValue::from_static(value));
     }
+    if let Ok(policy) = hyper::header::HeaderValue::from_str(&assets::policy(&[])) {
+        headers.insert("content-security-policy", policy);
+    }
     if let Ok(kind) = hyper::header::HeaderValue::from_str(kind) {
         headers.insert(hyper::header::CONTENT_TYPE, kind);
     }

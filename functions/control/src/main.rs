@@ -11,6 +11,7 @@
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use recon_aws::{AwsClients, ClientTimeouts, Target, telemetry, wiring};
 use recon_core::config::ControlSettings;
+use recon_core::control::assets;
 use recon_core::ports::lambda_deadline;
 use recon_core::resources::CONTROL_TIMEOUT;
 use std::sync::Arc;
@@ -30,10 +31,20 @@ async fn main() -> Result<(), Error> {
     wiring::log_configuration(&clients, &settings.replay.audit_table, &name, &settings.audited).await;
     let metrics = wiring::emf(&settings.replay.metrics_namespace, &settings.replay.stack);
     let control = Arc::new(wiring::control_plane(&clients, &settings, &name, metrics));
+    let page = Arc::new((settings.console_page, settings.replay.stack.clone()));
     let doors = Arc::new((settings.roles, settings.console));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
-        let (control, doors) = (control.clone(), doors.clone());
+        let (control, doors, page) = (control.clone(), doors.clone(), page.clone());
         async move {
+            // The console's files, on their own route (no sign-in; they hold no data).
+            if let Some(file) = assets::page_response(
+                &event.payload,
+                page.0.as_ref(),
+                &recon_core::domain::operator::READERS,
+                &page.1,
+            ) {
+                return Ok(file);
+            }
             let deadline = lambda_deadline(event.context.deadline);
             let id = &event.context.request_id;
             let (roles, console) = (&doors.0, doors.1.as_ref());

@@ -59,6 +59,9 @@ pub mod vars {
     pub const CONSOLE_GROUPS: &str = "DLQ_CONSOLE_GROUPS";
     pub const CONSOLE_GROUPS_CLAIM: &str = "DLQ_CONSOLE_GROUPS_CLAIM";
     pub const CONSOLE_NAME_CLAIM: &str = "DLQ_CONSOLE_NAME_CLAIM";
+    pub const CONSOLE_ISSUER: &str = "DLQ_CONSOLE_ISSUER";
+    pub const CONSOLE_CLIENT_ID: &str = "DLQ_CONSOLE_CLIENT_ID";
+    pub const CONSOLE_SIGN_IN_ORIGIN: &str = "DLQ_CONSOLE_SIGN_IN_ORIGIN";
 }
 
 mod ledger;
@@ -484,6 +487,9 @@ pub struct ControlSettings {
     pub roles: crate::domain::operator::RoleNames,
     /// Who a console sign-in is (`DLQ_CONSOLE_GROUPS`; unset: no console sign-in is answered).
     pub console: Option<crate::domain::console::ConsoleSignIn>,
+    /// How the console's page signs a person in, where the control plane serves it
+    /// (`DLQ_CONSOLE_ISSUER`; unset: it serves no page).
+    pub console_page: Option<crate::control::assets::OidcSignIn>,
     /// The KMS HMAC key the control plane seals its decisions with.
     pub decision_key: String,
     pub audited: Audited,
@@ -502,10 +508,30 @@ impl ControlSettings {
             parking_queue_url: env.name(vars::PARKING_QUEUE_URL)?,
             roles: env.parsed(vars::OPERATOR_ROLES)?,
             console: console_sign_in(&env)?,
+            console_page: console_page(&env)?,
             decision_key: env.name(vars::DECISION_KEY)?,
             audited: env.audited(),
         })
     }
+}
+
+/// The console page's sign-in, when `DLQ_CONSOLE_ISSUER` names the identity provider (its client
+/// id then required).
+fn console_page<G: Fn(&str) -> Option<String>>(
+    env: &Env<G>,
+) -> Result<Option<crate::control::assets::OidcSignIn>, ConfigError> {
+    // Each read (and checked) whether or not the page is served: a mistyped one fails the start.
+    let issuer = env.optional(vars::CONSOLE_ISSUER)?;
+    let client_id = env.optional(vars::CONSOLE_CLIENT_ID)?;
+    let sign_in_origin = env.optional(vars::CONSOLE_SIGN_IN_ORIGIN)?;
+    let Some(issuer) = issuer else {
+        return Ok(None);
+    };
+    Ok(Some(crate::control::assets::OidcSignIn {
+        issuer,
+        client_id: required(client_id, vars::CONSOLE_CLIENT_ID)?,
+        sign_in_origin,
+    }))
 }
 
 /// The console's sign-in, when `DLQ_CONSOLE_GROUPS` maps a group to a role.

@@ -319,6 +319,24 @@ pub const VARIABLES: &[Variable] = &[
         meaning: "the claim of a console sign-in's token that lists its groups (Cognito: `cognito:groups`)",
     },
     Variable {
+        name: vars::CONSOLE_ISSUER,
+        rule: Rule::HttpUrl,
+        default: Some(UNSET),
+        meaning: "the identity provider the console's page signs people in with (OpenID Connect, authorization code with PKCE; its tokens' `iss`); unset: the control plane serves no console page",
+    },
+    Variable {
+        name: vars::CONSOLE_CLIENT_ID,
+        rule: Rule::ClaimName,
+        default: Some(UNSET),
+        meaning: "the console's client id at the identity provider, its tokens' audience (required with DLQ_CONSOLE_ISSUER)",
+    },
+    Variable {
+        name: vars::CONSOLE_SIGN_IN_ORIGIN,
+        rule: Rule::HttpUrl,
+        default: Some(UNSET),
+        meaning: "the origin of the provider's authorization and token endpoints where it is not the issuer's (Cognito: the user pool's domain); the page may connect to it and the issuer only",
+    },
+    Variable {
         name: vars::CONSOLE_NAME_CLAIM,
         rule: Rule::ClaimName,
         default: Some(crate::domain::console::DEFAULT_NAME_CLAIM),

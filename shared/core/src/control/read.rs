@@ -222,7 +222,9 @@ where
             .map(|(group, decide_before)| GroupRow { group, decide_before })
             .collect();
         read(asked, "triage", read_count);
-        Ok(serde_json::json!({ "at": r.clock.now(), "envelopes": envelopes, "counted": counted, "groups": groups }))
+        Ok(serde_json::json!({
+            "at": r.clock.now(), "envelopes": envelopes, "counted": counted, "read": read_count, "groups": groups
+        }))
     }
 
     /// A page of the envelopes `q` selects, oldest first, and the cursor of the next (none: the
