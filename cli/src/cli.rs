@@ -78,6 +78,13 @@ pub enum Command {
         /// The port on 127.0.0.1 (0: any free one).
         #[arg(long, default_value_t = 8750)]
         port: u16,
+        /// Sign in through this OpenID Connect provider (its issuer URL) instead of the local
+        /// sign-in, as the console on AWS does; its groups claim (`groups`) names operator roles.
+        #[arg(long, requires = "client_id")]
+        issuer: Option<String>,
+        /// With --issuer: the console's client id there (its tokens' audience).
+        #[arg(long, requires = "issuer")]
+        client_id: Option<String>,
     },
     /// Queue depths, ledger postings and audit counts. Role: the auditor's (it counts postings).
     Stats,

@@ -8,8 +8,13 @@
 //! What each role may do is decided by the control plane, exactly as on AWS; the console's pages
 //! only hide what the role may not ask.
 //!
+//! With `--issuer` and `--client-id` it signs in through an OpenID Connect provider instead, as the
+//! console on AWS does, verifying each token as API Gateway's JWT authorizer would (`oidc`).
+//!
 //! Loopback only, and only for requests addressed to it (the `Host` header), so a web page
 //! elsewhere cannot reach it through a name that resolves to 127.0.0.1.
+
+mod oidc;
 
 use anyhow::{Context, Result, bail};
 use http_body_util::{BodyExt, Full, Limited};
@@ -39,6 +44,10 @@ const MAX_SIGN_INS: usize = 256;
 /// door refuses, as on AWS).
 const ROLES: [OperatorRole; 5] = recon_core::domain::operator::READERS;
 
+/// The Content-Security-Policy of every answer: the console's own origin, and the identity
+/// provider's when it signs in through one.
+static POLICY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// A local sign-in: who, in which role, until when.
 struct SignIn {
     person: String,
@@ -47,6 +56,8 @@ struct SignIn {
 }
 
 struct Console {
+    /// Signing in through an OpenID Connect provider (none: the local sign-in).
+    oidc: Option<(assets::OidcSignIn, oidc::Verifier)>,
     plane: AwsControlPlane<TracingMetrics>,
     settings: ControlSettings,
     door: ConsoleSignIn,
@@ -58,7 +69,12 @@ struct Console {
 
 /// Serve the console on `127.0.0.1:port` until interrupted (port 0: any free port). Prints the
 /// address it listens on.
-pub async fn serve(clients: &AwsClients, names: &ResourceNames, port: u16) -> Result<()> {
+pub async fn serve(
+    clients: &AwsClients,
+    names: &ResourceNames,
+    port: u16,
+    provider: Option<assets::OidcSignIn>,
+) -> Result<()> {
     if matches!(clients.target, recon_aws::Target::Aws) {
         bail!(
             "dlqctl console serves the local stack: on AWS the console signs in through your identity provider (docs/deploying.md, console sign-in)"
@@ -71,11 +87,23 @@ pub async fn serve(clients: &AwsClients, names: &ResourceNames, port: u16) -> Re
         groups_claim: "groups".into(),
         name_claim: "email".into(),
     };
+    let oidc = match provider {
+        Some(p) => {
+            let verifier = oidc::Verifier::discover(&p.issuer, &p.client_id).await?;
+            Some((p, verifier))
+        }
+        None => None,
+    };
+    let origins = oidc.as_ref().map(|(p, _)| p.origins()).unwrap_or_default();
+    let origins: Vec<&str> = origins.iter().map(String::as_str).collect();
+    // Set once, before any answer.
+    let _ = POLICY.set(assets::policy(&origins));
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .with_context(|| format!("cannot listen on 127.0.0.1:{port} (in use? try --port)"))?;
     let port = listener.local_addr()?.port();
     let console = Arc::new(Console {
+        oidc,
         plane,
         settings,
         door,
@@ -122,7 +150,8 @@ fn answer(status: StatusCode, kind: &str, body: impl Into<Bytes>) -> Answer {
     for (name, value) in assets::HEADERS {
         headers.insert(name, hyper::header::HeaderValue::from_static(value));
     }
-    if let Ok(policy) = hyper::header::HeaderValue::from_str(&assets::policy(&[])) {
+    let policy = POLICY.get_or_init(|| assets::policy(&[]));
+    if let Ok(policy) = hyper::header::HeaderValue::from_str(policy) {
         headers.insert("content-security-policy", policy);
     }
     if let Ok(kind) = hyper::header::HeaderValue::from_str(kind) {
@@ -153,9 +182,16 @@ impl Console {
                 r
             }
             (&Method::GET, "/console/config.json") => {
-                let config = json!({"sign_in": "local", "roles": ROLES, "stack": self.prefix});
+                let config = match &self.oidc {
+                    Some((p, _)) => p.config(&ROLES, &self.prefix),
+                    None => json!({"sign_in": "local", "roles": ROLES, "stack": self.prefix}),
+                };
                 answer(StatusCode::OK, "application/json", config.to_string())
             }
+            (&Method::POST, "/console/local/sign-in" | "/console/local/sign-out") if self.oidc.is_some() => error(
+                StatusCode::NOT_FOUND,
+                "this console signs in through its identity provider",
+            ),
             (&Method::POST, "/console/local/sign-in" | "/console/local/sign-out") => {
                 // Only the console's own page signs in: a form another site posts (no JSON, or
                 // a cross-site fetch) is refused before anything is kept.
@@ -180,8 +216,13 @@ impl Console {
             }
             (&Method::POST, "/console/operations") => {
                 let token = bearer(&req);
+                let role = req
+                    .headers()
+                    .get("x-operator-role")
+                    .and_then(|r| r.to_str().ok())
+                    .map(str::to_owned);
                 match body(req).await {
-                    Ok(b) => self.operation(token.as_deref(), b).await,
+                    Ok(b) => self.operation(token.as_deref(), role.as_deref(), b).await,
                     Err(e) => e,
                 }
             }
@@ -260,8 +301,21 @@ impl Console {
 
     /// A console request, answered by the control plane as on AWS: the event API Gateway would
     /// hand it, with the claims its JWT authorizer would have verified.
-    async fn operation(&self, token: Option<&str>, body: Bytes) -> Answer {
-        let claims = {
+    async fn operation(&self, token: Option<&str>, role: Option<&str>, body: Bytes) -> Answer {
+        let mut headers = json!({});
+        let claims = if let Some((_, verifier)) = &self.oidc {
+            // As API Gateway's JWT authorizer: verified, or refused before the control plane.
+            let verified = token.map(|t| (t, verifier.verify(t, chrono::Utc::now().timestamp())));
+            let Some((token, Ok(claims))) = verified else {
+                let why = verified.map_or("no token".to_owned(), |(_, r)| r.err().unwrap_or_default());
+                return error(StatusCode::UNAUTHORIZED, &format!("the token is refused: {why}"));
+            };
+            headers["authorization"] = json!(format!("Bearer {token}"));
+            if let Some(role) = role {
+                headers["x-operator-role"] = json!(role);
+            }
+            serde_json::Value::Object(oidc::as_gateway_claims(claims))
+        } else {
             let sign_ins = self.sign_ins();
             let Some(s) = token
                 .and_then(|t| sign_ins.get(t))
@@ -288,7 +342,7 @@ impl Console {
             "routeKey": CONSOLE_ROUTE,
             "body": text,
             "isBase64Encoded": false,
-            "headers": {},
+            "headers": headers,
             "requestContext": {"accountId": self.account, "authorizer": {"jwt": {"claims": claims, "scopes": null}}},
         });
         let id = crate::control::request_id();

@@ -58,7 +58,18 @@ async fn run(cli: Cli) -> Result<()> {
             let status = (!all).then(|| status.unwrap_or(recon_core::domain::EnvelopeStatus::Pending));
             triage::run(&clients, &names, status).await
         }
-        Command::Console { port } => dlqctl::console::serve(&clients, &names, port).await,
+        Command::Console {
+            port,
+            issuer,
+            client_id,
+        } => {
+            let provider = issuer.map(|issuer| recon_core::control::assets::OidcSignIn {
+                issuer,
+                client_id: client_id.unwrap_or_default(),
+                sign_in_origin: None,
+            });
+            dlqctl::console::serve(&clients, &names, port, provider).await
+        }
         Command::Show { envelope_id, body } => triage::show(&clients, &names, &envelope_id, body).await,
         Command::Replay(args) => remediate::run(&clients, &names, &args, false).await,
         Command::Quarantine(args) => remediate::run(&clients, &names, &args, true).await,

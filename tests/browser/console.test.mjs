@@ -6,16 +6,20 @@
 // the same person's approval, as an approver, is refused by the control plane; another approver
 // approves with a canary, and the run's progress reaches EXECUTED; an edit shows its field diff
 // and, approved and run, posts once; a viewer sees no action and the control plane refuses the
-// viewer's crafted requests. Screenshots of each step go to $OUT (default target/console-e2e).
+// viewer's crafted requests; a controller signs in through an OpenID Connect provider (a small
+// one of the test's own, `provider.mjs`) as on AWS, and forged, foreign and expired tokens are
+// refused. Screenshots of each step go to $OUT (default target/console-e2e).
 //
 // Run by `make test` (tests/browser/run.sh), which installs Chromium and playwright-core.
 
 import { chromium } from "playwright-core";
 import { execFile, spawn } from "node:child_process";
+import { generateKeyPairSync } from "node:crypto";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { promisify } from "node:util";
 import path from "node:path";
 import assert from "node:assert/strict";
+import { jwt, startProvider } from "./provider.mjs";
 
 const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, "../..");
@@ -65,16 +69,21 @@ await cli(DLQCTL, ["--as", "admin:ada", "policy", "set", "--max-count", "1"]);
 
 // ---- The console --------------------------------------------------------------------------------
 
-const server = spawn(DLQCTL, ["console", "--port", "0"], { env: { ...process.env, DLQ_STACK_PREFIX: PREFIX }, stdio: ["ignore", "pipe", "inherit"] });
-const base = await new Promise((resolve, reject) => {
-  let seen = "";
-  server.stdout.on("data", (d) => {
-    seen += d;
-    const m = seen.match(/http:\/\/127\.0\.0\.1:\d+\/console\//);
-    if (m) resolve(m[0]);
+/// The address a `dlqctl console` it started says it listens on.
+function listening(server) {
+  return new Promise((resolve, reject) => {
+    let seen = "";
+    server.stdout.on("data", (d) => {
+      seen += d;
+      const m = seen.match(/http:\/\/127\.0\.0\.1:\d+\/console\//);
+      if (m) resolve(m[0]);
+    });
+    server.on("exit", (code) => reject(new Error(`dlqctl console exited (${code}) before listening`)));
   });
-  server.on("exit", (code) => reject(new Error(`dlqctl console exited (${code}) before listening`)));
-});
+}
+
+const server = spawn(DLQCTL, ["console", "--port", "0"], { env: { ...process.env, DLQ_STACK_PREFIX: PREFIX }, stdio: ["ignore", "pipe", "inherit"] });
+const base = await listening(server);
 say(`console at ${base}`);
 
 const browser = await chromium.launch({
@@ -260,6 +269,52 @@ try {
     };
   }, pendingUrl.split("#/request/")[1]);
   assert.deepEqual(crafted, { replay: 403, approve: 403, policy: 403 });
+
+  // 6. Signing in through an identity provider, as on AWS: authorization code with PKCE; the
+  // server verifies the provider's token as API Gateway's authorizer does.
+  say("a controller signs in through an OpenID Connect provider and acts in a role her groups give");
+  const provider = await startProvider();
+  const oidcServer = spawn(DLQCTL, ["console", "--port", "0", "--issuer", provider.issuer, "--client-id", "console-e2e"], { env: { ...process.env, DLQ_STACK_PREFIX: PREFIX }, stdio: ["ignore", "pipe", "inherit"] });
+  try {
+    const oidcBase = await listening(oidcServer);
+    provider.next = { email: "olga@example.com", groups: ["approver", "viewer"] };
+    const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const olga = await context.newPage();
+    olga.on("pageerror", (e) => errors.push(`olga: ${e.message}`));
+    olga.on("console", (m) => m.type() === "error" && !m.text().includes("status of 40") && errors.push(`olga: ${m.text()}`));
+    const first = await olga.goto(oidcBase);
+    assert.match(first.headers()["content-security-policy"], new RegExp(`connect-src 'self' ${provider.issuer};`));
+    await olga.selectOption("#role", "approver");
+    await olga.click("#provider-sign-in");
+    await olga.waitForSelector("#signed-in");
+    assert.equal(await olga.textContent("#signed-in"), "olga@example.com · approver");
+    assert.equal(provider.tokens, 1);
+    assert.ok(!olga.url().includes("code="), "the code leaves the address once exchanged");
+    await olga.locator("tr", { hasText: "UNMAPPED_CURRENCY:XPT" }).waitFor();
+    await shot(olga, "09-provider-sign-in");
+    // Refused before the control plane: another key's signature, another audience, an expired
+    // token; and by the control plane: a role her groups do not give.
+    const now = Math.floor(Date.now() / 1000);
+    const claims = { iss: provider.issuer, aud: "console-e2e", sub: "sub-mallory", email: "mallory@example.com", email_verified: true, groups: ["admin"], iat: now, exp: now + 600 };
+    const { privateKey: otherKey } = generateKeyPairSync("rsa", { modulusLength: 2048 });
+    const tokens = {
+      forged: jwt(otherKey, provider.kid, claims),
+      audience: jwt(provider.privateKey, provider.kid, { ...claims, aud: "another-app" }),
+      expired: jwt(provider.privateKey, provider.kid, { ...claims, exp: now - 10 }),
+    };
+    const statuses = await olga.evaluate(async (tokens) => {
+      const ask = (token, role) => fetch("operations", { method: "POST", headers: { authorization: `Bearer ${token}`, ...(role ? { "x-operator-role": role } : {}) }, body: JSON.stringify({ operation: "whoami" }) }).then((r) => r.status);
+      const out = {};
+      for (const [name, token] of Object.entries(tokens)) out[name] = await ask(token);
+      out.role = await ask(sessionStorage.getItem("token"), "admin");
+      return out;
+    }, tokens);
+    assert.deepEqual(statuses, { forged: 401, audience: 401, expired: 401, role: 403 });
+    await context.close();
+  } finally {
+    oidcServer.kill();
+    provider.close();
+  }
 
   assert.deepEqual(errors, [], "no script error on any page");
   say(`passed; screenshots in ${OUT}`);

@@ -74,11 +74,10 @@ function when(at) {
 
 async function ask(body) {
   const token = store.getItem("token");
-  const response = await fetch(OPERATIONS, {
-    method: "POST",
-    headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
-    body: JSON.stringify(body),
-  });
+  const headers = { "content-type": "application/json", authorization: `Bearer ${token}` };
+  // Signed in through an identity provider: the role chosen among those the groups give.
+  if (store.getItem("role")) headers["x-operator-role"] = store.getItem("role");
+  const response = await fetch(OPERATIONS, { method: "POST", headers, body: JSON.stringify(body) });
   let answer = {};
   try {
     answer = await response.json();
@@ -165,8 +164,11 @@ async function render() {
 
 function signOut() {
   const token = store.getItem("token");
-  fetch("local/sign-out", { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body: "{}" });
+  if (!store.getItem("role")) {
+    fetch("local/sign-out", { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body: "{}" });
+  }
   store.removeItem("token");
+  store.removeItem("role");
   me = null;
   document.getElementById("who").replaceChildren();
   go("sign-in");
@@ -174,8 +176,70 @@ function signOut() {
 
 // ---- Views ------------------------------------------------------------------------------------
 
+// ---- Sign-in through an OpenID Connect provider: authorization code with PKCE ---------------
+// The page is a public client: it proves the code is its own with a one-time verifier, keeps the
+// ID token for this tab only (sessionStorage), and sends it to the control plane, whose API's JWT
+// authorizer verifies it (signature, issuer, audience, expiry).
+
+const b64url = (bytes) => btoa(String.fromCharCode(...bytes)).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "");
+const random = (n) => b64url(crypto.getRandomValues(new Uint8Array(n)));
+const redirectUri = () => `${location.origin}${location.pathname}`;
+
+async function discovery(config) {
+  const response = await fetch(`${config.issuer.replace(/\/$/, "")}/.well-known/openid-configuration`);
+  if (!response.ok) throw new Error(`the identity provider's discovery document: HTTP ${response.status}`);
+  return response.json();
+}
+
+async function providerSignIn(config, role) {
+  const d = await discovery(config);
+  const verifier = random(32);
+  const challenge = b64url(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(verifier))));
+  const state = random(16);
+  store.setItem("pkce", JSON.stringify({ verifier, state, role }));
+  const url = new URL(d.authorization_endpoint);
+  url.search = new URLSearchParams({
+    response_type: "code", client_id: config.client_id, redirect_uri: redirectUri(), scope: "openid email",
+    state, code_challenge: challenge, code_challenge_method: "S256",
+  });
+  location.assign(url.toString());
+}
+
+/// Back from the provider with a code: exchanged for the ID token, if the state is the one this
+/// tab sent. True when signed in.
+async function providerReturn() {
+  const params = new URLSearchParams(location.search);
+  const code = params.get("code");
+  if (!code && !params.get("error")) return false;
+  const saved = JSON.parse(store.getItem("pkce") || "{}");
+  store.removeItem("pkce");
+  history.replaceState(null, "", location.pathname + location.hash);
+  if (params.get("error")) return notice(`The identity provider refused the sign-in: ${params.get("error")}`, true), false;
+  if (!saved.state || saved.state !== params.get("state")) return notice("This sign-in was not started here: refused.", true), false;
+  const config = await (await fetch("config.json")).json();
+  const d = await discovery(config);
+  const response = await fetch(d.token_endpoint, {
+    method: "POST",
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({ grant_type: "authorization_code", code, redirect_uri: redirectUri(), client_id: config.client_id, code_verifier: saved.verifier }),
+  });
+  const tokens = await response.json().catch(() => ({}));
+  if (!response.ok || !tokens.id_token) return notice(`The identity provider gave no token: ${tokens.error || response.status}`, true), false;
+  store.setItem("token", tokens.id_token);
+  store.setItem("role", saved.role);
+  return true;
+}
+
 async function signIn() {
   const config = await (await fetch("config.json")).json();
+  if (config.sign_in === "oidc") {
+    const role = h("select", { id: "role", name: "role" }, config.roles.map((r) => h("option", { value: r }, r)));
+    const form = h("form", { class: "signin", onsubmit: (ev) => { ev.preventDefault(); providerSignIn(config, role.value).catch((e) => notice(e.message, true)); } },
+      h("p", { class: "muted" }, `${config.stack}: you sign in with your organisation's identity provider; act in one of the operator roles your groups give. The control plane decides what the role may do.`),
+      h("label", {}, "Role", role), h("button", { type: "submit", id: "provider-sign-in" }, "Sign in with your identity provider"));
+    show(h("h1", {}, "Sign in"), form);
+    return;
+  }
   if (config.sign_in !== "local") {
     show(h("h1", {}, "Sign in"), h("p", {}, "This console signs in through your organisation's identity provider."));
     return;
@@ -472,4 +536,9 @@ async function evidence(_, q) {
 }
 
 window.addEventListener("hashchange", render);
-render();
+providerReturn()
+  .then((signedIn) => {
+    if (signedIn) history.replaceState(null, "", `${location.pathname}#/triage`);
+    return render();
+  })
+  .catch((e) => { notice(e.message, true); render(); });

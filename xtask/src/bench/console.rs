@@ -68,7 +68,7 @@ async fn measure(args: &ConsoleArgs) -> Result<(), String> {
     while let Some(created) = writes.next().await {
         created.map_err(|e| format!("writing the backlog: {e}"))?;
         written += 1;
-        if written % 10_000 == 0 {
+        if written.is_multiple_of(10_000) {
             eprintln!(
                 "  {written} envelopes written ({:.0} s)",
                 started.elapsed().as_secs_f64()
@@ -152,6 +152,26 @@ async fn measure(args: &ConsoleArgs) -> Result<(), String> {
             answer.to_string().len()
         );
     }
+    // Side by side: triage as it is made where a table has no totals (and was made before them),
+    // from every PENDING envelope, read whole through the status index.
+    let mut ms = Vec::new();
+    let mut read = 0;
+    for _ in 0..args.rounds.max(1) {
+        let t = Instant::now();
+        let all = recon_core::ports::all_envelopes(&store, Some(recon_core::domain::EnvelopeStatus::Pending))
+            .await
+            .map_err(|e| e.to_string())?;
+        let groups = recon_core::decisions::triage(&all);
+        ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        read = all.len();
+        std::hint::black_box(groups);
+    }
+    ms.sort_by(f64::total_cmp);
+    println!(
+        "| triage counting every PENDING envelope (no totals) | {:.1} | {:.1} | {read} | - |",
+        ms[ms.len() / 2],
+        ms[ms.len() - 1]
+    );
     let pending = store.pending_count().await.map_err(|e| e.to_string())?;
     println!("\n(the PENDING count says {pending}; DynamoDB Local, debug or release as built)");
     s.cleanup().await;
