@@ -440,3 +440,57 @@ async fn an_envelope_whose_totals_item_refuses_it_is_written_and_triage_counts_t
     );
     s.cleanup().await;
 }
+
+/// The auditor's audit verification at the console: the trail intact after a day of remediation,
+/// whole and from the newest seal; one record's text changed in the table, as anyone who can write
+/// to it could, and it is named; no other role may ask.
+#[tokio::test]
+async fn a_console_auditor_verifies_the_audit_trail_and_a_changed_record_is_named() {
+    let s = TestStack::new("con-verify").await;
+    let bodies: Vec<String> = (1..=3).map(|n| xau(n).to_body().unwrap()).collect();
+    s.remediated(&bodies, 1000).await;
+    let c = console(&s).await;
+    let auditor = |body| ask(&c, "audrey@example.com", "[fin-auditors]", None, body);
+    let (status, sealed) = auditor(json!({"operation": "seal"})).await;
+    assert_eq!(status, 200, "{sealed}");
+    let (status, whole) = auditor(json!({"operation": "verify-audit"})).await;
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(
+        (&whole["intact"], &whole["breaks"]),
+        (&json!(true), &json!([])),
+        "{whole}"
+    );
+    assert!(whole["records"].as_u64().is_some_and(|n| n > 0), "{whole}");
+    let newest = whole["latest_seal_seq"].as_u64().expect("a seal");
+    let (status, since) = auditor(json!({"operation": "verify-audit", "from_seal": newest})).await;
+    assert_eq!(
+        (status, &since["intact"], &since["from_seal"]),
+        (200, &json!(true), &json!(newest)),
+        "{since}"
+    );
+
+    // One record's detail changed in the table.
+    let record = s.audit().await.into_iter().next().expect("an audit record");
+    let mut item = s.audit_item(&record.audit_id).await;
+    item.insert(
+        "detail".into(),
+        aws_sdk_dynamodb::types::AttributeValue::S("changed afterwards".into()),
+    );
+    s.put_audit_item(item).await;
+    let (status, broken) = auditor(json!({"operation": "verify-audit"})).await;
+    assert_eq!((status, &broken["intact"]), (200, &json!(false)), "{broken}");
+    assert!(!broken["breaks"].as_array().unwrap().is_empty(), "{broken}");
+
+    let (status, _) = auditor(json!({"operation": "verify-audit", "from_seal": 0})).await;
+    assert_eq!(status, 400);
+    let (status, _) = ask(
+        &c,
+        "vera@example.com",
+        "[fin-viewers]",
+        None,
+        json!({"operation": "verify-audit"}),
+    )
+    .await;
+    assert_eq!(status, 403);
+    s.cleanup().await;
+}

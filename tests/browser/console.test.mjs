@@ -113,6 +113,9 @@ async function shot(page, name) {
 
 const xauRow = (page) => page.locator("tr", { hasText: "UNMAPPED_CURRENCY:XAU" });
 const badge = (page) => page.locator("h1 .badge");
+// A link to one envelope (the envelopes view's), never the triage view's links to a group, which
+// the envelopes view replaces as it renders.
+const ENVELOPE_LINK = 'tbody a[href^="#/envelope/"]';
 
 try {
   // 1. The maker triages and proposes the XAU group's replay: a dry run first.
@@ -123,7 +126,7 @@ try {
   await shot(alice, "01-triage");
   // The verbatim body is text: the counterparty's `<b>` shows as written, no element made of it.
   await alice.goto(`${base}#/envelopes?root_cause=${encodeURIComponent("UNMAPPED_CURRENCY:XAU")}`);
-  await alice.locator("tbody a").first().click();
+  await alice.locator(ENVELOPE_LINK).first().click();
   await alice.locator("#body").waitFor();
   assert.match(await alice.textContent("#body"), /"counterparty":"Bullion <b>Ltd<\/b>"/);
   assert.equal(await alice.locator("#body b, main b").count(), 0, "markup from a body rendered as HTML");
@@ -191,7 +194,7 @@ try {
   await alice.locator("tr", { hasText: "UNMAPPED_CURRENCY:XPT" }).waitFor();
   assert.equal(await xauRow(alice).count(), 0);
   await alice.goto(`${base}#/envelopes?root_cause=${encodeURIComponent("UNMAPPED_CURRENCY:XPT")}`);
-  await alice.locator("tbody a").first().click();
+  await alice.locator(ENVELOPE_LINK).first().click();
   await alice.locator("#edit").waitFor();
   await alice.fill("#edit input[name=currency]", "USD");
   await alice.fill("#edit input[name=reason]", "XPT was a typo for USD (FIN-43)");
@@ -235,6 +238,16 @@ try {
   assert.equal(reconciled.verdict, "HOLDS", JSON.stringify(reconciled));
   assert.deepEqual([reconciled.by_state.COMMITTED.count, reconciled.by_state.PENDING.count], [7, 4]);
   assert.equal(reconciled.edited.length, 1, JSON.stringify(reconciled.edited));
+  // The auditor verifies the audit trail at the console: whole, then from the newest seal.
+  await cli(DLQCTL, ["--as", "auditor:audrey", "audit", "seal"]);
+  await audrey.click("#verify-audit");
+  await audrey.locator("#audit-verdict").waitFor();
+  assert.equal(await audrey.textContent("#audit-verdict"), "INTACT");
+  assert.notEqual(await audrey.inputValue("#from-seal"), "", "the newest seal's number, for next time");
+  await audrey.click("#verify-audit");
+  await audrey.locator("#audit h2", { hasText: "From seal" }).waitFor();
+  assert.equal(await audrey.textContent("#audit-verdict"), "INTACT");
+  await shot(audrey, "10-audit-verified");
 
   // 5. A viewer: no action to take, even on a request waiting for approval (alice's quarantine
   // of the XPD group), and the control plane refuses what a crafted request asks.
@@ -255,9 +268,9 @@ try {
   assert.equal(await vera.locator("#approve, #reject, #execute, #withdraw").count(), 0);
   await shot(vera, "07-viewer");
   await vera.goto(`${base}#/envelopes`);
-  await vera.locator("tbody a").first().waitFor();
+  await vera.locator(ENVELOPE_LINK).first().waitFor();
   assert.equal(await vera.locator("tbody input[type=checkbox]").count(), 0);
-  await vera.locator("tbody a").first().click();
+  await vera.locator(ENVELOPE_LINK).first().click();
   await vera.locator("#body").waitFor();
   assert.equal(await vera.locator("#edit").count(), 0);
   const crafted = await vera.evaluate(async (requestId) => {

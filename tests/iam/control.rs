@@ -132,8 +132,20 @@ async fn control_plane_calls() {
         )
         .await);
     assert!(reconciled["verdict"].is_string(), "{reconciled}");
-    // The auditor's seal before an export.
+    // The auditor's seal before an export, and the trail verified at the console: whole, and
+    // from that seal.
     ok(c.ask("auditor", "audrey", json!({"operation": "seal"})).await);
+    let verified = ok(c.ask("auditor", "audrey", json!({"operation": "verify-audit"})).await);
+    assert_eq!(verified["intact"], true, "{verified}");
+    let from = verified["latest_seal_seq"].clone();
+    let again = ok(c
+        .ask(
+            "auditor",
+            "audrey",
+            json!({"operation": "verify-audit", "from_seal": from}),
+        )
+        .await);
+    assert_eq!(again["intact"], true, "{again}");
     let refused = c.ask(
         "viewer",
         "vera",

@@ -144,7 +144,15 @@ const views = {
   evidence,
 };
 
-async function render() {
+// Renders one after another, each for the address as it is when it starts: a slower one for an
+// address left since (its answer came late) cannot replace the view of the one after it.
+let rendered = Promise.resolve();
+function render() {
+  rendered = rendered.then(renderNow, renderNow);
+  return rendered;
+}
+
+async function renderNow() {
   const { view, id, q } = route();
   if (view !== "sign-in" && !store.getItem("token")) return go("sign-in");
   if (view !== "sign-in" && !me) {
@@ -511,18 +519,48 @@ async function request(id) {
   );
 }
 
+/// The audit trail verified by the control plane (the auditor's): whole, or from a seal.
+function auditVerification(q) {
+  const from = h("input", { id: "from-seal", name: "from_seal", type: "number", min: 1, size: 6, value: q.get("from_seal") || "" });
+  const out = h("div", { id: "audit" });
+  const form = h("form", { class: "actions", onsubmit: async (ev) => {
+    ev.preventDefault();
+    const button = ev.submitter;
+    const asked = { operation: "verify-audit" };
+    if (from.value) asked.from_seal = Number(from.value);
+    const r = await attempt(asked, button);
+    if (!r) return;
+    if (r.latest_seal_seq) from.value = r.latest_seal_seq;
+    const verdict = r.intact ? "INTACT" : "BROKEN";
+    out.replaceChildren(
+      h("h2", {}, r.from_seal ? `From seal ${r.from_seal}: ` : "The whole trail: ", h("span", { id: "audit-verdict", class: `badge ${verdict}` }, verdict)),
+      fields([
+        ["Records", r.records], ["Seals", r.seals], ["Newest seal", r.latest_seal ? `${r.latest_seal_seq}: ${r.latest_seal}` : "none yet"],
+        ["Not yet sealed", (r.unsealed || []).map((u) => `${u.chain} ${u.from_seq}–${u.to_seq}`).join(", ") || "nothing"],
+        ["Read from the bucket alone", r.from_bucket ? "yes" : "no"],
+      ]),
+      ...(r.breaks?.length ? [h("h2", {}, "Breaks"), h("ul", {}, r.breaks.map((b) => h("li", {}, b)))] : []),
+      h("p", { class: "muted" }, r.latest_seal_seq ? `Next time, verify from seal ${r.latest_seal_seq}: what came after it.` : ""));
+  } },
+    h("label", {}, "From seal (empty: the whole trail)", from), h("button", { type: "submit", id: "verify-audit" }, "Verify the audit trail"));
+  return [h("h1", {}, "Evidence: the audit trail"),
+    h("p", { class: "muted" }, "Every record's hash and link, every seal in the Object Lock bucket and the records beside it, as `dlqctl audit verify` checks them. The evidence bundle, verified offline without this code: `dlqctl evidence export`."),
+    form, out];
+}
+
 async function evidence(_, q) {
   const period = h("input", { id: "period", name: "period", value: q.get("period") || new Date().toISOString().slice(0, 7), size: 8, pattern: "[0-9]{4}-[0-9]{2}", required: true });
   const form = h("form", { class: "actions", onsubmit: (ev) => { ev.preventDefault(); go("evidence", { period: period.value }); } },
     h("label", {}, "Accounting period (YYYY-MM)", period), h("button", { type: "submit", id: "reconcile" }, "Reconcile"));
   const head = [h("h1", {}, "Evidence: reconcile a period"),
     h("p", { class: "muted" }, "committed + duplicates + pending + quarantined + in flight, by count and by amount per currency: the stores checked against each other (the auditor's). Without the producer's manifest, a transaction no record names is not seen: `dlqctl reconcile --manifest` proves against what was sent. Messages in the queues, the DLQ and parked behind it count as queued: UNDECIDED until settled."), form];
-  if (!q.get("period")) return show(...head);
+  const audit = may("auditor") ? auditVerification(q) : [];
+  if (!q.get("period")) return show(...head, ...audit);
   let r;
   try {
     r = await ask({ operation: "reconcile", period: q.get("period") });
   } catch (e) {
-    return show(...head, h("p", { class: "bad" }, e.message));
+    return show(...head, h("p", { class: "bad" }, e.message), ...audit);
   }
   const named = (title, items) => items?.length ? [h("h2", {}, title), h("ul", {}, items.map((i) => h("li", {}, i)))] : [];
   show(...head,
@@ -532,7 +570,7 @@ async function evidence(_, q) {
     h("h2", {}, "By entity and period"),
     table(["Entity and period", "States"], Object.entries(r.by_entity_period).map(([ep, c]) => [ep, Object.entries(c).map(([k, n]) => `${k} ${n}`).join(", ")])),
     ...named("Problems", r.problems), ...named("Missing", r.missing), ...named("Extra", r.extra),
-    ...named("Edited (as sent → as posted)", r.edited), ...named("Altered", r.altered));
+    ...named("Edited (as sent → as posted)", r.edited), ...named("Altered", r.altered), ...audit);
 }
 
 window.addEventListener("hashchange", render);

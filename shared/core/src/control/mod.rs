@@ -101,6 +101,12 @@ pub enum Command {
     Reconcile {
         period: String,
     },
+    /// The audit trail verified against the bucket's seals: whole, or what came after seal
+    /// `from_seal` (reads only; the auditor's).
+    VerifyAudit {
+        #[serde(default)]
+        from_seal: Option<u64>,
+    },
 }
 
 /// Which envelopes to replay or quarantine, and how: what `dlqctl replay` and `quarantine` give.
@@ -194,6 +200,7 @@ impl Command {
             Command::Requests { .. } => Operation::Requests,
             Command::Request { .. } => Operation::Request,
             Command::Reconcile { .. } => Operation::Reconcile,
+            Command::VerifyAudit { .. } => Operation::VerifyAudit,
         }
     }
 }
@@ -300,7 +307,8 @@ where
             | Command::Envelope { .. }
             | Command::Requests { .. }
             | Command::Request { .. }
-            | Command::Reconcile { .. }) => self.read(asked, read).await,
+            | Command::Reconcile { .. }
+            | Command::VerifyAudit { .. }) => self.read(asked, read).await,
             // Boxed: a replay's future is deep (a debug build's stack would not hold it).
             Command::Replay(r) => Box::pin(self.remediate(asked, &r, false)).await,
             Command::Quarantine(r) => Box::pin(self.remediate(asked, &r, true)).await,

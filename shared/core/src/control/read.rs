@@ -183,11 +183,14 @@ where
             Command::Reconcile { period } => Right(Right(Right(Right(Right(Left(Box::pin(async move {
                 self.reconcile(asked, &period).await
             }))))))),
+            Command::VerifyAudit { from_seal } => Right(Right(Right(Right(Right(Right(Left(Box::pin(
+                self.verify_audit(asked, from_seal),
+            )))))))),
             other => {
                 let why = format!("`{}` is not a read", other.operation());
-                Right(Right(Right(Right(Right(Right(std::future::ready(Err(
+                Right(Right(Right(Right(Right(Right(Right(std::future::ready(Err(
                     ControlError::Invalid(why),
-                ))))))))
+                )))))))))
             }
         }
     }
@@ -332,6 +335,31 @@ where
         let reconciliation = concluded.map_err(|why| ControlError::Refused(crate::domain::approval::Refused(why)))?;
         read(asked, "reconcile", 1);
         Ok(json(&reconciliation))
+    }
+
+    /// The audit trail verified against the bucket's seals, as `dlqctl audit verify` verifies it:
+    /// whole, or from seal `from_seal` (what came after it: quicker, as a trail grows). Its
+    /// report names every break; the newest seal's number is where the next one may start.
+    async fn verify_audit(&self, asked: &Asked<'_>, from_seal: Option<u64>) -> Result<serde_json::Value, ControlError> {
+        let r = &self.replayer;
+        let opts = crate::evidence::VerifyOptions::default();
+        let report = match from_seal {
+            None => crate::evidence::verify_trail(&r.audit, &r.worm, &opts).await?,
+            Some(n) => crate::evidence::verify_from_seal(&r.audit, &r.worm, n, &opts)
+                .await
+                .map_err(|e| match e {
+                    crate::evidence::FromSealError::NotASeal(why) => ControlError::Invalid(why),
+                    crate::evidence::FromSealError::Store(s) => s.into(),
+                })?,
+        };
+        read(
+            asked,
+            "verify-audit",
+            usize::try_from(report.records).unwrap_or(usize::MAX),
+        );
+        let mut out = json(&report);
+        out["intact"] = serde_json::Value::Bool(report.intact());
+        Ok(out)
     }
 
     /// One approval request.

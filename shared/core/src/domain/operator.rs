@@ -61,6 +61,9 @@ named! {
         ReconcileSegment = "reconcile-segment",
         /// A period's reconciliation, whole (the console's evidence).
         Reconcile = "reconcile",
+        /// Verify the audit trail against the bucket's seals, whole or from a seal (the
+        /// console's evidence).
+        VerifyAudit = "verify-audit",
         /// Seal the audit trail now (before an evidence export, or by hand): it decides nothing,
         /// but writes to the bucket, which no operator role may.
         Seal = "seal",
@@ -94,7 +97,7 @@ impl Operation {
             | Operation::OpenPeriod
             | Operation::SchedulePeriodClose
             | Operation::PutCurrency => &[Admin],
-            Operation::ReconcileSegment | Operation::Reconcile => &[Auditor],
+            Operation::ReconcileSegment | Operation::Reconcile | Operation::VerifyAudit => &[Auditor],
             Operation::Seal => &[Auditor, Admin],
         }
     }
