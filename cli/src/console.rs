@@ -88,8 +88,10 @@ pub async fn serve(
         name_claim: "email".into(),
     };
     let oidc = match provider {
-        Some(p) => {
+        Some(mut p) => {
             let verifier = oidc::Verifier::discover(&p.issuer, &p.client_id).await?;
+            // The page exchanges its code there, wherever the provider puts it.
+            p.sign_in_origin = p.sign_in_origin.or_else(|| verifier.token_endpoint.clone());
             Some((p, verifier))
         }
         None => None,

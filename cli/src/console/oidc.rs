@@ -10,6 +10,9 @@ use serde_json::{Map, Value};
 
 /// A token's claims, once verified as API Gateway's JWT authorizer verifies them.
 pub struct Verifier {
+    /// Where the page exchanges its code (the discovery document's `token_endpoint`): the page
+    /// may connect to its origin.
+    pub token_endpoint: Option<String>,
     issuer: String,
     client_id: String,
     keys: Vec<Key>,
@@ -34,15 +37,23 @@ impl Verifier {
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(10))
             .build()?;
+        let get = |url: String, what: String| {
+            let request = http.get(url);
+            async move {
+                let response = request
+                    .send()
+                    .await
+                    .and_then(reqwest::Response::error_for_status)
+                    .with_context(|| what.clone())?;
+                response.json::<Value>().await.with_context(|| what)
+            }
+        };
         let base = issuer.trim_end_matches('/');
-        let discovery: Value = http
-            .get(format!("{base}/.well-known/openid-configuration"))
-            .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .with_context(|| format!("the discovery document of {issuer}"))?
-            .json()
-            .await?;
+        let discovery = get(
+            format!("{base}/.well-known/openid-configuration"),
+            format!("the discovery document of {issuer}"),
+        )
+        .await?;
         if discovery["issuer"].as_str() != Some(issuer) {
             bail!(
                 "{issuer}'s discovery document names another issuer: {}",
@@ -52,14 +63,7 @@ impl Verifier {
         let Some(jwks_uri) = discovery["jwks_uri"].as_str() else {
             bail!("{issuer}'s discovery document has no jwks_uri");
         };
-        let jwks: Value = http
-            .get(jwks_uri)
-            .send()
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .with_context(|| format!("the keys of {issuer} ({jwks_uri})"))?
-            .json()
-            .await?;
+        let jwks = get(jwks_uri.to_owned(), format!("the keys of {issuer} ({jwks_uri})")).await?;
         let keys: Vec<Key> = jwks["keys"]
             .as_array()
             .map(Vec::as_slice)
@@ -78,6 +82,7 @@ impl Verifier {
             bail!("{issuer} publishes no RSA signing key");
         }
         Ok(Verifier {
+            token_endpoint: discovery["token_endpoint"].as_str().map(str::to_owned),
             issuer: issuer.to_owned(),
             client_id: client_id.to_owned(),
             keys,

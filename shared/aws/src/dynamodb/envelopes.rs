@@ -73,6 +73,48 @@ fn pending_delta(table: &str, delta: i64) -> StoreResult<TransactWriteItem> {
 }
 
 impl DynamoEnvelopeStore {
+    /// Send a change into or out of PENDING: `change` (its first item the envelope's, whose
+    /// condition failing is the answer `false`), the PENDING counter moved by `delta`, and
+    /// `totals`. Where a totals item refuses its `ADD` (DynamoDB's validation: on AWS, an item
+    /// that would grow past 400 KB), the change is sent once more without its totals, the
+    /// counter's item saying that they no longer cover every envelope (triage then counts the
+    /// envelopes themselves); refused again, nothing is written. Its callers box it: a debug
+    /// build's replay would not hold it in its stack frames.
+    async fn send_counted(
+        &self,
+        change: Vec<TransactWriteItem>,
+        delta: i64,
+        totals: Vec<TransactWriteItem>,
+        op: &str,
+    ) -> StoreResult<bool> {
+        let from = change.len() + 1;
+        let mut items = change.clone();
+        items.push(pending_delta(&self.table, delta)?);
+        items.extend(totals);
+        let req = self.client.transact_write_items().set_transact_items(Some(items));
+        match transact(req).await {
+            Ok(_) => Ok(true),
+            Err(e) if totals::refused(&e, from) => {
+                tracing::warn!(
+                    op,
+                    "a triage totals item refused the change: written without; triage counts envelopes"
+                );
+                let lost = Update::builder()
+                    .table_name(&self.table)
+                    .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
+                    .update_expression(format!("ADD pending :d SET {} = :t", totals::LOST))
+                    .expression_attribute_values(":d", n(delta))
+                    .expression_attribute_values(":t", AttributeValue::Bool(true));
+                let mut items = change;
+                items.push(tx_update(lost, "pending counter, totals lost")?);
+                let req = self.client.transact_write_items().set_transact_items(Some(items));
+                transact_applied(req, op).await
+            }
+            Err(e) if first_condition_failed(&e) => Ok(false),
+            Err(e) => Err(store_error(op, e)),
+        }
+    }
+
     pub(super) async fn item(&self, key: &str, op: &str) -> StoreResult<Option<Item>> {
         super::get_consistent(&self.client, &self.table, keys::ENVELOPE_PK, key, op).await
     }
@@ -133,34 +175,12 @@ impl EnvelopeStore for DynamoEnvelopeStore {
             .condition_expression("attribute_not_exists(#pk)")
             .expression_attribute_names("#pk", keys::ENVELOPE_PK);
         let put = tx_put(put, "envelope put")?;
-        let pending = envelope.status == EnvelopeStatus::Pending;
-        let mut items = vec![put.clone()];
-        if pending {
-            items.push(pending_delta(&self.table, 1)?);
-            items.extend(totals::updates(&self.table, [&Contribution::of(envelope)], 1)?);
-        }
-        let req = self.client.transact_write_items().set_transact_items(Some(items));
-        let written = match transact(req).await {
-            Ok(_) => true,
-            // Its totals item refuses it (one that cannot hold another envelope's): written
-            // without, and said so.
-            Err(e) if pending && totals::refused(&e) => {
-                tracing::warn!(envelope_id = %envelope.envelope_id, "triage totals item full: written without its totals; triage counts envelopes");
-                let lost = Update::builder()
-                    .table_name(&self.table)
-                    .key(keys::ENVELOPE_PK, s(keys::ENVELOPE_META_ID))
-                    .update_expression(format!("ADD pending :d SET {} = :t", totals::LOST))
-                    .expression_attribute_values(":d", n(1))
-                    .expression_attribute_values(":t", AttributeValue::Bool(true));
-                let req = self
-                    .client
-                    .transact_write_items()
-                    .transact_items(put)
-                    .transact_items(tx_update(lost, "pending counter, totals lost")?);
-                transact_applied(req, "TransactWriteItems(envelope create, without totals)").await?
-            }
-            Err(e) if first_condition_failed(&e) => false,
-            Err(e) => return Err(store_error("TransactWriteItems(envelope create)", e).into()),
+        let written = if envelope.status == EnvelopeStatus::Pending {
+            let totals = totals_moved(&self.table, [envelope], 1)?;
+            Box::pin(self.send_counted(vec![put], 1, totals, "TransactWriteItems(envelope create)")).await?
+        } else {
+            let req = self.client.transact_write_items().transact_items(put);
+            transact_applied(req, "TransactWriteItems(envelope create)").await?
         };
         if written {
             return Ok(CreateOutcome::Created);
@@ -272,10 +292,9 @@ impl EnvelopeStore for DynamoEnvelopeStore {
             return Ok(false);
         };
         // From PENDING: leaves the pending count and the totals, in the same transaction.
-        let mut items = vec![from_pending(update(FROM_PENDING))?, pending_delta(&self.table, -1)?];
-        items.extend(totals_moved(&self.table, [&envelope], -1)?);
-        let req = self.client.transact_write_items().set_transact_items(Some(items));
-        if transact_applied(req, "TransactWriteItems(replay claim)").await? {
+        let totals = totals_moved(&self.table, [&envelope], -1)?;
+        let claimed = vec![from_pending(update(FROM_PENDING))?];
+        if Box::pin(self.send_counted(claimed, -1, totals, "TransactWriteItems(replay claim)")).await? {
             return Ok(true);
         }
         // From an expired REPLAYING claim (a replay crashed): no count change.
@@ -333,28 +352,21 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         audit: Option<&AuditRecord>,
     ) -> FlowResult<bool> {
         check_transition(EnvelopeStatus::Replaying, change.status)?;
-        let mut req = self.client.transact_write_items().transact_items(finish_update(
-            &self.table,
-            envelope_id,
-            replay_id,
-            change,
-            record,
-        )?);
-        if change.status == EnvelopeStatus::Pending {
-            // Back to PENDING: into the count and the totals again.
-            let envelope = self
-                .get(envelope_id)
-                .await?
-                .ok_or_else(|| StoreError::infra("a settlement's envelope is missing"))?;
-            req = req.transact_items(pending_delta(&self.table, 1)?);
-            for item in totals_moved(&self.table, [&envelope], 1)? {
-                req = req.transact_items(item);
-            }
-        }
+        let mut items = vec![finish_update(&self.table, envelope_id, replay_id, change, record)?];
         if let Some(r) = audit {
-            req = req.transact_items(outbox_put(&self.table, r)?);
+            items.push(outbox_put(&self.table, r)?);
         }
-        Ok(transact_applied(req, "TransactWriteItems(replay finish)").await?)
+        if change.status != EnvelopeStatus::Pending {
+            let req = self.client.transact_write_items().set_transact_items(Some(items));
+            return Ok(transact_applied(req, "TransactWriteItems(replay finish)").await?);
+        }
+        // Back to PENDING: into the count and the totals again (what it adds, from fields that
+        // never change once it is created; gone, its claim is too).
+        let Some(envelope) = self.get(envelope_id).await? else {
+            return Ok(false);
+        };
+        let totals = totals_moved(&self.table, [&envelope], 1)?;
+        Ok(Box::pin(self.send_counted(items, 1, totals, "TransactWriteItems(replay finish)")).await?)
     }
 
     async fn claim_many(

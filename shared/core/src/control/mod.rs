@@ -252,6 +252,8 @@ pub struct Asked<'a> {
 pub struct ControlPlane<P: ReplayPorts, G: Signer> {
     pub replayer: Replayer<P>,
     pub signer: G,
+    /// How often the trail is sealed: an audit verification calls sealing stopped past it.
+    pub seal: crate::config::SealPolicy,
 }
 
 impl<P: ReplayPorts, G: Signer> ControlPlane<P, G>

@@ -342,7 +342,15 @@ where
     /// report names every break; the newest seal's number is where the next one may start.
     async fn verify_audit(&self, asked: &Asked<'_>, from_seal: Option<u64>) -> Result<serde_json::Value, ControlError> {
         let r = &self.replayer;
-        let opts = crate::evidence::VerifyOptions::default();
+        // As `dlqctl audit verify`: sealing that stopped (a record unsealed past its window) is
+        // a break, since a trail cut short after its last seal would otherwise go unseen.
+        let opts = crate::evidence::VerifyOptions {
+            window: Some(crate::evidence::SealWindow {
+                now: r.clock.now(),
+                max_age: self.seal.max_unsealed(),
+            }),
+            ..crate::evidence::VerifyOptions::default()
+        };
         let report = match from_seal {
             None => crate::evidence::verify_trail(&r.audit, &r.worm, &opts).await?,
             Some(n) => crate::evidence::verify_from_seal(&r.audit, &r.worm, n, &opts)

@@ -1,12 +1,12 @@
-//! Triage's totals, kept by the envelope store: per failure code, root cause and month of
+//! Triage's totals, kept by the envelope store: per failure code, root cause and day of
 //! dead-lettering, what its PENDING envelopes add up to (how many, amount per currency, how many
 //! per ledger entity and accounting period, how many per hour dead-lettered). The store moves them
 //! in the same write as every change into or out of PENDING, as it moves the PENDING counter, so
 //! triage reads a few items instead of every envelope.
 //!
 //! What an envelope adds ([`Contribution::of`]) is made from fields that never change after it is
-//! created, so taking it away again needs only the envelope. The month in the key bounds what
-//! one item of the store can hold (744 hours); the amounts counted are bounded so that a sum of
+//! created, so taking it away again needs only the envelope. The day in the key keeps one item
+//! of the store small (24 hours, that day's entities and periods), as each change rewrites it; the amounts counted are bounded so that a sum of
 //! up to 10^12 of them keeps to DynamoDB's 38 digits, and only a currency of three letters counts
 //! its amount. Outside those bounds an envelope counts `without_amount`, and an entity outside the
 //! schema's form is not listed: [`groups`] then differs from [`super::triage::triage`] of the same
@@ -25,13 +25,13 @@ pub const MAX_SCALE: u32 = 8;
 /// An amount counted in the totals is below this in magnitude (10^18).
 const MAX_MAGNITUDE: i64 = 1_000_000_000_000_000_000;
 
-/// The totals one item holds: a group (failure code, root cause) and the month (`YYYY-MM`) its
-/// envelopes were dead-lettered in.
+/// The totals one item holds: a group (failure code, root cause) and the day (`YYYY-MM-DD`, UTC)
+/// its envelopes were dead-lettered on.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TotalsKey {
     pub failure_code: FailureCode,
     pub root_cause: String,
-    pub month: String,
+    pub day: String,
 }
 
 /// What one PENDING envelope adds to the totals of its key.
@@ -70,7 +70,7 @@ impl Contribution {
             key: TotalsKey {
                 failure_code: e.failure_code,
                 root_cause: e.root_cause.clone(),
-                month: e.dead_lettered_at.format("%Y-%m").to_string(),
+                day: e.dead_lettered_at.format("%Y-%m-%d").to_string(),
             },
             amount,
             entity_period,
@@ -181,7 +181,7 @@ pub fn normalized(totals: BTreeMap<TotalsKey, Totals>) -> BTreeMap<TotalsKey, To
         .collect()
 }
 
-/// Triage's groups from a store's totals (any number of months each), largest first as
+/// Triage's groups from a store's totals (any number of days each), largest first as
 /// [`super::triage::triage`] orders them, each with the earliest planned close among its
 /// entities' periods (`snapshot`'s schedule). A group's `oldest` and `newest` are the hours they
 /// fall in; it names no sample envelopes.

@@ -42,7 +42,7 @@ where
     let before = pending().await;
     let mut read: Vec<DlqEnvelope> = Vec::new();
     // Their triage totals apart from any other test's (a root cause of their own), over hours,
-    // entities, periods and amounts (and, near a month's start, two months).
+    // entities, periods and amounts, dead-lettered over two days (two totals items).
     let cause = format!("CONFORMANCE:{run}");
     for n in 0..130 {
         let mut e = builders::envelope(&format!("{run}-g{n:03}"));

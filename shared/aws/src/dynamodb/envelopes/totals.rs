@@ -1,14 +1,14 @@
 //! Triage's totals in the envelope table (`recon_core::decisions::totals`): one item per key
-//! (failure code, root cause, month), `#totals#<month>#<code>#<digest of the cause>`, moved by an
+//! (failure code, root cause, day), `#totals#<day>#<code>#<digest of the cause>`, moved by an
 //! `ADD` in the transaction of every change into or out of PENDING (beside the PENDING counter,
 //! which every such transaction holds already, so the totals add no new meeting point). The items
 //! sit in the status index under the partition [`PARTITION`]: triage reads them in one query.
 //!
 //! Attributes: `n` (count), `w` (without an amount), `a:<currency>` (amounts), `e:<period>:<entity>`
 //! (count per accounting period and entity; neither holds `:`), `h:<hours since the epoch>`.
-//! Only the envelope's creation adds attributes an item did not have (a later change moves those
-//! its creation wrote), so only a creation can find an item too large: it is then written without
-//! its totals and says so on the counter's item ([`LOST`]); triage then counts envelopes.
+//! A change whose totals item refuses it (on AWS, one that would grow past 400 KB: a new
+//! attribute, a longer number, or an envelope written without its totals taken away) is written
+//! without them and says so on the counter's item ([`LOST`]); triage then counts envelopes.
 
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
@@ -32,15 +32,17 @@ const PARTITION: &str = keys::ENVELOPE_TOTALS_STATUS;
 /// On the counter's item: an envelope was written without its totals.
 pub(super) const LOST: &str = "totals_lost";
 
-/// Was a creation's transaction (the envelope, the counter, its totals) refused for a validation
-/// error, that of its totals item (AWS: cancelled, `ValidationError` for the item that would grow
-/// past 400 KB) or the request's (`ValidationException`)? Sent again without its totals, it is
-/// refused again where the envelope or the counter was the cause, and nothing is written.
-pub(super) fn refused(e: &crate::dynamodb::transact::TransactError) -> bool {
+/// Was a change's transaction (its items, the counter, then its totals from item `from` on)
+/// refused for a validation error, that of a totals item (AWS: cancelled, `ValidationError` for
+/// an item that would grow past 400 KB) or the request's (`ValidationException`)? Sent again
+/// without its totals, it is refused again where the change or the counter was the cause, and
+/// nothing is written.
+pub(super) fn refused(e: &crate::dynamodb::transact::TransactError, from: usize) -> bool {
     use aws_smithy_types::error::metadata::ProvideErrorMetadata;
     let totals_item = crate::dynamodb::transact::cancellation_codes(e)
-        .get(2)
-        .is_some_and(|c| c.as_deref() == Some("ValidationError"));
+        .iter()
+        .skip(from)
+        .any(|c| c.as_deref() == Some("ValidationError"));
     totals_item || e.as_service_error().and_then(|se| se.code()) == Some("ValidationException")
 }
 
@@ -51,7 +53,7 @@ fn item_id(key: &TotalsKey) -> String {
     format!(
         "{}{}#{}#{hex}",
         keys::ENVELOPE_TOTALS_PREFIX,
-        key.month,
+        key.day,
         key.failure_code.as_str()
     )
 }
@@ -80,7 +82,7 @@ pub(super) fn update(table: &str, key: &TotalsKey, delta: &Totals) -> StoreResul
         }
     }
     let clauses: Vec<String> = (0..adds.len()).map(|i| format!("#{i} :{i}")).collect();
-    let mut expression = "SET #st = :st, #age = :id, tc = :code, tr = :cause, tm = :month".to_owned();
+    let mut expression = "SET #st = :st, #age = :id, tc = :code, tr = :cause, td = :day".to_owned();
     if !clauses.is_empty() {
         expression.push_str(" ADD ");
         expression.push_str(&clauses.join(", "));
@@ -95,7 +97,7 @@ pub(super) fn update(table: &str, key: &TotalsKey, delta: &Totals) -> StoreResul
         .expression_attribute_values(":id", s(id))
         .expression_attribute_values(":code", s(key.failure_code.as_str()))
         .expression_attribute_values(":cause", s(&key.root_cause))
-        .expression_attribute_values(":month", s(&key.month));
+        .expression_attribute_values(":day", s(&key.day));
     for (i, (name, v)) in adds.into_iter().enumerate() {
         u = u
             .expression_attribute_names(format!("#{i}"), name)
@@ -152,7 +154,7 @@ fn totals_of(item: &Item) -> StoreResult<(TotalsKey, Totals)> {
         failure_code: FailureCode::from_str(get_s(item, "tc").ok_or_else(|| bad("no code"))?)
             .map_err(|_| bad("an unknown code"))?,
         root_cause: get_s(item, "tr").ok_or_else(|| bad("no cause"))?.to_owned(),
-        month: get_s(item, "tm").ok_or_else(|| bad("no month"))?.to_owned(),
+        day: get_s(item, "td").ok_or_else(|| bad("no day"))?.to_owned(),
     };
     let mut t = Totals::default();
     for (name, v) in item {
@@ -188,11 +190,7 @@ impl DynamoEnvelopeStore {
             .item(keys::ENVELOPE_TOTALS_MARKER, "totals marker")
             .await?
             .is_some();
-        let lost = self
-            .item(keys::ENVELOPE_META_ID, "pending counter")
-            .await?
-            .is_some_and(|i| i.contains_key(LOST));
-        if !kept || lost {
+        if !kept || self.totals_lost().await? {
             return Ok(None);
         }
         let mut out: BTreeMap<TotalsKey, Totals> = BTreeMap::new();
@@ -216,9 +214,18 @@ impl DynamoEnvelopeStore {
             }
             cursor = encode_cursor(page.last_evaluated_key);
             if cursor.is_none() {
-                return Ok(Some(out));
+                // Lost while they were read: not an answer either.
+                return Ok((!self.totals_lost().await?).then_some(out));
             }
         }
+    }
+
+    /// Has a change been written without its totals ([`LOST`])?
+    async fn totals_lost(&self) -> StoreResult<bool> {
+        Ok(self
+            .item(keys::ENVELOPE_META_ID, "pending counter")
+            .await?
+            .is_some_and(|i| i.contains_key(LOST)))
     }
 
     /// Say that the totals cover every envelope: only while no envelope was ever PENDING in the
