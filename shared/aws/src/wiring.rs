@@ -123,7 +123,7 @@ pub fn control_plane<M: Metrics>(
     ControlPlane {
         replayer,
         signer: KmsSigner::new(clients.kms(), &s.decision_key),
-        seal: s.replay.seal,
+        max_unsealed: s.replay.seal.max_unsealed(),
     }
 }
 

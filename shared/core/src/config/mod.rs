@@ -489,7 +489,7 @@ pub struct ControlSettings {
     pub console: Option<crate::domain::console::ConsoleSignIn>,
     /// How the console's page signs a person in, where the control plane serves it
     /// (`DLQ_CONSOLE_ISSUER`; unset: it serves no page).
-    pub console_page: Option<crate::control::assets::OidcSignIn>,
+    pub console_page: Option<crate::domain::console::OidcSignIn>,
     /// The KMS HMAC key the control plane seals its decisions with.
     pub decision_key: String,
     pub audited: Audited,
@@ -519,7 +519,7 @@ impl ControlSettings {
 /// id then required).
 fn console_page<G: Fn(&str) -> Option<String>>(
     env: &Env<G>,
-) -> Result<Option<crate::control::assets::OidcSignIn>, ConfigError> {
+) -> Result<Option<crate::domain::console::OidcSignIn>, ConfigError> {
     // Each read (and checked) whether or not the page is served: a mistyped one fails the start.
     let issuer = env.optional(vars::CONSOLE_ISSUER)?;
     let client_id = env.optional(vars::CONSOLE_CLIENT_ID)?;
@@ -527,7 +527,7 @@ fn console_page<G: Fn(&str) -> Option<String>>(
     let Some(issuer) = issuer else {
         return Ok(None);
     };
-    Ok(Some(crate::control::assets::OidcSignIn {
+    Ok(Some(crate::domain::console::OidcSignIn {
         issuer,
         client_id: required(client_id, vars::CONSOLE_CLIENT_ID)?,
         sign_in_origin,

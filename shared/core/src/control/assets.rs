@@ -33,46 +33,7 @@ pub fn policy(origins: &[&str]) -> String {
     )
 }
 
-/// The console's sign-in through your OpenID Connect identity provider, where the control plane
-/// serves the page (on AWS): authorization code with PKCE, a public client.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OidcSignIn {
-    /// Its tokens' `iss` (the discovery document is under it).
-    pub issuer: String,
-    /// The console's client id, its tokens' audience.
-    pub client_id: String,
-    /// Where its authorization and token endpoints are, when not at the issuer's origin.
-    pub sign_in_origin: Option<String>,
-}
-
-impl OidcSignIn {
-    /// The origins the page may connect to beside its own: the issuer's (discovery, keys) and the
-    /// sign-in's.
-    pub fn origins(&self) -> Vec<String> {
-        let mut out = vec![origin(&self.issuer)];
-        out.extend(self.sign_in_origin.as_deref().map(origin));
-        out.dedup();
-        out
-    }
-
-    /// What the page reads to sign in (`config.json`).
-    pub fn config(&self, roles: &[OperatorRole], stack: &str) -> Value {
-        json!({
-            "sign_in": "oidc",
-            "issuer": self.issuer,
-            "client_id": self.client_id,
-            "roles": roles,
-            "stack": stack,
-        })
-    }
-}
-
-/// `scheme://host[:port]` of a URL.
-fn origin(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("https", url));
-    let host = rest.split('/').next().unwrap_or(rest);
-    format!("{scheme}://{host}")
-}
+pub use crate::domain::console::OidcSignIn;
 
 /// An API Gateway request (payload format 2.0) on [`ASSETS_ROUTE`] answered: the file its path
 /// names, or `config.json` from `sign_in`; `None` for any other route. With no sign-in

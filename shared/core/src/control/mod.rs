@@ -252,8 +252,9 @@ pub struct Asked<'a> {
 pub struct ControlPlane<P: ReplayPorts, G: Signer> {
     pub replayer: Replayer<P>,
     pub signer: G,
-    /// How often the trail is sealed: an audit verification calls sealing stopped past it.
-    pub seal: crate::config::SealPolicy,
+    /// How long a record may wait for a seal (`SealPolicy::max_unsealed`): an audit
+    /// verification calls sealing stopped past it.
+    pub max_unsealed: chrono::Duration,
 }
 
 impl<P: ReplayPorts, G: Signer> ControlPlane<P, G>

@@ -347,7 +347,7 @@ where
         let opts = crate::evidence::VerifyOptions {
             window: Some(crate::evidence::SealWindow {
                 now: r.clock.now(),
-                max_age: self.seal.max_unsealed(),
+                max_age: self.max_unsealed,
             }),
             ..crate::evidence::VerifyOptions::default()
         };

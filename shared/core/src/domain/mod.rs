@@ -68,6 +68,7 @@ pub mod segment;
 pub mod sqs;
 pub mod status;
 pub mod total;
+pub mod totals;
 pub mod tx_key;
 
 pub use audit::{AuditKind, AuditRecord};

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use std::future::Future;
 
 use super::{FlowResult, StoreResult};
-use crate::decisions::totals::{Totals, TotalsKey};
+use crate::domain::totals::{Totals, TotalsKey};
 use crate::domain::{AuditRecord, DlqEnvelope, EnvelopeStatus, FailureCode, ReplayClaim, ReplayRecord, StatusChange};
 use std::collections::BTreeMap;
 

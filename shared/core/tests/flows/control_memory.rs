@@ -58,7 +58,7 @@ fn control(w: &World) -> ControlPlane<TestPorts, MemorySigner> {
     ControlPlane {
         replayer: w.replayer(ReplayConfig::default()),
         signer: MemorySigner::new("control plane"),
-        seal: recon_core::config::SealPolicy::default(),
+        max_unsealed: recon_core::config::SealPolicy::default().max_unsealed(),
     }
 }
 
@@ -359,7 +359,7 @@ async fn an_approval_the_control_plane_did_not_seal_does_not_run() {
     let other = ControlPlane {
         replayer: w.replayer(ReplayConfig::default()),
         signer: MemorySigner::new("another control plane"),
-        seal: recon_core::config::SealPolicy::default(),
+        max_unsealed: recon_core::config::SealPolicy::default().max_unsealed(),
     };
     let carol = caller("maker", "carol");
     let again = Command::Replay(remediation("XAU mapped, again"));

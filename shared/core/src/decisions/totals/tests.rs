@@ -1,6 +1,6 @@
 use super::*;
 use crate::decisions::triage::{deadlines, tests::env, triage};
-use crate::domain::{PeriodRecord, PeriodStatus};
+use crate::domain::{DlqEnvelope, EnvelopeStatus, PeriodRecord, PeriodStatus};
 
 fn snapshot() -> ReferenceSnapshot {
     let close = |entity: &str, period: &str, day: u32| PeriodRecord {
