@@ -288,7 +288,7 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         let values = ClaimValues::of(claim, change)?;
         let update = |condition: &str| claim_update(&self.table, envelope_id, &values, seen, condition);
         // What it adds to triage's totals: from fields that never change once it is created.
-        let Some(envelope) = self.get(envelope_id).await? else {
+        let Some(envelope) = Box::pin(self.get(envelope_id)).await? else {
             return Ok(false);
         };
         // From PENDING: leaves the pending count and the totals, in the same transaction.
@@ -362,7 +362,7 @@ impl EnvelopeStore for DynamoEnvelopeStore {
         }
         // Back to PENDING: into the count and the totals again (what it adds, from fields that
         // never change once it is created; gone, its claim is too).
-        let Some(envelope) = self.get(envelope_id).await? else {
+        let Some(envelope) = Box::pin(self.get(envelope_id)).await? else {
             return Ok(false);
         };
         let totals = totals_moved(&self.table, [&envelope], 1)?;
