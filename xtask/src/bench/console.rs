@@ -140,17 +140,11 @@ async fn measure(args: &ConsoleArgs) -> Result<(), String> {
                 .map_err(|e| format!("{name}: {e}"))?;
             ms.push(t.elapsed().as_secs_f64() * 1000.0);
         }
-        ms.sort_by(f64::total_cmp);
         let read = answer["scanned"]
             .as_u64()
             .or_else(|| answer["read"].as_u64())
             .map_or_else(|| "-".to_owned(), |n| n.to_string());
-        println!(
-            "| {name} | {:.1} | {:.1} | {read} | {} |",
-            ms[ms.len() / 2],
-            ms[ms.len() - 1],
-            answer.to_string().len()
-        );
+        println!("{}", row(name, ms, &read, &answer.to_string().len().to_string()));
     }
     // Side by side: triage as it is made where a table has no totals (and was made before them),
     // from every PENDING envelope, read whole through the status index.
@@ -166,14 +160,25 @@ async fn measure(args: &ConsoleArgs) -> Result<(), String> {
         read = all.len();
         std::hint::black_box(groups);
     }
-    ms.sort_by(f64::total_cmp);
     println!(
-        "| triage counting every PENDING envelope (no totals) | {:.1} | {:.1} | {read} | - |",
-        ms[ms.len() / 2],
-        ms[ms.len() - 1]
+        "{}",
+        row(
+            "triage counting every PENDING envelope (no totals)",
+            ms,
+            &read.to_string(),
+            "-"
+        )
     );
     let pending = store.pending_count().await.map_err(|e| e.to_string())?;
     println!("\n(the PENDING count says {pending}; DynamoDB Local, debug or release as built)");
     s.cleanup().await;
     Ok(())
+}
+
+/// A row of the table: `name`, the median and slowest of `ms` (timings in milliseconds), what it
+/// read, the answer's size.
+fn row(name: &str, mut ms: Vec<f64>, read: &str, bytes: &str) -> String {
+    ms.sort_by(f64::total_cmp);
+    let (median, slowest) = (ms[ms.len() / 2], ms[ms.len() - 1]);
+    format!("| {name} | {median:.1} | {slowest:.1} | {read} | {bytes} |")
 }
