@@ -10,6 +10,7 @@ mod approvals;
 mod audit;
 mod audit_about;
 mod audit_placement;
+mod console_envelope;
 mod console_signin;
 mod consume;
 mod control;

@@ -224,6 +224,15 @@ try {
   assert.equal(edited.envelope.status, "SUPERSEDED", JSON.stringify(edited.envelope.status_history));
   const copies = edited.envelope.replays.filter((r) => r.copy_source_hash);
   assert.equal(copies.length, 1, JSON.stringify(edited.envelope.replays));
+  // Its page: the WORM copy's first version as written, the audit records of its dead letter,
+  // its envelope and its edit, and the edited copy posted (the ledger's posting is the copy's).
+  await bob.goto(`${base}#/envelope/${encodeURIComponent(edited.envelope.envelope_id)}`);
+  await bob.locator("#worm-verdict").waitFor();
+  assert.equal(await bob.textContent("#worm-verdict"), "MATCHES");
+  const records = await bob.textContent("#records");
+  for (const kind of ["DEAD_LETTERED", "ENRICHED", "EDITED"]) assert.match(records, new RegExp(kind), records);
+  assert.deepEqual(await bob.locator("#copies tbody td:nth-child(3)").allTextContents(), ["POSTED"]);
+  await shot(bob, "11-envelope-lineage");
   // The auditor reconciles the period at the console: it holds, the edit named.
   const audrey = await signedIn("audrey", "auditor");
   await audrey.goto(`${base}#/evidence`);

@@ -350,15 +350,34 @@ async function envelopes(_, q) {
   );
 }
 
+function envelopeLink(id) {
+  return h("a", { href: `#/envelope/${encodeURIComponent(id)}` }, id.slice(0, 18));
+}
+
+/// The WORM copy as the bucket holds it: its versions, and whether the first still hashes to
+/// what the envelope names.
+function wormCopy(w) {
+  if (!w) return [h("p", { class: "muted" }, "No WORM copy named.")];
+  const verdict = w.first_version_matches === true ? "MATCHES" : w.first_version_matches === false ? "DIFFERS" : "UNREAD";
+  return [
+    fields([
+      ["Object", `s3://${w.bucket}/${w.key}`], ["SHA-256 named", w.sha256],
+      ["First version", w.first_version || "none in the bucket"],
+      ["Its bytes", h("span", { id: "worm-verdict", class: `badge ${verdict}` }, verdict)],
+    ]),
+    table(["Version", "Kind"], w.versions.map((v) => [v.version_id, v.delete_marker ? "delete marker" : "object"])),
+  ];
+}
+
 async function envelope(id) {
-  const { envelope: e, body } = await ask({ operation: "envelope", envelope_id: decodeURIComponent(id) });
+  const { envelope: e, body, worm, records, lineage } = await ask({ operation: "envelope", envelope_id: decodeURIComponent(id) });
   const parts = [
     h("h1", {}, "Envelope ", h("code", {}, e.envelope_id)),
     fields([
       ["Status", badge(e.status)], ["Failure", `${e.failure_code} · ${e.root_cause}`], ["Error", e.error_detail],
       ["Attempts", e.attempt_count], ["Entity", e.ledger_entity], ["Amount", e.amount ? `${e.amount} ${e.currency || ""}` : null],
       ["Period", e.accounting_period], ["Source hash", e.source_hash], ["Dead-lettered", when(e.dead_lettered_at)],
-      ["WORM copy", e.worm ? `s3://${e.worm.bucket}/${e.worm.key} (SHA-256 ${e.worm.sha256})` : "none"],
+      ["Copy of", lineage.replay_of ? envelopeLink(lineage.replay_of) : "— (as the producer sent it)"],
     ]),
     h("h2", {}, "Verbatim original"),
     h("pre", { id: "body" }, body ?? "(not kept)"),
@@ -368,6 +387,15 @@ async function envelope(id) {
     table(["At", "Status", "By", "Reason"], (e.status_history || []).map((c) => [when(c.at), c.status, c.actor, c.reason])),
     h("h2", {}, "Replays (lineage)"),
     table(["At", "Replay", "By", "Outcome", "Copy", "Reason"], (e.replays || []).map((r) => [when(r.at), r.replay_id, r.triggered_by, r.outcome, r.copy_source_hash || "—", r.reason])),
+    h("h2", {}, "What each copy became"),
+    h("div", { id: "copies" }, table(["Replay", "Copy's SQS message", "Fate", "Envelope"], lineage.copies.map((c) => [c.replay_id, c.sqs_message_id, c.fate, c.envelope_id ? envelopeLink(c.envelope_id) : "—"]))),
+    h("h2", {}, "In the ledger"),
+    table(["Transaction", "Period", "Held by"], lineage.ledger.map((l) => [l.source_hash, l.period || "—", l.held_by || "nothing: not posted"])),
+    h("h2", {}, "WORM copy"),
+    ...wormCopy(worm),
+    h("h2", {}, "Audit records"),
+    h("p", { class: "muted" }, "As the audit table holds them now; the Evidence page verifies the trail against the bucket's seals."),
+    h("div", { id: "records" }, table(["At", "Kind", "By", "Detail"], records.map((r) => [when(r.at), r.kind, r.actor, r.detail]))),
   ];
   if (may("maker") && e.status === "PENDING") parts.push(editForm(e, body));
   show(...parts);

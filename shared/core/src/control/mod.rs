@@ -22,6 +22,7 @@ use crate::reconcile::{SegmentRead, read_period_segment};
 use crate::replay::{ReplayPorts, ReplayRequest, Replayer, RequestError, Segment, Selector};
 
 pub mod assets;
+mod detail;
 pub mod http;
 mod read;
 

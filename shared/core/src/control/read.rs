@@ -294,18 +294,6 @@ where
         Ok(serde_json::json!({ "envelopes": rows, "scanned": scanned, "cursor": cursor }))
     }
 
-    /// One envelope in full: its fields, attempts, WORM copy, status history and replays, and
-    /// the verbatim body (from the bucket when it was too large for the table).
-    async fn envelope(&self, asked: &Asked<'_>, id: &str) -> Result<serde_json::Value, ControlError> {
-        let r = &self.replayer;
-        let Some(e) = r.store.get(id).await? else {
-            return Err(ControlError::Invalid(format!("no envelope {id}")));
-        };
-        let body = crate::envelopes::original_body(&e, &r.worm).await?;
-        read(asked, "envelope", 1);
-        Ok(serde_json::json!({ "envelope": e, "body": body }))
-    }
-
     /// A page of approval requests, newest first.
     async fn requests(
         &self,
@@ -379,6 +367,6 @@ where
 }
 
 /// Log a read (not audited: it changes nothing; CloudWatch keeps who read what).
-fn read(asked: &Asked<'_>, what: &str, items: usize) {
+pub(super) fn read(asked: &Asked<'_>, what: &str, items: usize) {
     tracing::info!(read = what, items, by = %asked.caller.identity.arn, request = %asked.request_id, "control plane read");
 }
