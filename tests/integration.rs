@@ -11,6 +11,7 @@ mod audit;
 mod audit_about;
 mod audit_placement;
 mod console_envelope;
+mod console_export;
 mod console_signin;
 mod consume;
 mod control;

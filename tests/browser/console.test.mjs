@@ -14,7 +14,7 @@
 
 import { chromium } from "playwright-core";
 import { execFile, spawn } from "node:child_process";
-import { generateKeyPairSync } from "node:crypto";
+import { createHash, generateKeyPairSync } from "node:crypto";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { promisify } from "node:util";
 import path from "node:path";
@@ -257,6 +257,21 @@ try {
   await audrey.locator("#audit h2", { hasText: "From seal" }).waitFor();
   assert.equal(await audrey.textContent("#audit-verdict"), "INTACT");
   await shot(audrey, "10-audit-verified");
+  // The period's evidence bundle, exported at the console into the bucket: downloaded from the
+  // address it gives, its SHA-256 the one shown, and it verifies offline.
+  await audrey.click("#export-evidence");
+  await audrey.locator("#bundle-download").waitFor();
+  const href = await audrey.getAttribute("#bundle-download", "href");
+  const download = await fetch(href);
+  assert.equal(download.status, 200, href);
+  const bundleBytes = Buffer.from(await download.arrayBuffer());
+  assert.equal(createHash("sha256").update(bundleBytes).digest("hex"), await audrey.textContent("#bundle-sha256"));
+  const bundleFile = path.join(OUT, "bundle-2026-12.json");
+  writeFileSync(bundleFile, bundleBytes);
+  const offline = JSON.parse(await cli(DLQCTL, ["--json", "audit", "verify", "--bundle", bundleFile]));
+  assert.deepEqual(offline.breaks, [], JSON.stringify(offline));
+  assert.ok(offline.records > 0, JSON.stringify(offline));
+  await shot(audrey, "12-bundle-exported");
 
   // 5. A viewer: no action to take, even on a request waiting for approval (alice's quarantine
   // of the XPD group), and the control plane refuses what a crafted request asks.

@@ -146,6 +146,15 @@ async fn control_plane_calls() {
         )
         .await);
     assert_eq!(again["intact"], true, "{again}");
+    // The period's evidence bundle kept in the bucket, with its download address.
+    let exported = ok(c
+        .ask(
+            "auditor",
+            "audrey",
+            json!({"operation": "export-evidence", "period": "2026-11"}),
+        )
+        .await);
+    assert!(exported["url"].is_string(), "{exported}");
     let refused = c.ask(
         "viewer",
         "vera",

@@ -178,6 +178,32 @@ impl Worm for S3Worm {
     async fn versions_after(&self, prefix: &str, start_after: &str) -> StoreResult<Vec<ObjectVersion>> {
         self.list_versions(prefix, Some(start_after)).await
     }
+
+    /// A presigned GET of the version, signed with this process's credentials (the holder reads
+    /// it as this role may, and only it), saved as the key's last part. Without
+    /// `ExpectedBucketOwner`: a browser following the address cannot send the header, and the
+    /// caller has just written the version there with it.
+    async fn download_url(
+        &self,
+        key: &str,
+        version_id: &str,
+        valid_for: std::time::Duration,
+    ) -> StoreResult<Option<String>> {
+        let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(valid_for)
+            .map_err(|e| StoreError::infra(format!("presigning {key}: {e}")))?;
+        let file = key.rsplit('/').next().unwrap_or(key);
+        let presigned = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .version_id(version_id)
+            .response_content_disposition(format!("attachment; filename=\"{file}\""))
+            .presigned(config)
+            .await
+            .map_err(|e| store_error("GetObject(worm, presigned)", e))?;
+        Ok(Some(presigned.uri().to_owned()))
+    }
 }
 
 impl S3Worm {

@@ -572,8 +572,30 @@ function auditVerification(q) {
   } },
     h("label", {}, "From seal (empty: the whole trail)", from), h("button", { type: "submit", id: "verify-audit" }, "Verify the audit trail"));
   return [h("h1", {}, "Evidence: the audit trail"),
-    h("p", { class: "muted" }, "Every record's hash and link, every seal in the Object Lock bucket and the records beside it, as `dlqctl audit verify` checks them. The evidence bundle, verified offline without this code: `dlqctl evidence export`."),
+    h("p", { class: "muted" }, "Every record's hash and link, every seal in the Object Lock bucket and the records beside it, as `dlqctl audit verify` checks them. The evidence bundle of a period is exported under its reconciliation, and verifies offline without this code."),
     form, out];
+}
+
+/// The period's evidence bundle kept in the bucket by the control plane (the auditor's), and
+/// an address to download it from.
+function bundleExport(period) {
+  const out = h("div", { id: "bundle" });
+  const form = h("form", { class: "actions", onsubmit: async (ev) => {
+    ev.preventDefault();
+    const r = await attempt({ operation: "export-evidence", period }, ev.submitter);
+    if (!r) return;
+    const file = r.key.split("/").pop();
+    out.replaceChildren(
+      fields([
+        ["Kept in the bucket", `${r.key} (version ${r.version_id})`], ["SHA-256", h("code", { id: "bundle-sha256" }, r.sha256)],
+        ["Holds", `${r.transactions} transactions of ${r.period}, ${r.audit_records} audit records in ${r.chains} chains, ${r.seals} seals`],
+        ["The period now", h("span", { class: `badge ${r.verdict}` }, r.verdict)],
+        ["Download", r.url ? h("a", { id: "bundle-download", href: r.url, download: file, rel: "noopener" }, file) : "no address from this store"],
+      ]),
+      h("p", { class: "muted" }, `The address is valid until ${when(r.url_expires_at)}; the bundle stays in the bucket. Verify it offline: dlqctl audit verify --bundle ${file}, or tools/verify_bundle.py, without this code.`));
+  } },
+    h("button", { type: "submit", id: "export-evidence" }, `Export the evidence bundle of ${period}`));
+  return [h("h2", {}, "Evidence bundle"), form, out];
 }
 
 async function evidence(_, q) {
@@ -598,7 +620,8 @@ async function evidence(_, q) {
     h("h2", {}, "By entity and period"),
     table(["Entity and period", "States"], Object.entries(r.by_entity_period).map(([ep, c]) => [ep, Object.entries(c).map(([k, n]) => `${k} ${n}`).join(", ")])),
     ...named("Problems", r.problems), ...named("Missing", r.missing), ...named("Extra", r.extra),
-    ...named("Edited (as sent → as posted)", r.edited), ...named("Altered", r.altered), ...audit);
+    ...named("Edited (as sent → as posted)", r.edited), ...named("Altered", r.altered),
+    ...(may("auditor") ? bundleExport(q.get("period")) : []), ...audit);
 }
 
 window.addEventListener("hashchange", render);

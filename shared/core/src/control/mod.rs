@@ -23,6 +23,7 @@ use crate::replay::{ReplayPorts, ReplayRequest, Replayer, RequestError, Segment,
 
 pub mod assets;
 mod detail;
+mod evidence;
 pub mod http;
 mod read;
 
@@ -107,6 +108,11 @@ pub enum Command {
     VerifyAudit {
         #[serde(default)]
         from_seal: Option<u64>,
+    },
+    /// Seal the trail and keep the evidence bundle of `period` in the bucket, with an address to
+    /// download it from (the auditor's).
+    ExportEvidence {
+        period: String,
     },
 }
 
@@ -202,6 +208,7 @@ impl Command {
             Command::Request { .. } => Operation::Request,
             Command::Reconcile { .. } => Operation::Reconcile,
             Command::VerifyAudit { .. } => Operation::VerifyAudit,
+            Command::ExportEvidence { .. } => Operation::ExportEvidence,
         }
     }
 }
@@ -361,6 +368,7 @@ where
                 let out = read_period_segment(&self.replayer.ledger, &read).await;
                 Ok(json(&out.map_err(crate::ports::StoreError::infra)?))
             }
+            Command::ExportEvidence { period } => Box::pin(self.export_evidence(asked, &period)).await,
             Command::Seal => {
                 // Not `Replayer::seal`: that one is the seal schedule's heartbeat.
                 let r = &self.replayer;

@@ -30,8 +30,6 @@ pub const MAX_PAGE: usize = 200;
 const STORE_PAGE: usize = 500;
 /// The most requests one page of requests returns.
 pub const MAX_REQUESTS: usize = 100;
-/// Ledger segments a reconciliation reads at once.
-const SEGMENTS: u32 = 4;
 /// The most characters of an envelope's error detail a page shows (its detail shows it all).
 const DETAIL_CHARS: usize = 200;
 
@@ -311,51 +309,6 @@ where
         // 400 KB, and a page of them would not fit an answer.
         let rows: Vec<RequestRow> = requests.iter().map(RequestRow::from).collect();
         Ok(serde_json::json!({ "requests": rows, "cursor": cursor }))
-    }
-
-    /// `period`'s reconciliation, as `dlqctl reconcile --period` makes it (the auditor's): HOLDS,
-    /// UNDECIDED while the queues hold what would decide it, or the problems named.
-    async fn reconcile(&self, asked: &Asked<'_>, period: &str) -> Result<serde_json::Value, ControlError> {
-        let period = crate::domain::input::period(period).map_err(ControlError::Invalid)?;
-        let r = &self.replayer;
-        let concluded =
-            crate::reconcile::reconcile_period(&r.store, &r.audit, &r.ledger, &r.queue, &period, SEGMENTS).await?;
-        let reconciliation = concluded.map_err(|why| ControlError::Refused(crate::domain::approval::Refused(why)))?;
-        read(asked, "reconcile", 1);
-        Ok(json(&reconciliation))
-    }
-
-    /// The audit trail verified against the bucket's seals, as `dlqctl audit verify` verifies it:
-    /// whole, or from seal `from_seal` (what came after it: quicker, as a trail grows). Its
-    /// report names every break; the newest seal's number is where the next one may start.
-    async fn verify_audit(&self, asked: &Asked<'_>, from_seal: Option<u64>) -> Result<serde_json::Value, ControlError> {
-        let r = &self.replayer;
-        // As `dlqctl audit verify`: sealing that stopped (a record unsealed past its window) is
-        // a break, since a trail cut short after its last seal would otherwise go unseen.
-        let opts = crate::evidence::VerifyOptions {
-            window: Some(crate::evidence::SealWindow {
-                now: r.clock.now(),
-                max_age: self.max_unsealed,
-            }),
-            ..crate::evidence::VerifyOptions::default()
-        };
-        let report = match from_seal {
-            None => crate::evidence::verify_trail(&r.audit, &r.worm, &opts).await?,
-            Some(n) => crate::evidence::verify_from_seal(&r.audit, &r.worm, n, &opts)
-                .await
-                .map_err(|e| match e {
-                    crate::evidence::FromSealError::NotASeal(why) => ControlError::Invalid(why),
-                    crate::evidence::FromSealError::Store(s) => s.into(),
-                })?,
-        };
-        read(
-            asked,
-            "verify-audit",
-            usize::try_from(report.records).unwrap_or(usize::MAX),
-        );
-        let mut out = json(&report);
-        out["intact"] = serde_json::Value::Bool(report.intact());
-        Ok(out)
     }
 
     /// One approval request.

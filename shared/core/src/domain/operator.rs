@@ -64,6 +64,9 @@ named! {
         /// Verify the audit trail against the bucket's seals, whole or from a seal (the
         /// console's evidence).
         VerifyAudit = "verify-audit",
+        /// Seal the trail and keep a period's evidence bundle in the bucket, with an address to
+        /// download it from (the console's evidence).
+        ExportEvidence = "export-evidence",
         /// Seal the audit trail now (before an evidence export, or by hand): it decides nothing,
         /// but writes to the bucket, which no operator role may.
         Seal = "seal",
@@ -97,7 +100,9 @@ impl Operation {
             | Operation::OpenPeriod
             | Operation::SchedulePeriodClose
             | Operation::PutCurrency => &[Admin],
-            Operation::ReconcileSegment | Operation::Reconcile | Operation::VerifyAudit => &[Auditor],
+            Operation::ReconcileSegment | Operation::Reconcile | Operation::VerifyAudit | Operation::ExportEvidence => {
+                &[Auditor]
+            }
             Operation::Seal => &[Auditor, Admin],
         }
     }

@@ -17,7 +17,7 @@ use crate::ports::{AuditLog, Cursor, StoreError, StoreResult, Worm};
 use crate::reconcile::{Entry, Reconciliation, State};
 
 /// What a written bundle holds, for the operator's summary.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct BundleWritten {
     pub transactions: usize,
     pub audit_records: u64,
@@ -132,23 +132,90 @@ pub async fn export_bundle<A: AuditLog, W: Worm>(
     outcomes: Vec<(State, Entry)>,
     reconciliation: Reconciliation,
 ) -> StoreResult<Bundle> {
-    let mut bytes = Vec::new();
-    let unwritable = |e: String| StoreError::infra(format!("the bundle: {e}"));
+    let (bytes, _) = sealed_bundle(audit, worm, now, period, &outcomes, &reconciliation)
+        .await
+        .map_err(store_error)?;
+    serde_json::from_slice(&bytes).map_err(|e| StoreError::infra(format!("the bundle: {e}")))
+}
+
+/// Where [`store_bundle`] writes: `evidence-bundles/<period>/<time>-<name>.json`.
+pub const BUNDLE_PREFIX: &str = "evidence-bundles/";
+
+/// A bundle written into the bucket, as [`store_bundle`] wrote it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BundleStored {
+    pub key: String,
+    pub version_id: String,
+    pub bytes: usize,
+    /// SHA-256 of its bytes, hex: what the auditor checks the file they downloaded against.
+    pub sha256: String,
+    #[serde(flatten)]
+    pub written: BundleWritten,
+}
+
+/// Seal the trail now, write the bundle of `period` (as [`export_bundle`] gathers it) and keep
+/// it in the bucket, under its own COMPLIANCE date as every object there: the bundle as it was
+/// handed over, which no one can change since. `name` (a request's id: letters, digits and `-`
+/// kept) makes its key unique. The bundle is held in memory while it is written.
+pub async fn store_bundle<A: AuditLog, W: Worm>(
+    audit: &A,
+    worm: &W,
+    now: DateTime<Utc>,
+    period: &str,
+    (outcomes, reconciliation): (&[(State, Entry)], &Reconciliation),
+    name: &str,
+) -> StoreResult<BundleStored> {
+    let (bytes, written) = sealed_bundle(audit, worm, now, period, outcomes, reconciliation)
+        .await
+        .map_err(store_error)?;
+    let name: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(64)
+        .collect();
+    let key = format!("{BUNDLE_PREFIX}{period}/{}-{name}.json", now.format("%Y%m%dT%H%M%SZ"));
+    match worm.put(&key, &bytes).await? {
+        crate::ports::Written::New { version_id } => Ok(BundleStored {
+            key,
+            version_id,
+            bytes: bytes.len(),
+            sha256: crate::domain::hash::sha256_hex(&bytes),
+            written,
+        }),
+        crate::ports::Written::Exists => Err(StoreError::infra(format!(
+            "{key} is already in the bucket: a bundle is never written over another"
+        ))),
+    }
+}
+
+/// The trail sealed now, and the bundle covering that seal written into memory.
+async fn sealed_bundle<A: AuditLog, W: Worm>(
+    audit: &A,
+    worm: &W,
+    now: DateTime<Utc>,
+    period: &str,
+    outcomes: &[(State, Entry)],
+    reconciliation: &Reconciliation,
+) -> Result<(Vec<u8>, BundleWritten), ExportError> {
     let (_, sealed) = seal(audit, worm, now).await?;
-    write_bundle(
+    let mut bytes = Vec::new();
+    let written = write_bundle(
         audit,
         worm,
         (&sealed.trail, sealed.seq),
         now,
         period,
-        &outcomes,
-        &reconciliation,
+        outcomes,
+        reconciliation,
         &mut bytes,
     )
-    .await
-    .map_err(|e| match e {
+    .await?;
+    Ok((bytes, written))
+}
+
+fn store_error(e: ExportError) -> StoreError {
+    match e {
         ExportError::Store(e) => e,
-        e => unwritable(e.to_string()),
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| unwritable(e.to_string()))
+        e => StoreError::infra(format!("the bundle: {e}")),
+    }
 }

@@ -38,7 +38,7 @@ pub use bucket::{BucketTrail, verify_bucket};
 pub use bundle::{BUNDLE_SCHEMA, Bundle, BundleSeal, HeadProof, verify_bundle};
 pub use configuration::{ConfigState, config_change};
 pub use continuation::{FromSealError, verify_from_seal};
-pub use export::{BundleWritten, ExportError, export_bundle, write_bundle};
+pub use export::{BUNDLE_PREFIX, BundleStored, BundleWritten, ExportError, export_bundle, store_bundle, write_bundle};
 pub use sealing::SealingAuditLog;
 pub use stream::VERIFY_PAGE;
 pub use verify::{SealWindow, UnsealedTail, VerifyOptions, VerifyReport};

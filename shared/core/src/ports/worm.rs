@@ -47,5 +47,16 @@ port! {
             prefix: &str,
             start_after: &str,
         ) -> impl Future<Output = StoreResult<Vec<ObjectVersion>>> + Send;
+        /// An address from which whoever holds it may download version `version_id` of `key`
+        /// until `valid_for` has passed, without credentials of their own (S3's presigned GET):
+        /// none where the store has no such address (memory).
+        fn download_url(
+            &self,
+            _key: &str,
+            _version_id: &str,
+            _valid_for: std::time::Duration,
+        ) -> impl Future<Output = StoreResult<Option<String>>> + Send {
+            std::future::ready(Ok(None))
+        }
     }
 }

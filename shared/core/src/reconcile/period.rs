@@ -221,7 +221,7 @@ pub fn conclude(
     period: Option<&str>,
     manifest: Option<&[super::Entry]>,
     queued: crate::ports::Queued,
-) -> (Vec<(super::State, super::Entry)>, Vec<String>, super::Reconciliation) {
+) -> Concluded {
     let (outcomes, problems) = super::outcomes(
         &read.linked,
         &exceptions.envelopes,
@@ -255,11 +255,36 @@ where
     L: Ledger + LedgerReader + ?Sized,
     Q: crate::ports::ReplayQueue + ?Sized,
 {
+    let concluded = gather_period(store, audit, ledger, queues, period, segments, false).await?;
+    Ok(concluded.map(|(_, _, reconciliation)| reconciliation))
+}
+
+/// What [`conclude`] concludes of one period from the stores, as [`reconcile_period`] reads
+/// them; with `every`, each committed posting of the period is an outcome (what a bundle lists),
+/// not only those of a lineage (the rest counted).
+pub async fn gather_period<E, A, L, Q>(
+    store: &E,
+    audit: &A,
+    ledger: &L,
+    queues: &Q,
+    period: &str,
+    segments: u32,
+    every: bool,
+) -> StoreResult<Result<Concluded, String>>
+where
+    E: EnvelopeStore + EnvelopesOfPeriod + ?Sized,
+    A: RecordsOfPeriod + ?Sized,
+    L: Ledger + LedgerReader + ?Sized,
+    Q: crate::ports::ReplayQueue + ?Sized,
+{
     if !store.periods_indexed().await? {
         return Ok(Err(UNINDEXED.to_owned()));
     }
     let mut exceptions = exceptions_of_period(store, audit, period).await?;
-    let links = Links::of(&exceptions.envelopes, &exceptions.audit);
+    let mut links = Links::of(&exceptions.envelopes, &exceptions.audit);
+    if every {
+        links = links.keeping_everything();
+    }
     let scope = LedgerScope::period(period);
     let mut read = read_ledger(ledger, &scope, segments, &links).await?;
     complete_exceptions(store, audit, ledger, period, &mut read, &mut exceptions).await?;
@@ -268,8 +293,11 @@ where
             "the queues cannot be seen from here: what they hold would decide it".to_owned(),
         ));
     };
-    Ok(Ok(conclude(read, &exceptions, Some(period), None, queued).2))
+    Ok(Ok(conclude(read, &exceptions, Some(period), None, queued)))
 }
+
+/// What [`conclude`] returns: each message's outcome, the problems met, the reconciliation.
+pub type Concluded = (Vec<(super::State, super::Entry)>, Vec<String>, super::Reconciliation);
 
 /// Why a period is not read where the items written before the period indexes may lack their
 /// entries there.
