@@ -5,7 +5,9 @@
 // What it shows: a maker triages, selects the XAU group and proposes a replay (a dry run first);
 // the same person's approval, as an approver, is refused by the control plane; another approver
 // approves with a canary, and the run's progress reaches EXECUTED; an edit shows its field diff
-// and, approved and run, posts once; a viewer sees no action and the control plane refuses the
+// and, approved and run, posts once, its page showing its WORM copy, its audit records and its
+// copy posted; the auditor reconciles, verifies the trail and exports the period's bundle, which
+// downloads from the link and verifies offline; a viewer sees no action and the control plane refuses the
 // viewer's crafted requests; a controller signs in through an OpenID Connect provider (a small
 // one of the test's own, `provider.mjs`) as on AWS, and forged, foreign and expired tokens are
 // refused. Screenshots of each step go to $OUT (default target/console-e2e).
@@ -303,9 +305,10 @@ try {
       replay: await ask({ operation: "replay", reason: "crafted", root_cause: "UNMAPPED_CURRENCY:*" }),
       approve: await ask({ operation: "approve", request_id: requestId, reason: "crafted" }),
       policy: await ask({ operation: "set-policy", policy: {} }),
+      export: await ask({ operation: "export-evidence", period: "2026-12" }),
     };
   }, pendingUrl.split("#/request/")[1]);
-  assert.deepEqual(crafted, { replay: 403, approve: 403, policy: 403 });
+  assert.deepEqual(crafted, { replay: 403, approve: 403, policy: 403, export: 403 });
 
   // 6. Signing in through an identity provider, as on AWS: authorization code with PKCE; the
   // server verifies the provider's token as API Gateway's authorizer does.
