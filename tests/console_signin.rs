@@ -298,17 +298,7 @@ async fn a_console_reader_triages_pages_filters_and_opens_envelopes() {
 #[tokio::test]
 async fn a_console_auditor_reconciles_a_period_and_the_control_plane_says_what_holds() {
     let s = TestStack::new("con-recon").await;
-    let bodies: Vec<String> = (1..=4)
-        .map(|n| {
-            if n % 2 == 0 {
-                xau(n)
-            } else {
-                recon_testkit::builders::tx(n)
-            }
-        })
-        .map(|m| m.to_body().unwrap())
-        .collect();
-    s.remediated(&bodies, 1000).await;
+    s.remediated(&crate::control::plain_and_xau(4), 1000).await;
     let c = console(&s).await;
     let auditor = |body| ask(&c, "audrey@example.com", "[fin-auditors]", None, body);
     let reconcile = json!({"operation": "reconcile", "period": "2026-11"});

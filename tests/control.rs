@@ -81,6 +81,14 @@ pub(crate) fn xau(n: u32) -> NewMessage {
     m
 }
 
+/// `n` bodies, the even ones in XAU (dead-lettered until XAU is mapped), the odd ones plain.
+pub(crate) fn plain_and_xau(n: u32) -> Vec<String> {
+    (1..=n)
+        .map(|n| if n % 2 == 0 { xau(n) } else { tx(n) })
+        .map(|m| m.to_body().unwrap())
+        .collect()
+}
+
 #[tokio::test]
 async fn each_role_asks_only_its_own_operations_and_every_refusal_is_audited() {
     let s = TestStack::new("ctl-roles").await;
