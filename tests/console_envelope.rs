@@ -60,6 +60,11 @@ async fn an_envelope_page_shows_its_worm_copy_its_records_and_what_its_copy_beca
         one["lineage"]
     );
     assert!(one["lineage"]["replay_of"].is_null());
+    assert_eq!(
+        one["lineage"]["ledger"][0]["unlisted_delivery"], false,
+        "{}",
+        one["lineage"]
+    );
 
     // A newer version at the WORM key (Object Lock allows one): listed, and the first version
     // is still the one read.
@@ -81,17 +86,26 @@ async fn an_envelope_page_shows_its_worm_copy_its_records_and_what_its_copy_beca
         one["worm"]
     );
     assert_eq!(one["worm"]["first_version_matches"], true, "{}", one["worm"]);
-    // The envelope's hash of its copy changed in the table: the copy no longer matches it.
-    s.clients
-        .dynamodb
-        .update_item()
-        .table_name(&s.stack.names.envelope_table)
-        .key("envelope_id", AttributeValue::S(e.envelope_id.clone()))
-        .update_expression("SET worm.sha256 = :x")
-        .expression_attribute_values(":x", AttributeValue::S("0".repeat(64)))
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(one["worm"]["envelope_matches"], true, "{}", one["worm"]);
+    assert_eq!(one["unread"], json!([]), "{one}");
+    // The envelope changed in the table (a field its copy keeps), its hash of the copy left:
+    // the copy's bytes still hash to it, but the envelope no longer makes them.
+    let change = |expression: &'static str, value: &str| {
+        s.clients
+            .dynamodb
+            .update_item()
+            .table_name(&s.stack.names.envelope_table)
+            .key("envelope_id", AttributeValue::S(e.envelope_id.clone()))
+            .update_expression(expression)
+            .expression_attribute_values(":x", AttributeValue::S(value.to_owned()))
+            .send()
+    };
+    change("SET error_detail = :x", "a kinder story").await.unwrap();
+    let (_, one) = page().await;
+    assert_eq!(one["worm"]["first_version_matches"], true, "{}", one["worm"]);
+    assert_eq!(one["worm"]["envelope_matches"], false, "{}", one["worm"]);
+    // The envelope's hash of its copy changed too: the copy no longer hashes to it.
+    change("SET worm.sha256 = :x", &"0".repeat(64)).await.unwrap();
     let (_, one) = page().await;
     assert_eq!(one["worm"]["first_version_matches"], false, "{}", one["worm"]);
 
@@ -101,5 +115,24 @@ async fn an_envelope_page_shows_its_worm_copy_its_records_and_what_its_copy_beca
     let (_, one) = page().await;
     assert_eq!(one["lineage"]["copies"][0]["fate"], "NOT_SEEN", "{}", one["lineage"]);
     assert!(one["lineage"]["ledger"][0]["held_by"].is_null(), "{}", one["lineage"]);
+    // Back, and the envelope's replays gone from it (as a replay that lost its claim after
+    // sending leaves it): the delivery that holds the transaction is one the page does not list.
+    s.restore_posting(&posting).await;
+    s.clients
+        .dynamodb
+        .update_item()
+        .table_name(&s.stack.names.envelope_table)
+        .key("envelope_id", AttributeValue::S(e.envelope_id.clone()))
+        .update_expression("REMOVE replays")
+        .send()
+        .await
+        .unwrap();
+    let (_, one) = page().await;
+    assert_eq!(one["lineage"]["copies"], json!([]), "{}", one["lineage"]);
+    assert_eq!(
+        one["lineage"]["ledger"][0]["unlisted_delivery"], true,
+        "{}",
+        one["lineage"]
+    );
     s.cleanup().await;
 }

@@ -76,5 +76,18 @@ async fn an_auditor_exports_a_periods_bundle_into_the_bucket_and_it_verifies_off
     assert_eq!(status, 400);
     let listed = worm.list("evidence-bundles/").await.unwrap();
     assert_eq!(listed.len(), 2, "{listed:?}");
+    // Each export is audited: who, and what the bucket keeps.
+    let exported: Vec<_> = s
+        .audit()
+        .await
+        .into_iter()
+        .filter(|r| r.kind == recon_core::domain::AuditKind::EvidenceExported)
+        .collect();
+    assert_eq!(exported.len(), 2, "{exported:?}");
+    assert!(
+        exported.iter().all(|r| r.actor.ends_with("-auditor/audrey")),
+        "{exported:?}"
+    );
+    assert!(exported.iter().any(|r| r.detail.contains(key)), "{exported:?}");
     s.cleanup().await;
 }

@@ -103,10 +103,13 @@ up() {
     # otherwise publishes an AWS/SQS metric to itself per SQS call, and after a few thousand
     # messages it spends a core for minutes catching up, beside every later test and benchmark
     # (nothing here reads AWS/SQS metrics; the functions' own metrics are unaffected).
+    # S3_SKIP_SIGNATURE_VALIDATION=0: a presigned URL (the console's bundle download) is checked
+    # as S3 checks it, so a changed one is refused (LocalStack skips the check by default).
     (cd "$dir" && start_daemon "$dir/localstack.pid" "$dir/logs/localstack.log" \
       env GATEWAY_LISTEN="127.0.0.1:$ls_port" GATEWAY_SERVER=hypercorn \
       SERVICES=sqs,s3,cloudformation,iam,sts,events,scheduler,cloudwatch,logs,secretsmanager \
       PERSISTENCE=0 SKIP_SSL_CERT_DOWNLOAD=1 DISABLE_EVENTS=1 SQS_DISABLE_CLOUDWATCH_METRICS=1 \
+      S3_SKIP_SIGNATURE_VALIDATION=0 \
       LOCALSTACK_VOLUME_DIR="$dir/volume" \
       "$venv/bin/python" -m localstack.runtime.main)
   fi

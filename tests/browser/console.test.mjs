@@ -266,6 +266,10 @@ try {
   const href = await audrey.getAttribute("#bundle-download", "href");
   const download = await fetch(href);
   assert.equal(download.status, 200, href);
+  // The address is signed: another version, or a changed signature, is refused.
+  const signature = new URL(href).searchParams.get("X-Amz-Signature");
+  const forged = href.replace(signature, [...signature].reverse().join(""));
+  assert.equal((await fetch(forged)).status, 403, forged);
   const bundleBytes = Buffer.from(await download.arrayBuffer());
   assert.equal(createHash("sha256").update(bundleBytes).digest("hex"), await audrey.textContent("#bundle-sha256"));
   const bundleFile = path.join(OUT, "bundle-2026-12.json");

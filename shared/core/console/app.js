@@ -354,25 +354,30 @@ function envelopeLink(id) {
   return h("a", { href: `#/envelope/${encodeURIComponent(id)}` }, id.slice(0, 18));
 }
 
-/// The WORM copy as the bucket holds it: its versions, and whether the first still hashes to
-/// what the envelope names.
+/// The WORM copy as the bucket holds it: its versions, whether the first still hashes to what
+/// the envelope names, and whether the envelope as the table holds it still makes that copy.
 function wormCopy(w) {
-  if (!w) return [h("p", { class: "muted" }, "No WORM copy named.")];
-  const verdict = w.first_version_matches === true ? "MATCHES" : w.first_version_matches === false ? "DIFFERS" : "UNREAD";
+  if (!w) return [h("p", { class: "muted" }, "No WORM copy named, or it was not read.")];
+  const both = [w.first_version_matches, w.envelope_matches];
+  const verdict = both.includes(false) ? "DIFFERS" : both.every((m) => m === true) ? "MATCHES" : "UNREAD";
+  const said = (m, yes, no) => m === true ? yes : m === false ? no : "not read";
   return [
     fields([
       ["Object", `s3://${w.bucket}/${w.key}`], ["SHA-256 named", w.sha256],
-      ["First version", w.first_version || "none in the bucket"],
-      ["Its bytes", h("span", { id: "worm-verdict", class: `badge ${verdict}` }, verdict)],
+      ["First version", w.first_version || (w.other_bucket ? `not read: this deployment's bucket is ${w.other_bucket}` : "none in the bucket")],
+      ["Its bytes", said(w.first_version_matches, "hash to the SHA-256 named", "do not hash to the SHA-256 named")],
+      ["The envelope in the table", said(w.envelope_matches, "makes exactly these bytes", "no longer makes these bytes: changed since it was copied")],
+      ["Verdict", h("span", { id: "worm-verdict", class: `badge ${verdict}` }, verdict)],
     ]),
     table(["Version", "Kind"], w.versions.map((v) => [v.version_id, v.delete_marker ? "delete marker" : "object"])),
   ];
 }
 
 async function envelope(id) {
-  const { envelope: e, body, worm, records, lineage } = await ask({ operation: "envelope", envelope_id: decodeURIComponent(id) });
+  const { envelope: e, body, worm, records, lineage, unread } = await ask({ operation: "envelope", envelope_id: decodeURIComponent(id) });
   const parts = [
     h("h1", {}, "Envelope ", h("code", {}, e.envelope_id)),
+    ...unread.map((u) => h("p", { class: "warn" }, `Not read: ${u}`)),
     fields([
       ["Status", badge(e.status)], ["Failure", `${e.failure_code} · ${e.root_cause}`], ["Error", e.error_detail],
       ["Attempts", e.attempt_count], ["Entity", e.ledger_entity], ["Amount", e.amount ? `${e.amount} ${e.currency || ""}` : null],
@@ -390,7 +395,9 @@ async function envelope(id) {
     h("h2", {}, "What each copy became"),
     h("div", { id: "copies" }, table(["Replay", "Copy's SQS message", "Fate", "Envelope"], lineage.copies.map((c) => [c.replay_id, c.sqs_message_id, c.fate, c.envelope_id ? envelopeLink(c.envelope_id) : "—"]))),
     h("h2", {}, "In the ledger"),
-    table(["Transaction", "Period", "Held by"], lineage.ledger.map((l) => [l.source_hash, l.period || "—", l.held_by || "nothing: not posted"])),
+    table(["Transaction", "Period", "Held by"], lineage.ledger.map((l) => [l.source_hash, l.period || "—",
+      l.held_by ? (l.unlisted_delivery ? `${l.held_by}: not the message as sent, nor a copy this page lists` : l.held_by) : "nothing: not posted"])),
+    lineage.replays_not_read ? h("p", { class: "muted" }, `The records and copies of ${lineage.replays_not_read} older replays were not read.`) : "",
     h("h2", {}, "WORM copy"),
     ...wormCopy(worm),
     h("h2", {}, "Audit records"),
@@ -592,10 +599,12 @@ function bundleExport(period) {
         ["The period now", h("span", { class: `badge ${r.verdict}` }, r.verdict)],
         ["Download", r.url ? h("a", { id: "bundle-download", href: r.url, download: file, rel: "noopener" }, file) : "no address from this store"],
       ]),
-      h("p", { class: "muted" }, `The address is valid until ${when(r.url_expires_at)}; the bundle stays in the bucket. Verify it offline: dlqctl audit verify --bundle ${file}, or tools/verify_bundle.py, without this code.`));
+      h("p", { class: "muted" }, `${r.url ? `The address is valid until ${when(r.url_expires_at)}; t` : "T"}he bundle stays in the bucket. Verify it offline: dlqctl audit verify --bundle ${file}, or tools/verify_bundle.py, without this code.`));
   } },
     h("button", { type: "submit", id: "export-evidence" }, `Export the evidence bundle of ${period}`));
-  return [h("h2", {}, "Evidence bundle"), form, out];
+  return [h("h2", {}, "Evidence bundle"),
+    h("p", { class: "muted" }, "The trail is sealed, and the bundle (the period's transactions and the whole trail up to that seal) is kept in the Object Lock bucket for its retention: each export is a copy no one can delete."),
+    form, out];
 }
 
 async function evidence(_, q) {

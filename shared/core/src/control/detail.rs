@@ -6,8 +6,12 @@
 //!
 //! The records are read by their ids, which are deterministic ([`AuditRecord::id_for`]): the
 //! dead letter's, the envelope's creation, each of its newest [`MAX_REPLAYS`] replays' (one of
-//! four kinds), the escalations it was the oldest of. What the page shows is what the stores
-//! hold now; whether the trail is intact is the Evidence page's verification, not this read.
+//! four kinds), the escalations it was the oldest of. A replay that sent a copy but lost its
+//! claim before it wrote the envelope leaves a record the page does not ask for, and a copy it
+//! does not list: a delivery the ledger names that is not one of the page's is said to be so.
+//! What the page shows is what the stores hold now; whether the trail is intact is the Evidence
+//! page's verification, not this read. A part that cannot be read (the bucket, the ledger) is
+//! named as unread; the rest is shown.
 
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
@@ -42,12 +46,19 @@ pub struct WormCopy {
     pub key: String,
     /// The SHA-256 the envelope names.
     pub sha256: String,
-    /// Every version at the key and delete marker, oldest first (one version: as written).
+    /// The bucket this deployment reads, when the envelope names another (its copy not read).
+    pub other_bucket: Option<String>,
+    /// Every version at the key, oldest first, then any delete marker (one version: as written).
     pub versions: Vec<Version>,
     /// The first version's id: the copy Object Lock keeps (none: the bucket holds no object).
     pub first_version: Option<String>,
     /// Whether the first version's bytes hash to `sha256` (none: not read).
     pub first_version_matches: Option<bool>,
+    /// Whether the envelope as the table holds it, with its body, makes exactly the first
+    /// version's bytes under the key it names ([`DlqEnvelope::worm_document`], built from
+    /// fields that never change): a change to the envelope in the table, whatever `sha256` it
+    /// names (none: not read).
+    pub envelope_matches: Option<bool>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -75,6 +86,9 @@ pub struct Held {
     pub period: Option<String>,
     /// Nothing holds it (none), a delivery, or a hand-off to a manual journal.
     pub held_by: Option<String>,
+    /// A delivery holds it that is neither the message as sent nor a copy the page lists (a
+    /// replay that lost its claim after sending, one older than the newest [`MAX_REPLAYS`]).
+    pub unlisted_delivery: bool,
     #[serde(skip)]
     committed: Option<CommittedRef>,
 }
@@ -89,8 +103,11 @@ pub fn record_ids<'s>(e: &DlqEnvelope, stages: impl IntoIterator<Item = &'s str>
         AuditRecord::id_for(AuditKind::Quarantined, &e.envelope_id),
     ];
     for replay in replay_ids(e) {
-        let subject = format!("{}#{replay}", e.envelope_id);
-        ids.extend(REPLAY_KINDS.iter().map(|k| AuditRecord::id_for(*k, &subject)));
+        ids.extend(
+            REPLAY_KINDS
+                .iter()
+                .map(|k| AuditRecord::replay_id_for(*k, &e.envelope_id, replay)),
+        );
     }
     for stage in stages {
         let subject = format!("{stage}#{}#{}", e.failure_code.as_str(), e.envelope_id);
@@ -101,11 +118,15 @@ pub fn record_ids<'s>(e: &DlqEnvelope, stages: impl IntoIterator<Item = &'s str>
 
 /// The ids of `e`'s newest [`MAX_REPLAYS`] replays, each once.
 fn replay_ids(e: &DlqEnvelope) -> Vec<&str> {
+    let mut ids = distinct_replays(e);
+    ids.truncate(MAX_REPLAYS);
+    ids
+}
+
+/// The ids of `e`'s replays, each once, newest first.
+fn distinct_replays(e: &DlqEnvelope) -> Vec<&str> {
     let mut ids: Vec<&str> = Vec::new();
     for r in e.replays.iter().rev() {
-        if ids.len() == MAX_REPLAYS {
-            break;
-        }
         if !ids.contains(&r.replay_id.as_str()) {
             ids.push(&r.replay_id);
         }
@@ -113,10 +134,24 @@ fn replay_ids(e: &DlqEnvelope) -> Vec<&str> {
     ids
 }
 
-/// The WORM copy `e` names, as the bucket holds it (none: it names none).
-async fn worm_copy<W: Worm>(e: &DlqEnvelope, worm: &W) -> StoreResult<Option<WormCopy>> {
+/// The WORM copy `e` names, as the bucket holds it (none: it names none). `body`: the verbatim
+/// body, when it was read (the envelope is compared with the copy only then).
+async fn worm_copy<W: Worm>(e: &DlqEnvelope, body: Option<&str>, worm: &W) -> StoreResult<Option<WormCopy>> {
     let Some(w) = &e.worm else { return Ok(None) };
-    let versions: Vec<Version> = worm
+    let mut copy = WormCopy {
+        bucket: w.bucket.clone(),
+        key: w.key.clone(),
+        sha256: w.sha256.clone(),
+        other_bucket: (w.bucket != worm.bucket()).then(|| worm.bucket().to_owned()),
+        versions: Vec::new(),
+        first_version: None,
+        first_version_matches: None,
+        envelope_matches: None,
+    };
+    if copy.other_bucket.is_some() {
+        return Ok(Some(copy));
+    }
+    copy.versions = worm
         .versions(&w.key)
         .await?
         .into_iter()
@@ -126,19 +161,25 @@ async fn worm_copy<W: Worm>(e: &DlqEnvelope, worm: &W) -> StoreResult<Option<Wor
             delete_marker: v.delete_marker,
         })
         .collect();
-    let first = versions.iter().find(|v| !v.delete_marker).map(|v| v.version_id.clone());
-    let matches = match &first {
-        Some(id) => worm.get_version(&w.key, id).await?.map(|b| sha256_hex(&b) == w.sha256),
+    copy.first_version = copy
+        .versions
+        .iter()
+        .find(|v| !v.delete_marker)
+        .map(|v| v.version_id.clone());
+    let first = match &copy.first_version {
+        Some(id) => worm.get_version(&w.key, id).await?,
         None => None,
     };
-    Ok(Some(WormCopy {
-        bucket: w.bucket.clone(),
-        key: w.key.clone(),
-        sha256: w.sha256.clone(),
-        versions,
-        first_version: first,
-        first_version_matches: matches,
-    }))
+    if let Some(bytes) = first {
+        copy.first_version_matches = Some(sha256_hex(&bytes) == w.sha256);
+        copy.envelope_matches = body.map(|b| e.worm_document(b) == (w.key.clone(), bytes));
+    }
+    Ok(Some(copy))
+}
+
+/// `what` read, or why not in `unread` (the page shows the rest).
+fn or_unread<T>(read: StoreResult<T>, what: &str, unread: &mut Vec<String>) -> Option<T> {
+    read.map_err(|e| unread.push(format!("{what}: {e}"))).ok()
 }
 
 impl<P: ReplayPorts, G: Signer> ControlPlane<P, G>
@@ -155,21 +196,30 @@ where
         let Some(e) = r.store.get(id).await? else {
             return Err(ControlError::Invalid(format!("no envelope {id}")));
         };
-        let body = crate::envelopes::original_body(&e, &r.worm).await?;
-        let worm = Box::pin(worm_copy(&e, &r.worm)).await?;
+        let mut unread = Vec::new();
+        let body = crate::envelopes::original_body(&e, &r.worm).await;
+        let body = or_unread(body, "the verbatim body", &mut unread);
+        // A body neither in the table nor the bucket is the empty one the enricher copied.
+        let copied = body.as_ref().map(|b| b.as_deref().unwrap_or(""));
+        let worm = Box::pin(worm_copy(&e, copied, &r.worm)).await;
+        let worm = or_unread(worm, "the WORM copy", &mut unread).flatten();
         let stages = r.config.escalation.stages.iter().map(|s| s.name.as_str());
         let ids = record_ids(&e, stages);
-        let mut records: Vec<AuditRecord> = futures::stream::iter(ids.iter().map(|id| r.audit.record(id)))
+        let records = futures::stream::iter(ids.iter().map(|id| r.audit.record(id)))
             .buffered(AT_ONCE)
             .try_filter_map(|found| std::future::ready(Ok(found)))
-            .try_collect()
-            .await?;
+            .try_collect::<Vec<AuditRecord>>()
+            .await;
+        let mut records = or_unread(records, "the audit records", &mut unread).unwrap_or_default();
         records.sort_by(|a, b| (a.at, &a.audit_id).cmp(&(b.at, &b.audit_id)));
-        let (held, copies) = Box::pin(self.lineage(&e)).await?;
+        let lineage = Box::pin(self.lineage(&e)).await;
+        let (held, copies) = or_unread(lineage, "the lineage", &mut unread).unwrap_or_default();
+        let not_read = distinct_replays(&e).len().saturating_sub(MAX_REPLAYS);
         read(asked, "envelope", 1 + records.len());
         Ok(serde_json::json!({
-            "envelope": e, "body": body, "worm": worm, "records": records,
-            "lineage": { "replay_of": e.replay_of(), "copies": copies, "ledger": held },
+            "envelope": e, "body": body.flatten(), "worm": worm, "records": records,
+            "lineage": { "replay_of": e.replay_of(), "copies": copies, "ledger": held, "replays_not_read": not_read },
+            "unread": unread,
         }))
     }
 
@@ -182,17 +232,21 @@ where
         for replay in &e.replays {
             if let Some(hash) = &replay.copy_source_hash {
                 let key = TxKey::new(hash.clone(), replay.copy_period.clone());
-                if !keys.contains(&key) {
-                    keys.push(key);
+                // One transaction once: under its period where one is known.
+                match keys.iter_mut().find(|k| k.source_hash == key.source_hash) {
+                    Some(k) if k.period.is_none() => *k = key,
+                    Some(_) => {}
+                    None => keys.push(key),
                 }
             }
         }
-        let held: Vec<Held> = futures::stream::iter(keys.into_iter().map(|key| async move {
+        let mut held: Vec<Held> = futures::stream::iter(keys.into_iter().map(|key| async move {
             let committed = r.ledger.lookup(&key).await?;
             Ok::<_, crate::ports::StoreError>(Held {
                 held_by: committed.as_ref().map(CommittedRef::holder),
                 source_hash: key.source_hash,
                 period: key.period,
+                unlisted_delivery: false,
                 committed,
             })
         }))
@@ -212,7 +266,7 @@ where
             .map(|c| c.sqs_message_id.as_str())
             .collect();
         let posted = &posted;
-        let copies = futures::stream::iter(sent.into_iter().map(|(replay, message)| async move {
+        let copies: Vec<Copy> = futures::stream::iter(sent.into_iter().map(|(replay, message)| async move {
             let (fate, envelope) = if posted.contains(&message) {
                 ("POSTED", None)
             } else if let Some(again) = r.store.get(&envelope_id(message)).await? {
@@ -237,6 +291,12 @@ where
         .buffered(AT_ONCE)
         .try_collect()
         .await?;
+        for h in &mut held {
+            let delivery = h.committed.as_ref().map(|c| c.sqs_message_id.as_str());
+            h.unlisted_delivery = delivery.is_some_and(|d| {
+                !d.is_empty() && d != e.original.source_message_id && !copies.iter().any(|c| c.sqs_message_id == d)
+            });
+        }
         Ok((held, copies))
     }
 }

@@ -4,11 +4,13 @@
 //!
 //! An export seals the trail (as `seal` does) and writes the bundle `dlqctl evidence export`
 //! writes, of one period, into the Object Lock bucket under its own COMPLIANCE date: the bundle
-//! as it was handed over stays there, unchangeable. It is written in one invocation and held in
-//! memory meanwhile: a trail too large for that needs `dlqctl evidence export`.
+//! as it was handed over stays there, unchangeable, and an `EVIDENCE_EXPORTED` record names who
+//! exported what. It is written in one invocation and held in memory meanwhile (twice, as it is
+//! put): a trail too large for that needs `dlqctl evidence export`.
 
 use super::read::read;
 use super::{Asked, ControlError, ControlPlane, json};
+use crate::domain::AuditKind;
 use crate::domain::approval::Refused;
 use crate::ports::{EnvelopesOfPeriod, LedgerReader, RecordsOfPeriod, Signer, Worm};
 use crate::replay::ReplayPorts;
@@ -93,6 +95,24 @@ where
         let at = r.clock.now();
         let stored =
             crate::evidence::store_bundle(&r.audit, &r.worm, at, &period, (&outcomes, &own), asked.request_id).await?;
+        let detail = format!(
+            "evidence bundle of {period} kept at s3://{}/{} version {}, SHA-256 {}: {} transactions, {} audit records in {} chains, {} seals",
+            r.worm.bucket(),
+            stored.key,
+            stored.version_id,
+            stored.sha256,
+            stored.written.transactions,
+            stored.written.audit_records,
+            stored.written.chains,
+            stored.written.seals
+        );
+        self.record(
+            AuditKind::EvidenceExported,
+            asked,
+            &format!("EVIDENCE#{period}"),
+            detail,
+        )
+        .await?;
         let url = r
             .worm
             .download_url(&stored.key, &stored.version_id, DOWNLOAD_VALID_FOR)

@@ -50,6 +50,9 @@ named! {
         /// The control plane refused an operator's operation (their role, or the state of what
         /// they asked about): who asked what, and why not. Nothing changed.
         AccessRefused = "ACCESS_REFUSED",
+        /// An auditor exported a period's evidence bundle at the console: where the bucket keeps
+        /// it (key, version), its SHA-256, what it holds.
+        EvidenceExported = "EVIDENCE_EXPORTED",
         /// Never written: a stored record that could not be read back (a field edited into a value
         /// no version of the code writes). Verification names it; nothing else counts it.
         Unreadable = "UNREADABLE",
@@ -108,6 +111,11 @@ pub struct AuditRecord {
 impl AuditRecord {
     pub fn id_for(kind: AuditKind, subject: &str) -> String {
         format!("{}#{subject}", kind.as_str())
+    }
+
+    /// The id of the record replay `replay_id` leaves about envelope `envelope_id`.
+    pub fn replay_id_for(kind: AuditKind, envelope_id: &str, replay_id: &str) -> String {
+        AuditRecord::id_for(kind, &format!("{envelope_id}#{replay_id}"))
     }
 
     /// The envelope an `ENRICHED` or `QUARANTINED` record is about: its id's second part

@@ -412,7 +412,7 @@ impl<P: ReplayPorts> Replayer<P> {
         detail: String,
     ) -> AuditRecord {
         let mut r = envelope_audit(e, kind, &run.req.actor(), detail);
-        r.audit_id = AuditRecord::id_for(kind, &format!("{}#{}", e.envelope_id, run.replay_id));
+        r.audit_id = AuditRecord::replay_id_for(kind, &e.envelope_id, &run.replay_id);
         r.at = self.clock.now();
         r.failure_code = code.or(r.failure_code);
         r
