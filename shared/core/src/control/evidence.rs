@@ -33,7 +33,7 @@ where
         let r = &self.replayer;
         let concluded =
             crate::reconcile::reconcile_period(&r.store, &r.audit, &r.ledger, &r.queue, &period, SEGMENTS).await?;
-        let reconciliation = concluded.map_err(|why| ControlError::Refused(crate::domain::approval::Refused(why)))?;
+        let reconciliation = concluded.map_err(|why| ControlError::Refused(Refused(why)))?;
         read(asked, "reconcile", 1);
         Ok(json(&reconciliation))
     }
