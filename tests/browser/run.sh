@@ -30,6 +30,6 @@ rm -rf "$out"
 DLQCTL="$bin/dlqctl" XTASK="$bin/xtask" OUT="$out" CHROMIUM="$(command -v chromium)" node "$here/console.test.mjs"
 if [ -n "${SCREENSHOTS:-}" ]; then
   mkdir -p "$SCREENSHOTS"
-  for shot in 01-triage 02-dry-run 03-request 06-edit-diff 08-reconcile; do cp "$out/$shot.png" "$SCREENSHOTS/"; done
+  for shot in 01-triage 02-dry-run 03-request 06-edit-diff 08-reconcile 11-envelope-lineage 12-bundle-exported; do cp "$out/$shot.png" "$SCREENSHOTS/"; done
   log "screenshots copied to $SCREENSHOTS"
 fi
