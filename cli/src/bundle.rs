@@ -10,7 +10,7 @@ use recon_core::evidence::{BucketTrail, Bundle, VerifyReport, verify_bundle, wri
 use recon_core::ports::{LedgerScope, Worm};
 use recon_core::reconcile::{
     Counts, Entry, Exceptions, Links, Reconciliation, State, Verdict, complete_exceptions, conclude,
-    exceptions_of_period, look_up_unmet, manifest_entry, read_ledger, reconcile_counted,
+    exceptions_of_period, look_up_unmet, manifest_entry, period::gather_period, read_ledger, reconcile_counted,
 };
 use recon_core::resources::ResourceNames;
 use std::path::{Path, PathBuf};
@@ -108,6 +108,21 @@ pub async fn gather(
     let stack = resolve_stack(clients, names).await?;
     let audit_log = crate::context::audit_log(clients, names);
     let store = crate::triage::store(clients, names);
+    let ledger = crate::context::ledger(clients, &stack)?;
+    let queues =
+        SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url).with_dead_letters(&stack.dlq_url, &stack.parked_url);
+    // One period read here: as the control plane reads it (the console's reconciliation and
+    // export), one implementation.
+    if let (Some(p), None) = (period, fan_out) {
+        let every = keep == Keep::Every;
+        let concluded = gather_period(&store, &audit_log, &ledger, &queues, (p, segments), every, manifest).await?;
+        let (outcomes, problems, reconciliation) = concluded.map_err(anyhow::Error::msg)?;
+        return Ok(Evidence {
+            outcomes,
+            problems,
+            reconciliation,
+        });
+    }
     if period.is_some() && !store.periods_indexed().await? {
         bail!("{}", recon_core::reconcile::period::UNINDEXED);
     }
@@ -126,7 +141,6 @@ pub async fn gather(
         period: period.map(str::to_owned),
         ..LedgerScope::default()
     };
-    let ledger = crate::context::ledger(clients, &stack)?;
     let mut read = match (fan_out, period) {
         (Some(f), Some(p)) if keep == Keep::Linked => {
             let mut read = crate::fanout::read(clients, names, f, p, &links).await?;
@@ -139,8 +153,6 @@ pub async fn gather(
     if let Some(p) = period {
         complete_exceptions(&store, &audit_log, &ledger, p, &mut read, &mut exceptions).await?;
     }
-    let queues =
-        SqsQueue::new(clients.sqs.clone(), &stack.main_queue_url).with_dead_letters(&stack.dlq_url, &stack.parked_url);
     let queued = recon_core::ports::ReplayQueue::queued(&queues)
         .await?
         .context("the queues' depths cannot be read")?;

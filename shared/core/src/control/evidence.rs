@@ -85,9 +85,9 @@ where
     ) -> Result<serde_json::Value, ControlError> {
         let period = crate::domain::input::period(period).map_err(ControlError::Invalid)?;
         let r = &self.replayer;
+        let read = (period.as_str(), SEGMENTS);
         let gathered =
-            crate::reconcile::period::gather_period(&r.store, &r.audit, &r.ledger, &r.queue, &period, SEGMENTS, true)
-                .await?;
+            crate::reconcile::period::gather_period(&r.store, &r.audit, &r.ledger, &r.queue, read, true, None).await?;
         let (outcomes, problems, live) = gathered.map_err(|why| ControlError::Refused(Refused(why)))?;
         // As `dlqctl evidence export`: the bundle is verified offline against its own outcomes,
         // every one listed, none queued.

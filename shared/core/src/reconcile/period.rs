@@ -255,21 +255,23 @@ where
     L: Ledger + LedgerReader + ?Sized,
     Q: crate::ports::ReplayQueue + ?Sized,
 {
-    let concluded = gather_period(store, audit, ledger, queues, period, segments, false).await?;
+    let concluded = gather_period(store, audit, ledger, queues, (period, segments), false, None).await?;
     Ok(concluded.map(|(_, _, reconciliation)| reconciliation))
 }
 
-/// What [`conclude`] concludes of one period from the stores, as [`reconcile_period`] reads
-/// them; with `every`, each committed posting of the period is an outcome (what a bundle lists),
-/// not only those of a lineage (the rest counted).
+/// What [`conclude`] concludes of one period from the stores (against `manifest`, when given),
+/// as [`reconcile_period`] reads them, its ledger in `segments` at once; with `every`, each
+/// committed posting of the period is an outcome (what a bundle lists and a manifest matches),
+/// not only those of a lineage (the rest counted). `dlqctl reconcile --period` and `evidence
+/// export`, and the console's export, gather a period here.
 pub async fn gather_period<E, A, L, Q>(
     store: &E,
     audit: &A,
     ledger: &L,
     queues: &Q,
-    period: &str,
-    segments: u32,
+    (period, segments): (&str, u32),
     every: bool,
+    manifest: Option<&[super::Entry]>,
 ) -> StoreResult<Result<Concluded, String>>
 where
     E: EnvelopeStore + EnvelopesOfPeriod + ?Sized,
@@ -293,7 +295,7 @@ where
             "the queues cannot be seen from here: what they hold would decide it".to_owned(),
         ));
     };
-    Ok(Ok(conclude(read, &exceptions, Some(period), None, queued)))
+    Ok(Ok(conclude(read, &exceptions, Some(period), manifest, queued)))
 }
 
 /// What [`conclude`] returns: each message's outcome, the problems met, the reconciliation.
