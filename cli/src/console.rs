@@ -96,10 +96,8 @@ pub async fn serve(
         }
         None => None,
     };
-    let origins = oidc.as_ref().map(|(p, _)| p.origins()).unwrap_or_default();
-    let origins: Vec<&str> = origins.iter().map(String::as_str).collect();
     // Set once, before any answer.
-    let _ = POLICY.set(assets::policy(&origins));
+    let _ = POLICY.set(assets::policy_for(oidc.as_ref().map(|(p, _)| p)));
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .with_context(|| format!("cannot listen on 127.0.0.1:{port} (in use? try --port)"))?;
@@ -152,7 +150,7 @@ fn answer(status: StatusCode, kind: &str, body: impl Into<Bytes>) -> Answer {
     for (name, value) in assets::HEADERS {
         headers.insert(name, hyper::header::HeaderValue::from_static(value));
     }
-    let policy = POLICY.get_or_init(|| assets::policy(&[]));
+    let policy = POLICY.get_or_init(|| assets::policy_for(None));
     if let Ok(policy) = hyper::header::HeaderValue::from_str(policy) {
         headers.insert("content-security-policy", policy);
     }

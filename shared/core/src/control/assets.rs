@@ -35,6 +35,13 @@ pub fn policy(origins: &[&str]) -> String {
 
 pub use crate::domain::console::OidcSignIn;
 
+/// [`policy`] for a page that signs in through `sign_in` (none: the local sign-in), its origins
+/// allowed.
+pub fn policy_for(sign_in: Option<&OidcSignIn>) -> String {
+    let origins = sign_in.map(OidcSignIn::origins).unwrap_or_default();
+    policy(&origins.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
 /// An API Gateway request (payload format 2.0) on [`ASSETS_ROUTE`] answered: the file its path
 /// names, or `config.json` from `sign_in`; `None` for any other route. With no sign-in
 /// configured the page is not served (404): the console is off.
@@ -53,31 +60,30 @@ pub fn page_response(
             404,
             "text/plain; charset=utf-8",
             "this deployment serves no console page",
-            &[],
+            &policy_for(None),
         ));
     };
-    let origins = sign_in.origins();
-    let origins: Vec<&str> = origins.iter().map(String::as_str).collect();
+    let policy = policy_for(Some(sign_in));
     let answer = if path == "/console/config.json" {
         respond(
             200,
             "application/json",
             &sign_in.config(roles, stack).to_string(),
-            &origins,
+            &policy,
         )
     } else {
         match file(path) {
-            Some((kind, text)) => respond(200, kind, text, &origins),
-            None => respond(404, "text/plain; charset=utf-8", "no such page", &origins),
+            Some((kind, text)) => respond(200, kind, text, &policy),
+            None => respond(404, "text/plain; charset=utf-8", "no such page", &policy),
         }
     };
     Some(answer)
 }
 
-fn respond(status: u16, kind: &str, body: &str, origins: &[&str]) -> Value {
+fn respond(status: u16, kind: &str, body: &str, policy: &str) -> Value {
     let mut headers: serde_json::Map<String, Value> =
         HEADERS.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect();
-    headers.insert("content-security-policy".into(), json!(policy(origins)));
+    headers.insert("content-security-policy".into(), json!(policy));
     headers.insert("content-type".into(), json!(kind));
     json!({"statusCode": status, "headers": headers, "body": body, "isBase64Encoded": false})
 }

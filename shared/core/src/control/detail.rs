@@ -69,7 +69,7 @@ pub struct Version {
 
 /// What became of a copy a replay sent.
 #[derive(Clone, Debug, Serialize)]
-pub struct Copy {
+pub struct CopyFate {
     pub replay_id: String,
     pub sqs_message_id: String,
     /// `POSTED` (the ledger's posting is this copy's delivery), `DUPLICATE_SUPPRESSED` (the
@@ -225,7 +225,7 @@ where
 
     /// Who holds `e`'s transaction (and an edit's) in the ledger, and what became of each copy
     /// its newest replays sent.
-    async fn lineage(&self, e: &DlqEnvelope) -> StoreResult<(Vec<Held>, Vec<Copy>)> {
+    async fn lineage(&self, e: &DlqEnvelope) -> StoreResult<(Vec<Held>, Vec<CopyFate>)> {
         let r = &self.replayer;
         // The transaction the envelope names (a raw digest names none) and each edit's.
         let mut keys: Vec<TxKey> = e.claimed_hash().map(|_| e.decoded_key()).into_iter().collect();
@@ -266,7 +266,7 @@ where
             .map(|c| c.sqs_message_id.as_str())
             .collect();
         let posted = &posted;
-        let copies: Vec<Copy> = futures::stream::iter(sent.into_iter().map(|(replay, message)| async move {
+        let copies: Vec<CopyFate> = futures::stream::iter(sent.into_iter().map(|(replay, message)| async move {
             let (fate, envelope) = if posted.contains(&message) {
                 ("POSTED", None)
             } else if let Some(again) = r.store.get(&envelope_id(message)).await? {
@@ -281,7 +281,7 @@ where
             } else {
                 ("NOT_SEEN", None)
             };
-            Ok::<_, crate::ports::StoreError>(Copy {
+            Ok::<_, crate::ports::StoreError>(CopyFate {
                 replay_id: replay.to_owned(),
                 sqs_message_id: message.to_owned(),
                 fate,

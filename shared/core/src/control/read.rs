@@ -1,12 +1,13 @@
 //! The control plane's reads, for the console: triage, a filtered page of envelopes, one envelope
-//! in full, approval requests. Any operator role may ask them (break-glass is no operator of the
-//! control plane); they change nothing, so they are logged, not audited.
+//! in full (`detail.rs`), approval requests; the auditor's reads are in `evidence.rs`. Any
+//! operator role may ask these (break-glass is no operator of the control plane); they change
+//! nothing, so they are logged, not audited.
 //!
 //! A page of envelopes reads at most [`MAX_SCANNED`] envelopes of the store however rare its
 //! filter's matches, and stops early near the invocation's deadline (the rest is behind its
 //! cursor); a page of requests holds at most [`MAX_REQUESTS`], each as a summary row. Triage
-//! reads every PENDING envelope (not yet bounded: issue 31). Reading a request whose time is up
-//! marks it expired, as any read of it does.
+//! reads the store's totals, or, where they do not cover every envelope, every PENDING
+//! envelope. Reading a request whose time is up marks it expired, as any read of it does.
 
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
